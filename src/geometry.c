@@ -1,0 +1,77 @@
+/* Geometry of one layer's ring: validation, derived sizes, slot arithmetic
+ * (SEMANTICS sections 2 and 3 step 1). */
+#include "internal.h"
+
+rkv_status rkv_geometry_check(const rkv_geometry *g) {
+    if (!g) return rkv__fail(RKV_ERR_NULL, "geometry is NULL");
+    if (g->num_sessions < 1)
+        return rkv__fail(RKV_ERR_INVALID_ARG, "num_sessions must be >= 1; got %lld",
+                         (long long)g->num_sessions);
+    if (g->n_kv_heads < 1)
+        return rkv__fail(RKV_ERR_INVALID_ARG, "n_kv_heads must be >= 1; got %lld",
+                         (long long)g->n_kv_heads);
+    if (g->ring_frames < 1)
+        return rkv__fail(RKV_ERR_INVALID_ARG, "ring_frames must be >= 1; got %lld",
+                         (long long)g->ring_frames);
+    if (g->ring_buckets < 1 || g->ring_buckets > g->ring_frames)
+        return rkv__fail(RKV_ERR_INVALID_ARG,
+                         "ring_buckets (%lld) must be in [1, ring_frames (%lld)]; the addressable "
+                         "slots have to fit inside the allocated ring",
+                         (long long)g->ring_buckets, (long long)g->ring_frames);
+    if (g->d_head < 1)
+        return rkv__fail(RKV_ERR_INVALID_ARG, "d_head must be >= 1; got %lld",
+                         (long long)g->d_head);
+    if (g->tokens_per_frame < RKV_BLOCK_TOKENS || g->tokens_per_frame % RKV_BLOCK_TOKENS)
+        return rkv__fail(RKV_ERR_INVALID_ARG,
+                         "tokens_per_frame (%lld) must be a positive multiple of the attention "
+                         "block size %d (>= %d)",
+                         (long long)g->tokens_per_frame, RKV_BLOCK_TOKENS, RKV_BLOCK_TOKENS);
+    if (g->pinned_dilation < 1)
+        return rkv__fail(RKV_ERR_INVALID_ARG, "pinned_dilation must be >= 1; got %lld",
+                         (long long)g->pinned_dilation);
+    if (!rkv__dtype_valid(g->dtype))
+        return rkv__fail(RKV_ERR_DTYPE, "dtype %d is not f32 (0), f16 (1) or bf16 (2)",
+                         (int)g->dtype);
+    /* N = S*(RF+1)*T slots; bytes = 2*H*N*D*elem must fit size_t and int64. */
+    int64_t cap, n, bytes;
+    bool fits = g->ring_frames < INT64_MAX &&
+                rkv__mul_i64(g->ring_frames + 1, g->tokens_per_frame, &cap) &&
+                rkv__mul_i64(g->num_sessions, cap, &n) && rkv__mul_i64(n, g->n_kv_heads, &bytes) &&
+                rkv__mul_i64(bytes, g->d_head, &bytes) &&
+                rkv__mul_i64(bytes, 2 * (int64_t)rkv_dtype_size(g->dtype), &bytes) &&
+                (uint64_t)bytes <= (uint64_t)SIZE_MAX;
+    if (!fits)
+        return rkv__fail(RKV_ERR_OVERFLOW,
+                         "geometry too large: 2*H*S*(RF+1)*T*D*elem bytes overflow (S %lld, H "
+                         "%lld, RF %lld, T %lld, D %lld)",
+                         (long long)g->num_sessions, (long long)g->n_kv_heads,
+                         (long long)g->ring_frames, (long long)g->tokens_per_frame,
+                         (long long)g->d_head);
+    return RKV_OK;
+}
+
+int64_t rkv_geometry_ring_len(const rkv_geometry *g) { return g->ring_frames * g->tokens_per_frame; }
+
+int64_t rkv_geometry_capacity(const rkv_geometry *g) {
+    return rkv_geometry_ring_len(g) + g->tokens_per_frame;
+}
+
+int64_t rkv_geometry_total_slots(const rkv_geometry *g) {
+    return g->num_sessions * rkv_geometry_capacity(g);
+}
+
+size_t rkv_geometry_memory_bytes(const rkv_geometry *g) {
+    return 2 * (size_t)g->n_kv_heads * (size_t)rkv_geometry_total_slots(g) * (size_t)g->d_head *
+           rkv_dtype_size(g->dtype);
+}
+
+int64_t rkv_ring_slot(const rkv_geometry *g, int64_t frame_pos) {
+    int64_t pd = g->pinned_dilation;
+    /* ceil(f / PD) without overflowing f + PD - 1 near INT64_MAX */
+    int64_t bucket = frame_pos / pd + (frame_pos % pd != 0);
+    return bucket % g->ring_buckets;
+}
+
+int rkv_is_write_step(const rkv_geometry *g, int64_t frame_pos) {
+    return frame_pos % g->pinned_dilation == 0;
+}

@@ -1,0 +1,79 @@
+/* Private declarations shared by the library's source files. */
+#ifndef RKV_INTERNAL_H
+#define RKV_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ringkv.h"
+
+#if defined(__GNUC__)
+#define RKV__PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define RKV__PRINTF(a, b)
+/* Validates a model config (every layer's geometry, GQA, name, total
+ * bytes); fills the per-session and total K/V bytes when non-NULL. */
+rkv_status rkv__model_config_check(const rkv_model_config *cfg, size_t *per_session,
+                                   size_t *total);
+
+#endif
+
+/* Records a formatted message for rkv_last_error() and returns status. */
+rkv_status rkv__fail(rkv_status status, const char *fmt, ...) RKV__PRINTF(2, 3);
+
+/* a * b into *out; false when the product overflows (or a, b < 0). */
+bool rkv__mul_i64(int64_t a, int64_t b, int64_t *out);
+bool rkv__mul_size(size_t a, size_t b, size_t *out);
+
+/* True when dtype is one of the enum's values. */
+bool rkv__dtype_valid(rkv_dtype dtype);
+/* Element i of a buffer in dtype, widened to float. */
+float rkv__load(const void *base, rkv_dtype dtype, size_t i);
+/* Writes v as element i of a buffer in dtype (round to nearest even). */
+void rkv__store(void *base, rkv_dtype dtype, size_t i, float v);
+
+/* The layer's state; one struct, owned by rkv_layer_create/destroy. */
+struct rkv_layer {
+    rkv_geometry g;
+    int64_t ring_len;     /* L = RF*T                      */
+    int64_t capacity;     /* C = L + T                      */
+    int64_t total_slots;  /* N = S*C                        */
+    size_t elem_bytes;    /* sizeof(dtype)                  */
+    size_t row_bytes;     /* D * elem_bytes: one slot of K  */
+    uint8_t *kv;          /* [2][H][N][D] storage           */
+    uint8_t *written;     /* [N] 0/1                        */
+};
+
+/* Byte address of slot `slot` of head h in half c (0 = K, 1 = V). */
+static inline uint8_t *rkv__slot_ptr(const struct rkv_layer *l, int c, int64_t h,
+                                     int64_t slot) {
+    return l->kv + ((size_t)(c * l->g.n_kv_heads + h) * (size_t)l->total_slots +
+                    (size_t)slot) * l->row_bytes;
+}
+
+/* The ring frame hidden at clock f by the bits-and-clock rule (SEM 4): slot
+ * ceil(f/PD) mod RB on write steps, -1 otherwise. */
+static inline int64_t rkv__hidden_frame(const rkv_geometry *g, int64_t frame_pos) {
+    return rkv_is_write_step(g, frame_pos) ? rkv_ring_slot(g, frame_pos) : -1;
+}
+
+/* The bits-and-clock rule for ring frame r < RF of the session whose span
+ * starts at slot lo: written and not hidden. Frames are written whole, so
+ * the first slot's bit stands for the frame's. */
+static inline bool rkv__ring_frame_visible(const struct rkv_layer *l, int64_t lo, int64_t hidden,
+                                           int64_t r) {
+    return r != hidden && l->written[lo + r * l->g.tokens_per_frame];
+}
+
+/* Checks session indices: non-NULL, each in [0, num_sessions), distinct.
+ * `what` names the call in the message. */
+rkv_status rkv__check_sessions(const char *what, const int64_t *session_idx,
+                               int64_t batch, int64_t num_sessions);
+
+/* Validates a model config (every layer's geometry, GQA, name, total
+ * bytes); fills the per-session and total K/V bytes when non-NULL. */
+rkv_status rkv__model_config_check(const rkv_model_config *cfg, size_t *per_session,
+                                   size_t *total);
+
+#endif

@@ -1,0 +1,118 @@
+/* Named model presets (SEMANTICS 7) and model-config arithmetic. */
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+static const char *const PRESET_NAMES[] = {"demo", "waypoint-1.5-720p", "waypoint-1.5-360p", NULL};
+
+const char *const *rkv_model_preset_names(void) { return PRESET_NAMES; }
+
+/* Waypoint-1.5: 24 layers; layers 3, 7, ..., 23 global (PD 8, RB 16), the rest
+ * local (PD 1, RF = RB = 16). The compacted global ring allocates RF 16; the
+ * original allocates 128 and addresses 16. */
+static void waypoint(rkv_model_config *c, const char *name, int64_t tokens, int full_global) {
+    snprintf(c->name, sizeof c->name, "%s", name);
+    c->n_layers = 24;
+    for (int64_t i = 0; i < 24; i++) {
+        const int global = i % 4 == 3;
+        c->layers[i].ring_frames = global && full_global ? 128 : 16;
+        c->layers[i].ring_buckets = 16;
+        c->layers[i].pinned_dilation = global ? 8 : 1;
+    }
+    c->n_q_heads = 32;
+    c->n_kv_heads = 16;
+    c->d_head = 64;
+    c->tokens_per_frame = tokens;
+    c->dtype = RKV_DTYPE_BF16;
+}
+
+rkv_status rkv_model_preset(const char *name, int full_global_ring, rkv_model_config *out) {
+    if (!name || !out) return rkv__fail(RKV_ERR_NULL, "rkv_model_preset: NULL argument");
+    rkv_model_config c;
+    memset(&c, 0, sizeof c);
+    c.num_sessions = 1;
+    if (!strcmp(name, "waypoint-1.5-720p")) {
+        waypoint(&c, name, 512, full_global_ring);
+    } else if (!strcmp(name, "waypoint-1.5-360p")) {
+        waypoint(&c, name, 128, full_global_ring);
+    } else if (!strcmp(name, "demo")) {
+        snprintf(c.name, sizeof c.name, "demo");
+        c.n_layers = 2;
+        c.layers[0] = (rkv_layer_spec){16, 16, 1};
+        c.layers[1] = (rkv_layer_spec){full_global_ring ? 128 : 16, 16, 8};
+        c.n_q_heads = 1;
+        c.n_kv_heads = 1;
+        c.d_head = 64;
+        c.tokens_per_frame = 128;
+        c.dtype = RKV_DTYPE_F32;
+    } else {
+        return rkv__fail(RKV_ERR_NOT_FOUND,
+                         "unknown preset '%s'; expected demo, waypoint-1.5-720p or "
+                         "waypoint-1.5-360p",
+                         name);
+    }
+    *out = c;
+    return RKV_OK;
+}
+
+rkv_status rkv_model_config_layer_geometry(const rkv_model_config *cfg, int64_t layer,
+                                           rkv_geometry *out) {
+    if (!cfg || !out) return rkv__fail(RKV_ERR_NULL, "rkv_model_config_layer_geometry: NULL argument");
+    if (cfg->n_layers < 1 || cfg->n_layers > RKV_MAX_LAYERS)
+        return rkv__fail(RKV_ERR_INVALID_ARG, "n_layers = %lld; expected 1..%d",
+                         (long long)cfg->n_layers, RKV_MAX_LAYERS);
+    if (layer < 0 || layer >= cfg->n_layers)
+        return rkv__fail(RKV_ERR_RANGE, "layer %lld out of range for %lld layers",
+                         (long long)layer, (long long)cfg->n_layers);
+    rkv_geometry g = {
+        .num_sessions = cfg->num_sessions,
+        .n_kv_heads = cfg->n_kv_heads,
+        .ring_frames = cfg->layers[layer].ring_frames,
+        .ring_buckets = cfg->layers[layer].ring_buckets,
+        .d_head = cfg->d_head,
+        .tokens_per_frame = cfg->tokens_per_frame,
+        .pinned_dilation = cfg->layers[layer].pinned_dilation,
+        .dtype = cfg->dtype,
+    };
+    *out = g;
+    return RKV_OK;
+}
+
+/* Validates a whole config: every layer's geometry, GQA, name, total bytes. */
+rkv_status rkv__model_config_check(const rkv_model_config *cfg, size_t *per_session,
+                                   size_t *total) {
+    if (!cfg) return rkv__fail(RKV_ERR_NULL, "model config is NULL");
+    if (!memchr(cfg->name, '\0', sizeof cfg->name))
+        return rkv__fail(RKV_ERR_INVALID_ARG, "model name is not NUL-terminated within %d bytes",
+                         RKV_MAX_NAME);
+    if (cfg->n_kv_heads >= 1 && (cfg->n_q_heads < 1 || cfg->n_q_heads % cfg->n_kv_heads))
+        return rkv__fail(RKV_ERR_INVALID_ARG,
+                         "n_q_heads = %lld; expected a positive multiple of n_kv_heads (%lld)",
+                         (long long)cfg->n_q_heads, (long long)cfg->n_kv_heads);
+    size_t sum_session = 0, sum_total = 0;
+    for (int64_t i = 0; i < (cfg->n_layers > 0 ? cfg->n_layers : 1); i++) {
+        rkv_geometry g;
+        rkv_status st = rkv_model_config_layer_geometry(cfg, i, &g);
+        if (st != RKV_OK) return st;
+        if ((st = rkv_geometry_check(&g)) != RKV_OK) {
+            char msg[400];
+            snprintf(msg, sizeof msg, "%s", rkv_last_error());
+            return rkv__fail(st, "layer %lld: %s", (long long)i, msg);
+        }
+        const size_t layer_total = rkv_geometry_memory_bytes(&g);
+        if (__builtin_add_overflow(sum_total, layer_total, &sum_total))
+            return rkv__fail(RKV_ERR_OVERFLOW, "model K/V bytes overflow size_t");
+        sum_session += layer_total / (size_t)g.num_sessions;
+    }
+    if (per_session) *per_session = sum_session;
+    if (total) *total = sum_total;
+    return RKV_OK;
+}
+
+rkv_status rkv_model_config_memory(const rkv_model_config *cfg, size_t *per_session_bytes,
+                                   size_t *total_bytes) {
+    if (!per_session_bytes || !total_bytes)
+        return rkv__fail(RKV_ERR_NULL, "rkv_model_config_memory: NULL argument");
+    return rkv__model_config_check(cfg, per_session_bytes, total_bytes);
+}

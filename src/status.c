@@ -1,0 +1,66 @@
+/* Status codes and the thread-local last-error message. */
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "internal.h"
+
+static _Thread_local char last_error[512];
+
+const char *rkv_version(void) { return "0.1.0"; }
+
+const char *rkv_status_str(rkv_status status) {
+    switch (status) {
+    case RKV_OK: return "RKV_OK";
+    case RKV_ERR_INVALID_ARG: return "RKV_ERR_INVALID_ARG";
+    case RKV_ERR_NULL: return "RKV_ERR_NULL";
+    case RKV_ERR_RANGE: return "RKV_ERR_RANGE";
+    case RKV_ERR_OVERFLOW: return "RKV_ERR_OVERFLOW";
+    case RKV_ERR_NO_MEMORY: return "RKV_ERR_NO_MEMORY";
+    case RKV_ERR_DTYPE: return "RKV_ERR_DTYPE";
+    case RKV_ERR_CLOCK: return "RKV_ERR_CLOCK";
+    case RKV_ERR_FULL: return "RKV_ERR_FULL";
+    case RKV_ERR_NOT_FOUND: return "RKV_ERR_NOT_FOUND";
+    case RKV_ERR_STATE: return "RKV_ERR_STATE";
+    case RKV_ERR_FORMAT: return "RKV_ERR_FORMAT";
+    case RKV_ERR_IO: return "RKV_ERR_IO";
+    }
+    return "unknown status";
+}
+
+const char *rkv_last_error(void) { return last_error; }
+
+rkv_status rkv__fail(rkv_status status, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+bool rkv__mul_i64(int64_t a, int64_t b, int64_t *out) {
+    if (a < 0 || b < 0) return false;
+    return !__builtin_mul_overflow(a, b, out);
+}
+
+bool rkv__mul_size(size_t a, size_t b, size_t *out) {
+    return !__builtin_mul_overflow(a, b, out);
+}
+
+rkv_status rkv__check_sessions(const char *what, const int64_t *session_idx,
+                               int64_t batch, int64_t num_sessions) {
+    if (!session_idx) return rkv__fail(RKV_ERR_NULL, "%s: session_idx is NULL", what);
+    for (int64_t b = 0; b < batch; b++) {
+        int64_t s = session_idx[b];
+        if (s < 0 || s >= num_sessions)
+            return rkv__fail(RKV_ERR_RANGE,
+                             "%s: session_idx[%lld] = %lld is out of range; expected 0..%lld",
+                             what, (long long)b, (long long)s, (long long)(num_sessions - 1));
+        for (int64_t a = 0; a < b; a++)
+            if (session_idx[a] == s)
+                return rkv__fail(RKV_ERR_INVALID_ARG,
+                                 "%s: session %lld appears twice in one batch (rows %lld and "
+                                 "%lld); expected distinct sessions",
+                                 what, (long long)s, (long long)a, (long long)b);
+    }
+    return RKV_OK;
+}
