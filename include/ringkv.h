@@ -105,7 +105,7 @@ typedef struct rkv_geometry {
 } rkv_geometry;
 
 /* Checks a geometry against SEM 2 and ringkv's extra rules (T >= 128, H >= 1,
- * D >= 1, byte counts that fit size_t). RKV_OK or the first violation, with
+ * D >= 1, byte counts that fit int64_t and size_t). RKV_OK or the first violation, with
  * rkv_last_error() naming it. */
 rkv_status rkv_geometry_check(const rkv_geometry *g);
 
@@ -117,7 +117,8 @@ int64_t rkv_geometry_capacity(const rkv_geometry *g);
 int64_t rkv_geometry_total_slots(const rkv_geometry *g);
 size_t rkv_geometry_memory_bytes(const rkv_geometry *g);
 
-/* Slot arithmetic of SEM 3 step 1 for clock f >= 0:
+/* Slot arithmetic of SEM 3 step 1 for clock f >= 0 (no checks: the caller
+ * passes a valid geometry and f >= 0):
  * bucket = ceil(f / PD), ring frame slot = bucket mod RB,
  * write step = (f mod PD == 0). */
 int64_t rkv_ring_slot(const rkv_geometry *g, int64_t frame_pos);
@@ -178,9 +179,10 @@ rkv_status rkv_layer_reset(rkv_layer *layer, int64_t session);
  *               on write steps, computed before the commit. Unlike the
  *               reference (whose row aliases layer scratch), the row belongs
  *               to the caller and is never overwritten by the layer.
- * Errors (nothing written): RKV_ERR_NULL, RKV_ERR_INVALID_ARG (B < 1,
- * visible with B > 1, frame_pos < 0), RKV_ERR_RANGE (session), RKV_ERR_DTYPE,
- * RKV_ERR_OVERFLOW. */
+ * kv must not overlap the layer's storage.
+ * Errors (nothing written): RKV_ERR_NULL, RKV_ERR_INVALID_ARG (B < 1 or
+ * B > S, visible with B > 1, frame_pos < 0, a session repeated within the
+ * batch), RKV_ERR_RANGE (session out of range), RKV_ERR_DTYPE. */
 rkv_status rkv_layer_upsert(rkv_layer *layer, const void *kv,
                             rkv_dtype kv_dtype, int64_t batch,
                             const int64_t *frame_pos,
@@ -233,6 +235,25 @@ rkv_status rkv_layer_block_mask(const rkv_layer *layer, int64_t session,
 /* Attention over the ring (SEM 5), CPU backend                              */
 /* ------------------------------------------------------------------------ */
 
+/* A fixed pool of CPU worker threads used by rkv_layer_attend (issue: fast
+ * CPU path). Threads are created once, at rkv_threadpool_create, and reused
+ * by every call; work is split over (session row, query head, query tile),
+ * each piece computed by one thread in a fixed order, so outputs are
+ * bit-identical whatever the thread count. One pool serves one call at a
+ * time (concurrent calls on the same pool are serialized). */
+typedef struct rkv_threadpool rkv_threadpool;
+
+/* n_threads: total threads including the caller's; 0 means the machine's
+ * online cores. *out owned by the caller (rkv_threadpool_destroy; NULL is a
+ * no-op). Errors: RKV_ERR_NULL, RKV_ERR_INVALID_ARG (n_threads < 0 or
+ * > 1024), RKV_ERR_NO_MEMORY (allocation or thread creation failed). */
+rkv_status rkv_threadpool_create(int n_threads, rkv_threadpool **out);
+void rkv_threadpool_destroy(rkv_threadpool *pool);
+/* Threads of the pool (caller included); 0 for NULL. */
+int rkv_threadpool_size(const rkv_threadpool *pool);
+
+/* Zero-initialize this struct ({0} or designated initializers) and set
+ * what you need: fields added in later versions then take their defaults. */
 typedef struct rkv_attention_args {
     int64_t batch;      /* B >= 1 session rows                            */
     int64_t n_q_heads;  /* Hq: a positive multiple of H; head h reads KV
@@ -242,7 +263,8 @@ typedef struct rkv_attention_args {
     rkv_dtype q_dtype;
     void *out;          /* [B][Hq][Tq][D] in out_dtype, written whole      */
     rkv_dtype out_dtype;
-    const int64_t *session_idx; /* [B], each in [0, S)                    */
+    const int64_t *session_idx; /* [B], each in [0, S); a session may
+                                   appear in several rows (read only)     */
     const int64_t *frame_pos;   /* [B] row clocks (>= 0); ignored, may be
                                    NULL, when visible != NULL             */
     const uint8_t *visible;     /* NULL: the bits-and-clock rule of SEM 4
@@ -251,18 +273,30 @@ typedef struct rkv_attention_args {
                                    reference's fallback consumer): row b
                                    attends to every slot with a nonzero
                                    byte, whatever session owns it.        */
-    float scale;        /* softmax scale; 0 means 1/sqrt(D)               */
+    float scale;        /* softmax scale (finite); 0 means 1/sqrt(D)      */
+    rkv_threadpool *pool; /* threads to run on; NULL: a process-wide pool
+                             sized to the machine's cores, made on first use */
 } rkv_attention_args;
 
 /* out[b,h,i,:] = sum_j softmax_j(scale * q[b,h,i,:] . K[kvh,j,:]) V[kvh,j,:]
  * over the visible slots j of row b; no causal mask; f32 accumulation.
  * A row with no visible slot is impossible on the bits rule (the scratch is
  * always visible); with an explicit all-zero row the output is 0.
- * The reference implementation: simple, exact, the test oracle.
+ * rkv_layer_attend is the fast path: tiled online softmax ("flash", Dao et
+ * al. 2022) over the visible keys only, vectorized (AVX-512 / AVX2+FMA
+ * chosen at load time, plain C elsewhere) and spread over args->pool.
+ * rkv_layer_attend_reference is the simple, exact implementation kept as the
+ * test oracle (single thread, two-pass softmax; args->pool is ignored).
  * Errors (out untouched): RKV_ERR_NULL, RKV_ERR_INVALID_ARG, RKV_ERR_RANGE,
- * RKV_ERR_DTYPE, RKV_ERR_OVERFLOW. */
+ * RKV_ERR_DTYPE, RKV_ERR_OVERFLOW, RKV_ERR_NO_MEMORY. */
 rkv_status rkv_layer_attend(const rkv_layer *layer,
                             const rkv_attention_args *args);
+rkv_status rkv_layer_attend_reference(const rkv_layer *layer,
+                                      const rkv_attention_args *args);
+/* Instruction set rkv_layer_attend uses on this CPU: "avx512", "avx2" or
+ * "generic" (static string). The environment variable RKV_ISA (same names),
+ * read once, caps the choice. */
+const char *rkv_attention_isa(void);
 
 /* ------------------------------------------------------------------------ */
 /* A whole model: layers, sessions, clocks, snapshots (SEM 6, 7)             */
@@ -331,7 +365,8 @@ size_t rkv_model_memory_bytes(const rkv_model *model);
  * eviction). The new session starts zeroed with no clock. */
 rkv_status rkv_model_claim(rkv_model *model, const char *request_id,
                            int64_t *session);
-/* The session held by request_id; RKV_ERR_NOT_FOUND. */
+/* The session held by request_id; RKV_ERR_NOT_FOUND, RKV_ERR_INVALID_ARG
+ * (empty or overlong id), RKV_ERR_NULL. */
 rkv_status rkv_model_lookup(const rkv_model *model, const char *request_id,
                             int64_t *session);
 /* Releases a held session: zeroed in every layer, clock dropped, id freed.
@@ -348,7 +383,9 @@ rkv_status rkv_model_clock(const rkv_model *model, int64_t session,
 /* Begins a frame for B held sessions (checked on the host for every row
  * before any state changes): each frame_pos must be >= 0 and equal the
  * session's last committed frame + 1 (any clock when it has none); the
- * session must not be inside a frame already. RKV_ERR_CLOCK otherwise. */
+ * session must not be inside a frame already. Errors: RKV_ERR_CLOCK (a
+ * skipped, repeated or negative clock), RKV_ERR_STATE (not claimed, or
+ * inside a frame), RKV_ERR_NULL, RKV_ERR_RANGE, RKV_ERR_INVALID_ARG. */
 rkv_status rkv_model_begin_frame(rkv_model *model, int64_t batch,
                                  const int64_t *session_idx,
                                  const int64_t *frame_pos);
@@ -364,8 +401,8 @@ rkv_status rkv_model_upsert(rkv_model *model, int64_t layer, int64_t batch,
 
 /* Attention on layer `layer` for B sessions inside a frame (or whose frame
  * just ended on this layer), at their declared clocks, with the
- * bits-and-clock rule. args->session_idx/frame_pos/visible are ignored and
- * replaced by `session_idx` and the model's clocks. */
+ * bits-and-clock rule. args->batch/session_idx/frame_pos/visible are
+ * ignored and replaced by `batch`, `session_idx` and the model's clocks. */
 rkv_status rkv_model_attend(rkv_model *model, int64_t layer, int64_t batch,
                             const int64_t *session_idx,
                             const rkv_attention_args *args);
@@ -382,6 +419,142 @@ rkv_status rkv_model_snapshot(const rkv_model *model, int64_t session,
                               void *buf, size_t buf_bytes);
 rkv_status rkv_model_restore(rkv_model *model, int64_t session,
                              const void *buf, size_t buf_bytes);
+
+/* ------------------------------------------------------------------------ */
+/* Sessions that survive: snapshot files, forks, batched steps (issue 5)     */
+/* ------------------------------------------------------------------------ */
+
+/* Snapshot files hold one session in the safetensors layout (an 8-byte
+ * little-endian header length, a JSON header, raw little-endian tensors);
+ * docs/snapshot-format.md is the full description. Tensors, per layer i:
+ *   "layer.{i}.k", "layer.{i}.v": [H][C][D] in the storage dtype ("F32",
+ *       "F16", "BF16"), the session's K / V span (C = (RF+1)*T slots, the
+ *       scratch last);
+ *   "layer.{i}.written": [C] "U8", the session's written bits.
+ * "__metadata__" strings: format ("ringkv-snapshot"), format_version,
+ * geometry (dtype, n_layers, n_q_heads, n_kv_heads, d_head,
+ * tokens_per_frame, per-layer ring_frames / ring_buckets / pinned_dilation
+ * lists), last_committed (the clock; -1 none), data_xxh3 (XXH3-64 of the
+ * data section) and header_xxh3 (XXH3-64 of the length and header bytes
+ * with its own 16 digits read as '0'), plus model, request_id, session,
+ * ringkv_version for information. */
+#define RKV_SNAPSHOT_FORMAT "ringkv-snapshot"
+#define RKV_SNAPSHOT_VERSION 1
+
+/* What a valid snapshot holds (filled by rkv_snapshot_inspect*). */
+typedef struct rkv_snapshot_info {
+    int64_t format_version;               /* RKV_SNAPSHOT_VERSION        */
+    char ringkv_version[16];              /* of the writer ("" unknown)  */
+    char request_id[RKV_MAX_REQUEST_ID];  /* of the saved session        */
+    int64_t source_session;               /* its index (-1 unknown)      */
+    rkv_model_config config;   /* geometry; name = the model's name,
+                                  num_sessions = 1: pass it (with any
+                                  num_sessions) to rkv_model_create to get
+                                  a model that can load the file          */
+    int64_t last_committed;    /* the saved clock; -1: no clock           */
+    uint64_t file_bytes;       /* 8 + header_bytes + data_bytes           */
+    uint64_t header_bytes;     /* the JSON header, padding included       */
+    uint64_t data_bytes;       /* the tensors                             */
+    uint64_t header_xxh3;      /* the two checksums (verified)            */
+    uint64_t data_xxh3;
+} rkv_snapshot_info;
+
+/* Saves held session `session` (between frames) to the file `path`,
+ * atomically: the image is written to a temporary file "PATH.tmp-XXXXXX" in
+ * the same directory, fsync'ed and renamed over `path` (an existing file
+ * keeps its permission bits; new files get 0644), then the directory is
+ * fsync'ed. A crash or error at any point leaves an existing `path` intact;
+ * on error the temporary file is removed. Reads the model only.
+ * Errors: RKV_ERR_NULL (model, path), RKV_ERR_INVALID_ARG (empty path),
+ * RKV_ERR_RANGE, RKV_ERR_STATE (not claimed, or inside a frame),
+ * RKV_ERR_IO (create, write, fsync, rename; the message has strerror),
+ * RKV_ERR_NO_MEMORY. */
+rkv_status rkv_model_save_session(const rkv_model *model, int64_t session,
+                                  const char *path);
+
+/* The same image in memory. *file_bytes receives its exact size. With
+ * buf == NULL only the size is computed (RKV_OK); otherwise buf (caller-
+ * owned, buf_bytes long) receives the image. Errors as above, plus
+ * RKV_ERR_NULL (file_bytes) and RKV_ERR_INVALID_ARG (buf_bytes too small;
+ * nothing written then). */
+rkv_status rkv_model_save_session_mem(const rkv_model *model, int64_t session,
+                                      void *buf, size_t buf_bytes,
+                                      size_t *file_bytes);
+
+/* Loads the snapshot file `path` into held session `session` of `model`
+ * (not inside a frame). The model must have the snapshot's geometry: the
+ * same dtype, n_layers, n_kv_heads, d_head, tokens_per_frame and per-layer
+ * ring_frames / ring_buckets / pinned_dilation (num_sessions, n_q_heads and
+ * the name may differ). The restore is bit-exact (K/V and written bits of
+ * every layer) and installs the saved clock: the next frame must be
+ * last_committed + 1 (any frame when the snapshot had no clock). The
+ * session keeps its request id. Everything is validated before the session
+ * changes, and a refused file changes nothing; the message says which:
+ *  - RKV_ERR_FORMAT "truncated" (file shorter than its header or tensors
+ *    say), "corrupted header length", "corrupted header" (not JSON, bad
+ *    metadata or tensor table, header checksum mismatch), "corrupted data"
+ *    (data checksum mismatch, bad written bits), "not a ringkv snapshot",
+ *    "unsupported format version", "wrong geometry" (naming the field);
+ *  - RKV_ERR_IO: cannot open or read. The file is read twice (verify, then
+ *    copy); if it changes between the reads (another writer replacing it in
+ *    place; ringkv's own saves never do), the session is reset to empty with
+ *    no clock and RKV_ERR_IO says so;
+ *  - RKV_ERR_NULL, RKV_ERR_RANGE, RKV_ERR_STATE (not claimed, or inside a
+ *    frame), RKV_ERR_NO_MEMORY.
+ * Memory: a 1 MiB read buffer and the header; no copy of the data. */
+rkv_status rkv_model_load_session(rkv_model *model, int64_t session,
+                                  const char *path);
+
+/* The same from an image in memory (buf: `bytes` bytes, caller-owned, read
+ * only; e.g. received over the network). Same validation and errors
+ * (no RKV_ERR_IO). */
+rkv_status rkv_model_load_session_mem(rkv_model *model, int64_t session,
+                                      const void *buf, size_t bytes);
+
+/* Validates the snapshot file `path` completely (everything load checks but
+ * the model's geometry: both checksums, tensor table, written bits) and,
+ * when info != NULL, fills *info (untouched on failure). Errors as
+ * rkv_model_load_session (RKV_ERR_FORMAT with the class, RKV_ERR_IO,
+ * RKV_ERR_NULL). Reads the file only. */
+rkv_status rkv_snapshot_inspect(const char *path, rkv_snapshot_info *info);
+rkv_status rkv_snapshot_inspect_mem(const void *buf, size_t bytes,
+                                    rkv_snapshot_info *info);
+
+/* Forks: copies held session src_session's whole state (every layer's K/V
+ * span and written bits, and its clock) into held session dst_session of
+ * the same model, bit-exact: a branch of the same world. Both must be
+ * between frames; dst keeps its request id, its old contents are replaced,
+ * and its next frame must be src's last committed + 1 (any frame when src
+ * has no clock). The two then evolve independently.
+ * Errors (nothing changed): RKV_ERR_NULL, RKV_ERR_RANGE, RKV_ERR_STATE (not
+ * claimed, or inside a frame), RKV_ERR_INVALID_ARG (src == dst). */
+rkv_status rkv_model_fork(rkv_model *model, int64_t src_session,
+                          int64_t dst_session);
+
+/* One pass of a batched step on layer `layer`: rkv_model_upsert then
+ * rkv_model_attend for the same B session rows, each at its own declared
+ * clock (rkv_model_begin_frame, which checks every row's clock before any
+ * is accepted).
+ *  session_idx: [B] distinct held sessions, each inside a frame.
+ *  kv:          [2][H][B*T][D] in kv_dtype (== the storage dtype), tokens
+ *               ordered (row b, token t), as rkv_layer_upsert.
+ *  commit:      as rkv_model_upsert (ends the frame of a row once every
+ *               layer has committed it).
+ *  args:        the attention as rkv_model_attend (q [B][Hq][Tq][D],
+ *               out [B][Hq][Tq][D], caller-owned; batch, session_idx,
+ *               frame_pos and visible are ignored).
+ * Every argument of both halves, for every row, is checked before
+ * anything is written: a refused call changes nothing (out included).
+ * Errors: RKV_ERR_NULL, RKV_ERR_RANGE (layer, session), RKV_ERR_INVALID_ARG
+ * (B, duplicate session, heads, scale), RKV_ERR_STATE (a row not claimed
+ * or not inside a frame), RKV_ERR_DTYPE, RKV_ERR_OVERFLOW. The one failure
+ * that can follow the upsert is RKV_ERR_NO_MEMORY from the attention's
+ * scratch: the upsert then stands (it is idempotent within the pass) and
+ * rkv_model_attend can be called again. */
+rkv_status rkv_model_step(rkv_model *model, int64_t layer, int64_t batch,
+                          const int64_t *session_idx, const void *kv,
+                          rkv_dtype kv_dtype, int commit,
+                          const rkv_attention_args *args);
 
 #ifdef __cplusplus
 }

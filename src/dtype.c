@@ -27,7 +27,8 @@ const char *rkv_dtype_name(rkv_dtype dtype) {
 }
 
 rkv_status rkv_dtype_parse(const char *name, rkv_dtype *out) {
-    if (!name || !out) return rkv__fail(RKV_ERR_NULL, "rkv_dtype_parse: NULL argument");
+    RKV__REQUIRE("rkv_dtype_parse", name);
+    RKV__REQUIRE("rkv_dtype_parse", out);
     static const struct { const char *name; rkv_dtype dtype; } names[] = {
         {"f32", RKV_DTYPE_F32},  {"float32", RKV_DTYPE_F32}, {"f16", RKV_DTYPE_F16},
         {"float16", RKV_DTYPE_F16}, {"half", RKV_DTYPE_F16}, {"bf16", RKV_DTYPE_BF16},

@@ -12,15 +12,17 @@
 #define RKV__PRINTF(a, b) __attribute__((format(printf, a, b)))
 #else
 #define RKV__PRINTF(a, b)
-/* Validates a model config (every layer's geometry, GQA, name, total
- * bytes); fills the per-session and total K/V bytes when non-NULL. */
-rkv_status rkv__model_config_check(const rkv_model_config *cfg, size_t *per_session,
-                                   size_t *total);
-
 #endif
 
 /* Records a formatted message for rkv_last_error() and returns status. */
 rkv_status rkv__fail(rkv_status status, const char *fmt, ...) RKV__PRINTF(2, 3);
+
+/* Returns RKV_ERR_NULL from the calling function, naming the argument,
+ * when pointer p is NULL. */
+#define RKV__REQUIRE(what, p)                                                      \
+    do {                                                                           \
+        if (!(p)) return rkv__fail(RKV_ERR_NULL, "%s: %s is NULL", (what), #p);    \
+    } while (0)
 
 /* a * b into *out; false when the product overflows (or a, b < 0). */
 bool rkv__mul_i64(int64_t a, int64_t b, int64_t *out);
@@ -71,9 +73,33 @@ static inline bool rkv__ring_frame_visible(const struct rkv_layer *l, int64_t lo
 rkv_status rkv__check_sessions(const char *what, const int64_t *session_idx,
                                int64_t batch, int64_t num_sessions);
 
+/* ---- attention (attention.c) ---- */
+/* Checks every argument of an attention call; `what` names the call. */
+rkv_status rkv__attention_check(const struct rkv_layer *l, const rkv_attention_args *a,
+                                const char *what);
+/* Visible slots of row b, ascending (explicit row, or the bits-and-clock
+ * rule: ring frames ascending, scratch last) into slots[N]; returns count. */
+int64_t rkv__gather_visible_slots(const struct rkv_layer *l, const rkv_attention_args *a,
+                                  int64_t b, int64_t *slots);
+
 /* Validates a model config (every layer's geometry, GQA, name, total
  * bytes); fills the per-session and total K/V bytes when non-NULL. */
 rkv_status rkv__model_config_check(const rkv_model_config *cfg, size_t *per_session,
                                    size_t *total);
+
+/* ---- thread pool (threadpool.c) ---- */
+/* One task of a parallel job: `thread` is in [0, pool size), 0 = caller. */
+typedef void (*rkv__task_fn)(void *ctx, int64_t task, int thread);
+/* Runs fn(ctx, t, thread) for t in [0, n_tasks) on the pool's threads and
+ * the caller, returning when all are done. Before any task runs, every
+ * thread's scratch buffer is grown to scratch_bytes (RKV_ERR_NO_MEMORY, with
+ * no task run, when that fails). Concurrent calls on one pool are serialized. */
+rkv_status rkv__parallel_for(rkv_threadpool *pool, int64_t n_tasks, size_t scratch_bytes,
+                             rkv__task_fn fn, void *ctx);
+/* The process-wide pool sized to the machine's cores, created on first use;
+ * NULL when it could not be created. */
+rkv_threadpool *rkv__default_pool(void);
+/* The 64-byte aligned scratch buffer of `thread` (valid inside a task). */
+void *rkv__thread_scratch(rkv_threadpool *pool, int thread);
 
 #endif

@@ -62,7 +62,9 @@ const uint8_t *rkv_layer_written(const rkv_layer *layer) { return layer->written
 
 rkv_status rkv_layer_session_span(const rkv_layer *layer, int64_t session, int64_t *lo,
                                   int64_t *hi) {
-    if (!layer || !lo || !hi) return rkv__fail(RKV_ERR_NULL, "rkv_layer_session_span: NULL argument");
+    RKV__REQUIRE("rkv_layer_session_span", layer);
+    RKV__REQUIRE("rkv_layer_session_span", lo);
+    RKV__REQUIRE("rkv_layer_session_span", hi);
     if (session < 0 || session >= layer->g.num_sessions)
         return rkv__fail(RKV_ERR_RANGE, "session_idx %lld out of range for %lld sessions",
                          (long long)session, (long long)layer->g.num_sessions);
@@ -109,9 +111,9 @@ rkv_status rkv_layer_upsert(rkv_layer *layer, const void *kv, rkv_dtype kv_dtype
                          "distinct session)",
                          (long long)batch, (long long)layer->g.num_sessions);
     if (kv_dtype != layer->g.dtype)
-        return rkv__fail(RKV_ERR_DTYPE, "rkv_layer_upsert: kv dtype %s does not match the storage "
-                         "dtype %s",
-                         rkv_dtype_name(kv_dtype) ? rkv_dtype_name(kv_dtype) : "(unknown)",
+        return rkv__fail(RKV_ERR_DTYPE, "rkv_layer_upsert: kv dtype %d (%s) does not match the "
+                         "storage dtype %s",
+                         (int)kv_dtype, rkv_dtype_name(kv_dtype) ? rkv_dtype_name(kv_dtype) : "unknown",
                          rkv_dtype_name(layer->g.dtype));
     if (visible && batch != 1)
         return rkv__fail(RKV_ERR_INVALID_ARG,

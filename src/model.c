@@ -1,32 +1,18 @@
 /* A whole model (SEMANTICS 6): one layer per transformer layer, sessions
- * claimed by request id, host-side frame clocks, in-memory snapshots. */
+ * claimed by request id, host-side frame clocks, batched steps, forks and
+ * in-memory snapshots. Snapshot files are in snapshot_file.c. */
 #define _POSIX_C_SOURCE 200809L /* strnlen */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "model_internal.h"
 
-typedef struct session_state {
-    bool held;
-    char request_id[RKV_MAX_REQUEST_ID];
-    int64_t last_committed; /* -1: no clock                                */
-    int64_t frame_pos;      /* declared clock of the current / last frame;
-                               -1 when none since the last reset/restore   */
-    bool in_frame;
-    int64_t layers_committed; /* distinct layers committed in this frame   */
-    uint8_t *committed;       /* [n_layers] flags of this frame            */
-} session_state;
-
-struct rkv_model {
-    rkv_model_config cfg;
-    rkv_layer **layers;      /* [n_layers]                                 */
-    session_state *sessions; /* [S]                                        */
-    int64_t *row_clock;      /* [S] per-call scratch: each row's clock     */
-};
+typedef rkv__session_state session_state;
 
 /* Snapshot buffer layout (host-endian; in-memory only, files are issue 5):
- * header, then per layer: K span [H][C][D], V span [H][C][D], written [C]. */
+ * header, then per layer: K span [H][C][D], V span [H][C][D], written [C].
+ * Files (snapshot_file.c) use the safetensors layout instead. */
 #define SNAP_MAGIC "RKVSNAP\0"
 #define SNAP_VERSION 1u
 typedef struct snap_header {
@@ -117,7 +103,7 @@ static int64_t find_session(const rkv_model *m, const char *id) {
 }
 
 /* A held session index, or an error naming what is wrong. */
-static rkv_status check_held(const rkv_model *m, const char *what, int64_t session) {
+rkv_status rkv__model_check_held(const rkv_model *m, const char *what, int64_t session) {
     if (!m) return rkv__fail(RKV_ERR_NULL, "%s: model is NULL", what);
     if (session < 0 || session >= m->cfg.num_sessions)
         return rkv__fail(RKV_ERR_RANGE, "%s: session %lld out of range; expected 0..%lld", what,
@@ -127,19 +113,49 @@ static rkv_status check_held(const rkv_model *m, const char *what, int64_t sessi
                          (long long)session);
     return RKV_OK;
 }
+#define check_held rkv__model_check_held
+
+rkv_status rkv__model_check_between_frames(const rkv_model *m, const char *what,
+                                           int64_t session) {
+    rkv_status st = check_held(m, what, session);
+    if (st != RKV_OK) return st;
+    if (m->sessions[session].in_frame)
+        return rkv__fail(RKV_ERR_STATE,
+                         "%s: session %lld is inside frame %lld (its commit pass has not gone "
+                         "through every layer); only sessions between frames can be "
+                         "snapshotted, restored or forked",
+                         what, (long long)session, (long long)m->sessions[session].frame_pos);
+    return RKV_OK;
+}
 
 /* Zeroes a session in every layer and drops its clock. */
-static void clear_session(rkv_model *m, int64_t s) {
+void rkv__model_clear_session(rkv_model *m, int64_t s) {
     for (int64_t i = 0; i < m->cfg.n_layers; i++) rkv_layer_reset(m->layers[i], s);
+    rkv__model_set_clock(m, s, -1);
+}
+#define clear_session rkv__model_clear_session
+
+void rkv__model_set_clock(rkv_model *m, int64_t s, int64_t last_committed) {
     session_state *ss = &m->sessions[s];
-    ss->last_committed = ss->frame_pos = -1;
+    ss->last_committed = last_committed;
+    ss->frame_pos = -1;
     ss->in_frame = false;
     ss->layers_committed = 0;
     memset(ss->committed, 0, (size_t)m->cfg.n_layers);
 }
 
+int64_t rkv__written_span_check(const rkv_geometry *g, const uint8_t *w) {
+    const int64_t T = g->tokens_per_frame, L = g->ring_frames * T, C = L + T;
+    for (int64_t j = 0; j < C; j++) {
+        if (w[j] > 1 || (j >= L && w[j] != 1)) return j;
+        if (j < L && j % T && w[j] != w[j - j % T]) return j;
+    }
+    return -1;
+}
+
 rkv_status rkv_model_claim(rkv_model *model, const char *request_id, int64_t *session) {
-    if (!model || !session) return rkv__fail(RKV_ERR_NULL, "rkv_model_claim: NULL argument");
+    RKV__REQUIRE("rkv_model_claim", model);
+    RKV__REQUIRE("rkv_model_claim", session);
     rkv_status st = check_request_id("rkv_model_claim", request_id);
     if (st != RKV_OK) return st;
     int64_t s = find_session(model, request_id);
@@ -159,7 +175,8 @@ rkv_status rkv_model_claim(rkv_model *model, const char *request_id, int64_t *se
 }
 
 rkv_status rkv_model_lookup(const rkv_model *model, const char *request_id, int64_t *session) {
-    if (!model || !session) return rkv__fail(RKV_ERR_NULL, "rkv_model_lookup: NULL argument");
+    RKV__REQUIRE("rkv_model_lookup", model);
+    RKV__REQUIRE("rkv_model_lookup", session);
     rkv_status st = check_request_id("rkv_model_lookup", request_id);
     if (st != RKV_OK) return st;
     int64_t s = find_session(model, request_id);
@@ -247,6 +264,11 @@ rkv_status rkv_model_begin_frame(rkv_model *model, int64_t batch, const int64_t 
         if (f < 0)
             return rkv__fail(RKV_ERR_CLOCK, "%s: frame_pos[%lld] = %lld; expected >= 0", what,
                              (long long)b, (long long)f);
+        if (ss->last_committed == INT64_MAX)
+            return rkv__fail(RKV_ERR_CLOCK,
+                             "%s: session %lld committed frame %lld, the largest clock; there is "
+                             "no next frame (reset the session to start over)",
+                             what, (long long)s, (long long)ss->last_committed);
         if (ss->last_committed >= 0 && f != ss->last_committed + 1)
             return rkv__fail(RKV_ERR_CLOCK,
                              "%s: session %lld declared frame %lld; expected %lld (last committed "
@@ -300,6 +322,58 @@ rkv_status rkv_model_attend(rkv_model *model, int64_t layer, int64_t batch,
     a.frame_pos = model->row_clock;
     a.visible = NULL;
     return rkv_layer_attend(model->layers[layer], &a);
+}
+
+rkv_status rkv_model_step(rkv_model *model, int64_t layer, int64_t batch,
+                          const int64_t *session_idx, const void *kv, rkv_dtype kv_dtype,
+                          int commit, const rkv_attention_args *args) {
+    static const char *what = "rkv_model_step";
+    rkv_status st = check_rows(model, what, layer, batch, session_idx, true);
+    if (st != RKV_OK) return st;
+    if (!args) return rkv__fail(RKV_ERR_NULL, "%s: args is NULL", what);
+    for (int64_t b = 0; b < batch; b++) model->row_clock[b] = model->sessions[session_idx[b]].frame_pos;
+    rkv_attention_args a = *args;
+    a.batch = batch;
+    a.session_idx = session_idx;
+    a.frame_pos = model->row_clock;
+    a.visible = NULL;
+    if ((st = rkv__attention_check(model->layers[layer], &a, what)) != RKV_OK) return st;
+    if (!kv) return rkv__fail(RKV_ERR_NULL, "%s: kv is NULL", what);
+    if (kv_dtype != model->cfg.dtype)
+        return rkv__fail(RKV_ERR_DTYPE, "%s: kv dtype %s does not match the storage dtype %s", what,
+                         rkv_dtype_name(kv_dtype) ? rkv_dtype_name(kv_dtype) : "(unknown)",
+                         rkv_dtype_name(model->cfg.dtype));
+    /* Every argument the upsert and the attention check is valid now:
+     * neither can refuse them, so a refused step writes nothing. */
+    if ((st = rkv_model_upsert(model, layer, batch, session_idx, kv, kv_dtype, commit)) != RKV_OK)
+        return st;
+    return rkv_model_attend(model, layer, batch, session_idx, args);
+}
+
+/* ---- forks --------------------------------------------------------------- */
+
+rkv_status rkv_model_fork(rkv_model *model, int64_t src_session, int64_t dst_session) {
+    static const char *what = "rkv_model_fork";
+    rkv_status st = rkv__model_check_between_frames(model, what, src_session);
+    if (st != RKV_OK) return st;
+    if ((st = rkv__model_check_between_frames(model, what, dst_session)) != RKV_OK) return st;
+    if (src_session == dst_session)
+        return rkv__fail(RKV_ERR_INVALID_ARG,
+                         "%s: source and destination are both session %lld; expected two "
+                         "different sessions",
+                         what, (long long)src_session);
+    for (int64_t i = 0; i < model->cfg.n_layers; i++) {
+        rkv_layer *l = model->layers[i];
+        const int64_t C = l->capacity;
+        const size_t bytes = (size_t)C * l->row_bytes;
+        for (int c = 0; c < 2; c++)
+            for (int64_t h = 0; h < l->g.n_kv_heads; h++)
+                memcpy(rkv__slot_ptr(l, c, h, dst_session * C),
+                       rkv__slot_ptr(l, c, h, src_session * C), bytes);
+        memcpy(l->written + dst_session * C, l->written + src_session * C, (size_t)C);
+    }
+    rkv__model_set_clock(model, dst_session, model->sessions[src_session].last_committed);
+    return RKV_OK;
 }
 
 /* ---- in-memory snapshots ------------------------------------------------- */
@@ -404,20 +478,18 @@ rkv_status rkv_model_restore(rkv_model *model, int64_t session, const void *buf,
     for (int64_t i = 0; i < model->cfg.n_layers; i++) {
         const rkv_layer *l = model->layers[i];
         const size_t span = layer_span_bytes(l);
-        const int64_t C = rkv_layer_capacity(l), L = l->ring_len;
+        const int64_t C = rkv_layer_capacity(l);
         const uint8_t *w = p + span - (size_t)C;
-        for (int64_t j = 0; j < C; j++)
-            if (w[j] > 1 || (j >= L && w[j] != 1))
-                return rkv__fail(RKV_ERR_FORMAT, "%s: layer %lld written bit %lld is %u", what,
-                                 (long long)i, (long long)j, w[j]);
+        const int64_t bad = rkv__written_span_check(&l->g, w);
+        if (bad >= 0)
+            return rkv__fail(RKV_ERR_FORMAT,
+                             "%s: layer %lld written bit of slot %lld is %u (expected 0/1, "
+                             "scratch 1, whole frames)",
+                             what, (long long)i, (long long)bad, w[bad]);
         p += span;
     }
     uint8_t *q = (uint8_t *)buf + sizeof h;
     for (int64_t i = 0; i < model->cfg.n_layers; i++) q = copy_span(model->layers[i], session, q, false);
-    session_state *ss = &model->sessions[session];
-    ss->last_committed = h.last_committed;
-    ss->frame_pos = -1;
-    ss->layers_committed = 0;
-    memset(ss->committed, 0, (size_t)model->cfg.n_layers);
+    rkv__model_set_clock(model, session, h.last_committed);
     return RKV_OK;
 }

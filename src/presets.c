@@ -28,7 +28,8 @@ static void waypoint(rkv_model_config *c, const char *name, int64_t tokens, int 
 }
 
 rkv_status rkv_model_preset(const char *name, int full_global_ring, rkv_model_config *out) {
-    if (!name || !out) return rkv__fail(RKV_ERR_NULL, "rkv_model_preset: NULL argument");
+    RKV__REQUIRE("rkv_model_preset", name);
+    RKV__REQUIRE("rkv_model_preset", out);
     rkv_model_config c;
     memset(&c, 0, sizeof c);
     c.num_sessions = 1;
@@ -58,7 +59,8 @@ rkv_status rkv_model_preset(const char *name, int full_global_ring, rkv_model_co
 
 rkv_status rkv_model_config_layer_geometry(const rkv_model_config *cfg, int64_t layer,
                                            rkv_geometry *out) {
-    if (!cfg || !out) return rkv__fail(RKV_ERR_NULL, "rkv_model_config_layer_geometry: NULL argument");
+    RKV__REQUIRE("rkv_model_config_layer_geometry", cfg);
+    RKV__REQUIRE("rkv_model_config_layer_geometry", out);
     if (cfg->n_layers < 1 || cfg->n_layers > RKV_MAX_LAYERS)
         return rkv__fail(RKV_ERR_INVALID_ARG, "n_layers = %lld; expected 1..%d",
                          (long long)cfg->n_layers, RKV_MAX_LAYERS);
@@ -112,7 +114,8 @@ rkv_status rkv__model_config_check(const rkv_model_config *cfg, size_t *per_sess
 
 rkv_status rkv_model_config_memory(const rkv_model_config *cfg, size_t *per_session_bytes,
                                    size_t *total_bytes) {
-    if (!per_session_bytes || !total_bytes)
-        return rkv__fail(RKV_ERR_NULL, "rkv_model_config_memory: NULL argument");
+    RKV__REQUIRE("rkv_model_config_memory", cfg);
+    RKV__REQUIRE("rkv_model_config_memory", per_session_bytes);
+    RKV__REQUIRE("rkv_model_config_memory", total_bytes);
     return rkv__model_config_check(cfg, per_session_bytes, total_bytes);
 }

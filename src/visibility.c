@@ -14,8 +14,9 @@ static rkv_status check_clock(const char *what, int64_t frame_pos) {
 
 rkv_status rkv_layer_visible_frames(const rkv_layer *layer, int64_t session, int64_t frame_pos,
                                     int64_t *frames, int64_t *count) {
-    if (!layer || !frames || !count)
-        return rkv__fail(RKV_ERR_NULL, "rkv_layer_visible_frames: NULL argument");
+    RKV__REQUIRE("rkv_layer_visible_frames", layer);
+    RKV__REQUIRE("rkv_layer_visible_frames", frames);
+    RKV__REQUIRE("rkv_layer_visible_frames", count);
     int64_t lo, hi;
     rkv_status st = rkv_layer_session_span(layer, session, &lo, &hi);
     if (st != RKV_OK) return st;
@@ -32,8 +33,8 @@ rkv_status rkv_layer_visible_frames(const rkv_layer *layer, int64_t session, int
 
 rkv_status rkv_visible_frames_from_clock(const rkv_geometry *g, int64_t frame_pos,
                                          int64_t *frames, int64_t *count) {
-    if (!frames || !count)
-        return rkv__fail(RKV_ERR_NULL, "rkv_visible_frames_from_clock: NULL argument");
+    RKV__REQUIRE("rkv_visible_frames_from_clock", frames);
+    RKV__REQUIRE("rkv_visible_frames_from_clock", count);
     rkv_status st = rkv_geometry_check(g);
     if (st != RKV_OK) return st;
     if ((st = check_clock("rkv_visible_frames_from_clock", frame_pos)) != RKV_OK) return st;
@@ -51,7 +52,8 @@ rkv_status rkv_visible_frames_from_clock(const rkv_geometry *g, int64_t frame_po
 
 rkv_status rkv_visible_row_from_frames(const rkv_geometry *g, int64_t session,
                                        const int64_t *frames, int64_t count, uint8_t *row) {
-    if (!frames || !row) return rkv__fail(RKV_ERR_NULL, "rkv_visible_row_from_frames: NULL argument");
+    RKV__REQUIRE("rkv_visible_row_from_frames", frames);
+    RKV__REQUIRE("rkv_visible_row_from_frames", row);
     rkv_status st = rkv_geometry_check(g);
     if (st != RKV_OK) return st;
     if (session < 0 || session >= g->num_sessions)
@@ -73,8 +75,9 @@ rkv_status rkv_visible_row_from_frames(const rkv_geometry *g, int64_t session,
 
 rkv_status rkv_layer_block_mask(const rkv_layer *layer, int64_t session, int64_t frame_pos,
                                 int32_t *kv_num_blocks, int32_t *kv_indices) {
-    if (!layer || !kv_num_blocks || !kv_indices)
-        return rkv__fail(RKV_ERR_NULL, "rkv_layer_block_mask: NULL argument");
+    RKV__REQUIRE("rkv_layer_block_mask", layer);
+    RKV__REQUIRE("rkv_layer_block_mask", kv_num_blocks);
+    RKV__REQUIRE("rkv_layer_block_mask", kv_indices);
     const rkv_geometry *g = &layer->g;
     const int64_t q_blocks = g->tokens_per_frame / RKV_BLOCK_TOKENS;
     const int64_t kv_blocks = layer->total_slots / RKV_BLOCK_TOKENS;

@@ -1,0 +1,357 @@
+/* `ringkv bench`: measures the CPU path against the machine's own ceilings in
+ * one run and prints one JSON object per line (name, value, unit, the
+ * parameters that tell rows apart, and ceiling/ratio where one applies).
+ * Ceilings: OpenBLAS sgemm for attention, memcpy beyond the last-level cache
+ * for upsert. FLOPs of attention: 4 * queries * visible keys * d_head * q_heads. */
+#define _POSIX_C_SOURCE 200809L
+#include <cblas.h>
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "commands.h"
+#include "ringkv.h"
+
+void openblas_set_num_threads(int num_threads); /* OpenBLAS extension */
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static float rnd(void) { /* xorshift64*: uniform in [-1, 1) */
+    rng_state ^= rng_state >> 12, rng_state ^= rng_state << 25, rng_state ^= rng_state >> 27;
+    return (float)((rng_state * 2685821657736338717ull) >> 40) / 8388608.0f - 1.0f;
+}
+
+static void *xmalloc(size_t n) {
+    void *p = aligned_alloc(64, (n + 63) & ~(size_t)63);
+    if (!p) {
+        fprintf(stderr, "ringkv bench: out of memory (%zu bytes)\n", n);
+        exit(1);
+    }
+    return p;
+}
+
+static void fill_random(void *buf, rkv_dtype dtype, size_t n) {
+    float *tmp = xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) tmp[i] = rnd();
+    rkv_convert(tmp, RKV_DTYPE_F32, buf, dtype, n);
+    free(tmp);
+}
+
+static void check(rkv_status st, const char *what) {
+    if (st != RKV_OK) {
+        fprintf(stderr, "ringkv bench: %s: %s\n", what, rkv_last_error());
+        exit(1);
+    }
+}
+
+typedef struct {
+    bool json;
+    bool quick;
+    int threads;
+} bench_opts;
+
+/* One result row: printed as JSON (--json) or as an aligned text line. */
+static void emit(const bench_opts *o, const char *name, double value, const char *unit,
+                 cJSON *params, double ceiling) {
+    if (o->json) {
+        cJSON *row = cJSON_CreateObject();
+        cJSON_AddStringToObject(row, "name", name);
+        cJSON_AddNumberToObject(row, "value", round(value * 1000) / 1000);
+        cJSON_AddStringToObject(row, "unit", unit);
+        for (cJSON *p = params ? params->child : NULL; p; p = p->next)
+            cJSON_AddItemToObject(row, p->string, cJSON_Duplicate(p, 1));
+        if (ceiling > 0) {
+            cJSON_AddNumberToObject(row, "ceiling", round(ceiling * 1000) / 1000);
+            cJSON_AddNumberToObject(row, "ratio", round(value / ceiling * 1000) / 1000);
+        }
+        char *s = cJSON_PrintUnformatted(row);
+        puts(s);
+        free(s);
+        cJSON_Delete(row);
+    } else {
+        char extra[256] = "";
+        size_t n = 0;
+        for (cJSON *p = params ? params->child : NULL; p && n < sizeof extra - 40; p = p->next) {
+            if (cJSON_IsBool(p))
+                n += (size_t)snprintf(extra + n, sizeof extra - n, " %s=%s", p->string,
+                                      cJSON_IsTrue(p) ? "true" : "false");
+            else if (cJSON_IsString(p))
+                n += (size_t)snprintf(extra + n, sizeof extra - n, " %s=%s", p->string, p->valuestring);
+            else
+                n += (size_t)snprintf(extra + n, sizeof extra - n, " %s=%g", p->string, p->valuedouble);
+        }
+        if (ceiling > 0)
+            printf("%-32s %10.2f %-8s ratio %.3f of %.2f%s\n", name, value, unit, value / ceiling,
+                   ceiling, extra);
+        else
+            printf("%-32s %10.2f %-8s%s\n", name, value, unit, extra);
+    }
+    fflush(stdout);
+    cJSON_Delete(params);
+}
+
+/* ---- ceilings -------------------------------------------------------------- */
+
+static double bench_sgemm(const bench_opts *o) {
+    openblas_set_num_threads(o->threads);
+    double best = 0;
+    const int sizes[] = {1024, 2048};
+    for (size_t k = 0; k < (o->quick ? 1u : 2u); k++) {
+        const int n = sizes[k];
+        float *a = xmalloc(sizeof(float) * (size_t)n * n), *b = xmalloc(sizeof(float) * (size_t)n * n),
+              *c = xmalloc(sizeof(float) * (size_t)n * n);
+        fill_random(a, RKV_DTYPE_F32, (size_t)n * n);
+        fill_random(b, RKV_DTYPE_F32, (size_t)n * n);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
+        for (int rep = 0; rep < 3; rep++) {
+            double t = now_s();
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
+            t = now_s() - t;
+            double g = 2.0 * n * n * (double)n / t / 1e9;
+            if (g > best) best = g;
+        }
+        free(a), free(b), free(c);
+    }
+    cJSON *p = cJSON_CreateObject();
+    cJSON_AddNumberToObject(p, "threads", o->threads);
+    emit(o, "cpu_sgemm_gflops", best, "GFLOP/s", p, 0);
+    return best;
+}
+
+static size_t llc_bytes(void) {
+    long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    return l3 > 0 ? (size_t)l3 : (size_t)64 << 20;
+}
+
+/* Bytes copied per second by memcpy, chunk bytes at a time, rotating over
+ * `span` bytes of source and destination (span > LLC: from memory). */
+static double memcpy_rate(size_t chunk, size_t span, int reps) {
+    const size_t n = span / chunk;
+    uint8_t *src = xmalloc(n * chunk), *dst = xmalloc(n * chunk);
+    memset(src, 1, n * chunk), memset(dst, 2, n * chunk);
+    double best = 0;
+    for (int r = 0; r < reps; r++) {
+        double t = now_s();
+        for (size_t i = 0; i < n; i++) memcpy(dst + i * chunk, src + i * chunk, chunk);
+        t = now_s() - t;
+        if ((double)(n * chunk) / t > best) best = (double)(n * chunk) / t;
+    }
+    free(src), free(dst);
+    return best / 1e9;
+}
+
+/* ---- attention --------------------------------------------------------------- */
+
+/* One session row of a 360P local layer in steady state: 15 ring frames +
+ * scratch visible (2,048 keys), 32 query heads over 16 KV heads, d_head 64. */
+static void bench_attention(const bench_opts *o, rkv_threadpool *pool, double sgemm) {
+    const rkv_dtype dtypes[] = {RKV_DTYPE_F32, RKV_DTYPE_BF16};
+    for (int k = 0; k < 2; k++) {
+        const rkv_dtype dt = dtypes[k];
+        rkv_geometry g = {1, 16, 16, 16, 64, 128, 1, dt};
+        rkv_layer *l;
+        check(rkv_layer_create(&g, &l), "layer");
+        const size_t frame = 2 * 16 * 128 * 64;
+        void *kv = xmalloc(frame * 4);
+        int64_t s = 0, f;
+        for (f = 0; f < 20; f++) {
+            fill_random(kv, dt, frame);
+            check(rkv_layer_upsert(l, kv, dt, 1, &f, &s, 1, NULL), "upsert");
+        }
+        int64_t nframes = 0, frames[17];
+        check(rkv_layer_visible_frames(l, 0, f, frames, &nframes), "visible");
+        const double keys = (double)nframes * 128;
+        const size_t qn = 32 * 128 * 64;
+        void *q = xmalloc(qn * 4), *out = xmalloc(qn * 4);
+        fill_random(q, dt, qn);
+        rkv_attention_args a = {.batch = 1, .n_q_heads = 32, .q = q, .q_dtype = dt, .out = out,
+                                .out_dtype = dt, .session_idx = &s, .frame_pos = &f, .pool = pool};
+        const double flops = 4.0 * 128 * keys * 64 * 32;
+        check(rkv_layer_attend(l, &a), "attend");
+        int reps = o->quick ? 20 : 60;
+        double best = 1e30;
+        for (int r = 0; r < reps; r++) {
+            double t = now_s();
+            check(rkv_layer_attend(l, &a), "attend");
+            t = now_s() - t;
+            if (t < best) best = t;
+        }
+        double ref = 1e30;
+        for (int r = 0; r < (o->quick ? 1 : 2); r++) {
+            double t = now_s();
+            check(rkv_layer_attend_reference(l, &a), "attend_reference");
+            t = now_s() - t;
+            if (t < ref) ref = t;
+        }
+        const double gflops = flops / best / 1e9;
+        cJSON *p = cJSON_CreateObject();
+        cJSON_AddStringToObject(p, "dtype", rkv_dtype_name(dt));
+        cJSON_AddNumberToObject(p, "B", 1);
+        cJSON_AddStringToObject(p, "preset", "waypoint-1.5-360p");
+        cJSON_AddNumberToObject(p, "keys", keys);
+        cJSON_AddNumberToObject(p, "threads", rkv_threadpool_size(pool));
+        cJSON_AddStringToObject(p, "isa", rkv_attention_isa());
+        cJSON *p2 = cJSON_Duplicate(p, 1);
+        emit(o, "attention_gflops", gflops, "GFLOP/s", p, sgemm);
+        emit(o, "attention_speedup_vs_reference", ref / best, "x", p2, 0);
+        free(q), free(out), free(kv);
+        rkv_layer_destroy(l);
+    }
+}
+
+/* ---- upsert -------------------------------------------------------------------- */
+
+/* Upserts of B 720P frames (T 512, 16 KV heads, d 64, bf16: 2 MiB per row),
+ * rotating over sessions and source frames that together exceed the LLC, so
+ * neither the upsert nor the memcpy it is compared with runs from cache. */
+static void bench_upsert(const bench_opts *o) {
+    const size_t llc = llc_bytes();
+    const size_t row_bytes = 2 * 16 * 512 * 64 * 2; /* one frame, K and V */
+    const size_t per_session = 2 * 16 * (size_t)(17 * 512) * 64 * 2;
+    int64_t S = (int64_t)(2 * llc / per_session) + 8;
+    if (S > 64) S = 64;
+    rkv_geometry g = {S, 16, 16, 16, 64, 512, 1, RKV_DTYPE_BF16};
+    rkv_layer *l;
+    check(rkv_layer_create(&g, &l), "upsert layer");
+    /* memcpy of the same bytes in the same chunks (one head's half of a frame,
+     * T*D*2 bytes) from rotating sources into rotating destinations */
+    const double mc = memcpy_rate(512 * 64 * 2, (size_t)S * per_session, o->quick ? 2 : 3);
+    const int batches[] = {1, 4};
+    for (int bi = 0; bi < 2; bi++) {
+        const int64_t B = batches[bi];
+        const int64_t nsrc = (int64_t)(2 * llc / (row_bytes * (size_t)B)) + 2;
+        uint8_t *src = xmalloc((size_t)nsrc * B * row_bytes);
+        fill_random(src, RKV_DTYPE_BF16, row_bytes / 2); /* contents do not matter here */
+        for (int64_t i = 1; i < nsrc * B; i++) memcpy(src + (size_t)i * row_bytes, src, row_bytes);
+        for (int commit = 0; commit < 2; commit++) {
+            const int64_t calls = S / B * (o->quick ? 2 : 6);
+            int64_t sess[4], fpos[4];
+            double best = 0;
+            for (int rep = 0; rep < (o->quick ? 2 : 3); rep++) {
+                double t = now_s();
+                for (int64_t c = 0; c < calls; c++) {
+                    for (int64_t b = 0; b < B; b++) {
+                        sess[b] = (c * B + b) % S;
+                        fpos[b] = c / (S / B) + 1;
+                    }
+                    check(rkv_layer_upsert(l, src + (size_t)(c % nsrc) * B * row_bytes,
+                                           RKV_DTYPE_BF16, B, fpos, sess, commit, NULL),
+                          "upsert");
+                }
+                t = now_s() - t;
+                double bytes = (double)calls * B * row_bytes * (commit ? 2 : 1);
+                if (bytes / t > best) best = bytes / t;
+            }
+            cJSON *p = cJSON_CreateObject();
+            cJSON_AddStringToObject(p, "dtype", "bf16");
+            cJSON_AddNumberToObject(p, "B", (double)B);
+            cJSON_AddBoolToObject(p, "commit", commit);
+            cJSON_AddStringToObject(p, "preset", "waypoint-1.5-720p");
+            emit(o, "upsert_gbps", best / 1e9, "GB/s", p, mc);
+        }
+        free(src);
+    }
+    rkv_layer_destroy(l);
+}
+
+/* ---- a whole rollout step --------------------------------------------------- */
+
+/* Frames per second of one session through all 24 layers x 5 passes of the
+ * real 360P geometry (bf16), through the model API: upsert then attention in
+ * every layer of every pass, the 5th pass committing. */
+static void bench_rollout(const bench_opts *o, rkv_threadpool *pool) {
+    rkv_model_config cfg;
+    check(rkv_model_preset("waypoint-1.5-360p", 0, &cfg), "preset");
+    rkv_model *m;
+    check(rkv_model_create(&cfg, &m), "model");
+    int64_t s;
+    check(rkv_model_claim(m, "bench", &s), "claim");
+    const size_t kvn = 2 * 16 * 128 * 64, qn = 32 * 128 * 64;
+    void *kv = xmalloc(kvn * 2), *q = xmalloc(qn * 2), *out = xmalloc(qn * 2);
+    fill_random(kv, RKV_DTYPE_BF16, kvn);
+    fill_random(q, RKV_DTYPE_BF16, qn);
+    rkv_attention_args a = {.n_q_heads = 32, .q = q, .q_dtype = RKV_DTYPE_BF16, .out = out,
+                            .out_dtype = RKV_DTYPE_BF16, .pool = pool};
+    /* fill every ring first (commit passes only), then time whole frames */
+    const int64_t warm = 16, frames = o->quick ? 2 : 8;
+    double t0 = 0;
+    for (int64_t f = 0; f < warm + frames; f++) {
+        check(rkv_model_begin_frame(m, 1, &s, &f), "begin_frame");
+        if (f < warm) {
+            for (int64_t layer = 0; layer < cfg.n_layers; layer++)
+                check(rkv_model_upsert(m, layer, 1, &s, kv, RKV_DTYPE_BF16, 1), "upsert");
+            continue;
+        }
+        if (f == warm) t0 = now_s();
+        for (int pass = 0; pass < 5; pass++)
+            for (int64_t layer = 0; layer < cfg.n_layers; layer++) {
+                check(rkv_model_upsert(m, layer, 1, &s, kv, RKV_DTYPE_BF16, pass == 4), "upsert");
+                check(rkv_model_attend(m, layer, 1, &s, &a), "attend");
+            }
+    }
+    const double fps = (double)frames / (now_s() - t0);
+    cJSON *p = cJSON_CreateObject();
+    cJSON_AddStringToObject(p, "dtype", "bf16");
+    cJSON_AddNumberToObject(p, "B", 1);
+    cJSON_AddStringToObject(p, "preset", "waypoint-1.5-360p");
+    cJSON_AddNumberToObject(p, "threads", rkv_threadpool_size(pool));
+    emit(o, "rollout_fps_360p", fps, "frames/s", p, 0);
+    free(kv), free(q), free(out);
+    rkv_model_destroy(m);
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: ringkv bench [--quick] [--json] [--threads N]\n"
+            "  Measures attention and upsert on this CPU against its own ceilings (OpenBLAS\n"
+            "  sgemm, memcpy beyond the last-level cache) and a 360P rollout; one JSON\n"
+            "  object per line with --json. --quick finishes in under 30 s on 2 cores.\n"
+            "  --threads N: worker threads (default: the machine's cores).\n");
+}
+
+int rkv_cmd_bench(int argc, char **argv) {
+    bench_opts o = {.threads = 0};
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json")) o.json = true;
+        else if (!strcmp(argv[i], "--quick")) o.quick = true;
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
+            char *end;
+            long n = strtol(argv[++i], &end, 10);
+            if (*end || n < 1 || n > 1024) {
+                fprintf(stderr, "ringkv bench: --threads takes 1..1024; got '%s'\n", argv[i]);
+                return 2;
+            }
+            o.threads = (int)n;
+        } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        } else {
+            fprintf(stderr, "ringkv bench: unknown option '%s'\n", argv[i]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    rkv_threadpool *pool;
+    check(rkv_threadpool_create(o.threads, &pool), "thread pool");
+    o.threads = rkv_threadpool_size(pool);
+    const double sgemm = bench_sgemm(&o);
+    const double mc = memcpy_rate(1 << 20, 2 * llc_bytes(), o.quick ? 2 : 4);
+    cJSON *p = cJSON_CreateObject();
+    cJSON_AddNumberToObject(p, "buffer_mib", (double)(2 * llc_bytes() >> 20));
+    emit(&o, "cpu_memcpy_gbps", mc, "GB/s", p, 0);
+    bench_attention(&o, pool, sgemm);
+    bench_upsert(&o);
+    bench_rollout(&o, pool);
+    rkv_threadpool_destroy(pool);
+    return 0;
+}

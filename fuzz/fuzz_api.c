@@ -1,0 +1,484 @@
+/* libFuzzer target: sequences of model API calls (claim, release, reset,
+ * lookup, clock, begin_frame, upsert, attend, step, fork, in-memory
+ * snapshot/restore, snapshot-file images saved and loaded, with and
+ * without damage) checked against a simple model of the rules (SEM 3, 4, 6
+ * and ringkv.h): every call's status, every session's clock, every frame
+ * slot's contents and written bit, and attention outputs (with zero queries
+ * the output is the plain mean of the visible frames' V, so visibility is
+ * checked through the attention itself). Any disagreement aborts.
+ *
+ * Frames carry tags: an upsert of row b writes every K and V element of
+ * its frame as the float value of a fresh tag, so the reference only has
+ * to track which tag each frame slot holds. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ringkv.h"
+
+#define S 3   /* sessions                */
+#define NL 2  /* layers                  */
+#define MAXRF 3
+#define HQ 2
+#define H 1
+#define D 2
+#define T 128
+#define NIDS 5
+
+static const rkv_layer_spec SPECS[NL] = {{3, 2, 2}, {2, 2, 1}};
+
+typedef struct ref_session {
+    int held;
+    int id; /* request id index */
+    int64_t last, frame_pos;
+    int in_frame;
+    int committed[NL];
+    float tag[NL][MAXRF + 1]; /* ring frames then scratch (index RF) */
+    int written[NL][MAXRF];
+} ref_session;
+
+typedef struct ref_snap {
+    int valid;
+    ref_session s; /* contents and clock only */
+} ref_snap;
+
+static rkv_model *M;
+static ref_session R[S];
+static ref_snap snaps[2], images[2];
+static uint8_t *snap_buf[2], *image_buf[2];
+static size_t snap_bytes, image_len[2], image_cap;
+static float tag_counter;
+
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "fuzz_api: %s:%d: check failed: %s\n  ", __FILE__, __LINE__, #cond);   \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fprintf(stderr, "\n  last error: %s\n", rkv_last_error());                           \
+            abort();                                                                               \
+        }                                                                                          \
+    } while (0)
+
+/* FUZZ_API_TRACE=1 prints every call and its status (to see what a corpus
+ * reaches). */
+static int tracing = -1;
+#define EXPECT(got, want, what)                                                                    \
+    do {                                                                                           \
+        if (tracing < 0) tracing = getenv("FUZZ_API_TRACE") != NULL;                              \
+        if (tracing) fprintf(stderr, "%s -> %s\n", what, rkv_status_str(got));                    \
+        CHECK((got) == (want), "%s: got %s, expected %s", what, rkv_status_str(got),              \
+              rkv_status_str(want));                                                               \
+    } while (0)
+
+/* ---- input ---------------------------------------------------------------- */
+
+typedef struct cursor {
+    const uint8_t *p;
+    size_t n;
+} cursor;
+static unsigned next(cursor *c) {
+    if (!c->n) return 0;
+    c->n--;
+    return *c->p++;
+}
+
+/* ---- the reference -------------------------------------------------------- */
+
+static void ref_clear_contents(ref_session *r) {
+    memset(r->tag, 0, sizeof r->tag);
+    memset(r->written, 0, sizeof r->written);
+}
+static void ref_drop_clock(ref_session *r, int64_t last) {
+    r->last = last;
+    r->frame_pos = -1;
+    r->in_frame = 0;
+    memset(r->committed, 0, sizeof r->committed);
+}
+static int64_t slot_of(int layer, int64_t f) {
+    const int64_t PD = SPECS[layer].pinned_dilation, RB = SPECS[layer].ring_buckets;
+    return ((f + PD - 1) / PD) % RB;
+}
+static int write_step(int layer, int64_t f) { return f % SPECS[layer].pinned_dilation == 0; }
+
+/* Checks every session's clock, slots and written bits against R. */
+static void verify_all(void) {
+    for (int s = 0; s < S; s++) {
+        int64_t c = -7;
+        rkv_status st = rkv_model_clock(M, s, &c);
+        if (!R[s].held) {
+            EXPECT(st, RKV_ERR_STATE, "clock of a free session");
+        } else {
+            EXPECT(st, RKV_OK, "clock");
+            CHECK(c == R[s].last, "session %d clock %lld, expected %lld", s, (long long)c,
+                  (long long)R[s].last);
+        }
+        for (int i = 0; i < NL; i++) {
+            const rkv_layer *l = rkv_model_layer(M, i);
+            const int64_t RF = SPECS[i].ring_frames, C = (RF + 1) * T, N = S * C;
+            const float *kv = rkv_layer_kv(l);
+            const uint8_t *w = rkv_layer_written(l);
+            for (int64_t r = 0; r <= RF; r++) {
+                const float want = R[s].tag[i][r];
+                const int64_t first = s * C + r * T, last = first + T - 1;
+                for (int half = 0; half < 2; half++) {
+                    const float *p = kv + (size_t)half * (size_t)N * D;
+                    CHECK(p[first * D] == want && p[last * D + D - 1] == want,
+                          "layer %d session %d frame %lld %s holds %g/%g, expected %g", i, s,
+                          (long long)r, half ? "V" : "K", p[first * D], p[last * D + D - 1], want);
+                }
+                const int wb = r == RF ? 1 : R[s].written[i][r];
+                CHECK(w[first] == wb && w[last] == wb,
+                      "layer %d session %d frame %lld written %d/%d, expected %d", i, s,
+                      (long long)r, w[first], w[last], wb);
+            }
+        }
+    }
+}
+
+/* Expected status of the row checks shared by begin_frame/upsert/attend:
+ * batch range, then each row's range and distinctness (in row order). */
+static rkv_status ref_rows(int64_t B, const int64_t *rows) {
+    if (B < 1 || B > S) return RKV_ERR_INVALID_ARG;
+    for (int64_t b = 0; b < B; b++) {
+        if (rows[b] < 0 || rows[b] >= S) return RKV_ERR_RANGE;
+        for (int64_t a = 0; a < b; a++)
+            if (rows[a] == rows[b]) return RKV_ERR_INVALID_ARG;
+    }
+    return RKV_OK;
+}
+
+static void decode_rows(cursor *c, int64_t *B, int64_t rows[4]) {
+    unsigned x = next(c);
+    *B = (x & 3) + (x >> 7); /* mostly 0..3, sometimes 4 */
+    for (int b = 0; b < 4; b++) {
+        unsigned y = next(c);
+        rows[b] = y < 240 ? (int64_t)(y % S) : (int64_t)(y % 5) - 1; /* -1..3 at times */
+    }
+}
+
+/* ---- operations ------------------------------------------------------------ */
+
+static void op_claim(cursor *c) {
+    const int id = (int)(next(c) % NIDS);
+    char name[16];
+    snprintf(name, sizeof name, "req-%d", id);
+    int64_t got = -9;
+    rkv_status st = rkv_model_claim(M, name, &got);
+    int want = -1, freeslot = -1;
+    for (int s = 0; s < S; s++) {
+        if (R[s].held && R[s].id == id) want = s;
+        if (!R[s].held && freeslot < 0) freeslot = s;
+    }
+    if (want >= 0) {
+        EXPECT(st, RKV_OK, "claim of a held id");
+        CHECK(got == want, "claim returned %lld, expected %d", (long long)got, want);
+    } else if (freeslot < 0) {
+        EXPECT(st, RKV_ERR_FULL, "claim with every session held");
+    } else {
+        EXPECT(st, RKV_OK, "claim");
+        CHECK(got == freeslot, "claim returned %lld, expected %d", (long long)got, freeslot);
+        R[freeslot].held = 1;
+        R[freeslot].id = id;
+    }
+}
+
+static void op_lookup(cursor *c) {
+    const int id = (int)(next(c) % NIDS);
+    char name[16];
+    snprintf(name, sizeof name, "req-%d", id);
+    int64_t got = -9;
+    rkv_status st = rkv_model_lookup(M, name, &got);
+    int want = -1;
+    for (int s = 0; s < S; s++)
+        if (R[s].held && R[s].id == id) want = s;
+    EXPECT(st, want >= 0 ? RKV_OK : RKV_ERR_NOT_FOUND, "lookup");
+    if (want >= 0) CHECK(got == want, "lookup %lld, expected %d", (long long)got, want);
+}
+
+static int64_t decode_session(cursor *c) {
+    unsigned y = next(c);
+    return y < 240 ? (int64_t)(y % S) : (int64_t)(y % 5) - 1;
+}
+
+static rkv_status ref_held(int64_t s) {
+    if (s < 0 || s >= S) return RKV_ERR_RANGE;
+    return R[s].held ? RKV_OK : RKV_ERR_STATE;
+}
+static rkv_status ref_between(int64_t s) {
+    rkv_status st = ref_held(s);
+    if (st == RKV_OK && R[s].in_frame) st = RKV_ERR_STATE;
+    return st;
+}
+
+static void op_release_reset(cursor *c, int release) {
+    const int64_t s = decode_session(c);
+    rkv_status st = release ? rkv_model_release(M, s) : rkv_model_reset(M, s);
+    rkv_status want = ref_held(s);
+    EXPECT(st, want, release ? "release" : "reset");
+    if (want != RKV_OK) return;
+    ref_clear_contents(&R[s]);
+    ref_drop_clock(&R[s], -1);
+    if (release) R[s].held = 0;
+}
+
+static void op_begin(cursor *c) {
+    int64_t B, rows[4], f[4];
+    decode_rows(c, &B, rows);
+    for (int b = 0; b < 4; b++) {
+        const unsigned mode = next(c);
+        const int64_t s = rows[b] >= 0 && rows[b] < S ? rows[b] : 0;
+        const int64_t base = R[s].last >= 0 ? R[s].last + 1 : (int64_t)(next(c) % 20);
+        f[b] = mode < 200 ? base : mode < 250 ? base + (int64_t)(mode % 5) - 2 : -1 - (mode % 3);
+    }
+    rkv_status st = rkv_model_begin_frame(M, B, rows, f);
+    rkv_status want = ref_rows(B, rows);
+    for (int64_t b = 0; want == RKV_OK && b < B; b++) {
+        const ref_session *r = &R[rows[b]];
+        if (!r->held || r->in_frame) want = RKV_ERR_STATE;
+        else if (f[b] < 0) want = RKV_ERR_CLOCK;
+        else if (r->last >= 0 && f[b] != r->last + 1) want = RKV_ERR_CLOCK;
+    }
+    EXPECT(st, want, "begin_frame");
+    if (want != RKV_OK) return;
+    for (int64_t b = 0; b < B; b++) {
+        ref_session *r = &R[rows[b]];
+        r->in_frame = 1;
+        r->frame_pos = f[b];
+        memset(r->committed, 0, sizeof r->committed);
+    }
+}
+
+/* Expected status of check_rows (layer range, rows, held, in frame or at
+ * least a declared clock). */
+static rkv_status ref_check_rows(int64_t layer, int64_t B, const int64_t *rows, int need_frame) {
+    if (layer < 0 || layer >= NL) return RKV_ERR_RANGE;
+    rkv_status st = ref_rows(B, rows);
+    if (st != RKV_OK) return st;
+    for (int64_t b = 0; b < B; b++) {
+        const ref_session *r = &R[rows[b]];
+        if (!r->held) return RKV_ERR_STATE;
+        if (need_frame ? !r->in_frame : r->frame_pos < 0) return RKV_ERR_STATE;
+    }
+    return RKV_OK;
+}
+
+/* kv [2][H][B*T][D] with row b's frame all `tags[b]`. */
+static float *make_kv(int64_t B, const float *tags) {
+    float *kv = malloc(sizeof(float) * 2 * H * (size_t)(B > 0 ? B : 1) * T * D);
+    for (int half = 0; half < 2; half++)
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t i = 0; i < T * D; i++) kv[((size_t)half * (size_t)B + (size_t)b) * T * D + (size_t)i] = tags[b];
+    return kv;
+}
+
+static void ref_upsert(int64_t layer, int64_t B, const int64_t *rows, const float *tags, int commit) {
+    for (int64_t b = 0; b < B; b++) {
+        ref_session *r = &R[rows[b]];
+        const int64_t RF = SPECS[layer].ring_frames, f = r->frame_pos;
+        r->tag[layer][RF] = tags[b];
+        if (!commit) continue;
+        if (write_step((int)layer, f)) {
+            const int64_t slot = slot_of((int)layer, f);
+            r->tag[layer][slot] = tags[b];
+            r->written[layer][slot] = 1;
+        }
+        if (!r->committed[layer]) {
+            r->committed[layer] = 1;
+            int all = 1;
+            for (int i = 0; i < NL; i++) all &= r->committed[i];
+            if (all) {
+                r->in_frame = 0;
+                r->last = f;
+            }
+        }
+    }
+}
+
+/* out [B][HQ][T][D] of an attention with zero queries: the mean of the
+ * visible frames' tags for every element. */
+static void check_outputs(int64_t layer, int64_t B, const int64_t *rows, const float *out) {
+    for (int64_t b = 0; b < B; b++) {
+        const ref_session *r = &R[rows[b]];
+        const int64_t RF = SPECS[layer].ring_frames, f = r->frame_pos;
+        const int64_t hidden = write_step((int)layer, f) ? slot_of((int)layer, f) : -1;
+        double sum = r->tag[layer][RF];
+        int n = 1;
+        for (int64_t k = 0; k < RF; k++)
+            if (r->written[layer][k] && k != hidden) sum += r->tag[layer][k], n++;
+        const double want = sum / n;
+        for (size_t i = 0; i < (size_t)HQ * T * D; i += 37) {
+            const float got = out[(size_t)b * HQ * T * D + i];
+            CHECK(fabs(got - want) <= 1e-4 * (1 + fabs(want)),
+                  "attention row %lld (session %lld, frame %lld, layer %lld) element %zu = %g, "
+                  "expected the mean of %d visible frames %g",
+                  (long long)b, (long long)rows[b], (long long)f, (long long)layer, i, got, n,
+                  want);
+        }
+    }
+}
+
+static void op_upsert_attend(cursor *c, int kind /* 0 upsert, 1 attend, 2 step */) {
+    const unsigned x = next(c);
+    const int64_t layer = x < 250 ? (int64_t)(x % NL) : (int64_t)(x % 4) - 1;
+    const int commit = next(c) & 1;
+    int64_t B, rows[4];
+    decode_rows(c, &B, rows);
+    float tags[4];
+    for (int b = 0; b < 4; b++) tags[b] = ++tag_counter;
+    float *kv = make_kv(B > 0 && B <= 4 ? B : 1, tags);
+    static float q[4 * HQ * T * D], out[4 * HQ * T * D];
+    rkv_attention_args a;
+    memset(&a, 0, sizeof a);
+    a.n_q_heads = HQ;
+    a.q = q;
+    a.q_dtype = RKV_DTYPE_F32;
+    a.out = out;
+    a.out_dtype = RKV_DTYPE_F32;
+    rkv_status st, want;
+    if (kind == 0) {
+        st = rkv_model_upsert(M, layer, B, rows, kv, RKV_DTYPE_F32, commit);
+        want = ref_check_rows(layer, B, rows, 1);
+    } else if (kind == 1) {
+        st = rkv_model_attend(M, layer, B, rows, &a);
+        want = ref_check_rows(layer, B, rows, 0);
+    } else {
+        st = rkv_model_step(M, layer, B, rows, kv, RKV_DTYPE_F32, commit, &a);
+        want = ref_check_rows(layer, B, rows, 1);
+    }
+    EXPECT(st, want, kind == 0 ? "upsert" : kind == 1 ? "attend" : "step");
+    if (want == RKV_OK && kind != 1) ref_upsert(layer, B, rows, tags, commit);
+    if (want == RKV_OK && kind != 0) check_outputs(layer, B, rows, out);
+    free(kv);
+}
+
+static void op_fork(cursor *c) {
+    const int64_t src = decode_session(c), dst = decode_session(c);
+    rkv_status st = rkv_model_fork(M, src, dst);
+    rkv_status want = ref_between(src);
+    if (want == RKV_OK) want = ref_between(dst);
+    if (want == RKV_OK && src == dst) want = RKV_ERR_INVALID_ARG;
+    EXPECT(st, want, "fork");
+    if (want != RKV_OK) return;
+    memcpy(R[dst].tag, R[src].tag, sizeof R[dst].tag);
+    memcpy(R[dst].written, R[src].written, sizeof R[dst].written);
+    ref_drop_clock(&R[dst], R[src].last);
+}
+
+static void op_snapshot(cursor *c, int file) {
+    const int64_t s = decode_session(c);
+    const int k = next(c) & 1;
+    rkv_status st, want = ref_between(s);
+    if (file) {
+        size_t n = 0;
+        st = rkv_model_save_session_mem(M, s, image_buf[k], image_cap, &n);
+        if (st == RKV_OK) image_len[k] = n;
+    } else {
+        st = rkv_model_snapshot(M, s, snap_buf[k], snap_bytes);
+    }
+    EXPECT(st, want, file ? "save_session_mem" : "snapshot");
+    if (want != RKV_OK) return;
+    ref_snap *sn = file ? &images[k] : &snaps[k];
+    sn->valid = 1;
+    sn->s = R[s];
+}
+
+static void op_restore(cursor *c, int file) {
+    const int64_t s = decode_session(c);
+    const int k = next(c) & 1;
+    const unsigned damage = next(c);
+    ref_snap *sn = file ? &images[k] : &snaps[k];
+    if (!sn->valid) return;
+    rkv_status st, want = ref_between(s);
+    if (file) {
+        /* damage: flip one byte (anywhere: length, header, checksums, data) */
+        size_t pos = 0;
+        uint8_t old = 0;
+        const int damaged = damage >= 192;
+        if (damaged) {
+            pos = ((size_t)next(c) << 8 | next(c)) % image_len[k];
+            old = image_buf[k][pos];
+            image_buf[k][pos] ^= (uint8_t)(1u << (damage & 7));
+            if (want == RKV_OK) want = RKV_ERR_FORMAT;
+        }
+        st = rkv_model_load_session_mem(M, s, image_buf[k], image_len[k]);
+        if (damaged) image_buf[k][pos] = old;
+    } else {
+        st = rkv_model_restore(M, s, snap_buf[k], snap_bytes);
+    }
+    EXPECT(st, want, file ? "load_session_mem" : "restore");
+    if (want != RKV_OK) return;
+    memcpy(R[s].tag, sn->s.tag, sizeof R[s].tag);
+    memcpy(R[s].written, sn->s.written, sizeof R[s].written);
+    ref_drop_clock(&R[s], sn->s.last);
+}
+
+static void op_clock(cursor *c) {
+    const int64_t s = decode_session(c);
+    int64_t got = -7;
+    rkv_status st = rkv_model_clock(M, s, &got);
+    EXPECT(st, ref_held(s), "clock");
+}
+
+/* ---- driver ----------------------------------------------------------------- */
+
+static void setup(void) {
+    rkv_model_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    snprintf(cfg.name, sizeof cfg.name, "fuzz");
+    cfg.n_layers = NL;
+    for (int i = 0; i < NL; i++) cfg.layers[i] = SPECS[i];
+    cfg.num_sessions = S;
+    cfg.n_q_heads = HQ;
+    cfg.n_kv_heads = H;
+    cfg.d_head = D;
+    cfg.tokens_per_frame = T;
+    cfg.dtype = RKV_DTYPE_F32;
+    if (rkv_model_create(&cfg, &M) != RKV_OK) abort();
+    snap_bytes = rkv_model_snapshot_bytes(M);
+    int64_t s;
+    if (rkv_model_claim(M, "sizer", &s) != RKV_OK) abort();
+    if (rkv_model_save_session_mem(M, s, NULL, 0, &image_cap) != RKV_OK) abort();
+    image_cap += 64; /* clocks with more digits */
+    rkv_model_destroy(M);
+    if (rkv_model_create(&cfg, &M) != RKV_OK) abort();
+    for (int k = 0; k < 2; k++) {
+        snap_buf[k] = malloc(snap_bytes);
+        image_buf[k] = malloc(image_cap);
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (!M) setup();
+    /* a fresh start for every input: release everything */
+    for (int s = 0; s < S; s++) {
+        if (R[s].held) rkv_model_release(M, s);
+        memset(&R[s], 0, sizeof R[s]);
+        ref_drop_clock(&R[s], -1);
+    }
+    memset(snaps, 0, sizeof snaps);
+    memset(images, 0, sizeof images);
+    tag_counter = 0;
+    cursor c = {data, size};
+    while (c.n) {
+        switch (next(&c) % 16) {
+        case 0: case 1: op_claim(&c); break;
+        case 2: op_release_reset(&c, 1); break;
+        case 3: op_release_reset(&c, 0); break;
+        case 4: case 5: op_begin(&c); break;
+        case 6: case 7: op_upsert_attend(&c, 0); break;
+        case 8: op_upsert_attend(&c, 1); break;
+        case 9: op_upsert_attend(&c, 2); break;
+        case 10: op_fork(&c); break;
+        case 11: op_snapshot(&c, 0); break;
+        case 12: op_restore(&c, 0); break;
+        case 13: op_snapshot(&c, 1); break;
+        case 14: op_restore(&c, 1); break;
+        default: next(&c) & 1 ? op_lookup(&c) : op_clock(&c); break;
+        }
+        verify_all();
+        if (tag_counter > 1e6f) break;
+    }
+    return 0;
+}

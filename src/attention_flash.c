@@ -1,0 +1,143 @@
+/* Fast attention over the ring on the CPU (SEMANTICS 5): a tiled online
+ * softmax ("flash attention", Dao et al. 2022) over the visible keys only,
+ * spread over a thread pool by (session row, query head, query tile). The
+ * kernel (attention_flash_kernel.inc) is compiled for AVX-512, AVX2+FMA and
+ * plain C; the best the CPU has is chosen once at run time. Each output
+ * element is computed by one thread in a fixed order, so results are
+ * bit-identical whatever the thread count (on one instruction-set path). */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define VL 16          /* floats per vector                    */
+#define MQ 64          /* queries per task tile                */
+#define MQV (MQ / VL)  /* vectors per query tile               */
+#define KB 128         /* keys per chunk: one attention block  */
+
+typedef float vf __attribute__((vector_size(64)));
+typedef int32_t vi __attribute__((vector_size(64)));
+typedef uint16_t vh __attribute__((vector_size(32)));
+
+/* Vector helpers are macros, not functions: a function taking or returning
+ * a 64-byte vector in the AVX2 and plain copies has no agreed ABI (clang
+ * refuses it), while a macro is simply inlined code in each copy. */
+#define vsplat(x) ((vf){0} + (float)(x))
+/* Lane-wise max and min (a blend on the compare mask). */
+#define vmax(a, b) vblend((a) > (b), (a), (b))
+#define vmin(a, b) vblend((a) < (b), (a), (b))
+#define vblend(m, a, b) ((vf)(((m) & (vi)(a)) | (~(m) & (vi)(b))))
+
+typedef struct {
+    const struct rkv_layer *layer;
+    const rkv_attention_args *args;
+    rkv_threadpool *pool;
+    int64_t tq;
+    float scale;
+} flash_ctx;
+
+/* A thread's scratch, carved from one buffer (see flash_scratch_bytes). */
+typedef struct {
+    int64_t *slots;       /* [N] visible slots of the row            */
+    float *qt, *st, *ot;  /* [D][MQ], [KB][MQ], [D][MQ]               */
+    float *kbuf, *vbuf;   /* [KB][D] widened keys / values (bf16/f16) */
+    const float **krow, **vrow; /* [KB] row pointers of the chunk     */
+    float *zero_row;      /* [D] zeros for padding keys               */
+} flash_scratch;
+
+static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+static size_t flash_scratch_bytes(int64_t D, int64_t N) {
+    const size_t f = sizeof(float), d = (size_t)D;
+    return align64((size_t)N * sizeof(int64_t)) + 2 * align64(d * MQ * f) + align64(KB * MQ * f) +
+           2 * align64(KB * d * f) + 2 * align64(KB * sizeof(float *)) + align64(d * f);
+}
+
+static flash_scratch flash_carve(void *mem, int64_t D, int64_t N) {
+    const size_t f = sizeof(float), d = (size_t)D;
+    uint8_t *p = mem;
+    flash_scratch s;
+    s.slots = (int64_t *)p, p += align64((size_t)N * sizeof(int64_t));
+    s.qt = (float *)p, p += align64(d * MQ * f);
+    s.ot = (float *)p, p += align64(d * MQ * f);
+    s.st = (float *)p, p += align64(KB * MQ * f);
+    s.kbuf = (float *)p, p += align64(KB * d * f);
+    s.vbuf = (float *)p, p += align64(KB * d * f);
+    s.krow = (const float **)p, p += align64(KB * sizeof(float *));
+    s.vrow = (const float **)p, p += align64(KB * sizeof(float *));
+    s.zero_row = (float *)p;
+    memset(s.zero_row, 0, d * f);
+    return s;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define FLASH_TARGET __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,fma,avx2")))
+#define FLASH_NAME avx512
+#include "attention_flash_kernel.inc"
+#undef FLASH_TARGET
+#undef FLASH_NAME
+#define FLASH_TARGET __attribute__((target("avx2,fma")))
+#define FLASH_NAME avx2
+#include "attention_flash_kernel.inc"
+#undef FLASH_TARGET
+#undef FLASH_NAME
+#endif
+#define FLASH_TARGET
+#define FLASH_NAME generic
+#include "attention_flash_kernel.inc"
+#undef FLASH_TARGET
+#undef FLASH_NAME
+
+/* The kernel for this CPU, chosen on first use; RKV_ISA=generic|avx2|avx512
+ * in the environment caps it (for tests and benchmarks). */
+static rkv__task_fn pick_kernel(const char **name) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    const char *cap = getenv("RKV_ISA");
+    __builtin_cpu_init();
+    const bool want512 = !cap || !strcmp(cap, "avx512");
+    const bool want2 = want512 || !strcmp(cap, "avx2");
+    if (want512 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("fma")) {
+        *name = "avx512";
+        return flash_task_avx512;
+    }
+    if (want2 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        *name = "avx2";
+        return flash_task_avx2;
+    }
+#endif
+    *name = "generic";
+    return flash_task_generic;
+}
+
+static rkv__task_fn kernel;
+static const char *kernel_name;
+static pthread_once_t kernel_once = PTHREAD_ONCE_INIT;
+static void init_kernel(void) { kernel = pick_kernel(&kernel_name); }
+
+const char *rkv_attention_isa(void) {
+    pthread_once(&kernel_once, init_kernel);
+    return kernel_name;
+}
+
+rkv_status rkv_layer_attend(const rkv_layer *layer, const rkv_attention_args *args) {
+    rkv_status st = rkv__attention_check(layer, args, "rkv_layer_attend");
+    if (st != RKV_OK) return st;
+    pthread_once(&kernel_once, init_kernel);
+    rkv_threadpool *pool = args->pool ? args->pool : rkv__default_pool();
+    if (!pool) return rkv__fail(RKV_ERR_NO_MEMORY, "rkv_layer_attend: no thread pool");
+    const int64_t D = layer->g.d_head;
+    flash_ctx c = {
+        .layer = layer,
+        .args = args,
+        .pool = pool,
+        .tq = args->n_queries ? args->n_queries : layer->g.tokens_per_frame,
+        .scale = args->scale != 0.0f ? args->scale : 1.0f / sqrtf((float)D),
+    };
+    const int64_t tasks = args->batch * args->n_q_heads * ((c.tq + MQ - 1) / MQ);
+    return rkv__parallel_for(pool, tasks, flash_scratch_bytes(D, layer->total_slots), kernel, &c);
+}

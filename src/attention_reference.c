@@ -1,0 +1,83 @@
+/* Attention over the ring on the CPU (SEMANTICS 5): the simple, exact
+ * implementation kept as the test oracle (rkv_layer_attend_reference). For each session row it gathers
+ * the visible slots (from an explicit row, or from the written bits and the
+ * row's clock), widens them to f32 once per KV head, and runs a two-pass
+ * softmax per query with f32 accumulation. No causal mask; GQA maps query
+ * head h to KV head h / (Hq/H). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* dst[j][:] = half c (K or V), head h, slot slots[j], widened to f32. */
+static void widen_rows(const struct rkv_layer *l, int c, int64_t h, const int64_t *slots,
+                       int64_t n, float *dst) {
+    const int64_t D = l->g.d_head;
+    for (int64_t j = 0; j < n; j++) {
+        const uint8_t *src = rkv__slot_ptr(l, c, h, slots[j]);
+        for (int64_t d = 0; d < D; d++) dst[j * D + d] = rkv__load(src, l->g.dtype, (size_t)d);
+    }
+}
+
+static float dot(const float *x, const float *y, int64_t n) {
+    float acc[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) acc[k] += x[i + k] * y[i + k];
+    float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (; i < n; i++) s += x[i] * y[i];
+    return s;
+}
+
+rkv_status rkv_layer_attend_reference(const rkv_layer *layer, const rkv_attention_args *args) {
+    rkv_status st = rkv__attention_check(layer, args, "rkv_layer_attend_reference");
+    if (st != RKV_OK) return st;
+    const rkv_geometry *g = &layer->g;
+    const int64_t D = g->d_head, Hq = args->n_q_heads, group = Hq / g->n_kv_heads;
+    const int64_t Tq = args->n_queries ? args->n_queries : g->tokens_per_frame;
+    const float scale = args->scale != 0.0f ? args->scale : 1.0f / sqrtf((float)D);
+    const size_t N = (size_t)layer->total_slots;
+
+    int64_t *slots = malloc(N * sizeof *slots);
+    float *keys = malloc(N * (size_t)D * sizeof *keys);
+    float *values = malloc(N * (size_t)D * sizeof *values);
+    float *scores = malloc(N * sizeof *scores);
+    float *q = malloc((size_t)D * sizeof *q), *acc = malloc((size_t)D * sizeof *acc);
+    if (!slots || !keys || !values || !scores || !q || !acc) {
+        free(slots), free(keys), free(values), free(scores), free(q), free(acc);
+        return rkv__fail(RKV_ERR_NO_MEMORY, "rkv_layer_attend: out of memory");
+    }
+
+    for (int64_t b = 0; b < args->batch; b++) {
+        const int64_t n = rkv__gather_visible_slots(layer, args, b, slots);
+        for (int64_t kvh = 0; kvh < g->n_kv_heads; kvh++) {
+            widen_rows(layer, 0, kvh, slots, n, keys);
+            widen_rows(layer, 1, kvh, slots, n, values);
+            for (int64_t h = kvh * group; h < (kvh + 1) * group; h++)
+                for (int64_t i = 0; i < Tq; i++) {
+                    const size_t base = (size_t)(((b * Hq + h) * Tq + i) * D);
+                    for (int64_t d = 0; d < D; d++)
+                        q[d] = rkv__load(args->q, args->q_dtype, base + (size_t)d);
+                    float m = -INFINITY;
+                    for (int64_t j = 0; j < n; j++) {
+                        scores[j] = scale * dot(q, keys + j * D, D);
+                        if (scores[j] > m) m = scores[j];
+                    }
+                    float sum = 0.0f;
+                    memset(acc, 0, (size_t)D * sizeof *acc);
+                    for (int64_t j = 0; j < n; j++) {
+                        const float p = expf(scores[j] - m);
+                        sum += p;
+                        const float *v = values + j * D;
+                        for (int64_t d = 0; d < D; d++) acc[d] += p * v[d];
+                    }
+                    const float inv = n ? 1.0f / sum : 0.0f;
+                    for (int64_t d = 0; d < D; d++)
+                        rkv__store(args->out, args->out_dtype, base + (size_t)d, acc[d] * inv);
+                }
+        }
+    }
+    free(slots), free(keys), free(values), free(scores), free(q), free(acc);
+    return RKV_OK;
+}

@@ -1,0 +1,183 @@
+/* A fixed pool of worker threads for the CPU kernels: threads are created
+ * once (rkv_threadpool_create) and reused by every call; a call splits its
+ * work into tasks that workers and the calling thread take from a shared
+ * counter. Each task is computed by exactly one thread with a fixed
+ * arithmetic order, so results do not depend on the thread count. */
+#define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+struct rkv_threadpool {
+    int n_threads; /* workers + the calling thread */
+    pthread_t *workers;
+    pthread_mutex_t call_lock; /* one parallel_for at a time per pool */
+    pthread_mutex_t lock;
+    pthread_cond_t wake, done;
+    uint64_t generation; /* bumped per job, under lock */
+    bool stopping;
+    /* the current job */
+    rkv__task_fn fn;
+    void *ctx;
+    int64_t n_tasks;
+    atomic_int_fast64_t next;
+    int busy; /* workers still in the current job, under lock */
+    void **scratch; /* [n_threads] per-thread buffers, grown on demand */
+    size_t *scratch_bytes;
+};
+
+/* Runs tasks of the current job until none is left. */
+static void drain(rkv_threadpool *p, int thread) {
+    for (;;) {
+        int64_t t = atomic_fetch_add(&p->next, 1);
+        if (t >= p->n_tasks) return;
+        p->fn(p->ctx, t, thread);
+    }
+}
+
+typedef struct {
+    rkv_threadpool *pool;
+    int thread;
+} worker_arg;
+
+static void *worker_main(void *arg) {
+    worker_arg *wa = arg;
+    rkv_threadpool *p = wa->pool;
+    const int thread = wa->thread;
+    free(wa);
+    uint64_t seen = 0;
+    pthread_mutex_lock(&p->lock);
+    for (;;) {
+        while (!p->stopping && p->generation == seen) pthread_cond_wait(&p->wake, &p->lock);
+        if (p->stopping) break;
+        seen = p->generation;
+        pthread_mutex_unlock(&p->lock);
+        drain(p, thread);
+        pthread_mutex_lock(&p->lock);
+        if (--p->busy == 0) pthread_cond_signal(&p->done);
+    }
+    pthread_mutex_unlock(&p->lock);
+    return NULL;
+}
+
+static int machine_cores(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > 1024 ? 1024 : (int)n;
+}
+
+rkv_status rkv_threadpool_create(int n_threads, rkv_threadpool **out) {
+    if (!out) return rkv__fail(RKV_ERR_NULL, "rkv_threadpool_create: out is NULL");
+    if (n_threads < 0 || n_threads > 1024)
+        return rkv__fail(RKV_ERR_INVALID_ARG,
+                         "rkv_threadpool_create: n_threads = %d; expected 0 (the machine's "
+                         "cores) .. 1024",
+                         n_threads);
+    rkv_threadpool *p = calloc(1, sizeof *p);
+    if (!p) return rkv__fail(RKV_ERR_NO_MEMORY, "rkv_threadpool_create: out of memory");
+    p->n_threads = n_threads ? n_threads : machine_cores();
+    p->workers = calloc((size_t)p->n_threads, sizeof *p->workers);
+    p->scratch = calloc((size_t)p->n_threads, sizeof *p->scratch);
+    p->scratch_bytes = calloc((size_t)p->n_threads, sizeof *p->scratch_bytes);
+    if (!p->workers || !p->scratch || !p->scratch_bytes) {
+        free(p->workers), free(p->scratch), free(p->scratch_bytes), free(p);
+        return rkv__fail(RKV_ERR_NO_MEMORY, "rkv_threadpool_create: out of memory");
+    }
+    pthread_mutex_init(&p->call_lock, NULL);
+    pthread_mutex_init(&p->lock, NULL);
+    pthread_cond_init(&p->wake, NULL);
+    pthread_cond_init(&p->done, NULL);
+    int started = 1; /* thread 0 is the caller */
+    for (; started < p->n_threads; started++) {
+        worker_arg *wa = malloc(sizeof *wa);
+        if (!wa) break;
+        *wa = (worker_arg){p, started};
+        if (pthread_create(&p->workers[started], NULL, worker_main, wa)) {
+            free(wa);
+            break;
+        }
+    }
+    if (started < p->n_threads) {
+        p->n_threads = started; /* destroy joins only those started */
+        rkv_threadpool_destroy(p);
+        return rkv__fail(RKV_ERR_NO_MEMORY, "rkv_threadpool_create: cannot start %d threads",
+                         n_threads);
+    }
+    *out = p;
+    return RKV_OK;
+}
+
+void rkv_threadpool_destroy(rkv_threadpool *pool) {
+    if (!pool) return;
+    pthread_mutex_lock(&pool->lock);
+    pool->stopping = true;
+    pthread_cond_broadcast(&pool->wake);
+    pthread_mutex_unlock(&pool->lock);
+    for (int i = 1; i < pool->n_threads; i++) pthread_join(pool->workers[i], NULL);
+    for (int i = 0; i < pool->n_threads; i++) free(pool->scratch[i]);
+    pthread_mutex_destroy(&pool->call_lock);
+    pthread_mutex_destroy(&pool->lock);
+    pthread_cond_destroy(&pool->wake);
+    pthread_cond_destroy(&pool->done);
+    free(pool->workers), free(pool->scratch), free(pool->scratch_bytes), free(pool);
+}
+
+int rkv_threadpool_size(const rkv_threadpool *pool) { return pool ? pool->n_threads : 0; }
+
+static rkv_threadpool *default_pool;
+static rkv_status default_status = RKV_OK;
+static pthread_once_t default_once = PTHREAD_ONCE_INIT;
+
+static void make_default(void) { default_status = rkv_threadpool_create(0, &default_pool); }
+
+rkv_threadpool *rkv__default_pool(void) {
+    pthread_once(&default_once, make_default);
+    return default_status == RKV_OK ? default_pool : NULL;
+}
+
+/* Grows every thread's scratch buffer to at least `bytes`. */
+static bool reserve(rkv_threadpool *p, size_t bytes) {
+    size_t rounded = (bytes + 63) & ~(size_t)63;
+    for (int i = 0; i < p->n_threads; i++) {
+        if (p->scratch_bytes[i] >= rounded) continue;
+        void *mem = aligned_alloc(64, rounded);
+        if (!mem) return false;
+        free(p->scratch[i]);
+        p->scratch[i] = mem;
+        p->scratch_bytes[i] = rounded;
+    }
+    return true;
+}
+
+rkv_status rkv__parallel_for(rkv_threadpool *p, int64_t n_tasks, size_t scratch_bytes,
+                             rkv__task_fn fn, void *ctx) {
+    pthread_mutex_lock(&p->call_lock);
+    if (scratch_bytes && !reserve(p, scratch_bytes)) {
+        pthread_mutex_unlock(&p->call_lock);
+        return rkv__fail(RKV_ERR_NO_MEMORY, "cannot allocate %zu bytes of per-thread scratch",
+                         scratch_bytes);
+    }
+    if (p->n_threads == 1 || n_tasks <= 1) {
+        for (int64_t t = 0; t < n_tasks; t++) fn(ctx, t, 0);
+    } else {
+        pthread_mutex_lock(&p->lock);
+        p->fn = fn;
+        p->ctx = ctx;
+        p->n_tasks = n_tasks;
+        atomic_store(&p->next, 0);
+        p->busy = p->n_threads - 1;
+        p->generation++;
+        pthread_cond_broadcast(&p->wake);
+        pthread_mutex_unlock(&p->lock);
+        drain(p, 0);
+        pthread_mutex_lock(&p->lock);
+        while (p->busy > 0) pthread_cond_wait(&p->done, &p->lock);
+        pthread_mutex_unlock(&p->lock);
+    }
+    pthread_mutex_unlock(&p->call_lock);
+    return RKV_OK;
+}
+
+void *rkv__thread_scratch(rkv_threadpool *p, int thread) { return p->scratch[thread]; }

@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""Resume equals an uninterrupted run, checked from outside through the command.
+
+usage: check_rollout_resume.py RINGKV [N] [--preset NAME] [--dtype DT] [--image PATH]
+
+Runs, with the default single session and one seed:
+  A: ringkv rollout --frames 2N --json
+  B: ringkv rollout --frames N --snapshot-out S --json
+  C: ringkv rollout --resume S --frames N --json
+and requires C to end at A's last frame (last_frame = 2N - 1) with A's
+output_digest (XXH3-64 of the last frame's f32 attention outputs, in the order
+pass, layer, session), and B to end at N - 1 with a different digest. Also:
+`ringkv inspect S` exits 0 and names the clock, and `ringkv inspect` on a
+truncated and on a bit-flipped copy of S exits non-zero with the reason.
+Python standard library only.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+
+def run(cmd, expect_ok=True):
+    print("running:", " ".join(cmd), flush=True)
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if expect_ok and p.returncode != 0:
+        sys.stderr.write(p.stderr)
+        raise SystemExit(f"FAIL: exit status {p.returncode}: {' '.join(cmd)}")
+    return p
+
+
+def rollout(ringkv, args, out_dir):
+    p = run([ringkv, "rollout", "--json", "--out", out_dir] + args)
+    try:
+        return json.loads(p.stdout)
+    except json.JSONDecodeError as e:
+        sys.stderr.write(p.stdout[-2000:])
+        raise SystemExit(f"FAIL: stdout is not one JSON object: {e}")
+
+
+def main():
+    argv = sys.argv[1:]
+    if not argv:
+        raise SystemExit(__doc__)
+    ringkv = argv.pop(0)
+    n = 24
+    if argv and re.fullmatch(r"\d+", argv[0]):
+        n = int(argv.pop(0))
+    extra = argv  # --preset/--dtype/--image/--seed pass through
+    failures = []
+    with tempfile.TemporaryDirectory(prefix="rkv-resume-") as tmp:
+        snap = os.path.join(tmp, "session0.safetensors")
+        a = rollout(ringkv, ["--frames", str(2 * n)] + extra, os.path.join(tmp, "a"))
+        b = rollout(ringkv, ["--frames", str(n), "--snapshot-out", snap] + extra,
+                    os.path.join(tmp, "b"))
+        c = rollout(ringkv, ["--resume", snap, "--frames", str(n)] + extra,
+                    os.path.join(tmp, "c"))
+        for name, r, want in (("A", a, 2 * n - 1), ("B", b, n - 1), ("C", c, 2 * n - 1)):
+            for k in ("last_frame", "output_digest"):
+                if k not in r:
+                    failures.append(f"run {name}: no '{k}' in the JSON")
+            if r.get("last_frame") != want:
+                failures.append(f"run {name}: last_frame {r.get('last_frame')}, expected {want}")
+            if not re.fullmatch(r"[0-9a-f]{16}", str(r.get("output_digest", ""))):
+                failures.append(f"run {name}: output_digest {r.get('output_digest')!r} is not 16 hex digits")
+        if a.get("output_digest") != c.get("output_digest"):
+            failures.append(f"resumed digest {c.get('output_digest')} != uninterrupted "
+                            f"{a.get('output_digest')}")
+        if a.get("output_digest") == b.get("output_digest"):
+            failures.append("the digest of frame N-1 equals that of frame 2N-1: it proves nothing")
+
+        # inspect: valid, then damaged copies
+        p = run([ringkv, "inspect", snap])
+        if f"last committed frame {n - 1}" not in p.stdout:
+            failures.append(f"inspect does not show the clock {n - 1}:\n{p.stdout}")
+        data = open(snap, "rb").read()
+        cases = {
+            "truncated": data[: len(data) // 2],
+            "flipped": data[:-5] + bytes([data[-5] ^ 1]) + data[-4:],
+        }
+        for what, blob in cases.items():
+            bad = os.path.join(tmp, what + ".safetensors")
+            with open(bad, "wb") as f:
+                f.write(blob)
+            p = run([ringkv, "inspect", bad], expect_ok=False)
+            want = "truncated" if what == "truncated" else "checksum"
+            if p.returncode == 0 or want not in p.stderr:
+                failures.append(f"inspect of a {what} file: status {p.returncode}, "
+                                f"stderr {p.stderr.strip()!r} (expected non-zero naming '{want}')")
+    if failures:
+        for f in failures:
+            print("FAIL:", f)
+        raise SystemExit(1)
+    print(f"OK: resume after {n} frames equals {2 * n} uninterrupted frames "
+          f"(last_frame {2 * n - 1}, digest {a['output_digest']})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,945 @@
+/* Attention over the ring (SEM 5) against a float64 computation written
+ * here: gather the row's visible slots, softmax, GQA head h -> h/(Hq/H). */
+#define _POSIX_C_SOURCE 200809L
+#include "testutil.h"
+
+/* Every test runs twice: on rkv_layer_attend (the fast path) and on
+ * rkv_layer_attend_reference (the oracle kept in the library). */
+typedef rkv_status (*attend_fn)(const rkv_layer *,
+                                const rkv_attention_args *);
+static attend_fn g_attend = rkv_layer_attend;
+#define ATTEND(l, a) g_attend((l), (a))
+
+typedef struct fixture {
+    rkv_geometry g;
+    rkv_layer *l;
+    int64_t clock[8];   /* the clock each session is at (frame in scratch) */
+    uint8_t *rows;      /* [S][N]: reference rows of each session's last upsert */
+    float *orig[8];     /* the f32 frame each session's scratch was given */
+} fixture;
+
+/* Sessions advance in order from 0 (4+1 schedule) to different clocks, then
+ * each does one non-committing upsert of its current frame (the engine's
+ * "upsert, then attention" on a denoising pass). */
+static fixture fixture_new(rkv_geometry g, const int64_t *clocks)
+{
+    fixture fx;
+    memset(&fx, 0, sizeof fx);
+    fx.g = g;
+    fx.l = tu_layer_new(&g);
+    int64_t S = g.num_sessions, N = tu_N(&g);
+    size_t fn = (size_t)(2 * g.n_kv_heads * g.tokens_per_frame * g.d_head);
+    fx.rows = tu_xmalloc((size_t)(S * N));
+    float *fr = tu_xmalloc(fn * 4);
+    for (int64_t s = 0; s < S; s++) {
+        fx.clock[s] = clocks[s];
+        for (int64_t f = 0; f <= clocks[s]; f++) {
+            int last = f == clocks[s];
+            for (int pass = 0; pass < (last ? 1 : 5); pass++) {
+                tu_gen_frame(fr, &g, tu_key(s, f, (uint64_t)pass));
+                void *kv = tu_to_dtype(fr, fn, g.dtype);
+                TU_OK(rkv_layer_upsert(fx.l, kv, g.dtype, 1, &f, &s,
+                                       !last && pass == 4,
+                                       last ? fx.rows + s * N : NULL));
+                free(kv);
+            }
+        }
+        fx.orig[s] = tu_xmalloc(fn * 4);
+        memcpy(fx.orig[s], fr, fn * 4);
+    }
+    free(fr);
+    return fx;
+}
+static void fixture_free(fixture *fx)
+{
+    for (int i = 0; i < 8; i++)
+        free(fx->orig[i]);
+    free(fx->rows);
+    rkv_layer_destroy(fx->l);
+}
+
+static rkv_attention_args args_new(int64_t B, int64_t Hq, int64_t Tq,
+                                   const void *q, rkv_dtype qdt, void *out,
+                                   rkv_dtype odt, const int64_t *sess,
+                                   const int64_t *fp, const uint8_t *vis,
+                                   float scale)
+{
+    rkv_attention_args a;
+    memset(&a, 0, sizeof a);
+    a.batch = B;
+    a.n_q_heads = Hq;
+    a.n_queries = Tq;
+    a.q = q;
+    a.q_dtype = qdt;
+    a.out = out;
+    a.out_dtype = odt;
+    a.session_idx = sess;
+    a.frame_pos = fp;
+    a.visible = vis;
+    a.scale = scale;
+    return a;
+}
+
+/* float64 reference of B rows: q given in qdt (decoded), visibility from
+ * `vis` rows or the test's bits rule. */
+static double *reference(const fixture *fx, int64_t B, int64_t Hq,
+                         int64_t Tq, const void *q, rkv_dtype qdt,
+                         const int64_t *sess, const int64_t *fp,
+                         const uint8_t *vis, double scale)
+{
+    int64_t N = tu_N(&fx->g), D = fx->g.d_head;
+    size_t per = (size_t)(Hq * Tq * D);
+    double *ref = tu_xmalloc(per * (size_t)B * 8);
+    double *qd = tu_xmalloc(per * 8);
+    uint8_t *row = tu_xmalloc((size_t)N);
+    for (int64_t b = 0; b < B; b++) {
+        for (size_t i = 0; i < per; i++)
+            qd[i] = tu_decode(q, qdt, (size_t)b * per + i);
+        if (vis)
+            memcpy(row, vis + b * N, (size_t)N);
+        else
+            tu_bits_rule_row(&fx->g, rkv_layer_written(fx->l), sess[b],
+                             fp[b], row);
+        tu_naive_attend(fx->l, Hq, Tq, qd, row, scale, ref + b * per);
+    }
+    free(qd);
+    free(row);
+    return ref;
+}
+
+static float *nan_buf(size_t n)
+{
+    float *x = tu_xmalloc(n * 4);
+    for (size_t i = 0; i < n; i++)
+        x[i] = NAN;
+    return x;
+}
+
+static void expect_close(const void *out, rkv_dtype odt, const double *ref,
+                         size_t n, double tol, const char *what)
+{
+    if (!tu_all_finite(out, odt, n))
+        fail_msg("%s: output not fully written (NaN/inf left)", what);
+    double err = tu_rel_err(out, odt, ref, n);
+    if (!(err <= tol))
+        fail_msg("%s: norm-wise relative error %.3g > %.3g", what, err, tol);
+}
+
+/* ---------------------------------------------------------------------- */
+
+static const int64_t kClocks[3] = {2, 9, 13};
+
+static rkv_geometry base_geom(rkv_dtype dt)
+{
+    /* S 3, H 2, RF 4, RB 3, D 16, T 128, PD 2 */
+    return tu_geom(3, 2, 4, 3, 16, 128, 2, dt);
+}
+
+static void test_f32_single_rows_bits_path(void **state)
+{
+    (void)state;
+    fixture fx = fixture_new(base_geom(RKV_DTYPE_F32), kClocks);
+    int64_t Hq = 4, T = 128, D = 16;
+    size_t n = (size_t)(Hq * T * D);
+    float *q = tu_xmalloc(n * 4);
+    tu_rng r = {11};
+    for (int64_t s = 0; s < 3; s++) {
+        tu_fill_uniform(q, n, &r);
+        float *out = nan_buf(n);
+        int64_t f = fx.clock[s];
+        /* n_queries 0 means T */
+        rkv_attention_args a = args_new(1, Hq, 0, q, RKV_DTYPE_F32, out,
+                                        RKV_DTYPE_F32, &s, &f, NULL, 0.0f);
+        TU_OK(ATTEND(fx.l, &a));
+        double *ref = reference(&fx, 1, Hq, T, q, RKV_DTYPE_F32, &s, &f,
+                                NULL, 1.0 / sqrt((double)D));
+        expect_close(out, RKV_DTYPE_F32, ref, n, 1e-5, "f32 bits path");
+        free(ref);
+        free(out);
+    }
+    free(q);
+    fixture_free(&fx);
+}
+
+/* B = 3 rows, sessions in a different order than their index, each with its
+ * own clock. */
+static void test_f32_batch_rows(void **state)
+{
+    (void)state;
+    fixture fx = fixture_new(base_geom(RKV_DTYPE_F32), kClocks);
+    int64_t Hq = 4, T = 128, D = 16, B = 3;
+    size_t per = (size_t)(Hq * T * D), n = per * (size_t)B;
+    float *q = tu_xmalloc(n * 4);
+    tu_rng r = {12};
+    tu_fill_uniform(q, n, &r);
+    int64_t sess[3] = {2, 0, 1};
+    int64_t fp[3] = {fx.clock[2], fx.clock[0], fx.clock[1]};
+    float *out = nan_buf(n);
+    rkv_attention_args a = args_new(B, Hq, T, q, RKV_DTYPE_F32, out,
+                                    RKV_DTYPE_F32, sess, fp, NULL, 0.0f);
+    TU_OK(ATTEND(fx.l, &a));
+    double *ref = reference(&fx, B, Hq, T, q, RKV_DTYPE_F32, sess, fp, NULL,
+                            1.0 / sqrt((double)D));
+    expect_close(out, RKV_DTYPE_F32, ref, n, 1e-5, "batch");
+    /* each row on its own, too */
+    for (int64_t b = 0; b < B; b++) {
+        char what[64];
+        snprintf(what, sizeof what, "batch row %lld", (long long)b);
+        expect_close(out + (size_t)b * per, RKV_DTYPE_F32,
+                     ref + (size_t)b * per, per, 1e-5, what);
+        /* same as a B = 1 call */
+        float *one = nan_buf(per);
+        rkv_attention_args a1 =
+            args_new(1, Hq, T, q + (size_t)b * per, RKV_DTYPE_F32, one,
+                     RKV_DTYPE_F32, &sess[b], &fp[b], NULL, 0.0f);
+        TU_OK(ATTEND(fx.l, &a1));
+        double d = 0, nn = 0;
+        for (size_t i = 0; i < per; i++) {
+            d += ((double)one[i] - out[(size_t)b * per + i]) *
+                 ((double)one[i] - out[(size_t)b * per + i]);
+            nn += (double)one[i] * one[i];
+        }
+        assert_true(sqrt(d / nn) <= 1e-6);
+        free(one);
+    }
+    free(ref);
+    free(out);
+    free(q);
+    fixture_free(&fx);
+}
+
+/* The explicit visible rows path equals the bits-and-clock path. */
+static void test_explicit_rows_equal_bits_path(void **state)
+{
+    (void)state;
+    fixture fx = fixture_new(base_geom(RKV_DTYPE_F32), kClocks);
+    int64_t Hq = 2, T = 128, D = 16, B = 3, N = tu_N(&fx.g);
+    size_t per = (size_t)(Hq * T * D), n = per * (size_t)B;
+    float *q = tu_xmalloc(n * 4);
+    tu_rng r = {13};
+    tu_fill_uniform(q, n, &r);
+    int64_t sess[3] = {1, 2, 0};
+    int64_t fp[3] = {fx.clock[1], fx.clock[2], fx.clock[0]};
+    uint8_t *vis = tu_xmalloc((size_t)(B * N));
+    for (int64_t b = 0; b < B; b++)
+        memcpy(vis + b * N, fx.rows + sess[b] * N, (size_t)N);
+    float *o1 = nan_buf(n), *o2 = nan_buf(n);
+    rkv_attention_args a1 = args_new(B, Hq, T, q, RKV_DTYPE_F32, o1,
+                                     RKV_DTYPE_F32, sess, fp, NULL, 0.0f);
+    /* frame_pos ignored (may be NULL) when visible is given */
+    rkv_attention_args a2 = args_new(B, Hq, T, q, RKV_DTYPE_F32, o2,
+                                     RKV_DTYPE_F32, sess, NULL, vis, 0.0f);
+    TU_OK(ATTEND(fx.l, &a1));
+    TU_OK(ATTEND(fx.l, &a2));
+    double *ref = reference(&fx, B, Hq, T, q, RKV_DTYPE_F32, sess, fp, vis,
+                            1.0 / sqrt((double)D));
+    expect_close(o1, RKV_DTYPE_F32, ref, n, 1e-5, "bits path");
+    expect_close(o2, RKV_DTYPE_F32, ref, n, 1e-5, "explicit rows");
+    double *r1 = tu_xmalloc(n * 8);
+    for (size_t i = 0; i < n; i++)
+        r1[i] = o1[i];
+    expect_close(o2, RKV_DTYPE_F32, r1, n, 1e-6, "explicit vs bits");
+    free(r1);
+    free(ref);
+    free(o1);
+    free(o2);
+    free(vis);
+    free(q);
+    fixture_free(&fx);
+}
+
+/* An explicit row attends to whatever it marks, even another session's
+ * slots; an all-zero row gives 0. */
+static void test_explicit_row_any_slots(void **state)
+{
+    (void)state;
+    fixture fx = fixture_new(base_geom(RKV_DTYPE_F32), kClocks);
+    int64_t Hq = 4, T = 128, D = 16, N = tu_N(&fx.g), C = tu_C(&fx.g);
+    size_t n = (size_t)(Hq * T * D);
+    float *q = tu_xmalloc(n * 4);
+    tu_rng r = {14};
+    tu_fill_uniform(q, n, &r);
+    uint8_t *vis = tu_xmalloc((size_t)N);
+    /* session 0's row marks: its scratch, ring frame 1 of session 2, and a
+     * few single slots of session 1 (value 2: nonzero counts) */
+    memset(vis, 0, (size_t)N);
+    memset(vis + tu_L(&fx.g), 1, (size_t)T);
+    memset(vis + 2 * C + 1 * T, 1, (size_t)T);
+    vis[C + 5] = 2;
+    vis[C + 300] = 255;
+    int64_t s = 0;
+    float *out = nan_buf(n);
+    rkv_attention_args a = args_new(1, Hq, T, q, RKV_DTYPE_F32, out,
+                                    RKV_DTYPE_F32, &s, NULL, vis, 0.0f);
+    TU_OK(ATTEND(fx.l, &a));
+    double *ref = reference(&fx, 1, Hq, T, q, RKV_DTYPE_F32, &s, NULL, vis,
+                            1.0 / sqrt((double)D));
+    expect_close(out, RKV_DTYPE_F32, ref, n, 1e-5, "cross-session row");
+    free(ref);
+
+    memset(vis, 0, (size_t)N);
+    for (size_t i = 0; i < n; i++)
+        out[i] = NAN;
+    TU_OK(ATTEND(fx.l, &a));
+    for (size_t i = 0; i < n; i++)
+        if (out[i] != 0.0f)
+            fail_msg("all-zero row: out[%zu] = %g, expected 0", i, out[i]);
+    free(out);
+    free(vis);
+    free(q);
+    fixture_free(&fx);
+}
+
+static void test_scale(void **state)
+{
+    (void)state;
+    fixture fx = fixture_new(base_geom(RKV_DTYPE_F32), kClocks);
+    int64_t Hq = 4, T = 128, D = 16;
+    size_t n = (size_t)(Hq * T * D);
+    float *q = tu_xmalloc(n * 4);
+    tu_rng r = {15};
+    tu_fill_uniform(q, n, &r);
+    int64_t s = 1, f = fx.clock[1];
+    float *o0 = nan_buf(n), *o1 = nan_buf(n), *o2 = nan_buf(n);
+    rkv_attention_args a = args_new(1, Hq, T, q, RKV_DTYPE_F32, o0,
+                                     RKV_DTYPE_F32, &s, &f, NULL, 0.0f);
+    TU_OK(ATTEND(fx.l, &a));
+    a.out = o1;
+    a.scale = 1.0f / sqrtf(16.0f); /* 0.25 exactly */
+    TU_OK(ATTEND(fx.l, &a));
+    assert_memory_equal(o0, o1, n * 4);
+    double *ref = reference(&fx, 1, Hq, T, q, RKV_DTYPE_F32, &s, &f, NULL,
+                            0.25);
+    expect_close(o0, RKV_DTYPE_F32, ref, n, 1e-5, "default scale");
+    free(ref);
+    /* another scale changes the result, and matches the reference */
+    a.out = o2;
+    a.scale = 1.7f;
+    TU_OK(ATTEND(fx.l, &a));
+    ref = reference(&fx, 1, Hq, T, q, RKV_DTYPE_F32, &s, &f, NULL,
+                    (double)1.7f);
+    expect_close(o2, RKV_DTYPE_F32, ref, n, 1e-5, "scale 1.7");
+    assert_true(memcmp(o0, o2, n * 4) != 0);
+    free(ref);
+    /* a huge scale: logits far beyond exp's range must stay stable */
+    a.scale = 400.0f;
+    TU_OK(ATTEND(fx.l, &a));
+    ref = reference(&fx, 1, Hq, T, q, RKV_DTYPE_F32, &s, &f, NULL, 400.0);
+    /* f32 logit rounding is amplified 400x here: looser tolerance; the
+     * point is no overflow (inf/NaN) */
+    expect_close(o2, RKV_DTYPE_F32, ref, n, 1e-3, "scale 400");
+    free(ref);
+    free(o0);
+    free(o1);
+    free(o2);
+    free(q);
+    fixture_free(&fx);
+}
+
+/* D not a perfect square: default scale 1/sqrt(D). */
+static void test_default_scale_odd_d(void **state)
+{
+    (void)state;
+    rkv_geometry g = tu_geom(1, 1, 3, 3, 7, 128, 1, RKV_DTYPE_F32);
+    int64_t clocks[1] = {5};
+    fixture fx = fixture_new(g, clocks);
+    int64_t Hq = 3, T = 128, D = 7;
+    size_t n = (size_t)(Hq * T * D);
+    float *q = tu_xmalloc(n * 4);
+    tu_rng r = {16};
+    for (size_t i = 0; i < n; i++)
+        q[i] = 4.0f * tu_uniform(&r); /* sharper softmax: scale matters */
+    int64_t s = 0, f = 5;
+    float *out = nan_buf(n);
+    rkv_attention_args a = args_new(1, Hq, T, q, RKV_DTYPE_F32, out,
+                                    RKV_DTYPE_F32, &s, &f, NULL, 0.0f);
+    TU_OK(ATTEND(fx.l, &a));
+    double *ref = reference(&fx, 1, Hq, T, q, RKV_DTYPE_F32, &s, &f, NULL,
+                            1.0 / sqrt(7.0));
+    expect_close(out, RKV_DTYPE_F32, ref, n, 1e-5, "D=7 default scale");
+    free(ref);
+    /* and it is not the unscaled result */
+    ref = reference(&fx, 1, Hq, T, q, RKV_DTYPE_F32, &s, &f, NULL, 1.0);
+    assert_true(tu_rel_err(out, RKV_DTYPE_F32, ref, n) > 1e-3);
+    free(ref);
+    free(out);
+    free(q);
+    fixture_free(&fx);
+}
+
+/* n_queries != T: fewer and more queries than a frame has tokens. */
+static void test_n_queries(void **state)
+{
+    (void)state;
+    fixture fx = fixture_new(base_geom(RKV_DTYPE_F32), kClocks);
+    int64_t Hq = 4, D = 16;
+    int64_t tqs[] = {1, 5, 300};
+    tu_rng r = {17};
+    for (int k = 0; k < 3; k++) {
+        int64_t Tq = tqs[k], B = 2;
+        size_t per = (size_t)(Hq * Tq * D), n = per * (size_t)B;
+        float *q = tu_xmalloc(n * 4);
+        tu_fill_uniform(q, n, &r);
+        int64_t sess[2] = {2, 1}, fp[2] = {fx.clock[2], fx.clock[1]};
+        /* poison beyond the output too: nothing past B*Hq*Tq*D written */
+        float *out = nan_buf(n + 64);
+        for (int i = 0; i < 64; i++)
+            out[n + (size_t)i] = 123.0f;
+        rkv_attention_args a = args_new(B, Hq, Tq, q, RKV_DTYPE_F32, out,
+                                        RKV_DTYPE_F32, sess, fp, NULL, 0.0f);
+        TU_OK(ATTEND(fx.l, &a));
+        double *ref = reference(&fx, B, Hq, Tq, q, RKV_DTYPE_F32, sess, fp,
+                                NULL, 0.25);
+        char what[64];
+        snprintf(what, sizeof what, "n_queries %lld", (long long)Tq);
+        expect_close(out, RKV_DTYPE_F32, ref, n, 1e-5, what);
+        for (int i = 0; i < 64; i++)
+            assert_true(out[n + (size_t)i] == 123.0f);
+        free(ref);
+        free(out);
+        free(q);
+    }
+    fixture_free(&fx);
+}
+
+/* GQA: Hq = H (no grouping) and Hq = 4H; a wrong head mapping would read
+ * other K/V (every head holds different data). */
+static void test_gqa(void **state)
+{
+    (void)state;
+    rkv_geometry g = tu_geom(2, 3, 3, 2, 8, 128, 1, RKV_DTYPE_F32);
+    int64_t clocks[2] = {4, 1};
+    fixture fx = fixture_new(g, clocks);
+    int64_t hqs[] = {3, 6, 12};
+    tu_rng r = {18};
+    for (int k = 0; k < 3; k++) {
+        int64_t Hq = hqs[k], T = 128, D = 8;
+        size_t n = (size_t)(Hq * T * D) * 2;
+        float *q = tu_xmalloc(n * 4);
+        for (size_t i = 0; i < n; i++)
+            q[i] = 3.0f * tu_uniform(&r);
+        int64_t sess[2] = {0, 1}, fp[2] = {4, 1};
+        float *out = nan_buf(n);
+        rkv_attention_args a = args_new(2, Hq, T, q, RKV_DTYPE_F32, out,
+                                        RKV_DTYPE_F32, sess, fp, NULL, 0.0f);
+        TU_OK(ATTEND(fx.l, &a));
+        double *ref = reference(&fx, 2, Hq, T, q, RKV_DTYPE_F32, sess, fp,
+                                NULL, 1.0 / sqrt(8.0));
+        char what[64];
+        snprintf(what, sizeof what, "Hq %lld H 3", (long long)Hq);
+        expect_close(out, RKV_DTYPE_F32, ref, n, 1e-5, what);
+        free(ref);
+        free(out);
+        free(q);
+    }
+    fixture_free(&fx);
+}
+
+/* Several query blocks and a larger head dim (T 256, D 64). */
+static void test_larger_frame(void **state)
+{
+    (void)state;
+    rkv_geometry g = tu_geom(2, 2, 3, 3, 64, 256, 1, RKV_DTYPE_F32);
+    int64_t clocks[2] = {3, 7};
+    fixture fx = fixture_new(g, clocks);
+    int64_t Hq = 4, T = 256, D = 64;
+    size_t n = (size_t)(Hq * T * D);
+    float *q = tu_xmalloc(n * 4);
+    tu_rng r = {19};
+    tu_fill_uniform(q, n, &r);
+    int64_t s = 1, f = 7;
+    float *out = nan_buf(n);
+    rkv_attention_args a = args_new(1, Hq, 0, q, RKV_DTYPE_F32, out,
+                                    RKV_DTYPE_F32, &s, &f, NULL, 0.0f);
+    TU_OK(ATTEND(fx.l, &a));
+    double *ref = reference(&fx, 1, Hq, T, q, RKV_DTYPE_F32, &s, &f, NULL,
+                            0.125);
+    expect_close(out, RKV_DTYPE_F32, ref, n, 1e-5, "T 256 D 64");
+    free(ref);
+    free(out);
+    free(q);
+    fixture_free(&fx);
+}
+
+/* f16 / bf16 storage and queries: f32 accumulation over the stored values
+ * (tight), and within ~1e-2 of the float64 result on the unrounded
+ * inputs; output in f32 or in the half dtype. */
+static void test_half_dtypes(void **state)
+{
+    (void)state;
+    rkv_dtype dts[] = {RKV_DTYPE_BF16, RKV_DTYPE_F16};
+    for (int k = 0; k < 2; k++) {
+        rkv_dtype dt = dts[k];
+        fixture fx = fixture_new(base_geom(dt), kClocks);
+        /* the same history in f32, for the unrounded reference */
+        fixture fx32 = fixture_new(base_geom(RKV_DTYPE_F32), kClocks);
+        int64_t Hq = 4, T = 128, D = 16, B = 3;
+        size_t n = (size_t)(Hq * T * D * B);
+        float *q = tu_xmalloc(n * 4);
+        tu_rng r = {20};
+        tu_fill_uniform(q, n, &r);
+        void *qh = tu_to_dtype(q, n, dt);
+        int64_t sess[3] = {0, 1, 2};
+        int64_t fp[3] = {fx.clock[0], fx.clock[1], fx.clock[2]};
+        float *out = nan_buf(n);
+        rkv_attention_args a = args_new(B, Hq, T, qh, dt, out, RKV_DTYPE_F32,
+                                        sess, fp, NULL, 0.0f);
+        TU_OK(ATTEND(fx.l, &a));
+        double *ref = reference(&fx, B, Hq, T, qh, dt, sess, fp, NULL, 0.25);
+        char what[64];
+        snprintf(what, sizeof what, "%s storage, exact inputs",
+                 rkv_dtype_name(dt));
+        expect_close(out, RKV_DTYPE_F32, ref, n, 1e-5, what);
+        double *ref32 = reference(&fx32, B, Hq, T, q, RKV_DTYPE_F32, sess, fp,
+                                  NULL, 0.25);
+        snprintf(what, sizeof what, "%s vs float64 of f32 inputs",
+                 rkv_dtype_name(dt));
+        expect_close(out, RKV_DTYPE_F32, ref32, n, 1e-2, what);
+        /* output in the half dtype */
+        uint16_t *oh = tu_xmalloc(n * 2);
+        for (size_t i = 0; i < n; i++)
+            oh[i] = 0x7FFF; /* NaN in both */
+        a.out = oh;
+        a.out_dtype = dt;
+        TU_OK(ATTEND(fx.l, &a));
+        snprintf(what, sizeof what, "%s output", rkv_dtype_name(dt));
+        expect_close(oh, dt, ref, n, 1e-2, what);
+        /* the half output is the f32 output rounded */
+        uint16_t *want = tu_to_dtype(out, n, dt);
+        size_t diff = 0;
+        for (size_t i = 0; i < n; i++)
+            diff += want[i] != oh[i];
+        /* allow rare 1-ulp differences from a different summation order */
+        assert_true(diff <= n / 100);
+        free(want);
+        free(oh);
+        /* f32 queries on half storage */
+        for (size_t i = 0; i < n; i++)
+            out[i] = NAN;
+        a.q = q;
+        a.q_dtype = RKV_DTYPE_F32;
+        a.out = out;
+        a.out_dtype = RKV_DTYPE_F32;
+        rkv_status st = ATTEND(fx.l, &a);
+        if (st == RKV_OK) {
+            double *refq = reference(&fx, B, Hq, T, q, RKV_DTYPE_F32, sess,
+                                     fp, NULL, 0.25);
+            expect_close(out, RKV_DTYPE_F32, refq, n, 1e-5,
+                         "f32 queries on half storage");
+            free(refq);
+        } else {
+            assert_int_equal(st, RKV_ERR_DTYPE);
+        }
+        free(ref);
+        free(ref32);
+        free(out);
+        free(qh);
+        free(q);
+        fixture_free(&fx);
+        fixture_free(&fx32);
+    }
+}
+
+/* The attention reads the current scratch: attending right after each pass
+ * of a frame gives the attention over that pass's frame. */
+static void test_attention_follows_passes(void **state)
+{
+    (void)state;
+    rkv_geometry g = tu_geom(1, 1, 3, 3, 8, 128, 1, RKV_DTYPE_F32);
+    rkv_layer *l = tu_layer_new(&g);
+    fixture fx;
+    memset(&fx, 0, sizeof fx);
+    fx.g = g;
+    fx.l = l;
+    int64_t Hq = 2, T = 128, D = 8;
+    size_t n = (size_t)(Hq * T * D), fn = (size_t)(2 * T * D);
+    float *q = tu_xmalloc(n * 4), *fr = tu_xmalloc(fn * 4);
+    float *prev = nan_buf(n);
+    tu_rng r = {21};
+    tu_fill_uniform(q, n, &r);
+    for (int64_t f = 0; f < 6; f++)
+        for (int pass = 0; pass < 5; pass++) {
+            int64_t s = 0;
+            tu_gen_frame(fr, &g, tu_key(0, f, (uint64_t)pass));
+            TU_OK(rkv_layer_upsert(l, fr, RKV_DTYPE_F32, 1, &f, &s,
+                                   pass == 4, NULL));
+            float *out = nan_buf(n);
+            rkv_attention_args a = args_new(1, Hq, T, q, RKV_DTYPE_F32, out,
+                                            RKV_DTYPE_F32, &s, &f, NULL,
+                                            0.0f);
+            TU_OK(ATTEND(l, &a));
+            double *ref = reference(&fx, 1, Hq, T, q, RKV_DTYPE_F32, &s, &f,
+                                    NULL, 1.0 / sqrt(8.0));
+            expect_close(out, RKV_DTYPE_F32, ref, n, 1e-5, "per pass");
+            /* each pass has a different frame: a different output */
+            assert_true(memcmp(out, prev, n * 4) != 0);
+            memcpy(prev, out, n * 4);
+            free(ref);
+            free(out);
+        }
+    free(prev);
+    free(q);
+    free(fr);
+    rkv_layer_destroy(l);
+}
+
+/* Head dims and query counts that are not multiples of any vector width or
+ * tile size. */
+static void test_odd_dims(void **state)
+{
+    (void)state;
+    static const int64_t dims[] = {1, 3, 7, 9, 17, 33, 65, 100, 128};
+    static const int64_t tqs[] = {1, 13, 37, 129};
+    tu_rng r = {22};
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
+        int64_t D = dims[di];
+        rkv_geometry g = tu_geom(2, 1, 3, 2, D, 128, 1, RKV_DTYPE_F32);
+        int64_t clocks[2] = {3, 1};
+        fixture fx = fixture_new(g, clocks);
+        for (size_t ti = 0; ti < sizeof tqs / sizeof tqs[0]; ti++) {
+            int64_t Tq = tqs[ti], Hq = 2, B = 2;
+            size_t n = (size_t)(B * Hq * Tq * D);
+            float *q = tu_xmalloc(n * 4);
+            for (size_t i = 0; i < n; i++)
+                q[i] = 2.0f * tu_uniform(&r);
+            int64_t sess[2] = {1, 0}, fp[2] = {1, 3};
+            float *out = nan_buf(n + 8);
+            for (int i = 0; i < 8; i++)
+                out[n + (size_t)i] = -77.0f;
+            rkv_attention_args a = args_new(B, Hq, Tq, q, RKV_DTYPE_F32, out,
+                                            RKV_DTYPE_F32, sess, fp, NULL,
+                                            0.0f);
+            TU_OK(ATTEND(fx.l, &a));
+            double *ref = reference(&fx, B, Hq, Tq, q, RKV_DTYPE_F32, sess,
+                                    fp, NULL, 1.0 / sqrt((double)D));
+            char what[64];
+            snprintf(what, sizeof what, "D %lld Tq %lld", (long long)D,
+                     (long long)Tq);
+            expect_close(out, RKV_DTYPE_F32, ref, n, 1e-5, what);
+            for (int i = 0; i < 8; i++)
+                if (out[n + (size_t)i] != -77.0f)
+                    fail_msg("%s: wrote past the output", what);
+            free(ref);
+            free(out);
+            free(q);
+        }
+        fixture_free(&fx);
+    }
+}
+
+/* Explicit rows with scattered single slots (not frame- or block-aligned),
+ * of several densities, including a single visible slot. */
+static void test_sparse_explicit_rows(void **state)
+{
+    (void)state;
+    fixture fx = fixture_new(base_geom(RKV_DTYPE_F32), kClocks);
+    int64_t Hq = 4, T = 128, D = 16, N = tu_N(&fx.g), B = 3;
+    size_t per = (size_t)(Hq * T * D), n = per * (size_t)B;
+    float *q = tu_xmalloc(n * 4);
+    uint8_t *vis = tu_xmalloc((size_t)(B * N));
+    tu_rng r = {23};
+    tu_fill_uniform(q, n, &r);
+    static const int dens[] = {1, 3, 30, 97};
+    for (int k = 0; k < 4; k++) {
+        for (int64_t j = 0; j < B * N; j++)
+            vis[j] = tu_randint(&r, 100) < dens[k];
+        vis[1 * N + 17] = 1; /* never empty */
+        /* row 2: exactly one visible slot */
+        memset(vis + 2 * N, 0, (size_t)N);
+        vis[2 * N + 1000] = 1;
+        int64_t sess[3] = {0, 1, 2};
+        float *out = nan_buf(n);
+        rkv_attention_args a = args_new(B, Hq, T, q, RKV_DTYPE_F32, out,
+                                        RKV_DTYPE_F32, sess, NULL, vis, 0.0f);
+        TU_OK(ATTEND(fx.l, &a));
+        double *ref = reference(&fx, B, Hq, T, q, RKV_DTYPE_F32, sess, NULL,
+                                vis, 0.25);
+        char what[64];
+        snprintf(what, sizeof what, "density %d%%", dens[k]);
+        /* row 0 may be empty at 1%: the reference gives 0 there too */
+        expect_close(out, RKV_DTYPE_F32, ref, n, 1e-5, what);
+        /* a single visible slot: the output is that slot's V exactly */
+        for (int64_t h = 0; h < Hq; h++)
+            for (int64_t i = 0; i < T; i++)
+                for (int64_t d = 0; d < D; d++) {
+                    double v = tu_kv_at(fx.l, 1, h / 2, 1000, d);
+                    float o = out[2 * per + (size_t)((h * T + i) * D + d)];
+                    if (fabs(o - v) > 1e-6 * (fabs(v) + 1e-3))
+                        fail_msg("%s: one-slot row gives %g, expected V %g",
+                                 what, o, v);
+                }
+        free(ref);
+        free(out);
+    }
+    free(vis);
+    free(q);
+    fixture_free(&fx);
+}
+
+
+/* The header puts no distinctness rule on attention rows: the same session
+ * twice in one call (e.g. at two clocks, or two query sets) must work. */
+static void test_same_session_twice(void **state)
+{
+    (void)state;
+    fixture fx = fixture_new(base_geom(RKV_DTYPE_F32), kClocks);
+    int64_t Hq = 2, T = 128, D = 16, B = 2;
+    size_t n = (size_t)(B * Hq * T * D);
+    float *q = tu_xmalloc(n * 4);
+    tu_rng r = {25};
+    tu_fill_uniform(q, n, &r);
+    int64_t sess[2] = {1, 1}, fp[2] = {fx.clock[1], fx.clock[1] + 1};
+    float *out = nan_buf(n);
+    rkv_attention_args a = args_new(B, Hq, T, q, RKV_DTYPE_F32, out,
+                                    RKV_DTYPE_F32, sess, fp, NULL, 0.0f);
+    TU_OK(ATTEND(fx.l, &a));
+    double *ref = reference(&fx, B, Hq, T, q, RKV_DTYPE_F32, sess, fp, NULL,
+                            0.25);
+    expect_close(out, RKV_DTYPE_F32, ref, n, 1e-5, "same session twice");
+    free(ref);
+    free(out);
+    free(q);
+    fixture_free(&fx);
+}
+
+/* f32 (and bf16) storage can hold subnormal values; attention over them is
+ * still f32 arithmetic and must match the float64 result norm-wise. */
+static void test_subnormal_values(void **state)
+{
+    (void)state;
+    rkv_geometry g = tu_geom(1, 1, 2, 2, 8, 128, 1, RKV_DTYPE_F32);
+    rkv_layer *l = tu_layer_new(&g);
+    size_t fn = (size_t)(2 * 128 * 8);
+    float *fr = tu_xmalloc(fn * 4);
+    tu_rng r = {26};
+    for (int64_t f = 0; f < 3; f++) {
+        tu_fill_uniform(fr, fn / 2, &r);            /* K: normal */
+        for (size_t i = fn / 2; i < fn; i++)       /* V: subnormal */
+            fr[i] = tu_uniform(&r) * 1e-39f;
+        int64_t s = 0;
+        TU_OK(rkv_layer_upsert(l, fr, RKV_DTYPE_F32, 1, &f, &s, f < 2,
+                               NULL));
+    }
+    fixture fx;
+    memset(&fx, 0, sizeof fx);
+    fx.g = g;
+    fx.l = l;
+    int64_t Hq = 1, T = 128, D = 8, s = 0, f = 2;
+    size_t n = (size_t)(Hq * T * D);
+    float *q = tu_xmalloc(n * 4);
+    tu_fill_uniform(q, n, &r);
+    float *out = nan_buf(n);
+    rkv_attention_args a = args_new(1, Hq, T, q, RKV_DTYPE_F32, out,
+                                    RKV_DTYPE_F32, &s, &f, NULL, 0.0f);
+    TU_OK(ATTEND(l, &a));
+    double *ref = reference(&fx, 1, Hq, T, q, RKV_DTYPE_F32, &s, &f, NULL,
+                            1.0 / sqrt(8.0));
+    /* subnormal outputs carry fewer bits: 1e-3 is still far from the 100%
+     * error of flushing them to zero */
+    expect_close(out, RKV_DTYPE_F32, ref, n, 1e-3, "subnormal V");
+    free(ref);
+    free(out);
+    free(q);
+    free(fr);
+    rkv_layer_destroy(l);
+}
+
+/* ---- fast path only ---------------------------------------------------------- */
+
+static void test_isa(void **state)
+{
+    (void)state;
+    const char *isa = rkv_attention_isa();
+    assert_non_null(isa);
+    assert_true(!strcmp(isa, "avx512") || !strcmp(isa, "avx2") ||
+                !strcmp(isa, "generic"));
+    print_message("  attention ISA: %s\n", isa);
+}
+
+/* Outputs are bit-identical whatever the pool's thread count, and the fast
+ * path agrees with the library's reference. */
+static void test_thread_count_bit_identical(void **state)
+{
+    (void)state;
+    rkv_geometry g = tu_geom(3, 2, 4, 3, 64, 256, 2, RKV_DTYPE_F32);
+    int64_t clocks[3] = {5, 8, 2};
+    fixture fx = fixture_new(g, clocks);
+    int64_t Hq = 8, T = 256, D = 64, B = 3;
+    size_t n = (size_t)(B * Hq * T * D);
+    float *q = tu_xmalloc(n * 4);
+    tu_rng r = {24};
+    tu_fill_uniform(q, n, &r);
+    int64_t sess[3] = {2, 0, 1}, fp[3] = {2, 5, 8};
+    float *o0 = nan_buf(n), *o = nan_buf(n);
+    rkv_attention_args a = args_new(B, Hq, T, q, RKV_DTYPE_F32, o0,
+                                    RKV_DTYPE_F32, sess, fp, NULL, 0.0f);
+    TU_OK(rkv_layer_attend(fx.l, &a)); /* default pool */
+    static const int nthreads[] = {1, 2, 3, 5, 8};
+    for (int k = 0; k < 5; k++) {
+        rkv_threadpool *p = NULL;
+        TU_OK(rkv_threadpool_create(nthreads[k], &p));
+        assert_non_null(p);
+        assert_int_equal(rkv_threadpool_size(p), nthreads[k]);
+        for (size_t i = 0; i < n; i++)
+            o[i] = NAN;
+        a.out = o;
+        a.pool = p;
+        TU_OK(rkv_layer_attend(fx.l, &a));
+        if (memcmp(o, o0, n * 4) != 0)
+            fail_msg("%d threads: output differs from the default pool's",
+                     nthreads[k]);
+        /* the same pool again (reused threads) */
+        TU_OK(rkv_layer_attend(fx.l, &a));
+        assert_memory_equal(o, o0, n * 4);
+        rkv_threadpool_destroy(p);
+    }
+    /* pool of 0 = the machine's cores */
+    rkv_threadpool *p = NULL;
+    TU_OK(rkv_threadpool_create(0, &p));
+    assert_true(rkv_threadpool_size(p) >= 1);
+    a.pool = p;
+    TU_OK(rkv_layer_attend(fx.l, &a));
+    assert_memory_equal(o, o0, n * 4);
+    rkv_threadpool_destroy(p);
+    /* the reference agrees */
+    a.pool = NULL;
+    a.out = o;
+    TU_OK(rkv_layer_attend_reference(fx.l, &a));
+    double *ref = tu_xmalloc(n * 8);
+    for (size_t i = 0; i < n; i++)
+        ref[i] = o[i];
+    expect_close(o0, RKV_DTYPE_F32, ref, n, 2e-6, "fast vs reference");
+    free(ref);
+    ref = reference(&fx, B, Hq, T, q, RKV_DTYPE_F32, sess, fp, NULL, 0.125);
+    expect_close(o0, RKV_DTYPE_F32, ref, n, 1e-5, "fast vs float64");
+    free(ref);
+    free(o0);
+    free(o);
+    free(q);
+    fixture_free(&fx);
+}
+
+
+/* Calls from several threads at once, on the default pool and on one
+ * shared pool: each gets its own right answer, nobody deadlocks (an alarm
+ * turns a hang into a failure). */
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+typedef struct conc_job {
+    const fixture *fx;
+    rkv_threadpool *pool;
+    int64_t s, f;
+    const float *q;
+    const float *want;
+    size_t n;
+    int bad;
+} conc_job;
+
+static void *conc_main(void *arg)
+{
+    conc_job *j = arg;
+    float *out = tu_xmalloc(j->n * 4);
+    for (int it = 0; it < 25; it++) {
+        rkv_attention_args a = args_new(1, 4, 128, j->q, RKV_DTYPE_F32, out,
+                                        RKV_DTYPE_F32, &j->s, &j->f, NULL,
+                                        0.0f);
+        a.pool = j->pool;
+        if (rkv_layer_attend(j->fx->l, &a) != RKV_OK ||
+            memcmp(out, j->want, j->n * 4) != 0)
+            j->bad++;
+    }
+    free(out);
+    return NULL;
+}
+
+static void test_concurrent_calls(void **state)
+{
+    (void)state;
+    fixture fx = fixture_new(base_geom(RKV_DTYPE_F32), kClocks);
+    size_t n = (size_t)(4 * 128 * 16);
+    float *q[3], *want[3];
+    tu_rng r = {27};
+    for (int i = 0; i < 3; i++) {
+        q[i] = tu_xmalloc(n * 4);
+        want[i] = tu_xmalloc(n * 4);
+        tu_fill_uniform(q[i], n, &r);
+        int64_t s = i, f = fx.clock[i];
+        rkv_attention_args a = args_new(1, 4, 128, q[i], RKV_DTYPE_F32,
+                                        want[i], RKV_DTYPE_F32, &s, &f, NULL,
+                                        0.0f);
+        TU_OK(rkv_layer_attend(fx.l, &a));
+    }
+    rkv_threadpool *shared = NULL;
+    TU_OK(rkv_threadpool_create(3, &shared));
+    alarm(120);
+    for (int mode = 0; mode < 2; mode++) {
+        conc_job jobs[3];
+        pthread_t th[3];
+        for (int i = 0; i < 3; i++) {
+            jobs[i] = (conc_job){&fx, mode ? shared : NULL, i, fx.clock[i],
+                                 q[i], want[i], n, 0};
+            assert_int_equal(pthread_create(&th[i], NULL, conc_main,
+                                            &jobs[i]), 0);
+        }
+        for (int i = 0; i < 3; i++) {
+            pthread_join(th[i], NULL);
+            if (jobs[i].bad)
+                fail_msg("%s pool: thread %d got %d wrong answers",
+                         mode ? "shared" : "default", i, jobs[i].bad);
+        }
+    }
+    alarm(0);
+    rkv_threadpool_destroy(shared);
+    for (int i = 0; i < 3; i++) {
+        free(q[i]);
+        free(want[i]);
+    }
+    fixture_free(&fx);
+}
+
+static int use_fast(void **state)
+{
+    (void)state;
+    g_attend = rkv_layer_attend;
+    return 0;
+}
+static int use_reference(void **state)
+{
+    (void)state;
+    g_attend = rkv_layer_attend_reference;
+    return 0;
+}
+
+#define ATTENTION_TESTS                                                        \
+    cmocka_unit_test(test_f32_single_rows_bits_path),                          \
+        cmocka_unit_test(test_f32_batch_rows),                                 \
+        cmocka_unit_test(test_explicit_rows_equal_bits_path),                  \
+        cmocka_unit_test(test_explicit_row_any_slots),                         \
+        cmocka_unit_test(test_scale), cmocka_unit_test(test_default_scale_odd_d), \
+        cmocka_unit_test(test_n_queries), cmocka_unit_test(test_gqa),          \
+        cmocka_unit_test(test_larger_frame),                                   \
+        cmocka_unit_test(test_half_dtypes),                                    \
+        cmocka_unit_test(test_attention_follows_passes),                       \
+        cmocka_unit_test(test_odd_dims),                                       \
+        cmocka_unit_test(test_sparse_explicit_rows),                           \
+        cmocka_unit_test(test_same_session_twice),                             \
+        cmocka_unit_test(test_subnormal_values)
+
+int main(void)
+{
+    const struct CMUnitTest fast[] = {
+        ATTENTION_TESTS,
+        cmocka_unit_test(test_isa),
+        cmocka_unit_test(test_thread_count_bit_identical),
+        cmocka_unit_test(test_concurrent_calls),
+    };
+    const struct CMUnitTest reference_tests[] = {ATTENTION_TESTS};
+    int fails = cmocka_run_group_tests_name("rkv_layer_attend", fast,
+                                            use_fast, NULL);
+    fails += cmocka_run_group_tests_name("rkv_layer_attend_reference",
+                                         reference_tests, use_reference,
+                                         NULL);
+    return fails;
+}
