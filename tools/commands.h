@@ -6,5 +6,7 @@
 int rkv_cmd_replay(int argc, char **argv);  /* tools/replay.c  */
 int rkv_cmd_rollout(int argc, char **argv); /* tools/rollout.c */
 int rkv_cmd_plan(int argc, char **argv);    /* tools/plan.c    */
+int rkv_cmd_bench(int argc, char **argv);   /* bench/bench.c   */
+int rkv_cmd_inspect(int argc, char **argv); /* tools/inspect.c */
 
 #endif

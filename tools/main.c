@@ -17,6 +17,8 @@ static const command COMMANDS[] = {
     {"replay", rkv_cmd_replay,
      "replay golden traces and attention-vector manifests against ringkv"},
     {"plan", rkv_cmd_plan, "memory per layer and session; sessions that fit"},
+    {"bench", rkv_cmd_bench, "attention and upsert speed against this machine's ceilings"},
+    {"inspect", rkv_cmd_inspect, "validate session snapshot files and print what they hold"},
 };
 
 static void usage(FILE *f) {

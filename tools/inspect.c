@@ -1,0 +1,148 @@
+/* `ringkv inspect FILE...`: validates snapshot files (docs/snapshot-format.md)
+ * and prints what each holds. Exit status 0 when every file is valid, 1 when
+ * one is not (the reason goes to stderr: truncated, corrupted header or
+ * data, unsupported version, not a snapshot, I/O), 2 on usage errors. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cJSON.h>
+
+#include "commands.h"
+#include "ringkv.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: ringkv inspect [--json] FILE...\n"
+            "\n"
+            "Validates ringkv session snapshots (safetensors files written by\n"
+            "rkv_model_save_session / rollout --snapshot-out) and prints what they hold:\n"
+            "the model geometry, the saved clock (the next frame is last_committed + 1),\n"
+            "the request id, sizes and both XXH3-64 checksums. Every byte is checked:\n"
+            "header length, JSON header, format version, header checksum, tensor table,\n"
+            "data checksum and the written bits.\n"
+            "\n"
+            "  --json   one JSON object per file on stdout\n"
+            "\n"
+            "Exit status: 0 all valid, 1 a file is invalid (the reason on stderr), 2 usage.\n");
+}
+
+static void print_text(const char *path, const rkv_snapshot_info *in) {
+    const rkv_model_config *c = &in->config;
+    printf("%s: valid ringkv snapshot (format %" PRId64 ", written by ringkv %s)\n", path,
+           in->format_version, in->ringkv_version[0] ? in->ringkv_version : "?");
+    printf("  model:      %s: %" PRId64 " layers, n_q_heads %" PRId64 ", n_kv_heads %" PRId64
+           ", d_head %" PRId64 ", tokens_per_frame %" PRId64 ", %s\n",
+           c->name[0] ? c->name : "(unnamed)", c->n_layers, c->n_q_heads, c->n_kv_heads,
+           c->d_head, c->tokens_per_frame, rkv_dtype_name(c->dtype));
+    printf("  request:    '%s' (session %" PRId64 " when saved)\n", in->request_id,
+           in->source_session);
+    if (in->last_committed == INT64_MAX)
+        printf("  clock:      last committed frame %" PRId64 " (the largest clock: no next "
+               "frame)\n",
+               in->last_committed);
+    else if (in->last_committed >= 0)
+        printf("  clock:      last committed frame %" PRId64 "; the next frame is %" PRId64 "\n",
+               in->last_committed, in->last_committed + 1);
+    else
+        printf("  clock:      none (no frame committed since the session was claimed or "
+               "reset); the next frame may be any\n");
+    printf("  bytes:      %" PRIu64 " (8 + header %" PRIu64 " + data %" PRIu64 ")\n",
+           in->file_bytes, in->header_bytes, in->data_bytes);
+    printf("  checksums:  header_xxh3 %016" PRIx64 ", data_xxh3 %016" PRIx64 " (verified)\n",
+           in->header_xxh3, in->data_xxh3);
+    printf("  layers:     ring_frames / ring_buckets / pinned_dilation, capacity (slots)\n");
+    for (int64_t i = 0; i < c->n_layers; i++) {
+        const rkv_layer_spec *s = &c->layers[i];
+        printf("    %3" PRId64 ": %3" PRId64 " / %3" PRId64 " / %2" PRId64 "  %s  C %" PRId64
+               "\n",
+               i, s->ring_frames, s->ring_buckets, s->pinned_dilation,
+               s->pinned_dilation > 1 ? "global" : "local ",
+               (s->ring_frames + 1) * c->tokens_per_frame);
+    }
+}
+
+static void print_json(const char *path, const rkv_snapshot_info *in) {
+    const rkv_model_config *c = &in->config;
+    cJSON *j = cJSON_CreateObject();
+    char hex[17];
+    cJSON_AddStringToObject(j, "file", path);
+    cJSON_AddBoolToObject(j, "valid", 1);
+    cJSON_AddNumberToObject(j, "format_version", (double)in->format_version);
+    cJSON_AddStringToObject(j, "ringkv_version", in->ringkv_version);
+    cJSON_AddStringToObject(j, "model", c->name);
+    cJSON_AddStringToObject(j, "request_id", in->request_id);
+    cJSON_AddNumberToObject(j, "session", (double)in->source_session);
+    cJSON_AddNumberToObject(j, "last_committed", (double)in->last_committed);
+    cJSON_AddStringToObject(j, "dtype", rkv_dtype_name(c->dtype));
+    cJSON_AddNumberToObject(j, "n_layers", (double)c->n_layers);
+    cJSON_AddNumberToObject(j, "n_q_heads", (double)c->n_q_heads);
+    cJSON_AddNumberToObject(j, "n_kv_heads", (double)c->n_kv_heads);
+    cJSON_AddNumberToObject(j, "d_head", (double)c->d_head);
+    cJSON_AddNumberToObject(j, "tokens_per_frame", (double)c->tokens_per_frame);
+    cJSON *layers = cJSON_AddArrayToObject(j, "layers");
+    for (int64_t i = 0; i < c->n_layers; i++) {
+        cJSON *l = cJSON_CreateObject();
+        cJSON_AddNumberToObject(l, "ring_frames", (double)c->layers[i].ring_frames);
+        cJSON_AddNumberToObject(l, "ring_buckets", (double)c->layers[i].ring_buckets);
+        cJSON_AddNumberToObject(l, "pinned_dilation", (double)c->layers[i].pinned_dilation);
+        cJSON_AddItemToArray(layers, l);
+    }
+    cJSON_AddNumberToObject(j, "file_bytes", (double)in->file_bytes);
+    cJSON_AddNumberToObject(j, "header_bytes", (double)in->header_bytes);
+    cJSON_AddNumberToObject(j, "data_bytes", (double)in->data_bytes);
+    snprintf(hex, sizeof hex, "%016" PRIx64, in->header_xxh3);
+    cJSON_AddStringToObject(j, "header_xxh3", hex);
+    snprintf(hex, sizeof hex, "%016" PRIx64, in->data_xxh3);
+    cJSON_AddStringToObject(j, "data_xxh3", hex);
+    char *s = cJSON_PrintUnformatted(j);
+    if (s) puts(s);
+    cJSON_free(s);
+    cJSON_Delete(j);
+}
+
+int rkv_cmd_inspect(int argc, char **argv) {
+    int json = 0, n_files = 0, bad = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(argv[i], "--json")) json = 1;
+        else if (argv[i][0] == '-' && argv[i][1]) {
+            fprintf(stderr, "ringkv inspect: unknown option '%s'\n\n", argv[i]);
+            usage(stderr);
+            return 2;
+        } else n_files++;
+    }
+    if (!n_files) {
+        usage(stderr);
+        return 2;
+    }
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json") || (argv[i][0] == '-' && argv[i][1])) continue;
+        rkv_snapshot_info info;
+        rkv_status st = rkv_snapshot_inspect(argv[i], &info);
+        if (st != RKV_OK) {
+            fprintf(stderr, "ringkv inspect: %s: invalid (%s): %s\n", argv[i], rkv_status_str(st),
+                    rkv_last_error());
+            if (json) {
+                cJSON *j = cJSON_CreateObject();
+                cJSON_AddStringToObject(j, "file", argv[i]);
+                cJSON_AddBoolToObject(j, "valid", 0);
+                cJSON_AddStringToObject(j, "status", rkv_status_str(st));
+                cJSON_AddStringToObject(j, "error", rkv_last_error());
+                char *s = cJSON_PrintUnformatted(j);
+                if (s) puts(s);
+                cJSON_free(s);
+                cJSON_Delete(j);
+            }
+            bad = 1;
+            continue;
+        }
+        if (json) print_json(argv[i], &info);
+        else print_text(argv[i], &info);
+    }
+    fflush(stdout);
+    return bad;
+}

@@ -1,0 +1,249 @@
+/* `ringkv plan --preset NAME --memory-gib X [--full-global-ring]
+ *              [--dtype f32|f16|bf16] [--json]`:
+ * the per-layer ring geometry of a model preset, the resident K/V bytes of one
+ * session, and how many sessions fit in X GiB (floor(X * 2^30 / per_session)).
+ * Everything comes from the library (rkv_model_preset,
+ * rkv_model_config_layer_geometry, rkv_model_config_memory). */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+#include "ringkv.h"
+
+/* Largest --memory-gib accepted: 2^20 GiB (1 PiB) keeps every byte count far
+ * below 2^53, where doubles (and JSON numbers) stay exact. */
+#define MAX_MEMORY_GIB 1048576.0
+
+/* Options of one invocation. */
+typedef struct plan_opts {
+    const char *preset;
+    double memory_gib;
+    int have_memory;
+    int full_global_ring;
+    int have_dtype;
+    rkv_dtype dtype;
+    int json;
+} plan_opts;
+
+/* Prints the usage text, with the preset names. */
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: ringkv plan --preset NAME --memory-gib X [--full-global-ring]\n"
+            "                   [--dtype f32|f16|bf16] [--json]\n\n"
+            "Per-layer ring geometry and K/V bytes of one session of a model preset,\n"
+            "and how many sessions fit in X GiB (floor(X * 2^30 / bytes per session)).\n\n"
+            "  --preset NAME        model preset:");
+    for (const char *const *n = rkv_model_preset_names(); n && *n; n++) fprintf(f, " %s", *n);
+    fprintf(f,
+            "\n"
+            "  --memory-gib X       memory budget in GiB (2^30 bytes), X >= 0\n"
+            "  --full-global-ring   global layers allocate the full 128-frame ring\n"
+            "  --dtype TYPE         storage dtype instead of the preset's\n"
+            "  --json               print one JSON object instead of a table\n");
+}
+
+/* Reports a bad option on stderr; returns the exit status 2. */
+static int bad_option(const char *fmt, const char *arg) {
+    fprintf(stderr, "ringkv plan: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n(see 'ringkv plan --help')\n");
+    return 2;
+}
+
+/* Parses the command line into *o. Returns -1 to go on, else an exit status
+ * (0 after --help, 2 for a bad option). */
+static int parse_args(int argc, char **argv, plan_opts *o) {
+    memset(o, 0, sizeof *o);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val = NULL;
+        const char *eq = strchr(a, '=');
+        size_t klen = eq && !strncmp(a, "--", 2) ? (size_t)(eq - a) : strlen(a);
+        int takes_value = (klen == 8 && !strncmp(a, "--preset", 8)) ||
+                          (klen == 12 && !strncmp(a, "--memory-gib", 12)) ||
+                          (klen == 7 && !strncmp(a, "--dtype", 7));
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        if (takes_value) {
+            if (eq && klen < strlen(a)) val = eq + 1;
+            else if (i + 1 < argc) val = argv[++i];
+            else return bad_option("option '%s' needs a value", a);
+        } else if (eq && !strncmp(a, "--", 2)) {
+            return bad_option("option '%s' takes no value", a);
+        }
+        if (klen == 8 && !strncmp(a, "--preset", 8)) {
+            o->preset = val;
+        } else if (klen == 12 && !strncmp(a, "--memory-gib", 12)) {
+            char *end = NULL;
+            double x = strtod(val, &end);
+            if (end == val || *end != '\0' || !isfinite(x) || x < 0 || x > MAX_MEMORY_GIB) {
+                fprintf(stderr, "ringkv plan: --memory-gib '%s' is not a number in [0, %.0f]\n",
+                        val, MAX_MEMORY_GIB);
+                return 2;
+            }
+            o->memory_gib = x;
+            o->have_memory = 1;
+        } else if (klen == 7 && !strncmp(a, "--dtype", 7)) {
+            if (rkv_dtype_parse(val, &o->dtype) != RKV_OK)
+                return bad_option("--dtype '%s' is not f32, f16 or bf16", val);
+            o->have_dtype = 1;
+        } else if (!strcmp(a, "--full-global-ring")) {
+            o->full_global_ring = 1;
+        } else if (!strcmp(a, "--json")) {
+            o->json = 1;
+        } else {
+            return bad_option("unknown option '%s'", a);
+        }
+    }
+    if (!o->preset) return bad_option("%s", "--preset NAME is required");
+    if (!o->have_memory) return bad_option("%s", "--memory-gib X is required");
+    return -1;
+}
+
+/* "local" for a layer that keeps every frame (PD 1), "global" otherwise. */
+static const char *layer_kind(const rkv_layer_spec *l) {
+    return l->pinned_dilation == 1 ? "local" : "global";
+}
+
+/* Prints the plan as a table. */
+static void print_table(const plan_opts *o, const rkv_model_config *cfg,
+                        const size_t *layer_bytes, const int64_t *capacity, size_t per_session,
+                        uint64_t budget, uint64_t fit) {
+    printf("preset %s%s: %lld layers, Hq %lld, H %lld, D %lld, T %lld, %s\n", cfg->name,
+           o->full_global_ring ? " (full global ring)" : "", (long long)cfg->n_layers,
+           (long long)cfg->n_q_heads, (long long)cfg->n_kv_heads, (long long)cfg->d_head,
+           (long long)cfg->tokens_per_frame, rkv_dtype_name(cfg->dtype));
+    printf("%5s  %-6s  %4s  %4s  %4s  %9s  %14s\n", "layer", "kind", "RF", "RB", "PD",
+           "slots", "bytes/session");
+    for (int64_t i = 0; i < cfg->n_layers; i++) {
+        const rkv_layer_spec *l = &cfg->layers[i];
+        printf("%5lld  %-6s  %4lld  %4lld  %4lld  %9lld  %14zu  (%.1f MiB)\n", (long long)i,
+               layer_kind(l), (long long)l->ring_frames, (long long)l->ring_buckets,
+               (long long)l->pinned_dilation, (long long)capacity[i], layer_bytes[i],
+               (double)layer_bytes[i] / 1048576.0);
+    }
+    printf("per session: %zu bytes (%.1f MiB)\n", per_session, (double)per_session / 1048576.0);
+    printf("memory: %g GiB = %llu bytes\n", o->memory_gib, (unsigned long long)budget);
+    printf("sessions that fit: %llu\n", (unsigned long long)fit);
+}
+
+/* Prints the plan as one JSON object (built with cJSON). 0 or 1 (no memory). */
+static int print_json(const plan_opts *o, const rkv_model_config *cfg, const size_t *layer_bytes,
+                      const int64_t *capacity, size_t per_session, uint64_t budget,
+                      uint64_t fit) {
+    cJSON *root = cJSON_CreateObject(), *layers = cJSON_CreateArray();
+    int ok = root && layers;
+    if (ok) {
+        cJSON_AddStringToObject(root, "preset", cfg->name);
+        cJSON_AddBoolToObject(root, "full_global_ring", o->full_global_ring);
+        cJSON_AddStringToObject(root, "dtype", rkv_dtype_name(cfg->dtype));
+        cJSON_AddNumberToObject(root, "n_layers", (double)cfg->n_layers);
+        cJSON_AddNumberToObject(root, "n_q_heads", (double)cfg->n_q_heads);
+        cJSON_AddNumberToObject(root, "n_kv_heads", (double)cfg->n_kv_heads);
+        cJSON_AddNumberToObject(root, "d_head", (double)cfg->d_head);
+        cJSON_AddNumberToObject(root, "tokens_per_frame", (double)cfg->tokens_per_frame);
+        for (int64_t i = 0; i < cfg->n_layers && ok; i++) {
+            const rkv_layer_spec *l = &cfg->layers[i];
+            cJSON *e = cJSON_CreateObject();
+            if (!e) {
+                ok = 0;
+                break;
+            }
+            cJSON_AddNumberToObject(e, "index", (double)i);
+            cJSON_AddStringToObject(e, "kind", layer_kind(l));
+            cJSON_AddNumberToObject(e, "ring_frames", (double)l->ring_frames);
+            cJSON_AddNumberToObject(e, "ring_buckets", (double)l->ring_buckets);
+            cJSON_AddNumberToObject(e, "pinned_dilation", (double)l->pinned_dilation);
+            cJSON_AddNumberToObject(e, "capacity_slots", (double)capacity[i]);
+            cJSON_AddNumberToObject(e, "bytes_per_session", (double)layer_bytes[i]);
+            cJSON_AddItemToArray(layers, e);
+        }
+        cJSON_AddItemToObject(root, "layers", layers);
+        layers = NULL;
+        cJSON_AddNumberToObject(root, "per_session_bytes", (double)per_session);
+        cJSON_AddNumberToObject(root, "memory_gib", o->memory_gib);
+        cJSON_AddNumberToObject(root, "memory_bytes", (double)budget);
+        cJSON_AddNumberToObject(root, "sessions_fit", (double)fit);
+    }
+    char *text = ok ? cJSON_Print(root) : NULL;
+    if (text) printf("%s\n", text);
+    else fprintf(stderr, "ringkv plan: out of memory\n");
+    free(text);
+    cJSON_Delete(layers);
+    cJSON_Delete(root);
+    return text ? 0 : 1;
+}
+
+int rkv_cmd_plan(int argc, char **argv) {
+    plan_opts o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc >= 0) return rc;
+
+    rkv_model_config *cfg = malloc(sizeof *cfg); /* a few KiB: not on the stack */
+    size_t *layer_bytes = NULL;
+    int64_t *capacity = NULL;
+    if (!cfg) {
+        fprintf(stderr, "ringkv plan: out of memory\n");
+        return 1;
+    }
+    if (rkv_model_preset(o.preset, o.full_global_ring, cfg) != RKV_OK) {
+        fprintf(stderr, "ringkv plan: unknown preset '%s'; presets:", o.preset);
+        for (const char *const *n = rkv_model_preset_names(); n && *n; n++)
+            fprintf(stderr, " %s", *n);
+        fprintf(stderr, "\n");
+        free(cfg);
+        return 2;
+    }
+    cfg->num_sessions = 1;
+    if (o.have_dtype) cfg->dtype = o.dtype;
+
+    rc = 1;
+    size_t per_session = 0, total = 0;
+    layer_bytes = calloc((size_t)cfg->n_layers, sizeof *layer_bytes);
+    capacity = calloc((size_t)cfg->n_layers, sizeof *capacity);
+    if (!layer_bytes || !capacity) {
+        fprintf(stderr, "ringkv plan: out of memory\n");
+        goto done;
+    }
+    for (int64_t i = 0; i < cfg->n_layers; i++) {
+        rkv_geometry g;
+        if (rkv_model_config_layer_geometry(cfg, i, &g) != RKV_OK) {
+            fprintf(stderr, "ringkv plan: layer %lld: %s\n", (long long)i, rkv_last_error());
+            goto done;
+        }
+        layer_bytes[i] = rkv_geometry_memory_bytes(&g);
+        capacity[i] = rkv_geometry_capacity(&g);
+    }
+    if (rkv_model_config_memory(cfg, &per_session, &total) != RKV_OK) {
+        fprintf(stderr, "ringkv plan: %s\n", rkv_last_error());
+        goto done;
+    }
+    size_t sum = 0;
+    for (int64_t i = 0; i < cfg->n_layers; i++) sum += layer_bytes[i];
+    if (sum != per_session)
+        fprintf(stderr, "ringkv plan: warning: rkv_model_config_memory gives %zu bytes per "
+                "session, the layers add up to %zu\n", per_session, sum);
+    if (per_session == 0) {
+        fprintf(stderr, "ringkv plan: the preset has no memory per session\n");
+        goto done;
+    }
+    /* X * 2^30 is exact in binary floating point; floor(floor(B) / p) equals
+     * floor(B / p) for an integer p, so the division can be done in integers. */
+    uint64_t budget = (uint64_t)floor(o.memory_gib * 1073741824.0);
+    uint64_t fit = budget / (uint64_t)per_session;
+    if (o.json)
+        rc = print_json(&o, cfg, layer_bytes, capacity, per_session, budget, fit);
+    else {
+        print_table(&o, cfg, layer_bytes, capacity, per_session, budget, fit);
+        rc = 0;
+    }
+done:
+    free(layer_bytes);
+    free(capacity);
+    free(cfg);
+    return rc;
+}
