@@ -1,0 +1,81 @@
+"""ringkv: ring KV caches for streaming video world models (Python binding).
+
+A drop-in for the reference PyTorch class: change
+
+    from seed_ring_cache import LayerRingCache
+
+to
+
+    from ringkv import LayerRingCache
+
+The C library (libringkv) is loaded through ctypes: from ``RINGKV_LIBRARY``
+when set, else next to this package, else from the system library path (see
+:mod:`ringkv._lib` and python/README.md).
+
+Contents:
+
+- :class:`LayerRingCache` (:mod:`ringkv.layer`): one layer's ring, the
+  reference's constructor, ``upsert``/``reset``/``session_span``/
+  ``memory_bytes``/``kv``/``written``..., plus ``attend``,
+  ``visible_frames``, ``visible_row`` and ``block_mask``.
+- :class:`Model`, :class:`ModelConfig`, :func:`preset`, :func:`preset_names`
+  (:mod:`ringkv.model`): a whole model's rings, sessions, clocks, in-memory
+  snapshots, forks, batched steps; snapshot files (:func:`inspect_snapshot`).
+- :class:`ThreadPool`, :func:`attention_isa` (:mod:`ringkv.threadpool`): the
+  CPU attention's threads.
+- Exceptions (:mod:`ringkv.errors`): ValueError / IndexError / KeyError /
+  RuntimeError subclasses of :class:`RingKVError` with the library's message.
+- :func:`convert`: element conversion between f32, f16 and bf16 (NumPy).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import _arrays as _ar
+from ._lib import RKV_BLOCK_TOKENS, library_path
+from ._lib import lib as _clib
+from .errors import (RingKVError, RingKVIndexError, RingKVKeyError, RingKVMemoryError,
+                     RingKVOSError, RingKVRuntimeError, RingKVValueError)
+from .layer import LayerGeometry, LayerRingCache, visible_frames_from_clock
+from .model import (LayerSpec, Model, ModelConfig, SnapshotInfo, inspect_snapshot, preset,
+                    preset_names)
+from .threadpool import ThreadPool, attention_isa
+
+__all__ = ["LayerRingCache", "LayerGeometry", "visible_frames_from_clock", "Model",
+           "ModelConfig", "LayerSpec", "SnapshotInfo", "inspect_snapshot", "preset",
+           "preset_names", "ThreadPool", "attention_isa", "convert", "dtype_size",
+           "version", "library_path", "RKV_BLOCK_TOKENS", "RingKVError", "RingKVValueError",
+           "RingKVIndexError", "RingKVKeyError", "RingKVRuntimeError", "RingKVMemoryError",
+           "RingKVOSError", "__version__"]
+
+
+def version() -> str:
+    """Version of the loaded libringkv ("MAJOR.MINOR.PATCH")."""
+    return _clib.rkv_version().decode()
+
+
+__version__ = "0.1.0"
+
+
+def dtype_size(dtype: Any) -> int:
+    """Bytes per element of a dtype (4 for f32, 2 for f16 and bf16)."""
+    return int(_clib.rkv_dtype_size(_ar.parse_dtype(dtype)))
+
+
+def convert(array: Any, to_dtype: Any, *, from_dtype: Any = None) -> np.ndarray:
+    """Converts a NumPy array between f32, f16 and bf16 with the library's
+    rounding (nearest even; NaN stays NaN). bf16 is uint16 bits on either
+    side; ``from_dtype`` overrides the array's own (e.g. "bf16" for uint16).
+    Returns a new C-contiguous array of the same shape."""
+    from .errors import check
+    src = np.ascontiguousarray(array)
+    src_code = (_ar.parse_dtype(from_dtype) if from_dtype is not None
+                else _ar.array_dtype_code(src))
+    if src_code is None or src.dtype.itemsize != int(_clib.rkv_dtype_size(src_code)):
+        raise RingKVValueError(f"cannot convert an array of dtype {src.dtype}")
+    dst_code = _ar.parse_dtype(to_dtype)
+    dst = np.empty(src.shape, dtype=_ar.numpy_dtype(dst_code))
+    check(_clib.rkv_convert(src.ctypes.data, src_code, dst.ctypes.data, dst_code, src.size))
+    return dst

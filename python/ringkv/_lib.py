@@ -1,0 +1,214 @@
+"""Loading ``libringkv`` and declaring its C functions for :mod:`ctypes`.
+
+The library is looked up, in order:
+
+1. the path in the environment variable ``RINGKV_LIBRARY`` (a build tree:
+   ``RINGKV_LIBRARY=build/libringkv.so``);
+2. ``libringkv.so`` (or ``libringkv.so.0``, ``libringkv.dylib``) next to this
+   file, where ``pip install ./python`` puts it (see ``python/README.md``);
+3. the system's library path (``ctypes.util.find_library("ringkv")``), for a
+   library installed with ``cmake --install``.
+
+The structures below mirror ``include/ringkv.h`` field for field; that header
+is the contract.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+from ctypes import (POINTER, Structure, c_char, c_char_p, c_float, c_int,
+                    c_int64, c_size_t, c_uint8, c_uint64, c_void_p)
+
+__all__ = ["lib", "library_path", "RKV_MAX_LAYERS", "RKV_MAX_NAME", "RKV_MAX_REQUEST_ID",
+           "RKV_BLOCK_TOKENS", "Geometry", "LayerSpec", "ModelConfigStruct", "AttentionArgs",
+           "SnapshotInfo", "has", "require"]
+
+RKV_BLOCK_TOKENS = 128
+RKV_MAX_LAYERS = 256
+RKV_MAX_NAME = 64
+RKV_MAX_REQUEST_ID = 256
+
+c_status = c_int  # rkv_status (a C enum: int)
+c_dtype = c_int   # rkv_dtype
+
+
+class Geometry(Structure):
+    """``rkv_geometry``."""
+    _fields_ = [("num_sessions", c_int64), ("n_kv_heads", c_int64), ("ring_frames", c_int64),
+                ("ring_buckets", c_int64), ("d_head", c_int64), ("tokens_per_frame", c_int64),
+                ("pinned_dilation", c_int64), ("dtype", c_dtype)]
+
+
+class LayerSpec(Structure):
+    """``rkv_layer_spec``."""
+    _fields_ = [("ring_frames", c_int64), ("ring_buckets", c_int64),
+                ("pinned_dilation", c_int64)]
+
+
+class ModelConfigStruct(Structure):
+    """``rkv_model_config``."""
+    _fields_ = [("name", c_char * RKV_MAX_NAME), ("n_layers", c_int64),
+                ("layers", LayerSpec * RKV_MAX_LAYERS), ("num_sessions", c_int64),
+                ("n_q_heads", c_int64), ("n_kv_heads", c_int64), ("d_head", c_int64),
+                ("tokens_per_frame", c_int64), ("dtype", c_dtype)]
+
+
+class AttentionArgs(Structure):
+    """``rkv_attention_args``."""
+    _fields_ = [("batch", c_int64), ("n_q_heads", c_int64), ("n_queries", c_int64),
+                ("q", c_void_p), ("q_dtype", c_dtype), ("out", c_void_p),
+                ("out_dtype", c_dtype), ("session_idx", POINTER(c_int64)),
+                ("frame_pos", POINTER(c_int64)), ("visible", POINTER(c_uint8)),
+                ("scale", c_float), ("pool", c_void_p)]
+
+
+class SnapshotInfo(Structure):
+    """``rkv_snapshot_info``."""
+    _fields_ = [("format_version", c_int64), ("ringkv_version", c_char * 16),
+                ("request_id", c_char * RKV_MAX_REQUEST_ID), ("source_session", c_int64),
+                ("config", ModelConfigStruct), ("last_committed", c_int64),
+                ("file_bytes", c_uint64), ("header_bytes", c_uint64), ("data_bytes", c_uint64),
+                ("header_xxh3", c_uint64), ("data_xxh3", c_uint64)]
+
+
+_P64 = POINTER(c_int64)
+_GEOM = POINTER(Geometry)
+_CFG = POINTER(ModelConfigStruct)
+
+# name: (restype, argtypes). Handles are opaque: c_void_p.
+_PROTOTYPES = {
+    "rkv_version": (c_char_p, []),
+    "rkv_status_str": (c_char_p, [c_status]),
+    "rkv_last_error": (c_char_p, []),
+    "rkv_dtype_size": (c_size_t, [c_dtype]),
+    "rkv_dtype_name": (c_char_p, [c_dtype]),
+    "rkv_dtype_parse": (c_status, [c_char_p, POINTER(c_dtype)]),
+    "rkv_convert": (c_status, [c_void_p, c_dtype, c_void_p, c_dtype, c_size_t]),
+    "rkv_geometry_check": (c_status, [_GEOM]),
+    "rkv_geometry_ring_len": (c_int64, [_GEOM]),
+    "rkv_geometry_capacity": (c_int64, [_GEOM]),
+    "rkv_geometry_total_slots": (c_int64, [_GEOM]),
+    "rkv_geometry_memory_bytes": (c_size_t, [_GEOM]),
+    "rkv_ring_slot": (c_int64, [_GEOM, c_int64]),
+    "rkv_is_write_step": (c_int, [_GEOM, c_int64]),
+    "rkv_layer_create": (c_status, [_GEOM, POINTER(c_void_p)]),
+    "rkv_layer_destroy": (None, [c_void_p]),
+    "rkv_layer_geometry": (_GEOM, [c_void_p]),
+    "rkv_layer_capacity": (c_int64, [c_void_p]),
+    "rkv_layer_total_slots": (c_int64, [c_void_p]),
+    "rkv_layer_memory_bytes": (c_size_t, [c_void_p]),
+    "rkv_layer_kv": (c_void_p, [c_void_p]),
+    "rkv_layer_k": (c_void_p, [c_void_p]),
+    "rkv_layer_v": (c_void_p, [c_void_p]),
+    "rkv_layer_written": (c_void_p, [c_void_p]),
+    "rkv_layer_session_span": (c_status, [c_void_p, c_int64, _P64, _P64]),
+    "rkv_layer_reset": (c_status, [c_void_p, c_int64]),
+    "rkv_layer_upsert": (c_status, [c_void_p, c_void_p, c_dtype, c_int64, c_void_p, c_void_p,
+                                    c_int, c_void_p]),
+    "rkv_layer_visible_frames": (c_status, [c_void_p, c_int64, c_int64, _P64, _P64]),
+    "rkv_visible_frames_from_clock": (c_status, [_GEOM, c_int64, _P64, _P64]),
+    "rkv_visible_row_from_frames": (c_status, [_GEOM, c_int64, c_void_p, c_int64, c_void_p]),
+    "rkv_layer_block_mask": (c_status, [c_void_p, c_int64, c_int64, c_void_p, c_void_p]),
+    "rkv_layer_attend": (c_status, [c_void_p, POINTER(AttentionArgs)]),
+    "rkv_model_preset": (c_status, [c_char_p, c_int, _CFG]),
+    "rkv_model_preset_names": (POINTER(c_char_p), []),
+    "rkv_model_config_layer_geometry": (c_status, [_CFG, c_int64, _GEOM]),
+    "rkv_model_config_memory": (c_status, [_CFG, POINTER(c_size_t), POINTER(c_size_t)]),
+    "rkv_model_create": (c_status, [_CFG, POINTER(c_void_p)]),
+    "rkv_model_destroy": (None, [c_void_p]),
+    "rkv_model_get_config": (_CFG, [c_void_p]),
+    "rkv_model_layer": (c_void_p, [c_void_p, c_int64]),
+    "rkv_model_memory_bytes": (c_size_t, [c_void_p]),
+    "rkv_model_claim": (c_status, [c_void_p, c_char_p, _P64]),
+    "rkv_model_lookup": (c_status, [c_void_p, c_char_p, _P64]),
+    "rkv_model_release": (c_status, [c_void_p, c_int64]),
+    "rkv_model_reset": (c_status, [c_void_p, c_int64]),
+    "rkv_model_clock": (c_status, [c_void_p, c_int64, _P64]),
+    "rkv_model_begin_frame": (c_status, [c_void_p, c_int64, c_void_p, c_void_p]),
+    "rkv_model_upsert": (c_status, [c_void_p, c_int64, c_int64, c_void_p, c_void_p, c_dtype,
+                                    c_int]),
+    "rkv_model_attend": (c_status, [c_void_p, c_int64, c_int64, c_void_p,
+                                    POINTER(AttentionArgs)]),
+    "rkv_model_snapshot_bytes": (c_size_t, [c_void_p]),
+    "rkv_model_snapshot": (c_status, [c_void_p, c_int64, c_void_p, c_size_t]),
+    "rkv_model_restore": (c_status, [c_void_p, c_int64, c_void_p, c_size_t]),
+}
+
+# Later additions to the API: bound when the loaded library has them; the
+# Python methods that need one raise NotImplementedError otherwise (see
+# require()).
+_OPTIONAL = {
+    "rkv_threadpool_create": (c_status, [c_int, POINTER(c_void_p)]),
+    "rkv_threadpool_destroy": (None, [c_void_p]),
+    "rkv_threadpool_size": (c_int, [c_void_p]),
+    "rkv_layer_attend_reference": (c_status, [c_void_p, POINTER(AttentionArgs)]),
+    "rkv_attention_isa": (c_char_p, []),
+    "rkv_model_save_session": (c_status, [c_void_p, c_int64, c_char_p]),
+    "rkv_model_save_session_mem": (c_status, [c_void_p, c_int64, c_void_p, c_size_t,
+                                              POINTER(c_size_t)]),
+    "rkv_model_load_session": (c_status, [c_void_p, c_int64, c_char_p]),
+    "rkv_model_load_session_mem": (c_status, [c_void_p, c_int64, c_void_p, c_size_t]),
+    "rkv_snapshot_inspect": (c_status, [c_char_p, POINTER(SnapshotInfo)]),
+    "rkv_snapshot_inspect_mem": (c_status, [c_void_p, c_size_t, POINTER(SnapshotInfo)]),
+    "rkv_model_fork": (c_status, [c_void_p, c_int64, c_int64]),
+    "rkv_model_step": (c_status, [c_void_p, c_int64, c_int64, c_void_p, c_void_p, c_dtype, c_int,
+                                  POINTER(AttentionArgs)]),
+}
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_BUNDLED = ("libringkv.so", "libringkv.so.0", "libringkv.dylib")
+
+
+def _candidates() -> list[str]:
+    env = os.environ.get("RINGKV_LIBRARY")
+    if env:
+        return [env]  # an explicit choice: no silent fallback to another copy
+    found = [os.path.join(_HERE, n) for n in _BUNDLED if os.path.exists(os.path.join(_HERE, n))]
+    system = ctypes.util.find_library("ringkv")
+    if system:
+        found.append(system)
+    return found
+
+
+def _load() -> tuple[ctypes.CDLL, str]:
+    candidates = _candidates()
+    if not candidates:
+        raise ImportError(
+            "ringkv: cannot find libringkv. Build it (cmake -S . -B build && cmake --build build "
+            "--target ringkv_shared) and either set RINGKV_LIBRARY=build/libringkv.so or install "
+            "the package with the library bundled (see python/README.md).")
+    errors = []
+    for path in candidates:
+        try:
+            handle = ctypes.CDLL(path)
+        except OSError as exc:
+            errors.append(f"{path}: {exc}")
+            continue
+        missing = [name for name in _PROTOTYPES if not hasattr(handle, name)]
+        if missing:
+            errors.append(f"{path}: lacks {', '.join(missing)} (an older libringkv?)")
+            continue
+        protos = dict(_PROTOTYPES)
+        protos.update({n: p for n, p in _OPTIONAL.items() if hasattr(handle, n)})
+        for name, (restype, argtypes) in protos.items():
+            fn = getattr(handle, name)
+            fn.restype = restype
+            fn.argtypes = argtypes
+        return handle, path
+    raise ImportError("ringkv: cannot load libringkv:\n  " + "\n  ".join(errors))
+
+
+lib, library_path = _load()
+
+
+def has(name: str) -> bool:
+    """Whether the loaded library exports the C function ``name``."""
+    return hasattr(lib, name)
+
+
+def require(name: str) -> None:
+    """NotImplementedError unless the loaded library exports ``name``."""
+    if not hasattr(lib, name):
+        raise NotImplementedError(f"ringkv: the loaded libringkv ({library_path}) lacks {name}; "
+                                  "rebuild the library from a newer tree")

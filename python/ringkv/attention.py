@@ -1,0 +1,157 @@
+"""Attention over a ring (SEMANTICS 5), CPU backend: ``rkv_layer_attend`` and
+``rkv_model_attend``.
+
+``out[b, h, i, :] = softmax_j(scale * q[b, h, i, :] . K[h // (Hq // H), j, :]) V[...]``
+over the visible slots ``j`` of row ``b``'s session; no causal mask; f32
+accumulation; GQA maps query head ``h`` to KV head ``h // (Hq // H)``.
+
+Shapes and dtypes:
+
+- ``q``: ``[B, Hq, Tq, D]``, float32, float16 or bf16 (NumPy: float32,
+  float16, or uint16 bf16 bits; torch: float32, float16, bfloat16), on the CPU.
+- ``session_idx``: ``[B]`` int64 (list, NumPy array or tensor), distinct.
+- ``frame_pos``: ``[B]`` int64 row clocks: visibility from the written bits
+  and the clock (the engine path; no mask is built).
+- ``visible``: instead of ``frame_pos``, ``[B, N]`` (or ``[N]`` when B == 1)
+  bool/uint8 rows, as returned by ``upsert(..., build_visibility=True)``:
+  row ``b`` attends to every slot marked in it.
+- ``out``: ``[B, Hq, Tq, D]``; allocated (same kind as ``q``, dtype
+  ``out_dtype`` or ``q``'s) when not given; a given ``out`` must be
+  C-contiguous and is written whole.
+- ``pool``: a :class:`ringkv.ThreadPool` to run on (default: the library's
+  process-wide pool).
+- ``reference=True`` (layers only) runs ``rkv_layer_attend_reference``, the
+  simple single-thread implementation kept as the test oracle.
+"""
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+import numpy as np
+
+from . import _arrays as ar
+from ._lib import AttentionArgs, lib, require
+from .errors import RingKVValueError, check
+
+__all__ = ["attend_layer", "attend_model"]
+
+_P64 = ctypes.POINTER(ctypes.c_int64)
+_PU8 = ctypes.POINTER(ctypes.c_uint8)
+
+
+def _sessions(session_idx: Any) -> np.ndarray:
+    arr, _ = ar.int64_vector(session_idx, "session_idx",
+                             "session_idx must be a [B] int64 array or tensor; got {got}",
+                             error=RingKVValueError)
+    return arr
+
+
+def _pool_ptr(pool: Any) -> int | None:
+    if pool is None:
+        return None
+    ptr = getattr(pool, "_ptr", None)
+    if not ptr:
+        raise RingKVValueError("pool must be an open ringkv.ThreadPool")
+    return ptr
+
+
+def _prepare(q: Any, d_head: int, total_slots: int, batch: int, out: Any, out_dtype: Any,
+             scale: float | None, pool: Any = None) -> tuple[AttentionArgs, Any, list]:
+    qb = ar.CBuffer(q, "q")
+    if len(qb.shape) != 4:
+        raise RingKVValueError(f"q must be [B, Hq, Tq, D]; got shape {qb.shape}")
+    B, Hq, Tq, D = qb.shape
+    if B != batch:
+        raise RingKVValueError(f"q has B = {B} rows but session_idx has {batch}")
+    if D != d_head:
+        raise RingKVValueError(f"q has d_head {D}; the layer's is {d_head}")
+    if Tq < 1 or Hq < 1:
+        raise RingKVValueError(f"q must have at least one head and one query; got shape {qb.shape}")
+    if qb.code is None:
+        raise RingKVValueError(f"q dtype {q.dtype} is not float32, float16 or bf16")
+    if out is None:
+        out_code = qb.code if out_dtype is None else ar.parse_dtype(out_dtype)
+        if qb.kind == ar.TORCH:
+            torch = ar.torch_module()
+            out = torch.empty(qb.shape, dtype=ar.torch_dtype(out_code))
+        else:
+            out = np.empty(qb.shape, dtype=ar.numpy_dtype(out_code))
+    ob = ar.CBuffer(out, "out")
+    if ob.copied:
+        raise RingKVValueError("out must be C-contiguous (it is written in place)")
+    if tuple(ob.shape) != tuple(qb.shape):
+        raise RingKVValueError(f"out has shape {ob.shape}; expected {qb.shape}")
+    if ob.code is None:
+        raise RingKVValueError(f"out dtype {out.dtype} is not float32, float16 or bf16")
+    if ob.kind == ar.NUMPY and not ob.keep.flags.writeable:
+        raise RingKVValueError("out is read-only")
+    args = AttentionArgs(batch=B, n_q_heads=Hq, n_queries=Tq, q=qb.ptr, q_dtype=qb.code,
+                         out=ob.ptr, out_dtype=ob.code, scale=float(scale or 0.0),
+                         pool=_pool_ptr(pool))
+    return args, out, [qb, ob, pool]
+
+
+def attend_layer(layer_ptr: int, d_head: int, total_slots: int, q: Any, session_idx: Any,
+                 frame_pos: Any = None, *, visible: Any = None, scale: float | None = None,
+                 out: Any = None, out_dtype: Any = None, pool: Any = None,
+                 reference: bool = False) -> Any:
+    """``rkv_layer_attend`` (or ``rkv_layer_attend_reference``) on one layer
+    handle; see the module docstring."""
+    fn = lib.rkv_layer_attend
+    if reference:
+        require("rkv_layer_attend_reference")
+        fn = lib.rkv_layer_attend_reference
+    si = _sessions(session_idx)
+    args, out, keep = _prepare(q, d_head, total_slots, si.shape[0], out, out_dtype, scale, pool)
+    args.session_idx = ctypes.cast(si.ctypes.data, _P64)
+    if visible is None:
+        if frame_pos is None:
+            raise RingKVValueError("attend needs frame_pos (the bits-and-clock rule) or visible "
+                                   "(explicit per-slot rows)")
+        fp, _ = ar.int64_vector(frame_pos, "frame_pos",
+                                "frame_pos must be a [B] int64 array or tensor; got {got}",
+                                error=RingKVValueError)
+        if fp.shape != si.shape:
+            raise RingKVValueError(f"frame_pos has {fp.shape[0]} rows; session_idx has "
+                                   f"{si.shape[0]}")
+        keep.append(fp)
+        args.frame_pos = ctypes.cast(fp.ctypes.data, _P64)
+    else:
+        if ar.is_torch_tensor(visible):
+            vb = ar.CBuffer(visible.reshape(-1) if visible.is_contiguous() else
+                            visible.contiguous().reshape(-1), "visible")
+            vdt = str(visible.dtype)
+            ok = vdt in ("torch.bool", "torch.uint8")
+        else:
+            varr = np.asarray(visible)
+            ok = varr.dtype in (np.bool_, np.uint8)
+            vb = ar.CBuffer(varr.reshape(-1), "visible")
+        if not ok:
+            raise RingKVValueError("visible must be a bool or uint8 array of rows [B, N]")
+        if vb.shape[0] != si.shape[0] * total_slots:
+            raise RingKVValueError(f"visible has {vb.shape[0]} entries; expected B*N = "
+                                   f"{si.shape[0]}*{total_slots}")
+        keep.append(vb)
+        args.visible = ctypes.cast(vb.ptr, _PU8)
+    check(fn(layer_ptr, ctypes.byref(args)))
+    return out
+
+
+def attend_model(model_ptr: int, layer: int, d_head: int, total_slots: int, q: Any,
+                 session_idx: Any, *, scale: float | None = None, out: Any = None,
+                 out_dtype: Any = None, pool: Any = None, step_kv: Any = None,
+                 commit: bool = False) -> Any:
+    """``rkv_model_attend``: the sessions' declared clocks, bits-and-clock
+    rule. With ``step_kv`` (a checked ``(ptr, dtype code)`` of the upsert
+    input), ``rkv_model_step``: the upsert and then the attention in one call."""
+    si = _sessions(session_idx)
+    args, out, keep = _prepare(q, d_head, total_slots, si.shape[0], out, out_dtype, scale, pool)
+    if step_kv is None:
+        check(lib.rkv_model_attend(model_ptr, layer, si.shape[0], si.ctypes.data,
+                                   ctypes.byref(args)))
+    else:
+        require("rkv_model_step")
+        check(lib.rkv_model_step(model_ptr, layer, si.shape[0], si.ctypes.data, step_kv[0],
+                                 step_kv[1], 1 if commit else 0, ctypes.byref(args)))
+    return out

@@ -1,0 +1,387 @@
+"""A whole model (SEMANTICS 6, 7): one ring per transformer layer, sessions
+claimed by request id, host-side frame clocks, in-memory snapshots, presets.
+
+A frame for B sessions::
+
+    model.begin_frame(sessions, frames)          # clock = last committed + 1
+    for p in range(5):                           # 4 denoising passes + commit
+        for layer in range(model.n_layers):
+            model.upsert(layer, sessions, kv, commit=(p == 4))
+            out = model.attend(layer, sessions, q)
+
+``kv`` is ``[2, 1, H, B*T, D]`` (or ``[2, H, B*T, D]``) and ``q``
+``[B, Hq, T, D]``, NumPy arrays or CPU torch tensors, in the model's dtype
+for ``kv`` (NumPy bf16: uint16 bits).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from . import _arrays as ar
+from ._lib import RKV_MAX_LAYERS, LayerSpec as _LayerSpecStruct, ModelConfigStruct, lib
+from ._lib import Geometry as _GeometryStruct
+from ._lib import SnapshotInfo as _SnapshotInfoStruct
+from ._lib import require
+from .attention import attend_model
+from .errors import RingKVValueError, check
+from .layer import LayerGeometry, LayerRingCache, _int, _session
+
+__all__ = ["LayerSpec", "ModelConfig", "Model", "SnapshotInfo", "preset", "preset_names",
+           "inspect_snapshot"]
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """Per-layer ring shape: RF, RB, PD."""
+    ring_frames: int
+    ring_buckets: int
+    pinned_dilation: int
+
+
+@dataclass
+class ModelConfig:
+    """``rkv_model_config``: the layers' ring shapes and the shared sizes.
+    ``dtype`` is "f32", "f16" or "bf16" (any spelling ``LayerRingCache``
+    accepts is normalized)."""
+    name: str
+    layers: list[LayerSpec]
+    num_sessions: int
+    n_q_heads: int
+    n_kv_heads: int
+    d_head: int
+    tokens_per_frame: int
+    dtype: str = "f32"
+
+    def _struct(self) -> ModelConfigStruct:
+        if not 1 <= len(self.layers) <= RKV_MAX_LAYERS:
+            raise RingKVValueError(f"a model has 1..{RKV_MAX_LAYERS} layers; got "
+                                   f"{len(self.layers)}")
+        name = self.name.encode()
+        if len(name) >= 64:
+            raise RingKVValueError(f"model name {self.name!r} is longer than 63 bytes")
+        c = ModelConfigStruct()
+        c.name = name
+        c.n_layers = len(self.layers)
+        for i, spec in enumerate(self.layers):
+            c.layers[i] = _LayerSpecStruct(_int(spec.ring_frames, "ring_frames"),
+                                           _int(spec.ring_buckets, "ring_buckets"),
+                                           _int(spec.pinned_dilation, "pinned_dilation"))
+        c.num_sessions = _int(self.num_sessions, "num_sessions")
+        c.n_q_heads = _int(self.n_q_heads, "n_q_heads")
+        c.n_kv_heads = _int(self.n_kv_heads, "n_kv_heads")
+        c.d_head = _int(self.d_head, "d_head")
+        c.tokens_per_frame = _int(self.tokens_per_frame, "tokens_per_frame")
+        c.dtype = ar.parse_dtype(self.dtype)
+        return c
+
+    @classmethod
+    def _from_struct(cls, c: ModelConfigStruct) -> "ModelConfig":
+        return cls(name=c.name.decode(), num_sessions=c.num_sessions, n_q_heads=c.n_q_heads,
+                   layers=[LayerSpec(int(c.layers[i].ring_frames), int(c.layers[i].ring_buckets),
+                                     int(c.layers[i].pinned_dilation))
+                           for i in range(c.n_layers)],
+                   n_kv_heads=c.n_kv_heads, d_head=c.d_head,
+                   tokens_per_frame=c.tokens_per_frame, dtype=ar.DTYPE_NAMES[c.dtype])
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.layers)
+
+    def layer_geometry(self, layer: int) -> LayerGeometry:
+        """Geometry of layer ``layer`` (S, H, D, T, dtype from the config)."""
+        g = _GeometryStruct()
+        check(lib.rkv_model_config_layer_geometry(ctypes.byref(self._struct()),
+                                                  _int(layer, "layer"), ctypes.byref(g)))
+        return LayerGeometry(g.num_sessions, g.n_kv_heads, g.ring_frames, g.ring_buckets,
+                             g.d_head, g.tokens_per_frame, g.pinned_dilation,
+                             ar.DTYPE_NAMES[g.dtype])
+
+    def memory(self) -> tuple[int, int]:
+        """``(per_session_bytes, total_bytes)`` of resident K/V over all layers;
+        ValueError for an invalid config."""
+        per, total = ctypes.c_size_t(), ctypes.c_size_t()
+        check(lib.rkv_model_config_memory(ctypes.byref(self._struct()), ctypes.byref(per),
+                                          ctypes.byref(total)))
+        return per.value, total.value
+
+
+def preset_names() -> list[str]:
+    """Names of the presets ("demo", "waypoint-1.5-720p", "waypoint-1.5-360p")."""
+    names, arr, i = [], lib.rkv_model_preset_names(), 0
+    while arr[i] is not None:
+        names.append(arr[i].decode())
+        i += 1
+    return names
+
+
+def preset(name: str, full_global_ring: bool = False, *, num_sessions: int = 1) -> ModelConfig:
+    """The named preset's config (SEMANTICS 7); ``full_global_ring`` allocates
+    the original RF 128 for global layers. KeyError for an unknown name."""
+    c = ModelConfigStruct()
+    check(lib.rkv_model_preset(name.encode(), 1 if full_global_ring else 0, ctypes.byref(c)))
+    cfg = ModelConfig._from_struct(c)
+    cfg.num_sessions = num_sessions
+    return cfg
+
+
+class _ModelHandle:
+    __slots__ = ("ptr",)
+
+    def __init__(self, ptr: int):
+        self.ptr = ptr
+
+    def __del__(self):
+        if self.ptr and lib is not None:
+            lib.rkv_model_destroy(self.ptr)
+            self.ptr = None
+
+
+def _request_id(request_id: str | bytes) -> bytes:
+    raw = request_id.encode() if isinstance(request_id, str) else bytes(request_id)
+    if b"\0" in raw:
+        raise RingKVValueError("request_id must not contain NUL bytes")
+    return raw
+
+
+class Model:
+    """Every layer's ring of a model, with sessions and clocks (SEMANTICS 6).
+
+    ``Model(config)`` or ``Model.from_preset("waypoint-1.5-720p",
+    num_sessions=4)``. ``array_kind`` ("numpy" or "torch") chooses the kind of
+    the layers' ``kv``/``written`` views; ``upsert`` returns views of the kind
+    of its ``kv`` input.
+    """
+
+    def __init__(self, config: ModelConfig, *, array_kind: str = ar.NUMPY):
+        ptr = ctypes.c_void_p()
+        check(lib.rkv_model_create(ctypes.byref(config._struct()), ctypes.byref(ptr)))
+        self._h = _ModelHandle(ptr.value)
+        self.config = ModelConfig._from_struct(lib.rkv_model_get_config(self._h.ptr).contents)
+        self.array_kind = array_kind
+        self._layers = [LayerRingCache._borrow(lib.rkv_model_layer(self._h.ptr, i), self._h,
+                                               array_kind)
+                        for i in range(self.config.n_layers)]
+
+    @classmethod
+    def from_preset(cls, name: str, *, num_sessions: int = 1, full_global_ring: bool = False,
+                    array_kind: str = ar.NUMPY) -> "Model":
+        return cls(preset(name, full_global_ring, num_sessions=num_sessions),
+                   array_kind=array_kind)
+
+    @property
+    def n_layers(self) -> int:
+        return self.config.n_layers
+
+    @property
+    def num_sessions(self) -> int:
+        return self.config.num_sessions
+
+    @property
+    def memory_bytes(self) -> int:
+        """Resident K/V bytes of every layer, all sessions."""
+        return int(lib.rkv_model_memory_bytes(self._h.ptr))
+
+    def layer(self, i: int) -> LayerRingCache:
+        """Layer ``i``'s ring (owned by the model). Mutating it directly
+        (its ``upsert``/``reset``) bypasses the model's clock checks."""
+        if not 0 <= i < self.n_layers:
+            raise IndexError(f"layer {i} out of range; expected 0..{self.n_layers - 1}")
+        return self._layers[i]
+
+    # ---- sessions ---------------------------------------------------------
+    def claim(self, request_id: str) -> int:
+        """A free session for ``request_id`` (the same one if it already holds
+        one). RuntimeError when every session is held (no eviction)."""
+        s = ctypes.c_int64()
+        check(lib.rkv_model_claim(self._h.ptr, _request_id(request_id), ctypes.byref(s)))
+        return s.value
+
+    def lookup(self, request_id: str) -> int:
+        """The session held by ``request_id``; KeyError when none."""
+        s = ctypes.c_int64()
+        check(lib.rkv_model_lookup(self._h.ptr, _request_id(request_id), ctypes.byref(s)))
+        return s.value
+
+    def release(self, session: int) -> None:
+        """Zeroes a held session in every layer, drops its clock, frees it."""
+        check(lib.rkv_model_release(self._h.ptr, _session(session)))
+
+    def reset(self, session: int) -> None:
+        """Zeroes a held session in every layer and drops its clock: the next
+        frame may start anywhere. The session stays claimed."""
+        check(lib.rkv_model_reset(self._h.ptr, _session(session)))
+
+    def clock(self, session: int) -> int | None:
+        """Last committed frame of a held session, None when it has no clock."""
+        f = ctypes.c_int64()
+        check(lib.rkv_model_clock(self._h.ptr, _session(session), ctypes.byref(f)))
+        return None if f.value < 0 else f.value
+
+    # ---- frames -----------------------------------------------------------
+    def begin_frame(self, session_idx: Any, frame_pos: Any) -> None:
+        """Declares the next frame of B held sessions ([B] int64 each). Each
+        clock must be last committed + 1 (any clock after a claim, reset or
+        restore without clock). RuntimeError (RKV_ERR_CLOCK / _STATE) otherwise;
+        nothing changes then."""
+        si, _ = ar.int64_vector(session_idx, "session_idx", "session_idx must be a [B] int64 "
+                                "array; got {got}", error=RingKVValueError)
+        fp, _ = ar.int64_vector(frame_pos, "frame_pos", "frame_pos must be a [B] int64 array; "
+                                "got {got}", error=RingKVValueError)
+        if si.shape != fp.shape:
+            raise RingKVValueError(f"session_idx has {si.shape[0]} rows; frame_pos has "
+                                   f"{fp.shape[0]}")
+        check(lib.rkv_model_begin_frame(self._h.ptr, si.shape[0], si.ctypes.data,
+                                        fp.ctypes.data))
+
+    def _kv_input(self, layer: int, session_idx: Any, kv: Any):
+        lay = self.layer(_int(layer, "layer"))
+        si, _ = ar.int64_vector(session_idx, "session_idx", "session_idx must be a [B] int64 "
+                                "array; got {got}", error=RingKVValueError)
+        B, T = si.shape[0], lay.tokens_per_frame
+        buf = ar.CBuffer(kv, "kv")
+        expect = (2, 1, lay.n_kv_heads, B * T, lay.d_head)
+        if tuple(buf.shape) not in (expect, expect[:1] + expect[2:]):
+            raise RingKVValueError(f"kv must be [2, 1, H, B*T, D] = {list(expect)}; got "
+                                   f"{list(buf.shape)}")
+        if buf.code != lay._code:
+            raise RingKVValueError(f"kv dtype {buf.keep.dtype} does not match the storage dtype "
+                                   f"{lay.dtype_name}")
+        return lay, si, buf
+
+    def upsert(self, layer: int, session_idx: Any, kv: Any, commit: bool) -> tuple[Any, Any]:
+        """One upsert on ``layer`` for B sessions inside a frame, at their
+        declared clocks. ``kv``: ``[2, 1, H, B*T, D]`` or ``[2, H, B*T, D]``
+        in the model's dtype. Returns ``(k, v)`` ``[1, H, N, D]`` views of the
+        layer's storage, of the same kind as ``kv``. When every layer has
+        committed, the frame ends and the clock advances."""
+        lay, si, buf = self._kv_input(layer, session_idx, kv)
+        check(lib.rkv_model_upsert(self._h.ptr, layer, si.shape[0], si.ctypes.data, buf.ptr,
+                                   lay._code, 1 if commit else 0))
+        _, k, v, _ = lay.views(buf.kind)
+        return k, v
+
+    def attend(self, layer: int, session_idx: Any, q: Any, *, scale: float | None = None,
+               out: Any = None, out_dtype: Any = None, pool: Any = None) -> Any:
+        """Attention on ``layer`` for B sessions at their declared clocks
+        (bits-and-clock rule). ``q`` ``[B, Hq, Tq, D]``; returns ``out`` of the
+        same shape and kind (dtype ``out_dtype`` or ``q``'s). ``pool``: a
+        :class:`ringkv.ThreadPool` (default: the library's)."""
+        lay = self.layer(_int(layer, "layer"))
+        return attend_model(self._h.ptr, layer, lay.d_head, lay.total_slots, q, session_idx,
+                            scale=scale, out=out, out_dtype=out_dtype, pool=pool)
+
+    def step(self, layer: int, session_idx: Any, kv: Any, commit: bool, q: Any, *,
+             scale: float | None = None, out: Any = None, out_dtype: Any = None,
+             pool: Any = None) -> Any:
+        """One pass of a batched step on ``layer``: :meth:`upsert` then
+        :meth:`attend` for the same rows in one library call
+        (``rkv_model_step``; everything is checked before anything is
+        written). Returns ``out``."""
+        lay, si, buf = self._kv_input(layer, session_idx, kv)
+        return attend_model(self._h.ptr, layer, lay.d_head, lay.total_slots, q, si, scale=scale,
+                            out=out, out_dtype=out_dtype, pool=pool,
+                            step_kv=(buf.ptr, lay._code), commit=commit)
+
+    # ---- snapshots --------------------------------------------------------
+    @property
+    def snapshot_bytes(self) -> int:
+        """Size of one session's snapshot."""
+        return int(lib.rkv_model_snapshot_bytes(self._h.ptr))
+
+    def snapshot(self, session: int) -> bytearray:
+        """One held session's K/V span and written bits in every layer, the
+        geometry and the clock (not inside a frame: RuntimeError)."""
+        buf = bytearray(self.snapshot_bytes)
+        cbuf = (ctypes.c_char * len(buf)).from_buffer(buf)
+        check(lib.rkv_model_snapshot(self._h.ptr, _session(session), cbuf, len(buf)))
+        return buf
+
+    def restore(self, session: int, snapshot: Any) -> None:
+        """Restores a snapshot into a held session (bit-exact, clock included:
+        the next frame must be the saved clock + 1). ValueError
+        (RKV_ERR_FORMAT) for a buffer of another geometry; nothing changes then."""
+        data = memoryview(snapshot).cast("B")
+        if data.readonly:
+            data = memoryview(bytearray(data))
+        cbuf = (ctypes.c_char * len(data)).from_buffer(data)
+        check(lib.rkv_model_restore(self._h.ptr, _session(session), cbuf, len(data)))
+
+    def fork(self, src_session: int, dst_session: int) -> None:
+        """Copies held session ``src_session``'s whole state (every layer and
+        its clock) into held session ``dst_session``, bit-exact; both between
+        frames. ValueError when src == dst."""
+        require("rkv_model_fork")
+        check(lib.rkv_model_fork(self._h.ptr, _session(src_session), _session(dst_session)))
+
+    # ---- snapshot files (safetensors layout, docs/snapshot-format.md) ---
+    def save_session(self, session: int, path: str | bytes) -> None:
+        """Saves a held session (between frames) to the file ``path``,
+        atomically; OSError on input/output failure."""
+        require("rkv_model_save_session")
+        check(lib.rkv_model_save_session(self._h.ptr, _session(session), _path(path)))
+
+    def load_session(self, session: int, path: str | bytes) -> None:
+        """Loads a snapshot file into a held session: bit-exact, saved clock
+        installed. ValueError (RKV_ERR_FORMAT) for a truncated, corrupted or
+        foreign file or another geometry; nothing changes then."""
+        require("rkv_model_load_session")
+        check(lib.rkv_model_load_session(self._h.ptr, _session(session), _path(path)))
+
+    def save_session_bytes(self, session: int) -> bytearray:
+        """The snapshot file's image in memory."""
+        require("rkv_model_save_session_mem")
+        size = ctypes.c_size_t()
+        s = _session(session)
+        check(lib.rkv_model_save_session_mem(self._h.ptr, s, None, 0, ctypes.byref(size)))
+        buf = bytearray(size.value)
+        cbuf = (ctypes.c_char * len(buf)).from_buffer(buf)
+        check(lib.rkv_model_save_session_mem(self._h.ptr, s, cbuf, len(buf), ctypes.byref(size)))
+        return buf
+
+    def load_session_bytes(self, session: int, image: Any) -> None:
+        """:meth:`load_session` from an image in memory (bytes-like)."""
+        require("rkv_model_load_session_mem")
+        data = bytes(memoryview(image).cast("B"))
+        check(lib.rkv_model_load_session_mem(self._h.ptr, _session(session), data, len(data)))
+
+
+def _path(path: Any) -> bytes:
+    return os.fsencode(path)
+
+
+@dataclass
+class SnapshotInfo:
+    """What a valid snapshot file holds (``rkv_snapshot_info``)."""
+    format_version: int
+    ringkv_version: str
+    request_id: str
+    source_session: int
+    config: ModelConfig
+    last_committed: int | None
+    file_bytes: int
+    header_bytes: int
+    data_bytes: int
+    header_xxh3: int
+    data_xxh3: int
+
+
+def inspect_snapshot(source: Any) -> SnapshotInfo:
+    """Validates a snapshot file (a path) or image (bytes-like) completely
+    and describes it. ValueError (RKV_ERR_FORMAT) or OSError otherwise."""
+    info = _SnapshotInfoStruct()
+    if isinstance(source, (str, os.PathLike)):
+        require("rkv_snapshot_inspect")
+        check(lib.rkv_snapshot_inspect(_path(source), ctypes.byref(info)))
+    else:
+        require("rkv_snapshot_inspect_mem")
+        data = bytes(memoryview(source).cast("B"))
+        check(lib.rkv_snapshot_inspect_mem(data, len(data), ctypes.byref(info)))
+    return SnapshotInfo(int(info.format_version), info.ringkv_version.decode(),
+                        info.request_id.decode("utf-8", "replace"), int(info.source_session),
+                        ModelConfig._from_struct(info.config),
+                        None if info.last_committed < 0 else int(info.last_committed),
+                        int(info.file_bytes), int(info.header_bytes), int(info.data_bytes),
+                        int(info.header_xxh3), int(info.data_xxh3))

@@ -1,0 +1,46 @@
+"""Build step of the ringkv Python package: bundles libringkv next to the
+package, so that an installed ``ringkv`` finds it without RINGKV_LIBRARY.
+
+The library copied into the package is, in order: the file named by the
+environment variable RINGKV_LIBRARY at build time; ringkv/libringkv.so when it
+was copied there by hand; ../build/libringkv.so (the repository's default
+CMake build folder). With none of them the package is installed without the
+library and finds it at run time through RINGKV_LIBRARY or the system library
+path (a library installed with ``cmake --install``). Everything else is in
+pyproject.toml.
+"""
+import os
+import shutil
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _library():
+    candidates = [os.environ.get("RINGKV_LIBRARY"),
+                  os.path.join(HERE, "ringkv", "libringkv.so"),
+                  os.path.join(HERE, "..", "build", "libringkv.so")]
+    for path in candidates:
+        if path and os.path.isfile(path):
+            return os.path.realpath(path)
+    return None
+
+
+class BuildPyWithLibrary(build_py):
+    def run(self):
+        super().run()
+        lib = _library()
+        dest = os.path.join(self.build_lib, "ringkv", "libringkv.so")
+        if lib is None:
+            print("ringkv: no libringkv.so found (set RINGKV_LIBRARY=<build>/libringkv.so); the "
+                  "package will need RINGKV_LIBRARY or a system-installed libringkv at run time")
+            return
+        if os.path.realpath(dest) != lib:
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            shutil.copyfile(lib, dest)
+        print(f"ringkv: bundled {lib} as {dest}")
+
+
+setup(cmdclass={"build_py": BuildPyWithLibrary})

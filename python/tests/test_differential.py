@@ -1,0 +1,185 @@
+"""Differential test: the reference (shared/spec/seed_ring_cache.py) and
+ringkv.LayerRingCache driven by the same random operation sequences (B >= 1,
+dilation, clock jumps, resets). After every operation the K/V storage and the
+written bits must be identical, and so must the visibility row whenever
+build_visibility is true (with it false the reference's row is unspecified).
+
+Skipped only where torch >= 2.5 is not importable. ringkv is fed both torch
+tensors and NumPy arrays. The reference runs on the CPU; where the CUDA
+backend exists this test is the place to add CUDA tensors.
+"""
+from __future__ import annotations
+
+import importlib.util
+import random
+
+import numpy as np
+import pytest
+
+from conftest import SPEC, torch_or_skip
+
+import ringkv
+
+SEEDS = range(16)
+# f32 on every sequence, bf16 on every 4th (copies are bit-exact in any dtype)
+CASES = [(seed, "float32") for seed in SEEDS] + [(seed, "bfloat16") for seed in SEEDS[::4]]
+
+
+@pytest.fixture(scope="module")
+def torch():
+    return torch_or_skip((2, 5))
+
+
+@pytest.fixture(scope="module")
+def reference(torch):
+    path = SPEC / "seed_ring_cache.py"
+    if not path.exists():
+        pytest.fail(f"no reference at {path}: set RKV_SHARED_DIR to the shared/ folder")
+    spec = importlib.util.spec_from_file_location("seed_ring_cache", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def random_geometry(rng: random.Random) -> dict:
+    rf = rng.randint(1, 6)
+    return dict(num_sessions=rng.randint(1, 4), n_kv_heads=rng.randint(1, 3), ring_frames=rf,
+                ring_buckets=rng.randint(1, rf), d_head=rng.randint(1, 6),
+                tokens_per_frame=rng.choice([128, 128, 256]),
+                pinned_dilation=rng.choice([1, 1, 2, 3, 4, 8]))
+
+
+def operations(rng: random.Random, g: dict, count: int):
+    """Yields ("reset", s) or ("upsert", sessions, frames, commit, build_visibility):
+    mostly the 4+1 schedule per session, with clock jumps, repeats and batches."""
+    S = g["num_sessions"]
+    clock = [rng.randint(0, 3) for _ in range(S)]
+    passes = [0] * S
+    for _ in range(count):
+        r = rng.random()
+        if r < 0.06:
+            s = rng.randrange(S)
+            clock[s], passes[s] = rng.randint(0, 2), 0
+            yield ("reset", s)
+            continue
+        B = 1 if rng.random() < 0.6 else rng.randint(1, S)
+        sessions = rng.sample(range(S), B)
+        frames, commits = [], []
+        for s in sessions:
+            if rng.random() < 0.05:
+                clock[s], passes[s] = rng.randint(0, 300), 0  # a jump
+            frames.append(clock[s])
+            commits.append(passes[s] == 4)
+        commit = all(commits) if rng.random() < 0.8 else rng.random() < 0.5
+        for s in sessions:
+            passes[s] += 1
+            if commit or passes[s] > 4:
+                clock[s], passes[s] = clock[s] + 1, 0
+        build = B == 1 and rng.random() < 0.7
+        yield ("upsert", sessions, frames, commit, build)
+
+
+def test_sequences_cover_batches_dilation_resets_and_jumps():
+    """The generator (no torch needed) exercises what the test is for."""
+    seen = dict(batch=0, reset=0, pd=0, write=0, nonwrite_commit=0, vis=0)
+    for seed in SEEDS:
+        rng = random.Random(seed)
+        g = random_geometry(rng)
+        seen["pd"] += g["pinned_dilation"] > 1
+        for op in operations(rng, g, 60):
+            if op[0] == "reset":
+                seen["reset"] += 1
+                continue
+            _, sessions, frames, commit, build = op
+            seen["batch"] += len(sessions) > 1
+            seen["vis"] += build
+            for f in frames:
+                write = f % g["pinned_dilation"] == 0
+                seen["write"] += commit and write
+                seen["nonwrite_commit"] += commit and not write
+    assert all(v > 0 for v in seen.values()), seen
+
+
+@pytest.mark.parametrize("inputs", ["torch", "numpy"])
+@pytest.mark.parametrize("seed, dtype", CASES)
+def test_same_outputs_as_reference(torch, reference, seed, dtype, inputs):
+    rng = random.Random(seed)
+    g = random_geometry(rng)
+    tdt = getattr(torch, dtype)
+    ref = reference.LayerRingCache(**g, dtype=tdt, device="cpu")
+    mine = ringkv.LayerRingCache(**g, dtype=tdt, device="cpu")
+    assert mine.array_kind == "torch"
+    assert (mine.capacity, mine.total_slots, mine.ring_len, mine.memory_bytes) == \
+        (ref.capacity, ref.total_slots, ref.ring_len, ref.memory_bytes)
+    gen = torch.Generator().manual_seed(seed)
+    H, T, D = g["n_kv_heads"], g["tokens_per_frame"], g["d_head"]
+    checked_rows = 0
+    for n, op in enumerate(operations(rng, g, 60)):
+        if op[0] == "reset":
+            ref.reset(op[1])
+            mine.reset(op[1])
+        else:
+            _, sessions, frames, commit, build = op
+            B = len(sessions)
+            kv = torch.randn(2, 1, H, B * T, D, generator=gen).to(tdt)
+            fp = torch.tensor(frames, dtype=torch.int64)
+            si = torch.tensor(sessions, dtype=torch.int64)
+            rk, rv, rvis = ref.upsert(kv, fp, commit, si, build_visibility=build)
+            if inputs == "torch":
+                k, v, vis = mine.upsert(kv, fp, commit, si, build_visibility=build)
+            else:
+                raw = kv.view(torch.int16).numpy().view(np.uint16) if dtype == "bfloat16" \
+                    else kv.numpy()
+                k, v, vis = mine.upsert(raw, fp.numpy(), commit, si.numpy(),
+                                        build_visibility=build)
+                k, v = mine.kv[0], mine.kv[1]
+                vis = None if vis is None else torch.from_numpy(vis)
+            assert torch.equal(k.view(torch.int16) if dtype == "bfloat16" else k,
+                               rk.view(torch.int16) if dtype == "bfloat16" else rk)
+            assert torch.equal(v.view(torch.int16) if dtype == "bfloat16" else v,
+                               rv.view(torch.int16) if dtype == "bfloat16" else rv)
+            if build:
+                assert torch.equal(vis, rvis), f"seed {seed} op {n} {op}: visibility differs"
+                checked_rows += 1
+        a, b = mine.kv, ref.kv
+        if dtype == "bfloat16":
+            a, b = a.view(torch.int16), b.view(torch.int16)
+        assert torch.equal(a, b), f"seed {seed} op {n} {op}: K/V differs"
+        assert torch.equal(mine.written, ref.written), f"seed {seed} op {n} {op}: written differs"
+    assert checked_rows > 0
+
+
+def _raises(fn):
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001 - the type is what is compared
+        return type(exc)
+    return None
+
+
+def test_same_exception_types_as_reference(torch, reference):
+    """Where the reference raises, ringkv raises the same built-in type."""
+    good = dict(num_sessions=2, n_kv_heads=1, ring_frames=4, ring_buckets=3, d_head=4,
+                tokens_per_frame=128, pinned_dilation=2, dtype=torch.float32, device="cpu")
+    for bad in (dict(num_sessions=0), dict(pinned_dilation=0), dict(ring_buckets=5),
+                dict(ring_buckets=0), dict(tokens_per_frame=100)):
+        args = {**good, **bad}
+        want = _raises(lambda: reference.LayerRingCache(**args))
+        assert want is ValueError
+        assert issubclass(_raises(lambda: ringkv.LayerRingCache(**args)), want), bad
+    ref, mine = reference.LayerRingCache(**good), ringkv.LayerRingCache(**good)
+    for s in (-1, 2):
+        assert _raises(lambda: ref.session_span(s)) is IndexError
+        assert issubclass(_raises(lambda: mine.session_span(s)), IndexError)
+        assert issubclass(_raises(lambda: mine.reset(s)), IndexError)
+    kv1, kv2 = torch.zeros(2, 1, 1, 128, 4), torch.zeros(2, 1, 1, 256, 4)
+    i64 = lambda *x: torch.tensor(x, dtype=torch.int64)  # noqa: E731
+    for args, kw in (((kv1, torch.tensor([0], dtype=torch.int32), True, i64(0)), {}),
+                     ((kv1, torch.tensor(0), True, i64(0)), {}),
+                     ((kv2, i64(0), True, i64(0)), {}),
+                     ((kv1, i64(0), True, i64(0, 1)), {}),
+                     ((kv1, i64(0), True, torch.tensor([0], dtype=torch.int32)), {}),
+                     ((kv2, i64(0, 0), True, i64(0, 1)), dict(build_visibility=True))):
+        want = _raises(lambda: ref.upsert(*args, **kw))
+        assert want is RuntimeError, args
+        assert issubclass(_raises(lambda: mine.upsert(*args, **kw)), want), args
