@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Summary table of scripts/gpu_check.sh: reads the RESULT lines of the logs
+in OUTDIR (bench.log, reference.log, tests.log) and the step statuses, and
+prints the issue-4 goals against the measurements. Usage: summary.py OUTDIR"""
+import math
+import os
+import re
+import sys
+
+
+def parse(path):
+    res = {}
+    if not os.path.exists(path):
+        return res
+    for line in open(path, errors="replace"):
+        m = re.match(r"RESULT (\w+)=(\S+) (.*)", line.strip())
+        if not m:
+            continue
+        kv = dict(re.findall(r'(\w+)=("[^"]*"|\S+)', line))
+        key = kv.get("bench") or kv.get("test")
+        res[key] = kv
+    return res
+
+
+def num(d, k, field="value"):
+    try:
+        return float(d[k][field])
+    except (KeyError, ValueError):
+        return math.nan
+
+
+def fmt(x, nd=1):
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{nd}f}"
+
+
+def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else ".gpu/out"
+    bench = parse(os.path.join(out, "bench.log"))
+    ref = parse(os.path.join(out, "reference.log"))
+    tests = parse(os.path.join(out, "tests.log"))
+    status = {}
+    if os.path.exists(os.path.join(out, "status")):
+        for line in open(os.path.join(out, "status")):
+            parts = line.split()
+            if len(parts) == 2:
+                status[parts[0]] = parts[1]
+    frag = "-"
+    tl = os.path.join(out, "tests.log")
+    if os.path.exists(tl):
+        for line in open(tl, errors="replace"):
+            if line.startswith("fragment model:"):
+                frag = line.split(":", 1)[1].strip()
+
+    def best(prefix):
+        """Best TFLOP/s over the variants of one attention case."""
+        cands = [(num(bench, k), k) for k in bench if k.startswith(prefix)
+                 and bench[k].get("unit") == "TFLOP/s"]
+        cands = [c for c in cands if not math.isnan(c[0])]
+        if not cands:
+            return math.nan, "-"
+        v, k = max(cands)
+        return v, k[len(prefix):].lstrip("_") or "default"
+
+    rows = []
+    copy = num(bench, "copy_d2d_bandwidth")
+    rows.append(("device copy bandwidth (GB/s)", fmt(copy, 0), "ceiling",
+                 f"torch {fmt(num(ref, 'ref_copy_d2d_bandwidth'), 0)}", ""))
+    rows.append(("bf16 matmul 8192^3 (TFLOP/s)", "-", "ceiling",
+                 f"torch {fmt(num(ref, 'ref_matmul_bf16_8192'), 0)}", ""))
+    for c in (0, 1):
+        us = num(bench, f"upsert_graph_B1_commit{c}")
+        rows.append((f"upsert in graph B=1 commit={c} (us)", fmt(us, 2), "<= 5",
+                     f"ref graph {fmt(num(ref, f'ref_upsert_graph_B1_commit{c}'))}, eager "
+                     f"{fmt(num(ref, f'ref_upsert_eager_B1_commit{c}'))}",
+                     "ok" if us <= 5 else ("MISS" if not math.isnan(us) else "?")))
+    for c in (0, 1):
+        k = f"upsert_graph_B8_commit{c}"
+        pct = math.nan
+        if k in bench:
+            m = re.search(r"pct_of_copy=([\d.]+)", " ".join(f"{a}={b}" for a, b in bench[k].items()))
+            pct = float(m.group(1)) if m else math.nan
+        rows.append((f"upsert in graph B=8 commit={c} (% copy bw)", fmt(pct, 1), ">= 70",
+                     f"{fmt(num(bench, k), 1)} us; ref graph "
+                     f"{fmt(num(ref, f'ref_upsert_graph_B8_commit{c}'))} us",
+                     "ok" if pct >= 70 else ("MISS" if not math.isnan(pct) else "?")))
+    for case, goal, refcase in (("720p_B1_8192keys", 370, "720p_B1_8192keys"),
+                                ("720p_B1_8704keys", 370, None),
+                                ("720p_B8_8704keys", 430, "720p_B8_8704keys"),
+                                ("720p_B8_8192keys", 430, None),
+                                ("360p_B8_2176keys", 300, "360p_B8_2176keys")):
+        v, var = best(f"attention_{case}")
+        peers = "-"
+        if refcase:
+            peers = (f"cuDNN {fmt(num(ref, f'ref_cudnn_gathered_{refcase}'), 0)}, "
+                     f"flash {fmt(num(ref, f'ref_flash_gathered_{refcase}'), 0)}, "
+                     f"flex {fmt(num(ref, f'ref_flex_{refcase}'), 0)}")
+        rows.append((f"attention {case} (TFLOP/s) [{var}]", fmt(v, 0), f">= {goal}", peers,
+                     "ok" if v >= goal else ("MISS" if not math.isnan(v) else "?")))
+    f1 = num(bench, "frame_graph_1_session")
+    rows.append(("whole frame, 1 session, graph (ms)", fmt(f1, 2), "<= 15", "ref fallback 550",
+                 "ok" if f1 <= 15 else ("MISS" if not math.isnan(f1) else "?")))
+    f8 = num(bench, "frame_graph_8_sessions")
+    rows.append(("whole frame, 8 sessions/call (ms)", fmt(f8, 2), "-", "", ""))
+    s1, s8 = num(bench, "sessions_at_15fps_B1"), num(bench, "sessions_at_15fps_B8")
+    s = max([x for x in (s1, s8) if not math.isnan(x)], default=math.nan)
+    rows.append(("720P sessions at 15 fps (B=1 / B=8)", f"{fmt(s1)} / {fmt(s8)}", ">= 6 (8)", "",
+                 "ok" if s >= 6 else ("MISS" if not math.isnan(s) else "?")))
+
+    print("\n==================== ringkv CUDA gpu_check summary ====================")
+    print("steps: " + ", ".join(f"{k}={v}" for k, v in status.items()))
+    d, g = tests.get("cuda_diff", {}), tests.get("cuda_graph", {})
+    print(f"tests: fragment model {frag}; cuda_diff {d.get('status', '?')} "
+          f"(fails {d.get('fails', '?')}); cuda_graph {g.get('status', '?')} "
+          f"(frames {g.get('frames', '?')}, max err {g.get('max_err', '?')}); "
+          f"f64 spot {bench.get('attention_720p_B1_8192keys_f64_spot_err', {}).get('value', '?')}")
+    w = [max(len(r[i]) for r in rows) for i in range(5)]
+    hdr = ("measure", "ringkv", "goal", "reference / peers (same run)", "")
+    w = [max(w[i], len(hdr[i])) for i in range(5)]
+    print("  ".join(h.ljust(w[i]) for i, h in enumerate(hdr)))
+    for r in rows:
+        print("  ".join(str(x).ljust(w[i]) for i, x in enumerate(r)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,215 @@
+/*
+ * ringkv CUDA backend: one layer's ring in device memory, a fused upsert and
+ * a fused ring attention (issue 4). Built only when CMake finds nvcc
+ * (library ringkv_cuda); the core header ringkv.h stays free of CUDA types.
+ *
+ * Conventions (in addition to those at the top of ringkv.h):
+ *  - This header includes no CUDA header. `void *stream` is a cudaStream_t
+ *    (NULL = the legacy default stream); pass `(void *)my_stream`.
+ *  - Pointers marked DEVICE are device memory of the layer's GPU (plain
+ *    cudaMalloc, never managed memory). Pointers marked HOST are host memory.
+ *  - The layer lives on one GPU, chosen at creation. Every call must be made
+ *    while that GPU is the calling thread's current device (cudaSetDevice);
+ *    the per-pass calls check it (RKV_ERR_STATE otherwise) and never change
+ *    it.
+ *  - "Capture-safe" calls (the per-pass calls: upsert, attend, reset, clock
+ *    advance) only enqueue kernels on `stream`: they never allocate, never
+ *    synchronize, never copy from the host, and read session ids and clocks
+ *    from DEVICE memory, so a whole schedule (24 layers x 5 passes) can be
+ *    captured into one CUDA graph and replayed frame after frame with only
+ *    the device-side clocks changing. Their host-side checks cover the
+ *    shapes, dtypes and pointers they are given; the VALUES behind device
+ *    pointers (session ids, clocks) are checked on the device, by every
+ *    block of the kernel before it writes anything: if any row is invalid
+ *    (session out of [0, S), two rows with one session, clock < 0) the whole
+ *    call writes nothing and records a device error that
+ *    rkv_cuda_layer_check() reports (and clears) later. A failed host check
+ *    enqueues nothing.
+ *  - CUDA failures (a launch that fails, an allocation that fails, a copy
+ *    that fails) are RKV_ERR_NO_MEMORY for out-of-memory and RKV_ERR_STATE
+ *    otherwise, with the CUDA error's name in rkv_last_error().
+ *  - Calls that are NOT capture-safe say so: create/destroy (allocate and
+ *    free), upload/download (synchronous copies), check (synchronizes).
+ */
+#ifndef RINGKV_CUDA_H
+#define RINGKV_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ringkv.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Number of CUDA devices the runtime sees; 0 when there is none, no driver,
+ * or the runtime fails to initialize (never an error). Not capture-safe. */
+int rkv_cuda_device_count(void);
+
+/* Largest batch one upsert or attention call accepts (each block of the
+ * kernels checks every row's session and clock before it writes). */
+#define RKV_CUDA_MAX_BATCH 1024
+
+/* ------------------------------------------------------------------------ */
+/* One layer's ring on the GPU (SEM 2)                                       */
+/* ------------------------------------------------------------------------ */
+
+typedef struct rkv_cuda_layer rkv_cuda_layer;
+
+/* Allocates a layer on GPU `device`: K/V storage [2][H][N][D] in g->dtype
+ * (zeroed), the written bitmap [N] (ring slots 0, scratch slots 1) and a
+ * device error word; the same layout as the CPU backend (SEM 2). Makes
+ * `device` current on the calling thread. *out receives the handle (owned
+ * by the caller; free with rkv_cuda_layer_destroy). Errors: invalid geometry
+ * (rkv_geometry_check), RKV_ERR_NULL, RKV_ERR_RANGE (no such device),
+ * RKV_ERR_NO_MEMORY, RKV_ERR_STATE (other CUDA failure); *out untouched on
+ * failure. Not capture-safe (allocates, synchronizes). */
+rkv_status rkv_cuda_layer_create(const rkv_geometry *g, int device, rkv_cuda_layer **out);
+/* Frees everything (synchronizes the device first). NULL is a no-op. */
+void rkv_cuda_layer_destroy(rkv_cuda_layer *layer);
+
+/* The layer's geometry (HOST pointer valid for the layer's lifetime). */
+const rkv_geometry *rkv_cuda_layer_geometry(const rkv_cuda_layer *layer);
+int rkv_cuda_layer_device(const rkv_cuda_layer *layer);
+int64_t rkv_cuda_layer_total_slots(const rkv_cuda_layer *layer);
+/* 2*H*N*D*sizeof(dtype): resident K/V bytes on the GPU (SEM 2). */
+size_t rkv_cuda_layer_memory_bytes(const rkv_cuda_layer *layer);
+
+/* DEVICE pointers owned by the layer, valid until destroy, read without
+ * copying: [2][H][N][D] storage (K = first half, V = second half), and the
+ * written bitmap [N] (1 = written). */
+void *rkv_cuda_layer_kv(const rkv_cuda_layer *layer);
+uint8_t *rkv_cuda_layer_written(const rkv_cuda_layer *layer);
+
+/* Synchronous whole-layer copies, for tests, snapshots and the bench
+ * (not capture-safe; they synchronize the whole device before and after). kv: HOST [2][H][N][D] in the storage dtype
+ * (memory_bytes bytes); written: HOST [N] bytes (nonzero = written; stored
+ * as 0/1). Either pointer may be NULL to skip that part, not both. */
+rkv_status rkv_cuda_layer_upload(rkv_cuda_layer *layer, const void *kv, const uint8_t *written);
+rkv_status rkv_cuda_layer_download(const rkv_cuda_layer *layer, void *kv, uint8_t *written);
+
+/* Drops one session's state on `stream` (SEM 6): its K/V span zeroed, its
+ * ring slots unwritten, its scratch re-armed. `session` is a host value
+ * (session lifecycle is host business, like the reference's reset).
+ * Capture-safe. Errors: RKV_ERR_NULL, RKV_ERR_RANGE. */
+rkv_status rkv_cuda_layer_reset(rkv_cuda_layer *layer, int64_t session, void *stream);
+
+/* Reads and clears the layer's device error word (synchronizes `stream`).
+ * RKV_OK when no capture-safe call since the last check found an invalid
+ * row; else the first one recorded: RKV_ERR_RANGE (session out of range),
+ * RKV_ERR_INVALID_ARG (duplicate session within a call, or clock < 0), with
+ * the operation and row in rkv_last_error(). Not capture-safe. */
+rkv_status rkv_cuda_layer_check(rkv_cuda_layer *layer, void *stream);
+
+/* ------------------------------------------------------------------------ */
+/* Fused upsert (SEM 3)                                                      */
+/* ------------------------------------------------------------------------ */
+
+/* One upsert of SEM 3 for B session rows in ONE kernel launch: scratch
+ * write, visibility row (optional), commit and written bits for every row.
+ *  kv:          DEVICE [2][H][B*T][D] in kv_dtype (== storage dtype), tokens
+ *               ordered (row b, token t); 16-byte aligned.
+ *  frame_pos:   DEVICE [B] int64 clocks (each >= 0; checked on the device).
+ *  session_idx: DEVICE [B] int64 sessions (in [0, S), distinct; checked on
+ *               the device).
+ *  commit:      host flag, as in rkv_layer_upsert: on write steps
+ *               (f mod PD == 0) the frame goes to ring slot ceil(f/PD) mod RB
+ *               and its written bits are set; otherwise the scratch already
+ *               holds it (the reference rewrites the same bytes; this kernel
+ *               writes them once).
+ *  visible:     NULL, or (B == 1 only) DEVICE [N] bytes, 16-byte aligned,
+ *               that receive the reference's visibility row (written AND
+ *               slot of the row's session, minus the T slots of the ring
+ *               frame on write steps; computed as before the commit). Owned
+ *               by the caller; the layer never touches it again.
+ * Capture-safe. Host errors (nothing enqueued): RKV_ERR_NULL,
+ * RKV_ERR_INVALID_ARG (B outside 1..min(S, RKV_CUDA_MAX_BATCH), visible with
+ * B > 1, misaligned pointer), RKV_ERR_DTYPE, RKV_ERR_STATE (wrong current
+ * device, launch failure). */
+rkv_status rkv_cuda_layer_upsert(rkv_cuda_layer *layer, const void *kv, rkv_dtype kv_dtype,
+                                 int64_t batch, const int64_t *frame_pos,
+                                 const int64_t *session_idx, int commit, uint8_t *visible,
+                                 void *stream);
+
+/* ------------------------------------------------------------------------ */
+/* Fused ring attention (SEM 4, 5)                                           */
+/* ------------------------------------------------------------------------ */
+
+typedef struct rkv_cuda_attention_args {
+    int64_t batch;     /* B session rows, 1..min(S, RKV_CUDA_MAX_BATCH)     */
+    int64_t n_q_heads; /* Hq: a positive multiple of H; head h reads KV head
+                          h / (Hq/H) (GQA)                                   */
+    int64_t n_queries; /* Tq queries per row; 0 means tokens_per_frame      */
+    const void *q;     /* DEVICE [B][Hq][Tq][D] in q_dtype, 16-byte aligned  */
+    rkv_dtype q_dtype;
+    void *out;         /* DEVICE [B][Hq][Tq][D] in out_dtype, 16-byte
+                          aligned, written whole; must not overlap q        */
+    rkv_dtype out_dtype;
+    const int64_t *session_idx; /* DEVICE [B] sessions (checked on device)  */
+    const int64_t *frame_pos;   /* DEVICE [B] row clocks (checked on device);
+                                   ignored (may be NULL) when visible != NULL */
+    const uint8_t *visible;     /* NULL: the bits-and-clock rule of SEM 4,
+                                   computed inside the kernel from the
+                                   written bits and the row's clock (the
+                                   engine path). Else DEVICE [B][N] per-slot
+                                   rows (the reference's fallback consumer;
+                                   slow generic kernel).                    */
+    float scale;       /* softmax scale; 0 means 1/sqrt(D)                   */
+    void *workspace;   /* DEVICE scratch for splitting the keys of a row
+                          over several blocks when the grid would otherwise
+                          leave the GPU idle (B = 1 at 720P), or NULL. See
+                          rkv_cuda_attention_workspace_bytes; a smaller (or
+                          NULL) workspace only means fewer splits. Must not
+                          be used by another call in flight at the same time. */
+    size_t workspace_bytes;
+} rkv_cuda_attention_args;
+
+/* out[b,h,i,:] = sum_j softmax_j(scale * q[b,h,i,:] . K[kvh,j,:]) V[kvh,j,:]
+ * over the visible slots j of row b (no causal mask, f32 accumulation), as
+ * rkv_layer_attend computes it on the CPU.
+ * Kernels: storage bf16 or f16 with q_dtype == storage dtype, D 64 or 128,
+ * visible == NULL and out_dtype in {q_dtype, f32} run the tensor-core kernel
+ * (mma.sync m16n8k16, f32 accumulators, online softmax, cp.async double
+ * buffering, invisible frames skipped whole, the GQA group's query heads
+ * sharing each K/V tile); everything else (f32 storage, other D up to 256,
+ * explicit visibility rows, mixed dtypes) runs a generic f32 kernel.
+ * Capture-safe. Host errors (nothing enqueued): RKV_ERR_NULL,
+ * RKV_ERR_INVALID_ARG (B, Hq, Tq, scale, alignment, D > 256 on the generic
+ * kernel), RKV_ERR_DTYPE, RKV_ERR_OVERFLOW, RKV_ERR_STATE. */
+rkv_status rkv_cuda_layer_attend(const rkv_cuda_layer *layer, const rkv_cuda_attention_args *args,
+                                 void *stream);
+
+/* Workspace bytes that let rkv_cuda_layer_attend use its preferred key
+ * split for these arguments on this layer's GPU (0 when it does not split).
+ * Depends only on the geometry, B, Hq, Tq, D and the GPU. 0 for invalid
+ * arguments. Host only, no CUDA call. */
+size_t rkv_cuda_attention_workspace_bytes(const rkv_cuda_layer *layer,
+                                          const rkv_cuda_attention_args *args);
+
+/* Writes a one-line description of the plan rkv_cuda_layer_attend would
+ * use for these arguments ("mma bf16 d64 bm128 bn64 stages2 grid 8x16x1
+ * splits 2 smem 49216 ...") into buf (NUL-terminated, truncated to
+ * buf_size). For logs and benchmarks. Errors as rkv_cuda_layer_attend's
+ * host checks. */
+rkv_status rkv_cuda_attention_describe(const rkv_cuda_layer *layer,
+                                       const rkv_cuda_attention_args *args, char *buf,
+                                       size_t buf_size);
+
+/* ------------------------------------------------------------------------ */
+/* Device-side clocks                                                        */
+/* ------------------------------------------------------------------------ */
+
+/* frame_pos[b] += delta for b in [0, batch) on `stream` (DEVICE int64
+ * array): lets a captured frame end by advancing its own clocks, so a graph
+ * is replayed frame after frame with no host copy. The host-side clock rule
+ * (SEM 6: the next frame is last committed + 1) stays the caller's: track
+ * it on the host and check it before each replay. Capture-safe. Errors:
+ * RKV_ERR_NULL, RKV_ERR_INVALID_ARG (batch < 1), RKV_ERR_STATE. */
+rkv_status rkv_cuda_clock_advance(int64_t *frame_pos, int64_t batch, int64_t delta, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RINGKV_CUDA_H */

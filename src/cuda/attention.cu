@@ -1,0 +1,306 @@
+// Ring attention on the GPU (SEMANTICS 4, 5): the host dispatcher, the
+// combine kernel of split rows, and the generic f32 kernel used where the
+// tensor-core kernel does not apply (f32 storage, D other than 64/128,
+// explicit visibility rows, mixed dtypes).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
+
+#include "attention.cuh"
+
+namespace {
+
+__device__ __forceinline__ float to_f(float x) { return x; }
+__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+__device__ __forceinline__ float ld_any(const void *base, int dt, int64_t i) {
+    switch (dt) {
+    case RKV_DTYPE_F16: return __half2float(static_cast<const __half *>(base)[i]);
+    case RKV_DTYPE_BF16: return __bfloat162float(static_cast<const __nv_bfloat16 *>(base)[i]);
+    default: return static_cast<const float *>(base)[i];
+    }
+}
+
+__device__ __forceinline__ void st_any(void *base, int dt, int64_t i, float v) {
+    switch (dt) {
+    case RKV_DTYPE_F16: static_cast<__half *>(base)[i] = __float2half_rn(v); break;
+    case RKV_DTYPE_BF16: static_cast<__nv_bfloat16 *>(base)[i] = __float2bfloat16_rn(v); break;
+    default: static_cast<float *>(base)[i] = v; break;
+    }
+}
+
+struct SimtParams {
+    const void *kv;
+    const uint8_t *written;
+    const uint8_t *visible;  // [B][N] or nullptr
+    const int64_t *sess, *fp;
+    const void *q;
+    void *out;
+    int *err;
+    int batch, q_dtype, out_dtype;
+    int64_t S, H, Hq, group, Tq, N, C, T, RF, RB, PD, D, total_rows;
+    float scale;
+};
+
+constexpr int kSimtDk = RKV__SIMT_MAX_D / 32;  // dims per lane
+
+// One warp per query row; lanes own dims lane, lane+32, ...; keys visited
+// in ascending slot order (ring frames ascending, scratch last) with an
+// online softmax in f32 (expf), the same order as the CPU oracle.
+template <typename KT>
+__global__ void __launch_bounds__(32 * RKV__SIMT_WARPS) ring_attention_simt(const SimtParams p) {
+    extern __shared__ int64_t smem_rows[];
+    int64_t *s_sess = smem_rows, *s_fp = smem_rows + p.batch;
+    if (!rkv__d_validate_rows(p.sess, p.visible ? nullptr : p.fp, p.batch, p.S, s_sess, s_fp,
+                              p.err, RKV__OP_ATTEND))
+        return;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t row = (int64_t)blockIdx.x * RKV__SIMT_WARPS + warp;
+    if (row >= p.total_rows) return;
+    const int64_t b = row / (p.Hq * p.Tq), h = (row / p.Tq) % p.Hq, kvh = h / p.group;
+    const KT *K = static_cast<const KT *>(p.kv) + kvh * p.N * p.D;
+    const KT *V = static_cast<const KT *>(p.kv) + (p.H + kvh) * p.N * p.D;
+
+    float qv[kSimtDk], acc[kSimtDk];
+#pragma unroll
+    for (int k = 0; k < kSimtDk; k++) {
+        const int64_t d = lane + 32 * k;
+        qv[k] = d < p.D ? ld_any(p.q, p.q_dtype, row * p.D + d) : 0.f;
+        acc[k] = 0.f;
+    }
+    float m = -INFINITY, l = 0.f;
+    auto visit = [&](int64_t j) {
+        const KT *kr = K + j * p.D, *vr = V + j * p.D;
+        float part = 0.f;
+#pragma unroll
+        for (int k = 0; k < kSimtDk; k++) {
+            const int64_t d = lane + 32 * k;
+            if (d < p.D) part = fmaf(qv[k], to_f(kr[d]), part);
+        }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) part += __shfl_xor_sync(0xffffffffu, part, off);
+        const float sc = __shfl_sync(0xffffffffu, part, 0) * p.scale;
+        const float mn = fmaxf(m, sc);
+        const float corr = expf(m - mn), pe = expf(sc - mn);
+        l = l * corr + pe;
+#pragma unroll
+        for (int k = 0; k < kSimtDk; k++) {
+            const int64_t d = lane + 32 * k;
+            if (d < p.D) acc[k] = fmaf(pe, to_f(vr[d]), acc[k] * corr);
+        }
+        m = mn;
+    };
+    if (p.visible) {
+        const uint8_t *vrow = p.visible + b * p.N;
+        for (int64_t j = 0; j < p.N; j++)
+            if (vrow[j]) visit(j);
+    } else {
+        const int64_t s = s_sess[b], f = s_fp[b];
+        const int64_t hidden = (f % p.PD == 0) ? (f / p.PD) % p.RB : -1;
+        const uint8_t *w = p.written + s * p.C;
+        for (int64_t r = 0; r <= p.RF; r++) {
+            if (r < p.RF && (r == hidden || !w[r * p.T])) continue;
+            for (int64_t t = 0; t < p.T; t++) visit(s * p.C + r * p.T + t);
+        }
+    }
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+#pragma unroll
+    for (int k = 0; k < kSimtDk; k++) {
+        const int64_t d = lane + 32 * k;
+        if (d < p.D) st_any(p.out, p.out_dtype, row * p.D + d, acc[k] * inv);
+    }
+}
+
+template <typename OT>
+__device__ __forceinline__ void st4(OT *out, int64_t i, float4 v);
+template <>
+__device__ __forceinline__ void st4<float>(float *out, int64_t i, float4 v) {
+    *reinterpret_cast<float4 *>(out + i) = v;
+}
+template <>
+__device__ __forceinline__ void st4<__nv_bfloat16>(__nv_bfloat16 *out, int64_t i, float4 v) {
+    __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y), b = __floats2bfloat162_rn(v.z, v.w);
+    uint2 u;
+    u.x = *reinterpret_cast<uint32_t *>(&a);
+    u.y = *reinterpret_cast<uint32_t *>(&b);
+    *reinterpret_cast<uint2 *>(out + i) = u;
+}
+template <>
+__device__ __forceinline__ void st4<__half>(__half *out, int64_t i, float4 v) {
+    __half2 a = __floats2half2_rn(v.x, v.y), b = __floats2half2_rn(v.z, v.w);
+    uint2 u;
+    u.x = *reinterpret_cast<uint32_t *>(&a);
+    u.y = *reinterpret_cast<uint32_t *>(&b);
+    *reinterpret_cast<uint2 *>(out + i) = u;
+}
+
+// Merges the key splits of each output row: O = sum_s w_s O_s / sum_s w_s l_s
+// with w_s = 2^(m_s - max_s m_s). One thread per 4 output elements.
+template <typename OT>
+__global__ void __launch_bounds__(256) combine_splits(const float *__restrict__ ws_o,
+                                                      const float *__restrict__ ws_ml, OT *out,
+                                                      int splits, int64_t rows, int D) {
+    const int64_t q4 = D / 4;
+    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= rows * q4) return;
+    const int64_t row = idx / q4, c = (idx - row * q4) * 4;
+    float mx = -INFINITY;
+    for (int s = 0; s < splits; s++) mx = fmaxf(mx, ws_ml[(s * rows + row) * 2]);
+    float den = 0.f;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int s = 0; s < splits; s++) {
+        const float2 ml = *reinterpret_cast<const float2 *>(ws_ml + (s * rows + row) * 2);
+        const float w = ml.x == -INFINITY ? 0.f : exp2f(ml.x - mx);
+        den += w * ml.y;
+        const float4 o = *reinterpret_cast<const float4 *>(ws_o + (s * rows + row) * D + c);
+        acc.x += w * o.x;
+        acc.y += w * o.y;
+        acc.z += w * o.z;
+        acc.w += w * o.w;
+    }
+    const float inv = den > 0.f ? 1.f / den : 0.f;
+    st4<OT>(out, row * D + c, make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
+}
+
+rkv_status plan_for(const rkv_cuda_layer *l, const rkv_cuda_attention_args *a, int preferred,
+                    rkv__cuda_attn_plan *plan) {
+    rkv_status st = rkv__cuda_attention_check(l ? &l->g : nullptr, a);
+    if (st != RKV_OK) return st;
+    rkv__cuda_attention_plan_make(&l->g, a, &l->dev, l->attn_stages, preferred, plan);
+    if (plan->grid_x > 0x7fffffff)
+        return rkv__fail(RKV_ERR_OVERFLOW, "rkv_cuda_layer_attend: %lld blocks exceed the grid",
+                         (long long)plan->grid_x);
+    return RKV_OK;
+}
+
+}  // namespace
+
+void rkv__cuda_attention_prepare(const rkv_cuda_layer *l) {
+    rkv__prepare_mma_bf16(l->dev.smem_optin);
+    rkv__prepare_mma_f16(l->dev.smem_optin);
+}
+
+extern "C" rkv_status rkv_cuda_layer_attend(const rkv_cuda_layer *l,
+                                            const rkv_cuda_attention_args *a, void *stream) {
+    static const char what[] = "rkv_cuda_layer_attend";
+    rkv__cuda_attn_plan plan;
+    rkv_status st = plan_for(l, a, 0, &plan);
+    if (st != RKV_OK) return st;
+    if ((st = rkv__cuda_check_device(l, what)) != RKV_OK) return st;
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    const rkv_geometry *g = &l->g;
+
+    if (plan.kind == RKV__ATTN_MMA) {
+        RkvMmaParams p;
+        p.kv = l->kv;
+        p.written = l->written;
+        p.sess = a->session_idx;
+        p.fp = a->frame_pos;
+        p.q = a->q;
+        p.out = a->out;
+        p.ws_o = plan.splits > 1 ? static_cast<float *>(a->workspace) : nullptr;
+        p.ws_ml = plan.splits > 1 ? p.ws_o + (size_t)plan.splits * plan.total_rows * g->d_head
+                                  : nullptr;
+        p.err = l->err;
+        p.batch = (int)a->batch;
+        p.splits = plan.splits;
+        p.S = g->num_sessions;
+        p.H = g->n_kv_heads;
+        p.Hq = a->n_q_heads;
+        p.group = plan.group;
+        p.Tq = plan.tq;
+        p.M = plan.rows_per_kvh;
+        p.m_tiles = plan.m_tiles;
+        p.N = l->total_slots;
+        p.C = l->capacity;
+        p.T = g->tokens_per_frame;
+        p.RF = g->ring_frames;
+        p.RB = g->ring_buckets;
+        p.PD = g->pinned_dilation;
+        p.total_rows = plan.total_rows;
+        p.scale_log2 = plan.scale * 1.4426950408889634f;
+        if (g->dtype == RKV_DTYPE_BF16)
+            rkv__launch_mma_bf16(&plan, p, s);
+        else
+            rkv__launch_mma_f16(&plan, p, s);
+        if ((st = rkv__cuda_after_launch(what)) != RKV_OK) return st;
+        if (plan.splits > 1) {
+            const int64_t n = plan.total_rows * (g->d_head / 4);
+            const unsigned blocks = (unsigned)((n + 255) / 256);
+            if (plan.out_f32)
+                combine_splits<float><<<blocks, 256, 0, s>>>(
+                    p.ws_o, p.ws_ml, static_cast<float *>(a->out), plan.splits, plan.total_rows,
+                    (int)g->d_head);
+            else if (g->dtype == RKV_DTYPE_BF16)
+                combine_splits<__nv_bfloat16><<<blocks, 256, 0, s>>>(
+                    p.ws_o, p.ws_ml, static_cast<__nv_bfloat16 *>(a->out), plan.splits,
+                    plan.total_rows, (int)g->d_head);
+            else
+                combine_splits<__half><<<blocks, 256, 0, s>>>(
+                    p.ws_o, p.ws_ml, static_cast<__half *>(a->out), plan.splits, plan.total_rows,
+                    (int)g->d_head);
+            if ((st = rkv__cuda_after_launch(what)) != RKV_OK) return st;
+        }
+        return RKV_OK;
+    }
+
+    SimtParams p;
+    p.kv = l->kv;
+    p.written = l->written;
+    p.visible = a->visible;
+    p.sess = a->session_idx;
+    p.fp = a->frame_pos;
+    p.q = a->q;
+    p.out = a->out;
+    p.err = l->err;
+    p.batch = (int)a->batch;
+    p.q_dtype = (int)a->q_dtype;
+    p.out_dtype = (int)a->out_dtype;
+    p.S = g->num_sessions;
+    p.H = g->n_kv_heads;
+    p.Hq = a->n_q_heads;
+    p.group = plan.group;
+    p.Tq = plan.tq;
+    p.N = l->total_slots;
+    p.C = l->capacity;
+    p.T = g->tokens_per_frame;
+    p.RF = g->ring_frames;
+    p.RB = g->ring_buckets;
+    p.PD = g->pinned_dilation;
+    p.D = g->d_head;
+    p.total_rows = plan.total_rows;
+    p.scale = plan.scale;
+    const dim3 grid((unsigned)plan.grid_x);
+    switch (g->dtype) {
+    case RKV_DTYPE_BF16:
+        ring_attention_simt<__nv_bfloat16><<<grid, plan.threads, plan.smem_bytes, s>>>(p);
+        break;
+    case RKV_DTYPE_F16:
+        ring_attention_simt<__half><<<grid, plan.threads, plan.smem_bytes, s>>>(p);
+        break;
+    default:
+        ring_attention_simt<float><<<grid, plan.threads, plan.smem_bytes, s>>>(p);
+        break;
+    }
+    return rkv__cuda_after_launch(what);
+}
+
+extern "C" size_t rkv_cuda_attention_workspace_bytes(const rkv_cuda_layer *l,
+                                                     const rkv_cuda_attention_args *a) {
+    rkv__cuda_attn_plan plan;
+    if (plan_for(l, a, 1, &plan) != RKV_OK) return 0;
+    return plan.workspace_bytes;
+}
+
+extern "C" rkv_status rkv_cuda_attention_describe(const rkv_cuda_layer *l,
+                                                  const rkv_cuda_attention_args *a, char *buf,
+                                                  size_t buf_size) {
+    rkv__cuda_attn_plan plan;
+    rkv_status st = plan_for(l, a, 0, &plan);
+    if (st != RKV_OK) return st;
+    if (!buf || !buf_size)
+        return rkv__fail(RKV_ERR_NULL, "rkv_cuda_attention_describe: buf is NULL or empty");
+    rkv__cuda_attention_plan_describe(&plan, buf, buf_size);
+    return RKV_OK;
+}

@@ -1,0 +1,34 @@
+// Private interface between the attention dispatcher (attention.cu) and the
+// tensor-core kernels (attention_mma_*.cu).
+#ifndef RKV_CUDA_ATTENTION_CUH
+#define RKV_CUDA_ATTENTION_CUH
+
+#include "cuda_internal.cuh"
+
+struct RkvMmaParams {
+    const void *kv;          // storage [2][H][N][D]
+    const uint8_t *written;  // [N]
+    const int64_t *sess;     // [B]
+    const int64_t *fp;       // [B]
+    const void *q;           // [B][Hq][Tq][D]
+    void *out;               // [B][Hq][Tq][D] (splits == 1)
+    float *ws_o;             // [splits][total_rows][D] (splits > 1)
+    float *ws_ml;            // [splits][total_rows][2]  (max in log2 units, sum)
+    int *err;
+    int batch;
+    int splits;
+    int64_t S, H, Hq, group, Tq, M, m_tiles, N, C, T, RF, RB, PD, total_rows;
+    float scale_log2;        // scale * log2(e)
+};
+
+// Launch the mma kernel for a plan (dtype, d_head, stages, out_f32 from it);
+// defined per dtype in attention_mma_bf16.cu / attention_mma_f16.cu.
+void rkv__launch_mma_bf16(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p,
+                          cudaStream_t stream);
+void rkv__launch_mma_f16(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p,
+                         cudaStream_t stream);
+// Raise the dynamic shared memory limit of every mma instantiation.
+void rkv__prepare_mma_bf16(size_t smem_optin);
+void rkv__prepare_mma_f16(size_t smem_optin);
+
+#endif

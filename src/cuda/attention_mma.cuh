@@ -1,0 +1,432 @@
+// The tensor-core ring attention (FlashAttention-2 style, mma.sync):
+//
+//   grid (m_tiles * splits, H, B); block WARPS warps; each warp owns MT
+//   m16 tiles of query rows. A block takes BM = 16*MT*WARPS consecutive rows
+//   of the query matrix of one (row b, KV head): q[b][kvh*group ..][Tq][D]
+//   is contiguous, [group*Tq][D], so the GQA group's query heads share every
+//   K/V tile the block loads.
+//
+//   Prologue: every block checks all B rows (session, clock) on the device,
+//   then warp 0 builds the row's list of visible frames in shared memory
+//   from the written bits and the clock (SEMANTICS 4: ring frames ascending,
+//   the ring slot ceil(f/PD) mod RB hidden on write steps, the scratch last).
+//   Invisible frames are never loaded.
+//
+//   Main loop over the row's key tiles (BN keys, never straddling a frame):
+//   cp.async STAGES-deep pipeline of K and V tiles (XOR-swizzled 16-byte
+//   chunks, conflict-free for ldmatrix), S = Q K^T with mma.m16n8k16 (Q
+//   fragments held in registers for the whole loop), online softmax in f32
+//   (base-2, scale folded in), P converted to 16-bit in registers as the A
+//   operand of O += P V (V through ldmatrix.trans).
+//
+//   Epilogue: O / l written in the output dtype, or, when the keys are split
+//   over several blocks, the unnormalized O with (max, sum) to the workspace
+//   for the combine kernel.
+//
+// TODO(wgmma): the Hopper path. On sm_90a replace the mma.sync main loop by
+// a warpgroup kernel: K/V tiles brought by TMA (cp.async.bulk.tensor, one
+// tensor map over the [2][H][N][D] storage, the tile's slot offset from the
+// frame list) completing on mbarriers, a producer warp and two consumer
+// warpgroups (setmaxnreg), S = Q K^T and O += P V with wgmma.mma_async
+// (Q and K/V from shared memory, P from registers), softmax of one tile
+// overlapped with the next tile's QK^T (FlashAttention-3 ping-pong). The
+// frame list, the visibility rule, the split/combine and the host plan stay.
+#ifndef RKV_CUDA_ATTENTION_MMA_CUH
+#define RKV_CUDA_ATTENTION_MMA_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "attention.cuh"
+
+namespace rkv_mma {
+
+// ---- PTX wrappers -------------------------------------------------------------
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, bypassing L1; src_bytes 0 fills zeros.
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)),
+                 "l"(src), "r"(src_bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
+__device__ __forceinline__ float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+template <typename T>
+struct Ops;
+
+template <>
+struct Ops<__nv_bfloat16> {
+    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+        __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+        return *reinterpret_cast<uint32_t *>(&v);
+    }
+    // c += a * b (16x16 row-major A, 16x8 col-major B, f32 accumulators)
+    static __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0,
+                                               uint32_t b1) {
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+            "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+};
+
+template <>
+struct Ops<__half> {
+    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+        __half2 v = __floats2half2_rn(lo, hi);
+        return *reinterpret_cast<uint32_t *>(&v);
+    }
+    static __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0,
+                                               uint32_t b1) {
+        asm volatile(
+            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+            "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+};
+
+// Element offset of 16-byte chunk `chunk` of row `row` in a swizzled tile
+// with D elements per row (D/8 >= 8 chunks): chunk ^ (row mod 8).
+template <int D>
+__device__ __forceinline__ int swz(int row, int chunk) {
+    return row * D + ((chunk ^ (row & 7)) << 3);
+}
+
+template <typename T, int D, int MT, int WARPS, int BN, int STAGES, bool OUT_F32>
+__global__ void __launch_bounds__(WARPS * 32, 2) ring_attention_mma(const RkvMmaParams p) {
+    constexpr int BM = 16 * MT * WARPS;
+    constexpr int THREADS = 32 * WARPS;
+    constexpr int CPR = D / 8;   // 16-byte chunks per row
+    constexpr int KS = D / 16;   // k16 steps of Q K^T
+    constexpr int NT = BN / 8;   // n8 tiles of S
+    constexpr int DT = D / 8;    // n8 tiles of O
+    static_assert(CPR >= 8, "the swizzle needs D >= 64");
+    static_assert(BN % 16 == 0 && 128 % BN == 0, "BN must divide the 128-token block");
+    static_assert((BN * CPR) % THREADS == 0 && (BM * CPR) % THREADS == 0, "tile loads");
+
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    T *sQ = reinterpret_cast<T *>(smem_raw);
+    T *sK = sQ + BM * D;
+    T *sV = sK + STAGES * BN * D;
+    int *sList = reinterpret_cast<int *>(sV + STAGES * BN * D);
+    __shared__ int sNf;
+
+    // 1. Device checks of every row (the staging aliases the K stages).
+    int64_t *sSess = reinterpret_cast<int64_t *>(sK), *sFp = sSess + p.batch;
+    if (!rkv__d_validate_rows(p.sess, p.fp, p.batch, p.S, sSess, sFp, p.err, RKV__OP_ATTEND))
+        return;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int b = blockIdx.z, kvh = blockIdx.y;
+    const int mtile = (int)(blockIdx.x % p.m_tiles), split = (int)(blockIdx.x / p.m_tiles);
+    const int64_t sess = sSess[b], f = sFp[b];
+
+    // 2. Q tile (rows past M zero-filled) in flight while the frame list is
+    // built (sQ does not alias the row staging).
+    const int64_t qrow0 = ((int64_t)b * p.Hq + (int64_t)kvh * p.group) * p.Tq;  // global row
+    const int64_t row0 = (int64_t)mtile * BM;                                    // within M
+    {
+        const T *qg = static_cast<const T *>(p.q) + qrow0 * D;
+#pragma unroll
+        for (int k = 0; k < BM * CPR / THREADS; k++) {
+            const int c = tid + k * THREADS, r = c / CPR, ch = c % CPR;
+            const bool in = row0 + r < p.M;
+            cp_async16(sQ + swz<D>(r, ch), qg + (in ? (row0 + r) * D + ch * 8 : 0), in ? 16 : 0);
+        }
+        cp_async_commit();
+    }
+
+    // 3. The row's visible frames (bits-and-clock rule), ascending, scratch last.
+    if (warp == 0) {
+        const int64_t hidden = (f % p.PD == 0) ? (f / p.PD) % p.RB : -1;
+        const uint8_t *w = p.written + sess * p.C;
+        int n = 0;
+        for (int64_t r0 = 0; r0 < p.RF; r0 += 32) {
+            const int64_t r = r0 + lane;
+            const bool vis = r < p.RF && r != hidden && w[r * p.T] != 0;
+            const unsigned m = __ballot_sync(0xffffffffu, vis);
+            if (vis) sList[n + __popc(m & ((1u << lane) - 1u))] = (int)r;
+            n += __popc(m);
+        }
+        if (lane == 0) {
+            sList[n] = (int)p.RF;
+            sNf = n + 1;
+        }
+    }
+    __syncthreads();  // list ready; the staging in sK is dead from here on
+
+    const int64_t tpf = p.T / BN;
+    const int64_t nt_all = (int64_t)sNf * tpf;
+    const int64_t t0 = nt_all * split / p.splits, t1 = nt_all * (split + 1) / p.splits;
+    const int nt = (int)(t1 - t0);
+
+    const T *kvb = static_cast<const T *>(p.kv);
+    const T *kbase = kvb + (kvh * p.N + sess * p.C) * (int64_t)D;
+    const T *vbase = kvb + ((p.H + kvh) * p.N + sess * p.C) * (int64_t)D;
+
+    auto load_tile = [&](int i, int stage) {
+        const int64_t ti = t0 + i;
+        const int64_t fr = sList[ti / tpf];
+        const int64_t slot = fr * p.T + (ti % tpf) * BN;  // within the session's span
+        const T *kg = kbase + slot * D, *vg = vbase + slot * D;
+        T *ks = sK + stage * BN * D, *vs = sV + stage * BN * D;
+#pragma unroll
+        for (int k = 0; k < BN * CPR / THREADS; k++) {
+            const int c = tid + k * THREADS, r = c / CPR, ch = c % CPR;
+            cp_async16(ks + swz<D>(r, ch), kg + r * D + ch * 8, 16);
+            cp_async16(vs + swz<D>(r, ch), vg + r * D + ch * 8, 16);
+        }
+    };
+
+    // 4. The first STAGES-1 key tiles (the Q tile's group is already in flight).
+#pragma unroll
+    for (int i = 0; i < STAGES - 1; i++) {
+        if (i < nt) load_tile(i, i);
+        cp_async_commit();
+    }
+    cp_async_wait<STAGES - 1>();  // Q landed (tiles may still be in flight)
+    __syncthreads();
+
+    uint32_t qf[MT][KS][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++) {
+            const int r = (warp * MT + mt) * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+            ldmatrix_x4(qf[mt][kk], sQ + swz<D>(r, kk * 2 + (lane >> 4)));
+        }
+
+    float o[MT][DT][4];
+    float mrow[MT][2], lrow[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+        for (int dn = 0; dn < DT; dn++) o[mt][dn][0] = o[mt][dn][1] = o[mt][dn][2] = o[mt][dn][3] = 0.f;
+        mrow[mt][0] = mrow[mt][1] = -INFINITY;
+        lrow[mt][0] = lrow[mt][1] = 0.f;
+    }
+
+    // 5. Main loop.
+    for (int i = 0; i < nt; i++) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();  // tile i visible to all; tile i-1's stage is free
+        if (i + STAGES - 1 < nt) load_tile(i + STAGES - 1, (i + STAGES - 1) % STAGES);
+        cp_async_commit();
+
+        const T *ks = sK + (i % STAGES) * BN * D;
+        const T *vs = sV + (i % STAGES) * BN * D;
+
+        float s[MT][NT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int nt8 = 0; nt8 < NT; nt8++) s[mt][nt8][0] = s[mt][nt8][1] = s[mt][nt8][2] = s[mt][nt8][3] = 0.f;
+
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++)
+#pragma unroll
+            for (int np = 0; np < NT / 2; np++) {
+                uint32_t kb[4];
+                const int key = np * 16 + (lane & 7) + ((lane >> 4) << 3);
+                ldmatrix_x4(kb, ks + swz<D>(key, kk * 2 + ((lane >> 3) & 1)));
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    Ops<T>::mma(s[mt][2 * np], qf[mt][kk], kb[0], kb[1]);
+                    Ops<T>::mma(s[mt][2 * np + 1], qf[mt][kk], kb[2], kb[3]);
+                }
+            }
+
+        // Online softmax (base 2). Thread holds rows g (elements 0,1) and
+        // g+8 (elements 2,3) of each m16 tile; a row's 4 threads are a quad.
+        uint32_t pa[MT][NT / 2][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+            for (int nt8 = 0; nt8 < NT; nt8++) {
+                s[mt][nt8][0] *= p.scale_log2;
+                s[mt][nt8][1] *= p.scale_log2;
+                s[mt][nt8][2] *= p.scale_log2;
+                s[mt][nt8][3] *= p.scale_log2;
+                mx0 = fmaxf(mx0, fmaxf(s[mt][nt8][0], s[mt][nt8][1]));
+                mx1 = fmaxf(mx1, fmaxf(s[mt][nt8][2], s[mt][nt8][3]));
+            }
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+            const float mn0 = fmaxf(mrow[mt][0], mx0), mn1 = fmaxf(mrow[mt][1], mx1);
+            const float c0 = ex2(mrow[mt][0] - mn0), c1 = ex2(mrow[mt][1] - mn1);
+            mrow[mt][0] = mn0;
+            mrow[mt][1] = mn1;
+            float l0 = 0.f, l1 = 0.f;
+#pragma unroll
+            for (int nt8 = 0; nt8 < NT; nt8++) {
+                const float p0 = ex2(s[mt][nt8][0] - mn0), p1 = ex2(s[mt][nt8][1] - mn0);
+                const float p2 = ex2(s[mt][nt8][2] - mn1), p3 = ex2(s[mt][nt8][3] - mn1);
+                l0 += p0 + p1;
+                l1 += p2 + p3;
+                // A fragment of P for k16 step nt8/2: regs 0,1 from the even
+                // n8 tile, regs 2,3 from the odd one.
+                pa[mt][nt8 / 2][(nt8 & 1) * 2 + 0] = Ops<T>::pack(p0, p1);
+                pa[mt][nt8 / 2][(nt8 & 1) * 2 + 1] = Ops<T>::pack(p2, p3);
+            }
+            lrow[mt][0] = lrow[mt][0] * c0 + l0;
+            lrow[mt][1] = lrow[mt][1] * c1 + l1;
+#pragma unroll
+            for (int dn = 0; dn < DT; dn++) {
+                o[mt][dn][0] *= c0;
+                o[mt][dn][1] *= c0;
+                o[mt][dn][2] *= c1;
+                o[mt][dn][3] *= c1;
+            }
+        }
+
+        // O += P V
+#pragma unroll
+        for (int kk = 0; kk < NT / 2; kk++)
+#pragma unroll
+            for (int dp = 0; dp < DT / 2; dp++) {
+                uint32_t vb[4];
+                const int key = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+                ldmatrix_x4_trans(vb, vs + swz<D>(key, dp * 2 + (lane >> 4)));
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    Ops<T>::mma(o[mt][2 * dp], pa[mt][kk], vb[0], vb[1]);
+                    Ops<T>::mma(o[mt][2 * dp + 1], pa[mt][kk], vb[2], vb[3]);
+                }
+            }
+    }
+    cp_async_wait<0>();  // nothing may be left in flight at exit
+
+    // 6. Epilogue.
+    const int g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        float l0 = lrow[mt][0], l1 = lrow[mt][1];
+        l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+        l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+        const int64_t ra = row0 + (warp * MT + mt) * 16 + g, rb = ra + 8;  // within M
+        const bool ina = ra < p.M, inb = rb < p.M;
+        const int64_t ga = qrow0 + ra, gb = qrow0 + rb;                       // global rows
+        if (p.splits == 1) {
+            const float i0 = l0 > 0.f ? 1.f / l0 : 0.f, i1 = l1 > 0.f ? 1.f / l1 : 0.f;
+#pragma unroll
+            for (int dn = 0; dn < DT; dn++) {
+                const int col = dn * 8 + 2 * t4;
+                if (OUT_F32) {
+                    float *out = static_cast<float *>(p.out);
+                    if (ina)
+                        *reinterpret_cast<float2 *>(out + ga * D + col) =
+                            make_float2(o[mt][dn][0] * i0, o[mt][dn][1] * i0);
+                    if (inb)
+                        *reinterpret_cast<float2 *>(out + gb * D + col) =
+                            make_float2(o[mt][dn][2] * i1, o[mt][dn][3] * i1);
+                } else {
+                    T *out = static_cast<T *>(p.out);
+                    if (ina)
+                        *reinterpret_cast<uint32_t *>(out + ga * D + col) =
+                            Ops<T>::pack(o[mt][dn][0] * i0, o[mt][dn][1] * i0);
+                    if (inb)
+                        *reinterpret_cast<uint32_t *>(out + gb * D + col) =
+                            Ops<T>::pack(o[mt][dn][2] * i1, o[mt][dn][3] * i1);
+                }
+            }
+        } else {
+            float *wo = p.ws_o + (int64_t)split * p.total_rows * D;
+            float *wml = p.ws_ml + (int64_t)split * p.total_rows * 2;
+#pragma unroll
+            for (int dn = 0; dn < DT; dn++) {
+                const int col = dn * 8 + 2 * t4;
+                if (ina)
+                    *reinterpret_cast<float2 *>(wo + ga * D + col) =
+                        make_float2(o[mt][dn][0], o[mt][dn][1]);
+                if (inb)
+                    *reinterpret_cast<float2 *>(wo + gb * D + col) =
+                        make_float2(o[mt][dn][2], o[mt][dn][3]);
+            }
+            if (t4 == 0) {
+                if (ina) *reinterpret_cast<float2 *>(wml + ga * 2) = make_float2(mrow[mt][0], l0);
+                if (inb) *reinterpret_cast<float2 *>(wml + gb * 2) = make_float2(mrow[mt][1], l1);
+            }
+        }
+    }
+}
+
+// Host side: the instantiations a dtype file provides.
+template <typename T, int D, int MT, int STAGES, bool OUT_F32>
+inline void launch_one(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p, cudaStream_t st) {
+    const dim3 grid((unsigned)plan->grid_x, (unsigned)plan->grid_y, (unsigned)plan->grid_z);
+    ring_attention_mma<T, D, MT, RKV__MMA_WARPS, RKV__MMA_BN, STAGES, OUT_F32>
+        <<<grid, RKV__MMA_WARPS * 32, plan->smem_bytes, st>>>(p);
+}
+
+template <typename T, int D, int MT, int STAGES>
+inline void launch_out(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p, cudaStream_t st) {
+    if (plan->out_f32)
+        launch_one<T, D, MT, STAGES, true>(plan, p, st);
+    else
+        launch_one<T, D, MT, STAGES, false>(plan, p, st);
+}
+
+template <typename T>
+inline void launch(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p, cudaStream_t st) {
+    if (plan->d_head == 64) {
+        if (plan->stages == 3)
+            launch_out<T, 64, RKV__MMA_D64_MT, 3>(plan, p, st);
+        else
+            launch_out<T, 64, RKV__MMA_D64_MT, 2>(plan, p, st);
+    } else {
+        launch_out<T, 128, RKV__MMA_D128_MT, 2>(plan, p, st);
+    }
+}
+
+template <typename T, int D, int MT, int STAGES, bool OUT_F32>
+inline void prepare_one(size_t smem) {
+    cudaFuncSetAttribute(ring_attention_mma<T, D, MT, RKV__MMA_WARPS, RKV__MMA_BN, STAGES, OUT_F32>,
+                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+}
+
+template <typename T>
+inline void prepare(size_t smem) {
+    prepare_one<T, 64, RKV__MMA_D64_MT, 2, false>(smem);
+    prepare_one<T, 64, RKV__MMA_D64_MT, 2, true>(smem);
+    prepare_one<T, 64, RKV__MMA_D64_MT, 3, false>(smem);
+    prepare_one<T, 64, RKV__MMA_D64_MT, 3, true>(smem);
+    prepare_one<T, 128, RKV__MMA_D128_MT, 2, false>(smem);
+    prepare_one<T, 128, RKV__MMA_D128_MT, 2, true>(smem);
+}
+
+}  // namespace rkv_mma
+
+#endif

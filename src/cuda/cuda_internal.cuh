@@ -1,0 +1,110 @@
+// Private declarations of the CUDA backend, shared by the .cu files.
+#ifndef RKV_CUDA_INTERNAL_CUH
+#define RKV_CUDA_INTERNAL_CUH
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "plan.h"
+#include "ringkv.h"
+#include "ringkv_cuda.h"
+
+// From the core (src/status.c); declared here rather than by including
+// src/internal.h, which is C and may use what C++ does not accept.
+extern "C" rkv_status rkv__fail(rkv_status status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+struct rkv_cuda_layer {
+    rkv_geometry g;
+    int device;
+    rkv__cuda_device_info dev;
+    int attn_stages;      // cp.async depth of the mma kernel (RKV_CUDA_ATTN_STAGES)
+    int64_t ring_len;     // L = RF*T
+    int64_t capacity;     // C = L + T
+    int64_t total_slots;  // N = S*C
+    size_t memory_bytes;  // 2*H*N*D*esz
+    void *kv;             // DEVICE [2][H][N][D]
+    uint8_t *written;     // DEVICE [N] (allocation rounded up to 16 bytes)
+    int *err;             // DEVICE error word (see plan.h)
+};
+
+// A CUDA error as an rkv status with a message naming the call.
+static inline rkv_status rkv__cuda_fail(cudaError_t e, const char *what) {
+    return rkv__fail(e == cudaErrorMemoryAllocation ? RKV_ERR_NO_MEMORY : RKV_ERR_STATE,
+                     "%s: CUDA error %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+// Per-pass calls: the layer's device must be current (no cudaSetDevice in a
+// captured region).
+static inline rkv_status rkv__cuda_check_device(const rkv_cuda_layer *l, const char *what) {
+    int cur = -1;
+    cudaError_t e = cudaGetDevice(&cur);
+    if (e != cudaSuccess) return rkv__cuda_fail(e, what);
+    if (cur != l->device)
+        return rkv__fail(RKV_ERR_STATE,
+                         "%s: the current device is %d but the layer lives on device %d "
+                         "(cudaSetDevice(%d) first)",
+                         what, cur, l->device, l->device);
+    return RKV_OK;
+}
+
+// After a launch: the launch's own error (capture-safe, no synchronization).
+static inline rkv_status rkv__cuda_after_launch(const char *what) {
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? RKV_OK : rkv__cuda_fail(e, what);
+}
+
+// ---- device helpers ---------------------------------------------------------
+
+// ceil(f / PD) mod RB without overflowing f + PD - 1 (f >= 0).
+__device__ __forceinline__ int64_t rkv__d_ring_slot(int64_t f, int64_t pd, int64_t rb) {
+    return (f / pd + (f % pd != 0)) % rb;
+}
+
+// Loads the B rows' (session, clock) into shared memory and checks them as
+// the CPU backend does (session in [0, S), distinct, clock >= 0; clocks are
+// not checked when fp is NULL). Every block runs it before it writes
+// anything, so an invalid row makes the whole launch a no-op. Returns true
+// when all rows are valid (block-uniform). Block (0,0,0) records the first
+// invalid row (lowest index) in *err when *err is 0.
+__device__ __forceinline__ bool rkv__d_validate_rows(const int64_t *__restrict__ sess,
+                                                     const int64_t *__restrict__ fp, int B,
+                                                     int64_t S, int64_t *s_sess, int64_t *s_fp,
+                                                     int *err, int op) {
+    __shared__ int s_bad;
+    if (threadIdx.x == 0) s_bad = 0x7fffffff;
+    for (int i = threadIdx.x; i < B; i += blockDim.x) {
+        s_sess[i] = sess[i];
+        s_fp[i] = fp ? fp[i] : 0;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < B; i += blockDim.x) {
+        const int64_t s = s_sess[i];
+        int kind = 0;
+        if (s < 0 || s >= S)
+            kind = RKV__DEVERR_SESSION_RANGE;
+        else if (s_fp[i] < 0)
+            kind = RKV__DEVERR_CLOCK;
+        else
+            for (int j = 0; j < i; j++)
+                if (s_sess[j] == s) {
+                    kind = RKV__DEVERR_SESSION_DUP;
+                    break;
+                }
+        if (kind) atomicMin(&s_bad, (i << 8) | kind);
+    }
+    __syncthreads();
+    const int bad = s_bad;
+    if (bad == 0x7fffffff) return true;
+    if (threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0)
+        atomicCAS(err, 0, (op << 24) | ((bad & 0xff) << 16) | (bad >> 8));
+    return false;
+}
+
+// Attention entry points (attention.cu) and their per-dtype parts.
+void rkv__cuda_attention_prepare(const rkv_cuda_layer *l);
+
+#endif

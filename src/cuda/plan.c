@@ -1,0 +1,278 @@
+/* Host-side planning of the CUDA backend (see plan.h): no CUDA header here. */
+#include "plan.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../internal.h"
+
+static int64_t ceil_div64(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+static size_t align16(size_t x) { return (x + 15) & ~(size_t)15; }
+
+static int misaligned(const void *p, uintptr_t to) { return ((uintptr_t)p & (to - 1)) != 0; }
+
+static int64_t max_batch(const rkv_geometry *g) {
+    return g->num_sessions < RKV_CUDA_MAX_BATCH ? g->num_sessions : RKV_CUDA_MAX_BATCH;
+}
+
+/* ---- upsert --------------------------------------------------------------- */
+
+rkv_status rkv__cuda_upsert_check(const rkv_geometry *g, const void *kv, rkv_dtype kv_dtype,
+                                  int64_t batch, const int64_t *frame_pos,
+                                  const int64_t *session_idx, const uint8_t *visible) {
+    static const char what[] = "rkv_cuda_layer_upsert";
+    if (!g) return rkv__fail(RKV_ERR_NULL, "%s: layer is NULL", what);
+    if (!kv) return rkv__fail(RKV_ERR_NULL, "%s: kv is NULL", what);
+    if (!frame_pos) return rkv__fail(RKV_ERR_NULL, "%s: frame_pos is NULL", what);
+    if (!session_idx) return rkv__fail(RKV_ERR_NULL, "%s: session_idx is NULL", what);
+    if (batch < 1 || batch > max_batch(g))
+        return rkv__fail(RKV_ERR_INVALID_ARG,
+                         "%s: batch B = %lld; expected 1..%lld (one frame per distinct session, "
+                         "at most %d per call)",
+                         what, (long long)batch, (long long)max_batch(g), RKV_CUDA_MAX_BATCH);
+    if (kv_dtype != g->dtype)
+        return rkv__fail(RKV_ERR_DTYPE, "%s: kv dtype %s does not match the storage dtype %s", what,
+                         rkv_dtype_name(kv_dtype) ? rkv_dtype_name(kv_dtype) : "(unknown)",
+                         rkv_dtype_name(g->dtype));
+    if (visible && batch != 1)
+        return rkv__fail(RKV_ERR_INVALID_ARG,
+                         "%s: the visibility row only supports B == 1; got B = %lld (the engine "
+                         "path passes visible = NULL)",
+                         what, (long long)batch);
+    if (misaligned(kv, 16))
+        return rkv__fail(RKV_ERR_INVALID_ARG, "%s: kv %p is not 16-byte aligned", what, kv);
+    if (visible && misaligned(visible, 16))
+        return rkv__fail(RKV_ERR_INVALID_ARG, "%s: visible %p is not 16-byte aligned", what,
+                         (const void *)visible);
+    if (misaligned(frame_pos, 8) || misaligned(session_idx, 8))
+        return rkv__fail(RKV_ERR_INVALID_ARG,
+                         "%s: frame_pos / session_idx must be 8-byte aligned int64 arrays", what);
+    return RKV_OK;
+}
+
+void rkv__cuda_upsert_plan_make(const rkv_geometry *g, int64_t batch, int commit, int with_visible,
+                                rkv__cuda_upsert_plan *p) {
+    const int64_t esz = (int64_t)rkv_dtype_size(g->dtype);
+    const int64_t T = g->tokens_per_frame;
+    const int64_t N = rkv_geometry_total_slots(g);
+    p->rows = 2 * g->n_kv_heads * batch;
+    /* T is a multiple of 128, so T*D*esz is a multiple of 256 bytes. */
+    p->row_vecs = T * g->d_head * esz / 16;
+    p->blocks_per_row = ceil_div64(p->row_vecs, RKV__UPSERT_VECS_PER_BLOCK);
+    p->data_blocks = p->rows * p->blocks_per_row;
+    /* With a visibility row (B == 1) the bit blocks walk all N slots and
+     * also write the committed row's bits (same thread, same bytes: the row
+     * is computed from the bits as they were before the commit). Without
+     * one they walk the B committed frames only. */
+    if (with_visible)
+        p->bits_vecs = N / 16;
+    else
+        p->bits_vecs = commit ? batch * T / 16 : 0;
+    int64_t bb = ceil_div64(p->bits_vecs, RKV__UPSERT_THREADS);
+    p->bits_blocks = bb > RKV__UPSERT_MAX_BITS_BLOCKS ? RKV__UPSERT_MAX_BITS_BLOCKS : bb;
+    p->total_blocks = p->data_blocks + p->bits_blocks;
+    p->smem_bytes = (size_t)batch * 2 * sizeof(int64_t);
+}
+
+void rkv__cuda_reset_plan_make(const rkv_geometry *g, rkv__cuda_reset_plan *p) {
+    const int64_t esz = (int64_t)rkv_dtype_size(g->dtype);
+    const int64_t C = rkv_geometry_capacity(g);
+    p->rows = 2 * g->n_kv_heads;
+    p->row_vecs = C * g->d_head * esz / 16;
+    p->blocks_per_row = ceil_div64(p->row_vecs, RKV__UPSERT_VECS_PER_BLOCK);
+    p->data_blocks = p->rows * p->blocks_per_row;
+    int64_t bb = ceil_div64(C / 16, RKV__UPSERT_THREADS);
+    p->bits_blocks = bb > RKV__UPSERT_MAX_BITS_BLOCKS ? RKV__UPSERT_MAX_BITS_BLOCKS : bb;
+    p->total_blocks = p->data_blocks + p->bits_blocks;
+}
+
+/* ---- attention ------------------------------------------------------------ */
+
+static int ranges_overlap(const void *a, size_t na, const void *b, size_t nb) {
+    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return x < y + nb && y < x + na;
+}
+
+rkv_status rkv__cuda_attention_check(const rkv_geometry *g, const rkv_cuda_attention_args *a) {
+    static const char what[] = "rkv_cuda_layer_attend";
+    if (!g) return rkv__fail(RKV_ERR_NULL, "%s: layer is NULL", what);
+    if (!a) return rkv__fail(RKV_ERR_NULL, "%s: args is NULL", what);
+    if (a->batch < 1 || a->batch > max_batch(g))
+        return rkv__fail(RKV_ERR_INVALID_ARG, "%s: batch B = %lld; expected 1..%lld", what,
+                         (long long)a->batch, (long long)max_batch(g));
+    if (a->n_q_heads < 1 || a->n_q_heads % g->n_kv_heads)
+        return rkv__fail(RKV_ERR_INVALID_ARG,
+                         "%s: n_q_heads = %lld; expected a positive multiple of n_kv_heads "
+                         "(%lld) for GQA",
+                         what, (long long)a->n_q_heads, (long long)g->n_kv_heads);
+    if (g->n_kv_heads > 65535)
+        return rkv__fail(RKV_ERR_INVALID_ARG,
+                         "%s: n_kv_heads = %lld; the CUDA grid takes at most 65535", what,
+                         (long long)g->n_kv_heads);
+    if (a->n_queries < 0)
+        return rkv__fail(RKV_ERR_INVALID_ARG,
+                         "%s: n_queries = %lld; expected >= 0 (0 = tokens_per_frame)", what,
+                         (long long)a->n_queries);
+    if (!a->q || !a->out)
+        return rkv__fail(RKV_ERR_NULL, "%s: %s is NULL", what, a->q ? "out" : "q");
+    if (!a->session_idx) return rkv__fail(RKV_ERR_NULL, "%s: session_idx is NULL", what);
+    if (!a->visible && !a->frame_pos)
+        return rkv__fail(RKV_ERR_NULL, "%s: frame_pos is NULL (needed when visible is NULL)",
+                         what);
+    if (!rkv_dtype_name(a->q_dtype) || !rkv_dtype_name(a->out_dtype))
+        return rkv__fail(RKV_ERR_DTYPE, "%s: unknown dtype (q %d, out %d)", what,
+                         (int)a->q_dtype, (int)a->out_dtype);
+    if (!isfinite(a->scale)) return rkv__fail(RKV_ERR_INVALID_ARG, "%s: scale is not finite", what);
+    if (g->d_head > RKV__SIMT_MAX_D)
+        return rkv__fail(RKV_ERR_INVALID_ARG, "%s: d_head = %lld; the CUDA backend takes at most %d",
+                         what, (long long)g->d_head, RKV__SIMT_MAX_D);
+    if (misaligned(a->q, 16) || misaligned(a->out, 16))
+        return rkv__fail(RKV_ERR_INVALID_ARG, "%s: %s is not 16-byte aligned", what,
+                         misaligned(a->q, 16) ? "q" : "out");
+    if (misaligned(a->session_idx, 8) || (a->frame_pos && misaligned(a->frame_pos, 8)))
+        return rkv__fail(RKV_ERR_INVALID_ARG,
+                         "%s: frame_pos / session_idx must be 8-byte aligned int64 arrays", what);
+    if (a->workspace && misaligned(a->workspace, 16))
+        return rkv__fail(RKV_ERR_INVALID_ARG, "%s: workspace is not 16-byte aligned", what);
+    const int64_t tq = a->n_queries ? a->n_queries : g->tokens_per_frame;
+    int64_t rows, elems;
+    if (!rkv__mul_i64(a->batch, a->n_q_heads, &rows) || !rkv__mul_i64(rows, tq, &rows) ||
+        !rkv__mul_i64(rows, g->d_head, &elems) || !rkv__mul_i64(elems, 4, &elems) ||
+        rows / RKV__SIMT_WARPS >= INT32_MAX)
+        return rkv__fail(RKV_ERR_OVERFLOW, "%s: B*Hq*Tq*D = %lld*%lld*%lld*%lld is too large", what,
+                         (long long)a->batch, (long long)a->n_q_heads, (long long)tq,
+                         (long long)g->d_head);
+    const size_t qb = (size_t)(rows * g->d_head) * rkv_dtype_size(a->q_dtype);
+    const size_t ob = (size_t)(rows * g->d_head) * rkv_dtype_size(a->out_dtype);
+    if (ranges_overlap(a->q, qb, a->out, ob))
+        return rkv__fail(RKV_ERR_INVALID_ARG, "%s: out overlaps q", what);
+    return RKV_OK;
+}
+
+size_t rkv__cuda_split_workspace_bytes(int splits, int64_t total_rows, int d_head) {
+    if (splits <= 1) return 0;
+    return (size_t)splits * (size_t)total_rows * (size_t)(d_head + 2) * sizeof(float);
+}
+
+void rkv__cuda_attention_plan_make(const rkv_geometry *g, const rkv_cuda_attention_args *a,
+                                   const rkv__cuda_device_info *dev, int stages, int preferred,
+                                   rkv__cuda_attn_plan *p) {
+    const int64_t D = g->d_head, T = g->tokens_per_frame, H = g->n_kv_heads;
+    p->dtype = g->dtype;
+    p->d_head = (int)D;
+    p->tq = a->n_queries ? a->n_queries : T;
+    p->group = a->n_q_heads / H;
+    p->rows_per_kvh = p->group * p->tq;
+    p->total_rows = a->batch * a->n_q_heads * p->tq;
+    p->scale = a->scale != 0.0f ? a->scale : 1.0f / sqrtf((float)D);
+    p->splits = 1;
+    p->workspace_bytes = 0;
+    if (stages != 3) stages = 2;
+
+    int mma = (g->dtype == RKV_DTYPE_BF16 || g->dtype == RKV_DTYPE_F16) &&
+              a->q_dtype == g->dtype &&
+              (a->out_dtype == g->dtype || a->out_dtype == RKV_DTYPE_F32) && !a->visible &&
+              (D == 64 || D == 128);
+    if (mma) {
+        p->kind = RKV__ATTN_MMA;
+        p->out_f32 = a->out_dtype == RKV_DTYPE_F32;
+        p->mt = D == 64 ? RKV__MMA_D64_MT : RKV__MMA_D128_MT;
+        p->warps = RKV__MMA_WARPS;
+        p->bm = 16 * p->mt * p->warps;
+        p->bn = RKV__MMA_BN;
+        p->stages = D == 64 ? stages : 2; /* 3 stages are built for D 64 only */
+        p->threads = 32 * p->warps;
+        /* Q tile, K and V stages (2-byte elements), then the frame list. */
+        p->smem_bytes = (size_t)(p->bm + 2 * p->stages * p->bn) * (size_t)D * 2 +
+                        align16((size_t)(g->ring_frames + 1) * sizeof(int));
+        if (p->smem_bytes > dev->smem_optin) mma = 0;
+    }
+    if (!mma) {
+        p->kind = RKV__ATTN_SIMT;
+        p->out_f32 = a->out_dtype == RKV_DTYPE_F32;
+        p->mt = 0;
+        p->warps = RKV__SIMT_WARPS;
+        p->bm = p->warps;
+        p->bn = 0;
+        p->stages = 0;
+        p->threads = 32 * p->warps;
+        p->smem_bytes = (size_t)a->batch * 2 * sizeof(int64_t);
+        p->m_tiles = ceil_div64(p->total_rows, p->warps);
+        p->ctas = p->m_tiles;
+        p->max_key_tiles = 0;
+        p->grid_x = p->m_tiles;
+        p->grid_y = 1;
+        p->grid_z = 1;
+        return;
+    }
+    p->m_tiles = ceil_div64(p->rows_per_kvh, p->bm);
+    p->ctas = p->m_tiles * H * a->batch;
+    p->max_key_tiles = (g->ring_frames + 1) * (T / p->bn);
+    /* Split the keys of each row when one wave would leave SMs idle: the
+     * partial results (unnormalized f32 output, running max and sum) go to
+     * the workspace and a second kernel combines them. */
+    const int64_t target = (int64_t)dev->sm_count * RKV__MMA_CTAS_PER_SM;
+    int64_t s = 1;
+    if (p->ctas * 2 <= target) {
+        s = target / p->ctas;
+        if (s > RKV__MAX_SPLITS) s = RKV__MAX_SPLITS;
+        if (s > p->max_key_tiles / 2) s = p->max_key_tiles / 2;
+        if (s < 1) s = 1;
+    }
+    if (!preferred) {
+        while (s > 1 && (!a->workspace ||
+                         rkv__cuda_split_workspace_bytes((int)s, p->total_rows, (int)D) >
+                             a->workspace_bytes))
+            s--;
+    }
+    p->splits = (int)s;
+    p->workspace_bytes = rkv__cuda_split_workspace_bytes(p->splits, p->total_rows, (int)D);
+    p->grid_x = p->m_tiles * p->splits;
+    p->grid_y = H;
+    p->grid_z = a->batch;
+}
+
+void rkv__cuda_attention_plan_describe(const rkv__cuda_attn_plan *p, char *buf, size_t n) {
+    if (!buf || !n) return;
+    const char *dt = rkv_dtype_name(p->dtype);
+    if (p->kind == RKV__ATTN_MMA)
+        snprintf(buf, n,
+                 "mma %s d%d out=%s bm%d bn%d warps%d mt%d stages%d grid %lldx%lldx%lld splits %d "
+                 "smem %zu workspace %zu rows %lld",
+                 dt, p->d_head, p->out_f32 ? "f32" : dt, p->bm, p->bn, p->warps, p->mt, p->stages,
+                 (long long)p->grid_x, (long long)p->grid_y, (long long)p->grid_z, p->splits,
+                 p->smem_bytes, p->workspace_bytes, (long long)p->total_rows);
+    else
+        snprintf(buf, n, "simt %s d%d out=%s warps%d grid %lld smem %zu rows %lld", dt, p->d_head,
+                 p->out_f32 ? "f32" : "q-or-storage", p->warps, (long long)p->grid_x,
+                 p->smem_bytes, (long long)p->total_rows);
+}
+
+rkv_status rkv__cuda_device_error_status(int word, int64_t num_sessions) {
+    const int op = (word >> 24) & 0xff, kind = (word >> 16) & 0xff, row = word & 0xffff;
+    const char *what = op == RKV__OP_UPSERT   ? "rkv_cuda_layer_upsert"
+                       : op == RKV__OP_ATTEND ? "rkv_cuda_layer_attend"
+                                              : "a CUDA call";
+    switch (kind) {
+    case RKV__DEVERR_SESSION_RANGE:
+        return rkv__fail(RKV_ERR_RANGE,
+                         "%s (device check): session_idx[%d] out of range for %lld sessions; the "
+                         "call wrote nothing",
+                         what, row, (long long)num_sessions);
+    case RKV__DEVERR_SESSION_DUP:
+        return rkv__fail(RKV_ERR_INVALID_ARG,
+                         "%s (device check): session_idx[%d] repeats an earlier row's session; "
+                         "sessions must be distinct within a call; the call wrote nothing",
+                         what, row);
+    case RKV__DEVERR_CLOCK:
+        return rkv__fail(RKV_ERR_INVALID_ARG,
+                         "%s (device check): frame_pos[%d] < 0; expected >= 0; the call wrote "
+                         "nothing",
+                         what, row);
+    default:
+        return rkv__fail(RKV_ERR_STATE, "%s (device check): unknown device error word 0x%08x",
+                         what, (unsigned)word);
+    }
+}

@@ -1,0 +1,126 @@
+/* Host-side planning of the CUDA backend's launches: argument checks, kernel
+ * choice, grid shapes, shared memory and workspace sizes. Pure C with no
+ * CUDA header, so that it is unit-tested on machines without a GPU
+ * (tests/test_cuda_host.c includes plan.c) and shared by the .cu files. */
+#ifndef RKV_CUDA_PLAN_H
+#define RKV_CUDA_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ringkv.h"
+#include "ringkv_cuda.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What the planner needs to know about the GPU (read once at layer
+ * creation with cudaGetDeviceProperties). */
+typedef struct rkv__cuda_device_info {
+    int sm_count;          /* multiprocessors                              */
+    size_t smem_optin;     /* max dynamic shared memory per block (opt-in)  */
+} rkv__cuda_device_info;
+
+/* ---- fused upsert ---------------------------------------------------------
+ * One 1-D grid: `data_blocks` blocks copy 16-byte vectors of the B frames
+ * (row r = (c*H + h)*B + b of the input, i.e. input [2H*B][T*D]; each block
+ * covers UPSERT_VECS_PER_BLOCK vectors of one row), then `bits_blocks`
+ * blocks write the written bits of committed rows and the visibility row. */
+#define RKV__UPSERT_THREADS 256
+#define RKV__UPSERT_VECS_PER_THREAD 4
+#define RKV__UPSERT_VECS_PER_BLOCK (RKV__UPSERT_THREADS * RKV__UPSERT_VECS_PER_THREAD)
+#define RKV__UPSERT_MAX_BITS_BLOCKS 64
+
+typedef struct rkv__cuda_upsert_plan {
+    int64_t rows;            /* 2*H*B input rows                             */
+    int64_t row_vecs;        /* 16-byte vectors per row: T*D*esz/16          */
+    int64_t blocks_per_row;
+    int64_t data_blocks;
+    int64_t bits_vecs;       /* 16-byte vectors of bit work                  */
+    int64_t bits_blocks;
+    int64_t total_blocks;
+    size_t smem_bytes;       /* B rows' (session, clock) staged for checks   */
+} rkv__cuda_upsert_plan;
+
+/* Host checks of rkv_cuda_layer_upsert (everything but the device values),
+ * then the plan. `what` names the call in messages. */
+rkv_status rkv__cuda_upsert_check(const rkv_geometry *g, const void *kv, rkv_dtype kv_dtype,
+                                  int64_t batch, const int64_t *frame_pos,
+                                  const int64_t *session_idx, const uint8_t *visible);
+void rkv__cuda_upsert_plan_make(const rkv_geometry *g, int64_t batch, int commit, int with_visible,
+                                rkv__cuda_upsert_plan *out);
+
+/* ---- reset ------------------------------------------------------------- */
+typedef struct rkv__cuda_reset_plan {
+    int64_t rows;            /* 2*H spans of C*D elements                     */
+    int64_t row_vecs;        /* 16-byte vectors per span                      */
+    int64_t blocks_per_row;
+    int64_t data_blocks;
+    int64_t bits_blocks;     /* C bytes of written bits                       */
+    int64_t total_blocks;
+} rkv__cuda_reset_plan;
+void rkv__cuda_reset_plan_make(const rkv_geometry *g, rkv__cuda_reset_plan *out);
+
+/* ---- attention ------------------------------------------------------------
+ * The tensor-core kernel's configurations (the .cu instantiates exactly
+ * these). A CTA owns BM consecutive rows of one (b, kv head)'s query matrix
+ * [group*Tq][D] (the GQA group's heads are contiguous in q, so a CTA's rows
+ * may span two heads that share the K/V tiles), and walks the row's visible
+ * key tiles of BN keys (a tile never straddles a frame: T % 128 == 0). */
+enum { RKV__ATTN_SIMT = 0, RKV__ATTN_MMA = 1 };
+
+#define RKV__MMA_BN 64
+#define RKV__MMA_WARPS 4
+#define RKV__MMA_D64_MT 2   /* m16 tiles per warp: 32 query rows per warp   */
+#define RKV__MMA_D128_MT 1  /* 16 query rows per warp                       */
+#define RKV__MMA_CTAS_PER_SM 2
+#define RKV__MAX_SPLITS 8
+
+#define RKV__SIMT_WARPS 4   /* generic kernel: one warp per query row        */
+#define RKV__SIMT_MAX_D 256
+
+typedef struct rkv__cuda_attn_plan {
+    int kind;                /* RKV__ATTN_SIMT or RKV__ATTN_MMA               */
+    rkv_dtype dtype;         /* storage dtype                                 */
+    int d_head;
+    int out_f32;             /* mma: output written as f32 (else q dtype)     */
+    int bm, bn, warps, mt, stages, threads;
+    int64_t tq;              /* queries per row                               */
+    int64_t group;           /* Hq / H                                        */
+    int64_t rows_per_kvh;    /* group * Tq                                    */
+    int64_t m_tiles;         /* ceil(rows_per_kvh / bm)                       */
+    int64_t total_rows;      /* B * Hq * Tq: output rows                      */
+    int64_t ctas;            /* blocks without splitting                      */
+    int splits;              /* key-range splits (1 = none)                   */
+    int64_t grid_x, grid_y, grid_z;
+    size_t smem_bytes;       /* dynamic shared memory per block               */
+    size_t workspace_bytes;  /* needed by `splits` (0 when splits == 1)       */
+    int64_t max_key_tiles;   /* (RF + 1) * T / bn: an upper bound per row     */
+    float scale;             /* resolved softmax scale                        */
+} rkv__cuda_attn_plan;
+
+/* Host checks of rkv_cuda_layer_attend (everything but device values). */
+rkv_status rkv__cuda_attention_check(const rkv_geometry *g, const rkv_cuda_attention_args *a);
+/* The plan for valid args. `stages` is the cp.async pipeline depth of the
+ * mma kernel (2 or 3; anything else means 2). `preferred` nonzero: ignore
+ * a->workspace and plan the preferred splits (for the workspace query). */
+void rkv__cuda_attention_plan_make(const rkv_geometry *g, const rkv_cuda_attention_args *a,
+                                   const rkv__cuda_device_info *dev, int stages, int preferred,
+                                   rkv__cuda_attn_plan *out);
+/* Bytes of the split workspace: splits * rows * (D + 2) * 4. */
+size_t rkv__cuda_split_workspace_bytes(int splits, int64_t total_rows, int d_head);
+/* One-line description of a plan. */
+void rkv__cuda_attention_plan_describe(const rkv__cuda_attn_plan *p, char *buf, size_t n);
+
+/* Device error word: op << 24 | kind << 16 | row. */
+enum { RKV__OP_UPSERT = 1, RKV__OP_ATTEND = 2 };
+enum { RKV__DEVERR_SESSION_RANGE = 1, RKV__DEVERR_SESSION_DUP = 2, RKV__DEVERR_CLOCK = 3 };
+/* Turns a nonzero device error word into a status and a message. */
+rkv_status rkv__cuda_device_error_status(int word, int64_t num_sessions);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,58 @@
+# The CUDA backend's targets, included by the top-level CMakeLists.txt (when a
+# CUDA compiler is found) and by tests/cuda/CMakeLists.txt (the standalone
+# GPU-check build of scripts/gpu_check.sh). Expects:
+#   RKV_ROOT              the repository root
+#   RKV_CUDA_CORE_TARGET  the core library target to link (ringkv_static)
+# and CUDA enabled (enable_language(CUDA), find_package(CUDAToolkit)).
+#
+# Targets: ringkv_cuda (static library), and the GPU programs test_cuda_diff,
+# test_cuda_graph (exit 77 = skipped without a GPU) and bench_cuda.
+option(RKV_CUDA_PTXAS_VERBOSE "Print ptxas resource usage (registers, spills) per kernel" OFF)
+option(RKV_CUDA_PROGRAMS "Build the GPU test and benchmark programs" ON)
+
+# sm_90a (where wgmma and TMA live) and sm_90 machine code, plus compute_90
+# PTX for later GPUs. The current kernels use sm_80+ instructions only
+# (mma.sync, ldmatrix, cp.async), so all three targets build the same code.
+set(RKV_CUDA_ARCHS "90a-real;90-real;90-virtual" CACHE STRING
+    "CUDA_ARCHITECTURES of the CUDA backend")
+
+file(GLOB RKV_CUDA_SOURCES CONFIGURE_DEPENDS ${RKV_ROOT}/src/cuda/*.cu)
+add_library(ringkv_cuda STATIC ${RKV_CUDA_SOURCES} ${RKV_ROOT}/src/cuda/plan.c)
+# COMPILE_OPTIONS "" drops the directory's gcc-only flags (-Wstrict-prototypes,
+# sanitizers), which nvcc would forward to the host C++ compiler.
+set_target_properties(ringkv_cuda PROPERTIES
+  CUDA_ARCHITECTURES "${RKV_CUDA_ARCHS}"
+  CUDA_STANDARD 17
+  CUDA_STANDARD_REQUIRED ON
+  POSITION_INDEPENDENT_CODE ON
+  COMPILE_OPTIONS "")
+target_compile_options(ringkv_cuda PRIVATE
+  $<$<COMPILE_LANGUAGE:C>:-Wall -Wextra -Wshadow -Wstrict-prototypes>
+  $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo -Xcompiler=-Wall,-Wextra -Xptxas=-warn-spills,-warn-lmem-usage>)
+if(RKV_CUDA_PTXAS_VERBOSE)
+  target_compile_options(ringkv_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xptxas=-v>)
+endif()
+target_include_directories(ringkv_cuda
+  PUBLIC ${RKV_ROOT}/include
+  PRIVATE ${RKV_ROOT}/src ${RKV_ROOT}/src/cuda)
+target_link_libraries(ringkv_cuda PUBLIC ${RKV_CUDA_CORE_TARGET} CUDA::cudart_static)
+# Consumers (the ringkv command's --backend cuda) test this to compile their
+# CUDA paths: #ifdef RKV_HAVE_CUDA, #include "ringkv_cuda.h".
+target_compile_definitions(ringkv_cuda INTERFACE RKV_HAVE_CUDA=1)
+
+if(RKV_CUDA_PROGRAMS)
+  foreach(prog test_cuda_diff test_cuda_graph)
+    add_executable(${prog} ${RKV_ROOT}/tests/cuda/${prog}.c)
+    target_link_libraries(${prog} PRIVATE ringkv_cuda m)
+    set_target_properties(${prog} PROPERTIES LINKER_LANGUAGE CUDA CUDA_ARCHITECTURES OFF)
+  endforeach()
+  add_executable(bench_cuda ${RKV_ROOT}/bench/gpu/bench_cuda.c)
+  target_link_libraries(bench_cuda PRIVATE ringkv_cuda m)
+  set_target_properties(bench_cuda PROPERTIES LINKER_LANGUAGE CUDA CUDA_ARCHITECTURES OFF)
+  if(RKV_BUILD_TESTS)
+    # Exit 77 (no CUDA device or driver) counts as skipped.
+    add_test(NAME cuda_diff COMMAND test_cuda_diff --quick)
+    add_test(NAME cuda_graph COMMAND test_cuda_graph --frames 60)
+    set_tests_properties(cuda_diff cuda_graph PROPERTIES SKIP_RETURN_CODE 77)
+  endif()
+endif()

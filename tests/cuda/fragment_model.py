@@ -1,0 +1,267 @@
+#!/usr/bin/env python3
+"""Fragment-level model of src/cuda/attention_mma.cuh, runnable without a GPU.
+
+It re-implements, lane by lane, what the kernel does with its index
+arithmetic -- the swizzled shared-memory tiles written by cp.async, the
+ldmatrix (.x4 and .x4.trans) loads, the mma.m16n8k16 fragments, the online
+softmax over key tiles, the P-as-A-operand repacking, the epilogue rows, and
+the split/combine path -- using the PTX ISA's documented fragment layouts,
+and compares the result with a plain numpy attention. A wrong lane mapping,
+swizzle or fragment index shows up as a large error here.
+
+Run: python3 tests/cuda/fragment_model.py   (numpy only; about a second)
+"""
+import sys
+
+import numpy as np
+
+# ---- PTX semantics ----------------------------------------------------------
+
+
+def ldmatrix_x4(smem, addrs, trans=False):
+    """smem: flat array of 16-bit values; addrs[lane]: element offset of the
+    8-element row that lane supplies (lanes 8i..8i+7 give matrix i's rows).
+    Returns regs[lane][i] = (lo, hi) values."""
+    regs = [[None] * 4 for _ in range(32)]
+    for i in range(4):
+        rows = [smem[addrs[8 * i + r]: addrs[8 * i + r] + 8] for r in range(8)]
+        mat = np.stack(rows)  # [8 rows][8 cols]
+        for lane in range(32):
+            g, t = lane >> 2, lane & 3
+            if not trans:
+                regs[lane][i] = (mat[g, 2 * t], mat[g, 2 * t + 1])
+            else:
+                regs[lane][i] = (mat[2 * t, g], mat[2 * t + 1, g])
+    return regs
+
+
+def mma(c, a, b0, b1):
+    """One warp's mma.m16n8k16.row.col: c[lane] = [4 floats], a[lane] = 4
+    (lo, hi) pairs, b0/b1[lane] = (lo, hi). Reassembles A (16x16), B (16x8),
+    C (16x8) from the documented fragment layouts and returns the new c."""
+    A = np.zeros((16, 16))
+    B = np.zeros((16, 8))
+    C = np.zeros((16, 8))
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        (a0, a1), (a2, a3), (a4, a5), (a6, a7) = a[lane]
+        A[g, 2 * t], A[g, 2 * t + 1] = a0, a1
+        A[g + 8, 2 * t], A[g + 8, 2 * t + 1] = a2, a3
+        A[g, 2 * t + 8], A[g, 2 * t + 9] = a4, a5
+        A[g + 8, 2 * t + 8], A[g + 8, 2 * t + 9] = a6, a7
+        B[2 * t, g], B[2 * t + 1, g] = b0[lane]
+        B[2 * t + 8, g], B[2 * t + 9, g] = b1[lane]
+        C[g, 2 * t], C[g, 2 * t + 1] = c[lane][0], c[lane][1]
+        C[g + 8, 2 * t], C[g + 8, 2 * t + 1] = c[lane][2], c[lane][3]
+    D = A @ B + C
+    out = []
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        out.append([D[g, 2 * t], D[g, 2 * t + 1], D[g + 8, 2 * t], D[g + 8, 2 * t + 1]])
+    return out
+
+
+def shfl_xor(vals, m):
+    return [vals[lane ^ m] for lane in range(32)]
+
+
+# ---- the kernel, transcribed ------------------------------------------------
+
+
+def swz(D, row, chunk):
+    return row * D + ((chunk ^ (row & 7)) << 3)
+
+
+def run_block(q_mat, K, V, D, MT, WARPS, BN, tiles, M, row0, scale_log2, split_out=False):
+    """One CTA. q_mat: [M][D] query rows of one (b, kvh); K/V: [keys][D]
+    (the session's visible keys in tile order); tiles: key tile indices to
+    visit. Returns out rows [BM][D] (or (o, m, l) when split_out)."""
+    BM = 16 * MT * WARPS
+    CPR = D // 8
+    KS, NT, DT = D // 16, BN // 8, D // 8
+    # Q tile to swizzled smem (rows past M zero).
+    sQ = np.zeros(BM * D)
+    for c in range(BM * CPR):
+        r, ch = c // CPR, c % CPR
+        if row0 + r < M:
+            sQ[swz(D, r, ch): swz(D, r, ch) + 8] = q_mat[row0 + r, ch * 8: ch * 8 + 8]
+    results = []
+    for warp in range(WARPS):
+        qf = [[None] * KS for _ in range(MT)]
+        for mt in range(MT):
+            for kk in range(KS):
+                addrs = []
+                for lane in range(32):
+                    r = (warp * MT + mt) * 16 + (lane & 7) + ((lane >> 3) & 1) * 8
+                    addrs.append(swz(D, r, kk * 2 + (lane >> 4)))
+                qf[mt][kk] = ldmatrix_x4(sQ, addrs)
+        o = [[[[0.0] * 4 for _ in range(32)] for _ in range(DT)] for _ in range(MT)]
+        mrow = [[[-np.inf] * 32, [-np.inf] * 32] for _ in range(MT)]
+        lrow = [[[0.0] * 32, [0.0] * 32] for _ in range(MT)]
+        for ti in tiles:
+            ks = np.zeros(BN * D)
+            vs = np.zeros(BN * D)
+            for c in range(BN * CPR):
+                r, ch = c // CPR, c % CPR
+                ks[swz(D, r, ch): swz(D, r, ch) + 8] = K[ti * BN + r, ch * 8: ch * 8 + 8]
+                vs[swz(D, r, ch): swz(D, r, ch) + 8] = V[ti * BN + r, ch * 8: ch * 8 + 8]
+            s = [[[[0.0] * 4 for _ in range(32)] for _ in range(NT)] for _ in range(MT)]
+            for kk in range(KS):
+                for np_ in range(NT // 2):
+                    addrs = []
+                    for lane in range(32):
+                        key = np_ * 16 + (lane & 7) + ((lane >> 4) << 3)
+                        addrs.append(swz(D, key, kk * 2 + ((lane >> 3) & 1)))
+                    kb = ldmatrix_x4(ks, addrs)
+                    for mt in range(MT):
+                        a = [[qf[mt][kk][lane][i] for i in range(4)] for lane in range(32)]
+                        s[mt][2 * np_] = mma(s[mt][2 * np_], a, [kb[l][0] for l in range(32)],
+                                             [kb[l][1] for l in range(32)])
+                        s[mt][2 * np_ + 1] = mma(s[mt][2 * np_ + 1], a,
+                                                 [kb[l][2] for l in range(32)],
+                                                 [kb[l][3] for l in range(32)])
+            pa = [[[[None] * 4 for _ in range(32)] for _ in range(NT // 2)] for _ in range(MT)]
+            for mt in range(MT):
+                mx0 = [-np.inf] * 32
+                mx1 = [-np.inf] * 32
+                for nt8 in range(NT):
+                    for lane in range(32):
+                        for e in range(4):
+                            s[mt][nt8][lane][e] *= scale_log2
+                        mx0[lane] = max(mx0[lane], s[mt][nt8][lane][0], s[mt][nt8][lane][1])
+                        mx1[lane] = max(mx1[lane], s[mt][nt8][lane][2], s[mt][nt8][lane][3])
+                for m in (1, 2):
+                    x0, x1 = shfl_xor(mx0, m), shfl_xor(mx1, m)
+                    mx0 = [max(u, v) for u, v in zip(mx0, x0)]
+                    mx1 = [max(u, v) for u, v in zip(mx1, x1)]
+                for lane in range(32):
+                    mn0 = max(mrow[mt][0][lane], mx0[lane])
+                    mn1 = max(mrow[mt][1][lane], mx1[lane])
+                    c0 = 2.0 ** (mrow[mt][0][lane] - mn0)
+                    c1 = 2.0 ** (mrow[mt][1][lane] - mn1)
+                    mrow[mt][0][lane], mrow[mt][1][lane] = mn0, mn1
+                    l0 = l1 = 0.0
+                    for nt8 in range(NT):
+                        p0 = 2.0 ** (s[mt][nt8][lane][0] - mn0)
+                        p1 = 2.0 ** (s[mt][nt8][lane][1] - mn0)
+                        p2 = 2.0 ** (s[mt][nt8][lane][2] - mn1)
+                        p3 = 2.0 ** (s[mt][nt8][lane][3] - mn1)
+                        l0 += p0 + p1
+                        l1 += p2 + p3
+                        pa[mt][nt8 // 2][lane][(nt8 & 1) * 2 + 0] = (p0, p1)
+                        pa[mt][nt8 // 2][lane][(nt8 & 1) * 2 + 1] = (p2, p3)
+                    lrow[mt][0][lane] = lrow[mt][0][lane] * c0 + l0
+                    lrow[mt][1][lane] = lrow[mt][1][lane] * c1 + l1
+                    for dn in range(DT):
+                        o[mt][dn][lane][0] *= c0
+                        o[mt][dn][lane][1] *= c0
+                        o[mt][dn][lane][2] *= c1
+                        o[mt][dn][lane][3] *= c1
+            for kk in range(NT // 2):
+                for dp in range(DT // 2):
+                    addrs = []
+                    for lane in range(32):
+                        key = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8
+                        addrs.append(swz(D, key, dp * 2 + (lane >> 4)))
+                    vb = ldmatrix_x4(vs, addrs, trans=True)
+                    for mt in range(MT):
+                        a = [pa[mt][kk][lane] for lane in range(32)]
+                        o[mt][2 * dp] = mma(o[mt][2 * dp], a, [vb[l][0] for l in range(32)],
+                                            [vb[l][1] for l in range(32)])
+                        o[mt][2 * dp + 1] = mma(o[mt][2 * dp + 1], a,
+                                                [vb[l][2] for l in range(32)],
+                                                [vb[l][3] for l in range(32)])
+        for mt in range(MT):
+            l0 = list(lrow[mt][0])
+            l1 = list(lrow[mt][1])
+            for m in (1, 2):
+                x0, x1 = shfl_xor(l0, m), shfl_xor(l1, m)
+                l0 = [u + v for u, v in zip(l0, x0)]
+                l1 = [u + v for u, v in zip(l1, x1)]
+            for lane in range(32):
+                g, t4 = lane >> 2, lane & 3
+                ra = (warp * MT + mt) * 16 + g
+                for dn in range(DT):
+                    col = dn * 8 + 2 * t4
+                    for half, r, l_ in ((0, ra, l0[lane]), (1, ra + 8, l1[lane])):
+                        m_ = mrow[mt][half][lane]
+                        v0, v1 = o[mt][dn][lane][2 * half], o[mt][dn][lane][2 * half + 1]
+                        results.append((r, col, v0, v1, m_, l_))
+    BMr = BM
+    if split_out:
+        o = np.zeros((BMr, D))
+        ml = np.zeros((BMr, 2))
+        for r, col, v0, v1, m_, l_ in results:
+            o[r, col], o[r, col + 1] = v0, v1
+            ml[r] = (m_, l_)
+        return o, ml
+    out = np.zeros((BMr, D))
+    for r, col, v0, v1, m_, l_ in results:
+        inv = 1.0 / l_ if l_ > 0 else 0.0
+        out[r, col], out[r, col + 1] = v0 * inv, v1 * inv
+    return out
+
+
+def reference(q_mat, K, V, scale):
+    s = (q_mat @ K.T) * scale
+    s -= s.max(axis=1, keepdims=True)
+    p = np.exp(s)
+    return (p @ V) / p.sum(axis=1, keepdims=True)
+
+
+def check(D, MT, M, nkeys, BN=64, WARPS=4, splits=1, seed=0, scale=None, amp=1.0):
+    rng = np.random.default_rng(seed)
+    BM = 16 * MT * WARPS
+    q = rng.uniform(-1, 1, (M, D)) * amp
+    K = rng.uniform(-1, 1, (nkeys, D))
+    V = rng.uniform(-1, 1, (nkeys, D))
+    scale = scale if scale is not None else 1 / np.sqrt(D)
+    ref = reference(q, K, V, scale)
+    nt_all = nkeys // BN
+    m_tiles = (M + BM - 1) // BM
+    out = np.zeros((m_tiles * BM, D))
+    for mtile in range(m_tiles):
+        row0 = mtile * BM
+        if splits == 1:
+            out[row0: row0 + BM] = run_block(q, K, V, D, MT, WARPS, BN, range(nt_all), M, row0,
+                                             scale * np.log2(np.e))
+        else:
+            parts = []
+            for sp in range(splits):
+                t0, t1 = nt_all * sp // splits, nt_all * (sp + 1) // splits
+                parts.append(run_block(q, K, V, D, MT, WARPS, BN, range(t0, t1), M, row0,
+                                       scale * np.log2(np.e), split_out=True))
+            # combine_splits, transcribed
+            mx = np.max(np.stack([ml[:, 0] for _, ml in parts]), axis=0)
+            den = np.zeros(BM)
+            acc = np.zeros((BM, D))
+            for o, ml in parts:
+                w = np.where(ml[:, 0] == -np.inf, 0.0, 2.0 ** (ml[:, 0] - mx))
+                den += w * ml[:, 1]
+                acc += w[:, None] * o
+            out[row0: row0 + BM] = acc / np.where(den > 0, den, 1)[:, None]
+    err = np.linalg.norm(out[:M] - ref) / np.linalg.norm(ref)
+    return err
+
+
+def main():
+    cases = [
+        dict(D=64, MT=2, M=128, nkeys=128),
+        dict(D=64, MT=2, M=200, nkeys=256, amp=6.0),          # partial m tile, peaky
+        dict(D=128, MT=1, M=64, nkeys=128),
+        dict(D=128, MT=1, M=80, nkeys=192, scale=-0.3),       # negative scale
+        dict(D=64, MT=2, M=128, nkeys=256, splits=3),         # split + combine
+        dict(D=64, MT=2, M=128, nkeys=128, splits=4),         # a split with no tile
+    ]
+    worst = 0.0
+    for c in cases:
+        err = check(**c)
+        worst = max(worst, err)
+        print(f"{c}: rel err {err:.2e}")
+    ok = worst < 1e-9
+    print("fragment model:", "PASS" if ok else "FAIL", f"(worst {worst:.2e})")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,524 @@
+/*
+ * Differential test of the CUDA backend against the CPU backend (the
+ * oracle), in the spirit of ggml's test-backend-ops: every operation, every
+ * dtype, a sweep of geometries (d_head 8..128, GQA 1..4, T 128..512, RB < RF,
+ * dilation 1..8, 2..5 sessions, ring wrap-around), batch sizes 1..S, with an
+ * error threshold per operation:
+ *   upsert (K/V storage and written bits)  exact, after every pass
+ *   visibility row (B == 1)                exact
+ *   attention                              ||gpu - cpu|| / ||cpu|| (CPU output
+ *     in f32) at most: bf16 1e-2, f16 3e-3 (tensor-core kernel: P rounded to
+ *     16 bits), f32 1e-5 (generic kernel); an output in bf16/f16 adds its
+ *     own rounding (bf16 1e-2, f16 3e-3); NaN never passes; the output is
+ *     poisoned with NaN before each call, so an unwritten element fails
+ *   device checks                          an invalid session/clock in device
+ *     memory: the call writes nothing (state and output unchanged) and
+ *     rkv_cuda_layer_check reports RKV_ERR_RANGE / RKV_ERR_INVALID_ARG
+ * plus a float64 spot check of a few rows of the 720P-like case (both
+ * backends against an oracle written from SEMANTICS).
+ *
+ * Usage: test_cuda_diff [--quick] [--seed N]
+ * Exit: 0 pass, 1 a check failed, 2 setup error, 77 no GPU (skipped).
+ */
+#include "cuda_test_util.h"
+
+typedef struct diff_case {
+    const char *name;
+    int64_t S, H, RF, RB, D, T, PD;
+    rkv_dtype dt;
+    int64_t Hq;
+    int frames;        /* frames per session (batches stepped)              */
+    int fast_forward;  /* commit pass only, state compared every 16 frames   */
+} diff_case;
+
+static const diff_case k_cases[] = {
+    {"bf16-d64-gqa2", 3, 2, 5, 5, 64, 128, 1, RKV_DTYPE_BF16, 4, 14, 0},
+    {"bf16-d64-rb4of6-pd2-T256", 4, 2, 6, 4, 64, 256, 2, RKV_DTYPE_BF16, 4, 20, 0},
+    {"bf16-d128-rb3of4-pd3", 2, 1, 4, 3, 128, 128, 3, RKV_DTYPE_BF16, 2, 22, 0},
+    {"f16-d64-mha", 2, 2, 4, 4, 64, 128, 1, RKV_DTYPE_F16, 2, 10, 0},
+    {"f16-d128-gqa4-pd8", 3, 2, 3, 2, 128, 128, 8, RKV_DTYPE_F16, 8, 40, 0},
+    {"f32-d64-generic", 2, 1, 4, 4, 64, 128, 1, RKV_DTYPE_F32, 2, 10, 0},
+    {"bf16-d32-generic", 2, 1, 3, 3, 32, 128, 1, RKV_DTYPE_BF16, 1, 8, 0},
+    {"f32-d80-pd2-generic", 2, 2, 3, 2, 80, 128, 2, RKV_DTYPE_F32, 4, 10, 0},
+    {"f16-d8-gqa3-generic", 2, 1, 2, 2, 8, 128, 1, RKV_DTYPE_F16, 3, 6, 0},
+    {"bf16-d64-T384-S5", 5, 1, 3, 3, 64, 384, 1, RKV_DTYPE_BF16, 2, 8, 0},
+    {"bf16-720p-global-like", 2, 16, 16, 16, 64, 512, 8, RKV_DTYPE_BF16, 32, 140, 1},
+};
+
+/* ---- per-operation statistics ------------------------------------------- */
+enum { OP_UPSERT, OP_VIS, OP_ATT_MMA_BF16, OP_ATT_MMA_F16, OP_ATT_MMA_SPLIT, OP_ATT_GENERIC,
+       OP_ATT_EXPLICIT, OP_DEVCHECK, OP_ORACLE64, OP_COUNT };
+static const char *k_op_names[OP_COUNT] = {
+    "upsert state (exact)", "visibility row (exact)", "attend mma bf16", "attend mma f16",
+    "attend mma split-K", "attend generic", "attend explicit rows", "device checks",
+    "f64 spot rows (mma)"};
+static long g_count[OP_COUNT], g_fail[OP_COUNT];
+static double g_maxerr[OP_COUNT];
+static int g_verbose = 0;
+
+static void record(int op, int ok, double err, const char *what) {
+    g_count[op]++;
+    if (err > g_maxerr[op]) g_maxerr[op] = err;
+    if (!ok) {
+        g_fail[op]++;
+        if (g_fail[op] <= 5) printf("  FAIL [%s] %s (err %.3e)\n", k_op_names[op], what, err);
+    }
+}
+
+/* ---- one case ------------------------------------------------------------ */
+typedef struct ctx {
+    const diff_case *c;
+    rkv_geometry g;
+    rkv_layer *cpu;
+    rkv_cuda_layer *gpu;
+    cudaStream_t stream;
+    int64_t N, C, L;
+    size_t esz, kv_bytes, frame_bytes;
+    /* device */
+    void *d_kv_in, *d_q, *d_out, *d_ws;
+    int64_t *d_fp, *d_sess;
+    uint8_t *d_vis;
+    size_t ws_bytes;
+    /* host */
+    void *h_kv_in, *h_q, *h_out, *h_state;
+    float *h_ref;
+    uint8_t *h_written, *h_vis_cpu, *h_vis_gpu;
+    int64_t *clock; /* next frame per session; -1 = none yet */
+    ct_rng rng;
+} ctx;
+
+static int64_t max_tq(const ctx *x) { return x->c->T + 64; }
+
+static void compare_state(ctx *x, const char *what) {
+    OKR(rkv_cuda_layer_download(x->gpu, x->h_state, x->h_written));
+    const int kv_ok = memcmp(x->h_state, rkv_layer_kv(x->cpu), x->kv_bytes) == 0;
+    const int w_ok = memcmp(x->h_written, rkv_layer_written(x->cpu), (size_t)x->N) == 0;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s: %s%s", what, kv_ok ? "" : "K/V differ ",
+             w_ok ? "" : "written bits differ");
+    record(OP_UPSERT, kv_ok && w_ok, kv_ok && w_ok ? 0 : 1, buf);
+}
+
+static double tol_for(rkv_dtype storage, rkv_dtype out, int mma) {
+    double t = !mma ? 1e-5 : storage == RKV_DTYPE_BF16 ? 1e-2 : 3e-3;
+    const double to = out == RKV_DTYPE_BF16 ? 1e-2 : out == RKV_DTYPE_F16 ? 3e-3 : 0;
+    return t > to ? t : to;
+}
+
+/* One attention on both backends for the current batch; compares. */
+static void attend_both(ctx *x, int64_t B, const int64_t *sess, const int64_t *fp, int explicit_vis,
+                        int64_t tq_force, const char *where) {
+    const diff_case *c = x->c;
+    const int64_t tq_choices[] = {0, 0, 1, 37, 100, c->T + 64};
+    int64_t tq = tq_force ? tq_force : tq_choices[ct_randint(&x->rng, 6)];
+    const int64_t Tq = tq ? tq : c->T;
+    rkv_dtype q_dt = c->dt;
+    if (!explicit_vis && ct_randint(&x->rng, 8) == 0) q_dt = RKV_DTYPE_F32; /* mixed -> generic */
+    const rkv_dtype out_dt = ct_randint(&x->rng, 2) ? c->dt : RKV_DTYPE_F32;
+    const float amp = ct_randint(&x->rng, 3) == 0 ? 6.0f : 1.0f;
+    const float scale = ct_randint(&x->rng, 4) == 0 ? 0.05f + 0.3f * (ct_uniform(&x->rng) + 1) : 0.0f;
+    const int use_ws = (int)ct_randint(&x->rng, 2);
+    const size_t nq = (size_t)(B * c->Hq * Tq * c->D);
+
+    ct_fill(x->h_q, q_dt, nq, amp, &x->rng);
+    CK(cudaMemcpy(x->d_q, x->h_q, nq * rkv_dtype_size(q_dt), cudaMemcpyHostToDevice));
+    CK(cudaMemset(x->d_out, 0xff, nq * 4)); /* NaN in every dtype */
+    CK(cudaMemcpy(x->d_sess, sess, (size_t)B * 8, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(x->d_fp, fp, (size_t)B * 8, cudaMemcpyHostToDevice));
+
+    rkv_cuda_attention_args ga;
+    memset(&ga, 0, sizeof ga);
+    ga.batch = B;
+    ga.n_q_heads = c->Hq;
+    ga.n_queries = tq;
+    ga.q = x->d_q;
+    ga.q_dtype = q_dt;
+    ga.out = x->d_out;
+    ga.out_dtype = out_dt;
+    ga.session_idx = x->d_sess;
+    ga.frame_pos = x->d_fp;
+    ga.visible = explicit_vis ? x->d_vis : NULL;
+    ga.scale = scale;
+    ga.workspace = use_ws ? x->d_ws : NULL;
+    ga.workspace_bytes = use_ws ? x->ws_bytes : 0;
+    char plan[256];
+    OKR(rkv_cuda_attention_describe(x->gpu, &ga, plan, sizeof plan));
+    OKR(rkv_cuda_layer_attend(x->gpu, &ga, (void *)x->stream));
+    CK(cudaStreamSynchronize(x->stream));
+    OKR(rkv_cuda_layer_check(x->gpu, (void *)x->stream));
+    CK(cudaMemcpy(x->h_out, x->d_out, nq * rkv_dtype_size(out_dt), cudaMemcpyDeviceToHost));
+
+    rkv_attention_args ca;
+    memset(&ca, 0, sizeof ca);
+    ca.batch = B;
+    ca.n_q_heads = c->Hq;
+    ca.n_queries = tq;
+    ca.q = x->h_q;
+    ca.q_dtype = q_dt;
+    ca.out = x->h_ref;
+    ca.out_dtype = RKV_DTYPE_F32;
+    ca.session_idx = sess;
+    ca.frame_pos = fp;
+    ca.visible = explicit_vis ? x->h_vis_cpu : NULL;
+    ca.scale = scale;
+    OKR(rkv_layer_attend(x->cpu, &ca));
+
+    float *got = ct_to_f32(x->h_out, out_dt, nq);
+    const double err = ct_rel_err(got, x->h_ref, nq);
+    free(got);
+    const int mma = strncmp(plan, "mma", 3) == 0;
+    const double tol = tol_for(c->dt, out_dt, mma);
+    int op = explicit_vis ? OP_ATT_EXPLICIT
+             : !mma       ? OP_ATT_GENERIC
+             : strstr(plan, "splits 1 ") == NULL ? OP_ATT_MMA_SPLIT
+             : c->dt == RKV_DTYPE_BF16 ? OP_ATT_MMA_BF16
+                                       : OP_ATT_MMA_F16;
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s %s: B=%lld Tq=%lld q=%s out=%s amp=%.0f scale=%g [%s]", c->name,
+             where, (long long)B, (long long)Tq, rkv_dtype_name(q_dt), rkv_dtype_name(out_dt), amp,
+             scale, plan);
+    if (g_verbose) printf("    attend %s err %.2e\n", buf, err);
+    record(op, err <= tol, err, buf);
+    if (!(err <= tol) && !explicit_vis && g_fail[op] <= 3) {
+        /* who is off? a few rows of both against the float64 oracle */
+        OKR(rkv_cuda_layer_download(x->gpu, x->h_state, x->h_written));
+        double *row = (double *)ct_malloc((size_t)c->D * sizeof(double));
+        for (int k = 0; k < 3; k++) {
+            const int64_t b = ct_randint(&x->rng, B), h = ct_randint(&x->rng, c->Hq);
+            const int64_t i = ct_randint(&x->rng, Tq);
+            ct_oracle_row(&x->g, x->h_state, x->h_written, x->h_q, q_dt, c->Hq, Tq, b, h, i,
+                          sess[b], fp[b], scale != 0.0f ? scale : 1.0 / sqrt((double)c->D), row);
+            double ng = 0, nc = 0, nr = 0;
+            for (int64_t d = 0; d < c->D; d++) {
+                const size_t at = (size_t)(((b * c->Hq + h) * Tq + i) * c->D + d);
+                const double gv = ct_get(x->h_out, out_dt, at), cv = x->h_ref[at];
+                ng += (gv - row[d]) * (gv - row[d]);
+                nc += (cv - row[d]) * (cv - row[d]);
+                nr += row[d] * row[d];
+            }
+            printf("    row b%lld h%lld i%lld: gpu vs f64 %.2e, cpu vs f64 %.2e\n", (long long)b,
+                   (long long)h, (long long)i, sqrt(ng / nr), sqrt(nc / nr));
+        }
+        free(row);
+    }
+}
+
+/* Invalid device values: nothing may change; the check names the error. */
+static void device_checks(ctx *x, int64_t B, const int64_t *sess, const int64_t *fp) {
+    const diff_case *c = x->c;
+    int64_t bs[8], bf[8];
+    for (int kind = 0; kind < 3; kind++) {
+        if (kind == 1 && B < 2) continue;
+        memcpy(bs, sess, (size_t)B * 8);
+        memcpy(bf, fp, (size_t)B * 8);
+        rkv_status want;
+        if (kind == 0) bs[B - 1] = c->S, want = RKV_ERR_RANGE;            /* out of range */
+        else if (kind == 1) bs[1] = bs[0], want = RKV_ERR_INVALID_ARG;    /* duplicate    */
+        else bf[0] = -3, want = RKV_ERR_INVALID_ARG;                      /* clock < 0    */
+        CK(cudaMemcpy(x->d_sess, bs, (size_t)B * 8, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(x->d_fp, bf, (size_t)B * 8, cudaMemcpyHostToDevice));
+        ct_fill(x->h_kv_in, c->dt, x->frame_bytes * (size_t)B / x->esz, 1.0f, &x->rng);
+        CK(cudaMemcpy(x->d_kv_in, x->h_kv_in, x->frame_bytes * (size_t)B, cudaMemcpyHostToDevice));
+        OKR(rkv_cuda_layer_upsert(x->gpu, x->d_kv_in, c->dt, B, x->d_fp, x->d_sess, 1,
+                                  B == 1 ? x->d_vis : NULL, (void *)x->stream));
+        rkv_status st = rkv_cuda_layer_check(x->gpu, (void *)x->stream);
+        char buf[256];
+        snprintf(buf, sizeof buf, "%s upsert kind %d: status %s (%s)", c->name, kind,
+                 rkv_status_str(st), rkv_last_error());
+        record(OP_DEVCHECK, st == want, st == want ? 0 : 1, buf);
+        compare_state(x, "after a rejected upsert");
+
+        /* attention: output must stay poisoned */
+        rkv_cuda_attention_args ga;
+        memset(&ga, 0, sizeof ga);
+        ga.batch = B;
+        ga.n_q_heads = c->Hq;
+        ga.q = x->d_q;
+        ga.q_dtype = c->dt;
+        ga.out = x->d_out;
+        ga.out_dtype = c->dt;
+        ga.session_idx = x->d_sess;
+        ga.frame_pos = x->d_fp;
+        ga.workspace = x->d_ws;
+        ga.workspace_bytes = x->ws_bytes;
+        const size_t nout = (size_t)(B * c->Hq * c->T * c->D) * x->esz;
+        CK(cudaMemset(x->d_out, 0xa5, nout));
+        OKR(rkv_cuda_layer_attend(x->gpu, &ga, (void *)x->stream));
+        st = rkv_cuda_layer_check(x->gpu, (void *)x->stream);
+        unsigned char *h = (unsigned char *)ct_malloc(nout);
+        CK(cudaMemcpy(h, x->d_out, nout, cudaMemcpyDeviceToHost));
+        size_t touched = 0;
+        for (size_t i = 0; i < nout; i++) touched += h[i] != 0xa5;
+        free(h);
+        snprintf(buf, sizeof buf, "%s attend kind %d: status %s, %zu output bytes written", c->name,
+                 kind, rkv_status_str(st), touched);
+        record(OP_DEVCHECK, st == want && touched == 0, st == want && !touched ? 0 : 1, buf);
+    }
+}
+
+/* f64 spot check: B = 1, Tq = T, a few rows, against the oracle. */
+static void oracle_rows(ctx *x, int64_t s, int64_t f) {
+    const diff_case *c = x->c;
+    const int64_t Tq = c->T, B = 1;
+    const size_t nq = (size_t)(B * c->Hq * Tq * c->D);
+    ct_fill(x->h_q, c->dt, nq, 2.0f, &x->rng);
+    CK(cudaMemcpy(x->d_q, x->h_q, nq * x->esz, cudaMemcpyHostToDevice));
+    CK(cudaMemset(x->d_out, 0xff, nq * 4));
+    CK(cudaMemcpy(x->d_sess, &s, 8, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(x->d_fp, &f, 8, cudaMemcpyHostToDevice));
+    for (int pass = 0; pass < 2; pass++) {
+        rkv_cuda_attention_args ga;
+        memset(&ga, 0, sizeof ga);
+        ga.batch = B;
+        ga.n_q_heads = c->Hq;
+        ga.q = x->d_q;
+        ga.q_dtype = c->dt;
+        ga.out = x->d_out;
+        ga.out_dtype = RKV_DTYPE_F32;
+        ga.session_idx = x->d_sess;
+        ga.frame_pos = x->d_fp;
+        ga.workspace = pass ? x->d_ws : NULL;
+        ga.workspace_bytes = pass ? x->ws_bytes : 0;
+        char plan[256];
+        OKR(rkv_cuda_attention_describe(x->gpu, &ga, plan, sizeof plan));
+        OKR(rkv_cuda_layer_attend(x->gpu, &ga, (void *)x->stream));
+        CK(cudaStreamSynchronize(x->stream));
+        OKR(rkv_cuda_layer_check(x->gpu, (void *)x->stream));
+        float *out = (float *)ct_malloc(nq * 4);
+        CK(cudaMemcpy(out, x->d_out, nq * 4, cudaMemcpyDeviceToHost));
+        OKR(rkv_cuda_layer_download(x->gpu, x->h_state, x->h_written));
+        double num = 0, den = 0, *row = (double *)ct_malloc((size_t)c->D * sizeof(double));
+        const int rows = 12;
+        for (int k = 0; k < rows; k++) {
+            const int64_t h = ct_randint(&x->rng, c->Hq), i = ct_randint(&x->rng, Tq);
+            ct_oracle_row(&x->g, x->h_state, x->h_written, x->h_q, c->dt, c->Hq, Tq, 0, h, i, s, f,
+                          1.0 / sqrt((double)c->D), row);
+            for (int64_t d = 0; d < c->D; d++) {
+                const double gv = out[(size_t)((h * Tq + i) * c->D + d)];
+                num += (gv - row[d]) * (gv - row[d]);
+                den += row[d] * row[d];
+            }
+        }
+        const double err = den > 0 && isfinite(num) ? sqrt(num / den) : INFINITY;
+        char buf[512];
+        snprintf(buf, sizeof buf, "%s: %d rows at clock %lld [%s]", c->name, rows, (long long)f,
+                 plan);
+        printf("    f64 spot rows: err %.2e [%s]\n", err, plan);
+        record(OP_ORACLE64, err <= 1e-2, err, buf);
+        free(out);
+        free(row);
+    }
+}
+
+static void run_case(const diff_case *c, uint64_t seed, int quick) {
+    const double t0 = ct_now();
+    ctx X, *x = &X;
+    memset(x, 0, sizeof X);
+    x->c = c;
+    x->rng.s = seed ^ (uint64_t)c->D * 0x51ull ^ (uint64_t)c->S << 20 ^ (uint64_t)c->T << 7;
+    rkv_geometry *g = &x->g;
+    g->num_sessions = c->S;
+    g->n_kv_heads = c->H;
+    g->ring_frames = c->RF;
+    g->ring_buckets = c->RB;
+    g->d_head = c->D;
+    g->tokens_per_frame = c->T;
+    g->pinned_dilation = c->PD;
+    g->dtype = c->dt;
+    OKR(rkv_layer_create(g, &x->cpu));
+    OKR(rkv_cuda_layer_create(g, 0, &x->gpu));
+    CK(cudaStreamCreate(&x->stream)); /* blocking: ordered after the legacy-stream copies and memsets */
+    x->C = rkv_geometry_capacity(g);
+    x->L = rkv_geometry_ring_len(g);
+    x->N = rkv_geometry_total_slots(g);
+    x->esz = rkv_dtype_size(c->dt);
+    x->kv_bytes = rkv_geometry_memory_bytes(g);
+    x->frame_bytes = (size_t)(2 * c->H * c->T * c->D) * x->esz;
+    const int64_t S = c->S;
+    const size_t nq_max = (size_t)(S * c->Hq * max_tq(x) * c->D);
+    x->d_kv_in = ct_dmalloc(x->frame_bytes * (size_t)S);
+    x->d_q = ct_dmalloc(nq_max * 4);
+    x->d_out = ct_dmalloc(nq_max * 4);
+    x->d_fp = (int64_t *)ct_dmalloc((size_t)S * 8);
+    x->d_sess = (int64_t *)ct_dmalloc((size_t)S * 8);
+    x->d_vis = (uint8_t *)ct_dmalloc((size_t)x->N);
+    /* the largest preferred workspace over B and Tq */
+    for (int64_t B = 1; B <= S; B++)
+        for (int k = 0; k < 2; k++) {
+            rkv_cuda_attention_args a;
+            memset(&a, 0, sizeof a);
+            a.batch = B;
+            a.n_q_heads = c->Hq;
+            a.n_queries = k ? max_tq(x) : 0;
+            a.q = x->d_q;
+            a.q_dtype = c->dt;
+            a.out = x->d_out;
+            a.out_dtype = RKV_DTYPE_F32;
+            a.session_idx = x->d_sess;
+            a.frame_pos = x->d_fp;
+            size_t w = rkv_cuda_attention_workspace_bytes(x->gpu, &a);
+            if (w > x->ws_bytes) x->ws_bytes = w;
+        }
+    x->d_ws = x->ws_bytes ? ct_dmalloc(x->ws_bytes) : NULL;
+    x->h_kv_in = ct_malloc(x->frame_bytes * (size_t)S);
+    x->h_q = ct_malloc(nq_max * 4);
+    x->h_out = ct_malloc(nq_max * 4);
+    x->h_ref = (float *)ct_malloc(nq_max * 4);
+    x->h_state = ct_malloc(x->kv_bytes);
+    x->h_written = (uint8_t *)ct_malloc((size_t)x->N);
+    x->h_vis_cpu = (uint8_t *)ct_malloc((size_t)x->N);
+    x->h_vis_gpu = (uint8_t *)ct_malloc((size_t)x->N);
+    x->clock = (int64_t *)ct_malloc((size_t)S * 8);
+    for (int64_t s = 0; s < S; s++) x->clock[s] = ct_randint(&x->rng, 3) == 0 ? ct_randint(&x->rng, 50) : 0;
+
+    compare_state(x, "after create");
+    const int frames = quick ? (c->frames + 3) / 4 : c->frames;
+    int checked_devices = 0;
+    int64_t last_s = 0, last_f = 0;
+    for (int step = 0; step < frames; step++) {
+        /* a batch of distinct sessions */
+        int64_t perm[64], B = 1 + ct_randint(&x->rng, S);
+        if (c->fast_forward) B = S;
+        for (int64_t s = 0; s < S; s++) perm[s] = s;
+        for (int64_t s = S - 1; s > 0; s--) {
+            int64_t j = ct_randint(&x->rng, s + 1), t = perm[s];
+            perm[s] = perm[j], perm[j] = t;
+        }
+        int64_t sess[64], fp[64];
+        for (int64_t b = 0; b < B; b++) sess[b] = perm[b], fp[b] = x->clock[perm[b]];
+        CK(cudaMemcpy(x->d_sess, sess, (size_t)B * 8, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(x->d_fp, fp, (size_t)B * 8, cudaMemcpyHostToDevice));
+        const int attend_now = !c->fast_forward && (step % 2 == 0 || step == frames - 1);
+        for (int pass = c->fast_forward ? 4 : 0; pass < 5; pass++) {
+            const int commit = pass == 4;
+            const int vis = B == 1 && ct_randint(&x->rng, 2);
+            ct_fill(x->h_kv_in, c->dt, x->frame_bytes * (size_t)B / x->esz, 1.0f, &x->rng);
+            CK(cudaMemcpy(x->d_kv_in, x->h_kv_in, x->frame_bytes * (size_t)B,
+                          cudaMemcpyHostToDevice));
+            if (vis) CK(cudaMemset(x->d_vis, 0x77, (size_t)x->N));
+            OKR(rkv_layer_upsert(x->cpu, x->h_kv_in, c->dt, B, fp, sess, commit,
+                                 vis ? x->h_vis_cpu : NULL));
+            OKR(rkv_cuda_layer_upsert(x->gpu, x->d_kv_in, c->dt, B, x->d_fp, x->d_sess, commit,
+                                      vis ? x->d_vis : NULL, (void *)x->stream));
+            CK(cudaStreamSynchronize(x->stream));
+            OKR(rkv_cuda_layer_check(x->gpu, (void *)x->stream));
+            if (!c->fast_forward || step % 16 == 15 || step == frames - 1) {
+                char what[128];
+                snprintf(what, sizeof what, "%s step %d pass %d B %lld", c->name, step, pass,
+                         (long long)B);
+                compare_state(x, what);
+            }
+            if (vis) {
+                CK(cudaMemcpy(x->h_vis_gpu, x->d_vis, (size_t)x->N, cudaMemcpyDeviceToHost));
+                const int ok = memcmp(x->h_vis_gpu, x->h_vis_cpu, (size_t)x->N) == 0;
+                record(OP_VIS, ok, ok ? 0 : 1, c->name);
+            }
+            if (attend_now && (pass == 0 || pass == 4)) {
+                attend_both(x, B, sess, fp, 0, 0, pass ? "after commit" : "pass 0");
+                if (vis && pass == 0) attend_both(x, B, sess, fp, 1, 0, "explicit row");
+            }
+        }
+        if (!checked_devices && step >= 2 && !c->fast_forward) {
+            device_checks(x, B, sess, fp);
+            checked_devices = 1;
+        }
+        last_s = sess[0];
+        last_f = fp[0];
+        for (int64_t b = 0; b < B; b++) x->clock[sess[b]]++;
+        /* now and then a reset: state dropped, clock restarts anywhere */
+        if (!c->fast_forward && ct_randint(&x->rng, 9) == 0) {
+            const int64_t s = ct_randint(&x->rng, S);
+            OKR(rkv_layer_reset(x->cpu, s));
+            OKR(rkv_cuda_layer_reset(x->gpu, s, (void *)x->stream));
+            CK(cudaStreamSynchronize(x->stream));
+            x->clock[s] = ct_randint(&x->rng, 40);
+            compare_state(x, "after reset");
+        }
+    }
+    if (c->fast_forward) {
+        /* steady state of a 720P global layer, one non-write and one write
+         * clock: compare the batch on the CPU (Tq 64), spot-check B = 1 */
+        int64_t sess[64], fp[64];
+        for (int64_t b = 0; b < S; b++) sess[b] = b, fp[b] = x->clock[b];
+        attend_both(x, S, sess, fp, 0, 64, "steady state");
+        oracle_rows(x, last_s, x->clock[last_s]);
+        (void)last_f;
+    }
+    printf("  case %-26s %6.1f s\n", c->name, ct_now() - t0);
+    fflush(stdout);
+
+    rkv_layer_destroy(x->cpu);
+    rkv_cuda_layer_destroy(x->gpu);
+    CK(cudaStreamDestroy(x->stream));
+    cudaFree(x->d_kv_in), cudaFree(x->d_q), cudaFree(x->d_out), cudaFree(x->d_fp);
+    cudaFree(x->d_sess), cudaFree(x->d_vis), cudaFree(x->d_ws);
+    free(x->h_kv_in), free(x->h_q), free(x->h_out), free(x->h_ref), free(x->h_state);
+    free(x->h_written), free(x->h_vis_cpu), free(x->h_vis_gpu), free(x->clock);
+}
+
+/* Host-side rejections need no GPU state beyond a layer. */
+static void host_checks(void) {
+    rkv_geometry g = {2, 1, 2, 2, 64, 128, 1, RKV_DTYPE_BF16};
+    rkv_cuda_layer *l = NULL;
+    OKR(rkv_cuda_layer_create(&g, 0, &l));
+    int64_t *d = (int64_t *)ct_dmalloc(64);
+    void *kv = ct_dmalloc(1 << 20);
+    struct {
+        rkv_status got, want;
+        const char *what;
+    } t[] = {
+        {rkv_cuda_layer_upsert(l, NULL, g.dtype, 1, d, d, 0, NULL, NULL), RKV_ERR_NULL, "kv NULL"},
+        {rkv_cuda_layer_upsert(l, kv, RKV_DTYPE_F16, 1, d, d, 0, NULL, NULL), RKV_ERR_DTYPE, "dtype"},
+        {rkv_cuda_layer_upsert(l, kv, g.dtype, 3, d, d, 0, NULL, NULL), RKV_ERR_INVALID_ARG, "B > S"},
+        {rkv_cuda_layer_upsert(l, kv, g.dtype, 2, d, d, 0, (uint8_t *)kv, NULL), RKV_ERR_INVALID_ARG,
+         "visible with B 2"},
+        {rkv_cuda_layer_upsert(l, (char *)kv + 2, g.dtype, 1, d, d, 0, NULL, NULL),
+         RKV_ERR_INVALID_ARG, "misaligned kv"},
+        {rkv_cuda_layer_reset(l, 2, NULL), RKV_ERR_RANGE, "reset session 2"},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        char buf[256];
+        snprintf(buf, sizeof buf, "host check %s: %s", t[i].what, rkv_status_str(t[i].got));
+        record(OP_DEVCHECK, t[i].got == t[i].want, t[i].got == t[i].want ? 0 : 1, buf);
+    }
+    rkv_geometry bad = g;
+    bad.tokens_per_frame = 100;
+    rkv_cuda_layer *l2 = NULL;
+    rkv_status st = rkv_cuda_layer_create(&bad, 0, &l2);
+    record(OP_DEVCHECK, st == RKV_ERR_INVALID_ARG && !l2, st == RKV_ERR_INVALID_ARG ? 0 : 1,
+           "create with T = 100");
+    cudaFree(d);
+    cudaFree(kv);
+    rkv_cuda_layer_destroy(l);
+}
+
+int main(int argc, char **argv) {
+    int quick = 0;
+    uint64_t seed = 20261130;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--verbose")) g_verbose = 1;
+        else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 0);
+        else {
+            fprintf(stderr, "usage: %s [--quick] [--verbose] [--seed N]\n", argv[0]);
+            return 2;
+        }
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (!ct_have_gpu("test_cuda_diff")) return CT_SKIP;
+    const double t0 = ct_now();
+    host_checks();
+    for (size_t i = 0; i < sizeof k_cases / sizeof k_cases[0]; i++) {
+        if (quick && k_cases[i].fast_forward) continue;
+        run_case(&k_cases[i], seed + i, quick);
+    }
+    long fails = 0;
+    printf("\n%-26s %8s %6s %10s\n", "operation", "checks", "fails", "max err");
+    for (int op = 0; op < OP_COUNT; op++) {
+        printf("%-26s %8ld %6ld %10.2e\n", k_op_names[op], g_count[op], g_fail[op], g_maxerr[op]);
+        fails += g_fail[op];
+    }
+    printf("RESULT test=cuda_diff status=%s fails=%ld seconds=%.1f\n", fails ? "FAIL" : "PASS",
+           fails, ct_now() - t0);
+    return fails ? 1 : 0;
+}

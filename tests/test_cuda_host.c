@@ -1,0 +1,355 @@
+/* Host-side logic of the CUDA backend, tested without a GPU: the argument
+ * checks of the per-pass calls and the launch planning (kernel choice, grid,
+ * shared memory, key splits and their workspace), which live in
+ * src/cuda/plan.c (pure C, no CUDA header; included here so the test builds
+ * whether or not CUDA is found). The device side is tested by
+ * tests/cuda/test_cuda_diff.c on a GPU. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <string.h>
+
+#include "../src/cuda/plan.c"
+
+static const rkv__cuda_device_info H200 = {132, 227 * 1024};
+
+static rkv_geometry geom(int64_t S, int64_t H, int64_t RF, int64_t RB, int64_t D, int64_t T,
+                         int64_t PD, rkv_dtype dt) {
+    rkv_geometry g = {S, H, RF, RB, D, T, PD, dt};
+    return g;
+}
+
+/* Fake device addresses: the planner never dereferences them. */
+#define DEV(x) ((void *)(uintptr_t)(x))
+
+static rkv_cuda_attention_args args(int64_t B, int64_t Hq, rkv_dtype dt) {
+    rkv_cuda_attention_args a;
+    memset(&a, 0, sizeof a);
+    a.batch = B;
+    a.n_q_heads = Hq;
+    a.q = DEV(0x100000);
+    a.q_dtype = dt;
+    a.out = DEV(0x40000000);
+    a.out_dtype = dt;
+    a.session_idx = (const int64_t *)DEV(0x7000);
+    a.frame_pos = (const int64_t *)DEV(0x7100);
+    return a;
+}
+
+#define EXPECT_STATUS(expr, status, needle)                                               \
+    do {                                                                                  \
+        rkv_status st_ = (expr);                                                          \
+        assert_int_equal(st_, status);                                                    \
+        if ((needle) && !strstr(rkv_last_error(), (needle)))                              \
+            fail_msg("message '%s' lacks '%s'", rkv_last_error(), (const char *)(needle)); \
+    } while (0)
+
+static void test_upsert_plan_720p(void **state) {
+    (void)state;
+    rkv_geometry g = geom(8, 16, 16, 16, 64, 512, 1, RKV_DTYPE_BF16);
+    rkv__cuda_upsert_plan p;
+    rkv__cuda_upsert_plan_make(&g, 1, 0, 0, &p);
+    assert_int_equal(p.rows, 32);                      /* 2*H*B */
+    assert_int_equal(p.row_vecs, 512 * 64 * 2 / 16);   /* one frame of one head */
+    assert_int_equal(p.blocks_per_row, 4);
+    assert_int_equal(p.data_blocks, 128);
+    assert_int_equal(p.bits_vecs, 0);                  /* no commit, no row */
+    assert_int_equal(p.bits_blocks, 0);
+    assert_int_equal(p.total_blocks, 128);
+    assert_int_equal(p.smem_bytes, 16);
+
+    rkv__cuda_upsert_plan_make(&g, 8, 1, 0, &p);
+    assert_int_equal(p.rows, 256);
+    assert_int_equal(p.data_blocks, 1024);
+    assert_int_equal(p.bits_vecs, 8 * 512 / 16);       /* the committed frames' bits */
+    assert_int_equal(p.bits_blocks, 1);
+    assert_int_equal(p.total_blocks, 1025);
+    assert_int_equal(p.smem_bytes, 8 * 16);
+
+    rkv__cuda_upsert_plan_make(&g, 1, 1, 1, &p);       /* with the visibility row */
+    assert_int_equal(p.bits_vecs, 8 * 8704 / 16);      /* all N slots */
+    assert_int_equal(p.bits_blocks, (8 * 8704 / 16 + 255) / 256);
+}
+
+static void test_upsert_plan_small_and_odd(void **state) {
+    (void)state;
+    /* D = 1, f32: a frame is 128*4 = 512 bytes = 32 vectors */
+    rkv_geometry g = geom(2, 3, 2, 2, 1, 128, 1, RKV_DTYPE_F32);
+    rkv__cuda_upsert_plan p;
+    rkv__cuda_upsert_plan_make(&g, 2, 1, 0, &p);
+    assert_int_equal(p.row_vecs, 32);
+    assert_int_equal(p.blocks_per_row, 1);
+    assert_int_equal(p.rows, 12);
+    assert_int_equal(p.bits_vecs, 2 * 128 / 16);
+    /* every row's byte count is a multiple of 16 for any D, T % 128 == 0 */
+    for (int64_t D = 1; D <= 130; D++)
+        for (int dt = 0; dt < 3; dt++) {
+            rkv_geometry h = geom(1, 1, 1, 1, D, 128, 1, (rkv_dtype)dt);
+            rkv__cuda_upsert_plan_make(&h, 1, 0, 0, &p);
+            assert_int_equal(p.row_vecs * 16, 128 * D * (int64_t)rkv_dtype_size((rkv_dtype)dt));
+        }
+    /* bits blocks are capped */
+    rkv_geometry big = geom(64, 1, 64, 64, 64, 512, 1, RKV_DTYPE_BF16);
+    rkv__cuda_upsert_plan_make(&big, 1, 1, 1, &p);
+    assert_int_equal(p.bits_blocks, RKV__UPSERT_MAX_BITS_BLOCKS);
+}
+
+static void test_reset_plan(void **state) {
+    (void)state;
+    rkv_geometry g = geom(3, 2, 4, 4, 64, 128, 1, RKV_DTYPE_BF16);
+    rkv__cuda_reset_plan p;
+    rkv__cuda_reset_plan_make(&g, &p);
+    assert_int_equal(p.rows, 4);
+    assert_int_equal(p.row_vecs, 5 * 128 * 64 * 2 / 16);
+    assert_int_equal(p.blocks_per_row, 5);
+    assert_int_equal(p.bits_blocks, 1);
+    assert_int_equal(p.total_blocks, 21);
+}
+
+static void test_upsert_checks(void **state) {
+    (void)state;
+    rkv_geometry g = geom(2, 1, 2, 2, 64, 128, 1, RKV_DTYPE_BF16);
+    const int64_t *d = (const int64_t *)DEV(0x2000);
+    void *kv = DEV(0x10000);
+    assert_int_equal(rkv__cuda_upsert_check(&g, kv, RKV_DTYPE_BF16, 2, d, d, NULL), RKV_OK);
+    assert_int_equal(rkv__cuda_upsert_check(&g, kv, RKV_DTYPE_BF16, 1, d, d, (uint8_t *)kv), RKV_OK);
+    EXPECT_STATUS(rkv__cuda_upsert_check(NULL, kv, RKV_DTYPE_BF16, 1, d, d, NULL), RKV_ERR_NULL,
+                  "layer");
+    EXPECT_STATUS(rkv__cuda_upsert_check(&g, NULL, RKV_DTYPE_BF16, 1, d, d, NULL), RKV_ERR_NULL,
+                  "kv");
+    EXPECT_STATUS(rkv__cuda_upsert_check(&g, kv, RKV_DTYPE_BF16, 1, NULL, d, NULL), RKV_ERR_NULL,
+                  "frame_pos");
+    EXPECT_STATUS(rkv__cuda_upsert_check(&g, kv, RKV_DTYPE_BF16, 1, d, NULL, NULL), RKV_ERR_NULL,
+                  "session_idx");
+    EXPECT_STATUS(rkv__cuda_upsert_check(&g, kv, RKV_DTYPE_BF16, 0, d, d, NULL),
+                  RKV_ERR_INVALID_ARG, "B = 0");
+    EXPECT_STATUS(rkv__cuda_upsert_check(&g, kv, RKV_DTYPE_BF16, 3, d, d, NULL),
+                  RKV_ERR_INVALID_ARG, "expected 1..2");
+    EXPECT_STATUS(rkv__cuda_upsert_check(&g, kv, RKV_DTYPE_F16, 1, d, d, NULL), RKV_ERR_DTYPE,
+                  "f16");
+    EXPECT_STATUS(rkv__cuda_upsert_check(&g, kv, RKV_DTYPE_BF16, 2, d, d, (uint8_t *)kv),
+                  RKV_ERR_INVALID_ARG, "B == 1");
+    EXPECT_STATUS(rkv__cuda_upsert_check(&g, DEV(0x10008), RKV_DTYPE_BF16, 1, d, d, NULL),
+                  RKV_ERR_INVALID_ARG, "16-byte");
+    EXPECT_STATUS(rkv__cuda_upsert_check(&g, kv, RKV_DTYPE_BF16, 1, d, d, (uint8_t *)DEV(0x10004)),
+                  RKV_ERR_INVALID_ARG, "visible");
+    EXPECT_STATUS(rkv__cuda_upsert_check(&g, kv, RKV_DTYPE_BF16, 1, (const int64_t *)DEV(0x2004), d,
+                                         NULL),
+                  RKV_ERR_INVALID_ARG, "8-byte");
+    /* the batch cap */
+    rkv_geometry many = geom(5000, 1, 1, 1, 8, 128, 1, RKV_DTYPE_BF16);
+    assert_int_equal(rkv__cuda_upsert_check(&many, kv, RKV_DTYPE_BF16, RKV_CUDA_MAX_BATCH, d, d,
+                                            NULL),
+                     RKV_OK);
+    EXPECT_STATUS(rkv__cuda_upsert_check(&many, kv, RKV_DTYPE_BF16, RKV_CUDA_MAX_BATCH + 1, d, d,
+                                         NULL),
+                  RKV_ERR_INVALID_ARG, "1024");
+}
+
+static void test_attention_plan_720p(void **state) {
+    (void)state;
+    rkv_geometry g = geom(8, 16, 16, 16, 64, 512, 1, RKV_DTYPE_BF16);
+    rkv_cuda_attention_args a = args(1, 32, RKV_DTYPE_BF16);
+    assert_int_equal(rkv__cuda_attention_check(&g, &a), RKV_OK);
+    rkv__cuda_attn_plan p;
+    /* no workspace: one block per 128 rows of a (b, kv head) */
+    rkv__cuda_attention_plan_make(&g, &a, &H200, 2, 0, &p);
+    assert_int_equal(p.kind, RKV__ATTN_MMA);
+    assert_int_equal(p.bm, 128);
+    assert_int_equal(p.bn, 64);
+    assert_int_equal(p.mt, 2);
+    assert_int_equal(p.threads, 128);
+    assert_int_equal(p.group, 2);
+    assert_int_equal(p.tq, 512);
+    assert_int_equal(p.rows_per_kvh, 1024);
+    assert_int_equal(p.m_tiles, 8);
+    assert_int_equal(p.ctas, 128);
+    assert_int_equal(p.splits, 1);
+    assert_int_equal(p.workspace_bytes, 0);
+    assert_int_equal(p.grid_x, 8);
+    assert_int_equal(p.grid_y, 16);
+    assert_int_equal(p.grid_z, 1);
+    assert_int_equal(p.total_rows, 32 * 512);
+    assert_int_equal(p.smem_bytes, (128 + 2 * 2 * 64) * 64 * 2 + 80); /* + 17 ints, rounded */
+    assert_true(p.scale > 0.1249f && p.scale < 0.1251f);
+    /* preferred: two splits fill 2 blocks on each of 132 SMs */
+    rkv__cuda_attention_plan_make(&g, &a, &H200, 2, 1, &p);
+    assert_int_equal(p.splits, 2);
+    assert_int_equal(p.grid_x, 16);
+    const size_t need = (size_t)2 * 32 * 512 * (64 + 2) * 4;
+    assert_int_equal(p.workspace_bytes, need);
+    assert_int_equal(rkv__cuda_split_workspace_bytes(2, 32 * 512, 64), need);
+    /* the workspace given decides */
+    a.workspace = DEV(0x80000000);
+    a.workspace_bytes = need;
+    rkv__cuda_attention_plan_make(&g, &a, &H200, 2, 0, &p);
+    assert_int_equal(p.splits, 2);
+    a.workspace_bytes = need - 1;
+    rkv__cuda_attention_plan_make(&g, &a, &H200, 2, 0, &p);
+    assert_int_equal(p.splits, 1);
+    assert_int_equal(p.workspace_bytes, 0);
+    /* three stages: more shared memory */
+    rkv__cuda_attention_plan_make(&g, &a, &H200, 3, 0, &p);
+    assert_int_equal(p.stages, 3);
+    assert_int_equal(p.smem_bytes, (128 + 2 * 3 * 64) * 64 * 2 + 80);
+    /* B = 8 fills the GPU without splitting */
+    a = args(8, 32, RKV_DTYPE_BF16);
+    rkv__cuda_attention_plan_make(&g, &a, &H200, 2, 1, &p);
+    assert_int_equal(p.ctas, 1024);
+    assert_int_equal(p.splits, 1);
+    assert_int_equal(p.grid_z, 8);
+    /* 360P, B = 8: 256 blocks, no split either */
+    rkv_geometry g360 = geom(8, 16, 16, 16, 64, 128, 8, RKV_DTYPE_BF16);
+    rkv__cuda_attention_plan_make(&g360, &a, &H200, 2, 1, &p);
+    assert_int_equal(p.m_tiles, 2);
+    assert_int_equal(p.ctas, 256);
+    assert_int_equal(p.splits, 1);
+}
+
+static void test_attention_plan_kernel_choice(void **state) {
+    (void)state;
+    rkv__cuda_attn_plan p;
+    rkv_geometry g = geom(2, 2, 4, 4, 128, 128, 1, RKV_DTYPE_F16);
+    rkv_cuda_attention_args a = args(2, 4, RKV_DTYPE_F16);
+    rkv__cuda_attention_plan_make(&g, &a, &H200, 3, 0, &p);
+    assert_int_equal(p.kind, RKV__ATTN_MMA);
+    assert_int_equal(p.bm, 64);     /* D 128: one m16 tile per warp */
+    assert_int_equal(p.stages, 2);  /* 3 stages are built for D 64 only */
+    a.out_dtype = RKV_DTYPE_F32;    /* f32 output stays on the mma kernel */
+    rkv__cuda_attention_plan_make(&g, &a, &H200, 2, 0, &p);
+    assert_int_equal(p.kind, RKV__ATTN_MMA);
+    assert_int_equal(p.out_f32, 1);
+    a.out_dtype = RKV_DTYPE_BF16;   /* another 16-bit output: generic */
+    rkv__cuda_attention_plan_make(&g, &a, &H200, 2, 0, &p);
+    assert_int_equal(p.kind, RKV__ATTN_SIMT);
+    a = args(2, 4, RKV_DTYPE_F32);  /* q dtype != storage dtype */
+    rkv__cuda_attention_plan_make(&g, &a, &H200, 2, 0, &p);
+    assert_int_equal(p.kind, RKV__ATTN_SIMT);
+    a = args(2, 4, RKV_DTYPE_F16);  /* explicit visibility rows */
+    a.visible = (const uint8_t *)DEV(0x9000);
+    rkv__cuda_attention_plan_make(&g, &a, &H200, 2, 0, &p);
+    assert_int_equal(p.kind, RKV__ATTN_SIMT);
+    assert_int_equal(p.grid_x, (2 * 4 * 128 + 3) / 4);
+    assert_int_equal(p.smem_bytes, 2 * 16);
+    /* f32 storage, other D: generic */
+    rkv_geometry f = geom(2, 2, 4, 4, 64, 128, 1, RKV_DTYPE_F32);
+    a = args(2, 4, RKV_DTYPE_F32);
+    rkv__cuda_attention_plan_make(&f, &a, &H200, 2, 0, &p);
+    assert_int_equal(p.kind, RKV__ATTN_SIMT);
+    rkv_geometry d80 = geom(2, 2, 4, 4, 80, 128, 1, RKV_DTYPE_BF16);
+    a = args(2, 4, RKV_DTYPE_BF16);
+    rkv__cuda_attention_plan_make(&d80, &a, &H200, 2, 0, &p);
+    assert_int_equal(p.kind, RKV__ATTN_SIMT);
+    /* a frame list too long for shared memory: generic */
+    rkv_geometry longring = geom(1, 1, 60000, 16, 64, 128, 1, RKV_DTYPE_BF16);
+    rkv__cuda_attention_plan_make(&longring, &a, &H200, 2, 0, &p);
+    assert_int_equal(p.kind, RKV__ATTN_SIMT);
+    /* n_queries: partial tiles, rows spanning the GQA group */
+    rkv_geometry g64 = geom(2, 2, 4, 4, 64, 128, 1, RKV_DTYPE_BF16);
+    a = args(1, 8, RKV_DTYPE_BF16); /* group 4 */
+    a.n_queries = 37;
+    rkv__cuda_attention_plan_make(&g64, &a, &H200, 2, 1, &p);
+    assert_int_equal(p.rows_per_kvh, 4 * 37);
+    assert_int_equal(p.m_tiles, 2);
+    assert_int_equal(p.ctas, 2 * 2);
+    /* splits capped by RKV__MAX_SPLITS and by the key tiles (5 frames x 2) */
+    assert_int_equal(p.max_key_tiles, 10);
+    assert_int_equal(p.splits, 5);
+}
+
+static void test_attention_checks(void **state) {
+    (void)state;
+    rkv_geometry g = geom(2, 2, 4, 4, 64, 128, 1, RKV_DTYPE_BF16);
+    rkv_cuda_attention_args a = args(2, 4, RKV_DTYPE_BF16);
+    assert_int_equal(rkv__cuda_attention_check(&g, &a), RKV_OK);
+    EXPECT_STATUS(rkv__cuda_attention_check(&g, NULL), RKV_ERR_NULL, "args");
+    a.batch = 0;
+    EXPECT_STATUS(rkv__cuda_attention_check(&g, &a), RKV_ERR_INVALID_ARG, "batch");
+    a = args(3, 4, RKV_DTYPE_BF16);
+    EXPECT_STATUS(rkv__cuda_attention_check(&g, &a), RKV_ERR_INVALID_ARG, "batch");
+    a = args(2, 3, RKV_DTYPE_BF16);
+    EXPECT_STATUS(rkv__cuda_attention_check(&g, &a), RKV_ERR_INVALID_ARG, "GQA");
+    a = args(2, 4, RKV_DTYPE_BF16);
+    a.n_queries = -1;
+    EXPECT_STATUS(rkv__cuda_attention_check(&g, &a), RKV_ERR_INVALID_ARG, "n_queries");
+    a = args(2, 4, RKV_DTYPE_BF16);
+    a.q = NULL;
+    EXPECT_STATUS(rkv__cuda_attention_check(&g, &a), RKV_ERR_NULL, "q");
+    a = args(2, 4, RKV_DTYPE_BF16);
+    a.out = NULL;
+    EXPECT_STATUS(rkv__cuda_attention_check(&g, &a), RKV_ERR_NULL, "out");
+    a = args(2, 4, RKV_DTYPE_BF16);
+    a.session_idx = NULL;
+    EXPECT_STATUS(rkv__cuda_attention_check(&g, &a), RKV_ERR_NULL, "session_idx");
+    a = args(2, 4, RKV_DTYPE_BF16);
+    a.frame_pos = NULL;
+    EXPECT_STATUS(rkv__cuda_attention_check(&g, &a), RKV_ERR_NULL, "frame_pos");
+    a.visible = (const uint8_t *)DEV(0x9000); /* not needed with explicit rows */
+    assert_int_equal(rkv__cuda_attention_check(&g, &a), RKV_OK);
+    a = args(2, 4, RKV_DTYPE_BF16);
+    a.out_dtype = (rkv_dtype)7;
+    EXPECT_STATUS(rkv__cuda_attention_check(&g, &a), RKV_ERR_DTYPE, "dtype");
+    a = args(2, 4, RKV_DTYPE_BF16);
+    a.scale = INFINITY;
+    EXPECT_STATUS(rkv__cuda_attention_check(&g, &a), RKV_ERR_INVALID_ARG, "scale");
+    a = args(2, 4, RKV_DTYPE_BF16);
+    a.q = DEV(0x100008);
+    EXPECT_STATUS(rkv__cuda_attention_check(&g, &a), RKV_ERR_INVALID_ARG, "aligned");
+    a = args(2, 4, RKV_DTYPE_BF16);
+    a.out = DEV(0x100000 + 4096); /* inside q (2*4*128*64*2 bytes) */
+    EXPECT_STATUS(rkv__cuda_attention_check(&g, &a), RKV_ERR_INVALID_ARG, "overlaps");
+    a = args(2, 4, RKV_DTYPE_BF16);
+    a.workspace = DEV(0x3008);
+    EXPECT_STATUS(rkv__cuda_attention_check(&g, &a), RKV_ERR_INVALID_ARG, "workspace");
+    rkv_geometry wide = geom(2, 2, 4, 4, 264, 128, 1, RKV_DTYPE_F32);
+    a = args(2, 4, RKV_DTYPE_F32);
+    EXPECT_STATUS(rkv__cuda_attention_check(&wide, &a), RKV_ERR_INVALID_ARG, "256");
+}
+
+static void test_device_error_words(void **state) {
+    (void)state;
+    int w = RKV__OP_UPSERT << 24 | RKV__DEVERR_SESSION_RANGE << 16 | 3;
+    EXPECT_STATUS(rkv__cuda_device_error_status(w, 8), RKV_ERR_RANGE, "session_idx[3]");
+    assert_non_null(strstr(rkv_last_error(), "rkv_cuda_layer_upsert"));
+    assert_non_null(strstr(rkv_last_error(), "wrote nothing"));
+    w = RKV__OP_ATTEND << 24 | RKV__DEVERR_SESSION_DUP << 16 | 1;
+    EXPECT_STATUS(rkv__cuda_device_error_status(w, 8), RKV_ERR_INVALID_ARG, "distinct");
+    assert_non_null(strstr(rkv_last_error(), "rkv_cuda_layer_attend"));
+    w = RKV__OP_ATTEND << 24 | RKV__DEVERR_CLOCK << 16 | 0;
+    EXPECT_STATUS(rkv__cuda_device_error_status(w, 8), RKV_ERR_INVALID_ARG, "frame_pos[0]");
+    EXPECT_STATUS(rkv__cuda_device_error_status(0x09090000, 8), RKV_ERR_STATE, "unknown");
+}
+
+static void test_describe(void **state) {
+    (void)state;
+    rkv_geometry g = geom(8, 16, 16, 16, 64, 512, 1, RKV_DTYPE_BF16);
+    rkv_cuda_attention_args a = args(1, 32, RKV_DTYPE_BF16);
+    rkv__cuda_attn_plan p;
+    rkv__cuda_attention_plan_make(&g, &a, &H200, 2, 1, &p);
+    char buf[256];
+    rkv__cuda_attention_plan_describe(&p, buf, sizeof buf);
+    assert_non_null(strstr(buf, "mma bf16 d64"));
+    assert_non_null(strstr(buf, "grid 16x16x1"));
+    assert_non_null(strstr(buf, "splits 2 "));
+    char tiny[8];
+    rkv__cuda_attention_plan_describe(&p, tiny, sizeof tiny);
+    assert_int_equal(strlen(tiny), 7);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_upsert_plan_720p),
+        cmocka_unit_test(test_upsert_plan_small_and_odd),
+        cmocka_unit_test(test_reset_plan),
+        cmocka_unit_test(test_upsert_checks),
+        cmocka_unit_test(test_attention_plan_720p),
+        cmocka_unit_test(test_attention_plan_kernel_choice),
+        cmocka_unit_test(test_attention_checks),
+        cmocka_unit_test(test_device_error_words),
+        cmocka_unit_test(test_describe),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
