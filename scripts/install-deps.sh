@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs what ringkv needs to build and test on Debian (run as root):
+# a C toolchain and CMake, stb (image decoding/encoding), cJSON, xxHash,
+# cmocka (unit tests), clang's sanitizer runtimes, and python3 for the
+# rollout check script; then NumPy and pytest from PyPI for the Python
+# binding's tests (python/tests; not torch, a multi-GB CUDA bundle: the tests
+# that need it are skipped without it).
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config libstb-dev libcjson-dev libxxhash-dev libcmocka-dev libopenblas-dev python3
+      clang-14 libclang-rt-14-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${missing[@]}"
+fi
+
+# The Python binding's tests run under the python3 on PATH (ctest's
+# python_binding). A Debian python3 refuses pip without
+# --break-system-packages (PEP 668); with no pip at all, Debian's packages.
+if ! python3 -c 'import numpy, pytest' 2>/dev/null; then
+  echo "installing numpy and pytest for $(command -v python3)"
+  export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
+  python3 -m pip install -q numpy pytest \
+    || python3 -m pip install -q --break-system-packages numpy pytest \
+    || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-numpy python3-pytest; }
+fi
