@@ -402,7 +402,8 @@ rkv_status rkv_model_upsert(rkv_model *model, int64_t layer, int64_t batch,
 /* Attention on layer `layer` for B sessions inside a frame (or whose frame
  * just ended on this layer), at their declared clocks, with the
  * bits-and-clock rule. args->batch/session_idx/frame_pos/visible are
- * ignored and replaced by `batch`, `session_idx` and the model's clocks. */
+ * ignored and replaced by `batch`, `session_idx` and the model's clocks;
+ * args->n_q_heads must equal the model's (RKV_ERR_INVALID_ARG otherwise). */
 rkv_status rkv_model_attend(rkv_model *model, int64_t layer, int64_t batch,
                             const int64_t *session_idx,
                             const rkv_attention_args *args);

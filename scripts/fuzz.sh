@@ -22,10 +22,8 @@ build=build-fuzz
 shared=${RKV_SHARED_DIR:-$(pwd)/../shared}
 targets=(fuzz_api fuzz_snapshot fuzz_trace)
 
-# -march=native: the fuzz binaries only ever run on the machine that builds
-# them, and it lets clang build the AVX-512/AVX2 attention kernels.
 cmake -S . -B "$build" -DCMAKE_C_COMPILER="$cc" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_C_FLAGS="-march=native" -DRKV_FUZZ=ON -DRKV_BUILD_TESTS=OFF -DRKV_BUILD_TOOLS=OFF
+  -DRKV_FUZZ=ON -DRKV_BUILD_TESTS=OFF -DRKV_BUILD_TOOLS=OFF
 cmake --build "$build" -j"$jobs" --target "${targets[@]}" fuzz_gen_seeds
 
 # Corpora: kept between runs in build-fuzz/corpus, seeded every time.

@@ -310,17 +310,32 @@ rkv_status rkv_model_upsert(rkv_model *model, int64_t layer, int64_t batch,
     return RKV_OK;
 }
 
+/* The layer-level attention arguments of a model call: the caller's q, out,
+ * dtypes, scale and pool; the model's rows, clocks and bits-and-clock rule.
+ * Checks everything rkv_layer_attend would, plus Hq against the model's. */
+static rkv_status model_attention_args(rkv_model *m, const char *what, int64_t layer,
+                                       int64_t batch, const int64_t *session_idx,
+                                       const rkv_attention_args *args, rkv_attention_args *out) {
+    if (!args) return rkv__fail(RKV_ERR_NULL, "%s: args is NULL", what);
+    if (args->n_q_heads != m->cfg.n_q_heads)
+        return rkv__fail(RKV_ERR_INVALID_ARG, "%s: args->n_q_heads = %lld; this model has %lld",
+                         what, (long long)args->n_q_heads, (long long)m->cfg.n_q_heads);
+    for (int64_t b = 0; b < batch; b++) m->row_clock[b] = m->sessions[session_idx[b]].frame_pos;
+    *out = *args;
+    out->batch = batch;
+    out->session_idx = session_idx;
+    out->frame_pos = m->row_clock;
+    out->visible = NULL;
+    return rkv__attention_check(m->layers[layer], out, what);
+}
+
 rkv_status rkv_model_attend(rkv_model *model, int64_t layer, int64_t batch,
                             const int64_t *session_idx, const rkv_attention_args *args) {
-    if (!args) return rkv__fail(RKV_ERR_NULL, "rkv_model_attend: args is NULL");
-    rkv_status st = check_rows(model, "rkv_model_attend", layer, batch, session_idx, false);
+    static const char *what = "rkv_model_attend";
+    rkv_status st = check_rows(model, what, layer, batch, session_idx, false);
+    rkv_attention_args a;
+    if (st == RKV_OK) st = model_attention_args(model, what, layer, batch, session_idx, args, &a);
     if (st != RKV_OK) return st;
-    for (int64_t b = 0; b < batch; b++) model->row_clock[b] = model->sessions[session_idx[b]].frame_pos;
-    rkv_attention_args a = *args;
-    a.batch = batch;
-    a.session_idx = session_idx;
-    a.frame_pos = model->row_clock;
-    a.visible = NULL;
     return rkv_layer_attend(model->layers[layer], &a);
 }
 
@@ -329,25 +344,20 @@ rkv_status rkv_model_step(rkv_model *model, int64_t layer, int64_t batch,
                           int commit, const rkv_attention_args *args) {
     static const char *what = "rkv_model_step";
     rkv_status st = check_rows(model, what, layer, batch, session_idx, true);
+    rkv_attention_args a;
+    if (st == RKV_OK) st = model_attention_args(model, what, layer, batch, session_idx, args, &a);
     if (st != RKV_OK) return st;
-    if (!args) return rkv__fail(RKV_ERR_NULL, "%s: args is NULL", what);
-    for (int64_t b = 0; b < batch; b++) model->row_clock[b] = model->sessions[session_idx[b]].frame_pos;
-    rkv_attention_args a = *args;
-    a.batch = batch;
-    a.session_idx = session_idx;
-    a.frame_pos = model->row_clock;
-    a.visible = NULL;
-    if ((st = rkv__attention_check(model->layers[layer], &a, what)) != RKV_OK) return st;
     if (!kv) return rkv__fail(RKV_ERR_NULL, "%s: kv is NULL", what);
     if (kv_dtype != model->cfg.dtype)
-        return rkv__fail(RKV_ERR_DTYPE, "%s: kv dtype %s does not match the storage dtype %s", what,
-                         rkv_dtype_name(kv_dtype) ? rkv_dtype_name(kv_dtype) : "(unknown)",
+        return rkv__fail(RKV_ERR_DTYPE, "%s: kv dtype %d (%s) does not match the storage dtype %s",
+                         what, (int)kv_dtype,
+                         rkv_dtype_name(kv_dtype) ? rkv_dtype_name(kv_dtype) : "unknown",
                          rkv_dtype_name(model->cfg.dtype));
     /* Every argument the upsert and the attention check is valid now:
      * neither can refuse them, so a refused step writes nothing. */
     if ((st = rkv_model_upsert(model, layer, batch, session_idx, kv, kv_dtype, commit)) != RKV_OK)
         return st;
-    return rkv_model_attend(model, layer, batch, session_idx, args);
+    return rkv_layer_attend(model->layers[layer], &a);
 }
 
 /* ---- forks --------------------------------------------------------------- */
