@@ -953,6 +953,9 @@ static void test_model_attend_errors(void **state)
     b.n_q_heads = 3; /* H = 2 */
     MODEL_ERR(m, rkv_model_attend(m, 0, 1, s, &b), RKV_ERR_INVALID_ARG,
               "3");
+    b.n_q_heads = 2 * Hq; /* a multiple of H, but not this model's Hq */
+    MODEL_ERR(m, rkv_model_attend(m, 0, 1, s, &b), RKV_ERR_INVALID_ARG,
+              "8");
     b = a;
     b.q = NULL;
     MODEL_ERR(m, rkv_model_attend(m, 0, 1, s, &b), RKV_ERR_NULL, NULL);
