@@ -5,7 +5,7 @@
  * (shared/spec/seed_ring_cache.py) as specified in shared/spec/SEMANTICS.md;
  * section numbers below ("SEM 3") refer to that text.
  *
- * Conventions (see docs/ and DESIGN.md):
+ * Conventions (docs/ and the README describe the design):
  *  - Every function returning rkv_status validates all of its arguments before
  *    it changes anything: a failed call leaves every handle byte-identical.
  *    The message of the last failed call on the calling thread is returned by
@@ -138,6 +138,7 @@ typedef struct rkv_layer rkv_layer;
 rkv_status rkv_layer_create(const rkv_geometry *g, rkv_layer **out);
 void rkv_layer_destroy(rkv_layer *layer);
 
+/* Getters. Each returns 0 (or NULL) for a NULL layer. */
 /* The layer's geometry (pointer valid for the layer's lifetime). */
 const rkv_geometry *rkv_layer_geometry(const rkv_layer *layer);
 int64_t rkv_layer_capacity(const rkv_layer *layer);
@@ -211,13 +212,17 @@ rkv_status rkv_layer_visible_frames(const rkv_layer *layer, int64_t session,
 /* The rule from the clock alone (SEM 4), for a session that committed frames
  * 0..f-1 in order from 0: ring slots {(g/PD) mod RB : g = 0, PD, 2PD, .. < f}
  * minus slot (f/PD) mod RB when f mod PD == 0, plus the scratch. Same output
- * convention as rkv_layer_visible_frames. Depends only on the geometry. */
+ * convention as rkv_layer_visible_frames. Depends only on the geometry.
+ * Errors: RKV_ERR_NULL, invalid geometry, RKV_ERR_INVALID_ARG (f < 0). */
 rkv_status rkv_visible_frames_from_clock(const rkv_geometry *g,
                                          int64_t frame_pos, int64_t *frames,
                                          int64_t *count);
 
 /* Expands a frame list into a per-slot row [N] (1 visible, 0 not) of the
- * given session, the reference's row format. */
+ * given session, the reference's row format; every byte of row is written
+ * (slots of other sessions are 0). Errors: RKV_ERR_NULL, invalid geometry,
+ * RKV_ERR_RANGE (session, or a frame outside [0, RF]), RKV_ERR_INVALID_ARG
+ * (count outside [0, RF + 1]). */
 rkv_status rkv_visible_row_from_frames(const rkv_geometry *g, int64_t session,
                                        const int64_t *frames, int64_t count,
                                        uint8_t *row);
@@ -226,7 +231,9 @@ rkv_status rkv_visible_row_from_frames(const rkv_geometry *g, int64_t session,
  * rule. Query blocks QB = T/128, key blocks KB = N/128.
  *  kv_num_blocks: [QB] int32, visible key blocks per query block.
  *  kv_indices:    [QB][KB] int32, visible key block ids ascending, the rest
- *                 padded with 0. Every query block gets the same list. */
+ *                 padded with 0. Every query block gets the same list.
+ * Errors: RKV_ERR_NULL, RKV_ERR_RANGE (session), RKV_ERR_INVALID_ARG (f < 0),
+ * RKV_ERR_OVERFLOW (more than INT32_MAX key blocks). */
 rkv_status rkv_layer_block_mask(const rkv_layer *layer, int64_t session,
                                 int64_t frame_pos, int32_t *kv_num_blocks,
                                 int32_t *kv_indices);
@@ -260,9 +267,10 @@ typedef struct rkv_attention_args {
                            head h / (Hq/H) (GQA)                          */
     int64_t n_queries;  /* Tq queries per row; 0 means tokens_per_frame   */
     const void *q;      /* [B][Hq][Tq][D] in q_dtype                      */
-    rkv_dtype q_dtype;
+    rkv_dtype q_dtype;  /* any dtype, independent of the storage's: values
+                           are widened to f32                             */
     void *out;          /* [B][Hq][Tq][D] in out_dtype, written whole      */
-    rkv_dtype out_dtype;
+    rkv_dtype out_dtype; /* any dtype (rounded to nearest even)           */
     const int64_t *session_idx; /* [B], each in [0, S); a session may
                                    appear in several rows (read only)     */
     const int64_t *frame_pos;   /* [B] row clocks (>= 0); ignored, may be
@@ -338,7 +346,9 @@ rkv_status rkv_model_preset(const char *name, int full_global_ring,
 /* Names of the presets, NULL-terminated static array. */
 const char *const *rkv_model_preset_names(void);
 
-/* Geometry of layer i of a config (S, H, D, T, dtype from the config). */
+/* Geometry of layer i of a config (S, H, D, T, dtype from the config).
+ * Errors: RKV_ERR_NULL, RKV_ERR_INVALID_ARG (n_layers outside
+ * 1..RKV_MAX_LAYERS), RKV_ERR_RANGE (layer). The geometry is not checked. */
 rkv_status rkv_model_config_layer_geometry(const rkv_model_config *cfg,
                                            int64_t layer, rkv_geometry *out);
 /* Resident K/V bytes of one session over all layers, and of the model. */
@@ -362,7 +372,8 @@ size_t rkv_model_memory_bytes(const rkv_model *model);
 /* Claims a free session for request_id (a NUL-terminated string of 1 to
  * RKV_MAX_REQUEST_ID-1 bytes). Claiming an id that already holds a session
  * returns that session. RKV_ERR_FULL when every session is held (no
- * eviction). The new session starts zeroed with no clock. */
+ * eviction); RKV_ERR_INVALID_ARG for an empty or overlong id; RKV_ERR_NULL.
+ * The new session starts zeroed with no clock. */
 rkv_status rkv_model_claim(rkv_model *model, const char *request_id,
                            int64_t *session);
 /* The session held by request_id; RKV_ERR_NOT_FOUND, RKV_ERR_INVALID_ARG
@@ -370,7 +381,8 @@ rkv_status rkv_model_claim(rkv_model *model, const char *request_id,
 rkv_status rkv_model_lookup(const rkv_model *model, const char *request_id,
                             int64_t *session);
 /* Releases a held session: zeroed in every layer, clock dropped, id freed.
- * RKV_ERR_RANGE, RKV_ERR_STATE (not held). */
+ * Allowed inside a frame (the frame is abandoned). RKV_ERR_RANGE,
+ * RKV_ERR_STATE (not held), RKV_ERR_NULL. */
 rkv_status rkv_model_release(rkv_model *model, int64_t session);
 /* Resets a held session in every layer and drops its clock (SEM 6): the next
  * frame may start anywhere. The session stays claimed. */
@@ -394,7 +406,9 @@ rkv_status rkv_model_begin_frame(rkv_model *model, int64_t batch,
  * session's declared clock (kv as in rkv_layer_upsert). When commit is set,
  * the layer is marked committed for those sessions; once every layer has
  * committed, the frame ends and the clock advances to its frame_pos.
- * RKV_ERR_STATE when a session is not inside a frame. */
+ * Errors (nothing written): RKV_ERR_STATE (a session not claimed or not
+ * inside a frame), RKV_ERR_NULL, RKV_ERR_RANGE (layer, session),
+ * RKV_ERR_INVALID_ARG (B, repeated session), RKV_ERR_DTYPE. */
 rkv_status rkv_model_upsert(rkv_model *model, int64_t layer, int64_t batch,
                             const int64_t *session_idx, const void *kv,
                             rkv_dtype kv_dtype, int commit);
@@ -408,7 +422,10 @@ rkv_status rkv_model_attend(rkv_model *model, int64_t layer, int64_t batch,
                             const int64_t *session_idx,
                             const rkv_attention_args *args);
 
-/* In-memory snapshot of one held session: every layer's K/V span and
+/* In-memory snapshot of one held session, a raw host-endian image for use
+ * within one process (forks across models, undo); for files and for moving
+ * sessions between processes or machines use the portable, checksummed
+ * snapshot files below (rkv_model_save_session*). Every layer's K/V span and
  * written bits, the geometry and the clock. rkv_model_snapshot_bytes gives
  * the buffer size; the buffer is caller-owned. Not allowed inside a frame
  * (RKV_ERR_STATE). Restoring into a held session of a model with identical

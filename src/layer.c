@@ -51,14 +51,17 @@ void rkv_layer_destroy(rkv_layer *layer) {
     free(layer);
 }
 
-const rkv_geometry *rkv_layer_geometry(const rkv_layer *layer) { return &layer->g; }
-int64_t rkv_layer_capacity(const rkv_layer *layer) { return layer->capacity; }
-int64_t rkv_layer_total_slots(const rkv_layer *layer) { return layer->total_slots; }
-size_t rkv_layer_memory_bytes(const rkv_layer *layer) { return rkv_geometry_memory_bytes(&layer->g); }
-const void *rkv_layer_kv(const rkv_layer *layer) { return layer->kv; }
-const void *rkv_layer_k(const rkv_layer *layer) { return layer->kv; }
-const void *rkv_layer_v(const rkv_layer *layer) { return rkv__slot_ptr(layer, 1, 0, 0); }
-const uint8_t *rkv_layer_written(const rkv_layer *layer) { return layer->written; }
+/* Getters: NULL in, 0 or NULL out. */
+const rkv_geometry *rkv_layer_geometry(const rkv_layer *layer) { return layer ? &layer->g : NULL; }
+int64_t rkv_layer_capacity(const rkv_layer *layer) { return layer ? layer->capacity : 0; }
+int64_t rkv_layer_total_slots(const rkv_layer *layer) { return layer ? layer->total_slots : 0; }
+size_t rkv_layer_memory_bytes(const rkv_layer *layer) {
+    return layer ? rkv_geometry_memory_bytes(&layer->g) : 0;
+}
+const void *rkv_layer_kv(const rkv_layer *layer) { return layer ? layer->kv : NULL; }
+const void *rkv_layer_k(const rkv_layer *layer) { return layer ? layer->kv : NULL; }
+const void *rkv_layer_v(const rkv_layer *layer) { return layer ? rkv__slot_ptr(layer, 1, 0, 0) : NULL; }
+const uint8_t *rkv_layer_written(const rkv_layer *layer) { return layer ? layer->written : NULL; }
 
 rkv_status rkv_layer_session_span(const rkv_layer *layer, int64_t session, int64_t *lo,
                                   int64_t *hi) {
