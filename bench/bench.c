@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench.h"
 #include "commands.h"
 #include "ringkv.h"
 
@@ -54,14 +55,8 @@ static void check(rkv_status st, const char *what) {
     }
 }
 
-typedef struct {
-    bool json;
-    bool quick;
-    int threads;
-} bench_opts;
-
-/* One result row: printed as JSON (--json) or as an aligned text line. */
-static void emit(const bench_opts *o, const char *name, double value, const char *unit,
+/* One result row (bench.h). */
+void bench_emit(const bench_opts *o, const char *name, double value, const char *unit,
                  cJSON *params, double ceiling) {
     if (o->json) {
         cJSON *row = cJSON_CreateObject();
@@ -124,7 +119,7 @@ static double bench_sgemm(const bench_opts *o) {
     }
     cJSON *p = cJSON_CreateObject();
     cJSON_AddNumberToObject(p, "threads", o->threads);
-    emit(o, "cpu_sgemm_gflops", best, "GFLOP/s", p, 0);
+    bench_emit(o, "cpu_sgemm_gflops", best, "GFLOP/s", p, 0);
     return best;
 }
 
@@ -202,8 +197,8 @@ static void bench_attention(const bench_opts *o, rkv_threadpool *pool, double sg
         cJSON_AddNumberToObject(p, "threads", rkv_threadpool_size(pool));
         cJSON_AddStringToObject(p, "isa", rkv_attention_isa());
         cJSON *p2 = cJSON_Duplicate(p, 1);
-        emit(o, "attention_gflops", gflops, "GFLOP/s", p, sgemm);
-        emit(o, "attention_speedup_vs_reference", ref / best, "x", p2, 0);
+        bench_emit(o, "attention_gflops", gflops, "GFLOP/s", p, sgemm);
+        bench_emit(o, "attention_speedup_vs_reference", ref / best, "x", p2, 0);
         free(q), free(out), free(kv);
         rkv_layer_destroy(l);
     }
@@ -257,7 +252,7 @@ static void bench_upsert(const bench_opts *o) {
             cJSON_AddNumberToObject(p, "B", (double)B);
             cJSON_AddBoolToObject(p, "commit", commit);
             cJSON_AddStringToObject(p, "preset", "waypoint-1.5-720p");
-            emit(o, "upsert_gbps", best / 1e9, "GB/s", p, mc);
+            bench_emit(o, "upsert_gbps", best / 1e9, "GB/s", p, mc);
         }
         free(src);
     }
@@ -305,24 +300,38 @@ static void bench_rollout(const bench_opts *o, rkv_threadpool *pool) {
     cJSON_AddNumberToObject(p, "B", 1);
     cJSON_AddStringToObject(p, "preset", "waypoint-1.5-360p");
     cJSON_AddNumberToObject(p, "threads", rkv_threadpool_size(pool));
-    emit(o, "rollout_fps_360p", fps, "frames/s", p, 0);
+    bench_emit(o, "rollout_fps_360p", fps, "frames/s", p, 0);
     free(kv), free(q), free(out);
     rkv_model_destroy(m);
 }
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: ringkv bench [--quick] [--json] [--threads N]\n"
+            "usage: ringkv bench [--quick] [--json] [--threads N] [--backend cpu|cuda]\n"
             "  Measures attention and upsert on this CPU against its own ceilings (OpenBLAS\n"
             "  sgemm, memcpy beyond the last-level cache) and a 360P rollout; one JSON\n"
             "  object per line with --json. --quick finishes in under 30 s on 2 cores.\n"
-            "  --threads N: worker threads (default: the machine's cores).\n");
+            "  --threads N: worker threads (default: the machine's cores).\n"
+            "  --backend cuda: the same kind of rows for the CUDA backend on GPU 0 (device\n"
+            "  copy bandwidth, upsert, attention at the Waypoint-1.5 geometries, a 720P\n"
+            "  frame in a CUDA graph); builds with CUDA only. scripts/gpu_check.sh runs the\n"
+            "  fuller bench/gpu/bench_cuda.\n");
 }
 
 int rkv_cmd_bench(int argc, char **argv) {
     bench_opts o = {.threads = 0};
+    bool cuda = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) o.json = true;
+        else if (!strncmp(argv[i], "--backend", 9) && (argv[i][9] == '=' || argv[i][9] == '\0')) {
+            const char *v = argv[i][9] == '=' ? argv[i] + 10 : i + 1 < argc ? argv[++i] : "";
+            if (!strcmp(v, "cpu")) cuda = false;
+            else if (!strcmp(v, "cuda")) cuda = true;
+            else {
+                fprintf(stderr, "ringkv bench: --backend takes cpu or cuda; got '%s'\n", v);
+                return 2;
+            }
+        }
         else if (!strcmp(argv[i], "--quick")) o.quick = true;
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
             char *end;
@@ -341,6 +350,13 @@ int rkv_cmd_bench(int argc, char **argv) {
             return 2;
         }
     }
+    if (cuda) {
+        if (!bench_cuda_built()) {
+            fprintf(stderr, "ringkv bench: --backend cuda: ringkv was built without CUDA\n");
+            return 2;
+        }
+        return bench_cuda_run(&o);
+    }
     rkv_threadpool *pool;
     check(rkv_threadpool_create(o.threads, &pool), "thread pool");
     o.threads = rkv_threadpool_size(pool);
@@ -348,7 +364,7 @@ int rkv_cmd_bench(int argc, char **argv) {
     const double mc = memcpy_rate(1 << 20, 2 * llc_bytes(), o.quick ? 2 : 4);
     cJSON *p = cJSON_CreateObject();
     cJSON_AddNumberToObject(p, "buffer_mib", (double)(2 * llc_bytes() >> 20));
-    emit(&o, "cpu_memcpy_gbps", mc, "GB/s", p, 0);
+    bench_emit(&o, "cpu_memcpy_gbps", mc, "GB/s", p, 0);
     bench_attention(&o, pool, sgemm);
     bench_upsert(&o);
     bench_rollout(&o, pool);

@@ -12,9 +12,10 @@ textured patches, by how many frames ago the patch's world cell was last in view
                                                (near is only partly kept: not asserted)
 Every asserted band must hold at least 100 patches, or the check proves nothing.
 
---determinism runs a short rollout of 2 sessions twice with one seed and once
-with another: the attention-output digest must repeat exactly and change with
-the seed. Python standard library only.
+--determinism runs a short rollout of 2 sessions with one seed on 1, 2 and 3
+attention threads (--threads), and once with another seed: the attention-output
+digest (XXH3-64 of the last frame's outputs) must repeat exactly, whatever the
+thread count, and change with the seed. Python standard library only.
 """
 import json
 import os
@@ -103,17 +104,27 @@ def check_recall(ringkv, frames, extra):
 
 
 def check_determinism(ringkv, frames, extra):
+    runs = [(7, 1), (7, 2), (7, 3), (8, 2)]  # (seed, threads)
     digests = []
     with tempfile.TemporaryDirectory(prefix="rollout-determinism-") as out:
-        for seed in (7, 7, 8):
-            r = rollout(ringkv, frames, out, extra + ["--sessions", "2", "--seed", str(seed)])
+        for seed, threads in runs:
+            r = rollout(ringkv, frames, out, extra + ["--sessions", "2", "--seed", str(seed),
+                                                      "--threads", str(threads)])
+            if r.get("options", {}).get("threads") != threads:
+                raise SystemExit(f"FAIL: options.threads is {r.get('options', {}).get('threads')}, "
+                                 f"expected {threads}")
+            if r.get("output_digest_algorithm") != "xxh3_64":
+                raise SystemExit(f"FAIL: output_digest_algorithm "
+                                 f"{r.get('output_digest_algorithm')!r}, expected 'xxh3_64'")
             digests.append(r["output_digest"])
-    print("digests (seed 7, seed 7, seed 8):", digests)
-    if digests[0] != digests[1]:
-        raise SystemExit("FAIL: two runs with the same seed gave different attention outputs")
-    if digests[0] == digests[2]:
+    print("digests (seed, threads):", list(zip(runs, digests)))
+    if len(set(digests[:3])) != 1:
+        raise SystemExit("FAIL: runs with the same seed on 1, 2 and 3 threads gave different "
+                         "attention outputs")
+    if digests[0] == digests[3]:
         raise SystemExit("FAIL: the digest did not change with the seed (it proves nothing)")
-    print("PASS: attention outputs are bit-identical from run to run")
+    print("PASS: attention outputs are bit-identical from run to run and whatever the "
+          "thread count")
 
 
 def main(argv):

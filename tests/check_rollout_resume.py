@@ -9,10 +9,19 @@ Runs, with the default single session and one seed:
   C: ringkv rollout --resume S --frames N --json
 and requires C to end at A's last frame (last_frame = 2N - 1) with A's
 output_digest (XXH3-64 of the last frame's f32 attention outputs, in the order
-pass, layer, session), and B to end at N - 1 with a different digest. Also:
-`ringkv inspect S` exits 0 and names the clock, and `ringkv inspect` on a
-truncated and on a bit-flipped copy of S exits non-zero with the reason.
-Python standard library only.
+pass, layer, session), and B to end at N - 1 with a different digest.
+
+The recall bookkeeping of a resumed run is rebuilt by replaying the camera
+path before the snapshot (docs/rollout.md), so the recall figures add up
+exactly: for every layer class and band, A's patch and recalled counts are
+B's plus C's (and the PSNR sums up to rounding); C's picture frames lie in
+N .. 2N-1.
+
+Refusals: resuming with another --dtype (the library's "wrong geometry",
+exit 1), with another --seed (exit 1, the tool names both runs), with
+--sessions 2 (exit 2). Also: `ringkv inspect S` exits 0 and names the clock,
+and `ringkv inspect` on a truncated and on a bit-flipped copy of S exits
+non-zero with the reason. Python standard library only.
 """
 import json
 import os
@@ -38,6 +47,33 @@ def rollout(ringkv, args, out_dir):
     except json.JSONDecodeError as e:
         sys.stderr.write(p.stdout[-2000:])
         raise SystemExit(f"FAIL: stdout is not one JSON object: {e}")
+
+
+def recall_adds_up(a, b, c):
+    """A (frames 0..2N-1) = B (0..N-1) + C (N..2N-1), band by band."""
+    out = []
+    for cls in ("local", "global"):
+        for band in ("near", "mid", "far"):
+            cnt = [r["recall_patches"][cls][band] for r in (a, b, c)]
+            if cnt[0] != cnt[1] + cnt[2]:
+                out.append(f"{cls} {band}: {cnt[0]} patches in A, {cnt[1]} + {cnt[2]} in B + C")
+                continue
+            rec = [round((r["recall_rate"][cls][band] or 0) * r["recall_patches"][cls][band])
+                   for r in (a, b, c)]
+            if rec[0] != rec[1] + rec[2]:
+                out.append(f"{cls} {band}: {rec[0]} recalled in A, {rec[1]} + {rec[2]} in B + C")
+            db = [(r["recall_psnr_db"][cls][band] or 0) * r["recall_patches"][cls][band]
+                  for r in (a, b, c)]
+            if abs(db[0] - db[1] - db[2]) > 1e-6 * max(1.0, abs(db[0])):
+                out.append(f"{cls} {band}: PSNR sum {db[0]} in A, {db[1]} + {db[2]} in B + C")
+    for k in ("measured", "flat", "unseen"):
+        v = [r["patches"][k] for r in (a, b, c)]
+        if v[0] != v[1] + v[2]:
+            out.append(f"patches.{k}: {v[0]} in A, {v[1]} + {v[2]} in B + C")
+    if not out:
+        print("  recall figures add up: A = B + C in every class and band "
+              f"(C: {c['recall_patches']})")
+    return out
 
 
 def main():
@@ -70,6 +106,31 @@ def main():
                             f"{a.get('output_digest')}")
         if a.get("output_digest") == b.get("output_digest"):
             failures.append("the digest of frame N-1 equals that of frame 2N-1: it proves nothing")
+        if c.get("first_frame") != n:
+            failures.append(f"run C: first_frame {c.get('first_frame')}, expected {n}")
+        if c.get("output_digest_algorithm") != "xxh3_64":
+            failures.append(f"output_digest_algorithm {c.get('output_digest_algorithm')!r}")
+        failures += recall_adds_up(a, b, c)
+        for pf in c.get("picture_frames", []):
+            if not n <= pf.get("frame", -1) < 2 * n:
+                failures.append(f"run C: picture frame {pf} outside {n}..{2 * n - 1}")
+        if not c.get("picture_frames"):
+            failures.append("run C: no picture frames")
+
+        # refusals: another geometry (dtype), another seed, several sessions
+        dtype = next((extra[i + 1] for i, x in enumerate(extra[:-1]) if x == "--dtype"), "f32")
+        other = "bf16" if dtype != "bf16" else "f16"
+        for what, args, status, needle in (
+                ("another dtype", ["--dtype", other], 1, "wrong geometry"),
+                ("another seed", ["--seed", "12345"], 1, "--seed"),
+                ("two sessions", ["--sessions", "2"], 2, "--sessions 1")):
+            p = run([ringkv, "rollout", "--json", "--out", os.path.join(tmp, "x"),
+                     "--resume", snap, "--frames", "2"] + extra + args, expect_ok=False)
+            if p.returncode != status or needle not in p.stderr:
+                failures.append(f"resume with {what}: status {p.returncode}, stderr "
+                                f"{p.stderr.strip()!r} (expected {status} naming {needle!r})")
+            else:
+                print(f"  refused as expected ({what}): {p.stderr.strip()}")
 
         # inspect: valid, then damaged copies
         p = run([ringkv, "inspect", snap])

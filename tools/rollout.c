@@ -6,8 +6,16 @@
  * "recalls" the world (docs/rollout.md), and writes a picture.
  *
  * The world is world.c, the camera path camera.c, the tokens tokens.c, the
- * recall metrics recall.c and the picture sheet.c; this file holds the
- * options, the frame loop, the timings and the report. */
+ * recall metrics recall.c, the picture sheet.c and the CUDA path
+ * rollout_gpu.c; this file holds the options, the frame loop, snapshots and
+ * resume, the timings and the report.
+ *
+ * Resume (--resume FILE): session 0 is loaded from a snapshot and the run
+ * continues at the saved clock + 1. Every input is a pure function of the
+ * absolute frame clock, the session and --seed, so the resumed run sees
+ * exactly what an uninterrupted run would; the recall bookkeeping (when each
+ * world cell was last in view) is rebuilt by replaying the camera path over
+ * the frames before the snapshot, without touching the model. */
 #define _POSIX_C_SOURCE 200809L
 
 #include <errno.h>
@@ -22,11 +30,13 @@
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
+#include <xxhash.h>
 
 #include "camera.h"
 #include "commands.h"
 #include "recall.h"
 #include "ringkv.h"
+#include "rollout_gpu.h"
 #include "sheet.h"
 #include "splitmix.h"
 #include "tokens.h"
@@ -40,6 +50,11 @@
 #define DEFAULT_SEED 0
 #define MAX_SESSIONS 4096
 #define PICTURE_NAME "rollout.png"
+/* The camera path keeps every pose from frame 0 (a resumed run replays it):
+ * absolute clocks stay below this. */
+#define MAX_CLOCK INT32_MAX
+
+typedef enum rollout_backend { BACKEND_CPU = 0, BACKEND_CUDA } rollout_backend;
 
 typedef struct rollout_opts {
     const char *preset;
@@ -52,13 +67,18 @@ typedef struct rollout_opts {
     int have_dtype;
     rkv_dtype dtype;
     int json;
+    int threads;              /* 0: the machine's cores (CPU backend)   */
+    rollout_backend backend;
+    const char *snapshot_out; /* save session 0 here at the end, or NULL */
+    const char *resume;       /* load session 0 from here first, or NULL */
 } rollout_opts;
 
 static void usage(FILE *f) {
     fprintf(f,
             "usage: ringkv rollout [--preset NAME] [--full-global-ring] [--sessions N]\n"
             "                      [--frames N] [--image PATH] [--out DIR] [--seed N]\n"
-            "                      [--dtype f32|f16|bf16] [--json]\n\n"
+            "                      [--dtype f32|f16|bf16] [--threads N] [--backend cpu|cuda]\n"
+            "                      [--snapshot-out FILE] [--resume FILE] [--json]\n\n"
             "Streams N sessions through every layer of a model preset, frame by frame\n"
             "(5 passes a frame, the 5th commits), on views of a camera moving over a\n"
             "real image, and reports frames per second, per-pass latency, memory and\n"
@@ -74,7 +94,14 @@ static void usage(FILE *f) {
             "  --out DIR            folder for the picture %s (default %s)\n"
             "  --seed N             seed of the camera path and noise (default %d)\n"
             "  --dtype TYPE         storage dtype (default: the preset's)\n"
-            "  --json               print one JSON object on stdout\n"
+            "  --threads N          attention threads, CPU backend (default: the machine's cores)\n"
+            "  --backend NAME       cpu (default) or cuda (GPU 0; builds with CUDA only)\n"
+            "  --snapshot-out FILE  save session 0 to FILE at the end (a snapshot file)\n"
+            "  --resume FILE        load session 0 from FILE and continue at its clock + 1\n"
+            "                       for --frames frames (same --preset, --dtype, --seed,\n"
+            "                       --image as the run that saved it; one session)\n"
+            "  --json               print one JSON object on stdout (with last_frame and\n"
+            "                       output_digest: XXH3-64 of the last frame's outputs)\n"
             "\nSee docs/rollout.md for the construction and the figures.\n",
             DEFAULT_FRAMES, DEFAULT_IMAGE, PICTURE_NAME, DEFAULT_OUT, DEFAULT_SEED);
 }
@@ -116,8 +143,9 @@ static int parse_args(int argc, char **argv, rollout_opts *o) {
             continue;
         }
         /* options with a value: --name VALUE or --name=VALUE */
-        static const char *const WITH_VALUE[] = {"--preset", "--sessions", "--frames", "--image",
-                                                 "--out",    "--seed",     "--dtype",  NULL};
+        static const char *const WITH_VALUE[] = {
+            "--preset", "--sessions", "--frames",       "--image",  "--out",     "--seed",
+            "--dtype",  "--threads",  "--snapshot-out", "--resume", "--backend", NULL};
         const char *name = NULL, *val = NULL;
         for (int k = 0; WITH_VALUE[k]; k++) {
             size_t n = strlen(WITH_VALUE[k]);
@@ -160,7 +188,39 @@ static int parse_args(int argc, char **argv, rollout_opts *o) {
             if (rkv_dtype_parse(val, &o->dtype) != RKV_OK)
                 return bad_option("--dtype expects f32, f16 or bf16, got", val);
             o->have_dtype = 1;
+        } else if (!strcmp(name, "--threads")) {
+            if (parse_int(val, 1, 1024, &v))
+                return bad_option("--threads expects an integer in 1..1024, got", val);
+            o->threads = (int)v;
+        } else if (!strcmp(name, "--backend")) {
+            if (!strcmp(val, "cpu")) {
+                o->backend = BACKEND_CPU;
+            } else if (!strcmp(val, "cuda")) {
+                o->backend = BACKEND_CUDA;
+            } else {
+                return bad_option("--backend expects cpu or cuda, got", val);
+            }
+        } else if (!strcmp(name, "--snapshot-out")) {
+            if (!*val) return bad_option("--snapshot-out expects a file, got", val);
+            o->snapshot_out = val;
+        } else if (!strcmp(name, "--resume")) {
+            if (!*val) return bad_option("--resume expects a snapshot file, got", val);
+            o->resume = val;
         }
+    }
+    if (o->backend == BACKEND_CUDA && !rollout_gpu_built()) {
+        fprintf(stderr, "ringkv rollout: --backend cuda: ringkv was built without CUDA\n");
+        return 2;
+    }
+    if (o->backend == BACKEND_CUDA && (o->snapshot_out || o->resume)) {
+        fprintf(stderr, "ringkv rollout: --snapshot-out and --resume work with --backend cpu "
+                        "only (the CUDA path keeps no host-side session to save or load)\n");
+        return 2;
+    }
+    if (o->resume && o->sessions != 1) {
+        fprintf(stderr, "ringkv rollout: --resume continues one session (a snapshot holds "
+                        "session 0 only): use --sessions 1\n");
+        return 2;
     }
     return -1;
 }
@@ -211,6 +271,20 @@ static int make_dirs(const char *path, char *err, size_t err_len) {
     return 0;
 }
 
+/* The snapshot is written at the end of the run: check its folder first. */
+static int snapshot_folder_writable(const char *path) {
+    char dir[4096];
+    if (snprintf(dir, sizeof dir, "%s", path) >= (int)sizeof dir) {
+        errno = ENAMETOOLONG;
+        return 0;
+    }
+    char *slash = strrchr(dir, '/');
+    if (!slash) return access(".", W_OK | X_OK) == 0;
+    if (slash == dir) slash[1] = '\0';
+    else *slash = '\0';
+    return access(dir, W_OK | X_OK) == 0;
+}
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -230,11 +304,13 @@ static double percentile(const double *sorted, int64_t n, double p) {
     return sorted[k - 1];
 }
 
-/* The frames shown in the picture: for session 0, one frame of each kind of
- * move (a pan's 5th frame, the first frame of a revisit or a jump): the first
- * one once the local ring is full (frame >= 16), else the last one, in frame
- * order. The first ones are on the most textured ground (camera.c). */
-static int pick_frames(camera_path *path, int64_t frames, int64_t *picks) {
+/* The frames shown in the picture, all within the run's clocks [first, end):
+ * for session 0, one frame of each kind of move (a pan's 5th frame, the first
+ * frame of a revisit or a jump): the first one once the local ring is full
+ * (clock >= 16), else the last one, in frame order; the run's last frame when
+ * none falls in the range. The first ones are on the most textured ground
+ * (camera.c). */
+static int pick_frames(camera_path *path, int64_t first, int64_t end, int64_t *picks) {
     static const camera_move ORDER[] = {CAMERA_PAN, CAMERA_REVISIT_NEAR, CAMERA_REVISIT_MID,
                                         CAMERA_REVISIT_FAR, CAMERA_JUMP};
     const int64_t settled = 16;
@@ -242,7 +318,9 @@ static int pick_frames(camera_path *path, int64_t frames, int64_t *picks) {
     for (size_t k = 0; k < sizeof ORDER / sizeof ORDER[0]; k++) {
         const int64_t offset = ORDER[k] == CAMERA_PAN ? 4 : 0;
         int64_t best = -1;
-        for (int64_t m = 0; m + offset < frames; m += CAMERA_SEGMENT) {
+        for (int64_t m = first / CAMERA_SEGMENT * CAMERA_SEGMENT; m + offset < end;
+             m += CAMERA_SEGMENT) {
+            if (m + offset < first) continue;
             const camera_pose *p = camera_path_pose(path, m);
             if (!p || p->move != ORDER[k]) continue;
             best = m + offset;
@@ -250,7 +328,7 @@ static int pick_frames(camera_path *path, int64_t frames, int64_t *picks) {
         }
         if (best >= 0) picks[n++] = best;
     }
-    if (n == 0) picks[n++] = frames - 1;
+    if (n == 0) picks[n++] = end - 1;
     /* frame order */
     for (int i = 1; i < n; i++)
         for (int j = i; j > 0 && picks[j - 1] > picks[j]; j--) {
@@ -280,10 +358,18 @@ typedef struct run {
     double *pass_us;
     sheet pic;
     int64_t n_paths, n_memory;
+    rkv_threadpool *pool;       /* CPU backend                       */
+    rollout_gpu *gpu;           /* CUDA backend                      */
+    XXH3_state_t *digest;       /* the last frame's outputs          */
+    float *digest_le;           /* big-endian hosts: byte-swapped copy */
 } run;
 
 static void run_free(run *r) {
     rkv_model_destroy(r->model);
+    rollout_gpu_destroy(r->gpu);
+    rkv_threadpool_destroy(r->pool);
+    if (r->digest) XXH3_freeState(r->digest);
+    free(r->digest_le);
     for (int64_t s = 0; s < r->n_paths; s++) camera_path_destroy(r->paths[s]);
     for (int64_t s = 0; s < r->n_memory; s++) recall_memory_free(&r->memory[s]);
     free(r->paths);
@@ -339,6 +425,93 @@ static cJSON *class_object(const recall_stats *st, const int have[2], int what) 
     return o;
 }
 
+static int host_little_endian(void) {
+    const uint32_t one = 1;
+    unsigned char b;
+    memcpy(&b, &one, 1);
+    return b == 1;
+}
+
+/* Identity of the map for the request id: XXH3-64 of its luma and size. */
+static uint64_t map_hash(const world_map *w) {
+    return XXH3_64bits_withSeed(w->luma,
+                                (size_t)(w->rows * WORLD_PATCH) * (size_t)w->width_px * sizeof(float),
+                                (uint64_t)w->cols);
+}
+
+/* Request id of rollout session s: names the seed and the map, so that a
+ * snapshot says which camera path its ring followed (the library checks the
+ * geometry, this the world). */
+static void session_request_id(char *buf, size_t n, int64_t s, uint64_t seed, uint64_t map_id) {
+    snprintf(buf, n, "rollout-%lld seed=%" PRIu64 " map=%016" PRIx64, (long long)s, seed, map_id);
+}
+
+/* A resumed run must continue session 0's camera path of the same seed and
+ * map. 0 to go on (a snapshot of another program only gets a warning: its
+ * ring is taken as having followed that path), -1 when the snapshot names
+ * another session, seed or map. */
+static int check_resume_source(const char *path, const rkv_snapshot_info *info, uint64_t seed,
+                               uint64_t map_id) {
+    long long session;
+    unsigned long long saved_seed, saved_map;
+    int used = -1;
+    if (sscanf(info->request_id, "rollout-%lld seed=%llu map=%16llx%n", &session, &saved_seed,
+               &saved_map, &used) != 3 ||
+        used < 0 || (size_t)used != strlen(info->request_id)) {
+        fprintf(stderr,
+                "ringkv rollout: warning: %s was not saved by ringkv rollout (request id '%s'); "
+                "continuing session 0's camera path of seed %" PRIu64 " as if its ring had "
+                "followed it\n",
+                path, info->request_id, seed);
+        return 0;
+    }
+    if (session != 0 || saved_seed != seed || saved_map != map_id) {
+        char mine[RKV_MAX_REQUEST_ID];
+        session_request_id(mine, sizeof mine, 0, seed, map_id);
+        fprintf(stderr,
+                "ringkv rollout: %s holds '%s', this run would continue '%s': resume with the "
+                "--seed and --image of the run that saved it (the camera path and the recall "
+                "bookkeeping depend on them)\n",
+                path, info->request_id, mine);
+        return -1;
+    }
+    return 0;
+}
+
+/* The outputs the rollout reads: the recall layers' on the first pass, and
+ * every layer's on the run's last frame (the digest). */
+static int output_needed(const int64_t layer_of[2], int pass, int64_t l, int last_frame) {
+    return last_frame || (pass == 0 && (l == layer_of[0] || l == layer_of[1]));
+}
+
+/* Takes layer l's attention outputs of this pass from r->out ([B][Hq][T][D]
+ * f32): the recalled views (head 0, first VD dims) on the first pass, and the
+ * digest on the last frame (float32 little-endian bytes, all sessions and
+ * heads; called in the order pass, layer). 0, or -1 with a message. */
+static int use_output(run *r, const int64_t layer_of[2], int pass, int64_t l, int last_frame,
+                      int64_t B, int64_t T, int64_t Hq, int64_t D, int64_t VD, size_t n_q) {
+    for (int c = 0; c < RECALL_CLASSES; c++)
+        if (pass == 0 && l == layer_of[c])
+            for (int64_t s = 0; s < B; s++)
+                for (int64_t t = 0; t < T; t++)
+                    memcpy(r->recalled[c] + (s * T + t) * VD, r->out + ((size_t)s * Hq * T + t) * D,
+                           (size_t)VD * sizeof(float));
+    if (!last_frame) return 0;
+    const float *bytes = r->out;
+    if (r->digest_le) { /* a big-endian host: hash the little-endian bytes */
+        const unsigned char *src = (const unsigned char *)r->out;
+        unsigned char *dst = (unsigned char *)r->digest_le;
+        for (size_t i = 0; i < n_q; i++)
+            for (int k = 0; k < 4; k++) dst[4 * i + (size_t)k] = src[4 * i + 3 - (size_t)k];
+        bytes = r->digest_le;
+    }
+    if (XXH3_64bits_update(r->digest, bytes, n_q * sizeof(float)) != XXH_OK) {
+        fprintf(stderr, "ringkv rollout: XXH3_64bits_update failed\n");
+        return -1;
+    }
+    return 0;
+}
+
 static void print_band_row(const char *cls, const recall_tally *t) {
     printf("  %-7s", cls);
     for (int b = 0; b < RECALL_BANDS; b++) {
@@ -364,6 +537,11 @@ int rkv_cmd_rollout(int argc, char **argv) {
     run R;
     memset(&R, 0, sizeof R);
     rc = 1;
+    if (o.snapshot_out && !snapshot_folder_writable(o.snapshot_out)) {
+        fprintf(stderr, "ringkv rollout: --snapshot-out %s: cannot write in its folder: %s\n",
+                o.snapshot_out, strerror(errno));
+        return 1;
+    }
 
     /* ---- the model ---- */
     rkv_model_config cfg;
@@ -377,8 +555,21 @@ int rkv_cmd_rollout(int argc, char **argv) {
     size_t mem_session = 0, mem_total = 0;
     if ((st = rkv_model_config_memory(&cfg, &mem_session, &mem_total)) != RKV_OK)
         return lib_fail("rkv_model_config_memory", st);
-    if ((st = rkv_model_create(&cfg, &R.model)) != RKV_OK)
-        return lib_fail("rkv_model_create", st);
+    if (o.backend == BACKEND_CPU) {
+        if ((st = rkv_model_create(&cfg, &R.model)) != RKV_OK)
+            return lib_fail("rkv_model_create", st);
+        if ((st = rkv_threadpool_create(o.threads, &R.pool)) != RKV_OK) {
+            rc = lib_fail("rkv_threadpool_create", st);
+            goto done;
+        }
+    } else if (!(R.gpu = rollout_gpu_create(&cfg, o.sessions, err, sizeof err))) {
+        fprintf(stderr, "ringkv rollout: --backend cuda: %s\n", err);
+        goto done;
+    }
+    if (!(R.digest = XXH3_createState())) {
+        fprintf(stderr, "ringkv rollout: out of memory for the output digest\n");
+        goto done;
+    }
 
     const int64_t B = o.sessions, F = o.frames, L = cfg.n_layers;
     const int64_t T = cfg.tokens_per_frame, D = cfg.d_head, H = cfg.n_kv_heads,
@@ -410,6 +601,7 @@ int rkv_cmd_rollout(int argc, char **argv) {
         goto done;
     }
     const int64_t VD = R.codec.value_dims;
+    const uint64_t map_id = map_hash(&R.world);
 
     /* ---- buffers ---- */
     const size_t n_kv = 2 * (size_t)H * (size_t)B * (size_t)T * (size_t)D;
@@ -430,37 +622,87 @@ int rkv_cmd_rollout(int argc, char **argv) {
     R.recalled[1] = calloc((size_t)(B * T * VD), sizeof(float));
     R.band0 = malloc((size_t)T);
     R.pass_us = malloc((size_t)F * TOKENS_PASSES * sizeof *R.pass_us);
+    if (!host_little_endian()) R.digest_le = alloc_floats(n_q);
     if (!R.paths || !R.memory || !R.sessions || !R.frame_pos || !R.kv32 ||
         (dtype != RKV_DTYPE_F32 && !R.kv_store) || !R.q || !R.out || !R.q0 || !R.k0 ||
-        !R.v0 || !R.truth || !R.recalled[0] || !R.recalled[1] || !R.band0 || !R.pass_us) {
+        !R.v0 || !R.truth || !R.recalled[0] || !R.recalled[1] || !R.band0 || !R.pass_us ||
+        (!host_little_endian() && !R.digest_le)) {
         fprintf(stderr, "ringkv rollout: out of memory for the frame buffers\n");
         goto done;
     }
     for (int64_t s = 0; s < B; s++) {
-        char id[64];
-        snprintf(id, sizeof id, "rollout-%lld", (long long)s);
-        if ((st = rkv_model_claim(R.model, id, &R.sessions[s])) != RKV_OK) {
-            rc = lib_fail("rkv_model_claim", st);
-            goto done;
+        if (R.model) {
+            char id[RKV_MAX_REQUEST_ID];
+            session_request_id(id, sizeof id, s, o.seed, map_id);
+            if ((st = rkv_model_claim(R.model, id, &R.sessions[s])) != RKV_OK) {
+                rc = lib_fail("rkv_model_claim", st);
+                goto done;
+            }
+        } else {
+            R.sessions[s] = s; /* the CUDA path's sessions 0..B-1 */
         }
         R.paths[s] = camera_path_create(&R.world, view, o.seed, s);
         R.n_paths = s + 1;
-        if (!R.paths[s] || !camera_path_pose(R.paths[s], F - 1) ||
-            recall_memory_init(&R.memory[s], R.world.cols, R.world.rows)) {
+        if (!R.paths[s] || recall_memory_init(&R.memory[s], R.world.cols, R.world.rows)) {
             fprintf(stderr, "ringkv rollout: out of memory for the camera paths\n");
             goto done;
         }
         R.n_memory = s + 1;
     }
+
+    /* ---- resume: session 0 from a snapshot, the clock from its file ---- */
+    int64_t first = 0; /* the run's first frame clock */
+    rkv_snapshot_info snap_info;
+    memset(&snap_info, 0, sizeof snap_info);
+    if (o.resume) {
+        if ((st = rkv_snapshot_inspect(o.resume, &snap_info)) != RKV_OK) {
+            rc = lib_fail("rkv_snapshot_inspect", st);
+            goto done;
+        }
+        if (check_resume_source(o.resume, &snap_info, o.seed, map_id)) goto done;
+        if ((st = rkv_model_load_session(R.model, R.sessions[0], o.resume)) != RKV_OK) {
+            rc = lib_fail("rkv_model_load_session", st);
+            goto done;
+        }
+        int64_t last = -1;
+        if ((st = rkv_model_clock(R.model, R.sessions[0], &last)) != RKV_OK) {
+            rc = lib_fail("rkv_model_clock", st);
+            goto done;
+        }
+        if (last >= MAX_CLOCK - F) {
+            fprintf(stderr,
+                    "ringkv rollout: %s: the saved clock %lld + %lld frames goes beyond the "
+                    "last clock the rollout's camera path covers (%lld)\n",
+                    o.resume, (long long)last, (long long)F, (long long)MAX_CLOCK);
+            goto done;
+        }
+        first = last + 1; /* -1 (no clock): from frame 0 */
+    }
+    const int64_t end = first + F; /* one past the last frame */
+    for (int64_t s = 0; s < B; s++)
+        if (!camera_path_pose(R.paths[s], end - 1)) {
+            fprintf(stderr, "ringkv rollout: out of memory for the camera paths\n");
+            goto done;
+        }
+    /* The recall bookkeeping of a resumed session: the ring holds what the
+     * camera saw before the snapshot, so 'last seen' is rebuilt by replaying
+     * the path over frames 0 .. first-1 (the model is not touched). */
+    for (int64_t f = 0; f < first; f++) {
+        const camera_pose *p = camera_path_pose(R.paths[0], f);
+        recall_memory_see(&R.memory[0], p->col, p->row, view.rows, view.cols, f);
+    }
     int64_t picks[8];
-    const int n_picks = pick_frames(R.paths[0], F, picks);
+    const int n_picks = pick_frames(R.paths[0], first, end, picks);
     sheet_init(&R.pic, view, VD);
 
     /* ---- the frame loop ---- */
     recall_stats stats;
     memset(&stats, 0, sizeof stats);
     int64_t move_frames[CAMERA_MOVE_COUNT] = {0};
-    uint64_t digest = FNV1A64_OFFSET;
+    if (XXH3_64bits_reset(R.digest) != XXH_OK) {
+        fprintf(stderr, "ringkv rollout: XXH3_64bits_reset failed\n");
+        goto done;
+    }
     double pass_total_s = 0.0, last_progress = 0.0;
     const double loop_start = now_s();
     const void *kv_buf = dtype == RKV_DTYPE_F32 ? (const void *)R.kv32 : R.kv_store;
@@ -474,12 +716,18 @@ int rkv_cmd_rollout(int argc, char **argv) {
     args.out = R.out;
     args.out_dtype = RKV_DTYPE_F32;
     args.scale = 1.0f; /* the queries carry their scale (tokens.h) */
+    args.pool = R.pool;
 
-    for (int64_t f = 0; f < F; f++) {
+    for (int64_t f = first; f < end; f++) {
+        const int last_frame = f == end - 1;
         for (int64_t s = 0; s < B; s++) R.frame_pos[s] = f;
-        if ((st = rkv_model_begin_frame(R.model, B, R.sessions, R.frame_pos)) != RKV_OK) {
-            rc = lib_fail("rkv_model_begin_frame", st);
-            goto done;
+        if (R.model) {
+            if ((st = rkv_model_begin_frame(R.model, B, R.sessions, R.frame_pos)) != RKV_OK) {
+                rc = lib_fail("rkv_model_begin_frame", st);
+                goto done;
+            }
+        } else if (rollout_gpu_begin_frame(R.gpu, f, err, sizeof err)) {
+            goto gpu_failed;
         }
         /* queries and true pixels: the same on every pass */
         for (int64_t s = 0; s < B; s++) {
@@ -490,6 +738,7 @@ int rkv_cmd_rollout(int argc, char **argv) {
             for (int64_t h = 0; h < Hq; h++)
                 memcpy(R.q + ((size_t)s * Hq + h) * T * D, R.q0, (size_t)(T * D) * sizeof(float));
         }
+        if (R.gpu && rollout_gpu_set_queries(R.gpu, R.q, err, sizeof err)) goto gpu_failed;
         for (int pass = 0; pass < TOKENS_PASSES; pass++) {
             const int commit = pass == TOKENS_PASSES - 1;
             for (int64_t s = 0; s < B; s++) {
@@ -510,31 +759,42 @@ int rkv_cmd_rollout(int argc, char **argv) {
                 goto done;
             }
             double pass_s = 0.0;
-            for (int64_t l = 0; l < L; l++) {
+            if (R.model) {
+                for (int64_t l = 0; l < L; l++) {
+                    const double t0 = now_s();
+                    st = rkv_model_upsert(R.model, l, B, R.sessions, kv_buf, dtype, commit);
+                    if (st != RKV_OK) {
+                        rc = lib_fail("rkv_model_upsert", st);
+                        goto done;
+                    }
+                    st = rkv_model_attend(R.model, l, B, R.sessions, &args);
+                    pass_s += now_s() - t0;
+                    if (st != RKV_OK) {
+                        rc = lib_fail("rkv_model_attend", st);
+                        goto done;
+                    }
+                    if (use_output(&R, layer_of, pass, l, last_frame, B, T, Hq, D, VD, n_q))
+                        goto done;
+                }
+            } else {
+                /* CUDA: one upload per pass, every layer enqueued, one wait */
+                if (rollout_gpu_set_kv(R.gpu, kv_buf, err, sizeof err)) goto gpu_failed;
                 const double t0 = now_s();
-                st = rkv_model_upsert(R.model, l, B, R.sessions, kv_buf, dtype, commit);
-                if (st != RKV_OK) {
-                    rc = lib_fail("rkv_model_upsert", st);
-                    goto done;
+                for (int64_t l = 0; l < L; l++)
+                    if (rollout_gpu_layer(R.gpu, l, commit, err, sizeof err)) goto gpu_failed;
+                if (rollout_gpu_finish_pass(R.gpu, commit, err, sizeof err)) goto gpu_failed;
+                pass_s = now_s() - t0;
+                for (int64_t l = 0; l < L; l++) {
+                    if (!output_needed(layer_of, pass, l, last_frame)) continue;
+                    if (rollout_gpu_output(R.gpu, l, R.out, err, sizeof err)) goto gpu_failed;
+                    if (use_output(&R, layer_of, pass, l, last_frame, B, T, Hq, D, VD, n_q))
+                        goto done;
                 }
-                st = rkv_model_attend(R.model, l, B, R.sessions, &args);
-                pass_s += now_s() - t0;
-                if (st != RKV_OK) {
-                    rc = lib_fail("rkv_model_attend", st);
-                    goto done;
-                }
-                for (int c = 0; c < RECALL_CLASSES; c++)
-                    if (pass == 0 && l == layer_of[c])
-                        for (int64_t s = 0; s < B; s++)
-                            for (int64_t t = 0; t < T; t++)
-                                memcpy(R.recalled[c] + (s * T + t) * VD,
-                                       R.out + ((size_t)s * Hq * T + t) * D,
-                                       (size_t)VD * sizeof(float));
-                if (f == F - 1) digest = fnv1a64(digest, R.out, n_q * sizeof(float));
             }
-            R.pass_us[f * TOKENS_PASSES + pass] = pass_s * 1e6;
+            R.pass_us[(f - first) * TOKENS_PASSES + pass] = pass_s * 1e6;
             pass_total_s += pass_s;
         }
+        if (R.gpu && rollout_gpu_check(R.gpu, err, sizeof err)) goto gpu_failed;
 
         /* recall of this frame's first pass */
         for (int64_t s = 0; s < B; s++) {
@@ -569,17 +829,27 @@ int rkv_cmd_rollout(int argc, char **argv) {
 
         if (progress) {
             double t = now_s();
-            if (t - last_progress > 0.25 || f == F - 1) {
+            if (t - last_progress > 0.25 || last_frame) {
                 last_progress = t;
-                double el = t - loop_start, fps = (double)(f + 1) / el;
-                fprintf(stderr, "\rringkv rollout: frame %lld/%lld  %.1f frames/s per session  %.0f s left ",
-                        (long long)(f + 1), (long long)F, fps, (double)(F - f - 1) / fps);
+                double el = t - loop_start, fps = (double)(f - first + 1) / el;
+                fprintf(stderr, "\rringkv rollout: frame %lld (%lld/%lld)  %.1f frames/s per session  %.0f s left ",
+                        (long long)f, (long long)(f - first + 1), (long long)F, fps,
+                        (double)(end - f - 1) / fps);
                 fflush(stderr);
             }
         }
     }
     if (progress) fprintf(stderr, "\r%*s\r", 79, "");
     const double loop_s = now_s() - loop_start;
+    char digest_hex[17];
+    snprintf(digest_hex, sizeof digest_hex, "%016" PRIx64, (uint64_t)XXH3_64bits_digest(R.digest));
+
+    /* ---- the snapshot: session 0, between frames ---- */
+    if (o.snapshot_out &&
+        (st = rkv_model_save_session(R.model, R.sessions[0], o.snapshot_out)) != RKV_OK) {
+        rc = lib_fail("rkv_model_save_session", st);
+        goto done;
+    }
 
     /* ---- the picture ---- */
     char picture[4200];
@@ -598,8 +868,9 @@ int rkv_cmd_rollout(int argc, char **argv) {
     const double p50 = percentile(R.pass_us, n_pass, 50.0), p99 = percentile(R.pass_us, n_pass, 99.0);
     const double fps_session = pass_total_s > 0 ? (double)F / pass_total_s : 0.0;
     const double fps_all = fps_session * (double)B;
-    char digest_hex[17];
-    snprintf(digest_hex, sizeof digest_hex, "%016" PRIx64, digest);
+    const size_t model_bytes = R.model ? rkv_model_memory_bytes(R.model) : rollout_gpu_memory_bytes(R.gpu);
+    const char *backend_name = o.backend == BACKEND_CUDA ? "cuda" : "cpu";
+    const int threads = R.pool ? rkv_threadpool_size(R.pool) : 0;
 
     if (o.json) {
         cJSON *j = cJSON_CreateObject();
@@ -617,6 +888,19 @@ int rkv_cmd_rollout(int argc, char **argv) {
         cJSON_AddNumberToObject(opt, "seed", (double)o.seed);
         cJSON_AddStringToObject(opt, "seed_exact", seed_s);
         cJSON_AddStringToObject(opt, "dtype", rkv_dtype_name(dtype));
+        cJSON_AddStringToObject(opt, "backend", backend_name);
+        if (R.pool)
+            cJSON_AddNumberToObject(opt, "threads", (double)threads);
+        else
+            cJSON_AddNullToObject(opt, "threads");
+        if (o.snapshot_out)
+            cJSON_AddStringToObject(opt, "snapshot_out", o.snapshot_out);
+        else
+            cJSON_AddNullToObject(opt, "snapshot_out");
+        if (o.resume)
+            cJSON_AddStringToObject(opt, "resume", o.resume);
+        else
+            cJSON_AddNullToObject(opt, "resume");
 
         cJSON *geo = cJSON_AddObjectToObject(j, "geometry");
         cJSON_AddStringToObject(geo, "model", cfg.name);
@@ -675,7 +959,7 @@ int rkv_cmd_rollout(int argc, char **argv) {
         cJSON *mem = cJSON_AddObjectToObject(j, "memory_bytes");
         cJSON_AddNumberToObject(mem, "per_session", (double)mem_session);
         cJSON_AddNumberToObject(mem, "total", (double)mem_total);
-        cJSON_AddNumberToObject(mem, "model", (double)rkv_model_memory_bytes(R.model));
+        cJSON_AddNumberToObject(mem, "model", (double)model_bytes);
 
         cJSON_AddItemToObject(j, "recall_psnr_db", class_object(&stats, have, 0));
         cJSON_AddItemToObject(j, "recall_rate", class_object(&stats, have, 1));
@@ -688,9 +972,41 @@ int rkv_cmd_rollout(int argc, char **argv) {
         for (int m = 0; m < CAMERA_MOVE_COUNT; m++)
             cJSON_AddNumberToObject(mv, camera_move_name((camera_move)m), (double)move_frames[m]);
 
+        cJSON *be = cJSON_AddObjectToObject(j, "backend");
+        cJSON_AddStringToObject(be, "name", backend_name);
+        if (R.pool) {
+            cJSON_AddNumberToObject(be, "threads", (double)threads);
+            cJSON_AddStringToObject(be, "isa", rkv_attention_isa());
+        } else {
+            cJSON *plans = cJSON_AddObjectToObject(be, "attention_plans");
+            for (int c = 0; c < RECALL_CLASSES; c++) {
+                char plan[512];
+                if (!have[c]) continue;
+                rollout_gpu_describe(R.gpu, layer_of[c], plan, sizeof plan);
+                cJSON_AddStringToObject(plans, recall_class_name((recall_class)c), plan);
+            }
+        }
+
+        cJSON_AddNumberToObject(j, "first_frame", (double)first);
+        cJSON_AddNumberToObject(j, "last_frame", (double)(end - 1));
+        if (o.resume) {
+            cJSON *rs = cJSON_AddObjectToObject(j, "resumed");
+            cJSON_AddStringToObject(rs, "file", o.resume);
+            cJSON_AddNumberToObject(rs, "last_committed", (double)(first - 1));
+            cJSON_AddStringToObject(rs, "request_id", snap_info.request_id);
+            cJSON_AddNumberToObject(rs, "history_replayed_frames", (double)first);
+        } else {
+            cJSON_AddNullToObject(j, "resumed");
+        }
+        if (o.snapshot_out)
+            cJSON_AddStringToObject(j, "snapshot", o.snapshot_out);
+        else
+            cJSON_AddNullToObject(j, "snapshot");
         cJSON_AddStringToObject(j, "output_digest", digest_hex);
-        cJSON_AddStringToObject(j, "output_digest_algorithm",
-                                "fnv1a64 over the f32 outputs of the last frame, by pass, layer, session");
+        cJSON_AddStringToObject(j, "output_digest_algorithm", "xxh3_64");
+        cJSON_AddStringToObject(j, "output_digest_input",
+                                "float32 little-endian bytes of every attention output of the "
+                                "last frame, in the order pass, layer, session ([Hq][T][D] each)");
         cJSON_AddStringToObject(j, "picture", picture);
         cJSON *pf = cJSON_AddArrayToObject(j, "picture_frames");
         for (int i = 0; i < R.pic.n_rows; i++) {
@@ -709,9 +1025,20 @@ int rkv_cmd_rollout(int argc, char **argv) {
         free(text);
         cJSON_Delete(j);
     } else {
-        printf("ringkv rollout: preset %s%s, %lld session(s) x %lld frames, dtype %s, seed %" PRIu64 "\n",
+        printf("ringkv rollout: preset %s%s, %lld session(s) x %lld frames (clocks %lld..%lld), "
+               "dtype %s, seed %" PRIu64 "\n",
                o.preset, o.full_global_ring ? " (full global ring)" : "", (long long)B,
-               (long long)F, rkv_dtype_name(dtype), o.seed);
+               (long long)F, (long long)first, (long long)(end - 1), rkv_dtype_name(dtype), o.seed);
+        if (R.pool)
+            printf("  backend cpu, %d thread(s), %s\n", threads, rkv_attention_isa());
+        else
+            printf("  backend cuda (GPU 0)\n");
+        if (o.resume && first > 0)
+            printf("  resumed session 0 from %s (last committed frame %lld; recall history "
+                   "replayed over frames 0..%lld)\n",
+                   o.resume, (long long)(first - 1), (long long)(first - 1));
+        else if (o.resume)
+            printf("  resumed session 0 from %s (no clock saved: from frame 0)\n", o.resume);
         printf("  image %s: %lld x %lld cells, %.0f%% textured; view %lld x %lld cells\n", image,
                (long long)R.world.cols, (long long)R.world.rows, 100.0 * R.world.textured_fraction,
                (long long)view.rows, (long long)view.cols);
@@ -733,13 +1060,22 @@ int rkv_cmd_rollout(int argc, char **argv) {
             print_band_row(recall_class_name((recall_class)c), have[c] ? stats.tally[c] : NULL);
         printf("  (%lld patches measured: %lld flat, %lld textured but never seen before)\n",
                (long long)stats.measured, (long long)stats.flat, (long long)stats.unseen);
-        printf("digest:  %s (fnv1a64 of the last frame's attention outputs)\n", digest_hex);
+        printf("digest:  %s (xxh3_64 of frame %lld's attention outputs, f32 LE, by pass, layer, "
+               "session)\n",
+               digest_hex, (long long)(end - 1));
+        if (o.snapshot_out)
+            printf("snapshot: session 0 saved to %s (last committed frame %lld)\n", o.snapshot_out,
+                   (long long)(end - 1));
         printf("picture: %s (rows: frames", picture);
         for (int i = 0; i < R.pic.n_rows; i++)
             printf(" %lld %s", (long long)R.pic.rows[i].frame, R.pic.rows[i].label);
         printf("; panels: true view, local recall, global recall, bands)\n");
     }
     rc = 0;
+    goto done;
+gpu_failed:
+    fprintf(stderr, "ringkv rollout: --backend cuda: %s\n", err);
+    rc = 1;
 done:
     run_free(&R);
     return rc;

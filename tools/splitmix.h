@@ -1,7 +1,7 @@
 /* Deterministic hashing for `ringkv rollout`: every random choice (camera
  * path, noise) is a pure function of its coordinates (seed, session, frame,
- * token, ...), so a run is reproducible bit for bit; and FNV-1a, the digest
- * of the attention outputs. */
+ * token, ...), so a run is reproducible bit for bit. (The digest of the
+ * attention outputs is XXH3-64, from xxHash: rollout.c.) */
 #ifndef RKV_TOOLS_SPLITMIX_H
 #define RKV_TOOLS_SPLITMIX_H
 
@@ -33,18 +33,6 @@ static inline float hash_unit_float(uint64_t h) {
 /* Uniform integer in [0, n), n >= 1 (modulo bias is irrelevant here). */
 static inline int64_t hash_below(uint64_t h, int64_t n) {
     return (int64_t)(h % (uint64_t)n);
-}
-
-#define FNV1A64_OFFSET 0xCBF29CE484222325ull
-#define FNV1A64_PRIME 0x100000001B3ull
-
-static inline uint64_t fnv1a64(uint64_t h, const void *data, size_t n) {
-    const unsigned char *p = data;
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= FNV1A64_PRIME;
-    }
-    return h;
 }
 
 #endif
