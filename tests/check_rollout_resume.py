@@ -118,7 +118,7 @@ def main():
             failures.append("run C: no picture frames")
 
         # refusals: another geometry (dtype), another seed, several sessions
-        dtype = next((extra[i + 1] for i, x in enumerate(extra[:-1]) if x == "--dtype"), "f32")
+        dtype = b.get("options", {}).get("dtype", "f32")  # the run's (the preset's by default)
         other = "bf16" if dtype != "bf16" else "f16"
         for what, args, status, needle in (
                 ("another dtype", ["--dtype", other], 1, "wrong geometry"),
