@@ -19,9 +19,13 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 
 if [ "${1:-}" = "--prepare" ]; then
-  src=${RKV_SHARED_DIR:-$ROOT/../shared}/spec/seed_ring_cache.py
-  mkdir -p .gpu
+  shared=${RKV_SHARED_DIR:-$ROOT/../shared}
+  src=$shared/spec/seed_ring_cache.py
+  mkdir -p .gpu/shared
   install -m 0644 "$src" .gpu/seed_ring_cache.py || { echo "gpu_check: cannot copy $src"; exit 1; }
+  # the Python binding's tests want shared/spec and shared/golden
+  rm -rf .gpu/shared/spec .gpu/shared/golden
+  cp -r "$shared/spec" "$shared/golden" .gpu/shared/ || { echo "gpu_check: cannot copy $shared"; exit 1; }
   grep -qxF '/.gpu/' .gitignore 2>/dev/null || echo "gpu_check: warning: /.gpu/ is not in .gitignore"
   echo "gpu_check: prepared .gpu/ ($(ls .gpu | tr '\n' ' '))"
   exit 0
@@ -105,6 +109,22 @@ if [ -x "$BUILD"/test_cuda_diff ]; then
 else
   echo "gpu_check: build failed, see build.log" | tee -a "$OUTDIR/tests.log"
   tail -40 "$OUTDIR/build.log"
+fi
+
+# the Python binding against the reference module on this machine's torch:
+# golden traces and the differential test (CPU tensors; the binding takes no
+# CUDA tensors yet). The core library is built with gcc alone: this machine
+# may lack the -dev packages (cJSON, xxHash) that snapshot files need, and the
+# binding binds those functions only where the library has them.
+if want tests && [ -d .gpu/shared/spec ]; then
+  run_step python_lib 60 "$OUTDIR/tests.log" \
+    gcc -shared -fPIC -O3 -std=c11 -ffp-contract=fast -Wno-psabi -Iinclude -Isrc \
+      src/status.c src/dtype.c src/geometry.c src/layer.c src/visibility.c src/attention.c \
+      src/attention_reference.c src/attention_flash.c src/threadpool.c src/model.c src/presets.c \
+      -o "$BUILD/libringkv.so" -lm -lpthread
+  RINGKV_LIBRARY="$ROOT/$BUILD/libringkv.so" RKV_SHARED_DIR="$ROOT/.gpu/shared" \
+    run_step python_binding 90 "$OUTDIR/tests.log" \
+    python3 -m pytest -q -p no:cacheprovider python/tests/test_differential.py python/tests/test_golden.py
 fi
 
 # failures and per-operation tables on the console too (the logs come back as files)
