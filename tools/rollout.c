@@ -42,14 +42,30 @@
 #include "tokens.h"
 #include "world.h"
 
-/* Fills every band with thousands of textured patches on the earth map with
- * the demo preset, in well under a minute on 2 cores (docs/rollout.md). */
-#define DEFAULT_FRAMES 2048
+/* Default --frames by preset (docs/rollout.md, "Run time"). The demo preset
+ * fills every band with thousands of textured patches on the earth map in
+ * well under a minute on 2 cores. The waypoint presets take about 1 s
+ * (360p) and 45 s (720p) a frame on 2 cores once the rings are full: their
+ * defaults fill the local ring (16 frames) and stop; the mid and far recall
+ * bands need the demo preset's frame counts. */
+#define DEMO_FRAMES 2048
+#define WAYPOINT_360P_FRAMES 32
+#define WAYPOINT_720P_FRAMES 16
 #define DEFAULT_OUT "rollout-out"
 #define DEFAULT_IMAGE "data/earth.jpg"
 #define DEFAULT_SEED 0
 #define MAX_SESSIONS 4096
 #define PICTURE_NAME "rollout.png"
+#define LEGEND_NAME "rollout.txt"
+/* Longest --out, --snapshot-out or --image path handled. */
+#define PATH_MAX_LEN 4000
+/* A run is refused when it needs more than this share of the memory the
+ * machine has available. */
+#define MEMORY_SHARE 0.9
+/* Runs expected to take longer than this get a warning (and, when stderr is
+ * not a terminal, a progress line every PROGRESS_EVERY_S seconds). */
+#define LONG_RUN_S 120.0
+#define PROGRESS_EVERY_S 60.0
 /* The camera path keeps every pose from frame 0 (a resumed run replays it):
  * absolute clocks stay below this. */
 #define MAX_CLOCK INT32_MAX
@@ -60,7 +76,7 @@ typedef struct rollout_opts {
     const char *preset;
     int full_global_ring;
     int64_t sessions;
-    int64_t frames;
+    int64_t frames;           /* 0: the preset's default */
     const char *image; /* NULL: the default image */
     const char *out;
     uint64_t seed;
@@ -87,14 +103,24 @@ static void usage(FILE *f) {
     for (const char *const *n = rkv_model_preset_names(); n && *n; n++) fprintf(f, " %s", *n);
     fprintf(f,
             "\n"
-            "  --full-global-ring   global layers allocate the full 128-frame ring\n"
-            "  --sessions N         sessions streamed side by side (default 1)\n"
-            "  --frames N           frames per session (default %d)\n"
+            "  --full-global-ring   global layers allocate the full 128-frame ring; only\n"
+            "                       16 buckets are addressed (SEMANTICS 7): memory grows,\n"
+            "                       recall does not\n"
+            "  --sessions N         sessions streamed side by side, 1..%d (default 1; the\n"
+            "                       run is refused when it does not fit in the memory\n"
+            "                       available: see 'ringkv plan')\n"
+            "  --frames N           frames per session, 1..%d (default %d with the demo\n"
+            "                       preset; %d with waypoint-1.5-360p and %d with\n"
+            "                       waypoint-1.5-720p, about 1 s and 45 s a frame on 2\n"
+            "                       cores: enough to fill the local ring; the mid and far\n"
+            "                       recall bands need the demo preset's frame counts)\n"
             "  --image PATH         JPEG or PNG world map (default %s; columns wrap)\n"
-            "  --out DIR            folder for the picture %s (default %s)\n"
-            "  --seed N             seed of the camera path and noise (default %d)\n"
+            "  --out DIR            folder for the picture %s and its legend %s\n"
+            "                       (default %s; created, checked before the run)\n"
+            "  --seed N             seed of the camera path and noise, 0..2^64-1 (default %d)\n"
             "  --dtype TYPE         storage dtype (default: the preset's)\n"
-            "  --threads N          attention threads, CPU backend (default: the machine's cores)\n"
+            "  --threads N          attention threads, CPU backend, 1..1024 (default: the\n"
+            "                       machine's cores)\n"
             "  --backend NAME       cpu (default) or cuda (GPU 0; builds with CUDA only)\n"
             "  --snapshot-out FILE  save session 0 to FILE at the end (a snapshot file)\n"
             "  --resume FILE        load session 0 from FILE and continue at its clock + 1\n"
@@ -102,8 +128,19 @@ static void usage(FILE *f) {
             "                       --image as the run that saved it; one session)\n"
             "  --json               print one JSON object on stdout (with last_frame and\n"
             "                       output_digest: XXH3-64 of the last frame's outputs)\n"
-            "\nSee docs/rollout.md for the construction and the figures.\n",
-            DEFAULT_FRAMES, DEFAULT_IMAGE, PICTURE_NAME, DEFAULT_OUT, DEFAULT_SEED);
+            "\nA run expected to take more than 2 minutes says so on stderr. Exit status:\n"
+            "0; 1 when a library call or the run fails; 2 for bad options, an image that\n"
+            "cannot be read, an output path that cannot be written, or too little memory.\n"
+            "See docs/rollout.md for the construction and the figures.\n",
+            MAX_SESSIONS, INT32_MAX, DEMO_FRAMES, WAYPOINT_360P_FRAMES, WAYPOINT_720P_FRAMES,
+            DEFAULT_IMAGE, PICTURE_NAME, LEGEND_NAME, DEFAULT_OUT, DEFAULT_SEED);
+}
+
+/* The default --frames of a preset (see DEMO_FRAMES). */
+static int64_t default_frames(const char *preset) {
+    if (!strcmp(preset, "demo")) return DEMO_FRAMES;
+    if (!strcmp(preset, "waypoint-1.5-720p")) return WAYPOINT_720P_FRAMES;
+    return WAYPOINT_360P_FRAMES;
 }
 
 static int bad_option(const char *what, const char *arg) {
@@ -125,7 +162,7 @@ static int parse_args(int argc, char **argv, rollout_opts *o) {
     memset(o, 0, sizeof *o);
     o->preset = "demo";
     o->sessions = 1;
-    o->frames = DEFAULT_FRAMES;
+    o->frames = 0; /* the preset's default, set once the preset is known */
     o->out = DEFAULT_OUT;
     o->seed = DEFAULT_SEED;
     for (int i = 1; i < argc; i++) {
@@ -166,23 +203,29 @@ static int parse_args(int argc, char **argv, rollout_opts *o) {
             o->preset = val;
         } else if (!strcmp(name, "--sessions")) {
             if (parse_int(val, 1, MAX_SESSIONS, &v))
-                return bad_option("--sessions expects an integer in 1..4096, got", val);
+                return bad_option("--sessions expects an integer in 1..4096 (the rollout's "
+                                  "limit), got",
+                                  val);
             o->sessions = v;
         } else if (!strcmp(name, "--frames")) {
             if (parse_int(val, 1, INT32_MAX, &v))
-                return bad_option("--frames expects a positive integer, got", val);
+                return bad_option("--frames expects an integer in 1..2147483647, got", val);
             o->frames = v;
         } else if (!strcmp(name, "--image")) {
+            if (!*val) return bad_option("--image expects a JPEG or PNG file, got", val);
+            if (strlen(val) > PATH_MAX_LEN) return bad_option("--image: path too long:", val);
             o->image = val;
         } else if (!strcmp(name, "--out")) {
             if (!*val) return bad_option("--out expects a folder, got", val);
+            if (strlen(val) > PATH_MAX_LEN) return bad_option("--out: path too long:", val);
             o->out = val;
         } else if (!strcmp(name, "--seed")) {
             char *end;
             errno = 0;
             unsigned long long s = strtoull(val, &end, 0);
             if (errno || end == val || *end || val[0] == '-')
-                return bad_option("--seed expects a non-negative integer, got", val);
+                return bad_option("--seed expects an integer in 0..18446744073709551615, got",
+                                  val);
             o->seed = (uint64_t)s;
         } else if (!strcmp(name, "--dtype")) {
             if (rkv_dtype_parse(val, &o->dtype) != RKV_OK)
@@ -202,6 +245,8 @@ static int parse_args(int argc, char **argv, rollout_opts *o) {
             }
         } else if (!strcmp(name, "--snapshot-out")) {
             if (!*val) return bad_option("--snapshot-out expects a file, got", val);
+            if (strlen(val) > PATH_MAX_LEN)
+                return bad_option("--snapshot-out: path too long:", val);
             o->snapshot_out = val;
         } else if (!strcmp(name, "--resume")) {
             if (!*val) return bad_option("--resume expects a snapshot file, got", val);
@@ -226,27 +271,145 @@ static int parse_args(int argc, char **argv, rollout_opts *o) {
 }
 
 /* The default image: data/earth.jpg from the working directory, else beside
- * the repository the executable was built in (its folder and up to 3 above). */
-static const char *default_image(char *buf, size_t n) {
-    if (access(DEFAULT_IMAGE, R_OK) == 0) return DEFAULT_IMAGE;
-    char exe[4096];
-    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+ * the repository the executable was built in (its folder and up to 3 above).
+ * NULL when it is in none of them; `exe` receives the executable's path (or
+ * ""). A file that exists but cannot be read is returned: the load says why. */
+static const char *default_image(char *buf, size_t n, char *exe, size_t exe_n) {
+    exe[0] = '\0';
+    if (access(DEFAULT_IMAGE, F_OK) == 0) return DEFAULT_IMAGE;
+    char dir[4096];
+    ssize_t len = readlink("/proc/self/exe", dir, sizeof dir - 1);
     if (len > 0) {
-        exe[len] = '\0';
+        dir[len] = '\0';
+        snprintf(exe, exe_n, "%s", dir);
         for (int up = 0; up < 4; up++) {
-            char *slash = strrchr(exe, '/');
+            char *slash = strrchr(dir, '/');
             if (!slash) break;
             *slash = '\0';
-            snprintf(buf, n, "%s/%s", exe, DEFAULT_IMAGE);
-            if (access(buf, R_OK) == 0) return buf;
+            if (snprintf(buf, n, "%s/%s", dir, DEFAULT_IMAGE) >= (int)n) break;
+            if (access(buf, F_OK) == 0) return buf;
         }
     }
-    return DEFAULT_IMAGE; /* fails to load with a clear message */
+    return NULL;
+}
+
+/* The folder a file path is in: "." for a bare name, "/" for "/name". */
+static void folder_of(const char *path, char *dir, size_t n) {
+    snprintf(dir, n, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, n, ".");
+    else if (slash == dir) slash[1] = '\0';
+    else *slash = '\0';
+}
+
+/* Checks that a file can be written in the existing folder `dir`. 0, or -1
+ * with a message. */
+static int check_folder_writable(const char *what, const char *dir, char *err, size_t n) {
+    struct stat st;
+    if (stat(dir, &st) != 0) {
+        snprintf(err, n, "%s: folder '%s': %s", what, dir,
+                 errno == ENOENT ? "no such folder" : strerror(errno));
+        return -1;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        snprintf(err, n, "%s: '%s' is not a folder", what, dir);
+        return -1;
+    }
+    if (access(dir, W_OK | X_OK) != 0) {
+        snprintf(err, n, "%s: cannot write in folder '%s': %s", what, dir, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* Checks that the file `path` can be (over)written, its folder existing: not
+ * a folder itself, writable when it exists. 0, or -1 with a message. */
+static int check_output_file(const char *what, const char *path, char *err, size_t n) {
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        if (S_ISDIR(st.st_mode)) {
+            snprintf(err, n, "%s: '%s' is a folder; a file is written there", what, path);
+            return -1;
+        }
+        if (access(path, W_OK) != 0) {
+            snprintf(err, n, "%s: cannot overwrite '%s': %s", what, path, strerror(errno));
+            return -1;
+        }
+        return 0;
+    }
+    if (errno != ENOENT) {
+        snprintf(err, n, "%s: '%s': %s", what, path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* --out DIR before the run: an existing folder we can write in (and its
+ * picture and legend files writable), or a path mkdir -p can create (the
+ * nearest existing folder above it writable). Creates nothing. 0, or -1 with
+ * a message. */
+static int check_out_folder(const char *path, char *err, size_t n) {
+    struct stat st;
+    char file[PATH_MAX_LEN + 64];
+    if (stat(path, &st) == 0) {
+        if (!S_ISDIR(st.st_mode)) {
+            snprintf(err, n,
+                     "--out '%s' is a file, not a folder (the picture %s and its legend %s "
+                     "go into the folder --out DIR)",
+                     path, PICTURE_NAME, LEGEND_NAME);
+            return -1;
+        }
+        if (access(path, W_OK | X_OK) != 0) {
+            snprintf(err, n, "--out: cannot write in folder '%s': %s", path, strerror(errno));
+            return -1;
+        }
+        snprintf(file, sizeof file, "%s/%s", path, PICTURE_NAME);
+        if (check_output_file("--out", file, err, n)) return -1;
+        snprintf(file, sizeof file, "%s/%s", path, LEGEND_NAME);
+        return check_output_file("--out", file, err, n);
+    }
+    if (errno != ENOENT) {
+        snprintf(err, n, "--out '%s': %s", path,
+                 errno == ENOTDIR ? "a part of the path is a file, not a folder"
+                                  : strerror(errno));
+        return -1;
+    }
+    /* the nearest existing folder above it */
+    char up[PATH_MAX_LEN + 1];
+    snprintf(up, sizeof up, "%s", path);
+    for (;;) {
+        size_t len = strlen(up);
+        while (len > 1 && up[len - 1] == '/') up[--len] = '\0';
+        char *slash = strrchr(up, '/');
+        if (!slash) {
+            snprintf(up, sizeof up, ".");
+        } else if (slash == up) {
+            up[1] = '\0';
+        } else {
+            *slash = '\0';
+        }
+        if (stat(up, &st) == 0) break;
+        if (errno != ENOENT || !strcmp(up, ".") || !strcmp(up, "/")) {
+            snprintf(err, n, "--out '%s': cannot create it: '%s': %s", path, up,
+                     errno == ENOTDIR ? "a part of the path is a file, not a folder"
+                                      : strerror(errno));
+            return -1;
+        }
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        snprintf(err, n, "--out '%s': cannot create it: '%s' is a file, not a folder", path, up);
+        return -1;
+    }
+    if (access(up, W_OK | X_OK) != 0) {
+        snprintf(err, n, "--out '%s': cannot create it in '%s': %s", path, up, strerror(errno));
+        return -1;
+    }
+    return 0;
 }
 
 /* mkdir -p */
 static int make_dirs(const char *path, char *err, size_t err_len) {
-    char buf[4096];
+    char buf[PATH_MAX_LEN + 1];
     if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) {
         snprintf(err, err_len, "--out path too long");
         return -1;
@@ -271,18 +434,67 @@ static int make_dirs(const char *path, char *err, size_t err_len) {
     return 0;
 }
 
-/* The snapshot is written at the end of the run: check its folder first. */
-static int snapshot_folder_writable(const char *path) {
-    char dir[4096];
-    if (snprintf(dir, sizeof dir, "%s", path) >= (int)sizeof dir) {
-        errno = ENAMETOOLONG;
-        return 0;
+/* --snapshot-out FILE before the run: not a folder, in a folder we can write
+ * in (the library writes FILE.tmp-XXXXXX there and renames it). */
+static int check_snapshot_out(const char *path, char *err, size_t n) {
+    char dir[PATH_MAX_LEN + 1];
+    if (check_output_file("--snapshot-out", path, err, n)) return -1;
+    folder_of(path, dir, sizeof dir);
+    return check_folder_writable("--snapshot-out", dir, err, n);
+}
+
+/* Bytes of memory this process can still get: MemAvailable of /proc/meminfo
+ * (else the free pages, sysconf), capped by a cgroup memory limit (v2
+ * memory.max, v1 memory.limit_in_bytes) minus the cgroup's usage. 0 when
+ * unknown. *source names where the figure comes from. */
+static uint64_t read_u64_file(const char *path, int *ok) {
+    *ok = 0;
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    unsigned long long v = 0;
+    *ok = fscanf(f, "%llu", &v) == 1;
+    fclose(f);
+    return (uint64_t)v;
+}
+
+static uint64_t available_memory(const char **source) {
+    uint64_t avail = 0;
+    *source = "unknown";
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f) {
+        char line[256];
+        unsigned long long kib;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) {
+                avail = (uint64_t)kib * 1024u;
+                *source = "MemAvailable in /proc/meminfo";
+                break;
+            }
+        fclose(f);
     }
-    char *slash = strrchr(dir, '/');
-    if (!slash) return access(".", W_OK | X_OK) == 0;
-    if (slash == dir) slash[1] = '\0';
-    else *slash = '\0';
-    return access(dir, W_OK | X_OK) == 0;
+    if (!avail) {
+        long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        if (pages > 0 && page > 0) {
+            avail = (uint64_t)pages * (uint64_t)page;
+            *source = "free pages, sysconf(_SC_AVPHYS_PAGES)";
+        }
+    }
+    static const char *const LIMITS[][2] = {
+        {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"},
+        {"/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"}};
+    for (size_t k = 0; k < sizeof LIMITS / sizeof LIMITS[0]; k++) {
+        int ok_max, ok_used;
+        uint64_t max = read_u64_file(LIMITS[k][0], &ok_max); /* "max": not a number */
+        uint64_t used = read_u64_file(LIMITS[k][1], &ok_used);
+        if (!ok_max || !ok_used || max >= ((uint64_t)1 << 60)) continue;
+        uint64_t left = max > used ? max - used : 0;
+        if (!avail || left < avail) {
+            avail = left;
+            *source = k == 0 ? "the cgroup's memory.max less memory.current"
+                             : "the cgroup's memory.limit_in_bytes less memory.usage_in_bytes";
+        }
+    }
+    return avail;
 }
 
 static double now_s(void) {
@@ -524,26 +736,130 @@ static void print_band_row(const char *cls, const recall_tally *t) {
     printf("\n");
 }
 
+/* What the rollout allocates besides the model, an upper bound of its large
+ * buffers (see the buffers section of rkv_cmd_rollout). */
+typedef struct tool_memory {
+    uint64_t per_session; /* tokens of a pass and a frame, camera path, clocks */
+    uint64_t fixed;       /* pass latencies, the picture, the map            */
+    uint64_t by_frames;   /* of both, what grows with the last frame clock    */
+} tool_memory;
+
+static tool_memory rollout_tool_memory(const rkv_model_config *cfg, int64_t sessions,
+                                       int64_t frames, int64_t end, const world_map *w) {
+    const uint64_t T = (uint64_t)cfg->tokens_per_frame, D = (uint64_t)cfg->d_head;
+    const uint64_t H = (uint64_t)cfg->n_kv_heads, Hq = (uint64_t)cfg->n_q_heads;
+    const uint64_t VD = D < WORLD_PATCH_PIXELS ? D : WORLD_PATCH_PIXELS;
+    const uint64_t cells = (uint64_t)(w->cols * w->rows);
+    tool_memory m = {0, 0, 0};
+    uint64_t kv = 2 * H * T * D;
+    m.per_session += kv * sizeof(float);                                 /* kv32    */
+    if (cfg->dtype != RKV_DTYPE_F32) m.per_session += kv * rkv_dtype_size(cfg->dtype);
+    m.per_session += 3 * Hq * T * D * sizeof(float);                     /* q, out (, LE copy) */
+    m.per_session += 3 * T * VD * sizeof(float);                         /* truth, recalled */
+    m.per_session += 2 * cells * sizeof(int64_t);                        /* last seen x 2 */
+    uint64_t cap = 256; /* the camera path keeps every pose, grown by doubling */
+    while (cap < (uint64_t)end) cap *= 2;
+    const uint64_t poses = cap / 2 * 3 * sizeof(camera_pose); /* realloc: old + new */
+    m.per_session += poses;
+    m.fixed += (uint64_t)frames * TOKENS_PASSES * sizeof(double); /* pass latencies */
+    m.fixed += 3 * T * D * sizeof(float);                         /* q0, k0, v0 */
+    m.fixed += SHEET_MAX_ROWS * (3 * T * VD * sizeof(float) + T) * 2; /* rows, PNG */
+    m.by_frames = poses * (uint64_t)sessions + (uint64_t)frames * TOKENS_PASSES * sizeof(double);
+    return m;
+}
+
+static double gib(uint64_t bytes) { return (double)bytes / 1073741824.0; }
+
+/* Refuses a run that needs more than MEMORY_SHARE of the available memory:
+ * 0 to go on, or 2 with a message naming both and what to change. */
+static int check_memory(const rollout_opts *o, size_t model_session, const tool_memory *tm,
+                        int64_t end) {
+    const char *source;
+    const uint64_t avail = available_memory(&source);
+    if (!avail) return 0; /* unknown: nothing to compare with */
+    const uint64_t B = (uint64_t)o->sessions;
+    const uint64_t model = o->backend == BACKEND_CPU ? (uint64_t)model_session : 0;
+    const uint64_t tool = tm->per_session * B + tm->fixed;
+    const uint64_t need = model * B + tool;
+    const uint64_t budget = (uint64_t)((double)avail * MEMORY_SHARE);
+    if (need <= budget) return 0;
+    fprintf(stderr,
+            "ringkv rollout: not enough memory: this run needs %" PRIu64 " bytes (%.1f GiB: ",
+            need, gib(need));
+    if (model)
+        fprintf(stderr, "the model's K/V %" PRIu64 " bytes per session x %" PRIu64
+                        " session(s), ", model, B);
+    fprintf(stderr,
+            "the rollout's own buffers %" PRIu64 " bytes), but %" PRIu64
+            " bytes (%.1f GiB) are available (%s) and a run may use %.0f%% of them\n",
+            tool, avail, gib(avail), source, 100.0 * MEMORY_SHARE);
+    const uint64_t per = model + tm->per_session;
+    const uint64_t fit = budget > tm->fixed && per ? (budget - tm->fixed) / per : 0;
+    if (fit >= 1 && fit < B && !o->resume) {
+        fprintf(stderr,
+                "ringkv rollout: at most %" PRIu64 " session(s) fit: use --sessions %" PRIu64
+                " or fewer ('ringkv plan --preset %s --memory-gib X' sizes a machine)\n",
+                fit, fit, o->preset);
+    } else if (tm->by_frames > need / 2) {
+        fprintf(stderr,
+                "ringkv rollout: most of it grows with the frame count (%" PRIu64
+                " bytes for the camera path and the latencies up to frame clock %" PRId64
+                "): use fewer --frames\n",
+                tm->by_frames, end - 1);
+    } else {
+        fprintf(stderr,
+                "ringkv rollout: even one session does not fit: use a smaller preset or "
+                "--dtype, or a machine with more memory\n");
+    }
+    return 2;
+}
+
+/* Relative cost of frames [a, b) (attention over every visible ring frame
+ * of every layer, plus one unit for the current frame and the upsert): a
+ * layer with PD p and RB buckets sees about min(f / p, RB) earlier frames at
+ * clock f. Used to project a run's time from its first frames. */
+static double frames_cost(const rkv_model_config *cfg, int64_t a, int64_t b) {
+    double c = 0.0;
+    if (b <= a) return 0.0;
+    for (int64_t l = 0; l < cfg->n_layers; l++) {
+        const double pd = (double)(cfg->layers[l].pinned_dilation > 0
+                                       ? cfg->layers[l].pinned_dilation
+                                       : 1);
+        const int64_t rb = cfg->layers[l].ring_buckets;
+        const int64_t knee = (int64_t)pd * rb; /* from here the ring is full */
+        c += (double)(b - a);
+        const int64_t lo = a, hi = b < knee ? b : knee;
+        if (hi > lo) c += ((double)lo + (double)hi - 1.0) * (double)(hi - lo) / 2.0 / pd;
+        const int64_t full_from = a > knee ? a : knee;
+        if (b > full_from) c += (double)rb * (double)(b - full_from);
+    }
+    return c;
+}
+
+/* "12 s", "4.5 min", "2.1 h" */
+static void say_duration(char *buf, size_t n, double s) {
+    if (s < 90.0) snprintf(buf, n, "%.0f s", s);
+    else if (s < 5400.0) snprintf(buf, n, "%.0f min", s / 60.0);
+    else snprintf(buf, n, "%.1f h", s / 3600.0);
+}
+
 int rkv_cmd_rollout(int argc, char **argv) {
     rollout_opts o;
     int rc = parse_args(argc, argv, &o);
     if (rc >= 0) return rc;
 
-    char err[512], image_buf[4200];
-    const char *image = o.image ? o.image : default_image(image_buf, sizeof image_buf);
+    char err[PATH_MAX_LEN + 512], image_buf[PATH_MAX_LEN + 200], exe[PATH_MAX_LEN + 100];
     const int progress = isatty(STDERR_FILENO);
     const double t_start = now_s();
 
     run R;
     memset(&R, 0, sizeof R);
-    rc = 1;
-    if (o.snapshot_out && !snapshot_folder_writable(o.snapshot_out)) {
-        fprintf(stderr, "ringkv rollout: --snapshot-out %s: cannot write in its folder: %s\n",
-                o.snapshot_out, strerror(errno));
-        return 1;
-    }
 
-    /* ---- the model ---- */
+    /* Everything that can be checked is checked before the model is created
+     * and before any frame: the preset, the image, the output paths, the
+     * snapshot to resume and the memory. Exit 2 for what the user passed. */
+
+    /* ---- the preset ---- */
     rkv_model_config cfg;
     rkv_status st = rkv_model_preset(o.preset, o.full_global_ring, &cfg);
     if (st != RKV_OK) {
@@ -552,12 +868,100 @@ int rkv_cmd_rollout(int argc, char **argv) {
     }
     cfg.num_sessions = o.sessions;
     if (o.have_dtype) cfg.dtype = o.dtype;
+    if (!o.frames) o.frames = default_frames(o.preset);
     size_t mem_session = 0, mem_total = 0;
     if ((st = rkv_model_config_memory(&cfg, &mem_session, &mem_total)) != RKV_OK)
         return lib_fail("rkv_model_config_memory", st);
+
+    /* ---- the image and the output paths ---- */
+    const char *image = o.image;
+    if (!image && !(image = default_image(image_buf, sizeof image_buf, exe, sizeof exe))) {
+        fprintf(stderr,
+                "ringkv rollout: cannot find the default image %s: it is neither in the "
+                "working directory nor beside the executable%s%s%s (its folder and 3 above); "
+                "pass --image PATH (any JPEG or PNG file)\n",
+                DEFAULT_IMAGE, exe[0] ? " (" : "", exe, exe[0] ? ")" : "");
+        return 2;
+    }
+    if (check_out_folder(o.out, err, sizeof err) ||
+        (o.snapshot_out && check_output_file("--snapshot-out", o.snapshot_out, err, sizeof err))) {
+        fprintf(stderr, "ringkv rollout: %s\n", err);
+        return 2;
+    }
+    rc = 2;
+
+    const int64_t B = o.sessions, F = o.frames, L = cfg.n_layers;
+    const int64_t T = cfg.tokens_per_frame, D = cfg.d_head, H = cfg.n_kv_heads,
+                  Hq = cfg.n_q_heads;
+    const rkv_dtype dtype = cfg.dtype;
+    int64_t layer_of[2] = {-1, -1}; /* first local, first global */
+    for (int64_t l = 0; l < L; l++) {
+        int c = cfg.layers[l].pinned_dilation > 1 ? RECALL_GLOBAL : RECALL_LOCAL;
+        if (layer_of[c] < 0) layer_of[c] = l;
+    }
+    const int have[2] = {layer_of[0] >= 0, layer_of[1] >= 0};
+
+    /* ---- the world ---- */
+    const camera_view view = camera_view_for_tokens(T);
+    if (world_load(&R.world, image, err, sizeof err)) {
+        fprintf(stderr, "ringkv rollout: %s\n", err);
+        goto done;
+    }
+    if (R.world.cols < view.cols || R.world.rows < view.rows) {
+        fprintf(stderr,
+                "ringkv rollout: the map of '%s' is %lld cols x %lld rows of 8 x 8-pixel "
+                "cells; the view of %lld tokens needs at least %lld cols x %lld rows (an "
+                "image of at least %lld x %lld pixels, width x height)\n",
+                image, (long long)R.world.cols, (long long)R.world.rows, (long long)T,
+                (long long)view.cols, (long long)view.rows,
+                (long long)(view.cols * WORLD_PATCH), (long long)(view.rows * WORLD_PATCH));
+        goto done;
+    }
+    const uint64_t map_id = map_hash(&R.world);
+
+    /* ---- resume: the snapshot's clock, and whether it followed this path ---- */
+    int64_t first = 0; /* the run's first frame clock */
+    rkv_snapshot_info snap_info;
+    memset(&snap_info, 0, sizeof snap_info);
+    if (o.resume) {
+        if ((st = rkv_snapshot_inspect(o.resume, &snap_info)) != RKV_OK) {
+            rc = lib_fail("rkv_snapshot_inspect", st);
+            goto done;
+        }
+        rc = 1;
+        if (check_resume_source(o.resume, &snap_info, o.seed, map_id)) goto done;
+        const int64_t last = snap_info.last_committed;
+        if (last >= MAX_CLOCK - F) {
+            fprintf(stderr,
+                    "ringkv rollout: %s: the saved clock %lld + %lld frames goes beyond the "
+                    "last clock the rollout's camera path covers (%lld)\n",
+                    o.resume, (long long)last, (long long)F, (long long)MAX_CLOCK);
+            goto done;
+        }
+        first = last + 1; /* -1 (no clock): from frame 0 */
+        rc = 2;
+    }
+    const int64_t end = first + F; /* one past the last frame */
+
+    /* ---- memory: the model and the tool's buffers against what is available ---- */
+    const tool_memory tool_mem = rollout_tool_memory(&cfg, B, F, end, &R.world);
+    if ((rc = check_memory(&o, mem_session, &tool_mem, end)) != 0) goto done;
+
+    /* ---- the output folder (created now), the snapshot's folder ---- */
+    if (make_dirs(o.out, err, sizeof err) ||
+        (o.snapshot_out && check_snapshot_out(o.snapshot_out, err, sizeof err))) {
+        fprintf(stderr, "ringkv rollout: %s\n", err);
+        rc = 2;
+        goto done;
+    }
+    rc = 1;
+
+    /* ---- the model ---- */
     if (o.backend == BACKEND_CPU) {
-        if ((st = rkv_model_create(&cfg, &R.model)) != RKV_OK)
-            return lib_fail("rkv_model_create", st);
+        if ((st = rkv_model_create(&cfg, &R.model)) != RKV_OK) {
+            rc = lib_fail("rkv_model_create", st);
+            goto done;
+        }
         if ((st = rkv_threadpool_create(o.threads, &R.pool)) != RKV_OK) {
             rc = lib_fail("rkv_threadpool_create", st);
             goto done;
@@ -571,37 +975,12 @@ int rkv_cmd_rollout(int argc, char **argv) {
         goto done;
     }
 
-    const int64_t B = o.sessions, F = o.frames, L = cfg.n_layers;
-    const int64_t T = cfg.tokens_per_frame, D = cfg.d_head, H = cfg.n_kv_heads,
-                  Hq = cfg.n_q_heads;
-    const rkv_dtype dtype = cfg.dtype;
-    int64_t layer_of[2] = {-1, -1}; /* first local, first global */
-    for (int64_t l = 0; l < L; l++) {
-        int c = cfg.layers[l].pinned_dilation > 1 ? RECALL_GLOBAL : RECALL_LOCAL;
-        if (layer_of[c] < 0) layer_of[c] = l;
-    }
-    const int have[2] = {layer_of[0] >= 0, layer_of[1] >= 0};
-
-    /* ---- the world, the camera, the tokens ---- */
-    const camera_view view = camera_view_for_tokens(T);
-    if (world_load(&R.world, image, err, sizeof err)) {
-        fprintf(stderr, "ringkv rollout: %s\n", err);
-        goto done;
-    }
-    if (R.world.cols < view.cols || R.world.rows < view.rows) {
-        fprintf(stderr,
-                "ringkv rollout: the map of '%s' is %lld x %lld cells of 8 x 8 pixels; the "
-                "view of %lld tokens needs at least %lld x %lld\n",
-                image, (long long)R.world.cols, (long long)R.world.rows, (long long)T,
-                (long long)view.cols, (long long)view.rows);
-        goto done;
-    }
+    /* ---- the tokens ---- */
     if (tokens_codec_init(&R.codec, &R.world, D, err, sizeof err)) {
         fprintf(stderr, "ringkv rollout: %s\n", err);
         goto done;
     }
     const int64_t VD = R.codec.value_dims;
-    const uint64_t map_id = map_hash(&R.world);
 
     /* ---- buffers ---- */
     const size_t n_kv = 2 * (size_t)H * (size_t)B * (size_t)T * (size_t)D;
@@ -650,16 +1029,8 @@ int rkv_cmd_rollout(int argc, char **argv) {
         R.n_memory = s + 1;
     }
 
-    /* ---- resume: session 0 from a snapshot, the clock from its file ---- */
-    int64_t first = 0; /* the run's first frame clock */
-    rkv_snapshot_info snap_info;
-    memset(&snap_info, 0, sizeof snap_info);
+    /* ---- resume: session 0 from the snapshot (inspected above) ---- */
     if (o.resume) {
-        if ((st = rkv_snapshot_inspect(o.resume, &snap_info)) != RKV_OK) {
-            rc = lib_fail("rkv_snapshot_inspect", st);
-            goto done;
-        }
-        if (check_resume_source(o.resume, &snap_info, o.seed, map_id)) goto done;
         if ((st = rkv_model_load_session(R.model, R.sessions[0], o.resume)) != RKV_OK) {
             rc = lib_fail("rkv_model_load_session", st);
             goto done;
@@ -669,16 +1040,14 @@ int rkv_cmd_rollout(int argc, char **argv) {
             rc = lib_fail("rkv_model_clock", st);
             goto done;
         }
-        if (last >= MAX_CLOCK - F) {
+        if (last != first - 1) { /* the file changed since it was inspected */
             fprintf(stderr,
-                    "ringkv rollout: %s: the saved clock %lld + %lld frames goes beyond the "
-                    "last clock the rollout's camera path covers (%lld)\n",
-                    o.resume, (long long)last, (long long)F, (long long)MAX_CLOCK);
+                    "ringkv rollout: %s: loaded clock %lld, but the file said %lld when "
+                    "inspected (was it rewritten during the run?)\n",
+                    o.resume, (long long)last, (long long)(first - 1));
             goto done;
         }
-        first = last + 1; /* -1 (no clock): from frame 0 */
     }
-    const int64_t end = first + F; /* one past the last frame */
     for (int64_t s = 0; s < B; s++)
         if (!camera_path_pose(R.paths[s], end - 1)) {
             fprintf(stderr, "ringkv rollout: out of memory for the camera paths\n");
