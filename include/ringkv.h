@@ -291,8 +291,9 @@ typedef struct rkv_attention_args {
  * A row with no visible slot is impossible on the bits rule (the scratch is
  * always visible); with an explicit all-zero row the output is 0.
  * rkv_layer_attend is the fast path: tiled online softmax ("flash", Dao et
- * al. 2022) over the visible keys only, vectorized (AVX-512 / AVX2+FMA
- * chosen at load time, plain C elsewhere) and spread over args->pool.
+ * al. 2022) over the visible keys only, vectorized (AMX bf16 tiles for bf16
+ * storage / AVX-512 / AVX2+FMA chosen at load time, plain C elsewhere; see
+ * rkv_attention_isa) and spread over args->pool.
  * rkv_layer_attend_reference is the simple, exact implementation kept as the
  * test oracle (single thread, two-pass softmax; args->pool is ignored).
  * Errors (out untouched): RKV_ERR_NULL, RKV_ERR_INVALID_ARG, RKV_ERR_RANGE,
@@ -301,9 +302,12 @@ rkv_status rkv_layer_attend(const rkv_layer *layer,
                             const rkv_attention_args *args);
 rkv_status rkv_layer_attend_reference(const rkv_layer *layer,
                                       const rkv_attention_args *args);
-/* Instruction set rkv_layer_attend uses on this CPU: "avx512", "avx2" or
- * "generic" (static string). The environment variable RKV_ISA (same names),
- * read once, caps the choice. */
+/* Instruction set rkv_layer_attend uses on this CPU: "amx", "avx512", "avx2"
+ * or "generic" (static string). "amx": bf16 storage with d_head a multiple
+ * of 32 (<= 512) runs on the AMX tile unit (queries and softmax weights
+ * rounded to bf16, f32 accumulation: bf16-level error, ~2e-3 relative),
+ * everything else on AVX-512. The environment variable RKV_ISA (same names),
+ * read once, caps the choice (RKV_ISA=avx512: no AMX). */
 const char *rkv_attention_isa(void);
 
 /* ------------------------------------------------------------------------ */

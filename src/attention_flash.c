@@ -31,13 +31,7 @@ typedef uint16_t vh __attribute__((vector_size(32)));
 #define vmin(a, b) vblend((a) < (b), (a), (b))
 #define vblend(m, a, b) ((vf)(((m) & (vi)(a)) | (~(m) & (vi)(b))))
 
-typedef struct {
-    const struct rkv_layer *layer;
-    const rkv_attention_args *args;
-    rkv_threadpool *pool;
-    int64_t tq;
-    float scale;
-} flash_ctx;
+typedef rkv__attend_ctx flash_ctx;
 
 /* A thread's scratch, carved from one buffer (see flash_scratch_bytes). */
 typedef struct {
@@ -91,18 +85,24 @@ static flash_scratch flash_carve(void *mem, int64_t D, int64_t N) {
 #undef FLASH_TARGET
 #undef FLASH_NAME
 
-/* The kernel for this CPU, chosen on first use; RKV_ISA=generic|avx2|avx512
- * in the environment caps it (for tests and benchmarks). */
+/* The AMX bf16 path (attention_amx.c) is on: bf16 storage with a suitable
+ * d_head runs there, everything else on `kernel`. */
+static bool use_amx;
+
+/* The kernel for this CPU, chosen on first use; RKV_ISA=generic|avx2|avx512|
+ * amx in the environment caps it (for tests and benchmarks). */
 static rkv__task_fn pick_kernel(const char **name) {
 #if defined(__x86_64__) && defined(__GNUC__)
     const char *cap = getenv("RKV_ISA");
     __builtin_cpu_init();
-    const bool want512 = !cap || !strcmp(cap, "avx512");
+    const bool want_amx = !cap || !strcmp(cap, "amx");
+    const bool want512 = want_amx || !strcmp(cap, "avx512");
     const bool want2 = want512 || !strcmp(cap, "avx2");
     if (want512 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
         __builtin_cpu_supports("fma")) {
-        *name = "avx512";
+        use_amx = want_amx && rkv__amx_available();
+        *name = use_amx ? "amx" : "avx512";
         return flash_task_avx512;
     }
     if (want2 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
@@ -139,5 +139,8 @@ rkv_status rkv_layer_attend(const rkv_layer *layer, const rkv_attention_args *ar
         .scale = args->scale != 0.0f ? args->scale : 1.0f / sqrtf((float)D),
     };
     const int64_t tasks = args->batch * args->n_q_heads * ((c.tq + MQ - 1) / MQ);
+    if (use_amx && rkv__amx_fits(layer))
+        return rkv__parallel_for(pool, rkv__amx_tasks(&c),
+                                 rkv__amx_scratch_bytes(D, layer->total_slots), rkv__amx_task, &c);
     return rkv__parallel_for(pool, tasks, flash_scratch_bytes(D, layer->total_slots), kernel, &c);
 }

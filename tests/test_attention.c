@@ -744,6 +744,62 @@ static void test_subnormal_values(void **state)
     rkv_layer_destroy(l);
 }
 
+/* bf16 storage with d_head 64 and 128: the shapes the AMX path takes (on
+ * CPUs with AMX; elsewhere the f32-widening kernel). That path rounds the
+ * queries and the softmax weights to bf16, so the fast path is held to the
+ * bf16 tolerance of SEMANTICS 5 (1e-2; ~2e-3 measured) against the float64
+ * result on the stored values, with odd Tq, B > 1 and explicit rows, and
+ * stays bit-identical whatever the thread count. */
+static void test_bf16_tile_shapes(void **state)
+{
+    (void)state;
+    static const int64_t dims[2] = {64, 128};
+    for (int k = 0; k < 2; k++) {
+        const int64_t D = dims[k], Hq = 4, T = 128, Tq = 77, B = 3;
+        rkv_geometry g = tu_geom(3, 2, 4, 3, D, T, 2, RKV_DTYPE_BF16);
+        fixture fx = fixture_new(g, kClocks);
+        int64_t N = tu_N(&g);
+        size_t n = (size_t)(B * Hq * Tq * D);
+        float *q = tu_xmalloc(n * 4);
+        tu_rng r = {40 + (uint64_t)k};
+        tu_fill_uniform(q, n, &r);
+        int64_t sess[3] = {2, 0, 1};
+        int64_t fp[3] = {fx.clock[2], fx.clock[0], fx.clock[1]};
+        float *o = nan_buf(n), *o1 = nan_buf(n);
+        for (int explicit_rows = 0; explicit_rows < 2; explicit_rows++) {
+            uint8_t *vis = NULL;
+            if (explicit_rows) {
+                vis = tu_xmalloc((size_t)(B * N));
+                for (size_t i = 0; i < (size_t)(B * N); i++)
+                    vis[i] = tu_uniform(&r) > 0.4f;
+            }
+            rkv_attention_args a = args_new(B, Hq, Tq, q, RKV_DTYPE_F32, o,
+                                            RKV_DTYPE_F32, sess, fp, vis,
+                                            0.0f);
+            TU_OK(ATTEND(fx.l, &a));
+            double *ref = reference(&fx, B, Hq, Tq, q, RKV_DTYPE_F32, sess,
+                                    fp, vis, 1.0 / sqrt((double)D));
+            char what[64];
+            snprintf(what, sizeof what, "bf16 D %lld%s", (long long)D,
+                     explicit_rows ? " explicit rows" : "");
+            expect_close(o, RKV_DTYPE_F32, ref, n, 1e-2, what);
+            rkv_threadpool *p = NULL;
+            TU_OK(rkv_threadpool_create(1, &p));
+            a.out = o1;
+            a.pool = p;
+            TU_OK(ATTEND(fx.l, &a));
+            assert_memory_equal(o, o1, n * 4);
+            rkv_threadpool_destroy(p);
+            free(ref);
+            free(vis);
+        }
+        free(o);
+        free(o1);
+        free(q);
+        fixture_free(&fx);
+    }
+}
+
 /* ---- fast path only ---------------------------------------------------------- */
 
 static void test_isa(void **state)
@@ -751,8 +807,8 @@ static void test_isa(void **state)
     (void)state;
     const char *isa = rkv_attention_isa();
     assert_non_null(isa);
-    assert_true(!strcmp(isa, "avx512") || !strcmp(isa, "avx2") ||
-                !strcmp(isa, "generic"));
+    assert_true(!strcmp(isa, "amx") || !strcmp(isa, "avx512") ||
+                !strcmp(isa, "avx2") || !strcmp(isa, "generic"));
     print_message("  attention ISA: %s\n", isa);
 }
 
@@ -925,7 +981,8 @@ static int use_reference(void **state)
         cmocka_unit_test(test_odd_dims),                                       \
         cmocka_unit_test(test_sparse_explicit_rows),                           \
         cmocka_unit_test(test_same_session_twice),                             \
-        cmocka_unit_test(test_subnormal_values)
+        cmocka_unit_test(test_subnormal_values),                               \
+        cmocka_unit_test(test_bf16_tile_shapes)
 
 int main(void)
 {

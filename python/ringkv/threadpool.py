@@ -47,7 +47,8 @@ class ThreadPool:
 
 
 def attention_isa() -> str:
-    """Instruction set the fast attention uses here: "avx512", "avx2" or
-    "generic" (capped by the environment variable RKV_ISA)."""
+    """Instruction set the fast attention uses here: "amx" (AMX bf16 tiles
+    for bf16 storage, AVX-512 otherwise), "avx512", "avx2" or "generic"
+    (capped by the environment variable RKV_ISA)."""
     require("rkv_attention_isa")
     return lib.rkv_attention_isa().decode()
