@@ -44,5 +44,25 @@ def main() -> None:
                           "threads": threads, "torch": torch.__version__}))
 
 
+def matmul_ceiling(threads: int) -> None:
+    """The bf16 matrix rate torch reaches on this CPU (AMX where present): a
+    fairer ceiling for bf16 attention than OpenBLAS's f32 sgemm."""
+    torch.set_num_threads(threads)
+    n = 2048
+    a = torch.randn(n, n).to(torch.bfloat16)
+    b = torch.randn(n, n).to(torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    best = float("inf")
+    for _ in range(10):
+        t0 = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t0)
+    print(json.dumps({"name": "torch_cpu_bf16_matmul_gflops", "value": round(2.0 * n ** 3 / best / 1e9, 3),
+                      "unit": "GFLOP/s", "dtype": "bfloat16", "n": n, "threads": threads,
+                      "torch": torch.__version__}))
+
+
 if __name__ == "__main__":
     main()
+    matmul_ceiling(int(sys.argv[1]) if len(sys.argv) > 1 else torch.get_num_threads())
