@@ -39,8 +39,11 @@ static void usage(FILE *f) {
     for (const char *const *n = rkv_model_preset_names(); n && *n; n++) fprintf(f, " %s", *n);
     fprintf(f,
             "\n"
-            "  --memory-gib X       memory budget in GiB (2^30 bytes), X >= 0\n"
-            "  --full-global-ring   global layers allocate the full 128-frame ring\n"
+            "  --memory-gib X       memory budget in GiB (2^30 bytes), 0 <= X <= 1048576\n"
+            "                       (1 PiB; fractions allowed)\n"
+            "  --full-global-ring   global layers allocate the full 128-frame ring; only\n"
+            "                       16 buckets are addressed (SEMANTICS 7): memory grows,\n"
+            "                       recall does not\n"
             "  --dtype TYPE         storage dtype instead of the preset's\n"
             "  --json               print one JSON object instead of a table\n");
 }
@@ -191,10 +194,7 @@ int rkv_cmd_plan(int argc, char **argv) {
         return 1;
     }
     if (rkv_model_preset(o.preset, o.full_global_ring, cfg) != RKV_OK) {
-        fprintf(stderr, "ringkv plan: unknown preset '%s'; presets:", o.preset);
-        for (const char *const *n = rkv_model_preset_names(); n && *n; n++)
-            fprintf(stderr, " %s", *n);
-        fprintf(stderr, "\n");
+        fprintf(stderr, "ringkv plan: %s\n", rkv_last_error()); /* the same words as rollout */
         free(cfg);
         return 2;
     }

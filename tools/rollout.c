@@ -44,8 +44,8 @@
 
 /* Default --frames by preset (docs/rollout.md, "Run time"). The demo preset
  * fills every band with thousands of textured patches on the earth map in
- * well under a minute on 2 cores. The waypoint presets take about 1 s
- * (360p) and 45 s (720p) a frame on 2 cores once the rings are full: their
+ * well under a minute on 2 cores. The waypoint presets take about 1-2 s
+ * (360p) and 50 s (720p) a frame on 2 cores once the rings are full: their
  * defaults fill the local ring (16 frames) and stop; the mid and far recall
  * bands need the demo preset's frame counts. */
 #define DEMO_FRAMES 2048
@@ -99,7 +99,8 @@ static void usage(FILE *f) {
             "(5 passes a frame, the 5th commits), on views of a camera moving over a\n"
             "real image, and reports frames per second, per-pass latency, memory and\n"
             "how well the first local and first global layer recall the world.\n\n"
-            "  --preset NAME        model preset (default demo):");
+            "  --preset NAME        model preset (default demo):\n"
+            "                      ");
     for (const char *const *n = rkv_model_preset_names(); n && *n; n++) fprintf(f, " %s", *n);
     fprintf(f,
             "\n"
@@ -109,14 +110,15 @@ static void usage(FILE *f) {
             "  --sessions N         sessions streamed side by side, 1..%d (default 1; the\n"
             "                       run is refused when it does not fit in the memory\n"
             "                       available: see 'ringkv plan')\n"
-            "  --frames N           frames per session, 1..%d (default %d with the demo\n"
-            "                       preset; %d with waypoint-1.5-360p and %d with\n"
-            "                       waypoint-1.5-720p, about 1 s and 45 s a frame on 2\n"
-            "                       cores: enough to fill the local ring; the mid and far\n"
-            "                       recall bands need the demo preset's frame counts)\n"
-            "  --image PATH         JPEG or PNG world map (default %s; columns wrap)\n"
-            "  --out DIR            folder for the picture %s and its legend %s\n"
-            "                       (default %s; created, checked before the run)\n"
+            "  --frames N           frames per session, 1..%d (default %d with\n"
+            "                       the demo preset; %d with waypoint-1.5-360p and %d\n"
+            "                       with waypoint-1.5-720p, about 1-2 s and 50 s a frame\n"
+            "                       on 2 cores: enough to fill the local ring; the mid\n"
+            "                       and far recall bands need the demo preset's counts)\n"
+            "  --image PATH         JPEG or PNG world map (default %s;\n"
+            "                       columns wrap)\n"
+            "  --out DIR            folder for the picture %s and its legend\n"
+            "                       %s (default %s; checked before the run)\n"
             "  --seed N             seed of the camera path and noise, 0..2^64-1 (default %d)\n"
             "  --dtype TYPE         storage dtype (default: the preset's)\n"
             "  --threads N          attention threads, CPU backend, 1..1024 (default: the\n"
@@ -481,7 +483,8 @@ static uint64_t available_memory(const char **source) {
     }
     static const char *const LIMITS[][2] = {
         {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"},
-        {"/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"}};
+        {"/sys/fs/cgroup/memory/memory.limit_in_bytes",
+         "/sys/fs/cgroup/memory/memory.usage_in_bytes"}};
     for (size_t k = 0; k < sizeof LIMITS / sizeof LIMITS[0]; k++) {
         int ok_max, ok_used;
         uint64_t max = read_u64_file(LIMITS[k][0], &ok_max); /* "max": not a number */
@@ -836,9 +839,11 @@ static double frames_cost(const rkv_model_config *cfg, int64_t a, int64_t b) {
     return c;
 }
 
-/* "12 s", "4.5 min", "2.1 h" */
+/* "15 ms", "2.5 s", "12 s", "4 min", "2.1 h" */
 static void say_duration(char *buf, size_t n, double s) {
-    if (s < 90.0) snprintf(buf, n, "%.0f s", s);
+    if (s < 1.0) snprintf(buf, n, "%.0f ms", s * 1e3);
+    else if (s < 10.0) snprintf(buf, n, "%.1f s", s);
+    else if (s < 90.0) snprintf(buf, n, "%.0f s", s);
     else if (s < 5400.0) snprintf(buf, n, "%.0f min", s / 60.0);
     else snprintf(buf, n, "%.1f h", s / 3600.0);
 }
@@ -1063,6 +1068,8 @@ int rkv_cmd_rollout(int argc, char **argv) {
     int64_t picks[8];
     const int n_picks = pick_frames(R.paths[0], first, end, picks);
     sheet_init(&R.pic, view, VD);
+    R.pic.layer[0] = layer_of[0];
+    R.pic.layer[1] = layer_of[1];
 
     /* ---- the frame loop ---- */
     recall_stats stats;
@@ -1074,6 +1081,8 @@ int rkv_cmd_rollout(int argc, char **argv) {
     }
     double pass_total_s = 0.0, last_progress = 0.0;
     const double loop_start = now_s();
+    double last_note = loop_start, first_done = loop_start;
+    int estimated = 0, long_run = 0; /* the run-time estimate: made; over LONG_RUN_S */
     const void *kv_buf = dtype == RKV_DTYPE_F32 ? (const void *)R.kv32 : R.kv_store;
     rkv_attention_args args;
     memset(&args, 0, sizeof args);
@@ -1196,14 +1205,61 @@ int rkv_cmd_rollout(int argc, char **argv) {
                 sheet_add(&R.pic, f, camera_move_name(camera_path_pose(R.paths[0], f)->move),
                           R.truth, R.recalled[0], R.recalled[1], R.band0);
 
-        if (progress) {
-            double t = now_s();
-            if (t - last_progress > 0.25 || last_frame) {
+        /* the time left, projected from the frames so far by their cost (the
+         * first frames are cheap: the rings are still filling); the run's
+         * first frame (warm-up: threads, first touch of the rings) is left out
+         * once there are others */
+        {
+            const double t = now_s(), el = t - loop_start;
+            const int64_t done_frames = f - first + 1;
+            if (f == first) first_done = t;
+            const int64_t from = f > first ? first + 1 : first;
+            const double base = f > first ? t - first_done : el;
+            const double done_cost = frames_cost(&cfg, from, f + 1);
+            const double per_cost = done_cost > 0.0 ? base / done_cost : 0.0;
+            const double left = per_cost * frames_cost(&cfg, f + 1, end);
+            char when[32], left_s[48];
+            if (!estimated && !last_frame &&
+                ((done_frames >= 3 && (el >= 1.0 || done_frames >= 64)) || el >= 10.0)) {
+                estimated = 1;
+                if (el + left > LONG_RUN_S) {
+                    long_run = 1;
+                    char per[32];
+                    say_duration(when, sizeof when, el + left);
+                    say_duration(per, sizeof per,
+                                 per_cost * frames_cost(&cfg, MAX_CLOCK, (int64_t)MAX_CLOCK + 1));
+                    if (progress) fprintf(stderr, "\r%*s\r", 79, "");
+                    fprintf(stderr,
+                            "ringkv rollout: this run should take about %s: %lld frames x "
+                            "%lld session(s) of %s at about %s a frame once the rings are "
+                            "full (projected from the first %lld frames); --frames N runs "
+                            "fewer\n",
+                            when, (long long)F, (long long)B, o.preset, per,
+                            (long long)done_frames);
+                }
+            }
+            if (progress && (t - last_progress > 0.25 || last_frame)) {
                 last_progress = t;
-                double el = t - loop_start, fps = (double)(f - first + 1) / el;
-                fprintf(stderr, "\rringkv rollout: frame %lld (%lld/%lld)  %.1f frames/s per session  %.0f s left ",
-                        (long long)f, (long long)(f - first + 1), (long long)F, fps,
-                        (double)(end - f - 1) / fps);
+                if (done_frames >= 3) { /* the first frame is left out of the estimate */
+                    char tmp[32];
+                    say_duration(tmp, sizeof tmp, left);
+                    snprintf(left_s, sizeof left_s, "%s left", tmp);
+                } else {
+                    left_s[0] = '\0';
+                }
+                fprintf(stderr,
+                        "\rringkv rollout: frame %lld (%lld/%lld)  %.2f frames/s per session  "
+                        "%s ",
+                        (long long)f, (long long)done_frames, (long long)F,
+                        (double)done_frames / el, left_s);
+                fflush(stderr);
+            } else if (!progress && long_run && !last_frame && t - last_note >= PROGRESS_EVERY_S) {
+                last_note = t;
+                say_duration(when, sizeof when, el);
+                say_duration(left_s, sizeof left_s, left);
+                fprintf(stderr,
+                        "ringkv rollout: frame %lld (%lld/%lld), %s so far, about %s left\n",
+                        (long long)f, (long long)done_frames, (long long)F, when, left_s);
                 fflush(stderr);
             }
         }
@@ -1221,9 +1277,28 @@ int rkv_cmd_rollout(int argc, char **argv) {
     }
 
     /* ---- the picture ---- */
-    char picture[4200];
+    char picture[PATH_MAX_LEN + 64], legend[PATH_MAX_LEN + 64], about[1024];
     snprintf(picture, sizeof picture, "%s/%s", o.out, PICTURE_NAME);
-    if (make_dirs(o.out, err, sizeof err) || sheet_write_png(&R.pic, picture, err, sizeof err)) {
+    snprintf(legend, sizeof legend, "%s/%s", o.out, LEGEND_NAME);
+    {
+        int n = snprintf(about, sizeof about,
+                         "Run: preset %s%s, seed %" PRIu64 ", frames %lld..%lld, image %s.\n"
+                         "Recall layers:",
+                         o.preset, o.full_global_ring ? " (full global ring)" : "", o.seed,
+                         (long long)first, (long long)(end - 1), image);
+        for (int c = 0; c < RECALL_CLASSES && n > 0 && (size_t)n < sizeof about; c++)
+            if (have[c]) {
+                const rkv_layer_spec *ls = &cfg.layers[layer_of[c]];
+                n += snprintf(about + n, sizeof about - (size_t)n,
+                              " %s layer %lld (RF %lld, RB %lld, PD %lld);",
+                              recall_class_name((recall_class)c), (long long)layer_of[c],
+                              (long long)ls->ring_frames, (long long)ls->ring_buckets,
+                              (long long)ls->pinned_dilation);
+            }
+        if (n > 0 && (size_t)n < sizeof about && about[n - 1] == ';') about[n - 1] = '.';
+    }
+    if (make_dirs(o.out, err, sizeof err) || sheet_write_png(&R.pic, picture, err, sizeof err) ||
+        sheet_write_legend(&R.pic, legend, PICTURE_NAME, about, err, sizeof err)) {
         fprintf(stderr, "ringkv rollout: %s\n", err);
         goto done;
     }
@@ -1377,6 +1452,7 @@ int rkv_cmd_rollout(int argc, char **argv) {
                                 "float32 little-endian bytes of every attention output of the "
                                 "last frame, in the order pass, layer, session ([Hq][T][D] each)");
         cJSON_AddStringToObject(j, "picture", picture);
+        cJSON_AddStringToObject(j, "legend", legend);
         cJSON *pf = cJSON_AddArrayToObject(j, "picture_frames");
         for (int i = 0; i < R.pic.n_rows; i++) {
             cJSON *x = cJSON_CreateObject();
@@ -1408,9 +1484,10 @@ int rkv_cmd_rollout(int argc, char **argv) {
                    o.resume, (long long)(first - 1), (long long)(first - 1));
         else if (o.resume)
             printf("  resumed session 0 from %s (no clock saved: from frame 0)\n", o.resume);
-        printf("  image %s: %lld x %lld cells, %.0f%% textured; view %lld x %lld cells\n", image,
-               (long long)R.world.cols, (long long)R.world.rows, 100.0 * R.world.textured_fraction,
-               (long long)view.rows, (long long)view.cols);
+        printf("  image %s: %lld cols x %lld rows of 8 x 8-pixel cells, %.0f%% textured; view "
+               "%lld cols x %lld rows\n",
+               image, (long long)R.world.cols, (long long)R.world.rows,
+               100.0 * R.world.textured_fraction, (long long)view.cols, (long long)view.rows);
         printf("  %lld layers, Hq %lld, H %lld, d_head %lld, %lld tokens/frame; recall at layer "
                "%lld (local) and %lld (global)\n",
                (long long)L, (long long)Hq, (long long)H, (long long)D, (long long)T,
@@ -1439,6 +1516,7 @@ int rkv_cmd_rollout(int argc, char **argv) {
         for (int i = 0; i < R.pic.n_rows; i++)
             printf(" %lld %s", (long long)R.pic.rows[i].frame, R.pic.rows[i].label);
         printf("; panels: true view, local recall, global recall, bands)\n");
+        printf("legend:  %s (panels, rows and band colours of the picture)\n", legend);
     }
     rc = 0;
     goto done;

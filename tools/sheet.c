@@ -1,21 +1,30 @@
 /* The contact sheet of `ringkv rollout` (see sheet.h). */
 #include "sheet.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <stb/stb_easy_font.h>
 #include <stb/stb_image_write.h>
 
 #include "world.h"
 
 #define GAP_PX 6
+#define TITLE_PX 16 /* the strip of panel titles at the top     */
+#define LABEL_PX 14 /* the strip of a row's label above the row  */
 #define BACKGROUND 40
+
+static const unsigned char TINT[4][3] = {{40, 200, 60}, {240, 200, 30}, {230, 40, 40}, {0, 0, 0}};
+static const unsigned char UNSEEN[3] = {50, 90, 230};
+static const unsigned char TEXT[3] = {235, 235, 235};
 
 void sheet_init(sheet *s, camera_view view, int64_t value_dims) {
     memset(s, 0, sizeof *s);
     s->view = view;
     s->value_dims = value_dims;
+    s->layer[0] = s->layer[1] = -1;
 }
 
 void sheet_free(sheet *s) {
@@ -72,28 +81,72 @@ static float view_pixel(const sheet *s, const float *vals, int64_t px, int64_t p
     return i < s->value_dims ? vals[t * s->value_dims + i] : 0.0f;
 }
 
+/* Draws text (stb_easy_font: quads of whole pixels, about 6 pixels a
+ * character, 7 high above the baseline) with its top-left corner at (x, y),
+ * clipped to the picture. Returns the x after the text. */
+static int64_t draw_text(unsigned char *img, int64_t W, int64_t H, int64_t x, int64_t y,
+                         const char *text, const unsigned char rgb[3]) {
+    static char vbuf[32768]; /* about 270 bytes a character */
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", text);
+    unsigned char color[4] = {255, 255, 255, 255};
+    const int quads = stb_easy_font_print(0.0f, 0.0f, buf, color, vbuf, (int)sizeof vbuf);
+    for (int q = 0; q < quads; q++) {
+        float v[16]; /* 4 vertices of {x, y, z, rgba} */
+        memcpy(v, vbuf + (size_t)q * sizeof v, sizeof v);
+        float x0 = v[0], x1 = v[0], y0 = v[1], y1 = v[1];
+        for (int k = 1; k < 4; k++) {
+            const float vx = v[4 * k], vy = v[4 * k + 1];
+            x0 = vx < x0 ? vx : x0;
+            x1 = vx > x1 ? vx : x1;
+            y0 = vy < y0 ? vy : y0;
+            y1 = vy > y1 ? vy : y1;
+        }
+        for (int64_t py = y + (int64_t)y0; py < y + (int64_t)y1; py++)
+            for (int64_t px = x + (int64_t)x0; px < x + (int64_t)x1; px++)
+                if (px >= 0 && px < W && py >= 0 && py < H)
+                    memcpy(img + 3 * (py * W + px), rgb, 3);
+    }
+    return x + stb_easy_font_width(buf);
+}
+
 int sheet_write_png(const sheet *s, const char *path, char *err, size_t err_len) {
     if (s->n_rows == 0) {
         snprintf(err, err_len, "no frame captured for the picture");
         return -1;
     }
-    static const unsigned char TINT[4][3] = {
-        {40, 200, 60}, {240, 200, 30}, {230, 40, 40}, {0, 0, 0}};
-    static const unsigned char UNSEEN[3] = {50, 90, 230};
     const int64_t vw = s->view.cols * WORLD_PATCH, vh = s->view.rows * WORLD_PATCH;
     const int64_t scale = vw < 200 ? 2 : 1;
     const int64_t pw = vw * scale, ph = vh * scale;
-    const int64_t W = 4 * pw + 5 * GAP_PX, H = s->n_rows * ph + (s->n_rows + 1) * GAP_PX;
+    const int64_t W = 4 * pw + 5 * GAP_PX, H = TITLE_PX + s->n_rows * (LABEL_PX + ph) + GAP_PX;
     unsigned char *img = malloc((size_t)(W * H * 3));
     if (!img) {
-        snprintf(err, err_len, "out of memory for a %lld x %lld picture", (long long)W,
-                 (long long)H);
+        snprintf(err, err_len, "out of memory for a %lld x %lld-pixel picture (width x height)",
+                 (long long)W, (long long)H);
         return -1;
     }
     memset(img, BACKGROUND, (size_t)(W * H * 3));
+    /* titles: what each panel shows */
+    char title[64];
+    draw_text(img, W, H, GAP_PX, 5, "true view", TEXT);
+    for (int c = 0; c < 2; c++) {
+        if (s->layer[c] >= 0)
+            snprintf(title, sizeof title, "%s recall (layer %lld)", c ? "global" : "local",
+                     (long long)s->layer[c]);
+        else
+            snprintf(title, sizeof title, "%s recall (no such layer)", c ? "global" : "local");
+        draw_text(img, W, H, GAP_PX + (c + 1) * (pw + GAP_PX), 5, title, TEXT);
+    }
+    int64_t tx = draw_text(img, W, H, GAP_PX + 3 * (pw + GAP_PX), 5, "bands:", TEXT);
+    static const char *const BAND_WORDS[3] = {" near", " mid", " far"};
+    for (int b = 0; b < 3; b++) tx = draw_text(img, W, H, tx, 5, BAND_WORDS[b], TINT[b]);
+    draw_text(img, W, H, tx, 5, " unseen", UNSEEN);
     for (int r = 0; r < s->n_rows; r++) {
         const sheet_row *row = &s->rows[r];
-        const int64_t y0 = GAP_PX + r * (ph + GAP_PX);
+        const int64_t y0 = TITLE_PX + r * (LABEL_PX + ph) + LABEL_PX;
+        snprintf(title, sizeof title, "frame %lld: %s", (long long)row->frame,
+                 row->label ? row->label : "");
+        draw_text(img, W, H, GAP_PX, y0 - LABEL_PX + 3, title, TEXT);
         for (int panel = 0; panel < 4; panel++) {
             const int64_t x0 = GAP_PX + panel * (pw + GAP_PX);
             for (int64_t y = 0; y < ph; y++)
@@ -118,6 +171,53 @@ int sheet_write_png(const sheet *s, const char *path, char *err, size_t err_len)
     free(img);
     if (!ok) {
         snprintf(err, err_len, "cannot write PNG '%s'", path);
+        return -1;
+    }
+    return 0;
+}
+
+int sheet_write_legend(const sheet *s, const char *path, const char *picture, const char *about,
+                       char *err, size_t err_len) {
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        snprintf(err, err_len, "cannot write the legend '%s': %s", path, strerror(errno));
+        return -1;
+    }
+    fprintf(f, "%s: the picture of a ringkv rollout (docs/rollout.md)\n%s\n", picture, about);
+    fprintf(f,
+            "Panels, left to right (each view %lld cols x %lld rows of 8 x 8-pixel cells):\n"
+            "  1. true view: what the camera sees at that frame (luma)\n",
+            (long long)s->view.cols, (long long)s->view.rows);
+    for (int c = 0; c < 2; c++) {
+        if (s->layer[c] >= 0)
+            fprintf(f,
+                    "  %d. %s recall: what layer %lld (the first %s layer) returns for each "
+                    "view cell on the\n     frame's first pass: the cell when the ring "
+                    "holds it, flat grey when not\n",
+                    c + 2, c ? "global" : "local", (long long)s->layer[c],
+                    c ? "global" : "local");
+        else
+            fprintf(f, "  %d. %s recall: empty (the preset has no %s layer)\n", c + 2,
+                    c ? "global" : "local", c ? "global" : "local");
+    }
+    fprintf(f,
+            "  4. bands: the true view tinted by how many frames ago each cell was last in "
+            "view\n"
+            "Band colours (panel 4):\n"
+            "  green   near    1-15 frames ago\n"
+            "  yellow  mid     16-127 frames ago\n"
+            "  red     far     128 or more frames ago\n"
+            "  blue    unseen  textured, never in view before\n"
+            "  none    flat    no texture (not measured)\n"
+            "Rows, top to bottom (session 0; frame clock and the camera's move):\n");
+    for (int r = 0; r < s->n_rows; r++)
+        fprintf(f, "  %d. frame %lld: %s\n", r + 1, (long long)s->rows[r].frame,
+                s->rows[r].label ? s->rows[r].label : "");
+    fprintf(f,
+            "Moves: pan (on at the same velocity), jump (to new ground), revisit near / mid /\n"
+            "far (the path replays what it showed 8, 32-96 or 144 frames earlier).\n");
+    if (fclose(f) != 0) {
+        snprintf(err, err_len, "cannot write the legend '%s': %s", path, strerror(errno));
         return -1;
     }
     return 0;

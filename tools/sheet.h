@@ -8,7 +8,9 @@
  *      since last in view), yellow mid (16-127), red far (>= 128), blue
  *      unseen, no tint for flat patches (not measured).
  * Panels are 8 pixels per cell (doubled when the view is under 200 pixels
- * wide), on a dark background. */
+ * wide), on a dark background, under a strip of panel titles; each row has
+ * its frame clock and move written above it (stb_easy_font). A text legend
+ * (sheet_write_legend) says the same at more length. */
 #ifndef RKV_TOOLS_SHEET_H
 #define RKV_TOOLS_SHEET_H
 
@@ -31,6 +33,7 @@ typedef struct sheet_row {
 typedef struct sheet {
     camera_view view;
     int64_t value_dims;
+    int64_t layer[2]; /* local, global recall layers (titles); -1: none */
     int n_rows;
     sheet_row rows[SHEET_MAX_ROWS];
 } sheet;
@@ -43,5 +46,10 @@ int sheet_add(sheet *s, int64_t frame, const char *label, const float *truth,
               const float *local, const float *global, const int8_t *band);
 /* Writes the sheet; 0, or -1 with a message. */
 int sheet_write_png(const sheet *s, const char *path, char *err, size_t err_len);
+/* Writes the text legend of the picture `picture` to path: `about` (lines
+ * about the run), the panels, the band colours and the rows. 0, or -1 with
+ * a message. */
+int sheet_write_legend(const sheet *s, const char *path, const char *picture, const char *about,
+                       char *err, size_t err_len);
 
 #endif

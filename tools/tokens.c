@@ -78,7 +78,7 @@ int tokens_codec_init(tokens_codec *c, const world_map *w, int64_t d_head, char 
     if (w->cols * w->rows == 1) c->margin = n;
     if (!(c->margin > 1e-3)) {
         snprintf(err, err_len,
-                 "cannot tell the map's %lld x %lld cells apart with d_head %lld "
+                 "cannot tell the map's %lld cols x %lld rows of cells apart with d_head %lld "
                  "(position-code margin %.3g)",
                  (long long)w->cols, (long long)w->rows, (long long)d_head, c->margin);
         return -1;

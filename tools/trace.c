@@ -23,22 +23,62 @@ typedef struct parser {
     int pending_visible; /* the last op is an upsert still waiting for its row */
 } parser;
 
-/* Formats "path:line: message" into the error buffer (bytes of the file that
- * are not printable ASCII become '?'); returns -1. */
+/* Formats "path:line: message" into the error buffer; bytes of the message
+ * that are not printable ASCII (echoed from the file) are written as \xNN.
+ * Returns -1. */
 static int fail(parser *p, const char *fmt, ...) {
     if (!p->err || p->err_size == 0) return -1;
     int n = p->line > 0 ? snprintf(p->err, p->err_size, "%s:%lld: ", p->path, (long long)p->line)
                         : snprintf(p->err, p->err_size, "%s: ", p->path);
     if (n < 0) n = 0;
     if ((size_t)n < p->err_size) {
+        char msg[1024];
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(p->err + n, p->err_size - (size_t)n, fmt, ap);
+        vsnprintf(msg, sizeof msg, fmt, ap);
         va_end(ap);
-        for (char *c = p->err + n; *c; c++)
-            if ((unsigned char)*c < 0x20 || (unsigned char)*c > 0x7e) *c = '?';
+        size_t o = (size_t)n;
+        for (const unsigned char *c = (const unsigned char *)msg; *c; c++) {
+            const int printable = *c >= 0x20 && *c <= 0x7e;
+            const size_t need = printable ? 1 : 4;
+            if (o + need >= p->err_size) break;
+            if (printable) p->err[o++] = (char)*c;
+            else o += (size_t)snprintf(p->err + o, p->err_size - o, "\\x%02x", *c);
+        }
+        p->err[o] = '\0';
     }
     return -1;
+}
+
+/* At most `max` bytes of s for a message, "..." appended when s is longer
+ * (fail() escapes what is not printable). */
+static const char *excerpt(char *buf, size_t size, const char *s, size_t max) {
+    if (max + 4 > size) max = size - 4;
+    const size_t len = strlen(s);
+    snprintf(buf, size, "%.*s%s", (int)(len < max ? len : max), s, len > max ? "..." : "");
+    return buf;
+}
+
+/* Whether s looks like binary data rather than text: a control byte, or
+ * bytes that are not UTF-8. */
+static int looks_binary(const char *str) {
+    const unsigned char *s = (const unsigned char *)str;
+    while (*s) {
+        if (*s < 0x20 || *s == 0x7f) return 1;
+        if (*s < 0x80) {
+            s++;
+            continue;
+        }
+        const int follow = (*s & 0xe0) == 0xc0   ? 1
+                           : (*s & 0xf0) == 0xe0 ? 2
+                           : (*s & 0xf8) == 0xf0 ? 3
+                                                 : -1;
+        if (follow < 0 || *s == 0xc0 || *s == 0xc1) return 1;
+        s++;
+        for (int k = 0; k < follow; k++, s++)
+            if ((*s & 0xc0) != 0x80) return 1;
+    }
+    return 0;
 }
 
 /* Reads one line (without its '\n') into *buf, growing it like getline but
@@ -96,14 +136,19 @@ static int split_line(char *s, char **fields, int max) {
  * every key exactly once, nothing else. vals[k] receives key k's value. */
 static int match_fields(parser *p, char **fields, int n, const char *const *keys,
                         int nkeys, const char **vals) {
+    char shown[64];
     for (int k = 0; k < nkeys; k++) vals[k] = NULL;
     for (int i = 1; i < n; i++) {
         char *eq = strchr(fields[i], '=');
-        if (!eq) return fail(p, "%s: field '%.60s' is not key=value", fields[0], fields[i]);
+        if (!eq)
+            return fail(p, "%s: field '%s' is not key=value", fields[0],
+                        excerpt(shown, sizeof shown, fields[i], 40));
         *eq = '\0';
         int k = 0;
         while (k < nkeys && strcmp(keys[k], fields[i]) != 0) k++;
-        if (k == nkeys) return fail(p, "%s: unknown field '%.60s'", fields[0], fields[i]);
+        if (k == nkeys)
+            return fail(p, "%s: unknown field '%s'", fields[0],
+                        excerpt(shown, sizeof shown, fields[i], 40));
         if (vals[k]) return fail(p, "%s: field '%s' given twice", fields[0], keys[k]);
         vals[k] = eq + 1;
     }
@@ -450,8 +495,11 @@ static int parse_record(parser *p, char **fields, int n) {
     int is_final = !strcmp(rec, "final_written") || !strcmp(rec, "final_tags") ||
                    !strcmp(rec, "untouched");
     int is_op = !strcmp(rec, "upsert") || !strcmp(rec, "reset");
-    if (!is_final && !is_op && strcmp(rec, "visible") && strcmp(rec, "geometry"))
-        return fail(p, "unknown record '%.40s'", rec);
+    if (!is_final && !is_op && strcmp(rec, "visible") && strcmp(rec, "geometry")) {
+        char shown[64];
+        return fail(p, "unknown record '%s'%s", excerpt(shown, sizeof shown, rec, 24),
+                    looks_binary(rec) ? " (binary data: not a text trace?)" : "");
+    }
     if (!strcmp(rec, "geometry")) {
         if (p->have_geometry) return fail(p, "a second geometry line");
         return parse_geometry(p, fields, n);

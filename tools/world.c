@@ -1,18 +1,40 @@
 /* The world of `ringkv rollout`: image decoding (Debian's libstb), luma,
  * 8 x 8 cells and their texture. */
+#define _POSIX_C_SOURCE 200809L
+
 #include "world.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <stb/stb_image.h>
 
 int world_load(world_map *w, const char *path, char *err, size_t err_len) {
     memset(w, 0, sizeof *w);
+    /* what stb_image would only call "can't fopen" or "unknown image type" */
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        snprintf(err, err_len, "image '%s': %s", path,
+                 errno == ENOENT ? "no such file" : strerror(errno));
+        return -1;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        snprintf(err, err_len, "image '%s' is a folder, not an image file (a JPEG or PNG)",
+                 path);
+        return -1;
+    }
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, err_len, "cannot open image '%s': %s", path, strerror(errno));
+        return -1;
+    }
     int x = 0, y = 0, channels = 0;
-    unsigned char *rgb = stbi_load(path, &x, &y, &channels, 3);
+    unsigned char *rgb = stbi_load_from_file(f, &x, &y, &channels, 3);
+    fclose(f);
     if (!rgb) {
         snprintf(err, err_len, "cannot decode image '%s': %s (expected a JPEG or PNG file)",
                  path, stbi_failure_reason());
@@ -20,7 +42,9 @@ int world_load(world_map *w, const char *path, char *err, size_t err_len) {
     }
     int64_t cols = x / WORLD_PATCH, rows = y / WORLD_PATCH;
     if (cols < 2 || rows < 1) {
-        snprintf(err, err_len, "image '%s' is %d x %d pixels: too small (at least 16 x 8)",
+        snprintf(err, err_len,
+                 "image '%s' is %d x %d pixels (width x height): too small (at least 16 x 8: "
+                 "2 cols x 1 row of 8 x 8-pixel cells)",
                  path, x, y);
         stbi_image_free(rgb);
         return -1;
@@ -29,7 +53,7 @@ int world_load(world_map *w, const char *path, char *err, size_t err_len) {
     w->luma = malloc((size_t)(wpx * hpx) * sizeof *w->luma);
     w->textured = malloc((size_t)(cols * rows));
     if (!w->luma || !w->textured) {
-        snprintf(err, err_len, "out of memory for a %lld x %lld cell map",
+        snprintf(err, err_len, "out of memory for a map of %lld cols x %lld rows of cells",
                  (long long)cols, (long long)rows);
         stbi_image_free(rgb);
         world_free(w);
