@@ -1,0 +1,55 @@
+/* Options of `ringkv rollout`: the defaults, --help and the command line
+ * (docs/rollout.md). */
+#ifndef RKV_TOOLS_ROLLOUT_OPTIONS_H
+#define RKV_TOOLS_ROLLOUT_OPTIONS_H
+
+#include <stdint.h>
+
+#include "ringkv.h"
+
+/* Default --frames by preset (docs/rollout.md, "Run time"). The demo preset
+ * fills every band with thousands of textured patches on the earth map in
+ * well under a minute on 2 cores. The waypoint presets take about 1-2 s
+ * (360p) and 50 s (720p) a frame on 2 cores once the rings are full: their
+ * defaults fill the local ring (16 frames) and stop; the mid and far recall
+ * bands need the demo preset's frame counts. */
+#define DEMO_FRAMES 2048
+#define WAYPOINT_360P_FRAMES 32
+#define WAYPOINT_720P_FRAMES 16
+#define DEFAULT_OUT "rollout-out"
+#define DEFAULT_IMAGE "data/earth.jpg"
+#define DEFAULT_SEED 0
+#define MAX_SESSIONS 4096
+#define PICTURE_NAME "rollout.png"
+#define LEGEND_NAME "rollout.txt"
+/* Longest --out, --snapshot-out or --image path handled. */
+#define PATH_MAX_LEN 4000
+
+typedef enum rollout_backend { BACKEND_CPU = 0, BACKEND_CUDA } rollout_backend;
+
+typedef struct rollout_opts {
+    const char *preset;
+    int full_global_ring;
+    int64_t sessions;
+    int64_t frames;           /* 0: the preset's default */
+    const char *image; /* NULL: the default image */
+    const char *out;
+    uint64_t seed;
+    int have_dtype;
+    rkv_dtype dtype;
+    int json;
+    int threads;              /* 0: the machine's cores (CPU backend)   */
+    rollout_backend backend;
+    const char *snapshot_out; /* save session 0 here at the end, or NULL */
+    const char *resume;       /* load session 0 from here first, or NULL */
+} rollout_opts;
+
+/* Parses the arguments after "rollout" into *o (--help prints the usage).
+ * Returns -1 to go on, else an exit status (0 after --help, 2 on error, with
+ * a message). */
+int rollout_parse_args(int argc, char **argv, rollout_opts *o);
+
+/* The default --frames of a preset (see DEMO_FRAMES). */
+int64_t rollout_default_frames(const char *preset);
+
+#endif

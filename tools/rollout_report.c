@@ -1,0 +1,321 @@
+/* The report of `ringkv rollout` (rollout_report.h). */
+#include "rollout_report.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <cjson/cJSON.h>
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Nearest-rank percentile of sorted values. */
+static double percentile(const double *sorted, int64_t n, double p) {
+    int64_t k = (int64_t)ceil(p / 100.0 * (double)n);
+    if (k < 1) k = 1;
+    if (k > n) k = n;
+    return sorted[k - 1];
+}
+
+static cJSON *band_object(const recall_tally *t, int what) {
+    /* what: 0 mean PSNR, 1 rate, 2 count */
+    cJSON *o = cJSON_CreateObject();
+    for (int b = 0; b < RECALL_BANDS; b++) {
+        const recall_tally *x = t ? &t[b] : NULL;
+        const char *name = recall_band_name((recall_band)b);
+        if (what == 2)
+            cJSON_AddNumberToObject(o, name, x ? (double)x->patches : 0.0);
+        else if (!x || x->patches == 0)
+            cJSON_AddNullToObject(o, name);
+        else
+            cJSON_AddNumberToObject(o, name, what == 0 ? recall_mean_psnr_db(x) : recall_rate(x));
+    }
+    return o;
+}
+
+static cJSON *class_object(const recall_stats *st, const int have[2], int what) {
+    cJSON *o = cJSON_CreateObject();
+    for (int c = 0; c < RECALL_CLASSES; c++)
+        cJSON_AddItemToObject(o, recall_class_name((recall_class)c),
+                              band_object(have[c] ? st->tally[c] : NULL, what));
+    return o;
+}
+
+static void print_band_row(const char *cls, const recall_tally *t) {
+    printf("  %-7s", cls);
+    for (int b = 0; b < RECALL_BANDS; b++) {
+        if (!t || t[b].patches == 0)
+            printf("  %5s %7s %6d", "-", "-", 0);
+        else
+            printf("  %5.2f %7.1f %6lld", recall_rate(&t[b]), recall_mean_psnr_db(&t[b]),
+                   (long long)t[b].patches);
+    }
+    printf("\n");
+}
+
+/* The figures of a run, from its pass latencies and timings. */
+typedef struct figures {
+    int64_t n_pass;
+    double mean_us, p50, p99;
+    double fps_session, fps_all;
+    const char *backend_name;
+    int threads;
+} figures;
+
+static int report_json(const rollout_result *res, const figures *fig) {
+    const rollout_opts *o = res->opts;
+    const rkv_model_config *cfg = res->cfg;
+    const int64_t B = o->sessions, F = o->frames, L = cfg->n_layers;
+    const int64_t T = cfg->tokens_per_frame, D = cfg->d_head, H = cfg->n_kv_heads,
+                  Hq = cfg->n_q_heads;
+    const rkv_dtype dtype = cfg->dtype;
+    const int64_t VD = res->codec->value_dims;
+    const int64_t n_pass = fig->n_pass;
+    const double mean_us = fig->mean_us, p50 = fig->p50, p99 = fig->p99;
+    const double fps_session = fig->fps_session, fps_all = fig->fps_all;
+    const size_t model_bytes = res->model_bytes;
+    const char *backend_name = fig->backend_name;
+    const int threads = fig->threads;
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "command", "rollout");
+    cJSON_AddStringToObject(j, "ringkv_version", rkv_version());
+    cJSON *opt = cJSON_AddObjectToObject(j, "options");
+    cJSON_AddStringToObject(opt, "preset", o->preset);
+    cJSON_AddBoolToObject(opt, "full_global_ring", o->full_global_ring);
+    cJSON_AddNumberToObject(opt, "sessions", (double)B);
+    cJSON_AddNumberToObject(opt, "frames", (double)F);
+    cJSON_AddStringToObject(opt, "image", res->image);
+    cJSON_AddStringToObject(opt, "out", o->out);
+    char seed_s[32];
+    snprintf(seed_s, sizeof seed_s, "%" PRIu64, o->seed);
+    cJSON_AddNumberToObject(opt, "seed", (double)o->seed);
+    cJSON_AddStringToObject(opt, "seed_exact", seed_s);
+    cJSON_AddStringToObject(opt, "dtype", rkv_dtype_name(dtype));
+    cJSON_AddStringToObject(opt, "backend", backend_name);
+    if (res->pool)
+        cJSON_AddNumberToObject(opt, "threads", (double)threads);
+    else
+        cJSON_AddNullToObject(opt, "threads");
+    if (o->snapshot_out)
+        cJSON_AddStringToObject(opt, "snapshot_out", o->snapshot_out);
+    else
+        cJSON_AddNullToObject(opt, "snapshot_out");
+    if (o->resume)
+        cJSON_AddStringToObject(opt, "resume", o->resume);
+    else
+        cJSON_AddNullToObject(opt, "resume");
+
+    cJSON *geo = cJSON_AddObjectToObject(j, "geometry");
+    cJSON_AddStringToObject(geo, "model", cfg->name);
+    cJSON_AddNumberToObject(geo, "n_layers", (double)L);
+    cJSON_AddNumberToObject(geo, "num_sessions", (double)cfg->num_sessions);
+    cJSON_AddNumberToObject(geo, "n_q_heads", (double)Hq);
+    cJSON_AddNumberToObject(geo, "n_kv_heads", (double)H);
+    cJSON_AddNumberToObject(geo, "d_head", (double)D);
+    cJSON_AddNumberToObject(geo, "tokens_per_frame", (double)T);
+    cJSON_AddStringToObject(geo, "dtype", rkv_dtype_name(dtype));
+    cJSON *layers = cJSON_AddArrayToObject(geo, "layers");
+    for (int64_t l = 0; l < L; l++) {
+        cJSON *x = cJSON_CreateObject();
+        cJSON_AddNumberToObject(x, "layer", (double)l);
+        cJSON_AddNumberToObject(x, "ring_frames", (double)cfg->layers[l].ring_frames);
+        cJSON_AddNumberToObject(x, "ring_buckets", (double)cfg->layers[l].ring_buckets);
+        cJSON_AddNumberToObject(x, "pinned_dilation", (double)cfg->layers[l].pinned_dilation);
+        cJSON_AddStringToObject(x, "class",
+                                cfg->layers[l].pinned_dilation > 1 ? "global" : "local");
+        cJSON_AddItemToArray(layers, x);
+    }
+    cJSON *vw = cJSON_AddObjectToObject(geo, "view");
+    cJSON_AddNumberToObject(vw, "rows", (double)res->view.rows);
+    cJSON_AddNumberToObject(vw, "cols", (double)res->view.cols);
+    cJSON_AddNumberToObject(vw, "patch_px", WORLD_PATCH);
+    cJSON *map = cJSON_AddObjectToObject(geo, "map");
+    cJSON_AddNumberToObject(map, "cols", (double)res->world->cols);
+    cJSON_AddNumberToObject(map, "rows", (double)res->world->rows);
+    cJSON_AddNumberToObject(map, "textured_fraction", res->world->textured_fraction);
+    cJSON *tok = cJSON_AddObjectToObject(geo, "tokens");
+    cJSON_AddNumberToObject(tok, "position_pairs_x", res->codec->n_pairs_x);
+    cJSON_AddNumberToObject(tok, "position_pairs_y", res->codec->n_pairs_y);
+    cJSON_AddNumberToObject(tok, "margin", res->codec->margin);
+    cJSON_AddNumberToObject(tok, "q_scale", res->codec->q_scale);
+    cJSON_AddNumberToObject(tok, "value_dims", (double)VD);
+    cJSON *rl = cJSON_AddObjectToObject(j, "recall_layers");
+    for (int c = 0; c < RECALL_CLASSES; c++) {
+        if (res->have[c])
+            cJSON_AddNumberToObject(rl, recall_class_name((recall_class)c),
+                                    (double)res->layer_of[c]);
+        else
+            cJSON_AddNullToObject(rl, recall_class_name((recall_class)c));
+    }
+
+    cJSON *fps = cJSON_AddObjectToObject(j, "frames_per_second");
+    cJSON_AddNumberToObject(fps, "all_sessions", fps_all);
+    cJSON_AddNumberToObject(fps, "per_session", fps_session);
+    cJSON *lat = cJSON_AddObjectToObject(j, "pass_latency_us");
+    cJSON_AddNumberToObject(lat, "p50", p50);
+    cJSON_AddNumberToObject(lat, "p99", p99);
+    cJSON_AddNumberToObject(lat, "mean", mean_us);
+    cJSON_AddNumberToObject(lat, "max", res->pass_us[n_pass - 1]);
+    cJSON_AddNumberToObject(lat, "passes", (double)n_pass);
+    cJSON *secs = cJSON_AddObjectToObject(j, "seconds");
+    cJSON_AddNumberToObject(secs, "passes", res->pass_total_s);
+    cJSON_AddNumberToObject(secs, "frame_loop", res->loop_s);
+    cJSON_AddNumberToObject(secs, "total", res->total_s);
+    cJSON *mem = cJSON_AddObjectToObject(j, "memory_bytes");
+    cJSON_AddNumberToObject(mem, "per_session", (double)res->mem_session);
+    cJSON_AddNumberToObject(mem, "total", (double)res->mem_total);
+    cJSON_AddNumberToObject(mem, "model", (double)model_bytes);
+
+    cJSON_AddItemToObject(j, "recall_psnr_db", class_object(res->stats, res->have, 0));
+    cJSON_AddItemToObject(j, "recall_rate", class_object(res->stats, res->have, 1));
+    cJSON_AddItemToObject(j, "recall_patches", class_object(res->stats, res->have, 2));
+    cJSON *pt = cJSON_AddObjectToObject(j, "patches");
+    cJSON_AddNumberToObject(pt, "measured", (double)res->stats->measured);
+    cJSON_AddNumberToObject(pt, "flat", (double)res->stats->flat);
+    cJSON_AddNumberToObject(pt, "unseen", (double)res->stats->unseen);
+    cJSON *mv = cJSON_AddObjectToObject(j, "camera_frames");
+    for (int m = 0; m < CAMERA_MOVE_COUNT; m++)
+        cJSON_AddNumberToObject(mv, camera_move_name((camera_move)m), (double)res->move_frames[m]);
+
+    cJSON *be = cJSON_AddObjectToObject(j, "backend");
+    cJSON_AddStringToObject(be, "name", backend_name);
+    if (res->pool) {
+        cJSON_AddNumberToObject(be, "threads", (double)threads);
+        cJSON_AddStringToObject(be, "isa", rkv_attention_isa());
+    } else {
+        cJSON *plans = cJSON_AddObjectToObject(be, "attention_plans");
+        for (int c = 0; c < RECALL_CLASSES; c++) {
+            char plan[512];
+            if (!res->have[c]) continue;
+            rollout_gpu_describe(res->gpu, res->layer_of[c], plan, sizeof plan);
+            cJSON_AddStringToObject(plans, recall_class_name((recall_class)c), plan);
+        }
+    }
+
+    cJSON_AddNumberToObject(j, "first_frame", (double)res->first);
+    cJSON_AddNumberToObject(j, "last_frame", (double)(res->end - 1));
+    if (o->resume) {
+        cJSON *rs = cJSON_AddObjectToObject(j, "resumed");
+        cJSON_AddStringToObject(rs, "file", o->resume);
+        cJSON_AddNumberToObject(rs, "last_committed", (double)(res->first - 1));
+        cJSON_AddStringToObject(rs, "request_id", res->snap_info->request_id);
+        cJSON_AddNumberToObject(rs, "history_replayed_frames", (double)res->first);
+    } else {
+        cJSON_AddNullToObject(j, "resumed");
+    }
+    if (o->snapshot_out)
+        cJSON_AddStringToObject(j, "snapshot", o->snapshot_out);
+    else
+        cJSON_AddNullToObject(j, "snapshot");
+    cJSON_AddStringToObject(j, "output_digest", res->digest_hex);
+    cJSON_AddStringToObject(j, "output_digest_algorithm", "xxh3_64");
+    cJSON_AddStringToObject(j, "output_digest_input",
+                            "float32 little-endian bytes of every attention output of the "
+                            "last frame, in the order pass, layer, session ([Hq][T][D] each)");
+    cJSON_AddStringToObject(j, "picture", res->picture);
+    cJSON_AddStringToObject(j, "legend", res->legend);
+    cJSON *pf = cJSON_AddArrayToObject(j, "picture_frames");
+    for (int i = 0; i < res->pic->n_rows; i++) {
+        cJSON *x = cJSON_CreateObject();
+        cJSON_AddNumberToObject(x, "frame", (double)res->pic->rows[i].frame);
+        cJSON_AddStringToObject(x, "move", res->pic->rows[i].label);
+        cJSON_AddItemToArray(pf, x);
+    }
+    char *text = cJSON_Print(j);
+    if (!text) {
+        cJSON_Delete(j);
+        fprintf(stderr, "ringkv rollout: out of memory for the JSON report\n");
+        return 1;
+    }
+    printf("%s\n", text);
+    free(text);
+    cJSON_Delete(j);
+    return 0;
+}
+
+static void report_text(const rollout_result *res, const figures *fig) {
+    const rollout_opts *o = res->opts;
+    const rkv_model_config *cfg = res->cfg;
+    const int64_t B = o->sessions, F = o->frames, L = cfg->n_layers;
+    const int64_t T = cfg->tokens_per_frame, D = cfg->d_head, H = cfg->n_kv_heads,
+                  Hq = cfg->n_q_heads;
+    const rkv_dtype dtype = cfg->dtype;
+    const double p50 = fig->p50, p99 = fig->p99;
+    const double fps_session = fig->fps_session, fps_all = fig->fps_all;
+    const int threads = fig->threads;
+    printf("ringkv rollout: preset %s%s, %lld session(s) x %lld frames (clocks %lld..%lld), "
+           "dtype %s, seed %" PRIu64 "\n",
+           o->preset, o->full_global_ring ? " (full global ring)" : "", (long long)B,
+           (long long)F, (long long)res->first, (long long)(res->end - 1), rkv_dtype_name(dtype),
+           o->seed);
+    if (res->pool)
+        printf("  backend cpu, %d thread(s), %s\n", threads, rkv_attention_isa());
+    else
+        printf("  backend cuda (GPU 0)\n");
+    if (o->resume && res->first > 0)
+        printf("  resumed session 0 from %s (last committed frame %lld; recall history "
+               "replayed over frames 0..%lld)\n",
+               o->resume, (long long)(res->first - 1), (long long)(res->first - 1));
+    else if (o->resume)
+        printf("  resumed session 0 from %s (no clock saved: from frame 0)\n", o->resume);
+    printf("  image %s: %lld cols x %lld rows of 8 x 8-pixel cells, %.0f%% textured; view "
+           "%lld cols x %lld rows\n",
+           res->image, (long long)res->world->cols, (long long)res->world->rows,
+           100.0 * res->world->textured_fraction, (long long)res->view.cols,
+           (long long)res->view.rows);
+    printf("  %lld layers, Hq %lld, H %lld, d_head %lld, %lld tokens/frame; recall at layer "
+           "%lld (local) and %lld (global)\n",
+           (long long)L, (long long)Hq, (long long)H, (long long)D, (long long)T,
+           (long long)res->layer_of[0], (long long)res->layer_of[1]);
+    printf("speed:   %.2f frames/s all sessions, %.2f per session (%.1f s in passes, "
+           "%.1f s frame loop)\n",
+           fps_all, fps_session, res->pass_total_s, res->loop_s);
+    printf("latency: pass (upsert + attention, every layer, every session) p50 %.0f us, "
+           "p99 %.0f us\n",
+           p50, p99);
+    printf("memory:  %zu bytes per session (%.1f MiB), %zu in total (%.1f MiB)\n", res->mem_session,
+           res->mem_session / 1048576.0, res->mem_total, res->mem_total / 1048576.0);
+    printf("recall on first passes (textured patches; rate >= 30 dB, mean PSNR dB, count):\n");
+    printf("  %-7s  %-20s  %-20s  %-20s\n", "", "near (1-15)", "mid (16-127)", "far (>=128)");
+    for (int c = 0; c < RECALL_CLASSES; c++)
+        print_band_row(recall_class_name((recall_class)c),
+                       res->have[c] ? res->stats->tally[c] : NULL);
+    printf("  (%lld patches measured: %lld flat, %lld textured but never seen before)\n",
+           (long long)res->stats->measured, (long long)res->stats->flat,
+           (long long)res->stats->unseen);
+    printf("digest:  %s (xxh3_64 of frame %lld's attention outputs, f32 LE, by pass, layer, "
+           "session)\n",
+           res->digest_hex, (long long)(res->end - 1));
+    if (o->snapshot_out)
+        printf("snapshot: session 0 saved to %s (last committed frame %lld)\n", o->snapshot_out,
+               (long long)(res->end - 1));
+    printf("picture: %s (rows: frames", res->picture);
+    for (int i = 0; i < res->pic->n_rows; i++)
+        printf(" %lld %s", (long long)res->pic->rows[i].frame, res->pic->rows[i].label);
+    printf("; panels: true view, local recall, global recall, bands)\n");
+    printf("legend:  %s (panels, rows and band colours of the picture)\n", res->legend);
+}
+
+int rollout_report(const rollout_result *res) {
+    const rollout_opts *o = res->opts;
+    const int64_t B = o->sessions, F = o->frames;
+    figures fig;
+    fig.n_pass = F * TOKENS_PASSES;
+    qsort(res->pass_us, (size_t)fig.n_pass, sizeof *res->pass_us, cmp_double);
+    fig.mean_us = 0.0;
+    for (int64_t i = 0; i < fig.n_pass; i++) fig.mean_us += res->pass_us[i];
+    fig.mean_us /= (double)fig.n_pass;
+    fig.p50 = percentile(res->pass_us, fig.n_pass, 50.0);
+    fig.p99 = percentile(res->pass_us, fig.n_pass, 99.0);
+    fig.fps_session = res->pass_total_s > 0 ? (double)F / res->pass_total_s : 0.0;
+    fig.fps_all = fig.fps_session * (double)B;
+    fig.backend_name = o->backend == BACKEND_CUDA ? "cuda" : "cpu";
+    fig.threads = res->pool ? rkv_threadpool_size(res->pool) : 0;
+    if (o->json) return report_json(res, &fig);
+    report_text(res, &fig);
+    return 0;
+}
