@@ -16,6 +16,7 @@
 #include "testutil.h"
 
 #include <pthread.h>
+#include <xxhash.h>
 #include <unistd.h>
 
 #define NT 4 /* threads */
@@ -88,17 +89,15 @@ static void test_last_error_is_thread_local(void **state)
 
 typedef struct stream {
     int id;
-    uint64_t digest; /* XXH-free: a simple FNV over outputs and state */
+    uint64_t digest; /* chained XXH3-64 over outputs and state */
     rkv_status st;
     char err[256];
 } stream;
 
-static uint64_t fnv(uint64_t h, const void *p, size_t n)
+/* Folds n bytes into the digest h (xxHash's XXH3-64, seeded with h). */
+static uint64_t digest_add(uint64_t h, const void *p, size_t n)
 {
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 0x100000001b3ull;
-    return h;
+    return XXH3_64bits_withSeed(p, n, h);
 }
 
 #define STREAM_OK(expr)                                                        \
@@ -155,14 +154,14 @@ static void *stream_worker(void *arg)
                 at.out = out;
                 at.out_dtype = RKV_DTYPE_F32;
                 STREAM_OK(rkv_model_step(m, l, 1, &sess, kv, RKV_DTYPE_F32, pass == 4, &at));
-                s->digest = fnv(s->digest, out, qn * sizeof(float));
+                s->digest = digest_add(s->digest, out, qn * sizeof(float));
             }
         }
     }
     for (int64_t l = 0; l < cfg.n_layers; l++) {
         const rkv_layer *ly = rkv_model_layer(m, l);
-        s->digest = fnv(s->digest, rkv_layer_kv(ly), rkv_layer_memory_bytes(ly));
-        s->digest = fnv(s->digest, rkv_layer_written(ly), (size_t)rkv_layer_total_slots(ly));
+        s->digest = digest_add(s->digest, rkv_layer_kv(ly), rkv_layer_memory_bytes(ly));
+        s->digest = digest_add(s->digest, rkv_layer_written(ly), (size_t)rkv_layer_total_slots(ly));
     }
     s->st = RKV_OK;
 out:
@@ -239,7 +238,7 @@ static void *layer_writer(void *arg)
         a.frame_pos = &f;
         a.pool = j->pool;
         j->failures += rkv_layer_attend(j->layer, &a) != RKV_OK;
-        j->digest = fnv(j->digest, out, qn * sizeof(float));
+        j->digest = digest_add(j->digest, out, qn * sizeof(float));
     }
     free(kv);
     free(q);
@@ -319,10 +318,10 @@ static void *model_reader(void *arg)
             a.session_idx = &s;
             a.frame_pos = &f;
             j->failures += rkv_layer_attend(ly, &a) != RKV_OK;
-            j->digest = fnv(j->digest, out, qn * sizeof(float));
+            j->digest = digest_add(j->digest, out, qn * sizeof(float));
             int64_t frames[64], n = 0;
             j->failures += rkv_layer_visible_frames(ly, s, f, frames, &n) != RKV_OK;
-            j->digest = fnv(j->digest, frames, (size_t)n * sizeof frames[0]);
+            j->digest = digest_add(j->digest, frames, (size_t)n * sizeof frames[0]);
         }
         size_t bytes = 0;
         j->failures += rkv_model_save_session_mem(j->m, s, NULL, 0, &bytes) != RKV_OK;
@@ -330,7 +329,7 @@ static void *model_reader(void *arg)
         j->failures += rkv_model_save_session_mem(j->m, s, img, bytes, &bytes) != RKV_OK;
         rkv_snapshot_info info;
         j->failures += rkv_snapshot_inspect_mem(img, bytes, &info) != RKV_OK;
-        j->digest = fnv(j->digest, &info.data_xxh3, sizeof info.data_xxh3);
+        j->digest = digest_add(j->digest, &info.data_xxh3, sizeof info.data_xxh3);
         int64_t clock = -5;
         j->failures += rkv_model_clock(j->m, s, &clock) != RKV_OK || clock != 9;
         free(img);
