@@ -242,8 +242,7 @@ rkv_status rkv_layer_block_mask(const rkv_layer *layer, int64_t session,
 /* Attention over the ring (SEM 5), CPU backend                              */
 /* ------------------------------------------------------------------------ */
 
-/* A fixed pool of CPU worker threads used by rkv_layer_attend (issue: fast
- * CPU path). Threads are created once, at rkv_threadpool_create, and reused
+/* A fixed pool of CPU worker threads used by rkv_layer_attend. Threads are created once, at rkv_threadpool_create, and reused
  * by every call; work is split over (session row, query head, query tile),
  * each piece computed by one thread in a fixed order, so outputs are
  * bit-identical whatever the thread count. One pool serves one call at a
@@ -292,7 +291,7 @@ typedef struct rkv_attention_args {
  * always visible); with an explicit all-zero row the output is 0.
  * rkv_layer_attend is the fast path: tiled online softmax ("flash", Dao et
  * al. 2022) over the visible keys only, vectorized (AMX bf16 tiles for bf16
- * storage / AVX-512 / AVX2+FMA chosen at load time, plain C elsewhere; see
+ * storage / AVX-512 / AVX2+FMA chosen on first use, plain C elsewhere; see
  * rkv_attention_isa) and spread over args->pool.
  * rkv_layer_attend_reference is the simple, exact implementation kept as the
  * test oracle (single thread, two-pass softmax; args->pool is ignored).
@@ -417,9 +416,10 @@ rkv_status rkv_model_upsert(rkv_model *model, int64_t layer, int64_t batch,
                             const int64_t *session_idx, const void *kv,
                             rkv_dtype kv_dtype, int commit);
 
-/* Attention on layer `layer` for B sessions inside a frame (or whose frame
- * just ended on this layer), at their declared clocks, with the
- * bits-and-clock rule. args->batch/session_idx/frame_pos/visible are
+/* Attention on layer `layer` for B sessions at the clock of their current
+ * frame (inside it, or after it ended, until the next begin_frame), with the
+ * bits-and-clock rule. RKV_ERR_STATE for a session with no frame begun since
+ * its claim, reset or restore. args->batch/session_idx/frame_pos/visible are
  * ignored and replaced by `batch`, `session_idx` and the model's clocks;
  * args->n_q_heads must equal the model's (RKV_ERR_INVALID_ARG otherwise). */
 rkv_status rkv_model_attend(rkv_model *model, int64_t layer, int64_t batch,
@@ -443,7 +443,7 @@ rkv_status rkv_model_restore(rkv_model *model, int64_t session,
                              const void *buf, size_t buf_bytes);
 
 /* ------------------------------------------------------------------------ */
-/* Sessions that survive: snapshot files, forks, batched steps (issue 5)     */
+/* Sessions that survive: snapshot files, forks, batched steps              */
 /* ------------------------------------------------------------------------ */
 
 /* Snapshot files hold one session in the safetensors layout (an 8-byte
@@ -485,11 +485,11 @@ typedef struct rkv_snapshot_info {
  * atomically: the image is written to a temporary file "PATH.tmp-XXXXXX" in
  * the same directory, fsync'ed and renamed over `path` (an existing file
  * keeps its permission bits; new files get 0644), then the directory is
- * fsync'ed. A crash or error at any point leaves an existing `path` intact;
+ * fsync'ed (best effort: a failure there is not reported). A crash or error at any point leaves an existing `path` intact;
  * on error the temporary file is removed. Reads the model only.
  * Errors: RKV_ERR_NULL (model, path), RKV_ERR_INVALID_ARG (empty path),
  * RKV_ERR_RANGE, RKV_ERR_STATE (not claimed, or inside a frame),
- * RKV_ERR_IO (create, write, fsync, rename; the message has strerror),
+ * RKV_ERR_IO (create, write, file fsync, rename; the message has strerror),
  * RKV_ERR_NO_MEMORY. */
 rkv_status rkv_model_save_session(const rkv_model *model, int64_t session,
                                   const char *path);
@@ -498,7 +498,7 @@ rkv_status rkv_model_save_session(const rkv_model *model, int64_t session,
  * buf == NULL only the size is computed (RKV_OK); otherwise buf (caller-
  * owned, buf_bytes long) receives the image. Errors as above, plus
  * RKV_ERR_NULL (file_bytes) and RKV_ERR_INVALID_ARG (buf_bytes too small;
- * nothing written then). */
+ * nothing written then), RKV_ERR_OVERFLOW (an image larger than size_t). */
 rkv_status rkv_model_save_session_mem(const rkv_model *model, int64_t session,
                                       void *buf, size_t buf_bytes,
                                       size_t *file_bytes);

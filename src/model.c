@@ -10,7 +10,7 @@
 
 typedef rkv__session_state session_state;
 
-/* Snapshot buffer layout (host-endian; in-memory only, files are issue 5):
+/* Snapshot buffer layout (host-endian; in-memory only, files: snapshot_file.c):
  * header, then per layer: K span [H][C][D], V span [H][C][D], written [C].
  * Files (snapshot_file.c) use the safetensors layout instead. */
 #define SNAP_MAGIC "RKVSNAP\0"

@@ -9,8 +9,9 @@
 
 /* Default --frames by preset (docs/rollout.md, "Run time"). The demo preset
  * fills every band with thousands of textured patches on the earth map in
- * well under a minute on 2 cores. The waypoint presets take about 1-2 s
- * (360p) and 50 s (720p) a frame on 2 cores once the rings are full: their
+ * well under a minute on 2 cores. The waypoint presets take about 0.3 s
+ * (360p) and 2.5 s (720p) a frame on 2 cores with AMX (several times more
+ * without it) once the rings are full: their
  * defaults fill the local ring (16 frames) and stop; the mid and far recall
  * bands need the demo preset's frame counts. */
 #define DEMO_FRAMES 2048

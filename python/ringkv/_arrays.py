@@ -150,8 +150,9 @@ def kind_of(x: Any) -> str:
 def _check_cpu(x: Any, name: str) -> None:
     if x.device.type != "cpu":
         raise NotImplementedError(
-            f"ringkv: {name} is a {x.device.type} tensor; this build of ringkv has only the CPU "
-            "backend (CUDA tensors are accepted once the CUDA backend exists). Pass CPU tensors.")
+            f"ringkv: {name} is a {x.device.type} tensor; the Python binding drives only the CPU "
+            "backend so far (CUDA tensors come once the CUDA backend has run on a GPU). Pass CPU "
+            "tensors.")
 
 
 class CBuffer:

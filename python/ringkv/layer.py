@@ -87,8 +87,8 @@ def _parse_device(device: Any) -> None:
         return
     if dev.startswith("cuda"):
         raise NotImplementedError(
-            f"ringkv: device {dev!r} is not supported yet: this build has only the CPU backend "
-            "(CUDA tensors are accepted once the CUDA backend exists). Use device='cpu'.")
+            f"ringkv: device {dev!r} is not supported yet: the Python binding drives only the CPU "
+            "backend so far (CUDA comes once the CUDA backend has run on a GPU). Use device='cpu'.")
     raise RingKVValueError(f"unknown device {device!r}; expected 'cpu'")
 
 
@@ -120,8 +120,8 @@ class LayerRingCache:
     ``dtype``: a torch dtype (float32, float16, bfloat16), a NumPy dtype
     (float32, float16, ``ml_dtypes.bfloat16``) or a string ("f32", "float32",
     "f16", "bf16", "bfloat16", ...). ``device``: "cpu" (or
-    ``torch.device("cpu")``); a CUDA device raises NotImplementedError until
-    the CUDA backend exists.
+    ``torch.device("cpu")``); a CUDA device raises NotImplementedError: the
+    binding does not drive the (not yet GPU-verified) CUDA backend.
 
     ``array_kind`` ("numpy" or "torch") chooses what the attributes ``kv``,
     ``written`` and ``frame_offsets`` are; by default torch when ``dtype`` is
