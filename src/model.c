@@ -213,24 +213,34 @@ rkv_status rkv_model_clock(const rkv_model *model, int64_t session, int64_t *las
 
 /* ---- frames -------------------------------------------------------------- */
 
-/* Checks a batch of session rows: held, distinct, and in a frame when
- * need_frame (or with a declared clock at least, for attention). */
+/* Checks a batch of session rows: 1 <= B <= S, in range, distinct, held. */
+static rkv_status check_held_rows(const rkv_model *m, const char *what, int64_t batch,
+                                  const int64_t *session_idx) {
+    if (batch < 1 || batch > m->cfg.num_sessions)
+        return rkv__fail(RKV_ERR_INVALID_ARG, "%s: batch B = %lld; expected 1..%lld", what,
+                         (long long)batch, (long long)m->cfg.num_sessions);
+    rkv_status st = rkv__check_sessions(what, session_idx, batch, m->cfg.num_sessions);
+    if (st != RKV_OK) return st;
+    for (int64_t b = 0; b < batch; b++)
+        if (!m->sessions[session_idx[b]].held)
+            return rkv__fail(RKV_ERR_STATE, "%s: session %lld (row %lld) is not claimed", what,
+                             (long long)session_idx[b], (long long)b);
+    return RKV_OK;
+}
+
+/* Checks a per-layer call: the layer, the rows (check_held_rows), and each
+ * session inside a frame when need_in_frame (else with a frame begun, for
+ * attention after the frame ended). */
 static rkv_status check_rows(const rkv_model *m, const char *what, int64_t layer, int64_t batch,
                              const int64_t *session_idx, bool need_in_frame) {
     if (!m) return rkv__fail(RKV_ERR_NULL, "%s: model is NULL", what);
     if (layer < 0 || layer >= m->cfg.n_layers)
         return rkv__fail(RKV_ERR_RANGE, "%s: layer %lld out of range; expected 0..%lld", what,
                          (long long)layer, (long long)(m->cfg.n_layers - 1));
-    if (batch < 1 || batch > m->cfg.num_sessions)
-        return rkv__fail(RKV_ERR_INVALID_ARG, "%s: batch B = %lld; expected 1..%lld", what,
-                         (long long)batch, (long long)m->cfg.num_sessions);
-    rkv_status st = rkv__check_sessions(what, session_idx, batch, m->cfg.num_sessions);
+    rkv_status st = check_held_rows(m, what, batch, session_idx);
     if (st != RKV_OK) return st;
     for (int64_t b = 0; b < batch; b++) {
         const session_state *ss = &m->sessions[session_idx[b]];
-        if (!ss->held)
-            return rkv__fail(RKV_ERR_STATE, "%s: session %lld (row %lld) is not claimed", what,
-                             (long long)session_idx[b], (long long)b);
         if (need_in_frame ? !ss->in_frame : ss->frame_pos < 0)
             return rkv__fail(RKV_ERR_STATE,
                              "%s: session %lld (row %lld) has no frame begun; call "
@@ -245,17 +255,11 @@ rkv_status rkv_model_begin_frame(rkv_model *model, int64_t batch, const int64_t 
     static const char *what = "rkv_model_begin_frame";
     if (!model) return rkv__fail(RKV_ERR_NULL, "%s: model is NULL", what);
     if (!frame_pos) return rkv__fail(RKV_ERR_NULL, "%s: frame_pos is NULL", what);
-    if (batch < 1 || batch > model->cfg.num_sessions)
-        return rkv__fail(RKV_ERR_INVALID_ARG, "%s: batch B = %lld; expected 1..%lld", what,
-                         (long long)batch, (long long)model->cfg.num_sessions);
-    rkv_status st = rkv__check_sessions(what, session_idx, batch, model->cfg.num_sessions);
+    rkv_status st = check_held_rows(model, what, batch, session_idx);
     if (st != RKV_OK) return st;
     for (int64_t b = 0; b < batch; b++) {
         const int64_t s = session_idx[b], f = frame_pos[b];
         const session_state *ss = &model->sessions[s];
-        if (!ss->held)
-            return rkv__fail(RKV_ERR_STATE, "%s: session %lld (row %lld) is not claimed", what,
-                             (long long)s, (long long)b);
         if (ss->in_frame)
             return rkv__fail(RKV_ERR_STATE,
                              "%s: session %lld is inside frame %lld, whose commit pass has not "
