@@ -196,10 +196,7 @@ static void bench_attention(const bench_opts *o, rkv_threadpool *pool, double sg
         cJSON_AddStringToObject(p, "preset", "waypoint-1.5-360p");
         cJSON_AddNumberToObject(p, "keys", keys);
         cJSON_AddNumberToObject(p, "threads", rkv_threadpool_size(pool));
-        /* the AMX path serves bf16 storage only; other dtypes run AVX-512 */
-        const char *isa = rkv_attention_isa();
-        if (!strcmp(isa, "amx") && dt != RKV_DTYPE_BF16) isa = "avx512";
-        cJSON_AddStringToObject(p, "isa", isa);
+        cJSON_AddStringToObject(p, "isa", rkv_layer_attention_isa(l));
         cJSON *p2 = cJSON_Duplicate(p, 1);
         cJSON *p3 = cJSON_Duplicate(p, 1);
         bench_emit(o, "attention_gflops", gflops, "GFLOP/s", p, sgemm);

@@ -308,6 +308,10 @@ rkv_status rkv_layer_attend_reference(const rkv_layer *layer,
  * everything else on AVX-512. The environment variable RKV_ISA (same names),
  * read once, caps the choice (RKV_ISA=avx512: no AMX). */
 const char *rkv_attention_isa(void);
+/* The instruction set rkv_layer_attend uses for this layer: as
+ * rkv_attention_isa, but "avx512" where the CPU's choice is "amx" and the
+ * layer's dtype or d_head does not suit the AMX path. NULL for NULL. */
+const char *rkv_layer_attention_isa(const rkv_layer *layer);
 
 /* ------------------------------------------------------------------------ */
 /* A whole model: layers, sessions, clocks, snapshots (SEM 6, 7)             */

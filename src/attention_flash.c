@@ -124,6 +124,12 @@ const char *rkv_attention_isa(void) {
     return kernel_name;
 }
 
+const char *rkv_layer_attention_isa(const rkv_layer *layer) {
+    if (!layer) return NULL;
+    pthread_once(&kernel_once, init_kernel);
+    return use_amx && !rkv__amx_fits(layer) ? "avx512" : kernel_name;
+}
+
 rkv_status rkv_layer_attend(const rkv_layer *layer, const rkv_attention_args *args) {
     rkv_status st = rkv__attention_check(layer, args, "rkv_layer_attend");
     if (st != RKV_OK) return st;

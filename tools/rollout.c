@@ -781,6 +781,7 @@ static int finish_run(run *r, double loop_s) {
         .model_bytes = r->model ? rkv_model_memory_bytes(r->model)
                                 : rollout_gpu_memory_bytes(r->gpu),
         .pool = r->pool,
+        .isa = r->model ? rkv_layer_attention_isa(rkv_model_layer(r->model, 0)) : NULL,
         .gpu = r->gpu,
         .digest_hex = digest_hex,
         .picture = picture,

@@ -185,7 +185,7 @@ static int report_json(const rollout_result *res, const figures *fig) {
     cJSON_AddStringToObject(be, "name", backend_name);
     if (res->pool) {
         cJSON_AddNumberToObject(be, "threads", (double)threads);
-        cJSON_AddStringToObject(be, "isa", rkv_attention_isa());
+        cJSON_AddStringToObject(be, "isa", res->isa);
     } else {
         cJSON *plans = cJSON_AddObjectToObject(be, "attention_plans");
         for (int c = 0; c < RECALL_CLASSES; c++) {
@@ -253,7 +253,7 @@ static void report_text(const rollout_result *res, const figures *fig) {
            (long long)F, (long long)res->first, (long long)(res->end - 1), rkv_dtype_name(dtype),
            o->seed);
     if (res->pool)
-        printf("  backend cpu, %d thread(s), %s\n", threads, rkv_attention_isa());
+        printf("  backend cpu, %d thread(s), %s\n", threads, res->isa);
     else
         printf("  backend cuda (GPU 0)\n");
     if (o->resume && res->first > 0)

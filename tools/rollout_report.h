@@ -35,6 +35,7 @@ typedef struct rollout_result {
     size_t mem_session, mem_total; /* rkv_model_config_memory                 */
     size_t model_bytes;            /* the model's (or the GPU's) memory       */
     rkv_threadpool *pool;          /* CPU backend, else NULL                  */
+    const char *isa;               /* CPU backend: the attention kernel used */
     rollout_gpu *gpu;              /* CUDA backend, else NULL                 */
     const char *digest_hex;        /* XXH3-64 of the last frame's outputs     */
     const char *picture, *legend;  /* the files written                       */
