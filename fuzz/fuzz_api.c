@@ -233,10 +233,14 @@ static void op_begin(cursor *c) {
         f[b] = mode < 200 ? base : mode < 250 ? base + (int64_t)(mode % 5) - 2 : -1 - (mode % 3);
     }
     rkv_status st = rkv_model_begin_frame(M, B, rows, f);
+    /* Order of the library's checks: every row held first, then each row's
+     * frame state and clock in row order. */
     rkv_status want = ref_rows(B, rows);
+    for (int64_t b = 0; want == RKV_OK && b < B; b++)
+        if (!R[rows[b]].held) want = RKV_ERR_STATE;
     for (int64_t b = 0; want == RKV_OK && b < B; b++) {
         const ref_session *r = &R[rows[b]];
-        if (!r->held || r->in_frame) want = RKV_ERR_STATE;
+        if (r->in_frame) want = RKV_ERR_STATE;
         else if (f[b] < 0) want = RKV_ERR_CLOCK;
         else if (r->last >= 0 && f[b] != r->last + 1) want = RKV_ERR_CLOCK;
     }
@@ -256,9 +260,10 @@ static rkv_status ref_check_rows(int64_t layer, int64_t B, const int64_t *rows, 
     if (layer < 0 || layer >= NL) return RKV_ERR_RANGE;
     rkv_status st = ref_rows(B, rows);
     if (st != RKV_OK) return st;
+    for (int64_t b = 0; b < B; b++)
+        if (!R[rows[b]].held) return RKV_ERR_STATE;
     for (int64_t b = 0; b < B; b++) {
         const ref_session *r = &R[rows[b]];
-        if (!r->held) return RKV_ERR_STATE;
         if (need_frame ? !r->in_frame : r->frame_pos < 0) return RKV_ERR_STATE;
     }
     return RKV_OK;
