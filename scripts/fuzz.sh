@@ -9,9 +9,16 @@
 # is left in build-fuzz/artifacts/ (copy it to fuzz/regressions/TARGET/ to
 # keep it as a regression test).
 # Usage: scripts/fuzz.sh [SECONDS_PER_TARGET]   (default: $FUZZ_SECONDS or 20)
+# FUZZ_SEED=N fixes libFuzzer's random seed, so a run explores the same
+# inputs in the same order wherever it starts from the same corpus (CI sets
+# it and starts from an empty build-fuzz/: a CI failure reproduces with the
+# same seed, and a longer local run from an empty corpus with that seed goes
+# through the inputs a CI run tries, and more). Unset: a new seed each run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-${FUZZ_SECONDS:-20}}
+seed_arg=()
+if [ -n "${FUZZ_SEED:-}" ]; then seed_arg=(-seed="$FUZZ_SEED"); fi
 jobs=$(nproc 2>/dev/null || echo 2)
 cc=${FUZZ_CC:-$(command -v clang-14 || command -v clang || true)}
 if [ -z "$cc" ]; then
@@ -47,7 +54,7 @@ for t in "${targets[@]}"; do
   fi
   echo "== $t: fuzzing for ${secs}s"
   if ! "$build/fuzz/$t" -max_total_time="$secs" -timeout=20 -rss_limit_mb=4096 \
-      -print_final_stats=1 -artifact_prefix="$build/artifacts/$t-" "$build/corpus/$name" \
+      ${seed_arg[@]+"${seed_arg[@]}"} -print_final_stats=1 -artifact_prefix="$build/artifacts/$t-" "$build/corpus/$name" \
       > "$build/$t.log" 2>&1; then
     status=1
     echo "fuzz.sh: $t FAILED; the last lines of $build/$t.log:" >&2
