@@ -174,6 +174,12 @@ typedef struct rkv_cuda_attention_args {
  * buffering, invisible frames skipped whole, the GQA group's query heads
  * sharing each K/V tile); everything else (f32 storage, other D up to 256,
  * explicit visibility rows, mixed dtypes) runs a generic f32 kernel.
+ * With the environment variable RKV_CUDA_ATTN_KERNEL=wgmma set when the
+ * layer is created, D 64 on a compute capability 9.x GPU runs the Hopper
+ * kernel instead (wgmma.mma_async from 128-byte-swizzled shared memory,
+ * sm_90a code). It is opt-in until the GPU check has verified it; the
+ * plan string of rkv_cuda_attention_describe starts "wgmma" when it runs.
+ * RKV_CUDA_ATTN_STAGES=3 deepens the mma kernel's pipeline (D 64).
  * Capture-safe. Host errors (nothing enqueued): RKV_ERR_NULL,
  * RKV_ERR_INVALID_ARG (B, Hq, Tq, scale, alignment, D > 256 on the generic
  * kernel), RKV_ERR_DTYPE, RKV_ERR_OVERFLOW, RKV_ERR_STATE. */

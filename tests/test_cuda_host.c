@@ -14,7 +14,9 @@
 
 #include "../src/cuda/plan.c"
 
-static const rkv__cuda_device_info H200 = {132, 227 * 1024};
+static const rkv__cuda_device_info H200 = {132, 227 * 1024, 9};
+/* An sm_80-class GPU: the wgmma kernel must never be planned there. */
+static const rkv__cuda_device_info A100 = {108, 163 * 1024, 8};
 
 static rkv_geometry geom(int64_t S, int64_t H, int64_t RF, int64_t RB, int64_t D, int64_t T,
                          int64_t PD, rkv_dtype dt) {
@@ -156,7 +158,7 @@ static void test_attention_plan_720p(void **state) {
     assert_int_equal(rkv__cuda_attention_check(&g, &a), RKV_OK);
     rkv__cuda_attn_plan p;
     /* no workspace: one block per 128 rows of a (b, kv head) */
-    rkv__cuda_attention_plan_make(&g, &a, &H200, 2, 0, &p);
+    rkv__cuda_attention_plan_make(&g, &a, &H200, 2, RKV__KERNEL_MMA, 0, &p);
     assert_int_equal(p.kind, RKV__ATTN_MMA);
     assert_int_equal(p.bm, 128);
     assert_int_equal(p.bn, 64);
@@ -176,7 +178,7 @@ static void test_attention_plan_720p(void **state) {
     assert_int_equal(p.smem_bytes, (128 + 2 * 2 * 64) * 64 * 2 + 80); /* + 17 ints, rounded */
     assert_true(p.scale > 0.1249f && p.scale < 0.1251f);
     /* preferred: two splits fill 2 blocks on each of 132 SMs */
-    rkv__cuda_attention_plan_make(&g, &a, &H200, 2, 1, &p);
+    rkv__cuda_attention_plan_make(&g, &a, &H200, 2, RKV__KERNEL_MMA, 1, &p);
     assert_int_equal(p.splits, 2);
     assert_int_equal(p.grid_x, 16);
     const size_t need = (size_t)2 * 32 * 512 * (64 + 2) * 4;
@@ -185,25 +187,25 @@ static void test_attention_plan_720p(void **state) {
     /* the workspace given decides */
     a.workspace = DEV(0x80000000);
     a.workspace_bytes = need;
-    rkv__cuda_attention_plan_make(&g, &a, &H200, 2, 0, &p);
+    rkv__cuda_attention_plan_make(&g, &a, &H200, 2, RKV__KERNEL_MMA, 0, &p);
     assert_int_equal(p.splits, 2);
     a.workspace_bytes = need - 1;
-    rkv__cuda_attention_plan_make(&g, &a, &H200, 2, 0, &p);
+    rkv__cuda_attention_plan_make(&g, &a, &H200, 2, RKV__KERNEL_MMA, 0, &p);
     assert_int_equal(p.splits, 1);
     assert_int_equal(p.workspace_bytes, 0);
     /* three stages: more shared memory */
-    rkv__cuda_attention_plan_make(&g, &a, &H200, 3, 0, &p);
+    rkv__cuda_attention_plan_make(&g, &a, &H200, 3, RKV__KERNEL_MMA, 0, &p);
     assert_int_equal(p.stages, 3);
     assert_int_equal(p.smem_bytes, (128 + 2 * 3 * 64) * 64 * 2 + 80);
     /* B = 8 fills the GPU without splitting */
     a = args(8, 32, RKV_DTYPE_BF16);
-    rkv__cuda_attention_plan_make(&g, &a, &H200, 2, 1, &p);
+    rkv__cuda_attention_plan_make(&g, &a, &H200, 2, RKV__KERNEL_MMA, 1, &p);
     assert_int_equal(p.ctas, 1024);
     assert_int_equal(p.splits, 1);
     assert_int_equal(p.grid_z, 8);
     /* 360P, B = 8: 256 blocks, no split either */
     rkv_geometry g360 = geom(8, 16, 16, 16, 64, 128, 8, RKV_DTYPE_BF16);
-    rkv__cuda_attention_plan_make(&g360, &a, &H200, 2, 1, &p);
+    rkv__cuda_attention_plan_make(&g360, &a, &H200, 2, RKV__KERNEL_MMA, 1, &p);
     assert_int_equal(p.m_tiles, 2);
     assert_int_equal(p.ctas, 256);
     assert_int_equal(p.splits, 1);
@@ -214,50 +216,110 @@ static void test_attention_plan_kernel_choice(void **state) {
     rkv__cuda_attn_plan p;
     rkv_geometry g = geom(2, 2, 4, 4, 128, 128, 1, RKV_DTYPE_F16);
     rkv_cuda_attention_args a = args(2, 4, RKV_DTYPE_F16);
-    rkv__cuda_attention_plan_make(&g, &a, &H200, 3, 0, &p);
+    rkv__cuda_attention_plan_make(&g, &a, &H200, 3, RKV__KERNEL_MMA, 0, &p);
     assert_int_equal(p.kind, RKV__ATTN_MMA);
     assert_int_equal(p.bm, 64);     /* D 128: one m16 tile per warp */
     assert_int_equal(p.stages, 2);  /* 3 stages are built for D 64 only */
     a.out_dtype = RKV_DTYPE_F32;    /* f32 output stays on the mma kernel */
-    rkv__cuda_attention_plan_make(&g, &a, &H200, 2, 0, &p);
+    rkv__cuda_attention_plan_make(&g, &a, &H200, 2, RKV__KERNEL_MMA, 0, &p);
     assert_int_equal(p.kind, RKV__ATTN_MMA);
     assert_int_equal(p.out_f32, 1);
     a.out_dtype = RKV_DTYPE_BF16;   /* another 16-bit output: generic */
-    rkv__cuda_attention_plan_make(&g, &a, &H200, 2, 0, &p);
+    rkv__cuda_attention_plan_make(&g, &a, &H200, 2, RKV__KERNEL_MMA, 0, &p);
     assert_int_equal(p.kind, RKV__ATTN_SIMT);
     a = args(2, 4, RKV_DTYPE_F32);  /* q dtype != storage dtype */
-    rkv__cuda_attention_plan_make(&g, &a, &H200, 2, 0, &p);
+    rkv__cuda_attention_plan_make(&g, &a, &H200, 2, RKV__KERNEL_MMA, 0, &p);
     assert_int_equal(p.kind, RKV__ATTN_SIMT);
     a = args(2, 4, RKV_DTYPE_F16);  /* explicit visibility rows */
     a.visible = (const uint8_t *)DEV(0x9000);
-    rkv__cuda_attention_plan_make(&g, &a, &H200, 2, 0, &p);
+    rkv__cuda_attention_plan_make(&g, &a, &H200, 2, RKV__KERNEL_MMA, 0, &p);
     assert_int_equal(p.kind, RKV__ATTN_SIMT);
     assert_int_equal(p.grid_x, (2 * 4 * 128 + 3) / 4);
     assert_int_equal(p.smem_bytes, 2 * 16);
     /* f32 storage, other D: generic */
     rkv_geometry f = geom(2, 2, 4, 4, 64, 128, 1, RKV_DTYPE_F32);
     a = args(2, 4, RKV_DTYPE_F32);
-    rkv__cuda_attention_plan_make(&f, &a, &H200, 2, 0, &p);
+    rkv__cuda_attention_plan_make(&f, &a, &H200, 2, RKV__KERNEL_MMA, 0, &p);
     assert_int_equal(p.kind, RKV__ATTN_SIMT);
     rkv_geometry d80 = geom(2, 2, 4, 4, 80, 128, 1, RKV_DTYPE_BF16);
     a = args(2, 4, RKV_DTYPE_BF16);
-    rkv__cuda_attention_plan_make(&d80, &a, &H200, 2, 0, &p);
+    rkv__cuda_attention_plan_make(&d80, &a, &H200, 2, RKV__KERNEL_MMA, 0, &p);
     assert_int_equal(p.kind, RKV__ATTN_SIMT);
     /* a frame list too long for shared memory: generic */
     rkv_geometry longring = geom(1, 1, 60000, 16, 64, 128, 1, RKV_DTYPE_BF16);
-    rkv__cuda_attention_plan_make(&longring, &a, &H200, 2, 0, &p);
+    rkv__cuda_attention_plan_make(&longring, &a, &H200, 2, RKV__KERNEL_MMA, 0, &p);
     assert_int_equal(p.kind, RKV__ATTN_SIMT);
     /* n_queries: partial tiles, rows spanning the GQA group */
     rkv_geometry g64 = geom(2, 2, 4, 4, 64, 128, 1, RKV_DTYPE_BF16);
     a = args(1, 8, RKV_DTYPE_BF16); /* group 4 */
     a.n_queries = 37;
-    rkv__cuda_attention_plan_make(&g64, &a, &H200, 2, 1, &p);
+    rkv__cuda_attention_plan_make(&g64, &a, &H200, 2, RKV__KERNEL_MMA, 1, &p);
     assert_int_equal(p.rows_per_kvh, 4 * 37);
     assert_int_equal(p.m_tiles, 2);
     assert_int_equal(p.ctas, 2 * 2);
     /* splits capped by RKV__MAX_SPLITS and by the key tiles (5 frames x 2) */
     assert_int_equal(p.max_key_tiles, 10);
     assert_int_equal(p.splits, 5);
+}
+
+/* The Hopper kernel: planned only when asked for, with D 64, 16-bit storage
+ * and q, no explicit rows, on a compute capability 9 device; the mma kernel
+ * (or the generic one) everywhere else. */
+static void test_attention_plan_wgmma(void **state) {
+    (void)state;
+    rkv__cuda_attn_plan p;
+    rkv_geometry g = geom(8, 16, 16, 16, 64, 512, 1, RKV_DTYPE_BF16);
+    rkv_cuda_attention_args a = args(1, 32, RKV_DTYPE_BF16);
+    rkv__cuda_attention_plan_make(&g, &a, &H200, 2, RKV__KERNEL_WGMMA, 0, &p);
+    assert_int_equal(p.kind, RKV__ATTN_WGMMA);
+    assert_int_equal(p.bm, 128);     /* two warpgroups of 64 rows */
+    assert_int_equal(p.bn, 64);
+    assert_int_equal(p.threads, 256);
+    assert_int_equal(p.stages, RKV__WGMMA_STAGES);
+    assert_int_equal(p.m_tiles, 8);
+    assert_int_equal(p.ctas, 128);
+    /* Q tile + 3 K/V stages + 17 frame ints (rounded) + the alignment slack */
+    assert_int_equal(p.smem_bytes, (128 + 2 * 3 * 64) * 64 * 2 + 80 + 1024);
+    /* 2 blocks of 227 KiB - a bit must fit on an SM */
+    assert_true(2 * p.smem_bytes <= H200.smem_optin);
+    /* the same key splits as the mma kernel (same block count) */
+    rkv__cuda_attention_plan_make(&g, &a, &H200, 2, RKV__KERNEL_WGMMA, 1, &p);
+    assert_int_equal(p.splits, 2);
+    assert_int_equal(p.grid_x, 16);
+    char buf[256];
+    rkv__cuda_attention_plan_describe(&p, buf, sizeof buf);
+    assert_non_null(strstr(buf, "wgmma bf16 d64"));
+    /* f32 output too */
+    a.out_dtype = RKV_DTYPE_F32;
+    rkv__cuda_attention_plan_make(&g, &a, &H200, 2, RKV__KERNEL_WGMMA, 0, &p);
+    assert_int_equal(p.kind, RKV__ATTN_WGMMA);
+    assert_int_equal(p.out_f32, 1);
+    /* not on an sm_80-class device */
+    a = args(1, 32, RKV_DTYPE_BF16);
+    rkv__cuda_attention_plan_make(&g, &a, &A100, 2, RKV__KERNEL_WGMMA, 0, &p);
+    assert_int_equal(p.kind, RKV__ATTN_MMA);
+    /* D 128: the mma kernel */
+    rkv_geometry d128 = geom(2, 1, 4, 3, 128, 128, 3, RKV_DTYPE_BF16);
+    a = args(2, 2, RKV_DTYPE_BF16);
+    rkv__cuda_attention_plan_make(&d128, &a, &H200, 2, RKV__KERNEL_WGMMA, 0, &p);
+    assert_int_equal(p.kind, RKV__ATTN_MMA);
+    /* f16 storage: wgmma too; explicit rows or f32 q: generic */
+    rkv_geometry h = geom(2, 2, 4, 4, 64, 128, 1, RKV_DTYPE_F16);
+    a = args(2, 4, RKV_DTYPE_F16);
+    rkv__cuda_attention_plan_make(&h, &a, &H200, 2, RKV__KERNEL_WGMMA, 0, &p);
+    assert_int_equal(p.kind, RKV__ATTN_WGMMA);
+    a.visible = (const uint8_t *)DEV(0x9000);
+    rkv__cuda_attention_plan_make(&h, &a, &H200, 2, RKV__KERNEL_WGMMA, 0, &p);
+    assert_int_equal(p.kind, RKV__ATTN_SIMT);
+    a = args(2, 4, RKV_DTYPE_F32);
+    rkv__cuda_attention_plan_make(&h, &a, &H200, 2, RKV__KERNEL_WGMMA, 0, &p);
+    assert_int_equal(p.kind, RKV__ATTN_SIMT);
+    /* a frame list too long for the wgmma tiles but not for mma's: mma */
+    const int64_t rf = (int64_t)(H200.smem_optin - (128 + 2 * 2 * 64) * 64 * 2) / 4 - 8;
+    rkv_geometry lr = geom(1, 1, rf, 16, 64, 128, 1, RKV_DTYPE_BF16);
+    a = args(1, 2, RKV_DTYPE_BF16);
+    rkv__cuda_attention_plan_make(&lr, &a, &H200, 2, RKV__KERNEL_WGMMA, 0, &p);
+    assert_int_equal(p.kind, RKV__ATTN_MMA);
 }
 
 static void test_attention_checks(void **state) {
@@ -320,6 +382,8 @@ static void test_device_error_words(void **state) {
     assert_non_null(strstr(rkv_last_error(), "rkv_cuda_layer_attend"));
     w = RKV__OP_ATTEND << 24 | RKV__DEVERR_CLOCK << 16 | 0;
     EXPECT_STATUS(rkv__cuda_device_error_status(w, 8), RKV_ERR_INVALID_ARG, "frame_pos[0]");
+    w = RKV__OP_ATTEND << 24 | RKV__DEVERR_ARCH << 16;
+    EXPECT_STATUS(rkv__cuda_device_error_status(w, 8), RKV_ERR_STATE, "sm_90a");
     EXPECT_STATUS(rkv__cuda_device_error_status(0x09090000, 8), RKV_ERR_STATE, "unknown");
 }
 
@@ -328,7 +392,7 @@ static void test_describe(void **state) {
     rkv_geometry g = geom(8, 16, 16, 16, 64, 512, 1, RKV_DTYPE_BF16);
     rkv_cuda_attention_args a = args(1, 32, RKV_DTYPE_BF16);
     rkv__cuda_attn_plan p;
-    rkv__cuda_attention_plan_make(&g, &a, &H200, 2, 1, &p);
+    rkv__cuda_attention_plan_make(&g, &a, &H200, 2, RKV__KERNEL_MMA, 1, &p);
     char buf[256];
     rkv__cuda_attention_plan_describe(&p, buf, sizeof buf);
     assert_non_null(strstr(buf, "mma bf16 d64"));
@@ -347,6 +411,7 @@ int main(void) {
         cmocka_unit_test(test_upsert_checks),
         cmocka_unit_test(test_attention_plan_720p),
         cmocka_unit_test(test_attention_plan_kernel_choice),
+        cmocka_unit_test(test_attention_plan_wgmma),
         cmocka_unit_test(test_attention_checks),
         cmocka_unit_test(test_device_error_words),
         cmocka_unit_test(test_describe),

@@ -170,14 +170,19 @@ typedef struct att_setup {
     int64_t keys;        /* visible keys per row (for the FLOP count) */
 } att_setup;
 
-static void bench_attention(cudaStream_t st, const att_setup *a, int stages, int spot) {
+/* kernel: "mma" or "wgmma" (RKV_CUDA_ATTN_KERNEL); stages: the mma
+ * kernel's cp.async depth (the wgmma kernel has its own). */
+static void bench_attention(cudaStream_t st, const att_setup *a, const char *kernel, int stages,
+                            int spot) {
     const int64_t S = 8, Hq = 32, D = 64, Tq = a->T;
     char env[8];
     snprintf(env, sizeof env, "%d", stages);
     setenv("RKV_CUDA_ATTN_STAGES", env, 1);
+    setenv("RKV_CUDA_ATTN_KERNEL", kernel, 1);
     rkv_geometry g = geom(S, a->T, a->PD);
     rkv_cuda_layer *l = steady_layer(&g);
     unsetenv("RKV_CUDA_ATTN_STAGES");
+    unsetenv("RKV_CUDA_ATTN_KERNEL");
     const size_t nq = (size_t)(a->B * Hq * Tq * D);
     void *d_q = ct_dmalloc(nq * 2), *d_out = ct_dmalloc(nq * 2);
     fill_random(d_q, nq * 2);
@@ -217,8 +222,11 @@ static void bench_attention(cudaStream_t st, const att_setup *a, int stages, int
         }
         const double ms = median(t, g_reps);
         char name[96], note[512];
-        snprintf(name, sizeof name, "attention_%s_stages%d%s", a->name, stages,
-                 use_ws ? "_split" : "");
+        if (!strcmp(kernel, "wgmma"))
+            snprintf(name, sizeof name, "attention_%s_wgmma%s", a->name, use_ws ? "_split" : "");
+        else
+            snprintf(name, sizeof name, "attention_%s_stages%d%s", a->name, stages,
+                     use_ws ? "_split" : "");
         snprintf(note, sizeof note, "us=%.1f keys=%lld plan=\"%s\"", ms * 1e3, (long long)a->keys,
                  plan);
         result(name, flop / (ms * 1e-3) / 1e12, "TFLOP/s", note);
@@ -246,7 +254,7 @@ static void bench_attention(cudaStream_t st, const att_setup *a, int stages, int
         }
         const double err = den > 0 ? sqrt(num / den) : INFINITY;
         char name[96], note[64];
-        snprintf(name, sizeof name, "attention_%s_f64_spot_err", a->name);
+        snprintf(name, sizeof name, "attention_%s_%s_f64_spot_err", a->name, kernel);
         snprintf(note, sizeof note, "rows=6 pass=%s", err <= 1e-2 ? "yes" : "NO");
         result(name, err, "rel", note);
         free(h_kv), free(h_w), free(h_q), free(h_out);
@@ -257,15 +265,18 @@ static void bench_attention(cudaStream_t st, const att_setup *a, int stages, int
 }
 
 /* ---- a whole frame in one graph ------------------------------------------------ */
-static double bench_frame(cudaStream_t st, int64_t S) {
+static double bench_frame(cudaStream_t st, int64_t S, const char *kernel) {
     /* Waypoint-1.5 at 720P (SEM 7): 24 layers, Hq 32, H 16, D 64, T 512;
      * layers 3, 7, ..., 23 global (PD 8, RB = RF = 16), the rest local. */
     const int64_t NLAY = 24, B = S, Hq = 32, T = 512, D = 64, H = 16;
     rkv_cuda_layer **lay = (rkv_cuda_layer **)ct_malloc((size_t)NLAY * sizeof *lay);
+    setenv("RKV_CUDA_ATTN_KERNEL", kernel, 1);
     for (int64_t i = 0; i < NLAY; i++) {
         rkv_geometry g = geom(S, T, i % 4 == 3 ? 8 : 1);
         lay[i] = steady_layer(&g);
     }
+    unsetenv("RKV_CUDA_ATTN_KERNEL");
+    const char *suffix = strcmp(kernel, "wgmma") ? "" : "_wgmma";
     const size_t kv_in = (size_t)(2 * H * B * T * D) * 2, nq = (size_t)(B * Hq * T * D);
     /* one input per pass (the layers read the same buffers: a real model
      * writes new activations there between layers) */
@@ -329,14 +340,16 @@ static double bench_frame(cudaStream_t st, int64_t S) {
     const double ms = median(t, reps);
     for (int64_t i = 0; i < NLAY; i++) OKR(rkv_cuda_layer_check(lay[i], (void *)st));
     char name[64], note[160];
-    snprintf(name, sizeof name, "frame_graph_%lld_session%s", (long long)S, S > 1 ? "s" : "");
+    snprintf(name, sizeof name, "frame_graph_%lld_session%s%s", (long long)S, S > 1 ? "s" : "",
+             suffix);
     snprintf(note, sizeof note,
              "layers=%lld passes=5 calls=%lld(upsert+attend) per_session_ms=%.3f workspace=%zu",
              (long long)NLAY, (long long)(NLAY * 5), ms / (double)S, wsb);
     result(name, ms, "ms/frame", note);
     const double rt = (double)S * (1000.0 / 15.0) / ms;
-    snprintf(name, sizeof name, "sessions_at_15fps_B%lld", (long long)S);
-    snprintf(note, sizeof note, "from frame_graph_%lld (cache+attention only)", (long long)S);
+    snprintf(name, sizeof name, "sessions_at_15fps_B%lld%s", (long long)S, suffix);
+    snprintf(note, sizeof note, "from frame_graph_%lld%s (cache+attention only)", (long long)S,
+             suffix);
     result(name, rt, "sessions", note);
     CK(cudaGraphExecDestroy(exec));
     CK(cudaGraphDestroy(graph));
@@ -380,11 +393,14 @@ int main(int argc, char **argv) {
         {"360p_B8_2176keys", 128, 8, 8, 1001, 17 * 128},
     };
     for (size_t i = 0; i < sizeof setups / sizeof setups[0]; i++) {
-        bench_attention(st, &setups[i], 2, i == 0);
-        if (!quick) bench_attention(st, &setups[i], 3, 0);
+        bench_attention(st, &setups[i], "mma", 2, i == 0);
+        if (!quick) bench_attention(st, &setups[i], "mma", 3, 0);
+        bench_attention(st, &setups[i], "wgmma", 2, i == 0);
     }
-    bench_frame(st, 1);
-    bench_frame(st, 8);
+    bench_frame(st, 1, "mma");
+    bench_frame(st, 8, "mma");
+    bench_frame(st, 1, "wgmma");
+    bench_frame(st, 8, "wgmma");
 
     printf("\n%-44s %12s  %-9s %s\n", "measurement", "value", "unit", "note");
     for (int i = 0; i < g_nrows; i++)

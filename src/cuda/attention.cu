@@ -167,7 +167,8 @@ rkv_status plan_for(const rkv_cuda_layer *l, const rkv_cuda_attention_args *a, i
                     rkv__cuda_attn_plan *plan) {
     rkv_status st = rkv__cuda_attention_check(l ? &l->g : nullptr, a);
     if (st != RKV_OK) return st;
-    rkv__cuda_attention_plan_make(&l->g, a, &l->dev, l->attn_stages, preferred, plan);
+    rkv__cuda_attention_plan_make(&l->g, a, &l->dev, l->attn_stages, l->attn_kernel, preferred,
+                                  plan);
     if (plan->grid_x > 0x7fffffff)
         return rkv__fail(RKV_ERR_OVERFLOW, "rkv_cuda_layer_attend: %lld blocks exceed the grid",
                          (long long)plan->grid_x);
@@ -179,6 +180,10 @@ rkv_status plan_for(const rkv_cuda_layer *l, const rkv_cuda_attention_args *a, i
 void rkv__cuda_attention_prepare(const rkv_cuda_layer *l) {
     rkv__prepare_mma_bf16(l->dev.smem_optin);
     rkv__prepare_mma_f16(l->dev.smem_optin);
+    if (l->dev.cc_major == 9) {
+        rkv__prepare_wgmma_bf16(l->dev.smem_optin);
+        rkv__prepare_wgmma_f16(l->dev.smem_optin);
+    }
 }
 
 extern "C" rkv_status rkv_cuda_layer_attend(const rkv_cuda_layer *l,
@@ -191,7 +196,7 @@ extern "C" rkv_status rkv_cuda_layer_attend(const rkv_cuda_layer *l,
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     const rkv_geometry *g = &l->g;
 
-    if (plan.kind == RKV__ATTN_MMA) {
+    if (plan.kind == RKV__ATTN_MMA || plan.kind == RKV__ATTN_WGMMA) {
         RkvMmaParams p;
         p.kv = l->kv;
         p.written = l->written;
@@ -220,10 +225,11 @@ extern "C" rkv_status rkv_cuda_layer_attend(const rkv_cuda_layer *l,
         p.PD = g->pinned_dilation;
         p.total_rows = plan.total_rows;
         p.scale_log2 = plan.scale * 1.4426950408889634f;
-        if (g->dtype == RKV_DTYPE_BF16)
-            rkv__launch_mma_bf16(&plan, p, s);
+        const bool bf16 = g->dtype == RKV_DTYPE_BF16;
+        if (plan.kind == RKV__ATTN_WGMMA)
+            bf16 ? rkv__launch_wgmma_bf16(&plan, p, s) : rkv__launch_wgmma_f16(&plan, p, s);
         else
-            rkv__launch_mma_f16(&plan, p, s);
+            bf16 ? rkv__launch_mma_bf16(&plan, p, s) : rkv__launch_mma_f16(&plan, p, s);
         if ((st = rkv__cuda_after_launch(what)) != RKV_OK) return st;
         if (plan.splits > 1) {
             const int64_t n = plan.total_rows * (g->d_head / 4);

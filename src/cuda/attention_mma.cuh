@@ -23,14 +23,12 @@
 //   over several blocks, the unnormalized O with (max, sum) to the workspace
 //   for the combine kernel.
 //
-// TODO(wgmma): the Hopper path. On sm_90a replace the mma.sync main loop by
-// a warpgroup kernel: K/V tiles brought by TMA (cp.async.bulk.tensor, one
-// tensor map over the [2][H][N][D] storage, the tile's slot offset from the
-// frame list) completing on mbarriers, a producer warp and two consumer
-// warpgroups (setmaxnreg), S = Q K^T and O += P V with wgmma.mma_async
-// (Q and K/V from shared memory, P from registers), softmax of one tile
-// overlapped with the next tile's QK^T (FlashAttention-3 ping-pong). The
-// frame list, the visibility rule, the split/combine and the host plan stay.
+// The Hopper path (sm_90a, D 64) is attention_wgmma.cuh: the same frame list,
+// visibility rule, tiles, softmax and split/combine, with the products on
+// wgmma.mma_async. TODO(wgmma) there: K/V by TMA (cp.async.bulk.tensor on
+// mbarriers), a producer warp and consumer warpgroups (setmaxnreg), and the
+// softmax of one tile overlapped with the next tile's Q K^T (FlashAttention-3
+// ping-pong), once the plain version has passed the GPU check.
 #ifndef RKV_CUDA_ATTENTION_MMA_CUH
 #define RKV_CUDA_ATTENTION_MMA_CUH
 
@@ -121,6 +119,105 @@ __device__ __forceinline__ int swz(int row, int chunk) {
     return row * D + ((chunk ^ (row & 7)) << 3);
 }
 
+// ---- pieces shared with the Hopper kernel (attention_wgmma.cuh) -------------------
+
+// ROWS rows of D elements from src (row stride D) into a swizzled tile,
+// 16-byte cp.async chunks spread over THREADS threads; rows at or past
+// `valid` are zero-filled (the source is not read).
+template <typename T, int D, int ROWS, int THREADS>
+__device__ __forceinline__ void load_tile_async(T *dst, const T *src, int64_t valid, int tid) {
+    constexpr int CPR = D / 8;
+    static_assert((ROWS * CPR) % THREADS == 0, "tile loads");
+#pragma unroll
+    for (int k = 0; k < ROWS * CPR / THREADS; k++) {
+        const int c = tid + k * THREADS, r = c / CPR, ch = c % CPR;
+        const bool in = r < valid;
+        cp_async16(dst + swz<D>(r, ch), src + (in ? r * D + ch * 8 : 0), in ? 16 : 0);
+    }
+}
+
+// Warp 0 of a block: the visible frames of session `sess` at clock f by the
+// bits-and-clock rule (SEMANTICS 4): ring frames ascending (the slot
+// ceil(f/PD) mod RB hidden on write steps, unwritten slots skipped), the
+// scratch (RF) last; their count in *n_frames.
+__device__ __forceinline__ void build_frame_list(const RkvMmaParams &p, int64_t sess, int64_t f,
+                                                 int lane, int *list, int *n_frames) {
+    const int64_t hidden = (f % p.PD == 0) ? (f / p.PD) % p.RB : -1;
+    const uint8_t *w = p.written + sess * p.C;
+    int n = 0;
+    for (int64_t r0 = 0; r0 < p.RF; r0 += 32) {
+        const int64_t r = r0 + lane;
+        const bool vis = r < p.RF && r != hidden && w[r * p.T] != 0;
+        const unsigned m = __ballot_sync(0xffffffffu, vis);
+        if (vis) list[n + __popc(m & ((1u << lane) - 1u))] = (int)r;
+        n += __popc(m);
+    }
+    if (lane == 0) {
+        list[n] = (int)p.RF;
+        *n_frames = n + 1;
+    }
+}
+
+// Epilogue of one m16 tile of rows: o holds the thread's DT x 4 accumulators
+// (mma.m16n8 C layout: rows g and g+8, columns 8*dn + 2*t4 + {0,1}); m0/m1
+// the running maxima (log2 units), l0/l1 the thread's partial sums of rows
+// ra and ra+8 (within the M rows of the block's (b, kv head); global row
+// qrow0 + ra). Writes O / l in the output dtype, or, with key splits, the
+// unnormalized O and (max, sum) to the workspace of `split`.
+template <typename T, int D, bool OUT_F32>
+__device__ __forceinline__ void store_m16(const RkvMmaParams &p, const float *o, float m0,
+                                          float m1, float l0, float l1, int64_t ra,
+                                          int64_t qrow0, int split, int lane) {
+    constexpr int DT = D / 8;
+    const int t4 = lane & 3;
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    const int64_t rb = ra + 8;
+    const bool ina = ra < p.M, inb = rb < p.M;
+    const int64_t ga = qrow0 + ra, gb = qrow0 + rb;  // global rows
+    if (p.splits == 1) {
+        const float i0 = l0 > 0.f ? 1.f / l0 : 0.f, i1 = l1 > 0.f ? 1.f / l1 : 0.f;
+#pragma unroll
+        for (int dn = 0; dn < DT; dn++) {
+            const int col = dn * 8 + 2 * t4;
+            const float *od = o + dn * 4;
+            if (OUT_F32) {
+                float *out = static_cast<float *>(p.out);
+                if (ina)
+                    *reinterpret_cast<float2 *>(out + ga * D + col) =
+                        make_float2(od[0] * i0, od[1] * i0);
+                if (inb)
+                    *reinterpret_cast<float2 *>(out + gb * D + col) =
+                        make_float2(od[2] * i1, od[3] * i1);
+            } else {
+                T *out = static_cast<T *>(p.out);
+                if (ina)
+                    *reinterpret_cast<uint32_t *>(out + ga * D + col) =
+                        Ops<T>::pack(od[0] * i0, od[1] * i0);
+                if (inb)
+                    *reinterpret_cast<uint32_t *>(out + gb * D + col) =
+                        Ops<T>::pack(od[2] * i1, od[3] * i1);
+            }
+        }
+    } else {
+        float *wo = p.ws_o + (int64_t)split * p.total_rows * D;
+        float *wml = p.ws_ml + (int64_t)split * p.total_rows * 2;
+#pragma unroll
+        for (int dn = 0; dn < DT; dn++) {
+            const int col = dn * 8 + 2 * t4;
+            const float *od = o + dn * 4;
+            if (ina) *reinterpret_cast<float2 *>(wo + ga * D + col) = make_float2(od[0], od[1]);
+            if (inb) *reinterpret_cast<float2 *>(wo + gb * D + col) = make_float2(od[2], od[3]);
+        }
+        if (t4 == 0) {
+            if (ina) *reinterpret_cast<float2 *>(wml + ga * 2) = make_float2(m0, l0);
+            if (inb) *reinterpret_cast<float2 *>(wml + gb * 2) = make_float2(m1, l1);
+        }
+    }
+}
+
 template <typename T, int D, int MT, int WARPS, int BN, int STAGES, bool OUT_F32>
 __global__ void __launch_bounds__(WARPS * 32, 2) ring_attention_mma(const RkvMmaParams p) {
     constexpr int BM = 16 * MT * WARPS;
@@ -153,34 +250,12 @@ __global__ void __launch_bounds__(WARPS * 32, 2) ring_attention_mma(const RkvMma
     // built (sQ does not alias the row staging).
     const int64_t qrow0 = ((int64_t)b * p.Hq + (int64_t)kvh * p.group) * p.Tq;  // global row
     const int64_t row0 = (int64_t)mtile * BM;                                    // within M
-    {
-        const T *qg = static_cast<const T *>(p.q) + qrow0 * D;
-#pragma unroll
-        for (int k = 0; k < BM * CPR / THREADS; k++) {
-            const int c = tid + k * THREADS, r = c / CPR, ch = c % CPR;
-            const bool in = row0 + r < p.M;
-            cp_async16(sQ + swz<D>(r, ch), qg + (in ? (row0 + r) * D + ch * 8 : 0), in ? 16 : 0);
-        }
-        cp_async_commit();
-    }
+    load_tile_async<T, D, BM, THREADS>(sQ, static_cast<const T *>(p.q) + (qrow0 + row0) * D,
+                                       p.M - row0, tid);
+    cp_async_commit();
 
     // 3. The row's visible frames (bits-and-clock rule), ascending, scratch last.
-    if (warp == 0) {
-        const int64_t hidden = (f % p.PD == 0) ? (f / p.PD) % p.RB : -1;
-        const uint8_t *w = p.written + sess * p.C;
-        int n = 0;
-        for (int64_t r0 = 0; r0 < p.RF; r0 += 32) {
-            const int64_t r = r0 + lane;
-            const bool vis = r < p.RF && r != hidden && w[r * p.T] != 0;
-            const unsigned m = __ballot_sync(0xffffffffu, vis);
-            if (vis) sList[n + __popc(m & ((1u << lane) - 1u))] = (int)r;
-            n += __popc(m);
-        }
-        if (lane == 0) {
-            sList[n] = (int)p.RF;
-            sNf = n + 1;
-        }
-    }
+    if (warp == 0) build_frame_list(p, sess, f, lane, sList, &sNf);
     __syncthreads();  // list ready; the staging in sK is dead from here on
 
     const int64_t tpf = p.T / BN;
@@ -196,14 +271,8 @@ __global__ void __launch_bounds__(WARPS * 32, 2) ring_attention_mma(const RkvMma
         const int64_t ti = t0 + i;
         const int64_t fr = sList[ti / tpf];
         const int64_t slot = fr * p.T + (ti % tpf) * BN;  // within the session's span
-        const T *kg = kbase + slot * D, *vg = vbase + slot * D;
-        T *ks = sK + stage * BN * D, *vs = sV + stage * BN * D;
-#pragma unroll
-        for (int k = 0; k < BN * CPR / THREADS; k++) {
-            const int c = tid + k * THREADS, r = c / CPR, ch = c % CPR;
-            cp_async16(ks + swz<D>(r, ch), kg + r * D + ch * 8, 16);
-            cp_async16(vs + swz<D>(r, ch), vg + r * D + ch * 8, 16);
-        }
+        load_tile_async<T, D, BN, THREADS>(sK + stage * BN * D, kbase + slot * D, BN, tid);
+        load_tile_async<T, D, BN, THREADS>(sV + stage * BN * D, vbase + slot * D, BN, tid);
     };
 
     // 4. The first STAGES-1 key tiles (the Q tile's group is already in flight).
@@ -328,59 +397,11 @@ __global__ void __launch_bounds__(WARPS * 32, 2) ring_attention_mma(const RkvMma
     cp_async_wait<0>();  // nothing may be left in flight at exit
 
     // 6. Epilogue.
-    const int g = lane >> 2, t4 = lane & 3;
 #pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
-        float l0 = lrow[mt][0], l1 = lrow[mt][1];
-        l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-        l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-        l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-        l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-        const int64_t ra = row0 + (warp * MT + mt) * 16 + g, rb = ra + 8;  // within M
-        const bool ina = ra < p.M, inb = rb < p.M;
-        const int64_t ga = qrow0 + ra, gb = qrow0 + rb;                       // global rows
-        if (p.splits == 1) {
-            const float i0 = l0 > 0.f ? 1.f / l0 : 0.f, i1 = l1 > 0.f ? 1.f / l1 : 0.f;
-#pragma unroll
-            for (int dn = 0; dn < DT; dn++) {
-                const int col = dn * 8 + 2 * t4;
-                if (OUT_F32) {
-                    float *out = static_cast<float *>(p.out);
-                    if (ina)
-                        *reinterpret_cast<float2 *>(out + ga * D + col) =
-                            make_float2(o[mt][dn][0] * i0, o[mt][dn][1] * i0);
-                    if (inb)
-                        *reinterpret_cast<float2 *>(out + gb * D + col) =
-                            make_float2(o[mt][dn][2] * i1, o[mt][dn][3] * i1);
-                } else {
-                    T *out = static_cast<T *>(p.out);
-                    if (ina)
-                        *reinterpret_cast<uint32_t *>(out + ga * D + col) =
-                            Ops<T>::pack(o[mt][dn][0] * i0, o[mt][dn][1] * i0);
-                    if (inb)
-                        *reinterpret_cast<uint32_t *>(out + gb * D + col) =
-                            Ops<T>::pack(o[mt][dn][2] * i1, o[mt][dn][3] * i1);
-                }
-            }
-        } else {
-            float *wo = p.ws_o + (int64_t)split * p.total_rows * D;
-            float *wml = p.ws_ml + (int64_t)split * p.total_rows * 2;
-#pragma unroll
-            for (int dn = 0; dn < DT; dn++) {
-                const int col = dn * 8 + 2 * t4;
-                if (ina)
-                    *reinterpret_cast<float2 *>(wo + ga * D + col) =
-                        make_float2(o[mt][dn][0], o[mt][dn][1]);
-                if (inb)
-                    *reinterpret_cast<float2 *>(wo + gb * D + col) =
-                        make_float2(o[mt][dn][2], o[mt][dn][3]);
-            }
-            if (t4 == 0) {
-                if (ina) *reinterpret_cast<float2 *>(wml + ga * 2) = make_float2(mrow[mt][0], l0);
-                if (inb) *reinterpret_cast<float2 *>(wml + gb * 2) = make_float2(mrow[mt][1], l1);
-            }
-        }
-    }
+    for (int mt = 0; mt < MT; mt++)
+        store_m16<T, D, OUT_F32>(p, &o[mt][0][0], mrow[mt][0], mrow[mt][1], lrow[mt][0],
+                                 lrow[mt][1], row0 + (warp * MT + mt) * 16 + (lane >> 2), qrow0,
+                                 split, lane);
 }
 
 // Host side: the instantiations a dtype file provides.

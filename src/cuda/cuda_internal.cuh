@@ -22,6 +22,7 @@ struct rkv_cuda_layer {
     int device;
     rkv__cuda_device_info dev;
     int attn_stages;      // cp.async depth of the mma kernel (RKV_CUDA_ATTN_STAGES)
+    int attn_kernel;      // RKV__KERNEL_MMA or _WGMMA (RKV_CUDA_ATTN_KERNEL)
     int64_t ring_len;     // L = RF*T
     int64_t capacity;     // C = L + T
     int64_t total_slots;  // N = S*C

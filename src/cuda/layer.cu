@@ -180,8 +180,12 @@ extern "C" rkv_status rkv_cuda_layer_create(const rkv_geometry *g, int device,
     l->device = device;
     l->dev.sm_count = prop.multiProcessorCount;
     l->dev.smem_optin = prop.sharedMemPerBlockOptin;
+    l->dev.cc_major = prop.major;
     const char *env = getenv("RKV_CUDA_ATTN_STAGES");
     l->attn_stages = env && atoi(env) == 3 ? 3 : 2;
+    /* The wgmma kernel is opt-in until it has passed the GPU check. */
+    env = getenv("RKV_CUDA_ATTN_KERNEL");
+    l->attn_kernel = env && strcmp(env, "wgmma") == 0 ? RKV__KERNEL_WGMMA : RKV__KERNEL_MMA;
     l->ring_len = rkv_geometry_ring_len(g);
     l->capacity = rkv_geometry_capacity(g);
     l->total_slots = rkv_geometry_total_slots(g);

@@ -157,8 +157,8 @@ size_t rkv__cuda_split_workspace_bytes(int splits, int64_t total_rows, int d_hea
 }
 
 void rkv__cuda_attention_plan_make(const rkv_geometry *g, const rkv_cuda_attention_args *a,
-                                   const rkv__cuda_device_info *dev, int stages, int preferred,
-                                   rkv__cuda_attn_plan *p) {
+                                   const rkv__cuda_device_info *dev, int stages, int kernel,
+                                   int preferred, rkv__cuda_attn_plan *p) {
     const int64_t D = g->d_head, T = g->tokens_per_frame, H = g->n_kv_heads;
     p->dtype = g->dtype;
     p->d_head = (int)D;
@@ -175,7 +175,24 @@ void rkv__cuda_attention_plan_make(const rkv_geometry *g, const rkv_cuda_attenti
               a->q_dtype == g->dtype &&
               (a->out_dtype == g->dtype || a->out_dtype == RKV_DTYPE_F32) && !a->visible &&
               (D == 64 || D == 128);
-    if (mma) {
+    if (mma && kernel == RKV__KERNEL_WGMMA && D == 64 && dev->cc_major == 9) {
+        p->kind = RKV__ATTN_WGMMA;
+        p->out_f32 = a->out_dtype == RKV_DTYPE_F32;
+        p->mt = 4; /* m16 tiles per warpgroup */
+        p->warps = 4 * RKV__WGMMA_WARPGROUPS;
+        p->bm = 64 * RKV__WGMMA_WARPGROUPS;
+        p->bn = RKV__WGMMA_BN;
+        p->stages = RKV__WGMMA_STAGES;
+        p->threads = 32 * p->warps;
+        /* Q tile, K and V stages, the frame list, 1024 bytes to align the
+         * tiles to the 128-byte swizzle's 1024-byte pattern. */
+        p->smem_bytes = (size_t)(p->bm + 2 * p->stages * p->bn) * (size_t)D * 2 +
+                        align16((size_t)(g->ring_frames + 1) * sizeof(int)) + 1024;
+        if (p->smem_bytes > dev->smem_optin) kernel = RKV__KERNEL_MMA;
+    } else {
+        kernel = RKV__KERNEL_MMA;
+    }
+    if (mma && kernel == RKV__KERNEL_MMA) {
         p->kind = RKV__ATTN_MMA;
         p->out_f32 = a->out_dtype == RKV_DTYPE_F32;
         p->mt = D == 64 ? RKV__MMA_D64_MT : RKV__MMA_D128_MT;
@@ -237,11 +254,12 @@ void rkv__cuda_attention_plan_make(const rkv_geometry *g, const rkv_cuda_attenti
 void rkv__cuda_attention_plan_describe(const rkv__cuda_attn_plan *p, char *buf, size_t n) {
     if (!buf || !n) return;
     const char *dt = rkv_dtype_name(p->dtype);
-    if (p->kind == RKV__ATTN_MMA)
+    if (p->kind == RKV__ATTN_MMA || p->kind == RKV__ATTN_WGMMA)
         snprintf(buf, n,
-                 "mma %s d%d out=%s bm%d bn%d warps%d mt%d stages%d grid %lldx%lldx%lld splits %d "
+                 "%s %s d%d out=%s bm%d bn%d warps%d mt%d stages%d grid %lldx%lldx%lld splits %d "
                  "smem %zu workspace %zu rows %lld",
-                 dt, p->d_head, p->out_f32 ? "f32" : dt, p->bm, p->bn, p->warps, p->mt, p->stages,
+                 p->kind == RKV__ATTN_WGMMA ? "wgmma" : "mma", dt, p->d_head,
+                 p->out_f32 ? "f32" : dt, p->bm, p->bn, p->warps, p->mt, p->stages,
                  (long long)p->grid_x, (long long)p->grid_y, (long long)p->grid_z, p->splits,
                  p->smem_bytes, p->workspace_bytes, (long long)p->total_rows);
     else
@@ -271,6 +289,12 @@ rkv_status rkv__cuda_device_error_status(int word, int64_t num_sessions) {
                          "%s (device check): frame_pos[%d] < 0; expected >= 0; the call wrote "
                          "nothing",
                          what, row);
+    case RKV__DEVERR_ARCH:
+        return rkv__fail(RKV_ERR_STATE,
+                         "%s (device check): the wgmma kernel ran from code built without "
+                         "sm_90a (a bug of the kernel choice; set RKV_CUDA_ATTN_KERNEL=mma); "
+                         "its output is not written",
+                         what);
     default:
         return rkv__fail(RKV_ERR_STATE, "%s (device check): unknown device error word 0x%08x",
                          what, (unsigned)word);

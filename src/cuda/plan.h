@@ -20,6 +20,7 @@ extern "C" {
 typedef struct rkv__cuda_device_info {
     int sm_count;          /* multiprocessors                              */
     size_t smem_optin;     /* max dynamic shared memory per block (opt-in)  */
+    int cc_major;          /* compute capability major (9 = Hopper)         */
 } rkv__cuda_device_info;
 
 /* ---- fused upsert ---------------------------------------------------------
@@ -68,7 +69,18 @@ void rkv__cuda_reset_plan_make(const rkv_geometry *g, rkv__cuda_reset_plan *out)
  * [group*Tq][D] (the GQA group's heads are contiguous in q, so a CTA's rows
  * may span two heads that share the K/V tiles), and walks the row's visible
  * key tiles of BN keys (a tile never straddles a frame: T % 128 == 0). */
-enum { RKV__ATTN_SIMT = 0, RKV__ATTN_MMA = 1 };
+enum { RKV__ATTN_SIMT = 0, RKV__ATTN_MMA = 1, RKV__ATTN_WGMMA = 2 };
+
+/* Which tensor-core kernel a layer asks for (RKV_CUDA_ATTN_KERNEL at layer
+ * creation): mma.sync (sm_80+, the default) or wgmma (sm_90a, D 64 only,
+ * planned only on a compute capability 9.x device; falls back to mma
+ * elsewhere). */
+enum { RKV__KERNEL_MMA = 0, RKV__KERNEL_WGMMA = 1 };
+/* The wgmma kernel's configuration (attention_wgmma.cuh): 2 warpgroups of
+ * 64 query rows per block, 64-key tiles, 3 cp.async stages, 2 blocks/SM. */
+#define RKV__WGMMA_WARPGROUPS 2
+#define RKV__WGMMA_BN 64
+#define RKV__WGMMA_STAGES 3
 
 #define RKV__MMA_BN 64
 #define RKV__MMA_WARPS 4
@@ -81,7 +93,7 @@ enum { RKV__ATTN_SIMT = 0, RKV__ATTN_MMA = 1 };
 #define RKV__SIMT_MAX_D 256
 
 typedef struct rkv__cuda_attn_plan {
-    int kind;                /* RKV__ATTN_SIMT or RKV__ATTN_MMA               */
+    int kind;                /* RKV__ATTN_SIMT, _MMA or _WGMMA                */
     rkv_dtype dtype;         /* storage dtype                                 */
     int d_head;
     int out_f32;             /* mma: output written as f32 (else q dtype)     */
@@ -103,11 +115,13 @@ typedef struct rkv__cuda_attn_plan {
 /* Host checks of rkv_cuda_layer_attend (everything but device values). */
 rkv_status rkv__cuda_attention_check(const rkv_geometry *g, const rkv_cuda_attention_args *a);
 /* The plan for valid args. `stages` is the cp.async pipeline depth of the
- * mma kernel (2 or 3; anything else means 2). `preferred` nonzero: ignore
- * a->workspace and plan the preferred splits (for the workspace query). */
+ * mma kernel (2 or 3; anything else means 2). `kernel` is RKV__KERNEL_MMA or
+ * RKV__KERNEL_WGMMA (the latter where it applies: D 64, dev->cc_major 9).
+ * `preferred` nonzero: ignore a->workspace and plan the preferred splits
+ * (for the workspace query). */
 void rkv__cuda_attention_plan_make(const rkv_geometry *g, const rkv_cuda_attention_args *a,
-                                   const rkv__cuda_device_info *dev, int stages, int preferred,
-                                   rkv__cuda_attn_plan *out);
+                                   const rkv__cuda_device_info *dev, int stages, int kernel,
+                                   int preferred, rkv__cuda_attn_plan *out);
 /* Bytes of the split workspace: splits * rows * (D + 2) * 4. */
 size_t rkv__cuda_split_workspace_bytes(int splits, int64_t total_rows, int d_head);
 /* One-line description of a plan. */
@@ -115,7 +129,8 @@ void rkv__cuda_attention_plan_describe(const rkv__cuda_attn_plan *p, char *buf, 
 
 /* Device error word: op << 24 | kind << 16 | row. */
 enum { RKV__OP_UPSERT = 1, RKV__OP_ATTEND = 2 };
-enum { RKV__DEVERR_SESSION_RANGE = 1, RKV__DEVERR_SESSION_DUP = 2, RKV__DEVERR_CLOCK = 3 };
+enum { RKV__DEVERR_SESSION_RANGE = 1, RKV__DEVERR_SESSION_DUP = 2, RKV__DEVERR_CLOCK = 3,
+       RKV__DEVERR_ARCH = 4 /* a kernel ran from a build without its architecture */ };
 /* Turns a nonzero device error word into a status and a message. */
 rkv_status rkv__cuda_device_error_status(int word, int64_t num_sessions);
 

@@ -17,7 +17,11 @@
  * plus a float64 spot check of a few rows of the 720P-like case (both
  * backends against an oracle written from SEMANTICS).
  *
- * Usage: test_cuda_diff [--quick] [--seed N]
+ * The whole sweep runs once per tensor-core kernel (RKV_CUDA_ATTN_KERNEL set
+ * before the layers are created): mma (mma.sync) and wgmma (Hopper; its
+ * pass runs the cases it applies to, D 64 with 16-bit storage).
+ *
+ * Usage: test_cuda_diff [--quick] [--seed N] [--kernel mma|wgmma|both]
  * Exit: 0 pass, 1 a check failed, 2 setup error, 77 no GPU (skipped).
  */
 #include "cuda_test_util.h"
@@ -46,12 +50,13 @@ static const diff_case k_cases[] = {
 };
 
 /* ---- per-operation statistics ------------------------------------------- */
-enum { OP_UPSERT, OP_VIS, OP_ATT_MMA_BF16, OP_ATT_MMA_F16, OP_ATT_MMA_SPLIT, OP_ATT_GENERIC,
-       OP_ATT_EXPLICIT, OP_DEVCHECK, OP_ORACLE64, OP_COUNT };
+enum { OP_UPSERT, OP_VIS, OP_ATT_MMA_BF16, OP_ATT_MMA_F16, OP_ATT_MMA_SPLIT, OP_ATT_WG_BF16,
+       OP_ATT_WG_F16, OP_ATT_WG_SPLIT, OP_ATT_GENERIC, OP_ATT_EXPLICIT, OP_DEVCHECK, OP_ORACLE64,
+       OP_COUNT };
 static const char *k_op_names[OP_COUNT] = {
     "upsert state (exact)", "visibility row (exact)", "attend mma bf16", "attend mma f16",
-    "attend mma split-K", "attend generic", "attend explicit rows", "device checks",
-    "f64 spot rows (mma)"};
+    "attend mma split-K", "attend wgmma bf16", "attend wgmma f16", "attend wgmma split-K",
+    "attend generic", "attend explicit rows", "device checks", "f64 spot rows (tensor core)"};
 static long g_count[OP_COUNT], g_fail[OP_COUNT];
 static double g_maxerr[OP_COUNT];
 static int g_verbose = 0;
@@ -166,13 +171,16 @@ static void attend_both(ctx *x, int64_t B, const int64_t *sess, const int64_t *f
     float *got = ct_to_f32(x->h_out, out_dt, nq);
     const double err = ct_rel_err(got, x->h_ref, nq);
     free(got);
-    const int mma = strncmp(plan, "mma", 3) == 0;
+    /* tensor-core kernels: "mma ..." (mma.sync) and "wgmma ..." (Hopper) */
+    const int wg = strncmp(plan, "wgmma", 5) == 0;
+    const int mma = wg || strncmp(plan, "mma", 3) == 0;
     const double tol = tol_for(c->dt, out_dt, mma);
+    const int split = strstr(plan, "splits 1 ") == NULL;
     int op = explicit_vis ? OP_ATT_EXPLICIT
              : !mma       ? OP_ATT_GENERIC
-             : strstr(plan, "splits 1 ") == NULL ? OP_ATT_MMA_SPLIT
-             : c->dt == RKV_DTYPE_BF16 ? OP_ATT_MMA_BF16
-                                       : OP_ATT_MMA_F16;
+             : split      ? (wg ? OP_ATT_WG_SPLIT : OP_ATT_MMA_SPLIT)
+             : c->dt == RKV_DTYPE_BF16 ? (wg ? OP_ATT_WG_BF16 : OP_ATT_MMA_BF16)
+                                       : (wg ? OP_ATT_WG_F16 : OP_ATT_MMA_F16);
     char buf[512];
     snprintf(buf, sizeof buf, "%s %s: B=%lld Tq=%lld q=%s out=%s amp=%.0f scale=%g [%s]", c->name,
              where, (long long)B, (long long)Tq, rkv_dtype_name(q_dt), rkv_dtype_name(out_dt), amp,
@@ -444,7 +452,8 @@ static void run_case(const diff_case *c, uint64_t seed, int quick) {
         oracle_rows(x, last_s, x->clock[last_s]);
         (void)last_f;
     }
-    printf("  case %-26s %6.1f s\n", c->name, ct_now() - t0);
+    printf("  case %-26s %6.1f s (%s)\n", c->name, ct_now() - t0,
+           getenv("RKV_CUDA_ATTN_KERNEL") ? getenv("RKV_CUDA_ATTN_KERNEL") : "mma");
     fflush(stdout);
 
     rkv_layer_destroy(x->cpu);
@@ -495,12 +504,18 @@ static void host_checks(void) {
 int main(int argc, char **argv) {
     int quick = 0;
     uint64_t seed = 20261130;
+    const char *kernels = "both";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--verbose")) g_verbose = 1;
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 0);
+        else if (!strcmp(argv[i], "--kernel") && i + 1 < argc &&
+                 (!strcmp(argv[i + 1], "mma") || !strcmp(argv[i + 1], "wgmma") ||
+                  !strcmp(argv[i + 1], "both")))
+            kernels = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [--quick] [--verbose] [--seed N]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--quick] [--verbose] [--seed N] [--kernel mma|wgmma|both]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -508,10 +523,18 @@ int main(int argc, char **argv) {
     if (!ct_have_gpu("test_cuda_diff")) return CT_SKIP;
     const double t0 = ct_now();
     host_checks();
-    for (size_t i = 0; i < sizeof k_cases / sizeof k_cases[0]; i++) {
-        if (quick && k_cases[i].fast_forward) continue;
-        run_case(&k_cases[i], seed + i, quick);
+    for (int k = 0; k < 2; k++) {
+        const char *kernel = k ? "wgmma" : "mma";
+        if (strcmp(kernels, "both") && strcmp(kernels, kernel)) continue;
+        setenv("RKV_CUDA_ATTN_KERNEL", kernel, 1);
+        for (size_t i = 0; i < sizeof k_cases / sizeof k_cases[0]; i++) {
+            const diff_case *c = &k_cases[i];
+            if (quick && c->fast_forward) continue;
+            if (k && (c->D != 64 || c->dt == RKV_DTYPE_F32)) continue; /* no wgmma plan */
+            run_case(c, seed + i, quick);
+        }
     }
+    unsetenv("RKV_CUDA_ATTN_KERNEL");
     long fails = 0;
     printf("\n%-26s %8s %6s %10s\n", "operation", "checks", "fails", "max err");
     for (int op = 0; op < OP_COUNT; op++) {

@@ -1,0 +1,9 @@
+// The Hopper ring attention, f16 instantiations (see attention_wgmma.cuh).
+#include "attention_wgmma.cuh"
+
+void rkv__launch_wgmma_f16(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p,
+                          cudaStream_t stream) {
+    rkv_wgmma::launch<__half>(plan, p, stream);
+}
+
+void rkv__prepare_wgmma_f16(size_t smem_optin) { rkv_wgmma::prepare<__half>(smem_optin); }
