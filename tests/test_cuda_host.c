@@ -314,12 +314,19 @@ static void test_attention_plan_wgmma(void **state) {
     a = args(2, 4, RKV_DTYPE_F32);
     rkv__cuda_attention_plan_make(&h, &a, &H200, 2, RKV__KERNEL_WGMMA, 0, &p);
     assert_int_equal(p.kind, RKV__ATTN_SIMT);
-    /* a frame list too long for the wgmma tiles but not for mma's: mma */
-    const int64_t rf = (int64_t)(H200.smem_optin - (128 + 2 * 2 * 64) * 64 * 2) / 4 - 8;
+    /* a frame list too long for the wgmma tiles but not for mma's: mma
+     * (both keep RKV__STATIC_SMEM_MAX aside for static shared memory) */
+    const int64_t rf =
+        (int64_t)(H200.smem_optin - RKV__STATIC_SMEM_MAX - (128 + 2 * 2 * 64) * 64 * 2) / 4 - 8;
     rkv_geometry lr = geom(1, 1, rf, 16, 64, 128, 1, RKV_DTYPE_BF16);
     a = args(1, 2, RKV_DTYPE_BF16);
     rkv__cuda_attention_plan_make(&lr, &a, &H200, 2, RKV__KERNEL_WGMMA, 0, &p);
     assert_int_equal(p.kind, RKV__ATTN_MMA);
+    assert_true(p.smem_bytes + RKV__STATIC_SMEM_MAX <= H200.smem_optin);
+    /* 16 frames more and the mma kernel's list does not fit either */
+    rkv_geometry lr2 = geom(1, 1, rf + 16, 16, 64, 128, 1, RKV_DTYPE_BF16);
+    rkv__cuda_attention_plan_make(&lr2, &a, &H200, 2, RKV__KERNEL_WGMMA, 0, &p);
+    assert_int_equal(p.kind, RKV__ATTN_SIMT);
 }
 
 static void test_attention_checks(void **state) {

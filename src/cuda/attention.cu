@@ -177,13 +177,15 @@ rkv_status plan_for(const rkv_cuda_layer *l, const rkv_cuda_attention_args *a, i
 
 }  // namespace
 
-void rkv__cuda_attention_prepare(const rkv_cuda_layer *l) {
-    rkv__prepare_mma_bf16(l->dev.smem_optin);
-    rkv__prepare_mma_f16(l->dev.smem_optin);
-    if (l->dev.cc_major == 9) {
-        rkv__prepare_wgmma_bf16(l->dev.smem_optin);
-        rkv__prepare_wgmma_f16(l->dev.smem_optin);
-    }
+cudaError_t rkv__cuda_attention_prepare(const rkv_cuda_layer *l) {
+    cudaError_t e;
+    if ((e = rkv__prepare_mma_bf16(l->dev.smem_optin)) != cudaSuccess ||
+        (e = rkv__prepare_mma_f16(l->dev.smem_optin)) != cudaSuccess)
+        return e;
+    if (l->dev.cc_major == 9 && ((e = rkv__prepare_wgmma_bf16(l->dev.smem_optin)) != cudaSuccess ||
+                                 (e = rkv__prepare_wgmma_f16(l->dev.smem_optin)) != cudaSuccess))
+        return e;
+    return cudaSuccess;
 }
 
 extern "C" rkv_status rkv_cuda_layer_attend(const rkv_cuda_layer *l,

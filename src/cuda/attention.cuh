@@ -27,16 +27,17 @@ void rkv__launch_mma_bf16(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p
                           cudaStream_t stream);
 void rkv__launch_mma_f16(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p,
                          cudaStream_t stream);
-// Raise the dynamic shared memory limit of every mma instantiation.
-void rkv__prepare_mma_bf16(size_t smem_optin);
-void rkv__prepare_mma_f16(size_t smem_optin);
+// Raise the dynamic shared memory limit of every mma instantiation to what
+// the device allows beside the kernel's static shared memory.
+cudaError_t rkv__prepare_mma_bf16(size_t smem_optin);
+cudaError_t rkv__prepare_mma_f16(size_t smem_optin);
 // The same for the Hopper kernel (attention_wgmma.cuh; plan kind
 // RKV__ATTN_WGMMA), defined in attention_wgmma_bf16.cu / _f16.cu.
 void rkv__launch_wgmma_bf16(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p,
                             cudaStream_t stream);
 void rkv__launch_wgmma_f16(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p,
                            cudaStream_t stream);
-void rkv__prepare_wgmma_bf16(size_t smem_optin);
-void rkv__prepare_wgmma_f16(size_t smem_optin);
+cudaError_t rkv__prepare_wgmma_bf16(size_t smem_optin);
+cudaError_t rkv__prepare_wgmma_f16(size_t smem_optin);
 
 #endif

@@ -432,20 +432,37 @@ inline void launch(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p, cudaS
     }
 }
 
+// Lets a kernel use all the dynamic shared memory a block may have: the
+// opt-in limit minus the kernel's static shared memory (the runtime rejects
+// a larger value; plan.c keeps RKV__STATIC_SMEM_MAX bytes aside for it).
+template <typename K>
+inline cudaError_t allow_dynamic_smem(K *kernel, size_t smem_optin) {
+    cudaFuncAttributes fa;
+    cudaError_t e = cudaFuncGetAttributes(&fa, kernel);
+    if (e != cudaSuccess) return e;
+    if (fa.sharedSizeBytes > RKV__STATIC_SMEM_MAX || fa.sharedSizeBytes > smem_optin)
+        return cudaErrorInvalidValue; /* plan.c's reserve is too small */
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                (int)(smem_optin - fa.sharedSizeBytes));
+}
+
 template <typename T, int D, int MT, int STAGES, bool OUT_F32>
-inline void prepare_one(size_t smem) {
-    cudaFuncSetAttribute(ring_attention_mma<T, D, MT, RKV__MMA_WARPS, RKV__MMA_BN, STAGES, OUT_F32>,
-                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+inline cudaError_t prepare_one(size_t smem_optin) {
+    return allow_dynamic_smem(
+        ring_attention_mma<T, D, MT, RKV__MMA_WARPS, RKV__MMA_BN, STAGES, OUT_F32>, smem_optin);
 }
 
 template <typename T>
-inline void prepare(size_t smem) {
-    prepare_one<T, 64, RKV__MMA_D64_MT, 2, false>(smem);
-    prepare_one<T, 64, RKV__MMA_D64_MT, 2, true>(smem);
-    prepare_one<T, 64, RKV__MMA_D64_MT, 3, false>(smem);
-    prepare_one<T, 64, RKV__MMA_D64_MT, 3, true>(smem);
-    prepare_one<T, 128, RKV__MMA_D128_MT, 2, false>(smem);
-    prepare_one<T, 128, RKV__MMA_D128_MT, 2, true>(smem);
+inline cudaError_t prepare(size_t smem_optin) {
+    cudaError_t e;
+    if ((e = prepare_one<T, 64, RKV__MMA_D64_MT, 2, false>(smem_optin)) != cudaSuccess ||
+        (e = prepare_one<T, 64, RKV__MMA_D64_MT, 2, true>(smem_optin)) != cudaSuccess ||
+        (e = prepare_one<T, 64, RKV__MMA_D64_MT, 3, false>(smem_optin)) != cudaSuccess ||
+        (e = prepare_one<T, 64, RKV__MMA_D64_MT, 3, true>(smem_optin)) != cudaSuccess ||
+        (e = prepare_one<T, 128, RKV__MMA_D128_MT, 2, false>(smem_optin)) != cudaSuccess ||
+        (e = prepare_one<T, 128, RKV__MMA_D128_MT, 2, true>(smem_optin)) != cudaSuccess)
+        return e;
+    return cudaSuccess;
 }
 
 }  // namespace rkv_mma

@@ -86,6 +86,22 @@ __device__ __forceinline__ void fence_proxy_async() {
 #endif
 }
 
+// Register operand fences (CUTLASS's warpgroup_fence_operand): an empty asm
+// that reads and writes each register, so the compiler cannot move ordinary
+// accesses of accumulators or A fragments across wgmma.fence / wait_group
+// (PTX ISA: touching them between an in-flight wgmma and its wait is
+// undefined; ptxas would serialize the wgmmas where it notices).
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&r)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void fence_regs(uint32_t (&r)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+r"(r[i])::"memory");
+}
+
 // A shared-memory matrix descriptor, 128-byte swizzle: start address,
 // leading and stride byte offsets (all >> 4), base offset 0 (tiles are
 // 1024-byte aligned), layout type 1 (SWIZZLE_128B) in bits 62-63.
@@ -241,6 +257,7 @@ __global__ void __launch_bounds__(NWG * 128, 2) ring_attention_wgmma(const RkvMm
         float s[NT * 4];
 #pragma unroll
         for (int j = 0; j < NT * 4; j++) s[j] = 0.f;
+        fence_regs(s);
         wg_fence();
 #pragma unroll
         for (int kk = 0; kk < D / 16; kk++)
@@ -248,6 +265,7 @@ __global__ void __launch_bounds__(NWG * 128, 2) ring_attention_wgmma(const RkvMm
                       desc_sw128(k_addr + kk * 32, 16, 1024), kk);
         wg_commit();
         wg_wait_all();
+        fence_regs(s);
 
         // Online softmax (base 2); thread holds rows g (elements 0,1 of each
         // n8 tile) and g+8 (elements 2,3) of its warp's 16 rows.
@@ -289,12 +307,18 @@ __global__ void __launch_bounds__(NWG * 128, 2) ring_attention_wgmma(const RkvMm
         }
 
         // O += P V
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) fence_regs(pa[kk]);
+        fence_regs(o);
         wg_fence();
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++)
             Wg<T>::rs(o, pa[kk], desc_sw128(v_addr + kk * 16 * D * 2, 64 * D * 2, 1024));
         wg_commit();
         wg_wait_all();
+        fence_regs(o);
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) fence_regs(pa[kk]);
     }
     cp_async_wait<0>();  // nothing may be left in flight at exit
 
@@ -326,11 +350,12 @@ inline void launch(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p, cudaS
 }
 
 template <typename T>
-inline void prepare(size_t smem_optin) {
-    cudaFuncSetAttribute(ring_attention_wgmma<T, RKV__WGMMA_WARPGROUPS, RKV__WGMMA_STAGES, true>,
-                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_optin);
-    cudaFuncSetAttribute(ring_attention_wgmma<T, RKV__WGMMA_WARPGROUPS, RKV__WGMMA_STAGES, false>,
-                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_optin);
+inline cudaError_t prepare(size_t smem_optin) {
+    cudaError_t e = rkv_mma::allow_dynamic_smem(
+        ring_attention_wgmma<T, RKV__WGMMA_WARPGROUPS, RKV__WGMMA_STAGES, true>, smem_optin);
+    if (e != cudaSuccess) return e;
+    return rkv_mma::allow_dynamic_smem(
+        ring_attention_wgmma<T, RKV__WGMMA_WARPGROUPS, RKV__WGMMA_STAGES, false>, smem_optin);
 }
 
 }  // namespace rkv_wgmma

@@ -6,4 +6,6 @@ void rkv__launch_wgmma_bf16(const rkv__cuda_attn_plan *plan, const RkvMmaParams 
     rkv_wgmma::launch<__nv_bfloat16>(plan, p, stream);
 }
 
-void rkv__prepare_wgmma_bf16(size_t smem_optin) { rkv_wgmma::prepare<__nv_bfloat16>(smem_optin); }
+cudaError_t rkv__prepare_wgmma_bf16(size_t smem_optin) {
+    return rkv_wgmma::prepare<__nv_bfloat16>(smem_optin);
+}

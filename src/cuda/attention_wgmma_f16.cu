@@ -6,4 +6,6 @@ void rkv__launch_wgmma_f16(const rkv__cuda_attn_plan *plan, const RkvMmaParams &
     rkv_wgmma::launch<__half>(plan, p, stream);
 }
 
-void rkv__prepare_wgmma_f16(size_t smem_optin) { rkv_wgmma::prepare<__half>(smem_optin); }
+cudaError_t rkv__prepare_wgmma_f16(size_t smem_optin) {
+    return rkv_wgmma::prepare<__half>(smem_optin);
+}

@@ -106,6 +106,8 @@ __device__ __forceinline__ bool rkv__d_validate_rows(const int64_t *__restrict__
 }
 
 // Attention entry points (attention.cu) and their per-dtype parts.
-void rkv__cuda_attention_prepare(const rkv_cuda_layer *l);
+// Raises the tensor-core kernels' dynamic shared memory limits (once per
+// layer creation; not capture-safe).
+cudaError_t rkv__cuda_attention_prepare(const rkv_cuda_layer *l);
 
 #endif

@@ -215,10 +215,13 @@ extern "C" rkv_status rkv_cuda_layer_create(const rkv_geometry *g, int device,
         return rkv__cuda_fail(e, what);
     }
     free(bits);
-    rkv__cuda_attention_prepare(l);
-    if ((e = cudaGetLastError()) != cudaSuccess) {
+    if ((e = rkv__cuda_attention_prepare(l)) != cudaSuccess) {
+        cudaGetLastError(); /* clear it: the failure is reported here */
         rkv_cuda_layer_destroy(l);
-        return rkv__cuda_fail(e, what);
+        return rkv__fail(RKV_ERR_STATE,
+                         "%s: cannot raise the attention kernels' shared memory limit to %zu "
+                         "bytes minus their static shared memory: CUDA error %s (%s)",
+                         what, l->dev.smem_optin, cudaGetErrorName(e), cudaGetErrorString(e));
     }
     *out = l;
     return RKV_OK;

@@ -188,7 +188,7 @@ void rkv__cuda_attention_plan_make(const rkv_geometry *g, const rkv_cuda_attenti
          * tiles to the 128-byte swizzle's 1024-byte pattern. */
         p->smem_bytes = (size_t)(p->bm + 2 * p->stages * p->bn) * (size_t)D * 2 +
                         align16((size_t)(g->ring_frames + 1) * sizeof(int)) + 1024;
-        if (p->smem_bytes > dev->smem_optin) kernel = RKV__KERNEL_MMA;
+        if (p->smem_bytes + RKV__STATIC_SMEM_MAX > dev->smem_optin) kernel = RKV__KERNEL_MMA;
     } else {
         kernel = RKV__KERNEL_MMA;
     }
@@ -204,7 +204,7 @@ void rkv__cuda_attention_plan_make(const rkv_geometry *g, const rkv_cuda_attenti
         /* Q tile, K and V stages (2-byte elements), then the frame list. */
         p->smem_bytes = (size_t)(p->bm + 2 * p->stages * p->bn) * (size_t)D * 2 +
                         align16((size_t)(g->ring_frames + 1) * sizeof(int));
-        if (p->smem_bytes > dev->smem_optin) mma = 0;
+        if (p->smem_bytes + RKV__STATIC_SMEM_MAX > dev->smem_optin) mma = 0;
     }
     if (!mma) {
         p->kind = RKV__ATTN_SIMT;

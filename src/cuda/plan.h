@@ -87,6 +87,11 @@ enum { RKV__KERNEL_MMA = 0, RKV__KERNEL_WGMMA = 1 };
 #define RKV__MMA_D64_MT 2   /* m16 tiles per warp: 32 query rows per warp   */
 #define RKV__MMA_D128_MT 1  /* 16 query rows per warp                       */
 #define RKV__MMA_CTAS_PER_SM 2
+/* Static shared memory kept aside beside a block's dynamic shared memory:
+ * the most any tensor-core kernel declares (the wgmma kernel: 1,024 bytes,
+ * its 1024-aligned dynamic array padding the statics before it; the mma
+ * kernel: 128). The runtime caps dynamic + static at the opt-in limit. */
+#define RKV__STATIC_SMEM_MAX 1024
 #define RKV__MAX_SPLITS 8
 
 #define RKV__SIMT_WARPS 4   /* generic kernel: one warp per query row        */

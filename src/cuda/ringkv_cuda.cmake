@@ -1,11 +1,17 @@
 # The CUDA backend's targets, included by the top-level CMakeLists.txt (when a
 # CUDA compiler is found) and by tests/cuda/CMakeLists.txt (the standalone
 # GPU-check build of scripts/gpu_check.sh). Expects:
-#   RKV_ROOT              the repository root
-#   RKV_CUDA_CORE_TARGET  the core library target to link (ringkv_static)
+#   RKV_ROOT                     the repository root
+#   RKV_CUDA_CORE_TARGET         the core library target to link (ringkv_static)
+#   RKV_CUDA_CORE_SHARED_TARGET  optional: the SHARED core library target
+#                                (libringkv.so); when set, libringkv_cuda.so is
+#                                built too
 # and CUDA enabled (enable_language(CUDA), find_package(CUDAToolkit)).
 #
-# Targets: ringkv_cuda (static library), and the GPU programs test_cuda_diff,
+# Targets: ringkv_cuda_objs (the compiled .cu files and plan.c, position
+# independent), ringkv_cuda (static library), ringkv_cuda_shared
+# (libringkv_cuda.so, for the Python binding; only with
+# RKV_CUDA_CORE_SHARED_TARGET), and the GPU programs test_cuda_diff,
 # test_cuda_graph (exit 77 = skipped without a GPU) and bench_cuda.
 option(RKV_CUDA_PTXAS_VERBOSE "Print ptxas resource usage (registers, spills) per kernel" OFF)
 option(RKV_CUDA_PROGRAMS "Build the GPU test and benchmark programs" ON)
@@ -17,28 +23,63 @@ set(RKV_CUDA_ARCHS "90a-real;90-real;90-virtual" CACHE STRING
     "CUDA_ARCHITECTURES of the CUDA backend")
 
 file(GLOB RKV_CUDA_SOURCES CONFIGURE_DEPENDS ${RKV_ROOT}/src/cuda/*.cu)
-add_library(ringkv_cuda STATIC ${RKV_CUDA_SOURCES} ${RKV_ROOT}/src/cuda/plan.c)
+# Compiled once, archived into libringkv_cuda.a and linked into
+# libringkv_cuda.so.
+add_library(ringkv_cuda_objs OBJECT ${RKV_CUDA_SOURCES} ${RKV_ROOT}/src/cuda/plan.c)
 # COMPILE_OPTIONS "" drops the directory's gcc-only flags (-Wstrict-prototypes,
 # sanitizers), which nvcc would forward to the host C++ compiler.
-set_target_properties(ringkv_cuda PROPERTIES
+set_target_properties(ringkv_cuda_objs PROPERTIES
   CUDA_ARCHITECTURES "${RKV_CUDA_ARCHS}"
   CUDA_STANDARD 17
   CUDA_STANDARD_REQUIRED ON
   POSITION_INDEPENDENT_CODE ON
   COMPILE_OPTIONS "")
-target_compile_options(ringkv_cuda PRIVATE
+target_compile_options(ringkv_cuda_objs PRIVATE
   $<$<COMPILE_LANGUAGE:C>:-Wall -Wextra -Wshadow -Wstrict-prototypes>
   $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo -Xcompiler=-Wall,-Wextra -Xptxas=-warn-spills,-warn-lmem-usage>)
 if(RKV_CUDA_PTXAS_VERBOSE)
-  target_compile_options(ringkv_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xptxas=-v>)
+  target_compile_options(ringkv_cuda_objs PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xptxas=-v>)
 endif()
-target_include_directories(ringkv_cuda
+target_include_directories(ringkv_cuda_objs
   PUBLIC ${RKV_ROOT}/include
   PRIVATE ${RKV_ROOT}/src ${RKV_ROOT}/src/cuda)
+# The CUDA runtime's headers (the objects call cudaMalloc etc.).
+target_link_libraries(ringkv_cuda_objs PRIVATE CUDA::cudart_static)
+
+add_library(ringkv_cuda STATIC $<TARGET_OBJECTS:ringkv_cuda_objs>)
+set_target_properties(ringkv_cuda PROPERTIES CUDA_ARCHITECTURES "${RKV_CUDA_ARCHS}"
+  LINKER_LANGUAGE CUDA)
+target_include_directories(ringkv_cuda PUBLIC ${RKV_ROOT}/include)
 target_link_libraries(ringkv_cuda PUBLIC ${RKV_CUDA_CORE_TARGET} CUDA::cudart_static)
 # Consumers (the ringkv command's --backend cuda) test this to compile their
 # CUDA paths: #ifdef RKV_HAVE_CUDA, #include "ringkv_cuda.h".
 target_compile_definitions(ringkv_cuda INTERFACE RKV_HAVE_CUDA=1)
+
+# libringkv_cuda.so: the same objects, for the Python binding (python/ringkv,
+# which loads it with ctypes when a CUDA device is first used). It links the
+# SHARED core, never the static one: the core's thread-local last-error
+# message (src/status.c) must exist once in the process, so that
+# rkv_last_error() read through libringkv.so reports the errors that the CUDA
+# calls set with rkv__fail. The core's .so exports every non-static symbol
+# (default visibility), including the rkv__* helpers the CUDA code calls.
+# The CUDA runtime is linked statically (nothing else to ship); the rpath
+# $ORIGIN finds libringkv.so.0 beside it (installed side by side).
+if(DEFINED RKV_CUDA_CORE_SHARED_TARGET AND TARGET ${RKV_CUDA_CORE_SHARED_TARGET})
+  add_library(ringkv_cuda_shared SHARED $<TARGET_OBJECTS:ringkv_cuda_objs>)
+  set_target_properties(ringkv_cuda_shared PROPERTIES
+    OUTPUT_NAME ringkv_cuda
+    CUDA_ARCHITECTURES "${RKV_CUDA_ARCHS}"
+    LINKER_LANGUAGE CUDA
+    BUILD_RPATH "$ORIGIN"
+    INSTALL_RPATH "$ORIGIN")
+  target_include_directories(ringkv_cuda_shared PUBLIC ${RKV_ROOT}/include)
+  target_link_libraries(ringkv_cuda_shared PUBLIC ${RKV_CUDA_CORE_SHARED_TARGET}
+                        PRIVATE CUDA::cudart_static)
+  # Every symbol must resolve at link time (a missing core export fails the
+  # build here, not at dlopen in Python).
+  target_link_options(ringkv_cuda_shared PRIVATE "LINKER:--no-undefined")
+  target_compile_definitions(ringkv_cuda_shared INTERFACE RKV_HAVE_CUDA=1)
+endif()
 
 if(RKV_CUDA_PROGRAMS)
   foreach(prog test_cuda_diff test_cuda_graph)
