@@ -301,16 +301,22 @@ rkv_status rkv_layer_attend(const rkv_layer *layer,
                             const rkv_attention_args *args);
 rkv_status rkv_layer_attend_reference(const rkv_layer *layer,
                                       const rkv_attention_args *args);
-/* Instruction set rkv_layer_attend uses on this CPU: "amx", "avx512", "avx2"
- * or "generic" (static string). "amx": bf16 storage with d_head a multiple
- * of 32 (<= 512) runs on the AMX tile unit (queries and softmax weights
- * rounded to bf16, f32 accumulation: bf16-level error, ~2e-3 relative),
- * everything else on AVX-512. The environment variable RKV_ISA (same names),
- * read once, caps the choice (RKV_ISA=avx512: no AMX). */
+/* Instruction set rkv_layer_attend uses on this CPU: "amx", "avx512",
+ * "avx2" or "generic" (static string), best first, or "avx512bf16" when
+ * asked for. "amx" and "avx512bf16": bf16 storage with d_head a multiple of
+ * 32 (<= 512) runs on bf16 pair products -- the AMX tile unit, or
+ * AVX512-BF16's VDPBF16PS -- with queries and softmax weights rounded to
+ * bf16 and f32 accumulation (bf16-level error, ~2e-3 relative); everything
+ * else runs on AVX-512. The environment variable RKV_ISA (same names), read
+ * once, caps the choice (RKV_ISA=avx512: no bf16 pairs); "avx512bf16" is
+ * chosen only when RKV_ISA names it (on the Intel CPU it was measured on it
+ * ran at 0.8x the f32 AVX-512 kernel; it is meant for CPUs whose VDPBF16PS
+ * outruns their FMAs, such as AMD Zen 4, where it is not yet measured). */
 const char *rkv_attention_isa(void);
 /* The instruction set rkv_layer_attend uses for this layer: as
- * rkv_attention_isa, but "avx512" where the CPU's choice is "amx" and the
- * layer's dtype or d_head does not suit the AMX path. NULL for NULL. */
+ * rkv_attention_isa, but "avx512" where the CPU's choice is "amx" or
+ * "avx512bf16" and the layer's dtype or d_head does not suit the bf16 pair
+ * path. NULL for NULL. */
 const char *rkv_layer_attention_isa(const rkv_layer *layer);
 
 /* ------------------------------------------------------------------------ */

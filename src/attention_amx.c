@@ -1,13 +1,17 @@
-/* Attention over the ring with Intel AMX bf16 tile products (SEMANTICS 5),
- * for bf16 storage and d_head a multiple of 32 (<= 512). The same tiled
- * online softmax as attention_flash.c over units of (session row, query
- * head, tile of MQ = 64 queries) -- a task takes several units of one KV
- * head, so each chunk of keys is packed once for them -- but both products
- * run on the tile unit:
+/* Attention over the ring with bf16 pair products (SEMANTICS 5), for bf16
+ * storage and d_head a multiple of 32 (<= 512). The same tiled online
+ * softmax as attention_flash.c over units of (session row, query head, tile
+ * of MQ = 64 queries) -- a task takes several units of one KV head, so each
+ * chunk of keys is packed once for them -- with both products on bf16
+ * dot-product hardware, one of two engines over the same packed operands:
+ *  - "amx": Intel AMX tiles (TDPBF16PS, 16x16 f32 blocks);
+ *  - "avx512bf16": AVX512-BF16's VDPBF16PS (16 f32 lanes, each summing two
+ *    bf16 products), for CPUs without AMX (AMD Zen 4 and later, Intel
+ *    Cooper Lake): 8 rows x 32 columns of f32 accumulators per step.
  *
- *   S  [64 q][128 k] f32  = Q [64][D] bf16  . K^T          (TDPBF16PS)
+ *   S  [64 q][128 k] f32  = Q [64][D] bf16  . K^T          (pair products)
  *   P  [64 q][128 k] bf16 = round(exp(scale*S - m))         (AVX-512, f32)
- *   O  [64 q][D] f32     += P . V                           (TDPBF16PS)
+ *   O  [64 q][D] f32     += P . V                           (pair products)
  *
  * Operand layouts (TDPBF16PS C[M][N] += sum_k A[M][2k..2k+1] . B[k][N][0..1],
  * B holding bf16 pairs along the reduction dimension, "VNNI" order):
@@ -26,10 +30,15 @@
  * output is computed by one thread in a fixed order: results do not depend
  * on the thread count. A NaN in Q, K or V reaches the outputs it touches.
  *
+ * Both engines compute each f32 accumulator from the same bf16 pairs in the
+ * same order of pairs; they may still differ in the last bits (the tile
+ * unit's internal summation order is its own), not in accuracy.
+ *
  * Compiled only where the compiler knows AMX (GCC >= 11, Clang >= 12 on
  * x86-64); elsewhere this file is a stub that reports "not available". At
- * run time it is used only when CPUID reports AMX-TILE, AMX-BF16 and
- * AVX512-BF16 and Linux grants the tile-data permission (arch_prctl). */
+ * run time "amx" is used only when CPUID reports AMX-TILE, AMX-BF16 and
+ * AVX512-BF16 and Linux grants the tile-data permission (arch_prctl);
+ * "avx512bf16" when CPUID reports AVX512-F/BW/DQ/VL and AVX512-BF16. */
 #define _GNU_SOURCE
 #include <stdbool.h>
 #include <stdint.h>
@@ -87,17 +96,29 @@ bool rkv__amx_fits(const struct rkv_layer *l) {
 #define AMX_TARGET                                                                    \
     __attribute__((target("amx-tile,amx-bf16,avx512f,avx512vl,avx512bw,avx512dq,"     \
                           "avx512bf16,fma,avx2")))
+/* Everything but the tile unit: the softmax, the packing, the AVX512-BF16
+ * engine and the task body (which calls the AMX engine's functions, never
+ * inlined into it, only when the CPU has AMX). */
+#define DOT_TARGET                                                                    \
+    __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512bf16,fma,avx2")))
 
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
 
-bool rkv__amx_available(void) {
+bool rkv__bf16dot_available(void) {
     unsigned a, b, c, d;
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-    const bool tile = d >> 24 & 1, bf16 = d >> 22 & 1, avx512f = b >> 16 & 1,
-               avx512bw = b >> 30 & 1, avx512dq = b >> 17 & 1, avx512vl = b >> 31 & 1;
-    if (!(tile && bf16 && avx512f && avx512bw && avx512dq && avx512vl)) return false;
-    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !(a >> 5 & 1)) return false; /* avx512bf16 */
+    const bool avx512f = b >> 16 & 1, avx512bw = b >> 30 & 1, avx512dq = b >> 17 & 1,
+               avx512vl = b >> 31 & 1;
+    if (!(avx512f && avx512bw && avx512dq && avx512vl)) return false;
+    return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 5 & 1); /* avx512bf16 */
+}
+
+bool rkv__amx_available(void) {
+    unsigned a, b, c, d;
+    if (!rkv__bf16dot_available() || !__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    const bool tile = d >> 24 & 1, bf16 = d >> 22 & 1;
+    if (!(tile && bf16)) return false;
     /* Linux >= 5.16: tile data must be requested (per process) */
     return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
 }
@@ -116,7 +137,7 @@ typedef struct {
  * (exp(x) < 1e-30 against the row's largest term, 1) comes out 2^-100, not
  * 0 -- no subnormal arithmetic, and no f32 sum can notice it; -inf (masked
  * keys) included. NaN gives NaN (max_ps returns its second operand then). */
-AMX_TARGET static inline __m512 vexp2(__m512 t) {
+DOT_TARGET static inline __m512 vexp2(__m512 t) {
     t = _mm512_max_ps(_mm512_set1_ps(-100.0f), t);
     const __m512 k = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m512 f = _mm512_sub_ps(t, k); /* [-0.5, 0.5] */
@@ -129,7 +150,7 @@ AMX_TARGET static inline __m512 vexp2(__m512 t) {
 }
 
 /* KT[p][j] = row_j[p] (u32) for p < D/2, j < KB: 16x16 u32 transposes. */
-AMX_TARGET static void pack_kt(uint32_t *kt, const uint32_t *const *rows, int64_t D) {
+DOT_TARGET static void pack_kt(uint32_t *kt, const uint32_t *const *rows, int64_t D) {
     const int64_t P = D / 2;
     for (int64_t j0 = 0; j0 < KB; j0 += 16)
         for (int64_t p0 = 0; p0 < P; p0 += 16) {
@@ -169,7 +190,7 @@ AMX_TARGET static void pack_kt(uint32_t *kt, const uint32_t *const *rows, int64_
 }
 
 /* VP[p][d] = (V[2p][d], V[2p+1][d]) for p < KB/2, d < D. */
-AMX_TARGET static void pack_vp(uint32_t *vp, const uint16_t *const *rows, int64_t D) {
+DOT_TARGET static void pack_vp(uint32_t *vp, const uint16_t *const *rows, int64_t D) {
     const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9,
                                         40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33,
                                         1, 32, 0);
@@ -183,7 +204,96 @@ AMX_TARGET static void pack_vp(uint32_t *vp, const uint16_t *const *rows, int64_
         }
 }
 
-AMX_TARGET static void amx_body(const rkv__attend_ctx *c, int64_t task, int thread) {
+/* ---- the two engines: C[M][N] (+)= A[M][2P] . B[P][N] in bf16 pairs -------
+ * A: bf16 rows (stride lda elements), pairs along the reduction; B: u32
+ * bf16 pairs (stride ldb), C: f32 (stride ldc). The products of attention:
+ *   S[MQ][KB]  = Q[MQ][D]  . KT[D/2][KB]   (overwrite)
+ *   O[MQ][D]  += P[MQ][KB] . VP[KB/2][D]   (accumulate)                 */
+
+/* AMX: 2x2 blocks of 16x16 tiles (tiles 0-3 accumulate, 4-5 A, 6-7 B). */
+/* Palette 1, tiles 0-7 of 16 rows x 64 bytes. A static object: built on the
+ * stack, GCC 12 at -O3 dropped the colsb/rows stores as dead (it does not
+ * see LDTILECFG read them), and the instruction faulted on the zeros. */
+static const tile_config amx_config = {
+    .palette_id = 1,
+    .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
+    .rows = {16, 16, 16, 16, 16, 16, 16, 16},
+};
+
+AMX_TARGET static void amx_begin(void) { _tile_loadconfig(&amx_config); }
+AMX_TARGET static void amx_end(void) { _tile_release(); }
+
+AMX_TARGET static void amx_pairs(float *c, size_t ldc, bool accumulate, const uint16_t *a,
+                                 size_t lda, const uint32_t *b, size_t ldb, int64_t M, int64_t N,
+                                 int64_t P) {
+    const size_t cs = ldc * 4, as = lda * 2, bs = ldb * 4;
+    for (int64_t m2 = 0; m2 < M; m2 += 32)
+        for (int64_t n2 = 0; n2 < N; n2 += 32) {
+            float *cb = c + (size_t)m2 * ldc + (size_t)n2;
+            if (accumulate) {
+                _tile_loadd(0, cb, cs);
+                _tile_loadd(1, cb + 16, cs);
+                _tile_loadd(2, cb + 16 * ldc, cs);
+                _tile_loadd(3, cb + 16 * ldc + 16, cs);
+            } else {
+                _tile_zero(0);
+                _tile_zero(1);
+                _tile_zero(2);
+                _tile_zero(3);
+            }
+            for (int64_t p = 0; p < P; p += 16) { /* 32 bf16 of A per tile row */
+                _tile_loadd(4, a + (size_t)m2 * lda + 2 * (size_t)p, as);
+                _tile_loadd(5, a + (size_t)(m2 + 16) * lda + 2 * (size_t)p, as);
+                _tile_loadd(6, b + (size_t)p * ldb + (size_t)n2, bs);
+                _tile_loadd(7, b + (size_t)p * ldb + (size_t)n2 + 16, bs);
+                _tile_dpbf16ps(0, 4, 6);
+                _tile_dpbf16ps(1, 4, 7);
+                _tile_dpbf16ps(2, 5, 6);
+                _tile_dpbf16ps(3, 5, 7);
+            }
+            _tile_stored(0, cb, cs);
+            _tile_stored(1, cb + 16, cs);
+            _tile_stored(2, cb + 16 * ldc, cs);
+            _tile_stored(3, cb + 16 * ldc + 16, cs);
+        }
+}
+
+/* AVX512-BF16: 8 rows x 32 columns of accumulators (16 zmm); per pair step
+ * two B vectors, eight A pairs broadcast, sixteen VDPBF16PS. M % 8 == 0,
+ * N % 32 == 0. */
+DOT_TARGET static void dot_pairs(float *c, size_t ldc, bool accumulate, const uint16_t *a,
+                                 size_t lda, const uint32_t *b, size_t ldb, int64_t M, int64_t N,
+                                 int64_t P) {
+    for (int64_t m0 = 0; m0 < M; m0 += 8)
+        for (int64_t n0 = 0; n0 < N; n0 += 32) {
+            __m512 acc[8][2];
+            for (int r = 0; r < 8; r++) {
+                float *cr = c + (size_t)(m0 + r) * ldc + (size_t)n0;
+                acc[r][0] = accumulate ? _mm512_loadu_ps(cr) : _mm512_setzero_ps();
+                acc[r][1] = accumulate ? _mm512_loadu_ps(cr + 16) : _mm512_setzero_ps();
+            }
+            const uint32_t *ar = (const uint32_t *)(a + (size_t)m0 * lda);
+            const size_t ap = lda / 2; /* A row stride in pairs */
+            for (int64_t p = 0; p < P; p++) {
+                const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + (size_t)p * ldb + (size_t)n0);
+                const __m512bh b1 =
+                    (__m512bh)_mm512_loadu_si512(b + (size_t)p * ldb + (size_t)n0 + 16);
+#pragma GCC unroll 8
+                for (int r = 0; r < 8; r++) {
+                    const __m512bh x = (__m512bh)_mm512_set1_epi32((int)ar[(size_t)r * ap + (size_t)p]);
+                    acc[r][0] = _mm512_dpbf16_ps(acc[r][0], x, b0);
+                    acc[r][1] = _mm512_dpbf16_ps(acc[r][1], x, b1);
+                }
+            }
+            for (int r = 0; r < 8; r++) {
+                float *cr = c + (size_t)(m0 + r) * ldc + (size_t)n0;
+                _mm512_storeu_ps(cr, acc[r][0]);
+                _mm512_storeu_ps(cr + 16, acc[r][1]);
+            }
+        }
+}
+
+DOT_TARGET static void body(const rkv__attend_ctx *c, int64_t task, int thread, bool amx) {
     const struct rkv_layer *l = c->layer;
     const rkv_attention_args *a = c->args;
     const int64_t D = l->g.d_head, Hq = a->n_q_heads, Tq = c->tq;
@@ -240,11 +350,9 @@ AMX_TARGET static void amx_body(const rkv__attend_ctx *c, int64_t task, int thre
     for (int g = 0; g < UMAX; g++)
         for (int i = 0; i < MQ; i++) mall[g][i] = -INFINITY, lall[g][i] = 0.0f;
 
-    tile_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette_id = 1;
-    for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
-    _tile_loadconfig(&cfg);
+    void (*pairs)(float *, size_t, bool, const uint16_t *, size_t, const uint32_t *, size_t,
+                  int64_t, int64_t, int64_t) = amx ? amx_pairs : dot_pairs;
+    if (amx) amx_begin();
 
     /* scores times scale*log2(e): for scale > 0 (the usual) the raw scores'
      * max gives the scaled max, one multiply less per score */
@@ -254,7 +362,6 @@ AMX_TARGET static void amx_body(const rkv__attend_ctx *c, int64_t task, int thre
     const uint32_t *krow[KB];
     const uint16_t *vrow[KB];
     static const uint16_t zero_row[512]; /* padding keys (rkv__amx_fits: D <= 512) */
-    const size_t qs = d * 2, ks = KB * 4, ss = KB * 4, ps = KB * 2, os = d * 4, vs = d * 4;
 
     for (int64_t j0 = 0; j0 < n; j0 += KB) {
         const int64_t nk = n - j0 < KB ? n - j0 : KB;
@@ -274,28 +381,8 @@ AMX_TARGET static void amx_body(const rkv__attend_ctx *c, int64_t task, int thre
             if (rows < MQ) /* P rows past `rows`: 0 */
                 memset(pb + (size_t)rows * KB, 0, (size_t)(MQ - rows) * KB * 2);
 
-            /* S = Q . K^T: 2x2 blocks of 16x16 tiles */
-            for (int q2 = 0; q2 < MQ; q2 += 32)
-                for (int k2 = 0; k2 < KB; k2 += 32) {
-                    _tile_zero(0);
-                    _tile_zero(1);
-                    _tile_zero(2);
-                    _tile_zero(3);
-                    for (int64_t dc = 0; dc < D; dc += 32) {
-                        _tile_loadd(4, qb + q2 * d + dc, qs);
-                        _tile_loadd(5, qb + (q2 + 16) * d + dc, qs);
-                        _tile_loadd(6, kt + (dc / 2) * KB + k2, ks);
-                        _tile_loadd(7, kt + (dc / 2) * KB + k2 + 16, ks);
-                        _tile_dpbf16ps(0, 4, 6);
-                        _tile_dpbf16ps(1, 4, 7);
-                        _tile_dpbf16ps(2, 5, 6);
-                        _tile_dpbf16ps(3, 5, 7);
-                    }
-                    _tile_stored(0, st + q2 * KB + k2, ss);
-                    _tile_stored(1, st + q2 * KB + k2 + 16, ss);
-                    _tile_stored(2, st + (q2 + 16) * KB + k2, ss);
-                    _tile_stored(3, st + (q2 + 16) * KB + k2 + 16, ss);
-                }
+            /* S = Q . K^T */
+            pairs(st, KB, false, qb, d, kt, KB, MQ, KB, D / 2);
 
             /* online softmax per query row, 16 rows at a time; P rounded to
              * bf16 */
@@ -353,31 +440,10 @@ AMX_TARGET static void amx_body(const rkv__attend_ctx *c, int64_t task, int thre
             }
 
             /* O += P . V */
-            for (int q2 = 0; q2 < MQ; q2 += 32)
-                for (int64_t d2 = 0; d2 < D; d2 += 32) {
-                    float *o = ot + q2 * d + d2;
-                    _tile_loadd(0, o, os);
-                    _tile_loadd(1, o + 16, os);
-                    _tile_loadd(2, o + 16 * d, os);
-                    _tile_loadd(3, o + 16 * d + 16, os);
-                    for (int kc = 0; kc < KB; kc += 32) {
-                        _tile_loadd(4, pb + q2 * KB + kc, ps);
-                        _tile_loadd(5, pb + (q2 + 16) * KB + kc, ps);
-                        _tile_loadd(6, vp + (kc / 2) * d + d2, vs);
-                        _tile_loadd(7, vp + (kc / 2) * d + d2 + 16, vs);
-                        _tile_dpbf16ps(0, 4, 6);
-                        _tile_dpbf16ps(1, 4, 7);
-                        _tile_dpbf16ps(2, 5, 6);
-                        _tile_dpbf16ps(3, 5, 7);
-                    }
-                    _tile_stored(0, o, os);
-                    _tile_stored(1, o + 16, os);
-                    _tile_stored(2, o + 16 * d, os);
-                    _tile_stored(3, o + 16 * d + 16, os);
-                }
+            pairs(ot, d, true, pb, KB, vp, d, MQ, D, KB / 2);
         } /* heads */
     }
-    _tile_release();
+    if (amx) amx_end();
 
     /* out[i][d] = O[i][d] / l[i]; 0 for a row with no visible key */
     for (int64_t g = 0; g < gn; g++) {
@@ -397,12 +463,17 @@ AMX_TARGET static void amx_body(const rkv__attend_ctx *c, int64_t task, int thre
     }
 }
 
-void rkv__amx_task(void *ctx, int64_t task, int thread) { amx_body(ctx, task, thread); }
+void rkv__amx_task(void *ctx, int64_t task, int thread) { body(ctx, task, thread, true); }
+void rkv__bf16dot_task(void *ctx, int64_t task, int thread) { body(ctx, task, thread, false); }
 
 #else /* no AMX support in this compiler / architecture */
 
 bool rkv__amx_available(void) { return false; }
+bool rkv__bf16dot_available(void) { return false; }
 void rkv__amx_task(void *ctx, int64_t task, int thread) {
+    (void)ctx, (void)task, (void)thread;
+}
+void rkv__bf16dot_task(void *ctx, int64_t task, int thread) {
     (void)ctx, (void)task, (void)thread;
 }
 

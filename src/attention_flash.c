@@ -85,24 +85,37 @@ static flash_scratch flash_carve(void *mem, int64_t D, int64_t N) {
 #undef FLASH_TARGET
 #undef FLASH_NAME
 
-/* The AMX bf16 path (attention_amx.c) is on: bf16 storage with a suitable
- * d_head runs there, everything else on `kernel`. */
-static bool use_amx;
+/* The bf16 pair-product path (attention_amx.c) is on, with its engine:
+ * bf16 storage with a suitable d_head runs there, everything else on
+ * `kernel` (AVX-512 whenever the pair path is on). */
+static rkv__task_fn bf16_task; /* NULL: off */
 
 /* The kernel for this CPU, chosen on first use; RKV_ISA=generic|avx2|avx512|
- * amx in the environment caps it (for tests and benchmarks). */
+ * amx in the environment caps it (for tests and benchmarks). The AVX512-BF16
+ * engine of the bf16 pair path is opt-in, RKV_ISA=avx512bf16: on the Intel
+ * CPU it was written on it ran at 0.8x the f32 AVX-512 kernel (VDPBF16PS
+ * issues no faster than two FMAs there); it is meant for CPUs whose
+ * VDPBF16PS outruns their FMAs (AMD Zen 4 and later), not yet measured. */
 static rkv__task_fn pick_kernel(const char **name) {
 #if defined(__x86_64__) && defined(__GNUC__)
     const char *cap = getenv("RKV_ISA");
     __builtin_cpu_init();
     const bool want_amx = !cap || !strcmp(cap, "amx");
-    const bool want512 = want_amx || !strcmp(cap, "avx512");
+    const bool want_dot = cap && !strcmp(cap, "avx512bf16");
+    const bool want512 = want_amx || want_dot || !strcmp(cap, "avx512");
     const bool want2 = want512 || !strcmp(cap, "avx2");
     if (want512 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
         __builtin_cpu_supports("fma")) {
-        use_amx = want_amx && rkv__amx_available();
-        *name = use_amx ? "amx" : "avx512";
+        if (want_amx && rkv__amx_available()) {
+            bf16_task = rkv__amx_task;
+            *name = "amx";
+        } else if (want_dot && rkv__bf16dot_available()) {
+            bf16_task = rkv__bf16dot_task;
+            *name = "avx512bf16";
+        } else {
+            *name = "avx512";
+        }
         return flash_task_avx512;
     }
     if (want2 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
@@ -127,7 +140,7 @@ const char *rkv_attention_isa(void) {
 const char *rkv_layer_attention_isa(const rkv_layer *layer) {
     if (!layer) return NULL;
     pthread_once(&kernel_once, init_kernel);
-    return use_amx && !rkv__amx_fits(layer) ? "avx512" : kernel_name;
+    return bf16_task && !rkv__amx_fits(layer) ? "avx512" : kernel_name;
 }
 
 rkv_status rkv_layer_attend(const rkv_layer *layer, const rkv_attention_args *args) {
@@ -145,8 +158,8 @@ rkv_status rkv_layer_attend(const rkv_layer *layer, const rkv_attention_args *ar
         .scale = args->scale != 0.0f ? args->scale : 1.0f / sqrtf((float)D),
     };
     const int64_t tasks = args->batch * args->n_q_heads * ((c.tq + MQ - 1) / MQ);
-    if (use_amx && rkv__amx_fits(layer))
+    if (bf16_task && rkv__amx_fits(layer))
         return rkv__parallel_for(pool, rkv__amx_tasks(&c),
-                                 rkv__amx_scratch_bytes(D, layer->total_slots), rkv__amx_task, &c);
+                                 rkv__amx_scratch_bytes(D, layer->total_slots), bf16_task, &c);
     return rkv__parallel_for(pool, tasks, flash_scratch_bytes(D, layer->total_slots), kernel, &c);
 }

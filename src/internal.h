@@ -89,18 +89,22 @@ typedef struct rkv__attend_ctx {
     rkv_threadpool *pool;
     int64_t tq;  /* queries per row */
     float scale; /* softmax scale    */
-    int64_t units; /* AMX path: units per task (set by rkv__amx_tasks) */
+    int64_t units; /* bf16 pair path: units per task (set by rkv__amx_tasks) */
 } rkv__attend_ctx;
 
-/* The AMX bf16 attention (attention_amx.c): true when the CPU has AMX-TILE,
- * AMX-BF16 and AVX512-BF16 and the OS granted tile data (call once); whether
- * a layer suits it (bf16 storage, d_head a multiple of 32, <= 512); the
- * per-thread scratch; the task count and the task (ctx: a rkv__attend_ctx). */
+/* The bf16 pair-product attention (attention_amx.c): true when the CPU has
+ * AMX-TILE, AMX-BF16 and AVX512-BF16 and the OS granted tile data (call
+ * once); true when it has AVX512-F/BW/DQ/VL and AVX512-BF16; whether a layer
+ * suits the path (bf16 storage, d_head a multiple of 32, <= 512); the
+ * per-thread scratch; the task count; the task on the AMX engine and on the
+ * AVX512-BF16 engine (ctx: a rkv__attend_ctx). */
 bool rkv__amx_available(void);
+bool rkv__bf16dot_available(void);
 bool rkv__amx_fits(const struct rkv_layer *l);
 size_t rkv__amx_scratch_bytes(int64_t D, int64_t N);
 int64_t rkv__amx_tasks(rkv__attend_ctx *c);
 void rkv__amx_task(void *ctx, int64_t task, int thread);
+void rkv__bf16dot_task(void *ctx, int64_t task, int thread);
 
 /* Validates a model config (every layer's geometry, GQA, name, total
  * bytes); fills the per-session and total K/V bytes when non-NULL. */

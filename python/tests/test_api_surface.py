@@ -73,7 +73,7 @@ def test_thread_pools_and_reference_attention_agree():
             outs.append(c.attend(q, [1], [5], pool=pool))
     assert np.array_equal(outs[0], outs[1])  # bit-identical whatever the thread count
     assert np.linalg.norm(outs[0] - ref) / np.linalg.norm(ref) < 1e-5
-    assert ringkv.attention_isa() in ("amx", "avx512", "avx2", "generic")
+    assert ringkv.attention_isa() in ("amx", "avx512bf16", "avx512", "avx2", "generic")
     with pytest.raises(ValueError):
         ringkv.ThreadPool(-1)
     closed = ringkv.ThreadPool(1)
