@@ -6,8 +6,10 @@ environment variable RINGKV_LIBRARY at build time; ringkv/libringkv.so when it
 was copied there by hand; ../build/libringkv.so (the repository's default
 CMake build folder). With none of them the package is installed without the
 library and finds it at run time through RINGKV_LIBRARY or the system library
-path (a library installed with ``cmake --install``). Everything else is in
-pyproject.toml.
+path (a library installed with ``cmake --install``). The CUDA backend's
+libringkv_cuda.so is bundled beside it when there is one: the file named by
+RINGKV_CUDA_LIBRARY, else the one beside the chosen libringkv.so (a CUDA
+build puts both in its build folder). Everything else is in pyproject.toml.
 """
 import os
 import shutil
@@ -28,6 +30,14 @@ def _library():
     return None
 
 
+def _cuda_library(core):
+    env = os.environ.get("RINGKV_CUDA_LIBRARY")
+    for path in ([env] if env else [os.path.join(os.path.dirname(core), "libringkv_cuda.so")]):
+        if path and os.path.isfile(path):
+            return os.path.realpath(path)
+    return None
+
+
 class BuildPyWithLibrary(build_py):
     def run(self):
         super().run()
@@ -41,6 +51,14 @@ class BuildPyWithLibrary(build_py):
             os.makedirs(os.path.dirname(dest), exist_ok=True)
             shutil.copyfile(lib, dest)
         print(f"ringkv: bundled {lib} as {dest}")
+        # libringkv_cuda.so needs libringkv.so.0, which is the bundled
+        # libringkv.so (its SONAME), already loaded when the binding loads it
+        cuda = _cuda_library(lib)
+        if cuda is not None:
+            cuda_dest = os.path.join(self.build_lib, "ringkv", "libringkv_cuda.so")
+            if os.path.realpath(cuda_dest) != cuda:
+                shutil.copyfile(cuda, cuda_dest)
+            print(f"ringkv: bundled {cuda} as {cuda_dest}")
 
 
 setup(cmdclass={"build_py": BuildPyWithLibrary})

@@ -17,14 +17,18 @@ Contents:
 - :class:`LayerRingCache` (:mod:`ringkv.layer`): one layer's ring, the
   reference's constructor, ``upsert``/``reset``/``session_span``/
   ``memory_bytes``/``kv``/``written``..., plus ``attend``,
-  ``visible_frames``, ``visible_row`` and ``block_mask``.
+  ``visible_frames``, ``visible_row``, ``block_mask`` and ``check``; on the
+  CPU (NumPy arrays, torch CPU tensors) or, with ``device="cuda"``, on a GPU
+  through the CUDA backend (torch CUDA tensors; ``libringkv_cuda.so``,
+  loaded on first use: :func:`cuda_device_count`).
 - :class:`Model`, :class:`ModelConfig`, :func:`preset`, :func:`preset_names`
   (:mod:`ringkv.model`): a whole model's rings, sessions, clocks, in-memory
   snapshots, forks, batched steps; snapshot files (:func:`inspect_snapshot`).
 - :class:`ThreadPool`, :func:`attention_isa` (:mod:`ringkv.threadpool`): the
   CPU attention's threads.
 - Exceptions (:mod:`ringkv.errors`): ValueError / IndexError / KeyError /
-  RuntimeError subclasses of :class:`RingKVError` with the library's message.
+  RuntimeError subclasses of :class:`RingKVError` with the library's message;
+  :class:`RingKVDeviceError` for an array on the wrong device.
 - :func:`convert`: element conversion between f32, f16 and bf16 (NumPy).
 """
 from __future__ import annotations
@@ -36,8 +40,9 @@ import numpy as np
 from . import _arrays as _ar
 from ._lib import RKV_BLOCK_TOKENS, library_path
 from ._lib import lib as _clib
-from .errors import (RingKVError, RingKVIndexError, RingKVKeyError, RingKVMemoryError,
-                     RingKVOSError, RingKVRuntimeError, RingKVValueError)
+from ._lib import cuda_device_count, cuda_library_path
+from .errors import (RingKVDeviceError, RingKVError, RingKVIndexError, RingKVKeyError,
+                     RingKVMemoryError, RingKVOSError, RingKVRuntimeError, RingKVValueError)
 from .layer import LayerGeometry, LayerRingCache, visible_frames_from_clock
 from .model import (LayerSpec, Model, ModelConfig, SnapshotInfo, inspect_snapshot, preset,
                     preset_names)
@@ -46,9 +51,10 @@ from .threadpool import ThreadPool, attention_isa
 __all__ = ["LayerRingCache", "LayerGeometry", "visible_frames_from_clock", "Model",
            "ModelConfig", "LayerSpec", "SnapshotInfo", "inspect_snapshot", "preset",
            "preset_names", "ThreadPool", "attention_isa", "convert", "dtype_size",
-           "version", "library_path", "RKV_BLOCK_TOKENS", "RingKVError", "RingKVValueError",
-           "RingKVIndexError", "RingKVKeyError", "RingKVRuntimeError", "RingKVMemoryError",
-           "RingKVOSError", "__version__"]
+           "version", "library_path", "cuda_device_count", "cuda_library_path",
+           "RKV_BLOCK_TOKENS", "RingKVError", "RingKVValueError", "RingKVIndexError",
+           "RingKVKeyError", "RingKVRuntimeError", "RingKVMemoryError", "RingKVOSError",
+           "RingKVDeviceError", "__version__"]
 
 
 def version() -> str:

@@ -1,4 +1,5 @@
-"""Arrays in and out of the library: dtypes, NumPy and PyTorch (CPU) buffers.
+"""Arrays in and out of the library: dtypes, NumPy and PyTorch buffers (CPU
+for the CPU backend, CUDA for the CUDA backend).
 
 Inputs are passed to C by pointer, without copying, when they are
 C-contiguous, on the CPU and of the expected dtype. A non-contiguous input is
@@ -11,6 +12,15 @@ owning handle alive), or torch tensors sharing that memory through
 NumPy has no bfloat16: bf16 data appears as ``uint16`` bit patterns (an
 ``ml_dtypes.bfloat16`` array is accepted too); with torch it is
 ``torch.bfloat16``. torch is imported only when a torch object is seen.
+
+CUDA layers (see :mod:`ringkv.layer`): inputs are torch CUDA tensors on the
+layer's device, passed by ``data_ptr()`` (copied once on the device only when
+not C-contiguous or not 16-byte aligned); outputs are torch CUDA tensors over
+the library's device memory, built from an ``__cuda_array_interface__``
+(version 3) that keeps the owning handle alive (:func:`cuda_view`). An array
+on another device raises :class:`RingKVDeviceError`; nothing is copied
+between host and device except the small int64 vectors and visibility rows
+given as host data (:func:`cuda_int64_vector`).
 """
 from __future__ import annotations
 
@@ -19,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import RingKVRuntimeError, RingKVValueError
+from .errors import RingKVDeviceError, RingKVRuntimeError, RingKVValueError
 
 F32, F16, BF16 = 0, 1, 2
 DTYPE_NAMES = {F32: "f32", F16: "f16", BF16: "bf16"}
@@ -147,12 +157,21 @@ def kind_of(x: Any) -> str:
     return TORCH if is_torch_tensor(x) else NUMPY
 
 
+def _device_name(x: Any) -> str:
+    """Where an array lives, for messages: "cpu", "cuda:0", "meta", or
+    "host memory (a NumPy array)"."""
+    if is_torch_tensor(x):
+        return str(x.device)
+    return "host memory (a NumPy array)" if isinstance(x, np.ndarray) else "host memory"
+
+
 def _check_cpu(x: Any, name: str) -> None:
+    """A CPU layer or model takes host memory only (RingKVDeviceError)."""
     if x.device.type != "cpu":
-        raise NotImplementedError(
-            f"ringkv: {name} is a {x.device.type} tensor; the Python binding drives only the CPU "
-            "backend so far (CUDA tensors come once the CUDA backend has run on a GPU). Pass CPU "
-            "tensors.")
+        raise RingKVDeviceError(
+            f"ringkv: {name} is a tensor on {x.device}, but the layer is on cpu (the CPU "
+            f"backend reads host memory): pass a CPU tensor ({name}.cpu()), or create the "
+            "LayerRingCache with device='cuda' to run on the GPU")
 
 
 class CBuffer:
@@ -208,3 +227,103 @@ def int64_vector(x: Any, name: str, what: str,
     if arr.ndim != 1 or arr.dtype != np.int64:
         raise error(what.format(got=desc))
     return np.ascontiguousarray(arr), desc
+
+
+# ---- CUDA (torch) -------------------------------------------------------------
+
+_CUDA_TYPESTR = {F32: "<f4", F16: "<f2", BF16: "<i2", "bool": "|b1"}
+
+
+def cuda_array_interface(ptr: int, shape: tuple[int, ...], typestr: str) -> dict:
+    """The ``__cuda_array_interface__`` (version 3) of a C-contiguous DEVICE
+    buffer: ``data`` (ptr, writable), no strides (C order), no stream (the
+    producer has no work in flight that the consumer must wait for: the
+    library's kernels are ordered by the caller's stream)."""
+    return {"version": 3, "shape": tuple(int(s) for s in shape), "typestr": typestr,
+            "data": (int(ptr), False), "strides": None, "stream": None}
+
+
+class CudaInterface:
+    """Exposes a DEVICE pointer to torch (``__cuda_array_interface__``) and
+    keeps ``owner`` (the layer handle) alive: torch holds a reference to this
+    object for as long as a tensor built from it (or any view of that) exists."""
+
+    __slots__ = ("__cuda_array_interface__", "owner")
+
+    def __init__(self, ptr: int, shape: tuple[int, ...], typestr: str, owner: Any):
+        self.__cuda_array_interface__ = cuda_array_interface(ptr, shape, typestr)
+        self.owner = owner
+
+
+def cuda_view(ptr: int, shape: tuple[int, ...], code: Any, device_index: int, owner: Any):
+    """A torch CUDA tensor over the DEVICE buffer at ``ptr`` on GPU
+    ``device_index``, without copying; ``code`` a ringkv dtype code or "bool".
+    bf16 goes through int16 (the interface has no bfloat16 typestr) and is
+    reinterpreted with ``.view(torch.bfloat16)``."""
+    if not ptr:
+        raise RingKVRuntimeError("ringkv: the CUDA library returned a NULL device buffer")
+    torch = torch_module()
+    t = torch.as_tensor(CudaInterface(ptr, shape, _CUDA_TYPESTR[code], owner),
+                        device=torch.device("cuda", device_index))
+    if t.data_ptr() != int(ptr):  # as_tensor copies only across devices/dtypes
+        raise RingKVRuntimeError(f"ringkv: torch copied the device buffer {ptr:#x} instead of "
+                                 "viewing it")
+    return t.view(torch.bfloat16) if code == BF16 else t
+
+
+def check_cuda_device(x: Any, name: str, device: Any) -> None:
+    """RingKVDeviceError unless ``x`` is a torch tensor on ``device`` (a
+    ``torch.device("cuda", i)``): the layer's GPU."""
+    if is_torch_tensor(x) and x.device == device:
+        return
+    where = _device_name(x)
+    hint = (f"copy it there first ({name}.to('{device}'))" if is_torch_tensor(x) or
+            isinstance(x, np.ndarray) else f"pass a torch tensor on {device}")
+    raise RingKVDeviceError(f"ringkv: {name} is on {where}, but the layer is on {device} (a CUDA "
+                            f"layer reads device memory of its own GPU only): {hint}")
+
+
+def _aligned(t: Any, to: int = 16) -> bool:
+    return t.data_ptr() % to == 0
+
+
+class CudaBuffer:
+    """A torch CUDA tensor on the layer's device handed to C by pointer:
+    ``ptr``, ``shape``, ``code`` (ringkv dtype or None), ``keep`` (the
+    tensor), ``copied`` (True when it was not C-contiguous or not 16-byte
+    aligned and was copied once, on the device, on the current stream)."""
+
+    __slots__ = ("ptr", "shape", "code", "kind", "keep", "copied")
+
+    def __init__(self, x: Any, name: str, device: Any):
+        check_cuda_device(x, name, device)
+        self.kind = TORCH
+        self.copied = False
+        if not x.is_contiguous() or not _aligned(x):
+            # a fresh caching-allocator block: C-contiguous, 512-byte aligned
+            x = x.clone(memory_format=torch_module().contiguous_format)
+            self.copied = True
+        self.code = array_dtype_code(x)
+        self.shape = tuple(x.shape)
+        self.keep = x
+        self.ptr = x.data_ptr()
+
+
+def cuda_int64_vector(x: Any, name: str, what: str, device: Any,
+                      error: type = RingKVRuntimeError) -> tuple[Any, str]:
+    """A 1-D int64 CUDA tensor on ``device`` for ``x`` and a description of
+    what was given. A CUDA tensor on ``device`` is used as is (copied on the
+    device only when not contiguous): the capture-safe way. Host data (a
+    list, NumPy array or CPU tensor, checked as :func:`int64_vector` does) is
+    copied to the device once on the current stream: NOT capture-safe (a
+    host-to-device copy). A tensor on another device raises
+    RingKVDeviceError."""
+    torch = torch_module()
+    if is_torch_tensor(x) and x.device.type != "cpu":
+        desc = f"{tuple(x.shape)} {x.dtype}"
+        if x.ndim != 1 or x.dtype != torch.int64:
+            raise error(what.format(got=desc))
+        check_cuda_device(x, name, device)
+        return (x if x.is_contiguous() else x.contiguous()), desc
+    arr, desc = int64_vector(x, name, what, error)
+    return torch.from_numpy(arr).to(device), desc

@@ -11,6 +11,14 @@ The library is looked up, in order:
 
 The structures below mirror ``include/ringkv.h`` field for field; that header
 is the contract.
+
+The CUDA backend (``include/ringkv_cuda.h``) lives in a second library,
+``libringkv_cuda.so``, loaded lazily by :func:`cuda` the first time a CUDA
+device or tensor is used (never at import): from ``RINGKV_CUDA_LIBRARY`` when
+set, else beside the loaded ``libringkv.so`` (where both CMake builds put it),
+else the system library path. It links ``libringkv.so`` itself (not a static
+copy of the core), so ``rkv_last_error()`` read through :data:`lib` reports
+the errors of the CUDA calls; :func:`cuda` verifies that when it loads it.
 """
 from __future__ import annotations
 
@@ -21,13 +29,15 @@ from ctypes import (POINTER, Structure, c_char, c_char_p, c_float, c_int,
                     c_int64, c_size_t, c_uint8, c_uint64, c_void_p)
 
 __all__ = ["lib", "library_path", "RKV_MAX_LAYERS", "RKV_MAX_NAME", "RKV_MAX_REQUEST_ID",
-           "RKV_BLOCK_TOKENS", "Geometry", "LayerSpec", "ModelConfigStruct", "AttentionArgs",
-           "SnapshotInfo", "has", "require"]
+           "RKV_BLOCK_TOKENS", "RKV_CUDA_MAX_BATCH", "Geometry", "LayerSpec",
+           "ModelConfigStruct", "AttentionArgs", "CudaAttentionArgs", "SnapshotInfo", "has",
+           "require", "cuda", "cuda_library_path", "cuda_device_count"]
 
 RKV_BLOCK_TOKENS = 128
 RKV_MAX_LAYERS = 256
 RKV_MAX_NAME = 64
 RKV_MAX_REQUEST_ID = 256
+RKV_CUDA_MAX_BATCH = 1024  # include/ringkv_cuda.h
 
 c_status = c_int  # rkv_status (a C enum: int)
 c_dtype = c_int   # rkv_dtype
@@ -61,6 +71,16 @@ class AttentionArgs(Structure):
                 ("out_dtype", c_dtype), ("session_idx", POINTER(c_int64)),
                 ("frame_pos", POINTER(c_int64)), ("visible", POINTER(c_uint8)),
                 ("scale", c_float), ("pool", c_void_p)]
+
+
+class CudaAttentionArgs(Structure):
+    """``rkv_cuda_attention_args`` (include/ringkv_cuda.h); every pointer is a
+    DEVICE pointer of the layer's GPU."""
+    _fields_ = [("batch", c_int64), ("n_q_heads", c_int64), ("n_queries", c_int64),
+                ("q", c_void_p), ("q_dtype", c_dtype), ("out", c_void_p),
+                ("out_dtype", c_dtype), ("session_idx", c_void_p), ("frame_pos", c_void_p),
+                ("visible", c_void_p), ("scale", c_float), ("workspace", c_void_p),
+                ("workspace_bytes", c_size_t)]
 
 
 class SnapshotInfo(Structure):
@@ -157,6 +177,31 @@ _OPTIONAL = {
                                   POINTER(AttentionArgs)]),
 }
 
+# include/ringkv_cuda.h. Layers are opaque handles (c_void_p); `void *stream`
+# is a cudaStream_t passed as an integer (torch's Stream.cuda_stream).
+_CUDA_ARGS = POINTER(CudaAttentionArgs)
+_CUDA_PROTOTYPES = {
+    "rkv_cuda_device_count": (c_int, []),
+    "rkv_cuda_layer_create": (c_status, [_GEOM, c_int, POINTER(c_void_p)]),
+    "rkv_cuda_layer_destroy": (None, [c_void_p]),
+    "rkv_cuda_layer_geometry": (_GEOM, [c_void_p]),
+    "rkv_cuda_layer_device": (c_int, [c_void_p]),
+    "rkv_cuda_layer_total_slots": (c_int64, [c_void_p]),
+    "rkv_cuda_layer_memory_bytes": (c_size_t, [c_void_p]),
+    "rkv_cuda_layer_kv": (c_void_p, [c_void_p]),
+    "rkv_cuda_layer_written": (c_void_p, [c_void_p]),
+    "rkv_cuda_layer_upload": (c_status, [c_void_p, c_void_p, c_void_p]),
+    "rkv_cuda_layer_download": (c_status, [c_void_p, c_void_p, c_void_p]),
+    "rkv_cuda_layer_reset": (c_status, [c_void_p, c_int64, c_void_p]),
+    "rkv_cuda_layer_check": (c_status, [c_void_p, c_void_p]),
+    "rkv_cuda_layer_upsert": (c_status, [c_void_p, c_void_p, c_dtype, c_int64, c_void_p,
+                                         c_void_p, c_int, c_void_p, c_void_p]),
+    "rkv_cuda_layer_attend": (c_status, [c_void_p, _CUDA_ARGS, c_void_p]),
+    "rkv_cuda_attention_workspace_bytes": (c_size_t, [c_void_p, _CUDA_ARGS]),
+    "rkv_cuda_attention_describe": (c_status, [c_void_p, _CUDA_ARGS, c_void_p, c_size_t]),
+    "rkv_cuda_clock_advance": (c_status, [c_void_p, c_int64, c_int64, c_void_p]),
+}
+
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _BUNDLED = ("libringkv.so", "libringkv.so.0", "libringkv.dylib")
 
@@ -172,6 +217,30 @@ def _candidates() -> list[str]:
     return found
 
 
+def _bind(path: str, required: dict, optional: dict, older: str,
+          errors: list[str]) -> ctypes.CDLL | None:
+    """The library at ``path`` with the prototypes of ``required`` (all must
+    be exported) and of those of ``optional`` it exports declared; None, with
+    the reason appended to ``errors``, when it cannot be loaded or lacks a
+    required function (``older`` names what it would then be)."""
+    try:
+        handle = ctypes.CDLL(path)
+    except OSError as exc:
+        errors.append(f"{path}: {exc}")
+        return None
+    missing = [name for name in required if not hasattr(handle, name)]
+    if missing:
+        errors.append(f"{path}: lacks {', '.join(missing)} ({older})")
+        return None
+    protos = dict(required)
+    protos.update({n: p for n, p in optional.items() if hasattr(handle, n)})
+    for name, (restype, argtypes) in protos.items():
+        fn = getattr(handle, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+    return handle
+
+
 def _load() -> tuple[ctypes.CDLL, str]:
     candidates = _candidates()
     if not candidates:
@@ -179,24 +248,11 @@ def _load() -> tuple[ctypes.CDLL, str]:
             "ringkv: cannot find libringkv. Build it (cmake -S . -B build && cmake --build build "
             "--target ringkv_shared) and either set RINGKV_LIBRARY=build/libringkv.so or install "
             "the package with the library bundled (see python/README.md).")
-    errors = []
+    errors: list[str] = []
     for path in candidates:
-        try:
-            handle = ctypes.CDLL(path)
-        except OSError as exc:
-            errors.append(f"{path}: {exc}")
-            continue
-        missing = [name for name in _PROTOTYPES if not hasattr(handle, name)]
-        if missing:
-            errors.append(f"{path}: lacks {', '.join(missing)} (an older libringkv?)")
-            continue
-        protos = dict(_PROTOTYPES)
-        protos.update({n: p for n, p in _OPTIONAL.items() if hasattr(handle, n)})
-        for name, (restype, argtypes) in protos.items():
-            fn = getattr(handle, name)
-            fn.restype = restype
-            fn.argtypes = argtypes
-        return handle, path
+        handle = _bind(path, _PROTOTYPES, _OPTIONAL, "an older libringkv?", errors)
+        if handle is not None:
+            return handle, path
     raise ImportError("ringkv: cannot load libringkv:\n  " + "\n  ".join(errors))
 
 
@@ -213,3 +269,82 @@ def require(name: str) -> None:
     if not hasattr(lib, name):
         raise NotImplementedError(f"ringkv: the loaded libringkv ({library_path}) lacks {name}; "
                                   "rebuild the library from a newer tree")
+
+
+# ---- the CUDA backend: libringkv_cuda.so, loaded on first use ---------------
+
+_CUDA_NAMES = ("libringkv_cuda.so",)
+_cuda_state: dict = {}  # "lib", "path" once loaded (a failed load is not cached)
+
+_BUILD_HINT = ("Build it where nvcc is installed: cmake -S . -B build && cmake --build build "
+               "--target ringkv_cuda_shared (it lands beside build/libringkv.so), or set "
+               "RINGKV_CUDA_LIBRARY=/path/to/libringkv_cuda.so")
+
+
+def _cuda_candidates() -> list[str]:
+    env = os.environ.get("RINGKV_CUDA_LIBRARY")
+    if env:
+        return [env]  # an explicit choice, as RINGKV_LIBRARY
+    found = []
+    if os.sep in library_path:  # beside the loaded libringkv.so
+        here = os.path.dirname(os.path.abspath(library_path))
+        found += [os.path.join(here, n) for n in _CUDA_NAMES]
+    system = ctypes.util.find_library("ringkv_cuda")
+    if system:
+        found.append(system)
+    return found
+
+
+def cuda() -> ctypes.CDLL:
+    """``libringkv_cuda.so`` with its prototypes declared, loaded on the first
+    call (later calls return it). RuntimeError, before anything is allocated,
+    when it is not found or cannot be loaded, or when it reports its errors
+    through another copy of libringkv than :data:`lib`."""
+    handle = _cuda_state.get("lib")
+    if handle is not None:
+        return handle
+    from .errors import RingKVRuntimeError  # errors imports this module
+    env = os.environ.get("RINGKV_CUDA_LIBRARY")
+    candidates = [c for c in _cuda_candidates() if os.sep not in c or os.path.exists(c)]
+    if not candidates:
+        if env:
+            where = f"RINGKV_CUDA_LIBRARY={env} does not exist"
+        elif os.sep in library_path:
+            where = (f"not beside libringkv.so in {os.path.dirname(os.path.abspath(library_path))}"
+                     ", not on the system library path, and RINGKV_CUDA_LIBRARY is not set")
+        else:
+            where = "not on the system library path, and RINGKV_CUDA_LIBRARY is not set"
+        raise RingKVRuntimeError(
+            "ringkv: CUDA devices need the CUDA backend library libringkv_cuda.so, which was not "
+            f"found ({where}). {_BUILD_HINT}.")
+    errors: list[str] = []
+    for path in candidates:
+        handle = _bind(path, _CUDA_PROTOTYPES, {}, "an older libringkv_cuda?", errors)
+        if handle is None:
+            continue
+        # One error message for both libraries: a failed host check of the
+        # CUDA library (no CUDA call is made: the layer is NULL) must be what
+        # rkv_last_error() of the loaded libringkv reports. It is not when
+        # libringkv_cuda.so was linked against, or found, another libringkv.
+        status = handle.rkv_cuda_layer_upsert(None, None, 0, 1, None, None, 0, None, None)
+        message = lib.rkv_last_error() or b""
+        if status == 0 or not message.startswith(b"rkv_cuda_layer_upsert"):
+            errors.append(f"{path}: its errors are not reported by the loaded libringkv "
+                          f"({library_path}); it must link that same library (build both "
+                          "from one tree and keep them side by side)")
+            continue
+        _cuda_state.update(lib=handle, path=path)
+        return handle
+    raise RingKVRuntimeError("ringkv: cannot load the CUDA backend library libringkv_cuda.so:\n  "
+                             + "\n  ".join(errors) + f"\n{_BUILD_HINT}.")
+
+
+def cuda_library_path() -> str | None:
+    """Path of the loaded libringkv_cuda.so, None when it has not been loaded."""
+    return _cuda_state.get("path")
+
+
+def cuda_device_count() -> int:
+    """``rkv_cuda_device_count()``: CUDA devices the backend's runtime sees (0
+    without GPU or driver). Loads libringkv_cuda.so (RuntimeError without it)."""
+    return int(cuda().rkv_cuda_device_count())

@@ -25,13 +25,20 @@ RKV_ERR_IO             file input/output failed              ``OSError``
 ``LayerRingCache.upsert`` checks its arguments in Python first and raises
 ``RuntimeError`` where the reference's ``torch._check`` fails (shapes, dtypes,
 ``B == 1`` with ``build_visibility``), with the reference's messages.
+
+An array on the wrong device (a CUDA tensor given to a CPU layer, host memory
+or another GPU's tensor given to a CUDA layer) raises
+:class:`RingKVDeviceError`, both a ``ValueError`` and a ``RuntimeError``
+(torch raises ``RuntimeError`` for tensors on different devices). A CUDA
+layer's device errors (session ids and clocks checked by the kernels) come
+from ``LayerRingCache.check()`` with the statuses above.
 """
 from __future__ import annotations
 
 from ._lib import lib
 
 __all__ = ["RingKVError", "RingKVValueError", "RingKVIndexError", "RingKVKeyError",
-           "RingKVRuntimeError", "RingKVMemoryError", "RingKVOSError", "check",
+           "RingKVRuntimeError", "RingKVMemoryError", "RingKVOSError", "RingKVDeviceError", "check",
            "STATUS_NAMES"]
 
 RKV_OK = 0
@@ -79,6 +86,11 @@ class RingKVMemoryError(RingKVError, MemoryError):
 
 class RingKVOSError(RingKVError, OSError):
     """File input/output failed."""
+
+
+class RingKVDeviceError(RingKVError, ValueError, RuntimeError):
+    """An array on another device than the layer's (raised by the Python
+    layer before any library call; nothing is written)."""
 
 
 _CLASS_OF = {

@@ -18,6 +18,15 @@ Differences from the reference (all deliberate, see SEMANTICS.md):
 - the visibility row is a fresh array owned by the caller, not the layer's
   scratch (no aliasing hazard); with ``build_visibility=False`` it is
   ``None`` (the reference returns a stale row that must be ignored).
+
+Devices. ``device="cpu"`` (the default) runs the CPU backend
+(``rkv_layer_*``) on host memory. ``device="cuda"``, ``"cuda:1"`` or a
+``torch.device("cuda", i)`` creates an ``rkv_cuda_layer`` on that GPU
+(``include/ringkv_cuda.h``, loaded from ``libringkv_cuda.so`` on first use,
+see :func:`ringkv._lib.cuda`): its storage is device memory, its views are
+torch CUDA tensors, its inputs torch CUDA tensors on the same GPU, and every
+call runs on ``torch.cuda.current_stream(device)`` without synchronizing
+(see :class:`LayerRingCache`).
 """
 from __future__ import annotations
 
@@ -29,8 +38,9 @@ import numpy as np
 
 from . import _arrays as ar
 from ._lib import Geometry as _GeometryStruct
+from ._lib import cuda as _cuda_lib
 from ._lib import lib
-from .attention import attend_layer
+from .attention import attend_cuda_layer, attend_layer
 from .errors import (RingKVIndexError, RingKVRuntimeError, RingKVValueError, check)
 
 __all__ = ["LayerRingCache", "LayerGeometry", "visible_frames_from_clock"]
@@ -79,17 +89,32 @@ def _session(value: Any) -> int:
     return v
 
 
-def _parse_device(device: Any) -> None:
+def _parse_device(device: Any) -> tuple[str, int | None]:
+    """("cpu", None) or ("cuda", index or None) for ``device``: None, "cpu",
+    "cuda", "cuda:N" or a torch.device of those types. ValueError otherwise."""
     if device is None:
-        return
-    dev = str(device)
-    if dev == "cpu":
-        return
-    if dev.startswith("cuda"):
-        raise NotImplementedError(
-            f"ringkv: device {dev!r} is not supported yet: the Python binding drives only the CPU "
-            "backend so far (CUDA comes once the CUDA backend has run on a GPU). Use device='cpu'.")
-    raise RingKVValueError(f"unknown device {device!r}; expected 'cpu'")
+        return "cpu", None
+    if type(device).__module__.startswith("torch") and hasattr(device, "type"):
+        kind, index = device.type, device.index
+    elif isinstance(device, str):
+        kind, _, idx = device.strip().partition(":")
+        index = None
+        if idx:
+            if not idx.isdigit():
+                raise RingKVValueError(f"unknown device {device!r}; expected 'cpu', 'cuda' or "
+                                       "'cuda:N'")
+            index = int(idx)
+        if kind == "cpu" and idx:
+            index = None if index == 0 else -1
+    else:
+        raise RingKVValueError(f"unknown device {device!r}; expected 'cpu', 'cuda', 'cuda:N' or "
+                               "a torch.device")
+    if kind == "cpu" and index in (None, 0):
+        return "cpu", None
+    if kind == "cuda":
+        return "cuda", index
+    raise RingKVValueError(f"unknown device {device!r}; expected 'cpu', 'cuda', 'cuda:N' or a "
+                           "torch.device of those")
 
 
 class _LayerHandle:
@@ -108,6 +133,69 @@ class _LayerHandle:
             self.ptr = None
 
 
+class _CudaLayerHandle:
+    """Owns an ``rkv_cuda_layer*``. Freed (``rkv_cuda_layer_destroy``: it
+    synchronizes the device, then frees) when the cache object and every view
+    of its storage are gone; do not let that happen inside a CUDA graph
+    capture."""
+
+    __slots__ = ("ptr", "device_index", "_destroy")
+
+    def __init__(self, ptr: int, device_index: int, destroy: Any):
+        self.ptr = ptr
+        self.device_index = device_index
+        self._destroy = destroy  # held here: module globals may be gone at exit
+
+    def __del__(self):
+        if self.ptr and self._destroy is not None:
+            try:
+                self._destroy(self.ptr)
+            except Exception:  # noqa: BLE001 - interpreter shutdown
+                pass
+            self.ptr = None
+
+
+def _cuda_torch():
+    """torch, which CUDA layers need (their views and inputs are torch CUDA
+    tensors); RuntimeError when it is missing or has no CUDA."""
+    torch = ar.torch_module()
+    if torch is None:
+        raise RingKVRuntimeError("ringkv: CUDA layers need torch (their inputs and views are "
+                                 "torch CUDA tensors); torch is not importable")
+    if not torch.cuda.is_available():
+        raise RingKVRuntimeError(
+            f"ringkv: the CUDA backend sees a GPU but this torch ({torch.__version__}) cannot use "
+            "CUDA (a CPU-only build, or its CUDA runtime is newer than the driver); CUDA layers "
+            "take and return torch CUDA tensors")
+    return torch
+
+
+def _create_cuda_layer(g: _GeometryStruct, device: Any, index: int | None):
+    """The checks before anything is allocated, then rkv_cuda_layer_create on
+    GPU ``index`` (torch's current device when None). The current device is
+    restored afterwards (the C call makes the layer's device current)."""
+    clib = _cuda_lib()  # RuntimeError: no libringkv_cuda.so
+    n = int(clib.rkv_cuda_device_count())
+    if n == 0:
+        from ._lib import cuda_library_path
+        raise RingKVRuntimeError(
+            f"ringkv: device {str(device)!r} asked for, but the CUDA backend "
+            f"({cuda_library_path()}) sees no CUDA device: rkv_cuda_device_count() == 0 (no GPU, "
+            "no NVIDIA driver, or a driver older than the CUDA runtime the library was built "
+            "with). Use device='cpu'.")
+    torch = _cuda_torch()
+    if index is None:
+        index = torch.cuda.current_device()
+    if index >= n:
+        raise RingKVIndexError(f"ringkv: device cuda:{index}; the CUDA runtime sees {n} "
+                               "device(s)")
+    check(lib.rkv_geometry_check(ctypes.byref(g)))  # geometry errors before any CUDA call
+    ptr = ctypes.c_void_p()
+    with torch.cuda.device(index):
+        check(clib.rkv_cuda_layer_create(ctypes.byref(g), index, ctypes.byref(ptr)))
+    return _CudaLayerHandle(ptr.value, index, clib.rkv_cuda_layer_destroy), clib, torch
+
+
 class LayerRingCache:
     """One attention layer's ring: ``ring_frames`` frame slots of history plus
     one scratch frame at the tail, times ``num_sessions`` resident sessions.
@@ -120,8 +208,9 @@ class LayerRingCache:
     ``dtype``: a torch dtype (float32, float16, bfloat16), a NumPy dtype
     (float32, float16, ``ml_dtypes.bfloat16``) or a string ("f32", "float32",
     "f16", "bf16", "bfloat16", ...). ``device``: "cpu" (or
-    ``torch.device("cpu")``); a CUDA device raises NotImplementedError: the
-    binding does not drive the (not yet GPU-verified) CUDA backend.
+    ``torch.device("cpu")``): the CPU backend; "cuda" (torch's current
+    device), "cuda:N" or ``torch.device("cuda", N)``: the CUDA backend on
+    that GPU (see below).
 
     ``array_kind`` ("numpy" or "torch") chooses what the attributes ``kv``,
     ``written`` and ``frame_offsets`` are; by default torch when ``dtype`` is
@@ -132,20 +221,62 @@ class LayerRingCache:
     ``ring_buckets``, ``d_head``, ``tokens_per_frame``, ``pinned_dilation``,
     ``ring_len`` (RF*T), ``capacity`` (ring_len + T, one session's slots),
     ``total_slots`` (N = num_sessions * capacity), ``dtype_name``, ``dtype``
-    (of ``kv``), ``device`` ("cpu"), ``kv`` ([2, 1, H, N, D] view), ``written``
-    ([N] bool view), ``memory_bytes``, ``frame_offsets`` ([T] int64).
-    Errors at construction raise ValueError (bad geometry or dtype).
+    (of ``kv``), ``device`` ("cpu" or "cuda:N"), ``kv`` ([2, 1, H, N, D]
+    view), ``written`` ([N] bool view), ``memory_bytes``, ``frame_offsets``
+    ([T] int64). Errors at construction raise ValueError (bad geometry or
+    dtype).
+
+    **CUDA layers** (``device`` a CUDA device; needs ``libringkv_cuda.so``
+    and torch with CUDA):
+
+    - Construction raises RuntimeError, before anything is allocated, when
+      ``libringkv_cuda.so`` is not found or sees no GPU
+      (``rkv_cuda_device_count() == 0``), or when torch has no CUDA;
+      IndexError for a device index the runtime does not have. It allocates
+      (``rkv_cuda_layer_create``: K/V zeroed, written bits armed; it
+      synchronizes) and leaves torch's current device as it was.
+    - ``kv`` ([2, 1, H, N, D]), ``written`` ([N] torch.bool) and the ``k``,
+      ``v`` that ``upsert`` returns are torch CUDA tensors that VIEW the
+      layer's device memory (``kv.data_ptr()`` is ``rkv_cuda_layer_kv``);
+      each keeps the layer alive. ``array_kind`` is always "torch".
+    - Inputs must be torch CUDA tensors on the layer's GPU (``kv``, ``q``,
+      ``out``); host arrays or another GPU's tensors raise
+      :class:`ringkv.RingKVDeviceError` (a ValueError and a RuntimeError).
+      ``frame_pos``, ``session_idx`` and ``visible`` may also be host data,
+      copied to the device once per call (not capture-safe).
+    - ``upsert``, ``attend`` and ``reset`` enqueue kernels on
+      ``torch.cuda.current_stream(device)`` and return without
+      synchronizing; they run with the layer's GPU as the current device
+      (set for the call, then restored). Given device tensors for every
+      argument they are capture-safe (``torch.cuda.graph``): no host copy,
+      no synchronization; temporaries (the visibility row, attention output
+      and workspace) come from torch's caching allocator.
+    - Session ids and clocks on the device are checked by the kernels, not
+      by the host: an invalid row makes the whole call write nothing and
+      records a device error that :meth:`check` raises later (it
+      synchronizes the stream).
+    - ``session_span`` and ``memory_bytes`` are host arithmetic.
+      ``visible_frames``, ``visible_row`` and ``block_mask`` raise
+      NotImplementedError (they need the written bits on the host); use the
+      row ``upsert(..., build_visibility=True)`` returns, or
+      :func:`visible_frames_from_clock` for the clock-only rule.
     """
 
     def __init__(self, num_sessions: int, n_kv_heads: int, ring_frames: int, ring_buckets: int,
                  d_head: int, tokens_per_frame: int, pinned_dilation: int, dtype: Any,
                  device: Any = "cpu", *, array_kind: str | None = None):
-        _parse_device(device)
+        kind, index = _parse_device(device)
         code = ar.parse_dtype(dtype)
         g = _GeometryStruct(_int(num_sessions, "num_sessions"), _int(n_kv_heads, "n_kv_heads"),
                             _int(ring_frames, "ring_frames"), _int(ring_buckets, "ring_buckets"),
                             _int(d_head, "d_head"), _int(tokens_per_frame, "tokens_per_frame"),
                             _int(pinned_dilation, "pinned_dilation"), code)
+        if kind == "cuda":
+            if array_kind not in (None, ar.TORCH):
+                raise RingKVValueError(f"array_kind {array_kind!r}: a CUDA layer's views are "
+                                       "torch CUDA tensors (array_kind 'torch')")
+            self._init_cuda(*_create_cuda_layer(g, device, index))
+            return
         ptr = ctypes.c_void_p()
         check(lib.rkv_layer_create(ctypes.byref(g), ctypes.byref(ptr)))
         if array_kind is None:
@@ -166,7 +297,39 @@ class LayerRingCache:
         if array_kind == ar.TORCH and ar.torch_module() is None:
             raise RingKVValueError("array_kind 'torch' needs torch, which is not importable")
         self._h = handle
+        self._cuda = None  # the CUDA library for CUDA layers (see _init_cuda)
         g = lib.rkv_layer_geometry(handle.ptr).contents
+        self._set_geometry(g)
+        self.capacity = int(lib.rkv_layer_capacity(handle.ptr))
+        self.total_slots = int(lib.rkv_layer_total_slots(handle.ptr))
+        self.device = "cpu"
+        self.array_kind = array_kind
+        H, N, D = self.n_kv_heads, self.total_slots, self.d_head
+        np_kv = ar.numpy_view(lib.rkv_layer_kv(handle.ptr), (2, 1, H, N, D),
+                              ar.numpy_dtype(self._code), handle)
+        np_written = ar.numpy_view(lib.rkv_layer_written(handle.ptr), (N,), np.bool_, handle)
+        self._views = {ar.NUMPY: (np_kv, np_kv[0], np_kv[1], np_written)}
+
+    def _init_cuda(self, handle: _CudaLayerHandle, clib: Any, torch: Any) -> None:
+        self._h = handle
+        self._cuda = clib
+        self._torch = torch
+        g = clib.rkv_cuda_layer_geometry(handle.ptr).contents
+        self._set_geometry(g)
+        self.capacity = self.ring_len + self.tokens_per_frame
+        self.total_slots = int(clib.rkv_cuda_layer_total_slots(handle.ptr))
+        self._tdevice = torch.device("cuda", handle.device_index)
+        self.device = str(self._tdevice)
+        self.array_kind = ar.TORCH
+        H, N, D = self.n_kv_heads, self.total_slots, self.d_head
+        with torch.cuda.device(handle.device_index):
+            t_kv = ar.cuda_view(clib.rkv_cuda_layer_kv(handle.ptr), (2, 1, H, N, D), self._code,
+                                handle.device_index, handle)
+            t_written = ar.cuda_view(clib.rkv_cuda_layer_written(handle.ptr), (N,), "bool",
+                                     handle.device_index, handle)
+        self._views = {ar.TORCH: (t_kv, t_kv[0], t_kv[1], t_written)}
+
+    def _set_geometry(self, g: Any) -> None:
         self.num_sessions = int(g.num_sessions)
         self.n_kv_heads = int(g.n_kv_heads)
         self.ring_frames = int(g.ring_frames)
@@ -177,24 +340,40 @@ class LayerRingCache:
         self._code = int(g.dtype)
         self.dtype_name = ar.DTYPE_NAMES[self._code]
         self.ring_len = self.ring_frames * self.tokens_per_frame
-        self.capacity = int(lib.rkv_layer_capacity(handle.ptr))
-        self.total_slots = int(lib.rkv_layer_total_slots(handle.ptr))
-        self.device = "cpu"
-        self.array_kind = array_kind
         self._g = _GeometryStruct(g.num_sessions, g.n_kv_heads, g.ring_frames, g.ring_buckets,
                                   g.d_head, g.tokens_per_frame, g.pinned_dilation, g.dtype)
-        H, N, D = self.n_kv_heads, self.total_slots, self.d_head
-        np_kv = ar.numpy_view(lib.rkv_layer_kv(handle.ptr), (2, 1, H, N, D),
-                              ar.numpy_dtype(self._code), handle)
-        np_written = ar.numpy_view(lib.rkv_layer_written(handle.ptr), (N,), np.bool_, handle)
-        self._views = {ar.NUMPY: (np_kv, np_kv[0], np_kv[1], np_written)}
+
+    # ---- the CUDA backend's call context ----------------------------------
+    def _stream(self) -> int:
+        """``torch.cuda.current_stream(device).cuda_stream``: the cudaStream_t
+        (as an int; 0 is the legacy default stream) every call enqueues on."""
+        return self._torch.cuda.current_stream(self._tdevice).cuda_stream
+
+    def _on_device(self):
+        """The layer's GPU as the current device for one call (the C calls
+        require it and never change it); the previous one is restored."""
+        return self._torch.cuda.device(self._h.device_index)
+
+    def _cuda_only_host(self, what: str) -> None:
+        if self._cuda is not None:
+            raise NotImplementedError(
+                f"ringkv: {what} is not available for a CUDA layer ({self.device}): it needs the "
+                "written bits on the host. Use the visibility row upsert(..., "
+                "build_visibility=True) returns (a CUDA tensor), "
+                "ringkv.visible_frames_from_clock(cache.geometry, frame_pos) for the clock-only "
+                "rule, or replay the same operations on a CPU layer.")
 
     # ---- views ----------------------------------------------------------
     def views(self, kind: str | None = None) -> tuple[Any, Any, Any, Any]:
         """``(kv [2,1,H,N,D], k [1,H,N,D], v [1,H,N,D], written [N] bool)``,
-        views of the library's storage as NumPy arrays or torch tensors."""
+        views of the library's storage as NumPy arrays or torch tensors (a
+        CUDA layer: torch CUDA tensors over its device memory, "torch" only)."""
         kind = kind or self.array_kind
         v = self._views.get(kind)
+        if v is None and self._cuda is not None:
+            raise RingKVValueError(f"kind {kind!r}: a CUDA layer's storage is device memory; its "
+                                   "views are torch CUDA tensors only (kind 'torch'; copy to the "
+                                   "host with .cpu())")
         if v is None:
             if kind != ar.TORCH:
                 raise RingKVValueError(f"kind must be 'numpy' or 'torch'; got {kind!r}")
@@ -224,7 +403,11 @@ class LayerRingCache:
 
     @property
     def frame_offsets(self) -> Any:
-        """``arange(tokens_per_frame)`` as int64 (the reference's attribute)."""
+        """``arange(tokens_per_frame)`` as int64 (the reference's attribute; on
+        the layer's GPU for a CUDA layer)."""
+        if self._cuda is not None:
+            return self._torch.arange(self.tokens_per_frame, dtype=self._torch.int64,
+                                      device=self._tdevice)
         arr = np.arange(self.tokens_per_frame, dtype=np.int64)
         return ar.as_kind(arr, self.array_kind)
 
@@ -236,7 +419,10 @@ class LayerRingCache:
 
     @property
     def memory_bytes(self) -> int:
-        """Resident bytes of K/V storage, all sessions: 2*H*N*D*sizeof(dtype)."""
+        """Resident bytes of K/V storage, all sessions: 2*H*N*D*sizeof(dtype)
+        (device memory for a CUDA layer)."""
+        if self._cuda is not None:
+            return int(self._cuda.rkv_cuda_layer_memory_bytes(self._h.ptr))
         return int(lib.rkv_layer_memory_bytes(self._h.ptr))
 
     def __repr__(self) -> str:
@@ -244,12 +430,19 @@ class LayerRingCache:
         return (f"ringkv.LayerRingCache(num_sessions={g.num_sessions}, n_kv_heads="
                 f"{g.n_kv_heads}, ring_frames={g.ring_frames}, ring_buckets={g.ring_buckets}, "
                 f"d_head={g.d_head}, tokens_per_frame={g.tokens_per_frame}, pinned_dilation="
-                f"{g.pinned_dilation}, dtype={g.dtype!r})")
+                f"{g.pinned_dilation}, dtype={g.dtype!r}"
+                + (f", device={self.device!r})" if self._cuda is not None else ")"))
 
     # ---- sessions ---------------------------------------------------------
     def session_span(self, session_idx: int) -> tuple[int, int]:
         """``[lo, hi)`` token slots owned by ``session_idx``; IndexError when it
         is not in ``[0, num_sessions)``."""
+        if self._cuda is not None:  # host arithmetic, as the reference and rkv_layer_session_span
+            s = _session(session_idx)
+            if not 0 <= s < self.num_sessions:
+                raise RingKVIndexError(f"session_idx {s} out of range for {self.num_sessions} "
+                                       "sessions")
+            return s * self.capacity, (s + 1) * self.capacity
         lo, hi = ctypes.c_int64(), ctypes.c_int64()
         check(lib.rkv_layer_session_span(self._h.ptr, _session(session_idx), ctypes.byref(lo),
                                          ctypes.byref(hi)))
@@ -257,8 +450,29 @@ class LayerRingCache:
 
     def reset(self, session_idx: int) -> None:
         """Drops ONE session's state (K/V zeroed, ring slots unwritten) and
-        re-arms its scratch tail. IndexError when out of range."""
+        re-arms its scratch tail. IndexError when out of range. A CUDA layer:
+        ``rkv_cuda_layer_reset`` enqueued on the current stream (capture-safe,
+        no synchronization; ``session_idx`` is a host int)."""
+        if self._cuda is not None:
+            s = _session(session_idx)
+            with self._on_device():
+                check(self._cuda.rkv_cuda_layer_reset(self._h.ptr, s, self._stream()))
+            return
         check(lib.rkv_layer_reset(self._h.ptr, _session(session_idx)))
+
+    def check(self) -> None:
+        """Reports the device errors of a CUDA layer: ``rkv_cuda_layer_check``
+        reads and clears the error word the kernels set when a call's session
+        ids or clocks (device values, not checked by the host) were invalid;
+        such a call wrote nothing. Raises IndexError (a session out of range)
+        or ValueError (a session twice in one call, or a clock < 0) with the
+        operation and row, for the first such call since the last check.
+        Synchronizes the current stream: not capture-safe. A CPU layer
+        checks everything before writing, so this is a no-op there."""
+        if self._cuda is None:
+            return
+        with self._on_device():
+            check(self._cuda.rkv_cuda_layer_check(self._h.ptr, self._stream()))
 
     # ---- upsert -----------------------------------------------------------
     def upsert(self, kv: Any, frame_pos: Any, commit: bool, session_idx: Any, *,
@@ -267,13 +481,18 @@ class LayerRingCache:
 
         - ``kv``: ``[2, 1, H, B*T, D]`` (or ``[2, H, B*T, D]``), tokens ordered
           (row b, token t), in the storage dtype (NumPy bf16: uint16 bits or
-          ``ml_dtypes.bfloat16``); a NumPy array or a CPU torch tensor, passed
-          without copying when C-contiguous (copied once otherwise).
+          ``ml_dtypes.bfloat16``); a NumPy array or a CPU torch tensor (a
+          CUDA layer: a torch CUDA tensor on its GPU), passed without copying
+          when C-contiguous (copied once otherwise).
         - ``frame_pos``: ``[B]`` int64 clocks, each >= 0.
         - ``commit``: write the frame into its ring slot (on write steps,
           ``frame_pos % pinned_dilation == 0``; else the scratch again) and
           mark it written.
-        - ``session_idx``: ``[B]`` int64, each in range, distinct.
+        - ``session_idx``: ``[B]`` int64, each in range, distinct. A CUDA
+          layer reads ``frame_pos`` and ``session_idx`` on the device: int64
+          CUDA tensors on its GPU are used as they are (capture-safe); host
+          data (lists, NumPy, CPU tensors) is copied there once (not
+          capture-safe).
         - ``build_visibility``: also compute the reference's visibility row
           (B == 1 only), before the commit.
 
@@ -288,27 +507,60 @@ class LayerRingCache:
         build_visibility, kv shape or dtype not the storage's); IndexError for
         a session out of range; ValueError for frame_pos < 0 or a session
         twice in one batch. Nothing is written when it raises.
+
+        A CUDA layer: one ``rkv_cuda_layer_upsert`` kernel on
+        ``torch.cuda.current_stream(device)``, not synchronized; ``k``, ``v``
+        are views of its device memory and ``visible`` a fresh torch.bool
+        CUDA tensor (written by the kernel). The host checks above raise as
+        on the CPU (plus RingKVDeviceError for a tensor on another device);
+        session range, duplicate sessions and negative clocks are checked by
+        the kernel: such a call writes nothing and :meth:`check` raises the
+        IndexError / ValueError later.
         """
-        T = self.tokens_per_frame
-        fp, _ = ar.int64_vector(frame_pos, "frame_pos",
-                                "frame_pos must be a [B] int64 tensor; got {got}")
+        if self._cuda is not None:
+            return self._upsert_cuda(kv, frame_pos, commit, session_idx, build_visibility)
+        fp, _ = ar.int64_vector(frame_pos, "frame_pos", _FRAME_POS_MSG)
         B = fp.shape[0]
         buf = ar.CBuffer(kv, "kv")
-        shape = buf.shape
+        self._check_tokens(buf.shape, B)
+        si = self._session_vector(session_idx, fp.shape, None)
+        self._check_upsert(buf, B, build_visibility)
+        visible = np.empty(self.total_slots, dtype=np.bool_) if build_visibility else None
+        check(lib.rkv_layer_upsert(self._h.ptr, buf.ptr, self._code, B, fp.ctypes.data,
+                                   si.ctypes.data, 1 if commit else 0,
+                                   None if visible is None else visible.ctypes.data))
+        _, k, v, _ = self.views(buf.kind)
+        if visible is not None and buf.kind == ar.TORCH:
+            visible = ar.to_torch(visible)
+        return k, v, visible
+
+    # The host checks of upsert, in the reference's order and with its
+    # messages (torch._check in seed_ring_cache.py), shared by both backends.
+    def _check_tokens(self, shape: tuple, B: int) -> None:
         if len(shape) not in (4, 5):
             raise RingKVRuntimeError(f"kv must be [2, 1, H, B*T, D]; got shape {shape}")
-        if shape[-2] != B * T:
+        if shape[-2] != B * self.tokens_per_frame:
             raise RingKVRuntimeError("ring cache expects exactly one frame per session; got "
                                      f"{shape[-2]} tokens for B={B}")
+
+    def _session_vector(self, session_idx: Any, fp_shape: tuple, device: Any) -> Any:
         si_desc = (f"{tuple(session_idx.shape)} {session_idx.dtype}"
                    if hasattr(session_idx, "shape") else repr(session_idx))
         try:
-            si, _ = ar.int64_vector(session_idx, "session_idx", "{got}")
-        except RingKVRuntimeError:
+            if device is None:
+                si, _ = ar.int64_vector(session_idx, "session_idx", "{got}")
+            else:
+                si, _ = ar.cuda_int64_vector(session_idx, "session_idx", "{got}", device)
+        except RingKVRuntimeError:  # not RingKVDeviceError: a device mismatch says so
             si = None
-        if si is None or si.shape != fp.shape:
-            raise RingKVRuntimeError(f"session_idx must be a {list(fp.shape)} int64 tensor "
+        if si is None or tuple(si.shape) != tuple(fp_shape):
+            raise RingKVRuntimeError(f"session_idx must be a {list(fp_shape)} int64 tensor "
                                      f"matching frame_pos; got {si_desc}")
+        return si
+
+    def _check_upsert(self, buf: Any, B: int, build_visibility: bool) -> None:
+        shape = buf.shape
+        T = self.tokens_per_frame
         if build_visibility and B != 1:
             raise RingKVRuntimeError("ring cache's fallback visibility row only supports B == 1; "
                                      "the engine path passes build_visibility=False.")
@@ -319,13 +571,28 @@ class LayerRingCache:
         if buf.code != self._code:
             raise RingKVRuntimeError(f"kv dtype {buf.keep.dtype} does not match the storage dtype "
                                      f"{self.dtype_name}")
-        visible = np.empty(self.total_slots, dtype=np.bool_) if build_visibility else None
-        check(lib.rkv_layer_upsert(self._h.ptr, buf.ptr, self._code, B, fp.ctypes.data,
-                                   si.ctypes.data, 1 if commit else 0,
-                                   None if visible is None else visible.ctypes.data))
-        _, k, v, _ = self.views(buf.kind)
-        if visible is not None and buf.kind == ar.TORCH:
-            visible = ar.to_torch(visible)
+
+    def _upsert_cuda(self, kv: Any, frame_pos: Any, commit: bool, session_idx: Any,
+                     build_visibility: bool) -> tuple[Any, Any, Any]:
+        """upsert of a CUDA layer: the same host checks, then ONE
+        ``rkv_cuda_layer_upsert`` launch on the current stream (no sync)."""
+        torch, dev = self._torch, self._tdevice
+        fp, _ = ar.cuda_int64_vector(frame_pos, "frame_pos", _FRAME_POS_MSG, dev)
+        B = fp.shape[0]
+        buf = ar.CudaBuffer(kv, "kv", dev)  # RingKVDeviceError: host memory, another device
+        self._check_tokens(buf.shape, B)
+        si = self._session_vector(session_idx, fp.shape, dev)
+        self._check_upsert(buf, B, build_visibility)
+        with self._on_device():
+            # torch.bool is one byte (0/1): the uint8 row of the C API;
+            # torch's allocations are aligned far beyond the 16 bytes it needs.
+            visible = (torch.empty(self.total_slots, dtype=torch.bool, device=dev)
+                       if build_visibility else None)
+            check(self._cuda.rkv_cuda_layer_upsert(
+                self._h.ptr, buf.ptr, self._code, B, fp.data_ptr(), si.data_ptr(),
+                1 if commit else 0, None if visible is None else visible.data_ptr(),
+                self._stream()))
+        _, k, v, _ = self._views[ar.TORCH]
         return k, v, visible
 
     # ---- visibility -------------------------------------------------------
@@ -333,6 +600,7 @@ class LayerRingCache:
         """Visible frame slots of a session at clock ``frame_pos`` by the
         bits-and-clock rule (SEMANTICS 4): ring frames ascending, then
         ``ring_frames`` (the scratch)."""
+        self._cuda_only_host("visible_frames")
         frames = (ctypes.c_int64 * (self.ring_frames + 1))()
         count = ctypes.c_int64()
         check(lib.rkv_layer_visible_frames(self._h.ptr, _session(session_idx),
@@ -343,6 +611,7 @@ class LayerRingCache:
     def visible_row(self, session_idx: int, frame_pos: int) -> Any:
         """``[N]`` bool row of the bits-and-clock rule (the reference's row
         format), in this cache's array kind."""
+        self._cuda_only_host("visible_row")
         frames = self.visible_frames(session_idx, frame_pos)
         arr = (ctypes.c_int64 * max(1, len(frames)))(*frames)
         row = np.empty(self.total_slots, dtype=np.bool_)
@@ -354,6 +623,7 @@ class LayerRingCache:
         """FlexAttention BlockMask data of one session row (SEMANTICS 5):
         ``kv_num_blocks`` ``[T/128]`` int32 and ``kv_indices``
         ``[T/128, N/128]`` int32 (visible key blocks ascending, padded with 0)."""
+        self._cuda_only_host("block_mask")
         qb, kb = self.tokens_per_frame // 128, self.total_slots // 128
         num = np.empty(qb, dtype=np.int32)
         idx = np.empty((qb, kb), dtype=np.int32)
@@ -374,10 +644,29 @@ class LayerRingCache:
         ``out`` ``[B, Hq, Tq, D]`` (same kind as ``q``; dtype ``out_dtype`` or
         ``q``'s unless ``out`` is given). ``pool``: a :class:`ringkv.ThreadPool`;
         ``reference=True``: the single-thread oracle. See :mod:`ringkv.attention`.
+
+        A CUDA layer: ``rkv_cuda_layer_attend`` on the current stream (no
+        sync); ``q`` and ``out`` are torch CUDA tensors on its GPU;
+        ``session_idx``, ``frame_pos`` and ``visible`` CUDA tensors there (or
+        host data, copied once: not capture-safe); ``pool`` and
+        ``reference`` do not apply. Invalid session ids or clocks on the
+        device make it write nothing: :meth:`check` reports them.
         """
+        if self._cuda is not None:
+            if pool is not None or reference:
+                raise RingKVValueError("pool and reference=True are CPU-backend options; this "
+                                       f"layer is on {self.device}")
+            with self._on_device():
+                return attend_cuda_layer(self._cuda, self._h.ptr, self._tdevice, self._stream(),
+                                         self.d_head, self.total_slots, q, session_idx,
+                                         frame_pos, visible=visible, scale=scale, out=out,
+                                         out_dtype=out_dtype)
         return attend_layer(self._h.ptr, self.d_head, self.total_slots, q, session_idx,
                             frame_pos, visible=visible, scale=scale, out=out,
                             out_dtype=out_dtype, pool=pool, reference=reference)
+
+
+_FRAME_POS_MSG = "frame_pos must be a [B] int64 tensor; got {got}"
 
 
 def visible_frames_from_clock(geometry: LayerGeometry, frame_pos: int) -> list[int]:

@@ -7,6 +7,14 @@
   nothing is bundled in the package.
 - shared/ (golden data, the reference): ``RKV_SHARED_DIR``, default
   ``<repo>/../shared``.
+- The CUDA backend: ``RINGKV_CUDA_LIBRARY`` when set (scripts/gpu_check.sh
+  sets it on the GPU machine), else libringkv_cuda.so beside the library
+  (ctest: the build's, with ``RKV_CUDA_BUILT=1`` in CUDA builds so that
+  test_cuda.py fails rather than skips when it does not load). Tests marked
+  :data:`requires_cuda` run where torch sees a CUDA device and skip
+  elsewhere; where torch sees one they do NOT skip when the backend is
+  missing or sees no device (they fail with its error), so a GPU run cannot
+  pass by skipping them.
 """
 from __future__ import annotations
 
@@ -28,6 +36,22 @@ if not os.environ.get("RINGKV_LIBRARY"):
 SHARED = Path(os.environ.get("RKV_SHARED_DIR") or (REPO.parent / "shared")).resolve()
 GOLDEN = SHARED / "golden"
 SPEC = SHARED / "spec"
+
+
+def _cuda_skip_reason() -> str | None:
+    """Why CUDA layers cannot be tested here (None: they can, or they must)."""
+    try:
+        import torch
+    except ImportError:
+        return "torch is not importable"
+    if not torch.cuda.is_available():
+        return "no CUDA device (torch.cuda.is_available() is False)"
+    return None
+
+
+CUDA_SKIP_REASON = _cuda_skip_reason()
+requires_cuda = pytest.mark.skipif(CUDA_SKIP_REASON is not None,
+                                   reason=f"needs a CUDA device: {CUDA_SKIP_REASON}")
 
 
 def torch_or_skip(min_version: tuple[int, int] | None = None):

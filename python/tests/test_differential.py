@@ -4,9 +4,11 @@ dilation, clock jumps, resets). After every operation the K/V storage and the
 written bits must be identical, and so must the visibility row whenever
 build_visibility is true (with it false the reference's row is unspecified).
 
-Skipped only where torch >= 2.5 is not importable. ringkv is fed both torch
-tensors and NumPy arrays. The reference runs on the CPU; where the CUDA
-backend exists this test is the place to add CUDA tensors.
+Skipped only where torch >= 2.5 is not importable. On the CPU ringkv is fed
+both torch tensors and NumPy arrays (the reference runs on the CPU); on a
+CUDA device (the "cuda" cases, skipped without one) both the reference and a
+CUDA ringkv layer run there on torch CUDA tensors, and the layer's device
+error word is checked after every operation (LayerRingCache.check()).
 """
 from __future__ import annotations
 
@@ -16,13 +18,17 @@ import random
 import numpy as np
 import pytest
 
-from conftest import SPEC, torch_or_skip
+from conftest import SPEC, requires_cuda, torch_or_skip
 
 import ringkv
 
 SEEDS = range(16)
 # f32 on every sequence, bf16 on every 4th (copies are bit-exact in any dtype)
 CASES = [(seed, "float32") for seed in SEEDS] + [(seed, "bfloat16") for seed in SEEDS[::4]]
+# (device, what ringkv is fed): a CUDA layer takes CUDA tensors only
+BACKENDS = [pytest.param("cpu", "torch", id="cpu-torch"),
+            pytest.param("cpu", "numpy", id="cpu-numpy"),
+            pytest.param("cuda", "torch", id="cuda-torch", marks=requires_cuda)]
 
 
 @pytest.fixture(scope="module")
@@ -100,15 +106,16 @@ def test_sequences_cover_batches_dilation_resets_and_jumps():
     assert all(v > 0 for v in seen.values()), seen
 
 
-@pytest.mark.parametrize("inputs", ["torch", "numpy"])
+@pytest.mark.parametrize("device, inputs", BACKENDS)
 @pytest.mark.parametrize("seed, dtype", CASES)
-def test_same_outputs_as_reference(torch, reference, seed, dtype, inputs):
+def test_same_outputs_as_reference(torch, reference, seed, dtype, device, inputs):
     rng = random.Random(seed)
     g = random_geometry(rng)
     tdt = getattr(torch, dtype)
-    ref = reference.LayerRingCache(**g, dtype=tdt, device="cpu")
-    mine = ringkv.LayerRingCache(**g, dtype=tdt, device="cpu")
+    ref = reference.LayerRingCache(**g, dtype=tdt, device=device)
+    mine = ringkv.LayerRingCache(**g, dtype=tdt, device=device)
     assert mine.array_kind == "torch"
+    assert mine.kv.device == ref.kv.device and mine.written.device == ref.written.device
     assert (mine.capacity, mine.total_slots, mine.ring_len, mine.memory_bytes) == \
         (ref.capacity, ref.total_slots, ref.ring_len, ref.memory_bytes)
     gen = torch.Generator().manual_seed(seed)
@@ -121,9 +128,9 @@ def test_same_outputs_as_reference(torch, reference, seed, dtype, inputs):
         else:
             _, sessions, frames, commit, build = op
             B = len(sessions)
-            kv = torch.randn(2, 1, H, B * T, D, generator=gen).to(tdt)
-            fp = torch.tensor(frames, dtype=torch.int64)
-            si = torch.tensor(sessions, dtype=torch.int64)
+            kv = torch.randn(2, 1, H, B * T, D, generator=gen).to(tdt).to(device)
+            fp = torch.tensor(frames, dtype=torch.int64, device=device)
+            si = torch.tensor(sessions, dtype=torch.int64, device=device)
             rk, rv, rvis = ref.upsert(kv, fp, commit, si, build_visibility=build)
             if inputs == "torch":
                 k, v, vis = mine.upsert(kv, fp, commit, si, build_visibility=build)
@@ -134,13 +141,16 @@ def test_same_outputs_as_reference(torch, reference, seed, dtype, inputs):
                                         build_visibility=build)
                 k, v = mine.kv[0], mine.kv[1]
                 vis = None if vis is None else torch.from_numpy(vis)
+            assert k.device == rk.device
             assert torch.equal(k.view(torch.int16) if dtype == "bfloat16" else k,
                                rk.view(torch.int16) if dtype == "bfloat16" else rk)
             assert torch.equal(v.view(torch.int16) if dtype == "bfloat16" else v,
                                rv.view(torch.int16) if dtype == "bfloat16" else rv)
             if build:
+                assert vis.device == rvis.device
                 assert torch.equal(vis, rvis), f"seed {seed} op {n} {op}: visibility differs"
                 checked_rows += 1
+        mine.check()  # CUDA: no device error recorded (synchronizes); CPU: no-op
         a, b = mine.kv, ref.kv
         if dtype == "bfloat16":
             a, b = a.view(torch.int16), b.view(torch.int16)
@@ -157,10 +167,11 @@ def _raises(fn):
     return None
 
 
-def test_same_exception_types_as_reference(torch, reference):
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=requires_cuda)])
+def test_same_exception_types_as_reference(torch, reference, device):
     """Where the reference raises, ringkv raises the same built-in type."""
     good = dict(num_sessions=2, n_kv_heads=1, ring_frames=4, ring_buckets=3, d_head=4,
-                tokens_per_frame=128, pinned_dilation=2, dtype=torch.float32, device="cpu")
+                tokens_per_frame=128, pinned_dilation=2, dtype=torch.float32, device=device)
     for bad in (dict(num_sessions=0), dict(pinned_dilation=0), dict(ring_buckets=5),
                 dict(ring_buckets=0), dict(tokens_per_frame=100)):
         args = {**good, **bad}
@@ -172,14 +183,18 @@ def test_same_exception_types_as_reference(torch, reference):
         assert _raises(lambda: ref.session_span(s)) is IndexError
         assert issubclass(_raises(lambda: mine.session_span(s)), IndexError)
         assert issubclass(_raises(lambda: mine.reset(s)), IndexError)
-    kv1, kv2 = torch.zeros(2, 1, 1, 128, 4), torch.zeros(2, 1, 1, 256, 4)
-    i64 = lambda *x: torch.tensor(x, dtype=torch.int64)  # noqa: E731
-    for args, kw in (((kv1, torch.tensor([0], dtype=torch.int32), True, i64(0)), {}),
-                     ((kv1, torch.tensor(0), True, i64(0)), {}),
+    kv1 = torch.zeros(2, 1, 1, 128, 4, device=device)
+    kv2 = torch.zeros(2, 1, 1, 256, 4, device=device)
+    i64 = lambda *x: torch.tensor(x, dtype=torch.int64, device=device)  # noqa: E731
+    i32 = torch.tensor([0], dtype=torch.int32, device=device)
+    for args, kw in (((kv1, i32, True, i64(0)), {}),
+                     ((kv1, torch.tensor(0, device=device), True, i64(0)), {}),
                      ((kv2, i64(0), True, i64(0)), {}),
                      ((kv1, i64(0), True, i64(0, 1)), {}),
-                     ((kv1, i64(0), True, torch.tensor([0], dtype=torch.int32)), {}),
+                     ((kv1, i64(0), True, i32), {}),
                      ((kv2, i64(0, 0), True, i64(0, 1)), dict(build_visibility=True))):
         want = _raises(lambda: ref.upsert(*args, **kw))
         assert want is RuntimeError, args
         assert issubclass(_raises(lambda: mine.upsert(*args, **kw)), want), args
+    mine.check()  # the host checks enqueued nothing: no device error either
+    assert not mine.kv.any()

@@ -46,12 +46,19 @@ def test_bad_dtype(dtype):
 
 
 def test_devices():
-    with pytest.raises(NotImplementedError, match="CPU backend"):
-        ringkv.LayerRingCache(1, 1, 4, 3, 4, 128, 1, "f32", "cuda")
-    with pytest.raises(NotImplementedError):
-        ringkv.LayerRingCache(1, 1, 4, 3, 4, 128, 1, "f32", "cuda:1")
-    with pytest.raises(ValueError):
-        ringkv.LayerRingCache(1, 1, 4, 3, 4, 128, 1, "f32", "tpu")
+    for bad in ("tpu", "gpu:0", "cuda:x"):
+        with pytest.raises(ValueError, match="unknown device"):
+            ringkv.LayerRingCache(1, 1, 4, 3, 4, 128, 1, "f32", bad)
+    # CUDA devices (test_cuda.py): without the CUDA library or a device, a
+    # RuntimeError that says which
+    try:
+        usable = ringkv.cuda_device_count() > 0
+    except RuntimeError:
+        usable = False
+    if not usable:
+        for dev in ("cuda", "cuda:1"):
+            with pytest.raises(RuntimeError, match="libringkv_cuda.so|no CUDA device"):
+                ringkv.LayerRingCache(1, 1, 4, 3, 4, 128, 1, "f32", dev)
 
 
 def test_session_span_and_reset_index_error():

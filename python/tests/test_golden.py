@@ -1,5 +1,6 @@
 """The golden traces (shared/golden/trace_*.txt) and attention vectors replayed
-through the Python API, with NumPy and (where importable) torch inputs."""
+through the Python API, with NumPy and (where importable) torch inputs, and
+through a CUDA layer with torch CUDA tensors where there is a CUDA device."""
 from __future__ import annotations
 
 import json
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 
 import golden_trace as gt
-from conftest import GOLDEN, torch_or_skip
+from conftest import GOLDEN, requires_cuda, torch_or_skip
 
 import ringkv
 
@@ -20,13 +21,14 @@ def test_golden_traces_present():
 
 
 def replay(path, kind):
-    torch = torch_or_skip() if kind == "torch" else None
+    torch = torch_or_skip() if kind in ("torch", "cuda") else None
+    device = "cuda" if kind == "cuda" else "cpu"
     trace = gt.parse(path)
     g = trace.geometry
     cache = ringkv.LayerRingCache(g["num_sessions"], g["n_kv_heads"], g["ring_frames"],
                                   g["ring_buckets"], g["d_head"], g["tokens_per_frame"],
-                                  g["pinned_dilation"], torch.float32 if torch else "f32", "cpu")
-    assert cache.array_kind == kind
+                                  g["pinned_dilation"], torch.float32 if torch else "f32", device)
+    assert cache.array_kind == ("torch" if torch else "numpy")
     H, D, T, N = cache.n_kv_heads, cache.d_head, cache.tokens_per_frame, cache.total_slots
     visible_checked = 0
     for op in trace.ops:
@@ -37,9 +39,12 @@ def replay(path, kind):
         fp = np.array(op.frames, dtype=np.int64)
         si = np.array(op.sessions, dtype=np.int64)
         if torch:
-            kv, fp, si = torch.from_numpy(kv), torch.from_numpy(fp), torch.from_numpy(si)
+            kv, fp, si = (torch.from_numpy(x).to(device) for x in (kv, fp, si))
         k, v, vis = cache.upsert(kv, fp, op.commit, si, build_visibility=op.build_visibility)
-        if torch:
+        if kind == "cuda":
+            assert k.is_cuda and k.dtype == torch.float32
+            assert k.data_ptr() == cache.kv.data_ptr()  # a view, not a copy
+        elif torch:
             assert isinstance(k, torch.Tensor) and k.dtype == torch.float32
             assert k.data_ptr() == cache.views("numpy")[0].ctypes.data
         else:
@@ -47,23 +52,24 @@ def replay(path, kind):
         assert tuple(k.shape) == (1, H, N, D) and tuple(v.shape) == (1, H, N, D)
         if op.build_visibility:
             want = gt.ranges_to_row(op.visible, N)
-            got = vis.numpy() if torch else vis
+            got = vis.cpu().numpy() if torch else vis
             assert got.dtype == np.bool_ and got.shape == (N,)
             bad = np.flatnonzero(got != want)
             assert bad.size == 0, f"{path.name} op {op.op}: visibility differs at slots {bad[:8]}"
             visible_checked += 1
         else:
             assert vis is None
+    cache.check()  # CUDA: no device error (synchronizes)
     want_kv, want_written = gt.expected_final(trace)
-    got_kv = cache.kv.numpy() if torch else cache.kv
-    got_written = cache.written.numpy() if torch else cache.written
+    got_kv = cache.kv.cpu().numpy() if torch else cache.kv
+    got_written = cache.written.cpu().numpy() if torch else cache.written
     bad = np.argwhere(got_kv != want_kv)
     assert bad.size == 0, f"{path.name}: K/V differs at [c,0,h,slot,d] {bad[:4].tolist()}"
     assert np.array_equal(got_written, want_written), f"{path.name}: written bits differ"
     return visible_checked
 
 
-@pytest.mark.parametrize("kind", ["numpy", "torch"])
+@pytest.mark.parametrize("kind", ["numpy", "torch", pytest.param("cuda", marks=requires_cuda)])
 @pytest.mark.parametrize("path", TRACES, ids=[p.stem for p in TRACES])
 def test_replay_trace(path, kind):
     assert replay(path, kind) > 0
@@ -87,28 +93,39 @@ def _rel(a, b):
     return float(np.linalg.norm((a - b).ravel()) / np.linalg.norm(b.ravel()))
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=requires_cuda)])
 @pytest.mark.parametrize("rule", ["visible_row", "frame_pos"])
-def test_attention_vectors(golden_dir, rule):
+def test_attention_vectors(golden_dir, rule, device):
+    torch = torch_or_skip() if device == "cuda" else None
     n = 0
     for case, a in _attention_cases():
         cache = ringkv.LayerRingCache(case["S"], case["Hkv"], case["ring_frames"],
                                       case["ring_buckets"], case["D"], case["T"],
-                                      case["pinned_dilation"], "f32")
+                                      case["pinned_dilation"], "f32", device)
         assert cache.total_slots == case["slots"]
-        cache.kv[0] = a["k"]
-        cache.kv[1] = a["v"]
+        # CUDA: the kv view is device memory; assigning host data copies it there
+        put = (lambda x: torch.from_numpy(np.array(x)).to(device)) if torch \
+            else (lambda x: x)
+        cache.kv[0] = put(a["k"])
+        cache.kv[1] = put(a["v"])
         s = case["session"]
         if rule == "visible_row":
-            out = cache.attend(a["q"], [s], visible=a["vis"].astype(bool), scale=case["scale"])
+            out = cache.attend(put(a["q"]), [s], visible=put(a["vis"].astype(bool)),
+                               scale=case["scale"])
         else:
             # The bits-and-clock rule needs the written bits: the row marks the
             # session's visible ring slots; the slot hidden at this clock is
             # hidden by the rule whatever its bit.
             lo, hi = cache.session_span(s)
-            cache.written[lo:lo + cache.ring_len] = a["vis"][lo:lo + cache.ring_len] != 0
-            row = cache.visible_row(s, case["frame_pos"])
-            assert np.array_equal(row, a["vis"] != 0)
-            out = cache.attend(a["q"], [s], [case["frame_pos"]], scale=case["scale"])
+            cache.written[lo:lo + cache.ring_len] = put(a["vis"][lo:lo + cache.ring_len] != 0)
+            if not torch:
+                row = cache.visible_row(s, case["frame_pos"])
+                assert np.array_equal(row, a["vis"] != 0)
+            out = cache.attend(put(a["q"]), [s], [case["frame_pos"]], scale=case["scale"])
+        if torch:
+            cache.check()
+            assert out.is_cuda
+            out = out.cpu().numpy()
         assert out.shape == a["q"].shape and out.dtype == np.float32
         assert _rel(out, a["out_f64"]) <= 1e-5
         assert _rel(out, a["out_flex"]) <= 1e-5

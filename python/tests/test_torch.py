@@ -70,15 +70,25 @@ def test_noncontiguous_torch_input(torch):
 
 
 def test_non_cpu_tensors_raise(torch):
+    """A CPU layer takes host memory only: a tensor on another device raises
+    RingKVDeviceError (a ValueError and a RuntimeError) naming both devices,
+    before anything is written."""
     c = ringkv.LayerRingCache(1, 1, 4, 4, 8, 128, 1, "f32")
     x = torch.empty(2, 1, 1, 128, 8, device="meta")
-    with pytest.raises(NotImplementedError, match="CPU backend"):
-        c.upsert(x, i64(torch, 0), True, i64(torch, 0))
+    good = torch.ones(2, 1, 1, 128, 8)
+    for args in ((x, i64(torch, 0), True, i64(torch, 0)),
+                 (good, i64(torch, 0).to("meta"), True, i64(torch, 0)),
+                 (good, i64(torch, 0), True, i64(torch, 0).to("meta"))):
+        with pytest.raises(ringkv.RingKVDeviceError, match=r"on meta, but the layer is on cpu") \
+                as exc:
+            c.upsert(*args)
+        assert isinstance(exc.value, ValueError) and isinstance(exc.value, RuntimeError)
+    with pytest.raises(ringkv.RingKVDeviceError, match="q is a tensor on meta"):
+        c.attend(torch.empty(1, 1, 128, 8, device="meta"), [0], [0])
+    assert not c.written[:c.ring_len].any() and not c.kv.any()  # nothing written
     if torch.cuda.is_available():
-        with pytest.raises(NotImplementedError, match="CPU backend"):
-            c.upsert(x.to_empty(device="cuda"), i64(torch, 0), True, i64(torch, 0))
-        with pytest.raises(NotImplementedError):
-            ringkv.LayerRingCache(1, 1, 4, 4, 8, 128, 1, torch.float32, torch.device("cuda"))
+        with pytest.raises(ringkv.RingKVDeviceError, match=r"cuda:0, but the layer is on cpu"):
+            c.upsert(good.cuda(), i64(torch, 0), True, i64(torch, 0))
 
 
 def test_reference_check_messages(torch):
