@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Fragment-level model of src/cuda/attention_mma.cuh, runnable without a GPU.
+"""Fragment-level models of src/cuda/attention_mma.cuh and
+src/cuda/attention_wgmma.cuh, runnable without a GPU.
 
 It re-implements, lane by lane, what the kernel does with its index
 arithmetic -- the swizzled shared-memory tiles written by cp.async, the
@@ -8,6 +9,14 @@ softmax over key tiles, the P-as-A-operand repacking, the epilogue rows, and
 the split/combine path -- using the PTX ISA's documented fragment layouts,
 and compares the result with a plain numpy attention. A wrong lane mapping,
 swizzle or fragment index shows up as a large error here.
+
+The Hopper kernel's model reads its operands the way a wgmma shared-memory
+matrix descriptor addresses them (PTX ISA "Matrix Descriptor Format" and the
+canonical 128-byte-swizzle layouts: K-major rows of 128 bytes, 8-row groups
+SBO apart; MN-major 64-element atoms, 8 K-rows of 128 bytes, groups SBO
+apart; address bits [4,7) XORed with bits [7,10)), from the descriptors the
+kernel builds (start + 32 bytes per k16 step for Q and K, + 2,048 bytes per
+16 keys for V), with the m64nNk16 accumulator and A-register layouts.
 
 Run: python3 tests/cuda/fragment_model.py   (numpy only; about a second)
 """
@@ -202,6 +211,170 @@ def run_block(q_mat, K, V, D, MT, WARPS, BN, tiles, M, row0, scale_log2, split_o
     return out
 
 
+# ---- the Hopper (wgmma) kernel, transcribed ----------------------------------
+
+
+def sw128(byte_addr):
+    """The 128-byte swizzle: address bits [4,7) ^= bits [7,10)."""
+    return byte_addr ^ (((byte_addr >> 7) & 7) << 4)
+
+
+def desc_kmajor(smem, start, sbo, rows, cols=16):
+    """[rows][cols] read through a K-major SW128 descriptor (16-bit elements;
+    smem indexed by element, addresses in bytes relative to a 1024-aligned
+    base)."""
+    out = np.zeros((rows, cols))
+    for r in range(rows):
+        for k in range(cols):
+            a = start + (r % 8) * 128 + (r // 8) * sbo + (k // 8) * 16 + (k % 8) * 2
+            out[r, k] = smem[sw128(a) // 2]
+    return out
+
+
+def desc_mnmajor(smem, start, sbo, lbo, krows=16, n=64):
+    """[krows][n] (B as K x N) read through an MN-major SW128 descriptor."""
+    out = np.zeros((krows, n))
+    for k in range(krows):
+        for c in range(n):
+            a = start + (k % 8) * 128 + (k // 8) * sbo + (c // 64) * lbo + (c % 64) * 2
+            out[k, c] = smem[sw128(a) // 2]
+    return out
+
+
+def acc_to_mat(regs, n):
+    """m64nN f32 accumulators of one warpgroup, regs[warp][lane][4j+e], as a
+    [64][n] matrix (row 16w + g (+8 for e >= 2), column 8j + 2t + (e & 1))."""
+    mat = np.zeros((64, n))
+    for w in range(4):
+        for lane in range(32):
+            g, t = lane >> 2, lane & 3
+            for j in range(n // 8):
+                for e in range(4):
+                    mat[16 * w + g + 8 * (e >> 1), 8 * j + 2 * t + (e & 1)] = regs[w][lane][4 * j + e]
+    return mat
+
+
+def mat_to_acc(mat, regs):
+    for w in range(4):
+        for lane in range(32):
+            g, t = lane >> 2, lane & 3
+            for j in range(mat.shape[1] // 8):
+                for e in range(4):
+                    regs[w][lane][4 * j + e] = mat[16 * w + g + 8 * (e >> 1), 8 * j + 2 * t + (e & 1)]
+
+
+def afrag_to_mat(frags):
+    """A from registers (m64k16): frags[warp][lane][i] = (lo, hi), the
+    m16n8k16 A layout per warp (rows 16w + ...)."""
+    mat = np.zeros((64, 16))
+    for w in range(4):
+        for lane in range(32):
+            g, t = lane >> 2, lane & 3
+            for i, (r, c) in enumerate(((g, 2 * t), (g + 8, 2 * t), (g, 2 * t + 8), (g + 8, 2 * t + 8))):
+                mat[16 * w + r, c], mat[16 * w + r, c + 1] = frags[w][lane][i]
+    return mat
+
+
+def run_block_wgmma(q_mat, K, V, NWG, BN, tiles, M, row0, scale_log2, split_out=False):
+    """One block of ring_attention_wgmma (D 64): NWG warpgroups x 64 rows."""
+    D = 64
+    BM, CPR, NT, DT = 64 * NWG, D // 8, BN // 8, D // 8
+    sQ = np.zeros(BM * D)
+    for c in range(BM * CPR):  # load_tile_async: rows at or past M - row0 zero
+        r, ch = c // CPR, c % CPR
+        if r < M - row0:
+            sQ[swz(D, r, ch): swz(D, r, ch) + 8] = q_mat[row0 + r, ch * 8: ch * 8 + 8]
+    results = []
+    for wg in range(NWG):
+        o = [[[0.0] * (DT * 4) for _ in range(32)] for _ in range(4)]
+        m = [[[-np.inf, -np.inf] for _ in range(32)] for _ in range(4)]
+        lsum = [[[0.0, 0.0] for _ in range(32)] for _ in range(4)]
+        q_addr = wg * 64 * D * 2
+        for ti in tiles:
+            ks = np.zeros(BN * D)
+            vs = np.zeros(BN * D)
+            for c in range(BN * CPR):
+                r, ch = c // CPR, c % CPR
+                ks[swz(D, r, ch): swz(D, r, ch) + 8] = K[ti * BN + r, ch * 8: ch * 8 + 8]
+                vs[swz(D, r, ch): swz(D, r, ch) + 8] = V[ti * BN + r, ch * 8: ch * 8 + 8]
+            # S = Q K^T: 4 x wgmma m64nBNk16, both operands K-major
+            S = np.zeros((64, BN))
+            for kk in range(D // 16):
+                A = desc_kmajor(sQ, q_addr + kk * 32, 1024, 64)
+                Bn = desc_kmajor(ks, kk * 32, 1024, BN)  # [N keys][k16]
+                S += A @ Bn.T
+            s = [[[0.0] * (NT * 4) for _ in range(32)] for _ in range(4)]
+            mat_to_acc(S, s)
+            pa = [[[[None] * 4 for _ in range(BN // 16)] for _ in range(32)] for _ in range(4)]
+            for w in range(4):  # the softmax, per warp, as the kernel writes it
+                mx0 = [-np.inf] * 32
+                mx1 = [-np.inf] * 32
+                for lane in range(32):
+                    for n8 in range(NT):
+                        for e in range(4):
+                            s[w][lane][n8 * 4 + e] *= scale_log2
+                        mx0[lane] = max(mx0[lane], s[w][lane][n8 * 4], s[w][lane][n8 * 4 + 1])
+                        mx1[lane] = max(mx1[lane], s[w][lane][n8 * 4 + 2], s[w][lane][n8 * 4 + 3])
+                for sh in (1, 2):
+                    x0, x1 = shfl_xor(mx0, sh), shfl_xor(mx1, sh)
+                    mx0 = [max(u, v) for u, v in zip(mx0, x0)]
+                    mx1 = [max(u, v) for u, v in zip(mx1, x1)]
+                for lane in range(32):
+                    mn0, mn1 = max(m[w][lane][0], mx0[lane]), max(m[w][lane][1], mx1[lane])
+                    c0, c1 = 2.0 ** (m[w][lane][0] - mn0), 2.0 ** (m[w][lane][1] - mn1)
+                    m[w][lane] = [mn0, mn1]
+                    ls0 = ls1 = 0.0
+                    for n8 in range(NT):
+                        sv = s[w][lane]
+                        p0, p1 = 2.0 ** (sv[n8 * 4] - mn0), 2.0 ** (sv[n8 * 4 + 1] - mn0)
+                        p2, p3 = 2.0 ** (sv[n8 * 4 + 2] - mn1), 2.0 ** (sv[n8 * 4 + 3] - mn1)
+                        ls0 += p0 + p1
+                        ls1 += p2 + p3
+                        pa[w][lane][n8 // 2][(n8 & 1) * 2 + 0] = (p0, p1)
+                        pa[w][lane][n8 // 2][(n8 & 1) * 2 + 1] = (p2, p3)
+                    lsum[w][lane] = [lsum[w][lane][0] * c0 + ls0, lsum[w][lane][1] * c1 + ls1]
+                    for dn in range(DT):
+                        o[w][lane][dn * 4 + 0] *= c0
+                        o[w][lane][dn * 4 + 1] *= c0
+                        o[w][lane][dn * 4 + 2] *= c1
+                        o[w][lane][dn * 4 + 3] *= c1
+            # O += P V: wgmma m64n64k16 per 16 keys, A = P from registers,
+            # B = V MN-major (transposed), start + 16 rows x 128 bytes per step
+            O = acc_to_mat(o, D)
+            for kk in range(BN // 16):
+                A = afrag_to_mat([[pa[w][lane][kk] for lane in range(32)] for w in range(4)])
+                B = desc_mnmajor(vs, kk * 16 * D * 2, 1024, 64 * D * 2)
+                O += A @ B
+            mat_to_acc(O, o)
+        for w in range(4):  # store_m16
+            l0 = [lsum[w][lane][0] for lane in range(32)]
+            l1 = [lsum[w][lane][1] for lane in range(32)]
+            for sh in (1, 2):
+                x0, x1 = shfl_xor(l0, sh), shfl_xor(l1, sh)
+                l0 = [u + v for u, v in zip(l0, x0)]
+                l1 = [u + v for u, v in zip(l1, x1)]
+            for lane in range(32):
+                g, t4 = lane >> 2, lane & 3
+                ra = wg * 64 + w * 16 + g
+                for dn in range(DT):
+                    col = dn * 8 + 2 * t4
+                    for half, r, l_ in ((0, ra, l0[lane]), (1, ra + 8, l1[lane])):
+                        v0, v1 = o[w][lane][dn * 4 + 2 * half], o[w][lane][dn * 4 + 2 * half + 1]
+                        results.append((r, col, v0, v1, m[w][lane][half], l_))
+    if split_out:
+        out = np.zeros((BM, D))
+        ml = np.zeros((BM, 2))
+        for r, col, v0, v1, m_, l_ in results:
+            out[r, col], out[r, col + 1] = v0, v1
+            ml[r] = (m_, l_)
+        return out, ml
+    out = np.zeros((BM, D))
+    for r, col, v0, v1, m_, l_ in results:
+        inv = 1.0 / l_ if l_ > 0 else 0.0
+        out[r, col], out[r, col + 1] = v0 * inv, v1 * inv
+    return out
+
+
 def reference(q_mat, K, V, scale):
     s = (q_mat @ K.T) * scale
     s -= s.max(axis=1, keepdims=True)
@@ -209,9 +382,11 @@ def reference(q_mat, K, V, scale):
     return (p @ V) / p.sum(axis=1, keepdims=True)
 
 
-def check(D, MT, M, nkeys, BN=64, WARPS=4, splits=1, seed=0, scale=None, amp=1.0):
+def check(D, MT, M, nkeys, BN=64, WARPS=4, splits=1, seed=0, scale=None, amp=1.0, wgmma=False):
     rng = np.random.default_rng(seed)
-    BM = 16 * MT * WARPS
+    BM = 64 * WARPS // 4 if wgmma else 16 * MT * WARPS
+    block = ((lambda *a, **k: run_block_wgmma(a[0], a[1], a[2], WARPS // 4, a[6], *a[7:], **k))
+             if wgmma else run_block)
     q = rng.uniform(-1, 1, (M, D)) * amp
     K = rng.uniform(-1, 1, (nkeys, D))
     V = rng.uniform(-1, 1, (nkeys, D))
@@ -223,14 +398,14 @@ def check(D, MT, M, nkeys, BN=64, WARPS=4, splits=1, seed=0, scale=None, amp=1.0
     for mtile in range(m_tiles):
         row0 = mtile * BM
         if splits == 1:
-            out[row0: row0 + BM] = run_block(q, K, V, D, MT, WARPS, BN, range(nt_all), M, row0,
-                                             scale * np.log2(np.e))
+            out[row0: row0 + BM] = block(q, K, V, D, MT, WARPS, BN, range(nt_all), M, row0,
+                                         scale * np.log2(np.e))
         else:
             parts = []
             for sp in range(splits):
                 t0, t1 = nt_all * sp // splits, nt_all * (sp + 1) // splits
-                parts.append(run_block(q, K, V, D, MT, WARPS, BN, range(t0, t1), M, row0,
-                                       scale * np.log2(np.e), split_out=True))
+                parts.append(block(q, K, V, D, MT, WARPS, BN, range(t0, t1), M, row0,
+                                   scale * np.log2(np.e), split_out=True))
             # combine_splits, transcribed
             mx = np.max(np.stack([ml[:, 0] for _, ml in parts]), axis=0)
             den = np.zeros(BM)
@@ -252,6 +427,10 @@ def main():
         dict(D=128, MT=1, M=80, nkeys=192, scale=-0.3),       # negative scale
         dict(D=64, MT=2, M=128, nkeys=256, splits=3),         # split + combine
         dict(D=64, MT=2, M=128, nkeys=128, splits=4),         # a split with no tile
+        # the Hopper kernel: 2 warpgroups (8 warps), BN 64, D 64
+        dict(D=64, MT=0, M=128, nkeys=128, WARPS=8, wgmma=True),
+        dict(D=64, MT=0, M=200, nkeys=192, WARPS=8, wgmma=True, amp=6.0),   # partial m tile
+        dict(D=64, MT=0, M=128, nkeys=256, WARPS=8, wgmma=True, splits=3, scale=-0.2),
     ]
     worst = 0.0
     for c in cases:
