@@ -97,16 +97,22 @@ run_step build 150 "$OUTDIR/build.log" cmake --build "$BUILD" -j "$(nproc)"
 grep -E "ptxas info *: Used|spill" "$OUTDIR/build.log" | sort | uniq -c | sort -rn | head -12 || true
 # the tensor-core and shared-memory instructions made it into the machine code
 for sm in sm_90a sm_90; do
-  echo "$sm: HGMMA $(cuobjdump --gpu-architecture $sm --dump-sass "$BUILD"/libringkv_cuda.a 2>/dev/null | grep -c HGMMA)" \
-       "HMMA $(cuobjdump --gpu-architecture $sm --dump-sass "$BUILD"/libringkv_cuda.a 2>/dev/null | grep -c HMMA)" \
-       "LDSM $(cuobjdump --gpu-architecture $sm --dump-sass "$BUILD"/libringkv_cuda.a 2>/dev/null | grep -c LDSM)" \
-       "LDGSTS $(cuobjdump --gpu-architecture $sm --dump-sass "$BUILD"/libringkv_cuda.a 2>/dev/null | grep -c LDGSTS)"
+  sass=$(mktemp)
+  cuobjdump --gpu-architecture $sm --dump-sass "$BUILD"/libringkv_cuda.a >"$sass" 2>/dev/null
+  echo "$sm: HGMMA $(grep -c HGMMA "$sass") HMMA $(grep -c HMMA "$sass")" \
+       "LDSM $(grep -c LDSM "$sass") LDGSTS $(grep -c LDGSTS "$sass")"
+  rm -f "$sass"
 done >>"$OUTDIR/build.log" 2>&1
 
 # ---- tests ----
 want tests && run_step fragment_model 30 "$OUTDIR/tests.log" python3 tests/cuda/fragment_model.py
+# Kernels loaded at start (not lazily inside the first graph capture).
+export CUDA_MODULE_LOADING=EAGER
 if [ -x "$BUILD"/test_cuda_diff ]; then
-  want tests && run_step cuda_diff 110 "$OUTDIR/tests.log" "$BUILD"/test_cuda_diff $QUICK
+  # The wgmma kernel's pass apart: a fault there must not lose the rest.
+  want tests && run_step cuda_diff 80 "$OUTDIR/tests.log" "$BUILD"/test_cuda_diff $QUICK --kernel mma
+  want tests && run_step cuda_diff_wgmma 45 "$OUTDIR/tests.log" \
+    "$BUILD"/test_cuda_diff $QUICK --kernel wgmma
   want tests && run_step cuda_graph 60 "$OUTDIR/tests.log" "$BUILD"/test_cuda_graph --frames 300
   want bench && run_step bench_cuda 100 "$OUTDIR/bench.log" "$BUILD"/bench_cuda $QUICK
 else

@@ -62,9 +62,10 @@ def main():
                 wg_checks += int(m.group(1))
                 wg_fails += int(m.group(2))
     wg_spot = num(bench, "attention_720p_B1_8192keys_wgmma_f64_spot_err")
-    wg_ok = wg_checks > 0 and wg_fails == 0 and wg_spot <= 1e-2
-    wg_state = (f"wgmma {'VERIFIED' if wg_ok else 'NOT verified'} (diff checks {wg_checks}, "
-                f"fails {wg_fails}, f64 spot {fmt(wg_spot, 4)})")
+    wg_run = tests.get("cuda_diff_wgmma", {}).get("status")
+    wg_ok = wg_checks > 0 and wg_fails == 0 and wg_spot <= 1e-2 and wg_run == "PASS"
+    wg_state = (f"wgmma {'VERIFIED' if wg_ok else 'NOT verified'} (diff run {wg_run or '?'}, "
+                f"checks {wg_checks}, fails {wg_fails}, f64 spot {fmt(wg_spot, 4)})")
 
     def best(prefix):
         """Best TFLOP/s over the variants of one attention case (wgmma ones
@@ -133,9 +134,11 @@ def main():
 
     print("\n==================== ringkv CUDA gpu_check summary ====================")
     print("steps: " + ", ".join(f"{k}={v}" for k, v in status.items()))
-    d, g = tests.get("cuda_diff", {}), tests.get("cuda_graph", {})
-    print(f"tests: fragment model {frag}; cuda_diff {d.get('status', '?')} "
-          f"(fails {d.get('fails', '?')}); cuda_graph {g.get('status', '?')} "
+    d = tests.get("cuda_diff_mma") or tests.get("cuda_diff", {})
+    dw, g = tests.get("cuda_diff_wgmma", {}), tests.get("cuda_graph", {})
+    print(f"tests: fragment model {frag}; cuda_diff mma {d.get('status', '?')} "
+          f"(fails {d.get('fails', '?')}), wgmma {dw.get('status', '?')} "
+          f"(fails {dw.get('fails', '?')}); cuda_graph {g.get('status', '?')} "
           f"(frames {g.get('frames', '?')}, max err {g.get('max_err', '?')}); "
           f"f64 spot {bench.get('attention_720p_B1_8192keys_mma_f64_spot_err', {}).get('value', '?')}")
     print(wg_state)

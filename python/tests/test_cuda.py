@@ -340,7 +340,7 @@ def test_device_mismatches_raise_and_write_nothing(torch):
     c = ringkv.LayerRingCache(1, 1, 4, 4, 64, 128, 1, torch.float32, "cuda")
     dev = c.kv.device
     host = torch.ones(2, 1, 1, 128, 64)
-    for kv, where in ((host, "on cpu"), (host.numpy(), "host memory (a NumPy array)")):
+    for kv, where in ((host, "on cpu"), (host.numpy(), "on host memory (a NumPy array)")):
         with pytest.raises(ringkv.RingKVDeviceError,
                            match=re.escape(f"kv is {where}, but the layer is on {dev}")):
             c.upsert(kv, [0], True, [0])

@@ -136,11 +136,20 @@ __device__ __forceinline__ void st4<__half>(__half *out, int64_t i, float4 v) {
 }
 
 // Merges the key splits of each output row: O = sum_s w_s O_s / sum_s w_s l_s
-// with w_s = 2^(m_s - max_s m_s). One thread per 4 output elements.
+// with w_s = 2^(m_s - max_s m_s). One thread per 4 output elements. Checks
+// the call's rows first, as the split kernel did (which then wrote nothing
+// to the workspace): an invalid call leaves `out` untouched. Dynamic shared
+// memory: 16 * batch bytes.
 template <typename OT>
 __global__ void __launch_bounds__(256) combine_splits(const float *__restrict__ ws_o,
                                                       const float *__restrict__ ws_ml, OT *out,
-                                                      int splits, int64_t rows, int D) {
+                                                      int splits, int64_t rows, int D,
+                                                      const int64_t *sess, const int64_t *fp,
+                                                      int batch, int64_t S, int *err) {
+    extern __shared__ int64_t smem_rows[];
+    if (!rkv__d_validate_rows(sess, fp, batch, S, smem_rows, smem_rows + batch, err,
+                              RKV__OP_ATTEND))
+        return;
     const int64_t q4 = D / 4;
     const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= rows * q4) return;
@@ -177,13 +186,22 @@ rkv_status plan_for(const rkv_cuda_layer *l, const rkv_cuda_attention_args *a, i
 
 }  // namespace
 
-cudaError_t rkv__cuda_attention_prepare(const rkv_cuda_layer *l) {
+cudaError_t rkv__cuda_attention_prepare(rkv_cuda_layer *l) {
     cudaError_t e;
     if ((e = rkv__prepare_mma_bf16(l->dev.smem_optin)) != cudaSuccess ||
         (e = rkv__prepare_mma_f16(l->dev.smem_optin)) != cudaSuccess)
         return e;
-    if (l->dev.cc_major == 9 && ((e = rkv__prepare_wgmma_bf16(l->dev.smem_optin)) != cudaSuccess ||
-                                 (e = rkv__prepare_wgmma_f16(l->dev.smem_optin)) != cudaSuccess))
+    if (l->dev.cc_major != 9) return cudaSuccess;
+    /* The wgmma kernel only where the driver runs its sm_90a code: asked for
+     * on a layer whose GPU loaded the stub, the layer runs the mma kernel
+     * (the plan string says which). */
+    if (l->attn_kernel == RKV__KERNEL_WGMMA &&
+        !(rkv__wgmma_loaded_bf16() && rkv__wgmma_loaded_f16())) {
+        l->attn_kernel = RKV__KERNEL_MMA;
+        return cudaSuccess;
+    }
+    if ((e = rkv__prepare_wgmma_bf16(l->dev.smem_optin)) != cudaSuccess ||
+        (e = rkv__prepare_wgmma_f16(l->dev.smem_optin)) != cudaSuccess)
         return e;
     return cudaSuccess;
 }
@@ -236,18 +254,19 @@ extern "C" rkv_status rkv_cuda_layer_attend(const rkv_cuda_layer *l,
         if (plan.splits > 1) {
             const int64_t n = plan.total_rows * (g->d_head / 4);
             const unsigned blocks = (unsigned)((n + 255) / 256);
+            const size_t rows_smem = (size_t)p.batch * 2 * sizeof(int64_t);
             if (plan.out_f32)
-                combine_splits<float><<<blocks, 256, 0, s>>>(
+                combine_splits<float><<<blocks, 256, rows_smem, s>>>(
                     p.ws_o, p.ws_ml, static_cast<float *>(a->out), plan.splits, plan.total_rows,
-                    (int)g->d_head);
+                    (int)g->d_head, p.sess, p.fp, p.batch, p.S, p.err);
             else if (g->dtype == RKV_DTYPE_BF16)
-                combine_splits<__nv_bfloat16><<<blocks, 256, 0, s>>>(
+                combine_splits<__nv_bfloat16><<<blocks, 256, rows_smem, s>>>(
                     p.ws_o, p.ws_ml, static_cast<__nv_bfloat16 *>(a->out), plan.splits,
-                    plan.total_rows, (int)g->d_head);
+                    plan.total_rows, (int)g->d_head, p.sess, p.fp, p.batch, p.S, p.err);
             else
-                combine_splits<__half><<<blocks, 256, 0, s>>>(
+                combine_splits<__half><<<blocks, 256, rows_smem, s>>>(
                     p.ws_o, p.ws_ml, static_cast<__half *>(a->out), plan.splits, plan.total_rows,
-                    (int)g->d_head);
+                    (int)g->d_head, p.sess, p.fp, p.batch, p.S, p.err);
             if ((st = rkv__cuda_after_launch(what)) != RKV_OK) return st;
         }
         return RKV_OK;

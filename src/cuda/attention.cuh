@@ -39,5 +39,9 @@ void rkv__launch_wgmma_f16(const rkv__cuda_attn_plan *plan, const RkvMmaParams &
                            cudaStream_t stream);
 cudaError_t rkv__prepare_wgmma_bf16(size_t smem_optin);
 cudaError_t rkv__prepare_wgmma_f16(size_t smem_optin);
+// True when the driver loaded the sm_90a code of the wgmma kernel (not the
+// sm_90 / PTX stub); the dispatcher never plans it otherwise.
+bool rkv__wgmma_loaded_bf16(void);
+bool rkv__wgmma_loaded_f16(void);
 
 #endif

@@ -349,6 +349,22 @@ inline void launch(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p, cudaS
         launch_one<T, false>(plan, p, st);
 }
 
+// Whether the copy of the kernel the driver loaded for this GPU is the
+// sm_90a one (the library holds sm_90a and sm_90 machine code and compute_90
+// PTX; only sm_90a has the body, the others a stub that records
+// RKV__DEVERR_ARCH). The stub uses a handful of registers and no shared
+// memory; the real kernel over a hundred and 1,024 static bytes.
+template <typename T>
+inline bool loaded_is_sm90a() {
+    cudaFuncAttributes fa;
+    if (cudaFuncGetAttributes(&fa, ring_attention_wgmma<T, RKV__WGMMA_WARPGROUPS,
+                                                        RKV__WGMMA_STAGES, false>) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    return fa.numRegs >= 32 && fa.sharedSizeBytes >= 1024;
+}
+
 template <typename T>
 inline cudaError_t prepare(size_t smem_optin) {
     cudaError_t e = rkv_mma::allow_dynamic_smem(

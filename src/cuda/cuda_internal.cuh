@@ -108,6 +108,6 @@ __device__ __forceinline__ bool rkv__d_validate_rows(const int64_t *__restrict__
 // Attention entry points (attention.cu) and their per-dtype parts.
 // Raises the tensor-core kernels' dynamic shared memory limits (once per
 // layer creation; not capture-safe).
-cudaError_t rkv__cuda_attention_prepare(const rkv_cuda_layer *l);
+cudaError_t rkv__cuda_attention_prepare(rkv_cuda_layer *l);
 
 #endif

@@ -268,8 +268,14 @@ extern "C" rkv_status rkv_cuda_layer_upload(rkv_cuda_layer *l, const void *kv,
     // and a pageable host-to-device copy may return before its DMA is done.
     cudaError_t e = cudaDeviceSynchronize();
     if (e == cudaSuccess && kv) e = cudaMemcpy(l->kv, kv, l->memory_bytes, cudaMemcpyHostToDevice);
-    if (e == cudaSuccess && written)
-        e = cudaMemcpy(l->written, written, (size_t)l->total_slots, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess && written) {
+        /* stored as 0/1, as the header promises (the bits feed bool rows) */
+        uint8_t *bits = static_cast<uint8_t *>(malloc((size_t)l->total_slots));
+        if (!bits) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of host memory", what);
+        for (int64_t i = 0; i < l->total_slots; i++) bits[i] = written[i] != 0;
+        e = cudaMemcpy(l->written, bits, (size_t)l->total_slots, cudaMemcpyHostToDevice);
+        free(bits);
+    }
     if (e == cudaSuccess) e = cudaDeviceSynchronize();
     return e == cudaSuccess ? RKV_OK : rkv__cuda_fail(e, what);
 }
