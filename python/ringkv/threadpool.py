@@ -49,6 +49,7 @@ class ThreadPool:
 def attention_isa() -> str:
     """Instruction set the fast attention uses here: "amx" (AMX bf16 tiles
     for bf16 storage, AVX-512 otherwise), "avx512", "avx2" or "generic"
-    (capped by the environment variable RKV_ISA)."""
+    (capped by the environment variable RKV_ISA), or "avx512bf16" (bf16
+    storage on AVX512-BF16 dot products) when RKV_ISA=avx512bf16 asks for it."""
     require("rkv_attention_isa")
     return lib.rkv_attention_isa().decode()
