@@ -410,7 +410,10 @@ rkv_status rkv_model_clock(const rkv_model *model, int64_t session,
  * session's last committed frame + 1 (any clock when it has none); the
  * session must not be inside a frame already. Errors: RKV_ERR_CLOCK (a
  * skipped, repeated or negative clock), RKV_ERR_STATE (not claimed, or
- * inside a frame), RKV_ERR_NULL, RKV_ERR_RANGE, RKV_ERR_INVALID_ARG. */
+ * inside a frame), RKV_ERR_NULL, RKV_ERR_RANGE, RKV_ERR_INVALID_ARG. Order
+ * of the checks: B, then every row's session (range, distinct, claimed),
+ * then row by row its frame state and clock; the first failure is
+ * reported. */
 rkv_status rkv_model_begin_frame(rkv_model *model, int64_t batch,
                                  const int64_t *session_idx,
                                  const int64_t *frame_pos);

@@ -834,6 +834,11 @@ static void test_begin_frame_errors(void **state)
     /* not held */
     int64_t sf[2] = {sa, 2}, ff[2] = {5, 0};
     MODEL_FAILS(m, rkv_model_begin_frame(m, 2, sf, ff), "2");
+    /* a wrong clock in row 0 and an unclaimed session in row 1: every row
+     * must be held before any clock is looked at, so the unclaimed row is
+     * what is reported (fuzz/regressions/api/begin-held-before-clock) */
+    int64_t sh[2] = {sa, 2}, fh[2] = {7, 0};
+    MODEL_ERR(m, rkv_model_begin_frame(m, 2, sh, fh), RKV_ERR_STATE, "not claimed");
     /* repeated session */
     int64_t sd[2] = {sa, sa}, fd[2] = {5, 5};
     MODEL_FAILS(m, rkv_model_begin_frame(m, 2, sd, fd), NULL);
