@@ -158,6 +158,54 @@ __device__ __forceinline__ void build_frame_list(const RkvMmaParams &p, int64_t 
     }
 }
 
+// One tile's online softmax for one m16 tile of rows (base 2, the scale
+// folded into scale_log2): s holds the thread's NT x 4 scores in the
+// mma.m16n8 C layout (rows g: elements 0,1; g+8: elements 2,3; a row's 4
+// threads are a quad), m0/m1 and l0/l1 the running maxima and sums of its two
+// rows, o the DT x 4 output accumulators (rescaled here). Writes P as the
+// A fragments of the P V product: pa[k16 step][4], regs 0,1 from the even n8
+// tile, regs 2,3 from the odd one.
+template <typename T, int NT, int DT>
+__device__ __forceinline__ void online_softmax(float *s, float scale_log2, float &m0, float &m1,
+                                               float &l0, float &l1, float *o,
+                                               uint32_t (*pa)[4]) {
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int n8 = 0; n8 < NT; n8++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) s[n8 * 4 + e] *= scale_log2;
+        mx0 = fmaxf(mx0, fmaxf(s[n8 * 4 + 0], s[n8 * 4 + 1]));
+        mx1 = fmaxf(mx1, fmaxf(s[n8 * 4 + 2], s[n8 * 4 + 3]));
+    }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+    const float c0 = ex2(m0 - mn0), c1 = ex2(m1 - mn1);
+    m0 = mn0;
+    m1 = mn1;
+    float ls0 = 0.f, ls1 = 0.f;
+#pragma unroll
+    for (int n8 = 0; n8 < NT; n8++) {
+        const float p0 = ex2(s[n8 * 4 + 0] - mn0), p1 = ex2(s[n8 * 4 + 1] - mn0);
+        const float p2 = ex2(s[n8 * 4 + 2] - mn1), p3 = ex2(s[n8 * 4 + 3] - mn1);
+        ls0 += p0 + p1;
+        ls1 += p2 + p3;
+        pa[n8 / 2][(n8 & 1) * 2 + 0] = Ops<T>::pack(p0, p1);
+        pa[n8 / 2][(n8 & 1) * 2 + 1] = Ops<T>::pack(p2, p3);
+    }
+    l0 = l0 * c0 + ls0;
+    l1 = l1 * c1 + ls1;
+#pragma unroll
+    for (int dn = 0; dn < DT; dn++) {
+        o[dn * 4 + 0] *= c0;
+        o[dn * 4 + 1] *= c0;
+        o[dn * 4 + 2] *= c1;
+        o[dn * 4 + 3] *= c1;
+    }
+}
+
 // Epilogue of one m16 tile of rows: o holds the thread's DT x 4 accumulators
 // (mma.m16n8 C layout: rows g and g+8, columns 8*dn + 2*t4 + {0,1}); m0/m1
 // the running maxima (log2 units), l0/l1 the thread's partial sums of rows
@@ -337,47 +385,9 @@ __global__ void __launch_bounds__(WARPS * 32, 2) ring_attention_mma(const RkvMma
         // g+8 (elements 2,3) of each m16 tile; a row's 4 threads are a quad.
         uint32_t pa[MT][NT / 2][4];
 #pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
-            float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-            for (int nt8 = 0; nt8 < NT; nt8++) {
-                s[mt][nt8][0] *= p.scale_log2;
-                s[mt][nt8][1] *= p.scale_log2;
-                s[mt][nt8][2] *= p.scale_log2;
-                s[mt][nt8][3] *= p.scale_log2;
-                mx0 = fmaxf(mx0, fmaxf(s[mt][nt8][0], s[mt][nt8][1]));
-                mx1 = fmaxf(mx1, fmaxf(s[mt][nt8][2], s[mt][nt8][3]));
-            }
-            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-            const float mn0 = fmaxf(mrow[mt][0], mx0), mn1 = fmaxf(mrow[mt][1], mx1);
-            const float c0 = ex2(mrow[mt][0] - mn0), c1 = ex2(mrow[mt][1] - mn1);
-            mrow[mt][0] = mn0;
-            mrow[mt][1] = mn1;
-            float l0 = 0.f, l1 = 0.f;
-#pragma unroll
-            for (int nt8 = 0; nt8 < NT; nt8++) {
-                const float p0 = ex2(s[mt][nt8][0] - mn0), p1 = ex2(s[mt][nt8][1] - mn0);
-                const float p2 = ex2(s[mt][nt8][2] - mn1), p3 = ex2(s[mt][nt8][3] - mn1);
-                l0 += p0 + p1;
-                l1 += p2 + p3;
-                // A fragment of P for k16 step nt8/2: regs 0,1 from the even
-                // n8 tile, regs 2,3 from the odd one.
-                pa[mt][nt8 / 2][(nt8 & 1) * 2 + 0] = Ops<T>::pack(p0, p1);
-                pa[mt][nt8 / 2][(nt8 & 1) * 2 + 1] = Ops<T>::pack(p2, p3);
-            }
-            lrow[mt][0] = lrow[mt][0] * c0 + l0;
-            lrow[mt][1] = lrow[mt][1] * c1 + l1;
-#pragma unroll
-            for (int dn = 0; dn < DT; dn++) {
-                o[mt][dn][0] *= c0;
-                o[mt][dn][1] *= c0;
-                o[mt][dn][2] *= c1;
-                o[mt][dn][3] *= c1;
-            }
-        }
+        for (int mt = 0; mt < MT; mt++)
+            online_softmax<T, NT, DT>(&s[mt][0][0], p.scale_log2, mrow[mt][0], mrow[mt][1],
+                                      lrow[mt][0], lrow[mt][1], &o[mt][0][0], pa[mt]);
 
         // O += P V
 #pragma unroll

@@ -55,6 +55,7 @@ using rkv_mma::cp_async_wait;
 using rkv_mma::ex2;
 using rkv_mma::Ops;
 using rkv_mma::load_tile_async;
+using rkv_mma::online_softmax;
 using rkv_mma::smem_addr;
 using rkv_mma::store_m16;
 
@@ -267,44 +268,9 @@ __global__ void __launch_bounds__(NWG * 128, 2) ring_attention_wgmma(const RkvMm
         wg_wait_all();
         fence_regs(s);
 
-        // Online softmax (base 2); thread holds rows g (elements 0,1 of each
-        // n8 tile) and g+8 (elements 2,3) of its warp's 16 rows.
-        float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-        for (int n8 = 0; n8 < NT; n8++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) s[n8 * 4 + e] *= p.scale_log2;
-            mx0 = fmaxf(mx0, fmaxf(s[n8 * 4 + 0], s[n8 * 4 + 1]));
-            mx1 = fmaxf(mx1, fmaxf(s[n8 * 4 + 2], s[n8 * 4 + 3]));
-        }
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-        const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-        const float c0 = ex2(m0 - mn0), c1 = ex2(m1 - mn1);
-        m0 = mn0;
-        m1 = mn1;
+        // Online softmax of the tile (the mma kernel's, one m16 tile per warp).
         uint32_t pa[BN / 16][4];
-        float ls0 = 0.f, ls1 = 0.f;
-#pragma unroll
-        for (int n8 = 0; n8 < NT; n8++) {
-            const float p0 = ex2(s[n8 * 4 + 0] - mn0), p1 = ex2(s[n8 * 4 + 1] - mn0);
-            const float p2 = ex2(s[n8 * 4 + 2] - mn1), p3 = ex2(s[n8 * 4 + 3] - mn1);
-            ls0 += p0 + p1;
-            ls1 += p2 + p3;
-            pa[n8 / 2][(n8 & 1) * 2 + 0] = Ops<T>::pack(p0, p1);
-            pa[n8 / 2][(n8 & 1) * 2 + 1] = Ops<T>::pack(p2, p3);
-        }
-        l0 = l0 * c0 + ls0;
-        l1 = l1 * c1 + ls1;
-#pragma unroll
-        for (int dn = 0; dn < DT; dn++) {
-            o[dn * 4 + 0] *= c0;
-            o[dn * 4 + 1] *= c0;
-            o[dn * 4 + 2] *= c1;
-            o[dn * 4 + 3] *= c1;
-        }
+        online_softmax<T, NT, DT>(s, p.scale_log2, m0, m1, l0, l1, o, pa);
 
         // O += P V
 #pragma unroll
