@@ -381,7 +381,10 @@ int rkv_cmd_bench(int argc, char **argv) {
             char *end;
             long n = strtol(argv[++i], &end, 10);
             if (*end || n < 1 || n > 1024) {
-                fprintf(stderr, "ringkv bench: --threads takes 1..1024; got '%s'\n", argv[i]);
+                fprintf(stderr,
+                        "ringkv bench: --threads expects an integer in 1..1024, got '%s' "
+                        "(see --help)\n",
+                        argv[i]);
                 return 2;
             }
             o.threads = (int)n;

@@ -307,8 +307,10 @@ rkv_status rkv_layer_attend_reference(const rkv_layer *layer,
  * 32 (<= 512) runs on bf16 pair products -- the AMX tile unit, or
  * AVX512-BF16's VDPBF16PS -- with queries and softmax weights rounded to
  * bf16 and f32 accumulation (bf16-level error, ~2e-3 relative); everything
- * else runs on AVX-512. The environment variable RKV_ISA (same names), read
- * once, caps the choice (RKV_ISA=avx512: no bf16 pairs); "avx512bf16" is
+ * else runs on AVX-512. The environment variable RKV_ISA (same names, any
+ * case), read once, caps the choice (RKV_ISA=avx512: no bf16 pairs); empty
+ * counts as unset, an unknown name is ignored with one line on stderr;
+ * "avx512bf16" is
  * chosen only when RKV_ISA names it (on the Intel CPU it was measured on it
  * ran at 0.8x the f32 AVX-512 kernel; it is meant for CPUs whose VDPBF16PS
  * outruns their FMAs, such as AMD Zen 4, where it is not yet measured). */

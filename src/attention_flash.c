@@ -8,8 +8,10 @@
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "internal.h"
 
@@ -96,9 +98,25 @@ static rkv__task_fn bf16_task; /* NULL: off */
  * CPU it was written on it ran at 0.8x the f32 AVX-512 kernel (VDPBF16PS
  * issues no faster than two FMAs there); it is meant for CPUs whose
  * VDPBF16PS outruns their FMAs (AMD Zen 4 and later), not yet measured. */
+/* RKV_ISA as a known name (case-insensitive), or NULL: unset, empty, or
+ * not a name -- the latter said once on stderr, since a typo would
+ * otherwise silently cost 100x (the plain C kernel). */
+static const char *isa_cap(void) {
+    static const char *const names[] = {"generic", "avx2", "avx512", "avx512bf16", "amx"};
+    const char *env = getenv("RKV_ISA");
+    if (!env || !*env) return NULL;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcasecmp(env, names[i])) return names[i];
+    fprintf(stderr,
+            "ringkv: RKV_ISA=%s is not one of generic, avx2, avx512, avx512bf16, amx; "
+            "ignored (the best kernel for this CPU is used)\n",
+            env);
+    return NULL;
+}
+
 static rkv__task_fn pick_kernel(const char **name) {
+    const char *cap = isa_cap();
 #if defined(__x86_64__) && defined(__GNUC__)
-    const char *cap = getenv("RKV_ISA");
     __builtin_cpu_init();
     const bool want_amx = !cap || !strcmp(cap, "amx");
     const bool want_dot = cap && !strcmp(cap, "avx512bf16");
@@ -123,6 +141,7 @@ static rkv__task_fn pick_kernel(const char **name) {
         return flash_task_avx2;
     }
 #endif
+    (void)cap;
     *name = "generic";
     return flash_task_generic;
 }

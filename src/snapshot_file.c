@@ -705,14 +705,19 @@ rkv_status rkv_snapshot_inspect_mem(const void *buf, size_t bytes, rkv_snapshot_
 /* ------------------------------------------------------------------------ */
 
 /* The snapshot's geometry against the model's: RKV_OK or "wrong geometry"
- * naming the first difference. */
+ * naming the first difference, and both models' names (a snapshot of
+ * another preset is the usual cause). */
 static rkv_status check_geometry(const source *s, const rkv_model_config *snap,
                                  const rkv_model_config *mine) {
+    char names[2 * RKV_MAX_NAME + 64];
+    snprintf(names, sizeof names, " (the snapshot is of model '%s', this model is '%s')",
+             snap->name, mine->name);
 #define DIFF(field, label)                                                                         \
     if (snap->field != mine->field)                                                                \
         return rkv__fail(RKV_ERR_FORMAT,                                                           \
-                         "%s: %s: wrong geometry: the snapshot has %s %lld, this model %lld",     \
-                         s->what, s->name, label, (long long)snap->field, (long long)mine->field);
+                         "%s: %s: wrong geometry%s: the snapshot has %s %lld, this model %lld",   \
+                         s->what, s->name, names, label, (long long)snap->field,                  \
+                         (long long)mine->field);
     DIFF(n_layers, "n_layers")
     DIFF(n_kv_heads, "n_kv_heads")
     DIFF(d_head, "d_head")
@@ -720,18 +725,18 @@ static rkv_status check_geometry(const source *s, const rkv_model_config *snap,
 #undef DIFF
     if (snap->dtype != mine->dtype)
         return rkv__fail(RKV_ERR_FORMAT,
-                         "%s: %s: wrong geometry: the snapshot has dtype %s, this model %s",
-                         s->what, s->name, rkv_dtype_name(snap->dtype),
+                         "%s: %s: wrong geometry%s: the snapshot has dtype %s, this model %s",
+                         s->what, s->name, names, rkv_dtype_name(snap->dtype),
                          rkv_dtype_name(mine->dtype));
     for (int64_t i = 0; i < mine->n_layers; i++) {
         const rkv_layer_spec *a = &snap->layers[i], *b = &mine->layers[i];
         if (a->ring_frames != b->ring_frames || a->ring_buckets != b->ring_buckets ||
             a->pinned_dilation != b->pinned_dilation)
             return rkv__fail(RKV_ERR_FORMAT,
-                             "%s: %s: wrong geometry: layer %lld of the snapshot has ring_frames "
-                             "%lld, ring_buckets %lld, pinned_dilation %lld; this model's has "
-                             "%lld, %lld, %lld",
-                             s->what, s->name, (long long)i, (long long)a->ring_frames,
+                             "%s: %s: wrong geometry%s: layer %lld of the snapshot has "
+                             "ring_frames %lld, ring_buckets %lld, pinned_dilation %lld; this "
+                             "model's has %lld, %lld, %lld",
+                             s->what, s->name, names, (long long)i, (long long)a->ring_frames,
                              (long long)a->ring_buckets, (long long)a->pinned_dilation,
                              (long long)b->ring_frames, (long long)b->ring_buckets,
                              (long long)b->pinned_dilation);

@@ -326,8 +326,11 @@ static int check_run(run *r) {
                                                         sizeof r->exe))) {
         fprintf(stderr,
                 "ringkv rollout: cannot find the default image %s: it is neither in the "
-                "working directory nor beside the executable%s%s%s (its folder and 3 above); "
-                "pass --image PATH (any JPEG or PNG file)\n",
+                "working directory nor beside the executable%s%s%s (its folder and 3 above)"
+#ifdef RKV_INSTALL_DATA_DIR
+                " nor installed in " RKV_INSTALL_DATA_DIR
+#endif
+                "; pass --image PATH (any JPEG or PNG file)\n",
                 DEFAULT_IMAGE, r->exe[0] ? " (" : "", r->exe, r->exe[0] ? ")" : "");
         return 2;
     }

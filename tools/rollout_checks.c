@@ -16,9 +16,11 @@
 #include "tokens.h"
 
 /* The default image: data/earth.jpg from the working directory, else beside
- * the repository the executable was built in (its folder and up to 3 above).
- * NULL when it is in none of them; `exe` receives the executable's path (or
- * ""). A file that exists but cannot be read is returned: the load says why. */
+ * the repository the executable was built in (its folder and up to 3 above),
+ * else earth.jpg in an install's data folder (../share/ringkv from the
+ * executable's folder, else RKV_INSTALL_DATA_DIR, the configured one). NULL when it is in none of them; `exe` receives the
+ * executable's path (or ""). A file that exists but cannot be read is
+ * returned: the load says why. */
 const char *rollout_default_image(char *buf, size_t n, char *exe, size_t exe_n) {
     exe[0] = '\0';
     if (access(DEFAULT_IMAGE, F_OK) == 0) return DEFAULT_IMAGE;
@@ -35,6 +37,23 @@ const char *rollout_default_image(char *buf, size_t n, char *exe, size_t exe_n) 
             if (access(buf, F_OK) == 0) return buf;
         }
     }
+    /* an install: PREFIX/bin/ringkv and PREFIX/share/ringkv/earth.jpg,
+     * wherever the prefix was moved, else where it was configured */
+    if (exe[0]) {
+        char bindir[4096];
+        snprintf(bindir, sizeof bindir, "%s", exe);
+        char *slash = strrchr(bindir, '/');
+        if (slash) {
+            *slash = '\0';
+            if (snprintf(buf, n, "%s/../share/ringkv/earth.jpg", bindir) < (int)n &&
+                access(buf, F_OK) == 0)
+                return buf;
+        }
+    }
+#ifdef RKV_INSTALL_DATA_DIR
+    if (snprintf(buf, n, "%s/earth.jpg", RKV_INSTALL_DATA_DIR) < (int)n && access(buf, F_OK) == 0)
+        return buf;
+#endif
     return NULL;
 }
 
