@@ -61,4 +61,29 @@ class BuildPyWithLibrary(build_py):
             print(f"ringkv: bundled {cuda} as {cuda_dest}")
 
 
-setup(cmdclass={"build_py": BuildPyWithLibrary})
+cmdclass = {"build_py": BuildPyWithLibrary}
+try:  # setuptools >= 70.1 has bdist_wheel; older ones take it from `wheel`
+    from setuptools.command.bdist_wheel import bdist_wheel
+except ImportError:
+    try:
+        from wheel.bdist_wheel import bdist_wheel
+    except ImportError:
+        bdist_wheel = None
+
+if bdist_wheel is not None:
+    class PlatformWheel(bdist_wheel):
+        """A wheel that bundles libringkv is for one platform (py3-none-
+        linux_x86_64 ...), not py3-none-any; the library is loaded through
+        ctypes, so any CPython 3 will do."""
+
+        def finalize_options(self):
+            super().finalize_options()
+            self.root_is_pure = _library() is None
+
+        def get_tag(self):
+            python, abi, plat = super().get_tag()
+            return ("py3", "none", plat) if not self.root_is_pure else (python, abi, plat)
+
+    cmdclass["bdist_wheel"] = PlatformWheel
+
+setup(cmdclass=cmdclass)

@@ -174,6 +174,23 @@ def _check_cpu(x: Any, name: str) -> None:
             "LayerRingCache with device='cuda' to run on the GPU")
 
 
+def kv_mismatch(shape: tuple, code: int | None, keep: Any, expect: tuple,
+                storage_code: int) -> str | None:
+    """The message for an upsert's ``kv`` that is not ``expect``
+    ([2, 1, H, B*T, D], or the same without the 1) in the storage dtype,
+    or None when it is right. The dtype hint names the conversion."""
+    if tuple(shape) not in (tuple(expect), tuple(expect[:1]) + tuple(expect[2:])):
+        return (f"kv must be [2, 1, H, B*T, D] = {list(expect)} or [2, H, B*T, D] = "
+                f"{[expect[0]] + list(expect[2:])}; got {list(shape)}")
+    if code != storage_code:
+        name = DTYPE_NAMES[storage_code]
+        hint = (f"x.to(torch.{ {F32: 'float32', F16: 'float16', BF16: 'bfloat16'}[storage_code]})"
+                if is_torch_tensor(keep) else f"ringkv.convert(x, {name!r})")
+        return (f"kv dtype {keep.dtype} does not match the storage dtype {name} (convert it "
+                f"first: {hint})")
+    return None
+
+
 class CBuffer:
     """A contiguous input buffer handed to C: ``ptr``, ``shape``, ``code``
     (ringkv dtype or None), ``kind`` and a reference keeping it alive."""

@@ -345,6 +345,14 @@ def cuda_library_path() -> str | None:
 
 
 def cuda_device_count() -> int:
-    """``rkv_cuda_device_count()``: CUDA devices the backend's runtime sees (0
-    without GPU or driver). Loads libringkv_cuda.so (RuntimeError without it)."""
-    return int(cuda().rkv_cuda_device_count())
+    """``rkv_cuda_device_count()``: CUDA devices the backend's runtime sees;
+    0 without GPU or driver, and 0 when libringkv_cuda.so is not found or
+    cannot be loaded (a cheap "can ringkv use CUDA here?", like
+    ``torch.cuda.device_count()``; ``LayerRingCache(..., device="cuda")``
+    then says why)."""
+    from .errors import RingKVRuntimeError  # errors imports this module
+    try:
+        clib = cuda()
+    except RingKVRuntimeError:
+        return 0
+    return int(clib.rkv_cuda_device_count())

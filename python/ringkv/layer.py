@@ -565,12 +565,10 @@ class LayerRingCache:
             raise RingKVRuntimeError("ring cache's fallback visibility row only supports B == 1; "
                                      "the engine path passes build_visibility=False.")
         expect = (2, 1, self.n_kv_heads, B * T, self.d_head)
-        if tuple(shape) != (expect if len(shape) == 5 else expect[:1] + expect[2:]):
-            raise RingKVRuntimeError(f"kv must be [2, 1, H, B*T, D] = {list(expect)}; got "
-                                     f"{list(shape)}")
-        if buf.code != self._code:
-            raise RingKVRuntimeError(f"kv dtype {buf.keep.dtype} does not match the storage dtype "
-                                     f"{self.dtype_name}")
+        # RuntimeError, as the reference's torch._check (Model.upsert: ValueError)
+        msg = ar.kv_mismatch(shape, buf.code, buf.keep, expect, self._code)
+        if msg:
+            raise RingKVRuntimeError(msg)
 
     def _upsert_cuda(self, kv: Any, frame_pos: Any, commit: bool, session_idx: Any,
                      build_visibility: bool) -> tuple[Any, Any, Any]:

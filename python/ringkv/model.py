@@ -243,12 +243,9 @@ class Model:
         B, T = si.shape[0], lay.tokens_per_frame
         buf = ar.CBuffer(kv, "kv")
         expect = (2, 1, lay.n_kv_heads, B * T, lay.d_head)
-        if tuple(buf.shape) not in (expect, expect[:1] + expect[2:]):
-            raise RingKVValueError(f"kv must be [2, 1, H, B*T, D] = {list(expect)}; got "
-                                   f"{list(buf.shape)}")
-        if buf.code != lay._code:
-            raise RingKVValueError(f"kv dtype {buf.keep.dtype} does not match the storage dtype "
-                                   f"{lay.dtype_name}")
+        msg = ar.kv_mismatch(buf.shape, buf.code, buf.keep, expect, lay._code)
+        if msg:
+            raise RingKVValueError(msg)
         return lay, si, buf
 
     def upsert(self, layer: int, session_idx: Any, kv: Any, commit: bool) -> tuple[Any, Any]:

@@ -81,11 +81,11 @@ def test_missing_cuda_library_is_a_clear_runtime_error():
             else:
                 print("no error")
         c = ringkv.LayerRingCache(1, 1, 4, 4, 8, 128, 1, "f32")  # the CPU still works
-        print("cpu", c.device)
+        print("cpu", c.device, ringkv.cuda_device_count())
     """, RINGKV_CUDA_LIBRARY="/nonexistent/libringkv_cuda.so")
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
-    assert len(lines) == 3 and lines[2] == "cpu cpu", r.stdout
+    assert len(lines) == 3 and lines[2] == "cpu cpu 0", r.stdout
     for line in lines[:2]:
         assert line.startswith("RingKVRuntimeError ringkv: CUDA devices need the CUDA backend "
                                "library libringkv_cuda.so, which was not found"), line

@@ -51,11 +51,7 @@ def test_devices():
             ringkv.LayerRingCache(1, 1, 4, 3, 4, 128, 1, "f32", bad)
     # CUDA devices (test_cuda.py): without the CUDA library or a device, a
     # RuntimeError that says which
-    try:
-        usable = ringkv.cuda_device_count() > 0
-    except RuntimeError:
-        usable = False
-    if not usable:
+    if ringkv.cuda_device_count() == 0:  # 0 also without libringkv_cuda.so
         for dev in ("cuda", "cuda:1"):
             with pytest.raises(RuntimeError, match="libringkv_cuda.so|no CUDA device"):
                 ringkv.LayerRingCache(1, 1, 4, 3, 4, 128, 1, "f32", dev)
