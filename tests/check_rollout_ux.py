@@ -23,7 +23,9 @@ it fails fast (before any frame: the model is never created), and the words:
     within seconds (the process is then stopped);
   - a short run writes rollout.png and rollout.txt (the legend), names the
     legend in the text report and the JSON, and writes cell dimensions as
-    "N cols x M rows".
+    "N cols x M rows";
+  - RKV_ISA: an unknown name is ignored with one line on stderr; the names
+    work in any case.
 Python standard library only.
 """
 import json
@@ -210,6 +212,27 @@ def main():
                 failures.append(f"JSON legend {j.get('legend')!r}, expected {legend!r}")
         except json.JSONDecodeError as e:
             failures.append(f"--json: not JSON ({e}): {p.stdout[:300]!r}")
+
+        # RKV_ISA: a name the library does not know is ignored, said once
+        # (a typo used to pick the plain C kernel silently); any case works
+        env = dict(os.environ, RKV_ISA="Bogus")
+        p = subprocess.run([ringkv, "rollout", "--frames", "2", "--out", out] + img, env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           errors="replace", timeout=600)
+        if (p.returncode != 0 or "RKV_ISA=Bogus is not one of" not in p.stderr
+                or p.stderr.count("RKV_ISA") != 1):
+            failures.append(f"RKV_ISA=Bogus: status {p.returncode}, stderr {p.stderr[-500:]!r}")
+        else:
+            print(f"  ok: RKV_ISA=Bogus: {p.stderr.strip().splitlines()[0][:160]}")
+        env["RKV_ISA"] = "GENERIC"
+        p = subprocess.run([ringkv, "rollout", "--frames", "2", "--out", out] + img, env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           errors="replace", timeout=600)
+        if p.returncode != 0 or ", generic" not in p.stdout or "RKV_ISA" in p.stderr:
+            failures.append(f"RKV_ISA=GENERIC: status {p.returncode}, stdout "
+                            f"{p.stdout[:300]!r}, stderr {p.stderr[-300:]!r}")
+        else:
+            print("  ok: RKV_ISA=GENERIC picks the generic kernel")
 
     if failures:
         print("FAIL:")
