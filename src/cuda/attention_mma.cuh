@@ -136,6 +136,37 @@ __device__ __forceinline__ void load_tile_async(T *dst, const T *src, int64_t va
     }
 }
 
+// The key tiles one block walks: the visible frames of its row (the list
+// built by build_frame_list, `nframes` long) cut into tiles of BN keys that
+// never straddle a frame, split `p.splits` ways (this block: split `split`);
+// load(i, ...) brings the block's i-th tile of K and V (session `sess`, KV
+// head `kvh`) into swizzled shared-memory tiles by cp.async.
+template <typename T, int D, int BN, int THREADS>
+struct KeyTiles {
+    const int *list;
+    int64_t tpf, t0, frame_tokens;
+    int nt;  // tiles of this block
+    const T *kbase, *vbase;
+
+    __device__ __forceinline__ KeyTiles(const RkvMmaParams &p, int64_t sess, int64_t kvh,
+                                        int split, const int *frame_list, int nframes)
+        : list(frame_list), tpf(p.T / BN), frame_tokens(p.T) {
+        const int64_t nt_all = (int64_t)nframes * tpf;
+        t0 = nt_all * split / p.splits;
+        nt = (int)(nt_all * (split + 1) / p.splits - t0);
+        const T *kvb = static_cast<const T *>(p.kv);
+        kbase = kvb + (kvh * p.N + sess * p.C) * (int64_t)D;
+        vbase = kvb + ((p.H + kvh) * p.N + sess * p.C) * (int64_t)D;
+    }
+
+    __device__ __forceinline__ void load(int i, T *ks, T *vs, int tid) const {
+        const int64_t ti = t0 + i;
+        const int64_t slot = list[ti / tpf] * frame_tokens + (ti % tpf) * BN;  // in the span
+        load_tile_async<T, D, BN, THREADS>(ks, kbase + slot * D, BN, tid);
+        load_tile_async<T, D, BN, THREADS>(vs, vbase + slot * D, BN, tid);
+    }
+};
+
 // Warp 0 of a block: the visible frames of session `sess` at clock f by the
 // bits-and-clock rule (SEMANTICS 4): ring frames ascending (the slot
 // ceil(f/PD) mod RB hidden on write steps, unwritten slots skipped), the
@@ -306,21 +337,10 @@ __global__ void __launch_bounds__(WARPS * 32, 2) ring_attention_mma(const RkvMma
     if (warp == 0) build_frame_list(p, sess, f, lane, sList, &sNf);
     __syncthreads();  // list ready; the staging in sK is dead from here on
 
-    const int64_t tpf = p.T / BN;
-    const int64_t nt_all = (int64_t)sNf * tpf;
-    const int64_t t0 = nt_all * split / p.splits, t1 = nt_all * (split + 1) / p.splits;
-    const int nt = (int)(t1 - t0);
-
-    const T *kvb = static_cast<const T *>(p.kv);
-    const T *kbase = kvb + (kvh * p.N + sess * p.C) * (int64_t)D;
-    const T *vbase = kvb + ((p.H + kvh) * p.N + sess * p.C) * (int64_t)D;
-
+    const KeyTiles<T, D, BN, THREADS> tiles(p, sess, kvh, split, sList, sNf);
+    const int nt = tiles.nt;
     auto load_tile = [&](int i, int stage) {
-        const int64_t ti = t0 + i;
-        const int64_t fr = sList[ti / tpf];
-        const int64_t slot = fr * p.T + (ti % tpf) * BN;  // within the session's span
-        load_tile_async<T, D, BN, THREADS>(sK + stage * BN * D, kbase + slot * D, BN, tid);
-        load_tile_async<T, D, BN, THREADS>(sV + stage * BN * D, vbase + slot * D, BN, tid);
+        tiles.load(i, sK + stage * BN * D, sV + stage * BN * D, tid);
     };
 
     // 4. The first STAGES-1 key tiles (the Q tile's group is already in flight).

@@ -213,21 +213,10 @@ __global__ void __launch_bounds__(NWG * 128, 2) ring_attention_wgmma(const RkvMm
     if (warp == 0) build_frame_list(p, sess, f, lane, sList, &sNf);
     __syncthreads();  // list ready; the staging in sK is dead from here on
 
-    const int64_t tpf = p.T / BN;
-    const int64_t nt_all = (int64_t)sNf * tpf;
-    const int64_t t0 = nt_all * split / p.splits, t1 = nt_all * (split + 1) / p.splits;
-    const int nt = (int)(t1 - t0);
-
-    const T *kvb = static_cast<const T *>(p.kv);
-    const T *kbase = kvb + (kvh * p.N + sess * p.C) * (int64_t)D;
-    const T *vbase = kvb + ((p.H + kvh) * p.N + sess * p.C) * (int64_t)D;
-
+    const rkv_mma::KeyTiles<T, D, BN, THREADS> tiles(p, sess, kvh, split, sList, sNf);
+    const int nt = tiles.nt;
     auto load_tile = [&](int i, int stage) {
-        const int64_t ti = t0 + i;
-        const int64_t fr = sList[ti / tpf];
-        const int64_t slot = fr * p.T + (ti % tpf) * BN;
-        load_tile_async<T, D, BN, THREADS>(sK + stage * BN * D, kbase + slot * D, BN, tid);
-        load_tile_async<T, D, BN, THREADS>(sV + stage * BN * D, vbase + slot * D, BN, tid);
+        tiles.load(i, sK + stage * BN * D, sV + stage * BN * D, tid);
     };
 
     // 4. The first STAGES-1 key tiles.
