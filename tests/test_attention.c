@@ -810,6 +810,22 @@ static void test_isa(void **state)
     assert_true(!strcmp(isa, "amx") || !strcmp(isa, "avx512bf16") || !strcmp(isa, "avx512") ||
                 !strcmp(isa, "avx2") || !strcmp(isa, "generic"));
     print_message("  attention ISA: %s\n", isa);
+    /* RKV_ISA names a path this CPU has: that path runs (so the ctest runs
+     * under RKV_ISA=... really test the kernel they name) */
+    const char *want = getenv("RKV_ISA");
+    int have = want && !strcmp(want, "generic");
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    const int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+                       __builtin_cpu_supports("fma");
+    if (want && !strcmp(want, "avx512")) have = avx512;
+    if (want && !strcmp(want, "avx512bf16"))
+        have = avx512 && __builtin_cpu_supports("avx512bf16");
+    if (want && !strcmp(want, "avx2"))
+        have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
+    if (have) assert_string_equal(isa, want);
     /* per layer: the same, except that f32 storage never runs on bf16 pairs */
     assert_null(rkv_layer_attention_isa(NULL));
     rkv_geometry g32 = tu_geom(1, 1, 2, 2, 64, 128, 1, RKV_DTYPE_F32);
