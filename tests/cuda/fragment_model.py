@@ -74,6 +74,46 @@ def shfl_xor(vals, m):
     return [vals[lane ^ m] for lane in range(32)]
 
 
+def softmax_warp(sv, m, lsum, o, NT, DT, scale_log2):
+    """online_softmax (attention_mma.cuh) for one warp's m16 tile: sv[lane]
+    the NT*4 scores (C layout: elements 0,1 row g, 2,3 row g+8), m/lsum[lane]
+    the two rows' running max and sum, o[lane] the DT*4 accumulators (all
+    updated in place). Returns the A fragments of P: pa[lane][k16][4] pairs."""
+    mx0 = [-np.inf] * 32
+    mx1 = [-np.inf] * 32
+    for lane in range(32):
+        for n8 in range(NT):
+            for e in range(4):
+                sv[lane][n8 * 4 + e] *= scale_log2
+            mx0[lane] = max(mx0[lane], sv[lane][n8 * 4], sv[lane][n8 * 4 + 1])
+            mx1[lane] = max(mx1[lane], sv[lane][n8 * 4 + 2], sv[lane][n8 * 4 + 3])
+    for sh in (1, 2):
+        x0, x1 = shfl_xor(mx0, sh), shfl_xor(mx1, sh)
+        mx0 = [max(u, v) for u, v in zip(mx0, x0)]
+        mx1 = [max(u, v) for u, v in zip(mx1, x1)]
+    pa = [[[None] * 4 for _ in range(NT // 2)] for _ in range(32)]
+    for lane in range(32):
+        mn0, mn1 = max(m[lane][0], mx0[lane]), max(m[lane][1], mx1[lane])
+        c0, c1 = 2.0 ** (m[lane][0] - mn0), 2.0 ** (m[lane][1] - mn1)
+        m[lane] = [mn0, mn1]
+        ls0 = ls1 = 0.0
+        v = sv[lane]
+        for n8 in range(NT):
+            p0, p1 = 2.0 ** (v[n8 * 4] - mn0), 2.0 ** (v[n8 * 4 + 1] - mn0)
+            p2, p3 = 2.0 ** (v[n8 * 4 + 2] - mn1), 2.0 ** (v[n8 * 4 + 3] - mn1)
+            ls0 += p0 + p1
+            ls1 += p2 + p3
+            pa[lane][n8 // 2][(n8 & 1) * 2 + 0] = (p0, p1)
+            pa[lane][n8 // 2][(n8 & 1) * 2 + 1] = (p2, p3)
+        lsum[lane] = [lsum[lane][0] * c0 + ls0, lsum[lane][1] * c1 + ls1]
+        for dn in range(DT):
+            o[lane][dn * 4 + 0] *= c0
+            o[lane][dn * 4 + 1] *= c0
+            o[lane][dn * 4 + 2] *= c1
+            o[lane][dn * 4 + 3] *= c1
+    return pa
+
+
 # ---- the kernel, transcribed ------------------------------------------------
 
 
@@ -131,41 +171,21 @@ def run_block(q_mat, K, V, D, MT, WARPS, BN, tiles, M, row0, scale_log2, split_o
                                                  [kb[l][3] for l in range(32)])
             pa = [[[[None] * 4 for _ in range(32)] for _ in range(NT // 2)] for _ in range(MT)]
             for mt in range(MT):
-                mx0 = [-np.inf] * 32
-                mx1 = [-np.inf] * 32
-                for nt8 in range(NT):
-                    for lane in range(32):
-                        for e in range(4):
-                            s[mt][nt8][lane][e] *= scale_log2
-                        mx0[lane] = max(mx0[lane], s[mt][nt8][lane][0], s[mt][nt8][lane][1])
-                        mx1[lane] = max(mx1[lane], s[mt][nt8][lane][2], s[mt][nt8][lane][3])
-                for m in (1, 2):
-                    x0, x1 = shfl_xor(mx0, m), shfl_xor(mx1, m)
-                    mx0 = [max(u, v) for u, v in zip(mx0, x0)]
-                    mx1 = [max(u, v) for u, v in zip(mx1, x1)]
+                # per-lane flat views of this m16 tile's registers
+                sv = [[s[mt][n8][lane][e] for n8 in range(NT) for e in range(4)]
+                      for lane in range(32)]
+                ov = [[o[mt][dn][lane][e] for dn in range(DT) for e in range(4)]
+                      for lane in range(32)]
+                ml = [[mrow[mt][0][lane], mrow[mt][1][lane]] for lane in range(32)]
+                ll = [[lrow[mt][0][lane], lrow[mt][1][lane]] for lane in range(32)]
+                pl = softmax_warp(sv, ml, ll, ov, NT, DT, scale_log2)
                 for lane in range(32):
-                    mn0 = max(mrow[mt][0][lane], mx0[lane])
-                    mn1 = max(mrow[mt][1][lane], mx1[lane])
-                    c0 = 2.0 ** (mrow[mt][0][lane] - mn0)
-                    c1 = 2.0 ** (mrow[mt][1][lane] - mn1)
-                    mrow[mt][0][lane], mrow[mt][1][lane] = mn0, mn1
-                    l0 = l1 = 0.0
-                    for nt8 in range(NT):
-                        p0 = 2.0 ** (s[mt][nt8][lane][0] - mn0)
-                        p1 = 2.0 ** (s[mt][nt8][lane][1] - mn0)
-                        p2 = 2.0 ** (s[mt][nt8][lane][2] - mn1)
-                        p3 = 2.0 ** (s[mt][nt8][lane][3] - mn1)
-                        l0 += p0 + p1
-                        l1 += p2 + p3
-                        pa[mt][nt8 // 2][lane][(nt8 & 1) * 2 + 0] = (p0, p1)
-                        pa[mt][nt8 // 2][lane][(nt8 & 1) * 2 + 1] = (p2, p3)
-                    lrow[mt][0][lane] = lrow[mt][0][lane] * c0 + l0
-                    lrow[mt][1][lane] = lrow[mt][1][lane] * c1 + l1
+                    mrow[mt][0][lane], mrow[mt][1][lane] = ml[lane]
+                    lrow[mt][0][lane], lrow[mt][1][lane] = ll[lane]
                     for dn in range(DT):
-                        o[mt][dn][lane][0] *= c0
-                        o[mt][dn][lane][1] *= c0
-                        o[mt][dn][lane][2] *= c1
-                        o[mt][dn][lane][3] *= c1
+                        o[mt][dn][lane] = ov[lane][dn * 4: dn * 4 + 4]
+                    for k in range(NT // 2):
+                        pa[mt][k][lane] = pl[lane][k]
             for kk in range(NT // 2):
                 for dp in range(DT // 2):
                     addrs = []
@@ -305,39 +325,7 @@ def run_block_wgmma(q_mat, K, V, NWG, BN, tiles, M, row0, scale_log2, split_out=
                 S += A @ Bn.T
             s = [[[0.0] * (NT * 4) for _ in range(32)] for _ in range(4)]
             mat_to_acc(S, s)
-            pa = [[[[None] * 4 for _ in range(BN // 16)] for _ in range(32)] for _ in range(4)]
-            for w in range(4):  # the softmax, per warp, as the kernel writes it
-                mx0 = [-np.inf] * 32
-                mx1 = [-np.inf] * 32
-                for lane in range(32):
-                    for n8 in range(NT):
-                        for e in range(4):
-                            s[w][lane][n8 * 4 + e] *= scale_log2
-                        mx0[lane] = max(mx0[lane], s[w][lane][n8 * 4], s[w][lane][n8 * 4 + 1])
-                        mx1[lane] = max(mx1[lane], s[w][lane][n8 * 4 + 2], s[w][lane][n8 * 4 + 3])
-                for sh in (1, 2):
-                    x0, x1 = shfl_xor(mx0, sh), shfl_xor(mx1, sh)
-                    mx0 = [max(u, v) for u, v in zip(mx0, x0)]
-                    mx1 = [max(u, v) for u, v in zip(mx1, x1)]
-                for lane in range(32):
-                    mn0, mn1 = max(m[w][lane][0], mx0[lane]), max(m[w][lane][1], mx1[lane])
-                    c0, c1 = 2.0 ** (m[w][lane][0] - mn0), 2.0 ** (m[w][lane][1] - mn1)
-                    m[w][lane] = [mn0, mn1]
-                    ls0 = ls1 = 0.0
-                    for n8 in range(NT):
-                        sv = s[w][lane]
-                        p0, p1 = 2.0 ** (sv[n8 * 4] - mn0), 2.0 ** (sv[n8 * 4 + 1] - mn0)
-                        p2, p3 = 2.0 ** (sv[n8 * 4 + 2] - mn1), 2.0 ** (sv[n8 * 4 + 3] - mn1)
-                        ls0 += p0 + p1
-                        ls1 += p2 + p3
-                        pa[w][lane][n8 // 2][(n8 & 1) * 2 + 0] = (p0, p1)
-                        pa[w][lane][n8 // 2][(n8 & 1) * 2 + 1] = (p2, p3)
-                    lsum[w][lane] = [lsum[w][lane][0] * c0 + ls0, lsum[w][lane][1] * c1 + ls1]
-                    for dn in range(DT):
-                        o[w][lane][dn * 4 + 0] *= c0
-                        o[w][lane][dn * 4 + 1] *= c0
-                        o[w][lane][dn * 4 + 2] *= c1
-                        o[w][lane][dn * 4 + 3] *= c1
+            pa = [softmax_warp(s[w], m[w], lsum[w], o[w], NT, DT, scale_log2) for w in range(4)]
             # O += P V: wgmma m64n64k16 per 16 keys, A = P from registers,
             # B = V MN-major (transposed), start + 16 rows x 128 bytes per step
             O = acc_to_mat(o, D)
