@@ -121,19 +121,40 @@ def swz(D, row, chunk):
     return row * D + ((chunk ^ (row & 7)) << 3)
 
 
+def load_tile(src, rows, D, valid):
+    """load_tile_async: `rows` rows of D from src (a [rows][D] matrix view)
+    into a swizzled flat tile, 16-byte chunks; rows at or past `valid` zero."""
+    tile = np.zeros(rows * D)
+    for c in range(rows * (D // 8)):
+        r, ch = c // (D // 8), c % (D // 8)
+        if r < valid:
+            tile[swz(D, r, ch): swz(D, r, ch) + 8] = src[r, ch * 8: ch * 8 + 8]
+    return tile
+
+
+def assemble(results, BM, D, split_out):
+    """store_m16: the epilogue's (row, col, v0, v1, max, sum) entries as the
+    block's output rows, or (unnormalized O, (max, sum)) for a split."""
+    out = np.zeros((BM, D))
+    ml = np.zeros((BM, 2))
+    for r, col, v0, v1, m_, l_ in results:
+        if split_out:
+            out[r, col], out[r, col + 1] = v0, v1
+            ml[r] = (m_, l_)
+        else:
+            inv = 1.0 / l_ if l_ > 0 else 0.0
+            out[r, col], out[r, col + 1] = v0 * inv, v1 * inv
+    return (out, ml) if split_out else out
+
+
 def run_block(q_mat, K, V, D, MT, WARPS, BN, tiles, M, row0, scale_log2, split_out=False):
     """One CTA. q_mat: [M][D] query rows of one (b, kvh); K/V: [keys][D]
     (the session's visible keys in tile order); tiles: key tile indices to
     visit. Returns out rows [BM][D] (or (o, m, l) when split_out)."""
     BM = 16 * MT * WARPS
-    CPR = D // 8
     KS, NT, DT = D // 16, BN // 8, D // 8
     # Q tile to swizzled smem (rows past M zero).
-    sQ = np.zeros(BM * D)
-    for c in range(BM * CPR):
-        r, ch = c // CPR, c % CPR
-        if row0 + r < M:
-            sQ[swz(D, r, ch): swz(D, r, ch) + 8] = q_mat[row0 + r, ch * 8: ch * 8 + 8]
+    sQ = load_tile(q_mat[row0:], BM, D, M - row0)
     results = []
     for warp in range(WARPS):
         qf = [[None] * KS for _ in range(MT)]
@@ -148,12 +169,8 @@ def run_block(q_mat, K, V, D, MT, WARPS, BN, tiles, M, row0, scale_log2, split_o
         mrow = [[[-np.inf] * 32, [-np.inf] * 32] for _ in range(MT)]
         lrow = [[[0.0] * 32, [0.0] * 32] for _ in range(MT)]
         for ti in tiles:
-            ks = np.zeros(BN * D)
-            vs = np.zeros(BN * D)
-            for c in range(BN * CPR):
-                r, ch = c // CPR, c % CPR
-                ks[swz(D, r, ch): swz(D, r, ch) + 8] = K[ti * BN + r, ch * 8: ch * 8 + 8]
-                vs[swz(D, r, ch): swz(D, r, ch) + 8] = V[ti * BN + r, ch * 8: ch * 8 + 8]
+            ks = load_tile(K[ti * BN:], BN, D, BN)
+            vs = load_tile(V[ti * BN:], BN, D, BN)
             s = [[[[0.0] * 4 for _ in range(32)] for _ in range(NT)] for _ in range(MT)]
             for kk in range(KS):
                 for np_ in range(NT // 2):
@@ -216,19 +233,7 @@ def run_block(q_mat, K, V, D, MT, WARPS, BN, tiles, M, row0, scale_log2, split_o
                         m_ = mrow[mt][half][lane]
                         v0, v1 = o[mt][dn][lane][2 * half], o[mt][dn][lane][2 * half + 1]
                         results.append((r, col, v0, v1, m_, l_))
-    BMr = BM
-    if split_out:
-        o = np.zeros((BMr, D))
-        ml = np.zeros((BMr, 2))
-        for r, col, v0, v1, m_, l_ in results:
-            o[r, col], o[r, col + 1] = v0, v1
-            ml[r] = (m_, l_)
-        return o, ml
-    out = np.zeros((BMr, D))
-    for r, col, v0, v1, m_, l_ in results:
-        inv = 1.0 / l_ if l_ > 0 else 0.0
-        out[r, col], out[r, col + 1] = v0 * inv, v1 * inv
-    return out
+    return assemble(results, BM, D, split_out)
 
 
 # ---- the Hopper (wgmma) kernel, transcribed ----------------------------------
@@ -298,12 +303,8 @@ def afrag_to_mat(frags):
 def run_block_wgmma(q_mat, K, V, NWG, BN, tiles, M, row0, scale_log2, split_out=False):
     """One block of ring_attention_wgmma (D 64): NWG warpgroups x 64 rows."""
     D = 64
-    BM, CPR, NT, DT = 64 * NWG, D // 8, BN // 8, D // 8
-    sQ = np.zeros(BM * D)
-    for c in range(BM * CPR):  # load_tile_async: rows at or past M - row0 zero
-        r, ch = c // CPR, c % CPR
-        if r < M - row0:
-            sQ[swz(D, r, ch): swz(D, r, ch) + 8] = q_mat[row0 + r, ch * 8: ch * 8 + 8]
+    BM, NT, DT = 64 * NWG, BN // 8, D // 8
+    sQ = load_tile(q_mat[row0:], BM, D, M - row0)
     results = []
     for wg in range(NWG):
         o = [[[0.0] * (DT * 4) for _ in range(32)] for _ in range(4)]
@@ -311,12 +312,8 @@ def run_block_wgmma(q_mat, K, V, NWG, BN, tiles, M, row0, scale_log2, split_out=
         lsum = [[[0.0, 0.0] for _ in range(32)] for _ in range(4)]
         q_addr = wg * 64 * D * 2
         for ti in tiles:
-            ks = np.zeros(BN * D)
-            vs = np.zeros(BN * D)
-            for c in range(BN * CPR):
-                r, ch = c // CPR, c % CPR
-                ks[swz(D, r, ch): swz(D, r, ch) + 8] = K[ti * BN + r, ch * 8: ch * 8 + 8]
-                vs[swz(D, r, ch): swz(D, r, ch) + 8] = V[ti * BN + r, ch * 8: ch * 8 + 8]
+            ks = load_tile(K[ti * BN:], BN, D, BN)
+            vs = load_tile(V[ti * BN:], BN, D, BN)
             # S = Q K^T: 4 x wgmma m64nBNk16, both operands K-major
             S = np.zeros((64, BN))
             for kk in range(D // 16):
@@ -349,18 +346,7 @@ def run_block_wgmma(q_mat, K, V, NWG, BN, tiles, M, row0, scale_log2, split_out=
                     for half, r, l_ in ((0, ra, l0[lane]), (1, ra + 8, l1[lane])):
                         v0, v1 = o[w][lane][dn * 4 + 2 * half], o[w][lane][dn * 4 + 2 * half + 1]
                         results.append((r, col, v0, v1, m[w][lane][half], l_))
-    if split_out:
-        out = np.zeros((BM, D))
-        ml = np.zeros((BM, 2))
-        for r, col, v0, v1, m_, l_ in results:
-            out[r, col], out[r, col + 1] = v0, v1
-            ml[r] = (m_, l_)
-        return out, ml
-    out = np.zeros((BM, D))
-    for r, col, v0, v1, m_, l_ in results:
-        inv = 1.0 / l_ if l_ > 0 else 0.0
-        out[r, col], out[r, col + 1] = v0 * inv, v1 * inv
-    return out
+    return assemble(results, BM, D, split_out)
 
 
 def reference(q_mat, K, V, scale):
