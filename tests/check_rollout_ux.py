@@ -25,7 +25,9 @@ it fails fast (before any frame: the model is never created), and the words:
     legend in the text report and the JSON, and writes cell dimensions as
     "N cols x M rows";
   - RKV_ISA: an unknown name is ignored with one line on stderr; the names
-    work in any case.
+    work in any case;
+  - an installed layout (PREFIX/bin/ringkv beside PREFIX/share/ringkv/
+    earth.jpg) finds its default image from any working directory.
 Python standard library only.
 """
 import json
@@ -128,6 +130,18 @@ def main():
                     os.path.join(tmp, "o3")], cwd=lone)
         expect(failures, "the default image missing", p, s, 2,
                ["data/earth.jpg", "--image PATH"])
+        # an installed layout (PREFIX/bin/ringkv, PREFIX/share/ringkv/earth.jpg,
+        # as `cmake --install` lays it out): found from any working directory
+        if image:
+            os.makedirs(os.path.join(tmp, "share", "ringkv"))
+            shutil.copy2(image, os.path.join(tmp, "share", "ringkv", "earth.jpg"))
+            p, s = run([os.path.join(lone, "ringkv"), "rollout", "--frames", "2", "--out",
+                        os.path.join(tmp, "o4")], cwd=lone, timeout=600)
+            if p.returncode != 0 or "share/ringkv/earth.jpg" not in p.stdout:
+                failures.append(f"installed layout: status {p.returncode}, stdout "
+                                f"{p.stdout[:400]!r}, stderr {p.stderr[-300:]!r}")
+            else:
+                print("  ok: an installed ringkv finds PREFIX/share/ringkv/earth.jpg")
 
         # ranges and words
         p, s = run([ringkv, "rollout", "--frames", "9223372036854775807"])
