@@ -7,15 +7,12 @@
 #include <stdint.h>
 
 #include "ringkv.h"
+#include "ringkv_backend.h"
 
-#if defined(__GNUC__)
-#define RKV__PRINTF(a, b) __attribute__((format(printf, a, b)))
-#else
-#define RKV__PRINTF(a, b)
-#endif
-
-/* Records a formatted message for rkv_last_error() and returns status. */
-rkv_status rkv__fail(rkv_status status, const char *fmt, ...) RKV__PRINTF(2, 3);
+/* Records a formatted message for rkv_last_error() and returns status: the
+ * public rkv_error_set (ringkv_backend.h), which backends in other shared
+ * libraries call too, so that there is one message per thread. */
+#define rkv__fail rkv_error_set
 
 /* Returns RKV_ERR_NULL from the calling function, naming the argument,
  * when pointer p is NULL. */
@@ -24,9 +21,16 @@ rkv_status rkv__fail(rkv_status status, const char *fmt, ...) RKV__PRINTF(2, 3);
         if (!(p)) return rkv__fail(RKV_ERR_NULL, "%s: %s is NULL", (what), #p);    \
     } while (0)
 
-/* a * b into *out; false when the product overflows (or a, b < 0). */
-bool rkv__mul_i64(int64_t a, int64_t b, int64_t *out);
-bool rkv__mul_size(size_t a, size_t b, size_t *out);
+/* a * b into *out; false when the product overflows (or a, b < 0).
+ * Inline: the CUDA library's host code uses them too, and it may link only
+ * the core's public symbols (docs/backends.md). */
+static inline bool rkv__mul_i64(int64_t a, int64_t b, int64_t *out) {
+    if (a < 0 || b < 0) return false;
+    return !__builtin_mul_overflow(a, b, out);
+}
+static inline bool rkv__mul_size(size_t a, size_t b, size_t *out) {
+    return !__builtin_mul_overflow(a, b, out);
+}
 
 /* True when dtype is one of the enum's values. */
 bool rkv__dtype_valid(rkv_dtype dtype);
@@ -66,6 +70,20 @@ static inline int64_t rkv__hidden_frame(const rkv_geometry *g, int64_t frame_pos
 static inline bool rkv__ring_frame_visible(const struct rkv_layer *l, int64_t lo, int64_t hidden,
                                            int64_t r) {
     return r != hidden && l->written[lo + r * l->g.tokens_per_frame];
+}
+
+/* Checks one session's written bits of a layer of geometry g ([C] bytes):
+ * every byte 0 or 1, every scratch slot 1, and each ring frame's T bits all
+ * equal (frames are written whole). Returns -1 when valid, else the index
+ * of the first bad slot. Inline: the CUDA layer's span writes check the
+ * same (src/cuda/plan.c). */
+static inline int64_t rkv__written_span_check(const rkv_geometry *g, const uint8_t *w) {
+    const int64_t T = g->tokens_per_frame, L = g->ring_frames * T, C = L + T;
+    for (int64_t j = 0; j < C; j++) {
+        if (w[j] > 1 || (j >= L && w[j] != 1)) return j;
+        if (j < L && j % T && w[j] != w[j - j % T]) return j;
+    }
+    return -1;
 }
 
 /* Checks session indices: non-NULL, each in [0, num_sessions), distinct.
