@@ -86,6 +86,45 @@ static inline int64_t rkv__written_span_check(const rkv_geometry *g, const uint8
     return -1;
 }
 
+/* One piece of a session's span (rkv_layer_read_span and friends, on every
+ * backend): checks session, part and head against g and gives the piece's
+ * byte offset from the start of the K/V storage (K/V; *in_written = false)
+ * or of the written bits (*in_written = true), and its bytes. `what` names
+ * the call. Inline for the same reason as rkv__written_span_check. */
+static inline rkv_status rkv__span_piece(const rkv_geometry *g, const char *what,
+                                         int64_t session, rkv_span_part part, int64_t head,
+                                         size_t *offset, size_t *bytes, bool *in_written) {
+    if (session < 0 || session >= g->num_sessions)
+        return rkv__fail(RKV_ERR_RANGE, "%s: session %lld out of range; expected 0..%lld", what,
+                         (long long)session, (long long)(g->num_sessions - 1));
+    const int64_t C = rkv_geometry_capacity(g), N = rkv_geometry_total_slots(g);
+    const size_t row = (size_t)g->d_head * rkv_dtype_size(g->dtype);
+    if (part == RKV_SPAN_WRITTEN) {
+        if (head != 0)
+            return rkv__fail(RKV_ERR_INVALID_ARG,
+                             "%s: head %lld with RKV_SPAN_WRITTEN; the written bits have no "
+                             "head (expected 0)",
+                             what, (long long)head);
+        *offset = (size_t)(session * C);
+        *bytes = (size_t)C;
+        *in_written = true;
+        return RKV_OK;
+    }
+    if (part != RKV_SPAN_K && part != RKV_SPAN_V)
+        return rkv__fail(RKV_ERR_INVALID_ARG,
+                         "%s: span part %d; expected RKV_SPAN_K (0), RKV_SPAN_V (1) or "
+                         "RKV_SPAN_WRITTEN (2)",
+                         what, (int)part);
+    if (head < 0 || head >= g->n_kv_heads)
+        return rkv__fail(RKV_ERR_RANGE, "%s: head %lld out of range; expected 0..%lld", what,
+                         (long long)head, (long long)(g->n_kv_heads - 1));
+    const int64_t plane = (part == RKV_SPAN_K ? 0 : g->n_kv_heads) + head;
+    *offset = ((size_t)plane * (size_t)N + (size_t)(session * C)) * row;
+    *bytes = (size_t)C * row;
+    *in_written = false;
+    return RKV_OK;
+}
+
 /* Checks session indices: non-NULL, each in [0, num_sessions), distinct.
  * `what` names the call in the message. */
 rkv_status rkv__check_sessions(const char *what, const int64_t *session_idx,

@@ -177,28 +177,11 @@ size_t rkv_layer_span_bytes(const rkv_layer *layer, rkv_span_part part) {
 static rkv_status span_piece(const rkv_layer *l, const char *what, int64_t session,
                              rkv_span_part part, int64_t head, uint8_t **at) {
     if (!l) return rkv__fail(RKV_ERR_NULL, "%s: layer is NULL", what);
-    if (session < 0 || session >= l->g.num_sessions)
-        return rkv__fail(RKV_ERR_RANGE, "%s: session %lld out of range; expected 0..%lld", what,
-                         (long long)session, (long long)(l->g.num_sessions - 1));
-    if (part == RKV_SPAN_WRITTEN) {
-        if (head != 0)
-            return rkv__fail(RKV_ERR_INVALID_ARG,
-                             "%s: head %lld with RKV_SPAN_WRITTEN; the written bits have no "
-                             "head (expected 0)",
-                             what, (long long)head);
-        *at = l->written + session * l->capacity;
-        return RKV_OK;
-    }
-    if (part != RKV_SPAN_K && part != RKV_SPAN_V)
-        return rkv__fail(RKV_ERR_INVALID_ARG,
-                         "%s: span part %d; expected RKV_SPAN_K (0), RKV_SPAN_V (1) or "
-                         "RKV_SPAN_WRITTEN (2)",
-                         what, (int)part);
-    if (head < 0 || head >= l->g.n_kv_heads)
-        return rkv__fail(RKV_ERR_RANGE, "%s: head %lld out of range; expected 0..%lld", what,
-                         (long long)head, (long long)(l->g.n_kv_heads - 1));
-    *at = rkv__slot_ptr(l, part == RKV_SPAN_K ? 0 : 1, head, session * l->capacity);
-    return RKV_OK;
+    size_t offset = 0, bytes = 0;
+    bool in_written = false;
+    rkv_status st = rkv__span_piece(&l->g, what, session, part, head, &offset, &bytes, &in_written);
+    if (st == RKV_OK) *at = (in_written ? l->written : l->kv) + offset;
+    return st;
 }
 
 rkv_status rkv_layer_read_span(const rkv_layer *layer, int64_t session, rkv_span_part part,
