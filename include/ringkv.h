@@ -17,6 +17,8 @@
  *    from *_create until *_destroy (NULL is a no-op there).
  *  - Sizes are element counts unless the name ends in _bytes.
  *  - Session indices and frame clocks are int64_t, as in the reference.
+ *  - A model runs on a backend (ringkv_backend.h: the table of operations;
+ *    the CPU one here, the CUDA one in ringkv_cuda.h; docs/backends.md).
  */
 #ifndef RINGKV_H
 #define RINGKV_H

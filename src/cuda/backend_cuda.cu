@@ -121,8 +121,9 @@ rkv_status synchronize(void *vc) {
     CudaCtx *c = ctx_of(vc);
     rkv_status st = check_current(c, what);
     if (st != RKV_OK) return st;
+    // (not cudaGetLastError: it would report the caller's own earlier
+    // failures; a kernel's asynchronous failure comes back from here)
     cudaError_t e = cudaStreamSynchronize(c->stream);
-    if (e == cudaSuccess) e = cudaGetLastError();
     return e == cudaSuccess ? RKV_OK : rkv__cuda_fail(e, what);
 }
 rkv_status check(void *vc, void *layer) {
