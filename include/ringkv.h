@@ -707,7 +707,8 @@ rkv_status rkv_model_save_session_mem(const rkv_model *model, int64_t session,
  *    no clock and RKV_ERR_IO says so;
  *  - RKV_ERR_NULL, RKV_ERR_RANGE, RKV_ERR_STATE (not claimed, or inside a
  *    frame), RKV_ERR_NO_MEMORY.
- * Memory: a 1 MiB read buffer and the header; no copy of the data. */
+ * Memory: a 1 MiB read buffer, the header, and one head's span of the
+ * largest layer (C*D elements) through which the data reaches the backend. */
 rkv_status rkv_model_load_session(rkv_model *model, int64_t session,
                                   const char *path);
 

@@ -745,12 +745,19 @@ static rkv_status check_geometry(const source *s, const rkv_model_config *snap,
 }
 
 /* Copies the validated data section into the session, tensor by tensor in
- * file order. For files the bytes are hashed again: if the file changed
- * after verify_data, the session is reset and RKV_ERR_IO returned. */
+ * file order, one piece of the span at a time through the model's backend
+ * (a bounce buffer of one head's span). For files the bytes are hashed
+ * again: if the file changed after verify_data, the session is reset and
+ * RKV_ERR_IO returned. */
 static rkv_status install(const source *s, parsed *p, rkv_model *m, int64_t session) {
     const int64_t nl = m->cfg.n_layers;
     tensor_ref **order = malloc((size_t)nl * 3 * sizeof *order);
-    if (!order) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", s->what);
+    uint8_t *bounce = malloc(rkv__model_max_span_bytes(m));
+    if (!order || !bounce) {
+        free(order);
+        free(bounce);
+        return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", s->what);
+    }
     for (int64_t i = 0; i < nl * 3; i++) order[i] = &p->t[i];
     qsort(order, (size_t)nl * 3, sizeof *order, cmp_ref);
     XXH3_state_t hs;
@@ -758,23 +765,25 @@ static rkv_status install(const source *s, parsed *p, rkv_model *m, int64_t sess
     rkv_status st = RKV_OK;
     for (int64_t k = 0; k < nl * 3 && st == RKV_OK; k++) {
         const tensor_ref *r = order[k];
-        rkv_layer *l = m->layers[r->layer];
-        const int64_t C = l->capacity;
+        const rkv_span_part part = (rkv_span_part)r->kind; /* k, v, written */
+        const size_t bytes = rkv__model_span_bytes(m, r->layer, part);
+        const int64_t heads = part == RKV_SPAN_WRITTEN ? 1 : m->cfg.n_kv_heads;
         uint64_t off = p->data_offset + r->begin;
-        if (r->kind == 2) {
-            uint8_t *dst = l->written + session * C;
-            if ((st = src_read(s, off, dst, (size_t)C)) == RKV_OK && !s->mem)
-                XXH3_64bits_update(&hs, dst, (size_t)C);
-            continue;
-        }
-        const size_t bytes = (size_t)C * l->row_bytes;
-        for (int64_t h = 0; h < l->g.n_kv_heads && st == RKV_OK; h++, off += bytes) {
-            uint8_t *dst = rkv__slot_ptr(l, r->kind, h, session * C);
-            if ((st = src_read(s, off, dst, bytes)) == RKV_OK && !s->mem)
-                XXH3_64bits_update(&hs, dst, bytes);
+        for (int64_t h = 0; h < heads && st == RKV_OK; h++, off += bytes) {
+            if ((st = src_read(s, off, bounce, bytes)) != RKV_OK) break;
+            if (!s->mem) XXH3_64bits_update(&hs, bounce, bytes);
+            st = rkv__model_span_write(m, r->layer, session, part, h, bounce);
+            if (st == RKV_ERR_INVALID_ARG && !s->mem) /* bits verified, then changed */
+                st = rkv__fail(RKV_ERR_IO,
+                               "%s: %s: the file changed while it was loaded (its written bits "
+                               "are no longer valid on the second read); session %lld was reset",
+                               s->what, s->name, (long long)session);
+            else if (st != RKV_OK)
+                st = rkv__model_backend_fail(st, s->what);
         }
     }
     free(order);
+    free(bounce);
     if (st == RKV_OK && !s->mem && XXH3_64bits_digest(&hs) != p->info.data_xxh3)
         st = rkv__fail(RKV_ERR_IO,
                        "%s: %s: the file changed while it was loaded (data checksum differs on "
@@ -906,7 +915,8 @@ static rkv_status build_header(const rkv_model *m, int64_t session, const char *
     for (int k = 0; k < 3; k++) free(lists[k]);
     uint64_t at = 0;
     for (int64_t i = 0; ok && i < cfg->n_layers; i++) {
-        const rkv_geometry *g = rkv_layer_geometry(m->layers[i]);
+        const rkv_geometry gi = rkv__model_layer_geometry(m, i);
+        const rkv_geometry *g = &gi;
         const layer_sizes z = sizes_of(g);
         static const char *const kinds[3] = {"k", "v", "written"};
         for (int k = 0; k < 3 && ok; k++) {
@@ -977,6 +987,31 @@ static rkv_status sink_write(sink *k, const void *p, size_t n) {
 
 /* Writes the whole image: length, header (checksums zero), data (hashed),
  * then the header again with both checksums filled in. */
+/* The data section: per layer K of every head, V of every head, the
+ * written bits, each piece read through the model's backend into a bounce
+ * buffer, hashed and written. */
+static rkv_status write_data(const rkv_model *m, int64_t session, sink *k, XXH3_state_t *hs) {
+    uint8_t *bounce = malloc(rkv__model_max_span_bytes(m));
+    if (!bounce) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", k->what);
+    rkv_status st = RKV_OK;
+    for (int64_t i = 0; i < m->cfg.n_layers && st == RKV_OK; i++)
+        for (int part = RKV_SPAN_K; part <= RKV_SPAN_WRITTEN && st == RKV_OK; part++) {
+            const size_t bytes = rkv__model_span_bytes(m, i, (rkv_span_part)part);
+            const int64_t heads = part == RKV_SPAN_WRITTEN ? 1 : m->cfg.n_kv_heads;
+            for (int64_t h = 0; h < heads && st == RKV_OK; h++) {
+                if ((st = rkv__model_span_read(m, i, session, (rkv_span_part)part, h, bounce)) !=
+                    RKV_OK) {
+                    st = rkv__model_backend_fail(st, k->what);
+                    break;
+                }
+                XXH3_64bits_update(hs, bounce, bytes);
+                st = sink_write(k, bounce, bytes);
+            }
+        }
+    free(bounce);
+    return st;
+}
+
 static rkv_status write_image(const rkv_model *m, int64_t session, header *hd, sink *k) {
     uint8_t lenbuf[8];
     put_le64(lenbuf, hd->len);
@@ -986,19 +1021,7 @@ static rkv_status write_image(const rkv_model *m, int64_t session, header *hd, s
         return st;
     XXH3_state_t hs;
     XXH3_64bits_reset(&hs);
-    for (int64_t i = 0; i < m->cfg.n_layers; i++) {
-        const rkv_layer *l = m->layers[i];
-        const int64_t C = l->capacity;
-        const size_t bytes = (size_t)C * l->row_bytes;
-        for (int c = 0; c < 2; c++)
-            for (int64_t h = 0; h < l->g.n_kv_heads; h++) {
-                const uint8_t *src = rkv__slot_ptr(l, c, h, session * C);
-                XXH3_64bits_update(&hs, src, bytes);
-                if ((st = sink_write(k, src, bytes)) != RKV_OK) return st;
-            }
-        XXH3_64bits_update(&hs, l->written + session * C, (size_t)C);
-        if ((st = sink_write(k, l->written + session * C, (size_t)C)) != RKV_OK) return st;
-    }
+    if ((st = write_data(m, session, k, &hs)) != RKV_OK) return st;
     hex16(XXH3_64bits_digest(&hs), hd->text + hd->data_digits);
     XXH3_64bits_reset(&hs);
     XXH3_64bits_update(&hs, lenbuf, 8);
