@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "commands.h"
 #include "ringkv.h"
 #include "trace.h"
@@ -769,45 +770,58 @@ static void usage(FILE *f) {
             "          its session and clock, against out_f64 and out_flex\n"
             "          (norm-wise relative error at most %g)\n\n"
             "Prints PASS or FAIL per trace or case, then 'N passed, M failed'.\n"
-            "Exit status 0 only when everything passed.\n",
+            "Exit status: 0 everything passed; 1 a trace or case failed (or none ran); 2 a\n"
+            "bad option or a FILE that is missing or cannot be read (nothing is replayed).\n",
             ATTN_TOLERANCE);
 }
 
 int rkv_cmd_replay(int argc, char **argv) {
-    int nfiles = 0;
+    /* the FILE arguments, in order (everything after "--" is a file) */
+    const char **files = malloc((size_t)argc * sizeof *files);
+    int nfiles = 0, rc = CLI_EXIT_USAGE;
+    if (!files) {
+        fprintf(stderr, "ringkv replay: out of memory\n");
+        return CLI_EXIT_FAILURE;
+    }
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--")) {
-            nfiles += argc - i - 1;
+            while (++i < argc) files[nfiles++] = argv[i];
             break;
         }
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
-            return 0;
+            rc = CLI_EXIT_OK;
+            goto done;
         }
         if (argv[i][0] == '-' && argv[i][1] != '\0') {
             fprintf(stderr, "ringkv replay: unknown option '%s'\n\n", argv[i]);
             usage(stderr);
-            return 2;
+            goto done;
         }
-        nfiles++;
+        files[nfiles++] = argv[i];
     }
     if (nfiles == 0) {
         fprintf(stderr, "ringkv replay: no file given\n\n");
         usage(stderr);
-        return 2;
+        goto done;
+    }
+    /* every FILE must exist and be readable before any is replayed */
+    for (int i = 0; i < nfiles; i++) {
+        char err[4600];
+        if (cli_check_input_file("file", files[i], "a trace or a manifest", err, sizeof err)) {
+            fprintf(stderr, "ringkv replay: %s\n", err);
+            goto done;
+        }
     }
     tally tl = {0, 0};
-    int after_dashes = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!after_dashes && !strcmp(argv[i], "--")) {
-            after_dashes = 1;
-            continue;
-        }
-        const char *path = argv[i];
-        size_t n = strlen(path);
-        if (n >= 5 && !strcmp(path + n - 5, ".json")) replay_manifest(path, &tl);
-        else replay_trace(path, &tl);
+    for (int i = 0; i < nfiles; i++) {
+        size_t n = strlen(files[i]);
+        if (n >= 5 && !strcmp(files[i] + n - 5, ".json")) replay_manifest(files[i], &tl);
+        else replay_trace(files[i], &tl);
     }
     printf("%d passed, %d failed\n", tl.passed, tl.failed);
-    return (tl.failed == 0 && tl.passed > 0) ? 0 : 1;
+    rc = (tl.failed == 0 && tl.passed > 0) ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
+done:
+    free(files);
+    return rc;
 }
