@@ -198,7 +198,7 @@ static int run_trace(const rkv_trace *t, char *msg, size_t size) {
     int rc = -1;
 
     if (rkv_layer_create(g, &layer) != RKV_OK) {
-        say(msg, size, "rkv_layer_create: %s", rkv_last_error());
+        say(msg, size, "cannot create the layer: %s", cli_lib_detail(NULL));
         goto done;
     }
     int64_t max_batch = 1;
@@ -219,9 +219,9 @@ static int run_trace(const rkv_trace *t, char *msg, size_t size) {
         const rkv_trace_op *op = &t->ops[i];
         if (op->kind == RKV_TRACE_RESET) {
             if (rkv_layer_reset(layer, op->sessions[0]) != RKV_OK) {
-                say(msg, size, "op %lld (line %lld): rkv_layer_reset(session %lld) failed: %s",
+                say(msg, size, "op %lld (line %lld): reset of session %lld failed: %s",
                     (long long)op->op, (long long)op->line, (long long)op->sessions[0],
-                    rkv_last_error());
+                    cli_lib_detail(NULL));
                 goto done;
             }
             continue;
@@ -232,8 +232,8 @@ static int run_trace(const rkv_trace *t, char *msg, size_t size) {
                                          op->sessions, op->commit,
                                          op->build_visibility ? got : NULL);
         if (st != RKV_OK) {
-            say(msg, size, "op %lld (line %lld): rkv_layer_upsert failed: %s: %s",
-                (long long)op->op, (long long)op->line, rkv_status_str(st), rkv_last_error());
+            say(msg, size, "op %lld (line %lld): upsert failed: %s", (long long)op->op,
+                (long long)op->line, cli_lib_detail(NULL));
             goto done;
         }
         if (op->build_visibility) {
@@ -453,7 +453,7 @@ static int parse_case(const cJSON *obj, const unsigned char *bin, size_t bin_len
 
     rkv_geometry g = {c->S, c->Hkv, c->RF, c->RB, c->D, c->T, c->PD, RKV_DTYPE_F32};
     if (rkv_geometry_check(&g) != RKV_OK)
-        return say(msg, size, "invalid geometry: %s", rkv_last_error());
+        return say(msg, size, "invalid geometry: %s", cli_lib_detail(NULL));
     size_t bytes = rkv_geometry_memory_bytes(&g);
     if (bytes > RKV_TRACE_MAX_LAYER_BYTES)
         return say(msg, size, "the layer needs %zu bytes; this tool handles at most %zu", bytes,
@@ -512,8 +512,8 @@ static int upsert_frame(rkv_layer *layer, const attn_case *c, float *frame, int6
     rkv_status st = rkv_layer_upsert(layer, frame, RKV_DTYPE_F32, 1, &f, &session, commit, NULL);
     if (st != RKV_OK)
         return say(msg, size,
-                   "loading session %lld slots %lld.. at clock %lld: rkv_layer_upsert: %s",
-                   (long long)session, (long long)base, (long long)f, rkv_last_error());
+                   "loading session %lld slots %lld.. at clock %lld: upsert failed: %s",
+                   (long long)session, (long long)base, (long long)f, cli_lib_detail(NULL));
     return 0;
 }
 
@@ -611,8 +611,7 @@ static int attend_and_compare(const rkv_layer *layer, const attn_case *c, const 
     a.scale = (float)c->scale;
     rkv_status st = rkv_layer_attend(layer, &a);
     if (st != RKV_OK)
-        return say(msg, size, "%s: rkv_layer_attend failed: %s: %s", way, rkv_status_str(st),
-                   rkv_last_error());
+        return say(msg, size, "%s: attention failed: %s", way, cli_lib_detail(NULL));
     size_t w64, wflex;
     *e64 = rel_err(out, c->out_f64, n, &w64);
     *eflex = rel_err(out, c->out_flex, n, &wflex);
@@ -637,7 +636,7 @@ static int run_case(const attn_case *c, char *msg, size_t size, char *detail, si
     double a64, aflex, b64, bflex;
 
     if (rkv_layer_create(&g, &layer) != RKV_OK) {
-        say(msg, size, "rkv_layer_create: %s", rkv_last_error());
+        say(msg, size, "cannot create the layer: %s", cli_lib_detail(NULL));
         goto done;
     }
     out = malloc((size_t)c->Hq * (size_t)c->T * (size_t)c->D * sizeof *out);
@@ -657,7 +656,7 @@ static int run_case(const attn_case *c, char *msg, size_t size, char *detail, si
         st = rkv_visible_row_from_frames(&g, c->session, frames, count, row);
     }
     if (st != RKV_OK) {
-        say(msg, size, "visibility from bits and clock: %s", rkv_last_error());
+        say(msg, size, "visibility from bits and clock: %s", cli_lib_detail(NULL));
         goto done;
     }
     uint8_t *vis01 = malloc((size_t)c->slots);
@@ -766,8 +765,8 @@ static void usage(FILE *f) {
             "          reset, compares every visible row, then the whole K/V buffer\n"
             "          and the written bits\n"
             "  *.json  an attention-vector manifest (its .bin beside it): runs\n"
-            "          rkv_layer_attend on each case with the case's vis row and with\n"
-            "          its session and clock, against out_f64 and out_flex\n"
+            "          ringkv's attention on each case with the case's vis row and\n"
+            "          with its session and clock, against out_f64 and out_flex\n"
             "          (norm-wise relative error at most %g)\n\n"
             "Prints PASS or FAIL per trace or case, then 'N passed, M failed'.\n"
             "Exit status: 0 everything passed; 1 a trace or case failed (or none ran); 2 a\n"

@@ -149,7 +149,7 @@ static int report_json(const rollout_result *res, const figures *fig) {
     cJSON *mem = cJSON_AddObjectToObject(j, "memory_bytes");
     cJSON_AddNumberToObject(mem, "per_session", (double)res->mem_session);
     cJSON_AddNumberToObject(mem, "total", (double)res->mem_total);
-    cJSON_AddNumberToObject(mem, "model", (double)model_bytes);
+    cJSON_AddNumberToObject(mem, "allocated", (double)model_bytes);
 
     cJSON_AddItemToObject(j, "recall_psnr_db", class_object(res->stats, res->have, 0));
     cJSON_AddItemToObject(j, "recall_rate", class_object(res->stats, res->have, 1));
