@@ -69,11 +69,11 @@ int main(int argc, char **argv) {
         return version();
     }
     if (!strcmp(a, "--help") || !strcmp(a, "-h") || !strcmp(a, "help")) {
-        if (argc == 2 || (!strcmp(a, "help") && !strcmp(argv[2], "help"))) {
+        if (argc == 2 || !strcmp(argv[2], "help")) {
             usage(stdout);
             return CLI_EXIT_OK;
         }
-        if (argc > 3 || strcmp(a, "help")) {
+        if (argc > 3) {
             fprintf(stderr, "usage: ringkv help [COMMAND]\n");
             return CLI_EXIT_USAGE;
         }
