@@ -3,7 +3,17 @@
  * denoising passes, then the commit pass), with every status checked. The
  * same calls run a GPU model made by rkv_model_create_cuda (ringkv_cuda.h),
  * with kv, q and out in device memory.
- * Build: cc -std=c11 stream.c $(pkg-config --cflags --libs ringkv)  */
+ * Usage: stream [N_FRAMES]   (default 3)
+ *
+ * Build, with ringkv installed and PKG_CONFIG_PATH naming its pkgconfig
+ * folder (README "Install and link"; tests/check_install.py runs these lines):
+ *   cc -std=c11 stream.c -o stream $(pkg-config --cflags --libs ringkv) \
+ *      -Wl,-rpath,$(pkg-config --variable=libdir ringkv)
+ * or against the static library:
+ *   cc -std=c11 stream.c -o stream-static $(pkg-config --cflags ringkv) \
+ *      $(pkg-config --variable=libdir ringkv)/libringkv.a \
+ *      $(pkg-config --libs --static ringkv | sed 's/-lringkv//')
+ */
 #include <ringkv.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,7 +27,12 @@
         }                                                                        \
     } while (0)
 
-int main(void) {
+int main(int argc, char **argv) {
+    const int64_t n_frames = argc > 1 ? atoll(argv[1]) : 3;
+    if (argc > 2 || n_frames < 1) {
+        fprintf(stderr, "usage: stream [N_FRAMES]   (N_FRAMES >= 1, default 3)\n");
+        return 2;
+    }
     rkv_model_config cfg;
     rkv_model *model;
     int64_t s;
@@ -36,7 +51,6 @@ int main(void) {
     void *out = calloc(q_elems, rkv_dtype_size(cfg.dtype));
     if (!kv || !q || !out) return 1;
 
-    const int64_t n_frames = 3;
     for (int64_t f = 0; f < n_frames; f++) {
         /* the frame's batch, set once: sessions and clocks (checked: last + 1) */
         CHECK(rkv_model_begin_frame(model, 1, &s, &f));
