@@ -19,6 +19,7 @@
 
 #define MAX_PARTS 3
 #define MAX_PEAKS 2
+#define PEAK_REPS 3 /* runs of each peak loop per sample, about 10 ms each */
 
 typedef struct part part;
 struct part {
@@ -98,11 +99,12 @@ static const char *peak_kind_name(peak_kind k) {
 
 static double peak_sample(part *p, int threads) {
     double best = 0;
-    for (int i = 0; i < p->npeaks; i++) {
-        const double g = peak_run(p->peaks[i], threads, p->iters[i]) / 1e9;
-        if (g > p->peak_best[i]) p->peak_best[i] = g;
-        if (g > best) best = g;
-    }
+    for (int rep = 0; rep < PEAK_REPS; rep++) /* short runs: one may dodge a busy spell */
+        for (int i = 0; i < p->npeaks; i++) {
+            const double g = peak_run(p->peaks[i], threads, p->iters[i]) / 1e9;
+            if (g > p->peak_best[i]) p->peak_best[i] = g;
+            if (g > best) best = g;
+        }
     /* the row names the loop that reached the best so far */
     int w = 0;
     for (int i = 1; i < p->npeaks; i++)
@@ -133,7 +135,7 @@ static void peak_init(part *p, const bench_opts *o, rkv_dtype dtype) {
     p->kind = peak_kind_name(p->peaks[0]);
     snprintf(p->isa, sizeof p->isa, "%s", peak_isa(p->peaks[0]));
     for (int i = 0; i < p->npeaks; i++)
-        p->iters[i] = peak_calibrate(p->peaks[i], o->threads, o->quick ? 0.02 : 0.04);
+        p->iters[i] = peak_calibrate(p->peaks[i], o->threads, 0.01);
     p->sample = peak_sample;
 }
 
