@@ -220,9 +220,9 @@ static void *peak_thread(void *arg) {
 }
 
 double peak_run(peak_kind kind, int threads, long iters) {
-    if (!peak_built(kind) || threads < 1 || threads > 256 || iters < 1) return 0;
-    pthread_t tid[256];
-    peak_job jobs[256];
+    if (!peak_built(kind) || threads < 1 || threads > PEAK_MAX_THREADS || iters < 1) return 0;
+    static pthread_t tid[PEAK_MAX_THREADS];
+    static peak_job jobs[PEAK_MAX_THREADS];
     gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false};
     for (int t = 0; t < threads; t++) jobs[t] = (peak_job){kind, iters, &g, 0};
     int started = 1; /* job 0 runs on this thread */

@@ -22,10 +22,12 @@ bool peak_built(peak_kind kind);
 const char *peak_isa(peak_kind kind);
 
 /* Runs kind's loop for `iters` iterations on each of `threads` threads
- * (1..256), started together; returns the FLOPs per second of all of them
+ * (1..PEAK_MAX_THREADS), started together; returns the FLOPs per second of all of them
  * (each multiply-add counted as 2 FLOPs), or 0 when a thread cannot be
  * started or the kind is not built. The CPU must have the instructions
- * (and, for AMX, the library's tile permission: bench_machine_read). */
+ * (and, for AMX, the library's tile permission: bench_machine_read).
+ * One call at a time (a static thread table). */
+#define PEAK_MAX_THREADS 1024 /* as `ringkv bench --threads` */
 double peak_run(peak_kind kind, int threads, long iters);
 
 /* An iteration count for which one peak_run of kind takes about `seconds`. */
