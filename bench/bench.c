@@ -212,7 +212,8 @@ static void memcpy_as_upsert(const rkv_layer *l, const uint8_t *src, int64_t B,
 /* Upserts of B 720P frames (T 512, 16 KV heads, d 64, bf16: 2 MiB per row)
  * over 2x the last-level cache of sessions and source frames, each timed
  * against memcpy_as_upsert on the same call sequence (best of the reps,
- * alternating, so both sides see the same cache state). Bytes moved: the
+ * alternating ABBA, so both sides see the same cache state and neither
+ * always goes first). Bytes moved: the
  * frame once without commit, twice with. */
 static void bench_upsert(const bench_opts *o) {
     const size_t llc = llc_bytes();
@@ -235,8 +236,9 @@ static void bench_upsert(const bench_opts *o) {
             const double bytes = (double)calls * B * row_bytes * (commit ? 2 : 1);
             int64_t sess[4], fpos[4];
             double best = 0, best_mc = 0;
-            for (int rep = 0; rep < (o->quick ? 2 : 4); rep++)
-                for (int side = 0; side < 2; side++) { /* 0: upsert, 1: memcpy */
+            for (int rep = 0; rep < (o->quick ? 4 : 6); rep++)
+                for (int turn = 0; turn < 2; turn++) { /* ABBA: neither side always first */
+                    const int side = turn ^ (rep & 1); /* 0: upsert, 1: memcpy */
                     double t = now_s();
                     for (int64_t c = 0; c < calls; c++) {
                         for (int64_t b = 0; b < B; b++) {
