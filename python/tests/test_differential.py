@@ -12,13 +12,12 @@ error word is checked after every operation (LayerRingCache.check()).
 """
 from __future__ import annotations
 
-import importlib.util
 import random
 
 import numpy as np
 import pytest
 
-from conftest import SPEC, requires_cuda, torch_or_skip
+from conftest import requires_cuda, torch_or_skip
 
 import ringkv
 
@@ -34,17 +33,6 @@ BACKENDS = [pytest.param("cpu", "torch", id="cpu-torch"),
 @pytest.fixture(scope="module")
 def torch():
     return torch_or_skip((2, 5))
-
-
-@pytest.fixture(scope="module")
-def reference(torch):
-    path = SPEC / "seed_ring_cache.py"
-    if not path.exists():
-        pytest.fail(f"no reference at {path}: set RKV_SHARED_DIR to the shared/ folder")
-    spec = importlib.util.spec_from_file_location("seed_ring_cache", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def random_geometry(rng: random.Random) -> dict:
