@@ -210,8 +210,15 @@ class LayerRingCache(HandleOwner):
     ``total_slots`` (N = num_sessions * capacity), ``dtype_name``, ``dtype``
     (of ``kv``), ``device`` ("cpu" or "cuda:N"), ``kv`` ([2, 1, H, N, D]
     view), ``written`` ([N] bool view), ``memory_bytes``, ``frame_offsets``
-    ([T] int64). Errors at construction raise ValueError (bad geometry or
-    dtype).
+    ([T] int64). Errors at construction: ValueError for a bad geometry,
+    TypeError for a size that is not an integer, RingKVDtypeError (a
+    ValueError and a TypeError) for an unknown dtype, RingKVDeviceError (a
+    ValueError and a RuntimeError) for an unknown device (ringkv.errors).
+
+    ``copy.copy`` and ``copy.deepcopy`` give a new layer on the same device
+    with equal contents and its own storage; ``pickle`` stores a CPU layer
+    by value (a CUDA layer raises TypeError). See :meth:`_clone` and
+    :meth:`__reduce__`.
 
     **CUDA layers** (``device`` a CUDA device; needs ``libringkv_cuda.so``
     and torch with CUDA):
@@ -557,11 +564,13 @@ class LayerRingCache(HandleOwner):
         (``written AND slot of the session``, minus the ring frame about to be
         overwritten on a write step), or None without ``build_visibility``.
 
-        Raises RuntimeError where the reference's checks fail (frame_pos not a
-        [B] int64, token count != B*T, session_idx not matching, B != 1 with
-        build_visibility, kv shape or dtype not the storage's); IndexError for
-        a session out of range; ValueError for frame_pos < 0 or a session
-        twice in one batch. Nothing is written when it raises.
+        Raises RingKVArrayError (a RuntimeError, as the reference's
+        ``torch._check`` and ``index_copy_``, and a ValueError) for frame_pos
+        not a [B] int64, a token count != B*T, session_idx not matching, or a
+        kv shape or dtype not the storage's; RuntimeError for B != 1 with
+        build_visibility (the reference's); IndexError for a session out of
+        range; ValueError for frame_pos < 0 or a session twice in one batch.
+        Nothing is written when it raises.
 
         A CUDA layer: one ``rkv_cuda_layer_upsert`` kernel on
         ``torch.cuda.current_stream(device)``, not synchronized; ``k``, ``v``

@@ -160,6 +160,12 @@ class Model(HandleOwner):
     num_sessions=4)``. ``array_kind`` ("numpy" or "torch") chooses the kind of
     the layers' ``kv``/``written`` views; ``upsert`` returns views of the kind
     of its ``kv`` input.
+
+    ``copy.copy``, ``copy.deepcopy`` and ``pickle`` give a new model with
+    equal contents (config, claim table, each held session's K/V, written
+    bits and clock) through each held session's portable snapshot image;
+    see :meth:`_state` and :func:`_model_from_state`. Not while a session is
+    inside a frame (RuntimeError).
     """
 
     def __init__(self, config: ModelConfig, *, array_kind: str = ar.NUMPY):
@@ -244,6 +250,8 @@ class Model(HandleOwner):
             try:
                 image = bytes(self.save_session_bytes(s))
             except RingKVRuntimeError as exc:
+                if exc.status != _RKV_ERR_STATE:
+                    raise
                 raise RingKVRuntimeError(
                     f"cannot {action} a ringkv.Model while session {s} is inside a frame ({exc}); "
                     f"{action} it between frames, after the commit pass of every layer",
@@ -294,7 +302,8 @@ class Model(HandleOwner):
     def begin_frame(self, session_idx: Any, frame_pos: Any) -> None:
         """Declares the next frame of B held sessions ([B] int64 each). Each
         clock must be last committed + 1 (any clock after a claim, reset or
-        restore without clock). RuntimeError (RKV_ERR_CLOCK / _STATE) otherwise;
+        restore without clock). RuntimeError (RKV_ERR_CLOCK / _STATE) otherwise,
+        ValueError for a clock < 0 (as every call that takes clocks);
         nothing changes then."""
         si, _ = ar.int64_vector(session_idx, "session_idx", "session_idx must be a [B] int64 "
                                 "array; got {got}")
