@@ -259,7 +259,7 @@ class Model(HandleOwner):
             info = _SnapshotInfoStruct()
             check(lib.rkv_snapshot_inspect_mem(image, len(image), ctypes.byref(info)))
             sessions.append((s, info.request_id, image))  # c_char array: the raw id bytes
-        config = self.config
+        config = ModelConfig._from_struct(lib.rkv_model_get_config(self._h.ptr).contents)
         return {"format": _MODEL_FORMAT, "version": _MODEL_VERSION,
                 "config": {"name": config.name, "num_sessions": config.num_sessions,
                            "n_q_heads": config.n_q_heads, "n_kv_heads": config.n_kv_heads,

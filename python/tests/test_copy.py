@@ -331,6 +331,9 @@ def test_model_copy_keeps_attributes_and_refuses_malformed_states():
     m = ringkv.Model.from_preset("demo")
     m.name = "world-1"
     assert copy.deepcopy(m).name == "world-1" and pickle.loads(pickle.dumps(m)).name == "world-1"
+    m.config.d_head = 999      # the Python-side config is a copy: the model is what C holds
+    assert copy.deepcopy(m).config.d_head == 64
+    m.config.d_head = 64
     empty = copy.deepcopy(m)                       # no session held
     assert empty.claim("x") == 0
     _, (cls, state), _ = m.__reduce__()
