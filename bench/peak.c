@@ -128,12 +128,16 @@ typedef struct {
     uint8_t rows[16];
 } amx_config;
 
+/* A static object, as in src/attention_amx.c: built on the stack, GCC 12
+ * dropped the stores as dead (it does not see LDTILECFG read them). */
+static const amx_config amx_cfg = {
+    .palette_id = 1,
+    .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
+    .rows = {16, 16, 16, 16, 16, 16, 16, 16},
+};
+
 __attribute__((target("amx-tile,amx-bf16"))) static double loop_amx(long iters) {
-    amx_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette_id = 1;
-    for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
-    _tile_loadconfig(&cfg);
+    _tile_loadconfig(&amx_cfg);
     uint16_t ab[16 * 32];
     for (int i = 0; i < 16 * 32; i++) ab[i] = 0x3b80; /* bf16 2^-8: sums stay small */
     float c[16 * 16];
