@@ -9,6 +9,12 @@
 #include "ringkv.h"
 #include "ringkv_backend.h"
 
+#if defined(__GNUC__)
+#define RKV__PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define RKV__PRINTF(a, b)
+#endif
+
 /* Records a formatted message for rkv_last_error() and returns status: the
  * public rkv_error_set (ringkv_backend.h), which backends in other shared
  * libraries call too, so that there is one message per thread. */
