@@ -212,6 +212,9 @@ __device__ __forceinline__ void online_softmax(float *s, float scale_log2, float
     mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
     mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
     mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    // m0/m1 start at RKV__SOFTMAX_M0 (-FLT_MAX), so mn0/mn1 are finite even
+    // where every score so far is -inf: no -inf - -inf = NaN here (see
+    // attention.cuh).
     const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
     const float c0 = ex2(m0 - mn0), c1 = ex2(m1 - mn1);
     m0 = mn0;
@@ -367,7 +370,7 @@ __global__ void __launch_bounds__(WARPS * 32, 2) ring_attention_mma(const RkvMma
     for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
         for (int dn = 0; dn < DT; dn++) o[mt][dn][0] = o[mt][dn][1] = o[mt][dn][2] = o[mt][dn][3] = 0.f;
-        mrow[mt][0] = mrow[mt][1] = -INFINITY;
+        mrow[mt][0] = mrow[mt][1] = RKV__SOFTMAX_M0;
         lrow[mt][0] = lrow[mt][1] = 0.f;
     }
 
