@@ -483,15 +483,15 @@ def main():
         # -inf scores (NaN before the guard), the same keys last (slot order
         # must not matter), -inf by overflow, a split made only of -inf
         # tiles (combine), every score -inf (exact zeros), +inf / NaN (NaN)
-        dict(D=64, MT=2, M=128, nkeys=192, special="neg_tile"),
-        dict(D=64, MT=2, M=128, nkeys=192, special="neg_last_tile"),
+        dict(D=64, MT=2, M=128, nkeys=128, special="neg_tile"),
+        dict(D=64, MT=2, M=128, nkeys=128, special="neg_last_tile"),
         dict(D=128, MT=1, M=64, nkeys=128, special="overflow"),
         dict(D=64, MT=2, M=128, nkeys=256, splits=4, special="neg_tile"),
         dict(D=64, MT=2, M=128, nkeys=128, special="neg_all"),
-        dict(D=64, MT=2, M=128, nkeys=256, splits=2, special="neg_all"),
+        dict(D=64, MT=2, M=128, nkeys=128, splits=2, special="neg_all"),
         dict(D=64, MT=2, M=128, nkeys=128, special="pos_inf"),
-        dict(D=64, MT=2, M=128, nkeys=256, splits=2, special="nan"),
-        dict(D=64, MT=0, M=128, nkeys=192, WARPS=8, wgmma=True, special="neg_tile"),
+        dict(D=64, MT=2, M=128, nkeys=128, splits=2, special="nan"),
+        dict(D=64, MT=0, M=128, nkeys=128, WARPS=8, wgmma=True, special="neg_tile"),
         dict(D=64, MT=0, M=128, nkeys=128, WARPS=8, wgmma=True, special="neg_all"),
         dict(D=64, MT=0, M=128, nkeys=128, WARPS=8, wgmma=True, special="nan"),
     ]
