@@ -97,10 +97,10 @@ __global__ void __launch_bounds__(32 * RKV__SIMT_WARPS) ring_attention_simt(cons
             if (vrow[j]) visit(j);
     } else {
         const int64_t s = s_sess[b], f = s_fp[b];
-        const int64_t hidden = (f % p.PD == 0) ? (f / p.PD) % p.RB : -1;
+        const int64_t hidden = rkv__rule_hidden_frame(f, p.PD, p.RB);
         const uint8_t *w = p.written + s * p.C;
         for (int64_t r = 0; r <= p.RF; r++) {
-            if (r < p.RF && (r == hidden || !w[r * p.T])) continue;
+            if (r < p.RF && !rkv__rule_frame_visible(w, p.T, hidden, r)) continue;
             for (int64_t t = 0; t < p.T; t++) visit(s * p.C + r * p.T + t);
         }
     }

@@ -168,17 +168,18 @@ struct KeyTiles {
 };
 
 // Warp 0 of a block: the visible frames of session `sess` at clock f by the
-// bits-and-clock rule (SEMANTICS 4): ring frames ascending (the slot
-// ceil(f/PD) mod RB hidden on write steps, unwritten slots skipped), the
-// scratch (RF) last; their count in *n_frames.
+// bits-and-clock rule (SEMANTICS 4, ring_rule.h's rkv__rule_visible_frames
+// computed 32 frames at a time): ring frames ascending (the slot ceil(f/PD)
+// mod RB hidden on write steps, unwritten slots skipped), the scratch (RF)
+// last; their count in *n_frames.
 __device__ __forceinline__ void build_frame_list(const RkvMmaParams &p, int64_t sess, int64_t f,
                                                  int lane, int *list, int *n_frames) {
-    const int64_t hidden = (f % p.PD == 0) ? (f / p.PD) % p.RB : -1;
+    const int64_t hidden = rkv__rule_hidden_frame(f, p.PD, p.RB);
     const uint8_t *w = p.written + sess * p.C;
     int n = 0;
     for (int64_t r0 = 0; r0 < p.RF; r0 += 32) {
         const int64_t r = r0 + lane;
-        const bool vis = r < p.RF && r != hidden && w[r * p.T] != 0;
+        const bool vis = r < p.RF && rkv__rule_frame_visible(w, p.T, hidden, r);
         const unsigned m = __ballot_sync(0xffffffffu, vis);
         if (vis) list[n + __popc(m & ((1u << lane) - 1u))] = (int)r;
         n += __popc(m);

@@ -18,7 +18,13 @@ apart; address bits [4,7) XORed with bits [7,10)), from the descriptors the
 kernel builds (start + 32 bytes per k16 step for Q and K, + 2,048 bytes per
 16 keys for V), with the m64nNk16 accumulator and A-register layouts.
 
+It also keeps its own copy of the ring rule (slot, write step, hidden frame,
+the kernel's warp-ballot build of the visible frame list, the clock-alone
+list) and checks it against src/ring_rule.h's results, as printed by
+tests/ring_rule_dump.c.
+
 Run: python3 tests/cuda/fragment_model.py   (numpy only; some seconds)
+     python3 tests/cuda/fragment_model.py --ring-rule build/tests/ring_rule_dump
 """
 import sys
 
@@ -133,6 +139,101 @@ def softmax_warp(sv, m, lsum, o, NT, DT, scale_log2):
             o[lane][dn * 4 + 2] *= c1
             o[lane][dn * 4 + 3] *= c1
     return pa
+
+
+# ---- the ring rule (SEMANTICS 3 step 1, 4): this model's own copy -------------
+# The kernels take it from src/ring_rule.h; check_ring_rule() compares this
+# copy with that header's results (tests/ring_rule_dump.c, ctest
+# ring_rule_model). Python integers: ceil(f/PD) is exact for any f.
+
+
+def ring_bucket(f, PD):
+    return -(-f // PD)
+
+
+def ring_slot(f, PD, RB):
+    return ring_bucket(f, PD) % RB
+
+
+def write_step(f, PD):
+    return f % PD == 0
+
+
+def hidden_frame(f, PD, RB):
+    return ring_slot(f, PD, RB) if write_step(f, PD) else -1
+
+
+def ballot(preds):
+    return sum(1 << lane for lane, v in enumerate(preds) if v)
+
+
+def popc(x):
+    return bin(x).count("1")
+
+
+def build_frame_list(span_written, T, RF, RB, PD, f):
+    """build_frame_list (attention_mma.cuh), lane by lane: warp 0 takes 32
+    ring frames at a time, each lane tests its frame (written, not hidden),
+    the ballot's popcount below a lane places its frame; the scratch (RF)
+    last. Returns the list."""
+    hidden = hidden_frame(f, PD, RB)
+    out = {}
+    n = 0
+    for r0 in range(0, RF, 32):
+        vis = [r0 + lane < RF and r0 + lane != hidden and span_written[(r0 + lane) * T] != 0
+               for lane in range(32)]
+        m = ballot(vis)
+        for lane in range(32):
+            if vis[lane]:
+                out[n + popc(m & ((1 << lane) - 1))] = r0 + lane
+        n += popc(m)
+    out[n] = RF
+    return [out[i] for i in range(n + 1)]
+
+
+def visible_frames_from_clock(RF, RB, PD, f):
+    filled = min(ring_bucket(f, PD), RB)
+    hidden = hidden_frame(f, PD, RB)
+    return [r for r in range(filled) if r != hidden] + [RF]
+
+
+def check_ring_rule(dump_exe):
+    """Runs tests/ring_rule_dump (src/ring_rule.h's results) and compares
+    every line with this model's copy. Returns the number of mismatches."""
+    import subprocess
+    lines = subprocess.run([dump_exe], check=True, capture_output=True,
+                           text=True).stdout.splitlines()
+    bad = counts = 0
+    kinds = {"slot": 0, "clock": 0, "bits": 0}
+    for line in lines:
+        head, _, tail = line.partition(" : ")
+        kind, *args = head.split()
+        args = [int(a) for a in args]
+        got = [int(x) for x in tail.split()]
+        if kind == "slot":
+            PD, RB, f = args
+            want = [ring_bucket(f, PD), ring_slot(f, PD, RB), int(write_step(f, PD)),
+                    hidden_frame(f, PD, RB)]
+        elif kind == "clock":
+            RF, RB, PD, f = args
+            want = visible_frames_from_clock(RF, RB, PD, f)
+        elif kind == "bits":
+            RF, RB, PD, T, f, mask = args
+            span = [1 if r == RF else (mask >> r) & 1 for r in range(RF + 1) for _ in range(T)]
+            want = build_frame_list(span, T, RF, RB, PD, f)
+        else:
+            raise ValueError(f"unknown line {line!r}")
+        kinds[kind] += 1
+        counts += 1
+        if got != want:
+            bad += 1
+            if bad <= 5:
+                print(f"MISMATCH {head}: header {got}, model {want}")
+    print(f"ring rule: {counts} results ({kinds}) compared, {bad} mismatches")
+    if min(kinds.values()) == 0:
+        print("ring rule: a kind of result is missing from the dump")
+        bad += 1
+    return bad
 
 
 # ---- the kernel, transcribed ------------------------------------------------
@@ -468,6 +569,10 @@ def check(D, MT, M, nkeys, BN=64, WARPS=4, splits=1, seed=0, scale=None, amp=1.0
 
 
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--ring-rule":
+        bad = check_ring_rule(sys.argv[2])
+        print("ring rule model:", "PASS" if bad == 0 else "FAIL")
+        return 0 if bad == 0 else 1
     cases = [
         dict(D=64, MT=2, M=128, nkeys=128),
         dict(D=64, MT=2, M=200, nkeys=256, amp=6.0),          # partial m tile, peaky
