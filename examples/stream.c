@@ -1,7 +1,17 @@
 /* The README's example, complete: one session of the Waypoint-1.5 360P
  * model streams a few frames through every layer (5 passes per frame: 4
  * denoising passes, then the commit pass), with every status checked.
- * Build: cc -std=c11 stream.c $(pkg-config --cflags --libs ringkv)  */
+ * Usage: stream [N_FRAMES]   (default 3)
+ *
+ * Build, with ringkv installed and PKG_CONFIG_PATH naming its pkgconfig
+ * folder (README "Install and link"; tests/check_install.py runs these lines):
+ *   cc -std=c11 stream.c -o stream $(pkg-config --cflags --libs ringkv) \
+ *      -Wl,-rpath,$(pkg-config --variable=libdir ringkv)
+ * or against the static library:
+ *   cc -std=c11 stream.c -o stream-static $(pkg-config --cflags ringkv) \
+ *      $(pkg-config --variable=libdir ringkv)/libringkv.a \
+ *      $(pkg-config --libs --static ringkv | sed 's/-lringkv//')
+ */
 #include <ringkv.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +25,12 @@
         }                                                                        \
     } while (0)
 
-int main(void) {
+int main(int argc, char **argv) {
+    const int64_t n_frames = argc > 1 ? atoll(argv[1]) : 3;
+    if (argc > 2 || n_frames < 1) {
+        fprintf(stderr, "usage: stream [N_FRAMES]   (N_FRAMES >= 1, default 3)\n");
+        return 2;
+    }
     rkv_model_config cfg;
     rkv_model *model;
     int64_t s;
@@ -34,7 +49,6 @@ int main(void) {
     void *out = calloc(q_elems, rkv_dtype_size(cfg.dtype));
     if (!kv || !q || !out) return 1;
 
-    const int64_t n_frames = 3;
     for (int64_t f = 0; f < n_frames; f++) {
         CHECK(rkv_model_begin_frame(model, 1, &s, &f)); /* clock checked: last + 1 */
         for (int pass = 0; pass < 5; pass++)

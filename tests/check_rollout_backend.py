@@ -62,11 +62,14 @@ def main(argv):
                 failures.append(f"rollout on the GPU: last_frame {j.get('last_frame')}")
             if not re.fullmatch(r"[0-9a-f]{16}", str(j.get("output_digest"))):
                 failures.append(f"rollout on the GPU: output_digest {j.get('output_digest')!r}")
+            if j.get("isa") is not None or not j.get("attention_plans"):
+                failures.append(f"rollout on the GPU: isa {j.get('isa')!r} (expected null), "
+                                f"attention_plans {j.get('attention_plans')!r}")
             near = j["recall_rate"]["local"]["near"]
             if near is None or near < 0.9:
                 failures.append(f"rollout on the GPU: local near recall {near} < 0.9")
             print(f"  rollout on the GPU: digest {j.get('output_digest')}, local near {near}, "
-                  f"plans {j.get('backend', {}).get('attention_plans')}")
+                  f"plans {j.get('attention_plans')}")
         else:
             rows = [json.loads(line) for line in p.stdout.splitlines() if line.strip()]
             if not any(x.get("name") == "cuda_attention_tflops" for x in rows):

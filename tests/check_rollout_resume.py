@@ -17,11 +17,14 @@ exactly: for every layer class and band, A's patch and recalled counts are
 B's plus C's (and the PSNR sums up to rounding); C's picture frames lie in
 N .. 2N-1.
 
-Refusals: resuming with another --dtype (the library's "wrong geometry",
-exit 1), with another --seed (exit 1, the tool names both runs), with
---sessions 2 (exit 2). Also: `ringkv inspect S` exits 0 and names the clock,
-and `ringkv inspect` on a truncated and on a bit-flipped copy of S exits
-non-zero with the reason. Python standard library only.
+Refusals, all exit 2 before any frame (the command line does not fit the
+snapshot; README "Exit status"), in the user's terms (the option to change,
+no library function names): resuming with another --dtype, another --preset,
+--full-global-ring, another --seed (the tool names both runs), --sessions 2,
+a --resume file that is missing, a folder, or not a snapshot. Also: `ringkv
+inspect S` exits 0 and names the clock; `ringkv inspect` on a truncated and
+on a bit-flipped copy of S exits 1 with the reason, on a missing file 2.
+Python standard library only.
 """
 import json
 import os
@@ -117,20 +120,42 @@ def main():
         if not c.get("picture_frames"):
             failures.append("run C: no picture frames")
 
-        # refusals: another geometry (dtype), another seed, several sessions
+        # refusals: another geometry (dtype, preset, rings), another seed,
+        # several sessions, a file that is not a snapshot of this run
         dtype = b.get("options", {}).get("dtype", "f32")  # the run's (the preset's by default)
         other = "bf16" if dtype != "bf16" else "f16"
-        for what, args, status, needle in (
-                ("another dtype", ["--dtype", other], 1, "wrong geometry"),
-                ("another seed", ["--seed", "12345"], 1, "--seed"),
-                ("two sessions", ["--sessions", "2"], 2, "--sessions 1")):
+        preset = b.get("options", {}).get("preset", "demo")
+        other_preset = "waypoint-1.5-360p" if preset != "waypoint-1.5-360p" else "demo"
+        not_snapshot = os.path.join(tmp, "not-a-snapshot.safetensors")
+        with open(not_snapshot, "wb") as f:
+            f.write(b"\x10\x00\x00\x00\x00\x00\x00\x00{\"a\": 1}        ")
+        no_preset = [a for i, a in enumerate(extra)
+                     if a != "--preset" and (i == 0 or extra[i - 1] != "--preset")]
+        for what, args, status, needles in (
+                ("another dtype", ["--dtype", other], 2, [f"--dtype {dtype}"]),
+                ("another preset", ["--preset", other_preset, "--dtype", dtype], 2,
+                 ["--preset", other_preset]),
+                ("--full-global-ring", ["--full-global-ring"], 2, ["--full-global-ring"]),
+                ("another seed", ["--seed", "12345"], 2, ["--seed", "seed=12345"]),
+                ("two sessions", ["--sessions", "2"], 2, ["--sessions 1"]),
+                ("a missing file", ["--resume", os.path.join(tmp, "gone.safetensors")], 2,
+                 ["gone.safetensors", "no such file"]),
+                ("a folder", ["--resume", tmp], 2, ["is a folder"]),
+                ("a file that is not a snapshot", ["--resume", not_snapshot], 2,
+                 ["not a valid snapshot"])):
+            base = no_preset if what == "another preset" else extra
             p = run([ringkv, "rollout", "--json", "--out", os.path.join(tmp, "x"),
-                     "--resume", snap, "--frames", "2"] + extra + args, expect_ok=False)
-            if p.returncode != status or needle not in p.stderr:
+                     "--resume", snap, "--frames", "2"] + base + args, expect_ok=False)
+            leaks = [w for w in ("rkv_", "RKV_ERR") if w in p.stderr]
+            if (p.returncode != status or not all(n in p.stderr for n in needles) or leaks
+                    or p.stdout.strip()):
                 failures.append(f"resume with {what}: status {p.returncode}, stderr "
-                                f"{p.stderr.strip()!r} (expected {status} naming {needle!r})")
+                                f"{p.stderr.strip()!r} (expected {status} naming {needles!r}, "
+                                f"without library names {leaks!r}), stdout {p.stdout[:100]!r}")
             else:
                 print(f"  refused as expected ({what}): {p.stderr.strip()}")
+        if os.path.exists(os.path.join(tmp, "x", "rollout.png")):
+            failures.append("a refused resume wrote a picture: it ran frames")
 
         # inspect: valid, then damaged copies
         p = run([ringkv, "inspect", snap])
@@ -147,9 +172,17 @@ def main():
                 f.write(blob)
             p = run([ringkv, "inspect", bad], expect_ok=False)
             want = "truncated" if what == "truncated" else "checksum"
-            if p.returncode == 0 or want not in p.stderr:
+            if p.returncode != 1 or want not in p.stderr or "rkv_" in p.stderr:
                 failures.append(f"inspect of a {what} file: status {p.returncode}, "
-                                f"stderr {p.stderr.strip()!r} (expected non-zero naming '{want}')")
+                                f"stderr {p.stderr.strip()!r} (expected 1 naming '{want}', "
+                                f"no library function names)")
+        # a missing file is refused before any file is inspected (exit 2)
+        p = run([ringkv, "inspect", snap, os.path.join(tmp, "gone.safetensors")],
+                expect_ok=False)
+        if p.returncode != 2 or "no such file" not in p.stderr or p.stdout.strip():
+            failures.append(f"inspect of a missing file: status {p.returncode}, stderr "
+                            f"{p.stderr.strip()!r}, stdout {p.stdout[:100]!r} (expected 2, "
+                            f"'no such file', nothing inspected)")
     if failures:
         for f in failures:
             print("FAIL:", f)

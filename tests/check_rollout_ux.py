@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""What `ringkv rollout`, `ringkv plan` and `ringkv replay` say to a user who
-gets something wrong, and the rollout's picture legend (docs/rollout.md).
+"""What `ringkv` says to a user who gets something wrong (rollout, plan,
+replay, inspect, help and version, the exit-status rule), and the rollout's
+picture and its legend (docs/rollout.md).
 
 usage: check_rollout_ux.py RINGKV [--image PATH]
 
@@ -26,6 +27,14 @@ it fails fast (before any frame: the model is never created), and the words:
     "N cols x M rows";
   - RKV_ISA: an unknown name is ignored with one line on stderr; the names
     work in any case;
+  - `ringkv help` states the exit-status rule; `ringkv help CMD` prints what
+    `ringkv CMD --help` prints, for every command; `ringkv version` equals
+    `ringkv --version`; usage and argument errors (unknown command or option,
+    a missing FILE, --resume or --image) exit 2 in every command without
+    library function or status names;
+  - the legend names the mid-grey speckle of cells no ring holds, and the
+    picture shows it: on a jump row both recall panels repeat one 8 x 8
+    speckle near mid-grey in every cell;
   - an installed layout (PREFIX/bin/ringkv beside PREFIX/share/ringkv/
     earth.jpg) finds its default image from any working directory.
 Python standard library only.
@@ -33,12 +42,15 @@ Python standard library only.
 import json
 import os
 import random
+import re
 import select
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
 import time
+import zlib
 
 FAST_S = 20.0  # a refusal must come well before any frame of a waypoint preset
 
@@ -60,6 +72,76 @@ def expect(failures, what, p, secs, status, needles, fast=True):
                         f"stderr {err.strip()[:600]!r} (expected {needles!r})")
     else:
         print(f"  ok: {what}: {err.strip().splitlines()[0][:160] if err.strip() else ''}")
+
+
+def read_png(path):
+    """(width, height, rows of RGB bytes) of an 8-bit RGB PNG (stb's)."""
+    data = open(path, "rb").read()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    pos, idat, w, h = 8, b"", 0, 0
+    while pos < len(data):
+        n = struct.unpack(">I", data[pos:pos + 4])[0]
+        kind = data[pos + 4:pos + 8]
+        body = data[pos + 8:pos + 8 + n]
+        if kind == b"IHDR":
+            w, h, depth, color = struct.unpack(">IIBB", body[:10])
+            assert depth == 8 and color == 2, "not 8-bit RGB"
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + n
+    raw, stride, rows = zlib.decompress(idat), 3 * w + 1, []
+    prev = bytearray(3 * w)
+    for y in range(h):
+        f, line = raw[y * stride], bytearray(raw[y * stride + 1:(y + 1) * stride])
+        for x in range(3 * w):
+            a = line[x - 3] if x >= 3 else 0
+            b, c = prev[x], (prev[x - 3] if x >= 3 else 0)
+            if f == 1:
+                line[x] = (line[x] + a) & 255
+            elif f == 2:
+                line[x] = (line[x] + b) & 255
+            elif f == 3:
+                line[x] = (line[x] + (a + b) // 2) & 255
+            elif f == 4:
+                pa, pb, pc = abs(b - c), abs(a - c), abs(a + b - 2 * c)
+                line[x] = (line[x] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        rows.append(line)
+        prev = line
+    return w, h, rows
+
+
+def check_picture(j, failures):
+    """The legend's words against the pixels: on a jump (no cell held by any
+    ring) both recall panels are the mid-grey speckle, one 8 x 8 pattern in
+    every cell. Layout of tools/sheet.c: GAP_PX 6, TITLE_PX 16, LABEL_PX 14,
+    views under 200 pixels wide drawn at 2x."""
+    rows = [r["move"] for r in j.get("picture_frames", [])]
+    if "jump" not in rows:
+        failures.append(f"picture: no jump row to check ({rows})")
+        return
+    view = j["geometry"]["view"]
+    px = view["patch_px"]
+    vw, vh = view["cols"] * px, view["rows"] * px
+    scale = 2 if vw < 200 else 1
+    pw, ph, cell = vw * scale, vh * scale, px * scale
+    w, h, img = read_png(j["picture"])
+    y0 = 16 + rows.index("jump") * (14 + ph) + 14
+    for panel, name in ((1, "local"), (2, "global")):
+        x0 = 6 + panel * (pw + 6)
+        luma = [[img[y0 + y][3 * (x0 + x)] for x in range(pw)] for y in range(ph)]
+        first = [row[:cell] for row in luma[:cell]]
+        same = all([row[cx:cx + cell] for row in luma[cy:cy + cell]] == first
+                   for cy in range(0, ph, cell) for cx in range(0, pw, cell))
+        vals = [v for row in first for v in row]
+        mean = sum(vals) / len(vals)
+        spread = (sum((v - mean) ** 2 for v in vals) / len(vals)) ** 0.5
+        if not same or not 0.4 * 255 < mean < 0.6 * 255 or spread < 2:
+            failures.append(f"picture: {name} recall of the jump row: every cell the same "
+                            f"{same}, mean {mean:.1f}, spread {spread:.1f} (expected one "
+                            f"8 x 8 speckle near 127, spread >= 2: what the legend says)")
+        else:
+            print(f"  ok: {name} recall panel of the jump row: one speckle pattern, mean "
+                  f"{mean:.0f}, spread {spread:.1f}")
 
 
 def main():
@@ -164,6 +246,48 @@ def main():
             if h.returncode != 0 or missing:
                 failures.append(f"{name} --help: status {h.returncode}, missing {missing}")
 
+        # help and version: each command's help both ways, one version
+        top, _ = run([ringkv, "help"])
+        if top.returncode != 0 or "Exit status" not in top.stdout or "docs/json.md" not in top.stdout:
+            failures.append(f"ringkv help: status {top.returncode}, no exit-status rule or "
+                            f"docs/json.md: {top.stdout[-600:]!r}")
+        for cmd in ("rollout", "replay", "plan", "bench", "inspect"):
+            a, _ = run([ringkv, "help", cmd])
+            b, _ = run([ringkv, cmd, "--help"])
+            if (a.returncode != 0 or a.stdout != b.stdout
+                    or not a.stdout.startswith(f"usage: ringkv {cmd}") or cmd not in top.stdout
+                    or (cmd != "bench" and "Exit status" not in a.stdout)):
+                failures.append(f"ringkv help {cmd}: status {a.returncode}, "
+                                f"{a.stdout[:120]!r} (expected '{cmd} --help', with the exit "
+                                f"status)")
+        v1, _ = run([ringkv, "version"])
+        v2, _ = run([ringkv, "--version"])
+        if (v1.returncode or v2.returncode or v1.stdout != v2.stdout
+                or not re.fullmatch(r"ringkv \d+\.\d+\.\d+\n", v1.stdout)):
+            failures.append(f"version: {v1.returncode} {v1.stdout!r}, --version: "
+                            f"{v2.returncode} {v2.stdout!r}")
+        else:
+            print(f"  ok: 'ringkv version' = 'ringkv --version' = {v1.stdout.strip()!r}")
+        # one exit-status rule: usage and argument errors 2 in every command,
+        # in the user's words (no library function or status names)
+        gone = os.path.join(tmp, "gone.file")
+        for args, needle in ((["nope"], "unknown command"), (["help", "nope"], "unknown command"),
+                             (["rollout", "--bogus"], "--bogus"), (["plan", "--bogus"], "--bogus"),
+                             (["inspect", "--bogus"], "--bogus"), (["replay", "--bogus"], "--bogus"),
+                             (["bench", "--bogus"], "--bogus"), (["inspect", gone], "no such file"),
+                             (["replay", gone], "no such file"),
+                             (["rollout", "--resume", gone, "--out", os.path.join(tmp, "o6")],
+                              "no such file"),
+                             (["rollout", "--image", gone, "--out", os.path.join(tmp, "o6")],
+                              "no such file")):
+            p, s = run([ringkv] + args)
+            leaks = [w for w in ("rkv_", "RKV_ERR") if w in p.stderr]
+            if p.returncode != 2 or needle not in p.stderr or leaks or s > FAST_S:
+                failures.append(f"ringkv {' '.join(args)}: status {p.returncode} (expected 2), "
+                                f"stderr {p.stderr.strip()[:300]!r} (expected {needle!r}, no "
+                                f"{leaks!r})")
+        print("  ok: usage and argument errors exit 2 in every command")
+
         # replay of binary junk: printable ASCII only, short lines
         rng = random.Random(7)
         junk = os.path.join(tmp, "junk.txt")
@@ -214,9 +338,12 @@ def main():
             with open(legend) as f:
                 text = f.read()
             for needle in ("Panels", "true view", "local recall", "global recall", "green",
-                           "yellow", "red", "blue", "frame "):
-                if needle not in text:
+                           "yellow", "red", "blue", "frame ", "mid-grey speckle",
+                           "same 8 x 8 pattern"):
+                if needle not in " ".join(text.split()):
                     failures.append(f"legend: no {needle!r} in {text[:500]!r}")
+            if "flat grey" in text:
+                failures.append("legend: says 'flat grey', the panels show a speckle")
             print(f"  ok: short run wrote {legend} ({len(text.splitlines())} lines)")
         p, s = run([ringkv, "rollout", "--frames", "24", "--json", "--out", out] + img,
                    timeout=600)
@@ -224,6 +351,8 @@ def main():
             j = json.loads(p.stdout)
             if j.get("legend") != legend:
                 failures.append(f"JSON legend {j.get('legend')!r}, expected {legend!r}")
+            else:
+                check_picture(j, failures)
         except json.JSONDecodeError as e:
             failures.append(f"--json: not JSON ({e}): {p.stdout[:300]!r}")
 

@@ -1,13 +1,16 @@
 /* `ringkv inspect FILE...`: validates snapshot files (docs/snapshot-format.md)
- * and prints what each holds. Exit status 0 when every file is valid, 1 when
- * one is not (the reason goes to stderr: truncated, corrupted header or
- * data, unsupported version, not a snapshot, I/O), 2 on usage errors. */
+ * and prints what each holds (--json: docs/json.md). Exit status (cli.h) 0
+ * when every file is valid, 1 when one is not (the reason goes to stderr:
+ * truncated, corrupted header or data, unsupported version, not a snapshot,
+ * I/O), 2 for a bad option or a FILE that is missing or cannot be read (then
+ * no file is inspected). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
-#include <cJSON.h>
+#include <cjson/cJSON.h>
 
+#include "cli.h"
 #include "commands.h"
 #include "ringkv.h"
 
@@ -15,16 +18,17 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: ringkv inspect [--json] FILE...\n"
             "\n"
-            "Validates ringkv session snapshots (safetensors files written by\n"
-            "rkv_model_save_session / rollout --snapshot-out) and prints what they hold:\n"
+            "Validates ringkv session snapshots (safetensors files written by 'ringkv\n"
+            "rollout --snapshot-out' or a program's session save) and prints what they hold:\n"
             "the model geometry, the saved clock (the next frame is last_committed + 1),\n"
             "the request id, sizes and both XXH3-64 checksums. Every byte is checked:\n"
             "header length, JSON header, format version, header checksum, tensor table,\n"
             "data checksum and the written bits.\n"
             "\n"
-            "  --json   one JSON object per file on stdout\n"
+            "  --json   one JSON object per file on stdout (docs/json.md)\n"
             "\n"
-            "Exit status: 0 all valid, 1 a file is invalid (the reason on stderr), 2 usage.\n");
+            "Exit status: 0 all valid; 1 a file is invalid (the reason on stderr); 2 a bad\n"
+            "option or a FILE that is missing or cannot be read (nothing is inspected).\n");
 }
 
 static void print_text(const char *path, const rkv_snapshot_info *in) {
@@ -62,43 +66,48 @@ static void print_text(const char *path, const rkv_snapshot_info *in) {
     }
 }
 
-static void print_json(const char *path, const rkv_snapshot_info *in) {
-    const rkv_model_config *c = &in->config;
+/* Prints obj on one line and frees it; 0, or -1 out of memory. */
+static int print_line(cJSON *obj, int ok) {
+    char *text = ok ? cJSON_PrintUnformatted(obj) : NULL;
+    if (text) puts(text);
+    else fprintf(stderr, "ringkv inspect: out of memory\n");
+    cJSON_free(text);
+    cJSON_Delete(obj);
+    return text ? 0 : -1;
+}
+
+static int print_json(const char *path, const rkv_snapshot_info *in) {
+    char header_hex[17], data_hex[17];
+    snprintf(header_hex, sizeof header_hex, "%016" PRIx64, in->header_xxh3);
+    snprintf(data_hex, sizeof data_hex, "%016" PRIx64, in->data_xxh3);
     cJSON *j = cJSON_CreateObject();
-    char hex[17];
-    cJSON_AddStringToObject(j, "file", path);
-    cJSON_AddBoolToObject(j, "valid", 1);
-    cJSON_AddNumberToObject(j, "format_version", (double)in->format_version);
-    cJSON_AddStringToObject(j, "ringkv_version", in->ringkv_version);
-    cJSON_AddStringToObject(j, "model", c->name);
-    cJSON_AddStringToObject(j, "request_id", in->request_id);
-    cJSON_AddNumberToObject(j, "session", (double)in->source_session);
-    cJSON_AddNumberToObject(j, "last_committed", (double)in->last_committed);
-    cJSON_AddStringToObject(j, "dtype", rkv_dtype_name(c->dtype));
-    cJSON_AddNumberToObject(j, "n_layers", (double)c->n_layers);
-    cJSON_AddNumberToObject(j, "n_q_heads", (double)c->n_q_heads);
-    cJSON_AddNumberToObject(j, "n_kv_heads", (double)c->n_kv_heads);
-    cJSON_AddNumberToObject(j, "d_head", (double)c->d_head);
-    cJSON_AddNumberToObject(j, "tokens_per_frame", (double)c->tokens_per_frame);
-    cJSON *layers = cJSON_AddArrayToObject(j, "layers");
-    for (int64_t i = 0; i < c->n_layers; i++) {
-        cJSON *l = cJSON_CreateObject();
-        cJSON_AddNumberToObject(l, "ring_frames", (double)c->layers[i].ring_frames);
-        cJSON_AddNumberToObject(l, "ring_buckets", (double)c->layers[i].ring_buckets);
-        cJSON_AddNumberToObject(l, "pinned_dilation", (double)c->layers[i].pinned_dilation);
-        cJSON_AddItemToArray(layers, l);
-    }
-    cJSON_AddNumberToObject(j, "file_bytes", (double)in->file_bytes);
-    cJSON_AddNumberToObject(j, "header_bytes", (double)in->header_bytes);
-    cJSON_AddNumberToObject(j, "data_bytes", (double)in->data_bytes);
-    snprintf(hex, sizeof hex, "%016" PRIx64, in->header_xxh3);
-    cJSON_AddStringToObject(j, "header_xxh3", hex);
-    snprintf(hex, sizeof hex, "%016" PRIx64, in->data_xxh3);
-    cJSON_AddStringToObject(j, "data_xxh3", hex);
-    char *s = cJSON_PrintUnformatted(j);
-    if (s) puts(s);
-    cJSON_free(s);
-    cJSON_Delete(j);
+    int ok = j && !cli_json_header(j, "inspect") && cJSON_AddStringToObject(j, "file", path) &&
+             cJSON_AddBoolToObject(j, "valid", 1) &&
+             cJSON_AddNumberToObject(j, "format_version", (double)in->format_version) &&
+             cJSON_AddStringToObject(j, "writer_version", in->ringkv_version) &&
+             cJSON_AddStringToObject(j, "request_id", in->request_id) &&
+             cJSON_AddNumberToObject(j, "session", (double)in->source_session) &&
+             cJSON_AddNumberToObject(j, "last_committed", (double)in->last_committed) &&
+             !cli_json_model(j, &in->config) &&
+             cJSON_AddNumberToObject(j, "file_bytes", (double)in->file_bytes) &&
+             cJSON_AddNumberToObject(j, "header_bytes", (double)in->header_bytes) &&
+             cJSON_AddNumberToObject(j, "data_bytes", (double)in->data_bytes) &&
+             cJSON_AddStringToObject(j, "header_xxh3", header_hex) &&
+             cJSON_AddStringToObject(j, "data_xxh3", data_hex);
+    return print_line(j, ok);
+}
+
+static int print_json_invalid(const char *path, rkv_status st) {
+    cJSON *j = cJSON_CreateObject();
+    int ok = j && !cli_json_header(j, "inspect") && cJSON_AddStringToObject(j, "file", path) &&
+             cJSON_AddBoolToObject(j, "valid", 0) &&
+             cJSON_AddStringToObject(j, "status", rkv_status_str(st)) &&
+             cJSON_AddStringToObject(j, "error", cli_lib_detail(path));
+    return print_line(j, ok);
+}
+
+static int is_file_argument(const char *a) {
+    return strcmp(a, "--json") && !(a[0] == '-' && a[1]);
 }
 
 int rkv_cmd_inspect(int argc, char **argv) {
@@ -112,37 +121,37 @@ int rkv_cmd_inspect(int argc, char **argv) {
         else if (argv[i][0] == '-' && argv[i][1]) {
             fprintf(stderr, "ringkv inspect: unknown option '%s'\n\n", argv[i]);
             usage(stderr);
-            return 2;
+            return CLI_EXIT_USAGE;
         } else n_files++;
     }
     if (!n_files) {
         usage(stderr);
-        return 2;
+        return CLI_EXIT_USAGE;
     }
+    /* every FILE must exist and be readable before any is inspected */
+    char err[4600];
+    for (int i = 1; i < argc; i++)
+        if (is_file_argument(argv[i]) &&
+            cli_check_input_file("snapshot", argv[i], "a snapshot file", err, sizeof err)) {
+            fprintf(stderr, "ringkv inspect: %s\n", err);
+            return CLI_EXIT_USAGE;
+        }
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json") || (argv[i][0] == '-' && argv[i][1])) continue;
+        if (!is_file_argument(argv[i])) continue;
         rkv_snapshot_info info;
         rkv_status st = rkv_snapshot_inspect(argv[i], &info);
         if (st != RKV_OK) {
-            fprintf(stderr, "ringkv inspect: %s: invalid (%s): %s\n", argv[i], rkv_status_str(st),
-                    rkv_last_error());
-            if (json) {
-                cJSON *j = cJSON_CreateObject();
-                cJSON_AddStringToObject(j, "file", argv[i]);
-                cJSON_AddBoolToObject(j, "valid", 0);
-                cJSON_AddStringToObject(j, "status", rkv_status_str(st));
-                cJSON_AddStringToObject(j, "error", rkv_last_error());
-                char *s = cJSON_PrintUnformatted(j);
-                if (s) puts(s);
-                cJSON_free(s);
-                cJSON_Delete(j);
-            }
+            fprintf(stderr, "ringkv inspect: %s: invalid: %s\n", argv[i], cli_lib_detail(argv[i]));
+            if (json && print_json_invalid(argv[i], st)) return CLI_EXIT_FAILURE;
             bad = 1;
             continue;
         }
-        if (json) print_json(argv[i], &info);
-        else print_text(argv[i], &info);
+        if (json) {
+            if (print_json(argv[i], &info)) return CLI_EXIT_FAILURE;
+        } else {
+            print_text(argv[i], &info);
+        }
     }
     fflush(stdout);
-    return bad;
+    return bad ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
 }

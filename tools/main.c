@@ -1,7 +1,10 @@
-/* The `ringkv` command: dispatches to one subcommand per file. */
+/* The `ringkv` command: dispatches to one subcommand per file. Help and
+ * version: `ringkv help [COMMAND]`, `ringkv COMMAND --help`, `ringkv
+ * version`, `ringkv --version`. Exit statuses follow one rule (cli.h). */
 #include <stdio.h>
 #include <string.h>
 
+#include "cli.h"
 #include "commands.h"
 #include "ringkv.h"
 
@@ -20,31 +23,72 @@ static const command COMMANDS[] = {
     {"bench", rkv_cmd_bench, "attention and upsert speed against this machine's ceilings"},
     {"inspect", rkv_cmd_inspect, "validate session snapshot files and print what they hold"},
 };
+#define N_COMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
 
 static void usage(FILE *f) {
     fprintf(f, "usage: ringkv COMMAND [OPTIONS]   (ringkv %s)\n\ncommands:\n",
             rkv_version());
-    for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)
+    for (size_t i = 0; i < N_COMMANDS; i++)
         fprintf(f, "  %-8s %s\n", COMMANDS[i].name, COMMANDS[i].summary);
-    fprintf(f, "\n'ringkv COMMAND --help' describes a command's options.\n");
+    fprintf(f,
+            "  %-8s %s\n  %-8s %s\n\n"
+            "'ringkv help COMMAND' or 'ringkv COMMAND --help' describes a command's options;\n"
+            "--json output is described in docs/json.md.\n\n%s",
+            "help", "this text, or a command's ('ringkv help COMMAND')", "version",
+            "the version (as 'ringkv --version')", CLI_EXIT_RULE);
+}
+
+static const command *find_command(const char *name) {
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        if (!strcmp(name, COMMANDS[i].name)) return &COMMANDS[i];
+    return NULL;
+}
+
+static int unknown_command(const char *name) {
+    fprintf(stderr, "ringkv: unknown command '%s'\n\n", name);
+    usage(stderr);
+    return CLI_EXIT_USAGE;
+}
+
+static int version(void) {
+    printf("ringkv %s\n", rkv_version());
+    return CLI_EXIT_OK;
 }
 
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
-        return 2;
+        return CLI_EXIT_USAGE;
     }
-    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
-        usage(stdout);
-        return 0;
+    const char *a = argv[1];
+    if (!strcmp(a, "--version") || !strcmp(a, "version")) {
+        if (argc > 2) {
+            fprintf(stderr, "ringkv %s: takes no arguments (got '%s')\n", a, argv[2]);
+            return CLI_EXIT_USAGE;
+        }
+        return version();
     }
-    if (!strcmp(argv[1], "--version")) {
-        printf("ringkv %s\n", rkv_version());
-        return 0;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h") || !strcmp(a, "help")) {
+        if (argc == 2 || !strcmp(argv[2], "help")) {
+            usage(stdout);
+            return CLI_EXIT_OK;
+        }
+        if (argc > 3) {
+            fprintf(stderr, "usage: ringkv help [COMMAND]\n");
+            return CLI_EXIT_USAGE;
+        }
+        if (!strcmp(argv[2], "version")) {
+            printf("usage: ringkv version   (or ringkv --version)\n\n"
+                   "Prints 'ringkv VERSION', the version of the ringkv library it was built with.\n");
+            return CLI_EXIT_OK;
+        }
+        const command *c = find_command(argv[2]);
+        if (!c) return unknown_command(argv[2]);
+        static char help_option[] = "--help";
+        char *help_argv[] = {argv[2], help_option, NULL};
+        return c->run(2, help_argv); /* the command's own --help */
     }
-    for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)
-        if (!strcmp(argv[1], COMMANDS[i].name)) return COMMANDS[i].run(argc - 1, argv + 1);
-    fprintf(stderr, "ringkv: unknown command '%s'\n\n", argv[1]);
-    usage(stderr);
-    return 2;
+    const command *c = find_command(a);
+    if (!c) return unknown_command(a);
+    return c->run(argc - 1, argv + 1);
 }

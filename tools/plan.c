@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "commands.h"
 #include "ringkv.h"
 
@@ -45,7 +46,8 @@ static void usage(FILE *f) {
             "                       16 buckets are addressed (SEMANTICS 7): memory grows,\n"
             "                       recall does not\n"
             "  --dtype TYPE         storage dtype instead of the preset's\n"
-            "  --json               print one JSON object instead of a table\n");
+            "  --json               print one JSON object instead of a table (docs/json.md)\n"
+            "\nExit status: 0 done; 2 a bad option or an unknown preset; 1 out of memory.\n");
 }
 
 /* Reports a bad option on stderr; returns the exit status 2. */
@@ -107,11 +109,6 @@ static int parse_args(int argc, char **argv, plan_opts *o) {
     return -1;
 }
 
-/* "local" for a layer that keeps every frame (PD 1), "global" otherwise. */
-static const char *layer_kind(const rkv_layer_spec *l) {
-    return l->pinned_dilation == 1 ? "local" : "global";
-}
-
 /* Prints the plan as a table. */
 static void print_table(const plan_opts *o, const rkv_model_config *cfg,
                         const size_t *layer_bytes, const int64_t *capacity, size_t per_session,
@@ -125,7 +122,7 @@ static void print_table(const plan_opts *o, const rkv_model_config *cfg,
     for (int64_t i = 0; i < cfg->n_layers; i++) {
         const rkv_layer_spec *l = &cfg->layers[i];
         printf("%5lld  %-6s  %4lld  %4lld  %4lld  %9lld  %14zu  (%.1f MiB)\n", (long long)i,
-               layer_kind(l), (long long)l->ring_frames, (long long)l->ring_buckets,
+               cli_layer_kind(l), (long long)l->ring_frames, (long long)l->ring_buckets,
                (long long)l->pinned_dilation, (long long)capacity[i], layer_bytes[i],
                (double)layer_bytes[i] / 1048576.0);
     }
@@ -134,51 +131,23 @@ static void print_table(const plan_opts *o, const rkv_model_config *cfg,
     printf("sessions that fit: %llu\n", (unsigned long long)fit);
 }
 
-/* Prints the plan as one JSON object (built with cJSON). 0 or 1 (no memory). */
-static int print_json(const plan_opts *o, const rkv_model_config *cfg, const size_t *layer_bytes,
-                      const int64_t *capacity, size_t per_session, uint64_t budget,
-                      uint64_t fit) {
-    cJSON *root = cJSON_CreateObject(), *layers = cJSON_CreateArray();
-    int ok = root && layers;
-    if (ok) {
-        cJSON_AddStringToObject(root, "preset", cfg->name);
-        cJSON_AddBoolToObject(root, "full_global_ring", o->full_global_ring);
-        cJSON_AddStringToObject(root, "dtype", rkv_dtype_name(cfg->dtype));
-        cJSON_AddNumberToObject(root, "n_layers", (double)cfg->n_layers);
-        cJSON_AddNumberToObject(root, "n_q_heads", (double)cfg->n_q_heads);
-        cJSON_AddNumberToObject(root, "n_kv_heads", (double)cfg->n_kv_heads);
-        cJSON_AddNumberToObject(root, "d_head", (double)cfg->d_head);
-        cJSON_AddNumberToObject(root, "tokens_per_frame", (double)cfg->tokens_per_frame);
-        for (int64_t i = 0; i < cfg->n_layers && ok; i++) {
-            const rkv_layer_spec *l = &cfg->layers[i];
-            cJSON *e = cJSON_CreateObject();
-            if (!e) {
-                ok = 0;
-                break;
-            }
-            cJSON_AddNumberToObject(e, "index", (double)i);
-            cJSON_AddStringToObject(e, "kind", layer_kind(l));
-            cJSON_AddNumberToObject(e, "ring_frames", (double)l->ring_frames);
-            cJSON_AddNumberToObject(e, "ring_buckets", (double)l->ring_buckets);
-            cJSON_AddNumberToObject(e, "pinned_dilation", (double)l->pinned_dilation);
-            cJSON_AddNumberToObject(e, "capacity_slots", (double)capacity[i]);
-            cJSON_AddNumberToObject(e, "bytes_per_session", (double)layer_bytes[i]);
-            cJSON_AddItemToArray(layers, e);
-        }
-        cJSON_AddItemToObject(root, "layers", layers);
-        layers = NULL;
-        cJSON_AddNumberToObject(root, "per_session_bytes", (double)per_session);
-        cJSON_AddNumberToObject(root, "memory_gib", o->memory_gib);
-        cJSON_AddNumberToObject(root, "memory_bytes", (double)budget);
-        cJSON_AddNumberToObject(root, "sessions_fit", (double)fit);
-    }
+/* Prints the plan as one JSON object (docs/json.md). 0, or 1 out of memory. */
+static int print_json(const plan_opts *o, const rkv_model_config *cfg, size_t per_session,
+                      uint64_t budget, uint64_t fit) {
+    cJSON *root = cJSON_CreateObject(), *mem;
+    int ok = root && !cli_json_header(root, "plan") && !cli_json_model(root, cfg) &&
+             cJSON_AddBoolToObject(root, "full_global_ring", o->full_global_ring) &&
+             (mem = cJSON_AddObjectToObject(root, "memory_bytes")) &&
+             cJSON_AddNumberToObject(mem, "per_session", (double)per_session) &&
+             cJSON_AddNumberToObject(mem, "budget", (double)budget) &&
+             cJSON_AddNumberToObject(root, "memory_gib", o->memory_gib) &&
+             cJSON_AddNumberToObject(root, "sessions_fit", (double)fit);
     char *text = ok ? cJSON_Print(root) : NULL;
     if (text) printf("%s\n", text);
     else fprintf(stderr, "ringkv plan: out of memory\n");
     free(text);
-    cJSON_Delete(layers);
     cJSON_Delete(root);
-    return text ? 0 : 1;
+    return text ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
 }
 
 int rkv_cmd_plan(int argc, char **argv) {
@@ -194,7 +163,7 @@ int rkv_cmd_plan(int argc, char **argv) {
         return 1;
     }
     if (rkv_model_preset(o.preset, o.full_global_ring, cfg) != RKV_OK) {
-        fprintf(stderr, "ringkv plan: %s\n", rkv_last_error()); /* the same words as rollout */
+        fprintf(stderr, "ringkv plan: %s\n", cli_lib_detail(NULL)); /* as rollout says it */
         free(cfg);
         return 2;
     }
@@ -212,21 +181,21 @@ int rkv_cmd_plan(int argc, char **argv) {
     for (int64_t i = 0; i < cfg->n_layers; i++) {
         rkv_geometry g;
         if (rkv_model_config_layer_geometry(cfg, i, &g) != RKV_OK) {
-            fprintf(stderr, "ringkv plan: layer %lld: %s\n", (long long)i, rkv_last_error());
+            fprintf(stderr, "ringkv plan: layer %lld: %s\n", (long long)i, cli_lib_detail(NULL));
             goto done;
         }
         layer_bytes[i] = rkv_geometry_memory_bytes(&g);
         capacity[i] = rkv_geometry_capacity(&g);
     }
     if (rkv_model_config_memory(cfg, &per_session, &total) != RKV_OK) {
-        fprintf(stderr, "ringkv plan: %s\n", rkv_last_error());
+        fprintf(stderr, "ringkv plan: %s\n", cli_lib_detail(NULL));
         goto done;
     }
     size_t sum = 0;
     for (int64_t i = 0; i < cfg->n_layers; i++) sum += layer_bytes[i];
     if (sum != per_session)
-        fprintf(stderr, "ringkv plan: warning: rkv_model_config_memory gives %zu bytes per "
-                "session, the layers add up to %zu\n", per_session, sum);
+        fprintf(stderr, "ringkv plan: warning: the model's K/V bytes per session (%zu) differ "
+                "from its layers' sum (%zu)\n", per_session, sum);
     if (per_session == 0) {
         fprintf(stderr, "ringkv plan: the preset has no memory per session\n");
         goto done;
@@ -236,7 +205,7 @@ int rkv_cmd_plan(int argc, char **argv) {
     uint64_t budget = (uint64_t)floor(o.memory_gib * 1073741824.0);
     uint64_t fit = budget / (uint64_t)per_session;
     if (o.json)
-        rc = print_json(&o, cfg, layer_bytes, capacity, per_session, budget, fit);
+        rc = print_json(&o, cfg, per_session, budget, fit);
     else {
         print_table(&o, cfg, layer_bytes, capacity, per_session, budget, fit);
         rc = 0;

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "../src/ring_rule.h" /* the ring rule the library uses (header only) */
+#include "cli.h"
 #include "commands.h"
 #include "ringkv.h"
 #include "trace.h"
@@ -198,7 +199,7 @@ static int run_trace(const rkv_trace *t, char *msg, size_t size) {
     int rc = -1;
 
     if (rkv_layer_create(g, &layer) != RKV_OK) {
-        say(msg, size, "rkv_layer_create: %s", rkv_last_error());
+        say(msg, size, "cannot create the layer: %s", cli_lib_detail(NULL));
         goto done;
     }
     int64_t max_batch = 1;
@@ -219,9 +220,9 @@ static int run_trace(const rkv_trace *t, char *msg, size_t size) {
         const rkv_trace_op *op = &t->ops[i];
         if (op->kind == RKV_TRACE_RESET) {
             if (rkv_layer_reset(layer, op->sessions[0]) != RKV_OK) {
-                say(msg, size, "op %lld (line %lld): rkv_layer_reset(session %lld) failed: %s",
+                say(msg, size, "op %lld (line %lld): reset of session %lld failed: %s",
                     (long long)op->op, (long long)op->line, (long long)op->sessions[0],
-                    rkv_last_error());
+                    cli_lib_detail(NULL));
                 goto done;
             }
             continue;
@@ -232,8 +233,8 @@ static int run_trace(const rkv_trace *t, char *msg, size_t size) {
                                          op->sessions, op->commit,
                                          op->build_visibility ? got : NULL);
         if (st != RKV_OK) {
-            say(msg, size, "op %lld (line %lld): rkv_layer_upsert failed: %s: %s",
-                (long long)op->op, (long long)op->line, rkv_status_str(st), rkv_last_error());
+            say(msg, size, "op %lld (line %lld): upsert failed: %s", (long long)op->op,
+                (long long)op->line, cli_lib_detail(NULL));
             goto done;
         }
         if (op->build_visibility) {
@@ -453,7 +454,7 @@ static int parse_case(const cJSON *obj, const unsigned char *bin, size_t bin_len
 
     rkv_geometry g = {c->S, c->Hkv, c->RF, c->RB, c->D, c->T, c->PD, RKV_DTYPE_F32};
     if (rkv_geometry_check(&g) != RKV_OK)
-        return say(msg, size, "invalid geometry: %s", rkv_last_error());
+        return say(msg, size, "invalid geometry: %s", cli_lib_detail(NULL));
     size_t bytes = rkv_geometry_memory_bytes(&g);
     if (bytes > RKV_TRACE_MAX_LAYER_BYTES)
         return say(msg, size, "the layer needs %zu bytes; this tool handles at most %zu", bytes,
@@ -512,8 +513,8 @@ static int upsert_frame(rkv_layer *layer, const attn_case *c, float *frame, int6
     rkv_status st = rkv_layer_upsert(layer, frame, RKV_DTYPE_F32, 1, &f, &session, commit, NULL);
     if (st != RKV_OK)
         return say(msg, size,
-                   "loading session %lld slots %lld.. at clock %lld: rkv_layer_upsert: %s",
-                   (long long)session, (long long)base, (long long)f, rkv_last_error());
+                   "loading session %lld slots %lld.. at clock %lld: upsert failed: %s",
+                   (long long)session, (long long)base, (long long)f, cli_lib_detail(NULL));
     return 0;
 }
 
@@ -609,8 +610,7 @@ static int attend_and_compare(const rkv_layer *layer, const attn_case *c, const 
     a.scale = (float)c->scale;
     rkv_status st = rkv_layer_attend(layer, &a);
     if (st != RKV_OK)
-        return say(msg, size, "%s: rkv_layer_attend failed: %s: %s", way, rkv_status_str(st),
-                   rkv_last_error());
+        return say(msg, size, "%s: attention failed: %s", way, cli_lib_detail(NULL));
     size_t w64, wflex;
     *e64 = rel_err(out, c->out_f64, n, &w64);
     *eflex = rel_err(out, c->out_flex, n, &wflex);
@@ -635,7 +635,7 @@ static int run_case(const attn_case *c, char *msg, size_t size, char *detail, si
     double a64, aflex, b64, bflex;
 
     if (rkv_layer_create(&g, &layer) != RKV_OK) {
-        say(msg, size, "rkv_layer_create: %s", rkv_last_error());
+        say(msg, size, "cannot create the layer: %s", cli_lib_detail(NULL));
         goto done;
     }
     out = malloc((size_t)c->Hq * (size_t)c->T * (size_t)c->D * sizeof *out);
@@ -655,7 +655,7 @@ static int run_case(const attn_case *c, char *msg, size_t size, char *detail, si
         st = rkv_visible_row_from_frames(&g, c->session, frames, count, row);
     }
     if (st != RKV_OK) {
-        say(msg, size, "visibility from bits and clock: %s", rkv_last_error());
+        say(msg, size, "visibility from bits and clock: %s", cli_lib_detail(NULL));
         goto done;
     }
     uint8_t *vis01 = malloc((size_t)c->slots);
@@ -764,49 +764,62 @@ static void usage(FILE *f) {
             "          reset, compares every visible row, then the whole K/V buffer\n"
             "          and the written bits\n"
             "  *.json  an attention-vector manifest (its .bin beside it): runs\n"
-            "          rkv_layer_attend on each case with the case's vis row and with\n"
-            "          its session and clock, against out_f64 and out_flex\n"
+            "          ringkv's attention on each case with the case's vis row and\n"
+            "          with its session and clock, against out_f64 and out_flex\n"
             "          (norm-wise relative error at most %g)\n\n"
             "Prints PASS or FAIL per trace or case, then 'N passed, M failed'.\n"
-            "Exit status 0 only when everything passed.\n",
+            "Exit status: 0 everything passed; 1 a trace or case failed (or none ran); 2 a\n"
+            "bad option or a FILE that is missing or cannot be read (nothing is replayed).\n",
             ATTN_TOLERANCE);
 }
 
 int rkv_cmd_replay(int argc, char **argv) {
-    int nfiles = 0;
+    /* the FILE arguments, in order (everything after "--" is a file) */
+    const char **files = malloc((size_t)argc * sizeof *files);
+    int nfiles = 0, rc = CLI_EXIT_USAGE;
+    if (!files) {
+        fprintf(stderr, "ringkv replay: out of memory\n");
+        return CLI_EXIT_FAILURE;
+    }
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--")) {
-            nfiles += argc - i - 1;
+            while (++i < argc) files[nfiles++] = argv[i];
             break;
         }
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
-            return 0;
+            rc = CLI_EXIT_OK;
+            goto done;
         }
         if (argv[i][0] == '-' && argv[i][1] != '\0') {
             fprintf(stderr, "ringkv replay: unknown option '%s'\n\n", argv[i]);
             usage(stderr);
-            return 2;
+            goto done;
         }
-        nfiles++;
+        files[nfiles++] = argv[i];
     }
     if (nfiles == 0) {
         fprintf(stderr, "ringkv replay: no file given\n\n");
         usage(stderr);
-        return 2;
+        goto done;
+    }
+    /* every FILE must exist and be readable before any is replayed */
+    for (int i = 0; i < nfiles; i++) {
+        char err[4600];
+        if (cli_check_input_file("file", files[i], "a trace or a manifest", err, sizeof err)) {
+            fprintf(stderr, "ringkv replay: %s\n", err);
+            goto done;
+        }
     }
     tally tl = {0, 0};
-    int after_dashes = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!after_dashes && !strcmp(argv[i], "--")) {
-            after_dashes = 1;
-            continue;
-        }
-        const char *path = argv[i];
-        size_t n = strlen(path);
-        if (n >= 5 && !strcmp(path + n - 5, ".json")) replay_manifest(path, &tl);
-        else replay_trace(path, &tl);
+    for (int i = 0; i < nfiles; i++) {
+        size_t n = strlen(files[i]);
+        if (n >= 5 && !strcmp(files[i] + n - 5, ".json")) replay_manifest(files[i], &tl);
+        else replay_trace(files[i], &tl);
     }
     printf("%d passed, %d failed\n", tl.passed, tl.failed);
-    return (tl.failed == 0 && tl.passed > 0) ? 0 : 1;
+    rc = (tl.failed == 0 && tl.passed > 0) ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
+done:
+    free(files);
+    return rc;
 }

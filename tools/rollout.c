@@ -30,6 +30,7 @@
 #include <xxhash.h>
 
 #include "camera.h"
+#include "cli.h"
 #include "commands.h"
 #include "recall.h"
 #include "ringkv.h"
@@ -173,10 +174,12 @@ static void run_free(run *r) {
     world_free(&r->world);
 }
 
-static int lib_fail(const char *call, rkv_status st) {
-    fprintf(stderr, "ringkv rollout: %s failed: %s: %s\n", call, rkv_status_str(st),
-            rkv_last_error());
-    return 1;
+/* A library call failed at run time: says what the rollout was doing and
+ * the library's reason in the user's terms (cli_lib_detail); exit status 1. */
+static int lib_fail(const char *doing, rkv_status st) {
+    (void)st;
+    fprintf(stderr, "ringkv rollout: %s failed: %s\n", doing, cli_lib_detail(NULL));
+    return CLI_EXIT_FAILURE;
 }
 
 static void *alloc_floats(size_t n) { return malloc((n ? n : 1) * sizeof(float)); }
@@ -215,8 +218,8 @@ static int check_resume_source(const char *path, const rkv_snapshot_info *info, 
                &saved_map, &used) != 3 ||
         used < 0 || (size_t)used != strlen(info->request_id)) {
         fprintf(stderr,
-                "ringkv rollout: warning: %s was not saved by ringkv rollout (request id '%s'); "
-                "continuing session 0's camera path of seed %" PRIu64 " as if its ring had "
+                "ringkv rollout: warning: --resume '%s' was not saved by ringkv rollout "
+                "(request id '%s'); continuing session 0's camera path of seed %" PRIu64 " as if its ring had "
                 "followed it\n",
                 path, info->request_id, seed);
         return 0;
@@ -225,8 +228,8 @@ static int check_resume_source(const char *path, const rkv_snapshot_info *info, 
         char mine[RKV_MAX_REQUEST_ID];
         session_request_id(mine, sizeof mine, 0, seed, map_id);
         fprintf(stderr,
-                "ringkv rollout: %s holds '%s', this run would continue '%s': resume with the "
-                "--seed and --image of the run that saved it (the camera path and the recall "
+                "ringkv rollout: --resume '%s' holds '%s', this run would continue '%s': "
+                "resume with the --seed and --image of the run that saved it (the camera path and the recall "
                 "bookkeeping depend on them)\n",
                 path, info->request_id, mine);
         return -1;
@@ -301,6 +304,69 @@ static void say_duration(char *buf, size_t n, double s) {
     else snprintf(buf, n, "%.1f h", s / 3600.0);
 }
 
+/* "2 layers, n_kv_heads 1, d_head 64, tokens_per_frame 128, global rings of
+ * 16 frames" (what --preset and --full-global-ring choose) */
+static void describe_geometry(const rkv_model_config *c, char *buf, size_t n) {
+    int64_t global_rf = -1;
+    for (int64_t l = 0; l < c->n_layers && global_rf < 0; l++)
+        if (c->layers[l].pinned_dilation > 1) global_rf = c->layers[l].ring_frames;
+    snprintf(buf, n,
+             "%lld layers, n_kv_heads %lld, d_head %lld, tokens_per_frame %lld, global rings "
+             "of %lld frames",
+             (long long)c->n_layers, (long long)c->n_kv_heads, (long long)c->d_head,
+             (long long)c->tokens_per_frame, (long long)global_rf);
+}
+
+/* The first difference between a snapshot's model and this run's, in the
+ * options that choose them (--preset, --full-global-ring, --dtype), or NULL
+ * when the snapshot fits (the geometry rkv_model_load_session requires). */
+static const char *snapshot_mismatch(const rkv_model_config *snap, const rkv_model_config *mine,
+                                     char *buf, size_t n) {
+    int same = snap->n_layers == mine->n_layers && snap->n_kv_heads == mine->n_kv_heads &&
+               snap->d_head == mine->d_head && snap->tokens_per_frame == mine->tokens_per_frame;
+    for (int64_t l = 0; same && l < mine->n_layers; l++)
+        same = snap->layers[l].ring_frames == mine->layers[l].ring_frames &&
+               snap->layers[l].ring_buckets == mine->layers[l].ring_buckets &&
+               snap->layers[l].pinned_dilation == mine->layers[l].pinned_dilation;
+    if (!same) {
+        char theirs[512], ours[512];
+        describe_geometry(snap, theirs, sizeof theirs);
+        describe_geometry(mine, ours, sizeof ours);
+        snprintf(buf, n,
+                 "it holds a session of model '%s' (%s), this run's model is '%s' (%s): use "
+                 "the --preset and --full-global-ring of the run that saved it",
+                 snap->name, theirs, mine->name, ours);
+        return buf;
+    }
+    if (snap->dtype != mine->dtype) {
+        snprintf(buf, n, "it holds dtype %s, this run %s: use --dtype %s",
+                 rkv_dtype_name(snap->dtype), rkv_dtype_name(mine->dtype),
+                 rkv_dtype_name(snap->dtype));
+        return buf;
+    }
+    return NULL;
+}
+
+/* --resume FILE before anything runs: a readable, valid snapshot (the
+ * library's full check) of this run's model. 0, or -1 with a message. */
+static int check_resume_file(run *r) {
+    const char *path = r->o.resume;
+    if (cli_check_input_file("--resume", path, "a snapshot file", r->err, sizeof r->err)) {
+        fprintf(stderr, "ringkv rollout: %s\n", r->err);
+        return -1;
+    }
+    if (rkv_snapshot_inspect(path, &r->snap_info) != RKV_OK) {
+        fprintf(stderr, "ringkv rollout: --resume '%s' is not a valid snapshot: %s\n", path,
+                cli_lib_detail(path));
+        return -1;
+    }
+    if (snapshot_mismatch(&r->snap_info.config, &r->cfg, r->err, sizeof r->err)) {
+        fprintf(stderr, "ringkv rollout: --resume '%s' does not fit this run: %s\n", path,
+                r->err);
+        return -1;
+    }
+    return 0;
+}
 
 /* Everything that can be checked is checked before the model is created
  * and before any frame: the preset, the image, the output paths, the
@@ -311,14 +377,17 @@ static int check_run(run *r) {
     /* ---- the preset ---- */
     st = rkv_model_preset(r->o.preset, r->o.full_global_ring, &r->cfg);
     if (st != RKV_OK) {
-        fprintf(stderr, "ringkv rollout: %s\n", rkv_last_error());
-        return 2;
+        fprintf(stderr, "ringkv rollout: %s\n", cli_lib_detail(NULL));
+        return CLI_EXIT_USAGE;
     }
     r->cfg.num_sessions = r->o.sessions;
     if (r->o.have_dtype) r->cfg.dtype = r->o.dtype;
     if (!r->o.frames) r->o.frames = rollout_default_frames(r->o.preset);
-    if ((st = rkv_model_config_memory(&r->cfg, &r->mem_session, &r->mem_total)) != RKV_OK)
-        return lib_fail("rkv_model_config_memory", st);
+    if ((st = rkv_model_config_memory(&r->cfg, &r->mem_session, &r->mem_total)) != RKV_OK) {
+        fprintf(stderr, "ringkv rollout: the model's memory cannot be computed: %s\n",
+                cli_lib_detail(NULL));
+        return CLI_EXIT_USAGE;
+    }
 
     /* ---- the image and the output paths ---- */
     r->image = r->o.image;
@@ -340,6 +409,7 @@ static int check_run(run *r) {
         fprintf(stderr, "ringkv rollout: %s\n", r->err);
         return 2;
     }
+    if (r->o.resume && check_resume_file(r)) return CLI_EXIT_USAGE;
 
     r->B = r->o.sessions;
     r->F = r->o.frames;
@@ -378,16 +448,16 @@ static int check_run(run *r) {
     /* ---- resume: the snapshot's clock, and whether it followed this path ---- */
     r->first = 0; /* the run's first frame clock */
     if (r->o.resume) {
-        if ((st = rkv_snapshot_inspect(r->o.resume, &r->snap_info)) != RKV_OK)
-            return lib_fail("rkv_snapshot_inspect", st);
-        if (check_resume_source(r->o.resume, &r->snap_info, r->o.seed, r->map_id)) return 1;
+        if (check_resume_source(r->o.resume, &r->snap_info, r->o.seed, r->map_id))
+            return CLI_EXIT_USAGE;
         const int64_t last = r->snap_info.last_committed;
         if (last >= MAX_CLOCK - r->F) {
             fprintf(stderr,
-                    "ringkv rollout: %s: the saved clock %lld + %lld frames goes beyond the "
-                    "last clock the rollout's camera path covers (%lld)\n",
+                    "ringkv rollout: --resume '%s': the saved clock %lld + %lld frames goes "
+                    "beyond the last clock the rollout's camera path covers (%lld): ask for "
+                    "fewer --frames\n",
                     r->o.resume, (long long)last, (long long)r->F, (long long)MAX_CLOCK);
-            return 1;
+            return CLI_EXIT_USAGE;
         }
         r->first = last + 1; /* -1 (no clock): from frame 0 */
     }
@@ -416,10 +486,10 @@ static int setup_run(run *r) {
     /* ---- the model ---- */
     if (r->o.backend == BACKEND_CPU) {
         if ((st = rkv_model_create(&r->cfg, &r->model)) != RKV_OK) {
-            return lib_fail("rkv_model_create", st);
+            return lib_fail("creating the model", st);
         }
         if ((st = rkv_threadpool_create(r->o.threads, &r->pool)) != RKV_OK) {
-            return lib_fail("rkv_threadpool_create", st);
+            return lib_fail("starting the attention threads", st);
         }
     } else if (!(r->gpu = rollout_gpu_create(&r->cfg, r->o.sessions, r->err, sizeof r->err))) {
         fprintf(stderr, "ringkv rollout: --backend cuda: %s\n", r->err);
@@ -469,7 +539,7 @@ static int setup_run(run *r) {
             char id[RKV_MAX_REQUEST_ID];
             session_request_id(id, sizeof id, s, r->o.seed, r->map_id);
             if ((st = rkv_model_claim(r->model, id, &r->sessions[s])) != RKV_OK) {
-                return lib_fail("rkv_model_claim", st);
+                return lib_fail("claiming a session", st);
             }
         } else {
             r->sessions[s] = s; /* the CUDA path's sessions 0..B-1 */
@@ -486,11 +556,14 @@ static int setup_run(run *r) {
     /* ---- resume: session 0 from the snapshot (inspected above) ---- */
     if (r->o.resume) {
         if ((st = rkv_model_load_session(r->model, r->sessions[0], r->o.resume)) != RKV_OK) {
-            return lib_fail("rkv_model_load_session", st);
+            /* checked in check_run: the file changed since, or an I/O error */
+            fprintf(stderr, "ringkv rollout: loading --resume '%s' failed: %s\n", r->o.resume,
+                    cli_lib_detail(r->o.resume));
+            return CLI_EXIT_FAILURE;
         }
         int64_t last = -1;
         if ((st = rkv_model_clock(r->model, r->sessions[0], &last)) != RKV_OK) {
-            return lib_fail("rkv_model_clock", st);
+            return lib_fail("reading the resumed clock", st);
         }
         if (last != r->first - 1) { /* the file changed since it was inspected */
             fprintf(stderr,
@@ -556,16 +629,16 @@ static int run_pass(run *r, int64_t f, int pass, int last_frame) {
     }
     if (r->dtype != RKV_DTYPE_F32 &&
         (st = rkv_convert(r->kv32, RKV_DTYPE_F32, r->kv_store, r->dtype, r->n_kv)) != RKV_OK)
-        return lib_fail("rkv_convert", st);
+        return lib_fail("converting the keys and values to the storage dtype", st);
     double pass_s = 0.0;
     if (r->model) {
         for (int64_t l = 0; l < r->L; l++) {
             const double t0 = now_s();
             st = rkv_model_upsert(r->model, l, r->B, r->sessions, r->kv_buf, r->dtype, commit);
-            if (st != RKV_OK) return lib_fail("rkv_model_upsert", st);
+            if (st != RKV_OK) return lib_fail("writing a frame's keys and values (upsert)", st);
             st = rkv_model_attend(r->model, l, r->B, r->sessions, &r->args);
             pass_s += now_s() - t0;
-            if (st != RKV_OK) return lib_fail("rkv_model_attend", st);
+            if (st != RKV_OK) return lib_fail("attention", st);
             if (use_output(r, pass, l, last_frame)) return 1;
         }
     } else {
@@ -598,7 +671,7 @@ static int run_frame(run *r, int64_t f) {
     for (int64_t s = 0; s < r->B; s++) r->frame_pos[s] = f;
     if (r->model) {
         if ((st = rkv_model_begin_frame(r->model, r->B, r->sessions, r->frame_pos)) != RKV_OK)
-            return lib_fail("rkv_model_begin_frame", st);
+            return lib_fail("beginning a frame", st);
     } else if (rollout_gpu_begin_frame(r->gpu, f, r->err, sizeof r->err)) {
         goto gpu_failed;
     }
@@ -746,7 +819,7 @@ static int finish_run(run *r, double loop_s) {
     /* ---- the snapshot: session 0, between frames ---- */
     if (r->o.snapshot_out &&
         (st = rkv_model_save_session(r->model, r->sessions[0], r->o.snapshot_out)) != RKV_OK)
-        return lib_fail("rkv_model_save_session", st);
+        return lib_fail("saving session 0 to --snapshot-out", st);
 
     /* ---- the picture ---- */
     char picture[PATH_MAX_LEN + 64], legend[PATH_MAX_LEN + 64], about[1024];

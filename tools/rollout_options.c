@@ -51,9 +51,12 @@ static void usage(FILE *f) {
             "  --json               print one JSON object on stdout (with last_frame and\n"
             "                       output_digest: XXH3-64 of the last frame's outputs)\n"
             "\nA run expected to take more than 2 minutes says so on stderr. Exit status:\n"
-            "0; 1 when a library call or the run fails; 2 for bad options, an image that\n"
-            "cannot be read, an output path that cannot be written, or too little memory.\n"
-            "See docs/rollout.md for the construction and the figures.\n",
+            "0 done; 1 a failure during the run (a library call, memory, a write); 2\n"
+            "refused before any frame: a bad option, an --image or --resume file that is\n"
+            "missing or cannot be used (another model, dtype, seed or image), an output\n"
+            "path that cannot be written, or too little memory ('ringkv help' has the rule).\n"
+            "See docs/rollout.md for the construction and the figures, docs/json.md for\n"
+            "--json.\n",
             MAX_SESSIONS, INT32_MAX, DEMO_FRAMES, WAYPOINT_360P_FRAMES, WAYPOINT_720P_FRAMES,
             DEFAULT_IMAGE, PICTURE_NAME, LEGEND_NAME, DEFAULT_OUT, DEFAULT_SEED);
 }

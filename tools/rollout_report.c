@@ -8,6 +8,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "cli.h"
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -69,9 +71,7 @@ typedef struct figures {
 static int report_json(const rollout_result *res, const figures *fig) {
     const rollout_opts *o = res->opts;
     const rkv_model_config *cfg = res->cfg;
-    const int64_t B = o->sessions, F = o->frames, L = cfg->n_layers;
-    const int64_t T = cfg->tokens_per_frame, D = cfg->d_head, H = cfg->n_kv_heads,
-                  Hq = cfg->n_q_heads;
+    const int64_t B = o->sessions, F = o->frames;
     const rkv_dtype dtype = cfg->dtype;
     const int64_t VD = res->codec->value_dims;
     const int64_t n_pass = fig->n_pass;
@@ -81,8 +81,7 @@ static int report_json(const rollout_result *res, const figures *fig) {
     const char *backend_name = fig->backend_name;
     const int threads = fig->threads;
     cJSON *j = cJSON_CreateObject();
-    cJSON_AddStringToObject(j, "command", "rollout");
-    cJSON_AddStringToObject(j, "ringkv_version", rkv_version());
+    if (!j || cli_json_header(j, "rollout")) goto no_memory;
     cJSON *opt = cJSON_AddObjectToObject(j, "options");
     cJSON_AddStringToObject(opt, "preset", o->preset);
     cJSON_AddBoolToObject(opt, "full_global_ring", o->full_global_ring);
@@ -110,25 +109,7 @@ static int report_json(const rollout_result *res, const figures *fig) {
         cJSON_AddNullToObject(opt, "resume");
 
     cJSON *geo = cJSON_AddObjectToObject(j, "geometry");
-    cJSON_AddStringToObject(geo, "model", cfg->name);
-    cJSON_AddNumberToObject(geo, "n_layers", (double)L);
-    cJSON_AddNumberToObject(geo, "num_sessions", (double)cfg->num_sessions);
-    cJSON_AddNumberToObject(geo, "n_q_heads", (double)Hq);
-    cJSON_AddNumberToObject(geo, "n_kv_heads", (double)H);
-    cJSON_AddNumberToObject(geo, "d_head", (double)D);
-    cJSON_AddNumberToObject(geo, "tokens_per_frame", (double)T);
-    cJSON_AddStringToObject(geo, "dtype", rkv_dtype_name(dtype));
-    cJSON *layers = cJSON_AddArrayToObject(geo, "layers");
-    for (int64_t l = 0; l < L; l++) {
-        cJSON *x = cJSON_CreateObject();
-        cJSON_AddNumberToObject(x, "layer", (double)l);
-        cJSON_AddNumberToObject(x, "ring_frames", (double)cfg->layers[l].ring_frames);
-        cJSON_AddNumberToObject(x, "ring_buckets", (double)cfg->layers[l].ring_buckets);
-        cJSON_AddNumberToObject(x, "pinned_dilation", (double)cfg->layers[l].pinned_dilation);
-        cJSON_AddStringToObject(x, "class",
-                                cfg->layers[l].pinned_dilation > 1 ? "global" : "local");
-        cJSON_AddItemToArray(layers, x);
-    }
+    if (!geo || cli_json_model(geo, cfg)) goto no_memory;
     cJSON *vw = cJSON_AddObjectToObject(geo, "view");
     cJSON_AddNumberToObject(vw, "rows", (double)res->view.rows);
     cJSON_AddNumberToObject(vw, "cols", (double)res->view.cols);
@@ -160,7 +141,7 @@ static int report_json(const rollout_result *res, const figures *fig) {
     cJSON_AddNumberToObject(lat, "p99", p99);
     cJSON_AddNumberToObject(lat, "mean", mean_us);
     cJSON_AddNumberToObject(lat, "max", res->pass_us[n_pass - 1]);
-    cJSON_AddNumberToObject(lat, "passes", (double)n_pass);
+    cJSON_AddNumberToObject(lat, "count", (double)n_pass);
     cJSON *secs = cJSON_AddObjectToObject(j, "seconds");
     cJSON_AddNumberToObject(secs, "passes", res->pass_total_s);
     cJSON_AddNumberToObject(secs, "frame_loop", res->loop_s);
@@ -168,7 +149,7 @@ static int report_json(const rollout_result *res, const figures *fig) {
     cJSON *mem = cJSON_AddObjectToObject(j, "memory_bytes");
     cJSON_AddNumberToObject(mem, "per_session", (double)res->mem_session);
     cJSON_AddNumberToObject(mem, "total", (double)res->mem_total);
-    cJSON_AddNumberToObject(mem, "model", (double)model_bytes);
+    cJSON_AddNumberToObject(mem, "allocated", (double)model_bytes);
 
     cJSON_AddItemToObject(j, "recall_psnr_db", class_object(res->stats, res->have, 0));
     cJSON_AddItemToObject(j, "recall_rate", class_object(res->stats, res->have, 1));
@@ -181,21 +162,6 @@ static int report_json(const rollout_result *res, const figures *fig) {
     for (int m = 0; m < CAMERA_MOVE_COUNT; m++)
         cJSON_AddNumberToObject(mv, camera_move_name((camera_move)m), (double)res->move_frames[m]);
 
-    cJSON *be = cJSON_AddObjectToObject(j, "backend");
-    cJSON_AddStringToObject(be, "name", backend_name);
-    if (res->pool) {
-        cJSON_AddNumberToObject(be, "threads", (double)threads);
-        cJSON_AddStringToObject(be, "isa", res->isa);
-    } else {
-        cJSON *plans = cJSON_AddObjectToObject(be, "attention_plans");
-        for (int c = 0; c < RECALL_CLASSES; c++) {
-            char plan[512];
-            if (!res->have[c]) continue;
-            rollout_gpu_describe(res->gpu, res->layer_of[c], plan, sizeof plan);
-            cJSON_AddStringToObject(plans, recall_class_name((recall_class)c), plan);
-        }
-    }
-
     cJSON_AddNumberToObject(j, "first_frame", (double)res->first);
     cJSON_AddNumberToObject(j, "last_frame", (double)(res->end - 1));
     if (o->resume) {
@@ -207,15 +173,35 @@ static int report_json(const rollout_result *res, const figures *fig) {
     } else {
         cJSON_AddNullToObject(j, "resumed");
     }
-    if (o->snapshot_out)
-        cJSON_AddStringToObject(j, "snapshot", o->snapshot_out);
-    else
-        cJSON_AddNullToObject(j, "snapshot");
+    if (o->snapshot_out) {
+        cJSON *sv = cJSON_AddObjectToObject(j, "saved");
+        cJSON_AddStringToObject(sv, "file", o->snapshot_out);
+        cJSON_AddNumberToObject(sv, "last_committed", (double)(res->end - 1));
+    } else {
+        cJSON_AddNullToObject(j, "saved");
+    }
     cJSON_AddStringToObject(j, "output_digest", res->digest_hex);
     cJSON_AddStringToObject(j, "output_digest_algorithm", "xxh3_64");
     cJSON_AddStringToObject(j, "output_digest_input",
                             "float32 little-endian bytes of every attention output of the "
                             "last frame, in the order pass, layer, session ([Hq][T][D] each)");
+    /* The digest depends on the kernel that computed the outputs (kernels
+     * sum in different orders): the CPU one beside it, or the GPU's plans. */
+    if (res->pool)
+        cJSON_AddStringToObject(j, "isa", res->isa);
+    else
+        cJSON_AddNullToObject(j, "isa");
+    if (res->pool) {
+        cJSON_AddNullToObject(j, "attention_plans");
+    } else {
+        cJSON *plans = cJSON_AddObjectToObject(j, "attention_plans");
+        for (int c = 0; c < RECALL_CLASSES; c++) {
+            char plan[512];
+            if (!res->have[c]) continue;
+            rollout_gpu_describe(res->gpu, res->layer_of[c], plan, sizeof plan);
+            cJSON_AddStringToObject(plans, recall_class_name((recall_class)c), plan);
+        }
+    }
     cJSON_AddStringToObject(j, "picture", res->picture);
     cJSON_AddStringToObject(j, "legend", res->legend);
     cJSON *pf = cJSON_AddArrayToObject(j, "picture_frames");
@@ -226,15 +212,15 @@ static int report_json(const rollout_result *res, const figures *fig) {
         cJSON_AddItemToArray(pf, x);
     }
     char *text = cJSON_Print(j);
-    if (!text) {
-        cJSON_Delete(j);
-        fprintf(stderr, "ringkv rollout: out of memory for the JSON report\n");
-        return 1;
-    }
+    if (!text) goto no_memory;
     printf("%s\n", text);
     free(text);
     cJSON_Delete(j);
     return 0;
+no_memory:
+    cJSON_Delete(j);
+    fprintf(stderr, "ringkv rollout: out of memory for the JSON report\n");
+    return 1;
 }
 
 static void report_text(const rollout_result *res, const figures *fig) {

@@ -193,7 +193,9 @@ int sheet_write_legend(const sheet *s, const char *path, const char *picture, co
             fprintf(f,
                     "  %d. %s recall: what layer %lld (the first %s layer) returns for each "
                     "view cell on the\n     frame's first pass: the cell when the ring "
-                    "holds it, flat grey when not\n",
+                    "holds it; when not, a mid-grey speckle:\n     the mean of the frame's "
+                    "scratch noise, near 0.5, the same 8 x 8 pattern in every\n     cell "
+                    "the ring does not hold\n",
                     c + 2, c ? "global" : "local", (long long)s->layer[c],
                     c ? "global" : "local");
         else

@@ -20,7 +20,9 @@
  *    pass writes the true frame with its position keys.
  * On pass 0 a view token's output is therefore its cell's pixels when some
  * visible ring frame holds that cell (weight 1 - O(e^-40)), and the mean of
- * the scratch noise (a flat grey) when none does.
+ * the scratch noise when none does: per pixel the mean of T uniform values,
+ * near 0.5, the same for every such cell (a mid-grey speckle, one 8 x 8
+ * pattern repeated, in the picture).
  * Noise is uniform in [0, 1), a hash of (seed, session, frame, token, dim). */
 #ifndef RKV_TOOLS_TOKENS_H
 #define RKV_TOOLS_TOKENS_H

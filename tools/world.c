@@ -9,24 +9,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include <stb/stb_image.h>
+
+#include "cli.h"
 
 int world_load(world_map *w, const char *path, char *err, size_t err_len) {
     memset(w, 0, sizeof *w);
     /* what stb_image would only call "can't fopen" or "unknown image type" */
-    struct stat st;
-    if (stat(path, &st) != 0) {
-        snprintf(err, err_len, "image '%s': %s", path,
-                 errno == ENOENT ? "no such file" : strerror(errno));
+    if (cli_check_input_file("image", path, "an image file (a JPEG or PNG)", err, err_len))
         return -1;
-    }
-    if (S_ISDIR(st.st_mode)) {
-        snprintf(err, err_len, "image '%s' is a folder, not an image file (a JPEG or PNG)",
-                 path);
-        return -1;
-    }
     FILE *f = fopen(path, "rb");
     if (!f) {
         snprintf(err, err_len, "cannot open image '%s': %s", path, strerror(errno));

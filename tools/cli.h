@@ -1,0 +1,60 @@
+/* What every `ringkv` subcommand shares in how it talks to the user: the
+ * exit-status rule, library messages in the user's terms, and the check of
+ * an input file named on the command line. */
+#ifndef RKV_TOOLS_CLI_H
+#define RKV_TOOLS_CLI_H
+
+#include <stddef.h>
+
+#include <cjson/cJSON.h>
+
+#include "ringkv.h"
+
+/* The exit-status rule of every subcommand (README "Exit status", `ringkv
+ * help`):
+ *   0  done (for replay and inspect: every file passed);
+ *   1  a failure at run time: the work started and a library call, the GPU,
+ *      memory or a write failed, or the work found a fault (replay: a
+ *      comparison failed; inspect: a snapshot is invalid);
+ *   2  refused before any work: an unknown command or option, a bad value,
+ *      an input named on the command line that is missing, unreadable, not
+ *      of its kind or not matching the other options, an output path that
+ *      cannot be written, or a run too big for the memory available. */
+#define CLI_EXIT_OK 0
+#define CLI_EXIT_FAILURE 1
+#define CLI_EXIT_USAGE 2
+
+/* The rule in words, for the help texts (one paragraph, ends in '\n'). */
+extern const char CLI_EXIT_RULE[];
+
+/* rkv_last_error() in the user's terms: without the library's leading
+ * "rkv_function: " (the C call a command-line user never made), and then
+ * without a leading "PATH: " when path is not NULL and the message starts
+ * with it (the caller names the file itself). Points into rkv_last_error's
+ * thread-local buffer. */
+const char *cli_lib_detail(const char *path);
+
+/* An input file named on the command line (`what` names it for the user,
+ * e.g. "--resume" or "snapshot"): it exists, is not a folder and can be
+ * opened for reading. 0, or -1 with "WHAT 'PATH': no such file" (or "is a
+ * folder, not EXPECTED", or the system's reason) in err. */
+int cli_check_input_file(const char *what, const char *path, const char *expected, char *err,
+                         size_t n);
+
+/* "local" for a layer that keeps every frame (pinned_dilation 1), "global"
+ * for a dilated one (docs/json.md: `kind`). */
+const char *cli_layer_kind(const rkv_layer_spec *l);
+
+/* The first keys of every subcommand's JSON object: "command" (its name)
+ * and "ringkv_version" (this program's). 0, or -1 out of memory. */
+int cli_json_header(cJSON *obj, const char *command);
+
+/* A model's description, the same in every subcommand (docs/json.md,
+ * "model"): preset (the config's name), dtype, n_layers, n_q_heads,
+ * n_kv_heads, d_head, tokens_per_frame and layers[] of {layer, kind,
+ * ring_frames, ring_buckets, pinned_dilation, capacity_slots (one session,
+ * scratch included), memory_bytes {per_session}}. Adds them to obj. 0, or
+ * -1 out of memory or for a config the library refuses. */
+int cli_json_model(cJSON *obj, const rkv_model_config *cfg);
+
+#endif
