@@ -9,18 +9,19 @@
  *
  * Random bytes rarely get both XXH3-64 checksums right, so when the first
  * input byte is odd the target "reseals" the rest first (recomputes
- * data_xxh3 and header_xxh3 where the header has their canonical
- * "key":"digits" form): the fuzzer then explores the JSON, metadata, tensor
- * table and written-bit validation behind the checksums. Seeds: valid
- * images from fuzz/gen_seeds.c (scripts/fuzz.sh makes them). */
+ * data_xxh3 and header_xxh3 where the header has their "key":"digits"
+ * form, tests/snapshot_edit.h): the fuzzer then explores the JSON,
+ * metadata, tensor table and written-bit validation behind the checksums.
+ * Every refusal's message must be printable ASCII (file bytes escaped).
+ * Seeds: valid images and headers damaged behind their checksums from
+ * fuzz/gen_seeds.c (scripts/fuzz.sh makes them). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <xxhash.h>
-
 #include "ringkv.h"
+#include "snapshot_edit.h"
 
 /* The geometry gen_seeds.c writes its first seeds for. */
 static const rkv_layer_spec SPECS[2] = {{3, 2, 2}, {2, 2, 1}};
@@ -71,38 +72,13 @@ static void setup(void) {
     if (rkv_model_snapshot(M, 0, base_snap, snap_bytes)) abort();
 }
 
-/* Finds `key` ("\"data_xxh3\":\"") in the header; the digits follow. */
-static uint8_t *find(uint8_t *h, size_t n, const char *key) {
-    const size_t k = strlen(key);
-    for (size_t i = 0; i + k + 16 <= n; i++)
-        if (!memcmp(h + i, key, k)) return h + i + k;
-    return NULL;
-}
-static void hex16(uint64_t v, uint8_t *out) {
-    static const char digits[] = "0123456789abcdef";
-    for (int i = 15; i >= 0; i--, v >>= 4) out[i] = (uint8_t)digits[v & 15];
-}
-static void reseal(uint8_t *img, size_t n) {
-    if (n < 8) return;
-    uint64_t hl = 0;
-    for (int i = 7; i >= 0; i--) hl = hl << 8 | img[i];
-    if (hl > n - 8) return;
-    uint8_t *d = find(img + 8, (size_t)hl, "\"data_xxh3\":\"");
-    uint8_t *h = find(img + 8, (size_t)hl, "\"header_xxh3\":\"");
-    if (d) hex16(XXH3_64bits(img + 8 + hl, n - 8 - (size_t)hl), d);
-    if (h) {
-        memset(h, '0', 16);
-        hex16(XXH3_64bits(img, 8 + (size_t)hl), h);
-    }
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!M) setup();
     if (size < 1) return 0;
     const size_t n = size - 1;
     uint8_t *img = malloc(n ? n : 1);
     memcpy(img, data + 1, n);
-    if (data[0] & 1) reseal(img, n);
+    if (data[0] & 1) tsnap_reseal(img, n);
 
     rkv_snapshot_info info;
     const rkv_status ist = rkv_snapshot_inspect_mem(img, n, &info);
@@ -111,6 +87,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         CHECK(st == RKV_ERR_FORMAT || st == RKV_ERR_NO_MEMORY, "load returned %s",
               rkv_status_str(st));
         CHECK(rkv_last_error()[0] != '\0', "a refusal without a message");
+        for (const unsigned char *c = (const unsigned char *)rkv_last_error(); *c; c++)
+            CHECK(*c >= 0x20 && *c < 0x7f, "a message holds byte 0x%02x", *c);
         if (rkv_model_snapshot(M, 0, cur_snap, snap_bytes)) abort();
         CHECK(!memcmp(cur_snap, base_snap, snap_bytes), "a refused load changed the session");
         int64_t c;

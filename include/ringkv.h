@@ -485,7 +485,13 @@ rkv_status rkv_model_restore(rkv_model *model, int64_t session,
 #define RKV_SNAPSHOT_FORMAT "ringkv-snapshot"
 #define RKV_SNAPSHOT_VERSION 1
 
-/* What a valid snapshot holds (filled by rkv_snapshot_inspect*). */
+/* What a valid snapshot holds (filled by rkv_snapshot_inspect*).
+ * Texts: ringkv_version is printable ASCII; request_id and config.name are
+ * the bytes the saved session and model had (any bytes but NUL: the file
+ * stores other than printable ASCII hex-coded, as request_id_hex and
+ * model_hex), so a program that prints them escapes them first (`ringkv
+ * inspect` shows bytes outside printable ASCII as \xNN). A plain-text field
+ * holding other bytes is refused at load, as ringkv never writes one. */
 typedef struct rkv_snapshot_info {
     int64_t format_version;               /* RKV_SNAPSHOT_VERSION        */
     char ringkv_version[16];              /* of the writer ("" unknown)  */
@@ -535,10 +541,13 @@ rkv_status rkv_model_save_session_mem(const rkv_model *model, int64_t session,
  * session keeps its request id. Everything is validated before the session
  * changes, and a refused file changes nothing; the message says which:
  *  - RKV_ERR_FORMAT "truncated" (file shorter than its header or tensors
- *    say), "corrupted header length", "corrupted header" (not JSON, bad
- *    metadata or tensor table, header checksum mismatch), "corrupted data"
- *    (data checksum mismatch, bad written bits), "not a ringkv snapshot",
- *    "unsupported format version", "wrong geometry" (naming the field);
+ *    say), "corrupted header length", "corrupted header" (not strict JSON,
+ *    a key twice in an object, bad metadata or tensor table, a number that
+ *    is not an integer in canonical form where one belongs, header checksum
+ *    mismatch; the key is named), "corrupted data" (data checksum mismatch,
+ *    bad written bits), "not a ringkv snapshot", "unsupported format
+ *    version", "wrong geometry" (naming the field). Bytes of the file in a
+ *    message are escaped (\xNN), never echoed raw;
  *  - RKV_ERR_IO: cannot open or read. The file is read twice (verify, then
  *    copy); if it changes between the reads (another writer replacing it in
  *    place; ringkv's own saves never do), the session is reset to empty with

@@ -124,7 +124,7 @@ fi
 # traces, the differential test against the reference module (on the CPU and
 # on CUDA tensors), and test_cuda.py (zero-copy views, CUDA vs CPU layers,
 # device errors, graph capture). The libraries are the build's own:
-# libringkv.so (the core minus snapshot files, which need cJSON/xxHash that
+# libringkv.so (the core minus snapshot files, which need Jansson/xxHash that
 # this machine may lack; the binding binds those functions only where the
 # library has them) and libringkv_cuda.so linked to it (tests/cuda/CMakeLists.txt).
 # Where torch sees a GPU the CUDA tests do not skip: a missing or broken

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Installs what ringkv needs to build and test on Debian (run as root):
-# a C toolchain and CMake, stb (image decoding/encoding), cJSON, xxHash,
-# cmocka (unit tests), clang's sanitizer runtimes, and python3 for the
+# a C toolchain and CMake, stb (image decoding/encoding), Jansson (the
+# snapshot header's strict JSON parser), cJSON (the tools' JSON), xxHash,
+# cmocka (unit tests), OpenBLAS and oneDNN (`ringkv bench`'s sgemm and bf16
+# matmul ceilings), clang's sanitizer runtimes, and python3 for the
 # rollout check script; then NumPy and pytest from PyPI for the Python
 # binding's tests (python/tests; not torch, a multi-GB CUDA bundle: the tests
 # that need it are skipped without it).
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config libstb-dev libcjson-dev libxxhash-dev libcmocka-dev libopenblas-dev python3
+pkgs=(build-essential cmake pkg-config libstb-dev libjansson-dev libcjson-dev libxxhash-dev libcmocka-dev libopenblas-dev
+      libdnnl-dev python3
       clang-14 libclang-rt-14-dev)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -16,7 +16,7 @@ xxHash .pc) and LD_LIBRARY_PATH is unset. Asserts:
     PREFIX/lib; the static ones do not need libringkv at all;
   - `pkg-config --cflags ringkv` is exactly -I PREFIX/include (no cJSON
     path), `--libs` exactly -L PREFIX/lib -lringkv, `--variable=libdir` a
-    normalized absolute path, and `--static --libs` adds -lcjson -lxxhash.
+    normalized absolute path, and `--static --libs` adds -ljansson -lxxhash.
 Python standard library only.
 """
 import os
@@ -175,9 +175,9 @@ def main():
         if (libdir_var != lib or not os.path.isabs(libdir_var)
                 or os.path.normpath(libdir_var) != libdir_var):
             failures.append(f"pkg-config --variable=libdir: {libdir_var!r} (expected {lib!r})")
-        if not {"-lcjson", "-lxxhash", "-lm"} <= set(static):
+        if not {"-ljansson", "-lxxhash", "-lm"} <= set(static):
             failures.append(f"pkg-config --libs --static: {static}")
-        if any("cjson" in f.lower() or "xxhash" in f.lower() for f in cflags + libs):
+        if any("cjson" in f.lower() or "jansson" in f.lower() or "xxhash" in f.lower() for f in cflags + libs):
             failures.append("cJSON or xxHash in users' flags")
         print(f"  pkg-config: --cflags {' '.join(cflags)}; --libs {' '.join(libs)}; "
               f"--static adds {' '.join(x for x in static if x not in libs)}; libdir {libdir_var}")

@@ -14,6 +14,8 @@
 #include <cJSON.h>
 #include <xxhash.h>
 
+#include "snapshot_edit.h"
+
 static char g_dir[256];
 
 static const char *tmp_path(const char *name)
@@ -504,20 +506,34 @@ static void free_victim(victim *v)
     rkv_model_destroy(v->m);
 }
 
+/* Every byte of the last message is printable ASCII: a message never
+ * echoes raw bytes of a file (they are escaped as \xNN). */
+static void assert_message_printable(const char *what)
+{
+    const unsigned char *m = (const unsigned char *)rkv_last_error();
+    for (size_t i = 0; m[i]; i++)
+        if (m[i] < 0x20 || m[i] > 0x7e)
+            fail_msg("%s: the message holds byte 0x%02x at offset %zu", what, m[i], i);
+}
+
 static void expect_refused(victim *v, const unsigned char *img, size_t n, const char *needle,
                            int file, const char *what)
 {
     TU_ERR(rkv_model_load_session_mem(v->m, v->s, img, n), RKV_ERR_FORMAT, needle);
+    assert_message_printable(what);
     tu_model_assert_same(&v->before, v->m, what);
     TU_ERR(rkv_snapshot_inspect_mem(img, n, NULL), RKV_ERR_FORMAT, needle);
+    assert_message_printable(what);
     if (file) {
         const char *p = tmp_path("damaged.safetensors");
         write_all(p, img, n);
         TU_ERR(rkv_model_load_session(v->m, v->s, p), RKV_ERR_FORMAT, needle);
+        assert_message_printable(what);
         tu_model_assert_same(&v->before, v->m, what);
         rkv_snapshot_info info;
         memset(&info, 0x5A, sizeof info);
         TU_ERR(rkv_snapshot_inspect(p, &info), RKV_ERR_FORMAT, needle);
+        assert_message_printable(what);
         unlink(p);
     }
 }
@@ -539,61 +555,21 @@ static unsigned char *good_image(size_t *n, uint64_t *hl)
     return img;
 }
 
-/* Recomputes both checksums of an image whose header has the canonical
- * "key":"digits" form (to build files that are damaged only semantically). */
+/* Both checksums recomputed (tests/snapshot_edit.h): damage behind them. */
 static void reseal(unsigned char *img, size_t n)
 {
-    uint64_t hl = 0;
-    for (int i = 7; i >= 0; i--)
-        hl = hl << 8 | img[i];
-    char *h = (char *)img + 8;
-    char *d = strstr(h, "\"data_xxh3\":\"");
-    char *k = strstr(h, "\"header_xxh3\":\"");
-    assert_non_null(d);
-    assert_non_null(k);
-    char hex[17];
-    snprintf(hex, sizeof hex, "%016llx",
-             (unsigned long long)XXH3_64bits(img + 8 + hl, n - 8 - (size_t)hl));
-    memcpy(d + 13, hex, 16);
-    memset(k + 15, '0', 16);
-    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)XXH3_64bits(img, 8 + (size_t)hl));
-    memcpy(k + 15, hex, 16);
+    assert_int_equal(tsnap_reseal(img, n), 0);
 }
 
-/* A copy of an image with the first `from` in its header replaced by `to`
- * (any lengths), padded again and, when `seal`, with both checksums
- * recomputed. *m receives the new size. */
+/* A copy of an image with the first `from` in its header replaced by `to`,
+ * padded again and, when `seal`, both checksums recomputed; *m its size. */
 static unsigned char *edit_image(const unsigned char *img, size_t n, const char *from,
                                  const char *to, int seal, size_t *m)
 {
-    uint64_t hl = 0;
-    for (int i = 7; i >= 0; i--)
-        hl = hl << 8 | img[i];
-    char *h = tu_xmalloc((size_t)hl + 1);
-    memcpy(h, img + 8, (size_t)hl);
-    h[hl] = '\0';
-    char *at = strstr(h, from);
-    assert_non_null(at);
-    size_t jl = (size_t)hl;
-    while (jl && h[jl - 1] == ' ')
-        jl--;
-    const size_t fl = strlen(from), tl = strlen(to);
-    size_t nl = jl - fl + tl;
-    size_t padded = (nl + 8 + 7) / 8 * 8 - 8;
-    size_t dn = n - 8 - (size_t)hl;
-    unsigned char *out = tu_xmalloc(8 + padded + dn);
-    for (int i = 0; i < 8; i++)
-        out[i] = (unsigned char)((uint64_t)padded >> (8 * i));
-    size_t pre = (size_t)(at - h);
-    memcpy(out + 8, h, pre);
-    memcpy(out + 8 + pre, to, tl);
-    memcpy(out + 8 + pre + tl, at + fl, jl - pre - fl);
-    memset(out + 8 + nl, ' ', padded - nl);
-    memcpy(out + 8 + padded, img + 8 + hl, dn);
-    free(h);
-    *m = 8 + padded + dn;
-    if (seal)
-        reseal(out, *m);
+    *m = 0;
+    unsigned char *out = tsnap_edit(img, n, from, to, seal, m);
+    if (!out)
+        fail_msg("the header has no '%s'", from);
     return out;
 }
 
@@ -770,7 +746,7 @@ static void test_semantic_damage_refused(void **state)
         {"\"dtype\":\"f16\"", "\"dtype\":\"f17\"", "dtype"},
         {"\"dtype\":\"F16\"", "\"dtype\":\"F32\"", "layer.0.k"},
         {"\"layer.1.v\"", "\"layer.1.w\"", "unexpected tensor"},
-        {"\"layer.1.v\"", "\"layer.0.v\"", "twice"},
+        {"\"layer.1.v\"", "\"layer.0.v\"", "duplicate key \"layer.0.v\""},
     };
     for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
         size_t m;
@@ -785,16 +761,7 @@ static void test_semantic_damage_refused(void **state)
         unsigned char *e = edit_image(good, n, "\"__metadata__\":{",
                                       "\"__metadata__\":{\"comment\":\"from a tool\",", 1, &m);
         TU_OK(rkv_snapshot_inspect_mem(e, m, NULL));
-        unsigned char *e2 = edit_image(e, m, "\"header_xxh3\":\"", "\"header_xxh3\" :  \"", 0, &m2);
-        /* reseal cannot find the spaced key: compute the header hash here */
-        uint64_t hl2 = 0;
-        for (int i = 7; i >= 0; i--)
-            hl2 = hl2 << 8 | e2[i];
-        char *k = strstr((char *)e2 + 8, "\"header_xxh3\" :  \"") + 18;
-        memset(k, '0', 16);
-        char hex[17];
-        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)XXH3_64bits(e2, 8 + (size_t)hl2));
-        memcpy(k, hex, 16);
+        unsigned char *e2 = edit_image(e, m, "\"header_xxh3\":\"", "\"header_xxh3\" :  \"", 1, &m2);
         TU_OK(rkv_snapshot_inspect_mem(e2, m2, NULL));
         free(e);
         free(e2);
@@ -827,6 +794,394 @@ static void test_semantic_damage_refused(void **state)
     free(img);
     free(good);
     free_victim(&v);
+}
+
+/* ------------------------------------------------------------------------ */
+/* One reading only (issue 10, section 4)                                    */
+/* ------------------------------------------------------------------------ */
+
+/* The good image with `from` replaced by `to` (both checksums right) is
+ * refused, the message naming `needle` and, when given, `needle2`. */
+static void refused_edit(victim *v, const unsigned char *good, size_t n, const char *from,
+                         const char *to, const char *needle, const char *needle2, int file)
+{
+    size_t m;
+    unsigned char *e = edit_image(good, n, from, to, 1, &m);
+    expect_refused(v, e, m, needle, file, to);
+    if (needle2)
+        TU_ERR(rkv_snapshot_inspect_mem(e, m, NULL), RKV_ERR_FORMAT, needle2);
+    free(e);
+}
+
+/* The good image with `from` replaced by `to` is valid; *info what it holds. */
+static void accepted_edit(const unsigned char *good, size_t n, const char *from, const char *to,
+                          rkv_snapshot_info *info)
+{
+    size_t m;
+    unsigned char *e = edit_image(good, n, from, to, 1, &m);
+    if (rkv_snapshot_inspect_mem(e, m, info) != RKV_OK)
+        fail_msg("'%s' -> '%s' refused: %s", from, to, rkv_last_error());
+    free(e);
+}
+
+/* The issue's two files, on the demo preset at clock 23: a header with
+ * last_committed "23" then "7" (ringkv read 23 and resumed at 24, Python's
+ * json reads 7), and a shape written [1.0, 2176, 64]. Both refused, naming
+ * the key; the right values are read as they are. */
+static void test_issue_inputs_refused(void **state)
+{
+    (void)state;
+    rkv_model_config cfg;
+    TU_OK(rkv_model_preset("demo", 0, &cfg));
+    rkv_model *m = new_model(&cfg);
+    int64_t s = claim(m, "demo");
+    run_frames(m, s, 0, 24, 9);
+    size_t n = 0;
+    TU_OK(rkv_model_save_session_mem(m, s, NULL, 0, &n));
+    unsigned char *good = tu_xmalloc(n);
+    TU_OK(rkv_model_save_session_mem(m, s, good, n, &n));
+    victim v = {m, s, tu_model_save(m)};
+    rkv_snapshot_info info;
+    TU_OK(rkv_snapshot_inspect_mem(good, n, &info));
+    assert_int_equal(info.last_committed, 23);
+
+    refused_edit(&v, good, n, "\"last_committed\":\"23\"",
+                 "\"last_committed\":\"23\",\"last_committed\":\"7\"",
+                 "duplicate key \"last_committed\"", NULL, 1);
+    refused_edit(&v, good, n, "\"layer.0.k\":{\"dtype\":\"F32\",\"shape\":[1,2176,64]",
+                 "\"layer.0.k\":{\"dtype\":\"F32\",\"shape\":[1.0, 2176, 64]", "layer.0.k",
+                 "shape[0] is the real number 1.0", 1);
+    /* the same header with one value each is read as written */
+    accepted_edit(good, n, "\"last_committed\":\"23\"", "\"last_committed\":\"7\"", &info);
+    assert_int_equal(info.last_committed, 7);
+    accepted_edit(good, n, "\"shape\":[1,2176,64]", "\"shape\":[1, 2176, 64]", &info);
+    assert_int_equal(info.last_committed, 23);
+    tu_model_state_free(&v.before);
+    free(good);
+    rkv_model_destroy(m);
+}
+
+/* A key twice in any object: the top level, __metadata__, a tensor entry,
+ * objects nested anywhere; whatever the values. */
+static void test_duplicate_keys_refused(void **state)
+{
+    (void)state;
+    victim v = make_victim(RKV_DTYPE_F16);
+    size_t n;
+    uint64_t hl;
+    unsigned char *good = good_image(&n, &hl);
+    static const char k0[] = "\"layer.0.k\":{\"dtype\":\"F16\",\"shape\":[1,640,8],"
+                             "\"data_offsets\":[0,10240]}";
+    const struct {
+        const char *from, *to, *key;
+    } cases[] = {
+        /* __metadata__ */
+        {"\"last_committed\":\"8\"", "\"last_committed\":\"7\",\"last_committed\":\"8\"",
+         "\"last_committed\""},
+        {"\"last_committed\":\"8\"", "\"last_committed\":\"8\",\"last_committed\":\"8\"",
+         "\"last_committed\""},
+        {"\"format_version\":\"1\"", "\"format_version\":\"1\",\"format_version\":\"1\"",
+         "\"format_version\""},
+        {"\"request_id\":\"source\"", "\"request_id\":\"source\",\"request_id\":\"other\"",
+         "\"request_id\""},
+        {"\"d_head\":\"8\"", "\"d_head\":\"8\",\"d_head\":\"16\"", "\"d_head\""},
+        {"\"__metadata__\":{", "\"__metadata__\":{\"note\":\"a\",\"note\":\"b\",", "\"note\""},
+        /* the top level: a tensor, __metadata__ */
+        {",\"layer.1.written\":", ",\"layer.0.k\":{\"dtype\":\"F16\",\"shape\":[1,640,8],"
+                                  "\"data_offsets\":[0,10240]},\"layer.1.written\":",
+         "\"layer.0.k\""},
+        {k0, "\"__metadata__\":{},\"layer.0.k\":{\"dtype\":\"F16\",\"shape\":[1,640,8],"
+             "\"data_offsets\":[0,10240]}",
+         "\"__metadata__\""},
+        /* a tensor entry */
+        {"\"layer.0.k\":{\"dtype\":\"F16\"", "\"layer.0.k\":{\"dtype\":\"F16\",\"dtype\":\"F16\"",
+         "\"dtype\""},
+        {"\"layer.1.v\":{", "\"layer.1.v\":{\"data_offsets\":[0,0],", "\"data_offsets\""},
+        {"\"layer.1.written\":{", "\"layer.1.written\":{\"shape\":[1],", "\"shape\""},
+        /* nested objects, in an object and in an array */
+        {"\"layer.0.k\":{", "\"layer.0.k\":{\"x\":{\"a\":1,\"a\":2},", "\"a\""},
+        {"\"layer.0.v\":{", "\"layer.0.v\":{\"x\":[{\"b\":1},{\"c\":{\"b\":1,\"b\":1}}],", "\"b\""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char needle[80];
+        snprintf(needle, sizeof needle, "duplicate key %s", cases[i].key);
+        refused_edit(&v, good, n, cases[i].from, cases[i].to, needle, NULL, i == 0);
+    }
+    /* the same nested objects without a repeated key are fine (a tensor
+     * entry's other keys are ignored, as safetensors does) */
+    rkv_snapshot_info info;
+    accepted_edit(good, n, "\"layer.0.v\":{", "\"layer.0.v\":{\"x\":[{\"b\":1},{\"c\":{\"b\":1}}],",
+                  &info);
+    assert_int_equal(info.last_committed, 8);
+    free(good);
+    free_victim(&v);
+}
+
+/* Integers where integers belong, in one canonical decimal form: the
+ * metadata strings (sizes, clock, session, per-layer lists, the version)
+ * and the JSON numbers of shapes and data_offsets. The right values are
+ * still read. */
+static void test_non_integers_refused(void **state)
+{
+    (void)state;
+    victim v = make_victim(RKV_DTYPE_F16);
+    size_t n;
+    uint64_t hl;
+    unsigned char *good = good_image(&n, &hl);
+    static const char *const bad_clock[] = {
+        "1e3", "8.0", " 8", "8 ", "+8", "08", "-0", "", "0x8", "8\\u00a0", "\\u0668",
+        "9223372036854775808", "-9223372036854775809", "99999999999999999999", "8,", "eight"};
+    for (size_t i = 0; i < sizeof bad_clock / sizeof bad_clock[0]; i++) {
+        char to[80];
+        snprintf(to, sizeof to, "\"last_committed\":\"%s\"", bad_clock[i]);
+        refused_edit(&v, good, n, "\"last_committed\":\"8\"", to, "'last_committed'",
+                     "canonical decimal", i == 0);
+    }
+    const struct {
+        const char *from, *to, *needle;
+    } cases[] = {
+        {"\"n_layers\":\"2\"", "\"n_layers\":\"02\"", "'n_layers'"},
+        {"\"n_kv_heads\":\"1\"", "\"n_kv_heads\":\" 1\"", "'n_kv_heads'"},
+        {"\"n_q_heads\":\"2\"", "\"n_q_heads\":\"2e0\"", "'n_q_heads'"},
+        {"\"d_head\":\"8\"", "\"d_head\":\"8.0\"", "'d_head'"},
+        {"\"tokens_per_frame\":\"128\"", "\"tokens_per_frame\":\"+128\"", "'tokens_per_frame'"},
+        {"\"session\":\"0\"", "\"session\":\"00\"", "'session'"},
+        {"\"session\":\"0\"", "\"session\":\"+0\"", "'session'"},
+        {"\"session\":\"0\"", "\"session\":\"-1\"", "session = -1"},
+        {"\"ring_frames\":\"4,2\"", "\"ring_frames\":\"4,02\"", "'ring_frames'"},
+        {"\"ring_frames\":\"4,2\"", "\"ring_frames\":\"4, 2\"", "'ring_frames'"},
+        {"\"ring_frames\":\"4,2\"", "\"ring_frames\":\"+4,2\"", "'ring_frames'"},
+        {"\"ring_frames\":\"4,2\"", "\"ring_frames\":\"4,2,\"", "'ring_frames'"},
+        {"\"ring_frames\":\"4,2\"", "\"ring_frames\":\",4,2\"", "'ring_frames'"},
+        {"\"ring_frames\":\"4,2\"", "\"ring_frames\":\"4.0,2\"", "'ring_frames'"},
+        {"\"ring_buckets\":\"3,2\"", "\"ring_buckets\":\"3,2e0\"", "'ring_buckets'"},
+        {"\"pinned_dilation\":\"2,1\"", "\"pinned_dilation\":\"2,01\"", "'pinned_dilation'"},
+        {"\"format_version\":\"1\"", "\"format_version\":\"01\"", "unsupported format version '01'"},
+        {"\"format_version\":\"1\"", "\"format_version\":\"+1\"", "unsupported format version"},
+        {"\"format_version\":\"1\"", "\"format_version\":\"1.0\"", "unsupported format version"},
+        {"\"format_version\":\"1\"", "\"format_version\":\" 1\"", "unsupported format version"},
+        {"\"dtype\":\"f16\"", "\"dtype\":\"float16\"", "'dtype'"},
+        /* JSON numbers: reals, strings, negatives, other types */
+        {"\"shape\":[1,640,8]", "\"shape\":[1.0,640,8]", "shape[0] is the real number 1.0"},
+        {"\"shape\":[1,640,8]", "\"shape\":[1,640,8e0]", "shape[2] is the real number 8.0"},
+        {"\"shape\":[1,640,8]", "\"shape\":[1,6.4e2,8]", "shape[1] is the real number 640.0"},
+        {"\"shape\":[1,640,8]", "\"shape\":[\"1\",640,8]", "shape[0] is a string"},
+        {"\"shape\":[1,640,8]", "\"shape\":[1,640,-8]", "shape[2] is -8, negative"},
+        {"\"shape\":[1,640,8]", "\"shape\":[1,640,true]", "shape[2] is not a number"},
+        {"\"shape\":[1,640,8]", "\"shape\":[1,640]", "'shape' is of another length"},
+        {"\"data_offsets\":[0,10240]", "\"data_offsets\":[0,10240.0]", "data_offsets[1] is the real"},
+        {"\"data_offsets\":[0,10240]", "\"data_offsets\":[0,1.024e4]", "data_offsets[1] is the real"},
+        {"\"data_offsets\":[0,10240]", "\"data_offsets\":[-0.0,10240]", "data_offsets[0] is the real"},
+        {"\"data_offsets\":[0,10240]", "\"data_offsets\":{\"0\":0}", "'data_offsets' is not an array"},
+        /* numbers JSON does not allow at all: named by the excerpt */
+        {"\"shape\":[1,640,8]", "\"shape\":[01,640,8]", "\"shape\":[0"},
+        {"\"shape\":[1,640,8]", "\"shape\":[+1,640,8]", "\"shape\":[+"},
+        {"\"shape\":[1,640,8]", "\"shape\":[1,640,8.]", "\"shape\":[1,640,8."},
+        {"\"shape\":[1,640,8]", "\"shape\":[1,640,99999999999999999999]", "too big integer"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        refused_edit(&v, good, n, cases[i].from, cases[i].to, cases[i].needle, NULL, i == 0);
+
+    /* the right values */
+    rkv_snapshot_info info;
+    static const struct {
+        const char *value;
+        int64_t clock;
+    } clocks[] = {{"-1", -1}, {"0", 0}, {"7", 7}, {"\\u0037", 7}, {"9223372036854775807", INT64_MAX}};
+    for (size_t i = 0; i < sizeof clocks / sizeof clocks[0]; i++) {
+        char to[80];
+        snprintf(to, sizeof to, "\"last_committed\":\"%s\"", clocks[i].value);
+        accepted_edit(good, n, "\"last_committed\":\"8\"", to, &info);
+        assert_int_equal(info.last_committed, clocks[i].clock);
+    }
+    accepted_edit(good, n, "\"shape\":[1,640,8]", "\"shape\":[ 1 , 640 , 8 ]", &info);
+    accepted_edit(good, n, "\"session\":\"0\",", "", &info);
+    assert_int_equal(info.source_session, -1);
+    accepted_edit(good, n, "\"session\":\"0\"", "\"session\":\"12\"", &info);
+    assert_int_equal(info.source_session, 12);
+    /* and a load installs the clock read */
+    size_t m;
+    unsigned char *e = edit_image(good, n, "\"last_committed\":\"8\"", "\"last_committed\":\"5\"", 1, &m);
+    TU_OK(rkv_model_load_session_mem(v.m, v.s, e, m));
+    assert_int_equal(clock_of(v.m, v.s), 5);
+    free(e);
+    free(good);
+    free_victim(&v);
+}
+
+/* ESC[2J (clear screen) in every text the loader reads, and raw bytes
+ * that are not printable: refused (or, for the hex-coded texts, read as
+ * bytes) and never echoed raw: every message is printable ASCII
+ * (expect_refused checks it) and shows the bytes as \xNN. */
+static void test_messages_escape_file_bytes(void **state)
+{
+    (void)state;
+    victim v = make_victim(RKV_DTYPE_F16);
+    size_t n;
+    uint64_t hl;
+    unsigned char *good = good_image(&n, &hl);
+#define CLS "\\u001b[2J" /* ESC [ 2 J as a JSON escape */
+    const struct {
+        const char *from, *to, *needle;
+    } cases[] = {
+        {"\"format\":\"ringkv-snapshot\"", "\"format\":\"" CLS "\"", "format is '\\x1b[2J'"},
+        {"\"ringkv_version\":\"0.1.0\"", "\"ringkv_version\":\"0.1" CLS "\"", "'0.1\\x1b[2J'"},
+        {"\"model\":\"test\"", "\"model\":\"" CLS "test\"", "'model' = '\\x1b[2Jtest'"},
+        {"\"request_id\":\"source\"", "\"request_id\":\"so" CLS "\"", "'so\\x1b[2J'"},
+        {"\"request_id\":\"source\"", "\"request_id\":\"caf\\u00e9\"", "'caf\\xc3\\xa9'"},
+        {"\"request_id\":\"source\"", "\"request_id\":\"del\\u007f\"", "'del\\x7f'"},
+        {"\"session\":\"0\"", "\"session\":\"" CLS "\"", "'\\x1b[2J'"},
+        {"\"dtype\":\"f16\"", "\"dtype\":\"f16" CLS "\"", "'f16\\x1b[2J'"},
+        {"\"last_committed\":\"8\"", "\"last_committed\":\"8" CLS "\"", "'8\\x1b[2J'"},
+        {"\"n_layers\":\"2\"", "\"n_layers\":\"" CLS "\"", "'\\x1b[2J'"},
+        {"\"ring_frames\":\"4,2\"", "\"ring_frames\":\"4," CLS "\"", "'4,\\x1b[2J'"},
+        {"\"data_xxh3\":\"", "\"data_xxh3\":\"" CLS "\",\"x\":\"", "data_xxh3"},
+        {"\"request_id\":\"source\"", "\"request_id_hex\":\"" CLS "\"", "'\\x1b[2J'"},
+        {"\"layer.1.v\"", "\"layer.1.v" CLS "\"", "'layer.1.v\\x1b[2J'"},
+        {"\"layer.0.k\":{\"dtype\":\"F16\"", "\"layer.0.k\":{\"dtype\":\"" CLS "\"", "layer.0.k"},
+        {"\"__metadata__\":{", "\"__metadata__\":{\"" CLS "\":1,", "'\\x1b[2J' is not a string"},
+        {"\"__metadata__\":{", "\"__metadata__\":{\"" CLS "\":\"a\",\"" CLS "\":\"b\",",
+         "duplicate key \"\\\\u001b[2J\""},
+        /* raw bytes, which JSON refuses in strings (ESC) or as UTF-8 (0xff):
+           shown in the excerpt */
+        {"\"request_id\":\"source\"", "\"request_id\":\"\x1b[2J\"", "\\x1b[2J"},
+        {"\"request_id\":\"source\"", "\"request_id\":\"\xff\"", "\\xff"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        refused_edit(&v, good, n, cases[i].from, cases[i].to, cases[i].needle, NULL, i < 2);
+    /* the version is read before the header checksum, so that another
+     * version is reported as such: escaped there too */
+    size_t m;
+    unsigned char *e = edit_image(good, n, "\"format_version\":\"1\"",
+                                  "\"format_version\":\"" CLS "1\"", 0, &m);
+    expect_refused(&v, e, m, "unsupported format version '\\x1b[2J1'", 1, "version, unsealed");
+    free(e);
+    /* a geometry mismatch names both models, escaped */
+    e = edit_image(good, n, "\"model\":\"test\"", "\"model_hex\":\"1b5b324a\"", 1, &m);
+    rkv_model_config other = small_cfg(RKV_DTYPE_F16, 1);
+    other.d_head = 16;
+    snprintf(other.name, sizeof other.name, "mine\x1b[2J");
+    rkv_model *om = new_model(&other);
+    int64_t os = claim(om, "x");
+    TU_ERR(rkv_model_load_session_mem(om, os, e, m), RKV_ERR_FORMAT,
+           "model '\\x1b[2J', this model is 'mine\\x1b[2J'");
+    assert_message_printable("wrong geometry");
+    rkv_model_destroy(om);
+    free(e);
+#undef CLS
+    free(good);
+    free_victim(&v);
+}
+
+/* The texts of rkv_snapshot_info: printable ASCII as written, or hex-coded
+ * bytes decoded (any bytes but NUL, as claimed: a printer escapes them);
+ * one form per field, sizes that fit. */
+static void test_text_fields(void **state)
+{
+    (void)state;
+    victim v = make_victim(RKV_DTYPE_F16);
+    size_t n;
+    uint64_t hl;
+    unsigned char *good = good_image(&n, &hl);
+    rkv_snapshot_info info;
+    accepted_edit(good, n, "\"request_id\":\"source\"", "\"request_id_hex\":\"1b5b324a\"", &info);
+    assert_string_equal(info.request_id, "\x1b[2J");
+    accepted_edit(good, n, "\"model\":\"test\"", "\"model_hex\":\"74c3ab7374\"", &info);
+    assert_string_equal(info.config.name, "t\xc3\xabst");
+    accepted_edit(good, n, "\"model\":\"test\",", "", &info);
+    assert_string_equal(info.config.name, "");
+    assert_string_equal(info.request_id, "source");
+    assert_string_equal(info.ringkv_version, "0.1.0");
+
+    char big[600], to[700];
+    memset(big, 'a', 256);
+    big[256] = '\0';
+    snprintf(to, sizeof to, "\"request_id\":\"%s\"", big);
+    refused_edit(&v, good, n, "\"request_id\":\"source\"", to, "'request_id' has 256 bytes", NULL, 0);
+    big[255] = '\0';
+    snprintf(to, sizeof to, "\"request_id\":\"%s\"", big);
+    accepted_edit(good, n, "\"request_id\":\"source\"", to, &info);
+    assert_int_equal(strlen(info.request_id), 255);
+    memset(big, '6', 512);
+    big[512] = '\0';
+    snprintf(to, sizeof to, "\"request_id_hex\":\"%s\"", big);
+    refused_edit(&v, good, n, "\"request_id\":\"source\"", to, "'request_id_hex'", NULL, 0);
+    big[64] = '\0';
+    snprintf(to, sizeof to, "\"model\":\"%s\"", big);
+    refused_edit(&v, good, n, "\"model\":\"test\"", to, "'model' has 64 bytes", NULL, 0);
+    refused_edit(&v, good, n, "\"ringkv_version\":\"0.1.0\"",
+                 "\"ringkv_version\":\"0.1.0-a-long-build\"", "'ringkv_version' has 18", NULL, 0);
+    const char *const bad_hex[] = {"1B5B", "1b5", "1b00", "zz", "1b 5b"};
+    for (size_t i = 0; i < sizeof bad_hex / sizeof bad_hex[0]; i++) {
+        snprintf(to, sizeof to, "\"request_id_hex\":\"%s\"", bad_hex[i]);
+        refused_edit(&v, good, n, "\"request_id\":\"source\"", to, "'request_id_hex'",
+                     "lowercase hex", 0);
+    }
+    refused_edit(&v, good, n, "\"request_id\":\"source\"",
+                 "\"request_id\":\"source\",\"request_id_hex\":\"61\"",
+                 "both metadata 'request_id' and 'request_id_hex'", NULL, 0);
+    free(good);
+    free_victim(&v);
+}
+
+/* Files written by ringkv 0.1.0 before the header codec was split out
+ * (tests/data/snapshot_v1_*.safetensors; small 2-layer models, 9 resp. 6
+ * frames): they load, and the session they hold saves to the same bytes
+ * (with the writer's version updated if it changed), so the format has not
+ * moved. One has non-printable names (model_hex, request_id_hex), the
+ * other printable names with JSON escapes. */
+static void check_v1_file(const char *file, const char *model, const char *request_id,
+                          int64_t clock, rkv_dtype dt)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", RKV_TEST_DATA_DIR, file);
+    size_t n;
+    unsigned char *img = read_all(path, &n);
+    rkv_snapshot_info info;
+    TU_OK(rkv_snapshot_inspect(path, &info));
+    assert_string_equal(info.config.name, model);
+    assert_string_equal(info.request_id, request_id);
+    assert_int_equal(info.last_committed, clock);
+    assert_int_equal(info.source_session, 1);
+    assert_int_equal(info.config.dtype, dt);
+    assert_int_equal(info.file_bytes, n);
+
+    rkv_model_config cfg = info.config;
+    cfg.num_sessions = 2;
+    rkv_model *m = new_model(&cfg);
+    claim(m, "other");
+    int64_t s = claim(m, request_id);
+    assert_int_equal(s, 1);
+    TU_OK(rkv_model_load_session(m, s, path));
+    assert_int_equal(clock_of(m, s), clock);
+    size_t n2 = 0;
+    TU_OK(rkv_model_save_session_mem(m, s, NULL, 0, &n2));
+    unsigned char *again = tu_xmalloc(n2);
+    TU_OK(rkv_model_save_session_mem(m, s, again, n2, &n2));
+    unsigned char *want = img;
+    size_t wn = n;
+    if (strcmp(info.ringkv_version, rkv_version())) {
+        char from[64], to[64];
+        snprintf(from, sizeof from, "\"ringkv_version\":\"%s\"", info.ringkv_version);
+        snprintf(to, sizeof to, "\"ringkv_version\":\"%s\"", rkv_version());
+        want = edit_image(img, n, from, to, 1, &wn);
+    }
+    assert_int_equal(n2, wn);
+    assert_memory_equal(again, want, wn);
+    if (want != img)
+        free(want);
+    free(again);
+    free(img);
+    rkv_model_destroy(m);
+}
+
+static void test_v1_files_load_and_resave_identical(void **state)
+{
+    (void)state;
+    check_v1_file("snapshot_v1_f16_hex.safetensors", "t\xc3\xabst v1", "caf\xc3\xa9\tv1", 8,
+                  RKV_DTYPE_F16);
+    check_v1_file("snapshot_v1_bf16_plain.safetensors", "test / v1", "user-42 \"q\" \\ /", 5,
+                  RKV_DTYPE_BF16);
 }
 
 static void test_wrong_geometry_refused(void **state)
@@ -1329,6 +1684,12 @@ int main(void)
         cmocka_unit_test(test_checksum_damage_refused),
         cmocka_unit_test(test_data_damage_refused),
         cmocka_unit_test(test_semantic_damage_refused),
+        cmocka_unit_test(test_issue_inputs_refused),
+        cmocka_unit_test(test_duplicate_keys_refused),
+        cmocka_unit_test(test_non_integers_refused),
+        cmocka_unit_test(test_messages_escape_file_bytes),
+        cmocka_unit_test(test_text_fields),
+        cmocka_unit_test(test_v1_files_load_and_resave_identical),
         cmocka_unit_test(test_wrong_geometry_refused),
         cmocka_unit_test(test_argument_errors),
         cmocka_unit_test(test_atomic_save),

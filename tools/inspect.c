@@ -3,7 +3,10 @@
  * when every file is valid, 1 when one is not (the reason goes to stderr:
  * truncated, corrupted header or data, unsupported version, not a snapshot,
  * I/O), 2 for a bad option or a FILE that is missing or cannot be read (then
- * no file is inspected). */
+ * no file is inspected). Texts from the file (the writer's version, the
+ * model's name, the request id: any bytes) are printed escaped, in text and
+ * in JSON (tools/escape.h); the library's messages escape file bytes
+ * themselves. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -12,7 +15,21 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "escape.h"
 #include "ringkv.h"
+
+/* The texts of a snapshot, escaped for printing. */
+typedef struct texts {
+    char version[4 * sizeof(((rkv_snapshot_info *)0)->ringkv_version) + 1];
+    char model[4 * RKV_MAX_NAME + 1];
+    char request_id[4 * RKV_MAX_REQUEST_ID + 1];
+} texts;
+
+static void escape_texts(const rkv_snapshot_info *in, texts *t) {
+    rkv_tool_escape(t->version, sizeof t->version, in->ringkv_version);
+    rkv_tool_escape(t->model, sizeof t->model, in->config.name);
+    rkv_tool_escape(t->request_id, sizeof t->request_id, in->request_id);
+}
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -27,19 +44,24 @@ static void usage(FILE *f) {
             "\n"
             "  --json   one JSON object per file on stdout (docs/json.md)\n"
             "\n"
+            "Texts from the file (model name, request id, writer's version) are shown\n"
+            "with bytes outside printable ASCII as \\xNN and a backslash as \\\\.\n"
+            "\n"
             "Exit status: 0 all valid; 1 a file is invalid (the reason on stderr); 2 a bad\n"
             "option or a FILE that is missing or cannot be read (nothing is inspected).\n");
 }
 
 static void print_text(const char *path, const rkv_snapshot_info *in) {
     const rkv_model_config *c = &in->config;
+    texts t;
+    escape_texts(in, &t);
     printf("%s: valid ringkv snapshot (format %" PRId64 ", written by ringkv %s)\n", path,
-           in->format_version, in->ringkv_version[0] ? in->ringkv_version : "?");
+           in->format_version, t.version[0] ? t.version : "?");
     printf("  model:      %s: %" PRId64 " layers, n_q_heads %" PRId64 ", n_kv_heads %" PRId64
            ", d_head %" PRId64 ", tokens_per_frame %" PRId64 ", %s\n",
-           c->name[0] ? c->name : "(unnamed)", c->n_layers, c->n_q_heads, c->n_kv_heads,
+           t.model[0] ? t.model : "(unnamed)", c->n_layers, c->n_q_heads, c->n_kv_heads,
            c->d_head, c->tokens_per_frame, rkv_dtype_name(c->dtype));
-    printf("  request:    '%s' (session %" PRId64 " when saved)\n", in->request_id,
+    printf("  request:    '%s' (session %" PRId64 " when saved)\n", t.request_id,
            in->source_session);
     if (in->last_committed == INT64_MAX)
         printf("  clock:      last committed frame %" PRId64 " (the largest clock: no next "
@@ -80,15 +102,18 @@ static int print_json(const char *path, const rkv_snapshot_info *in) {
     char header_hex[17], data_hex[17];
     snprintf(header_hex, sizeof header_hex, "%016" PRIx64, in->header_xxh3);
     snprintf(data_hex, sizeof data_hex, "%016" PRIx64, in->data_xxh3);
+    texts t;
+    escape_texts(in, &t);
     cJSON *j = cJSON_CreateObject();
     int ok = j && !cli_json_header(j, "inspect") && cJSON_AddStringToObject(j, "file", path) &&
              cJSON_AddBoolToObject(j, "valid", 1) &&
              cJSON_AddNumberToObject(j, "format_version", (double)in->format_version) &&
-             cJSON_AddStringToObject(j, "writer_version", in->ringkv_version) &&
-             cJSON_AddStringToObject(j, "request_id", in->request_id) &&
+             cJSON_AddStringToObject(j, "writer_version", t.version) &&
+             cJSON_AddStringToObject(j, "request_id", t.request_id) &&
              cJSON_AddNumberToObject(j, "session", (double)in->source_session) &&
              cJSON_AddNumberToObject(j, "last_committed", (double)in->last_committed) &&
              !cli_json_model(j, &in->config) &&
+             cJSON_ReplaceItemInObject(j, "preset", cJSON_CreateString(t.model)) &&
              cJSON_AddNumberToObject(j, "file_bytes", (double)in->file_bytes) &&
              cJSON_AddNumberToObject(j, "header_bytes", (double)in->header_bytes) &&
              cJSON_AddNumberToObject(j, "data_bytes", (double)in->data_bytes) &&

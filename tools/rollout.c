@@ -32,6 +32,7 @@
 #include "camera.h"
 #include "cli.h"
 #include "commands.h"
+#include "escape.h"
 #include "recall.h"
 #include "ringkv.h"
 #include "rollout_checks.h"
@@ -214,6 +215,8 @@ static int check_resume_source(const char *path, const rkv_snapshot_info *info, 
     long long session;
     unsigned long long saved_seed, saved_map;
     int used = -1;
+    char saved[4 * RKV_MAX_REQUEST_ID + 1]; /* the file's id: any bytes, escaped */
+    rkv_tool_escape(saved, sizeof saved, info->request_id);
     if (sscanf(info->request_id, "rollout-%lld seed=%llu map=%16llx%n", &session, &saved_seed,
                &saved_map, &used) != 3 ||
         used < 0 || (size_t)used != strlen(info->request_id)) {
@@ -221,7 +224,7 @@ static int check_resume_source(const char *path, const rkv_snapshot_info *info, 
                 "ringkv rollout: warning: --resume '%s' was not saved by ringkv rollout "
                 "(request id '%s'); continuing session 0's camera path of seed %" PRIu64 " as if its ring had "
                 "followed it\n",
-                path, info->request_id, seed);
+                path, saved, seed);
         return 0;
     }
     if (session != 0 || saved_seed != seed || saved_map != map_id) {
@@ -231,7 +234,7 @@ static int check_resume_source(const char *path, const rkv_snapshot_info *info, 
                 "ringkv rollout: --resume '%s' holds '%s', this run would continue '%s': "
                 "resume with the --seed and --image of the run that saved it (the camera path and the recall "
                 "bookkeeping depend on them)\n",
-                path, info->request_id, mine);
+                path, saved, mine);
         return -1;
     }
     return 0;

@@ -9,6 +9,7 @@
 #include <cjson/cJSON.h>
 
 #include "cli.h"
+#include "escape.h"
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -168,7 +169,9 @@ static int report_json(const rollout_result *res, const figures *fig) {
         cJSON *rs = cJSON_AddObjectToObject(j, "resumed");
         cJSON_AddStringToObject(rs, "file", o->resume);
         cJSON_AddNumberToObject(rs, "last_committed", (double)(res->first - 1));
-        cJSON_AddStringToObject(rs, "request_id", res->snap_info->request_id);
+        char id[4 * RKV_MAX_REQUEST_ID + 1]; /* from the file: any bytes */
+        cJSON_AddStringToObject(rs, "request_id",
+                                rkv_tool_escape(id, sizeof id, res->snap_info->request_id));
         cJSON_AddNumberToObject(rs, "history_replayed_frames", (double)res->first);
     } else {
         cJSON_AddNullToObject(j, "resumed");

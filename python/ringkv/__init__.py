@@ -26,9 +26,15 @@ Contents:
   snapshots, forks, batched steps; snapshot files (:func:`inspect_snapshot`).
 - :class:`ThreadPool`, :func:`attention_isa` (:mod:`ringkv.threadpool`): the
   CPU attention's threads.
-- Exceptions (:mod:`ringkv.errors`): ValueError / IndexError / KeyError /
-  RuntimeError subclasses of :class:`RingKVError` with the library's message;
-  :class:`RingKVDeviceError` for an array on the wrong device.
+- Exceptions (:mod:`ringkv.errors`): one class per mistake, each a
+  :class:`RingKVError` and the built-in type(s) a caller expects
+  (ValueError, IndexError, KeyError, RuntimeError, TypeError...), the same
+  from every entry point.
+- Copies and pickles: ``copy.copy``/``copy.deepcopy`` of a LayerRingCache or
+  Model give an independent object with equal contents on the same device;
+  ``pickle`` round-trips CPU layers and models by value (never an address).
+  CUDA layers refuse pickling and thread pools refuse both, with TypeError
+  (:mod:`ringkv._handle`).
 - :func:`convert`: element conversion between f32, f16 and bf16 (NumPy).
 """
 from __future__ import annotations
@@ -41,8 +47,9 @@ from . import _arrays as _ar
 from ._lib import RKV_BLOCK_TOKENS, library_path
 from ._lib import lib as _clib
 from ._lib import cuda_device_count, cuda_library_path
-from .errors import (RingKVDeviceError, RingKVError, RingKVIndexError, RingKVKeyError,
-                     RingKVMemoryError, RingKVOSError, RingKVRuntimeError, RingKVValueError)
+from .errors import (RingKVArrayError, RingKVDeviceError, RingKVDtypeError, RingKVError,
+                     RingKVIndexError, RingKVKeyError, RingKVMemoryError, RingKVOSError,
+                     RingKVRuntimeError, RingKVTypeError, RingKVValueError)
 from .layer import LayerGeometry, LayerRingCache, visible_frames_from_clock
 from .model import (LayerSpec, Model, ModelConfig, SnapshotInfo, inspect_snapshot, preset,
                     preset_names)
@@ -54,7 +61,8 @@ __all__ = ["LayerRingCache", "LayerGeometry", "visible_frames_from_clock", "Mode
            "version", "library_path", "cuda_device_count", "cuda_library_path",
            "RKV_BLOCK_TOKENS", "RingKVError", "RingKVValueError", "RingKVIndexError",
            "RingKVKeyError", "RingKVRuntimeError", "RingKVMemoryError", "RingKVOSError",
-           "RingKVDeviceError", "__version__"]
+           "RingKVTypeError", "RingKVDtypeError", "RingKVDeviceError", "RingKVArrayError",
+           "__version__"]
 
 
 def version() -> str:
@@ -80,7 +88,7 @@ def convert(array: Any, to_dtype: Any, *, from_dtype: Any = None) -> np.ndarray:
     src_code = (_ar.parse_dtype(from_dtype) if from_dtype is not None
                 else _ar.array_dtype_code(src))
     if src_code is None or src.dtype.itemsize != int(_clib.rkv_dtype_size(src_code)):
-        raise RingKVValueError(f"cannot convert an array of dtype {src.dtype}")
+        raise RingKVArrayError(f"cannot convert an array of dtype {src.dtype}")
     dst_code = _ar.parse_dtype(to_dtype)
     dst = np.empty(src.shape, dtype=_ar.numpy_dtype(dst_code))
     check(_clib.rkv_convert(src.ctypes.data, src_code, dst.ctypes.data, dst_code, src.size))

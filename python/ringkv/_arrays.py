@@ -29,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from .errors import RingKVDeviceError, RingKVRuntimeError, RingKVValueError
+from ._handle import HandleOwner
+from .errors import RingKVArrayError, RingKVDeviceError, RingKVDtypeError, RingKVRuntimeError
 
 F32, F16, BF16 = 0, 1, 2
 DTYPE_NAMES = {F32: "f32", F16: "f16", BF16: "bf16"}
@@ -67,30 +68,31 @@ def parse_dtype(dtype: Any) -> int:
     """ringkv dtype code of ``dtype``: a string ("f32", "float32", "bf16",
     "bfloat16", "f16", "half", "torch.bfloat16"...), a NumPy dtype or scalar
     type (float32, float16, ``ml_dtypes.bfloat16``), or a torch dtype
-    (float32, float16, bfloat16). ValueError otherwise."""
+    (float32, float16, bfloat16). RingKVDtypeError (a ValueError and a
+    TypeError) otherwise."""
     if isinstance(dtype, str):
         key = dtype.lower().removeprefix("torch.").removeprefix("numpy.")
         if key in _ALIASES:
             return _ALIASES[key]
-        raise RingKVValueError(f"unknown dtype {dtype!r}; expected one of "
+        raise RingKVDtypeError(f"unknown dtype {dtype!r}; expected one of "
                                f"{', '.join(sorted(_ALIASES))}")
     if is_torch_dtype(dtype):
         name = str(dtype).removeprefix("torch.")
         if name in ("float32", "float16", "bfloat16"):
             return _ALIASES[name]
-        raise RingKVValueError(f"unsupported torch dtype {dtype}; expected torch.float32, "
+        raise RingKVDtypeError(f"unsupported torch dtype {dtype}; expected torch.float32, "
                                "torch.float16 or torch.bfloat16")
     try:
         nd = np.dtype(dtype)
     except TypeError:
-        raise RingKVValueError(f"unknown dtype {dtype!r}") from None
+        raise RingKVDtypeError(f"unknown dtype {dtype!r}") from None
     if nd == np.float32:
         return F32
     if nd == np.float16:
         return F16
     if nd.name == "bfloat16" and nd.itemsize == 2:
         return BF16
-    raise RingKVValueError(f"unsupported dtype {nd}; expected float32, float16 or bfloat16 "
+    raise RingKVDtypeError(f"unsupported dtype {nd}; expected float32, float16 or bfloat16 "
                            "(bf16 given as a string or a torch/ml_dtypes dtype)")
 
 
@@ -120,9 +122,13 @@ def array_dtype_code(x: Any) -> int | None:
     return None
 
 
-class _Interface:
+class _Interface(HandleOwner):
     """Exposes a C pointer to NumPy (``__array_interface__``) and keeps the
-    object owning that memory alive for as long as any view exists."""
+    object owning that memory alive for as long as any view exists. Never
+    copied or pickled (it holds an address); the views built on it copy and
+    pickle as ordinary arrays, by value."""
+
+    _copy_hint = "it holds an address of this process; copy or pickle the array built on it"
 
     __slots__ = ("__array_interface__", "owner")
 
@@ -191,9 +197,12 @@ def kv_mismatch(shape: tuple, code: int | None, keep: Any, expect: tuple,
     return None
 
 
-class CBuffer:
+class CBuffer(HandleOwner):
     """A contiguous input buffer handed to C: ``ptr``, ``shape``, ``code``
-    (ringkv dtype or None), ``kind`` and a reference keeping it alive."""
+    (ringkv dtype or None), ``kind`` and a reference keeping it alive. A
+    call's temporary: never copied or pickled (it holds an address)."""
+
+    _copy_hint = "it holds the address of an input array for one library call"
 
     __slots__ = ("ptr", "shape", "code", "kind", "keep", "copied")
 
@@ -221,12 +230,13 @@ class CBuffer:
 
 
 def int64_vector(x: Any, name: str, what: str,
-                 error: type = RingKVRuntimeError) -> tuple[np.ndarray, str]:
+                 error: type = RingKVArrayError) -> tuple[np.ndarray, str]:
     """A 1-D int64 NumPy array of ``x`` (no copy for a contiguous int64 CPU
     array or tensor) and a description of what was given, for messages.
     Lists and tuples of ints are converted; arrays and tensors must already
-    be int64 (as in the reference). Raises ``error`` (RingKVRuntimeError, as
-    the reference's ``torch._check``) with ``what``."""
+    be int64 (as in the reference). Raises ``error`` (RingKVArrayError, a
+    RuntimeError as the reference's ``torch._check`` and a ValueError) with
+    ``what``."""
     if is_torch_tensor(x):
         _check_cpu(x, name)
         desc = f"{tuple(x.shape)} {x.dtype}"
@@ -260,10 +270,13 @@ def cuda_array_interface(ptr: int, shape: tuple[int, ...], typestr: str) -> dict
             "data": (int(ptr), False), "strides": None, "stream": None}
 
 
-class CudaInterface:
+class CudaInterface(HandleOwner):
     """Exposes a DEVICE pointer to torch (``__cuda_array_interface__``) and
     keeps ``owner`` (the layer handle) alive: torch holds a reference to this
-    object for as long as a tensor built from it (or any view of that) exists."""
+    object for as long as a tensor built from it (or any view of that) exists.
+    Never copied or pickled (it holds a device address)."""
+
+    _copy_hint = "it holds a device address; copy or pickle the tensor built on it"
 
     __slots__ = ("__cuda_array_interface__", "owner")
 
@@ -304,11 +317,14 @@ def _aligned(t: Any, to: int = 16) -> bool:
     return t.data_ptr() % to == 0
 
 
-class CudaBuffer:
+class CudaBuffer(HandleOwner):
     """A torch CUDA tensor on the layer's device handed to C by pointer:
     ``ptr``, ``shape``, ``code`` (ringkv dtype or None), ``keep`` (the
     tensor), ``copied`` (True when it was not C-contiguous or not 16-byte
-    aligned and was copied once, on the device, on the current stream)."""
+    aligned and was copied once, on the device, on the current stream). A
+    call's temporary: never copied or pickled (it holds a device address)."""
+
+    _copy_hint = "it holds the device address of an input tensor for one library call"
 
     __slots__ = ("ptr", "shape", "code", "kind", "keep", "copied")
 
@@ -327,7 +343,7 @@ class CudaBuffer:
 
 
 def cuda_int64_vector(x: Any, name: str, what: str, device: Any,
-                      error: type = RingKVRuntimeError) -> tuple[Any, str]:
+                      error: type = RingKVArrayError) -> tuple[Any, str]:
     """A 1-D int64 CUDA tensor on ``device`` for ``x`` and a description of
     what was given. A CUDA tensor on ``device`` is used as is (copied on the
     device only when not contiguous): the capture-safe way. Host data (a

@@ -45,7 +45,8 @@ import numpy as np
 
 from . import _arrays as ar
 from ._lib import AttentionArgs, CudaAttentionArgs, lib, require
-from .errors import RingKVValueError, check
+from .threadpool import ThreadPool
+from .errors import RingKVArrayError, RingKVTypeError, RingKVValueError, check
 
 __all__ = ["attend_layer", "attend_model", "attend_cuda_layer"]
 
@@ -55,47 +56,68 @@ _PU8 = ctypes.POINTER(ctypes.c_uint8)
 
 def _sessions(session_idx: Any) -> np.ndarray:
     arr, _ = ar.int64_vector(session_idx, "session_idx",
-                             "session_idx must be a [B] int64 array or tensor; got {got}",
-                             error=RingKVValueError)
+                             "session_idx must be a [B] int64 array or tensor; got {got}")
     return arr
 
 
 def _pool_ptr(pool: Any) -> int | None:
     if pool is None:
         return None
-    ptr = getattr(pool, "_ptr", None)
-    if not ptr:
-        raise RingKVValueError("pool must be an open ringkv.ThreadPool")
-    return ptr
+    if not isinstance(pool, ThreadPool):
+        raise RingKVTypeError(f"pool must be a ringkv.ThreadPool; got {type(pool).__name__}")
+    if not pool._ptr:
+        raise RingKVValueError("pool must be an open ringkv.ThreadPool; this one was closed")
+    return pool._ptr
 
 
-def _check_q(qb: Any, d_head: int, batch: int) -> None:
+def _scale(scale: Any) -> float:
+    """``scale`` as a float (None: 0.0, the library's 1/sqrt(D))."""
+    if scale is None:
+        return 0.0
+    if isinstance(scale, (str, bytes)) or not hasattr(scale, "__float__"):
+        raise RingKVTypeError(f"scale must be a real number; got {scale!r}")
+    return float(scale)
+
+
+def _check_q(qb: Any, d_head: int, batch: int, kv_heads: int | None = None,
+             q_heads: int | None = None) -> None:
+    """RingKVArrayError unless ``q`` is ``[batch, Hq, Tq, d_head]`` with Hq a
+    multiple of ``kv_heads`` (a layer) or equal to ``q_heads`` (a model), in
+    a supported dtype (the library checks the heads too, as
+    RKV_ERR_INVALID_ARG: checked here so that every shape mistake of q has
+    one class)."""
     if len(qb.shape) != 4:
-        raise RingKVValueError(f"q must be [B, Hq, Tq, D]; got shape {qb.shape}")
+        raise RingKVArrayError(f"q must be [B, Hq, Tq, D]; got shape {qb.shape}")
     B, Hq, Tq, D = qb.shape
     if B != batch:
-        raise RingKVValueError(f"q has B = {B} rows but session_idx has {batch}")
+        raise RingKVArrayError(f"q has B = {B} rows but session_idx has {batch}")
     if D != d_head:
-        raise RingKVValueError(f"q has d_head {D}; the layer's is {d_head}")
+        raise RingKVArrayError(f"q has d_head {D}; the layer's is {d_head}")
     if Tq < 1 or Hq < 1:
-        raise RingKVValueError(f"q must have at least one head and one query; got shape {qb.shape}")
+        raise RingKVArrayError(f"q must have at least one head and one query; got shape {qb.shape}")
+    if kv_heads is not None and Hq % kv_heads:
+        raise RingKVArrayError(f"q has n_q_heads = {Hq}; expected a positive multiple of the "
+                               f"layer's n_kv_heads = {kv_heads} (GQA)")
+    if q_heads is not None and Hq != q_heads:
+        raise RingKVArrayError(f"q has n_q_heads = {Hq}; this model has {q_heads}")
     if qb.code is None:
-        raise RingKVValueError(f"q dtype {qb.keep.dtype} is not float32, float16 or bf16")
+        raise RingKVArrayError(f"q dtype {qb.keep.dtype} is not float32, float16 or bf16")
 
 
 def _check_out(ob: Any, qb: Any, copied_msg: str) -> None:
     if ob.copied:
-        raise RingKVValueError(copied_msg)
+        raise RingKVArrayError(copied_msg)
     if tuple(ob.shape) != tuple(qb.shape):
-        raise RingKVValueError(f"out has shape {ob.shape}; expected {qb.shape}")
+        raise RingKVArrayError(f"out has shape {ob.shape}; expected {qb.shape}")
     if ob.code is None:
-        raise RingKVValueError(f"out dtype {ob.keep.dtype} is not float32, float16 or bf16")
+        raise RingKVArrayError(f"out dtype {ob.keep.dtype} is not float32, float16 or bf16")
 
 
 def _prepare(q: Any, d_head: int, total_slots: int, batch: int, out: Any, out_dtype: Any,
-             scale: float | None, pool: Any = None) -> tuple[AttentionArgs, Any, list]:
+             scale: float | None, pool: Any = None, kv_heads: int | None = None,
+             q_heads: int | None = None) -> tuple[AttentionArgs, Any, list]:
     qb = ar.CBuffer(q, "q")
-    _check_q(qb, d_head, batch)
+    _check_q(qb, d_head, batch, kv_heads, q_heads)
     B, Hq, Tq, _ = qb.shape
     if out is None:
         out_code = qb.code if out_dtype is None else ar.parse_dtype(out_dtype)
@@ -107,9 +129,9 @@ def _prepare(q: Any, d_head: int, total_slots: int, batch: int, out: Any, out_dt
     ob = ar.CBuffer(out, "out")
     _check_out(ob, qb, "out must be C-contiguous (it is written in place)")
     if ob.kind == ar.NUMPY and not ob.keep.flags.writeable:
-        raise RingKVValueError("out is read-only")
+        raise RingKVArrayError("out is read-only")
     args = AttentionArgs(batch=B, n_q_heads=Hq, n_queries=Tq, q=qb.ptr, q_dtype=qb.code,
-                         out=ob.ptr, out_dtype=ob.code, scale=float(scale or 0.0),
+                         out=ob.ptr, out_dtype=ob.code, scale=_scale(scale),
                          pool=_pool_ptr(pool))
     return args, out, [qb, ob, pool]
 
@@ -117,25 +139,26 @@ def _prepare(q: Any, d_head: int, total_slots: int, batch: int, out: Any, out_dt
 def attend_layer(layer_ptr: int, d_head: int, total_slots: int, q: Any, session_idx: Any,
                  frame_pos: Any = None, *, visible: Any = None, scale: float | None = None,
                  out: Any = None, out_dtype: Any = None, pool: Any = None,
-                 reference: bool = False) -> Any:
+                 reference: bool = False, kv_heads: int | None = None) -> Any:
     """``rkv_layer_attend`` (or ``rkv_layer_attend_reference``) on one layer
-    handle; see the module docstring."""
+    handle (``kv_heads``: its n_kv_heads, for the GQA check); see the module
+    docstring."""
     fn = lib.rkv_layer_attend
     if reference:
         require("rkv_layer_attend_reference")
         fn = lib.rkv_layer_attend_reference
     si = _sessions(session_idx)
-    args, out, keep = _prepare(q, d_head, total_slots, si.shape[0], out, out_dtype, scale, pool)
+    args, out, keep = _prepare(q, d_head, total_slots, si.shape[0], out, out_dtype, scale, pool,
+                               kv_heads=kv_heads)
     args.session_idx = ctypes.cast(si.ctypes.data, _P64)
     if visible is None:
         if frame_pos is None:
             raise RingKVValueError("attend needs frame_pos (the bits-and-clock rule) or visible "
                                    "(explicit per-slot rows)")
         fp, _ = ar.int64_vector(frame_pos, "frame_pos",
-                                "frame_pos must be a [B] int64 array or tensor; got {got}",
-                                error=RingKVValueError)
+                                "frame_pos must be a [B] int64 array or tensor; got {got}")
         if fp.shape != si.shape:
-            raise RingKVValueError(f"frame_pos has {fp.shape[0]} rows; session_idx has "
+            raise RingKVArrayError(f"frame_pos has {fp.shape[0]} rows; session_idx has "
                                    f"{si.shape[0]}")
         keep.append(fp)
         args.frame_pos = ctypes.cast(fp.ctypes.data, _P64)
@@ -150,9 +173,9 @@ def attend_layer(layer_ptr: int, d_head: int, total_slots: int, q: Any, session_
             ok = varr.dtype in (np.bool_, np.uint8)
             vb = ar.CBuffer(varr.reshape(-1), "visible")
         if not ok:
-            raise RingKVValueError("visible must be a bool or uint8 array of rows [B, N]")
+            raise RingKVArrayError("visible must be a bool or uint8 array of rows [B, N]")
         if vb.shape[0] != si.shape[0] * total_slots:
-            raise RingKVValueError(f"visible has {vb.shape[0]} entries; expected B*N = "
+            raise RingKVArrayError(f"visible has {vb.shape[0]} entries; expected B*N = "
                                    f"{si.shape[0]}*{total_slots}")
         keep.append(vb)
         args.visible = ctypes.cast(vb.ptr, _PU8)
@@ -163,12 +186,13 @@ def attend_layer(layer_ptr: int, d_head: int, total_slots: int, q: Any, session_
 def attend_model(model_ptr: int, layer: int, d_head: int, total_slots: int, q: Any,
                  session_idx: Any, *, scale: float | None = None, out: Any = None,
                  out_dtype: Any = None, pool: Any = None, step_kv: Any = None,
-                 commit: bool = False) -> Any:
+                 commit: bool = False, q_heads: int | None = None) -> Any:
     """``rkv_model_attend``: the sessions' declared clocks, bits-and-clock
     rule. With ``step_kv`` (a checked ``(ptr, dtype code)`` of the upsert
     input), ``rkv_model_step``: the upsert and then the attention in one call."""
     si = _sessions(session_idx)
-    args, out, keep = _prepare(q, d_head, total_slots, si.shape[0], out, out_dtype, scale, pool)
+    args, out, keep = _prepare(q, d_head, total_slots, si.shape[0], out, out_dtype, scale, pool,
+                               q_heads=q_heads)
     if step_kv is None:
         check(lib.rkv_model_attend(model_ptr, layer, si.shape[0], si.ctypes.data,
                                    ctypes.byref(args)))
@@ -182,19 +206,20 @@ def attend_model(model_ptr: int, layer: int, d_head: int, total_slots: int, q: A
 def attend_cuda_layer(clib: Any, layer_ptr: int, device: Any, stream: int, d_head: int,
                       total_slots: int, q: Any, session_idx: Any, frame_pos: Any = None, *,
                       visible: Any = None, scale: float | None = None, out: Any = None,
-                      out_dtype: Any = None) -> Any:
+                      out_dtype: Any = None, kv_heads: int | None = None) -> Any:
     """``rkv_cuda_layer_attend`` on a CUDA layer handle, enqueued on
     ``stream`` (a cudaStream_t as an int) of GPU ``device`` (a
     ``torch.device``, current for the call); see the module docstring.
-    Returns ``out``. Host errors raise ValueError (shapes, dtypes, B, Hq),
-    RingKVDeviceError (a tensor on another device); nothing is enqueued then."""
+    Returns ``out``. Host errors raise RingKVArrayError (shapes, dtypes, B,
+    Hq), RingKVDeviceError (a tensor on another device); nothing is enqueued
+    then."""
     torch = ar.torch_module()
     si, _ = ar.cuda_int64_vector(session_idx, "session_idx",
                                  "session_idx must be a [B] int64 array or tensor; got {got}",
-                                 device, error=RingKVValueError)
+                                 device)
     B = si.shape[0]
     qb = ar.CudaBuffer(q, "q", device)
-    _check_q(qb, d_head, B)
+    _check_q(qb, d_head, B, kv_heads)
     if out is None:
         out_code = qb.code if out_dtype is None else ar.parse_dtype(out_dtype)
         out = torch.empty(qb.shape, dtype=ar.torch_dtype(out_code), device=device)
@@ -203,7 +228,7 @@ def attend_cuda_layer(clib: Any, layer_ptr: int, device: Any, stream: int, d_hea
     _, Hq, Tq, _ = qb.shape
     args = CudaAttentionArgs(batch=B, n_q_heads=Hq, n_queries=Tq, q=qb.ptr, q_dtype=qb.code,
                              out=ob.ptr, out_dtype=ob.code, session_idx=si.data_ptr(),
-                             scale=float(scale or 0.0))
+                             scale=_scale(scale))
     keep = [si, qb, ob]  # alive until the call returns (torch orders their reuse by stream)
     if visible is None:
         if frame_pos is None:
@@ -211,9 +236,9 @@ def attend_cuda_layer(clib: Any, layer_ptr: int, device: Any, stream: int, d_hea
                                    "(explicit per-slot rows)")
         fp, _ = ar.cuda_int64_vector(frame_pos, "frame_pos",
                                      "frame_pos must be a [B] int64 array or tensor; got {got}",
-                                     device, error=RingKVValueError)
+                                     device)
         if fp.shape != si.shape:
-            raise RingKVValueError(f"frame_pos has {fp.shape[0]} rows; session_idx has "
+            raise RingKVArrayError(f"frame_pos has {fp.shape[0]} rows; session_idx has "
                                    f"{si.shape[0]}")
         keep.append(fp)
         args.frame_pos = fp.data_ptr()
@@ -225,10 +250,10 @@ def attend_cuda_layer(clib: Any, layer_ptr: int, device: Any, stream: int, d_hea
             vis = (visible if ar.is_torch_tensor(visible)
                    else torch.from_numpy(np.ascontiguousarray(visible))).to(device)
         if vis.dtype not in (torch.bool, torch.uint8):
-            raise RingKVValueError("visible must be a bool or uint8 array of rows [B, N]")
+            raise RingKVArrayError("visible must be a bool or uint8 array of rows [B, N]")
         vis = vis.contiguous().reshape(-1)
         if vis.shape[0] != B * total_slots:
-            raise RingKVValueError(f"visible has {vis.shape[0]} entries; expected B*N = "
+            raise RingKVArrayError(f"visible has {vis.shape[0]} entries; expected B*N = "
                                    f"{B}*{total_slots}")
         keep.append(vis)
         args.visible = vis.data_ptr()

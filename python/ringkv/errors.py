@@ -1,45 +1,83 @@
-"""Exceptions: each ``rkv_status`` of the C library becomes a Python exception
-carrying the library's message (``rkv_last_error()``).
+"""Exceptions: one type per mistake, the same from every entry point.
 
-Every exception raised for a failed library call is a :class:`RingKVError`
-and also an instance of the built-in type a Python caller expects, the same
-types the reference ``LayerRingCache`` raises:
+Every exception the binding raises for a mistake (a failed library call, or
+an argument the Python layer refuses before calling the library) is a
+:class:`RingKVError` and also an instance of the built-in type a Python
+caller expects; where the reference ``LayerRingCache``
+(``shared/spec/seed_ring_cache.py``) raises for the same mistake, that
+built-in type too. A mistake has ONE class whichever function or method
+finds it (``LayerRingCache``, ``Model``, the CUDA layer, ``convert``...):
 
-=====================  ====================================  ================
-status                 meaning                               raises
-=====================  ====================================  ================
-RKV_ERR_INVALID_ARG    a value outside what the call takes   ``ValueError``
-RKV_ERR_NULL           a required pointer was NULL           ``ValueError``
-RKV_ERR_OVERFLOW       a size whose byte count overflows     ``ValueError``
-RKV_ERR_DTYPE          dtype mismatch or unknown dtype       ``ValueError``
-RKV_ERR_FORMAT         malformed or mismatched snapshot      ``ValueError``
-RKV_ERR_RANGE          session or layer index out of range   ``IndexError``
-RKV_ERR_NOT_FOUND      unknown preset or request id          ``KeyError``
-RKV_ERR_CLOCK          frame clock rule violated             ``RuntimeError``
-RKV_ERR_FULL           every session of a model is held      ``RuntimeError``
-RKV_ERR_STATE          call not allowed in this state        ``RuntimeError``
-RKV_ERR_NO_MEMORY      allocation failed                     ``MemoryError``
-RKV_ERR_IO             file input/output failed              ``OSError``
-=====================  ====================================  ================
+==========================================  =====================  =====================
+mistake                                     class                  is also
+==========================================  =====================  =====================
+an argument of the wrong Python type (a     RingKVTypeError        TypeError
+non-integer index, size or clock; a
+``pool`` that is not a ThreadPool; a
+request id that is not str/bytes); copying
+or pickling an object that cannot be
+(:mod:`ringkv._handle`)
+an unknown or unsupported dtype spec        RingKVDtypeError       ValueError, TypeError
+(``dtype=``, ``out_dtype=``, ``convert``)
+an unknown device, or an array on another   RingKVDeviceError      ValueError, RuntimeError
+device than the layer's
+an array argument whose shape, dtype or     RingKVArrayError       ValueError, RuntimeError
+layout is not what the call takes (``kv``,
+``q``, ``out``, ``visible``, ``frame_pos``,
+``session_idx``; rows that do not match)
+a session or layer index out of range       RingKVIndexError       IndexError
+a bad value: geometry or config, a          RingKVValueError       ValueError
+session twice in one batch, a clock < 0,
+an empty request id, a malformed snapshot
+or pickle
+an unknown preset or request id             RingKVKeyError         KeyError
+a call in the wrong state: the clock rule,  RingKVRuntimeError     RuntimeError
+every session held, a session inside a
+frame or not claimed, ``B != 1`` with
+``build_visibility``, a missing library
+allocation failed                           RingKVMemoryError      MemoryError
+file input/output failed                    RingKVOSError          OSError
+==========================================  =====================  =====================
 
-``LayerRingCache.upsert`` checks its arguments in Python first and raises
-``RuntimeError`` where the reference's ``torch._check`` fails (shapes, dtypes,
-``B == 1`` with ``build_visibility``), with the reference's messages.
+The dual classes keep both readings true: the reference raises
+``RuntimeError`` (``torch._check``, ``index_copy_``) for a wrong ``kv`` and
+for an unknown device, and ``TypeError`` for a dtype that is not a
+``torch.dtype``, while ringkv documented ``ValueError`` for them; a dual
+class is caught by either. Library statuses map onto the same classes:
 
-An array on the wrong device (a CUDA tensor given to a CPU layer, host memory
-or another GPU's tensor given to a CUDA layer) raises
-:class:`RingKVDeviceError`, both a ``ValueError`` and a ``RuntimeError``
-(torch raises ``RuntimeError`` for tensors on different devices). A CUDA
-layer's device errors (session ids and clocks checked by the kernels) come
-from ``LayerRingCache.check()`` with the statuses above.
+=====================  ====================================  ==================
+status                 meaning                               class
+=====================  ====================================  ==================
+RKV_ERR_INVALID_ARG    a value outside what the call takes   RingKVValueError
+RKV_ERR_NULL           a required pointer was NULL           RingKVValueError
+RKV_ERR_OVERFLOW       a size whose byte count overflows     RingKVValueError
+RKV_ERR_DTYPE          dtype mismatch or unknown dtype       RingKVArrayError
+RKV_ERR_FORMAT         malformed or mismatched snapshot      RingKVValueError
+RKV_ERR_RANGE          session or layer index out of range   RingKVIndexError
+RKV_ERR_NOT_FOUND      unknown preset or request id          RingKVKeyError
+RKV_ERR_CLOCK          frame clock rule violated             RingKVRuntimeError
+RKV_ERR_FULL           every session of a model is held      RingKVRuntimeError
+RKV_ERR_STATE          call not allowed in this state        RingKVRuntimeError
+RKV_ERR_NO_MEMORY      allocation failed                     RingKVMemoryError
+RKV_ERR_IO             file input/output failed              RingKVOSError
+=====================  ====================================  ==================
+
+The Python layer checks array shapes and dtypes (and a negative clock in
+``Model.begin_frame``, which the library reports as RKV_ERR_CLOCK) before
+calling the library, so those raise the class of the table above, not the
+one of the status the library would return. Errors raised by the Python
+layer have ``status`` 0 (``status_name`` "python").
+
+A CUDA layer's device errors (session ids and clocks checked by the
+kernels) come from ``LayerRingCache.check()`` with the statuses above.
 """
 from __future__ import annotations
 
 from ._lib import lib
 
 __all__ = ["RingKVError", "RingKVValueError", "RingKVIndexError", "RingKVKeyError",
-           "RingKVRuntimeError", "RingKVMemoryError", "RingKVOSError", "RingKVDeviceError", "check",
-           "STATUS_NAMES"]
+           "RingKVRuntimeError", "RingKVMemoryError", "RingKVOSError", "RingKVTypeError",
+           "RingKVDtypeError", "RingKVDeviceError", "RingKVArrayError", "check", "STATUS_NAMES"]
 
 RKV_OK = 0
 STATUS_NAMES = {
@@ -64,7 +102,8 @@ class RingKVError(Exception):
 
 
 class RingKVValueError(RingKVError, ValueError):
-    """Invalid argument (bad geometry, dtype, shape, duplicate session...)."""
+    """A bad value: geometry or config, a session twice in one batch, a clock
+    < 0, an empty request id, a malformed snapshot or pickle."""
 
 
 class RingKVIndexError(RingKVError, IndexError):
@@ -76,8 +115,9 @@ class RingKVKeyError(RingKVError, KeyError):
 
 
 class RingKVRuntimeError(RingKVError, RuntimeError):
-    """A call not allowed in the current state (clock rule, full model...), or
-    a check the reference makes with ``torch._check``."""
+    """A call not allowed in the current state (clock rule, full model, a
+    session inside a frame or not claimed...), or a check the reference makes
+    with ``torch._check`` that is not about an array's shape or dtype."""
 
 
 class RingKVMemoryError(RingKVError, MemoryError):
@@ -88,13 +128,34 @@ class RingKVOSError(RingKVError, OSError):
     """File input/output failed."""
 
 
-class RingKVDeviceError(RingKVError, ValueError, RuntimeError):
-    """An array on another device than the layer's (raised by the Python
-    layer before any library call; nothing is written)."""
+class RingKVTypeError(RingKVError, TypeError):
+    """An argument of the wrong Python type (an index, size or clock that is
+    not an integer, a pool that is not a ThreadPool...), or copying/pickling
+    an object that cannot be copied or pickled."""
+
+
+class RingKVDtypeError(RingKVValueError, RingKVTypeError):
+    """An unknown or unsupported dtype spec (``dtype=``, ``out_dtype=``,
+    ``convert``): a ValueError, and a TypeError as torch (the reference's
+    ``torch.zeros(dtype=...)``) and NumPy raise for a dtype they do not know."""
+
+
+class RingKVDeviceError(RingKVValueError, RingKVRuntimeError):
+    """An unknown device, or an array on another device than the layer's
+    (raised by the Python layer before any library call; nothing is
+    written): a ValueError and a RuntimeError (torch raises RuntimeError for
+    both)."""
+
+
+class RingKVArrayError(RingKVValueError, RingKVRuntimeError):
+    """An array argument (``kv``, ``q``, ``out``, ``visible``, ``frame_pos``,
+    ``session_idx``) whose shape, dtype or layout is not what the call takes,
+    or rows that do not match each other: a ValueError, and a RuntimeError as
+    the reference's ``torch._check`` and ``index_copy_`` raise."""
 
 
 _CLASS_OF = {
-    -1: RingKVValueError, -2: RingKVValueError, -4: RingKVValueError, -6: RingKVValueError,
+    -1: RingKVValueError, -2: RingKVValueError, -4: RingKVValueError, -6: RingKVArrayError,
     -11: RingKVValueError, -3: RingKVIndexError, -9: RingKVKeyError, -7: RingKVRuntimeError,
     -8: RingKVRuntimeError, -10: RingKVRuntimeError, -5: RingKVMemoryError, -12: RingKVOSError,
 }

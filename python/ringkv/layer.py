@@ -31,22 +31,21 @@ call runs on ``torch.cuda.current_stream(device)`` without synchronizing
 from __future__ import annotations
 
 import ctypes
-import operator
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from . import _arrays as ar
+from ._args import as_int, as_session
+from ._handle import HandleOwner, check_state, copy_extras, extras, malformed_state
 from ._lib import Geometry as _GeometryStruct
 from ._lib import cuda as _cuda_lib
 from ._lib import lib
 from .attention import attend_cuda_layer, attend_layer
-from .errors import (RingKVIndexError, RingKVRuntimeError, RingKVValueError, check)
+from .errors import (RingKVArrayError, RingKVDeviceError, RingKVIndexError, RingKVRuntimeError,
+                     RingKVTypeError, RingKVValueError, check)
 
 __all__ = ["LayerRingCache", "LayerGeometry", "visible_frames_from_clock"]
-
-_INT64_MIN, _INT64_MAX = -(2 ** 63), 2 ** 63 - 1
-
 
 class LayerGeometry(NamedTuple):
     """One layer's geometry (SEMANTICS 2); ``dtype`` is "f32", "f16" or "bf16"."""
@@ -69,29 +68,10 @@ class LayerGeometry(NamedTuple):
         check(lib.rkv_geometry_check(ctypes.byref(self._struct())))
 
 
-def _int(value: Any, name: str) -> int:
-    try:
-        v = operator.index(value)
-    except TypeError:
-        raise RingKVValueError(f"{name} must be an int; got {value!r}") from None
-    if not _INT64_MIN <= v <= _INT64_MAX:
-        raise RingKVValueError(f"{name} = {v} does not fit int64")
-    return v
-
-
-def _session(value: Any) -> int:
-    try:
-        v = operator.index(value)
-    except TypeError:
-        raise TypeError(f"session_idx must be an int; got {value!r}") from None
-    if not _INT64_MIN <= v <= _INT64_MAX:
-        raise RingKVIndexError(f"session_idx {v} out of range")
-    return v
-
-
 def _parse_device(device: Any) -> tuple[str, int | None]:
     """("cpu", None) or ("cuda", index or None) for ``device``: None, "cpu",
-    "cuda", "cuda:N" or a torch.device of those types. ValueError otherwise."""
+    "cuda", "cuda:N" or a torch.device of those types. RingKVDeviceError (a
+    ValueError and a RuntimeError, as torch.device raises) otherwise."""
     if device is None:
         return "cpu", None
     if type(device).__module__.startswith("torch") and hasattr(device, "type"):
@@ -101,25 +81,29 @@ def _parse_device(device: Any) -> tuple[str, int | None]:
         index = None
         if idx:
             if not idx.isdigit():
-                raise RingKVValueError(f"unknown device {device!r}; expected 'cpu', 'cuda' or "
+                raise RingKVDeviceError(f"unknown device {device!r}; expected 'cpu', 'cuda' or "
                                        "'cuda:N'")
             index = int(idx)
         if kind == "cpu" and idx:
             index = None if index == 0 else -1
     else:
-        raise RingKVValueError(f"unknown device {device!r}; expected 'cpu', 'cuda', 'cuda:N' or "
+        raise RingKVDeviceError(f"unknown device {device!r}; expected 'cpu', 'cuda', 'cuda:N' or "
                                "a torch.device")
     if kind == "cpu" and index in (None, 0):
         return "cpu", None
     if kind == "cuda":
         return "cuda", index
-    raise RingKVValueError(f"unknown device {device!r}; expected 'cpu', 'cuda', 'cuda:N' or a "
+    raise RingKVDeviceError(f"unknown device {device!r}; expected 'cpu', 'cuda', 'cuda:N' or a "
                            "torch.device of those")
 
 
-class _LayerHandle:
+class _LayerHandle(HandleOwner):
     """Owns an ``rkv_layer*`` (``owner`` None) or borrows one from a model
-    (``owner`` keeps the model alive)."""
+    (``owner`` keeps the model alive). Never copied or pickled: the
+    LayerRingCache over it copies its contents into a new layer."""
+
+    _copy_hint = ("it holds an rkv_layer* (an address in this process); copy or pickle the "
+                  "LayerRingCache instead")
 
     __slots__ = ("ptr", "owner")
 
@@ -133,11 +117,14 @@ class _LayerHandle:
             self.ptr = None
 
 
-class _CudaLayerHandle:
+class _CudaLayerHandle(HandleOwner):
     """Owns an ``rkv_cuda_layer*``. Freed (``rkv_cuda_layer_destroy``: it
     synchronizes the device, then frees) when the cache object and every view
     of its storage are gone; do not let that happen inside a CUDA graph
-    capture."""
+    capture. Never copied or pickled (see LayerRingCache's copies)."""
+
+    _copy_hint = ("it holds an rkv_cuda_layer* (an address in this process); copy the "
+                  "LayerRingCache instead")
 
     __slots__ = ("ptr", "device_index", "_destroy")
 
@@ -196,7 +183,7 @@ def _create_cuda_layer(g: _GeometryStruct, device: Any, index: int | None):
     return _CudaLayerHandle(ptr.value, index, clib.rkv_cuda_layer_destroy), clib, torch
 
 
-class LayerRingCache:
+class LayerRingCache(HandleOwner):
     """One attention layer's ring: ``ring_frames`` frame slots of history plus
     one scratch frame at the tail, times ``num_sessions`` resident sessions.
 
@@ -223,8 +210,15 @@ class LayerRingCache:
     ``total_slots`` (N = num_sessions * capacity), ``dtype_name``, ``dtype``
     (of ``kv``), ``device`` ("cpu" or "cuda:N"), ``kv`` ([2, 1, H, N, D]
     view), ``written`` ([N] bool view), ``memory_bytes``, ``frame_offsets``
-    ([T] int64). Errors at construction raise ValueError (bad geometry or
-    dtype).
+    ([T] int64). Errors at construction: ValueError for a bad geometry,
+    TypeError for a size that is not an integer, RingKVDtypeError (a
+    ValueError and a TypeError) for an unknown dtype, RingKVDeviceError (a
+    ValueError and a RuntimeError) for an unknown device (ringkv.errors).
+
+    ``copy.copy`` and ``copy.deepcopy`` give a new layer on the same device
+    with equal contents and its own storage; ``pickle`` stores a CPU layer
+    by value (a CUDA layer raises TypeError). See :meth:`_clone` and
+    :meth:`__reduce__`.
 
     **CUDA layers** (``device`` a CUDA device; needs ``libringkv_cuda.so``
     and torch with CUDA):
@@ -267,10 +261,10 @@ class LayerRingCache:
                  device: Any = "cpu", *, array_kind: str | None = None):
         kind, index = _parse_device(device)
         code = ar.parse_dtype(dtype)
-        g = _GeometryStruct(_int(num_sessions, "num_sessions"), _int(n_kv_heads, "n_kv_heads"),
-                            _int(ring_frames, "ring_frames"), _int(ring_buckets, "ring_buckets"),
-                            _int(d_head, "d_head"), _int(tokens_per_frame, "tokens_per_frame"),
-                            _int(pinned_dilation, "pinned_dilation"), code)
+        sizes = dict(num_sessions=num_sessions, n_kv_heads=n_kv_heads, ring_frames=ring_frames,
+                     ring_buckets=ring_buckets, d_head=d_head, tokens_per_frame=tokens_per_frame,
+                     pinned_dilation=pinned_dilation)
+        g = _GeometryStruct(*(as_int(v, k) for k, v in sizes.items()), code)
         if kind == "cuda":
             if array_kind not in (None, ar.TORCH):
                 raise RingKVValueError(f"array_kind {array_kind!r}: a CUDA layer's views are "
@@ -433,18 +427,86 @@ class LayerRingCache:
                 f"{g.pinned_dilation}, dtype={g.dtype!r}"
                 + (f", device={self.device!r})" if self._cuda is not None else ")"))
 
+    # ---- copies and pickles ------------------------------------------------
+    # What _init / _init_cuda set. A copy rebuilds these for its own handle;
+    # any other instance attribute (one the caller added) is copied as
+    # copy.copy / copy.deepcopy / pickle would copy it.
+    _OWN_ATTRS = frozenset({
+        "_h", "_cuda", "_torch", "_tdevice", "_views", "_code", "_g", "num_sessions",
+        "n_kv_heads", "ring_frames", "ring_buckets", "d_head", "tokens_per_frame",
+        "pinned_dilation", "dtype_name", "ring_len", "capacity", "total_slots", "device",
+        "array_kind"})
+
+    def __copy__(self) -> "LayerRingCache":
+        """A new, independent layer with equal contents (see :meth:`_clone`):
+        as the reference's tensors, never a second name for this storage."""
+        return self._clone(None)
+
+    def __deepcopy__(self, memo: dict) -> "LayerRingCache":
+        return self._clone(memo)
+
+    def _clone(self, memo: dict | None) -> "LayerRingCache":
+        """A new layer on the same device with its own C handle and views and
+        this one's geometry, array kind, K/V and written bits. A layer
+        borrowed from a Model copies into a standalone (owned) layer. A CUDA
+        layer: a new ``rkv_cuda_layer`` on the same GPU (it synchronizes, as
+        any construction), filled by device-to-device copies enqueued on the
+        current stream (after this layer's pending kernels); its pending
+        device errors (:meth:`check`) are not copied."""
+        cls = type(self)
+        new = cls.__new__(cls)
+        if memo is not None:
+            memo[id(self)] = new
+        if self._cuda is not None:
+            new._init_cuda(*_create_cuda_layer(self._g, self.device, self._h.device_index))
+            kind = ar.TORCH
+        else:
+            ptr = ctypes.c_void_p()
+            check(lib.rkv_layer_create(ctypes.byref(self._g), ctypes.byref(ptr)))
+            new._init(_LayerHandle(ptr.value), self.array_kind)
+            kind = ar.NUMPY
+        (src_kv, _, _, src_w), (dst_kv, _, _, dst_w) = self._views[kind], new._views[kind]
+        if self._cuda is not None:
+            with self._on_device():
+                dst_kv.copy_(src_kv)
+                dst_w.copy_(src_w)
+        else:
+            np.copyto(dst_kv, src_kv)
+            np.copyto(dst_w, src_w)
+        copy_extras(self, new, self._OWN_ATTRS, memo)
+        return new
+
+    def __reduce__(self) -> tuple:
+        """Pickles a CPU layer by value: geometry, array kind, K/V bytes
+        (little-endian) and written bits (one byte per slot), plus the
+        attributes the caller added; unpickling creates a new layer (owned,
+        also for a layer borrowed from a Model). A CUDA layer refuses
+        (RingKVTypeError): its storage is device memory."""
+        if self._cuda is not None:
+            raise RingKVTypeError(
+                f"cannot pickle a ringkv.LayerRingCache on {self.device}: its storage is device "
+                "memory held through an rkv_cuda_layer* of this process. copy.deepcopy works "
+                "(a new layer on the same GPU); for a byte stream pickle cache.kv.cpu() and "
+                "cache.written.cpu(), or keep the cache on a CPU layer")
+        np_kv, _, _, np_written = self._views[ar.NUMPY]
+        state = {"format": _LAYER_FORMAT, "version": _LAYER_VERSION,
+                 "geometry": tuple(self.geometry), "array_kind": self.array_kind,
+                 "kv": np_kv.astype(np_kv.dtype.newbyteorder("<"), copy=False).tobytes(),
+                 "written": np_written.view(np.uint8).tobytes()}
+        return (_layer_from_state, (type(self), state), extras(self, self._OWN_ATTRS))
+
     # ---- sessions ---------------------------------------------------------
     def session_span(self, session_idx: int) -> tuple[int, int]:
         """``[lo, hi)`` token slots owned by ``session_idx``; IndexError when it
         is not in ``[0, num_sessions)``."""
         if self._cuda is not None:  # host arithmetic, as the reference and rkv_layer_session_span
-            s = _session(session_idx)
+            s = as_session(session_idx)
             if not 0 <= s < self.num_sessions:
                 raise RingKVIndexError(f"session_idx {s} out of range for {self.num_sessions} "
                                        "sessions")
             return s * self.capacity, (s + 1) * self.capacity
         lo, hi = ctypes.c_int64(), ctypes.c_int64()
-        check(lib.rkv_layer_session_span(self._h.ptr, _session(session_idx), ctypes.byref(lo),
+        check(lib.rkv_layer_session_span(self._h.ptr, as_session(session_idx), ctypes.byref(lo),
                                          ctypes.byref(hi)))
         return lo.value, hi.value
 
@@ -454,11 +516,11 @@ class LayerRingCache:
         ``rkv_cuda_layer_reset`` enqueued on the current stream (capture-safe,
         no synchronization; ``session_idx`` is a host int)."""
         if self._cuda is not None:
-            s = _session(session_idx)
+            s = as_session(session_idx)
             with self._on_device():
                 check(self._cuda.rkv_cuda_layer_reset(self._h.ptr, s, self._stream()))
             return
-        check(lib.rkv_layer_reset(self._h.ptr, _session(session_idx)))
+        check(lib.rkv_layer_reset(self._h.ptr, as_session(session_idx)))
 
     def check(self) -> None:
         """Reports the device errors of a CUDA layer: ``rkv_cuda_layer_check``
@@ -502,11 +564,13 @@ class LayerRingCache:
         (``written AND slot of the session``, minus the ring frame about to be
         overwritten on a write step), or None without ``build_visibility``.
 
-        Raises RuntimeError where the reference's checks fail (frame_pos not a
-        [B] int64, token count != B*T, session_idx not matching, B != 1 with
-        build_visibility, kv shape or dtype not the storage's); IndexError for
-        a session out of range; ValueError for frame_pos < 0 or a session
-        twice in one batch. Nothing is written when it raises.
+        Raises RingKVArrayError (a RuntimeError, as the reference's
+        ``torch._check`` and ``index_copy_``, and a ValueError) for frame_pos
+        not a [B] int64, a token count != B*T, session_idx not matching, or a
+        kv shape or dtype not the storage's; RuntimeError for B != 1 with
+        build_visibility (the reference's); IndexError for a session out of
+        range; ValueError for frame_pos < 0 or a session twice in one batch.
+        Nothing is written when it raises.
 
         A CUDA layer: one ``rkv_cuda_layer_upsert`` kernel on
         ``torch.cuda.current_stream(device)``, not synchronized; ``k``, ``v``
@@ -538,9 +602,9 @@ class LayerRingCache:
     # messages (torch._check in seed_ring_cache.py), shared by both backends.
     def _check_tokens(self, shape: tuple, B: int) -> None:
         if len(shape) not in (4, 5):
-            raise RingKVRuntimeError(f"kv must be [2, 1, H, B*T, D]; got shape {shape}")
+            raise RingKVArrayError(f"kv must be [2, 1, H, B*T, D]; got shape {shape}")
         if shape[-2] != B * self.tokens_per_frame:
-            raise RingKVRuntimeError("ring cache expects exactly one frame per session; got "
+            raise RingKVArrayError("ring cache expects exactly one frame per session; got "
                                      f"{shape[-2]} tokens for B={B}")
 
     def _session_vector(self, session_idx: Any, fp_shape: tuple, device: Any) -> Any:
@@ -551,10 +615,10 @@ class LayerRingCache:
                 si, _ = ar.int64_vector(session_idx, "session_idx", "{got}")
             else:
                 si, _ = ar.cuda_int64_vector(session_idx, "session_idx", "{got}", device)
-        except RingKVRuntimeError:  # not RingKVDeviceError: a device mismatch says so
+        except RingKVArrayError:  # not RingKVDeviceError: a device mismatch says so
             si = None
         if si is None or tuple(si.shape) != tuple(fp_shape):
-            raise RingKVRuntimeError(f"session_idx must be a {list(fp_shape)} int64 tensor "
+            raise RingKVArrayError(f"session_idx must be a {list(fp_shape)} int64 tensor "
                                      f"matching frame_pos; got {si_desc}")
         return si
 
@@ -565,10 +629,9 @@ class LayerRingCache:
             raise RingKVRuntimeError("ring cache's fallback visibility row only supports B == 1; "
                                      "the engine path passes build_visibility=False.")
         expect = (2, 1, self.n_kv_heads, B * T, self.d_head)
-        # RuntimeError, as the reference's torch._check (Model.upsert: ValueError)
         msg = ar.kv_mismatch(shape, buf.code, buf.keep, expect, self._code)
-        if msg:
-            raise RingKVRuntimeError(msg)
+        if msg:  # a RuntimeError as the reference's index_copy_, and a ValueError
+            raise RingKVArrayError(msg)
 
     def _upsert_cuda(self, kv: Any, frame_pos: Any, commit: bool, session_idx: Any,
                      build_visibility: bool) -> tuple[Any, Any, Any]:
@@ -601,8 +664,8 @@ class LayerRingCache:
         self._cuda_only_host("visible_frames")
         frames = (ctypes.c_int64 * (self.ring_frames + 1))()
         count = ctypes.c_int64()
-        check(lib.rkv_layer_visible_frames(self._h.ptr, _session(session_idx),
-                                           _int(frame_pos, "frame_pos"), frames,
+        check(lib.rkv_layer_visible_frames(self._h.ptr, as_session(session_idx),
+                                           as_int(frame_pos, "frame_pos"), frames,
                                            ctypes.byref(count)))
         return list(frames[:count.value])
 
@@ -613,7 +676,7 @@ class LayerRingCache:
         frames = self.visible_frames(session_idx, frame_pos)
         arr = (ctypes.c_int64 * max(1, len(frames)))(*frames)
         row = np.empty(self.total_slots, dtype=np.bool_)
-        check(lib.rkv_visible_row_from_frames(ctypes.byref(self._g), _session(session_idx), arr,
+        check(lib.rkv_visible_row_from_frames(ctypes.byref(self._g), as_session(session_idx), arr,
                                               len(frames), row.ctypes.data))
         return ar.as_kind(row, self.array_kind)
 
@@ -625,8 +688,8 @@ class LayerRingCache:
         qb, kb = self.tokens_per_frame // 128, self.total_slots // 128
         num = np.empty(qb, dtype=np.int32)
         idx = np.empty((qb, kb), dtype=np.int32)
-        check(lib.rkv_layer_block_mask(self._h.ptr, _session(session_idx),
-                                       _int(frame_pos, "frame_pos"), num.ctypes.data,
+        check(lib.rkv_layer_block_mask(self._h.ptr, as_session(session_idx),
+                                       as_int(frame_pos, "frame_pos"), num.ctypes.data,
                                        idx.ctypes.data))
         return ar.as_kind(num, self.array_kind), ar.as_kind(idx, self.array_kind)
 
@@ -658,22 +721,60 @@ class LayerRingCache:
                 return attend_cuda_layer(self._cuda, self._h.ptr, self._tdevice, self._stream(),
                                          self.d_head, self.total_slots, q, session_idx,
                                          frame_pos, visible=visible, scale=scale, out=out,
-                                         out_dtype=out_dtype)
+                                         out_dtype=out_dtype, kv_heads=self.n_kv_heads)
         return attend_layer(self._h.ptr, self.d_head, self.total_slots, q, session_idx,
                             frame_pos, visible=visible, scale=scale, out=out,
-                            out_dtype=out_dtype, pool=pool, reference=reference)
+                            out_dtype=out_dtype, pool=pool, reference=reference,
+                            kv_heads=self.n_kv_heads)
 
 
 _FRAME_POS_MSG = "frame_pos must be a [B] int64 tensor; got {got}"
+
+
+_LAYER_FORMAT, _LAYER_VERSION = "ringkv.LayerRingCache", 1
+
+
+def _layer_from_state(cls: type, state: Any) -> LayerRingCache:
+    """Unpickles a CPU layer (see ``LayerRingCache.__reduce__``): a new layer
+    of the pickled geometry, filled with the pickled K/V and written bits.
+    RingKVValueError for a state of another format or version, or whose
+    sizes do not match its geometry; nothing is kept then."""
+    check_state(state, _LAYER_FORMAT, _LAYER_VERSION)
+    try:
+        geometry = LayerGeometry(*state["geometry"])
+        kv_bytes, written_bytes = bytes(state["kv"]), bytes(state["written"])
+        array_kind = state["array_kind"]
+    except (KeyError, TypeError) as exc:
+        raise malformed_state(_LAYER_FORMAT, f"{type(exc).__name__}: {exc}") from None
+    g = geometry._struct()
+    ptr = ctypes.c_void_p()
+    check(lib.rkv_layer_create(ctypes.byref(g), ctypes.byref(ptr)))
+    self = cls.__new__(cls)
+    self._init(_LayerHandle(ptr.value), array_kind)
+    np_kv, _, _, np_written = self._views[ar.NUMPY]
+    if len(kv_bytes) != np_kv.nbytes or len(written_bytes) != np_written.nbytes:
+        raise malformed_state(_LAYER_FORMAT, f"{len(kv_bytes)} K/V bytes and {len(written_bytes)} "
+                              f"written bits; the geometry {tuple(geometry)} has {np_kv.nbytes} "
+                              f"and {np_written.nbytes}")
+    written = np.frombuffer(written_bytes, dtype=np.uint8)
+    if written.max(initial=0) > 1:
+        raise malformed_state(_LAYER_FORMAT, "a written bit that is neither 0 nor 1")
+    np.copyto(np_kv, np.frombuffer(kv_bytes, dtype=np_kv.dtype.newbyteorder("<"))
+              .reshape(np_kv.shape))
+    np.copyto(np_written.view(np.uint8), written)
+    return self
 
 
 def visible_frames_from_clock(geometry: LayerGeometry, frame_pos: int) -> list[int]:
     """The clock-only rule (SEMANTICS 4) for a session that committed frames
     ``0 .. frame_pos-1`` in order: visible ring frame slots ascending, then
     ``ring_frames`` (the scratch)."""
+    if not isinstance(geometry, LayerGeometry):
+        raise RingKVTypeError(f"geometry must be a ringkv.LayerGeometry (e.g. cache.geometry); "
+                              f"got {geometry!r}")
     g = geometry._struct()
     frames = (ctypes.c_int64 * (geometry.ring_frames + 1))()
     count = ctypes.c_int64()
-    check(lib.rkv_visible_frames_from_clock(ctypes.byref(g), _int(frame_pos, "frame_pos"),
+    check(lib.rkv_visible_frames_from_clock(ctypes.byref(g), as_int(frame_pos, "frame_pos"),
                                             frames, ctypes.byref(count)))
     return list(frames[:count.value])

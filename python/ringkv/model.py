@@ -26,8 +26,11 @@ from ._lib import Geometry as _GeometryStruct
 from ._lib import SnapshotInfo as _SnapshotInfoStruct
 from ._lib import require
 from .attention import attend_model
-from .errors import RingKVValueError, check
-from .layer import LayerGeometry, LayerRingCache, _int, _session
+from ._args import as_bytes, as_int, as_path, as_request_id, as_session
+from ._handle import HandleOwner, check_state, copy_extras, extras, malformed_state
+from .errors import (RingKVArrayError, RingKVIndexError, RingKVRuntimeError, RingKVTypeError,
+                     RingKVValueError, check, error_for)
+from .layer import LayerGeometry, LayerRingCache
 
 __all__ = ["LayerSpec", "ModelConfig", "Model", "SnapshotInfo", "preset", "preset_names",
            "inspect_snapshot"]
@@ -56,6 +59,10 @@ class ModelConfig:
     dtype: str = "f32"
 
     def _struct(self) -> ModelConfigStruct:
+        if not isinstance(self.name, str):
+            raise RingKVTypeError(f"ModelConfig.name must be a str; got {self.name!r}")
+        if not all(isinstance(spec, LayerSpec) for spec in self.layers):
+            raise RingKVTypeError("ModelConfig.layers must be a list of ringkv.LayerSpec")
         if not 1 <= len(self.layers) <= RKV_MAX_LAYERS:
             raise RingKVValueError(f"a model has 1..{RKV_MAX_LAYERS} layers; got "
                                    f"{len(self.layers)}")
@@ -66,14 +73,14 @@ class ModelConfig:
         c.name = name
         c.n_layers = len(self.layers)
         for i, spec in enumerate(self.layers):
-            c.layers[i] = _LayerSpecStruct(_int(spec.ring_frames, "ring_frames"),
-                                           _int(spec.ring_buckets, "ring_buckets"),
-                                           _int(spec.pinned_dilation, "pinned_dilation"))
-        c.num_sessions = _int(self.num_sessions, "num_sessions")
-        c.n_q_heads = _int(self.n_q_heads, "n_q_heads")
-        c.n_kv_heads = _int(self.n_kv_heads, "n_kv_heads")
-        c.d_head = _int(self.d_head, "d_head")
-        c.tokens_per_frame = _int(self.tokens_per_frame, "tokens_per_frame")
+            c.layers[i] = _LayerSpecStruct(as_int(spec.ring_frames, "ring_frames"),
+                                           as_int(spec.ring_buckets, "ring_buckets"),
+                                           as_int(spec.pinned_dilation, "pinned_dilation"))
+        c.num_sessions = as_int(self.num_sessions, "num_sessions")
+        c.n_q_heads = as_int(self.n_q_heads, "n_q_heads")
+        c.n_kv_heads = as_int(self.n_kv_heads, "n_kv_heads")
+        c.d_head = as_int(self.d_head, "d_head")
+        c.tokens_per_frame = as_int(self.tokens_per_frame, "tokens_per_frame")
         c.dtype = ar.parse_dtype(self.dtype)
         return c
 
@@ -94,7 +101,7 @@ class ModelConfig:
         """Geometry of layer ``layer`` (S, H, D, T, dtype from the config)."""
         g = _GeometryStruct()
         check(lib.rkv_model_config_layer_geometry(ctypes.byref(self._struct()),
-                                                  _int(layer, "layer"), ctypes.byref(g)))
+                                                  as_int(layer, "layer"), ctypes.byref(g)))
         return LayerGeometry(g.num_sessions, g.n_kv_heads, g.ring_frames, g.ring_buckets,
                              g.d_head, g.tokens_per_frame, g.pinned_dilation,
                              ar.DTYPE_NAMES[g.dtype])
@@ -120,6 +127,8 @@ def preset_names() -> list[str]:
 def preset(name: str, full_global_ring: bool = False, *, num_sessions: int = 1) -> ModelConfig:
     """The named preset's config (SEMANTICS 7); ``full_global_ring`` allocates
     the original RF 128 for global layers. KeyError for an unknown name."""
+    if not isinstance(name, str):
+        raise RingKVTypeError(f"preset name must be a str; got {name!r}")
     c = ModelConfigStruct()
     check(lib.rkv_model_preset(name.encode(), 1 if full_global_ring else 0, ctypes.byref(c)))
     cfg = ModelConfig._from_struct(c)
@@ -127,8 +136,13 @@ def preset(name: str, full_global_ring: bool = False, *, num_sessions: int = 1) 
     return cfg
 
 
-class _ModelHandle:
+class _ModelHandle(HandleOwner):
+    """Owns an ``rkv_model*``; the model's borrowed layers keep it alive.
+    Never copied or pickled: the Model over it copies by value."""
+
     __slots__ = ("ptr",)
+    _copy_hint = ("it holds an rkv_model* (an address in this process); copy or pickle the "
+                  "Model instead")
 
     def __init__(self, ptr: int):
         self.ptr = ptr
@@ -139,23 +153,24 @@ class _ModelHandle:
             self.ptr = None
 
 
-def _request_id(request_id: str | bytes) -> bytes:
-    raw = request_id.encode() if isinstance(request_id, str) else bytes(request_id)
-    if b"\0" in raw:
-        raise RingKVValueError("request_id must not contain NUL bytes")
-    return raw
-
-
-class Model:
+class Model(HandleOwner):
     """Every layer's ring of a model, with sessions and clocks (SEMANTICS 6).
 
     ``Model(config)`` or ``Model.from_preset("waypoint-1.5-720p",
     num_sessions=4)``. ``array_kind`` ("numpy" or "torch") chooses the kind of
     the layers' ``kv``/``written`` views; ``upsert`` returns views of the kind
     of its ``kv`` input.
+
+    ``copy.copy``, ``copy.deepcopy`` and ``pickle`` give a new model with
+    equal contents (config, claim table, each held session's K/V, written
+    bits and clock) through each held session's portable snapshot image;
+    see :meth:`_state` and :func:`_model_from_state`. Not while a session is
+    inside a frame (RuntimeError).
     """
 
     def __init__(self, config: ModelConfig, *, array_kind: str = ar.NUMPY):
+        if not isinstance(config, ModelConfig):
+            raise RingKVTypeError(f"config must be a ringkv.ModelConfig; got {config!r}")
         ptr = ctypes.c_void_p()
         check(lib.rkv_model_create(ctypes.byref(config._struct()), ctypes.byref(ptr)))
         self._h = _ModelHandle(ptr.value)
@@ -187,65 +202,136 @@ class Model:
     def layer(self, i: int) -> LayerRingCache:
         """Layer ``i``'s ring (owned by the model). Mutating it directly
         (its ``upsert``/``reset``) bypasses the model's clock checks."""
+        i = as_int(i, "layer")
         if not 0 <= i < self.n_layers:
-            raise IndexError(f"layer {i} out of range; expected 0..{self.n_layers - 1}")
+            raise RingKVIndexError(f"layer {i} out of range; expected 0..{self.n_layers - 1}")
         return self._layers[i]
+
+    # ---- copies and pickles ------------------------------------------------
+    # What __init__ sets; a copy rebuilds these, and copies any other instance
+    # attribute (one the caller added) as copy.copy / deepcopy / pickle would.
+    _OWN_ATTRS = frozenset({"_h", "config", "array_kind", "_layers"})
+
+    def __copy__(self) -> "Model":
+        """A new, independent model with equal contents (see :meth:`_state`)."""
+        return self._clone(None)
+
+    def __deepcopy__(self, memo: dict) -> "Model":
+        return self._clone(memo)
+
+    def _clone(self, memo: dict | None) -> "Model":
+        new = _model_from_state(type(self), self._state("copy"))
+        if memo is not None:
+            memo[id(self)] = new
+        copy_extras(self, new, self._OWN_ATTRS, memo)
+        return new
+
+    def __reduce__(self) -> tuple:
+        """Pickles by value (see :meth:`_state`): no address, only the config,
+        the claim table and each held session's portable snapshot image."""
+        return (_model_from_state, (type(self), self._state("pickle")),
+                extras(self, self._OWN_ATTRS))
+
+    def _state(self, action: str) -> dict:
+        """The model by value, for copies and pickles: the config, the array
+        kind, and for each held session its index, request id and snapshot
+        image (:meth:`save_session_bytes`: every layer's K/V span and written
+        bits, and the clock; portable across processes and machines).
+        Sessions not held are empty (a release zeroes them) and are not
+        stored. RingKVRuntimeError, naming the session, when a session is
+        inside a frame (the images are taken between frames only)."""
+        sessions = []
+        last = ctypes.c_int64()
+        for s in range(self.num_sessions):
+            status = lib.rkv_model_clock(self._h.ptr, s, ctypes.byref(last))
+            if status == _RKV_ERR_STATE:  # not claimed
+                continue
+            check(status)
+            try:
+                image = bytes(self.save_session_bytes(s))
+            except RingKVRuntimeError as exc:
+                if exc.status != _RKV_ERR_STATE:
+                    raise
+                raise RingKVRuntimeError(
+                    f"cannot {action} a ringkv.Model while session {s} is inside a frame ({exc}); "
+                    f"{action} it between frames, after the commit pass of every layer",
+                    exc.status) from None
+            info = _SnapshotInfoStruct()
+            check(lib.rkv_snapshot_inspect_mem(image, len(image), ctypes.byref(info)))
+            sessions.append((s, info.request_id, image))  # c_char array: the raw id bytes
+        config = ModelConfig._from_struct(lib.rkv_model_get_config(self._h.ptr).contents)
+        return {"format": _MODEL_FORMAT, "version": _MODEL_VERSION,
+                "config": {"name": config.name, "num_sessions": config.num_sessions,
+                           "n_q_heads": config.n_q_heads, "n_kv_heads": config.n_kv_heads,
+                           "d_head": config.d_head, "tokens_per_frame": config.tokens_per_frame,
+                           "dtype": config.dtype,
+                           "layers": [(spec.ring_frames, spec.ring_buckets, spec.pinned_dilation)
+                                      for spec in config.layers]},
+                "array_kind": self.array_kind, "sessions": sessions}
 
     # ---- sessions ---------------------------------------------------------
     def claim(self, request_id: str) -> int:
         """A free session for ``request_id`` (the same one if it already holds
         one). RuntimeError when every session is held (no eviction)."""
         s = ctypes.c_int64()
-        check(lib.rkv_model_claim(self._h.ptr, _request_id(request_id), ctypes.byref(s)))
+        check(lib.rkv_model_claim(self._h.ptr, as_request_id(request_id), ctypes.byref(s)))
         return s.value
 
     def lookup(self, request_id: str) -> int:
         """The session held by ``request_id``; KeyError when none."""
         s = ctypes.c_int64()
-        check(lib.rkv_model_lookup(self._h.ptr, _request_id(request_id), ctypes.byref(s)))
+        check(lib.rkv_model_lookup(self._h.ptr, as_request_id(request_id), ctypes.byref(s)))
         return s.value
 
     def release(self, session: int) -> None:
         """Zeroes a held session in every layer, drops its clock, frees it."""
-        check(lib.rkv_model_release(self._h.ptr, _session(session)))
+        check(lib.rkv_model_release(self._h.ptr, as_session(session)))
 
     def reset(self, session: int) -> None:
         """Zeroes a held session in every layer and drops its clock: the next
         frame may start anywhere. The session stays claimed."""
-        check(lib.rkv_model_reset(self._h.ptr, _session(session)))
+        check(lib.rkv_model_reset(self._h.ptr, as_session(session)))
 
     def clock(self, session: int) -> int | None:
         """Last committed frame of a held session, None when it has no clock."""
         f = ctypes.c_int64()
-        check(lib.rkv_model_clock(self._h.ptr, _session(session), ctypes.byref(f)))
+        check(lib.rkv_model_clock(self._h.ptr, as_session(session), ctypes.byref(f)))
         return None if f.value < 0 else f.value
 
     # ---- frames -----------------------------------------------------------
     def begin_frame(self, session_idx: Any, frame_pos: Any) -> None:
         """Declares the next frame of B held sessions ([B] int64 each). Each
         clock must be last committed + 1 (any clock after a claim, reset or
-        restore without clock). RuntimeError (RKV_ERR_CLOCK / _STATE) otherwise;
+        restore without clock). RuntimeError (RKV_ERR_CLOCK / _STATE) otherwise,
+        ValueError for a clock < 0 (as every call that takes clocks);
         nothing changes then."""
         si, _ = ar.int64_vector(session_idx, "session_idx", "session_idx must be a [B] int64 "
-                                "array; got {got}", error=RingKVValueError)
+                                "array; got {got}")
         fp, _ = ar.int64_vector(frame_pos, "frame_pos", "frame_pos must be a [B] int64 array; "
-                                "got {got}", error=RingKVValueError)
+                                "got {got}")
         if si.shape != fp.shape:
-            raise RingKVValueError(f"session_idx has {si.shape[0]} rows; frame_pos has "
+            raise RingKVArrayError(f"session_idx has {si.shape[0]} rows; frame_pos has "
                                    f"{fp.shape[0]}")
-        check(lib.rkv_model_begin_frame(self._h.ptr, si.shape[0], si.ctypes.data,
-                                        fp.ctypes.data))
+        status = lib.rkv_model_begin_frame(self._h.ptr, si.shape[0], si.ctypes.data,
+                                           fp.ctypes.data)
+        if status == _RKV_ERR_CLOCK and (fp < 0).any():
+            # A negative clock is the mistake every other call reports as
+            # ValueError (rkv_layer_upsert: RKV_ERR_INVALID_ARG); the model's
+            # RKV_ERR_CLOCK also covers the clock rule (RuntimeError).
+            err = error_for(status)
+            raise RingKVValueError(str(err), status)
+        check(status)
 
     def _kv_input(self, layer: int, session_idx: Any, kv: Any):
-        lay = self.layer(_int(layer, "layer"))
+        lay = self.layer(as_int(layer, "layer"))
         si, _ = ar.int64_vector(session_idx, "session_idx", "session_idx must be a [B] int64 "
-                                "array; got {got}", error=RingKVValueError)
+                                "array; got {got}")
         B, T = si.shape[0], lay.tokens_per_frame
         buf = ar.CBuffer(kv, "kv")
         expect = (2, 1, lay.n_kv_heads, B * T, lay.d_head)
         msg = ar.kv_mismatch(buf.shape, buf.code, buf.keep, expect, lay._code)
         if msg:
-            raise RingKVValueError(msg)
+            raise RingKVArrayError(msg)
         return lay, si, buf
 
     def upsert(self, layer: int, session_idx: Any, kv: Any, commit: bool) -> tuple[Any, Any]:
@@ -254,6 +340,7 @@ class Model:
         in the model's dtype. Returns ``(k, v)`` ``[1, H, N, D]`` views of the
         layer's storage, of the same kind as ``kv``. When every layer has
         committed, the frame ends and the clock advances."""
+        layer = as_int(layer, "layer")
         lay, si, buf = self._kv_input(layer, session_idx, kv)
         check(lib.rkv_model_upsert(self._h.ptr, layer, si.shape[0], si.ctypes.data, buf.ptr,
                                    lay._code, 1 if commit else 0))
@@ -266,9 +353,11 @@ class Model:
         (bits-and-clock rule). ``q`` ``[B, Hq, Tq, D]``; returns ``out`` of the
         same shape and kind (dtype ``out_dtype`` or ``q``'s). ``pool``: a
         :class:`ringkv.ThreadPool` (default: the library's)."""
-        lay = self.layer(_int(layer, "layer"))
+        layer = as_int(layer, "layer")
+        lay = self.layer(layer)
         return attend_model(self._h.ptr, layer, lay.d_head, lay.total_slots, q, session_idx,
-                            scale=scale, out=out, out_dtype=out_dtype, pool=pool)
+                            scale=scale, out=out, out_dtype=out_dtype, pool=pool,
+                            q_heads=self.config.n_q_heads)
 
     def step(self, layer: int, session_idx: Any, kv: Any, commit: bool, q: Any, *,
              scale: float | None = None, out: Any = None, out_dtype: Any = None,
@@ -277,10 +366,12 @@ class Model:
         :meth:`attend` for the same rows in one library call
         (``rkv_model_step``; everything is checked before anything is
         written). Returns ``out``."""
+        layer = as_int(layer, "layer")
         lay, si, buf = self._kv_input(layer, session_idx, kv)
         return attend_model(self._h.ptr, layer, lay.d_head, lay.total_slots, q, si, scale=scale,
                             out=out, out_dtype=out_dtype, pool=pool,
-                            step_kv=(buf.ptr, lay._code), commit=commit)
+                            step_kv=(buf.ptr, lay._code), commit=commit,
+                            q_heads=self.config.n_q_heads)
 
     # ---- snapshots --------------------------------------------------------
     @property
@@ -293,45 +384,45 @@ class Model:
         geometry and the clock (not inside a frame: RuntimeError)."""
         buf = bytearray(self.snapshot_bytes)
         cbuf = (ctypes.c_char * len(buf)).from_buffer(buf)
-        check(lib.rkv_model_snapshot(self._h.ptr, _session(session), cbuf, len(buf)))
+        check(lib.rkv_model_snapshot(self._h.ptr, as_session(session), cbuf, len(buf)))
         return buf
 
     def restore(self, session: int, snapshot: Any) -> None:
         """Restores a snapshot into a held session (bit-exact, clock included:
         the next frame must be the saved clock + 1). ValueError
         (RKV_ERR_FORMAT) for a buffer of another geometry; nothing changes then."""
-        data = memoryview(snapshot).cast("B")
+        data = as_bytes(snapshot, "snapshot")
         if data.readonly:
             data = memoryview(bytearray(data))
         cbuf = (ctypes.c_char * len(data)).from_buffer(data)
-        check(lib.rkv_model_restore(self._h.ptr, _session(session), cbuf, len(data)))
+        check(lib.rkv_model_restore(self._h.ptr, as_session(session), cbuf, len(data)))
 
     def fork(self, src_session: int, dst_session: int) -> None:
         """Copies held session ``src_session``'s whole state (every layer and
         its clock) into held session ``dst_session``, bit-exact; both between
         frames. ValueError when src == dst."""
         require("rkv_model_fork")
-        check(lib.rkv_model_fork(self._h.ptr, _session(src_session), _session(dst_session)))
+        check(lib.rkv_model_fork(self._h.ptr, as_session(src_session), as_session(dst_session)))
 
     # ---- snapshot files (safetensors layout, docs/snapshot-format.md) ---
     def save_session(self, session: int, path: str | bytes) -> None:
         """Saves a held session (between frames) to the file ``path``,
         atomically; OSError on input/output failure."""
         require("rkv_model_save_session")
-        check(lib.rkv_model_save_session(self._h.ptr, _session(session), _path(path)))
+        check(lib.rkv_model_save_session(self._h.ptr, as_session(session), as_path(path)))
 
     def load_session(self, session: int, path: str | bytes) -> None:
         """Loads a snapshot file into a held session: bit-exact, saved clock
         installed. ValueError (RKV_ERR_FORMAT) for a truncated, corrupted or
         foreign file or another geometry; nothing changes then."""
         require("rkv_model_load_session")
-        check(lib.rkv_model_load_session(self._h.ptr, _session(session), _path(path)))
+        check(lib.rkv_model_load_session(self._h.ptr, as_session(session), as_path(path)))
 
     def save_session_bytes(self, session: int) -> bytearray:
         """The snapshot file's image in memory."""
         require("rkv_model_save_session_mem")
         size = ctypes.c_size_t()
-        s = _session(session)
+        s = as_session(session)
         check(lib.rkv_model_save_session_mem(self._h.ptr, s, None, 0, ctypes.byref(size)))
         buf = bytearray(size.value)
         cbuf = (ctypes.c_char * len(buf)).from_buffer(buf)
@@ -341,12 +432,51 @@ class Model:
     def load_session_bytes(self, session: int, image: Any) -> None:
         """:meth:`load_session` from an image in memory (bytes-like)."""
         require("rkv_model_load_session_mem")
-        data = bytes(memoryview(image).cast("B"))
-        check(lib.rkv_model_load_session_mem(self._h.ptr, _session(session), data, len(data)))
+        data = bytes(as_bytes(image, "image"))
+        check(lib.rkv_model_load_session_mem(self._h.ptr, as_session(session), data, len(data)))
 
 
-def _path(path: Any) -> bytes:
-    return os.fsencode(path)
+_RKV_ERR_CLOCK, _RKV_ERR_STATE = -7, -10
+_MODEL_FORMAT, _MODEL_VERSION = "ringkv.Model", 1
+
+
+def _model_from_state(cls: type, state: Any) -> "Model":
+    """A new model from :meth:`Model._state`: the same config and array kind,
+    each held session claimed at its own index for its request id and loaded
+    from its image (``load_session_bytes``: validated, bit-exact, clock
+    installed). Every session is then between frames with no frame begun:
+    its next call is ``begin_frame(clock + 1)`` (``attend`` before that raises
+    RingKVRuntimeError, as after ``load_session``). RingKVValueError for a
+    state of another format or version, or an image the library refuses."""
+    check_state(state, _MODEL_FORMAT, _MODEL_VERSION)
+    try:
+        c = dict(state["config"])
+        c["layers"] = [LayerSpec(*spec) for spec in c["layers"]]
+        config = ModelConfig(**c)
+        held = {int(s): (bytes(rid), image) for s, rid, image in state["sessions"]}
+        array_kind = state["array_kind"]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise malformed_state(_MODEL_FORMAT, f"{type(exc).__name__}: {exc}") from None
+    self = cls.__new__(cls)
+    Model.__init__(self, config, array_kind=array_kind)
+    # rkv_model_claim gives the lowest free session: claim every index up to
+    # the highest held one in order (a placeholder id for a gap, released
+    # after), so that each session keeps its index. Verified, not assumed.
+    gap_id = "ringkv-copy-gap-" + os.urandom(8).hex()
+    gaps = []
+    for s in range(max(held) + 1 if held else 0):
+        rid = held[s][0] if s in held else f"{gap_id}-{s}".encode()
+        got = self.claim(rid)
+        if got != s:
+            raise RingKVRuntimeError(f"rebuilding a ringkv.Model: claiming request {rid!r} gave "
+                                     f"session {got}, expected {s}")
+        if s not in held:
+            gaps.append(s)
+    for s in gaps:
+        self.release(s)
+    for s, (_, image) in sorted(held.items()):
+        self.load_session_bytes(s, image)
+    return self
 
 
 @dataclass
@@ -371,10 +501,10 @@ def inspect_snapshot(source: Any) -> SnapshotInfo:
     info = _SnapshotInfoStruct()
     if isinstance(source, (str, os.PathLike)):
         require("rkv_snapshot_inspect")
-        check(lib.rkv_snapshot_inspect(_path(source), ctypes.byref(info)))
+        check(lib.rkv_snapshot_inspect(as_path(source), ctypes.byref(info)))
     else:
         require("rkv_snapshot_inspect_mem")
-        data = bytes(memoryview(source).cast("B"))
+        data = bytes(as_bytes(source, "source"))
         check(lib.rkv_snapshot_inspect_mem(data, len(data), ctypes.byref(info)))
     return SnapshotInfo(int(info.format_version), info.ringkv_version.decode(),
                         info.request_id.decode("utf-8", "replace"), int(info.source_session),

@@ -6,23 +6,35 @@ from __future__ import annotations
 
 import ctypes
 
+from ._args import as_int
+from ._handle import HandleOwner
 from ._lib import lib, require
-from .errors import check
+from .errors import RingKVValueError, check
 
 __all__ = ["ThreadPool", "attention_isa"]
 
 
-class ThreadPool:
+class ThreadPool(HandleOwner):
     """``ThreadPool(n_threads=0)``: ``n_threads`` threads including the
     caller's; 0 means the machine's online cores. Pass it as ``pool=`` to
     ``attend``. One pool serves one call at a time (calls are serialized).
-    ValueError for n_threads < 0 or > 1024."""
+    ValueError for n_threads < 0 or > 1024, TypeError for a non-integer.
+
+    A pool cannot be copied or pickled (TypeError, as a ``threading.Lock``):
+    it owns threads of this process. Create another ``ThreadPool(n)`` where
+    one is needed."""
+
+    _copy_hint = ("it owns threads of this process (an rkv_threadpool*); create another "
+                  "ringkv.ThreadPool(n_threads) where one is needed")
 
     def __init__(self, n_threads: int = 0):
         self._ptr = None
         require("rkv_threadpool_create")
+        n = as_int(n_threads, "n_threads")
+        if not 0 <= n <= 1024:  # checked here too: ctypes would truncate to a C int
+            raise RingKVValueError(f"n_threads = {n}; expected 0 (the machine's cores) to 1024")
         ptr = ctypes.c_void_p()
-        check(lib.rkv_threadpool_create(int(n_threads), ctypes.byref(ptr)))
+        check(lib.rkv_threadpool_create(n, ctypes.byref(ptr)))
         self._ptr = ptr.value
 
     @property

@@ -18,8 +18,11 @@
 """
 from __future__ import annotations
 
+import importlib.util
 import os
+import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -49,6 +52,17 @@ def _cuda_skip_reason() -> str | None:
     return None
 
 
+def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
+    """``code`` in a fresh interpreter (a second process: nothing of this one
+    is loaded or shared), importing this checkout's ringkv and, as
+    ``import copy_workload``, this folder's modules; ``env`` is added to the
+    environment (which carries RINGKV_LIBRARY)."""
+    path = os.pathsep.join([str(PYTHON_DIR), str(Path(__file__).resolve().parent)])
+    full = dict(os.environ, PYTHONPATH=path, **env)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full,
+                          capture_output=True, text=True, timeout=300)
+
+
 CUDA_SKIP_REASON = _cuda_skip_reason()
 requires_cuda = pytest.mark.skipif(CUDA_SKIP_REASON is not None,
                                    reason=f"needs a CUDA device: {CUDA_SKIP_REASON}")
@@ -71,3 +85,17 @@ def golden_dir() -> Path:
     if not GOLDEN.is_dir():
         pytest.fail(f"no golden data at {GOLDEN}: set RKV_SHARED_DIR to the shared/ folder")
     return GOLDEN
+
+
+@pytest.fixture(scope="session")
+def reference():
+    """The reference module (shared/spec/seed_ring_cache.py), which needs
+    torch >= 2.5 (skipped without it)."""
+    torch_or_skip((2, 5))
+    path = SPEC / "seed_ring_cache.py"
+    if not path.exists():
+        pytest.fail(f"no reference at {path}: set RKV_SHARED_DIR to the shared/ folder")
+    spec = importlib.util.spec_from_file_location("seed_ring_cache", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

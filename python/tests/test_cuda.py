@@ -20,14 +20,11 @@ import ctypes
 import gc
 import os
 import re
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
 
-from conftest import PYTHON_DIR, requires_cuda, torch_or_skip
+from conftest import requires_cuda, run_python, torch_or_skip
 
 import ringkv
 from ringkv import _arrays as ar
@@ -48,17 +45,10 @@ def _cuda_library_or_skip():
         pytest.skip(f"libringkv_cuda.so not built: {exc}")
 
 
-def _run(code: str, **env) -> subprocess.CompletedProcess:
-    """``code`` in a fresh interpreter (nothing loaded yet), with ``env`` added."""
-    full = dict(os.environ, PYTHONPATH=str(PYTHON_DIR), **env)
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full,
-                          capture_output=True, text=True, timeout=120)
-
-
 # ---- without a GPU --------------------------------------------------------------
 
 def test_import_and_cpu_layers_do_not_load_the_cuda_library():
-    r = _run("""
+    r = run_python("""
         import ringkv
         from ringkv import _lib
         c = ringkv.LayerRingCache(1, 1, 4, 4, 8, 128, 1, "f32", "cpu")
@@ -71,7 +61,7 @@ def test_import_and_cpu_layers_do_not_load_the_cuda_library():
 
 
 def test_missing_cuda_library_is_a_clear_runtime_error():
-    r = _run("""
+    r = run_python("""
         import ringkv
         for device in ("cuda", "cuda:0"):
             try:

@@ -12,13 +12,12 @@ error word is checked after every operation (LayerRingCache.check()).
 """
 from __future__ import annotations
 
-import importlib.util
 import random
 
 import numpy as np
 import pytest
 
-from conftest import SPEC, requires_cuda, torch_or_skip
+from conftest import requires_cuda, torch_or_skip
 
 import ringkv
 
@@ -34,17 +33,6 @@ BACKENDS = [pytest.param("cpu", "torch", id="cpu-torch"),
 @pytest.fixture(scope="module")
 def torch():
     return torch_or_skip((2, 5))
-
-
-@pytest.fixture(scope="module")
-def reference(torch):
-    path = SPEC / "seed_ring_cache.py"
-    if not path.exists():
-        pytest.fail(f"no reference at {path}: set RKV_SHARED_DIR to the shared/ folder")
-    spec = importlib.util.spec_from_file_location("seed_ring_cache", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def random_geometry(rng: random.Random) -> dict:
@@ -178,11 +166,24 @@ def test_same_exception_types_as_reference(torch, reference, device):
         want = _raises(lambda: reference.LayerRingCache(**args))
         assert want is ValueError
         assert issubclass(_raises(lambda: ringkv.LayerRingCache(**args)), want), bad
+    # a dtype that is not a torch.dtype, a non-integer size: TypeError; an
+    # unknown device: RuntimeError (torch's own errors in the reference)
+    for bad, want in ((dict(dtype="f64"), TypeError), (dict(dtype=np.float64), TypeError),
+                      (dict(dtype=object()), TypeError), (dict(num_sessions="2"), TypeError),
+                      (dict(d_head=None), TypeError), (dict(device="tpu"), RuntimeError)):
+        args = {**good, **bad}
+        assert _raises(lambda: reference.LayerRingCache(**args)) is want, bad
+        assert issubclass(_raises(lambda: ringkv.LayerRingCache(**args)), want), bad
     ref, mine = reference.LayerRingCache(**good), ringkv.LayerRingCache(**good)
     for s in (-1, 2):
         assert _raises(lambda: ref.session_span(s)) is IndexError
         assert issubclass(_raises(lambda: mine.session_span(s)), IndexError)
         assert issubclass(_raises(lambda: mine.reset(s)), IndexError)
+    for s in ("0", None):
+        assert _raises(lambda: ref.session_span(s)) is TypeError
+        assert issubclass(_raises(lambda: mine.session_span(s)), TypeError)
+        assert _raises(lambda: ref.reset(s)) is TypeError
+        assert issubclass(_raises(lambda: mine.reset(s)), TypeError)
     kv1 = torch.zeros(2, 1, 1, 128, 4, device=device)
     kv2 = torch.zeros(2, 1, 1, 256, 4, device=device)
     i64 = lambda *x: torch.tensor(x, dtype=torch.int64, device=device)  # noqa: E731

@@ -1,9 +1,16 @@
-"""Error mapping: the reference's exception types, the library's messages, and
-no partial writes."""
+"""Error mapping: the reference's exception types, the library's messages, no
+partial writes, and one exception class per mistake across every public entry
+point (the table-driven test at the end)."""
 from __future__ import annotations
+
+import copy
+import inspect
+import pickle
 
 import numpy as np
 import pytest
+
+from conftest import REPO, torch_or_skip
 
 import ringkv
 from ringkv import RingKVError
@@ -171,3 +178,353 @@ def test_model_errors():
     m.release(s)
     with pytest.raises(RuntimeError, match="not claimed"):
         m.reset(s)
+
+
+# ---- one exception class per mistake, whichever entry point finds it ------------
+#
+# Each row: (mistake, entry point, call). The class of each mistake is
+# MISTAKES[mistake] (ringkv/errors.py has the table); every row must raise
+# exactly that class, so one mistake never raises two types from two entry
+# points (the issue's input: a wrong kv dtype raised RuntimeError from
+# LayerRingCache.upsert and ValueError from Model.upsert; a bad layer a plain
+# IndexError from Model).
+
+MISTAKES = {
+    "wrong Python type": ringkv.RingKVTypeError,
+    "copy or pickle refused": ringkv.RingKVTypeError,
+    "unknown dtype": ringkv.RingKVDtypeError,
+    "unknown device or array on another device": ringkv.RingKVDeviceError,
+    "array shape, dtype or layout": ringkv.RingKVArrayError,
+    "index out of range": ringkv.RingKVIndexError,
+    "bad value": ringkv.RingKVValueError,
+    "unknown name": ringkv.RingKVKeyError,
+    "wrong state": ringkv.RingKVRuntimeError,
+    "file input/output": ringkv.RingKVOSError,
+}
+
+F32 = np.float32
+
+
+class Env:
+    """A fresh layer (S 2, H 2, D 64, T 128, PD 2, f32) and a demo model
+    (S 2, Hq = H = 1, D 64, T 128, f32) whose session 0 ("a") committed
+    frame 0; session 1 is not claimed."""
+
+    def __init__(self, tmp):
+        self.tmp = tmp
+        self.layer = ringkv.LayerRingCache(2, 2, 4, 3, 64, 128, 2, "f32")
+        self.kv = np.zeros((2, 1, 2, 128, 64), F32)
+        self.q = np.zeros((1, 4, 128, 64), F32)
+        self.model = ringkv.Model.from_preset("demo", num_sessions=2)
+        self.model.claim("a")
+        self.model.begin_frame([0], [0])
+        self.mkv = np.zeros((2, 1, 1, 128, 64), F32)
+        self.mq = np.zeros((1, 1, 128, 64), F32)
+        for layer in range(2):
+            self.model.upsert(layer, [0], self.mkv, True)
+        self.snap = self.model.snapshot(0)
+        self.image = self.model.save_session_bytes(0)
+        self.path = str(tmp / "a.safetensors")
+        self.model.save_session(0, self.path)
+        self.cfg = ringkv.preset("demo")
+        self.geometry = self.layer.geometry
+
+    def in_frame(self):
+        self.model.begin_frame([0], [1])
+        return self.model
+
+    def closed_pool(self):
+        pool = ringkv.ThreadPool(1)
+        pool.close()
+        return pool
+
+    def with_cfg(self, **changes):
+        cfg = ringkv.preset("demo")
+        for k, v in changes.items():
+            setattr(cfg, k, v)
+        return cfg
+
+    def meta(self, shape, dtype="float32"):
+        torch = torch_or_skip()
+        return torch.zeros(shape, dtype=getattr(torch, dtype), device="meta")
+
+
+def i64(*xs):
+    return np.array(xs, dtype=np.int64)
+
+
+L = "LayerRingCache."
+M = "Model."
+ROWS = [
+    # -- a wrong Python type ------------------------------------------------------
+    ("wrong Python type", L + "__init__",
+     lambda e: ringkv.LayerRingCache("2", 2, 4, 3, 64, 128, 2, "f32")),
+    ("wrong Python type", L + "__init__",
+     lambda e: ringkv.LayerRingCache(2, 2, 4, 3, 64.0, 128, 2, "f32")),
+    ("wrong Python type", L + "session_span", lambda e: e.layer.session_span("0")),
+    ("wrong Python type", L + "reset", lambda e: e.layer.reset(1.0)),
+    ("wrong Python type", L + "visible_frames", lambda e: e.layer.visible_frames(0, 1.5)),
+    ("wrong Python type", L + "visible_row", lambda e: e.layer.visible_row(None, 0)),
+    ("wrong Python type", L + "block_mask", lambda e: e.layer.block_mask("0", 0)),
+    ("wrong Python type", L + "attend", lambda e: e.layer.attend(e.q, [0], [0], pool=object())),
+    ("wrong Python type", L + "attend", lambda e: e.layer.attend(e.q, [0], [0], scale="x")),
+    ("wrong Python type", "visible_frames_from_clock",
+     lambda e: ringkv.visible_frames_from_clock(e.geometry, "3")),
+    ("wrong Python type", "visible_frames_from_clock",
+     lambda e: ringkv.visible_frames_from_clock(tuple(e.geometry), 3)),
+    ("wrong Python type", M + "__init__", lambda e: ringkv.Model({"name": "demo"})),
+    ("wrong Python type", M + "__init__", lambda e: ringkv.Model(e.with_cfg(name=5))),
+    ("wrong Python type", M + "from_preset", lambda e: ringkv.Model.from_preset(3)),
+    ("wrong Python type", M + "layer", lambda e: e.model.layer("0")),
+    ("wrong Python type", M + "claim", lambda e: e.model.claim(7)),
+    ("wrong Python type", M + "lookup", lambda e: e.model.lookup(None)),
+    ("wrong Python type", M + "release", lambda e: e.model.release("0")),
+    ("wrong Python type", M + "reset", lambda e: e.model.reset(0.0)),
+    ("wrong Python type", M + "clock", lambda e: e.model.clock([0])),
+    ("wrong Python type", M + "fork", lambda e: e.model.fork(0, "1")),
+    ("wrong Python type", M + "snapshot", lambda e: e.model.snapshot("0")),
+    ("wrong Python type", M + "restore", lambda e: e.model.restore("0", e.snap)),
+    ("wrong Python type", M + "restore", lambda e: e.model.restore(0, 12345)),
+    ("wrong Python type", M + "save_session", lambda e: e.model.save_session(0, 5.5)),
+    ("wrong Python type", M + "load_session", lambda e: e.model.load_session(0, None)),
+    ("wrong Python type", M + "save_session_bytes", lambda e: e.model.save_session_bytes("0")),
+    ("wrong Python type", M + "load_session_bytes", lambda e: e.model.load_session_bytes(0, 3.5)),
+    ("wrong Python type", M + "upsert", lambda e: e.model.upsert("0", [0], e.mkv, False)),
+    ("wrong Python type", M + "attend", lambda e: e.model.attend(1.5, [0], e.mq)),
+    ("wrong Python type", M + "attend", lambda e: e.model.attend(0, [0], e.mq, pool="pool")),
+    ("wrong Python type", M + "step", lambda e: e.model.step(None, [0], e.mkv, False, e.mq)),
+    ("wrong Python type", "ModelConfig.layer_geometry", lambda e: e.cfg.layer_geometry("0")),
+    ("wrong Python type", "ModelConfig.memory",
+     lambda e: e.with_cfg(layers=[(16, 16, 1)]).memory()),
+    ("wrong Python type", "ThreadPool.__init__", lambda e: ringkv.ThreadPool("2")),
+    ("wrong Python type", "preset", lambda e: ringkv.preset(b"demo")),
+    ("wrong Python type", "inspect_snapshot", lambda e: ringkv.inspect_snapshot(12345)),
+    ("copy or pickle refused", "ThreadPool.__copy__", lambda e: copy.copy(ringkv.ThreadPool(1))),
+    ("copy or pickle refused", "ThreadPool.__deepcopy__",
+     lambda e: copy.deepcopy(ringkv.ThreadPool(1))),
+    ("copy or pickle refused", "ThreadPool.__reduce__",
+     lambda e: pickle.dumps(ringkv.ThreadPool(1))),
+    # -- an unknown dtype -----------------------------------------------------------
+    ("unknown dtype", L + "__init__",
+     lambda e: ringkv.LayerRingCache(1, 1, 4, 3, 4, 128, 1, "f64")),
+    ("unknown dtype", L + "__init__",
+     lambda e: ringkv.LayerRingCache(1, 1, 4, 3, 4, 128, 1, np.int32)),
+    ("unknown dtype", L + "__init__",
+     lambda e: ringkv.LayerRingCache(1, 1, 4, 3, 4, 128, 1, object())),
+    ("unknown dtype", L + "attend", lambda e: e.layer.attend(e.q, [0], [0], out_dtype="int8")),
+    ("unknown dtype", M + "attend", lambda e: e.model.attend(0, [0], e.mq, out_dtype="f64")),
+    ("unknown dtype", M + "__init__", lambda e: ringkv.Model(e.with_cfg(dtype="f64"))),
+    ("unknown dtype", "ModelConfig.memory", lambda e: e.with_cfg(dtype="double").memory()),
+    ("unknown dtype", "LayerGeometry.check",
+     lambda e: e.geometry._replace(dtype="f64").check()),
+    ("unknown dtype", "convert", lambda e: ringkv.convert(np.zeros(4, F32), "f64")),
+    ("unknown dtype", "convert",
+     lambda e: ringkv.convert(np.zeros(4, np.uint16), "f32", from_dtype="x")),
+    ("unknown dtype", "dtype_size", lambda e: ringkv.dtype_size("f8")),
+    # -- a device -------------------------------------------------------------------
+    ("unknown device or array on another device", L + "__init__",
+     lambda e: ringkv.LayerRingCache(1, 1, 4, 3, 4, 128, 1, "f32", "tpu")),
+    ("unknown device or array on another device", L + "upsert",
+     lambda e: e.layer.upsert(e.meta((2, 1, 2, 128, 64)), i64(0), True, i64(0))),
+    ("unknown device or array on another device", L + "attend",
+     lambda e: e.layer.attend(e.meta((1, 4, 128, 64)), [0], [0])),
+    ("unknown device or array on another device", M + "upsert",
+     lambda e: e.in_frame().upsert(0, [0], e.meta((2, 1, 1, 128, 64)), False)),
+    ("unknown device or array on another device", M + "attend",
+     lambda e: e.model.attend(0, [0], e.meta((1, 1, 128, 64)))),
+    # -- an array's shape, dtype or layout ------------------------------------------
+    ("array shape, dtype or layout", L + "upsert",
+     lambda e: e.layer.upsert(e.kv.astype(np.float16), i64(0), True, i64(0))),
+    ("array shape, dtype or layout", L + "upsert",
+     lambda e: e.layer.upsert(e.kv[:, :, :1], i64(0), True, i64(0))),
+    ("array shape, dtype or layout", L + "upsert",
+     lambda e: e.layer.upsert(e.kv, np.array([0], np.int32), True, i64(0))),
+    ("array shape, dtype or layout", L + "upsert",
+     lambda e: e.layer.upsert(e.kv, i64(0), True, i64(0, 1))),
+    ("array shape, dtype or layout", L + "attend",
+     lambda e: e.layer.attend(e.q.astype(np.int32), [0], [0])),
+    ("array shape, dtype or layout", L + "attend",
+     lambda e: e.layer.attend(np.zeros((1, 3, 128, 64), F32), [0], [0])),   # Hq % H
+    ("array shape, dtype or layout", L + "attend",
+     lambda e: e.layer.attend(e.q, [0], np.array([0], np.int32))),
+    ("array shape, dtype or layout", L + "attend", lambda e: e.layer.attend(e.q, [0], [0, 1])),
+    ("array shape, dtype or layout", L + "attend",
+     lambda e: e.layer.attend(e.q, [0], visible=np.ones(10, bool))),
+    ("array shape, dtype or layout", L + "attend",
+     lambda e: e.layer.attend(e.q, [0], [0],
+                              out=np.zeros((1, 4, 64, 128), F32).transpose(0, 1, 3, 2))),
+    ("array shape, dtype or layout", M + "begin_frame",
+     lambda e: e.model.begin_frame(np.array([0], np.int32), [1])),
+    ("array shape, dtype or layout", M + "begin_frame", lambda e: e.model.begin_frame([0], [1, 2])),
+    ("array shape, dtype or layout", M + "upsert",                     # the issue's input
+     lambda e: e.in_frame().upsert(0, [0], e.mkv.astype(np.float16), False)),
+    ("array shape, dtype or layout", M + "upsert",
+     lambda e: e.in_frame().upsert(0, [0], e.mkv[..., :32], False)),
+    ("array shape, dtype or layout", M + "upsert",
+     lambda e: e.in_frame().upsert(0, [[0]], e.mkv, False)),
+    ("array shape, dtype or layout", M + "attend",
+     lambda e: e.model.attend(0, [0], np.zeros((1, 2, 128, 64), F32))),   # Hq != model's
+    ("array shape, dtype or layout", M + "attend",
+     lambda e: e.model.attend(0, [0], e.mq.astype(np.int32))),
+    ("array shape, dtype or layout", M + "attend",
+     lambda e: e.model.attend(0, [0], e.mq, out=np.zeros((1, 1, 128, 32), F32))),
+    ("array shape, dtype or layout", M + "step",
+     lambda e: e.in_frame().step(0, [0], e.mkv.astype(np.float16), False, e.mq)),
+    ("array shape, dtype or layout", M + "step",
+     lambda e: e.in_frame().step(0, [0], e.mkv, False, e.mq[:, :, :, :8])),
+    ("array shape, dtype or layout", "convert",
+     lambda e: ringkv.convert(np.zeros(4, np.int32), "f32")),
+    # -- an index out of range ---------------------------------------------------------
+    ("index out of range", L + "session_span", lambda e: e.layer.session_span(2)),
+    ("index out of range", L + "reset", lambda e: e.layer.reset(-1)),
+    ("index out of range", L + "upsert", lambda e: e.layer.upsert(e.kv, i64(0), True, i64(2))),
+    ("index out of range", L + "attend", lambda e: e.layer.attend(e.q, [5], [0])),
+    ("index out of range", L + "visible_frames", lambda e: e.layer.visible_frames(2, 0)),
+    ("index out of range", L + "visible_row", lambda e: e.layer.visible_row(2, 0)),
+    ("index out of range", L + "block_mask", lambda e: e.layer.block_mask(2 ** 70, 0)),
+    ("index out of range", M + "layer", lambda e: e.model.layer(2)),           # the issue's input
+    ("index out of range", M + "layer", lambda e: e.model.layer(-1)),
+    ("index out of range", M + "upsert", lambda e: e.in_frame().upsert(2, [0], e.mkv, False)),
+    ("index out of range", M + "upsert", lambda e: e.in_frame().upsert(0, [5], e.mkv, False)),
+    ("index out of range", M + "attend", lambda e: e.model.attend(7, [0], e.mq)),
+    ("index out of range", M + "attend", lambda e: e.model.attend(0, [2], e.mq)),
+    ("index out of range", M + "step", lambda e: e.in_frame().step(9, [0], e.mkv, False, e.mq)),
+    ("index out of range", M + "release", lambda e: e.model.release(2)),
+    ("index out of range", M + "reset", lambda e: e.model.reset(5)),
+    ("index out of range", M + "clock", lambda e: e.model.clock(-1)),
+    ("index out of range", M + "begin_frame", lambda e: e.model.begin_frame([2], [1])),
+    ("index out of range", M + "fork", lambda e: e.model.fork(0, 2)),
+    ("index out of range", M + "snapshot", lambda e: e.model.snapshot(3)),
+    ("index out of range", M + "restore", lambda e: e.model.restore(2, e.snap)),
+    ("index out of range", M + "save_session", lambda e: e.model.save_session(2, e.path)),
+    ("index out of range", M + "load_session", lambda e: e.model.load_session(2, e.path)),
+    ("index out of range", M + "save_session_bytes", lambda e: e.model.save_session_bytes(2)),
+    ("index out of range", M + "load_session_bytes",
+     lambda e: e.model.load_session_bytes(2, e.image)),
+    ("index out of range", "ModelConfig.layer_geometry", lambda e: e.cfg.layer_geometry(2)),
+    # -- a bad value -----------------------------------------------------------------------
+    ("bad value", L + "__init__", lambda e: ringkv.LayerRingCache(1, 1, 4, 5, 4, 128, 1, "f32")),
+    ("bad value", L + "__init__",
+     lambda e: ringkv.LayerRingCache(1, 1, 4, 3, 4, 128, 1, "f32", array_kind="jax")),
+    ("bad value", L + "upsert",
+     lambda e: e.layer.upsert(np.zeros((2, 1, 2, 256, 64), F32), i64(0, 1), True, i64(1, 1),
+                              build_visibility=False)),
+    ("bad value", L + "upsert", lambda e: e.layer.upsert(e.kv, i64(-1), True, i64(0))),
+    ("bad value", L + "attend", lambda e: e.layer.attend(e.q, [0], [-2])),
+    ("bad value", L + "attend", lambda e: e.layer.attend(e.q, [0])),
+    ("bad value", L + "attend", lambda e: e.layer.attend(e.q, [0], [0], pool=e.closed_pool())),
+    ("bad value", L + "visible_frames", lambda e: e.layer.visible_frames(0, -1)),
+    ("bad value", L + "visible_row", lambda e: e.layer.visible_row(0, -1)),
+    ("bad value", L + "block_mask", lambda e: e.layer.block_mask(0, -1)),
+    ("bad value", L + "views", lambda e: e.layer.views("jax")),
+    ("bad value", "visible_frames_from_clock",
+     lambda e: ringkv.visible_frames_from_clock(e.geometry, -1)),
+    ("bad value", "LayerGeometry.check", lambda e: e.geometry._replace(ring_buckets=0).check()),
+    ("bad value", M + "__init__", lambda e: ringkv.Model(e.with_cfg(n_kv_heads=0))),
+    ("bad value", M + "begin_frame", lambda e: e.model.begin_frame([0], [-1])),  # was RuntimeError
+    ("bad value", M + "begin_frame", lambda e: e.model.begin_frame([0, 0], [1, 1])),
+    ("bad value", M + "upsert", lambda e: e.in_frame().upsert(0, [0, 0], np.zeros(
+        (2, 1, 1, 256, 64), F32), False)),
+    ("bad value", M + "attend",
+     lambda e: e.model.attend(0, [0, 0], np.zeros((2, 1, 128, 64), F32))),
+    ("bad value", M + "attend", lambda e: e.model.attend(0, [0], e.mq, pool=e.closed_pool())),
+    ("bad value", M + "step", lambda e: e.in_frame().step(0, [0, 0], np.zeros(
+        (2, 1, 1, 256, 64), F32), False, np.zeros((2, 1, 128, 64), F32))),
+    ("bad value", M + "claim", lambda e: e.model.claim("")),
+    ("bad value", M + "claim", lambda e: e.model.claim("a\0b")),
+    ("bad value", M + "lookup", lambda e: e.model.lookup("x" * 300)),
+    ("bad value", M + "fork", lambda e: e.model.fork(0, 0)),
+    ("bad value", M + "restore", lambda e: e.model.restore(0, b"not a snapshot")),
+    ("bad value", M + "load_session_bytes", lambda e: e.model.load_session_bytes(0, b"garbage")),
+    ("bad value", "inspect_snapshot", lambda e: ringkv.inspect_snapshot(b"garbage")),
+    ("bad value", "ModelConfig.memory", lambda e: e.with_cfg(d_head=0).memory()),
+    ("bad value", "ThreadPool.__init__", lambda e: ringkv.ThreadPool(-1)),
+    ("bad value", "ThreadPool.__init__", lambda e: ringkv.ThreadPool(2 ** 40)),
+    # -- an unknown name ----------------------------------------------------------------
+    ("unknown name", "preset", lambda e: ringkv.preset("nope")),
+    ("unknown name", M + "from_preset", lambda e: ringkv.Model.from_preset("nope")),
+    ("unknown name", M + "lookup", lambda e: e.model.lookup("zzz")),
+    # -- the wrong state ------------------------------------------------------------------
+    ("wrong state", L + "upsert",   # the reference's torch._check: RuntimeError
+     lambda e: e.layer.upsert(np.zeros((2, 1, 2, 256, 64), F32), i64(0, 0), True, i64(0, 1))),
+    ("wrong state", M + "upsert", lambda e: e.model.upsert(0, [0], e.mkv, False)),
+    ("wrong state", M + "step", lambda e: e.model.step(0, [0], e.mkv, False, e.mq)),
+    ("wrong state", M + "attend", lambda e: (e.model.claim("b"), e.model.attend(0, [1], e.mq))),
+    ("wrong state", M + "begin_frame", lambda e: e.model.begin_frame([0], [5])),    # clock rule
+    ("wrong state", M + "begin_frame", lambda e: e.in_frame().begin_frame([0], [2])),
+    ("wrong state", M + "begin_frame", lambda e: e.model.begin_frame([1], [0])),    # not claimed
+    ("wrong state", M + "snapshot", lambda e: e.in_frame().snapshot(0)),
+    ("wrong state", M + "save_session", lambda e: e.in_frame().save_session(0, e.path)),
+    ("wrong state", M + "save_session_bytes", lambda e: e.in_frame().save_session_bytes(0)),
+    ("wrong state", M + "load_session", lambda e: e.in_frame().load_session(0, e.path)),
+    ("wrong state", M + "load_session_bytes",
+     lambda e: e.in_frame().load_session_bytes(0, e.image)),
+    ("wrong state", M + "restore", lambda e: e.model.restore(1, e.snap)),
+    ("wrong state", M + "fork", lambda e: e.model.fork(0, 1)),
+    ("wrong state", M + "release", lambda e: e.model.release(1)),
+    ("wrong state", M + "reset", lambda e: e.model.reset(1)),
+    ("wrong state", M + "clock", lambda e: e.model.clock(1)),
+    ("wrong state", M + "claim", lambda e: (e.model.claim("b"), e.model.claim("c"))),
+    ("wrong state", M + "__copy__", lambda e: copy.copy(e.in_frame())),
+    ("wrong state", M + "__reduce__", lambda e: pickle.dumps(e.in_frame())),
+    # -- file input/output --------------------------------------------------------------
+    ("file input/output", M + "load_session",
+     lambda e: e.model.load_session(0, e.tmp / "missing.safetensors")),
+    ("file input/output", M + "save_session",
+     lambda e: e.model.save_session(0, e.tmp / "no-such-dir" / "x.safetensors")),
+    ("file input/output", "inspect_snapshot",
+     lambda e: ringkv.inspect_snapshot(e.tmp / "missing.safetensors")),
+]
+
+
+@pytest.mark.parametrize("mistake, entry, call", ROWS,
+                         ids=[f"{entry}-{mistake}-{i}" for i, (mistake, entry, _) in
+                              enumerate(ROWS)])
+def test_one_exception_class_per_mistake(mistake, entry, call, tmp_path):
+    env = Env(tmp_path)
+    with pytest.raises(Exception) as info:
+        call(env)
+    want = MISTAKES[mistake]
+    assert type(info.value) is want, (f"{entry}: {mistake} raised {type(info.value).__name__} "
+                                      f"({info.value}); expected {want.__name__}")
+
+
+def _public_entry_points() -> set[str]:
+    names = {"LayerRingCache.__init__", "Model.__init__", "ThreadPool.__init__"}
+    for cls in (ringkv.LayerRingCache, ringkv.Model, ringkv.ModelConfig, ringkv.ThreadPool,
+                ringkv.LayerGeometry):
+        for name, member in vars(cls).items():
+            if not name.startswith("_") and (inspect.isfunction(member) or
+                                             isinstance(member, classmethod)):
+                names.add(f"{cls.__name__}.{name}")
+    names.update(n for n in ringkv.__all__ if inspect.isfunction(getattr(ringkv, n)))
+    return names
+
+
+# Entry points that take no argument a caller could get wrong.
+NO_ARGUMENTS = {"LayerRingCache.check", "ThreadPool.close", "preset_names", "version",
+                "attention_isa", "cuda_device_count", "cuda_library_path"}
+
+
+def test_the_table_covers_every_public_entry_point():
+    covered = {entry for _, entry, _ in ROWS}
+    missing = _public_entry_points() - covered - NO_ARGUMENTS
+    assert sorted(missing) == [], f"entry points with no row in ROWS: {sorted(missing)}"
+    assert set(MISTAKES) == {mistake for mistake, _, _ in ROWS}
+
+
+def test_dual_classes_are_every_type_they_promise():
+    """The classes where the reference's type and ringkv's documented one
+    differ are both, so that either `except` works."""
+    for cls, bases in ((ringkv.RingKVArrayError, (ValueError, RuntimeError)),
+                       (ringkv.RingKVDeviceError, (ValueError, RuntimeError)),
+                       (ringkv.RingKVDtypeError, (ValueError, TypeError)),
+                       (ringkv.RingKVTypeError, (TypeError,))):
+        assert issubclass(cls, RingKVError) and all(issubclass(cls, b) for b in bases), cls
+
+
+def test_readme_names_every_exception_class():
+    readme = (REPO / "python" / "README.md").read_text()
+    for name in ringkv.__all__:
+        if name.startswith("RingKV") and name.endswith("Error"):
+            assert name in readme, name

@@ -1,0 +1,98 @@
+"""``HandleOwner``: the base of every class whose instances hold a C handle.
+
+A C handle (an ``rkv_layer*``, ``rkv_model*``, ``rkv_cuda_layer*``,
+``rkv_threadpool*``, as an int) is an address valid in one process for one
+owner. Python's generic copy and pickle machinery copies attributes, so it
+would give two objects one handle (both free it: a double free; writes
+through one show in the other) or put the address in a byte stream (another
+process dereferences garbage). This base closes that door for every class
+that holds a handle, owned or borrowed:
+
+- ``copy.copy``, ``copy.deepcopy`` and ``pickle`` raise
+  :class:`ringkv.RingKVTypeError` (a ``TypeError``) that names the class
+  and says what to do instead (:attr:`HandleOwner._copy_hint`), unless
+  the subclass implements them;
+- a subclass that can be copied overrides ``__copy__`` and ``__deepcopy__``
+  (an independent object with equal contents: its own handle, its own
+  views), and one that can be pickled overrides ``__reduce__`` (a state
+  that holds values only: sizes, bytes, strings; never an address).
+  Overriding ``__reduce__`` alone is not enough for copies: copy.copy and
+  copy.deepcopy use ``__copy__``/``__deepcopy__``, which still refuse.
+
+Every subclass is recorded in :data:`HANDLE_CLASSES`; the test suite walks
+the package and fails for a class that holds a handle without deriving from
+this base, and for a subclass it has no copy/pickle case for
+(``python/tests/test_copy.py``).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import RingKVTypeError, RingKVValueError
+
+__all__ = ["HandleOwner", "HANDLE_CLASSES", "copy_extras", "extras", "malformed_state",
+           "check_state"]
+
+HANDLE_CLASSES: list[type] = []
+
+
+class HandleOwner:
+    """Mixin base of a class holding a C handle; see the module docstring."""
+
+    __slots__ = ()
+
+    #: Why an instance cannot be copied or pickled, and what to do instead
+    #: (appended to the TypeError's message). Subclasses override it.
+    _copy_hint = "it holds a C handle (an address valid in this process only)"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        HANDLE_CLASSES.append(cls)
+
+    def _refuse(self, action: str) -> RingKVTypeError:
+        name = f"{type(self).__module__}.{type(self).__qualname__}"
+        return RingKVTypeError(f"cannot {action} a {name}: {self._copy_hint}")
+
+    def __copy__(self) -> Any:
+        raise self._refuse("copy")
+
+    def __deepcopy__(self, memo: dict) -> Any:
+        raise self._refuse("deepcopy")
+
+    def __reduce__(self) -> Any:
+        raise self._refuse("pickle")
+
+
+def copy_extras(src: Any, dst: Any, own: frozenset[str] | set[str],
+                memo: dict | None) -> None:
+    """Copies the instance attributes a caller added to ``src`` (those in
+    its ``__dict__`` not named in ``own``, the class's own state) onto
+    ``dst``: shared for a shallow copy (``memo`` None), deep-copied
+    otherwise, as copy.copy/copy.deepcopy would have done."""
+    import copy
+    for key, value in vars(src).items():
+        if key not in own:
+            setattr(dst, key, value if memo is None else copy.deepcopy(value, memo))
+
+
+def extras(obj: Any, own: frozenset[str] | set[str]) -> dict | None:
+    """The attributes a caller added to ``obj`` (see :func:`copy_extras`),
+    for the state part of a ``__reduce__`` tuple; None when there are none."""
+    added = {k: v for k, v in vars(obj).items() if k not in own}
+    return added or None
+
+
+def malformed_state(fmt: str, why: str) -> RingKVValueError:
+    """The error for a pickled state of format ``fmt`` that cannot be read."""
+    return RingKVValueError(f"malformed pickle of a {fmt}: {why}")
+
+
+def check_state(state: Any, fmt: str, version: int) -> None:
+    """RingKVValueError unless ``state`` is a dict of format ``fmt`` (e.g.
+    "ringkv.Model") and version ``version``: a state from another class or
+    from another version of ringkv is refused, never half-read."""
+    if not isinstance(state, dict) or state.get("format") != fmt:
+        raise malformed_state(fmt, f"not a {fmt.rpartition('.')[2]} state")
+    if state.get("version") != version:
+        raise malformed_state(fmt, f"format version {state.get('version')!r}; this ringkv reads "
+                                   f"version {version}")

@@ -1,0 +1,759 @@
+/* The snapshot header codec (docs/snapshot-format.md): the 8-byte header
+ * length, the JSON header (metadata and tensor table) and the header
+ * checksum, read and written on bytes in memory. No I/O here:
+ * src/snapshot_file.c reads and writes files, checks the data section and
+ * installs it into a model.
+ *
+ * A header has one reading only (issue 10): whatever another reader (Python's
+ * json, the safetensors crate) would read differently is refused. Hence
+ * Jansson (Debian libjansson-dev) rather than cJSON: Jansson's parser is
+ * strict RFC 8259 and refuses duplicate keys in every object
+ * (JSON_REJECT_DUPLICATES, naming the key), "\u0000" in strings, invalid
+ * UTF-8, leading zeros and '+' in numbers; it tells integers from reals
+ * ("1.0" and "1e3" are reals) and refuses integers outside int64; and it is
+ * reentrant. cJSON accepts all of these silently (of two equal keys it reads
+ * the first where Python reads the last; "07" and "+7" read as 7; a shape of
+ * 1.0 cannot be told from 1) and records parse errors in a global. The
+ * strings in "__metadata__" are checked here: integers in one canonical
+ * decimal form, text printable or hex, every message escaped. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
+#include <xxhash.h>
+
+#include "snapshot_header.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "snapshot files hold little-endian tensors; big-endian hosts are not supported yet"
+#endif
+
+#define FORMAT_NAME "ringkv-snapshot"
+#define HASH_DIGITS 16
+#define ZERO_DIGITS "0000000000000000"
+#define ESC(n) (4 * (n) + 4) /* bytes of an escaped excerpt of n bytes */
+
+static const char *const KIND_NAMES[3] = {"k", "v", "written"};
+
+/* ------------------------------------------------------------------------ */
+/* Small helpers                                                             */
+/* ------------------------------------------------------------------------ */
+
+static rkv_status refuse(const rkv__snap_where *w, const char *fmt, ...) RKV__PRINTF(2, 3);
+/* RKV_ERR_FORMAT with "what: name: " and the message. */
+static rkv_status refuse(const rkv__snap_where *w, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return rkv__fail(RKV_ERR_FORMAT, "%s: %s: %s", w->what, w->name, msg);
+}
+
+static const char *escape_n(char *buf, size_t size, const uint8_t *s, size_t n, size_t max) {
+    size_t o = 0, i = 0;
+    for (; i < n && i < max; i++) {
+        char one[5];
+        const int k = s[i] == '\\'                  ? snprintf(one, sizeof one, "\\\\")
+                      : s[i] >= 0x20 && s[i] < 0x7f ? snprintf(one, sizeof one, "%c", s[i])
+                                                    : snprintf(one, sizeof one, "\\x%02x", s[i]);
+        if (o + (size_t)k + 4 > size) break;
+        memcpy(buf + o, one, (size_t)k);
+        o += (size_t)k;
+    }
+    if (i < n && o + 4 <= size) {
+        memcpy(buf + o, "...", 3);
+        o += 3;
+    }
+    if (size) buf[o] = '\0';
+    return buf;
+}
+
+const char *rkv__snap_escape(char *buf, size_t size, const char *s, size_t max) {
+    return escape_n(buf, size, (const uint8_t *)s, strlen(s), max);
+}
+
+static void put_le64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static uint64_t get_le64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+
+static int hex_digit(char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+static void hex16(uint64_t v, char *out) {
+    static const char digits[] = "0123456789abcdef";
+    for (int i = HASH_DIGITS - 1; i >= 0; i--, v >>= 4) out[i] = digits[v & 15];
+}
+/* 16 lowercase hex digits -> value; false otherwise. */
+static bool parse_hex16(const char *s, size_t n, uint64_t *out) {
+    if (n != HASH_DIGITS) return false;
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        const int d = hex_digit(s[i]);
+        if (d < 0) return false;
+        v = (v << 4) | (uint64_t)d;
+    }
+    *out = v;
+    return true;
+}
+
+/* The one canonical decimal form of an int64 in s[0, n): "0", or an
+ * optional '-' and a nonzero digit followed by digits, within int64.
+ * Nothing else: no '+', leading zeros, "-0", blanks, fraction, exponent. */
+static bool parse_i64n(const char *s, size_t n, int64_t *out) {
+    const bool neg = n > 0 && s[0] == '-';
+    const char *p = s + neg;
+    const size_t m = n - neg;
+    if (m == 0 || m > 19 || (p[0] == '0' && (m > 1 || neg))) return false;
+    uint64_t v = 0; /* 19 digits stay below 2^64 */
+    for (size_t i = 0; i < m; i++) {
+        if (p[i] < '0' || p[i] > '9') return false;
+        v = v * 10 + (uint64_t)(p[i] - '0');
+    }
+    if (v > (uint64_t)INT64_MAX + neg) return false;
+    *out = neg ? -(int64_t)(v - 1) - 1 : (int64_t)v;
+    return true;
+}
+
+static bool printable_ascii(const char *s) {
+    for (; *s; s++)
+        if (*s < 0x20 || *s > 0x7e) return false;
+    return true;
+}
+
+static const char *st_dtype_name(rkv_dtype dt) {
+    switch (dt) {
+    case RKV_DTYPE_F32: return "F32";
+    case RKV_DTYPE_F16: return "F16";
+    case RKV_DTYPE_BF16: return "BF16";
+    }
+    return "?";
+}
+
+rkv__snap_sizes rkv__snap_sizes_of(const rkv_geometry *g) {
+    rkv__snap_sizes z;
+    z.C = (g->ring_frames + 1) * g->tokens_per_frame;
+    z.kv = (uint64_t)g->n_kv_heads * (uint64_t)z.C * (uint64_t)g->d_head * rkv_dtype_size(g->dtype);
+    z.written = (uint64_t)z.C;
+    return z;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Reading, stage by stage                                                   */
+/* ------------------------------------------------------------------------ */
+
+rkv_status rkv__snap_header_length(const rkv__snap_where *w, const uint8_t *first8,
+                                   uint64_t file_size, uint64_t *n) {
+    if (file_size < 8 || !first8)
+        return refuse(w,
+                      "truncated: the file has %llu bytes; a snapshot starts with an 8-byte "
+                      "header length",
+                      (unsigned long long)file_size);
+    *n = get_le64(first8);
+    if (*n < 2 || *n > RKV__SNAP_MAX_HEADER)
+        return refuse(w, "corrupted header length: %llu bytes (expected 2 to %llu)",
+                      (unsigned long long)*n, (unsigned long long)RKV__SNAP_MAX_HEADER);
+    if (*n > file_size - 8)
+        return refuse(w,
+                      "truncated (or corrupted header length): the header length says %llu "
+                      "bytes but only %llu follow",
+                      (unsigned long long)*n, (unsigned long long)(file_size - 8));
+    return RKV_OK;
+}
+
+/* The header as one JSON object, every key once in each object. */
+static rkv_status load_json(const rkv__snap_where *w, const uint8_t *h, uint64_t n,
+                            json_t **root) {
+    json_error_t e;
+    *root = json_loadb((const char *)h, (size_t)n, JSON_REJECT_DUPLICATES, &e);
+    if (*root && json_is_object(*root)) return RKV_OK;
+    if (*root) {
+        json_decref(*root);
+        *root = NULL;
+        return refuse(w, "corrupted header: the %llu-byte header is not a JSON object",
+                      (unsigned long long)n);
+    }
+    char text[ESC(100)], around[ESC(40)];
+    const size_t pos = e.position > 0 && (uint64_t)e.position <= n ? (size_t)e.position : 0;
+    const size_t from = pos > 32 ? pos - 32 : 0;
+    escape_n(around, sizeof around, h + from, (size_t)n - from, 40);
+    const char *near = strstr(e.text, "near '");
+    if (json_error_code(&e) == json_error_duplicate_key && near) {
+        const size_t len = strlen(near + 6);
+        escape_n(text, sizeof text, (const uint8_t *)near + 6, len ? len - 1 : 0, 60);
+        return refuse(w,
+                      "corrupted header: duplicate key %s at header byte %zu (each key may "
+                      "appear once in an object: JSON readers differ on which value they keep)",
+                      text, pos);
+    }
+    return refuse(w, "corrupted header: the %llu-byte header is not valid JSON: %s at header "
+                     "byte %zu (%s%s)",
+                  (unsigned long long)n, rkv__snap_escape(text, sizeof text, e.text, 100), pos,
+                  from ? "..." : "", around);
+}
+
+static const char *meta_str(const json_t *meta, const char *key) {
+    return json_string_value(json_object_get(meta, key));
+}
+
+/* format and version: read before the checksum, so that a file of another
+ * version (which may hash differently) is reported as such. */
+static rkv_status check_format(const rkv__snap_where *w, const json_t *meta,
+                               rkv_snapshot_info *info) {
+    char e[ESC(40)];
+    const char *format = meta_str(meta, "format");
+    if (!format || strcmp(format, FORMAT_NAME))
+        return refuse(w,
+                      "not a ringkv snapshot: __metadata__.format is %s%s%s; expected "
+                      "'" FORMAT_NAME "'",
+                      format ? "'" : "",
+                      format ? rkv__snap_escape(e, sizeof e, format, 40) : "missing",
+                      format ? "'" : "");
+    const char *version = meta_str(meta, "format_version");
+    int64_t ver = 0;
+    if (!version || !parse_i64n(version, strlen(version), &ver) || ver != RKV_SNAPSHOT_VERSION)
+        return refuse(w, "unsupported format version '%s'; this ringkv (%s) reads version %d",
+                      version ? rkv__snap_escape(e, sizeof e, version, 20) : "(missing)",
+                      rkv_version(), RKV_SNAPSHOT_VERSION);
+    info->format_version = ver;
+    return RKV_OK;
+}
+
+/* Finds the 16 digits of "header_xxh3" in the raw header: the key must occur
+ * exactly once, followed by optional blanks, ':', blanks and a quote. */
+static bool find_header_digits(const uint8_t *h, uint64_t n, uint64_t *pos) {
+    static const char key[] = "\"header_xxh3\"";
+    const size_t klen = sizeof key - 1;
+    int found = 0;
+    for (uint64_t i = 0; i + klen <= n; i++) {
+        if (h[i] != '"' || memcmp(h + i, key, klen)) continue;
+        if (++found > 1) return false;
+        uint64_t j = i + klen;
+        while (j < n && (h[j] == ' ' || h[j] == '\t' || h[j] == '\n' || h[j] == '\r')) j++;
+        if (j >= n || h[j++] != ':') return false;
+        while (j < n && (h[j] == ' ' || h[j] == '\t' || h[j] == '\n' || h[j] == '\r')) j++;
+        if (j >= n || h[j++] != '"') return false;
+        if (j + HASH_DIGITS + 1 > n || h[j + HASH_DIGITS] != '"') return false;
+        *pos = j;
+    }
+    return found == 1;
+}
+
+/* header_xxh3: XXH3-64 of the 8 length bytes and the header with its own
+ * 16 digits read as '0'; then data_xxh3's form (the data is file work). */
+static rkv_status check_checksums(const rkv__snap_where *w, const uint8_t first8[8],
+                                  const uint8_t *h, uint64_t n, const json_t *meta,
+                                  rkv_snapshot_info *info) {
+    uint64_t pos = 0, want = 0;
+    const char *hv = meta_str(meta, "header_xxh3");
+    if (!hv || !find_header_digits(h, n, &pos) ||
+        !parse_hex16((const char *)h + pos, HASH_DIGITS, &want) ||
+        strlen(hv) != HASH_DIGITS || memcmp(hv, h + pos, HASH_DIGITS))
+        return refuse(w, "corrupted header: metadata 'header_xxh3' is missing or is not 16 "
+                         "lowercase hex digits appearing once");
+    XXH3_state_t hs;
+    XXH3_64bits_reset(&hs);
+    XXH3_64bits_update(&hs, first8, 8);
+    XXH3_64bits_update(&hs, h, (size_t)pos);
+    XXH3_64bits_update(&hs, ZERO_DIGITS, HASH_DIGITS);
+    XXH3_64bits_update(&hs, h + pos + HASH_DIGITS, (size_t)(n - pos - HASH_DIGITS));
+    const uint64_t got = XXH3_64bits_digest(&hs);
+    info->header_xxh3 = want;
+    if (got != want)
+        return refuse(w, "corrupted header: header checksum mismatch (header_xxh3 %016llx, "
+                         "computed %016llx)",
+                      (unsigned long long)want, (unsigned long long)got);
+    const char *dv = meta_str(meta, "data_xxh3");
+    if (!dv || !parse_hex16(dv, strlen(dv), &info->data_xxh3))
+        return refuse(w, "corrupted header: metadata 'data_xxh3' is missing or is not 16 "
+                         "lowercase hex digits");
+    return RKV_OK;
+}
+
+/* safetensors' rule: "__metadata__" maps strings to strings. */
+static rkv_status check_meta_values(const rkv__snap_where *w, const json_t *meta) {
+    const char *key;
+    json_t *v;
+    char e[ESC(40)];
+    json_object_foreach((json_t *)meta, key, v) {
+        if (!json_is_string(v))
+            return refuse(w,
+                          "corrupted header: metadata '%s' is not a string (safetensors "
+                          "metadata maps strings to strings)",
+                          rkv__snap_escape(e, sizeof e, key, 40));
+    }
+    return RKV_OK;
+}
+
+static rkv_status meta_int(const rkv__snap_where *w, const json_t *meta, const char *key,
+                           int64_t *out) {
+    char e[ESC(40)];
+    const char *v = meta_str(meta, key);
+    if (!v) return refuse(w, "corrupted header: metadata '%s' is missing", key);
+    if (!parse_i64n(v, strlen(v), out))
+        return refuse(w,
+                      "corrupted header: metadata '%s' = '%s' is not an integer in canonical "
+                      "decimal form (digits, '-' if negative; no '+', leading zero, blank, "
+                      "fraction or exponent; within int64)",
+                      key, rkv__snap_escape(e, sizeof e, v, 40));
+    return RKV_OK;
+}
+
+/* "a,b,c": exactly n canonical integers into the spec field at byte `field`. */
+static rkv_status meta_list(const rkv__snap_where *w, const json_t *meta, const char *key,
+                            int64_t n, rkv_layer_spec *specs, size_t field) {
+    char e[ESC(60)];
+    const char *v = meta_str(meta, key);
+    if (!v) return refuse(w, "corrupted header: metadata '%s' is missing", key);
+    const char *p = v;
+    bool ok = true;
+    for (int64_t i = 0; i < n && ok; i++) {
+        const size_t len = strcspn(p, ",");
+        int64_t x;
+        ok = parse_i64n(p, len, &x) && p[len] == (i + 1 < n ? ',' : '\0');
+        if (ok) memcpy((char *)&specs[i] + field, &x, sizeof x);
+        p += len + (ok && i + 1 < n);
+    }
+    if (!ok)
+        return refuse(w,
+                      "corrupted header: metadata '%s' = '%s' is not a list of %lld integers "
+                      "in canonical decimal form separated by ','",
+                      key, rkv__snap_escape(e, sizeof e, v, 60), (long long)n);
+    return RKV_OK;
+}
+
+/* dtype, sizes, per-layer lists (a valid model config) and the clock. */
+static rkv_status read_geometry(const rkv__snap_where *w, const json_t *meta,
+                                rkv_snapshot_info *info) {
+    rkv_model_config *cfg = &info->config;
+    char e[ESC(20)];
+    const char *dts = meta_str(meta, "dtype");
+    if (!dts || rkv_dtype_parse(dts, &cfg->dtype) != RKV_OK ||
+        strcmp(dts, rkv_dtype_name(cfg->dtype)))
+        return refuse(w, "corrupted header: metadata 'dtype' is %s%s%s; expected f32, f16 or bf16",
+                      dts ? "'" : "", dts ? rkv__snap_escape(e, sizeof e, dts, 20) : "missing",
+                      dts ? "'" : "");
+    rkv_status st;
+    if ((st = meta_int(w, meta, "n_layers", &cfg->n_layers)) != RKV_OK ||
+        (st = meta_int(w, meta, "n_q_heads", &cfg->n_q_heads)) != RKV_OK ||
+        (st = meta_int(w, meta, "n_kv_heads", &cfg->n_kv_heads)) != RKV_OK ||
+        (st = meta_int(w, meta, "d_head", &cfg->d_head)) != RKV_OK ||
+        (st = meta_int(w, meta, "tokens_per_frame", &cfg->tokens_per_frame)) != RKV_OK ||
+        (st = meta_int(w, meta, "last_committed", &info->last_committed)) != RKV_OK)
+        return st;
+    if (cfg->n_layers < 1 || cfg->n_layers > RKV_MAX_LAYERS)
+        return refuse(w, "corrupted header: n_layers = %lld; expected 1..%d",
+                      (long long)cfg->n_layers, RKV_MAX_LAYERS);
+    if ((st = meta_list(w, meta, "ring_frames", cfg->n_layers, cfg->layers,
+                        offsetof(rkv_layer_spec, ring_frames))) != RKV_OK ||
+        (st = meta_list(w, meta, "ring_buckets", cfg->n_layers, cfg->layers,
+                        offsetof(rkv_layer_spec, ring_buckets))) != RKV_OK ||
+        (st = meta_list(w, meta, "pinned_dilation", cfg->n_layers, cfg->layers,
+                        offsetof(rkv_layer_spec, pinned_dilation))) != RKV_OK)
+        return st;
+    cfg->num_sessions = 1;
+    if (rkv__model_config_check(cfg, NULL, NULL) != RKV_OK) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "%s", rkv_last_error());
+        return refuse(w, "corrupted header: invalid geometry: %s", msg);
+    }
+    if (info->last_committed < -1)
+        return refuse(w, "corrupted header: last_committed = %lld; expected >= -1",
+                      (long long)info->last_committed);
+    return RKV_OK;
+}
+
+/* Text as the writer stores it: printable ASCII under `key`, or (when
+ * hex_key) the lowercase hex of other bytes, none zero, under hex_key; at
+ * most one of the two ("" when neither), fitting out[size] with its NUL. */
+static rkv_status read_text(const rkv__snap_where *w, const json_t *meta, const char *key,
+                            const char *hex_key, char *out, size_t size) {
+    char e[ESC(40)];
+    const char *plain = meta_str(meta, key), *hex = hex_key ? meta_str(meta, hex_key) : NULL;
+    out[0] = '\0';
+    if (plain && hex)
+        return refuse(w, "corrupted header: both metadata '%s' and '%s' are present; expected one",
+                      key, hex_key);
+    if (plain && !printable_ascii(plain))
+        return refuse(w, "corrupted header: metadata '%s' = '%s' has bytes outside printable "
+                         "ASCII%s%s%s",
+                      key, rkv__snap_escape(e, sizeof e, plain, 40),
+                      hex_key ? " (ringkv writes such text hex-encoded as '" : "",
+                      hex_key ? hex_key : "", hex_key ? "')" : "");
+    if (plain && strlen(plain) >= size)
+        return refuse(w, "corrupted header: metadata '%s' has %zu bytes; at most %zu fit", key,
+                      strlen(plain), size - 1);
+    if (plain) {
+        memcpy(out, plain, strlen(plain) + 1);
+        return RKV_OK;
+    }
+    const size_t len = hex ? strlen(hex) : 0;
+    bool ok = len % 2 == 0 && len / 2 < size;
+    for (size_t i = 0; ok && i < len / 2; i++) {
+        const int hi = hex_digit(hex[2 * i]), lo = hex_digit(hex[2 * i + 1]);
+        ok = hi >= 0 && lo >= 0 && (hi | lo);
+        if (ok) out[i] = (char)(hi << 4 | lo);
+    }
+    out[ok ? len / 2 : 0] = '\0';
+    if (!ok)
+        return refuse(w, "corrupted header: metadata '%s' = '%s' is not lowercase hex of at most "
+                         "%zu nonzero bytes",
+                      hex_key, rkv__snap_escape(e, sizeof e, hex, 40), size - 1);
+    return RKV_OK;
+}
+
+/* Information: the model's name, the request id, the writer's version,
+ * the saved session's index (-1 when absent). */
+static rkv_status read_names(const rkv__snap_where *w, const json_t *meta,
+                             rkv_snapshot_info *info) {
+    rkv_status st;
+    if ((st = read_text(w, meta, "model", "model_hex", info->config.name,
+                        sizeof info->config.name)) != RKV_OK ||
+        (st = read_text(w, meta, "request_id", "request_id_hex", info->request_id,
+                        sizeof info->request_id)) != RKV_OK ||
+        (st = read_text(w, meta, "ringkv_version", NULL, info->ringkv_version,
+                        sizeof info->ringkv_version)) != RKV_OK)
+        return st;
+    info->source_session = -1;
+    if (!json_object_get(meta, "session")) return RKV_OK;
+    if ((st = meta_int(w, meta, "session", &info->source_session)) != RKV_OK) return st;
+    if (info->source_session < 0)
+        return refuse(w, "corrupted header: session = %lld; expected >= 0",
+                      (long long)info->source_session);
+    return RKV_OK;
+}
+
+/* "layer.{i}.{k|v|written}", i canonical in [0, nl): layer and kind. */
+static bool tensor_name(const char *name, int64_t nl, int64_t *layer, int *kind) {
+    if (strncmp(name, "layer.", 6)) return false;
+    const char *p = name + 6, *dot = strchr(p, '.');
+    if (!dot || !parse_i64n(p, (size_t)(dot - p), layer) || *layer < 0 || *layer >= nl)
+        return false;
+    for (int k = 0; k < 3; k++)
+        if (!strcmp(dot + 1, KIND_NAMES[k])) {
+            *kind = k;
+            return true;
+        }
+    return false;
+}
+
+/* A JSON value where an integer was expected, in words. */
+static const char *describe(const json_t *v, char *buf, size_t size) {
+    if (json_is_integer(v)) {
+        snprintf(buf, size, "%lld, negative", (long long)json_integer_value(v));
+    } else if (json_is_real(v)) {
+        int k = snprintf(buf, size, "the real number %.17g", json_real_value(v));
+        if (k > 0 && (size_t)k + 2 < size && !strpbrk(buf + 16, ".en")) strcat(buf, ".0");
+    } else {
+        snprintf(buf, size, "%s", json_is_string(v) ? "a string" : "not a number");
+    }
+    return buf;
+}
+
+/* Tensor `name`'s `key`: an array of exactly n non-negative integers. */
+static rkv_status tensor_ints(const rkv__snap_where *w, const char *name, const char *key,
+                              const json_t *a, size_t n, uint64_t *out) {
+    char d[64];
+    if (!json_is_array(a) || json_array_size(a) != n)
+        return refuse(w, "corrupted header: tensor '%s': '%s' is %s; expected an array of %zu "
+                         "integers",
+                      name, key,
+                      !a                  ? "missing"
+                      : json_is_array(a) ? "of another length"
+                                         : "not an array",
+                      n);
+    for (size_t i = 0; i < n; i++) {
+        const json_t *v = json_array_get(a, i);
+        if (!json_is_integer(v) || json_integer_value(v) < 0)
+            return refuse(w, "corrupted header: tensor '%s': %s[%zu] is %s; expected a "
+                             "non-negative integer (digits only: no fraction or exponent)",
+                          name, key, i, describe(v, d, sizeof d));
+        out[i] = (uint64_t)json_integer_value(v);
+    }
+    return RKV_OK;
+}
+
+/* One entry of the table: dtype, shape and byte size of its layer's kind. */
+static rkv_status read_tensor(const rkv__snap_where *w, const char *name, const json_t *e,
+                              const rkv_model_config *cfg, rkv__snap_tensor *r) {
+    rkv_geometry g;
+    rkv_model_config_layer_geometry(cfg, r->layer, &g);
+    const rkv__snap_sizes z = rkv__snap_sizes_of(&g);
+    const bool bits = r->kind == 2;
+    const char *want_dtype = bits ? "U8" : st_dtype_name(cfg->dtype);
+    const uint64_t want3[3] = {(uint64_t)cfg->n_kv_heads, (uint64_t)z.C, (uint64_t)cfg->d_head};
+    const uint64_t *want = bits ? want3 + 1 : want3, bytes = bits ? z.written : z.kv;
+    const size_t rank = bits ? 1 : 3;
+    if (!json_is_object(e))
+        return refuse(w, "corrupted header: tensor '%s' is not a JSON object", name);
+    uint64_t shape[3], offs[2];
+    rkv_status st;
+    if ((st = tensor_ints(w, name, "shape", json_object_get(e, "shape"), rank, shape)) != RKV_OK ||
+        (st = tensor_ints(w, name, "data_offsets", json_object_get(e, "data_offsets"), 2, offs)) !=
+            RKV_OK)
+        return st;
+    const char *dt = json_string_value(json_object_get(e, "dtype"));
+    bool ok = dt && !strcmp(dt, want_dtype) && offs[1] >= offs[0] && offs[1] - offs[0] == bytes;
+    for (size_t k = 0; k < rank; k++) ok = ok && shape[k] == want[k];
+    if (!ok)
+        return refuse(w, "corrupted header: tensor '%s' is not {dtype %s, shape [%s%llu%s], %llu "
+                         "bytes}",
+                      name, want_dtype, bits ? "" : "H, ", (unsigned long long)z.C,
+                      bits ? "" : ", D", (unsigned long long)bytes);
+    r->begin = offs[0];
+    r->end = offs[1];
+    r->seen = true;
+    return RKV_OK;
+}
+
+/* Every entry but "__metadata__": the 3 tensors of each layer, no other. */
+static rkv_status read_tensors(const rkv__snap_where *w, const json_t *root,
+                               const rkv_model_config *cfg, rkv__snap_tensor *t) {
+    const int64_t nl = cfg->n_layers;
+    int64_t n_entries = 0;
+    const char *name;
+    json_t *e;
+    char en[ESC(60)];
+    json_object_foreach((json_t *)root, name, e) {
+        if (!strcmp(name, "__metadata__")) continue;
+        int64_t layer;
+        int kind;
+        if (!tensor_name(name, nl, &layer, &kind))
+            return refuse(w, "corrupted header: unexpected tensor '%s'",
+                          rkv__snap_escape(en, sizeof en, name, 60));
+        rkv__snap_tensor *r = &t[layer * 3 + kind]; /* keys are distinct: r is new */
+        r->layer = layer;
+        r->kind = kind;
+        rkv_status st = read_tensor(w, name, e, cfg, r);
+        if (st != RKV_OK) return st;
+        n_entries++;
+    }
+    if (n_entries != nl * 3) {
+        int64_t i = 0;
+        while (i < nl * 3 && t[i].seen) i++;
+        return refuse(w, "corrupted header: tensor 'layer.%lld.%s' is missing", (long long)(i / 3),
+                      KIND_NAMES[i % 3]);
+    }
+    return RKV_OK;
+}
+
+static int cmp_begin(const void *a, const void *b) {
+    const rkv__snap_tensor *x = *(const rkv__snap_tensor *const *)a;
+    const rkv__snap_tensor *y = *(const rkv__snap_tensor *const *)b;
+    return x->begin < y->begin ? -1 : x->begin > y->begin;
+}
+
+/* The tensors tile [0, data bytes) without gaps or overlaps; *order
+ * receives them in file order. */
+static rkv_status check_tiling(const rkv__snap_where *w, rkv__snap_tensor *t, int64_t nt,
+                               uint64_t data_bytes, rkv__snap_tensor ***order) {
+    rkv__snap_tensor **o = *order = malloc((size_t)nt * sizeof *o);
+    if (!o) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", w->what);
+    for (int64_t i = 0; i < nt; i++) o[i] = &t[i];
+    qsort(o, (size_t)nt, sizeof *o, cmp_begin);
+    uint64_t at = 0;
+    bool tiled = true;
+    for (int64_t i = 0; i < nt && tiled; i++) {
+        tiled = o[i]->begin == at;
+        at = o[i]->end;
+    }
+    if (!tiled)
+        return refuse(w, "corrupted header: the tensors' data_offsets overlap or leave gaps");
+    if (at > data_bytes)
+        return refuse(w, "truncated: the data section has %llu bytes; the tensors take %llu",
+                      (unsigned long long)data_bytes, (unsigned long long)at);
+    if (at < data_bytes)
+        return refuse(w, "corrupted: %llu unexpected bytes after the tensors' %llu",
+                      (unsigned long long)(data_bytes - at), (unsigned long long)at);
+    return RKV_OK;
+}
+
+/* The stages after the JSON parse, in the documented order. */
+static rkv_status read_header(const rkv__snap_where *w, const uint8_t first8[8],
+                              const uint8_t *h, uint64_t n, const json_t *root,
+                              rkv__snap_header *out) {
+    rkv_snapshot_info *info = &out->info;
+    const json_t *meta = json_object_get(root, "__metadata__");
+    rkv_status st;
+    if ((st = check_format(w, meta, info)) != RKV_OK ||
+        (st = check_checksums(w, first8, h, n, meta, info)) != RKV_OK ||
+        (st = check_meta_values(w, meta)) != RKV_OK ||
+        (st = read_geometry(w, meta, info)) != RKV_OK || (st = read_names(w, meta, info)) != RKV_OK)
+        return st;
+    const int64_t nt = info->config.n_layers * 3;
+    if (!(out->t = calloc((size_t)nt, sizeof *out->t)))
+        return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", w->what);
+    if ((st = read_tensors(w, root, &info->config, out->t)) != RKV_OK) return st;
+    return check_tiling(w, out->t, nt, info->data_bytes, &out->order);
+}
+
+rkv_status rkv__snap_header_parse(const rkv__snap_where *w, const uint8_t first8[8],
+                                  const uint8_t *h, uint64_t n, uint64_t file_size,
+                                  rkv__snap_header *out) {
+    memset(out, 0, sizeof *out);
+    out->data_offset = 8 + n;
+    out->info.file_bytes = file_size;
+    out->info.header_bytes = n;
+    out->info.data_bytes = file_size - 8 - n;
+    json_t *root = NULL;
+    rkv_status st = load_json(w, h, n, &root);
+    if (st == RKV_OK) st = read_header(w, first8, h, n, root, out);
+    json_decref(root);
+    if (st != RKV_OK) rkv__snap_header_free(out);
+    return st;
+}
+
+void rkv__snap_header_free(rkv__snap_header *p) {
+    free(p->t);
+    free(p->order);
+    p->t = NULL;
+    p->order = NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Writing                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static bool set_str(json_t *o, const char *key, const char *v) {
+    return json_object_set_new(o, key, json_string(v)) == 0;
+}
+static bool set_int(json_t *o, const char *key, int64_t v) {
+    char buf[24];
+    snprintf(buf, sizeof buf, "%lld", (long long)v);
+    return set_str(o, key, buf);
+}
+/* Printable ASCII as is under `key`, anything else as hex under key_hex:
+ * the header stays ASCII JSON whatever the bytes. */
+static bool set_text(json_t *o, const char *key, const char *v) {
+    if (printable_ascii(v)) return set_str(o, key, v);
+    char hexkey[40], *hex = malloc(2 * strlen(v) + 1);
+    if (!hex) return false;
+    for (size_t i = 0; v[i]; i++) snprintf(hex + 2 * i, 3, "%02x", (unsigned char)v[i]);
+    hex[2 * strlen(v)] = '\0';
+    snprintf(hexkey, sizeof hexkey, "%s_hex", key);
+    bool ok = set_str(o, hexkey, hex);
+    free(hex);
+    return ok;
+}
+/* The per-layer list "a,b,c" of the spec field at byte `field`. */
+static bool set_list(json_t *o, const char *key, const rkv_model_config *cfg, size_t field) {
+    char *s = malloc((size_t)cfg->n_layers * 21 + 1);
+    size_t at = 0;
+    for (int64_t i = 0; s && i < cfg->n_layers; i++) {
+        int64_t v;
+        memcpy(&v, (const char *)&cfg->layers[i] + field, sizeof v);
+        at += (size_t)sprintf(s + at, "%s%lld", i ? "," : "", (long long)v);
+    }
+    bool ok = s && set_str(o, key, s);
+    free(s);
+    return ok;
+}
+
+static json_t *build_meta(const rkv_model_config *cfg, int64_t session, const char *request_id,
+                          int64_t last_committed) {
+    json_t *m = json_object();
+    bool ok = m && set_str(m, "format", FORMAT_NAME) &&
+              set_int(m, "format_version", RKV_SNAPSHOT_VERSION) &&
+              set_str(m, "ringkv_version", rkv_version()) && set_text(m, "model", cfg->name) &&
+              set_text(m, "request_id", request_id) && set_int(m, "session", session) &&
+              set_str(m, "dtype", rkv_dtype_name(cfg->dtype)) &&
+              set_int(m, "n_layers", cfg->n_layers) && set_int(m, "n_q_heads", cfg->n_q_heads) &&
+              set_int(m, "n_kv_heads", cfg->n_kv_heads) && set_int(m, "d_head", cfg->d_head) &&
+              set_int(m, "tokens_per_frame", cfg->tokens_per_frame) &&
+              set_list(m, "ring_frames", cfg, offsetof(rkv_layer_spec, ring_frames)) &&
+              set_list(m, "ring_buckets", cfg, offsetof(rkv_layer_spec, ring_buckets)) &&
+              set_list(m, "pinned_dilation", cfg, offsetof(rkv_layer_spec, pinned_dilation)) &&
+              set_int(m, "last_committed", last_committed) &&
+              set_str(m, "data_xxh3", ZERO_DIGITS) && set_str(m, "header_xxh3", ZERO_DIGITS);
+    if (!ok) json_decref(m);
+    return ok ? m : NULL;
+}
+
+static json_t *ints(const uint64_t *v, size_t n) {
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < n; i++)
+        if (json_array_append_new(a, json_integer((json_int_t)v[i]))) {
+            json_decref(a);
+            return NULL;
+        }
+    return a;
+}
+
+/* "layer.{i}.{k,v,written}" of every layer, back to back from byte 0. */
+static bool add_tensors(json_t *root, const rkv_model_config *cfg, uint64_t *data_bytes) {
+    uint64_t at = 0;
+    for (int64_t i = 0; i < cfg->n_layers; i++) {
+        rkv_geometry g;
+        rkv_model_config_layer_geometry(cfg, i, &g);
+        const rkv__snap_sizes z = rkv__snap_sizes_of(&g);
+        const uint64_t shape[3] = {(uint64_t)g.n_kv_heads, (uint64_t)z.C, (uint64_t)g.d_head};
+        for (int k = 0; k < 3; k++) {
+            char name[48];
+            snprintf(name, sizeof name, "layer.%lld.%s", (long long)i, KIND_NAMES[k]);
+            const uint64_t bytes = k == 2 ? z.written : z.kv, offs[2] = {at, at + bytes};
+            json_t *t = json_object();
+            if (!t || json_object_set_new(root, name, t) ||
+                !set_str(t, "dtype", k == 2 ? "U8" : st_dtype_name(g.dtype)) ||
+                json_object_set_new(t, "shape", ints(k == 2 ? shape + 1 : shape, k == 2 ? 1 : 3)) ||
+                json_object_set_new(t, "data_offsets", ints(offs, 2)))
+                return false;
+            at += bytes;
+        }
+    }
+    *data_bytes = at;
+    return true;
+}
+
+rkv_status rkv__snap_header_build(const rkv_model_config *cfg, int64_t session,
+                                  const char *request_id, int64_t last_committed,
+                                  const char *what, rkv__snap_text *out) {
+    memset(out, 0, sizeof *out);
+    json_t *root = json_object();
+    json_t *meta = root ? build_meta(cfg, session, request_id, last_committed) : NULL;
+    char *json = NULL;
+    /* json_object_set_new takes meta even when it fails */
+    if (meta && !json_object_set_new(root, "__metadata__", meta) &&
+        add_tensors(root, cfg, &out->data_bytes))
+        json = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    if (!json) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory building the header", what);
+    const size_t jlen = strlen(json), padded = (jlen + 8 + 7) / 8 * 8 - 8;
+    const char *dk = strstr(json, "\"data_xxh3\":\"" ZERO_DIGITS "\"");
+    const char *hk = strstr(json, "\"header_xxh3\":\"" ZERO_DIGITS "\"");
+    out->text = dk && hk ? malloc(padded) : NULL;
+    if (out->text) {
+        memcpy(out->text, json, jlen);
+        memset(out->text + jlen, ' ', padded - jlen);
+        out->len = padded;
+        out->data_digits = (size_t)(dk - json) + strlen("\"data_xxh3\":\"");
+        out->header_digits = (size_t)(hk - json) + strlen("\"header_xxh3\":\"");
+    }
+    free(json);
+    if (!out->text)
+        return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory building the header", what);
+    return RKV_OK;
+}
+
+void rkv__snap_header_put_length(const rkv__snap_text *t, uint8_t first8[8]) {
+    put_le64(first8, t->len);
+}
+
+void rkv__snap_header_seal(rkv__snap_text *t, uint64_t data_xxh3) {
+    uint8_t first8[8];
+    put_le64(first8, t->len);
+    hex16(data_xxh3, t->text + t->data_digits);
+    memcpy(t->text + t->header_digits, ZERO_DIGITS, HASH_DIGITS);
+    XXH3_state_t hs;
+    XXH3_64bits_reset(&hs);
+    XXH3_64bits_update(&hs, first8, 8);
+    XXH3_64bits_update(&hs, t->text, t->len);
+    hex16(XXH3_64bits_digest(&hs), t->text + t->header_digits);
+}

@@ -1,0 +1,92 @@
+/* Private: the snapshot header codec (src/snapshot_header.c), bytes in and
+ * bytes out, no I/O. src/snapshot_file.c owns the files, the data section
+ * and the model. The format is docs/snapshot-format.md. */
+#ifndef RKV_SNAPSHOT_HEADER_H
+#define RKV_SNAPSHOT_HEADER_H
+
+#include "internal.h"
+
+#define RKV__SNAP_MAX_HEADER ((uint64_t)16 << 20) /* a 256-layer header is ~80 KB */
+
+/* Who is asking, for messages: "what: name: ..." (the API call and the
+ * path, or "(memory)"). */
+typedef struct rkv__snap_where {
+    const char *what;
+    const char *name;
+} rkv__snap_where;
+
+/* A string from a file, made printable for a message: bytes outside
+ * printable ASCII as \xNN, a backslash as \\, at most `max` input bytes
+ * (then "..."). Writes into buf[size] (size >= 4 * max + 4 holds it all) and
+ * returns buf. */
+const char *rkv__snap_escape(char *buf, size_t size, const char *s, size_t max);
+
+/* The per-layer tensor sizes of one session of a layer of geometry g. */
+typedef struct rkv__snap_sizes {
+    int64_t C;        /* slots of a session: (RF + 1) * T */
+    uint64_t kv;      /* bytes of K (= of V): H * C * D * sizeof(dtype) */
+    uint64_t written; /* bytes of the written bits: C */
+} rkv__snap_sizes;
+rkv__snap_sizes rkv__snap_sizes_of(const rkv_geometry *g);
+
+/* One tensor of the table: layer, kind (0 K, 1 V, 2 written), byte range
+ * relative to the start of the data section. */
+typedef struct rkv__snap_tensor {
+    int64_t layer;
+    int kind;
+    uint64_t begin, end;
+    bool seen;
+} rkv__snap_tensor;
+
+/* What a header says, once validated. */
+typedef struct rkv__snap_header {
+    rkv_snapshot_info info; /* everything but data_xxh3's verification  */
+    uint64_t data_offset;   /* 8 + header length                        */
+    rkv__snap_tensor *t;    /* [3 * n_layers]: layer i kind k at 3i + k */
+    rkv__snap_tensor **order; /* [3 * n_layers]: t by data_offsets, i.e.
+                                 in file order                           */
+} rkv__snap_header;
+
+/* Stage 1: the header length from the first 8 bytes of an image of
+ * file_size bytes (first8 is NULL when file_size < 8). RKV_ERR_FORMAT
+ * ("truncated", "corrupted header length") or RKV_OK with *n. */
+rkv_status rkv__snap_header_length(const rkv__snap_where *w, const uint8_t *first8,
+                                   uint64_t file_size, uint64_t *n);
+
+/* Validates the n header bytes h that follow first8 in an image of
+ * file_size bytes: JSON, format and version (before the checksum, so that
+ * another version is reported as such), header checksum, metadata
+ * (geometry, clock, names), tensor table and its tiling of the data
+ * section. RKV_ERR_FORMAT or RKV_ERR_NO_MEMORY with a message naming the
+ * class and the key; on RKV_OK *out holds the header (free with
+ * rkv__snap_header_free). */
+rkv_status rkv__snap_header_parse(const rkv__snap_where *w, const uint8_t first8[8],
+                                  const uint8_t *h, uint64_t n, uint64_t file_size,
+                                  rkv__snap_header *out);
+void rkv__snap_header_free(rkv__snap_header *p);
+
+/* The header a writer emits, padded with spaces so that 8 + len is a
+ * multiple of 8, both checksums "0000000000000000" until sealed. */
+typedef struct rkv__snap_text {
+    char *text;          /* malloc'd, len bytes (not NUL-terminated)   */
+    size_t len;
+    size_t data_digits;  /* offset of data_xxh3's 16 digits in text    */
+    size_t header_digits;
+    uint64_t data_bytes; /* the tensors' bytes, in the order layer 0 k,
+                            v, written, layer 1 ...                     */
+} rkv__snap_text;
+
+/* Builds the header of one session: the model's config, the session's
+ * index, request id and clock. RKV_ERR_NO_MEMORY (named after `what`). */
+rkv_status rkv__snap_header_build(const rkv_model_config *cfg, int64_t session,
+                                  const char *request_id, int64_t last_committed,
+                                  const char *what, rkv__snap_text *out);
+
+/* The 8 bytes that precede the header: its length, little-endian. */
+void rkv__snap_header_put_length(const rkv__snap_text *t, uint8_t first8[8]);
+
+/* Fills in data_xxh3 and then header_xxh3 (over the 8 length bytes and the
+ * text with its own digits read as '0'). */
+void rkv__snap_header_seal(rkv__snap_text *t, uint64_t data_xxh3);
+
+#endif

@@ -1,0 +1,21 @@
+/* tools/escape.h */
+#include "escape.h"
+
+#include <stdio.h>
+#include <string.h>
+
+const char *rkv_tool_escape(char *buf, size_t size, const char *s) {
+    size_t o = 0;
+    if (!size) return buf;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        char one[5];
+        const int k = *p == '\\'                ? snprintf(one, sizeof one, "\\\\")
+                      : *p >= 0x20 && *p < 0x7f ? snprintf(one, sizeof one, "%c", *p)
+                                                : snprintf(one, sizeof one, "\\x%02x", *p);
+        if (o + (size_t)k >= size) break;
+        memcpy(buf + o, one, (size_t)k);
+        o += (size_t)k;
+    }
+    buf[o] = '\0';
+    return buf;
+}
