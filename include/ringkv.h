@@ -329,6 +329,13 @@ typedef struct rkv_attention_args {
  * over the visible slots j of row b; no causal mask; f32 accumulation.
  * A row with no visible slot is impossible on the bits rule (the scratch is
  * always visible); with an explicit all-zero row the output is 0.
+ * Scores that are not plain numbers, as float64 math treats them: a score of
+ * -inf (a key holding +inf against a query of the other sign, or an f32
+ * overflow such as 1e30 x -1e10) weighs 0, wherever its key lies in
+ * the slot order; a row whose every visible key scores -inf gives 0, as a
+ * row with no visible slot (the one case defined here: float64 math would
+ * give 0/0). A +inf or NaN score (or a NaN reaching a score) makes the row
+ * NaN.
  * rkv_layer_attend is the fast path: tiled online softmax ("flash", Dao et
  * al. 2022) over the visible keys only, vectorized (AMX bf16 tiles for bf16
  * storage / AVX-512 / AVX2+FMA chosen on first use, plain C elsewhere; see

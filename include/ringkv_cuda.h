@@ -186,7 +186,10 @@ typedef struct rkv_cuda_attention_args {
 
 /* out[b,h,i,:] = sum_j softmax_j(scale * q[b,h,i,:] . K[kvh,j,:]) V[kvh,j,:]
  * over the visible slots j of row b (no causal mask, f32 accumulation), as
- * rkv_layer_attend computes it on the CPU.
+ * rkv_layer_attend computes it on the CPU, with the same definitions for
+ * scores that are not plain numbers (ringkv.h): a -inf score weighs 0, a row
+ * whose every visible key scores -inf gives 0 (in every kernel, key splits
+ * included), a +inf or NaN score makes the row NaN.
  * Kernels: storage bf16 or f16 with q_dtype == storage dtype, D 64 or 128,
  * visible == NULL and out_dtype in {q_dtype, f32} run the tensor-core kernel
  * (mma.sync m16n8k16, f32 accumulators, online softmax, cp.async double

@@ -6,6 +6,7 @@
  * element is computed by one thread in a fixed order, so results are
  * bit-identical whatever the thread count (on one instruction-set path). */
 #define _POSIX_C_SOURCE 200809L
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ring_rule.h" /* the ring rule: slot, write step, visibility */
 #include "ringkv.h"
 #include "ringkv_backend.h"
 
@@ -62,20 +63,6 @@ static inline uint8_t *rkv__slot_ptr(const struct rkv_layer *l, int c, int64_t h
                                      int64_t slot) {
     return l->kv + ((size_t)(c * l->g.n_kv_heads + h) * (size_t)l->total_slots +
                     (size_t)slot) * l->row_bytes;
-}
-
-/* The ring frame hidden at clock f by the bits-and-clock rule (SEM 4): slot
- * ceil(f/PD) mod RB on write steps, -1 otherwise. */
-static inline int64_t rkv__hidden_frame(const rkv_geometry *g, int64_t frame_pos) {
-    return rkv_is_write_step(g, frame_pos) ? rkv_ring_slot(g, frame_pos) : -1;
-}
-
-/* The bits-and-clock rule for ring frame r < RF of the session whose span
- * starts at slot lo: written and not hidden. Frames are written whole, so
- * the first slot's bit stands for the frame's. */
-static inline bool rkv__ring_frame_visible(const struct rkv_layer *l, int64_t lo, int64_t hidden,
-                                           int64_t r) {
-    return r != hidden && l->written[lo + r * l->g.tokens_per_frame];
 }
 
 /* Checks one session's written bits of a layer of geometry g ([C] bytes):

@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "plan.h"
+#include "ring_rule.h"  // the ring rule (slot, write step, visibility), host and device
 #include "ringkv.h"
 #include "ringkv_backend.h"  // rkv_error_set: the core's public error setter
 #include "ringkv_cuda.h"
@@ -62,11 +63,6 @@ static inline rkv_status rkv__cuda_after_launch(const char *what) {
 }
 
 // ---- device helpers ---------------------------------------------------------
-
-// ceil(f / PD) mod RB without overflowing f + PD - 1 (f >= 0).
-__device__ __forceinline__ int64_t rkv__d_ring_slot(int64_t f, int64_t pd, int64_t rb) {
-    return (f / pd + (f % pd != 0)) % rb;
-}
 
 // Loads the B rows' (session, clock) into shared memory and checks them as
 // the CPU backend does (session in [0, S), distinct, clock >= 0; clocks are

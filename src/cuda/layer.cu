@@ -51,8 +51,8 @@ __global__ void __launch_bounds__(kThreads) upsert_kernel(const UpsertParams p) 
         const int b = (int)(row - ch * p.batch);
         const int64_t s = s_sess[b], f = s_fp[b];
         const int64_t base = ch * p.N + s * p.C;  // slot index of the span in the plane
-        const bool to_ring = p.commit && (f % p.PD == 0);
-        const int64_t slot = rkv__d_ring_slot(f, p.PD, p.RB);
+        const bool to_ring = p.commit && rkv__rule_write_step(f, p.PD);
+        const int64_t slot = rkv__rule_slot(f, p.PD, p.RB);
         uint4 *scratch = p.dst + ((base + p.L) * p.slot_bytes) / 16;
         uint4 *ring = p.dst + ((base + slot * p.T) * p.slot_bytes) / 16;
         const uint4 *src = p.src + row * p.row_vecs;
@@ -81,8 +81,8 @@ __global__ void __launch_bounds__(kThreads) upsert_kernel(const UpsertParams p) 
     if (p.visible) {  // B == 1: walk all N slots
         const int64_t s = s_sess[0], f = s_fp[0];
         const int64_t lo = s * p.C, hi = lo + p.C;
-        const bool ws = f % p.PD == 0;
-        const int64_t ring_lo = lo + rkv__d_ring_slot(f, p.PD, p.RB) * p.T;
+        const bool ws = rkv__rule_write_step(f, p.PD);
+        const int64_t ring_lo = lo + rkv__rule_slot(f, p.PD, p.RB) * p.T;
         const int64_t hid_lo = ws ? ring_lo : -1, hid_hi = ws ? ring_lo + p.T : -1;
         const int64_t dst_lo = p.commit ? (ws ? ring_lo : lo + p.L) : -1;
         const int64_t dst_hi = p.commit ? dst_lo + p.T : -1;
@@ -100,7 +100,8 @@ __global__ void __launch_bounds__(kThreads) upsert_kernel(const UpsertParams p) 
             const int b = (int)(v / per_row);
             const int64_t off = (v - (int64_t)b * per_row) * 16;
             const int64_t s = s_sess[b], f = s_fp[b];
-            const int64_t dst = s * p.C + (f % p.PD == 0 ? rkv__d_ring_slot(f, p.PD, p.RB) * p.T
+            const int64_t dst =
+                s * p.C + (rkv__rule_write_step(f, p.PD) ? rkv__rule_slot(f, p.PD, p.RB) * p.T
                                                          : p.L);
             w[(dst + off) / 16] = ones16();
         }
