@@ -175,6 +175,19 @@ _OPTIONAL = {
     "rkv_model_fork": (c_status, [c_void_p, c_int64, c_int64]),
     "rkv_model_step": (c_status, [c_void_p, c_int64, c_int64, c_void_p, c_void_p, c_dtype, c_int,
                                   POINTER(AttentionArgs)]),
+    # one model, two backends (issue 11): spans, the frame's batch set once
+    "rkv_layer_span_bytes": (c_size_t, [c_void_p, c_int]),
+    "rkv_layer_read_span": (c_status, [c_void_p, c_int64, c_int, c_int64, c_void_p]),
+    "rkv_layer_write_span": (c_status, [c_void_p, c_int64, c_int, c_int64, c_void_p]),
+    "rkv_layer_copy_span": (c_status, [c_void_p, c_int64, c_int64]),
+    "rkv_model_backend_name": (c_char_p, [c_void_p]),
+    "rkv_model_frame_upsert": (c_status, [c_void_p, c_int64, c_void_p, c_dtype, c_int]),
+    "rkv_model_frame_attend": (c_status, [c_void_p, c_int64, POINTER(AttentionArgs)]),
+    "rkv_model_frame_step": (c_status, [c_void_p, c_int64, c_void_p, c_dtype, c_int,
+                                        POINTER(AttentionArgs)]),
+    "rkv_model_end_frame": (c_status, [c_void_p]),
+    "rkv_model_abandon_frame": (c_status, [c_void_p]),
+    "rkv_model_synchronize": (c_status, [c_void_p]),
 }
 
 # include/ringkv_cuda.h. Layers are opaque handles (c_void_p); `void *stream`
