@@ -258,21 +258,30 @@ static rkv_status check_geometry(const source *s, const rkv_model_config *snap,
 
 /* Copies tensor r (one layer's K, V or written span of a session) from the
  * source into `session` of the model, one piece at a time (K or V of one
- * head, or the written bits) through the model's backend and the bounce
- * buffer (rkv__model_max_span_bytes); file bytes are hashed into hs on the
- * way. */
+ * head, or the written bits) through the model's backend: straight from
+ * the image in memory, or through the bounce buffer
+ * (rkv__model_max_span_bytes) from a file. Each piece is hashed into hs
+ * when hs != NULL (while it is in cache). `fresh`: the session is a free
+ * slot being paged in, whose bytes were not verified yet (bad written bits
+ * are then corrupted data, not a file changed under the reader). */
 static rkv_status install_span(const source *s, uint64_t off, const rkv__snap_tensor *r,
                                rkv_model *m, int64_t session, XXH3_state_t *hs,
-                               uint8_t *bounce) {
+                               uint8_t *bounce, bool fresh) {
     const rkv_span_part part = (rkv_span_part)r->kind; /* k, v, written */
     const size_t bytes = rkv__model_span_bytes(m, r->layer, part);
     const int64_t heads = part == RKV_SPAN_WRITTEN ? 1 : m->cfg.n_kv_heads;
     rkv_status st = RKV_OK;
     for (int64_t h = 0; h < heads && st == RKV_OK; h++, off += bytes) {
-        if ((st = src_read(s, off, bounce, bytes)) != RKV_OK) break;
-        if (!s->mem) XXH3_64bits_update(hs, bounce, bytes);
-        st = rkv__model_span_write(m, r->layer, session, part, h, bounce);
-        if (st == RKV_ERR_INVALID_ARG && !s->mem) /* bits verified, then changed */
+        const uint8_t *piece = s->mem ? s->mem + off : bounce;
+        if (!s->mem && (st = src_read(s, off, bounce, bytes)) != RKV_OK) break;
+        if (hs) XXH3_64bits_update(hs, piece, bytes);
+        st = rkv__model_span_write(m, r->layer, session, part, h, piece);
+        if (st == RKV_ERR_INVALID_ARG && fresh)
+            st = rkv__fail(RKV_ERR_FORMAT,
+                           "%s: %s: corrupted data: layer.%lld.written breaks the layer's "
+                           "invariant (0/1, scratch slots 1, frames written whole)",
+                           s->w.what, s->w.name, (long long)r->layer);
+        else if (st == RKV_ERR_INVALID_ARG && !s->mem) /* bits verified, then changed */
             st = rkv__fail(RKV_ERR_IO,
                            "%s: %s: the file changed while it was loaded (its written bits are "
                            "no longer valid on the second read); session %lld was reset",
@@ -283,35 +292,50 @@ static rkv_status install_span(const source *s, uint64_t off, const rkv__snap_te
     return st;
 }
 
-/* Copies the validated data section into the session, tensor by tensor in
- * file order. For files the bytes are hashed again: if the file changed
- * after verify_data, the session is reset and RKV_ERR_IO returned. */
-static rkv_status install(const source *s, const rkv__snap_header *p, rkv_model *m,
-                          int64_t session) {
-    uint8_t *bounce = malloc(rkv__model_max_span_bytes(m));
-    if (!bounce) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", s->w.what);
+/* Copies the data section into the session, tensor by tensor in file
+ * order (which tiles it exactly), hashing it into *digest when digest !=
+ * NULL. On failure the session is reset (zeroed, no clock) and the message
+ * says so. */
+static rkv_status install_pieces(const source *s, const rkv__snap_header *p, rkv_model *m,
+                                 int64_t session, uint64_t *digest, bool fresh) {
+    uint8_t *bounce = s->mem ? NULL : malloc(rkv__model_max_span_bytes(m));
+    if (!s->mem && !bounce) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", s->w.what);
     XXH3_state_t hs;
     XXH3_64bits_reset(&hs);
     rkv_status st = RKV_OK;
     for (int64_t k = 0; k < m->cfg.n_layers * 3 && st == RKV_OK; k++) {
         const rkv__snap_tensor *r = p->order[k];
-        st = install_span(s, p->data_offset + r->begin, r, m, session, &hs, bounce);
+        st = install_span(s, p->data_offset + r->begin, r, m, session, digest ? &hs : NULL,
+                          bounce, fresh);
     }
     free(bounce);
-    if (st == RKV_OK && !s->mem && XXH3_64bits_digest(&hs) != p->info.data_xxh3)
-        st = rkv__fail(RKV_ERR_IO,
-                       "%s: %s: the file changed while it was loaded (data checksum differs on "
-                       "the second read); session %lld was reset",
-                       s->w.what, s->w.name, (long long)session);
+    if (digest) *digest = XXH3_64bits_digest(&hs);
     if (st != RKV_OK) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", rkv_last_error());
         rkv__model_clear_session(m, session);
         return rkv__fail(st, "%s%s", msg,
-                         strstr(msg, "was reset") ? "" : "; the session was reset");
+                         strstr(msg, "was reset") || fresh ? "" : "; the session was reset");
     }
-    rkv__model_set_clock(m, session, p->info.last_committed);
     return RKV_OK;
+}
+
+/* Copies the validated data section into the session. For files the bytes
+ * are hashed again: if the file changed after verify_data, the session is
+ * reset and RKV_ERR_IO returned. */
+static rkv_status install(const source *s, const rkv__snap_header *p, rkv_model *m,
+                          int64_t session) {
+    uint64_t again = 0;
+    rkv_status st = install_pieces(s, p, m, session, s->mem ? NULL : &again, false);
+    if (st == RKV_OK && !s->mem && again != p->info.data_xxh3) {
+        rkv__model_clear_session(m, session);
+        st = rkv__fail(RKV_ERR_IO,
+                       "%s: %s: the file changed while it was loaded (data checksum differs on "
+                       "the second read); session %lld was reset",
+                       s->w.what, s->w.name, (long long)session);
+    }
+    if (st == RKV_OK) rkv__model_set_clock(m, session, p->info.last_committed);
+    return st;
 }
 
 static rkv_status load_source(const source *s, rkv_model *model, int64_t session) {
@@ -322,6 +346,41 @@ static rkv_status load_source(const source *s, rkv_model *model, int64_t session
         (st = verify_data(s, &p)) == RKV_OK)
         st = install(s, &p, model, session);
     rkv__snap_header_free(&p);
+    return st;
+}
+
+rkv_status rkv__snapshot_page_in(rkv_model *m, const char *what, const void *buf, size_t bytes,
+                                 const char *path, rkv__page_in_admit admit, void *arg,
+                                 rkv_snapshot_info *info, int64_t *slot) {
+    source s;
+    rkv_status st;
+    if (path) {
+        if ((st = src_open(&s, what, path)) != RKV_OK) return st;
+    } else {
+        src_mem(&s, what, buf ? buf : "", bytes);
+    }
+    rkv__snap_header p;
+    if ((st = read_header(&s, &p)) == RKV_OK) {
+        int64_t got = -1;
+        uint64_t digest = 0;
+        if ((st = check_geometry(&s, &p.info.config, &m->cfg)) == RKV_OK &&
+            (st = admit(arg, &p.info, &got)) == RKV_OK &&
+            (st = install_pieces(&s, &p, m, got, &digest, true)) == RKV_OK &&
+            digest != p.info.data_xxh3) {
+            rkv__model_clear_session(m, got);
+            st = rkv__fail(RKV_ERR_FORMAT,
+                           "%s: %s: corrupted data: data checksum mismatch (data_xxh3 %016llx, "
+                           "computed %016llx)",
+                           what, s.w.name, (unsigned long long)p.info.data_xxh3,
+                           (unsigned long long)digest);
+        }
+        if (st == RKV_OK) {
+            *info = p.info;
+            *slot = got;
+        }
+        rkv__snap_header_free(&p);
+    }
+    if (path) close(s.fd);
     return st;
 }
 
@@ -382,7 +441,8 @@ static rkv_status sink_write(sink *k, const void *p, size_t n) {
 
 /* Writes layer i's K, V and written spans of `session` (the tensors
  * layer.i.k, .v, .written), one piece at a time read through the model's
- * backend into the bounce buffer, hashing them into hs. */
+ * backend, hashing them into hs: straight into a memory sink (each piece
+ * hashed while it is in cache), or through the bounce buffer to a file. */
 static rkv_status write_layer_span(sink *k, const rkv_model *m, int64_t i, int64_t session,
                                    XXH3_state_t *hs, uint8_t *bounce) {
     rkv_status st = RKV_OK;
@@ -390,11 +450,13 @@ static rkv_status write_layer_span(sink *k, const rkv_model *m, int64_t i, int64
         const size_t bytes = rkv__model_span_bytes(m, i, (rkv_span_part)part);
         const int64_t heads = part == RKV_SPAN_WRITTEN ? 1 : m->cfg.n_kv_heads;
         for (int64_t h = 0; h < heads && st == RKV_OK; h++) {
-            if ((st = rkv__model_span_read(m, i, session, (rkv_span_part)part, h, bounce)) !=
+            uint8_t *piece = k->mem ? k->mem + k->off : bounce;
+            if ((st = rkv__model_span_read(m, i, session, (rkv_span_part)part, h, piece)) !=
                 RKV_OK)
                 return rkv__model_backend_fail(st, k->what);
-            XXH3_64bits_update(hs, bounce, bytes);
-            st = sink_write(k, bounce, bytes);
+            XXH3_64bits_update(hs, piece, bytes);
+            if (k->mem) k->off += bytes;
+            else st = sink_write(k, piece, bytes);
         }
     }
     return st;
@@ -418,23 +480,26 @@ static rkv_status rewrite_header(sink *k, const rkv__snap_text *hd) {
 }
 
 /* Writes the whole image: length, header (checksums zero), data (hashed),
- * then the header again with both checksums filled in. */
-static rkv_status write_image(const rkv_model *m, int64_t session, rkv__snap_text *hd, sink *k) {
+ * then the header again with both checksums filled in (*header_xxh3: its
+ * checksum, when not NULL). */
+static rkv_status write_image(const rkv_model *m, int64_t session, rkv__snap_text *hd, sink *k,
+                              uint64_t *header_xxh3) {
     uint8_t first8[8];
     rkv__snap_header_put_length(hd, first8);
     rkv_status st;
     if ((st = sink_write(k, first8, 8)) != RKV_OK ||
         (st = sink_write(k, hd->text, hd->len)) != RKV_OK)
         return st;
-    uint8_t *bounce = malloc(rkv__model_max_span_bytes(m));
-    if (!bounce) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", k->what);
+    uint8_t *bounce = k->mem ? NULL : malloc(rkv__model_max_span_bytes(m));
+    if (!k->mem && !bounce) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", k->what);
     XXH3_state_t hs;
     XXH3_64bits_reset(&hs);
     for (int64_t i = 0; i < m->cfg.n_layers && st == RKV_OK; i++)
         st = write_layer_span(k, m, i, session, &hs, bounce);
     free(bounce);
     if (st != RKV_OK) return st;
-    rkv__snap_header_seal(hd, XXH3_64bits_digest(&hs));
+    const uint64_t sealed = rkv__snap_header_seal(hd, XXH3_64bits_digest(&hs));
+    if (header_xxh3) *header_xxh3 = sealed;
     return rewrite_header(k, hd);
 }
 
@@ -444,9 +509,9 @@ static rkv_status build_header(const rkv_model *m, int64_t session, const char *
     return rkv__snap_header_build(&m->cfg, session, ss->request_id, ss->last_committed, what, out);
 }
 
-rkv_status rkv_model_save_session_mem(const rkv_model *model, int64_t session, void *buf,
-                                      size_t buf_bytes, size_t *file_bytes) {
-    static const char *what = "rkv_model_save_session_mem";
+rkv_status rkv__snapshot_save_mem(const rkv_model *model, int64_t session, const char *what,
+                                  void *buf, size_t buf_bytes, size_t *file_bytes,
+                                  uint64_t *header_xxh3) {
     rkv_status st = rkv__model_check_between_frames(model, what, session);
     if (st != RKV_OK) return st;
     if (!file_bytes) return rkv__fail(RKV_ERR_NULL, "%s: file_bytes is NULL", what);
@@ -461,11 +526,17 @@ rkv_status rkv_model_save_session_mem(const rkv_model *model, int64_t session, v
                        buf_bytes, (unsigned long long)total);
     else if (buf) {
         sink k = {what, "(memory)", -1, buf, 0};
-        st = write_image(model, session, &hd, &k);
+        st = write_image(model, session, &hd, &k, header_xxh3);
     }
     free(hd.text);
     if (st == RKV_OK) *file_bytes = (size_t)total;
     return st;
+}
+
+rkv_status rkv_model_save_session_mem(const rkv_model *model, int64_t session, void *buf,
+                                      size_t buf_bytes, size_t *file_bytes) {
+    return rkv__snapshot_save_mem(model, session, "rkv_model_save_session_mem", buf, buf_bytes,
+                                  file_bytes, NULL);
 }
 
 /* fsync of the directory holding path, so that a rename is durable (best
@@ -486,11 +557,12 @@ static void sync_dir_of(const char *path) {
 /* The image into the new temporary file tmp (fd), fsync'ed and closed,
  * then renamed over path. */
 static rkv_status write_and_rename(const rkv_model *m, int64_t session, rkv__snap_text *hd,
-                                   const char *what, int fd, const char *tmp, const char *path) {
+                                   const char *what, int fd, const char *tmp, const char *path,
+                                   uint64_t *header_xxh3) {
     struct stat old;
     (void)fchmod(fd, stat(path, &old) == 0 ? (old.st_mode & 07777) : 0644);
     sink k = {what, tmp, fd, NULL, 0};
-    rkv_status st = write_image(m, session, hd, &k);
+    rkv_status st = write_image(m, session, hd, &k, header_xxh3);
     if (st == RKV_OK && fsync(fd))
         st = rkv__fail(RKV_ERR_IO, "%s: fsync of %s failed: %s", what, tmp, strerror(errno));
     if (close(fd) && st == RKV_OK)
@@ -503,7 +575,11 @@ static rkv_status write_and_rename(const rkv_model *m, int64_t session, rkv__sna
 }
 
 rkv_status rkv_model_save_session(const rkv_model *model, int64_t session, const char *path) {
-    static const char *what = "rkv_model_save_session";
+    return rkv__snapshot_save_file(model, session, "rkv_model_save_session", path, NULL);
+}
+
+rkv_status rkv__snapshot_save_file(const rkv_model *model, int64_t session, const char *what,
+                                   const char *path, uint64_t *header_xxh3) {
     rkv_status st = rkv__model_check_between_frames(model, what, session);
     if (st != RKV_OK) return st;
     if (!path) return rkv__fail(RKV_ERR_NULL, "%s: path is NULL", what);
@@ -522,7 +598,7 @@ rkv_status rkv_model_save_session(const rkv_model *model, int64_t session, const
             st = rkv__fail(RKV_ERR_IO, "%s: cannot create a temporary file next to %s: %s", what,
                            path, strerror(errno));
     }
-    if (st == RKV_OK) st = write_and_rename(model, session, &hd, what, fd, tmp, path);
+    if (st == RKV_OK) st = write_and_rename(model, session, &hd, what, fd, tmp, path, header_xxh3);
     free(tmp);
     free(hd.text);
     if (st == RKV_OK) sync_dir_of(path);
