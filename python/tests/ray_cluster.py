@@ -1,8 +1,10 @@
 """A real local Ray cluster on loopback for the tests of ringkv.ray
-(test_ray.py, test_migration.py, test_offload.py): one per test module,
-started by :func:`ringkv.ray.init_loopback` (node 127.0.0.1, no
-dashboard, no usage statistics, a small object store) and always shut
-down in a ``finally``, after which no process of it may be left.
+(test_ray.py, test_migration.py, test_offload.py): one for the test
+session (conftest.py's ``ray_cluster`` fixture, started on first use by
+:func:`ringkv.ray.init_loopback`: node 127.0.0.1, no dashboard, no usage
+statistics, a small object store), always shut down in a ``finally``,
+after which no process of it may be left; each test gets its own hosts
+(actors killed in a ``finally``).
 
 Skipped when Ray or xxhash is not importable (``pip install ringkv[ray]``;
 scripts/install-deps.sh installs both).
@@ -93,25 +95,25 @@ def is_loopback(address: str) -> bool:
         address.startswith("::ffff:127.")
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
-    """The ray module, with a loopback cluster running for this test module."""
+def start_cluster():
+    """Starts the loopback cluster (:func:`ringkv.ray.init_loopback`) and
+    returns (the ray module, its processes)."""
     pytest.importorskip("xxhash")
     ray = pytest.importorskip("ray")
     import ringkv.ray as rr
     rr.init_loopback(num_cpus=2, object_store_memory=256 << 20)
-    pids = set()
-    try:
-        pids = cluster_pids(ray)
-        yield ray
-    finally:
-        pids = _children(pids) - {os.getpid()}
-        ray.shutdown()
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and any(_alive(p) for p in pids):
-            time.sleep(0.2)
-        left = sorted(p for p in pids if _alive(p))
-        assert not left, f"Ray processes left running after ray.shutdown(): {left}"
+    return ray, cluster_pids(ray)
+
+
+def stop_cluster(ray, pids: set[int]) -> None:
+    """ray.shutdown(), then no process of the cluster may be left."""
+    pids = _children(pids) - {os.getpid()}
+    ray.shutdown()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.2)
+    left = sorted(p for p in pids if _alive(p))
+    assert not left, f"Ray processes left running after ray.shutdown(): {left}"
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from ray_cluster import CONFIG, assert_live_once, cluster_pids, hosts, is_loopback  # noqa: F401
-from ray_cluster import listening_addresses, ray_cluster, _children  # noqa: F401
+from ray_cluster import listening_addresses, _children
 
 stream = pytest.importorskip("ringkv.ray.stream", exc_type=ImportError)
 
