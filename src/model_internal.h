@@ -107,6 +107,17 @@ int64_t rkv__model_free_slot(const rkv_model *m);
 /* Index of id's entry in the offload table, or -1 (model_offload.c). */
 int64_t rkv__model_offloaded_find(const rkv_model *m, const char *id);
 
+/* ---- copies of pieces (copy_hash.c) ----
+ * Copies every piece, in order, and feeds the copied bytes, in order, to
+ * the XXH3-64 stream xxh3_state (an XXH3_state_t *, or NULL: copy only);
+ * large copies hash on a second thread that follows the copy. */
+typedef struct rkv__piece {
+    uint8_t *dst;
+    const uint8_t *src;
+    size_t bytes;
+} rkv__piece;
+void rkv__copy_pieces_hashed(const rkv__piece *p, size_t n, void *xxh3_state);
+
 /* ---- snapshot images (snapshot_file.c) for offload and page-in ----
  * rkv_model_save_session_mem / rkv_model_save_session with `what` naming
  * the call, and the image's header checksum in *header_xxh3 (not NULL). */

@@ -30,6 +30,21 @@
 
 #define CHUNK_BYTES ((size_t)1 << 20)
 
+/* The host address of a piece of a session's span when the backend
+ * exposes it (rkv_backend_ops.span_region, host memory), else NULL: the
+ * piece is then copied through span_read / span_write. */
+static uint8_t *host_piece(const rkv_model *m, int64_t layer, int64_t session, rkv_span_part part,
+                           int64_t head) {
+    void *ptr = NULL;
+    int device = 0;
+    if (!m->ops.span_region ||
+        m->ops.span_region(m->ctx, m->layers[layer], session, part, head, &ptr, &device) !=
+            RKV_OK ||
+        device >= 0)
+        return NULL;
+    return ptr;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Reading: a file (pread) or a memory image                                 */
 /* ------------------------------------------------------------------------ */
@@ -296,8 +311,67 @@ static rkv_status install_span(const source *s, uint64_t off, const rkv__snap_te
  * order (which tiles it exactly), hashing it into *digest when digest !=
  * NULL. On failure the session is reset (zeroed, no clock) and the message
  * says so. */
+/* The pieces of the image's data section, in file order, with the host
+ * addresses of `session`'s span they go to (rkv__piece: dst, src, bytes);
+ * NULL when a piece is not in host memory (or out of memory): the data then
+ * goes through span_write. *n receives the count. */
+static rkv__piece *host_pieces(const source *s, const rkv__snap_header *p, const rkv_model *m,
+                               int64_t session, size_t *n) {
+    const size_t most = (size_t)m->cfg.n_layers * (size_t)(2 * m->cfg.n_kv_heads + 1);
+    rkv__piece *pc = malloc(most * sizeof *pc);
+    size_t k = 0;
+    for (int64_t t = 0; pc && t < m->cfg.n_layers * 3; t++) {
+        const rkv__snap_tensor *r = p->order[t];
+        const rkv_span_part part = (rkv_span_part)r->kind;
+        const size_t bytes = rkv__model_span_bytes(m, r->layer, part);
+        for (int64_t h = 0; h < (part == RKV_SPAN_WRITTEN ? 1 : m->cfg.n_kv_heads); h++) {
+            uint8_t *dst = host_piece(m, r->layer, session, part, h);
+            if (!dst) {
+                free(pc);
+                return NULL;
+            }
+            pc[k++] = (rkv__piece){dst, s->mem + p->data_offset + r->begin + (uint64_t)h * bytes,
+                                   bytes};
+        }
+    }
+    *n = k;
+    return pc;
+}
+
+/* Page-in of an image in memory into a free slot in host memory: every
+ * piece copied once and hashed behind the copy; then the written bits. */
+static rkv_status install_fresh_host(const source *s, const rkv__snap_header *p, rkv_model *m,
+                                     int64_t session, const rkv__piece *pc, size_t n,
+                                     uint64_t *digest) {
+    XXH3_state_t hs;
+    XXH3_64bits_reset(&hs);
+    rkv__copy_pieces_hashed(pc, n, &hs);
+    *digest = XXH3_64bits_digest(&hs);
+    for (int64_t i = 0; i < m->cfg.n_layers; i++) {
+        const rkv_geometry g = rkv__model_layer_geometry(m, i);
+        const uint8_t *w = host_piece(m, i, session, RKV_SPAN_WRITTEN, 0);
+        const int64_t bad = rkv__written_span_check(&g, w);
+        if (bad >= 0) {
+            const unsigned value = w[bad]; /* before the slot is zeroed again */
+            rkv__model_clear_session(m, session);
+            return rkv__fail(RKV_ERR_FORMAT,
+                             "%s: %s: corrupted data: layer.%lld.written[%lld] = %u (expected 0/1, "
+                             "scratch slots 1, frames written whole)",
+                             s->w.what, s->w.name, (long long)i, (long long)bad, value);
+        }
+    }
+    return RKV_OK;
+}
+
 static rkv_status install_pieces(const source *s, const rkv__snap_header *p, rkv_model *m,
                                  int64_t session, uint64_t *digest, bool fresh) {
+    size_t n = 0;
+    rkv__piece *pc = fresh && s->mem && digest ? host_pieces(s, p, m, session, &n) : NULL;
+    if (pc) {
+        rkv_status st = install_fresh_host(s, p, m, session, pc, n, digest);
+        free(pc);
+        return st;
+    }
     uint8_t *bounce = s->mem ? NULL : malloc(rkv__model_max_span_bytes(m));
     if (!s->mem && !bounce) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", s->w.what);
     XXH3_state_t hs;
@@ -450,6 +524,12 @@ static rkv_status write_layer_span(sink *k, const rkv_model *m, int64_t i, int64
         const size_t bytes = rkv__model_span_bytes(m, i, (rkv_span_part)part);
         const int64_t heads = part == RKV_SPAN_WRITTEN ? 1 : m->cfg.n_kv_heads;
         for (int64_t h = 0; h < heads && st == RKV_OK; h++) {
+            const uint8_t *region = host_piece(m, i, session, (rkv_span_part)part, h);
+            if (region) { /* to a file: straight from the storage */
+                XXH3_64bits_update(hs, region, bytes);
+                st = sink_write(k, region, bytes);
+                continue;
+            }
             uint8_t *piece = k->mem ? k->mem + k->off : bounce;
             if ((st = rkv__model_span_read(m, i, session, (rkv_span_part)part, h, piece)) !=
                 RKV_OK)
@@ -460,6 +540,29 @@ static rkv_status write_layer_span(sink *k, const rkv_model *m, int64_t i, int64
         }
     }
     return st;
+}
+
+/* The pieces of `session`'s span in host memory, in image order (layer by
+ * layer: K heads, V heads, written bits), each going to its place in the
+ * data section at `data`; NULL when one is not in host memory. */
+static rkv__piece *image_pieces(const rkv_model *m, int64_t session, uint8_t *data, size_t *n) {
+    const size_t most = (size_t)m->cfg.n_layers * (size_t)(2 * m->cfg.n_kv_heads + 1);
+    rkv__piece *pc = malloc(most * sizeof *pc);
+    size_t k = 0, off = 0;
+    for (int64_t i = 0; pc && i < m->cfg.n_layers; i++)
+        for (int part = RKV_SPAN_K; part <= RKV_SPAN_WRITTEN; part++)
+            for (int64_t h = 0; h < (part == RKV_SPAN_WRITTEN ? 1 : m->cfg.n_kv_heads); h++) {
+                const uint8_t *src = host_piece(m, i, session, (rkv_span_part)part, h);
+                if (!src) {
+                    free(pc);
+                    return NULL;
+                }
+                const size_t bytes = rkv__model_span_bytes(m, i, (rkv_span_part)part);
+                pc[k++] = (rkv__piece){data + off, src, bytes};
+                off += bytes;
+            }
+    *n = k;
+    return pc;
 }
 
 /* Writes the header in place again, now with both checksums. */
@@ -490,13 +593,21 @@ static rkv_status write_image(const rkv_model *m, int64_t session, rkv__snap_tex
     if ((st = sink_write(k, first8, 8)) != RKV_OK ||
         (st = sink_write(k, hd->text, hd->len)) != RKV_OK)
         return st;
-    uint8_t *bounce = k->mem ? NULL : malloc(rkv__model_max_span_bytes(m));
-    if (!k->mem && !bounce) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", k->what);
     XXH3_state_t hs;
     XXH3_64bits_reset(&hs);
-    for (int64_t i = 0; i < m->cfg.n_layers && st == RKV_OK; i++)
-        st = write_layer_span(k, m, i, session, &hs, bounce);
-    free(bounce);
+    size_t n = 0;
+    rkv__piece *pc = k->mem ? image_pieces(m, session, k->mem + k->off, &n) : NULL;
+    if (pc) { /* memory to memory: copied once, hashed behind the copy */
+        rkv__copy_pieces_hashed(pc, n, &hs);
+        for (size_t i = 0; i < n; i++) k->off += pc[i].bytes;
+        free(pc);
+    } else {
+        uint8_t *bounce = malloc(rkv__model_max_span_bytes(m));
+        if (!bounce) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", k->what);
+        for (int64_t i = 0; i < m->cfg.n_layers && st == RKV_OK; i++)
+            st = write_layer_span(k, m, i, session, &hs, bounce);
+        free(bounce);
+    }
     if (st != RKV_OK) return st;
     const uint64_t sealed = rkv__snap_header_seal(hd, XXH3_64bits_digest(&hs));
     if (header_xxh3) *header_xxh3 = sealed;

@@ -289,6 +289,51 @@ static void test_page_in_refusals(void **state)
     rkv_model_destroy(m);
 }
 
+/* A session of 35 MB: offload and page-in copy it with the hash on a
+ * second thread (src/copy_hash.c, from 8 MB on). The image must check out
+ * (inspect verifies data_xxh3), page in bit-exact, and a damaged one be
+ * refused on that path too. */
+static void test_offload_large_session(void **state)
+{
+    (void)state;
+    rkv_layer_spec specs[2] = {{16, 16, 1}, {16, 16, 8}};
+    rkv_model_config c = tu_model_cfg(2, specs, 2, 4, 4, 64, 512, RKV_DTYPE_F32);
+    rkv_model *m = NULL, *ref = NULL;
+    TU_OK(rkv_model_create(&c, &m));
+    TU_OK(rkv_model_create(&c, &ref));
+    int64_t a, r;
+    TU_OK(rkv_model_claim(m, "big", &a));
+    TU_OK(rkv_model_claim(ref, "big", &r));
+    for (int64_t f = 0; f < 3; f++) assert_true(frame(m, a, 8, f) == frame(ref, r, 8, f));
+    size_t n;
+    unsigned char *img = offload_mem(m, a, &n);
+    assert_true(n > ((size_t)32 << 20));
+    rkv_snapshot_info info;
+    TU_OK(rkv_snapshot_inspect_mem(img, n, &info));
+    unsigned char *bad = tu_xmalloc(n);
+    memcpy(bad, img, n);
+    const size_t data_at = n - (size_t)info.data_bytes;
+    bad[data_at + 1000] ^= 0x10; /* layer 0, K of head 0 */
+    int64_t s;
+    tu_model_state st = tu_model_save(m);
+    TU_ERR(rkv_model_page_in(m, bad, n, &s), RKV_ERR_FORMAT, "checksum");
+    tu_model_assert_same(&st, m, "a damaged large image");
+    /* layer 0's written bits: the scratch's first bit made 3 */
+    memcpy(bad, img, n);
+    const size_t kv = (size_t)(4 * 17 * 512 * 64 * 4);
+    bad[data_at + 2 * kv + 16 * 512] = 3;
+    TU_ERR(rkv_model_page_in(m, bad, n, &s), RKV_ERR_FORMAT, "written[8192] = 3");
+    tu_model_assert_same(&st, m, "large image with a bad written bit");
+    tu_model_state_free(&st);
+    TU_OK(rkv_model_page_in(m, img, n, &s));
+    same_session(ref, r, m, s, "a large session paged in");
+    assert_true(frame(m, s, 8, 3) == frame(ref, r, 8, 3));
+    free(bad);
+    rkv_model_host_free(m, img);
+    rkv_model_destroy(m);
+    rkv_model_destroy(ref);
+}
+
 /* ---- regions, export and import --------------------------------------------------- */
 
 static void test_regions_layout(void **state)
@@ -514,6 +559,7 @@ int main(void)
         cmocka_unit_test(test_stale_image_refused),
         cmocka_unit_test(test_table_full_and_discard),
         cmocka_unit_test(test_page_in_refusals),
+        cmocka_unit_test(test_offload_large_session),
         cmocka_unit_test(test_regions_layout),
         cmocka_unit_test(test_migrate_plain_copy),
         cmocka_unit_test(test_migrate_regions_by_hand),
