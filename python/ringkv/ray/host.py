@@ -23,7 +23,7 @@ import urllib.parse
 from typing import Any, Sequence
 
 from ..model import LayerSpec, Model, ModelConfig
-from .stream import step_frame
+from .stream import PASSES, frame_tokens, step_frame
 
 __all__ = ["SessionHost", "InjectedFailure"]
 
@@ -146,6 +146,22 @@ class SessionHost:
                 saved = f
             out[rid] = {"frame": f, "digest": d, "checkpoint": saved}
         return out
+
+    def prefill(self, request_id: str, frames: int) -> int | None:
+        """Advances a live session by ``frames`` frames of the commit pass
+        only, no attention, every layer fed layer 0's deterministic tokens:
+        fills its rings quickly, for benchmarks (its digests then differ
+        from :meth:`step`'s). Returns its clock."""
+        s = self._slot(request_id)
+        cfg = self.model.config
+        for _ in range(int(frames)):
+            clock = self.model.clock(s)
+            f = 0 if clock is None else clock + 1
+            self.model.begin_frame([s], [f])
+            kv, _ = frame_tokens(cfg, request_id, f, PASSES - 1, 0)
+            for layer in range(cfg.n_layers):
+                self.model.upsert(layer, [s], kv, True)
+        return self.model.clock(s)
 
     def restore(self, request_id: str, path: str) -> int | None:
         """Claims a session for ``request_id`` and loads the checkpoint file
