@@ -133,7 +133,7 @@ size_t rkv__cuda_split_workspace_bytes(int splits, int64_t total_rows, int d_hea
 void rkv__cuda_attention_plan_describe(const rkv__cuda_attn_plan *p, char *buf, size_t n);
 
 /* Device error word: op << 24 | kind << 16 | row. */
-enum { RKV__OP_UPSERT = 1, RKV__OP_ATTEND = 2 };
+enum { RKV__OP_UPSERT = 1, RKV__OP_ATTEND = 2, RKV__OP_ROW = 3 /* rkv_cuda_ring_visible_row */ };
 enum { RKV__DEVERR_SESSION_RANGE = 1, RKV__DEVERR_SESSION_DUP = 2, RKV__DEVERR_CLOCK = 3,
        RKV__DEVERR_ARCH = 4 /* a kernel ran from a build without its architecture */ };
 /* Turns a nonzero device error word into a status and a message. */
