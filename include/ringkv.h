@@ -373,10 +373,10 @@ rkv_status rkv_ring_upsert(const rkv_ring_view *ring, const void *kv, rkv_dtype 
  * (computed as before that call's commit): row[j] = written[j] for the
  * session's slots [s*C, (s+1)*C), 0 elsewhere, and 0 for the T slots of
  * ring frame ceil(f/PD) mod RB when f mod PD == 0. Reads ring->written
- * only. row: caller-owned HOST [N] bytes, written whole (0/1).
- * Errors (row untouched): RKV_ERR_NULL (ring, its pointers, row), invalid
- * geometry, RKV_ERR_RANGE (session not in [0, S)), RKV_ERR_INVALID_ARG
- * (frame_pos < 0, misaligned ring->kv). */
+ * only (ring->kv may be NULL). row: caller-owned HOST [N] bytes, written
+ * whole (0/1). Errors (row untouched): RKV_ERR_NULL (ring, ring->written,
+ * row), invalid geometry, RKV_ERR_RANGE (session not in [0, S)),
+ * RKV_ERR_INVALID_ARG (frame_pos < 0, misaligned ring->kv). */
 rkv_status rkv_ring_visible_row(const rkv_ring_view *ring, int64_t session, int64_t frame_pos,
                                 uint8_t *row);
 

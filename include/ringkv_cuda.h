@@ -269,7 +269,8 @@ rkv_status rkv_cuda_ring_upsert(const rkv_cuda_ring_view *ring, const void *kv,
                                 void *stream);
 
 /* The reference's visibility row of ONE row (B = 1) as rkv_ring_visible_row
- * computes it on the CPU, read from ring->written on the device:
+ * computes it on the CPU, read from ring->written on the device (ring->kv
+ * may be NULL):
  *  session_idx, frame_pos: DEVICE [1] int64 (checked on the device: an
  *      invalid value writes nothing and sets ring->error).
  *  row: DEVICE [N] bytes, 16-byte aligned, written whole (0/1).

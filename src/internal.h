@@ -70,9 +70,11 @@ static inline bool rkv__ring_frame_visible(const struct rkv_layer *l, int64_t lo
 
 /* ---- views (ring_view.c) ---- */
 /* A layer struct over a view's buffers (no allocation; valid while the
- * view's buffers are), after checking the view: non-NULL pointers, the
- * geometry, kv aligned to its element size. `what` names the call. */
-rkv_status rkv__view_layer(const rkv_ring_view *ring, const char *what, struct rkv_layer *out);
+ * view's buffers are), after checking the view: non-NULL pointers (kv may
+ * be NULL unless need_kv), the geometry, kv aligned to its element size.
+ * `what` names the call. */
+rkv_status rkv__view_layer(const rkv_ring_view *ring, const char *what, bool need_kv,
+                           struct rkv_layer *out);
 /* The upsert of SEM 3 on a layer struct (rkv_layer_upsert, rkv_ring_upsert):
  * every argument checked first, messages starting with `what`. */
 rkv_status rkv__upsert(const struct rkv_layer *layer, const char *what, const void *kv,

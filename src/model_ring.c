@@ -17,7 +17,7 @@ static rkv_status check_ring(rkv_model *m, const char *what, int64_t layer,
     if (layer < 0 || layer >= m->cfg.n_layers)
         return rkv__fail(RKV_ERR_RANGE, "%s: layer %lld out of range; expected 0..%lld", what,
                          (long long)layer, (long long)(m->cfg.n_layers - 1));
-    rkv_status st = rkv__view_layer(ring, what, view);
+    rkv_status st = rkv__view_layer(ring, what, true, view);
     if (st != RKV_OK) return st;
     const rkv_geometry *a = &m->layers[layer]->g, *b = &ring->g;
     const char *field = a->num_sessions != b->num_sessions       ? "num_sessions"

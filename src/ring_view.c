@@ -7,9 +7,10 @@
 
 #include "internal.h"
 
-rkv_status rkv__view_layer(const rkv_ring_view *ring, const char *what, struct rkv_layer *out) {
+rkv_status rkv__view_layer(const rkv_ring_view *ring, const char *what, bool need_kv,
+                           struct rkv_layer *out) {
     if (!ring) return rkv__fail(RKV_ERR_NULL, "%s: ring is NULL", what);
-    if (!ring->kv) return rkv__fail(RKV_ERR_NULL, "%s: ring->kv is NULL", what);
+    if (!ring->kv && need_kv) return rkv__fail(RKV_ERR_NULL, "%s: ring->kv is NULL", what);
     if (!ring->written) return rkv__fail(RKV_ERR_NULL, "%s: ring->written is NULL", what);
     rkv_status st = rkv_geometry_check(&ring->g);
     if (st != RKV_OK) return st;
@@ -55,7 +56,7 @@ rkv_status rkv_ring_visible_row(const rkv_ring_view *ring, int64_t session, int6
                                 uint8_t *row) {
     static const char what[] = "rkv_ring_visible_row";
     struct rkv_layer l;
-    rkv_status st = rkv__view_layer(ring, what, &l);
+    rkv_status st = rkv__view_layer(ring, what, false, &l);
     if (st != RKV_OK) return st;
     RKV__REQUIRE(what, row);
     if (session < 0 || session >= l.g.num_sessions)
@@ -137,7 +138,7 @@ rkv_status rkv_ring_upsert(const rkv_ring_view *ring, const void *kv, rkv_dtype 
                            int commit, uint8_t *visible) {
     static const char what[] = "rkv_ring_upsert";
     struct rkv_layer l;
-    rkv_status st = rkv__view_layer(ring, what, &l);
+    rkv_status st = rkv__view_layer(ring, what, true, &l);
     if (st != RKV_OK) return st;
     return rkv__upsert(&l, what, kv, kv_dtype, batch, frame_pos, session_idx, commit, visible);
 }
@@ -145,7 +146,7 @@ rkv_status rkv_ring_upsert(const rkv_ring_view *ring, const void *kv, rkv_dtype 
 rkv_status rkv_ring_attend(const rkv_ring_view *ring, const rkv_attention_args *args) {
     static const char what[] = "rkv_ring_attend";
     struct rkv_layer l;
-    rkv_status st = rkv__view_layer(ring, what, &l);
+    rkv_status st = rkv__view_layer(ring, what, true, &l);
     if (st != RKV_OK) return st;
     return rkv__attend(&l, args, what);
 }

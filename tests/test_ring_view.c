@@ -194,6 +194,8 @@ static void test_bad_views_refused(void **state)
     rkv_ring_view v = r.v;
     v.kv = NULL;
     TU_ERR(rkv_ring_upsert(&v, kv, g.dtype, 1, &f, &s, 1, NULL), RKV_ERR_NULL, "ring->kv");
+    TU_OK(rkv_ring_visible_row(&v, 0, 0, row)); /* the row reads the bits only */
+    assert_int_equal(row[tu_L(&g)], 1);         /* the scratch */
     v = r.v;
     v.written = NULL;
     TU_ERR(rkv_ring_visible_row(&v, 0, 0, row), RKV_ERR_NULL, "ring->written");

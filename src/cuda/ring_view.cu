@@ -50,9 +50,11 @@ __global__ void __launch_bounds__(kRowThreads)
 bool aligned(const void *p, size_t to) { return reinterpret_cast<uintptr_t>(p) % to == 0; }
 
 // A layer struct over the view's buffers, after the view's own checks.
-rkv_status view_layer(const rkv_cuda_ring_view *v, const char *what, rkv_cuda_layer *out) {
+// ring->kv may be NULL when !need_kv (the visibility row reads the bits only).
+rkv_status view_layer(const rkv_cuda_ring_view *v, const char *what, bool need_kv,
+                      rkv_cuda_layer *out) {
     if (!v) return rkv__fail(RKV_ERR_NULL, "%s: ring is NULL", what);
-    if (!v->kv || !v->written || !v->error)
+    if ((!v->kv && need_kv) || !v->written || !v->error)
         return rkv__fail(RKV_ERR_NULL, "%s: ring->%s is NULL", what,
                          !v->kv ? "kv" : !v->written ? "written" : "error");
     rkv_status st = rkv_geometry_check(&v->g);
@@ -146,7 +148,7 @@ extern "C" rkv_status rkv_cuda_ring_upsert(const rkv_cuda_ring_view *ring, const
                                            const int64_t *frame_pos, const int64_t *session_idx,
                                            int commit, uint8_t *visible, void *stream) {
     rkv_cuda_layer l;
-    rkv_status st = view_layer(ring, "rkv_cuda_ring_upsert", &l);
+    rkv_status st = view_layer(ring, "rkv_cuda_ring_upsert", true, &l);
     if (st != RKV_OK) return st;
     return rkv_cuda_layer_upsert(&l, kv, kv_dtype, batch, frame_pos, session_idx, commit, visible,
                                  stream);
@@ -158,7 +160,7 @@ extern "C" rkv_status rkv_cuda_ring_visible_row(const rkv_cuda_ring_view *ring,
                                                 void *stream) {
     static const char what[] = "rkv_cuda_ring_visible_row";
     rkv_cuda_layer l;
-    rkv_status st = view_layer(ring, what, &l);
+    rkv_status st = view_layer(ring, what, false, &l);
     if (st != RKV_OK) return st;
     if (!session_idx || !frame_pos || !row)
         return rkv__fail(RKV_ERR_NULL, "%s: %s is NULL", what,
@@ -182,7 +184,7 @@ extern "C" rkv_status rkv_cuda_ring_visible_row(const rkv_cuda_ring_view *ring,
 extern "C" rkv_status rkv_cuda_ring_attend(const rkv_cuda_ring_view *ring,
                                            const rkv_cuda_attention_args *args, void *stream) {
     rkv_cuda_layer l;
-    rkv_status st = view_layer(ring, "rkv_cuda_ring_attend", &l);
+    rkv_status st = view_layer(ring, "rkv_cuda_ring_attend", true, &l);
     if (st != RKV_OK) return st;
     return rkv_cuda_layer_attend(&l, args, stream);
 }
@@ -190,13 +192,13 @@ extern "C" rkv_status rkv_cuda_ring_attend(const rkv_cuda_ring_view *ring,
 extern "C" size_t rkv_cuda_ring_attention_workspace_bytes(const rkv_cuda_ring_view *ring,
                                                           const rkv_cuda_attention_args *args) {
     rkv_cuda_layer l;
-    if (view_layer(ring, "rkv_cuda_ring_attention_workspace_bytes", &l) != RKV_OK) return 0;
+    if (view_layer(ring, "rkv_cuda_ring_attention_workspace_bytes", true, &l) != RKV_OK) return 0;
     return rkv_cuda_attention_workspace_bytes(&l, args);
 }
 
 extern "C" rkv_status rkv_cuda_ring_check(const rkv_cuda_ring_view *ring, void *stream) {
     rkv_cuda_layer l;
-    rkv_status st = view_layer(ring, "rkv_cuda_ring_check", &l);
+    rkv_status st = view_layer(ring, "rkv_cuda_ring_check", false, &l);
     if (st != RKV_OK) return st;
     return rkv_cuda_layer_check(&l, stream);
 }
