@@ -1,5 +1,6 @@
 """Attention over a ring (SEMANTICS 5): ``rkv_layer_attend`` and
-``rkv_model_attend`` (CPU backend), ``rkv_cuda_layer_attend`` (CUDA layers).
+``rkv_model_attend`` (CPU backend), for NumPy arrays and for torch tensors
+with ``pool=`` or ``reference=True`` (or a torch older than 2.6).
 
 ``out[b, h, i, :] = softmax_j(scale * q[b, h, i, :] . K[h // (Hq // H), j, :]) V[...]``
 over the visible slots ``j`` of row ``b``'s session; no causal mask; f32

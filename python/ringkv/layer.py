@@ -16,8 +16,17 @@ Differences from the reference (all deliberate, see SEMANTICS.md):
   must be >= 0 (``IndexError`` / ``ValueError``; the reference does not check);
 - ``tokens_per_frame`` must be >= 128 (the reference lets 0 through);
 - the visibility row is a fresh array owned by the caller, not the layer's
-  scratch (no aliasing hazard); with ``build_visibility=False`` it is
-  ``None`` (the reference returns a stale row that must be ignored).
+  scratch (no aliasing hazard); with ``build_visibility=False`` it is a copy
+  of the last row built (the reference returns that row buffer, stale);
+- storage dtypes float32, float16, bfloat16 only, devices cpu and cuda only
+  (float64, int8, "meta" are refused). python/README.md lists every
+  difference with its reason.
+
+Torch tensors (torch >= 2.6) go through the custom ops of :mod:`ringkv.ops`
+(``ringkv::visible_row``, ``ringkv::upsert``, ``ringkv::attend``) on the
+layer's storage tensors, so that ``torch.compile(fullgraph=True)`` traces
+``upsert`` and ``attend`` and CUDA graphs capture them; NumPy arrays (and
+``attend(pool=..., reference=True)``) take the direct C calls.
 
 Devices. ``device="cpu"`` (the default) runs the CPU backend
 (``rkv_layer_*``) on host memory. ``device="cuda"``, ``"cuda:1"`` or a
@@ -610,7 +619,9 @@ class LayerRingCache(HandleOwner):
         the whole storage (NumPy views for NumPy ``kv``, torch tensors for a
         torch ``kv``); ``visible`` is a fresh ``[N]`` bool array/tensor
         (``written AND slot of the session``, minus the ring frame about to be
-        overwritten on a write step), or None without ``build_visibility``.
+        overwritten on a write step); without ``build_visibility``, a copy of
+        the last row built on this layer (all False before the first), as
+        the reference returns its (stale) row buffer.
 
         Raises RingKVArrayError (a RuntimeError, as the reference's
         ``torch._check`` and ``index_copy_``, and a ValueError) for frame_pos
@@ -620,7 +631,10 @@ class LayerRingCache(HandleOwner):
         range; ValueError for frame_pos < 0 or a session twice in one batch.
         Nothing is written when it raises.
 
-        A CUDA layer: one ``rkv_cuda_layer_upsert`` kernel on
+        Torch ``kv``: the ops ``ringkv::visible_row`` (with
+        ``build_visibility``) then ``ringkv::upsert`` on :attr:`kv` and
+        :attr:`written` (traceable by torch.compile). A CUDA layer: their
+        kernels (``rkv_cuda_ring_visible_row``, ``rkv_cuda_ring_upsert``) on
         ``torch.cuda.current_stream(device)``, not synchronized; ``k``, ``v``
         are views of its device memory and ``visible`` a fresh torch.bool
         CUDA tensor (written by the kernel). The host checks above raise as
@@ -780,8 +794,11 @@ class LayerRingCache(HandleOwner):
         ``q``'s unless ``out`` is given). ``pool``: a :class:`ringkv.ThreadPool`;
         ``reference=True``: the single-thread oracle. See :mod:`ringkv.attention`.
 
-        A CUDA layer: ``rkv_cuda_layer_attend`` on the current stream (no
-        sync); ``q`` and ``out`` are torch CUDA tensors on its GPU;
+        Torch ``q`` (without ``pool``/``reference``): the op
+        ``ringkv::attend`` (traceable by torch.compile); a given ``out``
+        receives its result. A CUDA layer: ``rkv_cuda_ring_attend`` on the
+        current stream (no sync); ``q`` and ``out`` are torch CUDA tensors
+        on its GPU;
         ``session_idx``, ``frame_pos`` and ``visible`` CUDA tensors there (or
         host data, copied once: not capture-safe); ``pool`` and
         ``reference`` do not apply. Invalid session ids or clocks on the
