@@ -1,10 +1,12 @@
 /* `ringkv bench`: measures the CPU path against the machine's own ceilings in
- * one run and prints one JSON object per line (name, value, unit, the
- * parameters that tell rows apart, and ceiling/ratio where one applies).
- * Ceilings: OpenBLAS sgemm for attention, memcpy beyond the last-level cache
- * for upsert. FLOPs of attention: 4 * queries * visible keys * d_head * q_heads. */
+ * one run and prints one row per measurement (row.c: name, value, unit, the
+ * parameters that tell rows apart, ceiling/ratio where one applies, and the
+ * machine facts). Ceilings (ceiling.c): per dtype, the best of library
+ * matrix products and the physical peak loops, sampled between the
+ * subject's runs (ABAB, best of each); memcpy of the same bytes to the same
+ * addresses for upsert. FLOPs of attention: 4 * queries * visible keys *
+ * d_head * q_heads. */
 #define _POSIX_C_SOURCE 200809L
-#include <cblas.h>
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdbool.h>
@@ -16,10 +18,9 @@
 
 #include "bench.h"
 #include "blas_attention.h"
+#include "ceiling.h"
 #include "commands.h"
 #include "ringkv.h"
-
-void openblas_set_num_threads(int num_threads); /* OpenBLAS extension */
 
 static double now_s(void) {
     struct timespec t;
@@ -56,73 +57,7 @@ static void check(rkv_status st, const char *what) {
     }
 }
 
-/* One result row (bench.h). */
-void bench_emit(const bench_opts *o, const char *name, double value, const char *unit,
-                 cJSON *params, double ceiling) {
-    if (o->json) {
-        cJSON *row = cJSON_CreateObject();
-        cJSON_AddStringToObject(row, "name", name);
-        cJSON_AddNumberToObject(row, "value", round(value * 1000) / 1000);
-        cJSON_AddStringToObject(row, "unit", unit);
-        for (cJSON *p = params ? params->child : NULL; p; p = p->next)
-            cJSON_AddItemToObject(row, p->string, cJSON_Duplicate(p, 1));
-        if (ceiling > 0) {
-            cJSON_AddNumberToObject(row, "ceiling", round(ceiling * 1000) / 1000);
-            cJSON_AddNumberToObject(row, "ratio", round(value / ceiling * 1000) / 1000);
-        }
-        char *s = cJSON_PrintUnformatted(row);
-        puts(s);
-        free(s);
-        cJSON_Delete(row);
-    } else {
-        char extra[256] = "";
-        size_t n = 0;
-        for (cJSON *p = params ? params->child : NULL; p && n < sizeof extra - 40; p = p->next) {
-            if (cJSON_IsBool(p))
-                n += (size_t)snprintf(extra + n, sizeof extra - n, " %s=%s", p->string,
-                                      cJSON_IsTrue(p) ? "true" : "false");
-            else if (cJSON_IsString(p))
-                n += (size_t)snprintf(extra + n, sizeof extra - n, " %s=%s", p->string, p->valuestring);
-            else
-                n += (size_t)snprintf(extra + n, sizeof extra - n, " %s=%g", p->string, p->valuedouble);
-        }
-        if (ceiling > 0)
-            printf("%-32s %10.2f %-8s ratio %.3f of %.2f%s\n", name, value, unit, value / ceiling,
-                   ceiling, extra);
-        else
-            printf("%-32s %10.2f %-8s%s\n", name, value, unit, extra);
-    }
-    fflush(stdout);
-    cJSON_Delete(params);
-}
-
-/* ---- ceilings -------------------------------------------------------------- */
-
-static double bench_sgemm(const bench_opts *o) {
-    openblas_set_num_threads(o->threads);
-    double best = 0;
-    const int sizes[] = {1024, 2048};
-    for (size_t k = 0; k < (o->quick ? 1u : 2u); k++) {
-        const int n = sizes[k];
-        float *a = xmalloc(sizeof(float) * (size_t)n * n), *b = xmalloc(sizeof(float) * (size_t)n * n),
-              *c = xmalloc(sizeof(float) * (size_t)n * n);
-        fill_random(a, RKV_DTYPE_F32, (size_t)n * n);
-        fill_random(b, RKV_DTYPE_F32, (size_t)n * n);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
-        for (int rep = 0; rep < 3; rep++) {
-            double t = now_s();
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
-            t = now_s() - t;
-            double g = 2.0 * n * n * (double)n / t / 1e9;
-            if (g > best) best = g;
-        }
-        free(a), free(b), free(c);
-    }
-    cJSON *p = cJSON_CreateObject();
-    cJSON_AddNumberToObject(p, "threads", o->threads);
-    bench_emit(o, "cpu_sgemm_gflops", best, "GFLOP/s", p, 0);
-    return best;
-}
+/* ---- memory ------------------------------------------------------------------ */
 
 static size_t llc_bytes(void) {
     long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
@@ -148,10 +83,31 @@ static double memcpy_rate(size_t chunk, size_t span, int reps) {
 
 /* ---- attention --------------------------------------------------------------- */
 
+/* Seconds of one call of rkv_layer_attend (or of the BLAS peer). */
+static double time_attend(const rkv_layer *l, const rkv_attention_args *a) {
+    double t = now_s();
+    check(rkv_layer_attend(l, a), "attend");
+    return now_s() - t;
+}
+
+static double time_blas_peer(const rkv_layer *l, int64_t f, const rkv_attention_args *a,
+                             int threads) {
+    double t = now_s();
+    if (blas_attention(l, 0, f, 32, a->q, a->out, threads)) {
+        fprintf(stderr, "ringkv bench: the OpenBLAS attention peer failed\n");
+        exit(1);
+    }
+    return now_s() - t;
+}
+
 /* One session row of a 360P local layer in steady state: 15 ring frames +
- * scratch visible (2,048 keys), 32 query heads over 16 KV heads, d_head 64. */
-static void bench_attention(const bench_opts *o, rkv_threadpool *pool, double sgemm) {
+ * scratch visible (2,048 keys), 32 query heads over 16 KV heads, d_head 64,
+ * in f32 and bf16, each against its dtype's ceiling. Rounds of: one sample
+ * of every part of the ceiling, then a few runs of the attention (and, in
+ * f32, of the OpenBLAS peer); each side keeps its best. */
+static void bench_attention(const bench_opts *o, rkv_threadpool *pool) {
     const rkv_dtype dtypes[] = {RKV_DTYPE_F32, RKV_DTYPE_BF16};
+    const int rounds = o->quick ? 3 : 8, reps = o->quick ? 2 : 4;
     for (int k = 0; k < 2; k++) {
         const rkv_dtype dt = dtypes[k];
         rkv_geometry g = {1, 16, 16, 16, 64, 128, 1, dt};
@@ -173,14 +129,24 @@ static void bench_attention(const bench_opts *o, rkv_threadpool *pool, double sg
         rkv_attention_args a = {.batch = 1, .n_q_heads = 32, .q = q, .q_dtype = dt, .out = out,
                                 .out_dtype = dt, .session_idx = &s, .frame_pos = &f, .pool = pool};
         const double flops = 4.0 * 128 * keys * 64 * 32;
-        check(rkv_layer_attend(l, &a), "attend");
-        int reps = o->quick ? 20 : 60;
-        double best = 1e30;
-        for (int r = 0; r < reps; r++) {
-            double t = now_s();
-            check(rkv_layer_attend(l, &a), "attend");
-            t = now_s() - t;
-            if (t < best) best = t;
+        const bool peer = dt == RKV_DTYPE_F32; /* the BLAS peer: sgemm tile products */
+        bench_ceiling *ceil = bench_ceiling_create(o, dt);
+        if (!ceil) {
+            fprintf(stderr, "ringkv bench: out of memory for the %s ceiling\n", rkv_dtype_name(dt));
+            exit(1);
+        }
+        time_attend(l, &a); /* warm-up */
+        double best = 1e30, blas = 1e30;
+        for (int r = 0; r < rounds; r++) {
+            bench_ceiling_sample(ceil);
+            for (int i = 0; i < reps; i++) {
+                const double t = time_attend(l, &a);
+                if (t < best) best = t;
+            }
+            for (int i = 0; peer && i < reps; i++) {
+                const double t = time_blas_peer(l, f, &a, rkv_threadpool_size(pool));
+                if (t < blas) blas = t;
+            }
         }
         double ref = 1e30;
         for (int r = 0; r < (o->quick ? 1 : 2); r++) {
@@ -189,6 +155,10 @@ static void bench_attention(const bench_opts *o, rkv_threadpool *pool, double sg
             t = now_s() - t;
             if (t < ref) ref = t;
         }
+        const char *kind;
+        const double ceiling = bench_ceiling_best(ceil, &kind);
+        bench_ceiling_emit(ceil);
+        bench_ceiling_destroy(ceil);
         const double gflops = flops / best / 1e9;
         cJSON *p = cJSON_CreateObject();
         cJSON_AddStringToObject(p, "dtype", rkv_dtype_name(dt));
@@ -199,24 +169,16 @@ static void bench_attention(const bench_opts *o, rkv_threadpool *pool, double sg
         cJSON_AddStringToObject(p, "isa", rkv_layer_attention_isa(l));
         cJSON *p2 = cJSON_Duplicate(p, 1);
         cJSON *p3 = cJSON_Duplicate(p, 1);
-        bench_emit(o, "attention_gflops", gflops, "GFLOP/s", p, sgemm);
-        bench_emit(o, "attention_speedup_vs_reference", ref / best, "x", p2, 0);
-        if (dt == RKV_DTYPE_F32) { /* the BLAS peer: sgemm tile products */
-            double blas = 1e30;
-            for (int r = 0; r < (o->quick ? 5 : 20); r++) {
-                double t = now_s();
-                if (blas_attention(l, 0, f, 32, q, out, rkv_threadpool_size(pool))) {
-                    fprintf(stderr, "ringkv bench: the OpenBLAS attention peer failed\n");
-                    exit(1);
-                }
-                t = now_s() - t;
-                if (t < blas) blas = t;
-            }
-            cJSON_DeleteItemFromObject(p3, "isa");
+        bench_emit(o, "attention_gflops", gflops, "GFLOP/s", p, ceiling, kind);
+        bench_emit(o, "attention_speedup_vs_reference", ref / best, "x", p2, 0, NULL);
+        if (peer) {
+            char isa[96];
+            snprintf(isa, sizeof isa, "openblas:%s", o->machine->blas_core);
+            cJSON_ReplaceItemInObject(p3, "isa", cJSON_CreateString(isa));
             cJSON_AddStringToObject(p3, "peer", "openblas");
             cJSON *p4 = cJSON_Duplicate(p3, 1);
-            bench_emit(o, "attention_blas_gflops", flops / blas / 1e9, "GFLOP/s", p3, sgemm);
-            bench_emit(o, "attention_speedup_vs_blas", blas / best, "x", p4, 0);
+            bench_emit(o, "attention_blas_gflops", flops / blas / 1e9, "GFLOP/s", p3, ceiling, kind);
+            bench_emit(o, "attention_speedup_vs_blas", blas / best, "x", p4, 0, NULL);
         } else {
             cJSON_Delete(p3);
         }
@@ -250,7 +212,8 @@ static void memcpy_as_upsert(const rkv_layer *l, const uint8_t *src, int64_t B,
 /* Upserts of B 720P frames (T 512, 16 KV heads, d 64, bf16: 2 MiB per row)
  * over 2x the last-level cache of sessions and source frames, each timed
  * against memcpy_as_upsert on the same call sequence (best of the reps,
- * alternating, so both sides see the same cache state). Bytes moved: the
+ * alternating ABBA, so both sides see the same cache state and neither
+ * always goes first). Bytes moved: the
  * frame once without commit, twice with. */
 static void bench_upsert(const bench_opts *o) {
     const size_t llc = llc_bytes();
@@ -273,8 +236,9 @@ static void bench_upsert(const bench_opts *o) {
             const double bytes = (double)calls * B * row_bytes * (commit ? 2 : 1);
             int64_t sess[4], fpos[4];
             double best = 0, best_mc = 0;
-            for (int rep = 0; rep < (o->quick ? 2 : 4); rep++)
-                for (int side = 0; side < 2; side++) { /* 0: upsert, 1: memcpy */
+            for (int rep = 0; rep < (o->quick ? 4 : 6); rep++)
+                for (int turn = 0; turn < 2; turn++) { /* ABBA: neither side always first */
+                    const int side = turn ^ (rep & 1); /* 0: upsert, 1: memcpy */
                     double t = now_s();
                     for (int64_t c = 0; c < calls; c++) {
                         for (int64_t b = 0; b < B; b++) {
@@ -295,8 +259,8 @@ static void bench_upsert(const bench_opts *o) {
             cJSON_AddNumberToObject(p, "B", (double)B);
             cJSON_AddBoolToObject(p, "commit", commit);
             cJSON_AddStringToObject(p, "preset", "waypoint-1.5-720p");
-            cJSON_AddStringToObject(p, "ceiling_kind", "memcpy of the same bytes to the same addresses");
-            bench_emit(o, "upsert_gbps", best / 1e9, "GB/s", p, best_mc / 1e9);
+            bench_emit(o, "upsert_gbps", best / 1e9, "GB/s", p, best_mc / 1e9,
+                       "memcpy of the same bytes to the same addresses");
         }
         free(src);
     }
@@ -307,7 +271,10 @@ static void bench_upsert(const bench_opts *o) {
 
 /* Frames per second of one session through all 24 layers x 5 passes of the
  * real 360P geometry (bf16), through the model API: upsert then attention in
- * every layer of every pass, the 5th pass committing. */
+ * every layer of every pass, the 5th pass committing. The full run times 8
+ * whole frames; --quick times layer steps (upsert + attention) of one frame
+ * until the frame ends or 10 s have passed, and counts 120 steps a frame
+ * (layer_steps says how many were timed). */
 static void bench_rollout(const bench_opts *o, rkv_threadpool *pool) {
     rkv_model_config cfg;
     check(rkv_model_preset("waypoint-1.5-360p", 0, &cfg), "preset");
@@ -322,9 +289,12 @@ static void bench_rollout(const bench_opts *o, rkv_threadpool *pool) {
     rkv_attention_args a = {.n_q_heads = 32, .q = q, .q_dtype = RKV_DTYPE_BF16, .out = out,
                             .out_dtype = RKV_DTYPE_BF16, .pool = pool};
     /* fill every ring first (commit passes only), then time whole frames */
-    const int64_t warm = 16, frames = o->quick ? 2 : 8;
+    const int64_t warm = 16, frames = o->quick ? 1 : 8;
+    const double budget = o->quick ? 10.0 : 1e30;
+    int64_t steps = 0;
     double t0 = 0;
-    for (int64_t f = 0; f < warm + frames; f++) {
+    bool out_of_time = false;
+    for (int64_t f = 0; f < warm + frames && !out_of_time; f++) {
         check(rkv_model_begin_frame(m, 1, &s, &f), "begin_frame");
         if (f < warm) {
             for (int64_t layer = 0; layer < cfg.n_layers; layer++)
@@ -332,19 +302,22 @@ static void bench_rollout(const bench_opts *o, rkv_threadpool *pool) {
             continue;
         }
         if (f == warm) t0 = now_s();
-        for (int pass = 0; pass < 5; pass++)
-            for (int64_t layer = 0; layer < cfg.n_layers; layer++) {
+        for (int pass = 0; pass < 5 && !out_of_time; pass++)
+            for (int64_t layer = 0; layer < cfg.n_layers && !out_of_time; layer++) {
                 check(rkv_model_upsert(m, layer, 1, &s, kv, RKV_DTYPE_BF16, pass == 4), "upsert");
                 check(rkv_model_attend(m, layer, 1, &s, &a), "attend");
+                steps++;
+                out_of_time = now_s() - t0 > budget;
             }
     }
-    const double fps = (double)frames / (now_s() - t0);
+    const double fps = (double)steps / (5.0 * (double)cfg.n_layers) / (now_s() - t0);
     cJSON *p = cJSON_CreateObject();
     cJSON_AddStringToObject(p, "dtype", "bf16");
     cJSON_AddNumberToObject(p, "B", 1);
     cJSON_AddStringToObject(p, "preset", "waypoint-1.5-360p");
     cJSON_AddNumberToObject(p, "threads", rkv_threadpool_size(pool));
-    bench_emit(o, "rollout_fps_360p", fps, "frames/s", p, 0);
+    cJSON_AddNumberToObject(p, "layer_steps", (double)steps);
+    bench_emit(o, "rollout_fps_360p", fps, "frames/s", p, 0, NULL);
     free(kv), free(q), free(out);
     rkv_model_destroy(m);
 }
@@ -352,9 +325,14 @@ static void bench_rollout(const bench_opts *o, rkv_threadpool *pool) {
 static void usage(FILE *f) {
     fprintf(f,
             "usage: ringkv bench [--quick] [--json] [--threads N] [--backend cpu|cuda]\n"
-            "  Measures attention and upsert on this CPU against its own ceilings (OpenBLAS\n"
-            "  sgemm, memcpy beyond the last-level cache) and a 360P rollout; one JSON\n"
-            "  object per line with --json. --quick finishes in under 30 s on 2 cores.\n"
+            "  Measures attention and upsert on this CPU against its own ceilings, sampled\n"
+            "  between the measured runs: f32 attention against the best of OpenBLAS sgemm\n"
+            "  and an FMA peak loop; bf16 against the best of a oneDNN bf16 matmul and a\n"
+            "  bf16 peak loop (AMX tiles, AVX512-BF16, else the FMA peak); upsert against\n"
+            "  memcpy of the same bytes; and a 360P rollout. Every row names the CPU, the\n"
+            "  OpenBLAS kernel, the instruction set and the ceiling's kind; a ratio above\n"
+            "  1.05 is flagged (ceiling_suspect) and said on stderr. One JSON object per\n"
+            "  line with --json. --quick finishes in under 2 minutes on 2 cores.\n"
             "  --threads N: worker threads (default: the machine's cores).\n"
             "  --backend cuda: the same kind of rows for the CUDA backend on GPU 0 (device\n"
             "  copy bandwidth, upsert, attention at the Waypoint-1.5 geometries, a 720P\n"
@@ -397,6 +375,10 @@ int rkv_cmd_bench(int argc, char **argv) {
             return 2;
         }
     }
+    bench_machine machine;
+    bench_machine_read(&machine);
+    o.machine = &machine;
+    bench_machine_warn(&o);
     if (cuda) {
         if (!bench_cuda_built()) {
             fprintf(stderr, "ringkv bench: --backend cuda: ringkv was built without CUDA\n");
@@ -407,12 +389,12 @@ int rkv_cmd_bench(int argc, char **argv) {
     rkv_threadpool *pool;
     check(rkv_threadpool_create(o.threads, &pool), "thread pool");
     o.threads = rkv_threadpool_size(pool);
-    const double sgemm = bench_sgemm(&o);
+    bench_emit_machine(&o);
     const double mc = memcpy_rate(1 << 20, 2 * llc_bytes(), o.quick ? 2 : 4);
     cJSON *p = cJSON_CreateObject();
     cJSON_AddNumberToObject(p, "buffer_mib", (double)(2 * llc_bytes() >> 20));
-    bench_emit(&o, "cpu_memcpy_gbps", mc, "GB/s", p, 0);
-    bench_attention(&o, pool, sgemm);
+    bench_emit(&o, "cpu_memcpy_gbps", mc, "GB/s", p, 0, NULL);
+    bench_attention(&o, pool);
     bench_upsert(&o);
     bench_rollout(&o, pool);
     rkv_threadpool_destroy(pool);

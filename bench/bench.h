@@ -1,22 +1,68 @@
-/* Shared by the parts of `ringkv bench`: bench.c (the CPU path, the options)
- * and bench_gpu.c (--backend cuda). */
+/* Shared by the parts of `ringkv bench`: bench.c (the CPU path, the options),
+ * row.c (the one row emitter), machine.c (facts about this machine),
+ * ceiling.c and peak.c (this machine's limits) and bench_gpu.c
+ * (--backend cuda). */
 #ifndef RKV_BENCH_BENCH_H
 #define RKV_BENCH_BENCH_H
 
 #include <stdbool.h>
+#include <stdio.h>
 
 #include <cjson/cJSON.h>
+
+/* What every row says about the machine it was measured on (machine.c
+ * fills it; tests may fill it by hand). Strings are NUL-terminated. */
+typedef struct bench_machine {
+    char cpu_model[128];        /* CPUID brand string, else /proc/cpuinfo's "model name" */
+    char blas_core[64];         /* openblas_get_corename(): the kernel OpenBLAS runs */
+    char openblas_coretype[64]; /* OPENBLAS_CORETYPE from the environment; "" when unset */
+    const char *isa;            /* rkv_attention_isa(): the library's kernel (static) */
+    bool fma_avx2;              /* CPU + OS: AVX2 and FMA */
+    bool avx512;                /* AVX-512 F/BW/DQ/VL */
+    bool avx512bf16;            /* and AVX512-BF16 (VDPBF16PS) */
+    bool amx;                   /* AMX-TILE + AMX-BF16, and Linux granted the tile data */
+} bench_machine;
 
 typedef struct bench_opts {
     bool json;
     bool quick;
     int threads;
+    const bench_machine *machine; /* facts every row carries; required */
+    FILE *out;                    /* rows; NULL: stdout */
+    FILE *err;                    /* warnings; NULL: stderr */
 } bench_opts;
 
-/* One result row: printed as JSON (--json) or as an aligned text line.
- * Takes ownership of params (may be NULL); ceiling > 0 adds ceiling/ratio. */
+/* Run-to-run noise allowed on a ratio: value / ceiling above this means the
+ * ceiling is not the machine's limit (a measurement error, flagged). */
+#define BENCH_RATIO_NOISE 1.05
+
+/* value / ceiling; *suspect = the ratio exceeds BENCH_RATIO_NOISE (or is
+ * not a number). ceiling must be > 0. */
+double bench_ratio(double value, double ceiling, bool *suspect);
+
+/* The one row emitter: every row of `ringkv bench` (CPU and CUDA) goes
+ * through it. A row is name, value, unit, then params (the keys that tell
+ * rows apart: dtype, B, preset, threads, ...; ownership taken, may be NULL),
+ * then, when ceiling > 0: ceiling, ratio and ceiling_suspect; then always
+ * ceiling_kind (what the ceiling is: ceiling_kind, or "none" when NULL),
+ * isa (params' own "isa" where given, else the library's kernel),
+ * cpu_model, blas_core, and openblas_coretype when the environment set it.
+ * A suspect ratio is also said on o->err with the row's name and both
+ * numbers. Printed as one JSON object per line (o->json) or an aligned
+ * text line. */
 void bench_emit(const bench_opts *o, const char *name, double value, const char *unit,
-                cJSON *params, double ceiling);
+                cJSON *params, double ceiling, const char *ceiling_kind);
+/* Text mode only (nothing with o->json): one line with the machine facts
+ * that JSON rows carry on every row. */
+void bench_emit_machine(const bench_opts *o);
+
+/* machine.c: reads the facts above (once; cheap). Asks the library for
+ * the AMX tile permission, as its own kernel choice does. */
+void bench_machine_read(bench_machine *m);
+/* machine.c: one line on o->err when the environment sets OPENBLAS_CORETYPE
+ * (the bench never sets it) or OpenBLAS runs a kernel narrower than the
+ * CPU's vectors; nothing otherwise. */
+void bench_machine_warn(const bench_opts *o);
 
 /* bench_gpu.c: 1 when this build has the CUDA backend. */
 int bench_cuda_built(void);

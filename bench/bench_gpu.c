@@ -137,6 +137,7 @@ static cJSON *params(const gpu_ctx *c) {
     cJSON *p = cJSON_CreateObject();
     cJSON_AddStringToObject(p, "backend", "cuda");
     cJSON_AddStringToObject(p, "device", c->device);
+    cJSON_AddStringToObject(p, "isa", "cuda");
     return p;
 }
 
@@ -164,7 +165,7 @@ static double bench_copy(gpu_ctx *c) {
     const double gbs = 2.0 * (double)bytes / (ms * 1e-3) / 1e9;
     cJSON *p = params(c);
     cJSON_AddNumberToObject(p, "bytes", (double)bytes);
-    bench_emit(c->o, "cuda_copy_gbps", gbs, "GB/s", p, 0);
+    bench_emit(c->o, "cuda_copy_gbps", gbs, "GB/s", p, 0, NULL);
     cudaFree(a), cudaFree(b);
     return gbs;
 }
@@ -212,7 +213,7 @@ static void bench_attention(gpu_ctx *c, rkv_cuda_layer *l, const char *preset, i
     cJSON_AddNumberToObject(p, "pinned_dilation", (double)g->pinned_dilation);
     cJSON_AddNumberToObject(p, "us", ms * 1e3);
     cJSON_AddStringToObject(p, "plan", plan);
-    bench_emit(c->o, "cuda_attention_tflops", flop / (ms * 1e-3) / 1e12, "TFLOP/s", p, 0);
+    bench_emit(c->o, "cuda_attention_tflops", flop / (ms * 1e-3) / 1e12, "TFLOP/s", p, 0, NULL);
     cudaFree(d_q), cudaFree(d_out), cudaFree(d_ws);
 }
 
@@ -249,11 +250,12 @@ static void bench_upsert(gpu_ctx *c, rkv_cuda_layer **lay, double copy_gbs) {
             cJSON_AddBoolToObject(p, "commit", commit);
             cJSON_AddStringToObject(p, "preset", "waypoint-1.5-720p");
             cJSON_AddStringToObject(p, "mode", "eager");
-            bench_emit(c->o, "cuda_upsert_us", us, "us/call", p, 0);
+            bench_emit(c->o, "cuda_upsert_us", us, "us/call", p, 0, NULL);
             cJSON *p2 = params(c);
             cJSON_AddNumberToObject(p2, "B", (double)B);
             cJSON_AddBoolToObject(p2, "commit", commit);
-            bench_emit(c->o, "cuda_upsert_gbps", bytes / (us * 1e-6) / 1e9, "GB/s", p2, copy_gbs);
+            bench_emit(c->o, "cuda_upsert_gbps", bytes / (us * 1e-6) / 1e9, "GB/s", p2, copy_gbs,
+                       "device-to-device cudaMemcpy");
         }
     for (int i = 0; i < NLAYERS; i++) okr(rkv_cuda_layer_check(lay[i], (void *)c->st), "check");
     for (int i = 0; i < NLAYERS; i++) cudaFree(in[i]);
@@ -321,10 +323,10 @@ static void bench_frame(gpu_ctx *c, rkv_cuda_layer **lay) {
     cJSON_AddNumberToObject(p, "B", 1);
     cJSON_AddNumberToObject(p, "calls", NLAYERS * 5 * 2 + 1);
     cJSON_AddStringToObject(p, "mode", "graph");
-    bench_emit(c->o, "cuda_frame_ms", ms, "ms/frame", p, 0);
+    bench_emit(c->o, "cuda_frame_ms", ms, "ms/frame", p, 0, NULL);
     cJSON *p2 = params(c);
     cJSON_AddStringToObject(p2, "from", "cuda_frame_ms (cache and attention only)");
-    bench_emit(c->o, "cuda_sessions_at_15fps", (1000.0 / 15.0) / ms, "sessions", p2, 0);
+    bench_emit(c->o, "cuda_sessions_at_15fps", (1000.0 / 15.0) / ms, "sessions", p2, 0, NULL);
     ck(cudaGraphExecDestroy(exec), "cudaGraphExecDestroy");
     ck(cudaGraphDestroy(graph), "cudaGraphDestroy");
     for (int k = 0; k < 5; k++) cudaFree(d_kv[k]), cudaFree(d_q[k]), cudaFree(d_out[k]);

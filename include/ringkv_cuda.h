@@ -102,6 +102,25 @@ rkv_status rkv_cuda_layer_reset(rkv_cuda_layer *layer, int64_t session, void *st
  * the operation and row in rkv_last_error(). Not capture-safe. */
 rkv_status rkv_cuda_layer_check(rkv_cuda_layer *layer, void *stream);
 
+/* One session's span, piece by piece (rkv_layer_read_span and friends in
+ * ringkv.h: the same pieces, sizes and checks; forks and snapshots of a
+ * CUDA model go through these). dst / src are HOST buffers of
+ * rkv_cuda_layer_span_bytes bytes (pageable or pinned). read and write copy
+ * on `stream` after the work already enqueued there and synchronize it
+ * before returning (not capture-safe); copy (device to device, every piece)
+ * is only enqueued on `stream` and is capture-safe. Errors: RKV_ERR_NULL,
+ * RKV_ERR_RANGE (session, head), RKV_ERR_INVALID_ARG (part; head != 0 for
+ * the written bits; written bits that break the invariant, naming the
+ * slot, checked on the host before anything is copied), RKV_ERR_STATE
+ * (wrong current device, CUDA failure). */
+size_t rkv_cuda_layer_span_bytes(const rkv_cuda_layer *layer, rkv_span_part part);
+rkv_status rkv_cuda_layer_read_span(const rkv_cuda_layer *layer, int64_t session,
+                                    rkv_span_part part, int64_t head, void *dst, void *stream);
+rkv_status rkv_cuda_layer_write_span(rkv_cuda_layer *layer, int64_t session, rkv_span_part part,
+                                     int64_t head, const void *src, void *stream);
+rkv_status rkv_cuda_layer_copy_span(rkv_cuda_layer *layer, int64_t src_session,
+                                    int64_t dst_session, void *stream);
+
 /* ------------------------------------------------------------------------ */
 /* Fused upsert (SEM 3)                                                      */
 /* ------------------------------------------------------------------------ */
@@ -167,7 +186,10 @@ typedef struct rkv_cuda_attention_args {
 
 /* out[b,h,i,:] = sum_j softmax_j(scale * q[b,h,i,:] . K[kvh,j,:]) V[kvh,j,:]
  * over the visible slots j of row b (no causal mask, f32 accumulation), as
- * rkv_layer_attend computes it on the CPU.
+ * rkv_layer_attend computes it on the CPU, with the same definitions for
+ * scores that are not plain numbers (ringkv.h): a -inf score weighs 0, a row
+ * whose every visible key scores -inf gives 0 (in every kernel, key splits
+ * included), a +inf or NaN score makes the row NaN.
  * Kernels: storage bf16 or f16 with q_dtype == storage dtype, D 64 or 128,
  * visible == NULL and out_dtype in {q_dtype, f32} run the tensor-core kernel
  * (mma.sync m16n8k16, f32 accumulators, online softmax, cp.async double
@@ -289,6 +311,77 @@ size_t rkv_cuda_ring_attention_workspace_bytes(const rkv_cuda_ring_view *ring,
  * (synchronizes `stream`); RKV_OK or the first device error recorded, with
  * the call and row in rkv_last_error(). Not capture-safe. */
 rkv_status rkv_cuda_ring_check(const rkv_cuda_ring_view *ring, void *stream);
+
+/* ------------------------------------------------------------------------ */
+/* A whole model on the GPU (issue 11)                                       */
+/* ------------------------------------------------------------------------ */
+
+/* Creates an rkv_model (ringkv.h) whose layers are rkv_cuda_layer on GPU
+ * `device`, every operation enqueued on `stream` (a cudaStream_t of that
+ * device, NULL = the legacy default stream; it must outlive the model).
+ * Every rkv_model_* call of ringkv.h works on it, with these differences:
+ *  - BACKEND memory is device memory of `device`: kv, q and out of the
+ *    per-pass calls (16-byte aligned). Host arrays stay host arrays
+ *    (begin_frame's session_idx / frame_pos, snapshot buffers, paths).
+ *  - Every call must be made while `device` is the calling thread's current
+ *    device (this call makes it current); RKV_ERR_STATE otherwise.
+ *  - The per-pass calls only enqueue kernels: read `out` after
+ *    cudaStreamSynchronize(stream) or rkv_model_synchronize, which also
+ *    reports a failure recorded on the device. Snapshots, forks, loads,
+ *    saves and the session calls order themselves after the work already
+ *    enqueued on `stream` (spans are copied through host buffers, read and
+ *    written synchronously).
+ *  - B of one frame is at most RKV_CUDA_MAX_BATCH (begin_frame refuses
+ *    more with RKV_ERR_INVALID_ARG).
+ *  - rkv_model_layer returns NULL; rkv_model_cuda_layer gives the layers.
+ * The model owns, in device memory: the layers, the batch buffers (2 * S
+ * int64: session ids, then clocks, written by begin_frame) and the
+ * attention workspace (sized here for B = 1..min(S, RKV_CUDA_MAX_BATCH)
+ * rows of n_q_heads heads and tokens_per_frame queries), and in pinned host
+ * memory a small ring of staging slots for begin_frame's copies.
+ *
+ * The capture contract (ringkv.h, "Frames"): the per-pass calls
+ * (rkv_model_frame_upsert, _frame_attend, _frame_step, and the wrappers
+ * rkv_model_upsert, _attend, _step) are capture-safe on `stream`: kernels
+ * only, reading the session ids and clocks from the model's device buffers
+ * and splitting keys in the model's workspace. So one frame (every layer,
+ * every pass, B sessions) can be captured into a CUDA graph once:
+ *
+ *   rkv_model_begin_frame(m, B, sessions, clocks);        // frame f0, host
+ *   cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
+ *   for each pass, for each layer:
+ *       rkv_model_frame_step(m, layer, kv[layer], dtype, pass == last, &args);
+ *   cudaStreamEndCapture(stream, &graph);  // the host saw the commit pass:
+ *   cudaGraphInstantiate(&exec, graph, 0); // frame f0 ended on the host
+ *   cudaGraphLaunch(exec, stream);         // runs frame f0
+ *   for each next frame f:                 // clocks[b] = previous + 1
+ *       rkv_model_begin_frame(m, B, sessions, clocks);  // host checks + copy
+ *       cudaGraphLaunch(exec, stream);
+ *       rkv_model_end_frame(m);            // host: the clocks are committed
+ *
+ * Between replays only the clock VALUES change (begin_frame writes them
+ * into the same device buffers, on `stream`, ordered after the previous
+ * replay and before the next); B, the sessions and their rows, and every
+ * pointer and argument given to the captured calls stay the same. Launch
+ * the graph on `stream` (or order it after the copy). begin_frame refuses
+ * to run while `stream` is being captured (its copy must not be recorded:
+ * a replay would copy a stale staging slot). Not capture-safe: create and
+ * destroy, claim/lookup/release/reset, begin_frame, snapshots, forks,
+ * loads, saves, rkv_model_synchronize; end_frame and abandon_frame are host
+ * bookkeeping that enqueue nothing.
+ *
+ * Errors (nothing allocated, *out untouched): RKV_ERR_NULL, an invalid
+ * config (as rkv_model_create), RKV_ERR_RANGE (no such device: with no GPU
+ * or no driver the runtime sees 0), RKV_ERR_NO_MEMORY (device or pinned
+ * memory), RKV_ERR_STATE (other CUDA failures). Not capture-safe. */
+rkv_status rkv_model_create_cuda(const rkv_model_config *cfg, int device, void *stream,
+                                 rkv_model **out);
+
+/* Layer i of a CUDA model (owned by the model; device pointers and the
+ * layer-level calls of this header work on it). NULL when i is out of
+ * range or the model is not a CUDA model. Mutating it directly bypasses the
+ * model's clock checks. */
+rkv_cuda_layer *rkv_model_cuda_layer(const rkv_model *model, int64_t layer);
 
 #ifdef __cplusplus
 }

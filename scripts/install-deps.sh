@@ -2,15 +2,17 @@
 # Installs what ringkv needs to build and test on Debian (run as root):
 # a C toolchain and CMake, stb (image decoding/encoding), Jansson (the
 # snapshot header's strict JSON parser), cJSON (the tools' JSON), xxHash,
-# cmocka (unit tests), clang's sanitizer runtimes, python3 (and its headers,
-# for Inductor's C++ kernels) for the check scripts; then NumPy and pytest
-# from PyPI for the Python binding's tests (python/tests), and torch >= 2.6
-# (a large download: PyPI's wheel bundles CUDA) for their torch part: the
+# cmocka (unit tests), OpenBLAS and oneDNN (`ringkv bench`'s sgemm and bf16
+# matmul ceilings), clang's sanitizer runtimes, python3 (and its headers, for
+# Inductor's C++ kernels) for the check scripts; then NumPy and pytest from
+# PyPI for the Python binding's tests (python/tests), and torch >= 2.6 (a
+# large download: PyPI's wheel bundles CUDA) for their torch part: the
 # reference differential test, the custom ops, torch.compile, FlexAttention.
 # Idempotent: what is already installed is skipped.
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config libstb-dev libjansson-dev libcjson-dev libxxhash-dev libcmocka-dev libopenblas-dev python3
-      python3-dev clang-14 libclang-rt-14-dev)
+pkgs=(build-essential cmake pkg-config libstb-dev libjansson-dev libcjson-dev libxxhash-dev libcmocka-dev libopenblas-dev
+      libdnnl-dev python3 python3-dev
+      clang-14 libclang-rt-14-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -17,9 +17,10 @@ int64_t rkv__gather_visible_slots(const struct rkv_layer *l, const rkv_attention
     }
     const rkv_geometry *g = &l->g;
     const int64_t T = g->tokens_per_frame, lo = a->session_idx[b] * l->capacity;
-    const int64_t hidden = rkv__hidden_frame(g, a->frame_pos[b]);
+    const int64_t hidden =
+        rkv__rule_hidden_frame(a->frame_pos[b], g->pinned_dilation, g->ring_buckets);
     for (int64_t r = 0; r <= g->ring_frames; r++)
-        if (r == g->ring_frames || rkv__ring_frame_visible(l, lo, hidden, r))
+        if (r == g->ring_frames || rkv__rule_frame_visible(l->written + lo, T, hidden, r))
             for (int64_t t = 0; t < T; t++) slots[n++] = lo + r * T + t;
     return n;
 }

@@ -409,8 +409,24 @@ DOT_TARGET static void body(const rkv__attend_ctx *c, int64_t task, int thread, 
                     const float cmax = _mm512_reduce_max_ps(vmax) * (pos ? c->scale : 1.0f);
                     const float mn = m[i] > cmax ? m[i] : cmax;
                     mnew[ii] = mn;
-                    const __m512 ml = _mm512_set1_ps(mn * LOG2E);
                     __m512 sum = _mm512_setzero_ps();
+                    if (mn == -INFINITY) {
+                        /* every score of the row so far is -inf (or NaN):
+                         * weights exactly 0 -- not vexp2's 2^-100, and not
+                         * exp(-inf - -inf) = NaN -- so that a row whose
+                         * every key scores -inf comes out 0; NaN stays NaN.
+                         * A branch per row and chunk, taken only there. */
+                        for (int v = 0; v < KB / 16; v++) {
+                            const __m512 p = _mm512_maskz_mov_ps(
+                                _mm512_cmp_ps_mask(sv[v], sv[v], _CMP_UNORD_Q), sv[v]);
+                            _mm256_storeu_si256((__m256i *)(pb + i * KB + v * 16),
+                                                (__m256i)_mm512_cvtneps_pbh(p));
+                            sum = _mm512_add_ps(sum, p);
+                        }
+                        rsum[ii] = _mm512_reduce_add_ps(sum);
+                        continue;
+                    }
+                    const __m512 ml = _mm512_set1_ps(mn * LOG2E);
                     for (int v = 0; v < KB / 16; v++) {
                         const __m512 p = vexp2(_mm512_fmsub_ps(sv[v], c1, ml));
                         _mm256_storeu_si256((__m256i *)(pb + i * KB + v * 16),
@@ -419,11 +435,16 @@ DOT_TARGET static void body(const rkv__attend_ctx *c, int64_t task, int thread, 
                     }
                     rsum[ii] = _mm512_reduce_add_ps(sum);
                 }
-                /* the rows' corrections exp(m_old - m_new), 16 at once */
+                /* the rows' corrections exp(m_old - m_new), 16 at once;
+                 * m_new -inf (m_old too) counts as 0: a correction 2^-100
+                 * of a sum and accumulator that are 0, not NaN */
                 const __mmask16 rm = (__mmask16)((1u << ir) - 1);
                 const __m512 mo = _mm512_maskz_loadu_ps(rm, m + i0r);
                 const __m512 mv = _mm512_maskz_loadu_ps(rm, mnew);
-                const __m512 corr = vexp2(_mm512_mul_ps(_mm512_sub_ps(mo, mv), log2e));
+                const __m512 mr = _mm512_mask_mov_ps(
+                    mv, _mm512_cmp_ps_mask(mv, _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ),
+                    _mm512_setzero_ps());
+                const __m512 corr = vexp2(_mm512_mul_ps(_mm512_sub_ps(mo, mr), log2e));
                 const __m512 lo = _mm512_maskz_loadu_ps(rm, lsum + i0r);
                 _mm512_mask_storeu_ps(lsum + i0r, rm, _mm512_add_ps(_mm512_mul_ps(lo, corr),
                                                                      _mm512_maskz_loadu_ps(rm, rsum)));
@@ -445,12 +466,13 @@ DOT_TARGET static void body(const rkv__attend_ctx *c, int64_t task, int thread, 
     }
     if (amx) amx_end();
 
-    /* out[i][d] = O[i][d] / l[i]; 0 for a row with no visible key */
+    /* out[i][d] = O[i][d] / l[i]; 0 where l[i] is 0: a row with no
+     * visible key, or whose every score is -inf (O is 0 there) */
     for (int64_t g = 0; g < gn; g++) {
         const size_t qbase = qbaseall[g];
         const float *ot = otall + (size_t)g * MQ * d;
         for (int64_t i = 0; i < rowsall[g]; i++) {
-            const float inv = n ? 1.0f / lall[g][i] : 0.0f;
+            const float inv = lall[g][i] != 0.0f ? 1.0f / lall[g][i] : 0.0f;
             const size_t o0 = qbase + (size_t)(i * D);
             if (a->out_dtype == RKV_DTYPE_F32)
                 for (int64_t dd = 0; dd < D; dd += 16)

@@ -6,6 +6,7 @@
  * element is computed by one thread in a fixed order, so results are
  * bit-identical whatever the thread count (on one instruction-set path). */
 #define _POSIX_C_SOURCE 200809L
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -15,14 +16,24 @@
 
 #include "internal.h"
 
-#define VL 16          /* floats per vector                    */
-#define MQ 64          /* queries per task tile                */
-#define MQV (MQ / VL)  /* vectors per query tile               */
+/* Each instruction-set copy of the kernel has vectors of one register of
+ * its ISA: VL = 16 floats on AVX-512, 8 on AVX2, 4 elsewhere (GCC keeps a
+ * vector wider than the target's registers in memory: 64-byte vectors made
+ * the AVX2 copy 12-20x slower, below the reference, on an AVX2-only CPU).
+ * A task's tile is MQV vectors of queries: MQ = MQV * VL. */
+#define MQV 4          /* vectors per query tile                */
+#define MQ_MAX 64      /* queries per task tile, most (AVX-512) */
 #define KB 128         /* keys per chunk: one attention block  */
 
-typedef float vf __attribute__((vector_size(64)));
-typedef int32_t vi __attribute__((vector_size(64)));
-typedef uint16_t vh __attribute__((vector_size(32)));
+typedef float vf16 __attribute__((vector_size(64)));
+typedef int32_t vi16 __attribute__((vector_size(64)));
+typedef uint16_t vh16 __attribute__((vector_size(32)));
+typedef float vf8 __attribute__((vector_size(32)));
+typedef int32_t vi8 __attribute__((vector_size(32)));
+typedef uint16_t vh8 __attribute__((vector_size(16)));
+typedef float vf4 __attribute__((vector_size(16)));
+typedef int32_t vi4 __attribute__((vector_size(16)));
+typedef uint16_t vh4 __attribute__((vector_size(8)));
 
 /* Vector helpers are macros, not functions: a function taking or returning
  * a 64-byte vector in the AVX2 and plain copies has no agreed ABI (clang
@@ -38,7 +49,7 @@ typedef rkv__attend_ctx flash_ctx;
 /* A thread's scratch, carved from one buffer (see flash_scratch_bytes). */
 typedef struct {
     int64_t *slots;       /* [N] visible slots of the row            */
-    float *qt, *st, *ot;  /* [D][MQ], [KB][MQ], [D][MQ]               */
+    float *qt, *st, *ot;  /* [D][MQ], [KB][MQ], [D][MQ] (the copy's MQ) */
     float *kbuf, *vbuf;   /* [KB][D] widened keys / values (bf16/f16) */
     const float **krow, **vrow; /* [KB] row pointers of the chunk     */
     float *zero_row;      /* [D] zeros for padding keys               */
@@ -48,12 +59,12 @@ static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 static size_t flash_scratch_bytes(int64_t D, int64_t N) {
     const size_t f = sizeof(float), d = (size_t)D;
-    return align64((size_t)N * sizeof(int64_t)) + 2 * align64(d * MQ * f) + align64(KB * MQ * f) +
+    return align64((size_t)N * sizeof(int64_t)) + 2 * align64(d * MQ_MAX * f) + align64(KB * MQ_MAX * f) +
            2 * align64(KB * d * f) + 2 * align64(KB * sizeof(float *)) + align64(d * f);
 }
 
-static flash_scratch flash_carve(void *mem, int64_t D, int64_t N) {
-    const size_t f = sizeof(float), d = (size_t)D;
+static flash_scratch flash_carve(void *mem, int64_t D, int64_t N, int64_t mq) {
+    const size_t f = sizeof(float), d = (size_t)D, MQ = (size_t)mq;
     uint8_t *p = mem;
     flash_scratch s;
     s.slots = (int64_t *)p, p += align64((size_t)N * sizeof(int64_t));
@@ -69,28 +80,55 @@ static flash_scratch flash_carve(void *mem, int64_t D, int64_t N) {
     return s;
 }
 
+#define MQ (MQV * VL) /* of the copy being included */
 #if defined(__x86_64__) && defined(__GNUC__)
+#define VL 16
+#define vf vf16
+#define vi vi16
+#define vh vh16
 #define FLASH_TARGET __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,fma,avx2")))
 #define FLASH_NAME avx512
 #include "attention_flash_kernel.inc"
 #undef FLASH_TARGET
 #undef FLASH_NAME
+#undef VL
+#undef vf
+#undef vi
+#undef vh
+#define VL 8
+#define vf vf8
+#define vi vi8
+#define vh vh8
 #define FLASH_TARGET __attribute__((target("avx2,fma")))
 #define FLASH_NAME avx2
 #include "attention_flash_kernel.inc"
 #undef FLASH_TARGET
 #undef FLASH_NAME
+#undef VL
+#undef vf
+#undef vi
+#undef vh
 #endif
+#define VL 4
+#define vf vf4
+#define vi vi4
+#define vh vh4
 #define FLASH_TARGET
 #define FLASH_NAME generic
 #include "attention_flash_kernel.inc"
 #undef FLASH_TARGET
 #undef FLASH_NAME
+#undef VL
+#undef vf
+#undef vi
+#undef vh
+#undef MQ
 
 /* The bf16 pair-product path (attention_amx.c) is on, with its engine:
  * bf16 storage with a suitable d_head runs there, everything else on
  * `kernel` (AVX-512 whenever the pair path is on). */
 static rkv__task_fn bf16_task; /* NULL: off */
+static int64_t kernel_mq;      /* queries per task tile of the chosen copy */
 
 /* The kernel for this CPU, chosen on first use; RKV_ISA=generic|avx2|avx512|
  * amx in the environment caps it (for tests and benchmarks). The AVX512-BF16
@@ -134,15 +172,18 @@ static rkv__task_fn pick_kernel(const char **name) {
         } else {
             *name = "avx512";
         }
+        kernel_mq = MQV * 16;
         return flash_task_avx512;
     }
     if (want2 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
         *name = "avx2";
+        kernel_mq = MQV * 8;
         return flash_task_avx2;
     }
 #endif
     (void)cap;
     *name = "generic";
+    kernel_mq = MQV * 4;
     return flash_task_generic;
 }
 
@@ -181,7 +222,7 @@ rkv_status rkv__attend(const struct rkv_layer *layer, const rkv_attention_args *
         .tq = args->n_queries ? args->n_queries : layer->g.tokens_per_frame,
         .scale = args->scale != 0.0f ? args->scale : 1.0f / sqrtf((float)D),
     };
-    const int64_t tasks = args->batch * args->n_q_heads * ((c.tq + MQ - 1) / MQ);
+    const int64_t tasks = args->batch * args->n_q_heads * ((c.tq + kernel_mq - 1) / kernel_mq);
     if (bf16_task && rkv__amx_fits(layer))
         return rkv__parallel_for(pool, rkv__amx_tasks(&c),
                                  rkv__amx_scratch_bytes(D, layer->total_slots), bf16_task, &c);

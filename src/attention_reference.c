@@ -64,6 +64,10 @@ rkv_status rkv_layer_attend_reference(const rkv_layer *layer, const rkv_attentio
                         scores[j] = scale * dot(q, keys + j * D, D);
                         if (scores[j] > m) m = scores[j];
                     }
+                    /* every score -inf: weights exp(-inf - 0) = 0 and
+                     * the row's output 0, as for a row with no key (m - m
+                     * would be NaN); +inf or NaN scores still give NaN */
+                    if (m == -INFINITY) m = 0.0f;
                     float sum = 0.0f;
                     memset(acc, 0, (size_t)D * sizeof *acc);
                     for (int64_t j = 0; j < n; j++) {
@@ -72,7 +76,7 @@ rkv_status rkv_layer_attend_reference(const rkv_layer *layer, const rkv_attentio
                         const float *v = values + j * D;
                         for (int64_t d = 0; d < D; d++) acc[d] += p * v[d];
                     }
-                    const float inv = n ? 1.0f / sum : 0.0f;
+                    const float inv = sum != 0.0f ? 1.0f / sum : 0.0f;
                     for (int64_t d = 0; d < D; d++)
                         rkv__store(args->out, args->out_dtype, base + (size_t)d, acc[d] * inv);
                 }

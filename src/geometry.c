@@ -65,13 +65,11 @@ size_t rkv_geometry_memory_bytes(const rkv_geometry *g) {
            rkv_dtype_size(g->dtype);
 }
 
+/* The rule itself is ring_rule.h's. */
 int64_t rkv_ring_slot(const rkv_geometry *g, int64_t frame_pos) {
-    int64_t pd = g->pinned_dilation;
-    /* ceil(f / PD) without overflowing f + PD - 1 near INT64_MAX */
-    int64_t bucket = frame_pos / pd + (frame_pos % pd != 0);
-    return bucket % g->ring_buckets;
+    return rkv__rule_slot(frame_pos, g->pinned_dilation, g->ring_buckets);
 }
 
 int rkv_is_write_step(const rkv_geometry *g, int64_t frame_pos) {
-    return frame_pos % g->pinned_dilation == 0;
+    return rkv__rule_write_step(frame_pos, g->pinned_dilation);
 }

@@ -96,3 +96,78 @@ rkv_status rkv_layer_upsert(rkv_layer *layer, const void *kv, rkv_dtype kv_dtype
     return rkv__upsert(layer, "rkv_layer_upsert", kv, kv_dtype, batch, frame_pos, session_idx,
                        commit, visible);
 }
+
+/* ---- one session's span, piece by piece (forks, snapshots) ---------------- */
+
+size_t rkv_layer_span_bytes(const rkv_layer *layer, rkv_span_part part) {
+    if (!layer) return 0;
+    switch (part) {
+    case RKV_SPAN_K:
+    case RKV_SPAN_V: return (size_t)layer->capacity * layer->row_bytes;
+    case RKV_SPAN_WRITTEN: return (size_t)layer->capacity;
+    }
+    return 0;
+}
+
+/* The piece's address in the layer, after checking the arguments. */
+static rkv_status span_piece(const rkv_layer *l, const char *what, int64_t session,
+                             rkv_span_part part, int64_t head, uint8_t **at) {
+    if (!l) return rkv__fail(RKV_ERR_NULL, "%s: layer is NULL", what);
+    size_t offset = 0, bytes = 0;
+    bool in_written = false;
+    rkv_status st = rkv__span_piece(&l->g, what, session, part, head, &offset, &bytes, &in_written);
+    if (st == RKV_OK) *at = (in_written ? l->written : l->kv) + offset;
+    return st;
+}
+
+rkv_status rkv_layer_read_span(const rkv_layer *layer, int64_t session, rkv_span_part part,
+                               int64_t head, void *dst) {
+    static const char what[] = "rkv_layer_read_span";
+    uint8_t *at = NULL;
+    rkv_status st = span_piece(layer, what, session, part, head, &at);
+    if (st != RKV_OK) return st;
+    RKV__REQUIRE(what, dst);
+    memcpy(dst, at, rkv_layer_span_bytes(layer, part));
+    return RKV_OK;
+}
+
+rkv_status rkv_layer_write_span(rkv_layer *layer, int64_t session, rkv_span_part part,
+                                int64_t head, const void *src) {
+    static const char what[] = "rkv_layer_write_span";
+    uint8_t *at = NULL;
+    rkv_status st = span_piece(layer, what, session, part, head, &at);
+    if (st != RKV_OK) return st;
+    RKV__REQUIRE(what, src);
+    if (part == RKV_SPAN_WRITTEN) {
+        const uint8_t *w = src;
+        const int64_t bad = rkv__written_span_check(&layer->g, w);
+        if (bad >= 0)
+            return rkv__fail(RKV_ERR_INVALID_ARG,
+                             "%s: written bit of slot %lld is %u; expected 0/1, scratch slots "
+                             "1, ring frames written whole",
+                             what, (long long)bad, w[bad]);
+    }
+    memcpy(at, src, rkv_layer_span_bytes(layer, part));
+    return RKV_OK;
+}
+
+rkv_status rkv_layer_copy_span(rkv_layer *layer, int64_t src_session, int64_t dst_session) {
+    static const char what[] = "rkv_layer_copy_span";
+    int64_t slo, shi, dlo, dhi;
+    RKV__REQUIRE(what, layer);
+    rkv_status st = rkv_layer_session_span(layer, src_session, &slo, &shi);
+    if (st == RKV_OK) st = rkv_layer_session_span(layer, dst_session, &dlo, &dhi);
+    if (st != RKV_OK)
+        return rkv__fail(st, "%s: session %lld out of range; expected 0..%lld", what,
+                         (long long)(src_session < 0 || src_session >= layer->g.num_sessions
+                                         ? src_session
+                                         : dst_session),
+                         (long long)(layer->g.num_sessions - 1));
+    if (src_session == dst_session) return RKV_OK;
+    const size_t bytes = (size_t)layer->capacity * layer->row_bytes;
+    for (int c = 0; c < 2; c++)
+        for (int64_t h = 0; h < layer->g.n_kv_heads; h++)
+            memcpy(rkv__slot_ptr(layer, c, h, dlo), rkv__slot_ptr(layer, c, h, slo), bytes);
+    memcpy(layer->written + dlo, layer->written + slo, (size_t)layer->capacity);
+    return RKV_OK;
+}

@@ -1,8 +1,9 @@
 /* A model's upsert and attention on storage the caller gives (SEMANTICS 6
  * over rkv_ring_view): the model's checks and clock bookkeeping, the
- * caller's buffers. The layer's storage pointers are pointed at the view
- * for the duration of one rkv_model_upsert / rkv_model_attend call (both
- * are writers of the model: nothing else may use the model meanwhile, see
+ * caller's buffers. For a model on the CPU backend, whose layers are
+ * rkv_layer, the layer's storage pointers are pointed at the view for the
+ * duration of one rkv_model_upsert / rkv_model_attend call (both are
+ * writers of the model: nothing else may use the model meanwhile, see
  * docs/thread-safety.md) and restored before returning, so the model code
  * runs unchanged and its own storage is not touched. */
 #include "model_internal.h"
@@ -17,9 +18,15 @@ static rkv_status check_ring(rkv_model *m, const char *what, int64_t layer,
     if (layer < 0 || layer >= m->cfg.n_layers)
         return rkv__fail(RKV_ERR_RANGE, "%s: layer %lld out of range; expected 0..%lld", what,
                          (long long)layer, (long long)(m->cfg.n_layers - 1));
+    if (m->ops_id != rkv_backend_cpu())
+        return rkv__fail(RKV_ERR_STATE,
+                         "%s: the model runs on the %s backend; a ring view of host memory is "
+                         "for a model on the CPU backend",
+                         what, m->ops.name);
     rkv_status st = rkv__view_layer(ring, what, true, view);
     if (st != RKV_OK) return st;
-    const rkv_geometry *a = &m->layers[layer]->g, *b = &ring->g;
+    const rkv_geometry layer_g = rkv__model_layer_geometry(m, layer);
+    const rkv_geometry *a = &layer_g, *b = &ring->g;
     const char *field = a->num_sessions != b->num_sessions       ? "num_sessions"
                         : a->n_kv_heads != b->n_kv_heads         ? "n_kv_heads"
                         : a->ring_frames != b->ring_frames       ? "ring_frames"
@@ -34,7 +41,7 @@ static rkv_status check_ring(rkv_model *m, const char *what, int64_t layer,
                          "%s: the ring's geometry differs from layer %lld's in %s; the storage "
                          "given must be that layer's (or a copy of it)",
                          what, (long long)layer, field);
-    *out = m->layers[layer];
+    *out = (struct rkv_layer *)m->layers[layer]; /* the CPU table's layers are rkv_layer */
     return RKV_OK;
 }
 

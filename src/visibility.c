@@ -1,6 +1,7 @@
 /* Visibility over the ring (SEMANTICS 4, 5): the bits-and-clock rule, the
- * clock-only rule, per-slot rows and FlexAttention block lists. Visibility is
- * frame-granular: a list of frame slots, ring frames ascending, scratch last. */
+ * clock-only rule (both ring_rule.h's, checked here), per-slot rows and
+ * FlexAttention block lists. Visibility is frame-granular: a list of frame
+ * slots, ring frames ascending, scratch last. */
 #include <string.h>
 
 #include "internal.h"
@@ -22,12 +23,8 @@ rkv_status rkv_layer_visible_frames(const rkv_layer *layer, int64_t session, int
     if (st != RKV_OK) return st;
     if ((st = check_clock("rkv_layer_visible_frames", frame_pos)) != RKV_OK) return st;
     const rkv_geometry *g = &layer->g;
-    const int64_t hidden = rkv__hidden_frame(g, frame_pos);
-    int64_t n = 0;
-    for (int64_t r = 0; r < g->ring_frames; r++)
-        if (rkv__ring_frame_visible(layer, lo, hidden, r)) frames[n++] = r;
-    frames[n++] = RKV_SCRATCH_FRAME(g);
-    *count = n;
+    *count = rkv__rule_visible_frames(layer->written + lo, g->tokens_per_frame, g->ring_frames,
+                                      g->ring_buckets, g->pinned_dilation, frame_pos, frames);
     return RKV_OK;
 }
 
@@ -38,15 +35,8 @@ rkv_status rkv_visible_frames_from_clock(const rkv_geometry *g, int64_t frame_po
     rkv_status st = rkv_geometry_check(g);
     if (st != RKV_OK) return st;
     if ((st = check_clock("rkv_visible_frames_from_clock", frame_pos)) != RKV_OK) return st;
-    /* Frames g = 0, PD, 2PD, ... < f were committed: buckets 0 .. ceil(f/PD)-1. */
-    const int64_t committed = frame_pos / g->pinned_dilation + (frame_pos % g->pinned_dilation != 0);
-    const int64_t filled = committed < g->ring_buckets ? committed : g->ring_buckets;
-    const int64_t hidden = rkv__hidden_frame(g, frame_pos);
-    int64_t n = 0;
-    for (int64_t r = 0; r < filled; r++)
-        if (r != hidden) frames[n++] = r;
-    frames[n++] = RKV_SCRATCH_FRAME(g);
-    *count = n;
+    *count = rkv__rule_visible_frames_from_clock(g->ring_frames, g->ring_buckets,
+                                                 g->pinned_dilation, frame_pos, frames);
     return RKV_OK;
 }
 
@@ -89,12 +79,14 @@ rkv_status rkv_layer_block_mask(const rkv_layer *layer, int64_t session, int64_t
     if (st != RKV_OK) return st;
     if ((st = check_clock("rkv_layer_block_mask", frame_pos)) != RKV_OK) return st;
     const int64_t per_frame = g->tokens_per_frame / RKV_BLOCK_TOKENS;
-    const int64_t first = lo / RKV_BLOCK_TOKENS, hidden = rkv__hidden_frame(g, frame_pos);
+    const int64_t first = lo / RKV_BLOCK_TOKENS;
+    const int64_t hidden = rkv__rule_hidden_frame(frame_pos, g->pinned_dilation, g->ring_buckets);
     int32_t *row0 = kv_indices;
     memset(row0, 0, (size_t)kv_blocks * sizeof *row0);
     int64_t n = 0;
     for (int64_t r = 0; r <= g->ring_frames; r++) /* r == RF: the scratch, always visible */
-        if (r == g->ring_frames || rkv__ring_frame_visible(layer, lo, hidden, r))
+        if (r == g->ring_frames ||
+            rkv__rule_frame_visible(layer->written + lo, g->tokens_per_frame, hidden, r))
             for (int64_t k = 0; k < per_frame; k++) row0[n++] = (int32_t)(first + r * per_frame + k);
     for (int64_t qb = 0; qb < q_blocks; qb++) {
         kv_num_blocks[qb] = (int32_t)n;

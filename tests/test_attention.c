@@ -800,6 +800,181 @@ static void test_bf16_tile_shapes(void **state)
     }
 }
 
+/* ---- scores that are not plain numbers (issue 10) -------------------------
+ * The issue's layer: S 1, H 1, RF = RB = 4, PD 1, D 64, T 128 (or 256), in
+ * each storage dtype; frames 0 and 1 committed, frame 2 in the scratch, so
+ * at clock 2 the row sees frame 0, frame 1, the scratch: 3T keys in that
+ * order, i.e. 128-key tiles 0 .. 3T/128 - 1. Keys uniform in [-0.5, 0.5],
+ * values uniform in [-1, 1]; queries 0.1, with q0 in dimension 0; the keys
+ * of the marked tiles get k0 in dimension 0 (other keys other_k0 there, or
+ * uniform when NAN). Scores of -inf weigh 0 (float64 math, SDPA); a row whose
+ * every key scores -inf gives 0 (the header's definition); +inf or NaN
+ * scores give NaN. Every engine and dtype: the per-ISA ctest entries. */
+
+enum { WANT_FINITE, WANT_ZERO, WANT_NAN };
+
+typedef struct special_case {
+    const char *name;
+    int64_t T;
+    unsigned mark;   /* bit i: key tile i marked */
+    float k0, q0, other_k0;
+    int want;
+    int nan_key0; /* key 0 of frame 0: NaN in dimension 0 */
+} special_case;
+
+#define SP_D 64
+#define SP_TQ 128
+
+/* The layer of a case; swap: frames 0 and 1 exchange contents (marks
+ * included), the same keys in the other slot order. */
+static rkv_layer *special_layer(rkv_dtype dt, const special_case *c, int swap)
+{
+    const int64_t T = c->T, D = SP_D;
+    rkv_geometry g = tu_geom(1, 1, 4, 4, D, T, 1, dt);
+    rkv_layer *l = tu_layer_new(&g);
+    const size_t half = (size_t)(T * D), fn = 2 * half;
+    tu_rng r = {0x1010 + (uint64_t)T};
+    float *frames[3];
+    for (int f = 0; f < 3; f++) {
+        frames[f] = tu_xmalloc(fn * 4);
+        for (size_t i = 0; i < half; i++) /* K */
+            frames[f][i] = 0.5f * tu_uniform(&r);
+        for (size_t i = half; i < fn; i++) /* V */
+            frames[f][i] = tu_uniform(&r);
+        for (int64_t t = 0; t < T; t++) {
+            const int64_t tile = (f * T + t) / 128;
+            if (c->mark >> tile & 1)
+                frames[f][t * D] = c->k0;
+            else if (!isnan(c->other_k0))
+                frames[f][t * D] = c->other_k0;
+        }
+    }
+    if (c->nan_key0)
+        frames[0][0] = NAN;
+    for (int64_t f = 0; f < 3; f++) {
+        const int src = swap && f < 2 ? 1 - (int)f : (int)f;
+        void *kv = tu_to_dtype(frames[src], fn, dt);
+        int64_t s = 0;
+        TU_OK(rkv_layer_upsert(l, kv, dt, 1, &f, &s, f < 2, NULL));
+        free(kv);
+    }
+    for (int f = 0; f < 3; f++)
+        free(frames[f]);
+    return l;
+}
+
+/* The engine's tolerance (SEM 5): f32 accumulation over the stored values,
+ * 1e-5; the bf16 pair engines round queries and weights to bf16, 1e-2. */
+static double special_tol(const rkv_layer *l)
+{
+    const char *isa = rkv_layer_attention_isa(l);
+    const int pairs = !strcmp(isa, "amx") || !strcmp(isa, "avx512bf16");
+    return g_attend == rkv_layer_attend && pairs ? 1e-2 : 1e-5;
+}
+
+/* Attends the layer at clock 2 with the case's queries: out [SP_TQ][D] f32;
+ * also the float64 result into ref. */
+static void special_attend(const rkv_layer *l, const special_case *c, float *out, double *ref)
+{
+    const size_t n = (size_t)SP_TQ * SP_D;
+    float *q = tu_xmalloc(n * 4);
+    double *qd = tu_xmalloc(n * 8);
+    for (size_t i = 0; i < n; i++)
+        q[i] = i % SP_D ? 0.1f : c->q0;
+    for (size_t i = 0; i < n; i++)
+        qd[i] = q[i];
+    int64_t s = 0, f = 2;
+    for (size_t i = 0; i < n; i++)
+        out[i] = 12345.0f;
+    rkv_attention_args a = args_new(1, 1, SP_TQ, q, RKV_DTYPE_F32, out, RKV_DTYPE_F32, &s, &f,
+                                    NULL, 0.0f);
+    TU_OK(ATTEND(l, &a));
+    const rkv_geometry *g = rkv_layer_geometry(l);
+    uint8_t *row = tu_xmalloc((size_t)tu_N(g));
+    tu_bits_rule_row(g, rkv_layer_written(l), 0, 2, row);
+    tu_naive_attend(l, 1, SP_TQ, qd, row, 1.0 / 8.0, ref);
+    free(row);
+    free(qd);
+    free(q);
+}
+
+static const special_case k_special[] = {
+    /* the issue's input: frame 0's keys +inf in dimension 0, the query -1
+     * there: the first key tile scores -inf (NaN everywhere before) */
+    {"issue: first tile -inf", 128, 0x1, INFINITY, -1.0f, NAN, WANT_FINITE, 0},
+    /* the same by overflow of finite f32 inputs: 1e30 x -1e10 (the other
+     * keys 0 there, so that their scores stay finite; f16 stores 1e30 as
+     * +inf, the same case) */
+    {"finite 1e30 x -1e10", 128, 0x1, 1e30f, -1e10f, 0.0f, WANT_FINITE, 0},
+    /* the same keys in a later frame, in the scratch */
+    {"frame 1 -inf", 128, 0x2, INFINITY, -1.0f, NAN, WANT_FINITE, 0},
+    {"scratch -inf", 128, 0x4, INFINITY, -1.0f, NAN, WANT_FINITE, 0},
+    /* T 256: one tile of frame 0 and one of frame 1, the others finite */
+    {"T 256: tiles 0 and 3 -inf", 256, 0x9, INFINITY, -1.0f, NAN, WANT_FINITE, 0},
+    {"T 256: tiles 1 and 2 -inf", 256, 0x6, INFINITY, -1.0f, NAN, WANT_FINITE, 0},
+    /* every visible key scores -inf: 0, as a row with no key */
+    {"every key -inf", 128, 0x7, INFINITY, -1.0f, NAN, WANT_ZERO, 0},
+    {"every key -inf, T 256", 256, 0x3f, INFINITY, -1.0f, NAN, WANT_ZERO, 0},
+    /* +inf and NaN scores: NaN, as float64 math gives */
+    {"frame 1 +inf", 128, 0x2, INFINITY, 1.0f, NAN, WANT_NAN, 0},
+    {"first tile +inf", 128, 0x1, INFINITY, 1.0f, NAN, WANT_NAN, 0},
+    {"frame 1 NaN", 128, 0x2, NAN, -1.0f, NAN, WANT_NAN, 0},
+    {"one NaN key, the rest -inf", 128, 0x7, INFINITY, -1.0f, NAN, WANT_NAN, 1},
+};
+
+static void test_special_scores(void **state)
+{
+    (void)state;
+    static const rkv_dtype dts[3] = {RKV_DTYPE_F32, RKV_DTYPE_F16, RKV_DTYPE_BF16};
+    const size_t n = (size_t)SP_TQ * SP_D;
+    float *out = tu_xmalloc(n * 4), *other = tu_xmalloc(n * 4);
+    double *ref = tu_xmalloc(n * 8), *ref2 = tu_xmalloc(n * 8);
+    for (int k = 0; k < 3; k++)
+        for (size_t ci = 0; ci < sizeof k_special / sizeof k_special[0]; ci++) {
+            const special_case c = k_special[ci];
+            char what[160];
+            snprintf(what, sizeof what, "%s storage, %s", rkv_dtype_name(dts[k]), c.name);
+            rkv_layer *l = special_layer(dts[k], &c, 0);
+            special_attend(l, &c, out, ref);
+            const double tol = special_tol(l);
+            if (c.want == WANT_FINITE) {
+                expect_close(out, RKV_DTYPE_F32, ref, n, tol, what);
+                if (g_attend == rkv_layer_attend) { /* and the library's reference */
+                    g_attend = rkv_layer_attend_reference;
+                    special_attend(l, &c, other, ref2);
+                    g_attend = rkv_layer_attend;
+                    for (size_t i = 0; i < n; i++)
+                        ref2[i] = other[i];
+                    expect_close(out, RKV_DTYPE_F32, ref2, n, tol, what);
+                }
+                /* the same keys in the other slot order */
+                if (c.T == 128 && (c.mark == 0x1 || c.mark == 0x2)) {
+                    rkv_layer *l2 = special_layer(dts[k], &c, 1);
+                    special_attend(l2, &c, other, ref2);
+                    for (size_t i = 0; i < n; i++)
+                        ref2[i] = out[i];
+                    snprintf(what, sizeof what, "%s storage, %s, frames 0 and 1 swapped",
+                             rkv_dtype_name(dts[k]), c.name);
+                    expect_close(other, RKV_DTYPE_F32, ref2, n, tol, what);
+                    rkv_layer_destroy(l2);
+                }
+            } else {
+                for (size_t i = 0; i < n; i++) {
+                    const int ok = c.want == WANT_ZERO ? out[i] == 0.0f && ref[i] == 0.0
+                                                        : isnan(out[i]) && isnan(ref[i]);
+                    if (!ok)
+                        fail_msg("%s: out[%zu] = %g (float64 %g), expected %s", what, i,
+                                 (double)out[i], ref[i], c.want == WANT_ZERO ? "0" : "NaN");
+                }
+            }
+            rkv_layer_destroy(l);
+        }
+    free(out);
+    free(other);
+    free(ref);
+    free(ref2);
+}
+
 /* ---- fast path only ---------------------------------------------------------- */
 
 static void test_isa(void **state)
@@ -1010,7 +1185,8 @@ static int use_reference(void **state)
         cmocka_unit_test(test_sparse_explicit_rows),                           \
         cmocka_unit_test(test_same_session_twice),                             \
         cmocka_unit_test(test_subnormal_values),                               \
-        cmocka_unit_test(test_bf16_tile_shapes)
+        cmocka_unit_test(test_bf16_tile_shapes),                              \
+        cmocka_unit_test(test_special_scores)
 
 int main(void)
 {

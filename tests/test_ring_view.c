@@ -3,6 +3,7 @@
  * calls give on the layer's own storage, touch nothing else, and refuse bad
  * views with a message; the model's *_ring calls keep the model's clocks
  * while writing only the given buffers. */
+#include "ringkv_backend.h"
 #include "testutil.h"
 
 /* A caller-owned copy of a layer's storage, as a view. */
@@ -287,7 +288,7 @@ static void test_model_ring_calls(void **state)
     TU_ERR(rkv_model_begin_frame(m, 1, &s, &skip), RKV_ERR_CLOCK, "expected 12");
     void *kv = frame_in(&rings[0].v.g, 1, 1);
     TU_ERR(rkv_model_upsert_ring(m, 0, &rings[0].v, 1, &s, kv, cfg.dtype, 0), RKV_ERR_STATE,
-           "rkv_model_upsert: session 0 (row 0) has no frame begun");
+           "rkv_model_upsert: frame 11 of session 0 was committed on every layer");
     TU_ERR(rkv_model_upsert_ring(m, nl, &rings[0].v, 1, &s, kv, cfg.dtype, 0), RKV_ERR_RANGE,
            "rkv_model_upsert: layer 2 out of range");
     TU_ERR(rkv_model_upsert_ring(m, 1, &rings[0].v, 1, &s, kv, cfg.dtype, 0),
@@ -295,6 +296,14 @@ static void test_model_ring_calls(void **state)
     rkv_attention_args a = {.n_q_heads = Hq, .q = q, .out = o1};
     TU_ERR(rkv_model_attend_ring(m, 0, NULL, 1, &s, &a), RKV_ERR_NULL,
            "rkv_model_attend: ring is NULL");
+    /* a model on another backend: its layers are not host rkv_layer */
+    rkv_backend_ops other = *rkv_backend_cpu();
+    other.name = "other";
+    rkv_model *m2;
+    TU_OK(rkv_model_create_with_backend(&cfg, &other, NULL, &m2));
+    TU_ERR(rkv_model_upsert_ring(m2, 0, &rings[0].v, 1, &s, kv, cfg.dtype, 0), RKV_ERR_STATE,
+           "runs on the other backend");
+    rkv_model_destroy(m2);
     for (int64_t i = 0; i < nl; i++) {
         assert_same_storage(&rings[i], rkv_model_layer(twin, i), "after refused calls");
         own_free(&rings[i]);

@@ -537,7 +537,8 @@ static inline void tu_print_row(const char *what, const rkv_geometry *g,
 
 /* out[h][i][d] (Hq x Tq x D doubles) for one row: q is [Hq][Tq][D]
  * doubles, K/V are read from the layer's storage at the slots with
- * row[j] != 0. A row with no visible slot gives 0. */
+ * row[j] != 0. A row with no visible slot, or whose every score is -inf,
+ * gives 0 (the header's definition); +inf or NaN scores give NaN. */
 static inline void tu_naive_attend(const rkv_layer *l, int64_t Hq,
                                    int64_t Tq, const double *q,
                                    const uint8_t *row, double scale,
@@ -576,6 +577,8 @@ static inline void tu_naive_attend(const rkv_layer *l, int64_t Hq,
                 if (w[j] > mx)
                     mx = w[j];
             }
+            if (mx == -INFINITY) /* every score -inf: weights 0, not NaN */
+                mx = 0;
             for (int64_t j = 0; j < nvis; j++) {
                 w[j] = exp(w[j] - mx);
                 sum += w[j];
@@ -584,7 +587,7 @@ static inline void tu_naive_attend(const rkv_layer *l, int64_t Hq,
                 oi[d] = 0;
             for (int64_t j = 0; j < nvis; j++)
                 for (int64_t d = 0; d < D; d++)
-                    oi[d] += w[j] / sum * V[j * D + d];
+                    oi[d] += (sum != 0 ? w[j] / sum : 0) * V[j * D + d];
         }
     }
     free(idx);

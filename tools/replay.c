@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../src/ring_rule.h" /* the ring rule the library uses (header only) */
 #include "cli.h"
 #include "commands.h"
 #include "ringkv.h"
@@ -525,9 +526,7 @@ static int upsert_frame(rkv_layer *layer, const attn_case *c, float *frame, int6
  * every ring frame that holds data. */
 static int load_case(rkv_layer *layer, const attn_case *c, char *msg, size_t size) {
     int64_t C = (c->RF + 1) * c->T, L = c->RF * c->T;
-    int64_t hidden = -1;
-    if (c->frame_pos % c->PD == 0)
-        hidden = (c->frame_pos / c->PD) % c->RB; /* ceil(f/PD) = f/PD on a write step */
+    const int64_t hidden = rkv__rule_hidden_frame(c->frame_pos, c->PD, c->RB);
     float *frame = malloc((size_t)2 * (size_t)c->Hkv * (size_t)c->T * (size_t)c->D * sizeof *frame);
     if (!frame) return say(msg, size, "out of memory");
     int rc = 0;

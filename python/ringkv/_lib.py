@@ -188,6 +188,19 @@ _OPTIONAL = {
     "rkv_model_fork": (c_status, [c_void_p, c_int64, c_int64]),
     "rkv_model_step": (c_status, [c_void_p, c_int64, c_int64, c_void_p, c_void_p, c_dtype, c_int,
                                   POINTER(AttentionArgs)]),
+    # one model, two backends (issue 11): spans, the frame's batch set once
+    "rkv_layer_span_bytes": (c_size_t, [c_void_p, c_int]),
+    "rkv_layer_read_span": (c_status, [c_void_p, c_int64, c_int, c_int64, c_void_p]),
+    "rkv_layer_write_span": (c_status, [c_void_p, c_int64, c_int, c_int64, c_void_p]),
+    "rkv_layer_copy_span": (c_status, [c_void_p, c_int64, c_int64]),
+    "rkv_model_backend_name": (c_char_p, [c_void_p]),
+    "rkv_model_frame_upsert": (c_status, [c_void_p, c_int64, c_void_p, c_dtype, c_int]),
+    "rkv_model_frame_attend": (c_status, [c_void_p, c_int64, POINTER(AttentionArgs)]),
+    "rkv_model_frame_step": (c_status, [c_void_p, c_int64, c_void_p, c_dtype, c_int,
+                                        POINTER(AttentionArgs)]),
+    "rkv_model_end_frame": (c_status, [c_void_p]),
+    "rkv_model_abandon_frame": (c_status, [c_void_p]),
+    "rkv_model_synchronize": (c_status, [c_void_p]),
     # rings over caller-owned storage: what the torch custom ops call (ops.py)
     "rkv_layer_view": (c_status, [c_void_p, POINTER(RingView)]),
     "rkv_ring_upsert": (c_status, [POINTER(RingView), c_void_p, c_dtype, c_int64, c_void_p,
@@ -237,6 +250,13 @@ _CUDA_OPTIONAL = {
     "rkv_cuda_ring_attend": (c_status, [_CUDA_VIEW, _CUDA_ARGS, c_void_p]),
     "rkv_cuda_ring_attention_workspace_bytes": (c_size_t, [_CUDA_VIEW, _CUDA_ARGS]),
     "rkv_cuda_ring_check": (c_status, [_CUDA_VIEW, c_void_p]),
+    # one session's span of a CUDA layer (issue 11)
+    "rkv_cuda_layer_span_bytes": (c_size_t, [c_void_p, c_int]),
+    "rkv_cuda_layer_read_span": (c_status, [c_void_p, c_int64, c_int, c_int64, c_void_p,
+                                            c_void_p]),
+    "rkv_cuda_layer_write_span": (c_status, [c_void_p, c_int64, c_int, c_int64, c_void_p,
+                                             c_void_p]),
+    "rkv_cuda_layer_copy_span": (c_status, [c_void_p, c_int64, c_int64, c_void_p]),
 }
 
 _HERE = os.path.dirname(os.path.abspath(__file__))

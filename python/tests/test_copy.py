@@ -309,10 +309,10 @@ def test_model_copy_is_independent_with_equal_contents(how):
 def test_model_copy_is_between_frames_with_no_frame_begun():
     m = streamed_model()
     d = copy.deepcopy(m)
-    q = np.zeros((1, 1, 128, 64), np.float32)
-    m.attend(0, [0], q)                       # the original: at its last frame's clock
+    q = np.zeros((2, 1, 128, 64), np.float32)
+    m.attend(0, [2, 0], q)                    # the original: its last batch, at its clocks
     with pytest.raises(RuntimeError, match="frame"):
-        d.attend(0, [0], q)                   # the copy: as after load_session
+        d.attend(0, [2, 0], q)                # the copy: as after load_session
     d.begin_frame([0], [5])
 
 

@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(32 * RKV__SIMT_WARPS) ring_attention_simt(cons
         qv[k] = d < p.D ? ld_any(p.q, p.q_dtype, row * p.D + d) : 0.f;
         acc[k] = 0.f;
     }
-    float m = -INFINITY, l = 0.f;
+    float m = RKV__SOFTMAX_M0, l = 0.f;
     auto visit = [&](int64_t j) {
         const KT *kr = K + j * p.D, *vr = V + j * p.D;
         float part = 0.f;
@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(32 * RKV__SIMT_WARPS) ring_attention_simt(cons
 #pragma unroll
         for (int off = 16; off > 0; off >>= 1) part += __shfl_xor_sync(0xffffffffu, part, off);
         const float sc = __shfl_sync(0xffffffffu, part, 0) * p.scale;
-        const float mn = fmaxf(m, sc);
+        const float mn = fmaxf(m, sc);  // finite unless a score is +inf (RKV__SOFTMAX_M0)
         const float corr = expf(m - mn), pe = expf(sc - mn);
         l = l * corr + pe;
 #pragma unroll
@@ -97,10 +97,10 @@ __global__ void __launch_bounds__(32 * RKV__SIMT_WARPS) ring_attention_simt(cons
             if (vrow[j]) visit(j);
     } else {
         const int64_t s = s_sess[b], f = s_fp[b];
-        const int64_t hidden = (f % p.PD == 0) ? (f / p.PD) % p.RB : -1;
+        const int64_t hidden = rkv__rule_hidden_frame(f, p.PD, p.RB);
         const uint8_t *w = p.written + s * p.C;
         for (int64_t r = 0; r <= p.RF; r++) {
-            if (r < p.RF && (r == hidden || !w[r * p.T])) continue;
+            if (r < p.RF && !rkv__rule_frame_visible(w, p.T, hidden, r)) continue;
             for (int64_t t = 0; t < p.T; t++) visit(s * p.C + r * p.T + t);
         }
     }
@@ -136,10 +136,14 @@ __device__ __forceinline__ void st4<__half>(__half *out, int64_t i, float4 v) {
 }
 
 // Merges the key splits of each output row: O = sum_s w_s O_s / sum_s w_s l_s
-// with w_s = 2^(m_s - max_s m_s). One thread per 4 output elements. Checks
-// the call's rows first, as the split kernel did (which then wrote nothing
-// to the workspace): an invalid call leaves `out` untouched. Dynamic shared
-// memory: 16 * batch bytes.
+// with w_s = 2^(m_s - max_s m_s). A split with no key, or whose every score
+// is -inf, has O_s = 0, l_s = 0 and m_s = RKV__SOFTMAX_M0 (finite, never
+// -inf: w_s is never 2^(-inf - -inf) = NaN): it adds nothing, and a row
+// whose splits all are so gets 0 (den 0), as a row with no key. A NaN in O_s
+// or l_s still reaches the row (0 * NaN). One thread per 4 output elements.
+// Checks the call's rows first, as the split kernel did (which then wrote
+// nothing to the workspace): an invalid call leaves `out` untouched. Dynamic
+// shared memory: 16 * batch bytes.
 template <typename OT>
 __global__ void __launch_bounds__(256) combine_splits(const float *__restrict__ ws_o,
                                                       const float *__restrict__ ws_ml, OT *out,
@@ -179,12 +183,18 @@ rkv_status plan_for(const rkv_cuda_layer *l, const rkv_cuda_attention_args *a, i
     rkv__cuda_attention_plan_make(&l->g, a, &l->dev, l->attn_stages, l->attn_kernel, preferred,
                                   plan);
     if (plan->grid_x > 0x7fffffff)
-        return rkv__fail(RKV_ERR_OVERFLOW, "rkv_cuda_layer_attend: %lld blocks exceed the grid",
+        return rkv_error_set(RKV_ERR_OVERFLOW, "rkv_cuda_layer_attend: %lld blocks exceed the grid",
                          (long long)plan->grid_x);
     return RKV_OK;
 }
 
 }  // namespace
+
+rkv_status rkv__cuda_attention_plan_checked(const rkv_cuda_layer *l,
+                                            const rkv_cuda_attention_args *a, int preferred,
+                                            rkv__cuda_attn_plan *plan) {
+    return plan_for(l, a, preferred, plan);
+}
 
 cudaError_t rkv__cuda_attention_prepare(rkv_cuda_layer *l) {
     cudaError_t e;
@@ -327,7 +337,7 @@ extern "C" rkv_status rkv_cuda_attention_describe(const rkv_cuda_layer *l,
     rkv_status st = plan_for(l, a, 0, &plan);
     if (st != RKV_OK) return st;
     if (!buf || !buf_size)
-        return rkv__fail(RKV_ERR_NULL, "rkv_cuda_attention_describe: buf is NULL or empty");
+        return rkv_error_set(RKV_ERR_NULL, "rkv_cuda_attention_describe: buf is NULL or empty");
     rkv__cuda_attention_plan_describe(&plan, buf, buf_size);
     return RKV_OK;
 }

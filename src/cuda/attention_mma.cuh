@@ -168,17 +168,18 @@ struct KeyTiles {
 };
 
 // Warp 0 of a block: the visible frames of session `sess` at clock f by the
-// bits-and-clock rule (SEMANTICS 4): ring frames ascending (the slot
-// ceil(f/PD) mod RB hidden on write steps, unwritten slots skipped), the
-// scratch (RF) last; their count in *n_frames.
+// bits-and-clock rule (SEMANTICS 4, ring_rule.h's rkv__rule_visible_frames
+// computed 32 frames at a time): ring frames ascending (the slot ceil(f/PD)
+// mod RB hidden on write steps, unwritten slots skipped), the scratch (RF)
+// last; their count in *n_frames.
 __device__ __forceinline__ void build_frame_list(const RkvMmaParams &p, int64_t sess, int64_t f,
                                                  int lane, int *list, int *n_frames) {
-    const int64_t hidden = (f % p.PD == 0) ? (f / p.PD) % p.RB : -1;
+    const int64_t hidden = rkv__rule_hidden_frame(f, p.PD, p.RB);
     const uint8_t *w = p.written + sess * p.C;
     int n = 0;
     for (int64_t r0 = 0; r0 < p.RF; r0 += 32) {
         const int64_t r = r0 + lane;
-        const bool vis = r < p.RF && r != hidden && w[r * p.T] != 0;
+        const bool vis = r < p.RF && rkv__rule_frame_visible(w, p.T, hidden, r);
         const unsigned m = __ballot_sync(0xffffffffu, vis);
         if (vis) list[n + __popc(m & ((1u << lane) - 1u))] = (int)r;
         n += __popc(m);
@@ -212,6 +213,9 @@ __device__ __forceinline__ void online_softmax(float *s, float scale_log2, float
     mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
     mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
     mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    // m0/m1 start at RKV__SOFTMAX_M0 (-FLT_MAX), so mn0/mn1 are finite even
+    // where every score so far is -inf: no -inf - -inf = NaN here (see
+    // attention.cuh).
     const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
     const float c0 = ex2(m0 - mn0), c1 = ex2(m1 - mn1);
     m0 = mn0;
@@ -367,7 +371,7 @@ __global__ void __launch_bounds__(WARPS * 32, 2) ring_attention_mma(const RkvMma
     for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
         for (int dn = 0; dn < DT; dn++) o[mt][dn][0] = o[mt][dn][1] = o[mt][dn][2] = o[mt][dn][3] = 0.f;
-        mrow[mt][0] = mrow[mt][1] = -INFINITY;
+        mrow[mt][0] = mrow[mt][1] = RKV__SOFTMAX_M0;
         lrow[mt][0] = lrow[mt][1] = 0.f;
     }
 

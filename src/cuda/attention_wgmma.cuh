@@ -229,7 +229,7 @@ __global__ void __launch_bounds__(NWG * 128, 2) ring_attention_wgmma(const RkvMm
     float o[DT * 4];
 #pragma unroll
     for (int j = 0; j < DT * 4; j++) o[j] = 0.f;
-    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+    float m0 = RKV__SOFTMAX_M0, m1 = RKV__SOFTMAX_M0, l0 = 0.f, l1 = 0.f;
     const uint32_t q_addr = smem_addr(sQ + wg * 64 * D);
 
     // 5. Main loop.

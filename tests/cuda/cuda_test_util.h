@@ -156,13 +156,14 @@ static inline void ct_oracle_row(const rkv_geometry *g, const void *kv, const ui
         w[k] = dot * scale;
         if (w[k] > mx) mx = w[k];
     }
+    if (mx == -INFINITY) mx = 0; /* every score -inf: the row is 0 (ringkv.h) */
     double sum = 0;
     for (int64_t k = 0; k < nf * T; k++) sum += (w[k] = exp(w[k] - mx));
     for (int64_t d = 0; d < D; d++) out[d] = 0;
     for (int64_t k = 0; k < nf * T; k++) {
         const int64_t slot = s * C + frames[k / T] * T + k % T;
         for (int64_t d = 0; d < D; d++)
-            out[d] += w[k] / sum * ct_get(kv, g->dtype, (size_t)(((H + kvh) * N + slot) * D + d));
+            out[d] += (sum != 0 ? w[k] / sum : 0) * ct_get(kv, g->dtype, (size_t)(((H + kvh) * N + slot) * D + d));
     }
     free(frames);
     free(qv);

@@ -18,7 +18,13 @@ apart; address bits [4,7) XORed with bits [7,10)), from the descriptors the
 kernel builds (start + 32 bytes per k16 step for Q and K, + 2,048 bytes per
 16 keys for V), with the m64nNk16 accumulator and A-register layouts.
 
-Run: python3 tests/cuda/fragment_model.py   (numpy only; about a second)
+It also keeps its own copy of the ring rule (slot, write step, hidden frame,
+the kernel's warp-ballot build of the visible frame list, the clock-alone
+list) and checks it against src/ring_rule.h's results, as printed by
+tests/ring_rule_dump.c.
+
+Run: python3 tests/cuda/fragment_model.py   (numpy only; some seconds)
+     python3 tests/cuda/fragment_model.py --ring-rule build/tests/ring_rule_dump
 """
 import sys
 
@@ -74,6 +80,25 @@ def shfl_xor(vals, m):
     return [vals[lane ^ m] for lane in range(32)]
 
 
+# RKV__SOFTMAX_M0 (attention.cuh): the running maximum starts at -FLT_MAX, not
+# -inf, so that a tile (or a row) of -inf scores gives weights 0, not NaN.
+SOFTMAX_M0 = -float(np.finfo(np.float32).max)
+
+
+def fmaxf(a, b):
+    """CUDA fmaxf: the other operand when one is NaN (Python's max is not)."""
+    if a != a:
+        return b
+    if b != b:
+        return a
+    return a if a > b else b
+
+
+def ex2(x):
+    """ex2.approx: 2^x, NaN for NaN, 0 for -inf, inf for +inf."""
+    return float(np.exp2(np.float64(x)))
+
+
 def softmax_warp(sv, m, lsum, o, NT, DT, scale_log2):
     """online_softmax (attention_mma.cuh) for one warp's m16 tile: sv[lane]
     the NT*4 scores (C layout: elements 0,1 row g, 2,3 row g+8), m/lsum[lane]
@@ -85,22 +110,24 @@ def softmax_warp(sv, m, lsum, o, NT, DT, scale_log2):
         for n8 in range(NT):
             for e in range(4):
                 sv[lane][n8 * 4 + e] *= scale_log2
-            mx0[lane] = max(mx0[lane], sv[lane][n8 * 4], sv[lane][n8 * 4 + 1])
-            mx1[lane] = max(mx1[lane], sv[lane][n8 * 4 + 2], sv[lane][n8 * 4 + 3])
+            v = sv[lane]
+            mx0[lane] = fmaxf(mx0[lane], fmaxf(v[n8 * 4], v[n8 * 4 + 1]))
+            mx1[lane] = fmaxf(mx1[lane], fmaxf(v[n8 * 4 + 2], v[n8 * 4 + 3]))
     for sh in (1, 2):
         x0, x1 = shfl_xor(mx0, sh), shfl_xor(mx1, sh)
-        mx0 = [max(u, v) for u, v in zip(mx0, x0)]
-        mx1 = [max(u, v) for u, v in zip(mx1, x1)]
+        mx0 = [fmaxf(u, v) for u, v in zip(mx0, x0)]
+        mx1 = [fmaxf(u, v) for u, v in zip(mx1, x1)]
     pa = [[[None] * 4 for _ in range(NT // 2)] for _ in range(32)]
     for lane in range(32):
-        mn0, mn1 = max(m[lane][0], mx0[lane]), max(m[lane][1], mx1[lane])
-        c0, c1 = 2.0 ** (m[lane][0] - mn0), 2.0 ** (m[lane][1] - mn1)
+        # finite even while every score is -inf: m starts at SOFTMAX_M0
+        mn0, mn1 = fmaxf(m[lane][0], mx0[lane]), fmaxf(m[lane][1], mx1[lane])
+        c0, c1 = ex2(m[lane][0] - mn0), ex2(m[lane][1] - mn1)
         m[lane] = [mn0, mn1]
         ls0 = ls1 = 0.0
         v = sv[lane]
         for n8 in range(NT):
-            p0, p1 = 2.0 ** (v[n8 * 4] - mn0), 2.0 ** (v[n8 * 4 + 1] - mn0)
-            p2, p3 = 2.0 ** (v[n8 * 4 + 2] - mn1), 2.0 ** (v[n8 * 4 + 3] - mn1)
+            p0, p1 = ex2(v[n8 * 4] - mn0), ex2(v[n8 * 4 + 1] - mn0)
+            p2, p3 = ex2(v[n8 * 4 + 2] - mn1), ex2(v[n8 * 4 + 3] - mn1)
             ls0 += p0 + p1
             ls1 += p2 + p3
             pa[lane][n8 // 2][(n8 & 1) * 2 + 0] = (p0, p1)
@@ -112,6 +139,101 @@ def softmax_warp(sv, m, lsum, o, NT, DT, scale_log2):
             o[lane][dn * 4 + 2] *= c1
             o[lane][dn * 4 + 3] *= c1
     return pa
+
+
+# ---- the ring rule (SEMANTICS 3 step 1, 4): this model's own copy -------------
+# The kernels take it from src/ring_rule.h; check_ring_rule() compares this
+# copy with that header's results (tests/ring_rule_dump.c, ctest
+# ring_rule_model). Python integers: ceil(f/PD) is exact for any f.
+
+
+def ring_bucket(f, PD):
+    return -(-f // PD)
+
+
+def ring_slot(f, PD, RB):
+    return ring_bucket(f, PD) % RB
+
+
+def write_step(f, PD):
+    return f % PD == 0
+
+
+def hidden_frame(f, PD, RB):
+    return ring_slot(f, PD, RB) if write_step(f, PD) else -1
+
+
+def ballot(preds):
+    return sum(1 << lane for lane, v in enumerate(preds) if v)
+
+
+def popc(x):
+    return bin(x).count("1")
+
+
+def build_frame_list(span_written, T, RF, RB, PD, f):
+    """build_frame_list (attention_mma.cuh), lane by lane: warp 0 takes 32
+    ring frames at a time, each lane tests its frame (written, not hidden),
+    the ballot's popcount below a lane places its frame; the scratch (RF)
+    last. Returns the list."""
+    hidden = hidden_frame(f, PD, RB)
+    out = {}
+    n = 0
+    for r0 in range(0, RF, 32):
+        vis = [r0 + lane < RF and r0 + lane != hidden and span_written[(r0 + lane) * T] != 0
+               for lane in range(32)]
+        m = ballot(vis)
+        for lane in range(32):
+            if vis[lane]:
+                out[n + popc(m & ((1 << lane) - 1))] = r0 + lane
+        n += popc(m)
+    out[n] = RF
+    return [out[i] for i in range(n + 1)]
+
+
+def visible_frames_from_clock(RF, RB, PD, f):
+    filled = min(ring_bucket(f, PD), RB)
+    hidden = hidden_frame(f, PD, RB)
+    return [r for r in range(filled) if r != hidden] + [RF]
+
+
+def check_ring_rule(dump_exe):
+    """Runs tests/ring_rule_dump (src/ring_rule.h's results) and compares
+    every line with this model's copy. Returns the number of mismatches."""
+    import subprocess
+    lines = subprocess.run([dump_exe], check=True, capture_output=True,
+                           text=True).stdout.splitlines()
+    bad = counts = 0
+    kinds = {"slot": 0, "clock": 0, "bits": 0}
+    for line in lines:
+        head, _, tail = line.partition(" : ")
+        kind, *args = head.split()
+        args = [int(a) for a in args]
+        got = [int(x) for x in tail.split()]
+        if kind == "slot":
+            PD, RB, f = args
+            want = [ring_bucket(f, PD), ring_slot(f, PD, RB), int(write_step(f, PD)),
+                    hidden_frame(f, PD, RB)]
+        elif kind == "clock":
+            RF, RB, PD, f = args
+            want = visible_frames_from_clock(RF, RB, PD, f)
+        elif kind == "bits":
+            RF, RB, PD, T, f, mask = args
+            span = [1 if r == RF else (mask >> r) & 1 for r in range(RF + 1) for _ in range(T)]
+            want = build_frame_list(span, T, RF, RB, PD, f)
+        else:
+            raise ValueError(f"unknown line {line!r}")
+        kinds[kind] += 1
+        counts += 1
+        if got != want:
+            bad += 1
+            if bad <= 5:
+                print(f"MISMATCH {head}: header {got}, model {want}")
+    print(f"ring rule: {counts} results ({kinds}) compared, {bad} mismatches")
+    if min(kinds.values()) == 0:
+        print("ring rule: a kind of result is missing from the dump")
+        bad += 1
+    return bad
 
 
 # ---- the kernel, transcribed ------------------------------------------------
@@ -166,7 +288,7 @@ def run_block(q_mat, K, V, D, MT, WARPS, BN, tiles, M, row0, scale_log2, split_o
                     addrs.append(swz(D, r, kk * 2 + (lane >> 4)))
                 qf[mt][kk] = ldmatrix_x4(sQ, addrs)
         o = [[[[0.0] * 4 for _ in range(32)] for _ in range(DT)] for _ in range(MT)]
-        mrow = [[[-np.inf] * 32, [-np.inf] * 32] for _ in range(MT)]
+        mrow = [[[SOFTMAX_M0] * 32, [SOFTMAX_M0] * 32] for _ in range(MT)]
         lrow = [[[0.0] * 32, [0.0] * 32] for _ in range(MT)]
         for ti in tiles:
             ks = load_tile(K[ti * BN:], BN, D, BN)
@@ -308,7 +430,7 @@ def run_block_wgmma(q_mat, K, V, NWG, BN, tiles, M, row0, scale_log2, split_out=
     results = []
     for wg in range(NWG):
         o = [[[0.0] * (DT * 4) for _ in range(32)] for _ in range(4)]
-        m = [[[-np.inf, -np.inf] for _ in range(32)] for _ in range(4)]
+        m = [[[SOFTMAX_M0, SOFTMAX_M0] for _ in range(32)] for _ in range(4)]
         lsum = [[[0.0, 0.0] for _ in range(32)] for _ in range(4)]
         q_addr = wg * 64 * D * 2
         for ti in tiles:
@@ -350,13 +472,60 @@ def run_block_wgmma(q_mat, K, V, NWG, BN, tiles, M, row0, scale_log2, split_out=
 
 
 def reference(q_mat, K, V, scale):
+    """float64 softmax attention; a row whose every score is -inf gives 0
+    (the header's definition), +inf or NaN scores give NaN."""
     s = (q_mat @ K.T) * scale
-    s -= s.max(axis=1, keepdims=True)
-    p = np.exp(s)
-    return (p @ V) / p.sum(axis=1, keepdims=True)
+    mx = s.max(axis=1, keepdims=True)
+    mx = np.where(mx == -np.inf, 0.0, mx)
+    p = np.exp(s - mx)
+    den = p.sum(axis=1, keepdims=True)
+    return (p @ V) / np.where(den == 0, 1.0, den)
 
 
-def check(D, MT, M, nkeys, BN=64, WARPS=4, splits=1, seed=0, scale=None, amp=1.0, wgmma=False):
+def make_special(special, q, K, BN, rng):
+    """Scores that are not plain numbers (issue 10): dimension 0 of some keys
+    +inf (or 1e200, whose products with -1e200 overflow float64 as the
+    f32 kernels' 1e30 x -1e10 do) against queries of one sign there.
+      neg_tile / neg_last_tile: key tile 0 / the last tile all -inf
+      neg_all:  every score -inf (the output must be exactly 0)
+      overflow: tile 0's scores -inf by overflow of finite inputs
+      pos_inf / nan: one key scores +inf / NaN (the output must be NaN)"""
+    if special is None:
+        return
+    nkeys = K.shape[0]
+    if special == "overflow":
+        K[:, 0] = 0.0
+        K[:BN, 0] = 1e200
+        q[:, 0] = -1e200
+        return
+    q[:, 0] = -(0.5 + rng.uniform(0, 1, q.shape[0]))
+    if special == "neg_tile":
+        K[:BN, 0] = np.inf
+    elif special == "neg_last_tile":
+        K[nkeys - BN:, 0] = np.inf
+    elif special == "neg_all":
+        K[:, 0] = np.inf
+    elif special == "pos_inf":
+        q[:, 0] = -q[:, 0]
+        K[BN + 3, 0] = np.inf
+    elif special == "nan":
+        K[BN + 3, 5] = np.nan
+    else:
+        raise ValueError(special)
+
+
+def compare(out, ref):
+    """Norm-wise relative error over the finite part of ref (absolute where
+    ref is 0 there); inf when the NaN positions differ."""
+    if not np.array_equal(np.isnan(out), np.isnan(ref)):
+        return np.inf
+    fin = ~np.isnan(ref)
+    num, den = np.linalg.norm(out[fin] - ref[fin]), np.linalg.norm(ref[fin])
+    return num / den if den > 0 else num
+
+
+def check(D, MT, M, nkeys, BN=64, WARPS=4, splits=1, seed=0, scale=None, amp=1.0, wgmma=False,
+          special=None):
     rng = np.random.default_rng(seed)
     BM = 64 * WARPS // 4 if wgmma else 16 * MT * WARPS
     block = ((lambda *a, **k: run_block_wgmma(a[0], a[1], a[2], WARPS // 4, a[6], *a[7:], **k))
@@ -364,6 +533,7 @@ def check(D, MT, M, nkeys, BN=64, WARPS=4, splits=1, seed=0, scale=None, amp=1.0
     q = rng.uniform(-1, 1, (M, D)) * amp
     K = rng.uniform(-1, 1, (nkeys, D))
     V = rng.uniform(-1, 1, (nkeys, D))
+    make_special(special, q, K, BN, rng)
     scale = scale if scale is not None else 1 / np.sqrt(D)
     ref = reference(q, K, V, scale)
     nt_all = nkeys // BN
@@ -389,11 +559,20 @@ def check(D, MT, M, nkeys, BN=64, WARPS=4, splits=1, seed=0, scale=None, amp=1.0
                 den += w * ml[:, 1]
                 acc += w[:, None] * o
             out[row0: row0 + BM] = acc / np.where(den > 0, den, 1)[:, None]
-    err = np.linalg.norm(out[:M] - ref) / np.linalg.norm(ref)
-    return err
+    if special in ("pos_inf", "nan"):
+        assert np.isnan(ref).all(), "the float64 result of this case is NaN"
+    elif special == "neg_all":
+        assert not ref.any(), "the defined result of this case is 0"
+    else:
+        assert np.isfinite(ref).all()
+    return compare(out[:M], ref)
 
 
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--ring-rule":
+        bad = check_ring_rule(sys.argv[2])
+        print("ring rule model:", "PASS" if bad == 0 else "FAIL")
+        return 0 if bad == 0 else 1
     cases = [
         dict(D=64, MT=2, M=128, nkeys=128),
         dict(D=64, MT=2, M=200, nkeys=256, amp=6.0),          # partial m tile, peaky
@@ -405,10 +584,26 @@ def main():
         dict(D=64, MT=0, M=128, nkeys=128, WARPS=8, wgmma=True),
         dict(D=64, MT=0, M=200, nkeys=192, WARPS=8, wgmma=True, amp=6.0),   # partial m tile
         dict(D=64, MT=0, M=128, nkeys=256, WARPS=8, wgmma=True, splits=3, scale=-0.2),
+        # scores that are not plain numbers (issue 10): a first key tile of
+        # -inf scores (NaN before the guard), the same keys last (slot order
+        # must not matter), -inf by overflow, a split made only of -inf
+        # tiles (combine), every score -inf (exact zeros), +inf / NaN (NaN)
+        dict(D=64, MT=2, M=128, nkeys=128, special="neg_tile"),
+        dict(D=64, MT=2, M=128, nkeys=128, special="neg_last_tile"),
+        dict(D=128, MT=1, M=64, nkeys=128, special="overflow"),
+        dict(D=64, MT=2, M=128, nkeys=256, splits=4, special="neg_tile"),
+        dict(D=64, MT=2, M=128, nkeys=128, special="neg_all"),
+        dict(D=64, MT=2, M=128, nkeys=128, splits=2, special="neg_all"),
+        dict(D=64, MT=2, M=128, nkeys=128, special="pos_inf"),
+        dict(D=64, MT=2, M=128, nkeys=128, splits=2, special="nan"),
+        dict(D=64, MT=0, M=128, nkeys=128, WARPS=8, wgmma=True, special="neg_tile"),
+        dict(D=64, MT=0, M=128, nkeys=128, WARPS=8, wgmma=True, special="neg_all"),
+        dict(D=64, MT=0, M=128, nkeys=128, WARPS=8, wgmma=True, special="nan"),
     ]
     worst = 0.0
     for c in cases:
-        err = check(**c)
+        with np.errstate(invalid="ignore", over="ignore"):
+            err = check(**c)
         worst = max(worst, err)
         print(f"{c}: rel err {err:.2e}")
     ok = worst < 1e-9

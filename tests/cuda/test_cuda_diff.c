@@ -11,6 +11,10 @@
  *     16 bits), f32 1e-5 (generic kernel); an output in bf16/f16 adds its
  *     own rounding (bf16 1e-2, f16 3e-3); NaN never passes; the output is
  *     poisoned with NaN before each call, so an unwritten element fails
+ *   -inf / +inf / NaN scores               issue 10's inputs on every kernel
+ *     (split and combine included): finite and within the tolerance above
+ *     where some keys score -inf, exact zeros where every key does, NaN where
+ *     a score is +inf or NaN, on the GPU and the CPU alike
  *   device checks                          an invalid session/clock in device
  *     memory: the call writes nothing (state and output unchanged) and
  *     rkv_cuda_layer_check reports RKV_ERR_RANGE / RKV_ERR_INVALID_ARG
@@ -52,11 +56,12 @@ static const diff_case k_cases[] = {
 /* ---- per-operation statistics ------------------------------------------- */
 enum { OP_UPSERT, OP_VIS, OP_ATT_MMA_BF16, OP_ATT_MMA_F16, OP_ATT_MMA_SPLIT, OP_ATT_WG_BF16,
        OP_ATT_WG_F16, OP_ATT_WG_SPLIT, OP_ATT_GENERIC, OP_ATT_EXPLICIT, OP_DEVCHECK, OP_ORACLE64,
-       OP_COUNT };
+       OP_SPECIAL, OP_COUNT };
 static const char *k_op_names[OP_COUNT] = {
     "upsert state (exact)", "visibility row (exact)", "attend mma bf16", "attend mma f16",
     "attend mma split-K", "attend wgmma bf16", "attend wgmma f16", "attend wgmma split-K",
-    "attend generic", "attend explicit rows", "device checks", "f64 spot rows (tensor core)"};
+    "attend generic", "attend explicit rows", "device checks", "f64 spot rows (tensor core)",
+    "attend -inf/+inf/NaN scores"};
 static long g_count[OP_COUNT], g_fail[OP_COUNT];
 static double g_maxerr[OP_COUNT];
 static int g_verbose = 0;
@@ -465,6 +470,144 @@ static void run_case(const diff_case *c, uint64_t seed, int quick) {
     free(x->h_written), free(x->h_vis_cpu), free(x->h_vis_gpu), free(x->clock);
 }
 
+/* ---- scores that are not plain numbers (issue 10) ------------------------
+ * tests/test_attention.c's cases on the GPU: S 1, H 1, RF = RB = 4, PD 1,
+ * frames 0 and 1 committed, frame 2 in the scratch, attention at clock 2
+ * (3T keys: frame 0, frame 1, scratch, in 128-key tiles); keys uniform in
+ * [-0.5, 0.5] with k0 in dimension 0 for the marked tiles (other_k0 for the
+ * rest unless NaN), queries 0.1 with q0 in dimension 0. Storage bf16 and f16
+ * with queries in the storage dtype (the tensor-core kernel, D 64 and 128)
+ * and f32 (the generic kernel); each without a workspace, with one (key
+ * splits and their combine) and with an explicit visibility row (generic).
+ * -inf scores: finite and within tolerance of the CPU (whose own cases in
+ * test_attention check it against float64); every key -inf: exact zeros on
+ * both; +inf or NaN scores: NaN on both. */
+enum { SP_FINITE, SP_ZERO, SP_NAN };
+typedef struct sp_case {
+    const char *name;
+    int64_t T;
+    unsigned mark; /* bit i: key tile i */
+    float k0, q0, other_k0;
+    int want;
+} sp_case;
+static const sp_case k_sp_cases[] = {
+    {"first tile -inf (the issue)", 128, 0x1, INFINITY, -1.0f, NAN, SP_FINITE},
+    {"first tile -inf by overflow", 128, 0x1, 1e30f, -1e10f, 0.0f, SP_FINITE},
+    {"frame 1 -inf", 128, 0x2, INFINITY, -1.0f, NAN, SP_FINITE},
+    {"scratch -inf", 128, 0x4, INFINITY, -1.0f, NAN, SP_FINITE},
+    {"T 256 tiles 0, 3 -inf", 256, 0x9, INFINITY, -1.0f, NAN, SP_FINITE},
+    {"T 256 frame 0 -inf", 256, 0x3, INFINITY, -1.0f, NAN, SP_FINITE},
+    {"every key -inf", 128, 0x7, INFINITY, -1.0f, NAN, SP_ZERO},
+    {"every key -inf T 256", 256, 0x3f, INFINITY, -1.0f, NAN, SP_ZERO},
+    {"frame 1 +inf", 128, 0x2, INFINITY, 1.0f, NAN, SP_NAN},
+    {"frame 1 NaN", 128, 0x2, NAN, -1.0f, NAN, SP_NAN},
+};
+
+static void special_one(const sp_case *c, rkv_dtype dt, int64_t D, ct_rng *rng) {
+    const int64_t T = c->T, N = 5 * T;
+    rkv_geometry g = {1, 1, 4, 4, D, T, 1, dt};
+    rkv_layer *cpu = NULL;
+    rkv_cuda_layer *gpu = NULL;
+    OKR(rkv_layer_create(&g, &cpu));
+    OKR(rkv_cuda_layer_create(&g, 0, &gpu));
+    const size_t half = (size_t)(T * D), fn = 2 * half, esz = rkv_dtype_size(dt);
+    float *fr = (float *)ct_malloc(fn * 4);
+    void *kv = ct_malloc(fn * esz);
+    for (int64_t f = 0; f < 3; f++) {
+        for (size_t i = 0; i < half; i++) fr[i] = 0.5f * ct_uniform(rng);
+        for (size_t i = half; i < fn; i++) fr[i] = ct_uniform(rng);
+        for (int64_t t = 0; t < T; t++) {
+            if (c->mark >> ((f * T + t) / 128) & 1) fr[t * D] = c->k0;
+            else if (!isnan(c->other_k0)) fr[t * D] = c->other_k0;
+        }
+        OKR(rkv_convert(fr, RKV_DTYPE_F32, kv, dt, fn));
+        const int64_t s = 0;
+        OKR(rkv_layer_upsert(cpu, kv, dt, 1, &f, &s, f < 2, NULL));
+    }
+    OKR(rkv_cuda_layer_upload(gpu, rkv_layer_kv(cpu), rkv_layer_written(cpu)));
+    const rkv_dtype q_dt = dt; /* the tensor-core kernel's condition */
+    const size_t nq = (size_t)(T * D);
+    float *qf = (float *)ct_malloc(nq * 4);
+    for (size_t i = 0; i < nq; i++) qf[i] = i % (size_t)D ? 0.1f : c->q0;
+    void *hq = ct_malloc(nq * 4), *hout = ct_malloc(nq * 4);
+    float *ref = (float *)ct_malloc(nq * 4);
+    OKR(rkv_convert(qf, RKV_DTYPE_F32, hq, q_dt, nq));
+    uint8_t *vis = (uint8_t *)ct_malloc((size_t)N);
+    memset(vis, 0, (size_t)N);
+    memset(vis, 1, (size_t)(2 * T));        /* frames 0, 1 */
+    memset(vis + 4 * T, 1, (size_t)T);      /* the scratch */
+    void *d_q = ct_dmalloc(nq * 4), *d_out = ct_dmalloc(nq * 4), *d_ws = NULL;
+    int64_t *d_sess = (int64_t *)ct_dmalloc(8), *d_fp = (int64_t *)ct_dmalloc(8);
+    uint8_t *d_vis = (uint8_t *)ct_dmalloc((size_t)N);
+    const int64_t idx[2] = {0, 2}; /* session 0, clock 2 */
+    CK(cudaMemcpy(d_q, hq, nq * esz, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_sess, &idx[0], 8, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_fp, &idx[1], 8, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_vis, vis, (size_t)N, cudaMemcpyHostToDevice));
+    const rkv_attention_args ca = {.batch = 1, .n_q_heads = 1, .q = hq, .q_dtype = q_dt,
+                                   .out = ref, .out_dtype = RKV_DTYPE_F32,
+                                   .session_idx = &idx[0], .frame_pos = &idx[1]};
+    OKR(rkv_layer_attend(cpu, &ca));
+    for (int mode = 0; mode < 3; mode++) { /* plain, workspace (splits), explicit row */
+        rkv_cuda_attention_args ga = {.batch = 1, .n_q_heads = 1, .q = d_q, .q_dtype = q_dt,
+                                      .out = d_out, .out_dtype = RKV_DTYPE_F32,
+                                      .session_idx = d_sess, .frame_pos = d_fp,
+                                      .visible = mode == 2 ? d_vis : NULL};
+        if (mode == 1) {
+            ga.workspace_bytes = rkv_cuda_attention_workspace_bytes(gpu, &ga);
+            if (!ga.workspace_bytes) continue; /* this plan does not split */
+            d_ws = d_ws ? d_ws : ct_dmalloc(ga.workspace_bytes);
+            ga.workspace = d_ws;
+        }
+        char plan[256];
+        OKR(rkv_cuda_attention_describe(gpu, &ga, plan, sizeof plan));
+        CK(cudaMemset(d_out, 0x5a, nq * 4));
+        OKR(rkv_cuda_layer_attend(gpu, &ga, NULL));
+        CK(cudaDeviceSynchronize());
+        OKR(rkv_cuda_layer_check(gpu, NULL));
+        CK(cudaMemcpy(hout, d_out, nq * 4, cudaMemcpyDeviceToHost));
+        const float *got = (const float *)hout;
+        double err = 0;
+        int ok = 1;
+        if (c->want == SP_FINITE) {
+            err = ct_rel_err(got, ref, nq);
+            for (size_t i = 0; i < nq; i++) ok &= isfinite(ref[i]);
+            ok &= err <= tol_for(dt, RKV_DTYPE_F32, strncmp(plan, "mma", 3) == 0 ||
+                                                        strncmp(plan, "wgmma", 5) == 0);
+        } else {
+            for (size_t i = 0; i < nq; i++)
+                ok &= c->want == SP_ZERO ? got[i] == 0.0f && ref[i] == 0.0f
+                                         : isnan(got[i]) && isnan(ref[i]);
+            err = ok ? 0 : 1;
+        }
+        char buf[512];
+        snprintf(buf, sizeof buf, "%s, %s D %lld%s [%s]", c->name, rkv_dtype_name(dt),
+                 (long long)D, mode == 2 ? " explicit row" : "", plan);
+        if (g_verbose) printf("    special %s err %.2e\n", buf, err);
+        record(OP_SPECIAL, ok, err, buf);
+    }
+    cudaFree(d_q), cudaFree(d_out), cudaFree(d_ws), cudaFree(d_sess), cudaFree(d_fp);
+    cudaFree(d_vis);
+    free(fr), free(kv), free(qf), free(hq), free(hout), free(ref), free(vis);
+    rkv_layer_destroy(cpu);
+    rkv_cuda_layer_destroy(gpu);
+}
+
+static void special_scores(uint64_t seed) {
+    static const struct {
+        rkv_dtype dt;
+        int64_t D;
+    } st[] = {{RKV_DTYPE_BF16, 64}, {RKV_DTYPE_BF16, 128}, {RKV_DTYPE_F16, 64},
+              {RKV_DTYPE_F16, 128}, {RKV_DTYPE_F32, 64}};
+    ct_rng rng = {seed ^ 0x5ca1ab1eull};
+    for (size_t k = 0; k < sizeof st / sizeof st[0]; k++)
+        for (size_t i = 0; i < sizeof k_sp_cases / sizeof k_sp_cases[0]; i++) {
+            /* f16 cannot hold 1e30 or -1e10: that case is bf16's and f32's */
+            if (st[k].dt == RKV_DTYPE_F16 && k_sp_cases[i].q0 == -1e10f) continue;
+            special_one(&k_sp_cases[i], st[k].dt, st[k].D, &rng);
+        }
+}
+
 /* Host-side rejections need no GPU state beyond a layer. */
 static void host_checks(void) {
     rkv_geometry g = {2, 1, 2, 2, 64, 128, 1, RKV_DTYPE_BF16};
@@ -532,6 +675,7 @@ int main(int argc, char **argv) {
         const char *kernel = k ? "wgmma" : "mma";
         if (strcmp(kernels, "both") && strcmp(kernels, kernel)) continue;
         setenv("RKV_CUDA_ATTN_KERNEL", kernel, 1);
+        special_scores(seed);
         for (size_t i = 0; i < sizeof k_cases / sizeof k_cases[0]; i++) {
             const diff_case *c = &k_cases[i];
             if (quick && c->fast_forward) continue;
