@@ -36,9 +36,9 @@ __global__ void __launch_bounds__(kRowThreads)
     if (!rkv__d_validate_rows(sess, fp, 1, S, s_rows, s_rows + 1, err, RKV__OP_ROW)) return;
     const int64_t s = s_rows[0], f = s_rows[1];
     const int64_t lo = s * C, hi = lo + C;
-    const bool ws = f % PD == 0;
-    const int64_t ring_lo = lo + rkv__d_ring_slot(f, PD, RB) * T;
-    const int64_t hid_lo = ws ? ring_lo : -1, hid_hi = ws ? ring_lo + T : -1;
+    const int64_t hidden = rkv__rule_hidden_frame(f, PD, RB);  // SEM 4 (ring_rule.h)
+    const int64_t hid_lo = hidden >= 0 ? lo + hidden * T : -1;
+    const int64_t hid_hi = hidden >= 0 ? hid_lo + T : -1;
     for (int64_t v = (int64_t)blockIdx.x * kRowThreads + threadIdx.x; v < N / 16;
          v += (int64_t)gridDim.x * kRowThreads) {
         const int64_t j = v * 16;  // T and C are multiples of 128: no vector straddles a bound
@@ -53,19 +53,19 @@ bool aligned(const void *p, size_t to) { return reinterpret_cast<uintptr_t>(p) %
 // ring->kv may be NULL when !need_kv (the visibility row reads the bits only).
 rkv_status view_layer(const rkv_cuda_ring_view *v, const char *what, bool need_kv,
                       rkv_cuda_layer *out) {
-    if (!v) return rkv__fail(RKV_ERR_NULL, "%s: ring is NULL", what);
+    if (!v) return rkv_error_set(RKV_ERR_NULL, "%s: ring is NULL", what);
     if ((!v->kv && need_kv) || !v->written || !v->error)
-        return rkv__fail(RKV_ERR_NULL, "%s: ring->%s is NULL", what,
+        return rkv_error_set(RKV_ERR_NULL, "%s: ring->%s is NULL", what,
                          !v->kv ? "kv" : !v->written ? "written" : "error");
     rkv_status st = rkv_geometry_check(&v->g);
     if (st != RKV_OK) return st;
     if (v->device < 0 || v->device >= kMaxDevices || !g_devices[v->device].ready.load())
-        return rkv__fail(RKV_ERR_STATE,
+        return rkv_error_set(RKV_ERR_STATE,
                          "%s: device %d is not prepared for ring views; call "
                          "rkv_cuda_ring_prepare(%d) once first (outside any capture)",
                          what, v->device, v->device);
     if (!aligned(v->kv, 16) || !aligned(v->written, 16) || !aligned(v->error, 4))
-        return rkv__fail(RKV_ERR_INVALID_ARG,
+        return rkv_error_set(RKV_ERR_INVALID_ARG,
                          "%s: ring->kv and ring->written must be 16-byte aligned and ring->error "
                          "4-byte aligned; got %p, %p, %p",
                          what, v->kv, static_cast<void *>(v->written),
@@ -93,7 +93,7 @@ extern "C" rkv_status rkv_cuda_ring_prepare(int device) {
     static const char what[] = "rkv_cuda_ring_prepare";
     const int ndev = rkv_cuda_device_count();
     if (device < 0 || device >= ndev || device >= kMaxDevices)
-        return rkv__fail(RKV_ERR_RANGE, "%s: device %d; the CUDA runtime sees %d device(s)", what,
+        return rkv_error_set(RKV_ERR_RANGE, "%s: device %d; the CUDA runtime sees %d device(s)", what,
                          device, ndev);
     DeviceState &d = g_devices[device];
     if (d.ready.load()) return RKV_OK;
@@ -131,8 +131,8 @@ extern "C" rkv_status rkv_cuda_ring_prepare(int device) {
 
 extern "C" rkv_status rkv_cuda_layer_view(const rkv_cuda_layer *l, rkv_cuda_ring_view *out) {
     static const char what[] = "rkv_cuda_layer_view";
-    if (!l) return rkv__fail(RKV_ERR_NULL, "%s: layer is NULL", what);
-    if (!out) return rkv__fail(RKV_ERR_NULL, "%s: out is NULL", what);
+    if (!l) return rkv_error_set(RKV_ERR_NULL, "%s: layer is NULL", what);
+    if (!out) return rkv_error_set(RKV_ERR_NULL, "%s: out is NULL", what);
     rkv_status st = rkv_cuda_ring_prepare(l->device);
     if (st != RKV_OK) return st;
     out->g = l->g;
@@ -163,10 +163,10 @@ extern "C" rkv_status rkv_cuda_ring_visible_row(const rkv_cuda_ring_view *ring,
     rkv_status st = view_layer(ring, what, false, &l);
     if (st != RKV_OK) return st;
     if (!session_idx || !frame_pos || !row)
-        return rkv__fail(RKV_ERR_NULL, "%s: %s is NULL", what,
+        return rkv_error_set(RKV_ERR_NULL, "%s: %s is NULL", what,
                          !session_idx ? "session_idx" : !frame_pos ? "frame_pos" : "row");
     if (!aligned(row, 16) || !aligned(session_idx, 8) || !aligned(frame_pos, 8))
-        return rkv__fail(RKV_ERR_INVALID_ARG,
+        return rkv_error_set(RKV_ERR_INVALID_ARG,
                          "%s: row must be 16-byte aligned and session_idx / frame_pos 8-byte "
                          "aligned",
                          what);
