@@ -109,11 +109,16 @@ def run_cuda_graph(block: RingAttentionBlock, compiled, frames: int,
         return y
 
     with torch.no_grad():
-        # frame 0 eagerly-compiled (warm-up: compiles, prepares the GPU),
+        # frame 0 without a graph, on a side stream (the warm-up torch.cuda.graph
+        # asks for: compiles, prepares the GPU, makes the one-time allocations),
         # then capture frame 1 and replay it for every later frame
         for p in range(5):
             xs[p].copy_(frame_inputs(sessions, 128, 256, 0, p, dev))
-        out = frame()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            out = frame()
+        torch.cuda.current_stream().wait_stream(side)
         fp += 1
         graph = torch.cuda.CUDAGraph()
         for p in range(5):

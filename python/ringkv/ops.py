@@ -78,7 +78,8 @@ from . import _arrays as ar
 from ._lib import (AttentionArgs, CudaAttentionArgs, CudaRingView, Geometry, RingView, lib,
                    require)
 from ._lib import cuda as _cuda_lib
-from .errors import RingKVArrayError, RingKVDeviceError, RingKVRuntimeError, RingKVValueError, check
+from .errors import (RingKVArrayError, RingKVDeviceError, RingKVIndexError, RingKVRuntimeError,
+                     RingKVValueError, check)
 
 __all__ = ["upsert", "visible_row", "attend", "ring_scatter", "model_upsert", "model_attend",
            "error_word", "check_error", "model_key", "MIN_TORCH"]
@@ -146,9 +147,9 @@ def _kv_input(kv: Tensor, g: Geometry, batch: int, storage: torch.dtype) -> Tens
 
 
 def _aligned(x: Tensor) -> Tensor:
-    """``x`` C-contiguous and 16-byte aligned (what the CUDA kernels read
-    with vector loads), copied once on its device otherwise."""
-    if x.is_contiguous() and x.data_ptr() % 16 == 0:
+    """``x`` C-contiguous and, on CUDA, 16-byte aligned (what the kernels
+    read with vector loads), copied once on its device otherwise."""
+    if x.is_contiguous() and (x.device.type == "cpu" or x.data_ptr() % 16 == 0):
         return x
     return x.clone(memory_format=torch.contiguous_format)
 
@@ -413,7 +414,6 @@ def _model_layer_view(ring: Tensor, written: Tensor, model: int, layer: int) -> 
     g = Geometry()
     cfg = lib.rkv_model_get_config(model).contents
     if not 0 <= layer < cfg.n_layers:
-        from .errors import RingKVIndexError
         raise RingKVIndexError(f"layer {layer} out of range; expected 0..{cfg.n_layers - 1}")
     check(lib.rkv_model_config_layer_geometry(ctypes.byref(cfg), layer, ctypes.byref(g)))
     _check_storage(ring, written, g)
