@@ -3,7 +3,7 @@
 # build (CMake + nvcc, standalone tests/cuda project: the GPU programs,
 # libringkv.so and libringkv_cuda.so), the fragment model, the differential
 # test CUDA vs CPU, the graph-capture test (300 frames), the Python binding's
-# tests on CPU and CUDA tensors,
+# tests on CPU and CUDA tensors, the torch custom ops (torch_ops),
 # the benchmark at 720P/360P, the reference module and its peers (cuDNN,
 # flash SDPA, FlexAttention) side by side, and a summary table printed last.
 #
@@ -141,6 +141,16 @@ if want tests && [ -d .gpu/shared/spec ]; then
       | tee -a "$OUTDIR/tests.log"
     echo "python_binding skipped" >>"$OUTDIR/status"
   fi
+fi
+
+# the torch custom ops (issue 12) on this machine's torch: compile,
+# FlexAttention, opcheck on CUDA tensors, a frame captured with
+# torch.cuda.graph, examples/torch_engine.py --device cuda, device errors
+if want tests && [ -d .gpu/shared/spec ] && [ -f "$BUILD/libringkv.so" ]; then
+  RINGKV_LIBRARY="$ROOT/$BUILD/libringkv.so" RINGKV_CUDA_LIBRARY="$ROOT/$BUILD/libringkv_cuda.so" \
+    RKV_SHARED_DIR="$ROOT/.gpu/shared" \
+    run_step torch_ops 90 "$OUTDIR/tests.log" \
+    python3 -m pytest -q -rs -p no:cacheprovider python/tests/test_torch_ops.py
 fi
 
 # failures and per-operation tables on the console too (the logs come back as files)
