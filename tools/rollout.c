@@ -37,6 +37,7 @@
 #include "ringkv.h"
 #include "rollout_checks.h"
 #include "rollout_gpu.h"
+#include "rollout_migrate.h"
 #include "rollout_options.h"
 #include "rollout_report.h"
 #include "sheet.h"
@@ -96,6 +97,10 @@ static int pick_frames(camera_path *path, int64_t first, int64_t end, int64_t *p
 /* Everything one run allocates (freed by run_free). */
 typedef struct run {
     rkv_model *model;
+    rkv_model *spare;           /* --migrate-every: the second model  */
+    int64_t migrations;         /* --migrate-every: moves done        */
+    uint64_t migrated_bytes;
+    double migrate_s;
     world_map world;
     tokens_codec codec;
     camera_path **paths;
@@ -148,6 +153,7 @@ typedef struct run {
 
 static void run_free(run *r) {
     rkv_model_destroy(r->model);
+    rkv_model_destroy(r->spare);
     rollout_gpu_destroy(r->gpu);
     rkv_threadpool_destroy(r->pool);
     if (r->digest) XXH3_freeState(r->digest);
@@ -496,6 +502,15 @@ static int setup_run(run *r) {
         }
     } else if (!(r->gpu = rollout_gpu_create(&r->cfg, r->o.sessions, r->err, sizeof r->err))) {
         fprintf(stderr, "ringkv rollout: --backend cuda: %s\n", r->err);
+        return 1;
+    }
+    if (r->o.migrate_every && !r->model) {
+        fprintf(stderr, "ringkv rollout: --migrate-every works with --backend cpu in this build "
+                        "(the CUDA path keeps no rkv_model to move sessions out of)\n");
+        return 2;
+    }
+    if (r->o.migrate_every && rollout_migrate_spare(r->model, &r->spare, r->err, sizeof r->err)) {
+        fprintf(stderr, "ringkv rollout: %s\n", r->err);
         return 1;
     }
     if (!(r->digest = XXH3_createState())) {
@@ -888,7 +903,24 @@ int rkv_cmd_rollout(int argc, char **argv) {
     for (int64_t f = R.first; f < R.end; f++) {
         if ((rc = run_frame(&R, f)) != 0) goto done;
         note_progress(&R, f);
+        if (R.o.migrate_every && f + 1 < R.end && (f - R.first + 1) % R.o.migrate_every == 0) {
+            const double t = now_s();
+            if (rollout_migrate(&R.model, &R.spare, R.B, R.sessions, &R.migrated_bytes, R.err,
+                                sizeof R.err)) {
+                fprintf(stderr, "ringkv rollout: --migrate-every: %s\n", R.err);
+                rc = 1;
+                goto done;
+            }
+            R.migrations++;
+            R.migrate_s += now_s() - t;
+        }
     }
+    if (R.migrations)
+        fprintf(stderr,
+                "ringkv rollout: %lld migrations of %lld session(s) between two models through "
+                "export / import: %.1f MiB moved in %.3f s\n",
+                (long long)R.migrations, (long long)R.B, (double)R.migrated_bytes / (1 << 20),
+                R.migrate_s);
     if (R.progress) fprintf(stderr, "\r%*s\r", 79, "");
     rc = finish_run(&R, now_s() - R.loop_start);
 done:
