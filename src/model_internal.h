@@ -104,8 +104,10 @@ int64_t rkv__model_find_held(const rkv_model *m, const char *id);
 rkv_status rkv__model_id_unused(const rkv_model *m, const char *what, const char *id);
 /* The lowest slot neither held nor reserved for import, or -1. */
 int64_t rkv__model_free_slot(const rkv_model *m);
-/* Index of id's entry in the offload table, or -1 (model_offload.c). */
+/* Index of id's entry in the offload table, or -1; entry i leaves the
+ * table (the last one takes its place) (model_offload.c). */
 int64_t rkv__model_offloaded_find(const rkv_model *m, const char *id);
+void rkv__model_offloaded_remove(rkv_model *m, int64_t i);
 
 /* ---- copies of pieces (copy_hash.c) ----
  * Copies every piece, in order, and feeds the copied bytes, in order, to
