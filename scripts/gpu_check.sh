@@ -114,6 +114,15 @@ if [ -x "$BUILD"/test_cuda_diff ]; then
   want tests && run_step cuda_diff_wgmma 45 "$OUTDIR/tests.log" \
     "$BUILD"/test_cuda_diff $QUICK --kernel wgmma
   want tests && run_step cuda_graph 60 "$OUTDIR/tests.log" "$BUILD"/test_cuda_graph --frames 300
+  # the offload path (issue 13): a 720P session offloaded into pinned and
+  # pageable memory and paged in, its regions, an export into a second CUDA
+  # model; built where the core has its snapshot files (Jansson, xxHash)
+  if [ -x "$BUILD"/test_cuda_offload ]; then
+    want tests && run_step cuda_offload 30 "$OUTDIR/tests.log" "$BUILD"/test_cuda_offload
+  else
+    echo "gpu_check: cuda_offload not built (the core here has no snapshot files: Jansson and xxHash missing)" \
+      | tee -a "$OUTDIR/tests.log"
+  fi
   want bench && run_step bench_cuda 100 "$OUTDIR/bench.log" "$BUILD"/bench_cuda $QUICK
 else
   echo "gpu_check: build failed, see build.log" | tee -a "$OUTDIR/tests.log"
@@ -154,7 +163,7 @@ if want tests && [ -d .gpu/shared/spec ] && [ -f "$BUILD/libringkv.so" ]; then
 fi
 
 # failures and per-operation tables on the console too (the logs come back as files)
-grep -E "FAIL|operation|^(upsert|visibility|attend|device|f64)|RESULT test|case " "$OUTDIR/tests.log" 2>/dev/null | head -60
+grep -E "FAIL|operation|^(upsert|visibility|attend|device|f64)|RESULT (test|cuda_)|case " "$OUTDIR/tests.log" 2>/dev/null | head -60
 
 # ---- the reference side by side ----
 ref_budget=$(( $(left) - 25 ))
