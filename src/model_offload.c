@@ -31,32 +31,35 @@ void rkv__model_offloaded_remove(rkv_model *m, int64_t i) {
 
 /* ---- the table -------------------------------------------------------------- */
 
+/* The table entry of a paged-out request id: RKV_OK with *i, or the
+ * errors of an id argument (NULL, empty, overlong) and RKV_ERR_NOT_FOUND. */
+static rkv_status entry_of(const rkv_model *m, const char *what, const char *id, int64_t *i) {
+    rkv_status st = rkv__model_check_request_id(what, id);
+    if (st != RKV_OK) return st;
+    if ((*i = rkv__model_offloaded_find(m, id)) < 0)
+        return rkv__fail(RKV_ERR_NOT_FOUND, "%s: request '%s' is not paged out of this model",
+                         what, id);
+    return RKV_OK;
+}
+
 rkv_status rkv_model_offloaded_clock(const rkv_model *model, const char *request_id,
                                      int64_t *last_committed) {
     static const char what[] = "rkv_model_offloaded_clock";
     RKV__REQUIRE(what, model);
     RKV__REQUIRE(what, last_committed);
-    rkv_status st = rkv__model_check_request_id(what, request_id);
-    if (st != RKV_OK) return st;
-    const int64_t i = rkv__model_offloaded_find(model, request_id);
-    if (i < 0)
-        return rkv__fail(RKV_ERR_NOT_FOUND, "%s: request '%s' is not paged out of this model",
-                         what, request_id);
-    *last_committed = model->offloaded[i].last_committed;
-    return RKV_OK;
+    int64_t i = -1;
+    rkv_status st = entry_of(model, what, request_id, &i);
+    if (st == RKV_OK) *last_committed = model->offloaded[i].last_committed;
+    return st;
 }
 
 rkv_status rkv_model_offload_discard(rkv_model *model, const char *request_id) {
     static const char what[] = "rkv_model_offload_discard";
     RKV__REQUIRE(what, model);
-    rkv_status st = rkv__model_check_request_id(what, request_id);
-    if (st != RKV_OK) return st;
-    const int64_t i = rkv__model_offloaded_find(model, request_id);
-    if (i < 0)
-        return rkv__fail(RKV_ERR_NOT_FOUND, "%s: request '%s' is not paged out of this model",
-                         what, request_id);
-    rkv__model_offloaded_remove(model, i);
-    return RKV_OK;
+    int64_t i = -1;
+    rkv_status st = entry_of(model, what, request_id, &i);
+    if (st == RKV_OK) rkv__model_offloaded_remove(model, i);
+    return st;
 }
 
 /* ---- host memory for images --------------------------------------------------- */

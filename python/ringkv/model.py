@@ -483,13 +483,9 @@ class Model(HandleOwner):
     def save_session_bytes(self, session: int) -> bytearray:
         """The snapshot file's image in memory."""
         require("rkv_model_save_session_mem")
-        size = ctypes.c_size_t()
         s = as_session(session)
-        check(lib.rkv_model_save_session_mem(self._h.ptr, s, None, 0, ctypes.byref(size)))
-        buf = bytearray(size.value)
-        cbuf = (ctypes.c_char * len(buf)).from_buffer(buf)
-        check(lib.rkv_model_save_session_mem(self._h.ptr, s, cbuf, len(buf), ctypes.byref(size)))
-        return buf
+        return _filled(lambda buf, n, size: lib.rkv_model_save_session_mem(self._h.ptr, s, buf, n,
+                                                                           size))
 
     def load_session_bytes(self, session: int, image: Any) -> None:
         """:meth:`load_session` from an image in memory (bytes-like)."""
@@ -519,13 +515,8 @@ class Model(HandleOwner):
         (RKV_ERR_FULL) when the offload table is full; nothing changes on
         any error."""
         require("rkv_model_offload")
-        size = ctypes.c_size_t()
         s = as_session(session)
-        check(lib.rkv_model_offload(self._h.ptr, s, None, 0, ctypes.byref(size)))
-        buf = bytearray(size.value)
-        cbuf = (ctypes.c_char * len(buf)).from_buffer(buf)
-        check(lib.rkv_model_offload(self._h.ptr, s, cbuf, len(buf), ctypes.byref(size)))
-        return buf
+        return _filled(lambda buf, n, size: lib.rkv_model_offload(self._h.ptr, s, buf, n, size))
 
     def offload_to_file(self, session: int, path: str | bytes) -> None:
         """:meth:`offload` into a snapshot file (written atomically; the slot
@@ -644,6 +635,17 @@ class Model(HandleOwner):
         """Cancels a reservation: the slot is zeroed and free again."""
         require("rkv_model_import_cancel")
         check(lib.rkv_model_import_cancel(self._h.ptr, as_session(session)))
+
+
+def _filled(call: Any) -> bytearray:
+    """The bytes a C call writes, asked for twice: ``call(None, 0, &size)``
+    for the size, then ``call(buf, len(buf), &size)`` to fill it."""
+    size = ctypes.c_size_t()
+    check(call(None, 0, ctypes.byref(size)))
+    buf = bytearray(size.value)
+    cbuf = (ctypes.c_char * len(buf)).from_buffer(buf)
+    check(call(cbuf, len(buf), ctypes.byref(size)))
+    return buf
 
 
 _PARTS = {0: "k", 1: "v", 2: "written"}

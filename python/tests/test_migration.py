@@ -29,6 +29,12 @@ def _opened(router, frames):
         router.step()
 
 
+def _ends(router, rid):
+    """The session's host and the other one."""
+    src = router.where[rid]
+    return src, "B" if src == "A" else "A"
+
+
 def _check_steps(router, reference, rids, upto):
     """Steps ``rids`` until each has done frame ``upto``, every digest
     equal to the never-moved stream's."""
@@ -42,8 +48,7 @@ def test_migrated_session_matches_unmigrated(ray_cluster, hosts, reference):
     hs, router = hosts
     _opened(router, 4)
     rid = "m1"
-    src = router.where[rid]
-    dst = "B" if src == "A" else "A"
+    src, dst = _ends(router, rid)
     before = ray_cluster.get(hs[src].session_digest.remote(rid))
     mig = router.migrate(rid, dst)
     assert isinstance(mig, rr.Migration)
@@ -73,8 +78,7 @@ def test_failed_migration_leaves_session_at_source(ray_cluster, hosts, reference
     _opened(router, 1)
     rid = "m2"
     for k, (host_side, step, how, expect) in enumerate(FAILURES):
-        src = router.where[rid]
-        dst = "B" if src == "A" else "A"
+        src, dst = _ends(router, rid)
         before = ray_cluster.get(hs[src].session_digest.remote(rid))
         clock = ray_cluster.get(hs[src].clock.remote(rid))
         load_dst = ray_cluster.get(hs[dst].load.remote())
@@ -100,8 +104,7 @@ def test_destination_without_room_refuses_first(ray_cluster, hosts, reference):
     hs, router = hosts
     _opened(router, 2)
     rid = "m0"
-    src = router.where[rid]
-    dst = "B" if src == "A" else "A"
+    src, dst = _ends(router, rid)
     for k in range(2):                                  # fill the destination up
         ray_cluster.get(hs[dst].open.remote(f"filler{k}"))
     with pytest.raises(rr.MigrationError) as e:
@@ -118,8 +121,7 @@ def test_destination_dies_mid_migration(ray_cluster, hosts, reference):
     hs, router = hosts
     _opened(router, 4)                                  # checkpoints at frame 2
     rid = "m3"
-    src = router.where[rid]
-    dst = "B" if src == "A" else "A"
+    src, dst = _ends(router, rid)
     before = ray_cluster.get(hs[src].session_digest.remote(rid))
     ray_cluster.get(hs[dst].inject.remote("fill", "die"))
     with pytest.raises(rr.MigrationError) as e:
@@ -139,8 +141,7 @@ def test_source_dies_after_the_import(ray_cluster, hosts, reference):
     hs, router = hosts
     _opened(router, 4)
     rid = "m1"
-    src = router.where[rid]
-    dst = "B" if src == "A" else "A"
+    src, dst = _ends(router, rid)
     ray_cluster.get(hs[src].inject.remote("release", "die"))
     mig = router.migrate(rid, dst)                      # imported, then the source died
     assert mig.released is False and router.where[rid] == dst
