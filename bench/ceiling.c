@@ -49,6 +49,8 @@ struct bench_ceiling {
     part parts[MAX_PARTS];
 };
 
+/* The matrix-product parts (OpenBLAS, oneDNN) time and fill their matrices. */
+#if defined(RKV_HAVE_OPENBLAS) || defined(RKV_HAVE_DNNL)
 static double now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -62,6 +64,7 @@ static void fill_f32(float *x, size_t n) { /* uniform in [-1, 1) */
         x[i] = (float)((rng * 2685821657736338717ull) >> 40) / 8388608.0f - 1.0f;
     }
 }
+#endif
 
 /* ---- OpenBLAS sgemm ------------------------------------------------------------ */
 #ifdef RKV_HAVE_OPENBLAS

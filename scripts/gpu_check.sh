@@ -25,13 +25,14 @@
 #       on the GPU machine (the device call):
 #       run(command="bash scripts/gpu_check.sh", carry=[".gpu"], timeout_s=420)
 #       (--only: a shorter rerun; the build always runs. Without a GPU, as
-#       here, everything builds and the GPU programs skip.)
+#       here, everything builds and the GPU programs skip: e.g.
+#       RKV_GPU_BUILD_SECONDS=3000 RKV_GPU_CHECK_SECONDS=4000 scripts/gpu_check.sh)
 # Logs go to $OUT (or .gpu/out when OUT is unset): build.log (the
 # environment first), tests.log, bench.log, reference.log, h200.jsonl (the
 # bench's rows and the reference's, one JSON object per line: append it to
 # bench/gpu/h200.jsonl), status (each step's exit status), summary.txt.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 ROOT=$PWD
 
 # The Debian packages the build needs from .gpu/deps (headers, libraries).
@@ -60,7 +61,10 @@ prepare() {
   for f in .gpu/debs/*.deb; do
     dpkg -x "$f" .gpu/deps || { echo "gpu_check: dpkg -x $f failed"; return 1; }
   done
+  # headers and shared libraries are what the build uses (Debian's static
+  # libraries are not position independent: libringkv.so cannot take them)
   rm -rf .gpu/deps/usr/share
+  rm -f .gpu/deps/usr/lib/*/*.a
   # links become the files they name (what travels to the device is plain files)
   local l t
   while IFS= read -r l; do
@@ -76,7 +80,7 @@ prepare() {
   git describe --always --dirty >.gpu/commit 2>/dev/null || echo unknown >.gpu/commit
   grep -qxF '/.gpu/' .gitignore 2>/dev/null || echo "gpu_check: warning: /.gpu/ is not in .gitignore"
   echo "gpu_check: prepared .gpu/ ($(du -sh .gpu | cut -f1); commit $(cat .gpu/commit)):" \
-       "$(ls .gpu | tr '\n' ' ')"
+       .gpu/*
 }
 
 if [ "${1:-}" = "--prepare" ]; then
@@ -166,7 +170,8 @@ command -v ninja >/dev/null && [ ! -f "$BUILD/CMakeCache.txt" ] && GEN=(-G Ninja
 run_step configure 60 "$OUTDIR/build.log" \
   cmake -S tests/cuda -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_CUDA_COMPILER="$NVCC" -DRKV_CUDA_PTXAS_VERBOSE=ON
-run_step build 170 "$OUTDIR/build.log" cmake --build "$BUILD" -j "$(nproc)"
+# (RKV_GPU_BUILD_SECONDS: a longer limit for a build on a small machine)
+run_step build "${RKV_GPU_BUILD_SECONDS:-170}" "$OUTDIR/build.log" cmake --build "$BUILD" -j "$(nproc)"
 if [ -z "$DRY" ]; then
   grep -E "ptxas info *: Used|spill" "$OUTDIR/build.log" | sort | uniq -c | sort -rn | head -12 || true
   # the tensor-core and shared-memory instructions made it into the machine code
@@ -213,7 +218,7 @@ if want tests; then
   # snapshots across backends, and the CPU replay path
   if have ringkv; then
     run_step rollout_backend 75 "$OUTDIR/tests.log" \
-      python3 tests/check_rollout_backend.py "$BUILD"/ringkv 1 --image data/earth.jpg
+      python3 tests/check_rollout_backend.py "$BUILD"/ringkv 1 --no-bench --image data/earth.jpg
   else
     missing ringkv rollout_backend
   fi
@@ -225,6 +230,7 @@ if want bench; then
     if [ -n "$DRY" ]; then
       run_step bench 90 "$OUTDIR/bench.log" "$BUILD"/ringkv bench --backend cuda --json $QUICK
     else
+      # shellcheck disable=SC2016 # expanded by the inner sh
       run_step bench 90 "$OUTDIR/bench.log" \
         sh -c '"$1" bench --backend cuda --json $2 >>"$3"' sh "$BUILD"/ringkv "$QUICK" \
         "$OUTDIR/h200.jsonl"

@@ -2,7 +2,7 @@
 """`--backend cuda` of `ringkv rollout` and `ringkv bench`: one model on either
 backend (issue 11), refused cleanly where it cannot run.
 
-usage: check_rollout_backend.py RINGKV BUILT_WITH_CUDA(0|1) [--image PATH]
+usage: check_rollout_backend.py RINGKV BUILT_WITH_CUDA(0|1) [--no-bench] [--image PATH]
 
 - Built without CUDA (0): both commands exit 2 and say "ringkv was built
   without CUDA".
@@ -25,7 +25,8 @@ usage: check_rollout_backend.py RINGKV BUILT_WITH_CUDA(0|1) [--image PATH]
     of an uninterrupted 40-frame CPU run; the GPU resuming the CPU's file
     ends with the digest of the uninterrupted GPU run;
   - `bench --backend cuda --quick --json` prints rows, among them
-    cuda_attention_tflops, cuda_upsert_us and cuda_frame_ms with the card.
+    cuda_attention_tflops, cuda_upsert_us and cuda_frame_ms with the card
+    (not with --no-bench: scripts/gpu_check.sh runs the full bench next).
 - Every build: the CPU's replay path (RKV_ROLLOUT_GRAPH=1, device.h's
   stand-in for a graph: the recorded calls made again) reports the same
   digest, recall figures and picture frames as pass by pass; `--backend`
@@ -71,7 +72,9 @@ def same(a, b, what, failures):
     print(f"  {what}: same digest {a.get('output_digest')} and figures")
 
 
-def gpu_checks(ringkv, extra, tmp, failures):
+def gpu_checks(ringkv, extra, tmp, failures, b):
+    """The GPU's checks; b: the finished `bench --backend cuda --quick --json`
+    run, or None (--no-bench)."""
     out = os.path.join(tmp, "out")
     g = rollout(ringkv, out, ["--backend", "cuda", "--frames", "40"] + extra, failures,
                 "rollout on the GPU")
@@ -128,7 +131,8 @@ def gpu_checks(ringkv, extra, tmp, failures):
     elif g and g_res:
         print("  resumed across backends: the digests of uninterrupted runs")
 
-    b = run([ringkv, "bench", "--backend", "cuda", "--quick", "--json"])
+    if b is None:
+        return
     if b.returncode != 0:
         failures.append(f"bench on the GPU: status {b.returncode}, stderr {b.stderr[-2000:]!r}")
         return
@@ -150,18 +154,19 @@ def main(argv):
     if len(argv) < 3 or argv[2] not in ("0", "1"):
         raise SystemExit(__doc__)
     ringkv, built = argv[1], argv[2] == "1"
-    extra = argv[3:]
+    extra = [a for a in argv[3:] if a != "--no-bench"]
+    bench = "--no-bench" not in argv[3:]
     failures = []
     with tempfile.TemporaryDirectory(prefix="rollout-backend-") as tmp:
         out = os.path.join(tmp, "out")
         r = run([ringkv, "rollout", "--backend", "cuda", "--frames", "40", "--json", "--out", out]
                 + extra)
-        b = run([ringkv, "bench", "--backend", "cuda", "--quick", "--json"])
+        b = run([ringkv, "bench", "--backend", "cuda", "--quick", "--json"]) if bench else None
         bad = run([ringkv, "rollout", "--backend", "tpu", "--frames", "1", "--out", out])
         if bad.returncode != 2 or "cpu or cuda" not in bad.stderr:
             failures.append(f"--backend tpu: status {bad.returncode}, stderr {bad.stderr.strip()!r}")
         gpu = False
-        for name, p in (("rollout", r), ("bench", b)):
+        for name, p in (("rollout", r), ("bench", b)) if bench else (("rollout", r),):
             err = p.stderr.strip()
             if not built:
                 if p.returncode != 2 or NO_CUDA not in err:
@@ -182,7 +187,7 @@ def main(argv):
             else:
                 gpu = True
         if gpu:
-            gpu_checks(ringkv, extra, tmp, failures)
+            gpu_checks(ringkv, extra, tmp, failures, b)
         # the CPU's replay path against pass by pass (any build)
         cpu = rollout(ringkv, out, ["--frames", "40", "--sessions", "2"] + extra, failures,
                       "CPU pass by pass")
