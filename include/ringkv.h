@@ -369,6 +369,73 @@ const char *rkv_attention_isa(void);
 const char *rkv_layer_attention_isa(const rkv_layer *layer);
 
 /* ------------------------------------------------------------------------ */
+/* Rings over caller-owned storage: views (SEM 2-5)                          */
+/* ------------------------------------------------------------------------ */
+
+/* A ring whose storage the caller owns and passes in on every call: the
+ * layout of an rkv_layer's (SEM 2), described by its geometry and two HOST
+ * pointers. It is how a framework that holds the memory itself calls
+ * ringkv -- a PyTorch custom op handed the K/V and written tensors (or,
+ * under torch.compile's functionalization, copies of them): every view call
+ * reads and writes exactly the buffers its view names, never a layer's own.
+ *  g:       the geometry; each call checks it as rkv_geometry_check does.
+ *  kv:      HOST [2][H][N][D] in g.dtype (index 0 = K, 1 = V), aligned to
+ *           the element size (4 bytes f32, 2 f16/bf16); caller-owned, never
+ *           freed or kept by ringkv.
+ *  written: HOST [N] bytes, caller-owned. The calls expect what
+ *           rkv_layer_create and the upserts maintain (each byte 0 or 1,
+ *           every scratch slot 1, a ring frame's T bytes all equal); this is
+ *           not checked (it would cost a pass over N bytes per call): other
+ *           contents give other visibility, never an access outside the
+ *           buffers.
+ * A view holds no state and allocates nothing: build one on the stack for
+ * each call. Calls that write (rkv_ring_upsert) need the caller's exclusive
+ * use of the buffers during the call; readers may run concurrently, as for
+ * a layer (docs/thread-safety.md). rkv_layer_upsert and rkv_layer_attend are
+ * these calls on the view of the layer's own storage (rkv_layer_view). */
+typedef struct rkv_ring_view {
+    rkv_geometry g;
+    void *kv;
+    uint8_t *written;
+} rkv_ring_view;
+
+/* Fills *out with the view of `layer`'s own storage: its geometry,
+ * rkv_layer_kv and rkv_layer_written (pointers valid until
+ * rkv_layer_destroy). Errors: RKV_ERR_NULL (layer, out). */
+rkv_status rkv_layer_view(rkv_layer *layer, rkv_ring_view *out);
+
+/* rkv_layer_upsert on a view: the same arguments, order (scratch write,
+ * visibility row, commit), checks and effects, on ring->kv and
+ * ring->written; messages name "rkv_ring_upsert". kv (the input frame) must
+ * not overlap the storage. Errors (nothing written): those of
+ * rkv_layer_upsert, plus RKV_ERR_NULL (ring, ring->kv, ring->written),
+ * invalid geometry (rkv_geometry_check's status and message) and
+ * RKV_ERR_INVALID_ARG (ring->kv not aligned to its element size). */
+rkv_status rkv_ring_upsert(const rkv_ring_view *ring, const void *kv, rkv_dtype kv_dtype,
+                           int64_t batch, const int64_t *frame_pos,
+                           const int64_t *session_idx, int commit, uint8_t *visible);
+
+/* The reference's visibility row of session `session` at clock `frame_pos`,
+ * exactly the row rkv_ring_upsert/rkv_layer_upsert return in `visible`
+ * (computed as before that call's commit): row[j] = written[j] for the
+ * session's slots [s*C, (s+1)*C), 0 elsewhere, and 0 for the T slots of
+ * ring frame ceil(f/PD) mod RB when f mod PD == 0. Reads ring->written
+ * only (ring->kv may be NULL). row: caller-owned HOST [N] bytes, written
+ * whole (0/1). Errors (row untouched): RKV_ERR_NULL (ring, ring->written,
+ * row), invalid geometry, RKV_ERR_RANGE (session not in [0, S)),
+ * RKV_ERR_INVALID_ARG (frame_pos < 0, misaligned ring->kv). */
+rkv_status rkv_ring_visible_row(const rkv_ring_view *ring, int64_t session, int64_t frame_pos,
+                                uint8_t *row);
+
+/* rkv_layer_attend on a view: the same arguments, checks, kernels and
+ * results (bit-identical for the same storage contents), reading ring->kv
+ * and ring->written; messages name "rkv_ring_attend". Errors (out
+ * untouched): those of rkv_layer_attend, plus RKV_ERR_NULL (ring, its
+ * pointers), invalid geometry and RKV_ERR_INVALID_ARG (misaligned
+ * ring->kv). */
+rkv_status rkv_ring_attend(const rkv_ring_view *ring, const rkv_attention_args *args);
+
+/* ------------------------------------------------------------------------ */
 /* A whole model: layers, sessions, clocks, snapshots (SEM 6, 7)             */
 /* ------------------------------------------------------------------------ */
 
@@ -753,6 +820,35 @@ rkv_status rkv_snapshot_inspect_mem(const void *buf, size_t bytes,
  * claimed, or inside a frame), RKV_ERR_INVALID_ARG (src == dst). */
 rkv_status rkv_model_fork(rkv_model *model, int64_t src_session,
                           int64_t dst_session);
+
+/* rkv_model_upsert and rkv_model_attend (the per-pass calls with the batch
+ * spelled out) on storage the caller gives (a view, see rkv_ring_view), for
+ * a model on the CPU backend: the same checks (layer, the rows of the
+ * current batch, an open frame for the upsert, the batch's clocks), the same
+ * bookkeeping (a commit marks the layer committed; the frame ends once every
+ * layer has committed) and the same messages ("rkv_model_upsert: ...",
+ * "rkv_model_attend: ..."), but the K/V and written bits read and written
+ * are ring->kv and ring->written instead of the layer's own. On the view of
+ * the layer itself (rkv_layer_view of rkv_model_layer) they are exactly
+ * rkv_model_upsert and rkv_model_attend. This is how a framework that may
+ * run the call on a copy of the layer's storage (PyTorch's functionalization
+ * under torch.compile, which writes a clone and copies it back) keeps the
+ * model's clocks and still writes only the buffers it passed.
+ *  ring: the storage of layer `layer`: ring->g must equal that layer's
+ *        geometry field for field; HOST buffers as rkv_ring_view says.
+ * Other arguments as rkv_model_upsert / rkv_model_attend. Errors (nothing
+ * written, no state changed): theirs, plus RKV_ERR_NULL (ring, its
+ * pointers), RKV_ERR_INVALID_ARG (a geometry other than the layer's, naming
+ * the first field that differs; misaligned ring->kv), RKV_ERR_STATE (a model
+ * on another backend than the CPU's: its layers' storage is not host
+ * memory). Both are writers of the model (docs/thread-safety.md): during the
+ * call the layer's own storage is neither read nor written. */
+rkv_status rkv_model_upsert_ring(rkv_model *model, int64_t layer, const rkv_ring_view *ring,
+                                 int64_t batch, const int64_t *session_idx, const void *kv,
+                                 rkv_dtype kv_dtype, int commit);
+rkv_status rkv_model_attend_ring(rkv_model *model, int64_t layer, const rkv_ring_view *ring,
+                                 int64_t batch, const int64_t *session_idx,
+                                 const rkv_attention_args *args);
 
 #ifdef __cplusplus
 }

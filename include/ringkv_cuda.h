@@ -237,6 +237,82 @@ rkv_status rkv_cuda_attention_describe(const rkv_cuda_layer *layer,
 rkv_status rkv_cuda_clock_advance(int64_t *frame_pos, int64_t batch, int64_t delta, void *stream);
 
 /* ------------------------------------------------------------------------ */
+/* Rings over caller-owned device storage: views (SEM 2-5)                   */
+/* ------------------------------------------------------------------------ */
+
+/* The CUDA counterpart of rkv_ring_view (ringkv.h): a ring whose DEVICE
+ * storage the caller owns (e.g. torch CUDA tensors handed to a custom op,
+ * or functionalized copies of them), with the layout of an rkv_cuda_layer's.
+ * Every view call reads and writes exactly the buffers named here.
+ *  g:       the geometry (checked by every call, as rkv_geometry_check).
+ *  device:  the GPU holding the buffers; it must be the calling thread's
+ *           current device, and rkv_cuda_ring_prepare(device) must have
+ *           been called once in this process (RKV_ERR_STATE otherwise).
+ *  kv:      DEVICE [2][H][N][D] in g.dtype, 16-byte aligned.
+ *  written: DEVICE [N] bytes (0/1, scratch slots 1, as rkv_cuda_layer_create
+ *           arms them; not checked), 16-byte aligned.
+ *  error:   DEVICE int, 4-byte aligned: the device error word the kernels
+ *           set when a row's session or clock (device values) is invalid
+ *           (zero it before first use; rkv_cuda_ring_check reads and
+ *           clears it).
+ * All caller-owned; ringkv never frees, keeps or reallocates them. A view
+ * holds no state (build one per call). The per-pass calls below are
+ * capture-safe as their layer counterparts: they enqueue on `stream` only,
+ * never allocate, synchronize or copy from the host. Their host checks and
+ * messages are those of the layer call named (messages carry that name),
+ * plus the view's own (NULL pointers, geometry, device, alignment). */
+typedef struct rkv_cuda_ring_view {
+    rkv_geometry g;
+    int device;
+    void *kv;
+    uint8_t *written;
+    int *error;
+} rkv_cuda_ring_view;
+
+/* Once per process and GPU, before the first view call on it, outside any
+ * capture: reads the GPU's properties and raises the attention kernels'
+ * shared memory limits (what rkv_cuda_layer_create does for its layer);
+ * RKV_CUDA_ATTN_KERNEL / RKV_CUDA_ATTN_STAGES are read here for views.
+ * Later calls for the same device return RKV_OK at once. Thread-safe. Does
+ * not change the current device. Errors: RKV_ERR_RANGE (no such device),
+ * RKV_ERR_STATE (a CUDA failure, named). Not capture-safe. */
+rkv_status rkv_cuda_ring_prepare(int device);
+
+/* Fills *out with the view of a layer's own storage (rkv_cuda_layer_kv,
+ * rkv_cuda_layer_written, its error word, its device): the view calls on it
+ * act as the layer calls. Prepares the device (the layer's creation did).
+ * Errors: RKV_ERR_NULL. Host only. */
+rkv_status rkv_cuda_layer_view(const rkv_cuda_layer *layer, rkv_cuda_ring_view *out);
+
+/* rkv_cuda_layer_upsert on a view (same arguments, kernel, checks). */
+rkv_status rkv_cuda_ring_upsert(const rkv_cuda_ring_view *ring, const void *kv,
+                                rkv_dtype kv_dtype, int64_t batch, const int64_t *frame_pos,
+                                const int64_t *session_idx, int commit, uint8_t *visible,
+                                void *stream);
+
+/* The reference's visibility row of ONE row (B = 1) as rkv_ring_visible_row
+ * computes it on the CPU, read from ring->written on the device (ring->kv
+ * may be NULL):
+ *  session_idx, frame_pos: DEVICE [1] int64 (checked on the device: an
+ *      invalid value writes nothing and sets ring->error).
+ *  row: DEVICE [N] bytes, 16-byte aligned, written whole (0/1).
+ * Capture-safe. Host errors (nothing enqueued): RKV_ERR_NULL,
+ * RKV_ERR_INVALID_ARG (alignment), RKV_ERR_STATE (device, launch). */
+rkv_status rkv_cuda_ring_visible_row(const rkv_cuda_ring_view *ring, const int64_t *session_idx,
+                                     const int64_t *frame_pos, uint8_t *row, void *stream);
+
+/* rkv_cuda_layer_attend / rkv_cuda_attention_workspace_bytes on a view. */
+rkv_status rkv_cuda_ring_attend(const rkv_cuda_ring_view *ring,
+                                const rkv_cuda_attention_args *args, void *stream);
+size_t rkv_cuda_ring_attention_workspace_bytes(const rkv_cuda_ring_view *ring,
+                                               const rkv_cuda_attention_args *args);
+
+/* rkv_cuda_layer_check on a view's error word: reads and clears it
+ * (synchronizes `stream`); RKV_OK or the first device error recorded, with
+ * the call and row in rkv_last_error(). Not capture-safe. */
+rkv_status rkv_cuda_ring_check(const rkv_cuda_ring_view *ring, void *stream);
+
+/* ------------------------------------------------------------------------ */
 /* A whole model on the GPU (issue 11)                                       */
 /* ------------------------------------------------------------------------ */
 

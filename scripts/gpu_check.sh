@@ -8,7 +8,8 @@
 # (test_cuda_graph), `ringkv rollout --backend cuda` (graph and pass by pass,
 # snapshots across backends), the GPU bench (`ringkv bench --backend cuda`,
 # its rows to h200.jsonl), the Python binding's tests on CPU and CUDA tensors,
-# the reference module and its peers side by side, and a summary table last.
+# the torch custom ops (torch_ops), the reference module and its peers side
+# by side, and a summary table last.
 # Every step runs under its own time limit (the table in docs/cuda.md), none
 # past the run's deadline; a step that fails does not stop the others.
 #
@@ -256,6 +257,20 @@ if want tests && { [ -n "$DRY" ] || [ -d .gpu/shared/spec ]; }; then
         python/tests/test_golden.py python/tests/test_cuda.py
   else
     missing libringkv.so python_binding
+  fi
+fi
+
+# the torch custom ops (issue 12) on this machine's torch: compile,
+# FlexAttention, opcheck on CUDA tensors, a frame captured with
+# torch.cuda.graph, examples/torch_engine.py --device cuda, device errors
+if want tests && { [ -n "$DRY" ] || [ -d .gpu/shared/spec ]; }; then
+  if have libringkv.so; then
+    RINGKV_LIBRARY="$ROOT/$BUILD/libringkv.so" RINGKV_CUDA_LIBRARY="$ROOT/$BUILD/libringkv_cuda.so" \
+      RKV_SHARED_DIR="$ROOT/.gpu/shared" \
+      run_step torch_ops 90 "$OUTDIR/tests.log" \
+      python3 -m pytest -q -rs -p no:cacheprovider python/tests/test_torch_ops.py
+  else
+    missing libringkv.so torch_ops
   fi
 fi
 

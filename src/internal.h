@@ -118,6 +118,23 @@ static inline rkv_status rkv__span_piece(const rkv_geometry *g, const char *what
     return RKV_OK;
 }
 
+/* ---- views (ring_view.c) ---- */
+/* A layer struct over a view's buffers (no allocation; valid while the
+ * view's buffers are), after checking the view: non-NULL pointers (kv may
+ * be NULL unless need_kv), the geometry, kv aligned to its element size.
+ * `what` names the call. */
+rkv_status rkv__view_layer(const rkv_ring_view *ring, const char *what, bool need_kv,
+                           struct rkv_layer *out);
+/* The upsert of SEM 3 on a layer struct (rkv_layer_upsert, rkv_ring_upsert):
+ * every argument checked first, messages starting with `what`. */
+rkv_status rkv__upsert(const struct rkv_layer *layer, const char *what, const void *kv,
+                       rkv_dtype kv_dtype, int64_t batch, const int64_t *frame_pos,
+                       const int64_t *session_idx, int commit, uint8_t *visible);
+/* The fast attention on a layer struct (rkv_layer_attend, rkv_ring_attend),
+ * messages starting with `what` (attention_flash.c). */
+rkv_status rkv__attend(const struct rkv_layer *layer, const rkv_attention_args *args,
+                       const char *what);
+
 /* Checks session indices: non-NULL, each in [0, num_sessions), distinct.
  * `what` names the call in the message. */
 rkv_status rkv__check_sessions(const char *what, const int64_t *session_idx,

@@ -1,4 +1,5 @@
-/* One layer's ring: storage, written bits, upsert, reset (SEMANTICS 2, 3). */
+/* One layer's ring: storage, written bits, reset (SEMANTICS 2, 3); its upsert
+ * runs the view code of ring_view.c on the layer's own storage. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -87,78 +88,13 @@ rkv_status rkv_layer_reset(rkv_layer *layer, int64_t session) {
     return RKV_OK;
 }
 
-/* Copies row b's frame (T slots of every head, K and V) from the upsert input
- * [2][H][B*T][D] to slots [dst, dst+T) of the storage. */
-static void copy_frame(struct rkv_layer *l, const uint8_t *kv, int64_t batch, int64_t b,
-                       int64_t dst) {
-    const int64_t T = l->g.tokens_per_frame, H = l->g.n_kv_heads;
-    const size_t frame_bytes = (size_t)T * l->row_bytes;
-    for (int c = 0; c < 2; c++)
-        for (int64_t h = 0; h < H; h++) {
-            const uint8_t *src = kv + ((size_t)(c * H + h) * (size_t)(batch * T) + (size_t)(b * T)) *
-                                          l->row_bytes;
-            memcpy(rkv__slot_ptr(l, c, h, dst), src, frame_bytes);
-        }
-}
-
 rkv_status rkv_layer_upsert(rkv_layer *layer, const void *kv, rkv_dtype kv_dtype, int64_t batch,
                             const int64_t *frame_pos, const int64_t *session_idx, int commit,
                             uint8_t *visible) {
-    /* Validate everything before touching state. */
+    /* the view of the layer's own storage (ring_view.c) */
     if (!layer) return rkv__fail(RKV_ERR_NULL, "rkv_layer_upsert: layer is NULL");
-    if (!kv) return rkv__fail(RKV_ERR_NULL, "rkv_layer_upsert: kv is NULL");
-    if (!frame_pos) return rkv__fail(RKV_ERR_NULL, "rkv_layer_upsert: frame_pos is NULL");
-    if (batch < 1 || batch > layer->g.num_sessions)
-        return rkv__fail(RKV_ERR_INVALID_ARG,
-                         "rkv_layer_upsert: batch B = %lld; expected 1..%lld (one frame per "
-                         "distinct session)",
-                         (long long)batch, (long long)layer->g.num_sessions);
-    if (kv_dtype != layer->g.dtype)
-        return rkv__fail(RKV_ERR_DTYPE, "rkv_layer_upsert: kv dtype %d (%s) does not match the "
-                         "storage dtype %s",
-                         (int)kv_dtype, rkv_dtype_name(kv_dtype) ? rkv_dtype_name(kv_dtype) : "unknown",
-                         rkv_dtype_name(layer->g.dtype));
-    if (visible && batch != 1)
-        return rkv__fail(RKV_ERR_INVALID_ARG,
-                         "rkv_layer_upsert: the visibility row only supports B == 1; got B = %lld "
-                         "(the engine path passes visible = NULL)",
-                         (long long)batch);
-    for (int64_t b = 0; b < batch; b++)
-        if (frame_pos[b] < 0)
-            return rkv__fail(RKV_ERR_INVALID_ARG,
-                             "rkv_layer_upsert: frame_pos[%lld] = %lld; expected >= 0",
-                             (long long)b, (long long)frame_pos[b]);
-    rkv_status st = rkv__check_sessions("rkv_layer_upsert", session_idx, batch,
-                                        layer->g.num_sessions);
-    if (st != RKV_OK) return st;
-
-    const rkv_geometry *g = &layer->g;
-    const int64_t T = g->tokens_per_frame, C = layer->capacity, L = layer->ring_len;
-    const uint8_t *src = kv;
-
-    /* 1. scratch write for every row */
-    for (int64_t b = 0; b < batch; b++) copy_frame(layer, src, batch, b, session_idx[b] * C + L);
-
-    /* 2. visibility row, before the commit */
-    if (visible) {
-        const int64_t s = session_idx[0], lo = s * C;
-        memset(visible, 0, (size_t)layer->total_slots);
-        memcpy(visible + lo, layer->written + lo, (size_t)C);
-        if (rkv_is_write_step(g, frame_pos[0]))
-            memset(visible + lo + rkv_ring_slot(g, frame_pos[0]) * T, 0, (size_t)T);
-    }
-
-    /* 3. commit: ring slot on write steps, scratch (again) otherwise */
-    if (commit)
-        for (int64_t b = 0; b < batch; b++) {
-            const int64_t base = session_idx[b] * C;
-            const int64_t dst = rkv_is_write_step(g, frame_pos[b])
-                                    ? base + rkv_ring_slot(g, frame_pos[b]) * T
-                                    : base + L;
-            copy_frame(layer, src, batch, b, dst);
-            memset(layer->written + dst, 1, (size_t)T);
-        }
-    return RKV_OK;
+    return rkv__upsert(layer, "rkv_layer_upsert", kv, kv_dtype, batch, frame_pos, session_idx,
+                       commit, visible);
 }
 
 /* ---- one session's span, piece by piece (forks, snapshots) ---------------- */

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +39,7 @@ from ._args import as_bytes, as_int, as_path, as_request_id, as_session
 from ._handle import HandleOwner, check_state, copy_extras, extras, malformed_state
 from .errors import (RingKVArrayError, RingKVDeviceError, RingKVIndexError, RingKVRuntimeError,
                      RingKVTypeError, RingKVValueError, check, error_for)
-from .layer import LayerGeometry, LayerRingCache, _cuda_context, _parse_device
+from .layer import LayerGeometry, LayerRingCache, _cuda_context, _parse_device, _torch_ops
 
 __all__ = ["LayerSpec", "ModelConfig", "Model", "SnapshotInfo", "preset", "preset_names",
            "inspect_snapshot"]
@@ -279,6 +280,7 @@ class Model(HandleOwner):
             self._layers = [LayerRingCache._borrow_cuda(p.clib.rkv_model_cuda_layer(self._h.ptr, i),
                                                         self._h, p.clib, p.torch, p.index)
                             for i in range(self.config.n_layers)]
+        LIVE_MODELS[self._h.ptr] = self  # the key the model ops take (ringkv.ops.model_key)
 
     @classmethod
     def from_preset(cls, name: str, *, num_sessions: int = 1, full_global_ring: bool = False,
@@ -484,14 +486,40 @@ class Model(HandleOwner):
             raise RingKVArrayError(msg)
         return lay, si, buf
 
+    def _op_rows(self, layer: int, session_idx: Any) -> tuple[LayerRingCache, Any]:
+        """The torch route's layer and ``[B]`` int64 CPU session tensor."""
+        lay = self.layer(layer)
+        si = ar.torch_index(session_idx, "session_idx",
+                            "session_idx must be a [B] int64 array; got {got}",
+                            lay.views(ar.TORCH)[3].device)
+        return lay, si
+
     def upsert(self, layer: int, session_idx: Any, kv: Any, commit: bool) -> tuple[Any, Any]:
         """One upsert on ``layer`` for B sessions inside a frame, at their
         declared clocks. ``kv``: ``[2, 1, H, B*T, D]`` or ``[2, H, B*T, D]``
         in the model's dtype. Returns ``(k, v)`` ``[1, H, N, D]`` views of the
         layer's storage, of the same kind as ``kv``. When every layer has
-        committed, the frame ends and the clock advances. A CUDA model: one
-        kernel on the model's stream (see :class:`Model`)."""
+        committed, the frame ends and the clock advances.
+
+        A torch ``kv`` of a CPU model goes through the custom op
+        ``ringkv::model_upsert`` (:mod:`ringkv.ops`) on the layer's storage
+        tensors: traceable by ``torch.compile`` (call :meth:`begin_frame`
+        outside the compiled function: it is host bookkeeping). A CUDA
+        model: one kernel on the model's stream (see :class:`Model`)."""
         layer = as_int(layer, "layer")
+        # (a CUDA model makes its direct calls: the ops take CPU-backend models)
+        ops = _torch_ops() if self._place is None and ar.is_torch_tensor(kv) else None
+        if ops is not None:
+            lay, si = self._op_rows(layer, session_idx)
+            ring, k, v, written = lay.views(ar.TORCH)
+            ar.check_device(kv, "kv", written.device)
+            B, T = si.shape[0], lay.tokens_per_frame
+            expect = (2, 1, lay.n_kv_heads, B * T, lay.d_head)
+            msg = ar.kv_mismatch(tuple(kv.shape), ar.array_dtype_code(kv), kv, expect, lay._code)
+            if msg:
+                raise RingKVArrayError(msg)
+            ops.model_upsert(ring, written, kv, si, self._h.ptr, layer, bool(commit))
+            return k, v
         lay, si, buf = self._kv_input(layer, session_idx, kv)
         if self._place is not None:
             self._place.check_stream("upsert")
@@ -509,6 +537,10 @@ class Model(HandleOwner):
         :class:`ringkv.ThreadPool` (default: the library's). A CUDA model:
         ``q`` and ``out`` torch CUDA tensors, the kernels on its stream."""
         layer = as_int(layer, "layer")
+        ops = (_torch_ops() if self._place is None and ar.is_torch_tensor(q) and pool is None
+               and out is None else None)
+        if ops is not None:
+            return self._attend_op(ops, layer, session_idx, q, scale, out_dtype)
         lay = self.layer(layer)
         if self._place is not None:
             return self._pass_cuda("attend", layer, session_idx, None, False, q, scale, out,
@@ -516,6 +548,29 @@ class Model(HandleOwner):
         return attend_model(self._h.ptr, layer, lay.d_head, lay.total_slots, q, session_idx,
                             scale=scale, out=out, out_dtype=out_dtype, pool=pool,
                             q_heads=self.config.n_q_heads)
+
+    def _attend_op(self, ops: Any, layer: int, session_idx: Any, q: Any, scale: Any,
+                   out_dtype: Any) -> Any:
+        """attend with a torch ``q``: ``ringkv::model_attend`` on the layer's
+        storage tensors (traceable by torch.compile)."""
+        lay, si = self._op_rows(layer, session_idx)
+        ring, _, _, written = lay.views(ar.TORCH)
+        ar.check_device(q, "q", written.device)
+        if q.ndim == 4 and q.shape[1] != self.config.n_q_heads:
+            raise RingKVArrayError(f"q has n_q_heads = {q.shape[1]}; this model has "
+                                   f"{self.config.n_q_heads}")
+        dt = None if out_dtype is None else ar.torch_dtype(ar.parse_dtype(out_dtype))
+        return ops.model_attend(ring, written, q, si, self._h.ptr, layer, _scale(scale), dt)
+
+    def flex_block_mask(self, layer: int, session: int, frame_pos: int, *,
+                        n_queries: int | None = None) -> Any:
+        """A FlexAttention ``BlockMask`` for ``session`` at ``frame_pos`` on
+        layer ``layer``: :func:`ringkv.flex_block_mask` of that layer (right
+        in eager and compiled FlexAttention over ``model.layer(layer).kv``'s
+        K/V views)."""
+        from .flex import flex_block_mask
+        return flex_block_mask(self.layer(as_int(layer, "layer")), session, frame_pos,
+                               n_queries=n_queries)
 
     def step(self, layer: int, session_idx: Any, kv: Any, commit: bool, q: Any, *,
              scale: float | None = None, out: Any = None, out_dtype: Any = None,
@@ -642,6 +697,10 @@ class Model(HandleOwner):
         with self._on_device():
             check(lib.rkv_model_load_session_mem(self._h.ptr, as_session(session), data, len(data)))
 
+
+#: Live models by their rkv_model* (an int): the key the model ops take
+#: (ringkv.ops.model_key); a key no live model holds is refused there.
+LIVE_MODELS: "weakref.WeakValueDictionary[int, Model]" = weakref.WeakValueDictionary()
 
 _RKV_ERR_CLOCK, _RKV_ERR_STATE = -7, -10
 _MODEL_FORMAT, _MODEL_VERSION = "ringkv.Model", 1

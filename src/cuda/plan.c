@@ -328,6 +328,7 @@ rkv_status rkv__cuda_device_error_status(int word, int64_t num_sessions) {
     const int op = (word >> 24) & 0xff, kind = (word >> 16) & 0xff, row = word & 0xffff;
     const char *what = op == RKV__OP_UPSERT   ? "rkv_cuda_layer_upsert"
                        : op == RKV__OP_ATTEND ? "rkv_cuda_layer_attend"
+                       : op == RKV__OP_ROW    ? "rkv_cuda_ring_visible_row"
                                               : "a CUDA call";
     switch (kind) {
     case RKV__DEVERR_SESSION_RANGE:

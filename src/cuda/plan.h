@@ -156,7 +156,7 @@ void rkv__cuda_model_attention_args(const rkv_attention_args *a, void *workspace
                                     size_t workspace_bytes, rkv_cuda_attention_args *out);
 
 /* Device error word: op << 24 | kind << 16 | row. */
-enum { RKV__OP_UPSERT = 1, RKV__OP_ATTEND = 2 };
+enum { RKV__OP_UPSERT = 1, RKV__OP_ATTEND = 2, RKV__OP_ROW = 3 /* rkv_cuda_ring_visible_row */ };
 enum { RKV__DEVERR_SESSION_RANGE = 1, RKV__DEVERR_SESSION_DUP = 2, RKV__DEVERR_CLOCK = 3,
        RKV__DEVERR_ARCH = 4 /* a kernel ran from a build without its architecture */ };
 /* Turns a nonzero device error word into a status and a message. */
