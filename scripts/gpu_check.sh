@@ -43,6 +43,7 @@ libstb-dev libstb0"
 prepare() {
   local shared=${RKV_SHARED_DIR:-$ROOT/../shared}
   local src=$shared/spec/seed_ring_cache.py
+  rm -rf .gpu/out  # a local run's logs: not carried to the device
   mkdir -p .gpu/shared .gpu/debs
   install -m 0644 "$src" .gpu/seed_ring_cache.py || { echo "gpu_check: cannot copy $src"; return 1; }
   # the Python binding's tests want shared/spec and shared/golden
