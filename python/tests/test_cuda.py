@@ -604,16 +604,16 @@ def test_cuda_model_stream_and_graph_capture(torch):
         graph.replay()  # runs frame 0
     outs = {}
     for f in range(1, 8):
-        s.synchronize()
-        outs[f - 1] = out_static.clone()
+        with torch.cuda.stream(s):  # ordered before the next frame's inputs and replay
+            outs[f - 1] = out_static.clone()
         fill(f)
         gpu.begin_frame([0], [f])
         with torch.cuda.stream(s):
             graph.replay()
         gpu.end_frame()
-    s.synchronize()
-    outs[7] = out_static.clone()
-    gpu.synchronize()
+    with torch.cuda.stream(s):
+        outs[7] = out_static.clone()
+    gpu.synchronize()  # waits for s
     assert gpu.clock(0) == 7
     for f in range(8):
         cpu.begin_frame([0], [f])
