@@ -119,16 +119,16 @@ def main():
     rows.append(("bf16 matmul 8192^3 (TFLOP/s)", "-", "ceiling",
                  f"torch {fmt(num(ref, 'ref_matmul_bf16_8192'), 0)}", ""))
     for c in (0, 1):
-        us = pick(bench, "cuda_upsert_us", B=1, commit=bool(c))
+        us = pick(bench, "cuda_upsert_us", B=1, commit_pass=bool(c))
         rows.append((f"upsert in graph B=1 commit={c} (us)", fmt(us, 2), "<= 5",
                      f"ref graph {fmt(num(ref, f'ref_upsert_graph_B1_commit{c}'))}, eager "
                      f"{fmt(num(ref, f'ref_upsert_eager_B1_commit{c}'))}",
                      "ok" if us <= 5 else ("MISS" if not math.isnan(us) else "?")))
     for c in (0, 1):
-        gbps = pick(bench, "cuda_upsert_gbps", B=8, commit=bool(c))
+        gbps = pick(bench, "cuda_upsert_gbps", B=8, commit_pass=bool(c))
         pct = 100.0 * gbps / copy if copy > 0 else math.nan
         rows.append((f"upsert in graph B=8 commit={c} (% copy bw)", fmt(pct, 1), ">= 70",
-                     f"{fmt(pick(bench, 'cuda_upsert_us', B=8, commit=bool(c)), 1)} us; ref graph "
+                     f"{fmt(pick(bench, 'cuda_upsert_us', B=8, commit_pass=bool(c)), 1)} us; ref graph "
                      f"{fmt(num(ref, f'ref_upsert_graph_B8_commit{c}'))} us",
                      "ok" if pct >= 70 else ("MISS" if not math.isnan(pct) else "?")))
     for case, goal, refcase in (("720p_B1_8192keys", 370, "720p_B1_8192keys"),
