@@ -117,7 +117,6 @@ if [ -n "$DRY" ]; then
            .gpu/deps/usr/include/jansson.h .gpu/deps/usr/lib/x86_64-linux-gnu/libcjson.so; do
     [ -e "$f" ] && echo "  prepared: $f" || echo "  MISSING:  $f (run scripts/gpu_check.sh --prepare here)"
   done
-  mkdir -p "$OUTDIR"
 fi
 [ -n "$DRY" ] || mkdir -p "$OUTDIR"
 
