@@ -383,6 +383,23 @@ rkv_status rkv_model_create_cuda(const rkv_model_config *cfg, int device, void *
  * model's clock checks. */
 rkv_cuda_layer *rkv_model_cuda_layer(const rkv_model *model, int64_t layer);
 
+/* Writes a one-line description of the plan rkv_model_frame_attend (and
+ * rkv_model_attend, _step) of a CUDA model would use on layer `layer` for a
+ * batch of B rows and these arguments -- the kernel, its tiles, grid, key
+ * splits (with the model's own workspace) -- into buf (NUL-terminated,
+ * truncated to buf_size), as rkv_cuda_attention_describe does for a layer
+ * call. args: n_q_heads (the model's), n_queries, q_dtype, out_dtype, scale,
+ * and q / out as the call would get them (DEVICE pointers, checked for NULL
+ * and 16-byte alignment only); batch, session_idx, frame_pos, visible and
+ * pool are ignored. B: 1..min(S, RKV_CUDA_MAX_BATCH) (no batch need be
+ * current). For logs and benchmarks. Host only: no CUDA call.
+ * Errors: RKV_ERR_NULL (model, args, buf), RKV_ERR_RANGE (layer),
+ * RKV_ERR_INVALID_ARG (not a CUDA model; B; n_q_heads not the model's; and
+ * rkv_cuda_attention_describe's checks), RKV_ERR_DTYPE. */
+rkv_status rkv_model_cuda_attention_describe(const rkv_model *model, int64_t layer, int64_t batch,
+                                             const rkv_attention_args *args, char *buf,
+                                             size_t buf_size);
+
 #ifdef __cplusplus
 }
 #endif

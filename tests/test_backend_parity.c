@@ -166,6 +166,71 @@ static void pair_close(pair *p) {
     rkv_model_destroy(p->r);
 }
 
+/* The geometry in a failure message: the layers' RF/RB/PD and the sizes. */
+static void describe_config(const rkv_model_config *c, char *out, size_t len) {
+    int n = snprintf(out, len, "S %lld, Hq %lld, H %lld, D %lld, T %lld, %s, layers (RF/RB/PD)",
+                     (long long)c->num_sessions, (long long)c->n_q_heads, (long long)c->n_kv_heads,
+                     (long long)c->d_head, (long long)c->tokens_per_frame, rkv_dtype_name(c->dtype));
+    for (int64_t l = 0; l < c->n_layers && n > 0 && (size_t)n < len; l++)
+        n += snprintf(out + n, len - (size_t)n, " %lld/%lld/%lld", (long long)c->layers[l].ring_frames,
+                      (long long)c->layers[l].ring_buckets, (long long)c->layers[l].pinned_dilation);
+}
+
+/* Element `e` of a host buffer in dtype, as a double. */
+static double element(const void *base, rkv_dtype dt, size_t e) {
+    float f = 0;
+    OK(rkv_convert((const char *)base + e * rkv_dtype_size(dt), dt, &f, RKV_DTYPE_F32, 1));
+    return f;
+}
+
+/* Where byte i of a session's in-memory snapshot image lies -- the layout
+ * of src/model.c: a header (geometry and clock), then per layer the K span
+ * of each head [C][D], the V span of each head, the written bits [C] -- and
+ * the values of the two images a (under test) and b (reference) there. */
+static void image_place(const rkv_model_config *c, size_t n, size_t i, const unsigned char *a,
+                        const unsigned char *b, char *out, size_t len) {
+    const size_t es = rkv_dtype_size(c->dtype);
+    const int64_t H = c->n_kv_heads, D = c->d_head, T = c->tokens_per_frame;
+    size_t layers = 0;
+    for (int64_t l = 0; l < c->n_layers; l++)
+        layers += (size_t)((c->layers[l].ring_frames + 1) * T) * (2 * (size_t)(H * D) * es + 1);
+    size_t off = n - layers;
+    if (i < off) {
+        snprintf(out, len, "the image header (geometry and clock), byte %zu: 0x%02x vs 0x%02x", i,
+                 a[i], b[i]);
+        return;
+    }
+    for (int64_t l = 0; l < c->n_layers; l++) {
+        const int64_t RF = c->layers[l].ring_frames, C = (RF + 1) * T;
+        const size_t part = (size_t)(C * D) * es * (size_t)H;
+        if (i < off + 2 * part) {
+            const size_t e = (i - off) / es, per_head = (size_t)(C * D);
+            const int kv = e >= per_head * (size_t)H; /* 0 K, 1 V */
+            const size_t ek = e - (kv ? per_head * (size_t)H : 0);
+            const int64_t h = (int64_t)(ek / per_head), slot = (int64_t)(ek % per_head) / D,
+                          d = (int64_t)(ek % (size_t)D);
+            const size_t at = off + e * es;
+            snprintf(out, len,
+                     "layer %lld %s of head %lld, frame slot %lld%s, token %lld, dim %lld: %g vs "
+                     "%g",
+                     (long long)l, kv ? "V" : "K", (long long)h, (long long)(slot / T),
+                     slot / T == RF ? " (scratch)" : "", (long long)(slot % T), (long long)d,
+                     element(a + at, c->dtype, 0), element(b + at, c->dtype, 0));
+            return;
+        }
+        off += 2 * part;
+        if (i < off + (size_t)C) {
+            const int64_t slot = (int64_t)(i - off);
+            snprintf(out, len, "layer %lld written bit of frame slot %lld%s, token %lld: %d vs %d",
+                     (long long)l, (long long)(slot / T), slot / T == RF ? " (scratch)" : "",
+                     (long long)(slot % T), a[i], b[i]);
+            return;
+        }
+        off += (size_t)C;
+    }
+    snprintf(out, len, "byte %zu (past the layers)", i);
+}
+
 /* Every held session: the same image (K/V spans, written bits, clock). */
 static void pair_check_state(pair *p, const char *when) {
     const size_t n = rkv_model_snapshot_bytes(p->t);
@@ -178,20 +243,30 @@ static void pair_check_state(pair *p, const char *when) {
         if (memcmp(a, b, n)) {
             size_t i = 0;
             while (a[i] == b[i]) i++;
-            FAIL("%s: %s, %s: session %lld differs from the reference at image byte %zu of %zu",
-                 p->bk->name, rkv_dtype_name(p->cfg.dtype), when, (long long)s, i, n);
+            char where[256], geo[256];
+            image_place(&p->cfg, n, i, a, b, where, sizeof where);
+            describe_config(&p->cfg, geo, sizeof geo);
+            FAIL("%s, %s: session %lld differs from the reference (%s) first at image byte %zu "
+                 "of %zu: %s (%s vs reference)",
+                 p->bk->name, when, (long long)s, geo, i, n, where, p->bk->name);
         }
     }
     free(a);
     free(b);
 }
 
-static double rel_err(const float *got, const float *ref, size_t n) {
-    double num = 0, den = 0;
+/* Norm-wise relative error; *worst receives the element with the largest
+ * difference (a non-finite output counts as infinite). */
+static double rel_err(const float *got, const float *ref, size_t n, size_t *worst) {
+    double num = 0, den = 0, wd = -1;
+    *worst = 0;
     for (size_t i = 0; i < n; i++) {
-        num += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]);
+        const double d = (double)got[i] - ref[i], ad = isfinite(d) ? fabs(d) : INFINITY;
+        num += d * d;
         den += (double)ref[i] * ref[i];
+        if (ad > wd) wd = ad, *worst = i;
     }
+    if (!isfinite(num)) return INFINITY;
     return den > 0 ? sqrt(num / den) : (num > 0 ? INFINITY : 0);
 }
 
@@ -240,12 +315,22 @@ static void pair_frame(pair *p, int64_t B, const int64_t *rows, uint64_t seed) {
             }
             OK(rkv_model_synchronize(p->t));
             p->bk->get(out_t, dout, nq * sizeof(float));
-            const double e = rel_err(out_t, out_r, nq);
-            if (!(e <= p->tol))
-                FAIL("%s, %s: attention of layer %lld, pass %d, frame of session %lld at %lld: "
-                     "relative error %.3g > %.0e",
-                     p->bk->name, rkv_dtype_name(c->dtype), (long long)l, pass,
-                     (long long)rows[0], (long long)clocks[0], e, p->tol);
+            size_t w = 0;
+            const double e = rel_err(out_t, out_r, nq, &w);
+            if (!(e <= p->tol)) {
+                const int64_t Hq = c->n_q_heads, T = c->tokens_per_frame, D = c->d_head;
+                const int64_t we = (int64_t)w, b = we / (Hq * T * D);
+                char geo[256];
+                describe_config(c, geo, sizeof geo);
+                FAIL("%s (%s): attention of layer %lld, pass %d, B %lld (row 0: session %lld at "
+                     "frame %lld): relative error %.3g > %.0e; largest difference at element "
+                     "%lld = row %lld (session %lld at %lld), head %lld, query %lld, dim %lld: "
+                     "%g vs reference %g",
+                     p->bk->name, geo, (long long)l, pass, (long long)B, (long long)rows[0],
+                     (long long)clocks[0], e, p->tol, (long long)we, (long long)b,
+                     (long long)rows[b], (long long)clocks[b], (long long)(we / (T * D) % Hq),
+                     (long long)(we / D % T), (long long)(we % D), out_t[w], out_r[w]);
+            }
             if (e > p->worst) p->worst = e;
             p->checks++;
             p->bk->drop(dkv);
@@ -276,7 +361,15 @@ static void same_session(rkv_model *a, int64_t sa, rkv_model *b, int64_t sb, con
     unsigned char *x = xmalloc(n), *y = xmalloc(n);
     OK(rkv_model_snapshot(a, sa, x, n));
     OK(rkv_model_snapshot(b, sb, y, n));
-    if (n != rkv_model_snapshot_bytes(b) || memcmp(x, y, n)) FAIL("%s: the images differ", what);
+    if (n != rkv_model_snapshot_bytes(b)) FAIL("%s: image sizes %zu and %zu", what, n,
+                                               rkv_model_snapshot_bytes(b));
+    if (memcmp(x, y, n)) {
+        size_t i = 0;
+        while (x[i] == y[i]) i++;
+        char where[256];
+        image_place(rkv_model_get_config(a), n, i, x, y, where, sizeof where);
+        FAIL("%s: the images differ first at byte %zu of %zu: %s", what, i, n, where);
+    }
     free(x);
     free(y);
 }

@@ -6,29 +6,13 @@
  * (rkv_model_transfer_session, the plain copy a transfer engine would do),
  * both digests must agree, the import makes the slot live, the source
  * releases its copy; then the models swap roles. The run's output digest
- * proves nothing changed (ctest rollout_migrate). */
+ * proves nothing changed (ctest rollout_migrate). The second model is made
+ * like the first on the same device (tools/rollout.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "rollout_migrate.h"
-
-int rollout_migrate_spare(const rkv_model *like, rkv_model **out, char *err, size_t n_err) {
-    if (rkv_model_backend(like) != rkv_backend_cpu()) {
-        snprintf(err, n_err,
-                 "--migrate-every moves sessions between two models of the CPU backend in this "
-                 "build (the model runs on '%s')",
-                 rkv_model_backend_name(like));
-        return 1;
-    }
-    rkv_status st = rkv_model_create(rkv_model_get_config(like), out);
-    if (st != RKV_OK) {
-        snprintf(err, n_err, "creating the second model for --migrate-every: %s",
-                 rkv_last_error());
-        return 1;
-    }
-    return 0;
-}
 
 /* One session from src into a reserved slot of dst, made live there, then
  * released at src. */

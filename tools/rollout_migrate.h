@@ -7,11 +7,6 @@
 #include <stdint.h>
 
 #include "ringkv.h"
-#include "ringkv_backend.h"
-
-/* A second model like `like` (its config, its backend: the CPU backend
- * only in this build). 0, or 1 with a message in err. */
-int rollout_migrate_spare(const rkv_model *like, rkv_model **out, char *err, size_t n_err);
 
 /* Moves the B sessions sessions[] (held in *model, between frames) into
  * *spare, one by one: reserve, copy the regions, compare the digests,

@@ -264,6 +264,10 @@ _CUDA_PROTOTYPES = {
     "rkv_cuda_attention_workspace_bytes": (c_size_t, [c_void_p, _CUDA_ARGS]),
     "rkv_cuda_attention_describe": (c_status, [c_void_p, _CUDA_ARGS, c_void_p, c_size_t]),
     "rkv_cuda_clock_advance": (c_status, [c_void_p, c_int64, c_int64, c_void_p]),
+    # a whole rkv_model on the GPU (issue 11): created here, then driven by
+    # the core's rkv_model_* calls like any model
+    "rkv_model_create_cuda": (c_status, [_CFG, c_int, c_void_p, POINTER(c_void_p)]),
+    "rkv_model_cuda_layer": (c_void_p, [c_void_p, c_int64]),
 }
 # Ring views over caller-owned device storage (the torch custom ops, ops.py):
 # bound when the library has them.

@@ -134,20 +134,24 @@ class _LayerHandle(HandleOwner):
 
 
 class _CudaLayerHandle(HandleOwner):
-    """Owns an ``rkv_cuda_layer*``. Freed (``rkv_cuda_layer_destroy``: it
-    synchronizes the device, then frees) when the cache object and every view
-    of its storage are gone; do not let that happen inside a CUDA graph
-    capture. Never copied or pickled (see LayerRingCache's copies)."""
+    """Owns an ``rkv_cuda_layer*`` (``destroy`` the library's
+    ``rkv_cuda_layer_destroy``), or borrows one from a CUDA model (``destroy``
+    None; ``owner`` keeps the model alive). An owned layer is freed
+    (``rkv_cuda_layer_destroy``: it synchronizes the device, then frees) when
+    the cache object and every view of its storage are gone; do not let that
+    happen inside a CUDA graph capture. Never copied or pickled (see
+    LayerRingCache's copies)."""
 
     _copy_hint = ("it holds an rkv_cuda_layer* (an address in this process); copy the "
                   "LayerRingCache instead")
 
-    __slots__ = ("ptr", "device_index", "_destroy")
+    __slots__ = ("ptr", "device_index", "_destroy", "owner")
 
-    def __init__(self, ptr: int, device_index: int, destroy: Any):
+    def __init__(self, ptr: int, device_index: int, destroy: Any, owner: Any = None):
         self.ptr = ptr
         self.device_index = device_index
         self._destroy = destroy  # held here: module globals may be gone at exit
+        self.owner = owner
 
     def __del__(self):
         if self.ptr and self._destroy is not None:
@@ -173,10 +177,11 @@ def _cuda_torch():
     return torch
 
 
-def _create_cuda_layer(g: _GeometryStruct, device: Any, index: int | None):
-    """The checks before anything is allocated, then rkv_cuda_layer_create on
-    GPU ``index`` (torch's current device when None). The current device is
-    restored afterwards (the C call makes the layer's device current)."""
+def _cuda_context(device: Any, index: int | None) -> tuple[Any, Any, int]:
+    """What a CUDA layer or model needs before anything is allocated:
+    ``(libringkv_cuda, torch, device index)``, the index torch's current
+    device when None. RuntimeError without libringkv_cuda.so, a GPU it sees,
+    or torch with CUDA; IndexError for a device the runtime lacks."""
     clib = _cuda_lib()  # RuntimeError: no libringkv_cuda.so
     n = int(clib.rkv_cuda_device_count())
     if n == 0:
@@ -201,6 +206,14 @@ def _create_cuda_layer(g: _GeometryStruct, device: Any, index: int | None):
     if index >= n:
         raise RingKVIndexError(f"ringkv: device cuda:{index}; the CUDA runtime sees {n} "
                                "device(s)")
+    return clib, torch, index
+
+
+def _create_cuda_layer(g: _GeometryStruct, device: Any, index: int | None):
+    """The checks before anything is allocated, then rkv_cuda_layer_create on
+    GPU ``index`` (torch's current device when None). The current device is
+    restored afterwards (the C call makes the layer's device current)."""
+    clib, torch, index = _cuda_context(device, index)
     check(lib.rkv_geometry_check(ctypes.byref(g)))  # geometry errors before any CUDA call
     ptr = ctypes.c_void_p()
     with torch.cuda.device(index):
@@ -308,6 +321,17 @@ class LayerRingCache(HandleOwner):
         """A LayerRingCache over a layer owned by a model (kept alive by ``owner``)."""
         self = cls.__new__(cls)
         self._init(_LayerHandle(ptr, owner), array_kind)
+        return self
+
+    @classmethod
+    def _borrow_cuda(cls, ptr: int, owner: Any, clib: Any, torch: Any,
+                     device_index: int) -> "LayerRingCache":
+        """A LayerRingCache over an ``rkv_cuda_layer*`` owned by a CUDA model
+        (``rkv_model_cuda_layer``; kept alive by ``owner``, never freed here)."""
+        if not ptr:
+            raise RingKVRuntimeError("ringkv: rkv_model_cuda_layer returned NULL for a CUDA model")
+        self = cls.__new__(cls)
+        self._init_cuda(_CudaLayerHandle(ptr, device_index, None, owner), clib, torch)
         return self
 
     def _init(self, handle: _LayerHandle, array_kind: str) -> None:

@@ -335,6 +335,8 @@ ROWS = [
      lambda e: e.layer.upsert(e.meta((2, 1, 2, 128, 64)), i64(0), True, i64(0))),
     ("unknown device or array on another device", L + "attend",
      lambda e: e.layer.attend(e.meta((1, 4, 128, 64)), [0], [0])),
+    ("unknown device or array on another device", M + "__init__",
+     lambda e: ringkv.Model(e.with_cfg(), device="tpu")),
     ("unknown device or array on another device", M + "upsert",
      lambda e: e.in_frame().upsert(0, [0], e.meta((2, 1, 1, 128, 64)), False)),
     ("unknown device or array on another device", M + "attend",
@@ -432,6 +434,7 @@ ROWS = [
      lambda e: ringkv.visible_frames_from_clock(e.geometry, -1)),
     ("bad value", "LayerGeometry.check", lambda e: e.geometry._replace(ring_buckets=0).check()),
     ("bad value", M + "__init__", lambda e: ringkv.Model(e.with_cfg(n_kv_heads=0))),
+    ("bad value", M + "__init__", lambda e: ringkv.Model(e.with_cfg(), stream=object())),
     ("bad value", M + "begin_frame", lambda e: e.model.begin_frame([0], [-1])),  # was RuntimeError
     ("bad value", M + "begin_frame", lambda e: e.model.begin_frame([0, 0], [1, 1])),
     ("bad value", M + "upsert", lambda e: e.in_frame().upsert(0, [0, 0], np.zeros(
@@ -562,7 +565,8 @@ def _public_entry_points() -> set[str]:
 
 
 # Entry points that take no argument a caller could get wrong.
-NO_ARGUMENTS = {"LayerRingCache.check", "ThreadPool.close", "preset_names", "version",
+NO_ARGUMENTS = {"LayerRingCache.check", "Model.synchronize", "Model.end_frame",
+                "Model.abandon_frame", "ThreadPool.close", "preset_names", "version",
                 "attention_isa", "cuda_device_count", "cuda_library_path"}
 
 

@@ -304,3 +304,52 @@ extern "C" rkv_cuda_layer *rkv_model_cuda_layer(const rkv_model *model, int64_t 
     if (rkv_model_backend(model) != &cuda_ops) return nullptr;
     return static_cast<rkv_cuda_layer *>(rkv_model_backend_layer(model, layer));
 }
+
+extern "C" rkv_status rkv_model_cuda_attention_describe(const rkv_model *model, int64_t layer,
+                                                        int64_t batch,
+                                                        const rkv_attention_args *args, char *buf,
+                                                        size_t buf_size) {
+    static const char what[] = "rkv_model_cuda_attention_describe";
+    if (!model) return rkv_error_set(RKV_ERR_NULL, "%s: model is NULL", what);
+    if (!args) return rkv_error_set(RKV_ERR_NULL, "%s: args is NULL", what);
+    if (!buf || !buf_size) return rkv_error_set(RKV_ERR_NULL, "%s: buf is NULL or empty", what);
+    if (rkv_model_backend(model) != &cuda_ops)
+        return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: the model runs on the %s backend, not cuda",
+                             what, rkv_model_backend_name(model));
+    const rkv_model_config *cfg = rkv_model_get_config(model);
+    if (layer < 0 || layer >= cfg->n_layers)
+        return rkv_error_set(RKV_ERR_RANGE, "%s: layer %lld out of range; expected 0..%lld", what,
+                             (long long)layer, (long long)(cfg->n_layers - 1));
+    // The model's largest batch and its workspace: as rkv_model_create_with_backend
+    // sized it (the largest attend_workspace_bytes over the layers).
+    const int64_t max_b =
+        cfg->num_sessions < RKV_CUDA_MAX_BATCH ? cfg->num_sessions : RKV_CUDA_MAX_BATCH;
+    if (batch < 1 || batch > max_b)
+        return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: batch B = %lld; expected 1..%lld", what,
+                             (long long)batch, (long long)max_b);
+    if (args->n_q_heads != cfg->n_q_heads)
+        return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: args->n_q_heads = %lld; this model has %lld",
+                             what, (long long)args->n_q_heads, (long long)cfg->n_q_heads);
+    size_t ws_bytes = 0;
+    for (int64_t i = 0; i < cfg->n_layers; i++) {
+        const size_t b = attend_workspace_bytes(nullptr, rkv_model_backend_layer(model, i), max_b,
+                                                cfg->n_q_heads);
+        if (b > ws_bytes) ws_bytes = b;
+    }
+    // The plan reads no memory: the batch's device buffers and the workspace
+    // only need to be valid pointers for the host checks (non-NULL, aligned).
+    alignas(16) static const int64_t placeholder[2] = {0, 0};
+    rkv_attention_args a = *args;
+    a.batch = batch;
+    a.session_idx = placeholder;
+    a.frame_pos = placeholder;
+    a.visible = nullptr;
+    rkv_cuda_attention_args ca;
+    rkv__cuda_model_attention_args(&a, ws_bytes ? (void *)placeholder : nullptr, ws_bytes, &ca);
+    const rkv_cuda_layer *l = layer_of(rkv_model_backend_layer(model, layer));
+    rkv__cuda_attn_plan plan;
+    rkv_status st = rkv__cuda_attention_plan_checked(l, &ca, 0, &plan);
+    if (st != RKV_OK) return st;
+    rkv__cuda_attention_plan_describe(&plan, buf, buf_size);
+    return RKV_OK;
+}

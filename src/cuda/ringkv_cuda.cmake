@@ -11,8 +11,8 @@
 # Targets: ringkv_cuda_objs (the compiled .cu files and plan.c, position
 # independent), ringkv_cuda (static library), ringkv_cuda_shared
 # (libringkv_cuda.so, for the Python binding; only with
-# RKV_CUDA_CORE_SHARED_TARGET), and the GPU programs test_cuda_diff,
-# test_cuda_graph (exit 77 = skipped without a GPU) and bench_cuda.
+# RKV_CUDA_CORE_SHARED_TARGET), and the GPU programs test_cuda_diff and
+# test_cuda_graph (exit 77 = skipped without a GPU).
 option(RKV_CUDA_PTXAS_VERBOSE "Print ptxas resource usage (registers, spills) per kernel" OFF)
 option(RKV_CUDA_PROGRAMS "Build the GPU test and benchmark programs" ON)
 
@@ -110,9 +110,7 @@ if(RKV_CUDA_PROGRAMS)
       set_tests_properties(cuda_offload PROPERTIES SKIP_RETURN_CODE 77)
     endif()
   endif()
-  add_executable(bench_cuda ${RKV_ROOT}/bench/gpu/bench_cuda.c)
-  target_link_libraries(bench_cuda PRIVATE ringkv_cuda m)
-  set_target_properties(bench_cuda PROPERTIES LINKER_LANGUAGE CUDA CUDA_ARCHITECTURES OFF)
+  # The GPU bench is `ringkv bench --backend cuda` (bench/bench_gpu.c).
   if(RKV_BUILD_TESTS)
     # Exit 77 (no CUDA device or driver) counts as skipped.
     add_test(NAME cuda_diff COMMAND test_cuda_diff --quick)
