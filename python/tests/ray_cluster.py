@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import time
 
 import pytest
@@ -105,15 +106,30 @@ def start_cluster():
     return ray, cluster_pids(ray)
 
 
+def _raylets_of(session: str) -> list[str]:
+    """`pgrep -af 'raylet|gcs_server'` lines of this cluster (their command
+    lines name its session)."""
+    try:
+        out = subprocess.run(["pgrep", "-af", "raylet|gcs_server"], capture_output=True,
+                             text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line for line in out.splitlines() if session in line and "pgrep" not in line]
+
+
 def stop_cluster(ray, pids: set[int]) -> None:
-    """ray.shutdown(), then no process of the cluster may be left."""
+    """ray.shutdown(), then no process of the cluster may be left: none of
+    the processes it started or their children, and no raylet or gcs_server
+    of its session (pgrep)."""
+    session = ray._private.worker._global_node.session_name
     pids = _children(pids) - {os.getpid()}
     ray.shutdown()
     deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+    while time.monotonic() < deadline and (any(_alive(p) for p in pids) or _raylets_of(session)):
         time.sleep(0.2)
     left = sorted(p for p in pids if _alive(p))
     assert not left, f"Ray processes left running after ray.shutdown(): {left}"
+    assert not _raylets_of(session), f"raylet/gcs_server left running: {_raylets_of(session)}"
 
 
 @pytest.fixture
