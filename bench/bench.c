@@ -337,10 +337,12 @@ static void usage(FILE *f) {
             "  between the measured runs: f32 attention against the best of OpenBLAS sgemm\n"
             "  and an FMA peak loop; bf16 against the best of a oneDNN bf16 matmul and a\n"
             "  bf16 peak loop (AMX tiles, AVX512-BF16, else the FMA peak); upsert against\n"
-            "  memcpy of the same bytes; and a 360P rollout. Every row names the CPU, the\n"
-            "  OpenBLAS kernel, the instruction set and the ceiling's kind; a ratio above\n"
-            "  1.05 is flagged (ceiling_suspect) and said on stderr. One JSON object per\n"
-            "  line with --json. --quick finishes in under 2 minutes on 2 cores.\n"
+            "  memcpy of the same bytes; offload, page-in and export/import of a 360P\n"
+            "  session against memcpy of the same bytes; and a 360P rollout. Every row\n"
+            "  names the CPU, the OpenBLAS kernel, the instruction set and the ceiling's\n"
+            "  kind; a ratio above 1.05 is flagged (ceiling_suspect) and said on stderr.\n"
+            "  One JSON object per line with --json. --quick finishes in under 2 minutes\n"
+            "  on 2 cores.\n"
             "  --threads N: worker threads (default: the machine's cores).\n"
             "  --backend cuda: the GPU bench, on a CUDA model on GPU 0 (device copy\n"
             "  bandwidth; upsert in a CUDA graph against it; attention at the Waypoint-1.5\n"
@@ -406,6 +408,7 @@ int rkv_cmd_bench(int argc, char **argv) {
     bench_emit(&o, "cpu_memcpy_gbps", mc, "GB/s", p, 0, NULL);
     bench_attention(&o, pool);
     bench_upsert(&o);
+    bench_offload(&o);
     bench_rollout(&o, pool);
     rkv_threadpool_destroy(pool);
     return 0;

@@ -65,6 +65,10 @@ void bench_machine_read(bench_machine *m);
  * CPU's vectors; nothing otherwise. */
 void bench_machine_warn(const bench_opts *o);
 
+/* bench_offload.c: offload, page-in and export/import of one 360P session
+ * against memcpy of the same bytes (issue 13). */
+void bench_offload(const bench_opts *o);
+
 /* bench_gpu.c: 1 when this build has the CUDA backend. */
 int bench_cuda_built(void);
 /* `ringkv bench --backend cuda`: the exit status (2 where no GPU is seen,

@@ -3,7 +3,8 @@
  * (frame_upsert/attend/step) and the wrappers that spell it out
  * (upsert/attend/step), end_frame, abandon_frame, fork, in-memory
  * snapshot/restore, snapshot-file images saved and loaded, with and
- * without damage) checked against a simple model of the rules (SEM 3, 4, 6
+ * without damage; offload, page-in (with and without damage) and discard,
+ * with a table of 2 paged-out request ids) checked against a simple model of the rules (SEM 3, 4, 6
  * and ringkv.h, "Frames": one current batch, open until its frame ends,
  * then current for attention until it is closed): every call's status,
  * every session's clock, every frame slot's contents and written bit, and
@@ -53,6 +54,16 @@ typedef struct ref_snap {
     int valid;
     ref_session s; /* contents and clock only */
 } ref_snap;
+
+/* A paged-out request: its contents and clock, and its image. */
+#define MAX_OFFLOADED 2
+typedef struct ref_offloaded {
+    int reserved;     /* its id is reserved in the model's table */
+    ref_session s;    /* contents and clock */
+    uint8_t *image;   /* the image rkv_model_offload wrote (kept after page-in) */
+    size_t len;
+} ref_offloaded;
+static ref_offloaded OFF[NIDS];
 
 static rkv_model *M;
 static ref_session R[S];
@@ -118,6 +129,10 @@ static int write_step(int layer, int64_t f) { return f % SPECS[layer].pinned_dil
 
 /* Checks every session's clock, slots and written bits against R. */
 static void verify_all(void) {
+    int64_t reserved = 0;
+    for (int id = 0; id < NIDS; id++) reserved += OFF[id].reserved;
+    CHECK(rkv_model_offloaded_count(M) == reserved, "%lld paged-out sessions, expected %lld",
+          (long long)rkv_model_offloaded_count(M), (long long)reserved);
     for (int s = 0; s < S; s++) {
         int64_t c = -7;
         rkv_status st = rkv_model_clock(M, s, &c);
@@ -188,6 +203,8 @@ static void op_claim(cursor *c) {
     if (want >= 0) {
         EXPECT(st, RKV_OK, "claim of a held id");
         CHECK(got == want, "claim returned %lld, expected %d", (long long)got, want);
+    } else if (OFF[id].reserved) {
+        EXPECT(st, RKV_ERR_STATE, "claim of a paged-out id");
     } else if (freeslot < 0) {
         EXPECT(st, RKV_ERR_FULL, "claim with every session held");
     } else {
@@ -466,6 +483,72 @@ static void op_restore(cursor *c, int file) {
     ref_drop_clock(s, sn->s.last);
 }
 
+/* Offload: the session's image into its request's buffer, its slot freed,
+ * its id reserved (a table of MAX_OFFLOADED). */
+static void op_offload(cursor *c) {
+    const int64_t s = decode_session(c);
+    rkv_status want = ref_between(s);
+    int64_t reserved = 0;
+    for (int id = 0; id < NIDS; id++) reserved += OFF[id].reserved;
+    if (want == RKV_OK && reserved == MAX_OFFLOADED) want = RKV_ERR_FULL;
+    ref_offloaded *o = want == RKV_OK ? &OFF[R[s].id] : NULL;
+    size_t n = 0;
+    rkv_status st = rkv_model_offload(M, s, o ? o->image : image_buf[0], image_cap, &n);
+    EXPECT(st, want, "offload");
+    if (want != RKV_OK) return;
+    o->reserved = 1;
+    o->s = R[s];
+    o->len = n;
+    ref_clear_contents(&R[s]);
+    ref_drop_clock(s, -1);
+    R[s].held = 0;
+}
+
+/* Page-in of a request's last image, maybe damaged: a damage in the length
+ * or header is refused first (RKV_ERR_FORMAT); one in the data after the
+ * reservation and room are checked. */
+static void op_page_in(cursor *c) {
+    const int id = (int)(next(c) % NIDS);
+    const unsigned damage = next(c);
+    ref_offloaded *o = &OFF[id];
+    if (!o->len) return;
+    int freeslot = -1;
+    for (int s = 0; s < S && freeslot < 0; s++)
+        if (!R[s].held) freeslot = s;
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | o->image[i];
+    rkv_status want = !o->reserved ? RKV_ERR_NOT_FOUND : freeslot < 0 ? RKV_ERR_FULL : RKV_OK;
+    size_t pos = 0;
+    uint8_t old = 0;
+    const int damaged = damage >= 160;
+    if (damaged) {
+        pos = ((size_t)next(c) << 8 | next(c)) % o->len;
+        old = o->image[pos];
+        o->image[pos] ^= (uint8_t)(1u << (damage & 7));
+        if (pos < 8 + hlen || want == RKV_OK) want = RKV_ERR_FORMAT;
+    }
+    int64_t got = -9;
+    rkv_status st = rkv_model_page_in(M, o->image, o->len, &got);
+    if (damaged) o->image[pos] = old;
+    EXPECT(st, want, damaged ? "page_in of a damaged image" : "page_in");
+    if (want != RKV_OK) return;
+    CHECK(got == freeslot, "paged in at %lld, expected %d", (long long)got, freeslot);
+    R[freeslot] = o->s;
+    R[freeslot].held = 1;
+    R[freeslot].id = id;
+    R[freeslot].row = -1;
+    o->reserved = 0;
+}
+
+static void op_discard(cursor *c) {
+    const int id = (int)(next(c) % NIDS);
+    char name[16];
+    snprintf(name, sizeof name, "req-%d", id);
+    EXPECT(rkv_model_offload_discard(M, name), OFF[id].reserved ? RKV_OK : RKV_ERR_NOT_FOUND,
+           "offload_discard");
+    OFF[id].reserved = 0;
+}
+
 static void op_clock(cursor *c) {
     const int64_t s = decode_session(c);
     int64_t got = -7;
@@ -487,6 +570,7 @@ static void setup(void) {
     cfg.d_head = D;
     cfg.tokens_per_frame = T;
     cfg.dtype = RKV_DTYPE_F32;
+    cfg.max_offloaded = MAX_OFFLOADED;
     if (rkv_model_create(&cfg, &M) != RKV_OK) abort();
     snap_bytes = rkv_model_snapshot_bytes(M);
     int64_t s;
@@ -499,6 +583,7 @@ static void setup(void) {
         snap_buf[k] = malloc(snap_bytes);
         image_buf[k] = malloc(image_cap);
     }
+    for (int id = 0; id < NIDS; id++) OFF[id].image = malloc(image_cap);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -514,6 +599,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     memset(snaps, 0, sizeof snaps);
     memset(images, 0, sizeof images);
+    for (int id = 0; id < NIDS; id++) {
+        char name[16];
+        snprintf(name, sizeof name, "req-%d", id);
+        if (OFF[id].reserved) rkv_model_offload_discard(M, name);
+        OFF[id].reserved = 0;
+        OFF[id].len = 0;
+    }
     tag_counter = 0;
     cursor c = {data, size};
     while (c.n) {
@@ -531,7 +623,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         case 12: op_restore(&c, 0); break;
         case 13: op_snapshot(&c, 1); break;
         case 14: op_restore(&c, 1); break;
-        default: next(&c) & 1 ? op_lookup(&c) : op_clock(&c); break;
+        case 15: {
+            const unsigned k = next(&c) % 6;
+            if (k < 2) op_lookup(&c);
+            else if (k == 2) op_clock(&c);
+            else if (k == 3) op_offload(&c);
+            else if (k == 4) op_page_in(&c);
+            else op_discard(&c);
+            break;
+        }
+        default: break;
         }
         verify_all();
         if (tag_counter > 1e6f) break;

@@ -459,7 +459,20 @@ typedef struct rkv_model_config {
     int64_t d_head;
     int64_t tokens_per_frame;
     rkv_dtype dtype;
+    int64_t max_offloaded;                 /* paged-out sessions the model
+        keeps a request id reserved for (rkv_model_offload), 0 ..
+        RKV_MAX_OFFLOADED; 0 means RKV_DEFAULT_OFFLOADED(num_sessions), so
+        that a config zero-initialized or made by rkv_model_preset pages out
+        without setting it. Not geometry: snapshot files neither store nor
+        compare it (a snapshot's config has 0 here).                       */
 } rkv_model_config;
+
+/* Largest max_offloaded; and the table size used when it is 0: four
+ * paged-out sessions per resident one, at least 16 (an entry costs ~300
+ * bytes of host memory). */
+#define RKV_MAX_OFFLOADED ((int64_t)1 << 20)
+#define RKV_DEFAULT_OFFLOADED(num_sessions) \
+    ((num_sessions) * 4 > 16 ? (num_sessions) * 4 : 16)
 
 /* Fills *out with a named preset (SEM 7):
  *  "waypoint-1.5-720p": 24 layers, Hq 32, H 16, D 64, T 512, bf16; layers
@@ -821,6 +834,197 @@ rkv_status rkv_snapshot_inspect_mem(const void *buf, size_t bytes,
 rkv_status rkv_model_fork(rkv_model *model, int64_t src_session,
                           int64_t dst_session);
 
+/* ------------------------------------------------------------------------ */
+/* Sessions that leave: offload and page-in (issue 13, docs/migration.md)    */
+/* ------------------------------------------------------------------------ */
+
+/* A paged-out session is one whose whole state (every layer's K/V span and
+ * written bits, its clock and request id) was moved out of the model into a
+ * snapshot image (the portable, checksummed format of
+ * rkv_model_save_session_mem; docs/snapshot-format.md) and whose slot was
+ * freed for another request. The model keeps its request id reserved in a
+ * table of config.max_offloaded entries (0: RKV_DEFAULT_OFFLOADED), with
+ * the image's header checksum: rkv_model_claim refuses the id
+ * (RKV_ERR_STATE) until the session is paged in again or discarded, and
+ * only that image pages it in (an older image of the same request, or one
+ * of another model, is refused). Host only; not capture-safe. */
+
+/* Entries of the table (the resolved max_offloaded) and how many are used;
+ * 0 for NULL. */
+int64_t rkv_model_offload_capacity(const rkv_model *model);
+int64_t rkv_model_offloaded_count(const rkv_model *model);
+
+/* Moves held session `session` (between frames) out of the model: its
+ * image goes into buf (caller-owned HOST memory of buf_bytes; for a CUDA
+ * model use rkv_model_host_alloc, pinned memory that the span copies reach
+ * by DMA; any host memory works), then the session is released (zeroed,
+ * its slot free) and its request id reserved with the image's clock.
+ * *image_bytes receives the image's exact size; with buf == NULL only the
+ * size is computed and nothing changes. The image is a snapshot file's
+ * bytes: rkv_snapshot_inspect_mem, rkv_model_load_session_mem and `ringkv
+ * inspect` read it. Errors (nothing changed, the session still held):
+ * RKV_ERR_NULL (model, image_bytes), RKV_ERR_RANGE, RKV_ERR_STATE (not
+ * claimed, inside a frame), RKV_ERR_INVALID_ARG (buf_bytes too small),
+ * RKV_ERR_FULL (the table is full: page a session in or discard one, or
+ * create the model with a larger max_offloaded), RKV_ERR_NO_MEMORY, the
+ * backend's copy errors. A backend failure while zeroing the freed slot
+ * (CUDA) is reported after the offload stands (image written, id
+ * reserved), as rkv_model_release does. */
+rkv_status rkv_model_offload(rkv_model *model, int64_t session, void *buf,
+                             size_t buf_bytes, size_t *image_bytes);
+/* The same into the file `path`, written as rkv_model_save_session does
+ * (atomically); the session is released only once the file is renamed
+ * into place. Errors as above and rkv_model_save_session's (RKV_ERR_IO,
+ * RKV_ERR_INVALID_ARG for an empty path). */
+rkv_status rkv_model_offload_file(rkv_model *model, int64_t session,
+                                  const char *path);
+
+/* Brings a paged-out session back from its image (buf: `bytes` bytes of
+ * host memory, read only) into the lowest free slot, bit-exact, with its
+ * request id and clock (the next frame is the image's last_committed + 1);
+ * *session receives the slot. The id's reservation is dropped. Everything
+ * is checked before the session becomes held: header and geometry, the
+ * request id (reserved here: RKV_ERR_NOT_FOUND otherwise), the image (the
+ * one offloaded: RKV_ERR_STATE for an older image of the same request),
+ * a free slot (RKV_ERR_FULL), then the data checksum and written bits,
+ * which are checked while the data is copied into the free slot (one pass
+ * over the image): a mismatch zeroes that slot again and reports
+ * RKV_ERR_FORMAT; nothing held changes, the reservation stays. Errors:
+ * RKV_ERR_NULL, RKV_ERR_FORMAT (as rkv_model_load_session_mem), the ones
+ * above, RKV_ERR_NO_MEMORY, the backend's. */
+rkv_status rkv_model_page_in(rkv_model *model, const void *buf, size_t bytes,
+                             int64_t *session);
+/* The same from the file `path` (read once); plus RKV_ERR_IO. */
+rkv_status rkv_model_page_in_file(rkv_model *model, const char *path,
+                                  int64_t *session);
+
+/* Whether request_id is paged out of this model: RKV_OK with its clock in
+ * *last_committed (-1: none), else RKV_ERR_NOT_FOUND. RKV_ERR_NULL,
+ * RKV_ERR_INVALID_ARG (empty or overlong id). */
+rkv_status rkv_model_offloaded_clock(const rkv_model *model,
+                                     const char *request_id,
+                                     int64_t *last_committed);
+/* Drops the reservation of a paged-out request (its image is then of no use
+ * to this model, and claim may reuse the id). RKV_ERR_NOT_FOUND when it is
+ * not paged out; RKV_ERR_NULL, RKV_ERR_INVALID_ARG. */
+rkv_status rkv_model_offload_discard(rkv_model *model, const char *request_id);
+
+/* Host memory for images: pinned (page-locked, cudaMallocHost) on a CUDA
+ * model, 64-byte aligned heap memory on the CPU backend; contents
+ * undefined. Free with rkv_model_host_free on the same model (NULL is a
+ * no-op). Errors: RKV_ERR_NULL, RKV_ERR_INVALID_ARG (bytes 0),
+ * RKV_ERR_NO_MEMORY, the backend's (CUDA: wrong current device). */
+rkv_status rkv_model_host_alloc(rkv_model *model, size_t bytes, void **ptr);
+void rkv_model_host_free(rkv_model *model, void *ptr);
+
+/* ------------------------------------------------------------------------ */
+/* Sessions that move: zero-copy regions, export and import (issue 13)       */
+/* ------------------------------------------------------------------------ */
+
+/* A session lives in the model's storage as n_layers * (2H + 1) regions:
+ * per layer, in this order, K of heads 0..H-1, V of heads 0..H-1 (each
+ * [C][D] in the storage dtype: one head's slots [s*C, s*C + C) of the
+ * [2][H][N][D] layout, contiguous), then the written bits [C]. The regions
+ * in order, end to end, are the data section of the session's snapshot
+ * image (so their XXH3-64 is its data_xxh3). A transfer engine registers
+ * them as memory regions (NIXL, Mooncake: docs/migration.md) and copies
+ * them; the destination reserves a slot, lists its regions, lets the engine
+ * fill them, and imports the session with the source's metadata. */
+typedef struct rkv_session_region {
+    void *ptr;      /* BACKEND memory: host memory (device -1) or device
+                       memory of CUDA device `device`; owned by the model,
+                       valid while the model lives                         */
+    size_t bytes;   /* C*D*sizeof(dtype) for K/V, C for the written bits  */
+    int32_t device; /* -1: host memory; else the CUDA device ordinal       */
+    int32_t part;   /* rkv_span_part: RKV_SPAN_K, _V or _WRITTEN           */
+    int64_t layer;
+    int64_t head;   /* 0 for the written bits                              */
+} rkv_session_region;
+
+/* Regions of one session: n_layers * (2 * n_kv_heads + 1); 0 for NULL. */
+size_t rkv_model_session_region_count(const rkv_model *model);
+
+/* Lists the regions of `session`: a held session between frames (the
+ * source) or a slot reserved for import (the destination). regions:
+ * caller array of max_regions entries (at least
+ * rkv_model_session_region_count); *count receives the number. Waits for
+ * the model's enqueued work first (rkv_model_synchronize's wait), so the
+ * regions hold the session's committed state. They stay valid, and the
+ * session unchanged, until the caller steps, releases, resets, restores or
+ * imports it: the caller keeps the session out of frames while an engine
+ * reads or writes them. Errors: RKV_ERR_NULL, RKV_ERR_RANGE, RKV_ERR_STATE
+ * (neither held nor reserved; inside a frame; a backend that exposes no
+ * regions), RKV_ERR_INVALID_ARG (max_regions too small; nothing written). */
+rkv_status rkv_model_session_regions(rkv_model *model, int64_t session,
+                                     rkv_session_region *regions,
+                                     size_t max_regions, size_t *count);
+
+/* The session metadata blob: what an importer checks before a session
+ * becomes live. Version 1, little-endian, rkv_model_session_meta_bytes()
+ * = 336 + 24 * n_layers bytes: magic "RKVSESS\0", u32 version, u32 dtype,
+ * i64 n_layers, n_kv_heads, d_head, tokens_per_frame, last_committed,
+ * u64 region count, data bytes (all regions), the request id (256 bytes,
+ * NUL-padded), per layer i64 ring_frames, ring_buckets, pinned_dilation,
+ * then the XXH3-64 of everything before it (docs/migration.md). */
+#define RKV_SESSION_META_VERSION 1
+size_t rkv_model_session_meta_bytes(const rkv_model *model);
+/* Writes held session `session`'s metadata (between frames) into meta
+ * (meta_bytes >= rkv_model_session_meta_bytes). Reads the model only.
+ * Errors: RKV_ERR_NULL, RKV_ERR_RANGE, RKV_ERR_STATE (not claimed, inside
+ * a frame), RKV_ERR_INVALID_ARG (meta_bytes too small; nothing written). */
+rkv_status rkv_model_session_export_meta(const rkv_model *model,
+                                         int64_t session, void *meta,
+                                         size_t meta_bytes);
+
+/* XXH3-64 of a session's regions in order (= the data_xxh3 of its snapshot
+ * image): of a held session between frames or of a slot reserved for
+ * import (to verify what an engine wrote before importing it). Host regions
+ * are hashed in place; device regions are read through a host buffer.
+ * Errors as rkv_model_session_regions, plus the backend's copy errors. */
+rkv_status rkv_model_session_digest(rkv_model *model, int64_t session,
+                                    uint64_t *xxh3);
+
+/* Reserves the lowest free slot for importing the session that `meta`
+ * describes; *session receives it. The slot is neither held nor free:
+ * claim does not hand it out, the request id is refused by claim
+ * (RKV_ERR_STATE) until the import ends. Its regions are zeroed. Errors
+ * (nothing changed): RKV_ERR_NULL, RKV_ERR_FORMAT (a blob that is not
+ * version-1 metadata, damaged (checksum), or of another geometry: the
+ * field named), RKV_ERR_STATE (the request id is held, paged out or being
+ * imported here), RKV_ERR_FULL (no free slot: a destination without room
+ * refuses here, before the source gives anything up). */
+rkv_status rkv_model_import_reserve(rkv_model *model, const void *meta,
+                                    size_t meta_bytes, int64_t *session);
+/* Everything rkv_model_session_import checks, without changing anything:
+ * the slot is reserved, meta is valid and the one it was reserved with,
+ * and the written bits in its regions keep the layer's invariant (0/1,
+ * scratch 1, whole frames; RKV_ERR_FORMAT naming layer and slot). */
+rkv_status rkv_model_import_check(const rkv_model *model, int64_t session,
+                                  const void *meta, size_t meta_bytes);
+/* Makes the reserved slot live: checked as rkv_model_import_check, then
+ * held by the request id with meta's clock (next frame last_committed + 1).
+ * A refused import changes nothing (the slot stays reserved: fill it again,
+ * or cancel). Errors: RKV_ERR_NULL, RKV_ERR_RANGE, RKV_ERR_STATE (not
+ * reserved), RKV_ERR_FORMAT, the backend's (reading the written bits). */
+rkv_status rkv_model_session_import(rkv_model *model, int64_t session,
+                                    const void *meta, size_t meta_bytes);
+/* Cancels a reservation: the slot is zeroed and free again, the request id
+ * no longer reserved. Errors: RKV_ERR_NULL, RKV_ERR_RANGE, RKV_ERR_STATE
+ * (not reserved); a backend failure while zeroing is reported after the
+ * slot is freed. */
+rkv_status rkv_model_import_cancel(rkv_model *model, int64_t session);
+
+/* The plain copy an engine would do, within one process: every region of
+ * held session src_session of `src` (between frames) into the regions of
+ * slot dst_session of `dst`, reserved for import (models of one geometry;
+ * any backends: host regions are copied with memcpy, others through a
+ * host buffer by the backends' span copies). Reads src only; writes only
+ * the reserved slot. Then rkv_model_session_import(dst, dst_session, meta)
+ * with src's metadata makes it live. Errors: RKV_ERR_NULL, RKV_ERR_RANGE,
+ * RKV_ERR_STATE (src not held or inside a frame, dst not reserved),
+ * RKV_ERR_FORMAT (geometries differ), RKV_ERR_NO_MEMORY, the backends'. */
+rkv_status rkv_model_transfer_session(const rkv_model *src, int64_t src_session,
+                                      rkv_model *dst, int64_t dst_session);
 /* rkv_model_upsert and rkv_model_attend (the per-pass calls with the batch
  * spelled out) on storage the caller gives (a view, see rkv_ring_view), for
  * a model on the CPU backend: the same checks (layer, the rows of the

@@ -44,7 +44,7 @@ extern "C" {
  * only appends members; a table declares the version and the size it was
  * compiled with, and the core reads only what both know (members a table
  * lacks count as NULL). */
-#define RKV_BACKEND_ABI_VERSION 1
+#define RKV_BACKEND_ABI_VERSION 2
 
 typedef struct rkv_backend_ops {
     uint32_t abi_version; /* RKV_BACKEND_ABI_VERSION of the header the table
@@ -121,6 +121,22 @@ typedef struct rkv_backend_ops {
     rkv_status (*span_write)(void *ctx, void *layer, int64_t session, rkv_span_part part,
                              int64_t head, const void *src);
     rkv_status (*span_copy)(void *ctx, void *layer, int64_t src_session, int64_t dst_session);
+
+    /* ---- version 2: sessions that move (issue 13; optional) ---------------
+     * span_region: where piece (part, head) of `session`'s span lives in the
+     * layer's storage, without copying: *ptr (BACKEND memory, valid while
+     * the layer lives) and *device (-1: host memory, else the CUDA device
+     * ordinal); its bytes are those of span_read's piece. The same checks
+     * as span_read. Host only. NULL: the backend exposes no regions
+     * (rkv_model_session_regions refuses; offload and snapshots still
+     * work through span_read / span_write).
+     * host_alloc / host_free: HOST memory for session images, 64-byte
+     * aligned, that span_read / span_write copy fastest to and from (CUDA:
+     * pinned, cudaMallocHost). NULL: the core uses aligned heap memory. */
+    rkv_status (*span_region)(void *ctx, const void *layer, int64_t session, rkv_span_part part,
+                              int64_t head, void **ptr, int *device);
+    rkv_status (*host_alloc)(void *ctx, size_t bytes, void **ptr);
+    void (*host_free)(void *ctx, void *ptr);
 } rkv_backend_ops;
 
 /* The CPU backend's table (static; layers are rkv_layer, BACKEND memory is

@@ -209,6 +209,14 @@ if want tests; then
   else
     missing test_backend_parity backend_parity
   fi
+  # the offload path (issue 13): a 720P session of a CUDA model offloaded
+  # into pinned and pageable memory and paged in, its regions on the device,
+  # an export into a second CUDA model (built with the snapshot files)
+  if have test_cuda_offload; then
+    run_step cuda_offload 30 "$OUTDIR/tests.log" "$BUILD"/test_cuda_offload
+  else
+    missing test_cuda_offload cuda_offload
+  fi
   # the whole-model frame recorded once in a graph, replayed 300 frames
   if have test_cuda_graph; then
     run_step cuda_graph 45 "$OUTDIR/tests.log" "$BUILD"/test_cuda_graph --frames 300
@@ -275,7 +283,7 @@ if want tests && { [ -n "$DRY" ] || [ -d .gpu/shared/spec ]; }; then
 fi
 
 [ -z "$DRY" ] &&
-  grep -E "FAIL|operation|^(upsert|visibility|attend|device|f64)|RESULT test|case |PASS:|SKIP|no GPU" \
+  grep -E "FAIL|operation|^(upsert|visibility|attend|device|f64)|RESULT (test|cuda_)|case |PASS:|SKIP|no GPU" \
     "$OUTDIR/tests.log" 2>/dev/null | head -60
 
 # ---- the reference side by side (what time is left, at most 140 s) ----

@@ -5,9 +5,11 @@
 # cmocka (unit tests), OpenBLAS and oneDNN (`ringkv bench`'s sgemm and bf16
 # matmul ceilings), clang's sanitizer runtimes, python3 (and its headers, for
 # Inductor's C++ kernels) for the check scripts; then NumPy and pytest from
-# PyPI for the Python binding's tests (python/tests), and torch >= 2.6 (a
+# PyPI for the Python binding's tests (python/tests), torch >= 2.6 (a
 # large download: PyPI's wheel bundles CUDA) for their torch part: the
-# reference differential test, the custom ops, torch.compile, FlexAttention.
+# reference differential test, the custom ops, torch.compile, FlexAttention;
+# and Ray (plain `ray`: the core, no dashboard) and xxhash for ringkv.ray and
+# its tests (python/tests/test_ray.py, test_migration.py, test_offload.py).
 # Idempotent: what is already installed is skipped.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libstb-dev libjansson-dev libcjson-dev libxxhash-dev libcmocka-dev libopenblas-dev
@@ -43,4 +45,13 @@ sys.exit(0 if (int(v[0]), int(v[1])) >= (2, 6) else 1)' 2>/dev/null; then
   export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
   python3 -m pip install -q "torch>=2.6" \
     || python3 -m pip install -q --break-system-packages "torch>=2.6"
+fi
+
+# ringkv.ray (pip install ringkv[ray]): Ray from PyPI, plain `ray` (the
+# dashboard and its agents of ray[default] are not needed), and xxhash.
+if ! python3 -c 'import ray, xxhash' 2>/dev/null; then
+  echo "installing ray and xxhash for $(command -v python3)"
+  export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1
+  python3 -m pip install -q ray xxhash \
+    || python3 -m pip install -q --break-system-packages ray xxhash
 fi

@@ -81,6 +81,20 @@ static rkv_status cpu_span_copy(void *ctx, void *layer, int64_t src_session,
     return rkv_layer_copy_span(layer, src_session, dst_session);
 }
 
+static rkv_status cpu_span_region(void *ctx, const void *layer, int64_t session,
+                                  rkv_span_part part, int64_t head, void **ptr, int *device) {
+    (void)ctx;
+    const rkv_layer *l = layer;
+    size_t offset = 0, bytes = 0;
+    bool in_written = false;
+    rkv_status st = rkv__span_piece(&l->g, "cpu backend: span_region", session, part, head,
+                                    &offset, &bytes, &in_written);
+    if (st != RKV_OK) return st;
+    *ptr = (in_written ? l->written : l->kv) + offset;
+    *device = -1;
+    return RKV_OK;
+}
+
 static const rkv_backend_ops cpu_ops = {
     .abi_version = RKV_BACKEND_ABI_VERSION,
     .struct_size = sizeof(rkv_backend_ops),
@@ -103,12 +117,17 @@ static const rkv_backend_ops cpu_ops = {
     .span_read = cpu_span_read,
     .span_write = cpu_span_write,
     .span_copy = cpu_span_copy,
+    .span_region = cpu_span_region,
+    .host_alloc = NULL, /* the core's aligned heap memory */
+    .host_free = NULL,
 };
 
 const rkv_backend_ops *rkv_backend_cpu(void) { return &cpu_ops; }
 
-/* The size of version 1 of the table: up to and including span_copy. */
+/* The size of version 1 of the table: up to and including span_copy; of
+ * version 2: up to and including host_free. */
 #define V1_SIZE (offsetof(rkv_backend_ops, span_copy) + sizeof(cpu_ops.span_copy))
+#define V2_SIZE (offsetof(rkv_backend_ops, host_free) + sizeof(cpu_ops.host_free))
 
 rkv_status rkv__backend_adopt(const rkv_backend_ops *ops, const char *what,
                               rkv_backend_ops *out) {
@@ -118,10 +137,11 @@ rkv_status rkv__backend_adopt(const rkv_backend_ops *ops, const char *what,
                          "%s: backend table of ABI version %u; this core knows versions 1..%d "
                          "(a newer backend needs a newer libringkv)",
                          what, (unsigned)ops->abi_version, RKV_BACKEND_ABI_VERSION);
-    if (ops->struct_size < V1_SIZE)
+    const size_t least = ops->abi_version >= 2 ? V2_SIZE : V1_SIZE;
+    if (ops->struct_size < least)
         return rkv__fail(RKV_ERR_INVALID_ARG,
                          "%s: backend table of %u bytes; version %u has at least %zu", what,
-                         (unsigned)ops->struct_size, (unsigned)ops->abi_version, (size_t)V1_SIZE);
+                         (unsigned)ops->struct_size, (unsigned)ops->abi_version, least);
     memset(out, 0, sizeof *out);
     memcpy(out, ops, ops->struct_size < sizeof *out ? ops->struct_size : sizeof *out);
     if (out->max_batch < 0)

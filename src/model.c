@@ -59,6 +59,7 @@ static void free_model(rkv_model *m, bool destroy_ctx) {
     free(m->batch.host);
     free(m->batch.stage);
     free(m->batch.committed);
+    free(m->offloaded);
     free(m);
 }
 
@@ -82,7 +83,11 @@ rkv_status rkv_model_create_with_backend(const rkv_model_config *cfg, const rkv_
     m->batch.host = calloc(2 * (size_t)S, sizeof *m->batch.host);
     m->batch.stage = calloc(2 * (size_t)S, sizeof *m->batch.stage);
     m->batch.committed = calloc((size_t)nl, 1);
-    if (!m->layers || !m->sessions || !m->batch.host || !m->batch.stage || !m->batch.committed) {
+    m->offload_cap = cfg->max_offloaded ? cfg->max_offloaded : RKV_DEFAULT_OFFLOADED(S);
+    if (m->offload_cap > RKV_MAX_OFFLOADED) m->offload_cap = RKV_MAX_OFFLOADED;
+    m->offloaded = calloc((size_t)m->offload_cap, sizeof *m->offloaded);
+    if (!m->layers || !m->sessions || !m->batch.host || !m->batch.stage || !m->batch.committed ||
+        !m->offloaded) {
         st = rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", what);
         goto fail;
     }
@@ -182,7 +187,7 @@ rkv_status rkv__model_span_write(rkv_model *m, int64_t layer, int64_t session,
 
 /* ---- sessions ------------------------------------------------------------ */
 
-static rkv_status check_request_id(const char *what, const char *id) {
+rkv_status rkv__model_check_request_id(const char *what, const char *id) {
     if (!id) return rkv__fail(RKV_ERR_NULL, "%s: request_id is NULL", what);
     size_t n = strnlen(id, RKV_MAX_REQUEST_ID);
     if (n == 0 || n >= RKV_MAX_REQUEST_ID)
@@ -191,11 +196,52 @@ static rkv_status check_request_id(const char *what, const char *id) {
                          n == 0 ? "0" : "too many", RKV_MAX_REQUEST_ID - 1);
     return RKV_OK;
 }
+#define check_request_id rkv__model_check_request_id
 
-static int64_t find_session(const rkv_model *m, const char *id) {
+int64_t rkv__model_find_held(const rkv_model *m, const char *id) {
     for (int64_t s = 0; s < m->cfg.num_sessions; s++)
         if (m->sessions[s].held && !strcmp(m->sessions[s].request_id, id)) return s;
     return -1;
+}
+#define find_session rkv__model_find_held
+
+/* The slot reserved for importing request id, or -1. */
+static int64_t find_importing(const rkv_model *m, const char *id) {
+    for (int64_t s = 0; s < m->cfg.num_sessions; s++)
+        if (m->sessions[s].importing && !strcmp(m->sessions[s].request_id, id)) return s;
+    return -1;
+}
+
+int64_t rkv__model_free_slot(const rkv_model *m) {
+    for (int64_t s = 0; s < m->cfg.num_sessions; s++)
+        if (!m->sessions[s].held && !m->sessions[s].importing) return s;
+    return -1;
+}
+
+/* RKV_ERR_STATE when id is paged out or being imported (not held). */
+static rkv_status id_not_away(const rkv_model *m, const char *what, const char *id) {
+    if (rkv__model_offloaded_find(m, id) >= 0)
+        return rkv__fail(RKV_ERR_STATE,
+                         "%s: request '%s' is paged out of this model (rkv_model_offload); page "
+                         "it in with rkv_model_page_in, or drop it with "
+                         "rkv_model_offload_discard, before its id is used again",
+                         what, id);
+    const int64_t s = find_importing(m, id);
+    if (s >= 0)
+        return rkv__fail(RKV_ERR_STATE,
+                         "%s: request '%s' is being imported into session %lld "
+                         "(rkv_model_import_reserve); finish with rkv_model_session_import or "
+                         "rkv_model_import_cancel first",
+                         what, id, (long long)s);
+    return RKV_OK;
+}
+
+rkv_status rkv__model_id_unused(const rkv_model *m, const char *what, const char *id) {
+    const int64_t s = find_session(m, id);
+    if (s >= 0)
+        return rkv__fail(RKV_ERR_STATE, "%s: request '%s' is held by session %lld of this model",
+                         what, id, (long long)s);
+    return id_not_away(m, what, id);
 }
 
 /* A held session index, or an error naming what is wrong. */
@@ -205,8 +251,12 @@ rkv_status rkv__model_check_held(const rkv_model *m, const char *what, int64_t s
         return rkv__fail(RKV_ERR_RANGE, "%s: session %lld out of range; expected 0..%lld", what,
                          (long long)session, (long long)(m->cfg.num_sessions - 1));
     if (!m->sessions[session].held)
-        return rkv__fail(RKV_ERR_STATE, "%s: session %lld is not claimed", what,
-                         (long long)session);
+        return rkv__fail(RKV_ERR_STATE, "%s: session %lld is not claimed%s", what,
+                         (long long)session,
+                         m->sessions[session].importing
+                             ? " (it is reserved for an import: rkv_model_session_import makes "
+                               "it live, rkv_model_import_cancel frees it)"
+                             : "");
     return RKV_OK;
 }
 #define check_held rkv__model_check_held
@@ -256,12 +306,12 @@ rkv_status rkv_model_claim(rkv_model *model, const char *request_id, int64_t *se
     if (st != RKV_OK) return st;
     int64_t s = find_session(model, request_id);
     if (s < 0) {
-        for (s = 0; s < model->cfg.num_sessions && model->sessions[s].held; s++) {
-        }
-        if (s == model->cfg.num_sessions)
+        if ((st = id_not_away(model, "rkv_model_claim", request_id)) != RKV_OK) return st;
+        if ((s = rkv__model_free_slot(model)) < 0)
             return rkv__fail(RKV_ERR_FULL,
-                             "rkv_model_claim: all %lld sessions are held; cannot claim one for "
-                             "request '%s' (release a session first; there is no eviction)",
+                             "rkv_model_claim: all %lld sessions are held or reserved for an "
+                             "import; cannot claim one for request '%s' (release a session or "
+                             "page one out first; there is no eviction)",
                              (long long)model->cfg.num_sessions, request_id);
         model->sessions[s].held = true;
         snprintf(model->sessions[s].request_id, RKV_MAX_REQUEST_ID, "%s", request_id);
@@ -277,8 +327,13 @@ rkv_status rkv_model_lookup(const rkv_model *model, const char *request_id, int6
     if (st != RKV_OK) return st;
     int64_t s = find_session(model, request_id);
     if (s < 0)
-        return rkv__fail(RKV_ERR_NOT_FOUND, "rkv_model_lookup: no session holds request '%s'",
-                         request_id);
+        return rkv__fail(RKV_ERR_NOT_FOUND, "rkv_model_lookup: no session holds request '%s'%s",
+                         request_id,
+                         rkv__model_offloaded_find(model, request_id) >= 0
+                             ? " (it is paged out: rkv_model_page_in brings it back)"
+                         : find_importing(model, request_id) >= 0
+                             ? " (it is being imported: rkv_model_session_import makes it live)"
+                             : "");
     *session = s;
     return RKV_OK;
 }

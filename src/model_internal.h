@@ -9,10 +9,21 @@
 
 typedef struct rkv__session_state {
     bool held;
+    bool importing;         /* reserved for an import (not held, not free;
+                               request_id is the incoming session's)      */
+    uint64_t import_meta;   /* the XXH3-64 of the metadata it was reserved
+                               with (model_regions.c)                     */
     char request_id[RKV_MAX_REQUEST_ID];
     int64_t last_committed; /* -1: no clock                                */
     int64_t row;            /* its row in the current batch, or -1         */
 } rkv__session_state;
+
+/* A paged-out session's reservation (model_offload.c). */
+typedef struct rkv__offloaded {
+    char request_id[RKV_MAX_REQUEST_ID];
+    int64_t last_committed;
+    uint64_t header_xxh3; /* of the image rkv_model_offload wrote */
+} rkv__offloaded;
 
 /* The current batch (ringkv.h, "Frames"). n == 0: none. */
 typedef struct rkv__batch {
@@ -36,6 +47,9 @@ struct rkv_model {
     rkv__batch batch;
     void *workspace;              /* BACKEND attention workspace, or NULL   */
     size_t workspace_bytes;
+    rkv__offloaded *offloaded;    /* [offload_cap]: entries [0, offload_used)
+                                     are in use (model_offload.c)           */
+    int64_t offload_cap, offload_used;
 };
 
 /* RKV_OK when `session` is in range and claimed; otherwise RKV_ERR_NULL,
@@ -78,5 +92,52 @@ size_t rkv__model_max_span_bytes(const rkv_model *m);
 /* Prefixes the backend's message with `what` ("what: <message>"), keeping
  * the status. */
 rkv_status rkv__model_backend_fail(rkv_status st, const char *what);
+
+/* ---- request ids (model.c) ----
+ * RKV_OK when id is a NUL-terminated string of 1 .. RKV_MAX_REQUEST_ID-1
+ * bytes; RKV_ERR_NULL / RKV_ERR_INVALID_ARG naming `what` otherwise. */
+rkv_status rkv__model_check_request_id(const char *what, const char *id);
+/* The held session of request id, or -1. */
+int64_t rkv__model_find_held(const rkv_model *m, const char *id);
+/* RKV_ERR_STATE (message starting with `what`) when id is held, paged out
+ * or reserved for an import here; RKV_OK when it is none of these. */
+rkv_status rkv__model_id_unused(const rkv_model *m, const char *what, const char *id);
+/* The lowest slot neither held nor reserved for import, or -1. */
+int64_t rkv__model_free_slot(const rkv_model *m);
+/* Index of id's entry in the offload table, or -1; entry i leaves the
+ * table (the last one takes its place) (model_offload.c). */
+int64_t rkv__model_offloaded_find(const rkv_model *m, const char *id);
+void rkv__model_offloaded_remove(rkv_model *m, int64_t i);
+
+/* ---- copies of pieces (copy_hash.c) ----
+ * Copies every piece, in order, and feeds the copied bytes, in order, to
+ * the XXH3-64 stream xxh3_state (an XXH3_state_t *, or NULL: copy only);
+ * large copies hash on a second thread that follows the copy. */
+typedef struct rkv__piece {
+    uint8_t *dst;
+    const uint8_t *src;
+    size_t bytes;
+} rkv__piece;
+void rkv__copy_pieces_hashed(const rkv__piece *p, size_t n, void *xxh3_state);
+
+/* ---- snapshot images (snapshot_file.c) for offload and page-in ----
+ * rkv_model_save_session_mem / rkv_model_save_session with `what` naming
+ * the call, and the image's header checksum in *header_xxh3 (not NULL). */
+rkv_status rkv__snapshot_save_mem(const rkv_model *model, int64_t session, const char *what,
+                                  void *buf, size_t buf_bytes, size_t *file_bytes,
+                                  uint64_t *header_xxh3);
+rkv_status rkv__snapshot_save_file(const rkv_model *model, int64_t session, const char *what,
+                                   const char *path, uint64_t *header_xxh3);
+/* Page-in's reading: the image in memory (buf, bytes) or the file `path`
+ * (when not NULL), its header and geometry checked; then admit(arg, info,
+ * &slot) decides (reservation, a free slot), then the data is copied into
+ * that free slot while it is hashed, once; a bad data checksum or written
+ * bits zero the slot again (RKV_ERR_FORMAT). On RKV_OK *info is the
+ * image's and *slot the slot (still not held: the caller makes it so). */
+typedef rkv_status (*rkv__page_in_admit)(void *arg, const rkv_snapshot_info *info,
+                                         int64_t *slot);
+rkv_status rkv__snapshot_page_in(rkv_model *m, const char *what, const void *buf, size_t bytes,
+                                 const char *path, rkv__page_in_admit admit, void *arg,
+                                 rkv_snapshot_info *info, int64_t *slot);
 
 #endif

@@ -88,6 +88,11 @@ rkv_status rkv__model_config_check(const rkv_model_config *cfg, size_t *per_sess
     if (!memchr(cfg->name, '\0', sizeof cfg->name))
         return rkv__fail(RKV_ERR_INVALID_ARG, "model name is not NUL-terminated within %d bytes",
                          RKV_MAX_NAME);
+    if (cfg->max_offloaded < 0 || cfg->max_offloaded > RKV_MAX_OFFLOADED)
+        return rkv__fail(RKV_ERR_INVALID_ARG,
+                         "max_offloaded = %lld; expected 0 (the default, "
+                         "RKV_DEFAULT_OFFLOADED(num_sessions)) .. %lld",
+                         (long long)cfg->max_offloaded, (long long)RKV_MAX_OFFLOADED);
     if (cfg->n_kv_heads >= 1 && (cfg->n_q_heads < 1 || cfg->n_q_heads % cfg->n_kv_heads))
         return rkv__fail(RKV_ERR_INVALID_ARG,
                          "n_q_heads = %lld; expected a positive multiple of n_kv_heads (%lld)",

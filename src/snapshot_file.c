@@ -30,6 +30,21 @@
 
 #define CHUNK_BYTES ((size_t)1 << 20)
 
+/* The host address of a piece of a session's span when the backend
+ * exposes it (rkv_backend_ops.span_region, host memory), else NULL: the
+ * piece is then copied through span_read / span_write. */
+static uint8_t *host_piece(const rkv_model *m, int64_t layer, int64_t session, rkv_span_part part,
+                           int64_t head) {
+    void *ptr = NULL;
+    int device = 0;
+    if (!m->ops.span_region ||
+        m->ops.span_region(m->ctx, m->layers[layer], session, part, head, &ptr, &device) !=
+            RKV_OK ||
+        device >= 0)
+        return NULL;
+    return ptr;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Reading: a file (pread) or a memory image                                 */
 /* ------------------------------------------------------------------------ */
@@ -258,21 +273,30 @@ static rkv_status check_geometry(const source *s, const rkv_model_config *snap,
 
 /* Copies tensor r (one layer's K, V or written span of a session) from the
  * source into `session` of the model, one piece at a time (K or V of one
- * head, or the written bits) through the model's backend and the bounce
- * buffer (rkv__model_max_span_bytes); file bytes are hashed into hs on the
- * way. */
+ * head, or the written bits) through the model's backend: straight from
+ * the image in memory, or through the bounce buffer
+ * (rkv__model_max_span_bytes) from a file. Each piece is hashed into hs
+ * when hs != NULL (while it is in cache). `fresh`: the session is a free
+ * slot being paged in, whose bytes were not verified yet (bad written bits
+ * are then corrupted data, not a file changed under the reader). */
 static rkv_status install_span(const source *s, uint64_t off, const rkv__snap_tensor *r,
                                rkv_model *m, int64_t session, XXH3_state_t *hs,
-                               uint8_t *bounce) {
+                               uint8_t *bounce, bool fresh) {
     const rkv_span_part part = (rkv_span_part)r->kind; /* k, v, written */
     const size_t bytes = rkv__model_span_bytes(m, r->layer, part);
     const int64_t heads = part == RKV_SPAN_WRITTEN ? 1 : m->cfg.n_kv_heads;
     rkv_status st = RKV_OK;
     for (int64_t h = 0; h < heads && st == RKV_OK; h++, off += bytes) {
-        if ((st = src_read(s, off, bounce, bytes)) != RKV_OK) break;
-        if (!s->mem) XXH3_64bits_update(hs, bounce, bytes);
-        st = rkv__model_span_write(m, r->layer, session, part, h, bounce);
-        if (st == RKV_ERR_INVALID_ARG && !s->mem) /* bits verified, then changed */
+        const uint8_t *piece = s->mem ? s->mem + off : bounce;
+        if (!s->mem && (st = src_read(s, off, bounce, bytes)) != RKV_OK) break;
+        if (hs) XXH3_64bits_update(hs, piece, bytes);
+        st = rkv__model_span_write(m, r->layer, session, part, h, piece);
+        if (st == RKV_ERR_INVALID_ARG && fresh)
+            st = rkv__fail(RKV_ERR_FORMAT,
+                           "%s: %s: corrupted data: layer.%lld.written breaks the layer's "
+                           "invariant (0/1, scratch slots 1, frames written whole)",
+                           s->w.what, s->w.name, (long long)r->layer);
+        else if (st == RKV_ERR_INVALID_ARG && !s->mem) /* bits verified, then changed */
             st = rkv__fail(RKV_ERR_IO,
                            "%s: %s: the file changed while it was loaded (its written bits are "
                            "no longer valid on the second read); session %lld was reset",
@@ -283,35 +307,109 @@ static rkv_status install_span(const source *s, uint64_t off, const rkv__snap_te
     return st;
 }
 
-/* Copies the validated data section into the session, tensor by tensor in
- * file order. For files the bytes are hashed again: if the file changed
- * after verify_data, the session is reset and RKV_ERR_IO returned. */
-static rkv_status install(const source *s, const rkv__snap_header *p, rkv_model *m,
-                          int64_t session) {
-    uint8_t *bounce = malloc(rkv__model_max_span_bytes(m));
-    if (!bounce) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", s->w.what);
+/* Copies the data section into the session, tensor by tensor in file
+ * order (which tiles it exactly), hashing it into *digest when digest !=
+ * NULL. On failure the session is reset (zeroed, no clock) and the message
+ * says so. */
+/* The pieces of the image's data section, in file order, with the host
+ * addresses of `session`'s span they go to (rkv__piece: dst, src, bytes);
+ * NULL when a piece is not in host memory (or out of memory): the data then
+ * goes through span_write. *n receives the count. */
+static rkv__piece *host_pieces(const source *s, const rkv__snap_header *p, const rkv_model *m,
+                               int64_t session, size_t *n) {
+    const size_t most = (size_t)m->cfg.n_layers * (size_t)(2 * m->cfg.n_kv_heads + 1);
+    rkv__piece *pc = malloc(most * sizeof *pc);
+    size_t k = 0;
+    for (int64_t t = 0; pc && t < m->cfg.n_layers * 3; t++) {
+        const rkv__snap_tensor *r = p->order[t];
+        const rkv_span_part part = (rkv_span_part)r->kind;
+        const size_t bytes = rkv__model_span_bytes(m, r->layer, part);
+        for (int64_t h = 0; h < (part == RKV_SPAN_WRITTEN ? 1 : m->cfg.n_kv_heads); h++) {
+            uint8_t *dst = host_piece(m, r->layer, session, part, h);
+            if (!dst) {
+                free(pc);
+                return NULL;
+            }
+            pc[k++] = (rkv__piece){dst, s->mem + p->data_offset + r->begin + (uint64_t)h * bytes,
+                                   bytes};
+        }
+    }
+    *n = k;
+    return pc;
+}
+
+/* Page-in of an image in memory into a free slot in host memory: every
+ * piece copied once and hashed behind the copy; then the written bits. */
+static rkv_status install_fresh_host(const source *s, const rkv__snap_header *p, rkv_model *m,
+                                     int64_t session, const rkv__piece *pc, size_t n,
+                                     uint64_t *digest) {
+    XXH3_state_t hs;
+    XXH3_64bits_reset(&hs);
+    rkv__copy_pieces_hashed(pc, n, &hs);
+    *digest = XXH3_64bits_digest(&hs);
+    for (int64_t i = 0; i < m->cfg.n_layers; i++) {
+        const rkv_geometry g = rkv__model_layer_geometry(m, i);
+        const uint8_t *w = host_piece(m, i, session, RKV_SPAN_WRITTEN, 0);
+        const int64_t bad = rkv__written_span_check(&g, w);
+        if (bad >= 0) {
+            const unsigned value = w[bad]; /* before the slot is zeroed again */
+            rkv__model_clear_session(m, session);
+            return rkv__fail(RKV_ERR_FORMAT,
+                             "%s: %s: corrupted data: layer.%lld.written[%lld] = %u (expected 0/1, "
+                             "scratch slots 1, frames written whole)",
+                             s->w.what, s->w.name, (long long)i, (long long)bad, value);
+        }
+    }
+    return RKV_OK;
+}
+
+static rkv_status install_pieces(const source *s, const rkv__snap_header *p, rkv_model *m,
+                                 int64_t session, uint64_t *digest, bool fresh) {
+    size_t n = 0;
+    rkv__piece *pc = fresh && s->mem && digest ? host_pieces(s, p, m, session, &n) : NULL;
+    if (pc) {
+        rkv_status st = install_fresh_host(s, p, m, session, pc, n, digest);
+        free(pc);
+        return st;
+    }
+    uint8_t *bounce = s->mem ? NULL : malloc(rkv__model_max_span_bytes(m));
+    if (!s->mem && !bounce) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", s->w.what);
     XXH3_state_t hs;
     XXH3_64bits_reset(&hs);
     rkv_status st = RKV_OK;
     for (int64_t k = 0; k < m->cfg.n_layers * 3 && st == RKV_OK; k++) {
         const rkv__snap_tensor *r = p->order[k];
-        st = install_span(s, p->data_offset + r->begin, r, m, session, &hs, bounce);
+        st = install_span(s, p->data_offset + r->begin, r, m, session, digest ? &hs : NULL,
+                          bounce, fresh);
     }
     free(bounce);
-    if (st == RKV_OK && !s->mem && XXH3_64bits_digest(&hs) != p->info.data_xxh3)
-        st = rkv__fail(RKV_ERR_IO,
-                       "%s: %s: the file changed while it was loaded (data checksum differs on "
-                       "the second read); session %lld was reset",
-                       s->w.what, s->w.name, (long long)session);
+    if (digest) *digest = XXH3_64bits_digest(&hs);
     if (st != RKV_OK) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", rkv_last_error());
         rkv__model_clear_session(m, session);
         return rkv__fail(st, "%s%s", msg,
-                         strstr(msg, "was reset") ? "" : "; the session was reset");
+                         strstr(msg, "was reset") || fresh ? "" : "; the session was reset");
     }
-    rkv__model_set_clock(m, session, p->info.last_committed);
     return RKV_OK;
+}
+
+/* Copies the validated data section into the session. For files the bytes
+ * are hashed again: if the file changed after verify_data, the session is
+ * reset and RKV_ERR_IO returned. */
+static rkv_status install(const source *s, const rkv__snap_header *p, rkv_model *m,
+                          int64_t session) {
+    uint64_t again = 0;
+    rkv_status st = install_pieces(s, p, m, session, s->mem ? NULL : &again, false);
+    if (st == RKV_OK && !s->mem && again != p->info.data_xxh3) {
+        rkv__model_clear_session(m, session);
+        st = rkv__fail(RKV_ERR_IO,
+                       "%s: %s: the file changed while it was loaded (data checksum differs on "
+                       "the second read); session %lld was reset",
+                       s->w.what, s->w.name, (long long)session);
+    }
+    if (st == RKV_OK) rkv__model_set_clock(m, session, p->info.last_committed);
+    return st;
 }
 
 static rkv_status load_source(const source *s, rkv_model *model, int64_t session) {
@@ -322,6 +420,41 @@ static rkv_status load_source(const source *s, rkv_model *model, int64_t session
         (st = verify_data(s, &p)) == RKV_OK)
         st = install(s, &p, model, session);
     rkv__snap_header_free(&p);
+    return st;
+}
+
+rkv_status rkv__snapshot_page_in(rkv_model *m, const char *what, const void *buf, size_t bytes,
+                                 const char *path, rkv__page_in_admit admit, void *arg,
+                                 rkv_snapshot_info *info, int64_t *slot) {
+    source s;
+    rkv_status st;
+    if (path) {
+        if ((st = src_open(&s, what, path)) != RKV_OK) return st;
+    } else {
+        src_mem(&s, what, buf ? buf : "", bytes);
+    }
+    rkv__snap_header p;
+    if ((st = read_header(&s, &p)) == RKV_OK) {
+        int64_t got = -1;
+        uint64_t digest = 0;
+        if ((st = check_geometry(&s, &p.info.config, &m->cfg)) == RKV_OK &&
+            (st = admit(arg, &p.info, &got)) == RKV_OK &&
+            (st = install_pieces(&s, &p, m, got, &digest, true)) == RKV_OK &&
+            digest != p.info.data_xxh3) {
+            rkv__model_clear_session(m, got);
+            st = rkv__fail(RKV_ERR_FORMAT,
+                           "%s: %s: corrupted data: data checksum mismatch (data_xxh3 %016llx, "
+                           "computed %016llx)",
+                           what, s.w.name, (unsigned long long)p.info.data_xxh3,
+                           (unsigned long long)digest);
+        }
+        if (st == RKV_OK) {
+            *info = p.info;
+            *slot = got;
+        }
+        rkv__snap_header_free(&p);
+    }
+    if (path) close(s.fd);
     return st;
 }
 
@@ -382,7 +515,8 @@ static rkv_status sink_write(sink *k, const void *p, size_t n) {
 
 /* Writes layer i's K, V and written spans of `session` (the tensors
  * layer.i.k, .v, .written), one piece at a time read through the model's
- * backend into the bounce buffer, hashing them into hs. */
+ * backend, hashing them into hs: straight into a memory sink (each piece
+ * hashed while it is in cache), or through the bounce buffer to a file. */
 static rkv_status write_layer_span(sink *k, const rkv_model *m, int64_t i, int64_t session,
                                    XXH3_state_t *hs, uint8_t *bounce) {
     rkv_status st = RKV_OK;
@@ -390,14 +524,45 @@ static rkv_status write_layer_span(sink *k, const rkv_model *m, int64_t i, int64
         const size_t bytes = rkv__model_span_bytes(m, i, (rkv_span_part)part);
         const int64_t heads = part == RKV_SPAN_WRITTEN ? 1 : m->cfg.n_kv_heads;
         for (int64_t h = 0; h < heads && st == RKV_OK; h++) {
-            if ((st = rkv__model_span_read(m, i, session, (rkv_span_part)part, h, bounce)) !=
+            const uint8_t *region = host_piece(m, i, session, (rkv_span_part)part, h);
+            if (region) { /* to a file: straight from the storage */
+                XXH3_64bits_update(hs, region, bytes);
+                st = sink_write(k, region, bytes);
+                continue;
+            }
+            uint8_t *piece = k->mem ? k->mem + k->off : bounce;
+            if ((st = rkv__model_span_read(m, i, session, (rkv_span_part)part, h, piece)) !=
                 RKV_OK)
                 return rkv__model_backend_fail(st, k->what);
-            XXH3_64bits_update(hs, bounce, bytes);
-            st = sink_write(k, bounce, bytes);
+            XXH3_64bits_update(hs, piece, bytes);
+            if (k->mem) k->off += bytes;
+            else st = sink_write(k, piece, bytes);
         }
     }
     return st;
+}
+
+/* The pieces of `session`'s span in host memory, in image order (layer by
+ * layer: K heads, V heads, written bits), each going to its place in the
+ * data section at `data`; NULL when one is not in host memory. */
+static rkv__piece *image_pieces(const rkv_model *m, int64_t session, uint8_t *data, size_t *n) {
+    const size_t most = (size_t)m->cfg.n_layers * (size_t)(2 * m->cfg.n_kv_heads + 1);
+    rkv__piece *pc = malloc(most * sizeof *pc);
+    size_t k = 0, off = 0;
+    for (int64_t i = 0; pc && i < m->cfg.n_layers; i++)
+        for (int part = RKV_SPAN_K; part <= RKV_SPAN_WRITTEN; part++)
+            for (int64_t h = 0; h < (part == RKV_SPAN_WRITTEN ? 1 : m->cfg.n_kv_heads); h++) {
+                const uint8_t *src = host_piece(m, i, session, (rkv_span_part)part, h);
+                if (!src) {
+                    free(pc);
+                    return NULL;
+                }
+                const size_t bytes = rkv__model_span_bytes(m, i, (rkv_span_part)part);
+                pc[k++] = (rkv__piece){data + off, src, bytes};
+                off += bytes;
+            }
+    *n = k;
+    return pc;
 }
 
 /* Writes the header in place again, now with both checksums. */
@@ -418,23 +583,34 @@ static rkv_status rewrite_header(sink *k, const rkv__snap_text *hd) {
 }
 
 /* Writes the whole image: length, header (checksums zero), data (hashed),
- * then the header again with both checksums filled in. */
-static rkv_status write_image(const rkv_model *m, int64_t session, rkv__snap_text *hd, sink *k) {
+ * then the header again with both checksums filled in (*header_xxh3: its
+ * checksum, when not NULL). */
+static rkv_status write_image(const rkv_model *m, int64_t session, rkv__snap_text *hd, sink *k,
+                              uint64_t *header_xxh3) {
     uint8_t first8[8];
     rkv__snap_header_put_length(hd, first8);
     rkv_status st;
     if ((st = sink_write(k, first8, 8)) != RKV_OK ||
         (st = sink_write(k, hd->text, hd->len)) != RKV_OK)
         return st;
-    uint8_t *bounce = malloc(rkv__model_max_span_bytes(m));
-    if (!bounce) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", k->what);
     XXH3_state_t hs;
     XXH3_64bits_reset(&hs);
-    for (int64_t i = 0; i < m->cfg.n_layers && st == RKV_OK; i++)
-        st = write_layer_span(k, m, i, session, &hs, bounce);
-    free(bounce);
+    size_t n = 0;
+    rkv__piece *pc = k->mem ? image_pieces(m, session, k->mem + k->off, &n) : NULL;
+    if (pc) { /* memory to memory: copied once, hashed behind the copy */
+        rkv__copy_pieces_hashed(pc, n, &hs);
+        for (size_t i = 0; i < n; i++) k->off += pc[i].bytes;
+        free(pc);
+    } else {
+        uint8_t *bounce = malloc(rkv__model_max_span_bytes(m));
+        if (!bounce) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", k->what);
+        for (int64_t i = 0; i < m->cfg.n_layers && st == RKV_OK; i++)
+            st = write_layer_span(k, m, i, session, &hs, bounce);
+        free(bounce);
+    }
     if (st != RKV_OK) return st;
-    rkv__snap_header_seal(hd, XXH3_64bits_digest(&hs));
+    const uint64_t sealed = rkv__snap_header_seal(hd, XXH3_64bits_digest(&hs));
+    if (header_xxh3) *header_xxh3 = sealed;
     return rewrite_header(k, hd);
 }
 
@@ -444,9 +620,9 @@ static rkv_status build_header(const rkv_model *m, int64_t session, const char *
     return rkv__snap_header_build(&m->cfg, session, ss->request_id, ss->last_committed, what, out);
 }
 
-rkv_status rkv_model_save_session_mem(const rkv_model *model, int64_t session, void *buf,
-                                      size_t buf_bytes, size_t *file_bytes) {
-    static const char *what = "rkv_model_save_session_mem";
+rkv_status rkv__snapshot_save_mem(const rkv_model *model, int64_t session, const char *what,
+                                  void *buf, size_t buf_bytes, size_t *file_bytes,
+                                  uint64_t *header_xxh3) {
     rkv_status st = rkv__model_check_between_frames(model, what, session);
     if (st != RKV_OK) return st;
     if (!file_bytes) return rkv__fail(RKV_ERR_NULL, "%s: file_bytes is NULL", what);
@@ -461,11 +637,17 @@ rkv_status rkv_model_save_session_mem(const rkv_model *model, int64_t session, v
                        buf_bytes, (unsigned long long)total);
     else if (buf) {
         sink k = {what, "(memory)", -1, buf, 0};
-        st = write_image(model, session, &hd, &k);
+        st = write_image(model, session, &hd, &k, header_xxh3);
     }
     free(hd.text);
     if (st == RKV_OK) *file_bytes = (size_t)total;
     return st;
+}
+
+rkv_status rkv_model_save_session_mem(const rkv_model *model, int64_t session, void *buf,
+                                      size_t buf_bytes, size_t *file_bytes) {
+    return rkv__snapshot_save_mem(model, session, "rkv_model_save_session_mem", buf, buf_bytes,
+                                  file_bytes, NULL);
 }
 
 /* fsync of the directory holding path, so that a rename is durable (best
@@ -486,11 +668,12 @@ static void sync_dir_of(const char *path) {
 /* The image into the new temporary file tmp (fd), fsync'ed and closed,
  * then renamed over path. */
 static rkv_status write_and_rename(const rkv_model *m, int64_t session, rkv__snap_text *hd,
-                                   const char *what, int fd, const char *tmp, const char *path) {
+                                   const char *what, int fd, const char *tmp, const char *path,
+                                   uint64_t *header_xxh3) {
     struct stat old;
     (void)fchmod(fd, stat(path, &old) == 0 ? (old.st_mode & 07777) : 0644);
     sink k = {what, tmp, fd, NULL, 0};
-    rkv_status st = write_image(m, session, hd, &k);
+    rkv_status st = write_image(m, session, hd, &k, header_xxh3);
     if (st == RKV_OK && fsync(fd))
         st = rkv__fail(RKV_ERR_IO, "%s: fsync of %s failed: %s", what, tmp, strerror(errno));
     if (close(fd) && st == RKV_OK)
@@ -503,7 +686,11 @@ static rkv_status write_and_rename(const rkv_model *m, int64_t session, rkv__sna
 }
 
 rkv_status rkv_model_save_session(const rkv_model *model, int64_t session, const char *path) {
-    static const char *what = "rkv_model_save_session";
+    return rkv__snapshot_save_file(model, session, "rkv_model_save_session", path, NULL);
+}
+
+rkv_status rkv__snapshot_save_file(const rkv_model *model, int64_t session, const char *what,
+                                   const char *path, uint64_t *header_xxh3) {
     rkv_status st = rkv__model_check_between_frames(model, what, session);
     if (st != RKV_OK) return st;
     if (!path) return rkv__fail(RKV_ERR_NULL, "%s: path is NULL", what);
@@ -522,7 +709,7 @@ rkv_status rkv_model_save_session(const rkv_model *model, int64_t session, const
             st = rkv__fail(RKV_ERR_IO, "%s: cannot create a temporary file next to %s: %s", what,
                            path, strerror(errno));
     }
-    if (st == RKV_OK) st = write_and_rename(model, session, &hd, what, fd, tmp, path);
+    if (st == RKV_OK) st = write_and_rename(model, session, &hd, what, fd, tmp, path, header_xxh3);
     free(tmp);
     free(hd.text);
     if (st == RKV_OK) sync_dir_of(path);

@@ -746,7 +746,7 @@ void rkv__snap_header_put_length(const rkv__snap_text *t, uint8_t first8[8]) {
     put_le64(first8, t->len);
 }
 
-void rkv__snap_header_seal(rkv__snap_text *t, uint64_t data_xxh3) {
+uint64_t rkv__snap_header_seal(rkv__snap_text *t, uint64_t data_xxh3) {
     uint8_t first8[8];
     put_le64(first8, t->len);
     hex16(data_xxh3, t->text + t->data_digits);
@@ -755,5 +755,7 @@ void rkv__snap_header_seal(rkv__snap_text *t, uint64_t data_xxh3) {
     XXH3_64bits_reset(&hs);
     XXH3_64bits_update(&hs, first8, 8);
     XXH3_64bits_update(&hs, t->text, t->len);
-    hex16(XXH3_64bits_digest(&hs), t->text + t->header_digits);
+    const uint64_t header_xxh3 = XXH3_64bits_digest(&hs);
+    hex16(header_xxh3, t->text + t->header_digits);
+    return header_xxh3;
 }

@@ -86,7 +86,7 @@ rkv_status rkv__snap_header_build(const rkv_model_config *cfg, int64_t session,
 void rkv__snap_header_put_length(const rkv__snap_text *t, uint8_t first8[8]);
 
 /* Fills in data_xxh3 and then header_xxh3 (over the 8 length bytes and the
- * text with its own digits read as '0'). */
-void rkv__snap_header_seal(rkv__snap_text *t, uint64_t data_xxh3);
+ * text with its own digits read as '0'); returns header_xxh3. */
+uint64_t rkv__snap_header_seal(rkv__snap_text *t, uint64_t data_xxh3);
 
 #endif

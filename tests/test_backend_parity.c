@@ -19,7 +19,9 @@
  * whose rows are at once filling, on a non-write step and evicting, in
  * changing row orders; reset, release and re-claim; fork; in-memory
  * snapshot and restore; save to a file and resume in new models; a session
- * saved from the backend loaded into a CPU model and back.
+ * saved from the backend loaded into a CPU model and back; offload into the
+ * backend's image memory and page-in; export through the session regions
+ * into a CPU model and from there into another model of the backend.
  * After every frame, every session's storage and written bits (the
  * in-memory snapshot image, which also holds the clock) are compared byte
  * for byte with the reference's; every attention output within the
@@ -472,6 +474,53 @@ static void scenario(const backend *bk, rkv_dtype dt) {
     if (clock != p.next[1] - 1) FAIL("clock after the round trip: %lld", (long long)clock);
     rkv_model_destroy(cpu);
     rkv_model_destroy(back);
+
+    /* offload a into the backend's image memory (pinned on CUDA) and page it
+     * back in, beside the reference: the same image bytes, the same slot,
+     * then frames on as before */
+    size_t n = 0, nr = 0;
+    OK(rkv_model_offload(p.t, 0, NULL, 0, &n));
+    void *hb = NULL;
+    OK(rkv_model_host_alloc(p.t, n, &hb));
+    unsigned char *rb = xmalloc(n);
+    OK(rkv_model_offload(p.t, 0, hb, n, &n));
+    OK(rkv_model_offload(p.r, 0, rb, n, &nr));
+    if (n != nr || memcmp(hb, rb, n)) FAIL("%s: the offloaded images differ", bk->name);
+    int64_t st = -1, sr = -1;
+    OK(rkv_model_page_in(p.t, hb, n, &st));
+    OK(rkv_model_page_in(p.r, rb, n, &sr));
+    if (st != 0 || sr != 0) FAIL("paged in at %lld / %lld; expected 0", (long long)st, (long long)sr);
+    rkv_model_host_free(p.t, hb);
+    free(rb);
+    pair_check_state(&p, "after offload and page-in");
+    pair_frame(&p, 2, (int64_t[]){0, 1}, seed++);
+
+    /* export b from the backend into a CPU model through the regions, and
+     * from there into a second model of the backend: digests equal at
+     * every end, the images equal to the original */
+    const size_t mb = rkv_model_session_meta_bytes(p.t);
+    unsigned char *meta = xmalloc(mb);
+    OK(rkv_model_session_export_meta(p.t, 1, meta, mb));
+    rkv_model *mid = NULL, *far = NULL;
+    int64_t ms = -1, fs = -1;
+    uint64_t d0 = 0, d1 = 1, d2 = 2;
+    OK(rkv_model_create(&cfg, &mid));
+    OK(bk->create(&cfg, &far));
+    OK(rkv_model_import_reserve(mid, meta, mb, &ms));
+    OK(rkv_model_transfer_session(p.t, 1, mid, ms));
+    OK(rkv_model_session_digest(p.t, 1, &d0));
+    OK(rkv_model_session_digest(mid, ms, &d1));
+    OK(rkv_model_session_import(mid, ms, meta, mb));
+    OK(rkv_model_import_reserve(far, meta, mb, &fs));
+    OK(rkv_model_transfer_session(mid, ms, far, fs));
+    OK(rkv_model_session_digest(far, fs, &d2));
+    OK(rkv_model_session_import(far, fs, meta, mb));
+    if (d0 != d1 || d0 != d2) FAIL("%s: region digests differ across the export", bk->name);
+    same_session(p.t, 1, mid, ms, "backend -> CPU by regions");
+    same_session(p.t, 1, far, fs, "backend -> CPU -> backend by regions");
+    rkv_model_destroy(mid);
+    rkv_model_destroy(far);
+    free(meta);
 
     printf("  %-5s %-4s: %lld attention outputs (worst relative error %.2g, tolerance %.0e), "
            "storage and bits exact after every frame\n",

@@ -1182,6 +1182,144 @@ static void test_snapshot_restore_errors(void **state)
     rkv_model_destroy(m);
 }
 
+/* ---- offload, page-in, regions and import (issue 13) -------------------------- */
+
+/* Every bad input of the calls that move sessions: the status, a message
+ * naming what was wrong, the model (storage, clocks, paged-out table)
+ * byte-identical, and output buffers untouched. */
+static void test_offload_import_errors(void **state)
+{
+    (void)state;
+    int64_t sa, sb, got = -7;
+    rkv_model *m = busy_model(&sa, &sb); /* sa between frames, sb inside one */
+    size_t n = 0, count = 0;
+    TU_OK(rkv_model_offload(m, sa, NULL, 0, &n));
+    unsigned char *buf = tu_xmalloc(n + 8);
+    memset(buf, 0xEE, n + 8);
+    /* offload */
+    TU_ERR(rkv_model_offload(NULL, sa, buf, n, &n), RKV_ERR_NULL, "model");
+    MODEL_ERR(m, rkv_model_offload(m, sa, buf, n, NULL), RKV_ERR_NULL, "image_bytes");
+    MODEL_ERR(m, rkv_model_offload(m, 3, buf, n, &n), RKV_ERR_RANGE, "3");
+    MODEL_ERR(m, rkv_model_offload(m, -1, buf, n, &n), RKV_ERR_RANGE, "-1");
+    MODEL_ERR(m, rkv_model_offload(m, 2, buf, n, &n), RKV_ERR_STATE, "not claimed");
+    MODEL_ERR(m, rkv_model_offload(m, sb, buf, n, &n), RKV_ERR_STATE, "inside frame");
+    MODEL_ERR(m, rkv_model_offload(m, sa, buf, n - 1, &n), RKV_ERR_INVALID_ARG, "buffer");
+    MODEL_ERR(m, rkv_model_offload_file(m, sa, NULL), RKV_ERR_NULL, "path");
+    MODEL_ERR(m, rkv_model_offload_file(m, sa, ""), RKV_ERR_INVALID_ARG, "empty");
+    MODEL_ERR(m, rkv_model_offload_file(m, sa, "/nonexistent-dir/x"), RKV_ERR_IO,
+              "nonexistent-dir");
+    MODEL_ERR(m, rkv_model_offload_file(m, sb, "/tmp/x"), RKV_ERR_STATE, "inside frame");
+    for (size_t i = 0; i < n + 8; i++)
+        if (buf[i] != 0xEE) fail_msg("offload buffer byte %zu written by a failed call", i);
+    /* the table */
+    TU_ERR(rkv_model_offloaded_clock(NULL, "a", &got), RKV_ERR_NULL, "model");
+    MODEL_ERR(m, rkv_model_offloaded_clock(m, "a", NULL), RKV_ERR_NULL, "last_committed");
+    MODEL_ERR(m, rkv_model_offloaded_clock(m, NULL, &got), RKV_ERR_NULL, "request_id");
+    MODEL_ERR(m, rkv_model_offloaded_clock(m, "", &got), RKV_ERR_INVALID_ARG, "request_id");
+    MODEL_ERR(m, rkv_model_offloaded_clock(m, "a", &got), RKV_ERR_NOT_FOUND, "'a'");
+    TU_ERR(rkv_model_offload_discard(NULL, "a"), RKV_ERR_NULL, "model");
+    MODEL_ERR(m, rkv_model_offload_discard(m, NULL), RKV_ERR_NULL, "request_id");
+    MODEL_ERR(m, rkv_model_offload_discard(m, "zz"), RKV_ERR_NOT_FOUND, "'zz'");
+    assert_int_equal(got, -7);
+    /* page-in */
+    TU_OK(rkv_model_offload(m, sa, buf, n, &n));
+    TU_ERR(rkv_model_page_in(NULL, buf, n, &got), RKV_ERR_NULL, "model");
+    MODEL_ERR(m, rkv_model_page_in(m, NULL, n, &got), RKV_ERR_NULL, "buf");
+    MODEL_ERR(m, rkv_model_page_in(m, buf, n, NULL), RKV_ERR_NULL, "session");
+    MODEL_ERR(m, rkv_model_page_in(m, buf, 0, &got), RKV_ERR_FORMAT, "truncated");
+    MODEL_ERR(m, rkv_model_page_in(m, buf, 7, &got), RKV_ERR_FORMAT, "truncated");
+    MODEL_ERR(m, rkv_model_page_in_file(m, NULL, &got), RKV_ERR_NULL, "path");
+    MODEL_ERR(m, rkv_model_page_in_file(m, "/nonexistent-dir/x", &got), RKV_ERR_IO,
+              "nonexistent-dir");
+    assert_int_equal(got, -7);
+    TU_OK(rkv_model_page_in(m, buf, n, &got));
+    /* host memory */
+    void *p = (void *)buf;
+    TU_ERR(rkv_model_host_alloc(NULL, 8, &p), RKV_ERR_NULL, "model");
+    MODEL_ERR(m, rkv_model_host_alloc(m, 8, NULL), RKV_ERR_NULL, "ptr");
+    MODEL_ERR(m, rkv_model_host_alloc(m, 0, &p), RKV_ERR_INVALID_ARG, "0");
+    assert_ptr_equal(p, buf);
+    rkv_model_host_free(m, NULL);
+    rkv_model_host_free(NULL, NULL);
+    /* regions and metadata */
+    const size_t nr = rkv_model_session_region_count(m), mb = rkv_model_session_meta_bytes(m);
+    rkv_session_region *rg = tu_xcalloc(nr + 1, sizeof *rg);
+    memset(rg, 0xEE, (nr + 1) * sizeof *rg);
+    unsigned char *meta = tu_xmalloc(mb + 8);
+    memset(meta, 0xEE, mb + 8);
+    TU_ERR(rkv_model_session_regions(NULL, got, rg, nr, &count), RKV_ERR_NULL, "model");
+    MODEL_ERR(m, rkv_model_session_regions(m, got, NULL, nr, &count), RKV_ERR_NULL, "regions");
+    MODEL_ERR(m, rkv_model_session_regions(m, got, rg, nr, NULL), RKV_ERR_NULL, "count");
+    MODEL_ERR(m, rkv_model_session_regions(m, 3, rg, nr, &count), RKV_ERR_RANGE, "3");
+    MODEL_ERR(m, rkv_model_session_regions(m, 2 - got, rg, nr, &count), RKV_ERR_STATE, NULL);
+    MODEL_ERR(m, rkv_model_session_regions(m, sb, rg, nr, &count), RKV_ERR_STATE,
+              "inside frame");
+    MODEL_ERR(m, rkv_model_session_regions(m, got, rg, nr - 1, &count), RKV_ERR_INVALID_ARG,
+              "max_regions");
+    TU_ERR(rkv_model_session_export_meta(NULL, got, meta, mb), RKV_ERR_NULL, "model");
+    MODEL_ERR(m, rkv_model_session_export_meta(m, got, NULL, mb), RKV_ERR_NULL, "meta");
+    MODEL_ERR(m, rkv_model_session_export_meta(m, got, meta, mb - 1), RKV_ERR_INVALID_ARG,
+              "meta has");
+    MODEL_ERR(m, rkv_model_session_export_meta(m, sb, meta, mb), RKV_ERR_STATE,
+              "inside frame");
+    uint64_t d = 42;
+    TU_ERR(rkv_model_session_digest(NULL, got, &d), RKV_ERR_NULL, "model");
+    MODEL_ERR(m, rkv_model_session_digest(m, got, NULL), RKV_ERR_NULL, "xxh3");
+    MODEL_ERR(m, rkv_model_session_digest(m, -1, &d), RKV_ERR_RANGE, "-1");
+    MODEL_ERR(m, rkv_model_session_digest(m, sb, &d), RKV_ERR_STATE, "inside frame");
+    assert_int_equal(d, 42);
+    for (size_t i = 0; i < (nr + 1) * sizeof *rg; i++)
+        if (((unsigned char *)rg)[i] != 0xEE) fail_msg("regions byte %zu written", i);
+    for (size_t i = 0; i < mb + 8; i++)
+        if (meta[i] != 0xEE) fail_msg("meta byte %zu written by a failed call", i);
+    /* import into a second model of the same geometry, then another */
+    TU_OK(rkv_model_session_export_meta(m, got, meta, mb));
+    rkv_model_config cfg = small_cfg();
+    rkv_model *dst = NULL, *other = NULL;
+    TU_OK(rkv_model_create(&cfg, &dst));
+    cfg.layers[1].ring_buckets = 2;
+    TU_OK(rkv_model_create(&cfg, &other));
+    int64_t r = -7;
+    TU_ERR(rkv_model_import_reserve(NULL, meta, mb, &r), RKV_ERR_NULL, "model");
+    MODEL_ERR(dst, rkv_model_import_reserve(dst, NULL, mb, &r), RKV_ERR_NULL, "meta");
+    MODEL_ERR(dst, rkv_model_import_reserve(dst, meta, mb, NULL), RKV_ERR_NULL, "session");
+    MODEL_ERR(dst, rkv_model_import_reserve(dst, meta, 0, &r), RKV_ERR_FORMAT, "magic");
+    MODEL_ERR(other, rkv_model_import_reserve(other, meta, mb, &r), RKV_ERR_FORMAT,
+              "ring_buckets");
+    unsigned char *bad = tu_xmalloc(mb);
+    memcpy(bad, meta, mb);
+    bad[8] = 9; /* version */
+    MODEL_ERR(dst, rkv_model_import_reserve(dst, bad, mb, &r), RKV_ERR_FORMAT, "version 9");
+    memcpy(bad, meta, mb);
+    bad[50] ^= 1; /* the clock: the checksum catches it */
+    MODEL_ERR(dst, rkv_model_import_reserve(dst, bad, mb, &r), RKV_ERR_FORMAT, "damaged");
+    assert_int_equal(r, -7);
+    TU_OK(rkv_model_import_reserve(dst, meta, mb, &r));
+    TU_ERR(rkv_model_import_check(NULL, r, meta, mb), RKV_ERR_NULL, "model");
+    MODEL_ERR(dst, rkv_model_import_check(dst, r, NULL, mb), RKV_ERR_NULL, "meta");
+    MODEL_ERR(dst, rkv_model_import_check(dst, 9, meta, mb), RKV_ERR_RANGE, "9");
+    MODEL_ERR(dst, rkv_model_import_check(dst, r + 1, meta, mb), RKV_ERR_STATE,
+              "not reserved");
+    MODEL_ERR(dst, rkv_model_session_import(dst, r + 1, meta, mb), RKV_ERR_STATE,
+              "not reserved");
+    MODEL_ERR(dst, rkv_model_session_import(dst, r, bad, mb), RKV_ERR_FORMAT, "damaged");
+    TU_ERR(rkv_model_session_import(NULL, r, meta, mb), RKV_ERR_NULL, "model");
+    TU_ERR(rkv_model_import_cancel(NULL, r), RKV_ERR_NULL, "model");
+    MODEL_ERR(dst, rkv_model_import_cancel(dst, -2), RKV_ERR_RANGE, "-2");
+    MODEL_ERR(dst, rkv_model_import_cancel(dst, r + 1), RKV_ERR_STATE, "free");
+    TU_ERR(rkv_model_transfer_session(NULL, got, dst, r), RKV_ERR_NULL, "model");
+    MODEL_ERR(dst, rkv_model_transfer_session(m, got, NULL, r), RKV_ERR_NULL, "model");
+    MODEL_ERR(dst, rkv_model_transfer_session(m, sb, dst, r), RKV_ERR_STATE, "inside frame");
+    MODEL_ERR(dst, rkv_model_transfer_session(m, got, dst, r + 1), RKV_ERR_STATE,
+              "not reserved");
+    int64_t o;
+    MODEL_ERR(dst, rkv_model_import_reserve(dst, meta, mb, &o), RKV_ERR_STATE, "being imported");
+    TU_OK(rkv_model_transfer_session(m, got, dst, r));
+    TU_OK(rkv_model_session_import(dst, r, meta, mb));
+    free(bad), free(meta), free(rg), free(buf);
+    rkv_model_destroy(other), rkv_model_destroy(dst), rkv_model_destroy(m);
+}
+
 /* ---- messages that name the bad argument ------------------------------------ */
 
 /* The header: the message "names the bad value and what was expected". For
@@ -1373,6 +1511,7 @@ int main(void)
         cmocka_unit_test(test_snapshot_restore_errors),
         cmocka_unit_test(test_frame_calls_errors),
         cmocka_unit_test(test_span_errors),
+        cmocka_unit_test(test_offload_import_errors),
         cmocka_unit_test(test_last_error_thread_local),
         cmocka_unit_test(test_messages_name_the_argument),
     };

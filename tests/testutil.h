@@ -628,6 +628,7 @@ typedef struct tu_model_state {
     tu_layer_state *layers;
     rkv_status *clock_st;
     int64_t *clock;
+    int64_t offloaded; /* rkv_model_offloaded_count */
 } tu_model_state;
 
 static inline tu_model_state tu_model_save(rkv_model *m)
@@ -647,6 +648,7 @@ static inline tu_model_state tu_model_save(rkv_model *m)
         s.clock[i] = -12345;
         s.clock_st[i] = rkv_model_clock(m, i, &s.clock[i]);
     }
+    s.offloaded = rkv_model_offloaded_count(m);
     return s;
 }
 static inline void tu_model_assert_same(const tu_model_state *s, rkv_model *m,
@@ -664,6 +666,9 @@ static inline void tu_model_assert_same(const tu_model_state *s, rkv_model *m,
                      what, (long long)i, (int)s->clock_st[i],
                      (long long)s->clock[i], (int)st, (long long)c);
     }
+    if (rkv_model_offloaded_count(m) != s->offloaded)
+        fail_msg("%s: paged-out sessions changed (%lld -> %lld)", what,
+                 (long long)s->offloaded, (long long)rkv_model_offloaded_count(m));
 }
 static inline void tu_model_state_free(tu_model_state *s)
 {

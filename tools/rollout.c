@@ -49,6 +49,7 @@
 #include "recall.h"
 #include "ringkv.h"
 #include "rollout_checks.h"
+#include "rollout_migrate.h"
 #include "rollout_options.h"
 #include "rollout_report.h"
 #include "sheet.h"
@@ -108,6 +109,10 @@ static int pick_frames(camera_path *path, int64_t first, int64_t end, int64_t *p
 /* Everything one run allocates (freed by run_free). */
 typedef struct run {
     rkv_model *model;
+    rkv_model *spare;           /* --migrate-every: the second model  */
+    int64_t migrations;         /* --migrate-every: moves done        */
+    uint64_t migrated_bytes;
+    double migrate_s;
     world_map world;
     tokens_codec codec;
     camera_path **paths;
@@ -174,6 +179,7 @@ typedef struct run {
 static void run_free(run *r) {
     device_graph_destroy(r->graph);
     rkv_model_destroy(r->model);
+    rkv_model_destroy(r->spare);
     if (r->own_dev) {
         for (int p = 0; p < TOKENS_PASSES; p++) device_free(r->dev, r->kv_dev[p]);
         device_free(r->dev, r->q_dev);
@@ -568,6 +574,8 @@ static int setup_run(run *r) {
     r->own_dev = kind == DEVICE_CUDA || r->use_graph;
     /* The tensor-core kernels take the queries in the storage dtype. */
     r->q_dtype = kind == DEVICE_CUDA ? r->dtype : RKV_DTYPE_F32;
+    if (r->o.migrate_every && (st = device_model_create(r->dev, &r->cfg, &r->spare)) != RKV_OK)
+        return lib_fail("creating the second model for --migrate-every", st);
     if (!(r->digest = XXH3_createState())) {
         fprintf(stderr, "ringkv rollout: out of memory for the output digest\n");
         return 1;
@@ -1051,7 +1059,28 @@ int rkv_cmd_rollout(int argc, char **argv) {
     for (int64_t f = R.first; f < R.end; f++) {
         if ((rc = run_frame(&R, f)) != 0) goto done;
         note_progress(&R, f);
+        if (R.o.migrate_every && f + 1 < R.end && (f - R.first + 1) % R.o.migrate_every == 0) {
+            const double t = now_s();
+            if (rollout_migrate(&R.model, &R.spare, R.B, R.sessions, &R.migrated_bytes, R.err,
+                                sizeof R.err)) {
+                fprintf(stderr, "ringkv rollout: --migrate-every: %s\n", R.err);
+                rc = 1;
+                goto done;
+            }
+            R.migrations++;
+            R.migrate_s += now_s() - t;
+            /* a recorded frame replays the calls on the model it was
+             * recorded on: record the next one on the new one */
+            device_graph_destroy(R.graph);
+            R.graph = NULL;
+        }
     }
+    if (R.migrations)
+        fprintf(stderr,
+                "ringkv rollout: %lld migrations of %lld session(s) between two models through "
+                "export / import: %.1f MiB moved in %.3f s\n",
+                (long long)R.migrations, (long long)R.B, (double)R.migrated_bytes / (1 << 20),
+                R.migrate_s);
     if (R.progress) fprintf(stderr, "\r%*s\r", 79, "");
     rc = finish_run(&R, now_s() - R.loop_start);
 done:

@@ -14,7 +14,8 @@ static void usage(FILE *f) {
             "usage: ringkv rollout [--preset NAME] [--full-global-ring] [--sessions N]\n"
             "                      [--frames N] [--image PATH] [--out DIR] [--seed N]\n"
             "                      [--dtype f32|f16|bf16] [--threads N] [--backend cpu|cuda]\n"
-            "                      [--snapshot-out FILE] [--resume FILE] [--json]\n\n"
+            "                      [--snapshot-out FILE] [--resume FILE]\n"
+            "                      [--migrate-every N] [--json]\n\n"
             "Streams N sessions through every layer of a model preset, frame by frame\n"
             "(5 passes a frame, the 5th commits), on views of a camera moving over a\n"
             "real image, and reports frames per second, per-pass latency, memory and\n"
@@ -50,6 +51,10 @@ static void usage(FILE *f) {
             "  --resume FILE        load session 0 from FILE and continue at its clock + 1\n"
             "                       for --frames frames (same --preset, --dtype, --seed,\n"
             "                       --image as the run that saved it; one session)\n"
+            "  --migrate-every N    every N frames, move every session to a second model\n"
+            "                       through export / import (reserve, copy the regions,\n"
+            "                       compare digests, import, release; docs/migration.md):\n"
+            "                       the output digest must not change\n"
             "  --json               print one JSON object on stdout (with last_frame and\n"
             "                       output_digest: XXH3-64 of the last frame's outputs)\n"
             "\nA run expected to take more than 2 minutes says so on stderr. Exit status:\n"
@@ -108,7 +113,8 @@ int rollout_parse_args(int argc, char **argv, rollout_opts *o) {
         /* options with a value: --name VALUE or --name=VALUE */
         static const char *const WITH_VALUE[] = {
             "--preset", "--sessions", "--frames",       "--image",  "--out",     "--seed",
-            "--dtype",  "--threads",  "--snapshot-out", "--resume", "--backend", NULL};
+            "--dtype",  "--threads",  "--snapshot-out", "--resume", "--backend",
+            "--migrate-every", NULL};
         const char *name = NULL, *val = NULL;
         for (int k = 0; WITH_VALUE[k]; k++) {
             size_t n = strlen(WITH_VALUE[k]);
@@ -177,6 +183,12 @@ int rollout_parse_args(int argc, char **argv, rollout_opts *o) {
         } else if (!strcmp(name, "--resume")) {
             if (!*val) return bad_option("--resume expects a snapshot file, got", val);
             o->resume = val;
+        } else if (!strcmp(name, "--migrate-every")) {
+            if (parse_int(val, 1, INT32_MAX, &v))
+                return bad_option("--migrate-every expects an integer in 1..2147483647 (frames), "
+                                  "got",
+                                  val);
+            o->migrate_every = v;
         }
     }
     if (o->backend == BACKEND_CUDA && !device_cuda_built()) {

@@ -43,6 +43,8 @@ typedef struct rollout_opts {
     rollout_backend backend;
     const char *snapshot_out; /* save session 0 here at the end, or NULL */
     const char *resume;       /* load session 0 from here first, or NULL */
+    int64_t migrate_every;    /* move every session to a second model through
+                                 export / import every N frames; 0: never */
 } rollout_opts;
 
 /* Parses the arguments after "rollout" into *o (--help prints the usage).

@@ -108,6 +108,7 @@ static int report_json(const rollout_result *res, const figures *fig) {
         cJSON_AddStringToObject(opt, "resume", o->resume);
     else
         cJSON_AddNullToObject(opt, "resume");
+    cJSON_AddNumberToObject(opt, "migrate_every", (double)o->migrate_every);
 
     cJSON *geo = cJSON_AddObjectToObject(j, "geometry");
     if (!geo || cli_json_model(geo, cfg)) goto no_memory;

@@ -56,12 +56,12 @@ from .errors import (RingKVArrayError, RingKVDeviceError, RingKVDtypeError, Ring
                      RingKVRuntimeError, RingKVTypeError, RingKVValueError)
 from .flex import flex_block_mask
 from .layer import LayerGeometry, LayerRingCache, visible_frames_from_clock
-from .model import (LayerSpec, Model, ModelConfig, SnapshotInfo, inspect_snapshot, preset,
-                    preset_names)
+from .model import (LayerSpec, Model, ModelConfig, SessionRegion, SnapshotInfo, inspect_snapshot,
+                    preset, preset_names)
 from .threadpool import ThreadPool, attention_isa
 
 __all__ = ["LayerRingCache", "LayerGeometry", "visible_frames_from_clock", "flex_block_mask", "Model",
-           "ModelConfig", "LayerSpec", "SnapshotInfo", "inspect_snapshot", "preset",
+           "ModelConfig", "LayerSpec", "SessionRegion", "SnapshotInfo", "inspect_snapshot", "preset",
            "preset_names", "ThreadPool", "attention_isa", "convert", "dtype_size",
            "version", "library_path", "cuda_device_count", "cuda_library_path",
            "RKV_BLOCK_TOKENS", "RingKVError", "RingKVValueError", "RingKVIndexError",

@@ -25,13 +25,13 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
-from ctypes import (POINTER, Structure, c_char, c_char_p, c_float, c_int,
+from ctypes import (POINTER, Structure, c_char, c_char_p, c_float, c_int, c_int32,
                     c_int64, c_size_t, c_uint8, c_uint64, c_void_p)
 
 __all__ = ["lib", "library_path", "RKV_MAX_LAYERS", "RKV_MAX_NAME", "RKV_MAX_REQUEST_ID",
            "RKV_BLOCK_TOKENS", "RKV_CUDA_MAX_BATCH", "Geometry", "LayerSpec",
-           "ModelConfigStruct", "AttentionArgs", "CudaAttentionArgs", "SnapshotInfo", "RingView",
-           "CudaRingView", "has",
+           "ModelConfigStruct", "SessionRegion", "AttentionArgs", "CudaAttentionArgs", "SnapshotInfo",
+           "RingView", "CudaRingView", "has",
            "require", "cuda", "cuda_library_path", "cuda_device_count"]
 
 RKV_BLOCK_TOKENS = 128
@@ -62,7 +62,13 @@ class ModelConfigStruct(Structure):
     _fields_ = [("name", c_char * RKV_MAX_NAME), ("n_layers", c_int64),
                 ("layers", LayerSpec * RKV_MAX_LAYERS), ("num_sessions", c_int64),
                 ("n_q_heads", c_int64), ("n_kv_heads", c_int64), ("d_head", c_int64),
-                ("tokens_per_frame", c_int64), ("dtype", c_dtype)]
+                ("tokens_per_frame", c_int64), ("dtype", c_dtype), ("max_offloaded", c_int64)]
+
+
+class SessionRegion(Structure):
+    """``rkv_session_region``: one region of a session's storage."""
+    _fields_ = [("ptr", c_void_p), ("bytes", c_size_t), ("device", c_int32), ("part", c_int32),
+                ("layer", c_int64), ("head", c_int64)]
 
 
 class AttentionArgs(Structure):
@@ -201,6 +207,28 @@ _OPTIONAL = {
     "rkv_model_end_frame": (c_status, [c_void_p]),
     "rkv_model_abandon_frame": (c_status, [c_void_p]),
     "rkv_model_synchronize": (c_status, [c_void_p]),
+    # sessions that leave and move (issue 13)
+    "rkv_model_offload_capacity": (c_int64, [c_void_p]),
+    "rkv_model_offloaded_count": (c_int64, [c_void_p]),
+    "rkv_model_offload": (c_status, [c_void_p, c_int64, c_void_p, c_size_t, POINTER(c_size_t)]),
+    "rkv_model_offload_file": (c_status, [c_void_p, c_int64, c_char_p]),
+    "rkv_model_page_in": (c_status, [c_void_p, c_void_p, c_size_t, _P64]),
+    "rkv_model_page_in_file": (c_status, [c_void_p, c_char_p, _P64]),
+    "rkv_model_offloaded_clock": (c_status, [c_void_p, c_char_p, _P64]),
+    "rkv_model_offload_discard": (c_status, [c_void_p, c_char_p]),
+    "rkv_model_session_region_count": (c_size_t, [c_void_p]),
+    "rkv_model_session_regions": (c_status, [c_void_p, c_int64, POINTER(SessionRegion), c_size_t,
+                                             POINTER(c_size_t)]),
+    "rkv_model_session_meta_bytes": (c_size_t, [c_void_p]),
+    "rkv_model_session_export_meta": (c_status, [c_void_p, c_int64, c_void_p, c_size_t]),
+    "rkv_model_session_digest": (c_status, [c_void_p, c_int64, POINTER(c_uint64)]),
+    "rkv_model_import_reserve": (c_status, [c_void_p, c_void_p, c_size_t, _P64]),
+    "rkv_model_import_check": (c_status, [c_void_p, c_int64, c_void_p, c_size_t]),
+    "rkv_model_session_import": (c_status, [c_void_p, c_int64, c_void_p, c_size_t]),
+    "rkv_model_import_cancel": (c_status, [c_void_p, c_int64]),
+    "rkv_model_transfer_session": (c_status, [c_void_p, c_int64, c_void_p, c_int64]),
+    "rkv_model_host_alloc": (c_status, [c_void_p, c_size_t, POINTER(c_void_p)]),
+    "rkv_model_host_free": (None, [c_void_p, c_void_p]),
     # rings over caller-owned storage: what the torch custom ops call (ops.py)
     "rkv_layer_view": (c_status, [c_void_p, POINTER(RingView)]),
     "rkv_ring_upsert": (c_status, [POINTER(RingView), c_void_p, c_dtype, c_int64, c_void_p,

@@ -29,9 +29,12 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from . import _arrays as ar
 from ._lib import RKV_MAX_LAYERS, LayerSpec as _LayerSpecStruct, ModelConfigStruct, lib
 from ._lib import Geometry as _GeometryStruct
+from ._lib import SessionRegion as _RegionStruct
 from ._lib import SnapshotInfo as _SnapshotInfoStruct
 from ._lib import AttentionArgs, require
 from .attention import _check_out, _check_q, _scale, attend_model
@@ -41,8 +44,8 @@ from .errors import (RingKVArrayError, RingKVDeviceError, RingKVIndexError, Ring
                      RingKVTypeError, RingKVValueError, check, error_for)
 from .layer import LayerGeometry, LayerRingCache, _cuda_context, _parse_device, _torch_ops
 
-__all__ = ["LayerSpec", "ModelConfig", "Model", "SnapshotInfo", "preset", "preset_names",
-           "inspect_snapshot"]
+__all__ = ["LayerSpec", "ModelConfig", "Model", "SessionRegion", "SnapshotInfo", "preset",
+           "preset_names", "inspect_snapshot"]
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,10 @@ class ModelConfig:
     d_head: int
     tokens_per_frame: int
     dtype: str = "f32"
+    #: paged-out sessions whose request ids the model keeps reserved
+    #: (:meth:`Model.offload`); 0: the default, max(16, 4 * num_sessions).
+    #: Not geometry: snapshots neither store nor compare it.
+    max_offloaded: int = 0
 
     def _struct(self) -> ModelConfigStruct:
         if not isinstance(self.name, str):
@@ -91,6 +98,7 @@ class ModelConfig:
         c.d_head = as_int(self.d_head, "d_head")
         c.tokens_per_frame = as_int(self.tokens_per_frame, "tokens_per_frame")
         c.dtype = ar.parse_dtype(self.dtype)
+        c.max_offloaded = as_int(self.max_offloaded, "max_offloaded")
         return c
 
     @classmethod
@@ -100,7 +108,8 @@ class ModelConfig:
                                      int(c.layers[i].pinned_dilation))
                            for i in range(c.n_layers)],
                    n_kv_heads=c.n_kv_heads, d_head=c.d_head,
-                   tokens_per_frame=c.tokens_per_frame, dtype=ar.DTYPE_NAMES[c.dtype])
+                   tokens_per_frame=c.tokens_per_frame, dtype=ar.DTYPE_NAMES[c.dtype],
+                   max_offloaded=int(c.max_offloaded))
 
     @property
     def n_layers(self) -> int:
@@ -389,7 +398,7 @@ class Model(HandleOwner):
                 "config": {"name": config.name, "num_sessions": config.num_sessions,
                            "n_q_heads": config.n_q_heads, "n_kv_heads": config.n_kv_heads,
                            "d_head": config.d_head, "tokens_per_frame": config.tokens_per_frame,
-                           "dtype": config.dtype,
+                           "dtype": config.dtype, "max_offloaded": config.max_offloaded,
                            "layers": [(spec.ring_frames, spec.ring_buckets, spec.pinned_dilation)
                                       for spec in config.layers]},
                 "array_kind": self.array_kind, "device": self.device, "sessions": sessions}
@@ -680,15 +689,10 @@ class Model(HandleOwner):
     def save_session_bytes(self, session: int) -> bytearray:
         """The snapshot file's image in memory."""
         require("rkv_model_save_session_mem")
-        size = ctypes.c_size_t()
         s = as_session(session)
         with self._on_device():
-            check(lib.rkv_model_save_session_mem(self._h.ptr, s, None, 0, ctypes.byref(size)))
-            buf = bytearray(size.value)
-            cbuf = (ctypes.c_char * len(buf)).from_buffer(buf)
-            check(lib.rkv_model_save_session_mem(self._h.ptr, s, cbuf, len(buf),
-                                                 ctypes.byref(size)))
-        return buf
+            return _filled(lambda buf, n, size: lib.rkv_model_save_session_mem(self._h.ptr, s, buf,
+                                                                               n, size))
 
     def load_session_bytes(self, session: int, image: Any) -> None:
         """:meth:`load_session` from an image in memory (bytes-like)."""
@@ -697,6 +701,202 @@ class Model(HandleOwner):
         with self._on_device():
             check(lib.rkv_model_load_session_mem(self._h.ptr, as_session(session), data, len(data)))
 
+    # ---- sessions that leave: offload and page-in (issue 13) --------------
+    @property
+    def offload_capacity(self) -> int:
+        """Entries of the offload table (the resolved ``max_offloaded``)."""
+        require("rkv_model_offload_capacity")
+        return int(lib.rkv_model_offload_capacity(self._h.ptr))
+
+    @property
+    def offloaded_count(self) -> int:
+        """Sessions paged out of this model (their ids reserved)."""
+        require("rkv_model_offloaded_count")
+        return int(lib.rkv_model_offloaded_count(self._h.ptr))
+
+    def offload(self, session: int) -> bytearray:
+        """Moves a held session (between frames) out of the model: returns
+        its snapshot image (the bytes of :meth:`save_session_bytes`), frees
+        its slot and keeps its request id reserved until :meth:`page_in`
+        (``claim`` of that id raises RuntimeError meanwhile). RuntimeError
+        (RKV_ERR_FULL) when the offload table is full; nothing changes on
+        any error."""
+        require("rkv_model_offload")
+        s = as_session(session)
+        with self._on_device():
+            return _filled(lambda buf, n, size: lib.rkv_model_offload(self._h.ptr, s, buf, n,
+                                                                      size))
+
+    def offload_to_file(self, session: int, path: str | bytes) -> None:
+        """:meth:`offload` into a snapshot file (written atomically; the slot
+        is freed once the file is in place). OSError on input/output."""
+        require("rkv_model_offload_file")
+        with self._on_device():
+            check(lib.rkv_model_offload_file(self._h.ptr, as_session(session), as_path(path)))
+
+    def page_in(self, image: Any) -> int:
+        """Brings a paged-out session back from the image :meth:`offload`
+        returned, into the lowest free slot, bit-exact, with its request id
+        and clock; returns the slot. KeyError when its request is not paged
+        out of this model, RuntimeError for an older image of it or no free
+        slot, ValueError for a damaged image; nothing held changes then."""
+        require("rkv_model_page_in")
+        data = as_bytes(image, "image")
+        if data.readonly:
+            data = memoryview(bytearray(data))
+        cbuf = (ctypes.c_char * len(data)).from_buffer(data)
+        s = ctypes.c_int64()
+        with self._on_device():
+            check(lib.rkv_model_page_in(self._h.ptr, cbuf, len(data), ctypes.byref(s)))
+        return s.value
+
+    def page_in_file(self, path: str | bytes) -> int:
+        """:meth:`page_in` from a file written by :meth:`offload_to_file`."""
+        require("rkv_model_page_in_file")
+        s = ctypes.c_int64()
+        with self._on_device():
+            check(lib.rkv_model_page_in_file(self._h.ptr, as_path(path), ctypes.byref(s)))
+        return s.value
+
+    def offloaded_clock(self, request_id: str) -> int | None:
+        """The clock of a paged-out request (None: it had none); KeyError when
+        ``request_id`` is not paged out of this model."""
+        require("rkv_model_offloaded_clock")
+        f = ctypes.c_int64()
+        check(lib.rkv_model_offloaded_clock(self._h.ptr, as_request_id(request_id),
+                                            ctypes.byref(f)))
+        return None if f.value < 0 else f.value
+
+    def offload_discard(self, request_id: str) -> None:
+        """Drops a paged-out request's reservation (its image no longer pages
+        in here; ``claim`` may reuse the id). KeyError when it is not paged
+        out."""
+        require("rkv_model_offload_discard")
+        check(lib.rkv_model_offload_discard(self._h.ptr, as_request_id(request_id)))
+
+    # ---- sessions that move: regions, export and import (issue 13) --------
+    def session_regions(self, session: int) -> list["SessionRegion"]:
+        """The regions holding a session (held between frames, or a slot
+        reserved by :meth:`import_reserve`), in order: per layer K of each
+        head, V of each head, the written bits. End to end they are the
+        session's snapshot data section. Each has a writable NumPy uint8
+        view ``array`` of the memory (host regions; it keeps the model
+        alive) and its address for a transfer engine. They hold the session
+        until it is stepped, released or imported."""
+        require("rkv_model_session_regions")
+        n = int(lib.rkv_model_session_region_count(self._h.ptr))
+        arr = (_RegionStruct * n)()
+        count = ctypes.c_size_t()
+        with self._on_device():
+            check(lib.rkv_model_session_regions(self._h.ptr, as_session(session), arr, n,
+                                                ctypes.byref(count)))
+        return [SessionRegion(r, self._h) for r in arr[:count.value]]
+
+    def export_meta(self, session: int) -> bytes:
+        """The session metadata blob (geometry, clock, request id, checksum)
+        that :meth:`import_reserve` and :meth:`import_session` check."""
+        require("rkv_model_session_export_meta")
+        n = int(lib.rkv_model_session_meta_bytes(self._h.ptr))
+        buf = ctypes.create_string_buffer(n)
+        check(lib.rkv_model_session_export_meta(self._h.ptr, as_session(session), buf, n))
+        return buf.raw
+
+    def session_digest(self, session: int) -> int:
+        """XXH3-64 of the session's regions in order (= the data_xxh3 of its
+        snapshot image), of a held session or a reserved slot."""
+        require("rkv_model_session_digest")
+        d = ctypes.c_uint64()
+        with self._on_device():
+            check(lib.rkv_model_session_digest(self._h.ptr, as_session(session),
+                                               ctypes.byref(d)))
+        return d.value
+
+    def import_reserve(self, meta: Any) -> int:
+        """Reserves a free slot for the session ``meta`` describes and returns
+        it (fill its :meth:`session_regions`, then :meth:`import_session`).
+        ValueError for metadata of another geometry or damaged, RuntimeError
+        when the request is already here or there is no free slot (nothing
+        changes)."""
+        require("rkv_model_import_reserve")
+        data = bytes(as_bytes(meta, "meta"))
+        s = ctypes.c_int64()
+        check(lib.rkv_model_import_reserve(self._h.ptr, data, len(data), ctypes.byref(s)))
+        return s.value
+
+    def import_check(self, session: int, meta: Any) -> None:
+        """Everything :meth:`import_session` checks, changing nothing."""
+        require("rkv_model_import_check")
+        data = bytes(as_bytes(meta, "meta"))
+        with self._on_device():
+            check(lib.rkv_model_import_check(self._h.ptr, as_session(session), data, len(data)))
+
+    def import_session(self, session: int, meta: Any) -> None:
+        """Makes a reserved, filled slot live: held by the request id with
+        the metadata's clock. A refused import changes nothing."""
+        require("rkv_model_session_import")
+        data = bytes(as_bytes(meta, "meta"))
+        with self._on_device():
+            check(lib.rkv_model_session_import(self._h.ptr, as_session(session), data,
+                                               len(data)))
+
+    def transfer_session(self, session: int, dst: "Model", dst_session: int) -> None:
+        """The plain copy of a held session's regions into slot
+        ``dst_session`` of ``dst``, reserved by ``dst.import_reserve``
+        (``rkv_model_transfer_session``); reads this model only."""
+        require("rkv_model_transfer_session")
+        if not isinstance(dst, Model):
+            raise RingKVTypeError(f"dst must be a ringkv.Model; got {type(dst).__name__}")
+        if dst.device != self.device:
+            raise RingKVDeviceError(f"transfer_session: the models are on {self.device} and "
+                                    f"{dst.device}; the plain copy moves between models of one "
+                                    "device (use the regions and a transfer engine across)")
+        with self._on_device():
+            check(lib.rkv_model_transfer_session(self._h.ptr, as_session(session), dst._h.ptr,
+                                                 as_session(dst_session)))
+
+    def import_cancel(self, session: int) -> None:
+        """Cancels a reservation: the slot is zeroed and free again."""
+        require("rkv_model_import_cancel")
+        with self._on_device():
+            check(lib.rkv_model_import_cancel(self._h.ptr, as_session(session)))
+
+
+def _filled(call: Any) -> bytearray:
+    """The bytes a C call writes, asked for twice: ``call(None, 0, &size)``
+    for the size, then ``call(buf, len(buf), &size)`` to fill it."""
+    size = ctypes.c_size_t()
+    check(call(None, 0, ctypes.byref(size)))
+    buf = bytearray(size.value)
+    cbuf = (ctypes.c_char * len(buf)).from_buffer(buf)
+    check(call(cbuf, len(buf), ctypes.byref(size)))
+    return buf
+
+
+_PARTS = {0: "k", 1: "v", 2: "written"}
+
+
+class SessionRegion(HandleOwner):
+    """One region of a session's storage (``rkv_session_region``): ``layer``,
+    ``part`` ("k", "v" or "written"), ``head``, ``address``, ``nbytes``,
+    ``device`` (-1: host memory, else a CUDA device) and ``array``, a
+    writable NumPy uint8 view of host memory (None for device memory) that
+    keeps the model alive. It holds an address of this process, so it is
+    never copied or pickled: copy ``array`` instead."""
+
+    __slots__ = ("layer", "part", "head", "address", "nbytes", "device", "array")
+    _copy_hint = ("it holds an address of this process; copy or pickle its array (the bytes) "
+                  "instead")
+
+    def __init__(self, r: _RegionStruct, owner: Any):
+        self.layer, self.head = int(r.layer), int(r.head)
+        self.part = _PARTS[int(r.part)]
+        self.address, self.nbytes, self.device = int(r.ptr or 0), int(r.bytes), int(r.device)
+        self.array = (ar.numpy_view(self.address, (self.nbytes,), np.uint8, owner)
+                      if self.device < 0 else None)
+
+    def __repr__(self) -> str:
+        return (f"SessionRegion(layer={self.layer}, part={self.part!r}, head={self.head}, "
+                f"nbytes={self.nbytes}, device={self.device})")
 
 #: Live models by their rkv_model* (an int): the key the model ops take
 #: (ringkv.ops.model_key); a key no live model holds is refused there.

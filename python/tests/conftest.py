@@ -99,3 +99,17 @@ def reference():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A local Ray cluster on loopback for the whole test session (the ray
+    module; ray_cluster.py): started on first use, shut down in a
+    ``finally`` at the end, after which none of its processes may be left.
+    Skipped without Ray or xxhash."""
+    from ray_cluster import start_cluster, stop_cluster
+    ray, pids = start_cluster()
+    try:
+        yield ray
+    finally:
+        stop_cluster(ray, pids)

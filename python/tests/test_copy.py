@@ -71,7 +71,7 @@ def _holds_handle(cls: type) -> bool:
 # Every HandleOwner subclass of the package, and what its instances do.
 COPIES_AND_PICKLES = {ringkv.LayerRingCache, ringkv.Model}
 REFUSES = {ringkv.ThreadPool, _LayerHandle, _ModelHandle, _CudaLayerHandle, ar._Interface,
-           ar.CudaInterface, ar.CBuffer}
+           ar.CudaInterface, ar.CBuffer, ringkv.SessionRegion}
 
 
 def test_every_class_holding_a_handle_derives_from_handle_owner():
@@ -118,6 +118,8 @@ def _refusing_instances():
     yield ar._Interface(layer.kv.ctypes.data, (4,), np.float32, layer._h)
     yield ar.CudaInterface(0, (4,), "<f4", None)
     yield ar.CBuffer(np.zeros(4, np.float32), "x")
+    if _lib.has("rkv_model_session_regions"):     # a region holds an address
+        yield model.session_regions(model.claim("r"))[0]
 
 
 @pytest.mark.parametrize("action", [copy.copy, copy.deepcopy, pickle.dumps])

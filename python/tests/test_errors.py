@@ -229,6 +229,11 @@ class Env:
         self.cfg = ringkv.preset("demo")
         self.geometry = self.layer.geometry
 
+    def foreign_meta(self):
+        """The metadata of a session "f" of another demo model (clock none)."""
+        other = ringkv.Model.from_preset("demo", num_sessions=1)
+        return other.export_meta(other.claim("f"))
+
     def in_frame(self):
         self.model.begin_frame([0], [1])
         return self.model
@@ -483,6 +488,55 @@ ROWS = [
      lambda e: e.model.save_session(0, e.tmp / "no-such-dir" / "x.safetensors")),
     ("file input/output", "inspect_snapshot",
      lambda e: ringkv.inspect_snapshot(e.tmp / "missing.safetensors")),
+    # -- sessions that leave and move (issue 13) -------------------------------------
+    ("wrong Python type", M + "offload", lambda e: e.model.offload("0")),
+    ("wrong Python type", M + "offload_to_file", lambda e: e.model.offload_to_file(0, 5.5)),
+    ("wrong Python type", M + "page_in", lambda e: e.model.page_in(3.5)),
+    ("wrong Python type", M + "page_in_file", lambda e: e.model.page_in_file(None)),
+    ("wrong Python type", M + "offloaded_clock", lambda e: e.model.offloaded_clock(7)),
+    ("wrong Python type", M + "offload_discard", lambda e: e.model.offload_discard(None)),
+    ("wrong Python type", M + "session_regions", lambda e: e.model.session_regions("0")),
+    ("wrong Python type", M + "export_meta", lambda e: e.model.export_meta(0.0)),
+    ("wrong Python type", M + "session_digest", lambda e: e.model.session_digest([0])),
+    ("wrong Python type", M + "import_reserve", lambda e: e.model.import_reserve(12345)),
+    ("wrong Python type", M + "import_check", lambda e: e.model.import_check("0", b"")),
+    ("wrong Python type", M + "import_session", lambda e: e.model.import_session(None, b"")),
+    ("wrong Python type", M + "import_cancel", lambda e: e.model.import_cancel("0")),
+    ("wrong Python type", M + "transfer_session",
+     lambda e: e.model.transfer_session(0, "model", 1)),
+    ("index out of range", M + "offload", lambda e: e.model.offload(2)),
+    ("index out of range", M + "session_regions", lambda e: e.model.session_regions(2)),
+    ("index out of range", M + "export_meta", lambda e: e.model.export_meta(-1)),
+    ("index out of range", M + "session_digest", lambda e: e.model.session_digest(5)),
+    ("index out of range", M + "import_cancel", lambda e: e.model.import_cancel(2)),
+    ("index out of range", M + "import_check",
+     lambda e: e.model.import_check(2, e.model.export_meta(0))),
+    ("index out of range", M + "transfer_session",
+     lambda e: e.model.transfer_session(3, e.model, 1)),
+    ("bad value", M + "page_in", lambda e: e.model.page_in(b"garbage")),
+    ("bad value", M + "import_reserve", lambda e: e.model.import_reserve(b"garbage")),
+    ("bad value", M + "import_session",
+     lambda e: e.model.import_session(e.model.import_reserve(e.foreign_meta()), b"x" * 8)),
+    ("unknown name", M + "offloaded_clock", lambda e: e.model.offloaded_clock("zz")),
+    ("unknown name", M + "offload_discard", lambda e: e.model.offload_discard("zz")),
+    ("unknown name", M + "page_in", lambda e: e.model.page_in(e.image)),   # "a" is held
+    ("wrong state", M + "offload", lambda e: e.in_frame().offload(0)),
+    ("wrong state", M + "offload", lambda e: e.model.offload(1)),        # not claimed
+    ("wrong state", M + "offload_to_file", lambda e: e.in_frame().offload_to_file(0, e.path)),
+    ("wrong state", M + "session_regions", lambda e: e.model.session_regions(1)),
+    ("wrong state", M + "export_meta", lambda e: e.in_frame().export_meta(0)),
+    ("wrong state", M + "session_digest", lambda e: e.in_frame().session_digest(0)),
+    ("wrong state", M + "import_reserve", lambda e: e.model.import_reserve(e.model.export_meta(0))),
+    ("wrong state", M + "import_check", lambda e: e.model.import_check(1, e.model.export_meta(0))),
+    ("wrong state", M + "import_session",
+     lambda e: e.model.import_session(1, e.model.export_meta(0))),
+    ("wrong state", M + "import_cancel", lambda e: e.model.import_cancel(1)),
+    ("wrong state", M + "transfer_session", lambda e: e.model.transfer_session(0, e.model, 1)),
+    ("wrong state", M + "claim", lambda e: (e.model.offload(0), e.model.claim("a"))),
+    ("file input/output", M + "offload_to_file",
+     lambda e: e.model.offload_to_file(0, e.tmp / "no-such-dir" / "x.safetensors")),
+    ("file input/output", M + "page_in_file",
+     lambda e: e.model.page_in_file(e.tmp / "missing.safetensors")),
 ]
 
 

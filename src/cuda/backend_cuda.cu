@@ -59,12 +59,14 @@ size_t layer_memory_bytes(void *, const void *layer) {
     return rkv_cuda_layer_memory_bytes(layer_of(layer));
 }
 
-rkv_status mem_alloc(void *vc, size_t bytes, void **ptr) {
-    static const char what[] = "cuda backend: cudaMalloc";
+// An allocation by `alloc` (cudaMalloc, cudaMallocHost) on the model's
+// device, `what` naming it in the message.
+rkv_status alloc_on(void *vc, size_t bytes, void **ptr, const char *what,
+                    cudaError_t (*alloc)(void **, size_t)) {
     rkv_status st = check_current(ctx_of(vc), what);
     if (st != RKV_OK) return st;
     void *p = nullptr;
-    cudaError_t e = cudaMalloc(&p, bytes);
+    cudaError_t e = alloc(&p, bytes);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         return rkv_error_set(e == cudaErrorMemoryAllocation ? RKV_ERR_NO_MEMORY : RKV_ERR_STATE,
@@ -73,6 +75,12 @@ rkv_status mem_alloc(void *vc, size_t bytes, void **ptr) {
     }
     *ptr = p;
     return RKV_OK;
+}
+cudaError_t device_alloc(void **p, size_t bytes) { return cudaMalloc(p, bytes); }
+cudaError_t pinned_alloc(void **p, size_t bytes) { return cudaMallocHost(p, bytes); }
+
+rkv_status mem_alloc(void *vc, size_t bytes, void **ptr) {
+    return alloc_on(vc, bytes, ptr, "cuda backend: cudaMalloc", device_alloc);
 }
 void mem_free(void *, void *ptr) {
     if (ptr) cudaFree(ptr);  // waits for the device's work that may use it
@@ -175,6 +183,31 @@ rkv_status span_copy(void *vc, void *layer, int64_t src_session, int64_t dst_ses
                                     ctx_of(vc)->stream);
 }
 
+// Where a piece lives in device memory (host arithmetic, no CUDA call).
+rkv_status span_region(void *, const void *layer, int64_t session, rkv_span_part part,
+                       int64_t head, void **ptr, int *device) {
+    const rkv_cuda_layer *l = layer_of(layer);
+    size_t offset = 0, bytes = 0;
+    int in_written = 0;
+    rkv_status st = rkv__cuda_span_check(&l->g, "cuda backend: span_region", session, part, head,
+                                         &offset, &bytes, &in_written);
+    if (st != RKV_OK) return st;
+    *ptr = (in_written ? l->written : static_cast<uint8_t *>(l->kv)) + offset;
+    *device = l->device;
+    return RKV_OK;
+}
+
+// Pinned host memory for session images: the span copies of offload and
+// page-in then run as DMA at the link's rate instead of through the
+// driver's pageable staging.
+rkv_status host_alloc(void *vc, size_t bytes, void **ptr) {
+    return alloc_on(vc, bytes, ptr, "cuda backend: cudaMallocHost", pinned_alloc);
+}
+void host_free(void *, void *ptr) {
+    if (ptr) cudaFreeHost(ptr);
+    (void)cudaGetLastError();
+}
+
 rkv_backend_ops make_ops() {
     rkv_backend_ops o;
     memset(&o, 0, sizeof o);
@@ -199,6 +232,9 @@ rkv_backend_ops make_ops() {
     o.span_read = span_read;
     o.span_write = span_write;
     o.span_copy = span_copy;
+    o.span_region = span_region;
+    o.host_alloc = host_alloc;
+    o.host_free = host_free;
     return o;
 }
 

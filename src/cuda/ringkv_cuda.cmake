@@ -97,6 +97,19 @@ if(RKV_CUDA_PROGRAMS)
     target_link_libraries(${prog} PRIVATE ringkv_cuda m)
     set_target_properties(${prog} PROPERTIES LINKER_LANGUAGE CUDA CUDA_ARCHITECTURES OFF)
   endforeach()
+  # The offload path (issue 13) needs the snapshot-file code in the core:
+  # the top-level build always has it; the GPU check's standalone build sets
+  # RKV_CUDA_CORE_HAS_SNAPSHOTS to whether it found Jansson and xxHash.
+  if(NOT DEFINED RKV_CUDA_CORE_HAS_SNAPSHOTS OR RKV_CUDA_CORE_HAS_SNAPSHOTS)
+    add_executable(test_cuda_offload ${RKV_ROOT}/tests/cuda/test_cuda_offload.c)
+    target_link_libraries(test_cuda_offload PRIVATE ringkv_cuda m)
+    set_target_properties(test_cuda_offload PROPERTIES LINKER_LANGUAGE CUDA
+                                                       CUDA_ARCHITECTURES OFF)
+    if(RKV_BUILD_TESTS)
+      add_test(NAME cuda_offload COMMAND test_cuda_offload)
+      set_tests_properties(cuda_offload PROPERTIES SKIP_RETURN_CODE 77)
+    endif()
+  endif()
   # The GPU bench is `ringkv bench --backend cuda` (bench/bench_gpu.c).
   if(RKV_BUILD_TESTS)
     # Exit 77 (no CUDA device or driver) counts as skipped.

@@ -1,0 +1,84 @@
+"""ringkv on Ray (issue 13, docs/migration.md): sessions that move between
+processes and hosts.
+
+- :class:`SessionHost`: a Ray actor (``ray.remote`` of
+  :class:`ringkv.ray.host.SessionHost`, ``num_cpus=0``) that owns a
+  :class:`ringkv.Model` and steps its sessions; one per device, or one per
+  process on the CPU.
+- :class:`SessionRouter`: places request ids on the least-loaded host, keeps
+  affinity, moves sessions (:meth:`~SessionRouter.migrate`: export, import,
+  verify, release; bytes through Ray's object store), pages them out and
+  in, and restores the sessions of a dead host from their checkpoints.
+- :func:`init_loopback`: a local Ray cluster bound to 127.0.0.1 only.
+- :mod:`ringkv.ray.stream`: the deterministic token streams and digests.
+
+Install with ``pip install ringkv[ray]`` (Ray and xxhash). ``import
+ringkv.ray`` itself does not import Ray: the names above do, on first use.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+__all__ = ["SessionHost", "SessionRouter", "MigrationError", "Recovery", "StepReport",
+           "Migration", "init_loopback", "make_hosts"]
+
+_cache: dict[str, Any] = {}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SessionHost":
+        if name not in _cache:
+            import ray
+            from .host import SessionHost as _Plain
+            _cache[name] = ray.remote(num_cpus=0, max_restarts=0)(_Plain)
+        return _cache[name]
+    if name in ("SessionRouter", "MigrationError", "Recovery", "StepReport", "Migration"):
+        from . import router
+        return getattr(router, name)
+    raise AttributeError(f"module 'ringkv.ray' has no attribute {name!r}")
+
+
+def init_loopback(num_cpus: int = 2, object_store_memory: int | None = None,
+                  **kwargs: Any) -> Any:
+    """Starts a local Ray cluster that binds to the loopback address only and
+    sends nothing elsewhere: node address 127.0.0.1 (Ray otherwise resolves
+    127.0.0.1 to the machine's routable address; RAY_ENABLE_WINDOWS_OR_OSX_
+    CLUSTER=0 keeps it on loopback, for its agents too), no dashboard, no
+    usage statistics. The workers inherit this process's environment, to
+    which this adds the folder holding ``ringkv`` (PYTHONPATH) and the
+    loaded library (RINGKV_LIBRARY), so that they import the same ringkv.
+    Returns ``ray.init``'s context; end with ``ray.shutdown()``. Raises
+    RuntimeError (after shutting Ray down) if the node is not on 127.0.0.1."""
+    import ringkv
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    here = os.path.dirname(os.path.dirname(os.path.abspath(ringkv.__file__)))
+    path = os.environ.get("PYTHONPATH", "")
+    if here not in path.split(os.pathsep):
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (here, path) if p)
+    if os.path.isabs(ringkv.library_path):
+        os.environ["RINGKV_LIBRARY"] = ringkv.library_path
+    import ray
+    from ray._private import ray_constants
+    ray_constants.ENABLE_RAY_CLUSTER = False  # when ray was imported before the variable
+    ctx = ray.init(num_cpus=num_cpus, _node_ip_address="127.0.0.1", include_dashboard=False,
+                   object_store_memory=object_store_memory, log_to_driver=False, **kwargs)
+    addresses = {n["NodeManagerAddress"] for n in ray.nodes()}
+    if addresses != {"127.0.0.1"}:
+        ray.shutdown()
+        raise RuntimeError(f"ringkv.ray.init_loopback: the Ray node is at {sorted(addresses)}, "
+                           "not 127.0.0.1")
+    return ctx
+
+
+def make_hosts(names: list[str], config: Any, checkpoint_dir: str | None = None,
+               checkpoint_every: int = 0) -> dict[str, Any]:
+    """One :class:`SessionHost` actor per name, each with a model of
+    ``config`` (a ringkv.ModelConfig or its fields as a dict), ready
+    (created and answering) when this returns."""
+    import ray
+    host_cls = __getattr__("SessionHost")
+    hosts = {n: host_cls.remote(n, config, checkpoint_dir, checkpoint_every) for n in names}
+    ray.get([h.ping.remote() for h in hosts.values()])
+    return hosts

@@ -1,0 +1,85 @@
+"""Deterministic token streams for sessions (no Ray needed): what a
+:class:`~ringkv.ray.SessionHost` feeds its sessions, frame after frame,
+through the 4+1 schedule (4 denoising passes, then the commit pass), and
+the digest of a frame's attention outputs.
+
+A frame's tokens depend only on (request id, frame, pass, layer), never on
+the host, the session slot or the batch, so a session that moved, was
+paged out or was restored from a checkpoint must produce, frame by frame,
+the same attention outputs as one that never left: the digests say so.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import xxhash
+
+from ..model import Model, ModelConfig
+
+__all__ = ["PASSES", "frame_tokens", "step_frame", "reference_digests"]
+
+#: Passes of one frame: 4 denoising passes, then the commit pass.
+PASSES = 5
+
+
+def _rng(request_id: str, frame: int, pass_: int, layer: int) -> np.random.Generator:
+    key = f"{request_id}\x00{frame}\x00{pass_}\x00{layer}".encode()
+    return np.random.default_rng(xxhash.xxh3_64_intdigest(key))
+
+
+def _storage(x: np.ndarray, dtype: str) -> np.ndarray:
+    """float32 values in the model's dtype (bf16: uint16 bits, rounded to
+    nearest even)."""
+    if dtype == "f32":
+        return x
+    if dtype == "f16":
+        return x.astype(np.float16)
+    bits = x.view(np.uint32)
+    rounded = bits + (0x7FFF + ((bits >> 16) & 1))
+    return (rounded >> 16).astype(np.uint16)
+
+
+def frame_tokens(config: ModelConfig, request_id: str, frame: int, pass_: int,
+                 layer: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(kv, q)`` of one session for one pass of one layer: kv
+    ``[2, H, T, D]`` and q ``[Hq, T, D]`` in the model's dtype (bf16 as
+    uint16 bits), standard normal values scaled by 1/2."""
+    rng = _rng(request_id, frame, pass_, layer)
+    H, Hq = config.n_kv_heads, config.n_q_heads
+    T, D = config.tokens_per_frame, config.d_head
+    kv = (rng.standard_normal((2, H, T, D), dtype=np.float32) * 0.5)
+    q = (rng.standard_normal((Hq, T, D), dtype=np.float32) * 0.5)
+    return _storage(kv, config.dtype), _storage(q, config.dtype)
+
+
+def step_frame(model: Model, sessions: Sequence[int], request_ids: Sequence[str],
+               frames: Sequence[int]) -> list[int]:
+    """One frame of B sessions of ``model`` (session slots, their request
+    ids, their clocks: each the session's last committed + 1): begin_frame,
+    then 5 passes of upsert + attention over every layer, the 5th
+    committing. Returns, per session, the XXH3-64 of its attention outputs
+    of the frame (every pass, every layer, in that order)."""
+    cfg = model.config
+    B = len(sessions)
+    model.begin_frame(list(sessions), list(frames))
+    hashes = [xxhash.xxh3_64() for _ in range(B)]
+    for p in range(PASSES):
+        for layer in range(cfg.n_layers):
+            parts = [frame_tokens(cfg, r, f, p, layer) for r, f in zip(request_ids, frames)]
+            kv = np.concatenate([kv for kv, _ in parts], axis=2)  # [2, H, B*T, D]
+            q = np.stack([q for _, q in parts])                    # [B, Hq, T, D]
+            out = model.step(layer, list(sessions), kv, p == PASSES - 1, q)
+            for b in range(B):
+                hashes[b].update(np.ascontiguousarray(out[b]))
+    return [h.intdigest() for h in hashes]
+
+
+def reference_digests(config: ModelConfig, request_id: str, frames: int) -> list[int]:
+    """The digests of frames 0 .. frames-1 of one session that never left a
+    fresh one-session model of ``config``'s geometry: what every other run
+    of that session must match."""
+    cfg = ModelConfig(**{**config.__dict__, "num_sessions": 1})
+    model = Model(cfg)
+    s = model.claim(request_id)
+    return [step_frame(model, [s], [request_id], [f])[0] for f in range(frames)]
