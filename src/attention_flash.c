@@ -16,13 +16,17 @@
 
 #include "internal.h"
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
+
 /* Each instruction-set copy of the kernel has vectors of one register of
  * its ISA: VL = 16 floats on AVX-512, 8 on AVX2, 4 elsewhere (GCC keeps a
  * vector wider than the target's registers in memory: 64-byte vectors made
  * the AVX2 copy 12-20x slower, below the reference, on an AVX2-only CPU).
- * A task's tile is MQV vectors of queries: MQ = MQV * VL. */
-#define MQV 4          /* vectors per query tile                */
-#define MQ_MAX 64      /* queries per task tile, most (AVX-512) */
+ * A task's tile is MQV vectors of queries, MQ = MQV * VL = 64 queries on
+ * every copy. */
+#define MQ_MAX 64      /* queries per task tile                 */
 #define KB 128         /* keys per chunk: one attention block  */
 
 typedef float vf16 __attribute__((vector_size(64)));
@@ -49,7 +53,7 @@ typedef rkv__attend_ctx flash_ctx;
 /* A thread's scratch, carved from one buffer (see flash_scratch_bytes). */
 typedef struct {
     int64_t *slots;       /* [N] visible slots of the row            */
-    float *qt, *st, *ot;  /* [D][MQ], [KB][MQ], [D][MQ] (the copy's MQ) */
+    float *qt, *st, *ot;  /* [D][MQ], [KB][MQ (+16)], [D][MQ] (the copy's MQ) */
     float *kbuf, *vbuf;   /* [KB][D] widened keys / values (bf16/f16) */
     const float **krow, **vrow; /* [KB] row pointers of the chunk     */
     float *zero_row;      /* [D] zeros for padding keys               */
@@ -59,7 +63,7 @@ static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 static size_t flash_scratch_bytes(int64_t D, int64_t N) {
     const size_t f = sizeof(float), d = (size_t)D;
-    return align64((size_t)N * sizeof(int64_t)) + 2 * align64(d * MQ_MAX * f) + align64(KB * MQ_MAX * f) +
+    return align64((size_t)N * sizeof(int64_t)) + 2 * align64(d * MQ_MAX * f) + align64(KB * (MQ_MAX + 16) * f) +
            2 * align64(KB * d * f) + 2 * align64(KB * sizeof(float *)) + align64(d * f);
 }
 
@@ -70,7 +74,7 @@ static flash_scratch flash_carve(void *mem, int64_t D, int64_t N, int64_t mq) {
     s.slots = (int64_t *)p, p += align64((size_t)N * sizeof(int64_t));
     s.qt = (float *)p, p += align64(d * MQ * f);
     s.ot = (float *)p, p += align64(d * MQ * f);
-    s.st = (float *)p, p += align64(KB * MQ * f);
+    s.st = (float *)p, p += align64(KB * (MQ + 16) * f);
     s.kbuf = (float *)p, p += align64(KB * d * f);
     s.vbuf = (float *)p, p += align64(KB * d * f);
     s.krow = (const float **)p, p += align64(KB * sizeof(float *));
@@ -83,6 +87,7 @@ static flash_scratch flash_carve(void *mem, int64_t D, int64_t N, int64_t mq) {
 #define MQ (MQV * VL) /* of the copy being included */
 #if defined(__x86_64__) && defined(__GNUC__)
 #define VL 16
+#define MQV 4
 #define vf vf16
 #define vi vi16
 #define vh vh16
@@ -95,21 +100,35 @@ static flash_scratch flash_carve(void *mem, int64_t D, int64_t N, int64_t mq) {
 #undef vf
 #undef vi
 #undef vh
+#undef MQV
+/* AVX2 and SSE: vmax / vmin as the MAXPS / MINPS instructions, which are
+ * the blends above lane for lane (b where either is NaN), in one µop */
+#undef vmax
+#undef vmin
 #define VL 8
+#define MQV 8
 #define vf vf8
 #define vi vi8
 #define vh vh8
+#define vmax(a, b) ((vf)_mm256_max_ps((a), (b)))
+#define vmin(a, b) ((vf)_mm256_min_ps((a), (b)))
 #define FLASH_TARGET __attribute__((target("avx2,fma")))
 #define FLASH_NAME avx2
 #include "attention_flash_kernel.inc"
 #undef FLASH_TARGET
 #undef FLASH_NAME
 #undef VL
+#undef MQV
 #undef vf
 #undef vi
 #undef vh
+#undef vmax
+#undef vmin
+#define vmax(a, b) ((vf)_mm_max_ps((a), (b)))
+#define vmin(a, b) ((vf)_mm_min_ps((a), (b)))
 #endif
 #define VL 4
+#define MQV 16
 #define vf vf4
 #define vi vi4
 #define vh vh4
@@ -119,6 +138,7 @@ static flash_scratch flash_carve(void *mem, int64_t D, int64_t N, int64_t mq) {
 #undef FLASH_TARGET
 #undef FLASH_NAME
 #undef VL
+#undef MQV
 #undef vf
 #undef vi
 #undef vh
@@ -128,7 +148,6 @@ static flash_scratch flash_carve(void *mem, int64_t D, int64_t N, int64_t mq) {
  * bf16 storage with a suitable d_head runs there, everything else on
  * `kernel` (AVX-512 whenever the pair path is on). */
 static rkv__task_fn bf16_task; /* NULL: off */
-static int64_t kernel_mq;      /* queries per task tile of the chosen copy */
 
 /* The kernel for this CPU, chosen on first use; RKV_ISA=generic|avx2|avx512|
  * amx in the environment caps it (for tests and benchmarks). The AVX512-BF16
@@ -172,18 +191,15 @@ static rkv__task_fn pick_kernel(const char **name) {
         } else {
             *name = "avx512";
         }
-        kernel_mq = MQV * 16;
         return flash_task_avx512;
     }
     if (want2 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
         *name = "avx2";
-        kernel_mq = MQV * 8;
         return flash_task_avx2;
     }
 #endif
     (void)cap;
     *name = "generic";
-    kernel_mq = MQV * 4;
     return flash_task_generic;
 }
 
@@ -217,7 +233,7 @@ rkv_status rkv_layer_attend(const rkv_layer *layer, const rkv_attention_args *ar
         .tq = args->n_queries ? args->n_queries : layer->g.tokens_per_frame,
         .scale = args->scale != 0.0f ? args->scale : 1.0f / sqrtf((float)D),
     };
-    const int64_t tasks = args->batch * args->n_q_heads * ((c.tq + kernel_mq - 1) / kernel_mq);
+    const int64_t tasks = args->batch * args->n_q_heads * ((c.tq + MQ_MAX - 1) / MQ_MAX);
     if (bf16_task && rkv__amx_fits(layer))
         return rkv__parallel_for(pool, rkv__amx_tasks(&c),
                                  rkv__amx_scratch_bytes(D, layer->total_slots), bf16_task, &c);
