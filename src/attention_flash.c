@@ -53,7 +53,7 @@ typedef rkv__attend_ctx flash_ctx;
 /* A thread's scratch, carved from one buffer (see flash_scratch_bytes). */
 typedef struct {
     int64_t *slots;       /* [N] visible slots of the row            */
-    float *qt, *st, *ot;  /* [D][MQ], [KB][MQ (+16)], [D][MQ] (the copy's MQ) */
+    float *qt, *st, *ot;  /* [D][MQ], [KB][MQ], [D][MQ] (the copy's MQ) */
     float *kbuf, *vbuf;   /* [KB][D] widened keys / values (bf16/f16) */
     const float **krow, **vrow; /* [KB] row pointers of the chunk     */
     float *zero_row;      /* [D] zeros for padding keys               */
@@ -63,7 +63,7 @@ static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 static size_t flash_scratch_bytes(int64_t D, int64_t N) {
     const size_t f = sizeof(float), d = (size_t)D;
-    return align64((size_t)N * sizeof(int64_t)) + 2 * align64(d * MQ_MAX * f) + align64(KB * (MQ_MAX + 16) * f) +
+    return align64((size_t)N * sizeof(int64_t)) + 2 * align64(d * MQ_MAX * f) + align64(KB * MQ_MAX * f) +
            2 * align64(KB * d * f) + 2 * align64(KB * sizeof(float *)) + align64(d * f);
 }
 
@@ -74,7 +74,7 @@ static flash_scratch flash_carve(void *mem, int64_t D, int64_t N, int64_t mq) {
     s.slots = (int64_t *)p, p += align64((size_t)N * sizeof(int64_t));
     s.qt = (float *)p, p += align64(d * MQ * f);
     s.ot = (float *)p, p += align64(d * MQ * f);
-    s.st = (float *)p, p += align64(KB * (MQ + 16) * f);
+    s.st = (float *)p, p += align64(KB * MQ * f);
     s.kbuf = (float *)p, p += align64(KB * d * f);
     s.vbuf = (float *)p, p += align64(KB * d * f);
     s.krow = (const float **)p, p += align64(KB * sizeof(float *));
