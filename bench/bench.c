@@ -93,10 +93,14 @@ static double time_attend(const rkv_layer *l, const rkv_attention_args *a) {
 static double time_blas_peer(const rkv_layer *l, int64_t f, const rkv_attention_args *a,
                              int threads) {
     double t = now_s();
+#ifdef RKV_HAVE_OPENBLAS
     if (blas_attention(l, 0, f, 32, a->q, a->out, threads)) {
         fprintf(stderr, "ringkv bench: the OpenBLAS attention peer failed\n");
         exit(1);
     }
+#else
+    (void)l, (void)f, (void)a, (void)threads;
+#endif
     return now_s() - t;
 }
 
@@ -129,7 +133,11 @@ static void bench_attention(const bench_opts *o, rkv_threadpool *pool) {
         rkv_attention_args a = {.batch = 1, .n_q_heads = 32, .q = q, .q_dtype = dt, .out = out,
                                 .out_dtype = dt, .session_idx = &s, .frame_pos = &f, .pool = pool};
         const double flops = 4.0 * 128 * keys * 64 * 32;
+#ifdef RKV_HAVE_OPENBLAS
         const bool peer = dt == RKV_DTYPE_F32; /* the BLAS peer: sgemm tile products */
+#else
+        const bool peer = false;
+#endif
         bench_ceiling *ceil = bench_ceiling_create(o, dt);
         if (!ceil) {
             fprintf(stderr, "ringkv bench: out of memory for the %s ceiling\n", rkv_dtype_name(dt));
@@ -334,10 +342,12 @@ static void usage(FILE *f) {
             "  1.05 is flagged (ceiling_suspect) and said on stderr. One JSON object per\n"
             "  line with --json. --quick finishes in under 2 minutes on 2 cores.\n"
             "  --threads N: worker threads (default: the machine's cores).\n"
-            "  --backend cuda: the same kind of rows for the CUDA backend on GPU 0 (device\n"
-            "  copy bandwidth, upsert, attention at the Waypoint-1.5 geometries, a 720P\n"
-            "  frame in a CUDA graph); builds with CUDA only. scripts/gpu_check.sh runs the\n"
-            "  fuller bench/gpu/bench_cuda.\n");
+            "  --backend cuda: the GPU bench, on a CUDA model on GPU 0 (device copy\n"
+            "  bandwidth; upsert in a CUDA graph against it; attention at the Waypoint-1.5\n"
+            "  geometries per kernel, mma.sync and wgmma, with a float64 spot check; a\n"
+            "  whole 720P frame in one graph and the sessions at 15 fps); builds with CUDA\n"
+            "  only; refused (exit 2) where no GPU is seen. scripts/gpu_check.sh runs it\n"
+            "  and keeps its rows (bench/gpu/h200.jsonl).\n");
 }
 
 int rkv_cmd_bench(int argc, char **argv) {

@@ -1,7 +1,8 @@
 /* Shared by the parts of `ringkv bench`: bench.c (the CPU path, the options),
  * row.c (the one row emitter), machine.c (facts about this machine),
  * ceiling.c and peak.c (this machine's limits) and bench_gpu.c
- * (--backend cuda). */
+ * (--backend cuda: the one GPU bench, on a CUDA model through
+ * tools/device.c). */
 #ifndef RKV_BENCH_BENCH_H
 #define RKV_BENCH_BENCH_H
 
@@ -66,8 +67,8 @@ void bench_machine_warn(const bench_opts *o);
 
 /* bench_gpu.c: 1 when this build has the CUDA backend. */
 int bench_cuda_built(void);
-/* `ringkv bench --backend cuda`: the exit status (1 without a GPU, with the
- * library's message). */
+/* `ringkv bench --backend cuda`: the exit status (2 where no GPU is seen,
+ * 1 for a failure during the run, with a message). */
 int bench_cuda_run(const bench_opts *o);
 
 #endif

@@ -7,6 +7,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "blas_attention.h"
 
+#ifdef RKV_HAVE_OPENBLAS
 #include <cblas.h>
 #include <math.h>
 #include <pthread.h>
@@ -100,3 +101,5 @@ int blas_attention(const rkv_layer *layer, int64_t session, int64_t frame_pos, i
     }
     return failed ? -1 : 0;
 }
+
+#endif /* RKV_HAVE_OPENBLAS */

@@ -1,4 +1,6 @@
-/* OpenBLAS-based ring attention, a peer measured by `ringkv bench`. */
+/* OpenBLAS-based ring attention, a peer measured by `ringkv bench` (built
+ * with RKV_HAVE_OPENBLAS: the top-level build always; the GPU check's build
+ * of the command goes without). */
 #ifndef RKV_BENCH_BLAS_ATTENTION_H
 #define RKV_BENCH_BLAS_ATTENTION_H
 

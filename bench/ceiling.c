@@ -4,7 +4,9 @@
 #define _POSIX_C_SOURCE 200809L
 #include "ceiling.h"
 
+#ifdef RKV_HAVE_OPENBLAS
 #include <cblas.h>
+#endif
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +49,8 @@ struct bench_ceiling {
     part parts[MAX_PARTS];
 };
 
+/* The matrix-product parts (OpenBLAS, oneDNN) time and fill their matrices. */
+#if defined(RKV_HAVE_OPENBLAS) || defined(RKV_HAVE_DNNL)
 static double now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -60,8 +64,10 @@ static void fill_f32(float *x, size_t n) { /* uniform in [-1, 1) */
         x[i] = (float)((rng * 2685821657736338717ull) >> 40) / 8388608.0f - 1.0f;
     }
 }
+#endif
 
 /* ---- OpenBLAS sgemm ------------------------------------------------------------ */
+#ifdef RKV_HAVE_OPENBLAS
 
 static double sgemm_sample(part *p, int threads) {
     openblas_set_num_threads(threads);
@@ -84,6 +90,7 @@ static bool sgemm_init(part *p, const bench_opts *o) {
     sgemm_sample(p, o->threads); /* warm-up: OpenBLAS starts its threads */
     return true;
 }
+#endif /* RKV_HAVE_OPENBLAS */
 
 /* ---- peak loops -------------------------------------------------------------------- */
 
@@ -256,10 +263,15 @@ bench_ceiling *bench_ceiling_create(const bench_opts *o, rkv_dtype dtype) {
     c->o = o, c->dtype = dtype;
     FILE *err = o->err ? o->err : stderr;
     if (dtype == RKV_DTYPE_F32) {
+#ifdef RKV_HAVE_OPENBLAS
         part *p = &c->parts[c->nparts];
         p->n = o->quick ? 1024 : 2048;
         if (sgemm_init(p, o)) c->nparts++;
         else fprintf(err, "ringkv bench: out of memory for the sgemm ceiling; left out\n");
+#else
+        fprintf(err, "ringkv bench: built without OpenBLAS: the f32 ceiling is the FMA peak "
+                     "loop alone\n");
+#endif
     } else {
 #ifdef RKV_HAVE_DNNL
         part *p = &c->parts[c->nparts];

@@ -4,7 +4,9 @@
  * bench never sets OPENBLAS_CORETYPE (older OpenBLAS builds crash or compute
  * wrong with it on some CPUs); it reports it when the environment does. */
 #define _POSIX_C_SOURCE 200809L
+#ifdef RKV_HAVE_OPENBLAS
 #include <cblas.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -61,7 +63,11 @@ static void read_cpu_model(char *dst, size_t cap) {
 void bench_machine_read(bench_machine *m) {
     memset(m, 0, sizeof *m);
     read_cpu_model(m->cpu_model, sizeof m->cpu_model);
+#ifdef RKV_HAVE_OPENBLAS
     const char *core = openblas_get_corename();
+#else
+    const char *core = "none"; /* a build without OpenBLAS (the GPU check's) */
+#endif
     trim_copy(m->blas_core, sizeof m->blas_core, core && *core ? core : "unknown");
     const char *ct = getenv("OPENBLAS_CORETYPE");
     if (ct && *ct) trim_copy(m->openblas_coretype, sizeof m->openblas_coretype, ct);

@@ -1,6 +1,8 @@
 /* The README's example, complete: one session of the Waypoint-1.5 360P
  * model streams a few frames through every layer (5 passes per frame: 4
- * denoising passes, then the commit pass), with every status checked.
+ * denoising passes, then the commit pass), with every status checked. The
+ * same calls run a GPU model made by rkv_model_create_cuda (ringkv_cuda.h),
+ * with kv, q and out in device memory.
  * Usage: stream [N_FRAMES]   (default 3)
  *
  * Build, with ringkv installed and PKG_CONFIG_PATH naming its pkgconfig
@@ -50,13 +52,16 @@ int main(int argc, char **argv) {
     if (!kv || !q || !out) return 1;
 
     for (int64_t f = 0; f < n_frames; f++) {
-        CHECK(rkv_model_begin_frame(model, 1, &s, &f)); /* clock checked: last + 1 */
+        /* the frame's batch, set once: sessions and clocks (checked: last + 1) */
+        CHECK(rkv_model_begin_frame(model, 1, &s, &f));
         for (int pass = 0; pass < 5; pass++)
             for (int64_t layer = 0; layer < cfg.n_layers; layer++) {
-                CHECK(rkv_model_upsert(model, layer, 1, &s, kv, cfg.dtype, pass == 4));
+                /* per pass: only K/V, queries and outputs; the commit pass
+                 * (pass 4) ends the frame once it has gone through every layer */
+                CHECK(rkv_model_frame_upsert(model, layer, kv, cfg.dtype, pass == 4));
                 rkv_attention_args a = {.n_q_heads = cfg.n_q_heads, .q = q, .q_dtype = cfg.dtype,
                                         .out = out, .out_dtype = cfg.dtype};
-                CHECK(rkv_model_attend(model, layer, 1, &s, &a)); /* bits + clock */
+                CHECK(rkv_model_frame_attend(model, layer, &a)); /* bits + clock */
             }
     }
     int64_t last;

@@ -1,11 +1,15 @@
 /* libFuzzer target: sequences of model API calls (claim, release, reset,
- * lookup, clock, begin_frame, upsert, attend, step, fork, in-memory
+ * lookup, clock, begin_frame, the per-pass calls on the batch
+ * (frame_upsert/attend/step) and the wrappers that spell it out
+ * (upsert/attend/step), end_frame, abandon_frame, fork, in-memory
  * snapshot/restore, snapshot-file images saved and loaded, with and
  * without damage) checked against a simple model of the rules (SEM 3, 4, 6
- * and ringkv.h): every call's status, every session's clock, every frame
- * slot's contents and written bit, and attention outputs (with zero queries
- * the output is the plain mean of the visible frames' V, so visibility is
- * checked through the attention itself). Any disagreement aborts.
+ * and ringkv.h, "Frames": one current batch, open until its frame ends,
+ * then current for attention until it is closed): every call's status,
+ * every session's clock, every frame slot's contents and written bit, and
+ * attention outputs (with zero queries the output is the plain mean of the
+ * visible frames' V, so visibility is checked through the attention
+ * itself). Any disagreement aborts.
  *
  * Frames carry tags: an upsert of row b writes every K and V element of
  * its frame as the float value of a fresh tag, so the reference only has
@@ -32,12 +36,18 @@ static const rkv_layer_spec SPECS[NL] = {{3, 2, 2}, {2, 2, 1}};
 typedef struct ref_session {
     int held;
     int id; /* request id index */
-    int64_t last, frame_pos;
-    int in_frame;
-    int committed[NL];
+    int64_t last;
+    int row; /* in the current batch, or -1 */
     float tag[NL][MAXRF + 1]; /* ring frames then scratch (index RF) */
     int written[NL][MAXRF];
 } ref_session;
+
+/* The current batch: n rows (0: none), open until its frame ends. */
+static struct ref_batch {
+    int64_t n, rows[S], clocks[S];
+    int open;
+    int committed[NL];
+} RB;
 
 typedef struct ref_snap {
     int valid;
@@ -90,11 +100,15 @@ static void ref_clear_contents(ref_session *r) {
     memset(r->tag, 0, sizeof r->tag);
     memset(r->written, 0, sizeof r->written);
 }
-static void ref_drop_clock(ref_session *r, int64_t last) {
-    r->last = last;
-    r->frame_pos = -1;
-    r->in_frame = 0;
-    memset(r->committed, 0, sizeof r->committed);
+static void ref_close_batch(void) {
+    for (int64_t b = 0; b < RB.n; b++) R[RB.rows[b]].row = -1;
+    memset(&RB, 0, sizeof RB);
+}
+/* A session's state replaced (reset, release, restore, load, fork into
+ * it): its clock, and the current batch closed when it is one of its rows. */
+static void ref_drop_clock(int64_t s, int64_t last) {
+    if (R[s].row >= 0) ref_close_batch();
+    R[s].last = last;
 }
 static int64_t slot_of(int layer, int64_t f) {
     const int64_t PD = SPECS[layer].pinned_dilation, RB = SPECS[layer].ring_buckets;
@@ -206,9 +220,10 @@ static rkv_status ref_held(int64_t s) {
     if (s < 0 || s >= S) return RKV_ERR_RANGE;
     return R[s].held ? RKV_OK : RKV_ERR_STATE;
 }
+static int in_open_frame(int64_t s) { return R[s].row >= 0 && RB.open; }
 static rkv_status ref_between(int64_t s) {
     rkv_status st = ref_held(s);
-    if (st == RKV_OK && R[s].in_frame) st = RKV_ERR_STATE;
+    if (st == RKV_OK && in_open_frame(s)) st = RKV_ERR_STATE;
     return st;
 }
 
@@ -219,7 +234,7 @@ static void op_release_reset(cursor *c, int release) {
     EXPECT(st, want, release ? "release" : "reset");
     if (want != RKV_OK) return;
     ref_clear_contents(&R[s]);
-    ref_drop_clock(&R[s], -1);
+    ref_drop_clock(s, -1);
     if (release) R[s].held = 0;
 }
 
@@ -240,32 +255,56 @@ static void op_begin(cursor *c) {
         if (!R[rows[b]].held) want = RKV_ERR_STATE;
     for (int64_t b = 0; want == RKV_OK && b < B; b++) {
         const ref_session *r = &R[rows[b]];
-        if (r->in_frame) want = RKV_ERR_STATE;
+        if (in_open_frame(rows[b])) want = RKV_ERR_STATE;
         else if (f[b] < 0) want = RKV_ERR_CLOCK;
         else if (r->last >= 0 && f[b] != r->last + 1) want = RKV_ERR_CLOCK;
     }
+    /* then: no other batch may be open */
+    if (want == RKV_OK && RB.open) want = RKV_ERR_STATE;
     EXPECT(st, want, "begin_frame");
     if (want != RKV_OK) return;
+    ref_close_batch();
+    RB.n = B;
+    RB.open = 1;
     for (int64_t b = 0; b < B; b++) {
-        ref_session *r = &R[rows[b]];
-        r->in_frame = 1;
-        r->frame_pos = f[b];
-        memset(r->committed, 0, sizeof r->committed);
+        RB.rows[b] = rows[b];
+        RB.clocks[b] = f[b];
+        R[rows[b]].row = (int)b;
     }
 }
 
-/* Expected status of check_rows (layer range, rows, held, in frame or at
- * least a declared clock). */
-static rkv_status ref_check_rows(int64_t layer, int64_t B, const int64_t *rows, int need_frame) {
+/* end_frame: the open frame's clocks become committed. */
+static void op_end(void) {
+    rkv_status st = rkv_model_end_frame(M);
+    EXPECT(st, RB.n ? RKV_OK : RKV_ERR_STATE, "end_frame");
+    if (RB.open)
+        for (int64_t b = 0; b < RB.n; b++) R[RB.rows[b]].last = RB.clocks[b];
+    RB.open = 0;
+}
+
+static void op_abandon(void) {
+    EXPECT(rkv_model_abandon_frame(M), RKV_OK, "abandon_frame");
+    ref_close_batch();
+}
+
+/* Expected status of the per-pass calls: layer range; for the wrappers the
+ * rows (range, distinct, held), each a row of the current batch (STATE),
+ * then (upsert, step) an open frame (STATE), then the rows exactly the
+ * batch in its order (INVALID_ARG); for the frame calls (rows == NULL) a
+ * current batch, open for upsert and step (STATE). */
+static rkv_status ref_check_rows(int64_t layer, int64_t B, const int64_t *rows, int need_open) {
     if (layer < 0 || layer >= NL) return RKV_ERR_RANGE;
+    if (!rows) return RB.n == 0 || (need_open && !RB.open) ? RKV_ERR_STATE : RKV_OK;
     rkv_status st = ref_rows(B, rows);
     if (st != RKV_OK) return st;
     for (int64_t b = 0; b < B; b++)
         if (!R[rows[b]].held) return RKV_ERR_STATE;
-    for (int64_t b = 0; b < B; b++) {
-        const ref_session *r = &R[rows[b]];
-        if (need_frame ? !r->in_frame : r->frame_pos < 0) return RKV_ERR_STATE;
-    }
+    for (int64_t b = 0; b < B; b++)
+        if (R[rows[b]].row < 0) return RKV_ERR_STATE;
+    if (need_open && !RB.open) return RKV_ERR_STATE;
+    if (B != RB.n) return RKV_ERR_INVALID_ARG;
+    for (int64_t b = 0; b < B; b++)
+        if (rows[b] != RB.rows[b]) return RKV_ERR_INVALID_ARG;
     return RKV_OK;
 }
 
@@ -278,10 +317,11 @@ static float *make_kv(int64_t B, const float *tags) {
     return kv;
 }
 
-static void ref_upsert(int64_t layer, int64_t B, const int64_t *rows, const float *tags, int commit) {
-    for (int64_t b = 0; b < B; b++) {
-        ref_session *r = &R[rows[b]];
-        const int64_t RF = SPECS[layer].ring_frames, f = r->frame_pos;
+/* An upsert of the current batch (row b tagged tags[b]). */
+static void ref_upsert(int64_t layer, const float *tags, int commit) {
+    for (int64_t b = 0; b < RB.n; b++) {
+        ref_session *r = &R[RB.rows[b]];
+        const int64_t RF = SPECS[layer].ring_frames, f = RB.clocks[b];
         r->tag[layer][RF] = tags[b];
         if (!commit) continue;
         if (write_step((int)layer, f)) {
@@ -289,24 +329,24 @@ static void ref_upsert(int64_t layer, int64_t B, const int64_t *rows, const floa
             r->tag[layer][slot] = tags[b];
             r->written[layer][slot] = 1;
         }
-        if (!r->committed[layer]) {
-            r->committed[layer] = 1;
-            int all = 1;
-            for (int i = 0; i < NL; i++) all &= r->committed[i];
-            if (all) {
-                r->in_frame = 0;
-                r->last = f;
-            }
-        }
+    }
+    if (!commit) return;
+    RB.committed[layer] = 1;
+    int all = 1;
+    for (int i = 0; i < NL; i++) all &= RB.committed[i];
+    if (all) {
+        for (int64_t b = 0; b < RB.n; b++) R[RB.rows[b]].last = RB.clocks[b];
+        RB.open = 0;
     }
 }
 
-/* out [B][HQ][T][D] of an attention with zero queries: the mean of the
- * visible frames' tags for every element. */
-static void check_outputs(int64_t layer, int64_t B, const int64_t *rows, const float *out) {
-    for (int64_t b = 0; b < B; b++) {
+/* out [B][HQ][T][D] of an attention of the current batch with zero
+ * queries: the mean of the visible frames' tags for every element. */
+static void check_outputs(int64_t layer, const float *out) {
+    for (int64_t b = 0; b < RB.n; b++) {
+        const int64_t *rows = RB.rows;
         const ref_session *r = &R[rows[b]];
-        const int64_t RF = SPECS[layer].ring_frames, f = r->frame_pos;
+        const int64_t RF = SPECS[layer].ring_frames, f = RB.clocks[b];
         const int64_t hidden = write_step((int)layer, f) ? slot_of((int)layer, f) : -1;
         double sum = r->tag[layer][RF];
         int n = 1;
@@ -324,12 +364,19 @@ static void check_outputs(int64_t layer, int64_t B, const int64_t *rows, const f
     }
 }
 
-static void op_upsert_attend(cursor *c, int kind /* 0 upsert, 1 attend, 2 step */) {
+/* kind 0 upsert, 1 attend, 2 step; frame: the per-pass calls on the batch
+ * (no rows), else the wrappers with rows (mostly the batch's own). */
+static void op_upsert_attend(cursor *c, int kind, int frame) {
     const unsigned x = next(c);
     const int64_t layer = x < 250 ? (int64_t)(x % NL) : (int64_t)(x % 4) - 1;
     const int commit = next(c) & 1;
     int64_t B, rows[4];
     decode_rows(c, &B, rows);
+    if (!frame && RB.n && next(c) < 200) { /* the batch itself, to get past the checks */
+        B = RB.n;
+        for (int64_t b = 0; b < B; b++) rows[b] = RB.rows[b];
+    }
+    if (frame) B = RB.n ? RB.n : 1;
     float tags[4];
     for (int b = 0; b < 4; b++) tags[b] = ++tag_counter;
     float *kv = make_kv(B > 0 && B <= 4 ? B : 1, tags);
@@ -341,20 +388,20 @@ static void op_upsert_attend(cursor *c, int kind /* 0 upsert, 1 attend, 2 step *
     a.q_dtype = RKV_DTYPE_F32;
     a.out = out;
     a.out_dtype = RKV_DTYPE_F32;
-    rkv_status st, want;
-    if (kind == 0) {
-        st = rkv_model_upsert(M, layer, B, rows, kv, RKV_DTYPE_F32, commit);
-        want = ref_check_rows(layer, B, rows, 1);
-    } else if (kind == 1) {
-        st = rkv_model_attend(M, layer, B, rows, &a);
-        want = ref_check_rows(layer, B, rows, 0);
-    } else {
-        st = rkv_model_step(M, layer, B, rows, kv, RKV_DTYPE_F32, commit, &a);
-        want = ref_check_rows(layer, B, rows, 1);
-    }
-    EXPECT(st, want, kind == 0 ? "upsert" : kind == 1 ? "attend" : "step");
-    if (want == RKV_OK && kind != 1) ref_upsert(layer, B, rows, tags, commit);
-    if (want == RKV_OK && kind != 0) check_outputs(layer, B, rows, out);
+    rkv_status st, want = ref_check_rows(layer, B, frame ? NULL : rows, kind != 1);
+    if (kind == 0)
+        st = frame ? rkv_model_frame_upsert(M, layer, kv, RKV_DTYPE_F32, commit)
+                   : rkv_model_upsert(M, layer, B, rows, kv, RKV_DTYPE_F32, commit);
+    else if (kind == 1)
+        st = frame ? rkv_model_frame_attend(M, layer, &a) : rkv_model_attend(M, layer, B, rows, &a);
+    else
+        st = frame ? rkv_model_frame_step(M, layer, kv, RKV_DTYPE_F32, commit, &a)
+                   : rkv_model_step(M, layer, B, rows, kv, RKV_DTYPE_F32, commit, &a);
+    static const char *const names[2][3] = {{"upsert", "attend", "step"},
+                                            {"frame_upsert", "frame_attend", "frame_step"}};
+    EXPECT(st, want, names[frame][kind]);
+    if (want == RKV_OK && kind != 1) ref_upsert(layer, tags, commit);
+    if (want == RKV_OK && kind != 0) check_outputs(layer, out);
     free(kv);
 }
 
@@ -368,7 +415,7 @@ static void op_fork(cursor *c) {
     if (want != RKV_OK) return;
     memcpy(R[dst].tag, R[src].tag, sizeof R[dst].tag);
     memcpy(R[dst].written, R[src].written, sizeof R[dst].written);
-    ref_drop_clock(&R[dst], R[src].last);
+    ref_drop_clock(dst, R[src].last);
 }
 
 static void op_snapshot(cursor *c, int file) {
@@ -416,7 +463,7 @@ static void op_restore(cursor *c, int file) {
     if (want != RKV_OK) return;
     memcpy(R[s].tag, sn->s.tag, sizeof R[s].tag);
     memcpy(R[s].written, sn->s.written, sizeof R[s].written);
-    ref_drop_clock(&R[s], sn->s.last);
+    ref_drop_clock(s, sn->s.last);
 }
 
 static void op_clock(cursor *c) {
@@ -457,10 +504,13 @@ static void setup(void) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!M) setup();
     /* a fresh start for every input: release everything */
+    rkv_model_abandon_frame(M);
+    memset(&RB, 0, sizeof RB);
     for (int s = 0; s < S; s++) {
         if (R[s].held) rkv_model_release(M, s);
         memset(&R[s], 0, sizeof R[s]);
-        ref_drop_clock(&R[s], -1);
+        R[s].row = -1;
+        R[s].last = -1;
     }
     memset(snaps, 0, sizeof snaps);
     memset(images, 0, sizeof images);
@@ -471,10 +521,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         case 0: case 1: op_claim(&c); break;
         case 2: op_release_reset(&c, 1); break;
         case 3: op_release_reset(&c, 0); break;
-        case 4: case 5: op_begin(&c); break;
-        case 6: case 7: op_upsert_attend(&c, 0); break;
-        case 8: op_upsert_attend(&c, 1); break;
-        case 9: op_upsert_attend(&c, 2); break;
+        case 4: op_begin(&c); break;
+        case 5: next(&c) < 160 ? op_begin(&c) : next(&c) & 1 ? op_end() : op_abandon(); break;
+        case 6: case 7: op_upsert_attend(&c, 0, (int)(next(&c) & 1)); break;
+        case 8: op_upsert_attend(&c, 1, (int)(next(&c) & 1)); break;
+        case 9: op_upsert_attend(&c, 2, (int)(next(&c) & 1)); break;
         case 10: op_fork(&c); break;
         case 11: op_snapshot(&c, 0); break;
         case 12: op_restore(&c, 0); break;

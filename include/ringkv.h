@@ -10,11 +10,15 @@
  *    it changes anything: a failed call leaves every handle byte-identical.
  *    The message of the last failed call on the calling thread is returned by
  *    rkv_last_error() (thread-local, like dlerror()).
- *  - All pointers in this header are HOST pointers (CPU backend). Buffers the
- *    caller passes in stay owned by the caller; handles are owned by the caller
+ *  - All pointers in this header are HOST pointers, except those a model's
+ *    per-pass calls hand to its backend's kernels, marked BACKEND memory (host
+ *    memory on the CPU backend, device memory on CUDA). Buffers the caller
+ *    passes in stay owned by the caller; handles are owned by the caller
  *    from *_create until *_destroy (NULL is a no-op there).
  *  - Sizes are element counts unless the name ends in _bytes.
  *  - Session indices and frame clocks are int64_t, as in the reference.
+ *  - A model runs on a backend (ringkv_backend.h: the table of operations;
+ *    the CPU one here, the CUDA one in ringkv_cuda.h; docs/backends.md).
  */
 #ifndef RINGKV_H
 #define RINGKV_H
@@ -164,6 +168,42 @@ rkv_status rkv_layer_session_span(const rkv_layer *layer, int64_t session,
 /* Drops one session's state: its K/V span zeroed, its ring slots marked
  * unwritten, its scratch re-armed (marked written). RKV_ERR_RANGE. */
 rkv_status rkv_layer_reset(rkv_layer *layer, int64_t session);
+
+/* One session's span, piece by piece: what forks, snapshots and snapshot
+ * files copy (every backend has the same calls; ringkv_cuda.h). A session's
+ * span is C = (RF+1)*T slots: RKV_SPAN_K / RKV_SPAN_V of one KV head are
+ * [C][D] elements in the storage dtype (the head's slots
+ * [session*C, session*C + C) of K or V), RKV_SPAN_WRITTEN is the [C] written
+ * bytes (head 0 only). */
+typedef enum rkv_span_part {
+    RKV_SPAN_K = 0,
+    RKV_SPAN_V = 1,
+    RKV_SPAN_WRITTEN = 2
+} rkv_span_part;
+
+/* Bytes of one piece: C*D*sizeof(dtype) for K or V, C for the written bits;
+ * 0 for a NULL layer or an unknown part. */
+size_t rkv_layer_span_bytes(const rkv_layer *layer, rkv_span_part part);
+/* Copies a piece of `session`'s span into dst (caller-owned host buffer of
+ * rkv_layer_span_bytes(layer, part) bytes, not overlapping the layer).
+ * Reads the layer only. Errors (dst untouched): RKV_ERR_NULL, RKV_ERR_RANGE
+ * (session, or head outside [0, H) for K/V), RKV_ERR_INVALID_ARG (unknown
+ * part, head != 0 for the written bits). */
+rkv_status rkv_layer_read_span(const rkv_layer *layer, int64_t session,
+                               rkv_span_part part, int64_t head, void *dst);
+/* Overwrites a piece of `session`'s span from src (host, span_bytes bytes).
+ * Written bits must keep the layer's invariant: every byte 0 or 1, every
+ * scratch slot 1, the T bits of a ring frame all equal (frames are written
+ * whole); RKV_ERR_INVALID_ARG names the first bad slot otherwise. Errors
+ * (nothing written) as rkv_layer_read_span, plus that one. */
+rkv_status rkv_layer_write_span(rkv_layer *layer, int64_t session,
+                                rkv_span_part part, int64_t head,
+                                const void *src);
+/* Copies session src_session's whole span (K, V, written bits) over
+ * dst_session's, bit-exact. src == dst is a no-op. Errors: RKV_ERR_NULL,
+ * RKV_ERR_RANGE. */
+rkv_status rkv_layer_copy_span(rkv_layer *layer, int64_t src_session,
+                               int64_t dst_session);
 
 /* One upsert of SEM 3 for B >= 1 session rows, in the reference's order:
  * scratch write, visibility, commit.
@@ -329,6 +369,73 @@ const char *rkv_attention_isa(void);
 const char *rkv_layer_attention_isa(const rkv_layer *layer);
 
 /* ------------------------------------------------------------------------ */
+/* Rings over caller-owned storage: views (SEM 2-5)                          */
+/* ------------------------------------------------------------------------ */
+
+/* A ring whose storage the caller owns and passes in on every call: the
+ * layout of an rkv_layer's (SEM 2), described by its geometry and two HOST
+ * pointers. It is how a framework that holds the memory itself calls
+ * ringkv -- a PyTorch custom op handed the K/V and written tensors (or,
+ * under torch.compile's functionalization, copies of them): every view call
+ * reads and writes exactly the buffers its view names, never a layer's own.
+ *  g:       the geometry; each call checks it as rkv_geometry_check does.
+ *  kv:      HOST [2][H][N][D] in g.dtype (index 0 = K, 1 = V), aligned to
+ *           the element size (4 bytes f32, 2 f16/bf16); caller-owned, never
+ *           freed or kept by ringkv.
+ *  written: HOST [N] bytes, caller-owned. The calls expect what
+ *           rkv_layer_create and the upserts maintain (each byte 0 or 1,
+ *           every scratch slot 1, a ring frame's T bytes all equal); this is
+ *           not checked (it would cost a pass over N bytes per call): other
+ *           contents give other visibility, never an access outside the
+ *           buffers.
+ * A view holds no state and allocates nothing: build one on the stack for
+ * each call. Calls that write (rkv_ring_upsert) need the caller's exclusive
+ * use of the buffers during the call; readers may run concurrently, as for
+ * a layer (docs/thread-safety.md). rkv_layer_upsert and rkv_layer_attend are
+ * these calls on the view of the layer's own storage (rkv_layer_view). */
+typedef struct rkv_ring_view {
+    rkv_geometry g;
+    void *kv;
+    uint8_t *written;
+} rkv_ring_view;
+
+/* Fills *out with the view of `layer`'s own storage: its geometry,
+ * rkv_layer_kv and rkv_layer_written (pointers valid until
+ * rkv_layer_destroy). Errors: RKV_ERR_NULL (layer, out). */
+rkv_status rkv_layer_view(rkv_layer *layer, rkv_ring_view *out);
+
+/* rkv_layer_upsert on a view: the same arguments, order (scratch write,
+ * visibility row, commit), checks and effects, on ring->kv and
+ * ring->written; messages name "rkv_ring_upsert". kv (the input frame) must
+ * not overlap the storage. Errors (nothing written): those of
+ * rkv_layer_upsert, plus RKV_ERR_NULL (ring, ring->kv, ring->written),
+ * invalid geometry (rkv_geometry_check's status and message) and
+ * RKV_ERR_INVALID_ARG (ring->kv not aligned to its element size). */
+rkv_status rkv_ring_upsert(const rkv_ring_view *ring, const void *kv, rkv_dtype kv_dtype,
+                           int64_t batch, const int64_t *frame_pos,
+                           const int64_t *session_idx, int commit, uint8_t *visible);
+
+/* The reference's visibility row of session `session` at clock `frame_pos`,
+ * exactly the row rkv_ring_upsert/rkv_layer_upsert return in `visible`
+ * (computed as before that call's commit): row[j] = written[j] for the
+ * session's slots [s*C, (s+1)*C), 0 elsewhere, and 0 for the T slots of
+ * ring frame ceil(f/PD) mod RB when f mod PD == 0. Reads ring->written
+ * only (ring->kv may be NULL). row: caller-owned HOST [N] bytes, written
+ * whole (0/1). Errors (row untouched): RKV_ERR_NULL (ring, ring->written,
+ * row), invalid geometry, RKV_ERR_RANGE (session not in [0, S)),
+ * RKV_ERR_INVALID_ARG (frame_pos < 0, misaligned ring->kv). */
+rkv_status rkv_ring_visible_row(const rkv_ring_view *ring, int64_t session, int64_t frame_pos,
+                                uint8_t *row);
+
+/* rkv_layer_attend on a view: the same arguments, checks, kernels and
+ * results (bit-identical for the same storage contents), reading ring->kv
+ * and ring->written; messages name "rkv_ring_attend". Errors (out
+ * untouched): those of rkv_layer_attend, plus RKV_ERR_NULL (ring, its
+ * pointers), invalid geometry and RKV_ERR_INVALID_ARG (misaligned
+ * ring->kv). */
+rkv_status rkv_ring_attend(const rkv_ring_view *ring, const rkv_attention_args *args);
+
+/* ------------------------------------------------------------------------ */
 /* A whole model: layers, sessions, clocks, snapshots (SEM 6, 7)             */
 /* ------------------------------------------------------------------------ */
 
@@ -380,15 +487,29 @@ rkv_status rkv_model_config_memory(const rkv_model_config *cfg,
 
 typedef struct rkv_model rkv_model;
 
-/* Creates every layer (one rkv_layer per transformer layer). Errors: invalid
- * config (each layer's geometry checked), RKV_ERR_NO_MEMORY. */
+/* Creates a model on the CPU backend: one rkv_layer per transformer layer,
+ * in host memory. Errors: invalid config (each layer's geometry checked),
+ * RKV_ERR_NO_MEMORY. The same model on another backend:
+ * rkv_model_create_cuda (ringkv_cuda.h), or any backend table through
+ * rkv_model_create_with_backend (ringkv_backend.h). Every rkv_model_* call
+ * works on every backend; where a call takes buffers the kernels read or
+ * write, they are BACKEND memory: host memory on the CPU backend, device
+ * memory of the model's GPU on CUDA. The backend is not part of the config
+ * nor of snapshots: a session saved from one backend loads into another. */
 rkv_status rkv_model_create(const rkv_model_config *cfg, rkv_model **out);
+/* Frees the layers, buffers and the backend's context (a CUDA model waits
+ * for its stream first). NULL is a no-op. */
 void rkv_model_destroy(rkv_model *model);
 
 const rkv_model_config *rkv_model_get_config(const rkv_model *model);
-/* Layer i (owned by the model). NULL when i is out of range. Mutating it
- * directly bypasses the model's clock checks. */
+/* The backend's name: "cpu", "cuda", ... (static string); NULL for NULL. */
+const char *rkv_model_backend_name(const rkv_model *model);
+/* Layer i of a CPU-backend model (owned by the model). NULL when i is out of
+ * range, and for a model on another backend, whose layers are not
+ * rkv_layer (rkv_model_cuda_layer in ringkv_cuda.h gives a CUDA model's).
+ * Mutating it directly bypasses the model's clock checks. */
 rkv_layer *rkv_model_layer(rkv_model *model, int64_t layer);
+/* Resident K/V bytes of every layer (on the backend's memory). */
 size_t rkv_model_memory_bytes(const rkv_model *model);
 
 /* Claims a free session for request_id (a NUL-terminated string of 1 to
@@ -403,58 +524,173 @@ rkv_status rkv_model_claim(rkv_model *model, const char *request_id,
 rkv_status rkv_model_lookup(const rkv_model *model, const char *request_id,
                             int64_t *session);
 /* Releases a held session: zeroed in every layer, clock dropped, id freed.
- * Allowed inside a frame (the frame is abandoned). RKV_ERR_RANGE,
- * RKV_ERR_STATE (not held), RKV_ERR_NULL. */
+ * Allowed at any time. When the session is a row of the current batch, the
+ * batch is closed; if its frame was open, that frame is abandoned for every
+ * row (see "Frames" below). RKV_ERR_RANGE, RKV_ERR_STATE (not held),
+ * RKV_ERR_NULL. */
 rkv_status rkv_model_release(rkv_model *model, int64_t session);
 /* Resets a held session in every layer and drops its clock (SEM 6): the next
- * frame may start anywhere. The session stays claimed. */
+ * frame may start anywhere. The session stays claimed. Inside a frame: as
+ * rkv_model_release. */
 rkv_status rkv_model_reset(rkv_model *model, int64_t session);
 
 /* Last committed frame of a held session, or -1 when it has no clock. */
 rkv_status rkv_model_clock(const rkv_model *model, int64_t session,
                            int64_t *last_committed);
 
+/* ---- Frames: the batch is set once ---------------------------------------
+ * A frame of B sessions is: rkv_model_begin_frame (the batch: which
+ * sessions, in which rows, at which clocks; checked on the host), then the
+ * per-pass calls on every layer (rkv_model_frame_upsert / _attend / _step;
+ * Waypoint runs 4 denoising passes and a commit pass), then the end of the
+ * frame. The per-pass calls take only K/V, queries and outputs and act on
+ * every row of the batch.
+ *
+ * The model has at most one current batch. It is OPEN from begin_frame
+ * until its frame ends: when upserts with commit set have gone through every
+ * layer (in any order), or at rkv_model_end_frame; each row's clock is then
+ * its frame_pos. It stays current, ENDED, for attention at the same clocks,
+ * until it is closed: by the next begin_frame, rkv_model_abandon_frame, or a
+ * call that replaces one of its sessions' state (release, reset, restore,
+ * load, fork into it).
+ *  - A second begin_frame while a batch is open is refused (RKV_ERR_STATE):
+ *    end the frame, or abandon it.
+ *  - Release or reset of a session of the open batch abandons the frame of
+ *    the whole batch: that session is zeroed without a clock, the other rows
+ *    keep their last committed clock (their next frame is the same frame
+ *    again; what the abandoned passes wrote into their scratch or ring slot
+ *    is rewritten by its commit, and that slot is hidden until then).
+ *  - Snapshots, restores, loads and forks refuse the sessions of an open
+ *    batch (RKV_ERR_STATE) and accept every other held session.
+ *
+ * Capture contract (CUDA graphs; ringkv_cuda.h). The per-pass calls are
+ * capture-safe: they enqueue the backend's kernels on the model's stream
+ * and never allocate, free, synchronize or copy from the host; they read
+ * the batch (session ids, clocks) from the model's buffers and use the
+ * model's own attention workspace. A whole frame (every layer, every pass)
+ * can thus be recorded once and replayed frame after frame, each frame
+ * being: rkv_model_begin_frame (host checks; an asynchronous copy of the
+ * batch into the SAME buffers), a replay, rkv_model_end_frame (host: the
+ * clocks become committed). Between replays only the clock VALUES may
+ * change: the same B sessions in the same rows (begin_frame cannot see a
+ * graph, so this is the caller's rule). Not capture-safe: every other call
+ * (begin_frame's copy must be a real one, end_frame and abandon_frame are
+ * host bookkeeping, the rest allocate, copy or synchronize). */
+
 /* Begins a frame for B held sessions (checked on the host for every row
  * before any state changes): each frame_pos must be >= 0 and equal the
  * session's last committed frame + 1 (any clock when it has none); the
- * session must not be inside a frame already. Errors: RKV_ERR_CLOCK (a
- * skipped, repeated or negative clock), RKV_ERR_STATE (not claimed, or
- * inside a frame), RKV_ERR_NULL, RKV_ERR_RANGE, RKV_ERR_INVALID_ARG. Order
- * of the checks: B, then every row's session (range, distinct, claimed),
- * then row by row its frame state and clock; the first failure is
- * reported. */
+ * session must not be inside a frame already, and no other batch may be
+ * open. Stores the batch (session_idx, frame_pos: host arrays, read during
+ * the call only) in the model's BACKEND buffers with one asynchronous copy
+ * and makes it the current batch. Errors (nothing changed): RKV_ERR_CLOCK (a
+ * skipped, repeated or negative clock), RKV_ERR_STATE (not claimed, inside a
+ * frame, another batch open; on CUDA also a stream being captured),
+ * RKV_ERR_NULL, RKV_ERR_RANGE, RKV_ERR_INVALID_ARG (B outside 1..S, or
+ * beyond the backend's limit: 1024 on CUDA; a repeated session). Order of
+ * the checks: B, then every row's session (range, distinct, claimed), then
+ * row by row its frame state and clock, then the open batch; the first
+ * failure is reported. Not capture-safe. */
 rkv_status rkv_model_begin_frame(rkv_model *model, int64_t batch,
                                  const int64_t *session_idx,
                                  const int64_t *frame_pos);
 
-/* One upsert on layer `layer` for B sessions inside a frame, at each
- * session's declared clock (kv as in rkv_layer_upsert). When commit is set,
- * the layer is marked committed for those sessions; once every layer has
- * committed, the frame ends and the clock advances to its frame_pos.
- * Errors (nothing written): RKV_ERR_STATE (a session not claimed or not
- * inside a frame), RKV_ERR_NULL, RKV_ERR_RANGE (layer, session),
- * RKV_ERR_INVALID_ARG (B, repeated session), RKV_ERR_DTYPE. */
+/* One upsert of the current batch on layer `layer`, each row at its clock
+ * (rkv_layer_upsert's operation).
+ *  kv:     BACKEND [2][H][B*T][D] in kv_dtype (== the storage dtype), tokens
+ *          ordered (row b, token t); on CUDA 16-byte aligned.
+ *  commit: nonzero marks the layer committed for this frame; once every
+ *          layer has committed, the frame ends (the batch's clocks become
+ *          committed) and further upserts are refused until the next
+ *          begin_frame.
+ * Errors (nothing enqueued): RKV_ERR_NULL, RKV_ERR_RANGE (layer),
+ * RKV_ERR_DTYPE, RKV_ERR_STATE (no open batch: never begun, abandoned, or
+ * its frame already committed -- the message says which and, for a
+ * committed frame, that the next call is rkv_model_begin_frame with each
+ * row's frame + 1), and the backend's launch errors (CUDA: a misaligned kv
+ * is RKV_ERR_INVALID_ARG). Capture-safe. */
+rkv_status rkv_model_frame_upsert(rkv_model *model, int64_t layer,
+                                  const void *kv, rkv_dtype kv_dtype,
+                                  int commit);
+
+/* Attention of the current batch (open or ended) on layer `layer` at its
+ * clocks, with the bits-and-clock rule (rkv_layer_attend's operation).
+ * args: q [B][Hq][Tq][D] and out [B][Hq][Tq][D] in BACKEND memory
+ * (caller-owned; out written whole), q_dtype, out_dtype, n_queries, scale,
+ * and pool (CPU backend only; ignored elsewhere). args->n_q_heads must equal
+ * the model's. args->batch, session_idx, frame_pos and visible are ignored:
+ * the batch's rows and clocks are used. On CUDA the model's workspace lets
+ * the keys of a row split over several blocks (sized at creation for
+ * n_queries = tokens_per_frame; other n_queries may split less).
+ * Errors (out untouched): RKV_ERR_NULL, RKV_ERR_RANGE (layer),
+ * RKV_ERR_STATE (no current batch), RKV_ERR_INVALID_ARG (heads, queries,
+ * scale, alignment), RKV_ERR_DTYPE, RKV_ERR_OVERFLOW, RKV_ERR_NO_MEMORY
+ * (CPU: the thread pool's scratch). Capture-safe. */
+rkv_status rkv_model_frame_attend(rkv_model *model, int64_t layer,
+                                  const rkv_attention_args *args);
+
+/* One pass of a batched step on layer `layer`: rkv_model_frame_upsert then
+ * rkv_model_frame_attend, with every argument of both halves checked before
+ * anything is enqueued (a refused call changes nothing, out included).
+ * Errors: the union of both. The one failure that can follow the upsert is
+ * RKV_ERR_NO_MEMORY from the CPU attention's scratch (or a CUDA launch
+ * failure): the upsert then stands (it is idempotent within the pass) and
+ * rkv_model_frame_attend can be called again. Capture-safe. */
+rkv_status rkv_model_frame_step(rkv_model *model, int64_t layer,
+                                const void *kv, rkv_dtype kv_dtype,
+                                int commit, const rkv_attention_args *args);
+
+/* Ends the current frame: every row's clock becomes its frame_pos, as when
+ * the commit pass has gone through every layer. This is how a frame
+ * replayed from a CUDA graph ends (the host does not see the replayed
+ * commits): call it after enqueuing a replay whose commit pass runs on
+ * every layer (the model cannot see inside a replay; ending a frame whose
+ * commit did not run leaves the rings without it, as a skipped commit
+ * would). Host only (enqueues nothing, waits for nothing). The batch stays
+ * current for attention. A batch whose frame already ended: RKV_OK, nothing
+ * changes. Errors: RKV_ERR_NULL, RKV_ERR_STATE (no current batch). */
+rkv_status rkv_model_end_frame(rkv_model *model);
+
+/* Closes the current batch. An open frame is abandoned: no clock changes,
+ * every row may begin the same frame again (what its passes wrote is
+ * rewritten then; see "Frames" above). RKV_OK also when there is no
+ * current batch. Host only. Errors: RKV_ERR_NULL. */
+rkv_status rkv_model_abandon_frame(rkv_model *model);
+
+/* Waits until everything the model enqueued has run, then reports the
+ * first failure recorded on the device since the last call (CUDA: an
+ * asynchronous launch failure, or a row a kernel refused; the message
+ * names it). CPU: RKV_OK at once. Not capture-safe. Errors: RKV_ERR_NULL,
+ * the backend's (RKV_ERR_STATE, RKV_ERR_RANGE, RKV_ERR_INVALID_ARG). */
+rkv_status rkv_model_synchronize(rkv_model *model);
+
+/* The per-pass calls with the batch spelled out, kept for callers written
+ * before the batch was stored (and as a check): session_idx must list the
+ * current batch exactly, in its begin_frame order (RKV_ERR_STATE when a row
+ * is not in the current batch or its frame is not open/current;
+ * RKV_ERR_INVALID_ARG when the sessions are the batch's but B or the order
+ * differ); then they are rkv_model_frame_upsert, _attend and _step. Their
+ * other checks come first, in the order: model, layer (RKV_ERR_RANGE), B
+ * (1..S), every row's session (range, distinct, claimed). kv, q and out as
+ * the frame calls (BACKEND memory). Capture-safe as the frame calls. */
 rkv_status rkv_model_upsert(rkv_model *model, int64_t layer, int64_t batch,
                             const int64_t *session_idx, const void *kv,
                             rkv_dtype kv_dtype, int commit);
-
-/* Attention on layer `layer` for B sessions at the clock of their current
- * frame (inside it, or after it ended, until the next begin_frame), with the
- * bits-and-clock rule. RKV_ERR_STATE for a session with no frame begun since
- * its claim, reset or restore. args->batch/session_idx/frame_pos/visible are
- * ignored and replaced by `batch`, `session_idx` and the model's clocks;
- * args->n_q_heads must equal the model's (RKV_ERR_INVALID_ARG otherwise). */
 rkv_status rkv_model_attend(rkv_model *model, int64_t layer, int64_t batch,
                             const int64_t *session_idx,
                             const rkv_attention_args *args);
+rkv_status rkv_model_step(rkv_model *model, int64_t layer, int64_t batch,
+                          const int64_t *session_idx, const void *kv,
+                          rkv_dtype kv_dtype, int commit,
+                          const rkv_attention_args *args);
 
 /* In-memory snapshot of one held session, a raw host-endian image for use
  * within one process (forks across models, undo); for files and for moving
  * sessions between processes or machines use the portable, checksummed
  * snapshot files below (rkv_model_save_session*). Every layer's K/V span and
  * written bits, the geometry and the clock. rkv_model_snapshot_bytes gives
- * the buffer size; the buffer is caller-owned. Not allowed inside a frame
- * (RKV_ERR_STATE). Restoring into a held session of a model with identical
+ * the buffer size; the buffer is caller-owned (host memory on every
+ * backend). Not allowed for a session of an open batch (RKV_ERR_STATE). Restoring into a held session of a model with identical
  * geometry is bit-exact and restores the clock (the next frame must be the
  * saved clock + 1). Restore validates the whole buffer first (RKV_ERR_FORMAT
  * on size, magic, version or geometry mismatch) and changes nothing then. */
@@ -554,7 +790,8 @@ rkv_status rkv_model_save_session_mem(const rkv_model *model, int64_t session,
  *    no clock and RKV_ERR_IO says so;
  *  - RKV_ERR_NULL, RKV_ERR_RANGE, RKV_ERR_STATE (not claimed, or inside a
  *    frame), RKV_ERR_NO_MEMORY.
- * Memory: a 1 MiB read buffer and the header; no copy of the data. */
+ * Memory: a 1 MiB read buffer, the header, and one head's span of the
+ * largest layer (C*D elements) through which the data reaches the backend. */
 rkv_status rkv_model_load_session(rkv_model *model, int64_t session,
                                   const char *path);
 
@@ -584,30 +821,34 @@ rkv_status rkv_snapshot_inspect_mem(const void *buf, size_t bytes,
 rkv_status rkv_model_fork(rkv_model *model, int64_t src_session,
                           int64_t dst_session);
 
-/* One pass of a batched step on layer `layer`: rkv_model_upsert then
- * rkv_model_attend for the same B session rows, each at its own declared
- * clock (rkv_model_begin_frame, which checks every row's clock before any
- * is accepted).
- *  session_idx: [B] distinct held sessions, each inside a frame.
- *  kv:          [2][H][B*T][D] in kv_dtype (== the storage dtype), tokens
- *               ordered (row b, token t), as rkv_layer_upsert.
- *  commit:      as rkv_model_upsert (ends the frame of a row once every
- *               layer has committed it).
- *  args:        the attention as rkv_model_attend (q [B][Hq][Tq][D],
- *               out [B][Hq][Tq][D], caller-owned; batch, session_idx,
- *               frame_pos and visible are ignored).
- * Every argument of both halves, for every row, is checked before
- * anything is written: a refused call changes nothing (out included).
- * Errors: RKV_ERR_NULL, RKV_ERR_RANGE (layer, session), RKV_ERR_INVALID_ARG
- * (B, duplicate session, heads, scale), RKV_ERR_STATE (a row not claimed
- * or not inside a frame), RKV_ERR_DTYPE, RKV_ERR_OVERFLOW. The one failure
- * that can follow the upsert is RKV_ERR_NO_MEMORY from the attention's
- * scratch: the upsert then stands (it is idempotent within the pass) and
- * rkv_model_attend can be called again. */
-rkv_status rkv_model_step(rkv_model *model, int64_t layer, int64_t batch,
-                          const int64_t *session_idx, const void *kv,
-                          rkv_dtype kv_dtype, int commit,
-                          const rkv_attention_args *args);
+/* rkv_model_upsert and rkv_model_attend (the per-pass calls with the batch
+ * spelled out) on storage the caller gives (a view, see rkv_ring_view), for
+ * a model on the CPU backend: the same checks (layer, the rows of the
+ * current batch, an open frame for the upsert, the batch's clocks), the same
+ * bookkeeping (a commit marks the layer committed; the frame ends once every
+ * layer has committed) and the same messages ("rkv_model_upsert: ...",
+ * "rkv_model_attend: ..."), but the K/V and written bits read and written
+ * are ring->kv and ring->written instead of the layer's own. On the view of
+ * the layer itself (rkv_layer_view of rkv_model_layer) they are exactly
+ * rkv_model_upsert and rkv_model_attend. This is how a framework that may
+ * run the call on a copy of the layer's storage (PyTorch's functionalization
+ * under torch.compile, which writes a clone and copies it back) keeps the
+ * model's clocks and still writes only the buffers it passed.
+ *  ring: the storage of layer `layer`: ring->g must equal that layer's
+ *        geometry field for field; HOST buffers as rkv_ring_view says.
+ * Other arguments as rkv_model_upsert / rkv_model_attend. Errors (nothing
+ * written, no state changed): theirs, plus RKV_ERR_NULL (ring, its
+ * pointers), RKV_ERR_INVALID_ARG (a geometry other than the layer's, naming
+ * the first field that differs; misaligned ring->kv), RKV_ERR_STATE (a model
+ * on another backend than the CPU's: its layers' storage is not host
+ * memory). Both are writers of the model (docs/thread-safety.md): during the
+ * call the layer's own storage is neither read nor written. */
+rkv_status rkv_model_upsert_ring(rkv_model *model, int64_t layer, const rkv_ring_view *ring,
+                                 int64_t batch, const int64_t *session_idx, const void *kv,
+                                 rkv_dtype kv_dtype, int commit);
+rkv_status rkv_model_attend_ring(rkv_model *model, int64_t layer, const rkv_ring_view *ring,
+                                 int64_t batch, const int64_t *session_idx,
+                                 const rkv_attention_args *args);
 
 #ifdef __cplusplus
 }

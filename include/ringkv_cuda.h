@@ -102,6 +102,25 @@ rkv_status rkv_cuda_layer_reset(rkv_cuda_layer *layer, int64_t session, void *st
  * the operation and row in rkv_last_error(). Not capture-safe. */
 rkv_status rkv_cuda_layer_check(rkv_cuda_layer *layer, void *stream);
 
+/* One session's span, piece by piece (rkv_layer_read_span and friends in
+ * ringkv.h: the same pieces, sizes and checks; forks and snapshots of a
+ * CUDA model go through these). dst / src are HOST buffers of
+ * rkv_cuda_layer_span_bytes bytes (pageable or pinned). read and write copy
+ * on `stream` after the work already enqueued there and synchronize it
+ * before returning (not capture-safe); copy (device to device, every piece)
+ * is only enqueued on `stream` and is capture-safe. Errors: RKV_ERR_NULL,
+ * RKV_ERR_RANGE (session, head), RKV_ERR_INVALID_ARG (part; head != 0 for
+ * the written bits; written bits that break the invariant, naming the
+ * slot, checked on the host before anything is copied), RKV_ERR_STATE
+ * (wrong current device, CUDA failure). */
+size_t rkv_cuda_layer_span_bytes(const rkv_cuda_layer *layer, rkv_span_part part);
+rkv_status rkv_cuda_layer_read_span(const rkv_cuda_layer *layer, int64_t session,
+                                    rkv_span_part part, int64_t head, void *dst, void *stream);
+rkv_status rkv_cuda_layer_write_span(rkv_cuda_layer *layer, int64_t session, rkv_span_part part,
+                                     int64_t head, const void *src, void *stream);
+rkv_status rkv_cuda_layer_copy_span(rkv_cuda_layer *layer, int64_t src_session,
+                                    int64_t dst_session, void *stream);
+
 /* ------------------------------------------------------------------------ */
 /* Fused upsert (SEM 3)                                                      */
 /* ------------------------------------------------------------------------ */
@@ -216,6 +235,170 @@ rkv_status rkv_cuda_attention_describe(const rkv_cuda_layer *layer,
  * it on the host and check it before each replay. Capture-safe. Errors:
  * RKV_ERR_NULL, RKV_ERR_INVALID_ARG (batch < 1), RKV_ERR_STATE. */
 rkv_status rkv_cuda_clock_advance(int64_t *frame_pos, int64_t batch, int64_t delta, void *stream);
+
+/* ------------------------------------------------------------------------ */
+/* Rings over caller-owned device storage: views (SEM 2-5)                   */
+/* ------------------------------------------------------------------------ */
+
+/* The CUDA counterpart of rkv_ring_view (ringkv.h): a ring whose DEVICE
+ * storage the caller owns (e.g. torch CUDA tensors handed to a custom op,
+ * or functionalized copies of them), with the layout of an rkv_cuda_layer's.
+ * Every view call reads and writes exactly the buffers named here.
+ *  g:       the geometry (checked by every call, as rkv_geometry_check).
+ *  device:  the GPU holding the buffers; it must be the calling thread's
+ *           current device, and rkv_cuda_ring_prepare(device) must have
+ *           been called once in this process (RKV_ERR_STATE otherwise).
+ *  kv:      DEVICE [2][H][N][D] in g.dtype, 16-byte aligned.
+ *  written: DEVICE [N] bytes (0/1, scratch slots 1, as rkv_cuda_layer_create
+ *           arms them; not checked), 16-byte aligned.
+ *  error:   DEVICE int, 4-byte aligned: the device error word the kernels
+ *           set when a row's session or clock (device values) is invalid
+ *           (zero it before first use; rkv_cuda_ring_check reads and
+ *           clears it).
+ * All caller-owned; ringkv never frees, keeps or reallocates them. A view
+ * holds no state (build one per call). The per-pass calls below are
+ * capture-safe as their layer counterparts: they enqueue on `stream` only,
+ * never allocate, synchronize or copy from the host. Their host checks and
+ * messages are those of the layer call named (messages carry that name),
+ * plus the view's own (NULL pointers, geometry, device, alignment). */
+typedef struct rkv_cuda_ring_view {
+    rkv_geometry g;
+    int device;
+    void *kv;
+    uint8_t *written;
+    int *error;
+} rkv_cuda_ring_view;
+
+/* Once per process and GPU, before the first view call on it, outside any
+ * capture: reads the GPU's properties and raises the attention kernels'
+ * shared memory limits (what rkv_cuda_layer_create does for its layer);
+ * RKV_CUDA_ATTN_KERNEL / RKV_CUDA_ATTN_STAGES are read here for views.
+ * Later calls for the same device return RKV_OK at once. Thread-safe. Does
+ * not change the current device. Errors: RKV_ERR_RANGE (no such device),
+ * RKV_ERR_STATE (a CUDA failure, named). Not capture-safe. */
+rkv_status rkv_cuda_ring_prepare(int device);
+
+/* Fills *out with the view of a layer's own storage (rkv_cuda_layer_kv,
+ * rkv_cuda_layer_written, its error word, its device): the view calls on it
+ * act as the layer calls. Prepares the device (the layer's creation did).
+ * Errors: RKV_ERR_NULL. Host only. */
+rkv_status rkv_cuda_layer_view(const rkv_cuda_layer *layer, rkv_cuda_ring_view *out);
+
+/* rkv_cuda_layer_upsert on a view (same arguments, kernel, checks). */
+rkv_status rkv_cuda_ring_upsert(const rkv_cuda_ring_view *ring, const void *kv,
+                                rkv_dtype kv_dtype, int64_t batch, const int64_t *frame_pos,
+                                const int64_t *session_idx, int commit, uint8_t *visible,
+                                void *stream);
+
+/* The reference's visibility row of ONE row (B = 1) as rkv_ring_visible_row
+ * computes it on the CPU, read from ring->written on the device (ring->kv
+ * may be NULL):
+ *  session_idx, frame_pos: DEVICE [1] int64 (checked on the device: an
+ *      invalid value writes nothing and sets ring->error).
+ *  row: DEVICE [N] bytes, 16-byte aligned, written whole (0/1).
+ * Capture-safe. Host errors (nothing enqueued): RKV_ERR_NULL,
+ * RKV_ERR_INVALID_ARG (alignment), RKV_ERR_STATE (device, launch). */
+rkv_status rkv_cuda_ring_visible_row(const rkv_cuda_ring_view *ring, const int64_t *session_idx,
+                                     const int64_t *frame_pos, uint8_t *row, void *stream);
+
+/* rkv_cuda_layer_attend / rkv_cuda_attention_workspace_bytes on a view. */
+rkv_status rkv_cuda_ring_attend(const rkv_cuda_ring_view *ring,
+                                const rkv_cuda_attention_args *args, void *stream);
+size_t rkv_cuda_ring_attention_workspace_bytes(const rkv_cuda_ring_view *ring,
+                                               const rkv_cuda_attention_args *args);
+
+/* rkv_cuda_layer_check on a view's error word: reads and clears it
+ * (synchronizes `stream`); RKV_OK or the first device error recorded, with
+ * the call and row in rkv_last_error(). Not capture-safe. */
+rkv_status rkv_cuda_ring_check(const rkv_cuda_ring_view *ring, void *stream);
+
+/* ------------------------------------------------------------------------ */
+/* A whole model on the GPU (issue 11)                                       */
+/* ------------------------------------------------------------------------ */
+
+/* Creates an rkv_model (ringkv.h) whose layers are rkv_cuda_layer on GPU
+ * `device`, every operation enqueued on `stream` (a cudaStream_t of that
+ * device, NULL = the legacy default stream; it must outlive the model).
+ * Every rkv_model_* call of ringkv.h works on it, with these differences:
+ *  - BACKEND memory is device memory of `device`: kv, q and out of the
+ *    per-pass calls (16-byte aligned). Host arrays stay host arrays
+ *    (begin_frame's session_idx / frame_pos, snapshot buffers, paths).
+ *  - Every call must be made while `device` is the calling thread's current
+ *    device (this call makes it current); RKV_ERR_STATE otherwise.
+ *  - The per-pass calls only enqueue kernels: read `out` after
+ *    cudaStreamSynchronize(stream) or rkv_model_synchronize, which also
+ *    reports a failure recorded on the device. Snapshots, forks, loads,
+ *    saves and the session calls order themselves after the work already
+ *    enqueued on `stream` (spans are copied through host buffers, read and
+ *    written synchronously).
+ *  - B of one frame is at most RKV_CUDA_MAX_BATCH (begin_frame refuses
+ *    more with RKV_ERR_INVALID_ARG).
+ *  - rkv_model_layer returns NULL; rkv_model_cuda_layer gives the layers.
+ * The model owns, in device memory: the layers, the batch buffers (2 * S
+ * int64: session ids, then clocks, written by begin_frame) and the
+ * attention workspace (sized here for B = 1..min(S, RKV_CUDA_MAX_BATCH)
+ * rows of n_q_heads heads and tokens_per_frame queries), and in pinned host
+ * memory a small ring of staging slots for begin_frame's copies.
+ *
+ * The capture contract (ringkv.h, "Frames"): the per-pass calls
+ * (rkv_model_frame_upsert, _frame_attend, _frame_step, and the wrappers
+ * rkv_model_upsert, _attend, _step) are capture-safe on `stream`: kernels
+ * only, reading the session ids and clocks from the model's device buffers
+ * and splitting keys in the model's workspace. So one frame (every layer,
+ * every pass, B sessions) can be captured into a CUDA graph once:
+ *
+ *   rkv_model_begin_frame(m, B, sessions, clocks);        // frame f0, host
+ *   cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
+ *   for each pass, for each layer:
+ *       rkv_model_frame_step(m, layer, kv[layer], dtype, pass == last, &args);
+ *   cudaStreamEndCapture(stream, &graph);  // the host saw the commit pass:
+ *   cudaGraphInstantiate(&exec, graph, 0); // frame f0 ended on the host
+ *   cudaGraphLaunch(exec, stream);         // runs frame f0
+ *   for each next frame f:                 // clocks[b] = previous + 1
+ *       rkv_model_begin_frame(m, B, sessions, clocks);  // host checks + copy
+ *       cudaGraphLaunch(exec, stream);
+ *       rkv_model_end_frame(m);            // host: the clocks are committed
+ *
+ * Between replays only the clock VALUES change (begin_frame writes them
+ * into the same device buffers, on `stream`, ordered after the previous
+ * replay and before the next); B, the sessions and their rows, and every
+ * pointer and argument given to the captured calls stay the same. Launch
+ * the graph on `stream` (or order it after the copy). begin_frame refuses
+ * to run while `stream` is being captured (its copy must not be recorded:
+ * a replay would copy a stale staging slot). Not capture-safe: create and
+ * destroy, claim/lookup/release/reset, begin_frame, snapshots, forks,
+ * loads, saves, rkv_model_synchronize; end_frame and abandon_frame are host
+ * bookkeeping that enqueue nothing.
+ *
+ * Errors (nothing allocated, *out untouched): RKV_ERR_NULL, an invalid
+ * config (as rkv_model_create), RKV_ERR_RANGE (no such device: with no GPU
+ * or no driver the runtime sees 0), RKV_ERR_NO_MEMORY (device or pinned
+ * memory), RKV_ERR_STATE (other CUDA failures). Not capture-safe. */
+rkv_status rkv_model_create_cuda(const rkv_model_config *cfg, int device, void *stream,
+                                 rkv_model **out);
+
+/* Layer i of a CUDA model (owned by the model; device pointers and the
+ * layer-level calls of this header work on it). NULL when i is out of
+ * range or the model is not a CUDA model. Mutating it directly bypasses the
+ * model's clock checks. */
+rkv_cuda_layer *rkv_model_cuda_layer(const rkv_model *model, int64_t layer);
+
+/* Writes a one-line description of the plan rkv_model_frame_attend (and
+ * rkv_model_attend, _step) of a CUDA model would use on layer `layer` for a
+ * batch of B rows and these arguments -- the kernel, its tiles, grid, key
+ * splits (with the model's own workspace) -- into buf (NUL-terminated,
+ * truncated to buf_size), as rkv_cuda_attention_describe does for a layer
+ * call. args: n_q_heads (the model's), n_queries, q_dtype, out_dtype, scale,
+ * and q / out as the call would get them (DEVICE pointers, checked for NULL
+ * and 16-byte alignment only); batch, session_idx, frame_pos, visible and
+ * pool are ignored. B: 1..min(S, RKV_CUDA_MAX_BATCH) (no batch need be
+ * current). For logs and benchmarks. Host only: no CUDA call.
+ * Errors: RKV_ERR_NULL (model, args, buf), RKV_ERR_RANGE (layer),
+ * RKV_ERR_INVALID_ARG (not a CUDA model; B; n_q_heads not the model's; and
+ * rkv_cuda_attention_describe's checks), RKV_ERR_DTYPE. */
+rkv_status rkv_model_cuda_attention_describe(const rkv_model *model, int64_t layer, int64_t batch,
+                                             const rkv_attention_args *args, char *buf,
+                                             size_t buf_size);
 
 #ifdef __cplusplus
 }

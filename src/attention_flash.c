@@ -220,11 +220,16 @@ const char *rkv_layer_attention_isa(const rkv_layer *layer) {
 }
 
 rkv_status rkv_layer_attend(const rkv_layer *layer, const rkv_attention_args *args) {
-    rkv_status st = rkv__attention_check(layer, args, "rkv_layer_attend");
+    return rkv__attend(layer, args, "rkv_layer_attend");
+}
+
+rkv_status rkv__attend(const struct rkv_layer *layer, const rkv_attention_args *args,
+                       const char *what) {
+    rkv_status st = rkv__attention_check(layer, args, what);
     if (st != RKV_OK) return st;
     pthread_once(&kernel_once, init_kernel);
     rkv_threadpool *pool = args->pool ? args->pool : rkv__default_pool();
-    if (!pool) return rkv__fail(RKV_ERR_NO_MEMORY, "rkv_layer_attend: no thread pool");
+    if (!pool) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: no thread pool", what);
     const int64_t D = layer->g.d_head;
     flash_ctx c = {
         .layer = layer,

@@ -8,6 +8,7 @@
 
 #include "ring_rule.h" /* the ring rule: slot, write step, visibility */
 #include "ringkv.h"
+#include "ringkv_backend.h"
 
 #if defined(__GNUC__)
 #define RKV__PRINTF(a, b) __attribute__((format(printf, a, b)))
@@ -15,8 +16,10 @@
 #define RKV__PRINTF(a, b)
 #endif
 
-/* Records a formatted message for rkv_last_error() and returns status. */
-rkv_status rkv__fail(rkv_status status, const char *fmt, ...) RKV__PRINTF(2, 3);
+/* Records a formatted message for rkv_last_error() and returns status: the
+ * public rkv_error_set (ringkv_backend.h), which backends in other shared
+ * libraries call too, so that there is one message per thread. */
+#define rkv__fail rkv_error_set
 
 /* Returns RKV_ERR_NULL from the calling function, naming the argument,
  * when pointer p is NULL. */
@@ -25,9 +28,16 @@ rkv_status rkv__fail(rkv_status status, const char *fmt, ...) RKV__PRINTF(2, 3);
         if (!(p)) return rkv__fail(RKV_ERR_NULL, "%s: %s is NULL", (what), #p);    \
     } while (0)
 
-/* a * b into *out; false when the product overflows (or a, b < 0). */
-bool rkv__mul_i64(int64_t a, int64_t b, int64_t *out);
-bool rkv__mul_size(size_t a, size_t b, size_t *out);
+/* a * b into *out; false when the product overflows (or a, b < 0).
+ * Inline: the CUDA library's host code uses them too, and it may link only
+ * the core's public symbols (docs/backends.md). */
+static inline bool rkv__mul_i64(int64_t a, int64_t b, int64_t *out) {
+    if (a < 0 || b < 0) return false;
+    return !__builtin_mul_overflow(a, b, out);
+}
+static inline bool rkv__mul_size(size_t a, size_t b, size_t *out) {
+    return !__builtin_mul_overflow(a, b, out);
+}
 
 /* True when dtype is one of the enum's values. */
 bool rkv__dtype_valid(rkv_dtype dtype);
@@ -54,6 +64,76 @@ static inline uint8_t *rkv__slot_ptr(const struct rkv_layer *l, int c, int64_t h
     return l->kv + ((size_t)(c * l->g.n_kv_heads + h) * (size_t)l->total_slots +
                     (size_t)slot) * l->row_bytes;
 }
+
+/* Checks one session's written bits of a layer of geometry g ([C] bytes):
+ * every byte 0 or 1, every scratch slot 1, and each ring frame's T bits all
+ * equal (frames are written whole). Returns -1 when valid, else the index
+ * of the first bad slot. Inline: the CUDA layer's span writes check the
+ * same (src/cuda/plan.c). */
+static inline int64_t rkv__written_span_check(const rkv_geometry *g, const uint8_t *w) {
+    const int64_t T = g->tokens_per_frame, L = g->ring_frames * T, C = L + T;
+    for (int64_t j = 0; j < C; j++) {
+        if (w[j] > 1 || (j >= L && w[j] != 1)) return j;
+        if (j < L && j % T && w[j] != w[j - j % T]) return j;
+    }
+    return -1;
+}
+
+/* One piece of a session's span (rkv_layer_read_span and friends, on every
+ * backend): checks session, part and head against g and gives the piece's
+ * byte offset from the start of the K/V storage (K/V; *in_written = false)
+ * or of the written bits (*in_written = true), and its bytes. `what` names
+ * the call. Inline for the same reason as rkv__written_span_check. */
+static inline rkv_status rkv__span_piece(const rkv_geometry *g, const char *what,
+                                         int64_t session, rkv_span_part part, int64_t head,
+                                         size_t *offset, size_t *bytes, bool *in_written) {
+    if (session < 0 || session >= g->num_sessions)
+        return rkv__fail(RKV_ERR_RANGE, "%s: session %lld out of range; expected 0..%lld", what,
+                         (long long)session, (long long)(g->num_sessions - 1));
+    const int64_t C = rkv_geometry_capacity(g), N = rkv_geometry_total_slots(g);
+    const size_t row = (size_t)g->d_head * rkv_dtype_size(g->dtype);
+    if (part == RKV_SPAN_WRITTEN) {
+        if (head != 0)
+            return rkv__fail(RKV_ERR_INVALID_ARG,
+                             "%s: head %lld with RKV_SPAN_WRITTEN; the written bits have no "
+                             "head (expected 0)",
+                             what, (long long)head);
+        *offset = (size_t)(session * C);
+        *bytes = (size_t)C;
+        *in_written = true;
+        return RKV_OK;
+    }
+    if (part != RKV_SPAN_K && part != RKV_SPAN_V)
+        return rkv__fail(RKV_ERR_INVALID_ARG,
+                         "%s: span part %d; expected RKV_SPAN_K (0), RKV_SPAN_V (1) or "
+                         "RKV_SPAN_WRITTEN (2)",
+                         what, (int)part);
+    if (head < 0 || head >= g->n_kv_heads)
+        return rkv__fail(RKV_ERR_RANGE, "%s: head %lld out of range; expected 0..%lld", what,
+                         (long long)head, (long long)(g->n_kv_heads - 1));
+    const int64_t plane = (part == RKV_SPAN_K ? 0 : g->n_kv_heads) + head;
+    *offset = ((size_t)plane * (size_t)N + (size_t)(session * C)) * row;
+    *bytes = (size_t)C * row;
+    *in_written = false;
+    return RKV_OK;
+}
+
+/* ---- views (ring_view.c) ---- */
+/* A layer struct over a view's buffers (no allocation; valid while the
+ * view's buffers are), after checking the view: non-NULL pointers (kv may
+ * be NULL unless need_kv), the geometry, kv aligned to its element size.
+ * `what` names the call. */
+rkv_status rkv__view_layer(const rkv_ring_view *ring, const char *what, bool need_kv,
+                           struct rkv_layer *out);
+/* The upsert of SEM 3 on a layer struct (rkv_layer_upsert, rkv_ring_upsert):
+ * every argument checked first, messages starting with `what`. */
+rkv_status rkv__upsert(const struct rkv_layer *layer, const char *what, const void *kv,
+                       rkv_dtype kv_dtype, int64_t batch, const int64_t *frame_pos,
+                       const int64_t *session_idx, int commit, uint8_t *visible);
+/* The fast attention on a layer struct (rkv_layer_attend, rkv_ring_attend),
+ * messages starting with `what` (attention_flash.c). */
+rkv_status rkv__attend(const struct rkv_layer *layer, const rkv_attention_args *args,
+                       const char *what);
 
 /* Checks session indices: non-NULL, each in [0, num_sessions), distinct.
  * `what` names the call in the message. */

@@ -1,4 +1,5 @@
-/* One layer's ring: storage, written bits, upsert, reset (SEMANTICS 2, 3). */
+/* One layer's ring: storage, written bits, reset (SEMANTICS 2, 3); its upsert
+ * runs the view code of ring_view.c on the layer's own storage. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -87,76 +88,86 @@ rkv_status rkv_layer_reset(rkv_layer *layer, int64_t session) {
     return RKV_OK;
 }
 
-/* Copies row b's frame (T slots of every head, K and V) from the upsert input
- * [2][H][B*T][D] to slots [dst, dst+T) of the storage. */
-static void copy_frame(struct rkv_layer *l, const uint8_t *kv, int64_t batch, int64_t b,
-                       int64_t dst) {
-    const int64_t T = l->g.tokens_per_frame, H = l->g.n_kv_heads;
-    const size_t frame_bytes = (size_t)T * l->row_bytes;
-    for (int c = 0; c < 2; c++)
-        for (int64_t h = 0; h < H; h++) {
-            const uint8_t *src = kv + ((size_t)(c * H + h) * (size_t)(batch * T) + (size_t)(b * T)) *
-                                          l->row_bytes;
-            memcpy(rkv__slot_ptr(l, c, h, dst), src, frame_bytes);
-        }
-}
-
 rkv_status rkv_layer_upsert(rkv_layer *layer, const void *kv, rkv_dtype kv_dtype, int64_t batch,
                             const int64_t *frame_pos, const int64_t *session_idx, int commit,
                             uint8_t *visible) {
-    /* Validate everything before touching state. */
+    /* the view of the layer's own storage (ring_view.c) */
     if (!layer) return rkv__fail(RKV_ERR_NULL, "rkv_layer_upsert: layer is NULL");
-    if (!kv) return rkv__fail(RKV_ERR_NULL, "rkv_layer_upsert: kv is NULL");
-    if (!frame_pos) return rkv__fail(RKV_ERR_NULL, "rkv_layer_upsert: frame_pos is NULL");
-    if (batch < 1 || batch > layer->g.num_sessions)
-        return rkv__fail(RKV_ERR_INVALID_ARG,
-                         "rkv_layer_upsert: batch B = %lld; expected 1..%lld (one frame per "
-                         "distinct session)",
-                         (long long)batch, (long long)layer->g.num_sessions);
-    if (kv_dtype != layer->g.dtype)
-        return rkv__fail(RKV_ERR_DTYPE, "rkv_layer_upsert: kv dtype %d (%s) does not match the "
-                         "storage dtype %s",
-                         (int)kv_dtype, rkv_dtype_name(kv_dtype) ? rkv_dtype_name(kv_dtype) : "unknown",
-                         rkv_dtype_name(layer->g.dtype));
-    if (visible && batch != 1)
-        return rkv__fail(RKV_ERR_INVALID_ARG,
-                         "rkv_layer_upsert: the visibility row only supports B == 1; got B = %lld "
-                         "(the engine path passes visible = NULL)",
-                         (long long)batch);
-    for (int64_t b = 0; b < batch; b++)
-        if (frame_pos[b] < 0)
-            return rkv__fail(RKV_ERR_INVALID_ARG,
-                             "rkv_layer_upsert: frame_pos[%lld] = %lld; expected >= 0",
-                             (long long)b, (long long)frame_pos[b]);
-    rkv_status st = rkv__check_sessions("rkv_layer_upsert", session_idx, batch,
-                                        layer->g.num_sessions);
-    if (st != RKV_OK) return st;
+    return rkv__upsert(layer, "rkv_layer_upsert", kv, kv_dtype, batch, frame_pos, session_idx,
+                       commit, visible);
+}
 
-    const rkv_geometry *g = &layer->g;
-    const int64_t T = g->tokens_per_frame, C = layer->capacity, L = layer->ring_len;
-    const uint8_t *src = kv;
+/* ---- one session's span, piece by piece (forks, snapshots) ---------------- */
 
-    /* 1. scratch write for every row */
-    for (int64_t b = 0; b < batch; b++) copy_frame(layer, src, batch, b, session_idx[b] * C + L);
-
-    /* 2. visibility row, before the commit */
-    if (visible) {
-        const int64_t s = session_idx[0], lo = s * C;
-        memset(visible, 0, (size_t)layer->total_slots);
-        memcpy(visible + lo, layer->written + lo, (size_t)C);
-        if (rkv_is_write_step(g, frame_pos[0]))
-            memset(visible + lo + rkv_ring_slot(g, frame_pos[0]) * T, 0, (size_t)T);
+size_t rkv_layer_span_bytes(const rkv_layer *layer, rkv_span_part part) {
+    if (!layer) return 0;
+    switch (part) {
+    case RKV_SPAN_K:
+    case RKV_SPAN_V: return (size_t)layer->capacity * layer->row_bytes;
+    case RKV_SPAN_WRITTEN: return (size_t)layer->capacity;
     }
+    return 0;
+}
 
-    /* 3. commit: ring slot on write steps, scratch (again) otherwise */
-    if (commit)
-        for (int64_t b = 0; b < batch; b++) {
-            const int64_t base = session_idx[b] * C;
-            const int64_t dst = rkv_is_write_step(g, frame_pos[b])
-                                    ? base + rkv_ring_slot(g, frame_pos[b]) * T
-                                    : base + L;
-            copy_frame(layer, src, batch, b, dst);
-            memset(layer->written + dst, 1, (size_t)T);
-        }
+/* The piece's address in the layer, after checking the arguments. */
+static rkv_status span_piece(const rkv_layer *l, const char *what, int64_t session,
+                             rkv_span_part part, int64_t head, uint8_t **at) {
+    if (!l) return rkv__fail(RKV_ERR_NULL, "%s: layer is NULL", what);
+    size_t offset = 0, bytes = 0;
+    bool in_written = false;
+    rkv_status st = rkv__span_piece(&l->g, what, session, part, head, &offset, &bytes, &in_written);
+    if (st == RKV_OK) *at = (in_written ? l->written : l->kv) + offset;
+    return st;
+}
+
+rkv_status rkv_layer_read_span(const rkv_layer *layer, int64_t session, rkv_span_part part,
+                               int64_t head, void *dst) {
+    static const char what[] = "rkv_layer_read_span";
+    uint8_t *at = NULL;
+    rkv_status st = span_piece(layer, what, session, part, head, &at);
+    if (st != RKV_OK) return st;
+    RKV__REQUIRE(what, dst);
+    memcpy(dst, at, rkv_layer_span_bytes(layer, part));
+    return RKV_OK;
+}
+
+rkv_status rkv_layer_write_span(rkv_layer *layer, int64_t session, rkv_span_part part,
+                                int64_t head, const void *src) {
+    static const char what[] = "rkv_layer_write_span";
+    uint8_t *at = NULL;
+    rkv_status st = span_piece(layer, what, session, part, head, &at);
+    if (st != RKV_OK) return st;
+    RKV__REQUIRE(what, src);
+    if (part == RKV_SPAN_WRITTEN) {
+        const uint8_t *w = src;
+        const int64_t bad = rkv__written_span_check(&layer->g, w);
+        if (bad >= 0)
+            return rkv__fail(RKV_ERR_INVALID_ARG,
+                             "%s: written bit of slot %lld is %u; expected 0/1, scratch slots "
+                             "1, ring frames written whole",
+                             what, (long long)bad, w[bad]);
+    }
+    memcpy(at, src, rkv_layer_span_bytes(layer, part));
+    return RKV_OK;
+}
+
+rkv_status rkv_layer_copy_span(rkv_layer *layer, int64_t src_session, int64_t dst_session) {
+    static const char what[] = "rkv_layer_copy_span";
+    int64_t slo, shi, dlo, dhi;
+    RKV__REQUIRE(what, layer);
+    rkv_status st = rkv_layer_session_span(layer, src_session, &slo, &shi);
+    if (st == RKV_OK) st = rkv_layer_session_span(layer, dst_session, &dlo, &dhi);
+    if (st != RKV_OK)
+        return rkv__fail(st, "%s: session %lld out of range; expected 0..%lld", what,
+                         (long long)(src_session < 0 || src_session >= layer->g.num_sessions
+                                         ? src_session
+                                         : dst_session),
+                         (long long)(layer->g.num_sessions - 1));
+    if (src_session == dst_session) return RKV_OK;
+    const size_t bytes = (size_t)layer->capacity * layer->row_bytes;
+    for (int c = 0; c < 2; c++)
+        for (int64_t h = 0; h < layer->g.n_kv_heads; h++)
+            memcpy(rkv__slot_ptr(layer, c, h, dlo), rkv__slot_ptr(layer, c, h, slo), bytes);
+    memcpy(layer->written + dlo, layer->written + slo, (size_t)layer->capacity);
     return RKV_OK;
 }

@@ -257,23 +257,28 @@ static rkv_status check_geometry(const source *s, const rkv_model_config *snap,
 }
 
 /* Copies tensor r (one layer's K, V or written span of a session) from the
- * source into the layer's memory of `session`; file bytes are hashed into
- * hs on the way. */
+ * source into `session` of the model, one piece at a time (K or V of one
+ * head, or the written bits) through the model's backend and the bounce
+ * buffer (rkv__model_max_span_bytes); file bytes are hashed into hs on the
+ * way. */
 static rkv_status install_span(const source *s, uint64_t off, const rkv__snap_tensor *r,
-                               rkv_layer *l, int64_t session, XXH3_state_t *hs) {
-    const int64_t C = l->capacity;
+                               rkv_model *m, int64_t session, XXH3_state_t *hs,
+                               uint8_t *bounce) {
+    const rkv_span_part part = (rkv_span_part)r->kind; /* k, v, written */
+    const size_t bytes = rkv__model_span_bytes(m, r->layer, part);
+    const int64_t heads = part == RKV_SPAN_WRITTEN ? 1 : m->cfg.n_kv_heads;
     rkv_status st = RKV_OK;
-    if (r->kind == 2) {
-        uint8_t *dst = l->written + session * C;
-        if ((st = src_read(s, off, dst, (size_t)C)) == RKV_OK && !s->mem)
-            XXH3_64bits_update(hs, dst, (size_t)C);
-        return st;
-    }
-    const size_t bytes = (size_t)C * l->row_bytes;
-    for (int64_t h = 0; h < l->g.n_kv_heads && st == RKV_OK; h++, off += bytes) {
-        uint8_t *dst = rkv__slot_ptr(l, r->kind, h, session * C);
-        if ((st = src_read(s, off, dst, bytes)) == RKV_OK && !s->mem)
-            XXH3_64bits_update(hs, dst, bytes);
+    for (int64_t h = 0; h < heads && st == RKV_OK; h++, off += bytes) {
+        if ((st = src_read(s, off, bounce, bytes)) != RKV_OK) break;
+        if (!s->mem) XXH3_64bits_update(hs, bounce, bytes);
+        st = rkv__model_span_write(m, r->layer, session, part, h, bounce);
+        if (st == RKV_ERR_INVALID_ARG && !s->mem) /* bits verified, then changed */
+            st = rkv__fail(RKV_ERR_IO,
+                           "%s: %s: the file changed while it was loaded (its written bits are "
+                           "no longer valid on the second read); session %lld was reset",
+                           s->w.what, s->w.name, (long long)session);
+        else if (st != RKV_OK)
+            st = rkv__model_backend_fail(st, s->w.what);
     }
     return st;
 }
@@ -283,13 +288,16 @@ static rkv_status install_span(const source *s, uint64_t off, const rkv__snap_te
  * after verify_data, the session is reset and RKV_ERR_IO returned. */
 static rkv_status install(const source *s, const rkv__snap_header *p, rkv_model *m,
                           int64_t session) {
+    uint8_t *bounce = malloc(rkv__model_max_span_bytes(m));
+    if (!bounce) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", s->w.what);
     XXH3_state_t hs;
     XXH3_64bits_reset(&hs);
     rkv_status st = RKV_OK;
     for (int64_t k = 0; k < m->cfg.n_layers * 3 && st == RKV_OK; k++) {
         const rkv__snap_tensor *r = p->order[k];
-        st = install_span(s, p->data_offset + r->begin, r, m->layers[r->layer], session, &hs);
+        st = install_span(s, p->data_offset + r->begin, r, m, session, &hs, bounce);
     }
+    free(bounce);
     if (st == RKV_OK && !s->mem && XXH3_64bits_digest(&hs) != p->info.data_xxh3)
         st = rkv__fail(RKV_ERR_IO,
                        "%s: %s: the file changed while it was loaded (data checksum differs on "
@@ -372,21 +380,24 @@ static rkv_status sink_write(sink *k, const void *p, size_t n) {
     return RKV_OK;
 }
 
-/* Writes layer l's K, V and written spans of `session` (the tensors
- * layer.i.k, .v, .written), hashing them into hs. */
-static rkv_status write_layer_span(sink *k, const rkv_layer *l, int64_t session,
-                                   XXH3_state_t *hs) {
-    const int64_t C = l->capacity;
-    const size_t bytes = (size_t)C * l->row_bytes;
-    rkv_status st;
-    for (int c = 0; c < 2; c++)
-        for (int64_t h = 0; h < l->g.n_kv_heads; h++) {
-            const uint8_t *src = rkv__slot_ptr(l, c, h, session * C);
-            XXH3_64bits_update(hs, src, bytes);
-            if ((st = sink_write(k, src, bytes)) != RKV_OK) return st;
+/* Writes layer i's K, V and written spans of `session` (the tensors
+ * layer.i.k, .v, .written), one piece at a time read through the model's
+ * backend into the bounce buffer, hashing them into hs. */
+static rkv_status write_layer_span(sink *k, const rkv_model *m, int64_t i, int64_t session,
+                                   XXH3_state_t *hs, uint8_t *bounce) {
+    rkv_status st = RKV_OK;
+    for (int part = RKV_SPAN_K; part <= RKV_SPAN_WRITTEN && st == RKV_OK; part++) {
+        const size_t bytes = rkv__model_span_bytes(m, i, (rkv_span_part)part);
+        const int64_t heads = part == RKV_SPAN_WRITTEN ? 1 : m->cfg.n_kv_heads;
+        for (int64_t h = 0; h < heads && st == RKV_OK; h++) {
+            if ((st = rkv__model_span_read(m, i, session, (rkv_span_part)part, h, bounce)) !=
+                RKV_OK)
+                return rkv__model_backend_fail(st, k->what);
+            XXH3_64bits_update(hs, bounce, bytes);
+            st = sink_write(k, bounce, bytes);
         }
-    XXH3_64bits_update(hs, l->written + session * C, (size_t)C);
-    return sink_write(k, l->written + session * C, (size_t)C);
+    }
+    return st;
 }
 
 /* Writes the header in place again, now with both checksums. */
@@ -415,10 +426,14 @@ static rkv_status write_image(const rkv_model *m, int64_t session, rkv__snap_tex
     if ((st = sink_write(k, first8, 8)) != RKV_OK ||
         (st = sink_write(k, hd->text, hd->len)) != RKV_OK)
         return st;
+    uint8_t *bounce = malloc(rkv__model_max_span_bytes(m));
+    if (!bounce) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", k->what);
     XXH3_state_t hs;
     XXH3_64bits_reset(&hs);
-    for (int64_t i = 0; i < m->cfg.n_layers; i++)
-        if ((st = write_layer_span(k, m->layers[i], session, &hs)) != RKV_OK) return st;
+    for (int64_t i = 0; i < m->cfg.n_layers && st == RKV_OK; i++)
+        st = write_layer_span(k, m, i, session, &hs, bounce);
+    free(bounce);
+    if (st != RKV_OK) return st;
     rkv__snap_header_seal(hd, XXH3_64bits_digest(&hs));
     return rewrite_header(k, hd);
 }

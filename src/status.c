@@ -29,21 +29,12 @@ const char *rkv_status_str(rkv_status status) {
 
 const char *rkv_last_error(void) { return last_error; }
 
-rkv_status rkv__fail(rkv_status status, const char *fmt, ...) {
+rkv_status rkv_error_set(rkv_status status, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(last_error, sizeof last_error, fmt, ap);
     va_end(ap);
     return status;
-}
-
-bool rkv__mul_i64(int64_t a, int64_t b, int64_t *out) {
-    if (a < 0 || b < 0) return false;
-    return !__builtin_mul_overflow(a, b, out);
-}
-
-bool rkv__mul_size(size_t a, size_t b, size_t *out) {
-    return !__builtin_mul_overflow(a, b, out);
 }
 
 rkv_status rkv__check_sessions(const char *what, const int64_t *session_idx,

@@ -410,6 +410,104 @@ static void test_describe(void **state) {
     assert_int_equal(strlen(tiny), 7);
 }
 
+/* ---- the model's table (backend_cuda.cu) and the layer's spans ------------- */
+
+static void test_span_places(void **state) {
+    (void)state;
+    rkv_geometry g = geom(2, 2, 2, 2, 64, 128, 1, RKV_DTYPE_BF16);
+    const int64_t C = 3 * 128, N = 2 * C;
+    const size_t row = 64 * 2;
+    size_t off = 1, bytes = 1;
+    int w = -1;
+    EXPECT_STATUS(rkv__cuda_span_check(&g, "x", 1, RKV_SPAN_K, 1, &off, &bytes, &w), RKV_OK, "");
+    assert_int_equal(off, ((size_t)(1 * N) + (size_t)C) * row); /* plane 1, session 1 */
+    assert_int_equal(bytes, (size_t)C * row);
+    assert_int_equal(w, 0);
+    EXPECT_STATUS(rkv__cuda_span_check(&g, "x", 0, RKV_SPAN_V, 0, &off, &bytes, &w), RKV_OK, "");
+    assert_int_equal(off, (size_t)(2 * N) * row); /* plane H + 0 */
+    EXPECT_STATUS(rkv__cuda_span_check(&g, "x", 1, RKV_SPAN_WRITTEN, 0, &off, &bytes, &w), RKV_OK,
+                  "");
+    assert_int_equal(off, (size_t)C);
+    assert_int_equal(bytes, (size_t)C);
+    assert_int_equal(w, 1);
+    EXPECT_STATUS(rkv__cuda_span_check(&g, "x", 2, RKV_SPAN_K, 0, &off, &bytes, &w), RKV_ERR_RANGE,
+                  "session 2");
+    EXPECT_STATUS(rkv__cuda_span_check(&g, "x", 0, RKV_SPAN_K, 2, &off, &bytes, &w), RKV_ERR_RANGE,
+                  "head 2");
+    EXPECT_STATUS(rkv__cuda_span_check(&g, "x", 0, RKV_SPAN_WRITTEN, 1, &off, &bytes, &w),
+                  RKV_ERR_INVALID_ARG, "head 1");
+    EXPECT_STATUS(rkv__cuda_span_check(&g, "x", 0, (rkv_span_part)3, 0, &off, &bytes, &w),
+                  RKV_ERR_INVALID_ARG, "part 3");
+    /* written bits: the invariant, checked on the host before any copy */
+    uint8_t bits[3 * 128];
+    memset(bits, 0, sizeof bits);
+    memset(bits + 128, 1, 128);     /* ring frame 1 written */
+    memset(bits + 256, 1, 128);     /* the scratch */
+    EXPECT_STATUS(rkv__cuda_written_check(&g, "x", bits), RKV_OK, "");
+    bits[200] = 0;                  /* half a frame */
+    EXPECT_STATUS(rkv__cuda_written_check(&g, "x", bits), RKV_ERR_INVALID_ARG, "slot 200");
+    bits[200] = 1;
+    bits[300] = 0;                  /* scratch not armed */
+    EXPECT_STATUS(rkv__cuda_written_check(&g, "x", bits), RKV_ERR_INVALID_ARG, "slot 300");
+}
+
+/* The model's workspace: the largest preferred key split over B = 1..max:
+ * at 720P on an H200 only B = 1 splits (2 ways: 128 blocks for 264 slots). */
+static void test_model_workspace(void **state) {
+    (void)state;
+    rkv_geometry g = geom(8, 16, 16, 16, 64, 512, 1, RKV_DTYPE_BF16);
+    const size_t one = 2 * (size_t)(32 * 512) * (64 + 2) * 4;
+    assert_int_equal(rkv__cuda_model_workspace_bytes(&g, &H200, 2, RKV__KERNEL_MMA, 1, 32), one);
+    assert_int_equal(rkv__cuda_model_workspace_bytes(&g, &H200, 2, RKV__KERNEL_MMA, 8, 32), one);
+    /* the same as the layer's own query for B = 1 */
+    rkv_cuda_attention_args a = args(1, 32, RKV_DTYPE_BF16);
+    rkv__cuda_attn_plan p;
+    rkv__cuda_attention_plan_make(&g, &a, &H200, 2, RKV__KERNEL_MMA, 1, &p);
+    assert_int_equal(p.workspace_bytes, one);
+    /* f32 storage runs the generic kernel, which never splits */
+    rkv_geometry f = geom(8, 16, 16, 16, 64, 512, 1, RKV_DTYPE_F32);
+    assert_int_equal(rkv__cuda_model_workspace_bytes(&f, &H200, 2, RKV__KERNEL_MMA, 8, 32), 0);
+    /* max_batch beyond S (or RKV_CUDA_MAX_BATCH) is capped, not an error */
+    assert_int_equal(rkv__cuda_model_workspace_bytes(&g, &H200, 2, RKV__KERNEL_MMA, 5000, 32), one);
+}
+
+/* A model's attention call as the layer call it becomes. */
+static void test_model_attention_args(void **state) {
+    (void)state;
+    rkv_attention_args a;
+    memset(&a, 0, sizeof a);
+    a.batch = 3;
+    a.n_q_heads = 8;
+    a.n_queries = 64;
+    a.q = DEV(0x1000);
+    a.q_dtype = RKV_DTYPE_BF16;
+    a.out = DEV(0x9000);
+    a.out_dtype = RKV_DTYPE_F32;
+    a.session_idx = (const int64_t *)DEV(0x100);
+    a.frame_pos = (const int64_t *)DEV(0x118);
+    a.visible = (const uint8_t *)DEV(0x5555); /* never passed on */
+    a.scale = 0.25f;
+    rkv_cuda_attention_args c;
+    memset(&c, 0x5A, sizeof c);
+    rkv__cuda_model_attention_args(&a, DEV(0x20000), 4096, &c);
+    assert_int_equal(c.batch, 3);
+    assert_int_equal(c.n_q_heads, 8);
+    assert_int_equal(c.n_queries, 64);
+    assert_ptr_equal(c.q, a.q);
+    assert_int_equal(c.q_dtype, RKV_DTYPE_BF16);
+    assert_ptr_equal(c.out, a.out);
+    assert_int_equal(c.out_dtype, RKV_DTYPE_F32);
+    assert_ptr_equal(c.session_idx, a.session_idx);
+    assert_ptr_equal(c.frame_pos, a.frame_pos);
+    assert_null(c.visible);
+    assert_true(c.scale == 0.25f);
+    assert_ptr_equal(c.workspace, DEV(0x20000));
+    assert_int_equal(c.workspace_bytes, 4096);
+    rkv__cuda_model_attention_args(&a, NULL, 4096, &c);
+    assert_null(c.workspace);
+    assert_int_equal(c.workspace_bytes, 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_upsert_plan_720p),
@@ -422,6 +520,9 @@ int main(void) {
         cmocka_unit_test(test_attention_checks),
         cmocka_unit_test(test_device_error_words),
         cmocka_unit_test(test_describe),
+        cmocka_unit_test(test_span_places),
+        cmocka_unit_test(test_model_workspace),
+        cmocka_unit_test(test_model_attention_args),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -977,6 +977,161 @@ static void test_model_attend_errors(void **state)
     rkv_model_destroy(m);
 }
 
+/* The per-pass calls on the current batch, end/abandon/synchronize: every
+ * refusal changes nothing (model, clocks, output buffer). busy_model: "b"
+ * is the open batch (frame 0, committed on layer 0), "a" between frames. */
+static void test_frame_calls_errors(void **state)
+{
+    (void)state;
+    int64_t sa, sb;
+    rkv_model *m = busy_model(&sa, &sb);
+    size_t fn = (size_t)(2 * 2 * 128 * 4), n = (size_t)(4 * 128 * 4);
+    float *kv = tu_xmalloc(fn * 4), *q = tu_xmalloc(n * 4), *out = tu_xmalloc(n * 4),
+          *pat = tu_xmalloc(n * 4);
+    tu_rng r = {71};
+    tu_fill_uniform(kv, fn, &r);
+    tu_fill_uniform(q, n, &r);
+    tu_fill_uniform(out, n, &r);
+    memcpy(pat, out, n * 4);
+    rkv_attention_args a;
+    memset(&a, 0, sizeof a);
+    a.n_q_heads = 4;
+    a.q = q;
+    a.q_dtype = RKV_DTYPE_F32;
+    a.out = out;
+    a.out_dtype = RKV_DTYPE_F32;
+
+    TU_ERR(rkv_model_frame_upsert(NULL, 0, kv, RKV_DTYPE_F32, 0), RKV_ERR_NULL, NULL);
+    MODEL_ERR(m, rkv_model_frame_upsert(m, 2, kv, RKV_DTYPE_F32, 0), RKV_ERR_RANGE, "2");
+    MODEL_ERR(m, rkv_model_frame_upsert(m, -1, kv, RKV_DTYPE_F32, 0), RKV_ERR_RANGE, "-1");
+    MODEL_ERR(m, rkv_model_frame_upsert(m, 1, NULL, RKV_DTYPE_F32, 1), RKV_ERR_NULL, "kv");
+    MODEL_ERR(m, rkv_model_frame_upsert(m, 1, kv, RKV_DTYPE_BF16, 1), RKV_ERR_DTYPE, "bf16");
+    MODEL_ERR(m, rkv_model_frame_upsert(m, 1, kv, (rkv_dtype)9, 1), RKV_ERR_DTYPE, NULL);
+
+    TU_ERR(rkv_model_frame_attend(NULL, 0, &a), RKV_ERR_NULL, NULL);
+    MODEL_ERR(m, rkv_model_frame_attend(m, 5, &a), RKV_ERR_RANGE, "5");
+    MODEL_ERR(m, rkv_model_frame_attend(m, 0, NULL), RKV_ERR_NULL, "args");
+    rkv_attention_args b = a;
+    b.n_q_heads = 8;
+    MODEL_ERR(m, rkv_model_frame_attend(m, 0, &b), RKV_ERR_INVALID_ARG, "8");
+    b = a;
+    b.q = NULL;
+    MODEL_ERR(m, rkv_model_frame_attend(m, 0, &b), RKV_ERR_NULL, NULL);
+    b = a;
+    b.scale = -INFINITY;
+    MODEL_ERR(m, rkv_model_frame_attend(m, 0, &b), RKV_ERR_INVALID_ARG, "scale");
+    b = a;
+    b.out_dtype = (rkv_dtype)7;
+    MODEL_ERR(m, rkv_model_frame_attend(m, 0, &b), RKV_ERR_DTYPE, NULL);
+
+    /* step: each half's refusal, nothing upserted */
+    TU_ERR(rkv_model_frame_step(NULL, 0, kv, RKV_DTYPE_F32, 1, &a), RKV_ERR_NULL, NULL);
+    MODEL_ERR(m, rkv_model_frame_step(m, 3, kv, RKV_DTYPE_F32, 1, &a), RKV_ERR_RANGE, "3");
+    MODEL_ERR(m, rkv_model_frame_step(m, 1, NULL, RKV_DTYPE_F32, 1, &a), RKV_ERR_NULL, "kv");
+    MODEL_ERR(m, rkv_model_frame_step(m, 1, kv, RKV_DTYPE_F16, 1, &a), RKV_ERR_DTYPE, NULL);
+    MODEL_ERR(m, rkv_model_frame_step(m, 1, kv, RKV_DTYPE_F32, 1, NULL), RKV_ERR_NULL, "args");
+    b = a;
+    b.q = NULL;
+    MODEL_ERR(m, rkv_model_frame_step(m, 1, kv, RKV_DTYPE_F32, 1, &b), RKV_ERR_NULL, NULL);
+    b = a;
+    b.n_queries = -3;
+    MODEL_ERR(m, rkv_model_frame_step(m, 1, kv, RKV_DTYPE_F32, 1, &b), RKV_ERR_INVALID_ARG,
+              NULL);
+    assert_memory_equal(out, pat, n * 4);
+
+    /* a second batch while "b"'s is open (a's clock is right: 5) */
+    int64_t f5 = 5;
+    MODEL_ERR(m, rkv_model_begin_frame(m, 1, &sa, &f5), RKV_ERR_STATE, "open");
+
+    TU_ERR(rkv_model_end_frame(NULL), RKV_ERR_NULL, NULL);
+    TU_ERR(rkv_model_abandon_frame(NULL), RKV_ERR_NULL, NULL);
+    TU_ERR(rkv_model_synchronize(NULL), RKV_ERR_NULL, NULL);
+    TU_OK(rkv_model_synchronize(m));
+
+    /* no batch at all */
+    TU_OK(rkv_model_abandon_frame(m));
+    MODEL_ERR(m, rkv_model_frame_upsert(m, 1, kv, RKV_DTYPE_F32, 1), RKV_ERR_STATE,
+              "no frame begun");
+    MODEL_ERR(m, rkv_model_frame_attend(m, 1, &a), RKV_ERR_STATE, "no frame begun");
+    MODEL_ERR(m, rkv_model_frame_step(m, 1, kv, RKV_DTYPE_F32, 1, &a), RKV_ERR_STATE,
+              "no frame begun");
+    MODEL_ERR(m, rkv_model_end_frame(m), RKV_ERR_STATE, "no frame begun");
+    assert_memory_equal(out, pat, n * 4);
+    /* ... and the abandoned frame 0 of "b" may begin again */
+    int64_t f0 = 0;
+    TU_OK(rkv_model_begin_frame(m, 1, &sb, &f0));
+    TU_OK(rkv_model_frame_attend(m, 1, &a));
+    free(kv);
+    free(q);
+    free(out);
+    free(pat);
+    rkv_model_destroy(m);
+}
+
+/* A session's span, piece by piece: bad pieces and bad written bits are
+ * refused, the layer and the caller's buffer untouched. */
+static void test_span_errors(void **state)
+{
+    (void)state;
+    rkv_layer *l = hist_layer(); /* S 3, H 2, RF 4, T 128, D 4, PD 2 */
+    const size_t kb = rkv_layer_span_bytes(l, RKV_SPAN_K);
+    const int64_t C = 5 * 128;
+    assert_int_equal(kb, (size_t)C * 4 * 4);
+    assert_int_equal(rkv_layer_span_bytes(l, RKV_SPAN_V), kb);
+    assert_int_equal(rkv_layer_span_bytes(l, RKV_SPAN_WRITTEN), (size_t)C);
+    assert_int_equal(rkv_layer_span_bytes(l, (rkv_span_part)3), 0);
+    assert_int_equal(rkv_layer_span_bytes(NULL, RKV_SPAN_K), 0);
+    unsigned char *buf = tu_xmalloc(kb), *pat = tu_xmalloc(kb);
+    memset(buf, 0xA5, kb);
+    memcpy(pat, buf, kb);
+    TU_ERR(rkv_layer_read_span(NULL, 0, RKV_SPAN_K, 0, buf), RKV_ERR_NULL, NULL);
+    TU_ERR(rkv_layer_read_span(l, 3, RKV_SPAN_K, 0, buf), RKV_ERR_RANGE, "3");
+    TU_ERR(rkv_layer_read_span(l, -1, RKV_SPAN_V, 0, buf), RKV_ERR_RANGE, "-1");
+    TU_ERR(rkv_layer_read_span(l, 0, (rkv_span_part)5, 0, buf), RKV_ERR_INVALID_ARG, "5");
+    TU_ERR(rkv_layer_read_span(l, 0, RKV_SPAN_K, 2, buf), RKV_ERR_RANGE, "head 2");
+    TU_ERR(rkv_layer_read_span(l, 0, RKV_SPAN_WRITTEN, 1, buf), RKV_ERR_INVALID_ARG, "head 1");
+    TU_ERR(rkv_layer_read_span(l, 0, RKV_SPAN_K, 0, NULL), RKV_ERR_NULL, "dst");
+    assert_memory_equal(buf, pat, kb);
+    /* the pieces are the layer's bytes */
+    int64_t lo, hi;
+    TU_OK(rkv_layer_session_span(l, 2, &lo, &hi));
+    TU_OK(rkv_layer_read_span(l, 2, RKV_SPAN_V, 1, buf));
+    const rkv_geometry *g = rkv_layer_geometry(l);
+    const size_t plane = (size_t)(3 * tu_N(g)) * 4 * 4; /* V of head 1: plane 3 */
+    assert_memory_equal(buf, (const unsigned char *)rkv_layer_kv(l) + plane + (size_t)lo * 16,
+                        kb);
+    uint8_t *w = tu_xmalloc((size_t)C);
+    TU_OK(rkv_layer_read_span(l, 2, RKV_SPAN_WRITTEN, 0, w));
+    assert_memory_equal(w, rkv_layer_written(l) + lo, (size_t)C);
+    /* written bits that break the invariant */
+    LAYER_ERR(l, rkv_layer_write_span(l, 1, RKV_SPAN_WRITTEN, 0, NULL), RKV_ERR_NULL, "src");
+    w[5] = 2;
+    LAYER_ERR(l, rkv_layer_write_span(l, 1, RKV_SPAN_WRITTEN, 0, w), RKV_ERR_INVALID_ARG,
+              "slot 5");
+    w[5] = w[0];
+    w[C - 1] = 0; /* scratch */
+    LAYER_ERR(l, rkv_layer_write_span(l, 1, RKV_SPAN_WRITTEN, 0, w), RKV_ERR_INVALID_ARG,
+              "slot 639");
+    w[C - 1] = 1;
+    w[130] = (uint8_t)!w[128]; /* half a frame */
+    LAYER_ERR(l, rkv_layer_write_span(l, 1, RKV_SPAN_WRITTEN, 0, w), RKV_ERR_INVALID_ARG,
+              "slot 130");
+    LAYER_ERR(l, rkv_layer_write_span(l, 1, RKV_SPAN_K, 2, buf), RKV_ERR_RANGE, "head 2");
+    LAYER_ERR(l, rkv_layer_copy_span(l, 0, 3), RKV_ERR_RANGE, "3");
+    LAYER_ERR(l, rkv_layer_copy_span(l, -2, 0), RKV_ERR_RANGE, "-2");
+    TU_ERR(rkv_layer_copy_span(NULL, 0, 1), RKV_ERR_NULL, NULL);
+    /* and the valid calls: copy 2 over 0, bit-exact */
+    TU_OK(rkv_layer_copy_span(l, 2, 0));
+    unsigned char *buf0 = tu_xmalloc(kb);
+    TU_OK(rkv_layer_read_span(l, 0, RKV_SPAN_V, 1, buf0));
+    assert_memory_equal(buf0, buf, kb);
+    free(buf0);
+    free(buf);
+    free(pat);
+    free(w);
+    rkv_layer_destroy(l);
+}
+
 static void test_snapshot_restore_errors(void **state)
 {
     (void)state;
@@ -1216,6 +1371,8 @@ int main(void)
         cmocka_unit_test(test_model_upsert_errors),
         cmocka_unit_test(test_model_attend_errors),
         cmocka_unit_test(test_snapshot_restore_errors),
+        cmocka_unit_test(test_frame_calls_errors),
+        cmocka_unit_test(test_span_errors),
         cmocka_unit_test(test_last_error_thread_local),
         cmocka_unit_test(test_messages_name_the_argument),
     };

@@ -882,6 +882,178 @@ static void test_clock_at_int64_max(void **state)
     rkv_model_destroy(m);
 }
 
+/* ---- the frame's batch (issue 11) ---------------------------------------- */
+
+/* kv [2][H][B*T][D] f32 for the small config (H 2, D 4, T 128). */
+static float *batch_kv(int64_t B, uint64_t seed)
+{
+    size_t n = (size_t)(2 * 2 * B * 128 * 4);
+    float *kv = tu_xmalloc(n * 4);
+    tu_rng r = {seed};
+    tu_fill_uniform(kv, n, &r);
+    return kv;
+}
+
+/* One batch at a time: a second begin_frame while one is open is refused
+ * (clocks checked first); end_frame and abandon_frame; the wrappers must
+ * name the batch as begun. */
+static void test_one_batch_at_a_time(void **state)
+{
+    (void)state;
+    rkv_model *m = model_new(3);
+    int64_t a, b, c, x;
+    TU_OK(rkv_model_claim(m, "a", &a));
+    TU_OK(rkv_model_claim(m, "b", &b));
+    TU_OK(rkv_model_claim(m, "c", &c));
+    float *kv2 = batch_kv(2, 1), *kv1 = batch_kv(1, 2);
+    const int64_t ab[2] = {a, b}, ba[2] = {b, a}, f0[2] = {0, 10};
+    TU_OK(rkv_model_begin_frame(m, 2, ab, f0));
+    /* another batch while this one is open: refused, nothing changes */
+    int64_t fc = 4;
+    tu_model_state st = tu_model_save(m);
+    TU_ERR(rkv_model_begin_frame(m, 1, &c, &fc), RKV_ERR_STATE, "open for another batch");
+    tu_model_assert_same(&st, m, "second begin_frame");
+    tu_model_state_free(&st);
+    /* the wrappers: a row outside the batch, a subset, another order */
+    TU_ERR(rkv_model_upsert(m, 0, 1, &c, kv1, RKV_DTYPE_F32, 0), RKV_ERR_STATE,
+           "not in the current batch");
+    TU_ERR(rkv_model_upsert(m, 0, 1, &a, kv1, RKV_DTYPE_F32, 0), RKV_ERR_INVALID_ARG,
+           "the current batch has 2");
+    TU_ERR(rkv_model_upsert(m, 0, 2, ba, kv2, RKV_DTYPE_F32, 0), RKV_ERR_INVALID_ARG,
+           "begin_frame order");
+    TU_OK(rkv_model_upsert(m, 0, 2, ab, kv2, RKV_DTYPE_F32, 0));
+    /* end_frame without the commit pass (as after a graph replay): the
+     * clocks become committed; the batch stays current for attention */
+    TU_OK(rkv_model_end_frame(m));
+    TU_OK(rkv_model_clock(m, a, &x));
+    assert_int_equal(x, 0);
+    TU_OK(rkv_model_clock(m, b, &x));
+    assert_int_equal(x, 10);
+    TU_OK(rkv_model_end_frame(m)); /* ended already: nothing changes */
+    TU_OK(rkv_model_clock(m, b, &x));
+    assert_int_equal(x, 10);
+    TU_ERR(rkv_model_frame_upsert(m, 0, kv2, RKV_DTYPE_F32, 0), RKV_ERR_STATE, "committed");
+    size_t nq = (size_t)(2 * 4 * 128 * 4);
+    float *q = tu_xcalloc(nq, 4), *out = tu_xcalloc(nq, 4);
+    rkv_attention_args args;
+    memset(&args, 0, sizeof args);
+    args.n_q_heads = 4;
+    args.q = q;
+    args.out = out;
+    TU_OK(rkv_model_frame_attend(m, 1, &args));
+    TU_OK(rkv_model_attend(m, 1, 2, ab, &args));
+    /* the next batch may be anything */
+    TU_OK(rkv_model_begin_frame(m, 1, &c, &fc));
+    TU_ERR(rkv_model_attend(m, 1, 2, ab, &args), RKV_ERR_STATE, "no frame begun");
+    /* abandoning: no clock moves, the same frame may begin again */
+    TU_OK(rkv_model_frame_upsert(m, 1, kv1, RKV_DTYPE_F32, 1));
+    TU_OK(rkv_model_abandon_frame(m));
+    TU_OK(rkv_model_abandon_frame(m)); /* nothing to abandon: fine */
+    TU_OK(rkv_model_clock(m, c, &x));
+    assert_int_equal(x, -1);
+    TU_ERR(rkv_model_frame_attend(m, 1, &args), RKV_ERR_STATE, "no frame begun");
+    TU_ERR(rkv_model_end_frame(m), RKV_ERR_STATE, "no frame begun");
+    TU_OK(rkv_model_begin_frame(m, 1, &c, &fc));
+    free(kv1);
+    free(kv2);
+    free(q);
+    free(out);
+    rkv_model_destroy(m);
+}
+
+/* Release or reset of a row of the open batch abandons the whole batch's
+ * frame: the other rows keep their clocks and may begin the same frame
+ * again, which then leaves the same rings as if the abandoned passes had
+ * never run. */
+static void test_release_in_batch_abandons_it(void **state)
+{
+    (void)state;
+    for (int release = 0; release < 2; release++) {
+        rkv_model *m = model_new(3), *ref = model_new(3);
+        int64_t a, b, x;
+        TU_OK(rkv_model_claim(m, "a", &a));
+        TU_OK(rkv_model_claim(m, "b", &b));
+        TU_OK(rkv_model_claim(ref, "a", &x));
+        TU_OK(rkv_model_claim(ref, "b", &x));
+        int64_t f = 0;
+        for (f = 0; f < 3; f++) {
+            run_frame(m, 1, &a, &f);
+            run_frame(ref, 1, &a, &f);
+        }
+        /* frame 3 for a and b, committed on layers 0 and 2 only, then b
+         * goes: a's frame 3 is abandoned with it */
+        const int64_t ab[2] = {a, b}, fab[2] = {3, 0};
+        float *junk = batch_kv(2, 77);
+        TU_OK(rkv_model_begin_frame(m, 2, ab, fab));
+        TU_OK(rkv_model_frame_upsert(m, 0, junk, RKV_DTYPE_F32, 1));
+        TU_OK(rkv_model_frame_upsert(m, 2, junk, RKV_DTYPE_F32, 1));
+        TU_OK(rkv_model_frame_upsert(m, 1, junk, RKV_DTYPE_F32, 0));
+        if (release)
+            TU_OK(rkv_model_release(m, b));
+        else
+            TU_OK(rkv_model_reset(m, b));
+        TU_ERR(rkv_model_frame_upsert(m, 1, junk, RKV_DTYPE_F32, 1), RKV_ERR_STATE,
+               "no frame begun");
+        TU_OK(rkv_model_clock(m, a, &x));
+        assert_int_equal(x, 2);
+        /* frame 3 again, whole: the same rings as the reference's frame 3 */
+        f = 3;
+        run_frame(m, 1, &a, &f);
+        run_frame(ref, 1, &a, &f);
+        size_t nb = rkv_model_snapshot_bytes(m);
+        unsigned char *i1 = tu_xmalloc(nb), *i2 = tu_xmalloc(nb);
+        TU_OK(rkv_model_snapshot(m, a, i1, nb));
+        TU_OK(rkv_model_snapshot(ref, a, i2, nb));
+        assert_memory_equal(i1, i2, nb);
+        free(i1);
+        free(i2);
+        free(junk);
+        rkv_model_destroy(m);
+        rkv_model_destroy(ref);
+    }
+}
+
+/* Issue 10: after a commit that ends the frame on pass 0 (a model whose
+ * every pass commits), the next upsert says which frame was committed and
+ * that the next call is begin_frame with that frame + 1. */
+static void test_committed_frame_message(void **state)
+{
+    (void)state;
+    rkv_layer_spec spec = {4, 4, 1};
+    rkv_model_config c = tu_model_cfg(1, &spec, 2, 4, 2, 4, 128, RKV_DTYPE_F32);
+    rkv_model *m = NULL;
+    TU_OK(rkv_model_create(&c, &m));
+    int64_t a, b;
+    TU_OK(rkv_model_claim(m, "a", &a));
+    TU_OK(rkv_model_claim(m, "b", &b));
+    float *kv1 = batch_kv(1, 5), *kv2 = batch_kv(2, 6);
+    int64_t f = 41;
+    TU_OK(rkv_model_begin_frame(m, 1, &a, &f));
+    TU_OK(rkv_model_upsert(m, 0, 1, &a, kv1, RKV_DTYPE_F32, 1)); /* pass 0 commits */
+    TU_ERR(rkv_model_upsert(m, 0, 1, &a, kv1, RKV_DTYPE_F32, 1), RKV_ERR_STATE,
+           "frame 41 of session 0 was committed on every layer");
+    TU_ERR(rkv_model_upsert(m, 0, 1, &a, kv1, RKV_DTYPE_F32, 0), RKV_ERR_STATE,
+           "call rkv_model_begin_frame with frame 42 next");
+    TU_ERR(rkv_model_frame_upsert(m, 0, kv1, RKV_DTYPE_F32, 0), RKV_ERR_STATE,
+           "call rkv_model_begin_frame with frame 42 next");
+    TU_ERR(rkv_model_frame_step(m, 0, kv1, RKV_DTYPE_F32, 0, NULL), RKV_ERR_STATE,
+           "frame 41 of session 0 was committed");
+    f = 42;
+    TU_OK(rkv_model_begin_frame(m, 1, &a, &f));
+    TU_OK(rkv_model_upsert(m, 0, 1, &a, kv1, RKV_DTYPE_F32, 1));
+    /* a batch: row 0 is named, and each row's frame + 1 */
+    const int64_t ab[2] = {b, a}, fab[2] = {7, 43};
+    TU_OK(rkv_model_begin_frame(m, 2, ab, fab));
+    TU_OK(rkv_model_frame_upsert(m, 0, kv2, RKV_DTYPE_F32, 1));
+    TU_ERR(rkv_model_frame_upsert(m, 0, kv2, RKV_DTYPE_F32, 1), RKV_ERR_STATE,
+           "frame 7 of session 1 (row 0 of the batch) was committed");
+    TU_ERR(rkv_model_upsert(m, 0, 2, ab, kv2, RKV_DTYPE_F32, 1), RKV_ERR_STATE,
+           "with frame 8 (each row's frame + 1) next");
+    free(kv1);
+    free(kv2);
+    rkv_model_destroy(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -903,6 +1075,9 @@ int main(void)
         cmocka_unit_test(test_restore_garbled),
         cmocka_unit_test(test_reset_release_inside_frame),
         cmocka_unit_test(test_clock_at_int64_max),
+        cmocka_unit_test(test_one_batch_at_a_time),
+        cmocka_unit_test(test_release_in_batch_abandons_it),
+        cmocka_unit_test(test_committed_frame_message),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

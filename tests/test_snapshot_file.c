@@ -1531,6 +1531,8 @@ static void test_batched_step(void **state)
     /* the batched frame: 5 passes x 2 layers, one call per (pass, layer);
      * each row's inputs are what the row would get alone */
     const uint64_t seeds[3] = {20, 10, 40};
+    const int64_t nl = cfg.n_layers;
+    float *outs = tu_xmalloc((size_t)(5 * nl) * 3 * qn * sizeof(float));
     for (int pass = 0; pass < 5; pass++) {
         void *rowkv[3];
         for (int b = 0; b < 3; b++) {
@@ -1539,37 +1541,47 @@ static void test_batched_step(void **state)
             tu_fill_uniform(q + (size_t)b * qn, qn, &r);
         }
         void *kv = pack_rows(&cfg, rowkv, 3);
-        for (int64_t i = 0; i < cfg.n_layers; i++) {
+        for (int64_t i = 0; i < nl; i++) {
             rkv_attention_args a;
             memset(&a, 0, sizeof a);
             a.n_q_heads = Hq;
             a.q = q;
             a.q_dtype = RKV_DTYPE_F32;
-            a.out = out;
+            a.out = outs + (size_t)(pass * nl + i) * 3 * qn;
             a.out_dtype = RKV_DTYPE_F32;
             a.batch = 99;              /* ignored */
             a.session_idx = ids + 3;   /* ignored */
             TU_OK(rkv_model_step(m, i, 3, rows, kv, cfg.dtype, pass == 4, &a));
-            /* the same pass row by row on the reference model */
-            for (int b = 0; b < 3; b++) {
-                if (pass == 0 && i == 0)
-                    TU_OK(rkv_model_begin_frame(ref, 1, &rows[b], &clocks[b]));
-                TU_OK(rkv_model_upsert(ref, i, 1, &rows[b], rowkv[b], cfg.dtype, pass == 4));
-                rkv_attention_args r;
-                memset(&r, 0, sizeof r);
-                r.n_q_heads = Hq;
-                r.q = q + (size_t)b * qn;
-                r.q_dtype = RKV_DTYPE_F32;
-                r.out = out_ref;
-                r.out_dtype = RKV_DTYPE_F32;
-                TU_OK(rkv_model_attend(ref, i, 1, &rows[b], &r));
-                assert_memory_equal(out + (size_t)b * qn, out_ref, qn * sizeof(float));
-            }
         }
         for (int b = 0; b < 3; b++)
             free(rowkv[b]);
         free(kv);
     }
+    /* the same frame row by row on the reference model (one batch of one
+     * session at a time) */
+    for (int b = 0; b < 3; b++) {
+        TU_OK(rkv_model_begin_frame(ref, 1, &rows[b], &clocks[b]));
+        for (int pass = 0; pass < 5; pass++) {
+            void *rowkv = frame_kv(&cfg, seeds[b], clocks[b], pass);
+            tu_rng r = {tu_mix(seeds[b] ^ ((uint64_t)clocks[b] << 20) ^ (uint64_t)pass)};
+            tu_fill_uniform(q, qn, &r);
+            for (int64_t i = 0; i < nl; i++) {
+                TU_OK(rkv_model_upsert(ref, i, 1, &rows[b], rowkv, cfg.dtype, pass == 4));
+                rkv_attention_args ra;
+                memset(&ra, 0, sizeof ra);
+                ra.n_q_heads = Hq;
+                ra.q = q;
+                ra.q_dtype = RKV_DTYPE_F32;
+                ra.out = out_ref;
+                ra.out_dtype = RKV_DTYPE_F32;
+                TU_OK(rkv_model_attend(ref, i, 1, &rows[b], &ra));
+                assert_memory_equal(outs + ((size_t)(pass * nl + i) * 3 + (size_t)b) * qn,
+                                    out_ref, qn * sizeof(float));
+            }
+            free(rowkv);
+        }
+    }
+    free(outs);
     for (int b = 0; b < 4; b++)
         assert_true(sessions_equal(m, b, ref, b));
     assert_int_equal(clock_of(m, 2), 3);

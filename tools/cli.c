@@ -16,7 +16,8 @@ const char CLI_EXIT_RULE[] =
     "comparisons, inspect's verdicts); 2 refused before any work (an unknown\n"
     "command or option, a bad value, an input file that is missing, unreadable,\n"
     "not of its kind or not matching the other options, an output path that\n"
-    "cannot be written, a run too big for the memory available).\n";
+    "cannot be written, a run too big for the memory available, --backend cuda\n"
+    "where no GPU is seen).\n";
 
 /* Length of a leading "rkv_identifier: " in s, else 0. */
 static size_t function_prefix(const char *s) {

@@ -19,7 +19,8 @@
  *   2  refused before any work: an unknown command or option, a bad value,
  *      an input named on the command line that is missing, unreadable, not
  *      of its kind or not matching the other options, an output path that
- *      cannot be written, or a run too big for the memory available. */
+ *      cannot be written, a run too big for the memory available, or
+ *      --backend cuda where no GPU is seen. */
 #define CLI_EXIT_OK 0
 #define CLI_EXIT_FAILURE 1
 #define CLI_EXIT_USAGE 2

@@ -6,11 +6,23 @@
  * "recalls" the world (docs/rollout.md), and writes a picture.
  *
  * The world is world.c, the camera path camera.c, the tokens tokens.c, the
- * recall metrics recall.c, the picture sheet.c and the CUDA path
- * rollout_gpu.c; the options rollout_options.c, the checks before the run
- * (paths, memory) rollout_checks.c and the report rollout_report.c. This file
- * drives a run: the setup, the frame loop, snapshots and resume, the timings
- * and the picture.
+ * recall metrics recall.c, the picture sheet.c, the device the model runs on
+ * (the CPU, or GPU 0 with --backend cuda) device.c; the options
+ * rollout_options.c, the checks before the run (paths, memory)
+ * rollout_checks.c and the report rollout_report.c. This file drives a run:
+ * the setup, the frame loop, snapshots and resume, the timings and the
+ * picture.
+ *
+ * One model on either backend (issue 11): the run goes through rkv_model's
+ * calls only (claim, begin_frame, the per-pass rkv_model_frame_step, end
+ * frame, save/load session), on the CPU or the GPU alike; what differs is
+ * where the BACKEND buffers live (device.h: on the GPU the keys, values and
+ * queries are copied there and the outputs the run reads copied back) and
+ * how a frame runs on the GPU: recorded once into a CUDA graph (every layer,
+ * every pass) and replayed, each frame being begin_frame, one graph launch
+ * and end_frame (the capture contract of ringkv.h). The run's last frame
+ * runs pass by pass on every backend, since the digest reads every output;
+ * so do all frames with RKV_ROLLOUT_GRAPH=0 (for comparing the two ways).
  *
  * Resume (--resume FILE): session 0 is loaded from a snapshot and the run
  * continues at the saved clock + 1. Every input is a pure function of the
@@ -32,11 +44,11 @@
 #include "camera.h"
 #include "cli.h"
 #include "commands.h"
+#include "device.h"
 #include "escape.h"
 #include "recall.h"
 #include "ringkv.h"
 #include "rollout_checks.h"
-#include "rollout_gpu.h"
 #include "rollout_options.h"
 #include "rollout_report.h"
 #include "sheet.h"
@@ -104,7 +116,8 @@ typedef struct run {
     int64_t *frame_pos;
     float *kv32;
     void *kv_store; /* storage dtype when not f32, else NULL */
-    float *q, *out;
+    float *q, *out;             /* HOST f32 queries, outputs         */
+    void *q_store;              /* HOST queries in q_dtype when not f32 */
     float *q0, *k0, *v0;
     float *truth;       /* [B][T][VD] */
     float *recalled[2]; /* [B][T][VD] per class */
@@ -113,7 +126,19 @@ typedef struct run {
     sheet pic;
     int64_t n_paths, n_memory;
     rkv_threadpool *pool;       /* CPU backend                       */
-    rollout_gpu *gpu;           /* CUDA backend                      */
+    device *dev;                /* where the model runs (device.h)   */
+    device_graph *graph;        /* GPU: the recorded frame, or NULL  */
+    int use_graph;              /* GPU frames replay a graph          */
+    /* BACKEND buffers (device.h). On the CPU pass by pass they are the
+     * host buffers (kv_dev[0] = kv_buf, q_dev = q, out_dev = out) and not
+     * owned; otherwise (the GPU, or the replay path) allocated and owned
+     * here: kv_dev[p] the K/V of pass p (a replayed frame reads all five;
+     * a pass-by-pass frame kv_dev[0]), rec_dev[c] the first pass's outputs
+     * of recall layer c in a replayed frame, out_dev every other output. */
+    void *kv_dev[TOKENS_PASSES], *q_dev, *out_dev, *rec_dev[2];
+    int own_dev;                /* the BACKEND buffers are owned here  */
+    rkv_dtype q_dtype;          /* f32, or the storage dtype on the GPU */
+    char plan[2][512];          /* GPU: the attention plan of each recall layer */
     XXH3_state_t *digest;       /* the last frame's outputs          */
     float *digest_le;           /* big-endian hosts: byte-swapped copy */
 
@@ -147,8 +172,16 @@ typedef struct run {
 } run;
 
 static void run_free(run *r) {
+    device_graph_destroy(r->graph);
     rkv_model_destroy(r->model);
-    rollout_gpu_destroy(r->gpu);
+    if (r->own_dev) {
+        for (int p = 0; p < TOKENS_PASSES; p++) device_free(r->dev, r->kv_dev[p]);
+        device_free(r->dev, r->q_dev);
+        device_free(r->dev, r->out_dev);
+        device_free(r->dev, r->rec_dev[0]);
+        device_free(r->dev, r->rec_dev[1]);
+    }
+    device_close(r->dev);
     rkv_threadpool_destroy(r->pool);
     if (r->digest) XXH3_freeState(r->digest);
     free(r->digest_le);
@@ -161,6 +194,7 @@ static void run_free(run *r) {
     free(r->kv32);
     free(r->kv_store);
     free(r->q);
+    free(r->q_store);
     free(r->out);
     free(r->q0);
     free(r->k0);
@@ -180,6 +214,14 @@ static void run_free(run *r) {
 static int lib_fail(const char *doing, rkv_status st) {
     (void)st;
     fprintf(stderr, "ringkv rollout: %s failed: %s\n", doing, cli_lib_detail(NULL));
+    return CLI_EXIT_FAILURE;
+}
+
+/* The device failed at run time (a copy to or from the GPU, the frame's
+ * graph): says what the rollout was doing and why (r->err); exit status 1. */
+static int device_fail(const run *r, const char *doing) {
+    fprintf(stderr, "ringkv rollout: %s failed (--backend %s): %s\n", doing,
+            device_name(r->dev), r->err);
     return CLI_EXIT_FAILURE;
 }
 
@@ -377,6 +419,14 @@ static int check_resume_file(run *r) {
  * exit status (2 for what the user passed), with a message. */
 static int check_run(run *r) {
     rkv_status st;
+    /* ---- the backend: a GPU to run on ---- */
+    if (r->o.backend == BACKEND_CUDA && device_cuda_count() < 1) {
+        fprintf(stderr,
+                "ringkv rollout: --backend cuda: no GPU: the CUDA runtime sees 0 device(s) (no "
+                "NVIDIA GPU here, no driver, or a driver older than the CUDA runtime ringkv was "
+                "built with); run with --backend cpu\n");
+        return CLI_EXIT_USAGE;
+    }
     /* ---- the preset ---- */
     st = rkv_model_preset(r->o.preset, r->o.full_global_ring, &r->cfg);
     if (st != RKV_OK) {
@@ -481,23 +531,43 @@ static int check_run(run *r) {
     return 0;
 }
 
-/* Creates the model (or the CUDA path), the tokens, the buffers and the
+/* The BACKEND buffer of `bytes` for host buffer `host`: the host buffer
+ * itself on the CPU pass by pass, else one of its own (device memory on
+ * the GPU). NULL with a message. */
+static void *backend_buffer(run *r, void *host, size_t bytes) {
+    if (!r->own_dev) return host;
+    return device_alloc(r->dev, bytes, r->err, sizeof r->err);
+}
+
+/* Creates the model on its device, the tokens, the buffers and the
  * sessions, loads the snapshot to resume and rebuilds its recall history.
  * 0, or 1 with a message. */
 static int setup_run(run *r) {
     rkv_status st;
-    /* ---- the model ---- */
-    if (r->o.backend == BACKEND_CPU) {
-        if ((st = rkv_model_create(&r->cfg, &r->model)) != RKV_OK) {
-            return lib_fail("creating the model", st);
-        }
-        if ((st = rkv_threadpool_create(r->o.threads, &r->pool)) != RKV_OK) {
-            return lib_fail("starting the attention threads", st);
-        }
-    } else if (!(r->gpu = rollout_gpu_create(&r->cfg, r->o.sessions, r->err, sizeof r->err))) {
-        fprintf(stderr, "ringkv rollout: --backend cuda: %s\n", r->err);
-        return 1;
+    /* ---- the device and the model ---- */
+    const device_kind kind = r->o.backend == BACKEND_CUDA ? DEVICE_CUDA : DEVICE_CPU;
+    if (!(r->dev = device_open(kind, r->err, sizeof r->err))) {
+        fprintf(stderr, "ringkv rollout: --backend %s: %s\n", kind == DEVICE_CUDA ? "cuda" : "cpu",
+                r->err);
+        return CLI_EXIT_FAILURE;
     }
+    if ((st = device_model_create(r->dev, &r->cfg, &r->model)) != RKV_OK)
+        return lib_fail("creating the model", st);
+    if (kind == DEVICE_CPU && (st = rkv_threadpool_create(r->o.threads, &r->pool)) != RKV_OK)
+        return lib_fail("starting the attention threads", st);
+    /* A frame in one CUDA graph on the GPU; RKV_ROLLOUT_GRAPH=0 runs every
+     * frame pass by pass, RKV_ROLLOUT_GRAPH=1 takes the replay path on the
+     * CPU too (device.h's stand-in: the recorded calls made again), so that
+     * its bookkeeping is tested where there is no GPU. */
+    const char *graph_env = getenv("RKV_ROLLOUT_GRAPH");
+    r->use_graph = graph_env && !strcmp(graph_env, "0")   ? 0
+                   : graph_env && !strcmp(graph_env, "1") ? 1
+                                                          : device_has_graphs(r->dev);
+    /* BACKEND buffers of their own on the GPU, and for the replay path
+     * (which keeps each pass's keys and values and the recall outputs) */
+    r->own_dev = kind == DEVICE_CUDA || r->use_graph;
+    /* The tensor-core kernels take the queries in the storage dtype. */
+    r->q_dtype = kind == DEVICE_CUDA ? r->dtype : RKV_DTYPE_F32;
     if (!(r->digest = XXH3_createState())) {
         fprintf(stderr, "ringkv rollout: out of memory for the output digest\n");
         return 1;
@@ -520,6 +590,7 @@ static int setup_run(run *r) {
     r->kv32 = alloc_floats(r->n_kv);
     r->kv_store = r->dtype == RKV_DTYPE_F32 ? NULL : malloc(r->n_kv * rkv_dtype_size(r->dtype));
     r->q = alloc_floats(r->n_q);
+    if (r->q_dtype != RKV_DTYPE_F32) r->q_store = malloc(r->n_q * rkv_dtype_size(r->q_dtype));
     r->out = alloc_floats(r->n_q);
     r->q0 = alloc_floats((size_t)(r->T * r->D));
     r->k0 = alloc_floats((size_t)(r->T * r->D));
@@ -532,21 +603,30 @@ static int setup_run(run *r) {
     if (!host_little_endian()) r->digest_le = alloc_floats(r->n_q);
     if (!r->paths || !r->memory || !r->sessions || !r->frame_pos || !r->kv32 ||
         (r->dtype != RKV_DTYPE_F32 && !r->kv_store) || !r->q || !r->out || !r->q0 || !r->k0 ||
+        (r->q_dtype != RKV_DTYPE_F32 && !r->q_store) ||
         !r->v0 || !r->truth || !r->recalled[0] || !r->recalled[1] || !r->band0 || !r->pass_us ||
         (!host_little_endian() && !r->digest_le)) {
         fprintf(stderr, "ringkv rollout: out of memory for the frame buffers\n");
         return 1;
     }
+    /* the BACKEND buffers: the ones above on the CPU, device memory on the GPU */
+    r->kv_buf = r->dtype == RKV_DTYPE_F32 ? (const void *)r->kv32 : r->kv_store;
+    const size_t kv_bytes = r->n_kv * rkv_dtype_size(r->dtype);
+    const int n_kv_dev = r->use_graph ? TOKENS_PASSES : 1;
+    for (int p = 0; p < n_kv_dev; p++)
+        if (!(r->kv_dev[p] = backend_buffer(r, (void *)r->kv_buf, kv_bytes)))
+            return device_fail(r, "allocating the keys and values");
+    if (!(r->q_dev = backend_buffer(r, r->q, r->n_q * rkv_dtype_size(r->q_dtype))) ||
+        !(r->out_dev = backend_buffer(r, r->out, r->n_q * sizeof(float))))
+        return device_fail(r, "allocating the queries and outputs");
+    for (int c = 0; c < RECALL_CLASSES && r->use_graph; c++)
+        if (r->have[c] && !(r->rec_dev[c] = backend_buffer(r, r->out, r->n_q * sizeof(float))))
+            return device_fail(r, "allocating the recall layers' outputs");
     for (int64_t s = 0; s < r->B; s++) {
-        if (r->model) {
-            char id[RKV_MAX_REQUEST_ID];
-            session_request_id(id, sizeof id, s, r->o.seed, r->map_id);
-            if ((st = rkv_model_claim(r->model, id, &r->sessions[s])) != RKV_OK) {
-                return lib_fail("claiming a session", st);
-            }
-        } else {
-            r->sessions[s] = s; /* the CUDA path's sessions 0..B-1 */
-        }
+        char id[RKV_MAX_REQUEST_ID];
+        session_request_id(id, sizeof id, s, r->o.seed, r->map_id);
+        if ((st = rkv_model_claim(r->model, id, &r->sessions[s])) != RKV_OK)
+            return lib_fail("claiming a session", st);
         r->paths[s] = camera_path_create(&r->world, r->view, r->o.seed, s);
         r->n_paths = s + 1;
         if (!r->paths[s] || recall_memory_init(&r->memory[s], r->world.cols, r->world.rows)) {
@@ -599,25 +679,25 @@ static int setup_run(run *r) {
         fprintf(stderr, "ringkv rollout: XXH3_64bits_reset failed\n");
         return 1;
     }
-    r->kv_buf = r->dtype == RKV_DTYPE_F32 ? (const void *)r->kv32 : r->kv_store;
     memset(&r->args, 0, sizeof r->args);
     r->args.batch = r->B;
     r->args.n_q_heads = r->Hq;
     r->args.n_queries = r->T;
-    r->args.q = r->q;
-    r->args.q_dtype = RKV_DTYPE_F32;
-    r->args.out = r->out;
+    r->args.q = r->q_dev;
+    r->args.q_dtype = r->q_dtype;
+    r->args.out = r->out_dev;
     r->args.out_dtype = RKV_DTYPE_F32;
     r->args.scale = 1.0f; /* the queries carry their scale (tokens.h) */
     r->args.pool = r->pool;
     return 0;
 }
 
-/* One pass of frame f: every session's keys and values upserted and then
- * attention, layer by layer; the 5th pass commits. 0, or 1 with a message. */
-static int run_pass(run *r, int64_t f, int pass, int last_frame) {
+/* The keys and values of pass `pass` of frame f, every session's, into
+ * kv32 [2][H][B*T][D], then in the storage dtype (kv_buf) to the BACKEND
+ * buffer dst (on the CPU dst is kv_buf: nothing to copy). 0, or 1 with a
+ * message. */
+static int make_kv(run *r, int64_t f, int pass, void *dst) {
     rkv_status st;
-    const int commit = pass == TOKENS_PASSES - 1;
     for (int64_t s = 0; s < r->B; s++) {
         camera_pose pose = *camera_path_pose(r->paths[s], f);
         tokens_frame(&r->codec, &r->world, r->view, &pose, r->o.seed, s, f, pass, NULL, NULL,
@@ -633,51 +713,125 @@ static int run_pass(run *r, int64_t f, int pass, int last_frame) {
     if (r->dtype != RKV_DTYPE_F32 &&
         (st = rkv_convert(r->kv32, RKV_DTYPE_F32, r->kv_store, r->dtype, r->n_kv)) != RKV_OK)
         return lib_fail("converting the keys and values to the storage dtype", st);
-    double pass_s = 0.0;
-    if (r->model) {
-        for (int64_t l = 0; l < r->L; l++) {
-            const double t0 = now_s();
-            st = rkv_model_upsert(r->model, l, r->B, r->sessions, r->kv_buf, r->dtype, commit);
-            if (st != RKV_OK) return lib_fail("writing a frame's keys and values (upsert)", st);
-            st = rkv_model_attend(r->model, l, r->B, r->sessions, &r->args);
-            pass_s += now_s() - t0;
-            if (st != RKV_OK) return lib_fail("attention", st);
-            if (use_output(r, pass, l, last_frame)) return 1;
-        }
-    } else {
-        /* CUDA: one upload per pass, every layer enqueued, one wait */
-        if (rollout_gpu_set_kv(r->gpu, r->kv_buf, r->err, sizeof r->err)) goto gpu_failed;
-        const double t0 = now_s();
-        for (int64_t l = 0; l < r->L; l++)
-            if (rollout_gpu_layer(r->gpu, l, commit, r->err, sizeof r->err)) goto gpu_failed;
-        if (rollout_gpu_finish_pass(r->gpu, commit, r->err, sizeof r->err)) goto gpu_failed;
-        pass_s = now_s() - t0;
-        for (int64_t l = 0; l < r->L; l++) {
-            if (!output_needed(r->layer_of, pass, l, last_frame)) continue;
-            if (rollout_gpu_output(r->gpu, l, r->out, r->err, sizeof r->err)) goto gpu_failed;
-            if (use_output(r, pass, l, last_frame)) return 1;
-        }
-    }
-    r->pass_us[(f - r->first) * TOKENS_PASSES + pass] = pass_s * 1e6;
-    r->pass_total_s += pass_s;
+    if (device_upload(r->dev, dst, r->kv_buf, r->n_kv * rkv_dtype_size(r->dtype), r->err,
+                      sizeof r->err))
+        return device_fail(r, "copying the keys and values to the GPU");
     return 0;
-gpu_failed:
-    fprintf(stderr, "ringkv rollout: --backend cuda: %s\n", r->err);
-    return 1;
 }
 
-/* Frame f: begin_frame, the queries, the passes, the recall of the first
- * pass and the picture's rows. 0, or 1 with a message. */
+/* The frame's queries (r->q, f32) to the BACKEND buffer, in q_dtype. */
+static int put_queries(run *r) {
+    const void *src = r->q;
+    if (r->q_dtype != RKV_DTYPE_F32) {
+        rkv_status st = rkv_convert(r->q, RKV_DTYPE_F32, r->q_store, r->q_dtype, r->n_q);
+        if (st != RKV_OK) return lib_fail("converting the queries to the storage dtype", st);
+        src = r->q_store;
+    }
+    if (device_upload(r->dev, r->q_dev, src, r->n_q * rkv_dtype_size(r->q_dtype), r->err,
+                      sizeof r->err))
+        return device_fail(r, "copying the queries to the GPU");
+    return 0;
+}
+
+static void note_pass(run *r, int64_t f, int pass, double pass_s) {
+    r->pass_us[(f - r->first) * TOKENS_PASSES + pass] = pass_s * 1e6;
+    r->pass_total_s += pass_s;
+}
+
+/* One pass of frame f, pass by pass: every session's keys and values
+ * upserted and then attention (rkv_model_frame_step), layer by layer; the
+ * 5th pass commits. The outputs the run reads are copied back after their
+ * layer (on the CPU they are read in place). The pass's time: the calls
+ * and those copies, and on the GPU the wait for the pass's work. 0, or 1
+ * with a message. */
+static int run_pass(run *r, int64_t f, int pass, int last_frame) {
+    rkv_status st;
+    const int commit = pass == TOKENS_PASSES - 1;
+    if (make_kv(r, f, pass, r->kv_dev[0])) return 1;
+    double pass_s = 0.0;
+    for (int64_t l = 0; l < r->L; l++) {
+        const double t0 = now_s();
+        st = rkv_model_frame_step(r->model, l, r->kv_dev[0], r->dtype, commit, &r->args);
+        if (st != RKV_OK) return lib_fail("writing a frame's keys and values and attention", st);
+        if (output_needed(r->layer_of, pass, l, last_frame) &&
+            device_download(r->dev, r->out, r->out_dev, r->n_q * sizeof(float), r->err,
+                            sizeof r->err))
+            return device_fail(r, "copying attention outputs from the GPU");
+        pass_s += now_s() - t0;
+        if (output_needed(r->layer_of, pass, l, last_frame) && use_output(r, pass, l, last_frame))
+            return 1;
+    }
+    const double t1 = now_s();
+    if (device_sync(r->dev, NULL, r->err, sizeof r->err)) return device_fail(r, "a pass");
+    note_pass(r, f, pass, pass_s + now_s() - t1);
+    return 0;
+}
+
+/* The calls of one whole frame, recorded into the frame's CUDA graph once:
+ * every pass (the 5th commits), every layer, rkv_model_frame_step on the
+ * pass's keys and values; the first pass's outputs of the recall layers go
+ * to their own buffers, every other output to out_dev. The model's batch
+ * (sessions, clocks) is read from its device buffers by the kernels, so the
+ * graph replays any frame of the same sessions. */
+static int record_frame(void *arg) {
+    run *r = arg;
+    for (int pass = 0; pass < TOKENS_PASSES; pass++)
+        for (int64_t l = 0; l < r->L; l++) {
+            rkv_attention_args a = r->args;
+            for (int c = 0; c < RECALL_CLASSES; c++)
+                if (pass == 0 && r->have[c] && l == r->layer_of[c]) a.out = r->rec_dev[c];
+            rkv_status st = rkv_model_frame_step(r->model, l, r->kv_dev[pass], r->dtype,
+                                                 pass == TOKENS_PASSES - 1, &a);
+            if (st != RKV_OK) {
+                snprintf(r->err, sizeof r->err, "layer %lld, pass %d: %s", (long long)l, pass,
+                         cli_lib_detail(NULL));
+                return -1;
+            }
+        }
+    return 0;
+}
+
+/* Frame f (begun) as one graph replay on the GPU: the five passes' keys and
+ * values to their buffers, the graph (recorded on the first such frame:
+ * recording the commit pass ends the frame on the host, the replay runs
+ * it), the wait, rkv_model_end_frame, then the recall layers' first-pass
+ * outputs. Each pass is counted as a fifth of the replay's time. 0, or 1
+ * with a message. */
+static int run_frame_graph(run *r, int64_t f) {
+    for (int pass = 0; pass < TOKENS_PASSES; pass++)
+        if (make_kv(r, f, pass, r->kv_dev[pass])) return 1;
+    if (!r->graph && device_graph_record(r->dev, record_frame, r, &r->graph, r->err,
+                                         sizeof r->err))
+        return device_fail(r, "recording a frame in a CUDA graph");
+    const double t0 = now_s();
+    if (device_graph_launch(r->dev, r->graph, r->err, sizeof r->err) ||
+        device_sync(r->dev, NULL, r->err, sizeof r->err))
+        return device_fail(r, "a frame's graph replay");
+    const double frame_s = now_s() - t0;
+    rkv_status st = rkv_model_end_frame(r->model);
+    if (st != RKV_OK) return lib_fail("ending a frame", st);
+    for (int pass = 0; pass < TOKENS_PASSES; pass++)
+        note_pass(r, f, pass, frame_s / TOKENS_PASSES);
+    for (int c = 0; c < RECALL_CLASSES; c++) {
+        if (!r->have[c]) continue;
+        if (device_download(r->dev, r->out, r->rec_dev[c], r->n_q * sizeof(float), r->err,
+                            sizeof r->err))
+            return device_fail(r, "copying attention outputs from the GPU");
+        if (use_output(r, 0, r->layer_of[c], 0)) return 1;
+    }
+    return 0;
+}
+
+/* Frame f: begin_frame, the queries, the passes (one graph replay on the
+ * GPU, pass by pass for the run's last frame and on the CPU), the device's
+ * check, the recall of the first pass and the picture's rows. 0, or 1 with
+ * a message. */
 static int run_frame(run *r, int64_t f) {
     rkv_status st;
     const int last_frame = f == r->end - 1;
     for (int64_t s = 0; s < r->B; s++) r->frame_pos[s] = f;
-    if (r->model) {
-        if ((st = rkv_model_begin_frame(r->model, r->B, r->sessions, r->frame_pos)) != RKV_OK)
-            return lib_fail("beginning a frame", st);
-    } else if (rollout_gpu_begin_frame(r->gpu, f, r->err, sizeof r->err)) {
-        goto gpu_failed;
-    }
+    if ((st = rkv_model_begin_frame(r->model, r->B, r->sessions, r->frame_pos)) != RKV_OK)
+        return lib_fail("beginning a frame", st);
     /* queries and true pixels: the same on every pass */
     for (int64_t s = 0; s < r->B; s++) {
         camera_pose pose = *camera_path_pose(r->paths[s], f);
@@ -688,10 +842,16 @@ static int run_frame(run *r, int64_t f) {
             memcpy(r->q + ((size_t)s * r->Hq + h) * r->T * r->D, r->q0,
                    (size_t)(r->T * r->D) * sizeof(float));
     }
-    if (r->gpu && rollout_gpu_set_queries(r->gpu, r->q, r->err, sizeof r->err)) goto gpu_failed;
-    for (int pass = 0; pass < TOKENS_PASSES; pass++)
-        if (run_pass(r, f, pass, last_frame)) return 1;
-    if (r->gpu && rollout_gpu_check(r->gpu, r->err, sizeof r->err)) goto gpu_failed;
+    if (put_queries(r)) return 1;
+    if (r->use_graph && !last_frame) {
+        if (run_frame_graph(r, f)) return 1;
+    } else {
+        for (int pass = 0; pass < TOKENS_PASSES; pass++)
+            if (run_pass(r, f, pass, last_frame)) return 1;
+    }
+    /* a failure the kernels recorded on the device (nothing on the CPU) */
+    if (device_sync(r->dev, r->model, r->err, sizeof r->err))
+        return device_fail(r, "checking the frame on the device");
 
     /* recall of this frame's first pass */
     for (int64_t s = 0; s < r->B; s++) {
@@ -726,9 +886,6 @@ static int run_frame(run *r, int64_t f) {
             sheet_add(&r->pic, f, camera_move_name(camera_path_pose(r->paths[0], f)->move),
                       r->truth, r->recalled[0], r->recalled[1], r->band0);
     return 0;
-gpu_failed:
-    fprintf(stderr, "ringkv rollout: --backend cuda: %s\n", r->err);
-    return 1;
 }
 
 /* After frame f: the time left, projected from the frames so far by their
@@ -824,6 +981,12 @@ static int finish_run(run *r, double loop_s) {
         (st = rkv_model_save_session(r->model, r->sessions[0], r->o.snapshot_out)) != RKV_OK)
         return lib_fail("saving session 0 to --snapshot-out", st);
 
+    /* ---- the GPU's attention plans of the recall layers ---- */
+    for (int c = 0; c < RECALL_CLASSES && device_kind_of(r->dev) == DEVICE_CUDA; c++)
+        if (r->have[c]) /* the plan, or why there is none */
+            (void)device_attention_plan(r->dev, r->model, r->layer_of[c], r->B, &r->args,
+                                        r->plan[c], sizeof r->plan[c]);
+
     /* ---- the picture ---- */
     char picture[PATH_MAX_LEN + 64], legend[PATH_MAX_LEN + 64], about[1024];
     snprintf(picture, sizeof picture, "%s/%s", r->o.out, PICTURE_NAME);
@@ -857,11 +1020,11 @@ static int finish_run(run *r, double loop_s) {
         .total_s = now_s() - r->t_start,
         .mem_session = r->mem_session,
         .mem_total = r->mem_total,
-        .model_bytes = r->model ? rkv_model_memory_bytes(r->model)
-                                : rollout_gpu_memory_bytes(r->gpu),
+        .model_bytes = rkv_model_memory_bytes(r->model),
         .pool = r->pool,
-        .isa = r->model ? rkv_layer_attention_isa(rkv_model_layer(r->model, 0)) : NULL,
-        .gpu = r->gpu,
+        .isa = rkv_layer_attention_isa(rkv_model_layer(r->model, 0)), /* CPU only */
+        .plan = {r->plan[0], r->plan[1]},
+        .card = device_card(r->dev),
         .digest_hex = digest_hex,
         .picture = picture,
         .legend = legend,

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rollout_gpu.h"
+#include "device.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -43,7 +43,9 @@ static void usage(FILE *f) {
             "  --dtype TYPE         storage dtype (default: the preset's)\n"
             "  --threads N          attention threads, CPU backend, 1..1024 (default: the\n"
             "                       machine's cores)\n"
-            "  --backend NAME       cpu (default) or cuda (GPU 0; builds with CUDA only)\n"
+            "  --backend NAME       cpu (default) or cuda (GPU 0; builds with CUDA only; the\n"
+            "                       same model, snapshots included: a session saved on one\n"
+            "                       backend resumes on the other)\n"
             "  --snapshot-out FILE  save session 0 to FILE at the end (a snapshot file)\n"
             "  --resume FILE        load session 0 from FILE and continue at its clock + 1\n"
             "                       for --frames frames (same --preset, --dtype, --seed,\n"
@@ -54,7 +56,8 @@ static void usage(FILE *f) {
             "0 done; 1 a failure during the run (a library call, memory, a write); 2\n"
             "refused before any frame: a bad option, an --image or --resume file that is\n"
             "missing or cannot be used (another model, dtype, seed or image), an output\n"
-            "path that cannot be written, or too little memory ('ringkv help' has the rule).\n"
+            "path that cannot be written, too little memory, or --backend cuda where no\n"
+            "GPU is seen ('ringkv help' has the rule).\n"
             "See docs/rollout.md for the construction and the figures, docs/json.md for\n"
             "--json.\n",
             MAX_SESSIONS, INT32_MAX, DEMO_FRAMES, WAYPOINT_360P_FRAMES, WAYPOINT_720P_FRAMES,
@@ -176,13 +179,8 @@ int rollout_parse_args(int argc, char **argv, rollout_opts *o) {
             o->resume = val;
         }
     }
-    if (o->backend == BACKEND_CUDA && !rollout_gpu_built()) {
+    if (o->backend == BACKEND_CUDA && !device_cuda_built()) {
         fprintf(stderr, "ringkv rollout: --backend cuda: ringkv was built without CUDA\n");
-        return 2;
-    }
-    if (o->backend == BACKEND_CUDA && (o->snapshot_out || o->resume)) {
-        fprintf(stderr, "ringkv rollout: --snapshot-out and --resume work with --backend cpu "
-                        "only (the CUDA path keeps no host-side session to save or load)\n");
         return 2;
     }
     if (o->resume && o->sessions != 1) {

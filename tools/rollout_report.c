@@ -198,12 +198,9 @@ static int report_json(const rollout_result *res, const figures *fig) {
         cJSON_AddNullToObject(j, "attention_plans");
     } else {
         cJSON *plans = cJSON_AddObjectToObject(j, "attention_plans");
-        for (int c = 0; c < RECALL_CLASSES; c++) {
-            char plan[512];
-            if (!res->have[c]) continue;
-            rollout_gpu_describe(res->gpu, res->layer_of[c], plan, sizeof plan);
-            cJSON_AddStringToObject(plans, recall_class_name((recall_class)c), plan);
-        }
+        for (int c = 0; c < RECALL_CLASSES; c++)
+            if (res->have[c])
+                cJSON_AddStringToObject(plans, recall_class_name((recall_class)c), res->plan[c]);
     }
     cJSON_AddStringToObject(j, "picture", res->picture);
     cJSON_AddStringToObject(j, "legend", res->legend);
@@ -244,7 +241,7 @@ static void report_text(const rollout_result *res, const figures *fig) {
     if (res->pool)
         printf("  backend cpu, %d thread(s), %s\n", threads, res->isa);
     else
-        printf("  backend cuda (GPU 0)\n");
+        printf("  backend cuda (GPU 0: %s)\n", res->card);
     if (o->resume && res->first > 0)
         printf("  resumed session 0 from %s (last committed frame %lld; recall history "
                "replayed over frames 0..%lld)\n",

@@ -10,7 +10,6 @@
 #include "camera.h"
 #include "recall.h"
 #include "ringkv.h"
-#include "rollout_gpu.h"
 #include "rollout_options.h"
 #include "sheet.h"
 #include "tokens.h"
@@ -33,10 +32,12 @@ typedef struct rollout_result {
     double *pass_us;               /* [frames * TOKENS_PASSES]: sorted here   */
     double pass_total_s, loop_s, total_s;
     size_t mem_session, mem_total; /* rkv_model_config_memory                 */
-    size_t model_bytes;            /* the model's (or the GPU's) memory       */
+    size_t model_bytes;            /* the model's memory (host or GPU)        */
     rkv_threadpool *pool;          /* CPU backend, else NULL                  */
     const char *isa;               /* CPU backend: the attention kernel used */
-    rollout_gpu *gpu;              /* CUDA backend, else NULL                 */
+    const char *plan[2];           /* CUDA backend: the attention plan of each
+                                      recall layer (or ""), else unused        */
+    const char *card;              /* the GPU's name, "cpu" on the CPU         */
     const char *digest_hex;        /* XXH3-64 of the last frame's outputs     */
     const char *picture, *legend;  /* the files written                       */
     const sheet *pic;              /* the picture's rows                      */

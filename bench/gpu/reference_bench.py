@@ -12,12 +12,17 @@ scripts/gpu_check.sh in the same call as bench_cuda, at the 720P geometry:
     a BlockMask built once from the visibility rows (its build timed apart).
 
 TFLOP/s count 4 * Tq * visible keys * D * Hq * B. Prints one line per
-measurement: RESULT bench=ref_<name> value=<v> unit=<u> [notes]. Each
-measurement is guarded: a failure prints value=nan with the error and the
-script goes on. --budget S stops starting new FlexAttention compilations
-after S seconds.
+measurement: RESULT bench=ref_<name> value=<v> unit=<u> [notes]. With
+--jsonl FILE each is also appended to FILE as one JSON object in the row
+format of `ringkv bench --json` (name, value, unit, the notes' key=value
+pairs as keys, backend "torch", card, commit from $RKV_COMMIT, source), so
+that the anchors sit beside the GPU bench's rows in bench/gpu/h200.jsonl.
+Each measurement is guarded: a failure prints value=nan with the error and
+the script goes on. --budget S stops starting new FlexAttention
+compilations after S seconds.
 """
 import argparse
+import json
 import math
 import os
 import statistics
@@ -29,10 +34,32 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, ".gpu"))
 
 T0 = time.time()
+ROWS = {"path": None, "card": "cpu"}  # --jsonl FILE, the GPU's name
+
+
+def _note_value(v):
+    v = v.strip('"')
+    try:
+        return int(v)
+    except ValueError:
+        try:
+            return float(v)
+        except ValueError:
+            return v
 
 
 def result(name, value, unit, note=""):
     print(f"RESULT bench=ref_{name} value={value:.4g} unit={unit} {note}".rstrip(), flush=True)
+    if ROWS["path"]:
+        import re
+        row = {"name": f"ref_{name}", "value": None if math.isnan(value) else round(value, 3),
+               "unit": unit}
+        row.update({k: _note_value(v) for k, v in re.findall(r'(\w+)=("[^"]*"|\S+)', note)})
+        row.update(backend="torch", card=ROWS["card"],
+                   commit=os.environ.get("RKV_COMMIT") or "unknown",
+                   source="bench/gpu/reference_bench.py")
+        with open(ROWS["path"], "a") as f:
+            f.write(json.dumps(row) + "\n")
 
 
 def guarded(name, unit):
@@ -77,6 +104,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--budget", type=float, default=150.0)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--jsonl", metavar="FILE",
+                    help="also append each measurement to FILE as a JSON row")
     ap.add_argument("--smoke", action="store_true",
                     help="tiny sizes on the CPU: exercises the code paths, times nothing useful")
     args = ap.parse_args()
@@ -89,6 +118,8 @@ def main():
         print("reference_bench: SKIP (torch sees no CUDA device)")
         return 77
     dev = torch.device("cpu" if args.smoke else "cuda")
+    ROWS["path"] = args.jsonl
+    ROWS["card"] = "cpu" if args.smoke else torch.cuda.get_device_name(0)
     bf16 = torch.bfloat16
     print(f"reference_bench: torch {torch.__version__}, "
           f"{'CPU smoke run' if args.smoke else torch.cuda.get_device_name(0)}", flush=True)

@@ -36,6 +36,10 @@ Contents:
   CUDA layers refuse pickling and thread pools refuse both, with TypeError
   (:mod:`ringkv._handle`).
 - :func:`convert`: element conversion between f32, f16 and bf16 (NumPy).
+- PyTorch engines: torch tensors go through custom ops (:mod:`ringkv.ops`,
+  namespace ``ringkv``; torch >= 2.6) that ``torch.compile(fullgraph=True)``
+  traces and CUDA graphs capture; :func:`flex_block_mask` gives FlexAttention
+  block masks right in eager and compiled mode (:mod:`ringkv.flex`).
 """
 from __future__ import annotations
 
@@ -50,12 +54,13 @@ from ._lib import cuda_device_count, cuda_library_path
 from .errors import (RingKVArrayError, RingKVDeviceError, RingKVDtypeError, RingKVError,
                      RingKVIndexError, RingKVKeyError, RingKVMemoryError, RingKVOSError,
                      RingKVRuntimeError, RingKVTypeError, RingKVValueError)
+from .flex import flex_block_mask
 from .layer import LayerGeometry, LayerRingCache, visible_frames_from_clock
 from .model import (LayerSpec, Model, ModelConfig, SnapshotInfo, inspect_snapshot, preset,
                     preset_names)
 from .threadpool import ThreadPool, attention_isa
 
-__all__ = ["LayerRingCache", "LayerGeometry", "visible_frames_from_clock", "Model",
+__all__ = ["LayerRingCache", "LayerGeometry", "visible_frames_from_clock", "flex_block_mask", "Model",
            "ModelConfig", "LayerSpec", "SnapshotInfo", "inspect_snapshot", "preset",
            "preset_names", "ThreadPool", "attention_isa", "convert", "dtype_size",
            "version", "library_path", "cuda_device_count", "cuda_library_path",

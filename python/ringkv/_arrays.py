@@ -20,7 +20,7 @@ the library's device memory, built from an ``__cuda_array_interface__``
 (version 3) that keeps the owning handle alive (:func:`cuda_view`). An array
 on another device raises :class:`RingKVDeviceError`; nothing is copied
 between host and device except the small int64 vectors and visibility rows
-given as host data (:func:`cuda_int64_vector`).
+given as host data (:func:`torch_index`).
 """
 from __future__ import annotations
 
@@ -80,8 +80,11 @@ def parse_dtype(dtype: Any) -> int:
         name = str(dtype).removeprefix("torch.")
         if name in ("float32", "float16", "bfloat16"):
             return _ALIASES[name]
-        raise RingKVDtypeError(f"unsupported torch dtype {dtype}; expected torch.float32, "
-                               "torch.float16 or torch.bfloat16")
+        raise RingKVDtypeError(
+            f"unsupported torch dtype {dtype}: ringkv stores K/V as torch.float32, "
+            "torch.float16 or torch.bfloat16 only (the reference class allocates any dtype; "
+            "this difference is listed in python/README.md): convert the frames, e.g. "
+            "x.to(torch.float32)")
     try:
         nd = np.dtype(dtype)
     except TypeError:
@@ -258,7 +261,7 @@ def int64_vector(x: Any, name: str, what: str,
 
 # ---- CUDA (torch) -------------------------------------------------------------
 
-_CUDA_TYPESTR = {F32: "<f4", F16: "<f2", BF16: "<i2", "bool": "|b1"}
+_CUDA_TYPESTR = {F32: "<f4", F16: "<f2", BF16: "<i2", "bool": "|b1", "int32": "<i4"}
 
 
 def cuda_array_interface(ptr: int, shape: tuple[int, ...], typestr: str) -> dict:
@@ -313,50 +316,33 @@ def check_cuda_device(x: Any, name: str, device: Any) -> None:
                             f"layer reads device memory of its own GPU only): {hint}")
 
 
-def _aligned(t: Any, to: int = 16) -> bool:
-    return t.data_ptr() % to == 0
+# ---- the torch route (custom ops, ringkv.ops) ----------------------------------
+
+def check_device(x: Any, name: str, device: Any) -> None:
+    """RingKVDeviceError unless the tensor ``x`` is on ``device`` (the
+    layer's: ``torch.device("cpu")`` or a CUDA device), with the messages of
+    the direct calls."""
+    if x.device == device:
+        return
+    if device.type == "cpu":
+        _check_cpu(x, name)
+    check_cuda_device(x, name, device)
 
 
-class CudaBuffer(HandleOwner):
-    """A torch CUDA tensor on the layer's device handed to C by pointer:
-    ``ptr``, ``shape``, ``code`` (ringkv dtype or None), ``keep`` (the
-    tensor), ``copied`` (True when it was not C-contiguous or not 16-byte
-    aligned and was copied once, on the device, on the current stream). A
-    call's temporary: never copied or pickled (it holds a device address)."""
-
-    _copy_hint = "it holds the device address of an input tensor for one library call"
-
-    __slots__ = ("ptr", "shape", "code", "kind", "keep", "copied")
-
-    def __init__(self, x: Any, name: str, device: Any):
-        check_cuda_device(x, name, device)
-        self.kind = TORCH
-        self.copied = False
-        if not x.is_contiguous() or not _aligned(x):
-            # a fresh caching-allocator block: C-contiguous, 512-byte aligned
-            x = x.clone(memory_format=torch_module().contiguous_format)
-            self.copied = True
-        self.code = array_dtype_code(x)
-        self.shape = tuple(x.shape)
-        self.keep = x
-        self.ptr = x.data_ptr()
-
-
-def cuda_int64_vector(x: Any, name: str, what: str, device: Any,
-                      error: type = RingKVArrayError) -> tuple[Any, str]:
-    """A 1-D int64 CUDA tensor on ``device`` for ``x`` and a description of
-    what was given. A CUDA tensor on ``device`` is used as is (copied on the
-    device only when not contiguous): the capture-safe way. Host data (a
-    list, NumPy array or CPU tensor, checked as :func:`int64_vector` does) is
-    copied to the device once on the current stream: NOT capture-safe (a
-    host-to-device copy). A tensor on another device raises
-    RingKVDeviceError."""
+def torch_index(x: Any, name: str, what: str, device: Any,
+                error: type = RingKVArrayError) -> Any:
+    """A ``[B]`` int64 torch tensor on ``device`` for ``x`` (the clocks and
+    sessions an op reads). A tensor must already be 1-D int64 (``error``
+    with ``what`` otherwise) and on ``device``; on a CUDA device a CPU tensor
+    is copied there (not capture-safe), as lists and NumPy arrays are
+    (checked as :func:`int64_vector` does)."""
     torch = torch_module()
-    if is_torch_tensor(x) and x.device.type != "cpu":
-        desc = f"{tuple(x.shape)} {x.dtype}"
+    if is_torch_tensor(x):
         if x.ndim != 1 or x.dtype != torch.int64:
-            raise error(what.format(got=desc))
-        check_cuda_device(x, name, device)
-        return (x if x.is_contiguous() else x.contiguous()), desc
-    arr, desc = int64_vector(x, name, what, error)
-    return torch.from_numpy(arr).to(device), desc
+            raise error(what.format(got=f"{tuple(x.shape)} {x.dtype}"))
+        if x.device != device and not (device.type == "cuda" and x.device.type == "cpu"):
+            check_device(x, name, device)
+        return x if x.device == device else x.to(device)
+    arr, _ = int64_vector(x, name, what, error)
+    t = torch.from_numpy(arr)
+    return t if device.type == "cpu" else t.to(device)

@@ -30,7 +30,8 @@ from ctypes import (POINTER, Structure, c_char, c_char_p, c_float, c_int,
 
 __all__ = ["lib", "library_path", "RKV_MAX_LAYERS", "RKV_MAX_NAME", "RKV_MAX_REQUEST_ID",
            "RKV_BLOCK_TOKENS", "RKV_CUDA_MAX_BATCH", "Geometry", "LayerSpec",
-           "ModelConfigStruct", "AttentionArgs", "CudaAttentionArgs", "SnapshotInfo", "has",
+           "ModelConfigStruct", "AttentionArgs", "CudaAttentionArgs", "SnapshotInfo", "RingView",
+           "CudaRingView", "has",
            "require", "cuda", "cuda_library_path", "cuda_device_count"]
 
 RKV_BLOCK_TOKENS = 128
@@ -81,6 +82,18 @@ class CudaAttentionArgs(Structure):
                 ("out_dtype", c_dtype), ("session_idx", c_void_p), ("frame_pos", c_void_p),
                 ("visible", c_void_p), ("scale", c_float), ("workspace", c_void_p),
                 ("workspace_bytes", c_size_t)]
+
+
+class RingView(Structure):
+    """``rkv_ring_view``: a ring over caller-owned HOST storage."""
+    _fields_ = [("g", Geometry), ("kv", c_void_p), ("written", c_void_p)]
+
+
+class CudaRingView(Structure):
+    """``rkv_cuda_ring_view`` (include/ringkv_cuda.h): DEVICE pointers of GPU
+    ``device``."""
+    _fields_ = [("g", Geometry), ("device", c_int), ("kv", c_void_p), ("written", c_void_p),
+                ("error", c_void_p)]
 
 
 class SnapshotInfo(Structure):
@@ -175,6 +188,29 @@ _OPTIONAL = {
     "rkv_model_fork": (c_status, [c_void_p, c_int64, c_int64]),
     "rkv_model_step": (c_status, [c_void_p, c_int64, c_int64, c_void_p, c_void_p, c_dtype, c_int,
                                   POINTER(AttentionArgs)]),
+    # one model, two backends (issue 11): spans, the frame's batch set once
+    "rkv_layer_span_bytes": (c_size_t, [c_void_p, c_int]),
+    "rkv_layer_read_span": (c_status, [c_void_p, c_int64, c_int, c_int64, c_void_p]),
+    "rkv_layer_write_span": (c_status, [c_void_p, c_int64, c_int, c_int64, c_void_p]),
+    "rkv_layer_copy_span": (c_status, [c_void_p, c_int64, c_int64]),
+    "rkv_model_backend_name": (c_char_p, [c_void_p]),
+    "rkv_model_frame_upsert": (c_status, [c_void_p, c_int64, c_void_p, c_dtype, c_int]),
+    "rkv_model_frame_attend": (c_status, [c_void_p, c_int64, POINTER(AttentionArgs)]),
+    "rkv_model_frame_step": (c_status, [c_void_p, c_int64, c_void_p, c_dtype, c_int,
+                                        POINTER(AttentionArgs)]),
+    "rkv_model_end_frame": (c_status, [c_void_p]),
+    "rkv_model_abandon_frame": (c_status, [c_void_p]),
+    "rkv_model_synchronize": (c_status, [c_void_p]),
+    # rings over caller-owned storage: what the torch custom ops call (ops.py)
+    "rkv_layer_view": (c_status, [c_void_p, POINTER(RingView)]),
+    "rkv_ring_upsert": (c_status, [POINTER(RingView), c_void_p, c_dtype, c_int64, c_void_p,
+                                   c_void_p, c_int, c_void_p]),
+    "rkv_ring_visible_row": (c_status, [POINTER(RingView), c_int64, c_int64, c_void_p]),
+    "rkv_ring_attend": (c_status, [POINTER(RingView), POINTER(AttentionArgs)]),
+    "rkv_model_upsert_ring": (c_status, [c_void_p, c_int64, POINTER(RingView), c_int64, c_void_p,
+                                         c_void_p, c_dtype, c_int]),
+    "rkv_model_attend_ring": (c_status, [c_void_p, c_int64, POINTER(RingView), c_int64,
+                                         c_void_p, POINTER(AttentionArgs)]),
 }
 
 # include/ringkv_cuda.h. Layers are opaque handles (c_void_p); `void *stream`
@@ -200,6 +236,31 @@ _CUDA_PROTOTYPES = {
     "rkv_cuda_attention_workspace_bytes": (c_size_t, [c_void_p, _CUDA_ARGS]),
     "rkv_cuda_attention_describe": (c_status, [c_void_p, _CUDA_ARGS, c_void_p, c_size_t]),
     "rkv_cuda_clock_advance": (c_status, [c_void_p, c_int64, c_int64, c_void_p]),
+    # a whole rkv_model on the GPU (issue 11): created here, then driven by
+    # the core's rkv_model_* calls like any model
+    "rkv_model_create_cuda": (c_status, [_CFG, c_int, c_void_p, POINTER(c_void_p)]),
+    "rkv_model_cuda_layer": (c_void_p, [c_void_p, c_int64]),
+}
+# Ring views over caller-owned device storage (the torch custom ops, ops.py):
+# bound when the library has them.
+_CUDA_VIEW = POINTER(CudaRingView)
+_CUDA_OPTIONAL = {
+    "rkv_cuda_ring_prepare": (c_status, [c_int]),
+    "rkv_cuda_layer_view": (c_status, [c_void_p, _CUDA_VIEW]),
+    "rkv_cuda_ring_upsert": (c_status, [_CUDA_VIEW, c_void_p, c_dtype, c_int64, c_void_p,
+                                        c_void_p, c_int, c_void_p, c_void_p]),
+    "rkv_cuda_ring_visible_row": (c_status, [_CUDA_VIEW, c_void_p, c_void_p, c_void_p,
+                                             c_void_p]),
+    "rkv_cuda_ring_attend": (c_status, [_CUDA_VIEW, _CUDA_ARGS, c_void_p]),
+    "rkv_cuda_ring_attention_workspace_bytes": (c_size_t, [_CUDA_VIEW, _CUDA_ARGS]),
+    "rkv_cuda_ring_check": (c_status, [_CUDA_VIEW, c_void_p]),
+    # one session's span of a CUDA layer (issue 11)
+    "rkv_cuda_layer_span_bytes": (c_size_t, [c_void_p, c_int]),
+    "rkv_cuda_layer_read_span": (c_status, [c_void_p, c_int64, c_int, c_int64, c_void_p,
+                                            c_void_p]),
+    "rkv_cuda_layer_write_span": (c_status, [c_void_p, c_int64, c_int, c_int64, c_void_p,
+                                             c_void_p]),
+    "rkv_cuda_layer_copy_span": (c_status, [c_void_p, c_int64, c_int64, c_void_p]),
 }
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -319,7 +380,8 @@ def cuda() -> ctypes.CDLL:
             f"found ({where}). {_BUILD_HINT}.")
     errors: list[str] = []
     for path in candidates:
-        handle = _bind(path, _CUDA_PROTOTYPES, {}, "an older libringkv_cuda?", errors)
+        handle = _bind(path, _CUDA_PROTOTYPES, _CUDA_OPTIONAL, "an older libringkv_cuda?",
+                       errors)
         if handle is None:
             continue
         # One error message for both libraries: a failed host check of the

@@ -1,5 +1,6 @@
 """Attention over a ring (SEMANTICS 5): ``rkv_layer_attend`` and
-``rkv_model_attend`` (CPU backend), ``rkv_cuda_layer_attend`` (CUDA layers).
+``rkv_model_attend`` (CPU backend), for NumPy arrays and for torch tensors
+with ``pool=`` or ``reference=True`` (or a torch older than 2.6).
 
 ``out[b, h, i, :] = softmax_j(scale * q[b, h, i, :] . K[h // (Hq // H), j, :]) V[...]``
 over the visible slots ``j`` of row ``b``'s session; no causal mask; f32
@@ -23,18 +24,9 @@ Shapes and dtypes:
 - ``reference=True`` (layers only) runs ``rkv_layer_attend_reference``, the
   simple single-thread implementation kept as the test oracle.
 
-CUDA layers (:func:`attend_cuda_layer`): ``q`` and ``out`` are torch CUDA
-tensors on the layer's GPU (``out`` allocated there with ``torch.empty`` when
-not given); ``session_idx``, ``frame_pos`` and ``visible`` are CUDA tensors
-there too, or host data copied once (not capture-safe). One call enqueues
-the kernels on the given stream and returns without synchronizing; the
-split-key workspace (``rkv_cuda_attention_workspace_bytes``) is a
-``torch.empty`` uint8 CUDA tensor, so the call allocates only through torch's
-caching allocator and can be captured in a CUDA graph. Kernel choice
-(``ringkv_cuda.h``): bf16/f16 storage with ``q`` in the storage dtype, D 64
-or 128, ``out`` in ``q``'s dtype or float32 and no ``visible`` run the
-tensor-core kernel; everything else a generic f32 kernel. Session ids and
-clocks are checked on the device (``LayerRingCache.check()`` reports them).
+Torch tensors (CPU, and CUDA layers) take the custom op ``ringkv::attend``
+instead (:mod:`ringkv.ops`, through ``LayerRingCache.attend``), except with
+``pool=`` or ``reference=True``, which run these direct calls.
 """
 from __future__ import annotations
 
@@ -44,11 +36,11 @@ from typing import Any
 import numpy as np
 
 from . import _arrays as ar
-from ._lib import AttentionArgs, CudaAttentionArgs, lib, require
+from ._lib import AttentionArgs, lib, require
 from .threadpool import ThreadPool
 from .errors import RingKVArrayError, RingKVTypeError, RingKVValueError, check
 
-__all__ = ["attend_layer", "attend_model", "attend_cuda_layer"]
+__all__ = ["attend_layer", "attend_model"]
 
 _P64 = ctypes.POINTER(ctypes.c_int64)
 _PU8 = ctypes.POINTER(ctypes.c_uint8)
@@ -200,70 +192,4 @@ def attend_model(model_ptr: int, layer: int, d_head: int, total_slots: int, q: A
         require("rkv_model_step")
         check(lib.rkv_model_step(model_ptr, layer, si.shape[0], si.ctypes.data, step_kv[0],
                                  step_kv[1], 1 if commit else 0, ctypes.byref(args)))
-    return out
-
-
-def attend_cuda_layer(clib: Any, layer_ptr: int, device: Any, stream: int, d_head: int,
-                      total_slots: int, q: Any, session_idx: Any, frame_pos: Any = None, *,
-                      visible: Any = None, scale: float | None = None, out: Any = None,
-                      out_dtype: Any = None, kv_heads: int | None = None) -> Any:
-    """``rkv_cuda_layer_attend`` on a CUDA layer handle, enqueued on
-    ``stream`` (a cudaStream_t as an int) of GPU ``device`` (a
-    ``torch.device``, current for the call); see the module docstring.
-    Returns ``out``. Host errors raise RingKVArrayError (shapes, dtypes, B,
-    Hq), RingKVDeviceError (a tensor on another device); nothing is enqueued
-    then."""
-    torch = ar.torch_module()
-    si, _ = ar.cuda_int64_vector(session_idx, "session_idx",
-                                 "session_idx must be a [B] int64 array or tensor; got {got}",
-                                 device)
-    B = si.shape[0]
-    qb = ar.CudaBuffer(q, "q", device)
-    _check_q(qb, d_head, B, kv_heads)
-    if out is None:
-        out_code = qb.code if out_dtype is None else ar.parse_dtype(out_dtype)
-        out = torch.empty(qb.shape, dtype=ar.torch_dtype(out_code), device=device)
-    ob = ar.CudaBuffer(out, "out", device)
-    _check_out(ob, qb, "out must be C-contiguous and 16-byte aligned (it is written in place)")
-    _, Hq, Tq, _ = qb.shape
-    args = CudaAttentionArgs(batch=B, n_q_heads=Hq, n_queries=Tq, q=qb.ptr, q_dtype=qb.code,
-                             out=ob.ptr, out_dtype=ob.code, session_idx=si.data_ptr(),
-                             scale=_scale(scale))
-    keep = [si, qb, ob]  # alive until the call returns (torch orders their reuse by stream)
-    if visible is None:
-        if frame_pos is None:
-            raise RingKVValueError("attend needs frame_pos (the bits-and-clock rule) or visible "
-                                   "(explicit per-slot rows)")
-        fp, _ = ar.cuda_int64_vector(frame_pos, "frame_pos",
-                                     "frame_pos must be a [B] int64 array or tensor; got {got}",
-                                     device)
-        if fp.shape != si.shape:
-            raise RingKVArrayError(f"frame_pos has {fp.shape[0]} rows; session_idx has "
-                                   f"{si.shape[0]}")
-        keep.append(fp)
-        args.frame_pos = fp.data_ptr()
-    else:
-        if ar.is_torch_tensor(visible) and visible.device.type != "cpu":
-            ar.check_cuda_device(visible, "visible", device)
-            vis = visible
-        else:  # host rows: one copy to the device (not capture-safe)
-            vis = (visible if ar.is_torch_tensor(visible)
-                   else torch.from_numpy(np.ascontiguousarray(visible))).to(device)
-        if vis.dtype not in (torch.bool, torch.uint8):
-            raise RingKVArrayError("visible must be a bool or uint8 array of rows [B, N]")
-        vis = vis.contiguous().reshape(-1)
-        if vis.shape[0] != B * total_slots:
-            raise RingKVArrayError(f"visible has {vis.shape[0]} entries; expected B*N = "
-                                   f"{B}*{total_slots}")
-        keep.append(vis)
-        args.visible = vis.data_ptr()
-    ws_bytes = int(clib.rkv_cuda_attention_workspace_bytes(layer_ptr, ctypes.byref(args)))
-    if ws_bytes:
-        # Through torch's caching allocator (capture-safe); freed after the
-        # call: a later call on the same stream may reuse it only after this
-        # one's kernels (stream order), which is what the C API requires.
-        ws = torch.empty(ws_bytes, dtype=torch.uint8, device=device)
-        keep.append(ws)
-        args.workspace, args.workspace_bytes = ws.data_ptr(), ws_bytes
-    check(clib.rkv_cuda_layer_attend(layer_ptr, ctypes.byref(args), stream))
     return out

@@ -16,8 +16,17 @@ Differences from the reference (all deliberate, see SEMANTICS.md):
   must be >= 0 (``IndexError`` / ``ValueError``; the reference does not check);
 - ``tokens_per_frame`` must be >= 128 (the reference lets 0 through);
 - the visibility row is a fresh array owned by the caller, not the layer's
-  scratch (no aliasing hazard); with ``build_visibility=False`` it is
-  ``None`` (the reference returns a stale row that must be ignored).
+  scratch (no aliasing hazard); with ``build_visibility=False`` it is a copy
+  of the last row built (the reference returns that row buffer, stale);
+- storage dtypes float32, float16, bfloat16 only, devices cpu and cuda only
+  (float64, int8, "meta" are refused). python/README.md lists every
+  difference with its reason.
+
+Torch tensors (torch >= 2.6) go through the custom ops of :mod:`ringkv.ops`
+(``ringkv::visible_row``, ``ringkv::upsert``, ``ringkv::attend``) on the
+layer's storage tensors, so that ``torch.compile(fullgraph=True)`` traces
+``upsert`` and ``attend`` and CUDA graphs capture them; NumPy arrays (and
+``attend(pool=..., reference=True)``) take the direct C calls.
 
 Devices. ``device="cpu"`` (the default) runs the CPU backend
 (``rkv_layer_*``) on host memory. ``device="cuda"``, ``"cuda:1"`` or a
@@ -31,6 +40,7 @@ call runs on ``torch.cuda.current_stream(device)`` without synchronizing
 from __future__ import annotations
 
 import ctypes
+import sys
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -38,10 +48,11 @@ import numpy as np
 from . import _arrays as ar
 from ._args import as_int, as_session
 from ._handle import HandleOwner, check_state, copy_extras, extras, malformed_state
+from ._lib import CudaRingView
 from ._lib import Geometry as _GeometryStruct
 from ._lib import cuda as _cuda_lib
 from ._lib import lib
-from .attention import attend_cuda_layer, attend_layer
+from .attention import _scale, attend_layer
 from .errors import (RingKVArrayError, RingKVDeviceError, RingKVIndexError, RingKVRuntimeError,
                      RingKVTypeError, RingKVValueError, check)
 
@@ -93,6 +104,11 @@ def _parse_device(device: Any) -> tuple[str, int | None]:
         return "cpu", None
     if kind == "cuda":
         return "cuda", index
+    if kind == "meta":
+        raise RingKVDeviceError(
+            f"device {device!r} is not supported: a meta tensor has no storage, and ringkv's "
+            "storage is host or GPU memory the library writes (the reference class accepts "
+            "'meta'; this difference is listed in python/README.md). Use 'cpu' or 'cuda'")
     raise RingKVDeviceError(f"unknown device {device!r}; expected 'cpu', 'cuda', 'cuda:N' or a "
                            "torch.device of those")
 
@@ -118,20 +134,24 @@ class _LayerHandle(HandleOwner):
 
 
 class _CudaLayerHandle(HandleOwner):
-    """Owns an ``rkv_cuda_layer*``. Freed (``rkv_cuda_layer_destroy``: it
-    synchronizes the device, then frees) when the cache object and every view
-    of its storage are gone; do not let that happen inside a CUDA graph
-    capture. Never copied or pickled (see LayerRingCache's copies)."""
+    """Owns an ``rkv_cuda_layer*`` (``destroy`` the library's
+    ``rkv_cuda_layer_destroy``), or borrows one from a CUDA model (``destroy``
+    None; ``owner`` keeps the model alive). An owned layer is freed
+    (``rkv_cuda_layer_destroy``: it synchronizes the device, then frees) when
+    the cache object and every view of its storage are gone; do not let that
+    happen inside a CUDA graph capture. Never copied or pickled (see
+    LayerRingCache's copies)."""
 
     _copy_hint = ("it holds an rkv_cuda_layer* (an address in this process); copy the "
                   "LayerRingCache instead")
 
-    __slots__ = ("ptr", "device_index", "_destroy")
+    __slots__ = ("ptr", "device_index", "_destroy", "owner")
 
-    def __init__(self, ptr: int, device_index: int, destroy: Any):
+    def __init__(self, ptr: int, device_index: int, destroy: Any, owner: Any = None):
         self.ptr = ptr
         self.device_index = device_index
         self._destroy = destroy  # held here: module globals may be gone at exit
+        self.owner = owner
 
     def __del__(self):
         if self.ptr and self._destroy is not None:
@@ -157,10 +177,11 @@ def _cuda_torch():
     return torch
 
 
-def _create_cuda_layer(g: _GeometryStruct, device: Any, index: int | None):
-    """The checks before anything is allocated, then rkv_cuda_layer_create on
-    GPU ``index`` (torch's current device when None). The current device is
-    restored afterwards (the C call makes the layer's device current)."""
+def _cuda_context(device: Any, index: int | None) -> tuple[Any, Any, int]:
+    """What a CUDA layer or model needs before anything is allocated:
+    ``(libringkv_cuda, torch, device index)``, the index torch's current
+    device when None. RuntimeError without libringkv_cuda.so, a GPU it sees,
+    or torch with CUDA; IndexError for a device the runtime lacks."""
     clib = _cuda_lib()  # RuntimeError: no libringkv_cuda.so
     n = int(clib.rkv_cuda_device_count())
     if n == 0:
@@ -171,11 +192,28 @@ def _create_cuda_layer(g: _GeometryStruct, device: Any, index: int | None):
             "no NVIDIA driver, or a driver older than the CUDA runtime the library was built "
             "with). Use device='cpu'.")
     torch = _cuda_torch()
+    if _torch_ops() is None:
+        raise RingKVRuntimeError(f"ringkv: CUDA layers run through the torch custom ops "
+                                 f"(ringkv.ops), which need torch >= 2.6; this is "
+                                 f"{torch.__version__}")
+    if not hasattr(clib, "rkv_cuda_layer_view"):
+        from ._lib import cuda_library_path
+        raise RingKVRuntimeError(f"ringkv: the loaded {cuda_library_path()} lacks the ring-view "
+                                 "calls (rkv_cuda_ring_*, rkv_cuda_layer_view); rebuild it from "
+                                 "this tree")
     if index is None:
         index = torch.cuda.current_device()
     if index >= n:
         raise RingKVIndexError(f"ringkv: device cuda:{index}; the CUDA runtime sees {n} "
                                "device(s)")
+    return clib, torch, index
+
+
+def _create_cuda_layer(g: _GeometryStruct, device: Any, index: int | None):
+    """The checks before anything is allocated, then rkv_cuda_layer_create on
+    GPU ``index`` (torch's current device when None). The current device is
+    restored afterwards (the C call makes the layer's device current)."""
+    clib, torch, index = _cuda_context(device, index)
     check(lib.rkv_geometry_check(ctypes.byref(g)))  # geometry errors before any CUDA call
     ptr = ctypes.c_void_p()
     with torch.cuda.device(index):
@@ -285,6 +323,17 @@ class LayerRingCache(HandleOwner):
         self._init(_LayerHandle(ptr, owner), array_kind)
         return self
 
+    @classmethod
+    def _borrow_cuda(cls, ptr: int, owner: Any, clib: Any, torch: Any,
+                     device_index: int) -> "LayerRingCache":
+        """A LayerRingCache over an ``rkv_cuda_layer*`` owned by a CUDA model
+        (``rkv_model_cuda_layer``; kept alive by ``owner``, never freed here)."""
+        if not ptr:
+            raise RingKVRuntimeError("ringkv: rkv_model_cuda_layer returned NULL for a CUDA model")
+        self = cls.__new__(cls)
+        self._init_cuda(_CudaLayerHandle(ptr, device_index, None, owner), clib, torch)
+        return self
+
     def _init(self, handle: _LayerHandle, array_kind: str) -> None:
         if array_kind not in (ar.NUMPY, ar.TORCH):
             raise RingKVValueError(f"array_kind must be 'numpy' or 'torch'; got {array_kind!r}")
@@ -303,6 +352,14 @@ class LayerRingCache(HandleOwner):
                               ar.numpy_dtype(self._code), handle)
         np_written = ar.numpy_view(lib.rkv_layer_written(handle.ptr), (N,), np.bool_, handle)
         self._views = {ar.NUMPY: (np_kv, np_kv[0], np_kv[1], np_written)}
+        self._error = None  # the device error word the ops take (CUDA layers)
+        self._last_row = None  # the last visibility row built (upsert)
+        if "torch" in sys.modules:  # ready for the torch route (traced code cannot make them)
+            self.views(ar.TORCH)
+            if _OPS is None:
+                _load_ops()
+            if _OPS:  # the ops' error word (never written on the CPU)
+                self._error = _OPS.error_word("cpu")
 
     def _init_cuda(self, handle: _CudaLayerHandle, clib: Any, torch: Any) -> None:
         self._h = handle
@@ -321,7 +378,13 @@ class LayerRingCache(HandleOwner):
                                 handle.device_index, handle)
             t_written = ar.cuda_view(clib.rkv_cuda_layer_written(handle.ptr), (N,), "bool",
                                      handle.device_index, handle)
+            # The layer's own device error word (rkv_cuda_layer_view): the
+            # ops record invalid rows there, and check() reads it.
+            view = CudaRingView()
+            check(clib.rkv_cuda_layer_view(handle.ptr, ctypes.byref(view)))
+            self._error = ar.cuda_view(view.error, (4,), "int32", handle.device_index, handle)
         self._views = {ar.TORCH: (t_kv, t_kv[0], t_kv[1], t_written)}
+        self._last_row = None
 
     def _set_geometry(self, g: Any) -> None:
         self.num_sessions = int(g.num_sessions)
@@ -412,6 +475,22 @@ class LayerRingCache(HandleOwner):
                              self.pinned_dilation, self.dtype_name)
 
     @property
+    def error_word(self) -> Any:
+        """The int32 tensor the custom ops take as ``error`` (:mod:`ringkv.ops`):
+        a CUDA layer's own device error word (what :meth:`check` reads), a
+        CPU layer's never written (the library raises at once)."""
+        if self._error is None:  # a CPU layer made before torch was imported
+            self._error = _torch_ops().error_word("cpu")
+        return self._error
+
+    @property
+    def geometry_list(self) -> list[int]:
+        """``[S, H, RF, RB, D, T, PD]``: the ``geometry`` argument of the
+        custom ops (:mod:`ringkv.ops`)."""
+        return [self.num_sessions, self.n_kv_heads, self.ring_frames, self.ring_buckets,
+                self.d_head, self.tokens_per_frame, self.pinned_dilation]
+
+    @property
     def memory_bytes(self) -> int:
         """Resident bytes of K/V storage, all sessions: 2*H*N*D*sizeof(dtype)
         (device memory for a CUDA layer)."""
@@ -435,7 +514,7 @@ class LayerRingCache(HandleOwner):
         "_h", "_cuda", "_torch", "_tdevice", "_views", "_code", "_g", "num_sessions",
         "n_kv_heads", "ring_frames", "ring_buckets", "d_head", "tokens_per_frame",
         "pinned_dilation", "dtype_name", "ring_len", "capacity", "total_slots", "device",
-        "array_kind"})
+        "array_kind", "_error", "_last_row"})
 
     def __copy__(self) -> "LayerRingCache":
         """A new, independent layer with equal contents (see :meth:`_clone`):
@@ -473,6 +552,8 @@ class LayerRingCache(HandleOwner):
         else:
             np.copyto(dst_kv, src_kv)
             np.copyto(dst_w, src_w)
+        new._last_row = None if self._last_row is None else self._last_row.copy() \
+            if isinstance(self._last_row, np.ndarray) else self._last_row.clone()
         copy_extras(self, new, self._OWN_ATTRS, memo)
         return new
 
@@ -562,7 +643,9 @@ class LayerRingCache(HandleOwner):
         the whole storage (NumPy views for NumPy ``kv``, torch tensors for a
         torch ``kv``); ``visible`` is a fresh ``[N]`` bool array/tensor
         (``written AND slot of the session``, minus the ring frame about to be
-        overwritten on a write step), or None without ``build_visibility``.
+        overwritten on a write step); without ``build_visibility``, a copy of
+        the last row built on this layer (all False before the first), as
+        the reference returns its (stale) row buffer.
 
         Raises RingKVArrayError (a RuntimeError, as the reference's
         ``torch._check`` and ``index_copy_``, and a ValueError) for frame_pos
@@ -572,7 +655,10 @@ class LayerRingCache(HandleOwner):
         range; ValueError for frame_pos < 0 or a session twice in one batch.
         Nothing is written when it raises.
 
-        A CUDA layer: one ``rkv_cuda_layer_upsert`` kernel on
+        Torch ``kv``: the ops ``ringkv::visible_row`` (with
+        ``build_visibility``) then ``ringkv::upsert`` on :attr:`kv` and
+        :attr:`written` (traceable by torch.compile). A CUDA layer: their
+        kernels (``rkv_cuda_ring_visible_row``, ``rkv_cuda_ring_upsert``) on
         ``torch.cuda.current_stream(device)``, not synchronized; ``k``, ``v``
         are views of its device memory and ``visible`` a fresh torch.bool
         CUDA tensor (written by the kernel). The host checks above raise as
@@ -581,22 +667,42 @@ class LayerRingCache(HandleOwner):
         the kernel: such a call writes nothing and :meth:`check` raises the
         IndexError / ValueError later.
         """
-        if self._cuda is not None:
-            return self._upsert_cuda(kv, frame_pos, commit, session_idx, build_visibility)
+        ops = _torch_ops() if ar.is_torch_tensor(kv) else None
+        if ops is not None:
+            return self._upsert_op(ops, kv, frame_pos, commit, session_idx, build_visibility)
+        if self._cuda is not None:  # a CUDA layer reads torch CUDA tensors only
+            ar.check_cuda_device(kv, "kv", self._tdevice)
         fp, _ = ar.int64_vector(frame_pos, "frame_pos", _FRAME_POS_MSG)
         B = fp.shape[0]
         buf = ar.CBuffer(kv, "kv")
         self._check_tokens(buf.shape, B)
-        si = self._session_vector(session_idx, fp.shape, None)
-        self._check_upsert(buf, B, build_visibility)
+        si = self._session_vector(session_idx, fp.shape)
+        self._check_upsert(buf.shape, buf.code, buf.keep, B, build_visibility)
         visible = np.empty(self.total_slots, dtype=np.bool_) if build_visibility else None
         check(lib.rkv_layer_upsert(self._h.ptr, buf.ptr, self._code, B, fp.ctypes.data,
                                    si.ctypes.data, 1 if commit else 0,
                                    None if visible is None else visible.ctypes.data))
         _, k, v, _ = self.views(buf.kind)
-        if visible is not None and buf.kind == ar.TORCH:
-            visible = ar.to_torch(visible)
-        return k, v, visible
+        return k, v, self._row_result(visible, buf.kind)
+
+    def _row_result(self, row: Any, kind: str) -> Any:
+        """The third value of upsert: the new row (kept as the layer's last),
+        or a copy of the last row built (all False before the first) when
+        none was asked for, as the reference returns its row buffer (which
+        it overwrites in place; ringkv's copy is never overwritten)."""
+        if row is not None:
+            self._last_row = row
+            return ar.to_torch(row) if kind == ar.TORCH and isinstance(row, np.ndarray) else row
+        last = self._last_row
+        if last is None:
+            if kind == ar.TORCH:
+                torch = ar.torch_module()
+                return torch.zeros(self.total_slots, dtype=torch.bool,
+                                   device=self._views[ar.TORCH][3].device)
+            return np.zeros(self.total_slots, dtype=np.bool_)
+        if kind == ar.TORCH:
+            return ar.to_torch(last.copy()) if isinstance(last, np.ndarray) else last.clone()
+        return last.copy() if isinstance(last, np.ndarray) else last.cpu().numpy()
 
     # The host checks of upsert, in the reference's order and with its
     # messages (torch._check in seed_ring_cache.py), shared by both backends.
@@ -607,14 +713,11 @@ class LayerRingCache(HandleOwner):
             raise RingKVArrayError("ring cache expects exactly one frame per session; got "
                                      f"{shape[-2]} tokens for B={B}")
 
-    def _session_vector(self, session_idx: Any, fp_shape: tuple, device: Any) -> Any:
+    def _session_vector(self, session_idx: Any, fp_shape: tuple) -> Any:
         si_desc = (f"{tuple(session_idx.shape)} {session_idx.dtype}"
                    if hasattr(session_idx, "shape") else repr(session_idx))
         try:
-            if device is None:
-                si, _ = ar.int64_vector(session_idx, "session_idx", "{got}")
-            else:
-                si, _ = ar.cuda_int64_vector(session_idx, "session_idx", "{got}", device)
+            si, _ = ar.int64_vector(session_idx, "session_idx", "{got}")
         except RingKVArrayError:  # not RingKVDeviceError: a device mismatch says so
             si = None
         if si is None or tuple(si.shape) != tuple(fp_shape):
@@ -622,39 +725,48 @@ class LayerRingCache(HandleOwner):
                                      f"matching frame_pos; got {si_desc}")
         return si
 
-    def _check_upsert(self, buf: Any, B: int, build_visibility: bool) -> None:
-        shape = buf.shape
+    def _check_upsert(self, shape: tuple, code: int | None, keep: Any, B: int,
+                      build_visibility: bool) -> None:
         T = self.tokens_per_frame
         if build_visibility and B != 1:
             raise RingKVRuntimeError("ring cache's fallback visibility row only supports B == 1; "
                                      "the engine path passes build_visibility=False.")
         expect = (2, 1, self.n_kv_heads, B * T, self.d_head)
-        msg = ar.kv_mismatch(shape, buf.code, buf.keep, expect, self._code)
+        msg = ar.kv_mismatch(shape, code, keep, expect, self._code)
         if msg:  # a RuntimeError as the reference's index_copy_, and a ValueError
             raise RingKVArrayError(msg)
 
-    def _upsert_cuda(self, kv: Any, frame_pos: Any, commit: bool, session_idx: Any,
-                     build_visibility: bool) -> tuple[Any, Any, Any]:
-        """upsert of a CUDA layer: the same host checks, then ONE
-        ``rkv_cuda_layer_upsert`` launch on the current stream (no sync)."""
-        torch, dev = self._torch, self._tdevice
-        fp, _ = ar.cuda_int64_vector(frame_pos, "frame_pos", _FRAME_POS_MSG, dev)
+    def _upsert_op(self, ops: Any, kv: Any, frame_pos: Any, commit: bool, session_idx: Any,
+                   build_visibility: bool) -> tuple[Any, Any, Any]:
+        """upsert with a torch ``kv``: the host checks, then the custom ops
+        (``ringkv::visible_row`` before ``ringkv::upsert``) on this layer's
+        storage tensors. Traceable by torch.compile (fullgraph); on a CUDA
+        layer, kernels on the current stream, no synchronization."""
+        ring, k, v, written = self.views(ar.TORCH)
+        dev = written.device
+        fp = ar.torch_index(frame_pos, "frame_pos", _FRAME_POS_MSG, dev)
         B = fp.shape[0]
-        buf = ar.CudaBuffer(kv, "kv", dev)  # RingKVDeviceError: host memory, another device
-        self._check_tokens(buf.shape, B)
-        si = self._session_vector(session_idx, fp.shape, dev)
-        self._check_upsert(buf, B, build_visibility)
-        with self._on_device():
-            # torch.bool is one byte (0/1): the uint8 row of the C API;
-            # torch's allocations are aligned far beyond the 16 bytes it needs.
-            visible = (torch.empty(self.total_slots, dtype=torch.bool, device=dev)
-                       if build_visibility else None)
-            check(self._cuda.rkv_cuda_layer_upsert(
-                self._h.ptr, buf.ptr, self._code, B, fp.data_ptr(), si.data_ptr(),
-                1 if commit else 0, None if visible is None else visible.data_ptr(),
-                self._stream()))
-        _, k, v, _ = self._views[ar.TORCH]
-        return k, v, visible
+        ar.check_device(kv, "kv", dev)
+        self._check_tokens(tuple(kv.shape), B)
+        si = self._session_tensor(session_idx, fp.shape, dev)
+        self._check_upsert(tuple(kv.shape), ar.array_dtype_code(kv), kv, B, build_visibility)
+        geometry = self.geometry_list
+        err = self.error_word
+        row = ops.visible_row(written, fp, si, geometry, err) if build_visibility else None
+        ops.upsert(ring, written, kv, fp, si, geometry, bool(commit), err)
+        return k, v, self._row_result(row, ar.TORCH)
+
+    def _session_tensor(self, session_idx: Any, fp_shape: Any, device: Any) -> Any:
+        try:
+            si = ar.torch_index(session_idx, "session_idx", "{got}", device)
+        except RingKVArrayError:  # not RingKVDeviceError: a device mismatch says so
+            si = None
+        if si is None or tuple(si.shape) != tuple(fp_shape):
+            desc = (f"{tuple(session_idx.shape)} {session_idx.dtype}"
+                    if hasattr(session_idx, "shape") else repr(session_idx))
+            raise RingKVArrayError(f"session_idx must be a {list(fp_shape)} int64 tensor "
+                                   f"matching frame_pos; got {desc}")
+        return si
 
     # ---- visibility -------------------------------------------------------
     def visible_frames(self, session_idx: int, frame_pos: int) -> list[int]:
@@ -706,29 +818,97 @@ class LayerRingCache(HandleOwner):
         ``q``'s unless ``out`` is given). ``pool``: a :class:`ringkv.ThreadPool`;
         ``reference=True``: the single-thread oracle. See :mod:`ringkv.attention`.
 
-        A CUDA layer: ``rkv_cuda_layer_attend`` on the current stream (no
-        sync); ``q`` and ``out`` are torch CUDA tensors on its GPU;
+        Torch ``q`` (without ``pool``/``reference``): the op
+        ``ringkv::attend`` (traceable by torch.compile); a given ``out``
+        receives its result. A CUDA layer: ``rkv_cuda_ring_attend`` on the
+        current stream (no sync); ``q`` and ``out`` are torch CUDA tensors
+        on its GPU;
         ``session_idx``, ``frame_pos`` and ``visible`` CUDA tensors there (or
         host data, copied once: not capture-safe); ``pool`` and
         ``reference`` do not apply. Invalid session ids or clocks on the
         device make it write nothing: :meth:`check` reports them.
         """
-        if self._cuda is not None:
-            if pool is not None or reference:
-                raise RingKVValueError("pool and reference=True are CPU-backend options; this "
-                                       f"layer is on {self.device}")
-            with self._on_device():
-                return attend_cuda_layer(self._cuda, self._h.ptr, self._tdevice, self._stream(),
-                                         self.d_head, self.total_slots, q, session_idx,
-                                         frame_pos, visible=visible, scale=scale, out=out,
-                                         out_dtype=out_dtype, kv_heads=self.n_kv_heads)
+        if self._cuda is not None and (pool is not None or reference):
+            raise RingKVValueError("pool and reference=True are CPU-backend options; this "
+                                   f"layer is on {self.device}")
+        ops = (_torch_ops() if ar.is_torch_tensor(q) and pool is None and not reference
+               else None)
+        if ops is not None:
+            return self._attend_op(ops, q, session_idx, frame_pos, visible, scale, out,
+                                   out_dtype)
+        if self._cuda is not None:  # a CUDA layer reads torch CUDA tensors only
+            ar.check_cuda_device(q, "q", self._tdevice)
         return attend_layer(self._h.ptr, self.d_head, self.total_slots, q, session_idx,
                             frame_pos, visible=visible, scale=scale, out=out,
                             out_dtype=out_dtype, pool=pool, reference=reference,
                             kv_heads=self.n_kv_heads)
 
+    def _attend_op(self, ops: Any, q: Any, session_idx: Any, frame_pos: Any, visible: Any,
+                   scale: Any, out: Any, out_dtype: Any) -> Any:
+        """attend with a torch ``q``: ``ringkv::attend`` on this layer's
+        storage tensors (traceable; on a CUDA layer, kernels on the current
+        stream). A given ``out`` receives the result."""
+        ring, _, _, written = self.views(ar.TORCH)
+        dev = written.device
+        ar.check_device(q, "q", dev)
+        si = ar.torch_index(session_idx, "session_idx",
+                            "session_idx must be a [B] int64 array or tensor; got {got}", dev)
+        fp = rows = None
+        if visible is not None:
+            rows = visible if ar.is_torch_tensor(visible) else \
+                ar.torch_module().from_numpy(np.ascontiguousarray(visible))
+            if rows.device != dev:
+                if rows.device.type == "cpu" and dev.type == "cuda":
+                    rows = rows.to(dev)  # host rows: one copy (not capture-safe)
+                else:
+                    ar.check_device(rows, "visible", dev)
+        elif frame_pos is not None:
+            fp = ar.torch_index(frame_pos, "frame_pos",
+                                "frame_pos must be a [B] int64 array or tensor; got {got}", dev)
+        dt = None if out_dtype is None else ar.torch_dtype(ar.parse_dtype(out_dtype))
+        if out is not None:
+            ar.check_device(out, "out", dev)
+            if tuple(out.shape) != tuple(q.shape):
+                raise RingKVArrayError(f"out has shape {tuple(out.shape)}; expected "
+                                       f"{tuple(q.shape)}")
+            if not out.is_contiguous():
+                raise RingKVArrayError("out must be C-contiguous (it is written in place)")
+            if ar.array_dtype_code(out) is None:
+                raise RingKVArrayError(f"out dtype {out.dtype} is not float32, float16 or bf16")
+            dt = out.dtype
+        res = ops.attend(ring, written, q, si, fp, rows, self.geometry_list, _scale(scale), dt,
+                         self.error_word)
+        if out is None:
+            return res
+        out.copy_(res)
+        return out
+
 
 _FRAME_POS_MSG = "frame_pos must be a [B] int64 tensor; got {got}"
+
+
+_OPS: Any = None  # ringkv.ops once loaded; False: torch is too old for it
+
+
+def _torch_ops() -> Any:
+    """:mod:`ringkv.ops` (the torch custom ops), or None when torch is older
+    than they need (then torch CPU tensors take the direct C calls). Loaded
+    at the first LayerRingCache made while torch is imported (so that code
+    torch.compile traces only reads this module's global)."""
+    if _OPS is None:
+        _load_ops()
+    return _OPS or None
+
+
+def _load_ops() -> None:
+    global _OPS
+    torch = ar.torch_module()
+    version = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
+    if version < (2, 6):
+        _OPS = False
+        return
+    from . import ops
+    _OPS = ops
 
 
 _LAYER_FORMAT, _LAYER_VERSION = "ringkv.LayerRingCache", 1

@@ -12,11 +12,20 @@ A frame for B sessions::
 ``kv`` is ``[2, 1, H, B*T, D]`` (or ``[2, H, B*T, D]``) and ``q``
 ``[B, Hq, T, D]``, NumPy arrays or CPU torch tensors, in the model's dtype
 for ``kv`` (NumPy bf16: uint16 bits).
+
+``Model(config, device="cuda")`` is the same model on a GPU (issue 11):
+``rkv_model_create_cuda`` through ``libringkv_cuda.so``, every call the same
+``rkv_model_*`` call as on the CPU (sessions, clocks, frames, snapshots,
+forks; a session saved on one backend loads on the other); ``kv``, ``q`` and
+``out`` are torch CUDA tensors on its GPU, ``session_idx`` and ``frame_pos``
+host data. See :class:`Model`.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,13 +33,13 @@ from . import _arrays as ar
 from ._lib import RKV_MAX_LAYERS, LayerSpec as _LayerSpecStruct, ModelConfigStruct, lib
 from ._lib import Geometry as _GeometryStruct
 from ._lib import SnapshotInfo as _SnapshotInfoStruct
-from ._lib import require
-from .attention import attend_model
+from ._lib import AttentionArgs, require
+from .attention import _check_out, _check_q, _scale, attend_model
 from ._args import as_bytes, as_int, as_path, as_request_id, as_session
 from ._handle import HandleOwner, check_state, copy_extras, extras, malformed_state
-from .errors import (RingKVArrayError, RingKVIndexError, RingKVRuntimeError, RingKVTypeError,
-                     RingKVValueError, check, error_for)
-from .layer import LayerGeometry, LayerRingCache
+from .errors import (RingKVArrayError, RingKVDeviceError, RingKVIndexError, RingKVRuntimeError,
+                     RingKVTypeError, RingKVValueError, check, error_for)
+from .layer import LayerGeometry, LayerRingCache, _cuda_context, _parse_device, _torch_ops
 
 __all__ = ["LayerSpec", "ModelConfig", "Model", "SnapshotInfo", "preset", "preset_names",
            "inspect_snapshot"]
@@ -137,20 +146,58 @@ def preset(name: str, full_global_ring: bool = False, *, num_sessions: int = 1) 
 
 
 class _ModelHandle(HandleOwner):
-    """Owns an ``rkv_model*``; the model's borrowed layers keep it alive.
-    Never copied or pickled: the Model over it copies by value."""
+    """Owns an ``rkv_model*``; the model's borrowed layers keep it alive, and
+    it keeps ``stream`` (a CUDA model's torch stream) alive until the model
+    is destroyed (which waits for that stream). Never copied or pickled: the
+    Model over it copies by value."""
 
-    __slots__ = ("ptr",)
+    __slots__ = ("ptr", "stream")
     _copy_hint = ("it holds an rkv_model* (an address in this process); copy or pickle the "
                   "Model instead")
 
-    def __init__(self, ptr: int):
+    def __init__(self, ptr: int, stream: Any = None):
         self.ptr = ptr
+        self.stream = stream
 
     def __del__(self):
         if self.ptr and lib is not None:
             lib.rkv_model_destroy(self.ptr)
             self.ptr = None
+
+
+class _CudaPlace:
+    """Where a CUDA model runs: GPU ``index`` (``tdevice``), the torch stream
+    its calls are enqueued on (``stream``; ``stream_id`` its cudaStream_t as
+    an int), the CUDA library and torch. Holds no C handle (the stream is
+    torch's)."""
+
+    __slots__ = ("clib", "torch", "index", "tdevice", "stream", "stream_id")
+
+    def __init__(self, device: Any, index: int | None, stream: Any):
+        self.clib, self.torch, self.index = _cuda_context(device, index)
+        torch = self.torch
+        self.tdevice = torch.device("cuda", self.index)
+        if stream is None:
+            stream = torch.cuda.current_stream(self.tdevice)
+        elif not isinstance(stream, torch.cuda.Stream):
+            raise RingKVTypeError(f"stream must be a torch.cuda.Stream; got {stream!r}")
+        if stream.device != self.tdevice:
+            raise RingKVDeviceError(f"ringkv: stream is on {stream.device}, but the model is on "
+                                    f"{self.tdevice}")
+        self.stream = stream
+        self.stream_id = int(stream.cuda_stream)
+
+    def check_stream(self, what: str) -> None:
+        """The per-pass calls take torch tensors made on torch's current
+        stream: it must be the model's (RingKVRuntimeError otherwise)."""
+        cur = int(self.torch.cuda.current_stream(self.tdevice).cuda_stream)
+        if cur != self.stream_id:
+            raise RingKVRuntimeError(
+                f"ringkv: {what}: the model enqueues its work on its own stream "
+                f"({self.stream_id:#x}: torch's current stream on {self.tdevice} when it was "
+                f"created, or the one given), but torch's current stream there is now {cur:#x}; "
+                "call it under `with torch.cuda.stream(model.stream):` (or create the model "
+                "with stream=)")
 
 
 class Model(HandleOwner):
@@ -161,30 +208,108 @@ class Model(HandleOwner):
     the layers' ``kv``/``written`` views; ``upsert`` returns views of the kind
     of its ``kv`` input.
 
+    ``device``: "cpu" (default), or "cuda", "cuda:N" or a
+    ``torch.device("cuda", N)``: the same model on that GPU
+    (``rkv_model_create_cuda``, needs ``libringkv_cuda.so`` and torch with
+    CUDA). On a GPU:
+
+    - every call is the library's same ``rkv_model_*`` call: claims,
+      clocks, ``begin_frame``, snapshots (host ``bytearray`` images), files,
+      forks, copies and pickles (a session saved on one backend loads on the
+      other, bit-exact);
+    - ``kv``, ``q`` and ``out`` are torch CUDA tensors on the model's GPU;
+      ``session_idx`` and ``frame_pos`` are host data (lists, NumPy, CPU
+      tensors; a CUDA tensor is copied to the host, which waits for it);
+      ``pool`` does not apply; the layers' views are torch CUDA tensors
+      (``array_kind`` "torch");
+    - the work is enqueued on ``stream`` (a ``torch.cuda.Stream`` of that
+      GPU; default: torch's current stream there at creation) and the calls
+      return without waiting; ``upsert``, ``attend`` and ``step`` must be
+      made while that stream is torch's current one (``with
+      torch.cuda.stream(model.stream):``), since their tensors are ordered
+      by it; read ``out`` in that stream's order. Given a stream other than
+      the legacy default one, a frame's per-pass calls can be captured in
+      ``torch.cuda.graph(g, stream=model.stream)`` after ``begin_frame`` (the
+      capture contract of ringkv.h; ``begin_frame`` itself refuses to run
+      inside a capture);
+    - :meth:`synchronize` waits for the stream and raises what the kernels
+      recorded on the device.
+
     ``copy.copy``, ``copy.deepcopy`` and ``pickle`` give a new model with
     equal contents (config, claim table, each held session's K/V, written
-    bits and clock) through each held session's portable snapshot image;
-    see :meth:`_state` and :func:`_model_from_state`. Not while a session is
-    inside a frame (RuntimeError).
+    bits and clock) through each held session's portable snapshot image,
+    on the same device (a CUDA model's copy runs on torch's current stream
+    there); see :meth:`_state` and :func:`_model_from_state`. Not while a
+    session is inside a frame (RuntimeError).
     """
 
-    def __init__(self, config: ModelConfig, *, array_kind: str = ar.NUMPY):
+    def __init__(self, config: ModelConfig, *, array_kind: str | None = None,
+                 device: Any = "cpu", stream: Any = None):
         if not isinstance(config, ModelConfig):
             raise RingKVTypeError(f"config must be a ringkv.ModelConfig; got {config!r}")
+        kind, index = _parse_device(device)
+        cfg = config._struct()
         ptr = ctypes.c_void_p()
-        check(lib.rkv_model_create(ctypes.byref(config._struct()), ctypes.byref(ptr)))
-        self._h = _ModelHandle(ptr.value)
+        self._place = None
+        if kind == "cuda":
+            if array_kind not in (None, ar.TORCH):
+                raise RingKVValueError(f"array_kind {array_kind!r}: a CUDA model's views are "
+                                       "torch CUDA tensors (array_kind 'torch')")
+            place = _CudaPlace(device, index, stream)
+            with place.torch.cuda.device(place.index):
+                check(place.clib.rkv_model_create_cuda(ctypes.byref(cfg), place.index,
+                                                       place.stream_id, ctypes.byref(ptr)))
+            self._h = _ModelHandle(ptr.value, place.stream)
+            self._place = place
+            array_kind = ar.TORCH
+        else:
+            if stream is not None:
+                raise RingKVValueError("stream applies to a CUDA model (device='cuda')")
+            check(lib.rkv_model_create(ctypes.byref(cfg), ctypes.byref(ptr)))
+            self._h = _ModelHandle(ptr.value)
+            array_kind = ar.NUMPY if array_kind is None else array_kind
         self.config = ModelConfig._from_struct(lib.rkv_model_get_config(self._h.ptr).contents)
         self.array_kind = array_kind
-        self._layers = [LayerRingCache._borrow(lib.rkv_model_layer(self._h.ptr, i), self._h,
-                                               array_kind)
-                        for i in range(self.config.n_layers)]
+        self.device = "cpu" if self._place is None else str(self._place.tdevice)
+        if self._place is None:
+            self._layers = [LayerRingCache._borrow(lib.rkv_model_layer(self._h.ptr, i), self._h,
+                                                   array_kind)
+                            for i in range(self.config.n_layers)]
+        else:
+            p = self._place
+            self._layers = [LayerRingCache._borrow_cuda(p.clib.rkv_model_cuda_layer(self._h.ptr, i),
+                                                        self._h, p.clib, p.torch, p.index)
+                            for i in range(self.config.n_layers)]
+        LIVE_MODELS[self._h.ptr] = self  # the key the model ops take (ringkv.ops.model_key)
 
     @classmethod
     def from_preset(cls, name: str, *, num_sessions: int = 1, full_global_ring: bool = False,
-                    array_kind: str = ar.NUMPY) -> "Model":
+                    array_kind: str | None = None, device: Any = "cpu",
+                    stream: Any = None) -> "Model":
         return cls(preset(name, full_global_ring, num_sessions=num_sessions),
-                   array_kind=array_kind)
+                   array_kind=array_kind, device=device, stream=stream)
+
+    @property
+    def stream(self) -> Any:
+        """A CUDA model's ``torch.cuda.Stream`` (its work is enqueued there);
+        None on the CPU."""
+        return None if self._place is None else self._place.stream
+
+    def _on_device(self) -> Any:
+        """The model's GPU as torch's current device for one call (the C
+        calls require it and never change it); nothing on the CPU."""
+        if self._place is None:
+            return contextlib.nullcontext()
+        return self._place.torch.cuda.device(self._place.index)
+
+    def synchronize(self) -> None:
+        """Waits until the model's work has run, then raises what its kernels
+        recorded on the device since the last call (``rkv_model_synchronize``:
+        IndexError / ValueError for a refused row, RuntimeError for a CUDA
+        failure). A CPU model checks everything before it writes: no-op."""
+        require("rkv_model_synchronize")
+        with self._on_device():
+            check(lib.rkv_model_synchronize(self._h.ptr))
 
     @property
     def n_layers(self) -> int:
@@ -210,7 +335,7 @@ class Model(HandleOwner):
     # ---- copies and pickles ------------------------------------------------
     # What __init__ sets; a copy rebuilds these, and copies any other instance
     # attribute (one the caller added) as copy.copy / deepcopy / pickle would.
-    _OWN_ATTRS = frozenset({"_h", "config", "array_kind", "_layers"})
+    _OWN_ATTRS = frozenset({"_h", "config", "array_kind", "_layers", "_place", "device"})
 
     def __copy__(self) -> "Model":
         """A new, independent model with equal contents (see :meth:`_state`)."""
@@ -267,7 +392,7 @@ class Model(HandleOwner):
                            "dtype": config.dtype,
                            "layers": [(spec.ring_frames, spec.ring_buckets, spec.pinned_dilation)
                                       for spec in config.layers]},
-                "array_kind": self.array_kind, "sessions": sessions}
+                "array_kind": self.array_kind, "device": self.device, "sessions": sessions}
 
     # ---- sessions ---------------------------------------------------------
     def claim(self, request_id: str) -> int:
@@ -285,12 +410,14 @@ class Model(HandleOwner):
 
     def release(self, session: int) -> None:
         """Zeroes a held session in every layer, drops its clock, frees it."""
-        check(lib.rkv_model_release(self._h.ptr, as_session(session)))
+        with self._on_device():
+            check(lib.rkv_model_release(self._h.ptr, as_session(session)))
 
     def reset(self, session: int) -> None:
         """Zeroes a held session in every layer and drops its clock: the next
         frame may start anywhere. The session stays claimed."""
-        check(lib.rkv_model_reset(self._h.ptr, as_session(session)))
+        with self._on_device():
+            check(lib.rkv_model_reset(self._h.ptr, as_session(session)))
 
     def clock(self, session: int) -> int | None:
         """Last committed frame of a held session, None when it has no clock."""
@@ -305,15 +432,16 @@ class Model(HandleOwner):
         restore without clock). RuntimeError (RKV_ERR_CLOCK / _STATE) otherwise,
         ValueError for a clock < 0 (as every call that takes clocks);
         nothing changes then."""
-        si, _ = ar.int64_vector(session_idx, "session_idx", "session_idx must be a [B] int64 "
-                                "array; got {got}")
-        fp, _ = ar.int64_vector(frame_pos, "frame_pos", "frame_pos must be a [B] int64 array; "
-                                "got {got}")
+        si, _ = ar.int64_vector(self._host(session_idx), "session_idx",
+                                "session_idx must be a [B] int64 array; got {got}")
+        fp, _ = ar.int64_vector(self._host(frame_pos), "frame_pos",
+                                "frame_pos must be a [B] int64 array; got {got}")
         if si.shape != fp.shape:
             raise RingKVArrayError(f"session_idx has {si.shape[0]} rows; frame_pos has "
                                    f"{fp.shape[0]}")
-        status = lib.rkv_model_begin_frame(self._h.ptr, si.shape[0], si.ctypes.data,
-                                           fp.ctypes.data)
+        with self._on_device():
+            status = lib.rkv_model_begin_frame(self._h.ptr, si.shape[0], si.ctypes.data,
+                                               fp.ctypes.data)
         if status == _RKV_ERR_CLOCK and (fp < 0).any():
             # A negative clock is the mistake every other call reports as
             # ValueError (rkv_layer_upsert: RKV_ERR_INVALID_ARG); the model's
@@ -322,28 +450,82 @@ class Model(HandleOwner):
             raise RingKVValueError(str(err), status)
         check(status)
 
+    def end_frame(self) -> None:
+        """Ends the current frame: every row's clock becomes its frame_pos,
+        as when the commit pass has gone through every layer
+        (``rkv_model_end_frame``). How a frame replayed from a CUDA graph
+        ends: the host does not see the replayed commits. Host only.
+        RuntimeError when no frame was begun."""
+        require("rkv_model_end_frame")
+        check(lib.rkv_model_end_frame(self._h.ptr))
+
+    def abandon_frame(self) -> None:
+        """Closes the current batch; an open frame is abandoned (no clock
+        changes: every row may begin the same frame again). Host only."""
+        require("rkv_model_abandon_frame")
+        check(lib.rkv_model_abandon_frame(self._h.ptr))
+
+    def _host(self, rows: Any) -> Any:
+        """A CUDA model's host arguments (session ids, clocks): a CUDA
+        tensor is copied to the host (which waits for it). Unchanged on the
+        CPU (a CPU model refuses device tensors)."""
+        if self._place is not None and ar.is_torch_tensor(rows) and rows.device.type != "cpu":
+            return rows.cpu()
+        return rows
+
     def _kv_input(self, layer: int, session_idx: Any, kv: Any):
         lay = self.layer(as_int(layer, "layer"))
-        si, _ = ar.int64_vector(session_idx, "session_idx", "session_idx must be a [B] int64 "
-                                "array; got {got}")
+        si, _ = ar.int64_vector(self._host(session_idx), "session_idx",
+                                "session_idx must be a [B] int64 array; got {got}")
         B, T = si.shape[0], lay.tokens_per_frame
-        buf = ar.CBuffer(kv, "kv")
+        buf = ar.CBuffer(kv, "kv") if self._place is None else ar.CudaBuffer(
+            kv, "kv", self._place.tdevice)
         expect = (2, 1, lay.n_kv_heads, B * T, lay.d_head)
         msg = ar.kv_mismatch(buf.shape, buf.code, buf.keep, expect, lay._code)
         if msg:
             raise RingKVArrayError(msg)
         return lay, si, buf
 
+    def _op_rows(self, layer: int, session_idx: Any) -> tuple[LayerRingCache, Any]:
+        """The torch route's layer and ``[B]`` int64 CPU session tensor."""
+        lay = self.layer(layer)
+        si = ar.torch_index(session_idx, "session_idx",
+                            "session_idx must be a [B] int64 array; got {got}",
+                            lay.views(ar.TORCH)[3].device)
+        return lay, si
+
     def upsert(self, layer: int, session_idx: Any, kv: Any, commit: bool) -> tuple[Any, Any]:
         """One upsert on ``layer`` for B sessions inside a frame, at their
         declared clocks. ``kv``: ``[2, 1, H, B*T, D]`` or ``[2, H, B*T, D]``
         in the model's dtype. Returns ``(k, v)`` ``[1, H, N, D]`` views of the
         layer's storage, of the same kind as ``kv``. When every layer has
-        committed, the frame ends and the clock advances."""
+        committed, the frame ends and the clock advances.
+
+        A torch ``kv`` of a CPU model goes through the custom op
+        ``ringkv::model_upsert`` (:mod:`ringkv.ops`) on the layer's storage
+        tensors: traceable by ``torch.compile`` (call :meth:`begin_frame`
+        outside the compiled function: it is host bookkeeping). A CUDA
+        model: one kernel on the model's stream (see :class:`Model`)."""
         layer = as_int(layer, "layer")
+        # (a CUDA model makes its direct calls: the ops take CPU-backend models)
+        ops = _torch_ops() if self._place is None and ar.is_torch_tensor(kv) else None
+        if ops is not None:
+            lay, si = self._op_rows(layer, session_idx)
+            ring, k, v, written = lay.views(ar.TORCH)
+            ar.check_device(kv, "kv", written.device)
+            B, T = si.shape[0], lay.tokens_per_frame
+            expect = (2, 1, lay.n_kv_heads, B * T, lay.d_head)
+            msg = ar.kv_mismatch(tuple(kv.shape), ar.array_dtype_code(kv), kv, expect, lay._code)
+            if msg:
+                raise RingKVArrayError(msg)
+            ops.model_upsert(ring, written, kv, si, self._h.ptr, layer, bool(commit))
+            return k, v
         lay, si, buf = self._kv_input(layer, session_idx, kv)
-        check(lib.rkv_model_upsert(self._h.ptr, layer, si.shape[0], si.ctypes.data, buf.ptr,
-                                   lay._code, 1 if commit else 0))
+        if self._place is not None:
+            self._place.check_stream("upsert")
+        with self._on_device():
+            check(lib.rkv_model_upsert(self._h.ptr, layer, si.shape[0], si.ctypes.data, buf.ptr,
+                                       lay._code, 1 if commit else 0))
         _, k, v, _ = lay.views(buf.kind)
         return k, v
 
@@ -352,12 +534,43 @@ class Model(HandleOwner):
         """Attention on ``layer`` for B sessions at their declared clocks
         (bits-and-clock rule). ``q`` ``[B, Hq, Tq, D]``; returns ``out`` of the
         same shape and kind (dtype ``out_dtype`` or ``q``'s). ``pool``: a
-        :class:`ringkv.ThreadPool` (default: the library's)."""
+        :class:`ringkv.ThreadPool` (default: the library's). A CUDA model:
+        ``q`` and ``out`` torch CUDA tensors, the kernels on its stream."""
         layer = as_int(layer, "layer")
+        ops = (_torch_ops() if self._place is None and ar.is_torch_tensor(q) and pool is None
+               and out is None else None)
+        if ops is not None:
+            return self._attend_op(ops, layer, session_idx, q, scale, out_dtype)
         lay = self.layer(layer)
+        if self._place is not None:
+            return self._pass_cuda("attend", layer, session_idx, None, False, q, scale, out,
+                                   out_dtype, pool)
         return attend_model(self._h.ptr, layer, lay.d_head, lay.total_slots, q, session_idx,
                             scale=scale, out=out, out_dtype=out_dtype, pool=pool,
                             q_heads=self.config.n_q_heads)
+
+    def _attend_op(self, ops: Any, layer: int, session_idx: Any, q: Any, scale: Any,
+                   out_dtype: Any) -> Any:
+        """attend with a torch ``q``: ``ringkv::model_attend`` on the layer's
+        storage tensors (traceable by torch.compile)."""
+        lay, si = self._op_rows(layer, session_idx)
+        ring, _, _, written = lay.views(ar.TORCH)
+        ar.check_device(q, "q", written.device)
+        if q.ndim == 4 and q.shape[1] != self.config.n_q_heads:
+            raise RingKVArrayError(f"q has n_q_heads = {q.shape[1]}; this model has "
+                                   f"{self.config.n_q_heads}")
+        dt = None if out_dtype is None else ar.torch_dtype(ar.parse_dtype(out_dtype))
+        return ops.model_attend(ring, written, q, si, self._h.ptr, layer, _scale(scale), dt)
+
+    def flex_block_mask(self, layer: int, session: int, frame_pos: int, *,
+                        n_queries: int | None = None) -> Any:
+        """A FlexAttention ``BlockMask`` for ``session`` at ``frame_pos`` on
+        layer ``layer``: :func:`ringkv.flex_block_mask` of that layer (right
+        in eager and compiled FlexAttention over ``model.layer(layer).kv``'s
+        K/V views)."""
+        from .flex import flex_block_mask
+        return flex_block_mask(self.layer(as_int(layer, "layer")), session, frame_pos,
+                               n_queries=n_queries)
 
     def step(self, layer: int, session_idx: Any, kv: Any, commit: bool, q: Any, *,
              scale: float | None = None, out: Any = None, out_dtype: Any = None,
@@ -367,11 +580,52 @@ class Model(HandleOwner):
         (``rkv_model_step``; everything is checked before anything is
         written). Returns ``out``."""
         layer = as_int(layer, "layer")
+        if self._place is not None:
+            return self._pass_cuda("step", layer, session_idx, kv, commit, q, scale, out,
+                                   out_dtype, pool)
         lay, si, buf = self._kv_input(layer, session_idx, kv)
         return attend_model(self._h.ptr, layer, lay.d_head, lay.total_slots, q, si, scale=scale,
                             out=out, out_dtype=out_dtype, pool=pool,
                             step_kv=(buf.ptr, lay._code), commit=commit,
                             q_heads=self.config.n_q_heads)
+
+    def _pass_cuda(self, what: str, layer: int, session_idx: Any, kv: Any, commit: bool, q: Any,
+                   scale: Any, out: Any, out_dtype: Any, pool: Any) -> Any:
+        """attend (kv None) or step of a CUDA model: ``rkv_model_attend`` /
+        ``rkv_model_step`` with q and out on its GPU (out allocated there,
+        through torch's caching allocator, when not given), enqueued on its
+        stream. Host errors raise before anything is enqueued."""
+        p = self._place
+        if pool is not None:
+            raise RingKVValueError(f"pool is a CPU-backend option; this model is on {self.device}")
+        if kv is None:
+            lay = self.layer(layer)
+            si, _ = ar.int64_vector(self._host(session_idx), "session_idx",
+                                    "session_idx must be a [B] int64 array; got {got}")
+            buf = None
+        else:
+            lay, si, buf = self._kv_input(layer, session_idx, kv)
+        B = si.shape[0]
+        qb = ar.CudaBuffer(q, "q", p.tdevice)
+        _check_q(qb, lay.d_head, B, q_heads=self.config.n_q_heads)
+        if out is None:
+            code = qb.code if out_dtype is None else ar.parse_dtype(out_dtype)
+            out = p.torch.empty(qb.shape, dtype=ar.torch_dtype(code), device=p.tdevice)
+        ob = ar.CudaBuffer(out, "out", p.tdevice)
+        _check_out(ob, qb, "out must be C-contiguous and 16-byte aligned (it is written in place)")
+        _, Hq, Tq, _ = qb.shape
+        args = AttentionArgs(batch=B, n_q_heads=Hq, n_queries=Tq, q=qb.ptr, q_dtype=qb.code,
+                             out=ob.ptr, out_dtype=ob.code, scale=_scale(scale))
+        p.check_stream(what)
+        with self._on_device():
+            if buf is None:
+                check(lib.rkv_model_attend(self._h.ptr, layer, B, si.ctypes.data,
+                                           ctypes.byref(args)))
+            else:
+                require("rkv_model_step")
+                check(lib.rkv_model_step(self._h.ptr, layer, B, si.ctypes.data, buf.ptr,
+                                         lay._code, 1 if commit else 0, ctypes.byref(args)))
+        return out
 
     # ---- snapshots --------------------------------------------------------
     @property
@@ -384,7 +638,8 @@ class Model(HandleOwner):
         geometry and the clock (not inside a frame: RuntimeError)."""
         buf = bytearray(self.snapshot_bytes)
         cbuf = (ctypes.c_char * len(buf)).from_buffer(buf)
-        check(lib.rkv_model_snapshot(self._h.ptr, as_session(session), cbuf, len(buf)))
+        with self._on_device():
+            check(lib.rkv_model_snapshot(self._h.ptr, as_session(session), cbuf, len(buf)))
         return buf
 
     def restore(self, session: int, snapshot: Any) -> None:
@@ -395,46 +650,57 @@ class Model(HandleOwner):
         if data.readonly:
             data = memoryview(bytearray(data))
         cbuf = (ctypes.c_char * len(data)).from_buffer(data)
-        check(lib.rkv_model_restore(self._h.ptr, as_session(session), cbuf, len(data)))
+        with self._on_device():
+            check(lib.rkv_model_restore(self._h.ptr, as_session(session), cbuf, len(data)))
 
     def fork(self, src_session: int, dst_session: int) -> None:
         """Copies held session ``src_session``'s whole state (every layer and
         its clock) into held session ``dst_session``, bit-exact; both between
         frames. ValueError when src == dst."""
         require("rkv_model_fork")
-        check(lib.rkv_model_fork(self._h.ptr, as_session(src_session), as_session(dst_session)))
+        with self._on_device():
+            check(lib.rkv_model_fork(self._h.ptr, as_session(src_session), as_session(dst_session)))
 
     # ---- snapshot files (safetensors layout, docs/snapshot-format.md) ---
     def save_session(self, session: int, path: str | bytes) -> None:
         """Saves a held session (between frames) to the file ``path``,
         atomically; OSError on input/output failure."""
         require("rkv_model_save_session")
-        check(lib.rkv_model_save_session(self._h.ptr, as_session(session), as_path(path)))
+        with self._on_device():
+            check(lib.rkv_model_save_session(self._h.ptr, as_session(session), as_path(path)))
 
     def load_session(self, session: int, path: str | bytes) -> None:
         """Loads a snapshot file into a held session: bit-exact, saved clock
         installed. ValueError (RKV_ERR_FORMAT) for a truncated, corrupted or
         foreign file or another geometry; nothing changes then."""
         require("rkv_model_load_session")
-        check(lib.rkv_model_load_session(self._h.ptr, as_session(session), as_path(path)))
+        with self._on_device():
+            check(lib.rkv_model_load_session(self._h.ptr, as_session(session), as_path(path)))
 
     def save_session_bytes(self, session: int) -> bytearray:
         """The snapshot file's image in memory."""
         require("rkv_model_save_session_mem")
         size = ctypes.c_size_t()
         s = as_session(session)
-        check(lib.rkv_model_save_session_mem(self._h.ptr, s, None, 0, ctypes.byref(size)))
-        buf = bytearray(size.value)
-        cbuf = (ctypes.c_char * len(buf)).from_buffer(buf)
-        check(lib.rkv_model_save_session_mem(self._h.ptr, s, cbuf, len(buf), ctypes.byref(size)))
+        with self._on_device():
+            check(lib.rkv_model_save_session_mem(self._h.ptr, s, None, 0, ctypes.byref(size)))
+            buf = bytearray(size.value)
+            cbuf = (ctypes.c_char * len(buf)).from_buffer(buf)
+            check(lib.rkv_model_save_session_mem(self._h.ptr, s, cbuf, len(buf),
+                                                 ctypes.byref(size)))
         return buf
 
     def load_session_bytes(self, session: int, image: Any) -> None:
         """:meth:`load_session` from an image in memory (bytes-like)."""
         require("rkv_model_load_session_mem")
         data = bytes(as_bytes(image, "image"))
-        check(lib.rkv_model_load_session_mem(self._h.ptr, as_session(session), data, len(data)))
+        with self._on_device():
+            check(lib.rkv_model_load_session_mem(self._h.ptr, as_session(session), data, len(data)))
 
+
+#: Live models by their rkv_model* (an int): the key the model ops take
+#: (ringkv.ops.model_key); a key no live model holds is refused there.
+LIVE_MODELS: "weakref.WeakValueDictionary[int, Model]" = weakref.WeakValueDictionary()
 
 _RKV_ERR_CLOCK, _RKV_ERR_STATE = -7, -10
 _MODEL_FORMAT, _MODEL_VERSION = "ringkv.Model", 1
@@ -455,10 +721,11 @@ def _model_from_state(cls: type, state: Any) -> "Model":
         config = ModelConfig(**c)
         held = {int(s): (bytes(rid), image) for s, rid, image in state["sessions"]}
         array_kind = state["array_kind"]
+        device = state.get("device", "cpu")  # absent: a state from before CUDA models
     except (KeyError, TypeError, ValueError) as exc:
         raise malformed_state(_MODEL_FORMAT, f"{type(exc).__name__}: {exc}") from None
     self = cls.__new__(cls)
-    Model.__init__(self, config, array_kind=array_kind)
+    Model.__init__(self, config, array_kind=array_kind, device=device)
     # rkv_model_claim gives the lowest free session: claim every index up to
     # the highest held one in order (a placeholder id for a gap, released
     # after), so that each session keeps its index. Verified, not assumed.

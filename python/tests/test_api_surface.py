@@ -16,7 +16,7 @@ from ringkv import _lib
 HEADER = REPO / "include" / "ringkv.h"
 MIRRORS = {"rkv_geometry": _lib.Geometry, "rkv_layer_spec": _lib.LayerSpec,
            "rkv_model_config": _lib.ModelConfigStruct, "rkv_attention_args": _lib.AttentionArgs,
-           "rkv_snapshot_info": _lib.SnapshotInfo}
+           "rkv_snapshot_info": _lib.SnapshotInfo, "rkv_ring_view": _lib.RingView}
 
 
 def header_fields(text: str, name: str) -> list[str] | None:

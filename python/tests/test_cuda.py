@@ -432,3 +432,194 @@ def test_side_stream_and_graph_capture(torch):
                 < 4e-2, f
     assert torch.equal(gpu.kv.cpu().view(torch.int16), cpu.kv.view(torch.int16))
     assert torch.equal(gpu.written.cpu(), cpu.written)
+
+
+# ---- a whole model on the GPU (issue 11): Model(..., device="cuda") ---------------
+
+def _model_config(dtype="bf16"):
+    """2 layers (local; global-like PD 2), S 3, Hq 4, H 2, D 64, T 128."""
+    return ringkv.ModelConfig(
+        name="cuda-model-test",
+        layers=[ringkv.LayerSpec(4, 4, 1), ringkv.LayerSpec(4, 3, 2)],
+        num_sessions=3, n_q_heads=4, n_kv_heads=2, d_head=64, tokens_per_frame=128,
+        dtype=dtype)
+
+
+def test_cuda_model_entry_points_without_a_device():
+    """rkv_model_create_cuda through ctypes: its checks and messages come back
+    through libringkv's rkv_last_error(); without a device the Python Model
+    says so before anything is allocated, and a CUDA model's views cannot be
+    NumPy."""
+    clib = _cuda_library_or_skip()
+    cfg = _model_config()._struct()
+    out = ctypes.c_void_p()
+    assert clib.rkv_model_create_cuda(ctypes.byref(cfg), 0, None, None) == -2  # RKV_ERR_NULL
+    assert _lib.lib.rkv_last_error() == b"rkv_model_create_cuda: out is NULL"
+    bad = _model_config()._struct()
+    bad.n_kv_heads = 3  # Hq 4 is not a multiple: the core's own config check
+    assert clib.rkv_model_create_cuda(ctypes.byref(bad), 0, None, ctypes.byref(out)) == -1
+    assert out.value is None
+    assert clib.rkv_model_cuda_layer(None, 0) is None
+    with pytest.raises(ValueError, match="torch CUDA tensors"):
+        ringkv.Model(_model_config(), device="cuda", array_kind="numpy")
+    if ringkv.cuda_device_count() == 0:
+        assert clib.rkv_model_create_cuda(ctypes.byref(cfg), 0, None, ctypes.byref(out)) == -3
+        assert b"the CUDA runtime sees 0 device(s)" in _lib.lib.rkv_last_error()
+        torch_or_skip()
+        with pytest.raises(RuntimeError, match=r"sees no CUDA device"):
+            ringkv.Model(_model_config(), device="cuda")
+
+
+def _frame_inputs(torch, gen, cfg, B, scale=1.0):
+    H, T, D, Hq = cfg.n_kv_heads, cfg.tokens_per_frame, cfg.d_head, cfg.n_q_heads
+    kv = (torch.randn(2, 1, H, B * T, D, generator=gen) * scale).to(torch.bfloat16)
+    q = torch.randn(B, Hq, T, D, generator=gen).to(torch.bfloat16)
+    return kv, q
+
+
+def _rel(got, want):
+    got, want = got.float().cpu(), want.float().cpu()
+    return float((got - want).norm() / want.norm())
+
+
+@requires_cuda
+def test_cuda_model_matches_cpu_model(torch):
+    """The same frames through Model(device="cuda") and a CPU Model: every
+    held session's snapshot image (K/V, written bits, clock) byte-equal after
+    every frame, attention within 1e-2; reset, fork, restore, snapshot files
+    across backends, copies and pickles on the same device."""
+    import copy
+    import pickle
+    cfg = _model_config()
+    gpu = ringkv.Model(cfg, device="cuda")
+    cpu = ringkv.Model(cfg, array_kind="torch")
+    assert gpu.device.startswith("cuda") and gpu.array_kind == "torch" and cpu.stream is None
+    assert gpu.layer(0).kv.is_cuda and gpu.layer(0).kv.data_ptr() == \
+        gpu._place.clib.rkv_cuda_layer_kv(gpu.layer(0)._h.ptr)
+    dev = gpu.layer(0).kv.device
+    for rid in ("a", "b", "c"):
+        assert gpu.claim(rid) == cpu.claim(rid)
+    gen = torch.Generator().manual_seed(3)
+    clocks = {0: 0, 2: 5}
+
+    def frame(rows, how):
+        B = len(rows)
+        fp = [clocks[s] for s in rows]
+        gpu.begin_frame(rows, fp)
+        cpu.begin_frame(rows, fp)
+        for p in range(5):
+            for layer in range(cfg.n_layers):
+                kv, q = _frame_inputs(torch, gen, cfg, B)
+                commit = p == 4
+                if how == "step":
+                    got = gpu.step(layer, rows, kv.to(dev), commit, q.to(dev), out_dtype="f32")
+                    want = cpu.step(layer, rows, kv, commit, q, out_dtype="f32")
+                else:
+                    gpu.upsert(layer, rows, kv.to(dev), commit)
+                    cpu.upsert(layer, rows, kv, commit)
+                    got = gpu.attend(layer, rows, q.to(dev))
+                    want = cpu.attend(layer, rows, q)
+                assert got.is_cuda and got.shape == want.shape
+                assert _rel(got, want) <= 1e-2, (rows, fp, p, layer)
+        gpu.synchronize()
+        for s in rows:
+            clocks[s] += 1
+        for s in clocks:
+            assert bytes(gpu.snapshot(s)) == bytes(cpu.snapshot(s)), (rows, s)
+            assert gpu.clock(s) == cpu.clock(s)
+
+    for f in range(6):
+        frame([0, 2] if f % 2 else [2, 0], "step" if f % 3 else "upsert")
+    gpu.reset(0), cpu.reset(0)
+    clocks[0] = 40
+    frame([0], "step")
+    gpu.fork(2, 1), cpu.fork(2, 1)
+    clocks[1] = clocks[2]
+    frame([1, 2, 0], "upsert")
+    # snapshot files across backends: the GPU's image loads into the CPU model
+    image = gpu.save_session_bytes(1)
+    assert bytes(image) == bytes(cpu.save_session_bytes(1))
+    other = ringkv.Model(cfg)
+    other.claim("x")
+    other.load_session_bytes(0, image)
+    assert other.clock(0) == gpu.clock(1)
+    back = ringkv.Model(cfg, device="cuda")
+    back.claim("y")
+    back.load_session_bytes(0, other.save_session_bytes(0))
+    assert bytes(back.snapshot(0)) == bytes(gpu.snapshot(1))
+    # copies and pickles: a new model on the same device, equal contents
+    for twin in (copy.deepcopy(gpu), pickle.loads(pickle.dumps(gpu))):
+        assert twin.device == gpu.device and twin.stream is not None
+        for s in clocks:
+            assert bytes(twin.snapshot(s)) == bytes(gpu.snapshot(s))
+
+
+@requires_cuda
+def test_cuda_model_stream_and_graph_capture(torch):
+    """A model's calls run on its stream: per-pass calls made under another
+    current stream are refused; a frame's per-pass calls captured once with
+    torch.cuda.graph on the model's stream replay frame after frame as
+    begin_frame, replay, end_frame (the capture contract), equal to a CPU
+    model's frames; begin_frame inside the capture is refused."""
+    cfg = _model_config()
+    dev = torch.device("cuda", torch.cuda.current_device())
+    s = torch.cuda.Stream(dev)
+    gpu = ringkv.Model(cfg, device=dev, stream=s)
+    cpu = ringkv.Model(cfg, array_kind="torch")
+    assert gpu.stream is s
+    gpu.claim("a"), cpu.claim("a")
+    gen = torch.Generator().manual_seed(5)
+    H, T, D, Hq = cfg.n_kv_heads, cfg.tokens_per_frame, cfg.d_head, cfg.n_q_heads
+    kv_in = [[torch.empty(2, 1, H, T, D, dtype=torch.bfloat16, device=dev) for _ in range(2)]
+             for _ in range(5)]
+    q_in = torch.empty(1, Hq, T, D, dtype=torch.bfloat16, device=dev)
+    gpu.begin_frame([0], [0])
+    with pytest.raises(RuntimeError, match="own stream"):
+        gpu.upsert(0, [0], kv_in[0][0], False)  # torch's current stream is not s
+    host = {}
+
+    def fill(f):
+        host[f] = [[_frame_inputs(torch, gen, cfg, 1)[0] for _ in range(2)] for _ in range(5)]
+        host[f, "q"] = _frame_inputs(torch, gen, cfg, 1)[1]
+        with torch.cuda.stream(s):
+            for p in range(5):
+                for layer in range(2):
+                    kv_in[p][layer].copy_(host[f][p][layer], non_blocking=False)
+            q_in.copy_(host[f, "q"])
+
+    def passes():
+        out = None
+        for p in range(5):
+            for layer in range(2):
+                out = gpu.step(layer, [0], kv_in[p][layer], p == 4, q_in, out_dtype="f32")
+        return out
+
+    fill(0)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=s):
+        with pytest.raises(RuntimeError, match="captur"):
+            gpu.begin_frame([0], [0])  # its host copy must not be recorded
+        out_static = passes()  # recorded: the host ends frame 0 here
+    with torch.cuda.stream(s):  # replays on the model's stream, after its batch copy
+        graph.replay()  # runs frame 0
+    outs = {}
+    for f in range(1, 8):
+        with torch.cuda.stream(s):  # ordered before the next frame's inputs and replay
+            outs[f - 1] = out_static.clone()
+        fill(f)
+        gpu.begin_frame([0], [f])
+        with torch.cuda.stream(s):
+            graph.replay()
+        gpu.end_frame()
+    with torch.cuda.stream(s):
+        outs[7] = out_static.clone()
+    gpu.synchronize()  # waits for s
+    assert gpu.clock(0) == 7
+    for f in range(8):
+        cpu.begin_frame([0], [f])
+        for p in range(5):
+            for layer in range(2):
+                want = cpu.step(layer, [0], host[f][p][layer], p == 4, host[f, "q"],
+                                out_dtype="f32")
+        assert _rel(outs[f], want) <= 1e-2, f
+    assert bytes(gpu.snapshot(0)) == bytes(cpu.snapshot(0))

@@ -1,8 +1,10 @@
 """Differential test: the reference (shared/spec/seed_ring_cache.py) and
 ringkv.LayerRingCache driven by the same random operation sequences (B >= 1,
 dilation, clock jumps, resets). After every operation the K/V storage and the
-written bits must be identical, and so must the visibility row whenever
-build_visibility is true (with it false the reference's row is unspecified).
+written bits must be identical, and so must the visibility row: the new row
+whenever build_visibility is true, and with it false, once a row was built,
+the row the reference returns then (its row buffer: the last row built; in
+ringkv a copy of it).
 
 Skipped only where torch >= 2.5 is not importable. On the CPU ringkv is fed
 both torch tensors and NumPy arrays (the reference runs on the CPU); on a
@@ -108,7 +110,7 @@ def test_same_outputs_as_reference(torch, reference, seed, dtype, device, inputs
         (ref.capacity, ref.total_slots, ref.ring_len, ref.memory_bytes)
     gen = torch.Generator().manual_seed(seed)
     H, T, D = g["n_kv_heads"], g["tokens_per_frame"], g["d_head"]
-    checked_rows = 0
+    checked_rows = stale_rows = 0
     for n, op in enumerate(operations(rng, g, 60)):
         if op[0] == "reset":
             ref.reset(op[1])
@@ -128,23 +130,26 @@ def test_same_outputs_as_reference(torch, reference, seed, dtype, device, inputs
                 k, v, vis = mine.upsert(raw, fp.numpy(), commit, si.numpy(),
                                         build_visibility=build)
                 k, v = mine.kv[0], mine.kv[1]
-                vis = None if vis is None else torch.from_numpy(vis)
+                vis = torch.from_numpy(vis)
             assert k.device == rk.device
             assert torch.equal(k.view(torch.int16) if dtype == "bfloat16" else k,
                                rk.view(torch.int16) if dtype == "bfloat16" else rk)
             assert torch.equal(v.view(torch.int16) if dtype == "bfloat16" else v,
                                rv.view(torch.int16) if dtype == "bfloat16" else rv)
+            assert vis.device == rvis.device and vis.shape == rvis.shape
             if build:
-                assert vis.device == rvis.device
                 assert torch.equal(vis, rvis), f"seed {seed} op {n} {op}: visibility differs"
                 checked_rows += 1
+            elif checked_rows:  # the reference returns its last row (stale): ringkv a copy
+                assert torch.equal(vis, rvis), f"seed {seed} op {n} {op}: stale row differs"
+                stale_rows += 1
         mine.check()  # CUDA: no device error recorded (synchronizes); CPU: no-op
         a, b = mine.kv, ref.kv
         if dtype == "bfloat16":
             a, b = a.view(torch.int16), b.view(torch.int16)
         assert torch.equal(a, b), f"seed {seed} op {n} {op}: K/V differs"
         assert torch.equal(mine.written, ref.written), f"seed {seed} op {n} {op}: written differs"
-    assert checked_rows > 0
+    assert checked_rows > 0 and stale_rows > 0
 
 
 def _raises(fn):

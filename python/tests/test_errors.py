@@ -298,6 +298,8 @@ ROWS = [
      lambda e: e.with_cfg(layers=[(16, 16, 1)]).memory()),
     ("wrong Python type", "ThreadPool.__init__", lambda e: ringkv.ThreadPool("2")),
     ("wrong Python type", "preset", lambda e: ringkv.preset(b"demo")),
+    ("wrong Python type", "flex_block_mask", lambda e: ringkv.flex_block_mask(e.layer, "0", 1)),
+    ("wrong Python type", M + "flex_block_mask", lambda e: e.model.flex_block_mask("0", 0, 1)),
     ("wrong Python type", "inspect_snapshot", lambda e: ringkv.inspect_snapshot(12345)),
     ("copy or pickle refused", "ThreadPool.__copy__", lambda e: copy.copy(ringkv.ThreadPool(1))),
     ("copy or pickle refused", "ThreadPool.__deepcopy__",
@@ -328,6 +330,8 @@ ROWS = [
      lambda e: e.layer.upsert(e.meta((2, 1, 2, 128, 64)), i64(0), True, i64(0))),
     ("unknown device or array on another device", L + "attend",
      lambda e: e.layer.attend(e.meta((1, 4, 128, 64)), [0], [0])),
+    ("unknown device or array on another device", M + "__init__",
+     lambda e: ringkv.Model(e.with_cfg(), device="tpu")),
     ("unknown device or array on another device", M + "upsert",
      lambda e: e.in_frame().upsert(0, [0], e.meta((2, 1, 1, 128, 64)), False)),
     ("unknown device or array on another device", M + "attend",
@@ -402,6 +406,9 @@ ROWS = [
     ("index out of range", M + "load_session_bytes",
      lambda e: e.model.load_session_bytes(2, e.image)),
     ("index out of range", "ModelConfig.layer_geometry", lambda e: e.cfg.layer_geometry(2)),
+    ("index out of range", "flex_block_mask", lambda e: ringkv.flex_block_mask(e.layer, 2, 1)),
+    ("index out of range", M + "flex_block_mask", lambda e: e.model.flex_block_mask(2, 0, 1)),
+    ("index out of range", M + "flex_block_mask", lambda e: e.model.flex_block_mask(0, 5, 1)),
     # -- a bad value -----------------------------------------------------------------------
     ("bad value", L + "__init__", lambda e: ringkv.LayerRingCache(1, 1, 4, 5, 4, 128, 1, "f32")),
     ("bad value", L + "__init__",
@@ -416,11 +423,13 @@ ROWS = [
     ("bad value", L + "visible_frames", lambda e: e.layer.visible_frames(0, -1)),
     ("bad value", L + "visible_row", lambda e: e.layer.visible_row(0, -1)),
     ("bad value", L + "block_mask", lambda e: e.layer.block_mask(0, -1)),
+    ("bad value", "flex_block_mask", lambda e: ringkv.flex_block_mask(e.layer, 0, -1)),
     ("bad value", L + "views", lambda e: e.layer.views("jax")),
     ("bad value", "visible_frames_from_clock",
      lambda e: ringkv.visible_frames_from_clock(e.geometry, -1)),
     ("bad value", "LayerGeometry.check", lambda e: e.geometry._replace(ring_buckets=0).check()),
     ("bad value", M + "__init__", lambda e: ringkv.Model(e.with_cfg(n_kv_heads=0))),
+    ("bad value", M + "__init__", lambda e: ringkv.Model(e.with_cfg(), stream=object())),
     ("bad value", M + "begin_frame", lambda e: e.model.begin_frame([0], [-1])),  # was RuntimeError
     ("bad value", M + "begin_frame", lambda e: e.model.begin_frame([0, 0], [1, 1])),
     ("bad value", M + "upsert", lambda e: e.in_frame().upsert(0, [0, 0], np.zeros(
@@ -502,7 +511,8 @@ def _public_entry_points() -> set[str]:
 
 
 # Entry points that take no argument a caller could get wrong.
-NO_ARGUMENTS = {"LayerRingCache.check", "ThreadPool.close", "preset_names", "version",
+NO_ARGUMENTS = {"LayerRingCache.check", "Model.synchronize", "Model.end_frame",
+                "Model.abandon_frame", "ThreadPool.close", "preset_names", "version",
                 "attention_isa", "cuda_device_count", "cuda_library_path"}
 
 

@@ -31,6 +31,7 @@ def replay(path, kind):
     assert cache.array_kind == ("torch" if torch else "numpy")
     H, D, T, N = cache.n_kv_heads, cache.d_head, cache.tokens_per_frame, cache.total_slots
     visible_checked = 0
+    last_row = np.zeros(N, dtype=np.bool_)  # before any row was built: all False
     for op in trace.ops:
         if isinstance(op, gt.Reset):
             cache.reset(op.session)
@@ -50,15 +51,15 @@ def replay(path, kind):
         else:
             assert isinstance(k, np.ndarray) and np.shares_memory(k, cache.kv)
         assert tuple(k.shape) == (1, H, N, D) and tuple(v.shape) == (1, H, N, D)
+        got = vis.cpu().numpy() if torch else vis
+        assert got.dtype == np.bool_ and got.shape == (N,)
         if op.build_visibility:
-            want = gt.ranges_to_row(op.visible, N)
-            got = vis.cpu().numpy() if torch else vis
-            assert got.dtype == np.bool_ and got.shape == (N,)
+            want = last_row = gt.ranges_to_row(op.visible, N)
             bad = np.flatnonzero(got != want)
             assert bad.size == 0, f"{path.name} op {op.op}: visibility differs at slots {bad[:8]}"
             visible_checked += 1
-        else:
-            assert vis is None
+        else:  # the reference's stale row: the last one built, here a copy
+            assert np.array_equal(got, last_row), f"{path.name} op {op.op}: not the last row"
     cache.check()  # CUDA: no device error (synchronizes)
     want_kv, want_written = gt.expected_final(trace)
     got_kv = cache.kv.cpu().numpy() if torch else cache.kv

@@ -183,12 +183,18 @@ rkv_status plan_for(const rkv_cuda_layer *l, const rkv_cuda_attention_args *a, i
     rkv__cuda_attention_plan_make(&l->g, a, &l->dev, l->attn_stages, l->attn_kernel, preferred,
                                   plan);
     if (plan->grid_x > 0x7fffffff)
-        return rkv__fail(RKV_ERR_OVERFLOW, "rkv_cuda_layer_attend: %lld blocks exceed the grid",
+        return rkv_error_set(RKV_ERR_OVERFLOW, "rkv_cuda_layer_attend: %lld blocks exceed the grid",
                          (long long)plan->grid_x);
     return RKV_OK;
 }
 
 }  // namespace
+
+rkv_status rkv__cuda_attention_plan_checked(const rkv_cuda_layer *l,
+                                            const rkv_cuda_attention_args *a, int preferred,
+                                            rkv__cuda_attn_plan *plan) {
+    return plan_for(l, a, preferred, plan);
+}
 
 cudaError_t rkv__cuda_attention_prepare(rkv_cuda_layer *l) {
     cudaError_t e;
@@ -331,7 +337,7 @@ extern "C" rkv_status rkv_cuda_attention_describe(const rkv_cuda_layer *l,
     rkv_status st = plan_for(l, a, 0, &plan);
     if (st != RKV_OK) return st;
     if (!buf || !buf_size)
-        return rkv__fail(RKV_ERR_NULL, "rkv_cuda_attention_describe: buf is NULL or empty");
+        return rkv_error_set(RKV_ERR_NULL, "rkv_cuda_attention_describe: buf is NULL or empty");
     rkv__cuda_attention_plan_describe(&plan, buf, buf_size);
     return RKV_OK;
 }

@@ -8,15 +8,12 @@
 #include "plan.h"
 #include "ring_rule.h"  // the ring rule (slot, write step, visibility), host and device
 #include "ringkv.h"
+#include "ringkv_backend.h"  // rkv_error_set: the core's public error setter
 #include "ringkv_cuda.h"
 
-// From the core (src/status.c); declared here rather than by including
-// src/internal.h, which is C and may use what C++ does not accept.
-extern "C" rkv_status rkv__fail(rkv_status status, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
+// This library reaches the core through its public symbols only (it may be
+// a shared library beside libringkv.so, whose private symbols are hidden;
+// docs/backends.md): messages go through rkv_error_set.
 
 struct rkv_cuda_layer {
     rkv_geometry g;
@@ -35,22 +32,28 @@ struct rkv_cuda_layer {
 
 // A CUDA error as an rkv status with a message naming the call.
 static inline rkv_status rkv__cuda_fail(cudaError_t e, const char *what) {
-    return rkv__fail(e == cudaErrorMemoryAllocation ? RKV_ERR_NO_MEMORY : RKV_ERR_STATE,
+    return rkv_error_set(e == cudaErrorMemoryAllocation ? RKV_ERR_NO_MEMORY : RKV_ERR_STATE,
                      "%s: CUDA error %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e));
 }
 
-// Per-pass calls: the layer's device must be current (no cudaSetDevice in a
-// captured region).
-static inline rkv_status rkv__cuda_check_device(const rkv_cuda_layer *l, const char *what) {
+// `device` must be the calling thread's current device (`owner` names what
+// lives there: "layer", "model"); no cudaSetDevice in a captured region.
+static inline rkv_status rkv__cuda_check_current(int device, const char *owner,
+                                                 const char *what) {
     int cur = -1;
     cudaError_t e = cudaGetDevice(&cur);
     if (e != cudaSuccess) return rkv__cuda_fail(e, what);
-    if (cur != l->device)
-        return rkv__fail(RKV_ERR_STATE,
-                         "%s: the current device is %d but the layer lives on device %d "
-                         "(cudaSetDevice(%d) first)",
-                         what, cur, l->device, l->device);
+    if (cur != device)
+        return rkv_error_set(RKV_ERR_STATE,
+                             "%s: the current device is %d but the %s lives on device %d "
+                             "(cudaSetDevice(%d) first)",
+                             what, cur, owner, device, device);
     return RKV_OK;
+}
+
+// Per-pass calls: the layer's device must be current.
+static inline rkv_status rkv__cuda_check_device(const rkv_cuda_layer *l, const char *what) {
+    return rkv__cuda_check_current(l->device, "layer", what);
 }
 
 // After a launch: the launch's own error (capture-safe, no synchronization).
@@ -105,5 +108,10 @@ __device__ __forceinline__ bool rkv__d_validate_rows(const int64_t *__restrict__
 // Raises the tensor-core kernels' dynamic shared memory limits (once per
 // layer creation; not capture-safe).
 cudaError_t rkv__cuda_attention_prepare(rkv_cuda_layer *l);
+// The host checks of rkv_cuda_layer_attend and its plan (preferred: plan
+// the preferred key split, ignoring a->workspace; for the workspace query).
+rkv_status rkv__cuda_attention_plan_checked(const rkv_cuda_layer *l,
+                                            const rkv_cuda_attention_args *a, int preferred,
+                                            rkv__cuda_attn_plan *plan);
 
 #endif

@@ -162,12 +162,12 @@ extern "C" int rkv_cuda_device_count(void) {
 extern "C" rkv_status rkv_cuda_layer_create(const rkv_geometry *g, int device,
                                             rkv_cuda_layer **out) {
     static const char what[] = "rkv_cuda_layer_create";
-    if (!out) return rkv__fail(RKV_ERR_NULL, "%s: out is NULL", what);
+    if (!out) return rkv_error_set(RKV_ERR_NULL, "%s: out is NULL", what);
     rkv_status st = rkv_geometry_check(g);
     if (st != RKV_OK) return st;
     const int ndev = rkv_cuda_device_count();
     if (device < 0 || device >= ndev)
-        return rkv__fail(RKV_ERR_RANGE, "%s: device %d; the CUDA runtime sees %d device(s)", what,
+        return rkv_error_set(RKV_ERR_RANGE, "%s: device %d; the CUDA runtime sees %d device(s)", what,
                          device, ndev);
     cudaError_t e = cudaSetDevice(device);
     if (e != cudaSuccess) return rkv__cuda_fail(e, what);
@@ -176,7 +176,7 @@ extern "C" rkv_status rkv_cuda_layer_create(const rkv_geometry *g, int device,
     if (e != cudaSuccess) return rkv__cuda_fail(e, what);
 
     rkv_cuda_layer *l = static_cast<rkv_cuda_layer *>(calloc(1, sizeof *l));
-    if (!l) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of host memory", what);
+    if (!l) return rkv_error_set(RKV_ERR_NO_MEMORY, "%s: out of host memory", what);
     l->g = *g;
     l->device = device;
     l->dev.sm_count = prop.multiProcessorCount;
@@ -196,7 +196,7 @@ extern "C" rkv_status rkv_cuda_layer_create(const rkv_geometry *g, int device,
     uint8_t *bits = static_cast<uint8_t *>(malloc(nbits));
     if (!bits) {
         free(l);
-        return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of host memory", what);
+        return rkv_error_set(RKV_ERR_NO_MEMORY, "%s: out of host memory", what);
     }
     memset(bits, 0, nbits);
     arm_bits(l, bits);
@@ -210,7 +210,7 @@ extern "C" rkv_status rkv_cuda_layer_create(const rkv_geometry *g, int device,
         free(bits);
         rkv_cuda_layer_destroy(l);
         if (e == cudaErrorMemoryAllocation)
-            return rkv__fail(RKV_ERR_NO_MEMORY,
+            return rkv_error_set(RKV_ERR_NO_MEMORY,
                              "%s: cannot allocate %zu bytes of K/V on device %d (%s)", what,
                              rkv_geometry_memory_bytes(g), device, cudaGetErrorString(e));
         return rkv__cuda_fail(e, what);
@@ -219,7 +219,7 @@ extern "C" rkv_status rkv_cuda_layer_create(const rkv_geometry *g, int device,
     if ((e = rkv__cuda_attention_prepare(l)) != cudaSuccess) {
         cudaGetLastError(); /* clear it: the failure is reported here */
         rkv_cuda_layer_destroy(l);
-        return rkv__fail(RKV_ERR_STATE,
+        return rkv_error_set(RKV_ERR_STATE,
                          "%s: cannot raise the attention kernels' shared memory limit to %zu "
                          "bytes minus their static shared memory: CUDA error %s (%s)",
                          what, l->dev.smem_optin, cudaGetErrorName(e), cudaGetErrorString(e));
@@ -260,8 +260,8 @@ extern "C" uint8_t *rkv_cuda_layer_written(const rkv_cuda_layer *l) {
 extern "C" rkv_status rkv_cuda_layer_upload(rkv_cuda_layer *l, const void *kv,
                                             const uint8_t *written) {
     static const char what[] = "rkv_cuda_layer_upload";
-    if (!l) return rkv__fail(RKV_ERR_NULL, "%s: layer is NULL", what);
-    if (!kv && !written) return rkv__fail(RKV_ERR_NULL, "%s: kv and written are both NULL", what);
+    if (!l) return rkv_error_set(RKV_ERR_NULL, "%s: layer is NULL", what);
+    if (!kv && !written) return rkv_error_set(RKV_ERR_NULL, "%s: kv and written are both NULL", what);
     rkv_status st = rkv__cuda_check_device(l, what);
     if (st != RKV_OK) return st;
     // Whole-device synchronization before and after: the copies run on the
@@ -272,7 +272,7 @@ extern "C" rkv_status rkv_cuda_layer_upload(rkv_cuda_layer *l, const void *kv,
     if (e == cudaSuccess && written) {
         /* stored as 0/1, as the header promises (the bits feed bool rows) */
         uint8_t *bits = static_cast<uint8_t *>(malloc((size_t)l->total_slots));
-        if (!bits) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of host memory", what);
+        if (!bits) return rkv_error_set(RKV_ERR_NO_MEMORY, "%s: out of host memory", what);
         for (int64_t i = 0; i < l->total_slots; i++) bits[i] = written[i] != 0;
         e = cudaMemcpy(l->written, bits, (size_t)l->total_slots, cudaMemcpyHostToDevice);
         free(bits);
@@ -284,8 +284,8 @@ extern "C" rkv_status rkv_cuda_layer_upload(rkv_cuda_layer *l, const void *kv,
 extern "C" rkv_status rkv_cuda_layer_download(const rkv_cuda_layer *l, void *kv,
                                               uint8_t *written) {
     static const char what[] = "rkv_cuda_layer_download";
-    if (!l) return rkv__fail(RKV_ERR_NULL, "%s: layer is NULL", what);
-    if (!kv && !written) return rkv__fail(RKV_ERR_NULL, "%s: kv and written are both NULL", what);
+    if (!l) return rkv_error_set(RKV_ERR_NULL, "%s: layer is NULL", what);
+    if (!kv && !written) return rkv_error_set(RKV_ERR_NULL, "%s: kv and written are both NULL", what);
     rkv_status st = rkv__cuda_check_device(l, what);
     if (st != RKV_OK) return st;
     // Synchronize the whole device first: work queued on non-blocking
@@ -299,9 +299,9 @@ extern "C" rkv_status rkv_cuda_layer_download(const rkv_cuda_layer *l, void *kv,
 
 extern "C" rkv_status rkv_cuda_layer_reset(rkv_cuda_layer *l, int64_t session, void *stream) {
     static const char what[] = "rkv_cuda_layer_reset";
-    if (!l) return rkv__fail(RKV_ERR_NULL, "%s: layer is NULL", what);
+    if (!l) return rkv_error_set(RKV_ERR_NULL, "%s: layer is NULL", what);
     if (session < 0 || session >= l->g.num_sessions)
-        return rkv__fail(RKV_ERR_RANGE, "%s: session %lld out of range for %lld sessions", what,
+        return rkv_error_set(RKV_ERR_RANGE, "%s: session %lld out of range for %lld sessions", what,
                          (long long)session, (long long)l->g.num_sessions);
     rkv_status st = rkv__cuda_check_device(l, what);
     if (st != RKV_OK) return st;
@@ -325,7 +325,7 @@ extern "C" rkv_status rkv_cuda_layer_reset(rkv_cuda_layer *l, int64_t session, v
 
 extern "C" rkv_status rkv_cuda_layer_check(rkv_cuda_layer *l, void *stream) {
     static const char what[] = "rkv_cuda_layer_check";
-    if (!l) return rkv__fail(RKV_ERR_NULL, "%s: layer is NULL", what);
+    if (!l) return rkv_error_set(RKV_ERR_NULL, "%s: layer is NULL", what);
     rkv_status st = rkv__cuda_check_device(l, what);
     if (st != RKV_OK) return st;
     cudaStream_t s = static_cast<cudaStream_t>(stream);
@@ -374,7 +374,7 @@ extern "C" rkv_status rkv_cuda_layer_upsert(rkv_cuda_layer *l, const void *kv, r
     p.data_blocks = plan.data_blocks;
     p.bits_blocks = plan.bits_blocks;
     if (plan.total_blocks > 0x7fffffff)
-        return rkv__fail(RKV_ERR_OVERFLOW, "%s: %lld blocks exceed the CUDA grid", what,
+        return rkv_error_set(RKV_ERR_OVERFLOW, "%s: %lld blocks exceed the CUDA grid", what,
                          (long long)plan.total_blocks);
     upsert_kernel<<<(unsigned)plan.total_blocks, kThreads, plan.smem_bytes,
                     static_cast<cudaStream_t>(stream)>>>(p);
@@ -384,12 +384,110 @@ extern "C" rkv_status rkv_cuda_layer_upsert(rkv_cuda_layer *l, const void *kv, r
 extern "C" rkv_status rkv_cuda_clock_advance(int64_t *frame_pos, int64_t batch, int64_t delta,
                                              void *stream) {
     static const char what[] = "rkv_cuda_clock_advance";
-    if (!frame_pos) return rkv__fail(RKV_ERR_NULL, "%s: frame_pos is NULL", what);
+    if (!frame_pos) return rkv_error_set(RKV_ERR_NULL, "%s: frame_pos is NULL", what);
     if (batch < 1 || batch > RKV_CUDA_MAX_BATCH)
-        return rkv__fail(RKV_ERR_INVALID_ARG, "%s: batch = %lld; expected 1..%d", what,
+        return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: batch = %lld; expected 1..%d", what,
                          (long long)batch, RKV_CUDA_MAX_BATCH);
     const unsigned blocks = (unsigned)((batch + 255) / 256);
     clock_advance_kernel<<<blocks, 256, 0, static_cast<cudaStream_t>(stream)>>>(frame_pos, batch,
                                                                                 delta);
     return rkv__cuda_after_launch(what);
+}
+
+// ---- one session's span, piece by piece --------------------------------------
+
+extern "C" size_t rkv_cuda_layer_span_bytes(const rkv_cuda_layer *l, rkv_span_part part) {
+    if (!l) return 0;
+    size_t offset = 0, bytes = 0;
+    int in_written = 0;
+    // A valid piece of session 0 (head 0) has the size of every piece of
+    // that part; any failure here is an unknown part.
+    const rkv_status st = rkv__cuda_span_check(&l->g, "rkv_cuda_layer_span_bytes", 0, part, 0,
+                                               &offset, &bytes, &in_written);
+    return st == RKV_OK ? bytes : 0;
+}
+
+namespace {
+// The device address and bytes of a piece, after the host checks; `src`
+// (a write's host data) non-NULL for a write, whose written bits are checked.
+rkv_status span_place(const rkv_cuda_layer *l, const char *what, int64_t session,
+                      rkv_span_part part, int64_t head, const void *host, bool write,
+                      uint8_t **at, size_t *bytes) {
+    if (!l) return rkv_error_set(RKV_ERR_NULL, "%s: layer is NULL", what);
+    size_t offset = 0;
+    int in_written = 0;
+    rkv_status st = rkv__cuda_span_check(&l->g, what, session, part, head, &offset, bytes,
+                                         &in_written);
+    if (st != RKV_OK) return st;
+    if (!host) return rkv_error_set(RKV_ERR_NULL, "%s: %s is NULL", what, write ? "src" : "dst");
+    if (write && in_written &&
+        (st = rkv__cuda_written_check(&l->g, what, static_cast<const uint8_t *>(host))) != RKV_OK)
+        return st;
+    if ((st = rkv__cuda_check_device(l, what)) != RKV_OK) return st;
+    *at = (in_written ? l->written : static_cast<uint8_t *>(l->kv)) + offset;
+    return RKV_OK;
+}
+
+// One copy between a piece and a host buffer, finished before returning
+// (the host buffer is the caller's again).
+rkv_status span_copy_host(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
+                          void *stream, const char *what) {
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, s);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+    return e == cudaSuccess ? RKV_OK : rkv__cuda_fail(e, what);
+}
+}  // namespace
+
+extern "C" rkv_status rkv_cuda_layer_read_span(const rkv_cuda_layer *l, int64_t session,
+                                               rkv_span_part part, int64_t head, void *dst,
+                                               void *stream) {
+    static const char what[] = "rkv_cuda_layer_read_span";
+    uint8_t *at = nullptr;
+    size_t bytes = 0;
+    rkv_status st = span_place(l, what, session, part, head, dst, false, &at, &bytes);
+    return st == RKV_OK ? span_copy_host(dst, at, bytes, cudaMemcpyDeviceToHost, stream, what)
+                        : st;
+}
+
+extern "C" rkv_status rkv_cuda_layer_write_span(rkv_cuda_layer *l, int64_t session,
+                                                rkv_span_part part, int64_t head,
+                                                const void *src, void *stream) {
+    static const char what[] = "rkv_cuda_layer_write_span";
+    uint8_t *at = nullptr;
+    size_t bytes = 0;
+    rkv_status st = span_place(l, what, session, part, head, src, true, &at, &bytes);
+    return st == RKV_OK ? span_copy_host(at, src, bytes, cudaMemcpyHostToDevice, stream, what)
+                        : st;
+}
+
+extern "C" rkv_status rkv_cuda_layer_copy_span(rkv_cuda_layer *l, int64_t src_session,
+                                               int64_t dst_session, void *stream) {
+    static const char what[] = "rkv_cuda_layer_copy_span";
+    if (!l) return rkv_error_set(RKV_ERR_NULL, "%s: layer is NULL", what);
+    const int64_t S = l->g.num_sessions;
+    if (src_session < 0 || src_session >= S || dst_session < 0 || dst_session >= S)
+        return rkv_error_set(RKV_ERR_RANGE, "%s: session %lld out of range; expected 0..%lld",
+                             what,
+                             (long long)(src_session < 0 || src_session >= S ? src_session
+                                                                             : dst_session),
+                             (long long)(S - 1));
+    rkv_status st = rkv__cuda_check_device(l, what);
+    if (st != RKV_OK || src_session == dst_session) return st;
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    size_t so = 0, doff = 0, bytes = 0;
+    int in_written = 0;
+    cudaError_t e = cudaSuccess;
+    // K and V of every head, then the written bits: 2H + 1 pieces.
+    for (int64_t piece = 0; piece <= 2 * l->g.n_kv_heads && e == cudaSuccess; piece++) {
+        const bool bits = piece == 2 * l->g.n_kv_heads;
+        const rkv_span_part part =
+            bits ? RKV_SPAN_WRITTEN : piece < l->g.n_kv_heads ? RKV_SPAN_K : RKV_SPAN_V;
+        const int64_t head = bits ? 0 : piece % l->g.n_kv_heads;
+        rkv__cuda_span_check(&l->g, what, src_session, part, head, &so, &bytes, &in_written);
+        rkv__cuda_span_check(&l->g, what, dst_session, part, head, &doff, &bytes, &in_written);
+        uint8_t *base = bits ? l->written : static_cast<uint8_t *>(l->kv);
+        e = cudaMemcpyAsync(base + doff, base + so, bytes, cudaMemcpyDeviceToDevice, s);
+    }
+    return e == cudaSuccess ? RKV_OK : rkv__cuda_fail(e, what);
 }

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "../internal.h"
 
@@ -13,7 +14,7 @@ static size_t align16(size_t x) { return (x + 15) & ~(size_t)15; }
 
 static int misaligned(const void *p, uintptr_t to) { return ((uintptr_t)p & (to - 1)) != 0; }
 
-static int64_t max_batch(const rkv_geometry *g) {
+static int64_t max_batch_of(const rkv_geometry *g) {
     return g->num_sessions < RKV_CUDA_MAX_BATCH ? g->num_sessions : RKV_CUDA_MAX_BATCH;
 }
 
@@ -23,31 +24,31 @@ rkv_status rkv__cuda_upsert_check(const rkv_geometry *g, const void *kv, rkv_dty
                                   int64_t batch, const int64_t *frame_pos,
                                   const int64_t *session_idx, const uint8_t *visible) {
     static const char what[] = "rkv_cuda_layer_upsert";
-    if (!g) return rkv__fail(RKV_ERR_NULL, "%s: layer is NULL", what);
-    if (!kv) return rkv__fail(RKV_ERR_NULL, "%s: kv is NULL", what);
-    if (!frame_pos) return rkv__fail(RKV_ERR_NULL, "%s: frame_pos is NULL", what);
-    if (!session_idx) return rkv__fail(RKV_ERR_NULL, "%s: session_idx is NULL", what);
-    if (batch < 1 || batch > max_batch(g))
-        return rkv__fail(RKV_ERR_INVALID_ARG,
+    if (!g) return rkv_error_set(RKV_ERR_NULL, "%s: layer is NULL", what);
+    if (!kv) return rkv_error_set(RKV_ERR_NULL, "%s: kv is NULL", what);
+    if (!frame_pos) return rkv_error_set(RKV_ERR_NULL, "%s: frame_pos is NULL", what);
+    if (!session_idx) return rkv_error_set(RKV_ERR_NULL, "%s: session_idx is NULL", what);
+    if (batch < 1 || batch > max_batch_of(g))
+        return rkv_error_set(RKV_ERR_INVALID_ARG,
                          "%s: batch B = %lld; expected 1..%lld (one frame per distinct session, "
                          "at most %d per call)",
-                         what, (long long)batch, (long long)max_batch(g), RKV_CUDA_MAX_BATCH);
+                         what, (long long)batch, (long long)max_batch_of(g), RKV_CUDA_MAX_BATCH);
     if (kv_dtype != g->dtype)
-        return rkv__fail(RKV_ERR_DTYPE, "%s: kv dtype %s does not match the storage dtype %s", what,
+        return rkv_error_set(RKV_ERR_DTYPE, "%s: kv dtype %s does not match the storage dtype %s", what,
                          rkv_dtype_name(kv_dtype) ? rkv_dtype_name(kv_dtype) : "(unknown)",
                          rkv_dtype_name(g->dtype));
     if (visible && batch != 1)
-        return rkv__fail(RKV_ERR_INVALID_ARG,
+        return rkv_error_set(RKV_ERR_INVALID_ARG,
                          "%s: the visibility row only supports B == 1; got B = %lld (the engine "
                          "path passes visible = NULL)",
                          what, (long long)batch);
     if (misaligned(kv, 16))
-        return rkv__fail(RKV_ERR_INVALID_ARG, "%s: kv %p is not 16-byte aligned", what, kv);
+        return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: kv %p is not 16-byte aligned", what, kv);
     if (visible && misaligned(visible, 16))
-        return rkv__fail(RKV_ERR_INVALID_ARG, "%s: visible %p is not 16-byte aligned", what,
+        return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: visible %p is not 16-byte aligned", what,
                          (const void *)visible);
     if (misaligned(frame_pos, 8) || misaligned(session_idx, 8))
-        return rkv__fail(RKV_ERR_INVALID_ARG,
+        return rkv_error_set(RKV_ERR_INVALID_ARG,
                          "%s: frame_pos / session_idx must be 8-byte aligned int64 arrays", what);
     return RKV_OK;
 }
@@ -97,57 +98,57 @@ static int ranges_overlap(const void *a, size_t na, const void *b, size_t nb) {
 
 rkv_status rkv__cuda_attention_check(const rkv_geometry *g, const rkv_cuda_attention_args *a) {
     static const char what[] = "rkv_cuda_layer_attend";
-    if (!g) return rkv__fail(RKV_ERR_NULL, "%s: layer is NULL", what);
-    if (!a) return rkv__fail(RKV_ERR_NULL, "%s: args is NULL", what);
-    if (a->batch < 1 || a->batch > max_batch(g))
-        return rkv__fail(RKV_ERR_INVALID_ARG, "%s: batch B = %lld; expected 1..%lld", what,
-                         (long long)a->batch, (long long)max_batch(g));
+    if (!g) return rkv_error_set(RKV_ERR_NULL, "%s: layer is NULL", what);
+    if (!a) return rkv_error_set(RKV_ERR_NULL, "%s: args is NULL", what);
+    if (a->batch < 1 || a->batch > max_batch_of(g))
+        return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: batch B = %lld; expected 1..%lld", what,
+                         (long long)a->batch, (long long)max_batch_of(g));
     if (a->n_q_heads < 1 || a->n_q_heads % g->n_kv_heads)
-        return rkv__fail(RKV_ERR_INVALID_ARG,
+        return rkv_error_set(RKV_ERR_INVALID_ARG,
                          "%s: n_q_heads = %lld; expected a positive multiple of n_kv_heads "
                          "(%lld) for GQA",
                          what, (long long)a->n_q_heads, (long long)g->n_kv_heads);
     if (g->n_kv_heads > 65535)
-        return rkv__fail(RKV_ERR_INVALID_ARG,
+        return rkv_error_set(RKV_ERR_INVALID_ARG,
                          "%s: n_kv_heads = %lld; the CUDA grid takes at most 65535", what,
                          (long long)g->n_kv_heads);
     if (a->n_queries < 0)
-        return rkv__fail(RKV_ERR_INVALID_ARG,
+        return rkv_error_set(RKV_ERR_INVALID_ARG,
                          "%s: n_queries = %lld; expected >= 0 (0 = tokens_per_frame)", what,
                          (long long)a->n_queries);
     if (!a->q || !a->out)
-        return rkv__fail(RKV_ERR_NULL, "%s: %s is NULL", what, a->q ? "out" : "q");
-    if (!a->session_idx) return rkv__fail(RKV_ERR_NULL, "%s: session_idx is NULL", what);
+        return rkv_error_set(RKV_ERR_NULL, "%s: %s is NULL", what, a->q ? "out" : "q");
+    if (!a->session_idx) return rkv_error_set(RKV_ERR_NULL, "%s: session_idx is NULL", what);
     if (!a->visible && !a->frame_pos)
-        return rkv__fail(RKV_ERR_NULL, "%s: frame_pos is NULL (needed when visible is NULL)",
+        return rkv_error_set(RKV_ERR_NULL, "%s: frame_pos is NULL (needed when visible is NULL)",
                          what);
     if (!rkv_dtype_name(a->q_dtype) || !rkv_dtype_name(a->out_dtype))
-        return rkv__fail(RKV_ERR_DTYPE, "%s: unknown dtype (q %d, out %d)", what,
+        return rkv_error_set(RKV_ERR_DTYPE, "%s: unknown dtype (q %d, out %d)", what,
                          (int)a->q_dtype, (int)a->out_dtype);
-    if (!isfinite(a->scale)) return rkv__fail(RKV_ERR_INVALID_ARG, "%s: scale is not finite", what);
+    if (!isfinite(a->scale)) return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: scale is not finite", what);
     if (g->d_head > RKV__SIMT_MAX_D)
-        return rkv__fail(RKV_ERR_INVALID_ARG, "%s: d_head = %lld; the CUDA backend takes at most %d",
+        return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: d_head = %lld; the CUDA backend takes at most %d",
                          what, (long long)g->d_head, RKV__SIMT_MAX_D);
     if (misaligned(a->q, 16) || misaligned(a->out, 16))
-        return rkv__fail(RKV_ERR_INVALID_ARG, "%s: %s is not 16-byte aligned", what,
+        return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: %s is not 16-byte aligned", what,
                          misaligned(a->q, 16) ? "q" : "out");
     if (misaligned(a->session_idx, 8) || (a->frame_pos && misaligned(a->frame_pos, 8)))
-        return rkv__fail(RKV_ERR_INVALID_ARG,
+        return rkv_error_set(RKV_ERR_INVALID_ARG,
                          "%s: frame_pos / session_idx must be 8-byte aligned int64 arrays", what);
     if (a->workspace && misaligned(a->workspace, 16))
-        return rkv__fail(RKV_ERR_INVALID_ARG, "%s: workspace is not 16-byte aligned", what);
+        return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: workspace is not 16-byte aligned", what);
     const int64_t tq = a->n_queries ? a->n_queries : g->tokens_per_frame;
     int64_t rows, elems;
     if (!rkv__mul_i64(a->batch, a->n_q_heads, &rows) || !rkv__mul_i64(rows, tq, &rows) ||
         !rkv__mul_i64(rows, g->d_head, &elems) || !rkv__mul_i64(elems, 4, &elems) ||
         rows / RKV__SIMT_WARPS >= INT32_MAX)
-        return rkv__fail(RKV_ERR_OVERFLOW, "%s: B*Hq*Tq*D = %lld*%lld*%lld*%lld is too large", what,
+        return rkv_error_set(RKV_ERR_OVERFLOW, "%s: B*Hq*Tq*D = %lld*%lld*%lld*%lld is too large", what,
                          (long long)a->batch, (long long)a->n_q_heads, (long long)tq,
                          (long long)g->d_head);
     const size_t qb = (size_t)(rows * g->d_head) * rkv_dtype_size(a->q_dtype);
     const size_t ob = (size_t)(rows * g->d_head) * rkv_dtype_size(a->out_dtype);
     if (ranges_overlap(a->q, qb, a->out, ob))
-        return rkv__fail(RKV_ERR_INVALID_ARG, "%s: out overlaps q", what);
+        return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: out overlaps q", what);
     return RKV_OK;
 }
 
@@ -268,35 +269,91 @@ void rkv__cuda_attention_plan_describe(const rkv__cuda_attn_plan *p, char *buf, 
                  p->smem_bytes, (long long)p->total_rows);
 }
 
+/* ---- spans and the model's table ------------------------------------------ */
+
+rkv_status rkv__cuda_span_check(const rkv_geometry *g, const char *what, int64_t session,
+                                rkv_span_part part, int64_t head, size_t *offset, size_t *bytes,
+                                int *in_written) {
+    bool w = false;
+    rkv_status st = rkv__span_piece(g, what, session, part, head, offset, bytes, &w);
+    *in_written = w;
+    return st;
+}
+
+rkv_status rkv__cuda_written_check(const rkv_geometry *g, const char *what, const uint8_t *w) {
+    const int64_t bad = rkv__written_span_check(g, w);
+    if (bad < 0) return RKV_OK;
+    return rkv_error_set(RKV_ERR_INVALID_ARG,
+                         "%s: written bit of slot %lld is %u; expected 0/1, scratch slots 1, "
+                         "ring frames written whole",
+                         what, (long long)bad, w[bad]);
+}
+
+size_t rkv__cuda_model_workspace_bytes(const rkv_geometry *g, const rkv__cuda_device_info *dev,
+                                       int stages, int kernel, int64_t max_batch,
+                                       int64_t n_q_heads) {
+    size_t most = 0;
+    for (int64_t b = 1; b <= max_batch && b <= max_batch_of(g); b++) {
+        rkv_cuda_attention_args a;
+        memset(&a, 0, sizeof a);
+        a.batch = b;
+        a.n_q_heads = n_q_heads;
+        a.q_dtype = a.out_dtype = g->dtype;
+        rkv__cuda_attn_plan p;
+        rkv__cuda_attention_plan_make(g, &a, dev, stages, kernel, 1, &p);
+        if (p.workspace_bytes > most) most = p.workspace_bytes;
+    }
+    return most;
+}
+
+void rkv__cuda_model_attention_args(const rkv_attention_args *a, void *workspace,
+                                    size_t workspace_bytes, rkv_cuda_attention_args *out) {
+    memset(out, 0, sizeof *out);
+    out->batch = a->batch;
+    out->n_q_heads = a->n_q_heads;
+    out->n_queries = a->n_queries;
+    out->q = a->q;
+    out->q_dtype = a->q_dtype;
+    out->out = a->out;
+    out->out_dtype = a->out_dtype;
+    out->session_idx = a->session_idx;
+    out->frame_pos = a->frame_pos;
+    out->visible = NULL;
+    out->scale = a->scale;
+    out->workspace = workspace;
+    out->workspace_bytes = workspace ? workspace_bytes : 0;
+}
+
 rkv_status rkv__cuda_device_error_status(int word, int64_t num_sessions) {
     const int op = (word >> 24) & 0xff, kind = (word >> 16) & 0xff, row = word & 0xffff;
     const char *what = op == RKV__OP_UPSERT   ? "rkv_cuda_layer_upsert"
                        : op == RKV__OP_ATTEND ? "rkv_cuda_layer_attend"
+                       : op == RKV__OP_ROW    ? "rkv_cuda_ring_visible_row"
                                               : "a CUDA call";
     switch (kind) {
     case RKV__DEVERR_SESSION_RANGE:
-        return rkv__fail(RKV_ERR_RANGE,
+        return rkv_error_set(RKV_ERR_RANGE,
                          "%s (device check): session_idx[%d] out of range for %lld sessions; the "
                          "call wrote nothing",
                          what, row, (long long)num_sessions);
     case RKV__DEVERR_SESSION_DUP:
-        return rkv__fail(RKV_ERR_INVALID_ARG,
+        return rkv_error_set(RKV_ERR_INVALID_ARG,
                          "%s (device check): session_idx[%d] repeats an earlier row's session; "
                          "sessions must be distinct within a call; the call wrote nothing",
                          what, row);
     case RKV__DEVERR_CLOCK:
-        return rkv__fail(RKV_ERR_INVALID_ARG,
+        return rkv_error_set(RKV_ERR_INVALID_ARG,
                          "%s (device check): frame_pos[%d] < 0; expected >= 0; the call wrote "
                          "nothing",
                          what, row);
     case RKV__DEVERR_ARCH:
-        return rkv__fail(RKV_ERR_STATE,
+        return rkv_error_set(RKV_ERR_STATE,
                          "%s (device check): the wgmma kernel ran from code built without "
                          "sm_90a (a bug of the kernel choice; set RKV_CUDA_ATTN_KERNEL=mma); "
                          "its output is not written",
                          what);
     default:
-        return rkv__fail(RKV_ERR_STATE, "%s (device check): unknown device error word 0x%08x",
+        return rkv_error_set(RKV_ERR_STATE, "%s (device check): unknown device error word 0x%08x",
                          what, (unsigned)word);
     }
 }

@@ -132,8 +132,31 @@ size_t rkv__cuda_split_workspace_bytes(int splits, int64_t total_rows, int d_hea
 /* One-line description of a plan. */
 void rkv__cuda_attention_plan_describe(const rkv__cuda_attn_plan *p, char *buf, size_t n);
 
+/* ---- spans and the model's table (layer.cu, backend_cuda.cu) ------------
+ * Host checks of rkv_cuda_layer_read_span / _write_span (`what` names the
+ * call): the piece (session, part, head) and its place, a byte offset from
+ * the K/V storage or (*in_written) from the written bits, and its bytes. */
+rkv_status rkv__cuda_span_check(const rkv_geometry *g, const char *what, int64_t session,
+                                rkv_span_part part, int64_t head, size_t *offset, size_t *bytes,
+                                int *in_written);
+/* The written bits a span write would install ([C] host bytes): 0/1,
+ * scratch 1, frames whole; RKV_ERR_INVALID_ARG naming the first bad slot. */
+rkv_status rkv__cuda_written_check(const rkv_geometry *g, const char *what, const uint8_t *w);
+/* The attention workspace of a model's layer: the largest preferred split
+ * workspace over B = 1..max_batch rows of n_q_heads heads and
+ * tokens_per_frame queries, q and out in the storage dtype (other dtypes
+ * run the generic kernel, which never splits). */
+size_t rkv__cuda_model_workspace_bytes(const rkv_geometry *g, const rkv__cuda_device_info *dev,
+                                       int stages, int kernel, int64_t max_batch,
+                                       int64_t n_q_heads);
+/* The layer-level arguments of a model's attention: a's batch, heads,
+ * queries, pointers, dtypes, scale, rows and clocks (the model's device
+ * buffers), no visibility rows, and the model's workspace. */
+void rkv__cuda_model_attention_args(const rkv_attention_args *a, void *workspace,
+                                    size_t workspace_bytes, rkv_cuda_attention_args *out);
+
 /* Device error word: op << 24 | kind << 16 | row. */
-enum { RKV__OP_UPSERT = 1, RKV__OP_ATTEND = 2 };
+enum { RKV__OP_UPSERT = 1, RKV__OP_ATTEND = 2, RKV__OP_ROW = 3 /* rkv_cuda_ring_visible_row */ };
 enum { RKV__DEVERR_SESSION_RANGE = 1, RKV__DEVERR_SESSION_DUP = 2, RKV__DEVERR_CLOCK = 3,
        RKV__DEVERR_ARCH = 4 /* a kernel ran from a build without its architecture */ };
 /* Turns a nonzero device error word into a status and a message. */

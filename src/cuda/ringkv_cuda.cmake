@@ -11,8 +11,8 @@
 # Targets: ringkv_cuda_objs (the compiled .cu files and plan.c, position
 # independent), ringkv_cuda (static library), ringkv_cuda_shared
 # (libringkv_cuda.so, for the Python binding; only with
-# RKV_CUDA_CORE_SHARED_TARGET), and the GPU programs test_cuda_diff,
-# test_cuda_graph (exit 77 = skipped without a GPU) and bench_cuda.
+# RKV_CUDA_CORE_SHARED_TARGET), and the GPU programs test_cuda_diff and
+# test_cuda_graph (exit 77 = skipped without a GPU).
 option(RKV_CUDA_PTXAS_VERBOSE "Print ptxas resource usage (registers, spills) per kernel" OFF)
 option(RKV_CUDA_PROGRAMS "Build the GPU test and benchmark programs" ON)
 
@@ -56,14 +56,17 @@ target_link_libraries(ringkv_cuda PUBLIC ${RKV_CUDA_CORE_TARGET} CUDA::cudart_st
 target_compile_definitions(ringkv_cuda INTERFACE RKV_HAVE_CUDA=1)
 
 # libringkv_cuda.so: the same objects, for the Python binding (python/ringkv,
-# which loads it with ctypes when a CUDA device is first used). It links the
+# which loads it with ctypes when a CUDA device is first used) and for C
+# programs that want a CUDA model (rkv_model_create_cuda). It links the
 # SHARED core, never the static one: the core's thread-local last-error
 # message (src/status.c) must exist once in the process, so that
 # rkv_last_error() read through libringkv.so reports the errors that the CUDA
-# calls set with rkv__fail. The core's .so exports every non-static symbol
-# (default visibility), including the rkv__* helpers the CUDA code calls.
-# The CUDA runtime is linked statically (nothing else to ship); the rpath
-# $ORIGIN finds libringkv.so.0 beside it (installed side by side).
+# calls set. It uses only the core's PUBLIC symbols (rkv_error_set, the
+# backend SPI of ringkv_backend.h, the geometry calls), so hiding the core's
+# private symbols cannot break it (docs/backends.md; the ctest
+# cuda_so_public_symbols checks it). The CUDA runtime is linked statically
+# (nothing else to ship); the rpath $ORIGIN finds libringkv.so.0 beside it
+# (installed side by side).
 if(DEFINED RKV_CUDA_CORE_SHARED_TARGET AND TARGET ${RKV_CUDA_CORE_SHARED_TARGET})
   add_library(ringkv_cuda_shared SHARED $<TARGET_OBJECTS:ringkv_cuda_objs>)
   set_target_properties(ringkv_cuda_shared PROPERTIES
@@ -79,6 +82,13 @@ if(DEFINED RKV_CUDA_CORE_SHARED_TARGET AND TARGET ${RKV_CUDA_CORE_SHARED_TARGET}
   # build here, not at dlopen in Python).
   target_link_options(ringkv_cuda_shared PRIVATE "LINKER:--no-undefined")
   target_compile_definitions(ringkv_cuda_shared INTERFACE RKV_HAVE_CUDA=1)
+  # The boundary (docs/backends.md): no private core symbol (rkv__*) may be
+  # imported by libringkv_cuda.so.
+  if(RKV_BUILD_TESTS)
+    add_test(NAME cuda_so_public_symbols
+      COMMAND sh -c "nm -D --undefined-only \"$1\" | grep ' rkv__' && { echo 'libringkv_cuda.so imports private core symbols (above): use the public API (docs/backends.md)'; exit 1; }; nm -D --undefined-only \"$1\" | grep -q ' rkv_error_set' || { echo 'libringkv_cuda.so does not import rkv_error_set: the nm check reads nothing'; exit 1; }; echo 'libringkv_cuda.so imports public core symbols only'"
+              sh $<TARGET_FILE:ringkv_cuda_shared>)
+  endif()
 endif()
 
 if(RKV_CUDA_PROGRAMS)
@@ -87,9 +97,7 @@ if(RKV_CUDA_PROGRAMS)
     target_link_libraries(${prog} PRIVATE ringkv_cuda m)
     set_target_properties(${prog} PROPERTIES LINKER_LANGUAGE CUDA CUDA_ARCHITECTURES OFF)
   endforeach()
-  add_executable(bench_cuda ${RKV_ROOT}/bench/gpu/bench_cuda.c)
-  target_link_libraries(bench_cuda PRIVATE ringkv_cuda m)
-  set_target_properties(bench_cuda PROPERTIES LINKER_LANGUAGE CUDA CUDA_ARCHITECTURES OFF)
+  # The GPU bench is `ringkv bench --backend cuda` (bench/bench_gpu.c).
   if(RKV_BUILD_TESTS)
     # Exit 77 (no CUDA device or driver) counts as skipped.
     add_test(NAME cuda_diff COMMAND test_cuda_diff --quick)

@@ -1,6 +1,6 @@
 /*
- * Helpers shared by the GPU programs (tests/cuda/test_cuda_*.c,
- * bench/gpu/bench_cuda.c): CUDA and status checks that abort with a message,
+ * Helpers shared by the GPU programs (tests/cuda/test_cuda_*.c): CUDA and
+ * status checks that abort with a message,
  * a PRNG, random buffers in a dtype, decoding, error norms, and a float64
  * attention oracle for single rows written from SEMANTICS 4/5 (independent of
  * both backends). static inline only; plain C11 plus the CUDA runtime API.

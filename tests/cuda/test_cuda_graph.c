@@ -1,18 +1,29 @@
 /*
- * Graph-capture test: the whole schedule of a frame (5 passes x 2 layers,
- * each pass an upsert and an attention per layer, the commit on the 5th, the
- * clocks advanced on the device at the end) is captured ONCE into a CUDA
- * graph, then replayed frame after frame (300 by default) with only the
- * device-side clocks changing, and compared with the CPU backend running the
- * same operations:
- *  - K/V storage and written bits of both layers: exact, every frame;
- *  - the device clocks after each replay: exactly the host's clocks + 1;
- *  - attention outputs: ||gpu - cpu|| / ||cpu|| <= 1e-2 (bf16) on sampled
- *    frames (the first 12, every 10th, around the reset, the last 3);
- *  - mid-run, one session is reset (outside the graph) and restarted at a
- *    new clock written to device memory: the graph must follow it.
- * Layers: local (RF = RB = 4, PD 1) and global-like (RF 4, RB 3, PD 2), S 3,
- * H 2, Hq 4, D 64, T 128, bf16; B = 2 rows per call; 64 queries per row.
+ * Whole-model graph test (issue 11): a CUDA rkv_model's frame -- every
+ * layer, every pass, B sessions, the per-pass rkv_model_frame_step calls --
+ * recorded ONCE into a CUDA graph and replayed frame after frame (300 by
+ * default) under the capture contract of ringkv.h ("Frames"): each frame is
+ * rkv_model_begin_frame (host checks, the batch copied into the model's
+ * device buffers), one graph launch, rkv_model_end_frame. A CPU rkv_model
+ * with the same config runs the same frames through the calls that spell the
+ * batch out (rkv_model_step), and after every frame:
+ *  - K/V storage and written bits of every layer: exact (a mismatch names
+ *    the layer, the part, head, session, frame slot, token and dim of the
+ *    first differing element and both values);
+ *  - every session's clock (rkv_model_clock) equal on both models;
+ *  - attention outputs (sampled frames: the first 12, every 10th, around
+ *    the reset, the last 3): ||gpu - cpu|| / ||cpu|| <= 1e-2 (bf16), the
+ *    worst element named with both values;
+ *  - on sampled frames, every held session's in-memory snapshot image (the
+ *    span calls: K/V, bits and clock) byte-equal on both models.
+ * Mid-run one session is reset on both models (outside the graph) and
+ * restarts at a new clock: only the clock values the replay reads change.
+ * Before the first frame, rkv_model_begin_frame inside a capture of the
+ * model's stream must be refused (RKV_ERR_STATE) and change nothing.
+ * Config: 2 layers, local (RF = RB = 4, PD 1) and global-like (RF 4, RB 3,
+ * PD 2), S 3, H 2, Hq 4, D 64, T 128, bf16; B = 2 rows (sessions 2 and 0);
+ * layer 0 attends with Tq = T and bf16 outputs, layer 1 with Tq = 64 and
+ * f32 outputs (both through the model's split workspace).
  *
  * Usage: test_cuda_graph [--frames N] [--seed N]
  * Exit: 0 pass, 1 a check failed, 2 setup error, 77 no GPU (skipped).
@@ -22,6 +33,86 @@
 #define NL 2
 #define NP 5
 #define B 2
+
+static const char *part_name(int64_t c) { return c == 0 ? "K" : "V"; }
+
+/* The first difference between the two models' storage of layer l, named
+ * in the geometry's terms with both values; 0 when equal. */
+static int compare_layer(const rkv_geometry *g, int l, int frame, const void *gpu_kv,
+                         const uint8_t *gpu_written, const rkv_layer *cpu) {
+    const size_t esz = rkv_dtype_size(g->dtype), bytes = rkv_geometry_memory_bytes(g);
+    const uint8_t *a = (const uint8_t *)gpu_kv, *b = (const uint8_t *)rkv_layer_kv(cpu);
+    const int64_t T = g->tokens_per_frame, C = (g->ring_frames + 1) * T;
+    const int64_t N = g->num_sessions * C, D = g->d_head, H = g->n_kv_heads;
+    if (memcmp(a, b, bytes)) {
+        size_t i = 0;
+        while (a[i] == b[i]) i++;
+        const int64_t e = (int64_t)(i / esz), d = e % D, slot = (e / D) % N,
+                      h = (e / D / N) % H, c = e / D / N / H;
+        printf("FAIL frame %d layer %d (S %lld, H %lld, RF %lld, RB %lld, PD %lld, T %lld, D "
+               "%lld, %s): storage differs first at element %lld = %s head %lld, session %lld, "
+               "frame slot %lld, token %lld, dim %lld: gpu %g, cpu %g\n",
+               frame, l, (long long)g->num_sessions, (long long)H, (long long)g->ring_frames,
+               (long long)g->ring_buckets, (long long)g->pinned_dilation, (long long)T,
+               (long long)D, rkv_dtype_name(g->dtype), (long long)e, part_name(c), (long long)h,
+               (long long)(slot / C), (long long)(slot % C / T), (long long)(slot % T),
+               (long long)d, ct_get(gpu_kv, g->dtype, (size_t)e),
+               ct_get(rkv_layer_kv(cpu), g->dtype, (size_t)e));
+        return 1;
+    }
+    const uint8_t *w = rkv_layer_written(cpu);
+    for (int64_t s = 0; s < N; s++)
+        if (gpu_written[s] != w[s]) {
+            printf("FAIL frame %d layer %d: written bit of slot %lld (session %lld, frame slot "
+                   "%lld, token %lld) differs first: gpu %d, cpu %d\n",
+                   frame, l, (long long)s, (long long)(s / C), (long long)(s % C / T),
+                   (long long)(s % T), gpu_written[s], w[s]);
+            return 1;
+        }
+    return 0;
+}
+
+/* Attention outputs [B][Hq][Tq][D] (f32 both): the norm-wise relative error,
+ * and on failure the element with the largest difference and both values. */
+static int compare_out(int frame, int pass, int l, const float *got, const float *ref,
+                       int64_t Hq, int64_t Tq, int64_t D, double tol, double *max_err) {
+    const size_t n = (size_t)(B * Hq * Tq * D);
+    const double err = ct_rel_err(got, ref, n);
+    if (err > *max_err) *max_err = err;
+    if (err <= tol) return 0;
+    size_t worst = 0;
+    double wd = -1;
+    for (size_t i = 0; i < n; i++) {
+        const double dd = isfinite(got[i]) ? fabs((double)got[i] - ref[i]) : INFINITY;
+        if (dd > wd) wd = dd, worst = i;
+    }
+    const int64_t e = (int64_t)worst;
+    printf("FAIL frame %d pass %d layer %d (B %d, Hq %lld, Tq %lld, D %lld): attention relative "
+           "error %.3e > %.0e; largest difference at element %lld = row %lld, head %lld, query "
+           "%lld, dim %lld: gpu %g, cpu %g\n",
+           frame, pass, l, B, (long long)Hq, (long long)Tq, (long long)D, err, tol, (long long)e,
+           (long long)(e / D / Tq / Hq), (long long)(e / D / Tq % Hq), (long long)(e / D % Tq),
+           (long long)(e % D), got[worst], ref[worst]);
+    return 1;
+}
+
+typedef struct frame_calls {
+    rkv_model *m;
+    void *kv[NL][NP];
+    rkv_attention_args args[NL][NP];
+    rkv_dtype dt;
+} frame_calls;
+
+/* The frame's per-pass calls, as recorded into the graph (and nothing else). */
+static rkv_status record(const frame_calls *fc) {
+    for (int p = 0; p < NP; p++)
+        for (int l = 0; l < NL; l++) {
+            rkv_status st = rkv_model_frame_step(fc->m, l, fc->kv[l][p], fc->dt, p == NP - 1,
+                                                 &fc->args[l][p]);
+            if (st != RKV_OK) return st;
+        }
+    return RKV_OK;
+}
 
 int main(int argc, char **argv) {
     int frames = 300;
@@ -34,122 +125,159 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
+    if (frames < 1) frames = 1;
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (!ct_have_gpu("test_cuda_graph")) return CT_SKIP;
     const double t_start = ct_now();
     ct_rng rng = {seed};
-    const int64_t Hq = 4, Tq = 64;
     const rkv_dtype dt = RKV_DTYPE_BF16;
-    rkv_geometry g[NL] = {{3, 2, 4, 4, 64, 128, 1, dt}, {3, 2, 4, 3, 64, 128, 2, dt}};
-    rkv_layer *cpu[NL];
-    rkv_cuda_layer *gpu[NL];
-    for (int l = 0; l < NL; l++) {
-        OKR(rkv_layer_create(&g[l], &cpu[l]));
-        OKR(rkv_cuda_layer_create(&g[l], 0, &gpu[l]));
-    }
+    const int64_t Hq = 4, Tq[NL] = {128, 64};
+    const rkv_dtype out_dt[NL] = {RKV_DTYPE_BF16, RKV_DTYPE_F32};
+
+    rkv_model_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    snprintf(cfg.name, sizeof cfg.name, "graph-test");
+    cfg.n_layers = NL;
+    cfg.layers[0] = (rkv_layer_spec){4, 4, 1};
+    cfg.layers[1] = (rkv_layer_spec){4, 3, 2};
+    cfg.num_sessions = 3;
+    cfg.n_q_heads = Hq;
+    cfg.n_kv_heads = 2;
+    cfg.d_head = 64;
+    cfg.tokens_per_frame = 128;
+    cfg.dtype = dt;
+    rkv_geometry g[NL];
+    for (int l = 0; l < NL; l++) OKR(rkv_model_config_layer_geometry(&cfg, l, &g[l]));
+
     cudaStream_t st;
-    CK(cudaStreamCreate(&st)); /* blocking: ordered after the legacy-stream copies and memsets */
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    rkv_model *gm = NULL, *cm = NULL;
+    OKR(rkv_model_create_cuda(&cfg, 0, (void *)st, &gm));
+    OKR(rkv_model_create(&cfg, &cm));
+    if (strcmp(rkv_model_backend_name(gm), "cuda") || rkv_model_layer(gm, 0) ||
+        !rkv_model_cuda_layer(gm, 0) || rkv_model_cuda_layer(cm, 0)) {
+        printf("FAIL: backend accessors (name %s)\n", rkv_model_backend_name(gm));
+        return 1;
+    }
+    const char *ids[3] = {"a", "b", "c"};
+    for (int s = 0; s < 3; s++) {
+        int64_t x = -1, y = -1;
+        OKR(rkv_model_claim(gm, ids[s], &x));
+        OKR(rkv_model_claim(cm, ids[s], &y));
+        if (x != s || y != s) {
+            printf("FAIL: claim %s gave sessions %lld and %lld\n", ids[s], (long long)x,
+                   (long long)y);
+            return 1;
+        }
+    }
+    int64_t sess[B] = {2, 0}, clock[B] = {0, 3}; /* clock: the frame about to run */
 
     const size_t esz = rkv_dtype_size(dt);
-    const size_t kv_elems = (size_t)(2 * g[0].n_kv_heads * B * g[0].tokens_per_frame * g[0].d_head);
-    const size_t q_elems = (size_t)(B * Hq * Tq * g[0].d_head);
-    void *d_kv[NL][NP], *d_q[NL][NP], *d_out[NL][NP], *h_kv[NL][NP], *h_q[NL][NP];
-    float *h_out = (float *)ct_malloc(q_elems * 4), *h_ref = (float *)ct_malloc(q_elems * 4);
-    void *h_raw = ct_malloc(q_elems * esz);
-    for (int l = 0; l < NL; l++)
+    const size_t kv_elems = (size_t)(2 * cfg.n_kv_heads * B * cfg.tokens_per_frame * cfg.d_head);
+    frame_calls fc;
+    memset(&fc, 0, sizeof fc);
+    fc.m = gm;
+    fc.dt = dt;
+    void *d_q[NL][NP], *d_out[NL][NP], *h_kv[NL][NP], *h_q[NL][NP];
+    size_t q_elems[NL];
+    for (int l = 0; l < NL; l++) {
+        q_elems[l] = (size_t)(B * Hq * Tq[l] * cfg.d_head);
         for (int p = 0; p < NP; p++) {
-            d_kv[l][p] = ct_dmalloc(kv_elems * esz);
-            d_q[l][p] = ct_dmalloc(q_elems * esz);
-            d_out[l][p] = ct_dmalloc(q_elems * esz);
+            fc.kv[l][p] = ct_dmalloc(kv_elems * esz);
+            d_q[l][p] = ct_dmalloc(q_elems[l] * esz);
+            d_out[l][p] = ct_dmalloc(q_elems[l] * rkv_dtype_size(out_dt[l]));
             h_kv[l][p] = ct_malloc(kv_elems * esz);
-            h_q[l][p] = ct_malloc(q_elems * esz);
-        }
-    int64_t *d_fp = (int64_t *)ct_dmalloc(B * 8), *d_sess = (int64_t *)ct_dmalloc(B * 8);
-    int64_t sess[B] = {2, 0}, clock[B] = {0, 3}; /* clock = frame about to run */
-    CK(cudaMemcpy(d_sess, sess, sizeof sess, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_fp, clock, sizeof clock, cudaMemcpyHostToDevice));
-
-    rkv_cuda_attention_args ga[NL][NP];
-    size_t ws_bytes = 0;
-    for (int l = 0; l < NL; l++)
-        for (int p = 0; p < NP; p++) {
-            rkv_cuda_attention_args *a = &ga[l][p];
+            h_q[l][p] = ct_malloc(q_elems[l] * esz);
+            rkv_attention_args *a = &fc.args[l][p];
             memset(a, 0, sizeof *a);
-            a->batch = B;
             a->n_q_heads = Hq;
-            a->n_queries = Tq;
+            a->n_queries = Tq[l];
             a->q = d_q[l][p];
             a->q_dtype = dt;
             a->out = d_out[l][p];
-            a->out_dtype = dt;
-            a->session_idx = d_sess;
-            a->frame_pos = d_fp;
-            size_t w = rkv_cuda_attention_workspace_bytes(gpu[l], a);
-            if (w > ws_bytes) ws_bytes = w;
+            a->out_dtype = out_dt[l];
         }
-    void *d_ws = ws_bytes ? ct_dmalloc(ws_bytes) : NULL;
-    char plan[256];
-    for (int l = 0; l < NL; l++)
-        for (int p = 0; p < NP; p++) {
-            ga[l][p].workspace = d_ws; /* one stream: the calls never overlap */
-            ga[l][p].workspace_bytes = ws_bytes;
-        }
-    OKR(rkv_cuda_attention_describe(gpu[0], &ga[0][0], plan, sizeof plan));
-    printf("attention plan: %s\n", plan);
-
-    /* ---- capture one frame ---- */
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-    for (int p = 0; p < NP; p++)
-        for (int l = 0; l < NL; l++) {
-            OKR(rkv_cuda_layer_upsert(gpu[l], d_kv[l][p], dt, B, d_fp, d_sess, p == NP - 1, NULL,
-                                      (void *)st));
-            OKR(rkv_cuda_layer_attend(gpu[l], &ga[l][p], (void *)st));
-        }
-    OKR(rkv_cuda_clock_advance(d_fp, B, 1, (void *)st));
-    CK(cudaStreamEndCapture(st, &graph));
-    CK(cudaGraphInstantiate(&exec, graph, 0));
-    size_t nodes = 0;
-    CK(cudaGraphGetNodes(graph, NULL, &nodes));
-    printf("captured %zu kernel nodes for one frame\n", nodes);
+    }
+    const size_t max_q = q_elems[0] > q_elems[1] ? q_elems[0] : q_elems[1];
+    float *h_out = (float *)ct_malloc(max_q * 4), *h_ref = (float *)ct_malloc(max_q * 4);
+    void *h_raw = ct_malloc(max_q * 4);
+    for (int l = 0; l < NL; l++) {
+        char plan[256];
+        OKR(rkv_model_cuda_attention_describe(gm, l, B, &fc.args[l][0], plan, sizeof plan));
+        printf("layer %d attention plan: %s\n", l, plan);
+    }
 
     long checks = 0, fails = 0, att_checks = 0;
+
+    /* ---- begin_frame inside a capture of the model's stream: refused ---- */
+    {
+        cudaGraph_t dummy = NULL;
+        CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+        const rkv_status refused = rkv_model_begin_frame(gm, B, sess, clock);
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", rkv_last_error());
+        /* (an empty capture: whatever it ends with, the stream leaves capture) */
+        if (cudaStreamEndCapture(st, &dummy) == cudaSuccess && dummy) (void)cudaGraphDestroy(dummy);
+        (void)cudaGetLastError();
+        int64_t last = 0;
+        OKR(rkv_model_clock(gm, sess[0], &last));
+        checks++;
+        if (refused != RKV_ERR_STATE || !strstr(msg, "captur") || last != -1) {
+            fails++;
+            printf("FAIL: rkv_model_begin_frame during a capture: %s '%s' (clock %lld); "
+                   "expected RKV_ERR_STATE naming the capture, nothing changed\n",
+                   rkv_status_str(refused), msg, (long long)last);
+        }
+        /* no batch was set: an upsert has no frame */
+        const rkv_status none = rkv_model_frame_upsert(gm, 0, fc.kv[0][0], dt, 0);
+        checks++;
+        if (none != RKV_ERR_STATE) {
+            fails++;
+            printf("FAIL: frame_upsert after the refused begin_frame: %s\n", rkv_status_str(none));
+        }
+    }
+
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
     double max_err = 0, gpu_ms_total = 0;
     const int reset_at = frames / 2;
+    const size_t snap_bytes = rkv_model_snapshot_bytes(gm);
+    uint8_t *snap_g = (uint8_t *)ct_malloc(snap_bytes), *snap_c = (uint8_t *)ct_malloc(snap_bytes);
     uint8_t *h_written = (uint8_t *)ct_malloc((size_t)rkv_geometry_total_slots(&g[0]));
     void *h_state = ct_malloc(rkv_geometry_memory_bytes(&g[0]));
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
     for (int f = 0; f < frames; f++) {
-        if (f == reset_at) { /* lifecycle, outside the graph */
-            for (int l = 0; l < NL; l++) {
-                OKR(rkv_layer_reset(cpu[l], sess[1]));
-                OKR(rkv_cuda_layer_reset(gpu[l], sess[1], (void *)st));
-            }
+        if (f == reset_at && f > 0) { /* lifecycle, outside the graph */
+            OKR(rkv_model_reset(gm, sess[1]));
+            OKR(rkv_model_reset(cm, sess[1]));
             clock[1] = 1000 + ct_randint(&rng, 7);
-            CK(cudaStreamSynchronize(st));
-            CK(cudaMemcpy(d_fp, clock, sizeof clock, cudaMemcpyHostToDevice));
-        }
-        /* the device clocks must be the host's (declared frame) */
-        int64_t dev_clock[B];
-        CK(cudaMemcpy(dev_clock, d_fp, sizeof dev_clock, cudaMemcpyDeviceToHost));
-        checks++;
-        if (dev_clock[0] != clock[0] || dev_clock[1] != clock[1]) {
-            fails++;
-            printf("FAIL frame %d: device clocks %lld,%lld, host %lld,%lld\n", f,
-                   (long long)dev_clock[0], (long long)dev_clock[1], (long long)clock[0],
-                   (long long)clock[1]);
         }
         for (int l = 0; l < NL; l++)
             for (int p = 0; p < NP; p++) {
                 ct_fill(h_kv[l][p], dt, kv_elems, 1.0f, &rng);
-                ct_fill(h_q[l][p], dt, q_elems, f % 3 ? 1.0f : 5.0f, &rng);
-                CK(cudaMemcpy(d_kv[l][p], h_kv[l][p], kv_elems * esz, cudaMemcpyHostToDevice));
-                CK(cudaMemcpy(d_q[l][p], h_q[l][p], q_elems * esz, cudaMemcpyHostToDevice));
-                CK(cudaMemset(d_out[l][p], 0xff, q_elems * esz));
+                ct_fill(h_q[l][p], dt, q_elems[l], f % 3 ? 1.0f : 5.0f, &rng);
+                CK(cudaMemcpyAsync(fc.kv[l][p], h_kv[l][p], kv_elems * esz,
+                                   cudaMemcpyHostToDevice, st));
+                CK(cudaMemcpyAsync(d_q[l][p], h_q[l][p], q_elems[l] * esz,
+                                   cudaMemcpyHostToDevice, st));
+                CK(cudaMemsetAsync(d_out[l][p], 0xff, q_elems[l] * rkv_dtype_size(out_dt[l]), st));
             }
+        CK(cudaStreamSynchronize(st)); /* the host buffers are refilled next frame */
+
+        /* ---- the GPU: begin_frame, one replay, end_frame ---- */
+        OKR(rkv_model_begin_frame(gm, B, sess, clock));
+        if (!exec) {
+            CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+            const rkv_status rs = record(&fc);
+            CK(cudaStreamEndCapture(st, &graph));
+            OKR(rs);
+            CK(cudaGraphInstantiate(&exec, graph, 0));
+            size_t nodes = 0;
+            CK(cudaGraphGetNodes(graph, NULL, &nodes));
+            printf("recorded one frame: %zu graph nodes (%d layers x %d passes)\n", nodes, NL, NP);
+        }
         CK(cudaEventRecord(e0, st));
         CK(cudaGraphLaunch(exec, st));
         CK(cudaEventRecord(e1, st));
@@ -157,55 +285,67 @@ int main(int argc, char **argv) {
         float ms = 0;
         CK(cudaEventElapsedTime(&ms, e0, e1));
         gpu_ms_total += ms;
-        for (int l = 0; l < NL; l++) {
-            rkv_status chk = rkv_cuda_layer_check(gpu[l], (void *)st);
-            checks++;
-            if (chk != RKV_OK) {
-                fails++;
-                printf("FAIL frame %d layer %d: device check %s: %s\n", f, l, rkv_status_str(chk),
-                       rkv_last_error());
-            }
+        OKR(rkv_model_end_frame(gm));
+        const rkv_status sync = rkv_model_synchronize(gm);
+        checks++;
+        if (sync != RKV_OK) {
+            fails++;
+            printf("FAIL frame %d: device check %s: %s\n", f, rkv_status_str(sync),
+                   rkv_last_error());
         }
 
+        /* ---- the CPU model: the same frame through the spelled-out calls ---- */
+        OKR(rkv_model_begin_frame(cm, B, sess, clock));
         const int compare_att = f < 12 || f % 10 == 0 || f >= frames - 3 ||
                                 (f >= reset_at && f < reset_at + 4);
         for (int p = 0; p < NP; p++)
             for (int l = 0; l < NL; l++) {
-                OKR(rkv_layer_upsert(cpu[l], h_kv[l][p], dt, B, clock, sess, p == NP - 1, NULL));
-                if (!compare_att) continue;
-                rkv_attention_args ca;
-                memset(&ca, 0, sizeof ca);
-                ca.batch = B;
-                ca.n_q_heads = Hq;
-                ca.n_queries = Tq;
+                rkv_attention_args ca = fc.args[l][p];
                 ca.q = h_q[l][p];
-                ca.q_dtype = dt;
                 ca.out = h_ref;
                 ca.out_dtype = RKV_DTYPE_F32;
-                ca.session_idx = sess;
-                ca.frame_pos = clock;
-                OKR(rkv_layer_attend(cpu[l], &ca));
-                CK(cudaMemcpy(h_raw, d_out[l][p], q_elems * esz, cudaMemcpyDeviceToHost));
-                OKR(rkv_convert(h_raw, dt, h_out, RKV_DTYPE_F32, q_elems));
-                const double err = ct_rel_err(h_out, h_ref, q_elems);
-                if (err > max_err) max_err = err;
+                OKR(rkv_model_step(cm, l, B, sess, h_kv[l][p], dt, p == NP - 1, &ca));
+                if (!compare_att) continue;
+                const size_t ob = q_elems[l] * rkv_dtype_size(out_dt[l]);
+                CK(cudaMemcpyAsync(h_raw, d_out[l][p], ob, cudaMemcpyDeviceToHost, st));
+                CK(cudaStreamSynchronize(st));
+                OKR(rkv_convert(h_raw, out_dt[l], h_out, RKV_DTYPE_F32, q_elems[l]));
                 checks++;
                 att_checks++;
-                if (!(err <= 1e-2)) {
-                    fails++;
-                    printf("FAIL frame %d pass %d layer %d: attention rel err %.3e\n", f, p, l, err);
-                }
+                fails += compare_out(f, p, l, h_out, h_ref, Hq, Tq[l], cfg.d_head, 1e-2, &max_err);
             }
+
+        /* ---- storage, bits and clocks: exact ---- */
         for (int l = 0; l < NL; l++) {
-            OKR(rkv_cuda_layer_download(gpu[l], h_state, h_written));
+            OKR(rkv_cuda_layer_download(rkv_model_cuda_layer(gm, l), h_state, h_written));
             checks++;
-            if (memcmp(h_state, rkv_layer_kv(cpu[l]), rkv_geometry_memory_bytes(&g[l])) ||
-                memcmp(h_written, rkv_layer_written(cpu[l]),
-                       (size_t)rkv_geometry_total_slots(&g[l]))) {
+            fails += compare_layer(&g[l], l, f, h_state, h_written, rkv_model_layer(cm, l));
+        }
+        for (int64_t s = 0; s < 3; s++) {
+            int64_t a = -9, b = -9;
+            OKR(rkv_model_clock(gm, s, &a));
+            OKR(rkv_model_clock(cm, s, &b));
+            checks++;
+            if (a != b) {
                 fails++;
-                printf("FAIL frame %d layer %d: state differs from the CPU backend\n", f, l);
+                printf("FAIL frame %d: session %lld clock %lld on the GPU model, %lld on the "
+                       "CPU\n", f, (long long)s, (long long)a, (long long)b);
             }
         }
+        if (compare_att)
+            for (int64_t s = 0; s < 3; s++) {
+                OKR(rkv_model_snapshot(gm, s, snap_g, snap_bytes));
+                OKR(rkv_model_snapshot(cm, s, snap_c, snap_bytes));
+                checks++;
+                if (memcmp(snap_g, snap_c, snap_bytes)) {
+                    size_t i = 0;
+                    while (snap_g[i] == snap_c[i]) i++;
+                    fails++;
+                    printf("FAIL frame %d: session %lld's snapshot image differs first at byte "
+                           "%zu of %zu: gpu 0x%02x, cpu 0x%02x\n",
+                           f, (long long)s, i, snap_bytes, snap_g[i], snap_c[i]);
+                }
+            }
         clock[0]++, clock[1]++; /* the frame committed: SEM 6 next = last + 1 */
         if (fails > 20) break;
     }
@@ -215,17 +355,18 @@ int main(int argc, char **argv) {
     printf("RESULT test=cuda_graph status=%s frames=%d fails=%ld max_err=%.3e seconds=%.1f\n",
            fails ? "FAIL" : "PASS", frames, fails, max_err, ct_now() - t_start);
 
-    CK(cudaGraphExecDestroy(exec));
-    CK(cudaGraphDestroy(graph));
-    for (int l = 0; l < NL; l++) {
-        rkv_layer_destroy(cpu[l]);
-        rkv_cuda_layer_destroy(gpu[l]);
+    if (exec) CK(cudaGraphExecDestroy(exec));
+    if (graph) CK(cudaGraphDestroy(graph));
+    rkv_model_destroy(gm);
+    rkv_model_destroy(cm);
+    for (int l = 0; l < NL; l++)
         for (int p = 0; p < NP; p++) {
-            cudaFree(d_kv[l][p]), cudaFree(d_q[l][p]), cudaFree(d_out[l][p]);
+            cudaFree(fc.kv[l][p]), cudaFree(d_q[l][p]), cudaFree(d_out[l][p]);
             free(h_kv[l][p]), free(h_q[l][p]);
         }
-    }
-    free(h_out), free(h_ref), free(h_raw), free(h_written), free(h_state);
-    cudaFree(d_fp), cudaFree(d_sess), cudaFree(d_ws);
+    free(h_out), free(h_ref), free(h_raw), free(h_written), free(h_state), free(snap_g),
+        free(snap_c);
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+    CK(cudaStreamDestroy(st));
     return fails ? 1 : 0;
 }

@@ -1,0 +1,502 @@
+"""ringkv as PyTorch custom ops (namespace ``ringkv``), for ``torch.compile``
+and CUDA graphs. Needs torch >= 2.6; imported on first use of torch tensors
+(``import ringkv`` never imports torch).
+
+Every op acts on the tensors it is given and on nothing else: the C entry
+points it calls (``rkv_ring_*`` of ``include/ringkv.h``,
+``rkv_cuda_ring_*`` of ``include/ringkv_cuda.h``) take the storage and the
+written bits from the op's arguments, never from a handle on the side. So
+``torch.compile``'s functionalization, ``torch.library.opcheck`` and CUDA
+graph capture all see what the op reads and writes. ``LayerRingCache`` and
+``Model`` pass their own storage (torch tensors over ringkv's memory, no
+copy); under Inductor the writes stay in place (no copy of the ring: the
+pitfall of SEMANTICS section 8).
+
+The ops (``torch.ops.ringkv.*``; each has a fake implementation giving the
+shapes and dtypes, and passes ``torch.library.opcheck``):
+
+- ``upsert(ring!, written!, kv, frame_pos, session_idx, geometry, commit,
+  error!) -> ()``: SEMANTICS 3 (scratch write, commit and written bits),
+  in place on ``ring`` and ``written``.
+- ``visible_row(written, frame_pos, session_idx, geometry, error!) ->
+  Tensor``: the reference's ``[N]`` bool visibility row of one row (B = 1),
+  as an upsert at that clock computes it before its commit.
+- ``attend(ring, written, q, session_idx, frame_pos, visible, geometry,
+  scale, out_dtype, error!) -> Tensor``: SEMANTICS 5, ``[B, Hq, Tq, D]``.
+- ``ring_scatter(cache!, written!, dst, kv, mark) -> ()``: the reference's
+  ``mstar::ring_scatter`` with its signature and semantics
+  (``cache.index_copy_(3, dst, kv)``, then ``written.index_fill_(0, dst,
+  True)`` when ``mark``), for any tensors of the reference's shapes and
+  dtypes on any device.
+- ``model_upsert(ring!, written!, kv, session_idx, model, layer, commit) ->
+  ()`` and ``model_attend(ring, written, q, session_idx, model, layer, scale,
+  out_dtype) -> Tensor``: a :class:`ringkv.Model`'s upsert and attention
+  (its clock checks and bookkeeping; CPU models), on the given storage of
+  layer ``layer``; ``model`` is the model's key (:func:`model_key`).
+
+Arguments:
+
+- ``ring``: the K/V storage ``[2, 1, H, N, D]`` (or ``[2, H, N, D]``),
+  float32, float16 or bfloat16, C-contiguous; ``written``: ``[N]`` bool (or
+  uint8), contiguous; both on one device (CPU, or a CUDA GPU).
+- ``geometry``: ``[S, H, RF, RB, D, T, PD]`` (``cache.geometry_list``); the
+  shapes must agree with it (RingKVArrayError otherwise).
+- ``kv``: ``[2, 1, H, B*T, D]`` or ``[2, H, B*T, D]`` in the storage dtype;
+  ``q``: ``[B, Hq, Tq, D]``; ``frame_pos``, ``session_idx``: ``[B]`` int64;
+  ``visible``: ``[B, N]`` or ``[N]`` bool/uint8 rows (then ``frame_pos`` may
+  be None); ``scale`` 0.0 means ``1/sqrt(D)``; ``out_dtype`` None means
+  ``q``'s. All on the storage's device.
+- ``error``: a zeroed int32 tensor of at least one element on the
+  storage's device (:func:`error_word`; a cache's own: ``cache.error_word``).
+  On CUDA the kernels record there the first invalid session id or clock
+  (device values; such a call writes nothing): :func:`check_error` or
+  ``LayerRingCache.check()`` reads and clears it. On the CPU it is never
+  written: the library checks every value before writing and raises at
+  once. (It is a required argument, declared as mutated, on every device:
+  Inductor mishandles an optional mutated argument passed as None in an op
+  that returns a tensor.)
+
+On CUDA the ops enqueue on ``torch.cuda.current_stream()``, allocate only
+through torch's caching allocator (the visibility row, the attention's
+output and split workspace) and never synchronize or copy from the host:
+with every argument a tensor on the GPU they can be captured by
+``torch.cuda.graph``. The first call on a GPU prepares it
+(``rkv_cuda_ring_prepare``: device properties, kernel limits; not
+capture-safe): a CUDA ``LayerRingCache`` does that at construction; for
+other tensors, run the op once before capturing (the usual warm-up does).
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+from . import _arrays as ar
+from ._lib import (AttentionArgs, CudaAttentionArgs, CudaRingView, Geometry, RingView, lib,
+                   require)
+from ._lib import cuda as _cuda_lib
+from .errors import (RingKVArrayError, RingKVDeviceError, RingKVIndexError, RingKVRuntimeError,
+                     RingKVValueError, check)
+
+__all__ = ["upsert", "visible_row", "attend", "ring_scatter", "model_upsert", "model_attend",
+           "error_word", "check_error", "model_key", "MIN_TORCH"]
+
+#: The oldest torch the ops are written for (custom_op, register_fake,
+#: opcheck, FlexAttention's BlockMask.from_kv_blocks with seq_lengths).
+MIN_TORCH = (2, 6)
+
+_CODES = {torch.float32: ar.F32, torch.float16: ar.F16, torch.bfloat16: ar.BF16}
+_P64 = ctypes.POINTER(ctypes.c_int64)
+_PU8 = ctypes.POINTER(ctypes.c_uint8)
+
+
+# ---- argument checks shared by the ops ----------------------------------------
+
+def _geometry(geometry: list[int], dtype: torch.dtype) -> Geometry:
+    if len(geometry) != 7:
+        raise RingKVValueError(f"geometry must be [S, H, RF, RB, D, T, PD] (7 ints); got "
+                               f"{list(geometry)}")
+    if dtype not in _CODES:
+        raise RingKVArrayError(f"ring storage dtype {dtype} is not one ringkv has (float32, "
+                               "float16, bfloat16)")
+    return Geometry(*(int(x) for x in geometry), _CODES[dtype])
+
+
+def _check_storage(ring: Tensor | None, written: Tensor, g: Geometry) -> None:
+    """The storage tensors against the geometry (RingKVArrayError), on one
+    device (RingKVDeviceError)."""
+    S, H, RF, T, D = g.num_sessions, g.n_kv_heads, g.ring_frames, g.tokens_per_frame, g.d_head
+    N = S * (RF + 1) * T
+    if ring is not None:
+        if tuple(ring.shape) not in ((2, 1, H, N, D), (2, H, N, D)) or not ring.is_contiguous():
+            raise RingKVArrayError(
+                f"ring must be a C-contiguous [2, 1, H, N, D] = {[2, 1, H, N, D]} tensor for the "
+                f"geometry {[S, H, RF, g.ring_buckets, D, T, g.pinned_dilation]}; got "
+                f"{list(ring.shape)}" + ("" if ring.is_contiguous() else " (not contiguous)"))
+        if written.device != ring.device:
+            raise RingKVDeviceError(f"ringkv: written is on {written.device} and ring on "
+                                    f"{ring.device}; both must be on one device")
+    if (tuple(written.shape) != (N,) or written.dtype not in (torch.bool, torch.uint8)
+            or not written.is_contiguous()):
+        raise RingKVArrayError(f"written must be a contiguous [N] = [{N}] bool tensor; got "
+                               f"{list(written.shape)} {written.dtype}")
+
+
+def _same_device(x: Tensor | None, name: str, device: torch.device) -> None:
+    if x is not None and x.device != device:
+        raise RingKVDeviceError(f"ringkv: {name} is a tensor on {x.device}, but the ring is on "
+                                f"{device}: pass it on {device}")
+
+
+def _i64(x: Tensor, name: str) -> Tensor:
+    if x.ndim != 1 or x.dtype != torch.int64:
+        raise RingKVArrayError(f"{name} must be a [B] int64 tensor; got {tuple(x.shape)} "
+                               f"{x.dtype}")
+    return x.contiguous()
+
+
+def _kv_input(kv: Tensor, g: Geometry, batch: int, storage: torch.dtype) -> Tensor:
+    expect = (2, 1, g.n_kv_heads, batch * g.tokens_per_frame, g.d_head)
+    msg = ar.kv_mismatch(tuple(kv.shape), _CODES.get(kv.dtype), kv, expect, _CODES[storage])
+    if msg:
+        raise RingKVArrayError(msg)
+    return _aligned(kv)
+
+
+def _aligned(x: Tensor) -> Tensor:
+    """``x`` C-contiguous and, on CUDA, 16-byte aligned (what the kernels
+    read with vector loads), copied once on its device otherwise."""
+    if x.is_contiguous() and (x.device.type == "cpu" or x.data_ptr() % 16 == 0):
+        return x
+    return x.clone(memory_format=torch.contiguous_format)
+
+
+# ---- the C views ----------------------------------------------------------------
+
+def _host_view(ring: Tensor | None, written: Tensor, g: Geometry) -> RingView:
+    require("rkv_ring_upsert")
+    return RingView(g, None if ring is None else ring.data_ptr(), written.data_ptr())
+
+
+def _cuda(device: torch.device):
+    """(libringkv_cuda, its device index, the current stream's handle) for a
+    call on GPU ``device``; prepares the GPU for views (C returns at once
+    after the first time)."""
+    clib = _cuda_lib()
+    if not hasattr(clib, "rkv_cuda_ring_upsert"):
+        raise RingKVRuntimeError("ringkv: the loaded libringkv_cuda.so lacks the ring-view calls "
+                                 "(rkv_cuda_ring_*); rebuild it from this tree")
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    check(clib.rkv_cuda_ring_prepare(index))
+    return clib, index, torch.cuda.current_stream(device).cuda_stream
+
+
+def _check_error(error: Tensor, written: Tensor) -> None:
+    if (error.device != written.device or error.dtype != torch.int32 or error.numel() < 1
+            or not error.is_contiguous()):
+        raise RingKVArrayError(f"error must be a contiguous int32 tensor of at least one element "
+                               f"on {written.device} (ringkv.ops.error_word(device)); got "
+                               f"{tuple(error.shape)} {error.dtype} on {error.device}")
+
+
+def _device_view(ring: Tensor | None, written: Tensor, error: Tensor, g: Geometry,
+                 index: int) -> CudaRingView:
+    return CudaRingView(g, index, None if ring is None else ring.data_ptr(), written.data_ptr(),
+                        error.data_ptr())
+
+
+# ---- upsert ---------------------------------------------------------------------
+
+@torch.library.custom_op("ringkv::upsert", mutates_args=("ring", "written", "error"))
+def upsert(ring: Tensor, written: Tensor, kv: Tensor, frame_pos: Tensor, session_idx: Tensor,
+           geometry: list[int], commit: bool, error: Tensor) -> None:
+    """One upsert of SEMANTICS 3 for B rows, in place on ``ring`` and
+    ``written`` (``rkv_ring_upsert`` / ``rkv_cuda_ring_upsert``). Errors as
+    ``LayerRingCache.upsert``; nothing is written when it raises."""
+    g = _geometry(geometry, ring.dtype)
+    _check_storage(ring, written, g)
+    for x, name in ((kv, "kv"), (frame_pos, "frame_pos"), (session_idx, "session_idx")):
+        _same_device(x, name, ring.device)
+    _check_error(error, written)
+    fp, si = _i64(frame_pos, "frame_pos"), _i64(session_idx, "session_idx")
+    if si.shape != fp.shape:
+        raise RingKVArrayError(f"session_idx must be a {list(fp.shape)} int64 tensor matching "
+                               f"frame_pos; got {tuple(si.shape)}")
+    B = fp.shape[0]
+    src = _kv_input(kv, g, B, ring.dtype)
+    if ring.device.type == "cpu":
+        view = _host_view(ring, written, g)
+        check(lib.rkv_ring_upsert(ctypes.byref(view), src.data_ptr(), g.dtype, B, fp.data_ptr(),
+                                  si.data_ptr(), 1 if commit else 0, None))
+        return
+    clib, index, stream = _cuda(ring.device)
+    view = _device_view(ring, written, error, g, index)
+    with torch.cuda.device(index):
+        check(clib.rkv_cuda_ring_upsert(ctypes.byref(view), src.data_ptr(), g.dtype, B,
+                                        fp.data_ptr(), si.data_ptr(), 1 if commit else 0, None,
+                                        stream))
+
+
+@upsert.register_fake
+def _upsert_fake(ring, written, kv, frame_pos, session_idx, geometry, commit, error):
+    return None
+
+
+# ---- the visibility row ---------------------------------------------------------
+
+@torch.library.custom_op("ringkv::visible_row", mutates_args=("error",))
+def visible_row(written: Tensor, frame_pos: Tensor, session_idx: Tensor, geometry: list[int],
+                error: Tensor) -> Tensor:
+    """The reference's visibility row ``[N]`` bool of one row (``frame_pos``
+    and ``session_idx`` of shape [1]) from the bits as they are: written AND
+    the session's slots, minus the ring frame a write step overwrites
+    (``rkv_ring_visible_row`` / ``rkv_cuda_ring_visible_row``). A new tensor
+    the caller owns."""
+    g = _geometry(geometry, torch.float32)  # the row does not depend on the storage dtype
+    _check_storage(None, written, g)
+    for x, name in ((frame_pos, "frame_pos"), (session_idx, "session_idx")):
+        _same_device(x, name, written.device)
+    _check_error(error, written)
+    fp, si = _i64(frame_pos, "frame_pos"), _i64(session_idx, "session_idx")
+    if fp.shape[0] != 1 or si.shape[0] != 1:
+        raise RingKVRuntimeError("ring cache's fallback visibility row only supports B == 1; "
+                                 "the engine path passes build_visibility=False.")
+    row = torch.empty(written.shape[0], dtype=torch.bool, device=written.device)
+    if written.device.type == "cpu":
+        view = _host_view(None, written, g)
+        check(lib.rkv_ring_visible_row(ctypes.byref(view), int(si[0]), int(fp[0]),
+                                       row.data_ptr()))
+        return row
+    clib, index, stream = _cuda(written.device)
+    view = _device_view(None, written, error, g, index)
+    with torch.cuda.device(index):
+        check(clib.rkv_cuda_ring_visible_row(ctypes.byref(view), si.data_ptr(), fp.data_ptr(),
+                                             row.data_ptr(), stream))
+    return row
+
+
+@visible_row.register_fake
+def _visible_row_fake(written, frame_pos, session_idx, geometry, error):
+    return written.new_empty((written.shape[0],), dtype=torch.bool)
+
+
+# ---- attention ------------------------------------------------------------------
+
+def _check_q(q: Tensor, g: Geometry, batch: int) -> None:
+    if q.ndim != 4:
+        raise RingKVArrayError(f"q must be [B, Hq, Tq, D]; got shape {tuple(q.shape)}")
+    B, Hq, Tq, D = q.shape
+    if B != batch:
+        raise RingKVArrayError(f"q has B = {B} rows but session_idx has {batch}")
+    if D != g.d_head:
+        raise RingKVArrayError(f"q has d_head {D}; the layer's is {g.d_head}")
+    if Tq < 1 or Hq < 1 or Hq % g.n_kv_heads:
+        raise RingKVArrayError(f"q has n_q_heads = {Hq}, Tq = {Tq}; expected Tq >= 1 and a "
+                               f"positive multiple of the layer's n_kv_heads = {g.n_kv_heads} "
+                               "(GQA)")
+    if q.dtype not in _CODES:
+        raise RingKVArrayError(f"q dtype {q.dtype} is not float32, float16 or bfloat16")
+
+
+def _out_dtype(q: Tensor, out_dtype: Optional[torch.dtype]) -> torch.dtype:
+    dt = q.dtype if out_dtype is None else out_dtype
+    if dt not in _CODES:
+        raise RingKVArrayError(f"out_dtype {dt} is not float32, float16 or bfloat16")
+    return dt
+
+
+def _rows(visible: Tensor, batch: int, total: int) -> Tensor:
+    if visible.dtype not in (torch.bool, torch.uint8):
+        raise RingKVArrayError("visible must be a bool or uint8 array of rows [B, N]")
+    rows = _aligned(visible.reshape(-1))
+    if rows.shape[0] != batch * total:
+        raise RingKVArrayError(f"visible has {rows.shape[0]} entries; expected B*N = "
+                               f"{batch}*{total}")
+    return rows
+
+
+@torch.library.custom_op("ringkv::attend", mutates_args=("error",))
+def attend(ring: Tensor, written: Tensor, q: Tensor, session_idx: Tensor,
+           frame_pos: Optional[Tensor], visible: Optional[Tensor], geometry: list[int],
+           scale: float, out_dtype: Optional[torch.dtype], error: Tensor) -> Tensor:
+    """Attention of ``q`` over the ring (SEMANTICS 5): visibility from the
+    bits and ``frame_pos``, or from the rows ``visible``. Returns a new
+    ``[B, Hq, Tq, D]`` tensor (``rkv_ring_attend`` /
+    ``rkv_cuda_ring_attend``)."""
+    g = _geometry(geometry, ring.dtype)
+    _check_storage(ring, written, g)
+    for x, name in ((q, "q"), (session_idx, "session_idx"), (frame_pos, "frame_pos"),
+                    (visible, "visible")):
+        _same_device(x, name, ring.device)
+    _check_error(error, written)
+    si = _i64(session_idx, "session_idx")
+    B = si.shape[0]
+    _check_q(q, g, B)
+    _, Hq, Tq, _ = q.shape
+    qc = _aligned(q)
+    out = torch.empty(q.shape, dtype=_out_dtype(q, out_dtype), device=q.device)
+    fp = rows = None
+    if visible is not None:
+        rows = _rows(visible, B, written.shape[0])
+    elif frame_pos is None:
+        raise RingKVValueError("attend needs frame_pos (the bits-and-clock rule) or visible "
+                               "(explicit per-slot rows)")
+    else:
+        fp = _i64(frame_pos, "frame_pos")
+        if fp.shape != si.shape:
+            raise RingKVArrayError(f"frame_pos has {fp.shape[0]} rows; session_idx has {B}")
+    if not math.isfinite(scale):
+        raise RingKVValueError(f"scale must be finite; got {scale}")
+    if ring.device.type == "cpu":
+        view = _host_view(ring, written, g)
+        args = AttentionArgs(batch=B, n_q_heads=Hq, n_queries=Tq, q=qc.data_ptr(),
+                             q_dtype=_CODES[q.dtype], out=out.data_ptr(),
+                             out_dtype=_CODES[out.dtype], scale=scale)
+        args.session_idx = ctypes.cast(si.data_ptr(), _P64)
+        if fp is not None:
+            args.frame_pos = ctypes.cast(fp.data_ptr(), _P64)
+        if rows is not None:
+            args.visible = ctypes.cast(rows.data_ptr(), _PU8)
+        check(lib.rkv_ring_attend(ctypes.byref(view), ctypes.byref(args)))
+        return out
+    clib, index, stream = _cuda(ring.device)
+    view = _device_view(ring, written, error, g, index)
+    args = CudaAttentionArgs(batch=B, n_q_heads=Hq, n_queries=Tq, q=qc.data_ptr(),
+                             q_dtype=_CODES[q.dtype], out=out.data_ptr(),
+                             out_dtype=_CODES[out.dtype], session_idx=si.data_ptr(),
+                             frame_pos=None if fp is None else fp.data_ptr(),
+                             visible=None if rows is None else rows.data_ptr(), scale=scale)
+    with torch.cuda.device(index):
+        ws_bytes = int(clib.rkv_cuda_ring_attention_workspace_bytes(ctypes.byref(view),
+                                                                    ctypes.byref(args)))
+        ws = None
+        if ws_bytes:  # the caching allocator: capture-safe, ordered by the stream
+            ws = torch.empty(ws_bytes, dtype=torch.uint8, device=q.device)
+            args.workspace, args.workspace_bytes = ws.data_ptr(), ws_bytes
+        check(clib.rkv_cuda_ring_attend(ctypes.byref(view), ctypes.byref(args), stream))
+    return out
+
+
+@attend.register_fake
+def _attend_fake(ring, written, q, session_idx, frame_pos, visible, geometry, scale, out_dtype,
+                 error):
+    return q.new_empty(q.shape, dtype=q.dtype if out_dtype is None else out_dtype)
+
+
+# ---- the reference's scatter --------------------------------------------------------
+
+@torch.library.custom_op("ringkv::ring_scatter", mutates_args=("cache", "written"))
+def ring_scatter(cache: Tensor, written: Tensor, dst: Tensor, kv: Tensor, mark: bool) -> None:
+    """The reference's ``mstar::ring_scatter`` (``seed_ring_cache.py``): writes
+    ``kv`` ``[2, 1, H, M, D]`` into the token slots ``dst`` (``[M]`` int64)
+    of ``cache`` ``[2, 1, H, N, D]`` and, when ``mark``, sets ``written[dst]``
+    (``[N]`` bool). Same signature, same semantics, any dtype and device
+    (torch's ``index_copy_`` and ``index_fill_``, as the reference; not
+    ``written[dst] = True``, whose host scalar breaks graph capture)."""
+    cache.index_copy_(3, dst, kv)
+    if mark:
+        written.index_fill_(0, dst, True)
+
+
+@ring_scatter.register_fake
+def _ring_scatter_fake(cache, written, dst, kv, mark):
+    return None
+
+
+# ---- a Model's calls ------------------------------------------------------------
+
+def model_key(model: Any) -> int:
+    """The int that names ``model`` (a :class:`ringkv.Model`) in the model
+    ops: its ``rkv_model*``, registered (ringkv.model.LIVE_MODELS) while the
+    model lives; the ops refuse a key that names no live model."""
+    from .model import LIVE_MODELS
+    key = int(model._h.ptr)
+    if LIVE_MODELS.get(key) is not model:
+        raise RingKVValueError(f"{model!r} is not a live ringkv.Model")
+    return key
+
+
+def _model_ptr(model: int) -> int:
+    from .model import LIVE_MODELS
+    if LIVE_MODELS.get(model) is None:
+        raise RingKVValueError(f"ringkv: model key {model:#x} names no live ringkv.Model "
+                               "(ringkv.ops.model_key(model) gives a model's key)")
+    return model
+
+
+def _model_layer_view(ring: Tensor, written: Tensor, model: int, layer: int) -> RingView:
+    if ring.device.type != "cpu":
+        raise RingKVDeviceError(f"ringkv: ring is a tensor on {ring.device}, but a Model's "
+                                "layers are on cpu")
+    g = Geometry()
+    cfg = lib.rkv_model_get_config(model).contents
+    if not 0 <= layer < cfg.n_layers:
+        raise RingKVIndexError(f"layer {layer} out of range; expected 0..{cfg.n_layers - 1}")
+    check(lib.rkv_model_config_layer_geometry(ctypes.byref(cfg), layer, ctypes.byref(g)))
+    _check_storage(ring, written, g)
+    if _CODES.get(ring.dtype) != g.dtype:
+        raise RingKVArrayError(f"ring dtype {ring.dtype} is not the model's "
+                               f"{ar.DTYPE_NAMES[g.dtype]}")
+    return _host_view(ring, written, g)
+
+
+@torch.library.custom_op("ringkv::model_upsert", mutates_args=("ring", "written"))
+def model_upsert(ring: Tensor, written: Tensor, kv: Tensor, session_idx: Tensor, model: int,
+                 layer: int, commit: bool) -> None:
+    """``Model.upsert`` on the given storage of layer ``layer``
+    (``rkv_model_upsert_ring``): the model's checks (sessions held and inside
+    a frame) and clocks; a commit marks the layer, and the frame ends once
+    every layer has committed."""
+    view = _model_layer_view(ring, written, _model_ptr(model), layer)
+    si = _i64(session_idx, "session_idx")
+    _same_device(kv, "kv", ring.device)
+    _same_device(si, "session_idx", ring.device)
+    src = _kv_input(kv, view.g, si.shape[0], ring.dtype)
+    check(lib.rkv_model_upsert_ring(model, layer, ctypes.byref(view), si.shape[0],
+                                    si.data_ptr(), src.data_ptr(), view.g.dtype,
+                                    1 if commit else 0))
+
+
+@model_upsert.register_fake
+def _model_upsert_fake(ring, written, kv, session_idx, model, layer, commit):
+    return None
+
+
+@torch.library.custom_op("ringkv::model_attend", mutates_args=())
+def model_attend(ring: Tensor, written: Tensor, q: Tensor, session_idx: Tensor, model: int,
+                 layer: int, scale: float = 0.0,
+                 out_dtype: Optional[torch.dtype] = None) -> Tensor:
+    """``Model.attend`` on the given storage of layer ``layer``
+    (``rkv_model_attend_ring``): the sessions' declared clocks, the
+    bits-and-clock rule. Returns ``[B, Hq, Tq, D]``."""
+    view = _model_layer_view(ring, written, _model_ptr(model), layer)
+    si = _i64(session_idx, "session_idx")
+    _same_device(q, "q", ring.device)
+    _same_device(si, "session_idx", ring.device)
+    B = si.shape[0]
+    _check_q(q, view.g, B)
+    if not math.isfinite(scale):
+        raise RingKVValueError(f"scale must be finite; got {scale}")
+    _, Hq, Tq, _ = q.shape
+    qc = q.contiguous()
+    out = torch.empty(q.shape, dtype=_out_dtype(q, out_dtype))
+    args = AttentionArgs(batch=B, n_q_heads=Hq, n_queries=Tq, q=qc.data_ptr(),
+                         q_dtype=_CODES[q.dtype], out=out.data_ptr(),
+                         out_dtype=_CODES[out.dtype], scale=scale)
+    check(lib.rkv_model_attend_ring(model, layer, ctypes.byref(view), B, si.data_ptr(),
+                                    ctypes.byref(args)))
+    return out
+
+
+@model_attend.register_fake
+def _model_attend_fake(ring, written, q, session_idx, model, layer, scale=0.0, out_dtype=None):
+    return q.new_empty(q.shape, dtype=q.dtype if out_dtype is None else out_dtype)
+
+
+# ---- device error words ---------------------------------------------------------
+
+def error_word(device: Any) -> Tensor:
+    """A zeroed int32 error word for the ops on tensors of ``device`` (16
+    bytes: the CUDA kernels use the first int; the CPU never writes it)."""
+    return torch.zeros(4, dtype=torch.int32, device=device)
+
+
+def check_error(written: Tensor, error: Tensor, geometry: list[int]) -> None:
+    """Reads and clears the device error word ``error`` of the ops on the
+    CUDA ring whose written bits are ``written`` (``rkv_cuda_ring_check``:
+    synchronizes the current stream; not capture-safe). Raises the
+    IndexError / ValueError class of the first invalid row recorded (the
+    call wrote nothing). A no-op for CPU tensors, which the library checks
+    before writing."""
+    if written.device.type == "cpu":
+        return
+    g = _geometry(geometry, torch.float32)
+    _check_storage(None, written, g)
+    _check_error(error, written)
+    clib, index, stream = _cuda(written.device)
+    view = _device_view(None, written, error, g, index)
+    with torch.cuda.device(index):
+        check(clib.rkv_cuda_ring_check(ctypes.byref(view), stream))

@@ -1,0 +1,149 @@
+/* The CPU backend's table: the model's layers are rkv_layer in host memory
+ * (layer.c, attention*.c), so every operation is a direct call, memory is
+ * malloc'd, copies are memcpy and there is nothing to wait for. Also the
+ * check of a table handed to rkv_model_create_with_backend. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+
+static rkv_status cpu_layer_create(void *ctx, const rkv_geometry *g, void **layer) {
+    (void)ctx;
+    rkv_layer *l = NULL;
+    rkv_status st = rkv_layer_create(g, &l);
+    if (st == RKV_OK) *layer = l;
+    return st;
+}
+static void cpu_layer_destroy(void *ctx, void *layer) {
+    (void)ctx;
+    rkv_layer_destroy(layer);
+}
+static size_t cpu_layer_memory_bytes(void *ctx, const void *layer) {
+    (void)ctx;
+    return rkv_layer_memory_bytes(layer);
+}
+
+static rkv_status cpu_alloc(void *ctx, size_t bytes, void **ptr) {
+    (void)ctx;
+    const size_t rounded = (bytes + 63) & ~(size_t)63;
+    void *p = rounded >= bytes && rounded ? aligned_alloc(64, rounded) : NULL;
+    if (!p) return rkv__fail(RKV_ERR_NO_MEMORY, "cpu backend: cannot allocate %zu bytes", bytes);
+    *ptr = p;
+    return RKV_OK;
+}
+static void cpu_free(void *ctx, void *ptr) {
+    (void)ctx;
+    free(ptr);
+}
+static rkv_status cpu_copy_in(void *ctx, void *dst, const void *src, size_t bytes) {
+    (void)ctx;
+    memcpy(dst, src, bytes);
+    return RKV_OK;
+}
+static rkv_status cpu_synchronize(void *ctx) {
+    (void)ctx;
+    return RKV_OK;
+}
+
+static rkv_status cpu_upsert(void *ctx, void *layer, const void *kv, rkv_dtype kv_dtype,
+                             int64_t batch, const int64_t *frame_pos, const int64_t *session_idx,
+                             int commit) {
+    (void)ctx;
+    return rkv_layer_upsert(layer, kv, kv_dtype, batch, frame_pos, session_idx, commit, NULL);
+}
+static rkv_status cpu_attend_check(void *ctx, const void *layer, const rkv_attention_args *a) {
+    (void)ctx;
+    return rkv__attention_check(layer, a, "rkv_layer_attend");
+}
+static rkv_status cpu_attend(void *ctx, const void *layer, const rkv_attention_args *a,
+                             void *workspace, size_t workspace_bytes) {
+    (void)ctx, (void)workspace, (void)workspace_bytes;
+    return rkv_layer_attend(layer, a);
+}
+
+static rkv_status cpu_reset(void *ctx, void *layer, int64_t session) {
+    (void)ctx;
+    return rkv_layer_reset(layer, session);
+}
+static rkv_status cpu_span_read(void *ctx, const void *layer, int64_t session,
+                                rkv_span_part part, int64_t head, void *dst) {
+    (void)ctx;
+    return rkv_layer_read_span(layer, session, part, head, dst);
+}
+static rkv_status cpu_span_write(void *ctx, void *layer, int64_t session, rkv_span_part part,
+                                 int64_t head, const void *src) {
+    (void)ctx;
+    return rkv_layer_write_span(layer, session, part, head, src);
+}
+static rkv_status cpu_span_copy(void *ctx, void *layer, int64_t src_session,
+                                int64_t dst_session) {
+    (void)ctx;
+    return rkv_layer_copy_span(layer, src_session, dst_session);
+}
+
+static const rkv_backend_ops cpu_ops = {
+    .abi_version = RKV_BACKEND_ABI_VERSION,
+    .struct_size = sizeof(rkv_backend_ops),
+    .name = "cpu",
+    .max_batch = 0,
+    .ctx_destroy = NULL,
+    .layer_create = cpu_layer_create,
+    .layer_destroy = cpu_layer_destroy,
+    .layer_memory_bytes = cpu_layer_memory_bytes,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .copy_in = cpu_copy_in,
+    .synchronize = cpu_synchronize,
+    .check = NULL, /* everything is checked on the host */
+    .upsert = cpu_upsert,
+    .attend_check = cpu_attend_check,
+    .attend = cpu_attend,
+    .attend_workspace_bytes = NULL, /* the thread pool keeps its own scratch */
+    .reset = cpu_reset,
+    .span_read = cpu_span_read,
+    .span_write = cpu_span_write,
+    .span_copy = cpu_span_copy,
+};
+
+const rkv_backend_ops *rkv_backend_cpu(void) { return &cpu_ops; }
+
+/* The size of version 1 of the table: up to and including span_copy. */
+#define V1_SIZE (offsetof(rkv_backend_ops, span_copy) + sizeof(cpu_ops.span_copy))
+
+rkv_status rkv__backend_adopt(const rkv_backend_ops *ops, const char *what,
+                              rkv_backend_ops *out) {
+    if (!ops) return rkv__fail(RKV_ERR_NULL, "%s: ops is NULL", what);
+    if (ops->abi_version < 1 || ops->abi_version > RKV_BACKEND_ABI_VERSION)
+        return rkv__fail(RKV_ERR_INVALID_ARG,
+                         "%s: backend table of ABI version %u; this core knows versions 1..%d "
+                         "(a newer backend needs a newer libringkv)",
+                         what, (unsigned)ops->abi_version, RKV_BACKEND_ABI_VERSION);
+    if (ops->struct_size < V1_SIZE)
+        return rkv__fail(RKV_ERR_INVALID_ARG,
+                         "%s: backend table of %u bytes; version %u has at least %zu", what,
+                         (unsigned)ops->struct_size, (unsigned)ops->abi_version, (size_t)V1_SIZE);
+    memset(out, 0, sizeof *out);
+    memcpy(out, ops, ops->struct_size < sizeof *out ? ops->struct_size : sizeof *out);
+    if (out->max_batch < 0)
+        return rkv__fail(RKV_ERR_INVALID_ARG, "%s: backend max_batch %lld; expected >= 0", what,
+                         (long long)out->max_batch);
+    static const struct {
+        size_t off;
+        const char *name;
+    } required[] = {
+#define R(m) {offsetof(rkv_backend_ops, m), #m}
+        R(layer_create), R(layer_destroy), R(layer_memory_bytes), R(alloc), R(free), R(copy_in),
+        R(synchronize), R(upsert), R(attend_check), R(attend), R(reset), R(span_read),
+        R(span_write), R(span_copy),
+#undef R
+    };
+    for (size_t i = 0; i < sizeof required / sizeof required[0]; i++) {
+        void (*fn)(void);
+        memcpy(&fn, (const char *)out + required[i].off, sizeof fn);
+        if (!fn)
+            return rkv__fail(RKV_ERR_INVALID_ARG, "%s: backend '%s' has no %s operation", what,
+                             out->name ? out->name : "(unnamed)", required[i].name);
+    }
+    if (!out->name) out->name = "(unnamed)";
+    return RKV_OK;
+}

@@ -1,0 +1,319 @@
+// The CUDA backend's table for rkv_model (include/ringkv_backend.h): the
+// model's layers are rkv_cuda_layer, BACKEND memory is device memory of the
+// model's GPU, and every operation is enqueued on the model's stream. The
+// per-pass operations are the layer calls of ringkv_cuda.h (capture-safe);
+// begin_frame's batch copy goes through a small ring of pinned staging
+// slots so that it stays asynchronous. Registered with the core through
+// the public rkv_model_create_with_backend (docs/backends.md).
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_internal.cuh"
+
+namespace {
+
+// Staging slots for copy_in: begin_frame copies one slot per frame, so 8
+// slots let the host run 8 frames ahead of the GPU before it waits.
+constexpr int kStageSlots = 8;
+
+struct CudaCtx {
+    int device;
+    cudaStream_t stream;
+    size_t slot_bytes;              // bytes of one staging slot
+    uint8_t *stage;                 // pinned HOST [kStageSlots][slot_bytes]
+    cudaEvent_t done[kStageSlots];  // recorded after each slot's copy
+    bool armed[kStageSlots];        // its event was recorded at least once
+    bool made[kStageSlots];         // its event exists
+    int next;                       // the slot of the next copy
+};
+
+CudaCtx *ctx_of(void *c) { return static_cast<CudaCtx *>(c); }
+rkv_cuda_layer *layer_of(void *l) { return static_cast<rkv_cuda_layer *>(l); }
+const rkv_cuda_layer *layer_of(const void *l) { return static_cast<const rkv_cuda_layer *>(l); }
+
+// The model's device must be current (as for the layer calls): memory and
+// copies would otherwise land on another GPU.
+rkv_status check_current(const CudaCtx *c, const char *what) {
+    return rkv__cuda_check_current(c->device, "model", what);
+}
+
+void ctx_destroy(void *vc) {
+    CudaCtx *c = ctx_of(vc);
+    if (!c) return;
+    (void)cudaStreamSynchronize(c->stream);
+    for (int k = 0; k < kStageSlots; k++)
+        if (c->made[k]) cudaEventDestroy(c->done[k]);
+    if (c->stage) cudaFreeHost(c->stage);
+    (void)cudaGetLastError();
+    free(c);
+}
+
+rkv_status layer_create(void *vc, const rkv_geometry *g, void **layer) {
+    rkv_cuda_layer *l = nullptr;
+    rkv_status st = rkv_cuda_layer_create(g, ctx_of(vc)->device, &l);
+    if (st == RKV_OK) *layer = l;
+    return st;
+}
+void layer_destroy(void *, void *layer) { rkv_cuda_layer_destroy(layer_of(layer)); }
+size_t layer_memory_bytes(void *, const void *layer) {
+    return rkv_cuda_layer_memory_bytes(layer_of(layer));
+}
+
+rkv_status mem_alloc(void *vc, size_t bytes, void **ptr) {
+    static const char what[] = "cuda backend: cudaMalloc";
+    rkv_status st = check_current(ctx_of(vc), what);
+    if (st != RKV_OK) return st;
+    void *p = nullptr;
+    cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return rkv_error_set(e == cudaErrorMemoryAllocation ? RKV_ERR_NO_MEMORY : RKV_ERR_STATE,
+                             "%s of %zu bytes: CUDA error %s (%s)", what, bytes,
+                             cudaGetErrorName(e), cudaGetErrorString(e));
+    }
+    *ptr = p;
+    return RKV_OK;
+}
+void mem_free(void *, void *ptr) {
+    if (ptr) cudaFree(ptr);  // waits for the device's work that may use it
+    (void)cudaGetLastError();
+}
+
+// HOST src -> device dst on the model's stream. The batch of begin_frame
+// (at most slot_bytes) goes through the next pinned staging slot, so the
+// copy is truly asynchronous; before a slot is reused its previous copy
+// must have run (its event). Anything larger (no caller today) is copied
+// from pageable memory and waited for.
+rkv_status copy_in(void *vc, void *dst, const void *src, size_t bytes) {
+    static const char what[] = "cuda backend: batch copy";
+    CudaCtx *c = ctx_of(vc);
+    rkv_status st = check_current(c, what);
+    if (st != RKV_OK) return st;
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    cudaError_t e = cudaStreamIsCapturing(c->stream, &cs);
+    if (e != cudaSuccess) return rkv__cuda_fail(e, what);
+    if (cs != cudaStreamCaptureStatusNone)
+        return rkv_error_set(RKV_ERR_STATE,
+                             "%s: the model's stream is being captured; rkv_model_begin_frame "
+                             "copies the batch from host memory and must run outside the capture "
+                             "(the captured calls read the buffers it writes)",
+                             what);
+    if (bytes > c->slot_bytes) {
+        e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream);
+        return e == cudaSuccess ? RKV_OK : rkv__cuda_fail(e, what);
+    }
+    const int k = c->next;
+    if (c->armed[k] && (e = cudaEventSynchronize(c->done[k])) != cudaSuccess)
+        return rkv__cuda_fail(e, what);
+    uint8_t *slot = c->stage + (size_t)k * c->slot_bytes;
+    memcpy(slot, src, bytes);
+    e = cudaMemcpyAsync(dst, slot, bytes, cudaMemcpyHostToDevice, c->stream);
+    if (e == cudaSuccess) e = cudaEventRecord(c->done[k], c->stream);
+    if (e != cudaSuccess) return rkv__cuda_fail(e, what);
+    c->armed[k] = true;
+    c->next = (k + 1) % kStageSlots;
+    return RKV_OK;
+}
+
+rkv_status synchronize(void *vc) {
+    static const char what[] = "cuda backend: cudaStreamSynchronize";
+    CudaCtx *c = ctx_of(vc);
+    rkv_status st = check_current(c, what);
+    if (st != RKV_OK) return st;
+    // (not cudaGetLastError: it would report the caller's own earlier
+    // failures; a kernel's asynchronous failure comes back from here)
+    cudaError_t e = cudaStreamSynchronize(c->stream);
+    return e == cudaSuccess ? RKV_OK : rkv__cuda_fail(e, what);
+}
+rkv_status check(void *vc, void *layer) {
+    return rkv_cuda_layer_check(layer_of(layer), ctx_of(vc)->stream);
+}
+
+// ---- per pass (capture-safe) ---------------------------------------------------
+
+rkv_status upsert(void *vc, void *layer, const void *kv, rkv_dtype kv_dtype, int64_t batch,
+                  const int64_t *frame_pos, const int64_t *session_idx, int commit) {
+    return rkv_cuda_layer_upsert(layer_of(layer), kv, kv_dtype, batch, frame_pos, session_idx,
+                                 commit, nullptr, ctx_of(vc)->stream);
+}
+rkv_status attend_check(void *, const void *layer, const rkv_attention_args *a) {
+    rkv_cuda_attention_args ca;
+    rkv__cuda_model_attention_args(a, nullptr, 0, &ca);
+    rkv__cuda_attn_plan plan;
+    return rkv__cuda_attention_plan_checked(layer_of(layer), &ca, 0, &plan);
+}
+rkv_status attend(void *vc, const void *layer, const rkv_attention_args *a, void *workspace,
+                  size_t workspace_bytes) {
+    rkv_cuda_attention_args ca;
+    rkv__cuda_model_attention_args(a, workspace, workspace_bytes, &ca);
+    return rkv_cuda_layer_attend(layer_of(layer), &ca, ctx_of(vc)->stream);
+}
+size_t attend_workspace_bytes(void *, const void *layer, int64_t max_batch, int64_t n_q_heads) {
+    const rkv_cuda_layer *l = layer_of(layer);
+    return rkv__cuda_model_workspace_bytes(&l->g, &l->dev, l->attn_stages, l->attn_kernel,
+                                           max_batch, n_q_heads);
+}
+
+// ---- sessions ------------------------------------------------------------------
+
+rkv_status reset(void *vc, void *layer, int64_t session) {
+    return rkv_cuda_layer_reset(layer_of(layer), session, ctx_of(vc)->stream);
+}
+rkv_status span_read(void *vc, const void *layer, int64_t session, rkv_span_part part,
+                     int64_t head, void *dst) {
+    return rkv_cuda_layer_read_span(layer_of(layer), session, part, head, dst,
+                                    ctx_of(vc)->stream);
+}
+rkv_status span_write(void *vc, void *layer, int64_t session, rkv_span_part part, int64_t head,
+                      const void *src) {
+    return rkv_cuda_layer_write_span(layer_of(layer), session, part, head, src,
+                                     ctx_of(vc)->stream);
+}
+rkv_status span_copy(void *vc, void *layer, int64_t src_session, int64_t dst_session) {
+    return rkv_cuda_layer_copy_span(layer_of(layer), src_session, dst_session,
+                                    ctx_of(vc)->stream);
+}
+
+rkv_backend_ops make_ops() {
+    rkv_backend_ops o;
+    memset(&o, 0, sizeof o);
+    o.abi_version = RKV_BACKEND_ABI_VERSION;
+    o.struct_size = sizeof o;
+    o.name = "cuda";
+    o.max_batch = RKV_CUDA_MAX_BATCH;
+    o.ctx_destroy = ctx_destroy;
+    o.layer_create = layer_create;
+    o.layer_destroy = layer_destroy;
+    o.layer_memory_bytes = layer_memory_bytes;
+    o.alloc = mem_alloc;
+    o.free = mem_free;
+    o.copy_in = copy_in;
+    o.synchronize = synchronize;
+    o.check = check;
+    o.upsert = upsert;
+    o.attend_check = attend_check;
+    o.attend = attend;
+    o.attend_workspace_bytes = attend_workspace_bytes;
+    o.reset = reset;
+    o.span_read = span_read;
+    o.span_write = span_write;
+    o.span_copy = span_copy;
+    return o;
+}
+
+const rkv_backend_ops cuda_ops = make_ops();
+
+// The backend's context: the device, the stream, the pinned staging ring.
+rkv_status ctx_create(int device, void *stream, int64_t num_sessions, CudaCtx **out) {
+    static const char what[] = "rkv_model_create_cuda";
+    CudaCtx *c = static_cast<CudaCtx *>(calloc(1, sizeof *c));
+    if (!c) return rkv_error_set(RKV_ERR_NO_MEMORY, "%s: out of host memory", what);
+    c->device = device;
+    c->stream = static_cast<cudaStream_t>(stream);
+    const int64_t rows = num_sessions < RKV_CUDA_MAX_BATCH ? num_sessions : RKV_CUDA_MAX_BATCH;
+    c->slot_bytes = 2 * (size_t)rows * sizeof(int64_t);
+    void *stage = nullptr;
+    cudaError_t e = cudaMallocHost(&stage, kStageSlots * c->slot_bytes);
+    c->stage = static_cast<uint8_t *>(stage);
+    for (int k = 0; e == cudaSuccess && k < kStageSlots; k++)
+        if ((e = cudaEventCreateWithFlags(&c->done[k], cudaEventDisableTiming)) == cudaSuccess)
+            c->made[k] = true;
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        const size_t pinned = kStageSlots * c->slot_bytes;
+        ctx_destroy(c);
+        return rkv_error_set(
+            e == cudaErrorMemoryAllocation ? RKV_ERR_NO_MEMORY : RKV_ERR_STATE,
+            "%s: cannot set up the batch staging (%zu bytes of pinned host memory, %d events): "
+            "CUDA error %s (%s)",
+            what, pinned, kStageSlots, cudaGetErrorName(e), cudaGetErrorString(e));
+    }
+    *out = c;
+    return RKV_OK;
+}
+
+}  // namespace
+
+extern "C" rkv_status rkv_model_create_cuda(const rkv_model_config *cfg, int device, void *stream,
+                                            rkv_model **out) {
+    static const char what[] = "rkv_model_create_cuda";
+    if (!out) return rkv_error_set(RKV_ERR_NULL, "%s: out is NULL", what);
+    if (!cfg) return rkv_error_set(RKV_ERR_NULL, "%s: cfg is NULL", what);
+    // The config first (the same checks and messages as rkv_model_create).
+    size_t per_session = 0, total = 0;
+    rkv_status st = rkv_model_config_memory(cfg, &per_session, &total);
+    if (st != RKV_OK) return st;
+    const int ndev = rkv_cuda_device_count();
+    if (device < 0 || device >= ndev)
+        return rkv_error_set(RKV_ERR_RANGE, "%s: device %d; the CUDA runtime sees %d device(s)%s",
+                             what, device, ndev,
+                             ndev == 0 ? " (no GPU, or no driver: use rkv_model_create for the "
+                                         "CPU backend)"
+                                       : "");
+    cudaError_t e = cudaSetDevice(device);
+    if (e != cudaSuccess) return rkv__cuda_fail(e, what);
+    CudaCtx *c = nullptr;
+    if ((st = ctx_create(device, stream, cfg->num_sessions, &c)) != RKV_OK) return st;
+    rkv_model *m = nullptr;
+    if ((st = rkv_model_create_with_backend(cfg, &cuda_ops, c, &m)) != RKV_OK) {
+        ctx_destroy(c);
+        return st;
+    }
+    *out = m;
+    return RKV_OK;
+}
+
+extern "C" rkv_cuda_layer *rkv_model_cuda_layer(const rkv_model *model, int64_t layer) {
+    if (rkv_model_backend(model) != &cuda_ops) return nullptr;
+    return static_cast<rkv_cuda_layer *>(rkv_model_backend_layer(model, layer));
+}
+
+extern "C" rkv_status rkv_model_cuda_attention_describe(const rkv_model *model, int64_t layer,
+                                                        int64_t batch,
+                                                        const rkv_attention_args *args, char *buf,
+                                                        size_t buf_size) {
+    static const char what[] = "rkv_model_cuda_attention_describe";
+    if (!model) return rkv_error_set(RKV_ERR_NULL, "%s: model is NULL", what);
+    if (!args) return rkv_error_set(RKV_ERR_NULL, "%s: args is NULL", what);
+    if (!buf || !buf_size) return rkv_error_set(RKV_ERR_NULL, "%s: buf is NULL or empty", what);
+    if (rkv_model_backend(model) != &cuda_ops)
+        return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: the model runs on the %s backend, not cuda",
+                             what, rkv_model_backend_name(model));
+    const rkv_model_config *cfg = rkv_model_get_config(model);
+    if (layer < 0 || layer >= cfg->n_layers)
+        return rkv_error_set(RKV_ERR_RANGE, "%s: layer %lld out of range; expected 0..%lld", what,
+                             (long long)layer, (long long)(cfg->n_layers - 1));
+    // The model's largest batch and its workspace: as rkv_model_create_with_backend
+    // sized it (the largest attend_workspace_bytes over the layers).
+    const int64_t max_b =
+        cfg->num_sessions < RKV_CUDA_MAX_BATCH ? cfg->num_sessions : RKV_CUDA_MAX_BATCH;
+    if (batch < 1 || batch > max_b)
+        return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: batch B = %lld; expected 1..%lld", what,
+                             (long long)batch, (long long)max_b);
+    if (args->n_q_heads != cfg->n_q_heads)
+        return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: args->n_q_heads = %lld; this model has %lld",
+                             what, (long long)args->n_q_heads, (long long)cfg->n_q_heads);
+    size_t ws_bytes = 0;
+    for (int64_t i = 0; i < cfg->n_layers; i++) {
+        const size_t b = attend_workspace_bytes(nullptr, rkv_model_backend_layer(model, i), max_b,
+                                                cfg->n_q_heads);
+        if (b > ws_bytes) ws_bytes = b;
+    }
+    // The plan reads no memory: the batch's device buffers and the workspace
+    // only need to be valid pointers for the host checks (non-NULL, aligned).
+    alignas(16) static const int64_t placeholder[2] = {0, 0};
+    rkv_attention_args a = *args;
+    a.batch = batch;
+    a.session_idx = placeholder;
+    a.frame_pos = placeholder;
+    a.visible = nullptr;
+    rkv_cuda_attention_args ca;
+    rkv__cuda_model_attention_args(&a, ws_bytes ? (void *)placeholder : nullptr, ws_bytes, &ca);
+    const rkv_cuda_layer *l = layer_of(rkv_model_backend_layer(model, layer));
+    rkv__cuda_attn_plan plan;
+    rkv_status st = rkv__cuda_attention_plan_checked(l, &ca, 0, &plan);
+    if (st != RKV_OK) return st;
+    rkv__cuda_attention_plan_describe(&plan, buf, buf_size);
+    return RKV_OK;
+}

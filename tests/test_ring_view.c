@@ -1,0 +1,327 @@
+/* Rings over caller-owned storage (rkv_ring_view): upsert, visibility row
+ * and attention on buffers the caller holds give exactly what the layer
+ * calls give on the layer's own storage, touch nothing else, and refuse bad
+ * views with a message; the model's *_ring calls keep the model's clocks
+ * while writing only the given buffers. */
+#include "ringkv_backend.h"
+#include "testutil.h"
+
+/* A caller-owned copy of a layer's storage, as a view. */
+typedef struct {
+    rkv_ring_view v;
+    size_t kv_bytes, n;
+} own_ring;
+
+static own_ring own_copy(const rkv_layer *l)
+{
+    own_ring r;
+    r.v.g = *rkv_layer_geometry(l);
+    r.kv_bytes = rkv_layer_memory_bytes(l);
+    r.n = (size_t)rkv_layer_total_slots(l);
+    r.v.kv = tu_xmalloc(r.kv_bytes);
+    r.v.written = tu_xmalloc(r.n);
+    memcpy(r.v.kv, rkv_layer_kv(l), r.kv_bytes);
+    memcpy(r.v.written, rkv_layer_written(l), r.n);
+    return r;
+}
+
+static void own_free(own_ring *r)
+{
+    free(r->v.kv);
+    free(r->v.written);
+}
+
+/* The copy holds the same bytes as the layer's storage. */
+static void assert_same_storage(const own_ring *r, const rkv_layer *l, const char *when)
+{
+    if (memcmp(r->v.kv, rkv_layer_kv(l), r->kv_bytes))
+        fail_msg("%s: the view's K/V differ from the layer's", when);
+    if (memcmp(r->v.written, rkv_layer_written(l), r->n))
+        fail_msg("%s: the view's written bits differ from the layer's", when);
+}
+
+static void *frame_in(const rkv_geometry *g, int64_t B, uint64_t key)
+{
+    size_t n = (size_t)(2 * g->n_kv_heads * B * g->tokens_per_frame * g->d_head);
+    float *f = tu_xmalloc(n * sizeof *f);
+    tu_rng r = {tu_mix(key + 99)};
+    tu_fill_uniform(f, n, &r);
+    void *out = tu_to_dtype(f, n, g->dtype);
+    free(f);
+    return out;
+}
+
+/* A random stream of 4+1 frames with batches, dilation and jumps, run on a
+ * layer and on a caller-owned copy of its storage side by side: after every
+ * upsert both hold the same bytes, the rows returned are equal, and
+ * rkv_ring_visible_row before the call gives the same row. */
+static void test_upsert_and_row_match_the_layer(void **state)
+{
+    (void)state;
+    const rkv_dtype dts[] = {RKV_DTYPE_F32, RKV_DTYPE_BF16, RKV_DTYPE_F16};
+    for (int k = 0; k < 3; k++) {
+        rkv_geometry g = tu_geom(3, 2, 4, 3, 8, 128, 2, dts[k]);
+        rkv_layer *l = tu_layer_new(&g);
+        own_ring r = own_copy(l);
+        const int64_t N = tu_N(&g);
+        uint8_t *row_l = tu_xmalloc((size_t)N), *row_v = tu_xmalloc((size_t)N),
+                *row_pre = tu_xmalloc((size_t)N);
+        int64_t clock[3] = {0, 5, 13};
+        tu_rng rng = {7};
+        int rows_compared = 0, hidden_rows = 0;
+        for (int step = 0; step < 60; step++) {
+            const int64_t B = 1 + tu_randint(&rng, 3);
+            int64_t si[3], fp[3];
+            for (int64_t b = 0; b < B; b++) {
+                si[b] = (b + step) % 3;
+                fp[b] = clock[si[b]];
+            }
+            const int pass = step % 5, commit = pass == 4;
+            void *kv = frame_in(&g, B, (uint64_t)step);
+            uint8_t *vl = B == 1 ? row_l : NULL, *vv = B == 1 ? row_v : NULL;
+            if (B == 1) {
+                TU_OK(rkv_ring_visible_row(&r.v, si[0], fp[0], row_pre));
+                if (rkv_is_write_step(&g, fp[0]) && fp[0] > 0) hidden_rows++;
+            }
+            TU_OK(rkv_layer_upsert(l, kv, g.dtype, B, fp, si, commit, vl));
+            TU_OK(rkv_ring_upsert(&r.v, kv, g.dtype, B, fp, si, commit, vv));
+            assert_same_storage(&r, l, "after an upsert");
+            if (B == 1) {
+                assert_memory_equal(row_l, row_v, (size_t)N);
+                assert_memory_equal(row_l, row_pre, (size_t)N);
+                rows_compared++;
+            }
+            if (commit)
+                for (int64_t b = 0; b < B; b++) clock[si[b]] += 1 + (step % 7 == 4 ? 3 : 0);
+            free(kv);
+        }
+        assert_true(rows_compared > 10);
+        assert_true(hidden_rows > 0); /* rows with a hidden ring frame were compared */
+        rkv_layer_destroy(l);
+        own_free(&r);
+        free(row_l), free(row_v), free(row_pre);
+    }
+}
+
+/* A view of another buffer writes that buffer only: the layer whose
+ * storage was copied stays as it was. */
+static void test_view_writes_only_its_buffers(void **state)
+{
+    (void)state;
+    rkv_geometry g = tu_geom(2, 1, 2, 2, 4, 128, 1, RKV_DTYPE_F32);
+    rkv_layer *l = tu_layer_new(&g);
+    own_ring before = own_copy(l), r = own_copy(l);
+    void *kv = frame_in(&g, 1, 3);
+    int64_t s = 1, f = 0;
+    TU_OK(rkv_ring_upsert(&r.v, kv, g.dtype, 1, &f, &s, 1, NULL));
+    assert_same_storage(&before, l, "the layer after an upsert on a copy");
+    /* ... and the copy did change: the frame is in ring slot 0 of session 1 */
+    const float *k = r.v.kv;
+    assert_memory_equal(k + (size_t)tu_C(&g) * 4, kv, 128 * 4 * sizeof(float));
+    assert_int_equal(r.v.written[tu_C(&g)], 1);
+    /* rkv_layer_view names the layer's own buffers */
+    rkv_ring_view lv;
+    TU_OK(rkv_layer_view(l, &lv));
+    assert_ptr_equal(lv.kv, rkv_layer_kv(l));
+    assert_ptr_equal(lv.written, rkv_layer_written(l));
+    assert_true(tu_geom_equal(&lv.g, &g));
+    free(kv);
+    own_free(&before), own_free(&r);
+    rkv_layer_destroy(l);
+}
+
+/* Attention on a view is bit-identical to the layer's on the same bytes,
+ * by the clock rule and with explicit rows. */
+static void test_attend_matches_the_layer(void **state)
+{
+    (void)state;
+    rkv_geometry g = tu_geom(2, 2, 4, 4, 32, 128, 1, RKV_DTYPE_BF16);
+    rkv_layer *l = tu_layer_new(&g);
+    for (int64_t f = 0; f < 6; f++) {
+        int64_t s = f % 2;
+        void *kv = frame_in(&g, 1, (uint64_t)(100 + f));
+        TU_OK(rkv_layer_upsert(l, kv, g.dtype, 1, &f, &s, 1, NULL));
+        free(kv);
+    }
+    own_ring r = own_copy(l);
+    const int64_t Hq = 4, T = 128, D = 32, B = 2;
+    size_t nq = (size_t)(B * Hq * T * D);
+    float *q = tu_xmalloc(nq * sizeof *q), *o1 = tu_xmalloc(nq * 4), *o2 = tu_xmalloc(nq * 4);
+    tu_rng rng = {5};
+    tu_fill_uniform(q, nq, &rng);
+    int64_t si[2] = {0, 1}, fp[2] = {6, 5};
+    rkv_attention_args a = {.batch = B, .n_q_heads = Hq, .q = q, .q_dtype = RKV_DTYPE_F32,
+                            .out = o1, .out_dtype = RKV_DTYPE_F32, .session_idx = si,
+                            .frame_pos = fp};
+    TU_OK(rkv_layer_attend(l, &a));
+    a.out = o2;
+    memset(o2, 0xff, nq * 4);
+    TU_OK(rkv_ring_attend(&r.v, &a));
+    assert_memory_equal(o1, o2, nq * 4);
+    /* explicit rows */
+    const int64_t N = tu_N(&g);
+    uint8_t *rows = tu_xcalloc((size_t)(2 * N), 1);
+    TU_OK(rkv_ring_visible_row(&r.v, 0, 6, rows));
+    TU_OK(rkv_ring_visible_row(&r.v, 1, 5, rows + N));
+    a.frame_pos = NULL;
+    a.visible = rows;
+    a.out = o1;
+    TU_OK(rkv_layer_attend(l, &a));
+    a.out = o2;
+    TU_OK(rkv_ring_attend(&r.v, &a));
+    assert_memory_equal(o1, o2, nq * 4);
+    /* a view over other contents gives another result: it reads its own bytes */
+    memset(r.v.kv, 0, r.kv_bytes);
+    TU_OK(rkv_ring_attend(&r.v, &a));
+    assert_true(memcmp(o1, o2, nq * 4) != 0);
+    free(q), free(o1), free(o2), free(rows);
+    own_free(&r);
+    rkv_layer_destroy(l);
+}
+
+/* Bad views and bad arguments: the status, a message naming the call, and
+ * nothing written. */
+static void test_bad_views_refused(void **state)
+{
+    (void)state;
+    rkv_geometry g = tu_geom(1, 1, 2, 2, 4, 128, 1, RKV_DTYPE_F32);
+    rkv_layer *l = tu_layer_new(&g);
+    own_ring r = own_copy(l), before = own_copy(l);
+    void *kv = frame_in(&g, 1, 1);
+    int64_t s = 0, f = 0, bad_s = 1, bad_f = -1;
+    uint8_t *row = tu_xmalloc((size_t)tu_N(&g));
+    TU_ERR(rkv_ring_upsert(NULL, kv, g.dtype, 1, &f, &s, 1, NULL), RKV_ERR_NULL,
+           "rkv_ring_upsert: ring is NULL");
+    rkv_ring_view v = r.v;
+    v.kv = NULL;
+    TU_ERR(rkv_ring_upsert(&v, kv, g.dtype, 1, &f, &s, 1, NULL), RKV_ERR_NULL, "ring->kv");
+    TU_OK(rkv_ring_visible_row(&v, 0, 0, row)); /* the row reads the bits only */
+    assert_int_equal(row[tu_L(&g)], 1);         /* the scratch */
+    v = r.v;
+    v.written = NULL;
+    TU_ERR(rkv_ring_visible_row(&v, 0, 0, row), RKV_ERR_NULL, "ring->written");
+    v = r.v;
+    v.kv = (uint8_t *)r.v.kv + 1;
+    TU_ERR(rkv_ring_upsert(&v, kv, g.dtype, 1, &f, &s, 1, NULL), RKV_ERR_INVALID_ARG,
+           "not aligned to its element size (4 bytes, f32)");
+    v = r.v;
+    v.g.tokens_per_frame = 100;
+    TU_ERR(rkv_ring_upsert(&v, kv, g.dtype, 1, &f, &s, 1, NULL), RKV_ERR_INVALID_ARG,
+           "tokens_per_frame");
+    TU_ERR(rkv_ring_upsert(&r.v, kv, g.dtype, 1, &f, &bad_s, 1, NULL), RKV_ERR_RANGE,
+           "rkv_ring_upsert: session_idx[0] = 1 is out of range");
+    TU_ERR(rkv_ring_upsert(&r.v, kv, g.dtype, 1, &bad_f, &s, 1, NULL), RKV_ERR_INVALID_ARG,
+           "rkv_ring_upsert: frame_pos[0] = -1");
+    TU_ERR(rkv_ring_upsert(&r.v, kv, RKV_DTYPE_BF16, 1, &f, &s, 1, NULL), RKV_ERR_DTYPE,
+           "rkv_ring_upsert: kv dtype");
+    TU_ERR(rkv_ring_visible_row(&r.v, 1, 0, row), RKV_ERR_RANGE, "rkv_ring_visible_row");
+    TU_ERR(rkv_ring_visible_row(&r.v, 0, -2, row), RKV_ERR_INVALID_ARG, "frame_pos = -2");
+    TU_ERR(rkv_ring_visible_row(&r.v, 0, 0, NULL), RKV_ERR_NULL, "row");
+    rkv_attention_args a = {.batch = 1, .n_q_heads = 1, .q = kv, .out = row,
+                            .session_idx = &bad_s, .frame_pos = &f};
+    TU_ERR(rkv_ring_attend(&r.v, &a), RKV_ERR_RANGE, "rkv_ring_attend: session_idx[0]");
+    TU_ERR(rkv_layer_view(NULL, &v), RKV_ERR_NULL, "rkv_layer_view");
+    assert_memory_equal(r.v.kv, before.v.kv, r.kv_bytes);
+    assert_memory_equal(r.v.written, before.v.written, r.n);
+    free(kv), free(row);
+    own_free(&r), own_free(&before);
+    rkv_layer_destroy(l);
+}
+
+/* The model's calls on a copy of a layer's storage: the copy receives what
+ * rkv_model_upsert writes into a twin model's layer, the model's own layer
+ * is untouched, the clocks advance as usual, and attention reads the copy. */
+static void test_model_ring_calls(void **state)
+{
+    (void)state;
+    rkv_model_config cfg;
+    TU_OK(rkv_model_preset("demo", 0, &cfg));
+    cfg.num_sessions = 2;
+    rkv_model *m, *twin;
+    TU_OK(rkv_model_create(&cfg, &m));
+    TU_OK(rkv_model_create(&cfg, &twin));
+    int64_t s, s2;
+    TU_OK(rkv_model_claim(m, "a", &s));
+    TU_OK(rkv_model_claim(twin, "a", &s2));
+    assert_int_equal(s, s2);
+    const int64_t nl = cfg.n_layers;
+    own_ring *rings = tu_xcalloc((size_t)nl, sizeof *rings);
+    own_ring *untouched = tu_xcalloc((size_t)nl, sizeof *untouched);
+    for (int64_t i = 0; i < nl; i++) {
+        rings[i] = own_copy(rkv_model_layer(m, i));
+        untouched[i] = own_copy(rkv_model_layer(m, i));
+    }
+    const int64_t T = cfg.tokens_per_frame, D = cfg.d_head, Hq = cfg.n_q_heads;
+    size_t nq = (size_t)(Hq * T * D);
+    float *q = tu_xmalloc(nq * 4), *o1 = tu_xmalloc(nq * 4), *o2 = tu_xmalloc(nq * 4);
+    tu_rng rng = {11};
+    for (int64_t f = 0; f < 12; f++) {
+        TU_OK(rkv_model_begin_frame(m, 1, &s, &f));
+        TU_OK(rkv_model_begin_frame(twin, 1, &s2, &f));
+        for (int pass = 0; pass < 5; pass++)
+            for (int64_t i = 0; i < nl; i++) {
+                void *kv = frame_in(&rings[i].v.g, 1, (uint64_t)(f * 100 + pass * 10 + i));
+                tu_fill_uniform(q, nq, &rng);
+                TU_OK(rkv_model_upsert_ring(m, i, &rings[i].v, 1, &s, kv, cfg.dtype, pass == 4));
+                TU_OK(rkv_model_upsert(twin, i, 1, &s2, kv, cfg.dtype, pass == 4));
+                rkv_attention_args a = {.n_q_heads = Hq, .q = q, .q_dtype = RKV_DTYPE_F32,
+                                        .out = o1, .out_dtype = RKV_DTYPE_F32};
+                TU_OK(rkv_model_attend_ring(m, i, &rings[i].v, 1, &s, &a));
+                a.out = o2;
+                TU_OK(rkv_model_attend(twin, i, 1, &s2, &a));
+                assert_memory_equal(o1, o2, nq * 4);
+                free(kv);
+            }
+        int64_t c1, c2;
+        TU_OK(rkv_model_clock(m, s, &c1));
+        TU_OK(rkv_model_clock(twin, s2, &c2));
+        assert_int_equal(c1, f); /* the frame ended on the model given views */
+        assert_int_equal(c2, f);
+    }
+    for (int64_t i = 0; i < nl; i++) {
+        assert_same_storage(&rings[i], rkv_model_layer(twin, i), "the copy vs the twin");
+        assert_same_storage(&untouched[i], rkv_model_layer(m, i), "the model's own layer");
+    }
+    /* the model's checks come first: a skipped clock, a layer out of range,
+     * another layer's geometry; nothing changes */
+    int64_t skip = 20;
+    TU_ERR(rkv_model_begin_frame(m, 1, &s, &skip), RKV_ERR_CLOCK, "expected 12");
+    void *kv = frame_in(&rings[0].v.g, 1, 1);
+    TU_ERR(rkv_model_upsert_ring(m, 0, &rings[0].v, 1, &s, kv, cfg.dtype, 0), RKV_ERR_STATE,
+           "rkv_model_upsert: frame 11 of session 0 was committed on every layer");
+    TU_ERR(rkv_model_upsert_ring(m, nl, &rings[0].v, 1, &s, kv, cfg.dtype, 0), RKV_ERR_RANGE,
+           "rkv_model_upsert: layer 2 out of range");
+    TU_ERR(rkv_model_upsert_ring(m, 1, &rings[0].v, 1, &s, kv, cfg.dtype, 0),
+           RKV_ERR_INVALID_ARG, "differs from layer 1's in pinned_dilation");
+    rkv_attention_args a = {.n_q_heads = Hq, .q = q, .out = o1};
+    TU_ERR(rkv_model_attend_ring(m, 0, NULL, 1, &s, &a), RKV_ERR_NULL,
+           "rkv_model_attend: ring is NULL");
+    /* a model on another backend: its layers are not host rkv_layer */
+    rkv_backend_ops other = *rkv_backend_cpu();
+    other.name = "other";
+    rkv_model *m2;
+    TU_OK(rkv_model_create_with_backend(&cfg, &other, NULL, &m2));
+    TU_ERR(rkv_model_upsert_ring(m2, 0, &rings[0].v, 1, &s, kv, cfg.dtype, 0), RKV_ERR_STATE,
+           "runs on the other backend");
+    rkv_model_destroy(m2);
+    for (int64_t i = 0; i < nl; i++) {
+        assert_same_storage(&rings[i], rkv_model_layer(twin, i), "after refused calls");
+        own_free(&rings[i]);
+        own_free(&untouched[i]);
+    }
+    free(kv), free(q), free(o1), free(o2), free(rings), free(untouched);
+    rkv_model_destroy(m);
+    rkv_model_destroy(twin);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_upsert_and_row_match_the_layer),
+        cmocka_unit_test(test_view_writes_only_its_buffers),
+        cmocka_unit_test(test_attend_matches_the_layer),
+        cmocka_unit_test(test_bad_views_refused),
+        cmocka_unit_test(test_model_ring_calls),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
