@@ -43,9 +43,8 @@ typedef uint16_t vh4 __attribute__((vector_size(8)));
  * a 64-byte vector in the AVX2 and plain copies has no agreed ABI (clang
  * refuses it), while a macro is simply inlined code in each copy. */
 #define vsplat(x) ((vf){0} + (float)(x))
-/* Lane-wise max and min (a blend on the compare mask). */
+/* Lane-wise max (a blend on the compare mask: b where either is NaN). */
 #define vmax(a, b) vblend((a) > (b), (a), (b))
-#define vmin(a, b) vblend((a) < (b), (a), (b))
 #define vblend(m, a, b) ((vf)(((m) & (vi)(a)) | (~(m) & (vi)(b))))
 
 typedef rkv__attend_ctx flash_ctx;
@@ -101,17 +100,15 @@ static flash_scratch flash_carve(void *mem, int64_t D, int64_t N, int64_t mq) {
 #undef vi
 #undef vh
 #undef MQV
-/* AVX2 and SSE: vmax / vmin as the MAXPS / MINPS instructions, which are
- * the blends above lane for lane (b where either is NaN), in one µop */
+/* AVX2 and SSE: vmax as the MAXPS instruction, which is the blend above
+ * lane for lane (b where either is NaN), in one µop */
 #undef vmax
-#undef vmin
 #define VL 8
 #define MQV 8
 #define vf vf8
 #define vi vi8
 #define vh vh8
 #define vmax(a, b) ((vf)_mm256_max_ps((a), (b)))
-#define vmin(a, b) ((vf)_mm256_min_ps((a), (b)))
 #define FLASH_TARGET __attribute__((target("avx2,fma")))
 #define FLASH_NAME avx2
 #include "attention_flash_kernel.inc"
@@ -123,9 +120,7 @@ static flash_scratch flash_carve(void *mem, int64_t D, int64_t N, int64_t mq) {
 #undef vi
 #undef vh
 #undef vmax
-#undef vmin
 #define vmax(a, b) ((vf)_mm_max_ps((a), (b)))
-#define vmin(a, b) ((vf)_mm_min_ps((a), (b)))
 #endif
 #define VL 4
 #define MQV 16
