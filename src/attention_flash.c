@@ -16,13 +16,17 @@
 
 #include "internal.h"
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
+
 /* Each instruction-set copy of the kernel has vectors of one register of
  * its ISA: VL = 16 floats on AVX-512, 8 on AVX2, 4 elsewhere (GCC keeps a
  * vector wider than the target's registers in memory: 64-byte vectors made
  * the AVX2 copy 12-20x slower, below the reference, on an AVX2-only CPU).
- * A task's tile is MQV vectors of queries: MQ = MQV * VL. */
-#define MQV 4          /* vectors per query tile                */
-#define MQ_MAX 64      /* queries per task tile, most (AVX-512) */
+ * A task's tile is MQV vectors of queries, MQ = MQV * VL = 64 queries on
+ * every copy. */
+#define MQ_MAX 64      /* queries per task tile                 */
 #define KB 128         /* keys per chunk: one attention block  */
 
 typedef float vf16 __attribute__((vector_size(64)));
@@ -39,9 +43,8 @@ typedef uint16_t vh4 __attribute__((vector_size(8)));
  * a 64-byte vector in the AVX2 and plain copies has no agreed ABI (clang
  * refuses it), while a macro is simply inlined code in each copy. */
 #define vsplat(x) ((vf){0} + (float)(x))
-/* Lane-wise max and min (a blend on the compare mask). */
+/* Lane-wise max (a blend on the compare mask: b where either is NaN). */
 #define vmax(a, b) vblend((a) > (b), (a), (b))
-#define vmin(a, b) vblend((a) < (b), (a), (b))
 #define vblend(m, a, b) ((vf)(((m) & (vi)(a)) | (~(m) & (vi)(b))))
 
 typedef rkv__attend_ctx flash_ctx;
@@ -83,6 +86,7 @@ static flash_scratch flash_carve(void *mem, int64_t D, int64_t N, int64_t mq) {
 #define MQ (MQV * VL) /* of the copy being included */
 #if defined(__x86_64__) && defined(__GNUC__)
 #define VL 16
+#define MQV 4
 #define vf vf16
 #define vi vi16
 #define vh vh16
@@ -95,21 +99,31 @@ static flash_scratch flash_carve(void *mem, int64_t D, int64_t N, int64_t mq) {
 #undef vf
 #undef vi
 #undef vh
+#undef MQV
+/* AVX2 and SSE: vmax as the MAXPS instruction, which is the blend above
+ * lane for lane (b where either is NaN), in one µop */
+#undef vmax
 #define VL 8
+#define MQV 8
 #define vf vf8
 #define vi vi8
 #define vh vh8
+#define vmax(a, b) ((vf)_mm256_max_ps((a), (b)))
 #define FLASH_TARGET __attribute__((target("avx2,fma")))
 #define FLASH_NAME avx2
 #include "attention_flash_kernel.inc"
 #undef FLASH_TARGET
 #undef FLASH_NAME
 #undef VL
+#undef MQV
 #undef vf
 #undef vi
 #undef vh
+#undef vmax
+#define vmax(a, b) ((vf)_mm_max_ps((a), (b)))
 #endif
 #define VL 4
+#define MQV 16
 #define vf vf4
 #define vi vi4
 #define vh vh4
@@ -119,6 +133,7 @@ static flash_scratch flash_carve(void *mem, int64_t D, int64_t N, int64_t mq) {
 #undef FLASH_TARGET
 #undef FLASH_NAME
 #undef VL
+#undef MQV
 #undef vf
 #undef vi
 #undef vh
@@ -128,7 +143,6 @@ static flash_scratch flash_carve(void *mem, int64_t D, int64_t N, int64_t mq) {
  * bf16 storage with a suitable d_head runs there, everything else on
  * `kernel` (AVX-512 whenever the pair path is on). */
 static rkv__task_fn bf16_task; /* NULL: off */
-static int64_t kernel_mq;      /* queries per task tile of the chosen copy */
 
 /* The kernel for this CPU, chosen on first use; RKV_ISA=generic|avx2|avx512|
  * amx in the environment caps it (for tests and benchmarks). The AVX512-BF16
@@ -172,18 +186,15 @@ static rkv__task_fn pick_kernel(const char **name) {
         } else {
             *name = "avx512";
         }
-        kernel_mq = MQV * 16;
         return flash_task_avx512;
     }
     if (want2 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
         *name = "avx2";
-        kernel_mq = MQV * 8;
         return flash_task_avx2;
     }
 #endif
     (void)cap;
     *name = "generic";
-    kernel_mq = MQV * 4;
     return flash_task_generic;
 }
 
@@ -222,7 +233,7 @@ rkv_status rkv__attend(const struct rkv_layer *layer, const rkv_attention_args *
         .tq = args->n_queries ? args->n_queries : layer->g.tokens_per_frame,
         .scale = args->scale != 0.0f ? args->scale : 1.0f / sqrtf((float)D),
     };
-    const int64_t tasks = args->batch * args->n_q_heads * ((c.tq + kernel_mq - 1) / kernel_mq);
+    const int64_t tasks = args->batch * args->n_q_heads * ((c.tq + MQ_MAX - 1) / MQ_MAX);
     if (bf16_task && rkv__amx_fits(layer))
         return rkv__parallel_for(pool, rkv__amx_tasks(&c),
                                  rkv__amx_scratch_bytes(D, layer->total_slots), bf16_task, &c);
