@@ -39,6 +39,7 @@
 
 #include "ringkv.h"
 #include "ringkv_backend.h"
+#include "test_budget.h"
 #ifdef RKV_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
@@ -537,6 +538,12 @@ static void run_backend(const backend *bk) {
 }
 
 int main(void) {
+    /* the per-ISA entries test each CPU kernel once (test_budget.h) */
+    char why[256];
+    if (tu_isa_entry_redundant(why, sizeof why)) {
+        printf("skipped: %s\n", why);
+        return 77;
+    }
     printf("backend parity against the CPU reference engine\n");
     printf("  cpu engine: %s\n", rkv_attention_isa());
     run_backend(&CPU);
