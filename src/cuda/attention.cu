@@ -1,12 +1,13 @@
-// Ring attention on the GPU (SEMANTICS 4, 5): the host dispatcher, the
-// combine kernel of split rows, and the generic f32 kernel used where the
+// Ring attention on the GPU (SEMANTICS 4, 5): the host dispatcher (the
+// tensor-core kernels' split-combine launched from here is in
+// attention_common.cuh), and the generic f32 kernel used where the
 // tensor-core kernel does not apply (f32 storage, D other than 64/128,
 // explicit visibility rows, mixed dtypes).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <math.h>
 
-#include "attention.cuh"
+#include "attention_common.cuh"  // the split-combine of the tensor-core kernels
 
 namespace {
 
@@ -112,68 +113,28 @@ __global__ void __launch_bounds__(32 * RKV__SIMT_WARPS) ring_attention_simt(cons
     }
 }
 
-template <typename OT>
-__device__ __forceinline__ void st4(OT *out, int64_t i, float4 v);
-template <>
-__device__ __forceinline__ void st4<float>(float *out, int64_t i, float4 v) {
-    *reinterpret_cast<float4 *>(out + i) = v;
-}
-template <>
-__device__ __forceinline__ void st4<__nv_bfloat16>(__nv_bfloat16 *out, int64_t i, float4 v) {
-    __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y), b = __floats2bfloat162_rn(v.z, v.w);
-    uint2 u;
-    u.x = *reinterpret_cast<uint32_t *>(&a);
-    u.y = *reinterpret_cast<uint32_t *>(&b);
-    *reinterpret_cast<uint2 *>(out + i) = u;
-}
-template <>
-__device__ __forceinline__ void st4<__half>(__half *out, int64_t i, float4 v) {
-    __half2 a = __floats2half2_rn(v.x, v.y), b = __floats2half2_rn(v.z, v.w);
-    uint2 u;
-    u.x = *reinterpret_cast<uint32_t *>(&a);
-    u.y = *reinterpret_cast<uint32_t *>(&b);
-    *reinterpret_cast<uint2 *>(out + i) = u;
-}
-
-// Merges the key splits of each output row: O = sum_s w_s O_s / sum_s w_s l_s
-// with w_s = 2^(m_s - max_s m_s). A split with no key, or whose every score
-// is -inf, has O_s = 0, l_s = 0 and m_s = RKV__SOFTMAX_M0 (finite, never
-// -inf: w_s is never 2^(-inf - -inf) = NaN): it adds nothing, and a row
-// whose splits all are so gets 0 (den 0), as a row with no key. A NaN in O_s
-// or l_s still reaches the row (0 * NaN). One thread per 4 output elements.
-// Checks the call's rows first, as the split kernel did (which then wrote
-// nothing to the workspace): an invalid call leaves `out` untouched. Dynamic
-// shared memory: 16 * batch bytes.
-template <typename OT>
-__global__ void __launch_bounds__(256) combine_splits(const float *__restrict__ ws_o,
-                                                      const float *__restrict__ ws_ml, OT *out,
-                                                      int splits, int64_t rows, int D,
-                                                      const int64_t *sess, const int64_t *fp,
-                                                      int batch, int64_t S, int *err) {
-    extern __shared__ int64_t smem_rows[];
-    if (!rkv__d_validate_rows(sess, fp, batch, S, smem_rows, smem_rows + batch, err,
-                              RKV__OP_ATTEND))
-        return;
-    const int64_t q4 = D / 4;
-    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= rows * q4) return;
-    const int64_t row = idx / q4, c = (idx - row * q4) * 4;
-    float mx = -INFINITY;
-    for (int s = 0; s < splits; s++) mx = fmaxf(mx, ws_ml[(s * rows + row) * 2]);
-    float den = 0.f;
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int s = 0; s < splits; s++) {
-        const float2 ml = *reinterpret_cast<const float2 *>(ws_ml + (s * rows + row) * 2);
-        const float w = ml.x == -INFINITY ? 0.f : exp2f(ml.x - mx);
-        den += w * ml.y;
-        const float4 o = *reinterpret_cast<const float4 *>(ws_o + (s * rows + row) * D + c);
-        acc.x += w * o.x;
-        acc.y += w * o.y;
-        acc.z += w * o.z;
-        acc.w += w * o.w;
-    }
-    const float inv = den > 0.f ? 1.f / den : 0.f;
-    st4<OT>(out, row * D + c, make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
+// Launches combine_splits (attention_common.cuh) for a plan with key splits
+// (plan->splits > 1): merges the workspace p.ws_o / p.ws_ml that the
+// kernel's store_m16 filled into `out`, in the output dtype (f32 when
+// plan->out_f32, else the storage dtype `dtype`: bf16 or f16). The caller
+// checks the launch.
+void launch_combine(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p,
+                    rkv_dtype dtype, void *out, cudaStream_t s) {
+    const int64_t n = plan->total_rows * (plan->d_head / 4);
+    const unsigned blocks = (unsigned)((n + 255) / 256);
+    const size_t rows_smem = (size_t)p.batch * 2 * sizeof(int64_t);
+    if (plan->out_f32)
+        rkv_attn::combine_splits<float><<<blocks, 256, rows_smem, s>>>(
+            p.ws_o, p.ws_ml, static_cast<float *>(out), plan->splits, plan->total_rows,
+            plan->d_head, p.sess, p.fp, p.batch, p.S, p.err);
+    else if (dtype == RKV_DTYPE_BF16)
+        rkv_attn::combine_splits<__nv_bfloat16><<<blocks, 256, rows_smem, s>>>(
+            p.ws_o, p.ws_ml, static_cast<__nv_bfloat16 *>(out), plan->splits,
+            plan->total_rows, plan->d_head, p.sess, p.fp, p.batch, p.S, p.err);
+    else
+        rkv_attn::combine_splits<__half><<<blocks, 256, rows_smem, s>>>(
+            p.ws_o, p.ws_ml, static_cast<__half *>(out), plan->splits, plan->total_rows,
+            plan->d_head, p.sess, p.fp, p.batch, p.S, p.err);
 }
 
 rkv_status plan_for(const rkv_cuda_layer *l, const rkv_cuda_attention_args *a, int preferred,
@@ -262,21 +223,7 @@ extern "C" rkv_status rkv_cuda_layer_attend(const rkv_cuda_layer *l,
             bf16 ? rkv__launch_mma_bf16(&plan, p, s) : rkv__launch_mma_f16(&plan, p, s);
         if ((st = rkv__cuda_after_launch(what)) != RKV_OK) return st;
         if (plan.splits > 1) {
-            const int64_t n = plan.total_rows * (g->d_head / 4);
-            const unsigned blocks = (unsigned)((n + 255) / 256);
-            const size_t rows_smem = (size_t)p.batch * 2 * sizeof(int64_t);
-            if (plan.out_f32)
-                combine_splits<float><<<blocks, 256, rows_smem, s>>>(
-                    p.ws_o, p.ws_ml, static_cast<float *>(a->out), plan.splits, plan.total_rows,
-                    (int)g->d_head, p.sess, p.fp, p.batch, p.S, p.err);
-            else if (g->dtype == RKV_DTYPE_BF16)
-                combine_splits<__nv_bfloat16><<<blocks, 256, rows_smem, s>>>(
-                    p.ws_o, p.ws_ml, static_cast<__nv_bfloat16 *>(a->out), plan.splits,
-                    plan.total_rows, (int)g->d_head, p.sess, p.fp, p.batch, p.S, p.err);
-            else
-                combine_splits<__half><<<blocks, 256, rows_smem, s>>>(
-                    p.ws_o, p.ws_ml, static_cast<__half *>(a->out), plan.splits, plan.total_rows,
-                    (int)g->d_head, p.sess, p.fp, p.batch, p.S, p.err);
+            launch_combine(&plan, p, g->dtype, a->out, s);
             if ((st = rkv__cuda_after_launch(what)) != RKV_OK) return st;
         }
         return RKV_OK;
