@@ -177,70 +177,23 @@ cudaError_t rkv__cuda_attention_prepare(rkv_cuda_layer *l) {
     return cudaSuccess;
 }
 
-extern "C" rkv_status rkv_cuda_layer_attend(const rkv_cuda_layer *l,
-                                            const rkv_cuda_attention_args *a, void *stream) {
-    static const char what[] = "rkv_cuda_layer_attend";
-    rkv__cuda_attn_plan plan;
-    rkv_status st = plan_for(l, a, 0, &plan);
-    if (st != RKV_OK) return st;
-    if ((st = rkv__cuda_check_device(l, what)) != RKV_OK) return st;
-    cudaStream_t s = static_cast<cudaStream_t>(stream);
+namespace {
+
+// The parameter fields both kernel families share (SimtParams and
+// RkvMmaParams have them under the same names): the layer's storage and
+// geometry, the call's rows, queries and output, and the plan's row counts.
+template <typename P>
+void fill_common_params(P &p, const rkv_cuda_layer *l, const rkv_cuda_attention_args *a,
+                        const rkv__cuda_attn_plan &plan) {
     const rkv_geometry *g = &l->g;
-
-    if (plan.kind == RKV__ATTN_MMA || plan.kind == RKV__ATTN_WGMMA) {
-        RkvMmaParams p;
-        p.kv = l->kv;
-        p.written = l->written;
-        p.sess = a->session_idx;
-        p.fp = a->frame_pos;
-        p.q = a->q;
-        p.out = a->out;
-        p.ws_o = plan.splits > 1 ? static_cast<float *>(a->workspace) : nullptr;
-        p.ws_ml = plan.splits > 1 ? p.ws_o + (size_t)plan.splits * plan.total_rows * g->d_head
-                                  : nullptr;
-        p.err = l->err;
-        p.batch = (int)a->batch;
-        p.splits = plan.splits;
-        p.S = g->num_sessions;
-        p.H = g->n_kv_heads;
-        p.Hq = a->n_q_heads;
-        p.group = plan.group;
-        p.Tq = plan.tq;
-        p.M = plan.rows_per_kvh;
-        p.m_tiles = plan.m_tiles;
-        p.N = l->total_slots;
-        p.C = l->capacity;
-        p.T = g->tokens_per_frame;
-        p.RF = g->ring_frames;
-        p.RB = g->ring_buckets;
-        p.PD = g->pinned_dilation;
-        p.total_rows = plan.total_rows;
-        p.scale_log2 = plan.scale * 1.4426950408889634f;
-        const bool bf16 = g->dtype == RKV_DTYPE_BF16;
-        if (plan.kind == RKV__ATTN_WGMMA)
-            bf16 ? rkv__launch_wgmma_bf16(&plan, p, s) : rkv__launch_wgmma_f16(&plan, p, s);
-        else
-            bf16 ? rkv__launch_mma_bf16(&plan, p, s) : rkv__launch_mma_f16(&plan, p, s);
-        if ((st = rkv__cuda_after_launch(what)) != RKV_OK) return st;
-        if (plan.splits > 1) {
-            launch_combine(&plan, p, g->dtype, a->out, s);
-            if ((st = rkv__cuda_after_launch(what)) != RKV_OK) return st;
-        }
-        return RKV_OK;
-    }
-
-    SimtParams p;
     p.kv = l->kv;
     p.written = l->written;
-    p.visible = a->visible;
     p.sess = a->session_idx;
     p.fp = a->frame_pos;
     p.q = a->q;
     p.out = a->out;
     p.err = l->err;
     p.batch = (int)a->batch;
-    p.q_dtype = (int)a->q_dtype;
-    p.out_dtype = (int)a->out_dtype;
     p.S = g->num_sessions;
     p.H = g->n_kv_heads;
     p.Hq = a->n_q_heads;
@@ -252,11 +205,48 @@ extern "C" rkv_status rkv_cuda_layer_attend(const rkv_cuda_layer *l,
     p.RF = g->ring_frames;
     p.RB = g->ring_buckets;
     p.PD = g->pinned_dilation;
-    p.D = g->d_head;
     p.total_rows = plan.total_rows;
+}
+
+// A tensor-core plan (RKV__ATTN_MMA or RKV__ATTN_WGMMA): the kernel, then
+// with key splits the combine into a->out (the workspace is the caller's
+// a->workspace: [splits][rows][D] partial outputs, then [splits][rows][2]
+// maxima and sums).
+rkv_status launch_tensor_core(const rkv_cuda_layer *l, const rkv_cuda_attention_args *a,
+                              const rkv__cuda_attn_plan &plan, cudaStream_t s, const char *what) {
+    const rkv_geometry *g = &l->g;
+    RkvMmaParams p;
+    fill_common_params(p, l, a, plan);
+    p.ws_o = plan.splits > 1 ? static_cast<float *>(a->workspace) : nullptr;
+    p.ws_ml = plan.splits > 1 ? p.ws_o + (size_t)plan.splits * plan.total_rows * g->d_head
+                              : nullptr;
+    p.splits = plan.splits;
+    p.M = plan.rows_per_kvh;
+    p.m_tiles = plan.m_tiles;
+    p.scale_log2 = plan.scale * 1.4426950408889634f;
+    const bool bf16 = g->dtype == RKV_DTYPE_BF16;
+    if (plan.kind == RKV__ATTN_WGMMA)
+        bf16 ? rkv__launch_wgmma_bf16(&plan, p, s) : rkv__launch_wgmma_f16(&plan, p, s);
+    else
+        bf16 ? rkv__launch_mma_bf16(&plan, p, s) : rkv__launch_mma_f16(&plan, p, s);
+    rkv_status st = rkv__cuda_after_launch(what);
+    if (st != RKV_OK || plan.splits <= 1) return st;
+    launch_combine(&plan, p, g->dtype, a->out, s);
+    return rkv__cuda_after_launch(what);
+}
+
+// The generic kernel (plan kind RKV__ATTN_SIMT), in the storage dtype.
+rkv_status launch_simt(const rkv_cuda_layer *l, const rkv_cuda_attention_args *a,
+                       const rkv__cuda_attn_plan &plan, cudaStream_t s, const char *what) {
+    SimtParams p;
+    fill_common_params(p, l, a, plan);
+    p.visible = a->visible;
+    p.q_dtype = (int)a->q_dtype;
+    p.out_dtype = (int)a->out_dtype;
+    p.D = l->g.d_head;
     p.scale = plan.scale;
     const dim3 grid((unsigned)plan.grid_x);
-    switch (g->dtype) {
+    switch (l->g.dtype) {
     case RKV_DTYPE_BF16:
         ring_attention_simt<__nv_bfloat16><<<grid, plan.threads, plan.smem_bytes, s>>>(p);
         break;
@@ -268,6 +258,21 @@ extern "C" rkv_status rkv_cuda_layer_attend(const rkv_cuda_layer *l,
         break;
     }
     return rkv__cuda_after_launch(what);
+}
+
+}  // namespace
+
+extern "C" rkv_status rkv_cuda_layer_attend(const rkv_cuda_layer *l,
+                                            const rkv_cuda_attention_args *a, void *stream) {
+    static const char what[] = "rkv_cuda_layer_attend";
+    rkv__cuda_attn_plan plan;
+    rkv_status st = plan_for(l, a, 0, &plan);
+    if (st != RKV_OK) return st;
+    if ((st = rkv__cuda_check_device(l, what)) != RKV_OK) return st;
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    if (plan.kind == RKV__ATTN_MMA || plan.kind == RKV__ATTN_WGMMA)
+        return launch_tensor_core(l, a, plan, s, what);
+    return launch_simt(l, a, plan, s, what);
 }
 
 extern "C" size_t rkv_cuda_attention_workspace_bytes(const rkv_cuda_layer *l,
