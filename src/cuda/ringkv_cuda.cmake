@@ -96,9 +96,11 @@ if(DEFINED RKV_CUDA_CORE_SHARED_TARGET AND TARGET ${RKV_CUDA_CORE_SHARED_TARGET}
 endif()
 
 if(RKV_CUDA_PROGRAMS)
+  set(RKV_TESTLIB_CORE ${RKV_CUDA_CORE_TARGET})
+  include(${RKV_ROOT}/tests/common/testlib.cmake)
   foreach(prog test_cuda_diff test_cuda_graph)
     add_executable(${prog} ${RKV_ROOT}/tests/cuda/${prog}.c)
-    target_link_libraries(${prog} PRIVATE ringkv_cuda m)
+    target_link_libraries(${prog} PRIVATE ringkv_cuda rkv_testlib m)
     set_target_properties(${prog} PROPERTIES LINKER_LANGUAGE CUDA CUDA_ARCHITECTURES OFF)
   endforeach()
   # The offload path (issue 13) needs the snapshot-file code in the core:
@@ -106,7 +108,7 @@ if(RKV_CUDA_PROGRAMS)
   # RKV_CUDA_CORE_HAS_SNAPSHOTS to whether it found Jansson and xxHash.
   if(NOT DEFINED RKV_CUDA_CORE_HAS_SNAPSHOTS OR RKV_CUDA_CORE_HAS_SNAPSHOTS)
     add_executable(test_cuda_offload ${RKV_ROOT}/tests/cuda/test_cuda_offload.c)
-    target_link_libraries(test_cuda_offload PRIVATE ringkv_cuda m)
+    target_link_libraries(test_cuda_offload PRIVATE ringkv_cuda rkv_testlib m)
     set_target_properties(test_cuda_offload PROPERTIES LINKER_LANGUAGE CUDA
                                                        CUDA_ARCHITECTURES OFF)
     if(RKV_BUILD_TESTS)
