@@ -5,7 +5,10 @@
 # CMakeLists.txt (always) and by ringkv_cuda.cmake (when not yet defined, as
 # in the GPU check's standalone build). Expects RKV_ROOT.
 add_library(ringkv_cuda_plan OBJECT ${RKV_ROOT}/src/cuda/plan.c)
-set_target_properties(ringkv_cuda_plan PROPERTIES POSITION_INDEPENDENT_CODE ON)
+# Private to the backend: hidden in libringkv_cuda.so, whose exports are
+# ringkv_cuda.h's API only.
+set_target_properties(ringkv_cuda_plan PROPERTIES POSITION_INDEPENDENT_CODE ON
+  C_VISIBILITY_PRESET hidden)
 target_compile_options(ringkv_cuda_plan PRIVATE -Wall -Wextra -Wshadow -Wstrict-prototypes)
 target_include_directories(ringkv_cuda_plan
   PUBLIC ${RKV_ROOT}/include ${RKV_ROOT}/src/cuda
