@@ -12,7 +12,9 @@ finds it (``LayerRingCache``, ``Model``, the CUDA layer, ``convert``...):
 mistake                                     class                  is also
 ==========================================  =====================  =====================
 an argument of the wrong Python type (a     RingKVTypeError        TypeError
-non-integer index, size or clock; a
+non-integer or bool index, size or
+clock; a flag such as ``commit`` that is
+not a bool; a
 ``pool`` that is not a ThreadPool; a
 request id that is not str/bytes); copying
 or pickling an object that cannot be
@@ -95,7 +97,9 @@ class RingKVError(Exception):
     def __init__(self, message: str, status: int = 0):
         super().__init__(message)
         self.status = status
-        self.status_name = STATUS_NAMES.get(status, "python")
+        # 0: found by the Python layer, as documented (not "RKV_OK")
+        self.status_name = "python" if status == RKV_OK else \
+            STATUS_NAMES.get(status, f"status {status}")
 
     def __str__(self) -> str:  # KeyError would otherwise print the repr
         return str(self.args[0]) if self.args else ""

@@ -112,6 +112,92 @@ def test_upsert_errors_change_nothing(call, exc, words):
         _unchanged(c, lambda: call(c))
 
 
+# Flags take bools only (the reference types them ``bool`` but tests their
+# truth: "no" and "False" commit there); integers refuse bools (an int
+# subclass: True would mean 1 session). The trial's inputs first.
+def _torch_upsert(c, commit):
+    torch = torch_or_skip()
+    return c.upsert(torch.from_numpy(frame()), torch.tensor([0]), commit, torch.tensor([0]))
+
+
+def _bool_flag_calls():
+    return [
+        ("commit", lambda c, m: c.upsert(frame(), i64(0), "no", i64(0))),
+        ("commit", lambda c, m: c.upsert(frame(), i64(0), "False", i64(0))),
+        ("commit", lambda c, m: c.upsert(frame(), i64(0), 1, i64(0))),
+        ("commit", lambda c, m: c.upsert(frame(), i64(0), None, i64(0))),
+        ("commit", lambda c, m: c.upsert(frame(), i64(0), [0], i64(0))),
+        ("commit", lambda c, m: _torch_upsert(c, "no")),     # the torch-op path too
+        ("build_visibility",
+         lambda c, m: c.upsert(frame(), i64(0), True, i64(0), build_visibility="yes")),
+        ("build_visibility",
+         lambda c, m: c.upsert(frame(), i64(0), True, i64(0), build_visibility=0)),
+        ("commit", lambda c, m: m.upsert(0, [0], np.zeros((2, 1, 1, 128, 64), F32), "no")),
+        ("commit", lambda c, m: m.step(0, [0], np.zeros((2, 1, 1, 128, 64), F32), 1,
+                                       np.zeros((1, 1, 128, 64), F32))),
+        ("reference", lambda c, m: c.attend(np.zeros((1, 1, 128, 4), F32), i64(0), i64(0),
+                                            reference="yes")),
+        ("full_global_ring", lambda c, m: ringkv.preset("demo", "no")),
+        ("full_global_ring", lambda c, m: ringkv.Model.from_preset("demo", full_global_ring=1)),
+    ]
+
+
+@pytest.mark.parametrize("name, call", _bool_flag_calls())
+def test_flags_take_bools_only(name, call):
+    c = make()
+    c.upsert(frame(value=7.0), i64(0), True, i64(0))
+    m = ringkv.Model.from_preset("demo", num_sessions=1)
+    m.begin_frame([m.claim("a")], [0])
+    with pytest.raises(ringkv.RingKVTypeError, match=f"^{name} must be a bool") as info:
+        _unchanged(c, lambda: call(c, m))
+    assert isinstance(info.value, TypeError) and info.value.status_name == "python"
+    assert m.clock(0) is None                      # the model's frame did not advance either
+
+
+def test_flags_accept_python_and_numpy_bools():
+    c = make()
+    for commit in (np.True_, np.bool_(False), False):
+        _, _, vis = c.upsert(frame(value=3.0), i64(0), commit, i64(0),
+                             build_visibility=np.True_)
+        assert vis.dtype == np.bool_
+    assert c.written[:128].all() and c.kv[0, 0, 0, 0, 0] == 3.0   # np.True_ committed
+    ref = c.attend(np.ones((1, 1, 128, 4), F32), i64(0), i64(1), reference=np.True_)
+    assert np.allclose(ref, c.attend(np.ones((1, 1, 128, 4), F32), i64(0), i64(1)), atol=1e-6)
+
+
+@pytest.mark.parametrize("name, call", [
+    ("num_sessions", lambda: ringkv.LayerRingCache(True, 1, 4, 3, 4, 128, 1, "f32")),
+    ("pinned_dilation", lambda: ringkv.LayerRingCache(1, 1, 4, 3, 4, 128, np.True_, "f32")),
+    ("session_idx", lambda: make().reset(True)),
+    ("session_idx", lambda: make().session_span(False)),
+    ("frame_pos", lambda: make().visible_frames(0, True)),
+    ("layer", lambda: ringkv.Model.from_preset("demo").layer(False)),
+    ("num_sessions", lambda: ringkv.preset("demo", num_sessions=True)),
+    ("num_sessions", lambda: ringkv.Model(ringkv.ModelConfig(**{
+        **vars(ringkv.preset("demo")), "num_sessions": True}))),
+    ("n_threads", lambda: ringkv.ThreadPool(True)),
+])
+def test_counts_refuse_bools(name, call):
+    with pytest.raises(ringkv.RingKVTypeError, match=f"^{name} must be an int, not a bool"):
+        call()
+
+
+@pytest.mark.parametrize("bad", [[True], [0.7], ["1"], (np.True_,)])
+def test_index_lists_hold_integers_only(bad):
+    """NumPy would read [True] as session 1, [0.7] as 0 and ["1"] as 1."""
+    c = make()
+    with pytest.raises(ringkv.RingKVArrayError):
+        _unchanged(c, lambda: c.upsert(frame(), bad, True, i64(0)))
+    with pytest.raises(ringkv.RingKVArrayError):
+        _unchanged(c, lambda: c.upsert(frame(), i64(0), True, bad))
+    m = ringkv.Model.from_preset("demo", num_sessions=2)
+    m.claim("a")
+    with pytest.raises(ringkv.RingKVArrayError):
+        m.begin_frame(bad, [0])
+    assert m.clock(0) is None
+    assert make().attend(np.zeros((1, 1, 128, 4), F32), [np.int64(0)], (0,)).shape == (1, 1, 128, 4)
+
+
 def test_library_message_and_status():
     c = make()
     with pytest.raises(IndexError) as info:
