@@ -1233,7 +1233,7 @@ static void test_argument_errors(void **state)
     TU_ERR(rkv_model_load_session_mem(v.m, v.s, NULL, 0), RKV_ERR_FORMAT, "truncated");
     TU_ERR(rkv_snapshot_inspect(NULL, NULL), RKV_ERR_NULL, "path");
     TU_ERR(rkv_model_save_session(v.m, 0, tmp_path("no/such/dir.safetensors")), RKV_ERR_IO,
-           "temporary");
+           "does not exist");
     tu_model_assert_same(&v.before, v.m, "argument errors");
 
     /* unclaimed session; session inside a frame */
