@@ -142,7 +142,7 @@ def main():
                  ["gone.safetensors", "no such file"]),
                 ("a folder", ["--resume", tmp], 2, ["is a folder"]),
                 ("a file that is not a snapshot", ["--resume", not_snapshot], 2,
-                 ["not a valid snapshot"])):
+                 ["not a ringkv snapshot", "__metadata__.format"])):
             base = no_preset if what == "another preset" else extra
             p = run([ringkv, "rollout", "--json", "--out", os.path.join(tmp, "x"),
                      "--resume", snap, "--frames", "2"] + base + args, expect_ok=False)

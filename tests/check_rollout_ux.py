@@ -18,8 +18,12 @@ it fails fast (before any frame: the model is never created), and the words:
   - --frames beyond INT32_MAX names the range 1..2147483647;
   - an unknown preset: rollout and plan print the same (library) message;
   - --help: plan states the --memory-gib range, both explain --full-global-ring;
-  - replay of binary junk prints only printable ASCII, escaped as \\xNN, on
-    short lines;
+  - an input not of its kind is refused with exit 2 before any work (replay
+    of a text that is not a trace, of binary data, of JSON without "cases" or
+    without its .bin; inspect of a text or of another format's safetensors;
+    rollout --resume of a text), while a trace cut short is a replay failure
+    (1); replay of binary junk (2) prints only printable ASCII, escaped as
+    \\xNN, on short lines;
   - a long run (500,000 demo frames) says how long it should take on stderr
     within seconds (the process is then stopped);
   - a short run writes rollout.png and rollout.txt (the legend), names the
@@ -288,6 +292,51 @@ def main():
                                 f"{leaks!r})")
         print("  ok: usage and argument errors exit 2 in every command")
 
+        # an input not of its kind is refused (2, nothing done), in every
+        # command that reads one; an input of its kind gone wrong is a
+        # failure found by the work (1)
+        text = os.path.join(tmp, "notes.md")
+        with open(text, "w") as f:
+            f.write("# notes\n\nRing buffers are nice.\n")
+        st = os.path.join(tmp, "weights.safetensors")  # safetensors, another format
+        hdr = json.dumps({"__metadata__": {"format": "pt"},
+                          "w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
+        with open(st, "wb") as f:
+            f.write(struct.pack("<Q", len(hdr)) + hdr + b"\0\0\0\0")
+        empty_manifest = os.path.join(tmp, "m.json")
+        with open(empty_manifest, "w") as f:
+            f.write('{"version": 1}\n')
+        lone_manifest = os.path.join(tmp, "lone.json")  # no lone.bin beside it
+        with open(lone_manifest, "w") as f:
+            f.write('{"cases": []}\n')
+        cut = os.path.join(tmp, "cut.txt")  # a trace cut short: of its kind, fails
+        with open(cut, "w") as f:
+            f.write("# a trace\ngeometry num_sessions=1 n_kv_heads=1 ring_frames=2 "
+                    "ring_buckets=2 d_head=4 tokens_per_frame=128 pinned_dilation=1\n")
+        for args, status, needles in (
+                (["replay", text], 2, ["notes.md:3", "not a ringkv operation trace", "'Ring'"]),
+                (["replay", st], 2, ["not a ringkv operation trace", "NUL"]),
+                (["replay", cut, text], 2, ["notes.md", "not a ringkv operation trace"]),
+                (["replay", empty_manifest], 2, ["not a ringkv attention-vector manifest",
+                                                  '"cases"']),
+                (["replay", text + ".json"], 2, ["no such file"]),
+                (["replay", lone_manifest], 2, ["lone.bin", "no such file"]),
+                (["replay", cut], 1, ["no final_written line"]),
+                (["inspect", text], 2, ["notes.md", "not a ringkv snapshot", "'R'"]),
+                (["inspect", st], 2, ["not a ringkv snapshot", "format 'pt'"]),
+                (["rollout", "--resume", text, "--out", os.path.join(tmp, "o7")], 2,
+                 ["--resume", "not a ringkv snapshot"])):
+            p, s = run([ringkv] + args)
+            where = p.stderr if status == 2 else p.stdout
+            if (p.returncode != status or not all(n in where for n in needles)
+                    or (status == 2 and ("PASS" in p.stdout or "FAIL" in p.stdout))):
+                failures.append(f"ringkv {' '.join(args)}: status {p.returncode} (expected "
+                                f"{status}), stdout {p.stdout.strip()[:200]!r}, stderr "
+                                f"{p.stderr.strip()[:300]!r} (expected {needles!r})")
+            else:
+                print(f"  ok: {args[0]} {os.path.basename(args[-1])}: {status}: "
+                      f"{where.strip().splitlines()[0][:150]}")
+
         # replay of binary junk: printable ASCII only, short lines
         rng = random.Random(7)
         junk = os.path.join(tmp, "junk.txt")
@@ -299,7 +348,8 @@ def main():
         text = p.stdout + p.stderr
         bad = [b for b in text if not (32 <= b < 127 or b == 10)]
         longest = max(len(line) for line in text.split(b"\n"))
-        if p.returncode != 1 or bad or b"\\x" not in text or longest > 400:
+        if (p.returncode != 2 or bad or b"\\x" not in text or longest > 400
+                or b"not a ringkv operation trace" not in p.stderr):
             failures.append(f"replay of junk: status {p.returncode}, {len(bad)} unprintable "
                             f"bytes, longest line {longest}: {text[:300]!r}")
         else:

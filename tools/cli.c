@@ -4,10 +4,13 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "escape.h"
 #include "ringkv.h"
 
 const char CLI_EXIT_RULE[] =
@@ -56,6 +59,70 @@ int cli_check_input_file(const char *what, const char *path, const char *expecte
     }
     fclose(f);
     return 0;
+}
+
+/* docs/snapshot-format.md: __metadata__.format of every ringkv snapshot, and
+ * the largest header the library reads. */
+#define SNAPSHOT_FORMAT "ringkv-snapshot"
+#define SNAPSHOT_MAX_HEADER ((uint64_t)16 << 20)
+
+/* The format named by a snapshot header's JSON text (h, n bytes): 0 when it
+ * names ringkv's or does not parse (the library says how it is broken), -1
+ * with the reason in why. */
+static int header_format_is_ringkv(const char *h, size_t n, char *why, size_t wn) {
+    cJSON *root = cJSON_ParseWithLength(h, n);
+    if (!root) return 0;
+    const cJSON *meta = cJSON_GetObjectItemCaseSensitive(root, "__metadata__");
+    const cJSON *format = cJSON_GetObjectItemCaseSensitive(meta, "format");
+    int rc = 0;
+    if (!cJSON_IsString(format)) {
+        snprintf(why, wn, "a safetensors file without __metadata__.format (a ringkv snapshot "
+                          "has '" SNAPSHOT_FORMAT "')");
+        rc = -1;
+    } else if (strcmp(format->valuestring, SNAPSHOT_FORMAT)) {
+        char shown[4 * 40 + 1];
+        rkv_tool_escape(shown, sizeof shown, format->valuestring);
+        snprintf(why, wn, "a safetensors file of format '%s' (a ringkv snapshot has '"
+                          SNAPSHOT_FORMAT "')", shown);
+        rc = -1;
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
+int cli_check_snapshot_kind(const char *what, const char *path, char *err, size_t n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, n, "%s '%s': cannot open: %s", what, path, strerror(errno));
+        return -1;
+    }
+    unsigned char head[8];
+    char why[256] = "";
+    int rc = 0;
+    if (fread(head, 1, 8, f) == 8) {
+        uint64_t len = 0;
+        for (int i = 7; i >= 0; i--) len = len << 8 | head[i];
+        int c;
+        while ((c = getc(f)) == ' ' || c == '\t' || c == '\n' || c == '\r') len--;
+        if (c != EOF && c != '{') {
+            char shown[8];
+            snprintf(shown, sizeof shown, c > 0x20 && c < 0x7f ? "'%c'" : "0x%02x", c);
+            snprintf(why, sizeof why,
+                     "a snapshot is a safetensors file (an 8-byte header length, then a JSON "
+                     "header '{...}'); byte %ld of this one is %s",
+                     ftell(f) - 1, shown);
+            rc = -1;
+        } else if (c == '{' && len >= 2 && len <= SNAPSHOT_MAX_HEADER) {
+            /* the whole header, when the file holds it */
+            char *h = malloc((size_t)len);
+            if (h && (h[0] = '{', fread(h + 1, 1, (size_t)len - 1, f) == (size_t)len - 1))
+                rc = header_format_is_ringkv(h, (size_t)len, why, sizeof why);
+            free(h);
+        }
+    }
+    fclose(f);
+    if (rc) snprintf(err, n, "%s '%s' is not a ringkv snapshot: %s", what, path, why);
+    return rc;
 }
 
 const char *cli_layer_kind(const rkv_layer_spec *l) {

@@ -20,7 +20,14 @@
  *      an input named on the command line that is missing, unreadable, not
  *      of its kind or not matching the other options, an output path that
  *      cannot be written, a run too big for the memory available, or
- *      --backend cuda where no GPU is seen. */
+ *      --backend cuda where no GPU is seen.
+ * "Not of its kind" is judged on what a file starts with, before any work:
+ * a trace whose first record is not a trace record, a manifest that is not
+ * a JSON object with "cases", a snapshot that is not a safetensors file of
+ * the ringkv format (cli_check_snapshot_kind), an image that does not
+ * decode. A file of its kind that goes wrong later (a trace cut short, a
+ * snapshot with a bad checksum) is a fault the work found: 1 (replay,
+ * inspect), or 2 where it is checked before any work (rollout --resume). */
 #define CLI_EXIT_OK 0
 #define CLI_EXIT_FAILURE 1
 #define CLI_EXIT_USAGE 2
@@ -41,6 +48,16 @@ const char *cli_lib_detail(const char *path);
  * folder, not EXPECTED", or the system's reason) in err. */
 int cli_check_input_file(const char *what, const char *path, const char *expected, char *err,
                          size_t n);
+
+/* Whether the readable file at path is a ringkv snapshot at all (the rule
+ * above: an input not of its kind is refused, 2): a safetensors file (an
+ * 8-byte little-endian header length, then a JSON header that starts with
+ * '{'), and, when that header parses, one whose __metadata__.format is
+ * "ringkv-snapshot" (docs/snapshot-format.md). A file that ends before
+ * byte 8, or whose header is cut or does not parse, passes: it is a
+ * snapshot gone wrong, the library's full check says how (exit 1). 0, or -1
+ * with "WHAT 'PATH' is not a ringkv snapshot: ..." in err. */
+int cli_check_snapshot_kind(const char *what, const char *path, char *err, size_t n);
 
 /* "local" for a layer that keeps every frame (pinned_dilation 1), "global"
  * for a dilated one (docs/json.md: `kind`). */

@@ -1,9 +1,9 @@
 /* `ringkv inspect FILE...`: validates snapshot files (docs/snapshot-format.md)
  * and prints what each holds (--json: docs/json.md). Exit status (cli.h) 0
  * when every file is valid, 1 when one is not (the reason goes to stderr:
- * truncated, corrupted header or data, unsupported version, not a snapshot,
- * I/O), 2 for a bad option or a FILE that is missing or cannot be read (then
- * no file is inspected). Texts from the file (the writer's version, the
+ * truncated, corrupted header or data, unsupported version, I/O), 2 for a
+ * bad option or a FILE that is missing, cannot be read or is not a snapshot
+ * at all (cli_check_snapshot_kind; then no file is inspected). Texts from the file (the writer's version, the
  * model's name, the request id: any bytes) are printed escaped, in text and
  * in JSON (tools/escape.h); the library's messages escape file bytes
  * themselves. */
@@ -47,8 +47,10 @@ static void usage(FILE *f) {
             "Texts from the file (model name, request id, writer's version) are shown\n"
             "with bytes outside printable ASCII as \\xNN and a backslash as \\\\.\n"
             "\n"
-            "Exit status: 0 all valid; 1 a file is invalid (the reason on stderr); 2 a bad\n"
-            "option or a FILE that is missing or cannot be read (nothing is inspected).\n");
+            "Exit status: 0 all valid; 1 a snapshot is invalid (the reason on stderr:\n"
+            "truncated, corrupted, another version); 2 a bad option or a FILE that is\n"
+            "missing, cannot be read or is not a snapshot at all: not a safetensors file,\n"
+            "or one of another format (nothing is inspected).\n");
 }
 
 static void print_text(const char *path, const rkv_snapshot_info *in) {
@@ -153,11 +155,14 @@ int rkv_cmd_inspect(int argc, char **argv) {
         usage(stderr);
         return CLI_EXIT_USAGE;
     }
-    /* every FILE must exist and be readable before any is inspected */
+    /* every FILE must exist, be readable and be a snapshot at all before any
+     * is inspected (cli.h: an input not of its kind is refused, 2); a
+     * snapshot gone wrong is inspect's verdict (1) */
     char err[4600];
     for (int i = 1; i < argc; i++)
         if (is_file_argument(argv[i]) &&
-            cli_check_input_file("snapshot", argv[i], "a snapshot file", err, sizeof err)) {
+            (cli_check_input_file("snapshot", argv[i], "a snapshot file", err, sizeof err) ||
+             cli_check_snapshot_kind("file", argv[i], err, sizeof err))) {
             fprintf(stderr, "ringkv inspect: %s\n", err);
             return CLI_EXIT_USAGE;
         }

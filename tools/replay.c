@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "replay.h"
+#include "trace.h"
 
 void replay_pass(replay_tally *tl, const char *name, const char *detail) {
     if (detail && detail[0]) printf("PASS %s (%s)\n", name, detail);
@@ -87,8 +88,17 @@ static void usage(FILE *f) {
             "          (norm-wise relative error at most %g)\n\n"
             "Prints PASS or FAIL per trace or case, then 'N passed, M failed'.\n"
             "Exit status: 0 everything passed; 1 a trace or case failed (or none ran); 2 a\n"
-            "bad option or a FILE that is missing or cannot be read (nothing is replayed).\n",
+            "bad option or a FILE that is missing, cannot be read or is not of its kind\n"
+            "(nothing is replayed): a manifest (*.json) that is not a JSON object with\n"
+            "\"cases\" or has no .bin beside it, a trace (any other FILE) whose first\n"
+            "record is not a trace record. A trace cut short is a failure (1).\n",
             REPLAY_ATTN_TOLERANCE);
+}
+
+/* A FILE named *.json is an attention-vector manifest; any other a trace. */
+static int is_manifest(const char *path) {
+    const size_t n = strlen(path);
+    return n >= 5 && !strcmp(path + n - 5, ".json");
 }
 
 int rkv_cmd_replay(int argc, char **argv) {
@@ -121,18 +131,22 @@ int rkv_cmd_replay(int argc, char **argv) {
         usage(stderr);
         goto done;
     }
-    /* every FILE must exist and be readable before any is replayed */
+    /* every FILE must exist, be readable and be of its kind before any is
+     * replayed: a trace whose first record is a trace record, a manifest that
+     * is a JSON object with "cases" and its .bin beside it (cli.h's rule: an
+     * input not of its kind is refused, 2) */
     for (int i = 0; i < nfiles; i++) {
         char err[4600];
-        if (cli_check_input_file("file", files[i], "a trace or a manifest", err, sizeof err)) {
+        if (cli_check_input_file("file", files[i], "a trace or a manifest", err, sizeof err) ||
+            (is_manifest(files[i]) ? replay_manifest_check(files[i], err, sizeof err)
+                                   : rkv_trace_sniff(files[i], err, sizeof err))) {
             fprintf(stderr, "ringkv replay: %s\n", err);
             goto done;
         }
     }
     replay_tally tl = {0, 0};
     for (int i = 0; i < nfiles; i++) {
-        size_t n = strlen(files[i]);
-        if (n >= 5 && !strcmp(files[i] + n - 5, ".json")) replay_manifest_file(files[i], &tl);
+        if (is_manifest(files[i])) replay_manifest_file(files[i], &tl);
         else replay_trace_file(files[i], &tl);
     }
     printf("%d passed, %d failed\n", tl.passed, tl.failed);

@@ -52,6 +52,12 @@ static inline void append(char *msg, size_t size, const char *fmt, ...) {
 int replay_compare_rows(const char *what, const uint8_t *want, const uint8_t *got, int64_t n,
                         char *msg, size_t size);
 
+/* Whether the file at path is an attention-vector manifest at all (a JSON
+ * object with a "cases" array, its .bin beside it): 0, or -1 with "PATH:
+ * not a ringkv attention-vector manifest: ..." (or the .bin's absence, or
+ * why the file cannot be read) in msg (replay_vectors.c). */
+int replay_manifest_check(const char *path, char *msg, size_t size);
+
 /* Parses and replays one trace file, printing its line (replay_trace.c). */
 void replay_trace_file(const char *path, replay_tally *tl);
 /* Replays every case of one manifest, one line per case, or one FAIL line

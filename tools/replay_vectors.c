@@ -436,38 +436,69 @@ static char *bin_path_for(const char *json_path) {
     return p;
 }
 
+/* Reads the manifest at path and parses it: a JSON object with a "cases"
+ * array. 0 with *root (the caller frees it), -1 with a message when it is
+ * not a manifest at all, -2 when it cannot be read. */
+static int load_manifest(const char *path, cJSON **root, char *msg, size_t size) {
+    unsigned char *json = NULL;
+    size_t json_len = 0;
+    *root = NULL;
+    if (read_file(path, MAX_JSON_BYTES, &json, &json_len, msg, size)) return -2;
+    int rc = 0;
+    if (memchr(json, 0, json_len)) {
+        rc = say(msg, size, "the file holds a NUL byte (binary data, not JSON text)");
+    } else if (!(*root = cJSON_ParseWithLength((const char *)json, json_len))) {
+        const char *at = cJSON_GetErrorPtr();
+        long off = at ? (long)(at - (const char *)json) : -1;
+        rc = say(msg, size, "not valid JSON (parse error near byte %ld)", off);
+    } else if (!cJSON_IsObject(*root) ||
+               !cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(*root, "cases"))) {
+        rc = say(msg, size, "no \"cases\" array at the top level of a JSON object");
+        cJSON_Delete(*root);
+        *root = NULL;
+    }
+    free(json);
+    return rc;
+}
+
+int replay_manifest_check(const char *path, char *msg, size_t size) {
+    cJSON *root;
+    char why[REPLAY_MSG_SIZE];
+    const int rc = load_manifest(path, &root, why, sizeof why);
+    cJSON_Delete(root);
+    if (rc == -2) return say(msg, size, "%s", why);
+    if (rc)
+        return say(msg, size,
+                   "%s: not a ringkv attention-vector manifest: %s (shared/golden/README.md)",
+                   path, why);
+    char *bin_path = bin_path_for(path);
+    if (!bin_path) return say(msg, size, "out of memory");
+    const int bad = cli_check_input_file("its data file", bin_path, "a .bin file", why, sizeof why);
+    if (bad) say(msg, size, "manifest %s: %s", path, why);
+    free(bin_path);
+    return bad ? -1 : 0;
+}
+
 /* Replays every case of one manifest, one line per case (or one FAIL line
  * for the file when it cannot be read at all). */
 void replay_manifest_file(const char *path, replay_tally *tl) {
     char msg[REPLAY_MSG_SIZE], detail[REPLAY_MSG_SIZE], name[1024];
-    unsigned char *json = NULL, *bin = NULL;
-    size_t json_len = 0, bin_len = 0;
+    unsigned char *bin = NULL;
+    size_t bin_len = 0;
     cJSON *root = NULL;
     char *bin_path = bin_path_for(path);
     if (!bin_path) {
         replay_fail(tl, path, "out of memory");
         return;
     }
-    if (read_file(path, MAX_JSON_BYTES, &json, &json_len, msg, sizeof msg) ||
+    if (load_manifest(path, &root, msg, sizeof msg) ||
         read_file(bin_path, MAX_BIN_BYTES, &bin, &bin_len, msg, sizeof msg)) {
         replay_fail(tl, path, msg);
         goto done;
     }
-    if (memchr(json, 0, json_len)) {
-        replay_fail(tl, path, "the manifest contains a NUL byte (not JSON text)");
-        goto done;
-    }
-    root = cJSON_ParseWithLength((const char *)json, json_len);
-    if (!root) {
-        const char *at = cJSON_GetErrorPtr();
-        long off = at ? (long)(at - (const char *)json) : -1;
-        snprintf(msg, sizeof msg, "not valid JSON (parse error near byte %ld)", off);
-        replay_fail(tl, path, msg);
-        goto done;
-    }
     const cJSON *cases = cJSON_GetObjectItemCaseSensitive(root, "cases");
-    if (!cJSON_IsObject(root) || !cJSON_IsArray(cases) || cJSON_GetArraySize(cases) == 0) {
-        replay_fail(tl, path, "no non-empty \"cases\" array at the top level");
+    if (cJSON_GetArraySize(cases) == 0) {
+        replay_fail(tl, path, "the \"cases\" array is empty");
         goto done;
     }
     int i = 0;
@@ -486,7 +517,6 @@ void replay_manifest_file(const char *path, replay_tally *tl) {
     }
 done:
     cJSON_Delete(root);
-    free(json);
     free(bin);
     free(bin_path);
 }

@@ -402,7 +402,8 @@ static const char *snapshot_mismatch(const rkv_model_config *snap, const rkv_mod
  * library's full check) of this run's model. 0, or -1 with a message. */
 static int check_resume_file(run *r) {
     const char *path = r->o.resume;
-    if (cli_check_input_file("--resume", path, "a snapshot file", r->err, sizeof r->err)) {
+    if (cli_check_input_file("--resume", path, "a snapshot file", r->err, sizeof r->err) ||
+        cli_check_snapshot_kind("--resume", path, r->err, sizeof r->err)) {
         fprintf(stderr, "ringkv rollout: %s\n", r->err);
         return -1;
     }
