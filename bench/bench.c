@@ -19,6 +19,7 @@
 #include "bench.h"
 #include "blas_attention.h"
 #include "ceiling.h"
+#include "cli.h"
 #include "commands.h"
 #include "ringkv.h"
 
@@ -368,9 +369,8 @@ int rkv_cmd_bench(int argc, char **argv) {
         }
         else if (!strcmp(argv[i], "--quick")) o.quick = true;
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
-            char *end;
-            long n = strtol(argv[++i], &end, 10);
-            if (*end || n < 1 || n > 1024) {
+            int64_t n;
+            if (cli_parse_int64(argv[++i], 1, 1024, &n)) {
                 fprintf(stderr,
                         "ringkv bench: --threads expects an integer in 1..1024, got '%s' "
                         "(see --help)\n",

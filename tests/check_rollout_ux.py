@@ -36,6 +36,9 @@ it fails fast (before any frame: the model is never created), and the words:
     `ringkv --version`; usage and argument errors (unknown command or option,
     a missing FILE, --resume or --image) exit 2 in every command without
     library function or status names;
+  - numbers are read one strict way in plan, rollout and bench (decimal
+    digits, the whole argument: no hex, exponent, sign, spaces, inf/nan),
+    refused with exit 2 naming the option and the expected form;
   - the legend names the mid-grey speckle of cells no ring holds, and the
     picture shows it: on a jump row both recall panels repeat one 8 x 8
     speckle near mid-grey in every cell;
@@ -291,6 +294,35 @@ def main():
                                 f"stderr {p.stderr.strip()[:300]!r} (expected {needle!r}, no "
                                 f"{leaks!r})")
         print("  ok: usage and argument errors exit 2 in every command")
+
+        # numbers: one strict reading in every command (decimal digits, the
+        # whole argument, then the range); the message names the option and
+        # the expected form
+        numbers = [(["plan", "--preset", "demo", "--memory-gib"], v, "--memory-gib")
+                   for v in ("0x10", " 5", "5 ", "1e3", "inf", "nan", "+5", "-0", "5,5", "")]
+        numbers += [(["rollout", opt], v, opt)
+                    for opt, vals in (("--frames", (" 3", "3 ", "+3", "0x10", "1e3", "3.0")),
+                                      ("--sessions", ("+1", " 1")), ("--threads", ("0x2", "2 ")),
+                                      ("--seed", ("0x10", " 1", "-1", "18446744073709551616")),
+                                      ("--migrate-every", ("0x2", "1e1")))
+                    for v in vals]
+        numbers += [(["bench", "--threads"], v, "--threads") for v in (" 2", "0x2", "2k", "")]
+        for args, value, opt in numbers:
+            p, s = run([ringkv] + args + [value, "--out", os.path.join(tmp, "o8")]
+                       if args[0] == "rollout" else [ringkv] + args + [value])
+            if (p.returncode != 2 or f"{opt} expects" not in p.stderr
+                    or f"'{value}'" not in p.stderr or s > FAST_S):
+                failures.append(f"ringkv {' '.join(args)} {value!r}: status {p.returncode} "
+                                f"(expected 2), stderr {p.stderr.strip()[:300]!r} (expected "
+                                f"'{opt} expects ... got {value!r}')")
+        for value, gib in (("16", 16.0), ("0.5", 0.5), (".5", 0.5), ("5.", 5.0), ("007", 7.0)):
+            p, _ = run([ringkv, "plan", "--preset", "demo", "--json", "--memory-gib", value])
+            got = json.loads(p.stdout).get("memory_gib") if p.returncode == 0 else None
+            if got != gib:
+                failures.append(f"plan --memory-gib {value!r}: status {p.returncode}, "
+                                f"memory_gib {got!r} (expected {gib})")
+        print(f"  ok: {len(numbers)} malformed numbers refused in plan, rollout and bench, "
+              f"naming the option; decimal forms accepted")
 
         # an input not of its kind is refused (2, nothing done), in every
         # command that reads one; an input of its kind gone wrong is a

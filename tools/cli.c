@@ -4,6 +4,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -58,6 +59,45 @@ int cli_check_input_file(const char *what, const char *path, const char *expecte
         return -1;
     }
     fclose(f);
+    return 0;
+}
+
+/* The number of leading decimal digits of s. */
+static size_t digits(const char *s) {
+    size_t n = 0;
+    while (s[n] >= '0' && s[n] <= '9') n++;
+    return n;
+}
+
+int cli_parse_int64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
+    const size_t sign = lo < 0 && s[0] == '-';
+    const size_t n = digits(s + sign);
+    if (n == 0 || s[sign + n] != '\0') return -1;
+    errno = 0;
+    const long long v = strtoll(s, NULL, 10);
+    if (errno || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+int cli_parse_uint64(const char *s, uint64_t *out) {
+    const size_t n = digits(s);
+    if (n == 0 || s[n] != '\0') return -1;
+    errno = 0;
+    const unsigned long long v = strtoull(s, NULL, 10);
+    if (errno) return -1;
+    *out = v;
+    return 0;
+}
+
+int cli_parse_real(const char *s, double lo, double hi, double *out) {
+    const size_t whole = digits(s);
+    size_t n = whole, frac = 0;
+    if (s[n] == '.') frac = digits(s + ++n), n += frac;
+    if (whole + frac == 0 || s[n] != '\0') return -1;
+    const double v = strtod(s, NULL);
+    if (!isfinite(v) || v < lo || v > hi) return -1;
+    *out = v;
     return 0;
 }
 

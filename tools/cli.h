@@ -5,6 +5,7 @@
 #define RKV_TOOLS_CLI_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <cjson/cJSON.h>
 
@@ -58,6 +59,18 @@ int cli_check_input_file(const char *what, const char *path, const char *expecte
  * snapshot gone wrong, the library's full check says how (exit 1). 0, or -1
  * with "WHAT 'PATH' is not a ringkv snapshot: ..." in err. */
 int cli_check_snapshot_kind(const char *what, const char *path, char *err, size_t n);
+
+/* The one reading of a number on the command line, in every command: the
+ * whole argument, decimal only. No sign (but '-' when lo < 0), no spaces,
+ * no hexadecimal, exponent, "inf" or "nan", nothing after the digits; then
+ * the range. 0 with *out, or -1 (nothing written); the caller names the
+ * option and the expected form in its message. */
+int cli_parse_int64(const char *s, int64_t lo, int64_t hi, int64_t *out);
+/* An integer in 0..2^64-1 (digits only). */
+int cli_parse_uint64(const char *s, uint64_t *out);
+/* A real number in [lo, hi] (lo >= 0), as digits with at most one '.'
+ * ("16", "0.5", ".5", "5.": no sign, no exponent). */
+int cli_parse_real(const char *s, double lo, double hi, double *out);
 
 /* "local" for a layer that keeps every frame (pinned_dilation 1), "global"
  * for a dilated one (docs/json.md: `kind`). */

@@ -41,7 +41,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "\n"
             "  --memory-gib X       memory budget in GiB (2^30 bytes), 0 <= X <= 1048576\n"
-            "                       (1 PiB; fractions allowed)\n"
+            "                       (1 PiB), in decimal digits, fractions allowed (0.5)\n"
             "  --full-global-ring   global layers allocate the full 128-frame ring; only\n"
             "                       16 buckets are addressed (SEMANTICS 7): memory grows,\n"
             "                       recall does not\n"
@@ -83,14 +83,13 @@ static int parse_args(int argc, char **argv, plan_opts *o) {
         if (klen == 8 && !strncmp(a, "--preset", 8)) {
             o->preset = val;
         } else if (klen == 12 && !strncmp(a, "--memory-gib", 12)) {
-            char *end = NULL;
-            double x = strtod(val, &end);
-            if (end == val || *end != '\0' || !isfinite(x) || x < 0 || x > MAX_MEMORY_GIB) {
-                fprintf(stderr, "ringkv plan: --memory-gib '%s' is not a number in [0, %.0f]\n",
-                        val, MAX_MEMORY_GIB);
+            if (cli_parse_real(val, 0, MAX_MEMORY_GIB, &o->memory_gib)) {
+                fprintf(stderr,
+                        "ringkv plan: --memory-gib expects a number of GiB in 0..%.0f, in "
+                        "decimal digits with an optional fraction (16, 0.5), got '%s'\n",
+                        MAX_MEMORY_GIB, val);
                 return 2;
             }
-            o->memory_gib = x;
             o->have_memory = 1;
         } else if (klen == 7 && !strncmp(a, "--dtype", 7)) {
             if (rkv_dtype_parse(val, &o->dtype) != RKV_OK)

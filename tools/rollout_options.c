@@ -2,12 +2,12 @@
  * command line (rollout_options.h). */
 #include "rollout_options.h"
 
-#include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "device.h"
 
 static void usage(FILE *f) {
@@ -42,7 +42,8 @@ static void usage(FILE *f) {
             "                       columns wrap)\n"
             "  --out DIR            folder for the picture %s and its legend\n"
             "                       %s (default %s; checked before the run)\n"
-            "  --seed N             seed of the camera path and noise, 0..2^64-1 (default %d)\n"
+            "  --seed N             seed of the camera path and noise, 0..2^64-1, decimal\n"
+            "                       (default %d)\n"
             "  --dtype TYPE         storage dtype (default: the preset's)\n"
             "  --threads N          attention threads, CPU backend, 1..1024 (default: the\n"
             "                       machine's cores)\n"
@@ -82,15 +83,6 @@ static int bad_option(const char *what, const char *arg) {
     return 2;
 }
 
-static int parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return -1;
-    *out = v;
-    return 0;
-}
-
 /* One option of `ringkv rollout`: its name, whether it takes a value
  * (--name VALUE or --name=VALUE), and how the value is read into the
  * options. `set` returns 0, or the exit status after bad_option. */
@@ -117,7 +109,7 @@ static int set_flag(const opt_def *d, const char *val, rollout_opts *o) {
 /* An integer in [lo, hi] into an int64_t field. */
 static int set_int64(const opt_def *d, const char *val, rollout_opts *o) {
     int64_t v;
-    if (parse_int(val, d->lo, d->hi, &v)) return bad_option(d->expects, val);
+    if (cli_parse_int64(val, d->lo, d->hi, &v)) return bad_option(d->expects, val);
     *FIELD(o, d, int64_t) = v;
     return 0;
 }
@@ -125,7 +117,7 @@ static int set_int64(const opt_def *d, const char *val, rollout_opts *o) {
 /* An integer in [lo, hi] into an int field. */
 static int set_int(const opt_def *d, const char *val, rollout_opts *o) {
     int64_t v;
-    if (parse_int(val, d->lo, d->hi, &v)) return bad_option(d->expects, val);
+    if (cli_parse_int64(val, d->lo, d->hi, &v)) return bad_option(d->expects, val);
     *FIELD(o, d, int) = (int)v;
     return 0;
 }
@@ -144,11 +136,7 @@ static int set_text(const opt_def *d, const char *val, rollout_opts *o) {
 }
 
 static int set_seed(const opt_def *d, const char *val, rollout_opts *o) {
-    char *end;
-    errno = 0;
-    unsigned long long s = strtoull(val, &end, 0);
-    if (errno || end == val || *end || val[0] == '-') return bad_option(d->expects, val);
-    o->seed = (uint64_t)s;
+    if (cli_parse_uint64(val, &o->seed)) return bad_option(d->expects, val);
     return 0;
 }
 
@@ -177,7 +165,7 @@ static const opt_def OPTIONS[] = {
     {"--image", 1, set_text, OPT(image), "--image expects a JPEG or PNG file, got", 0, 0, 1},
     {"--out", 1, set_text, OPT(out), "--out expects a folder, got", 0, 0, 1},
     {"--seed", 1, set_seed, OPT(seed),
-     "--seed expects an integer in 0..18446744073709551615, got", 0, 0, 0},
+     "--seed expects a decimal integer in 0..18446744073709551615, got", 0, 0, 0},
     {"--dtype", 1, set_dtype, OPT(dtype), "--dtype expects f32, f16 or bf16, got", 0, 0, 0},
     {"--threads", 1, set_int, OPT(threads), "--threads expects an integer in 1..1024, got", 1,
      1024, 0},
