@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -353,40 +354,27 @@ static void usage(FILE *f) {
             "  and keeps its rows (bench/gpu/h200.jsonl).\n");
 }
 
+/* The options as the command line gives them (cli_parse_options). */
+typedef struct bench_args {
+    int json, quick, threads, backend; /* backend: 0 cpu, 1 cuda */
+} bench_args;
+
+#define OPT(field) offsetof(bench_args, field)
+static const cli_option OPTIONS[] = {
+    {"--json", 0, cli_set_flag, OPT(json), NULL, 0, 0, NULL},
+    {"--quick", 0, cli_set_flag, OPT(quick), NULL, 0, 0, NULL},
+    {"--threads", 1, cli_set_int, OPT(threads), "an integer in 1..1024", 1, 1024, NULL},
+    {"--backend", 1, cli_set_choice, OPT(backend), "cpu or cuda", 0, 0, CLI_BACKENDS},
+};
+#undef OPT
+
 int rkv_cmd_bench(int argc, char **argv) {
-    bench_opts o = {.threads = 0};
-    bool cuda = false;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json")) o.json = true;
-        else if (!strncmp(argv[i], "--backend", 9) && (argv[i][9] == '=' || argv[i][9] == '\0')) {
-            const char *v = argv[i][9] == '=' ? argv[i] + 10 : i + 1 < argc ? argv[++i] : "";
-            if (!strcmp(v, "cpu")) cuda = false;
-            else if (!strcmp(v, "cuda")) cuda = true;
-            else {
-                fprintf(stderr, "ringkv bench: --backend takes cpu or cuda; got '%s'\n", v);
-                return 2;
-            }
-        }
-        else if (!strcmp(argv[i], "--quick")) o.quick = true;
-        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
-            int64_t n;
-            if (cli_parse_int64(argv[++i], 1, 1024, &n)) {
-                fprintf(stderr,
-                        "ringkv bench: --threads expects an integer in 1..1024, got '%s' "
-                        "(see --help)\n",
-                        argv[i]);
-                return 2;
-            }
-            o.threads = (int)n;
-        } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage(stdout);
-            return 0;
-        } else {
-            fprintf(stderr, "ringkv bench: unknown option '%s'\n", argv[i]);
-            usage(stderr);
-            return 2;
-        }
-    }
+    bench_args args = {0, 0, 0, 0};
+    const int rc = cli_parse_options("bench", argc, argv, OPTIONS,
+                                     sizeof OPTIONS / sizeof OPTIONS[0], &args, NULL, NULL, usage);
+    if (rc >= 0) return rc;
+    bench_opts o = {.json = args.json, .quick = args.quick, .threads = args.threads};
+    const bool cuda = args.backend == CLI_BACKEND_CUDA;
     bench_machine machine;
     bench_machine_read(&machine);
     o.machine = &machine;

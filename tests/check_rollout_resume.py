@@ -129,8 +129,20 @@ def main():
         not_snapshot = os.path.join(tmp, "not-a-snapshot.safetensors")
         with open(not_snapshot, "wb") as f:
             f.write(b"\x10\x00\x00\x00\x00\x00\x00\x00{\"a\": 1}        ")
-        no_preset = [a for i, a in enumerate(extra)
-                     if a != "--preset" and (i == 0 or extra[i - 1] != "--preset")]
+        def replacing(base, args):
+            """base with the options args names taken out (each option may be
+            given once), then args."""
+            names = {a for a in args if a.startswith("--")}
+            flags = {"--full-global-ring", "--json"}
+            out, i = [], 0
+            while i < len(base):
+                if base[i] in names:
+                    i += 1 if base[i] in flags else 2
+                    continue
+                out.append(base[i])
+                i += 1
+            return out + args
+
         for what, args, status, needles in (
                 ("another dtype", ["--dtype", other], 2, [f"--dtype {dtype}"]),
                 ("another preset", ["--preset", other_preset, "--dtype", dtype], 2,
@@ -143,9 +155,9 @@ def main():
                 ("a folder", ["--resume", tmp], 2, ["is a folder"]),
                 ("a file that is not a snapshot", ["--resume", not_snapshot], 2,
                  ["not a ringkv snapshot", "__metadata__.format"])):
-            base = no_preset if what == "another preset" else extra
-            p = run([ringkv, "rollout", "--json", "--out", os.path.join(tmp, "x"),
-                     "--resume", snap, "--frames", "2"] + base + args, expect_ok=False)
+            p = run([ringkv, "rollout", "--json", "--out", os.path.join(tmp, "x")]
+                    + replacing(["--resume", snap, "--frames", "2"] + extra, args),
+                    expect_ok=False)
             leaks = [w for w in ("rkv_", "RKV_ERR") if w in p.stderr]
             if (p.returncode != status or not all(n in p.stderr for n in needles) or leaks
                     or p.stdout.strip()):

@@ -36,6 +36,8 @@ it fails fast (before any frame: the model is never created), and the words:
     `ringkv --version`; usage and argument errors (unknown command or option,
     a missing FILE, --resume or --image) exit 2 in every command without
     library function or status names;
+  - an option given twice (--frames, --preset, --resume, --snapshot-out, a
+    flag; plan's, bench's and inspect's too) is refused with exit 2 naming it;
   - numbers are read one strict way in plan, rollout and bench (decimal
     digits, the whole argument: no hex, exponent, sign, spaces, inf/nan),
     refused with exit 2 naming the option and the expected form;
@@ -294,6 +296,36 @@ def main():
                                 f"stderr {p.stderr.strip()[:300]!r} (expected {needle!r}, no "
                                 f"{leaks!r})")
         print("  ok: usage and argument errors exit 2 in every command")
+
+        # an option given twice is refused in every command (it used to win
+        # silently): exit 2 at once, naming the option
+        o9 = os.path.join(tmp, "o9")
+        snap_a, snap_b = os.path.join(tmp, "a.safetensors"), os.path.join(tmp, "b.safetensors")
+        for args, opt in ((["rollout", "--frames", "3", "--frames", "4", "--out", o9], "--frames"),
+                          (["rollout", "--preset", "demo", "--preset=waypoint-1.5-360p", "--out",
+                            o9], "--preset"),
+                          (["rollout", "--resume", snap_a, "--resume", snap_b, "--out", o9],
+                           "--resume"),
+                          (["rollout", "--snapshot-out", snap_a, "--snapshot-out=" + snap_b,
+                            "--out", o9], "--snapshot-out"),
+                          (["rollout", "--json", "--frames", "2", "--json", "--out", o9], "--json"),
+                          (["rollout", "--out", o9, "--out", o9], "--out"),
+                          (["plan", "--preset", "demo", "--memory-gib", "1", "--memory-gib", "2"],
+                           "--memory-gib"),
+                          (["plan", "--preset", "demo", "--preset", "demo", "--memory-gib", "1"],
+                           "--preset"),
+                          (["plan", "--preset", "demo", "--memory-gib", "1", "--dtype", "f32",
+                            "--dtype=bf16"], "--dtype"),
+                          (["bench", "--threads", "1", "--threads", "2"], "--threads"),
+                          (["bench", "--quick", "--quick"], "--quick"),
+                          (["inspect", "--json", "--json", snap_a], "--json")):
+            p, s = run([ringkv] + args)
+            if (p.returncode != 2 or f"{opt} given twice" not in p.stderr or p.stdout.strip()
+                    or os.path.exists(o9) or s > FAST_S):
+                failures.append(f"ringkv {' '.join(args)}: status {p.returncode} (expected 2), "
+                                f"stderr {p.stderr.strip()[:300]!r} (expected '{opt} given "
+                                f"twice'), stdout {p.stdout[:100]!r}")
+        print("  ok: an option given twice is refused in rollout, plan, bench and inspect")
 
         # numbers: one strict reading in every command (decimal digits, the
         # whole argument, then the range); the message names the option and

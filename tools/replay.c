@@ -109,22 +109,10 @@ int rkv_cmd_replay(int argc, char **argv) {
         fprintf(stderr, "ringkv replay: out of memory\n");
         return CLI_EXIT_FAILURE;
     }
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--")) {
-            while (++i < argc) files[nfiles++] = argv[i];
-            break;
-        }
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage(stdout);
-            rc = CLI_EXIT_OK;
-            goto done;
-        }
-        if (argv[i][0] == '-' && argv[i][1] != '\0') {
-            fprintf(stderr, "ringkv replay: unknown option '%s'\n\n", argv[i]);
-            usage(stderr);
-            goto done;
-        }
-        files[nfiles++] = argv[i];
+    const int parsed = cli_parse_options("replay", argc, argv, NULL, 0, NULL, files, &nfiles, usage);
+    if (parsed >= 0) {
+        rc = parsed;
+        goto done;
     }
     if (nfiles == 0) {
         fprintf(stderr, "ringkv replay: no file given\n\n");

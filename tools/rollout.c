@@ -439,7 +439,7 @@ static int check_model(run *r) {
         return CLI_EXIT_USAGE;
     }
     r->cfg.num_sessions = r->o.sessions;
-    if (r->o.have_dtype) r->cfg.dtype = r->o.dtype;
+    if (r->o.dtype.given) r->cfg.dtype = r->o.dtype.dtype;
     if (!r->o.frames) r->o.frames = rollout_default_frames(r->o.preset);
     if ((st = rkv_model_config_memory(&r->cfg, &r->mem_session, &r->mem_total)) != RKV_OK) {
         fprintf(stderr, "ringkv rollout: the model's memory cannot be computed: %s\n",

@@ -78,122 +78,28 @@ int64_t rollout_default_frames(const char *preset) {
     return WAYPOINT_360P_FRAMES;
 }
 
-static int bad_option(const char *what, const char *arg) {
-    fprintf(stderr, "ringkv rollout: %s '%s'\n(see 'ringkv rollout --help')\n", what, arg);
-    return 2;
-}
-
-/* One option of `ringkv rollout`: its name, whether it takes a value
- * (--name VALUE or --name=VALUE), and how the value is read into the
- * options. `set` returns 0, or the exit status after bad_option. */
-typedef struct opt_def opt_def;
-struct opt_def {
-    const char *name;
-    int takes_value;
-    int (*set)(const opt_def *d, const char *val, rollout_opts *o);
-    size_t field;         /* offsetof(rollout_opts, ...) of what it sets */
-    const char *expects;  /* the start of the message for a bad value ("... got 'VAL'") */
-    int64_t lo, hi;       /* set_int64, set_int: the range */
-    int length_checked;   /* set_text: at most PATH_MAX_LEN bytes */
-};
-
-#define FIELD(o, d, type) ((type *)((char *)(o) + (d)->field))
-
-/* A flag: its int field becomes 1. */
-static int set_flag(const opt_def *d, const char *val, rollout_opts *o) {
-    (void)val;
-    *FIELD(o, d, int) = 1;
-    return 0;
-}
-
-/* An integer in [lo, hi] into an int64_t field. */
-static int set_int64(const opt_def *d, const char *val, rollout_opts *o) {
-    int64_t v;
-    if (cli_parse_int64(val, d->lo, d->hi, &v)) return bad_option(d->expects, val);
-    *FIELD(o, d, int64_t) = v;
-    return 0;
-}
-
-/* An integer in [lo, hi] into an int field. */
-static int set_int(const opt_def *d, const char *val, rollout_opts *o) {
-    int64_t v;
-    if (cli_parse_int64(val, d->lo, d->hi, &v)) return bad_option(d->expects, val);
-    *FIELD(o, d, int) = (int)v;
-    return 0;
-}
-
-/* A string into a const char * field: not empty when `expects` is set, at
- * most PATH_MAX_LEN bytes when length_checked. */
-static int set_text(const opt_def *d, const char *val, rollout_opts *o) {
-    if (d->expects && !*val) return bad_option(d->expects, val);
-    if (d->length_checked && strlen(val) > PATH_MAX_LEN) {
-        char what[64];
-        snprintf(what, sizeof what, "%s: path too long:", d->name);
-        return bad_option(what, val);
-    }
-    *FIELD(o, d, const char *) = val;
-    return 0;
-}
-
-static int set_seed(const opt_def *d, const char *val, rollout_opts *o) {
-    if (cli_parse_uint64(val, &o->seed)) return bad_option(d->expects, val);
-    return 0;
-}
-
-static int set_dtype(const opt_def *d, const char *val, rollout_opts *o) {
-    if (rkv_dtype_parse(val, &o->dtype) != RKV_OK) return bad_option(d->expects, val);
-    o->have_dtype = 1;
-    return 0;
-}
-
-static int set_backend(const opt_def *d, const char *val, rollout_opts *o) {
-    if (!strcmp(val, "cpu")) o->backend = BACKEND_CPU;
-    else if (!strcmp(val, "cuda")) o->backend = BACKEND_CUDA;
-    else return bad_option(d->expects, val);
-    return 0;
-}
-
 #define OPT(field) offsetof(rollout_opts, field)
-static const opt_def OPTIONS[] = {
-    {"--json", 0, set_flag, OPT(json), NULL, 0, 0, 0},
-    {"--full-global-ring", 0, set_flag, OPT(full_global_ring), NULL, 0, 0, 0},
-    {"--preset", 1, set_text, OPT(preset), NULL, 0, 0, 0},
-    {"--sessions", 1, set_int64, OPT(sessions),
-     "--sessions expects an integer in 1..4096 (the rollout's limit), got", 1, MAX_SESSIONS, 0},
-    {"--frames", 1, set_int64, OPT(frames), "--frames expects an integer in 1..2147483647, got", 1,
-     INT32_MAX, 0},
-    {"--image", 1, set_text, OPT(image), "--image expects a JPEG or PNG file, got", 0, 0, 1},
-    {"--out", 1, set_text, OPT(out), "--out expects a folder, got", 0, 0, 1},
-    {"--seed", 1, set_seed, OPT(seed),
-     "--seed expects a decimal integer in 0..18446744073709551615, got", 0, 0, 0},
-    {"--dtype", 1, set_dtype, OPT(dtype), "--dtype expects f32, f16 or bf16, got", 0, 0, 0},
-    {"--threads", 1, set_int, OPT(threads), "--threads expects an integer in 1..1024, got", 1,
-     1024, 0},
-    {"--snapshot-out", 1, set_text, OPT(snapshot_out), "--snapshot-out expects a file, got", 0,
-     0, 1},
-    {"--resume", 1, set_text, OPT(resume), "--resume expects a snapshot file, got", 0, 0, 0},
-    {"--backend", 1, set_backend, OPT(backend), "--backend expects cpu or cuda, got", 0, 0, 0},
-    {"--migrate-every", 1, set_int64, OPT(migrate_every),
-     "--migrate-every expects an integer in 1..2147483647 (frames), got", 1, INT32_MAX, 0},
+static const cli_option OPTIONS[] = {
+    {"--json", 0, cli_set_flag, OPT(json), NULL, 0, 0, NULL},
+    {"--full-global-ring", 0, cli_set_flag, OPT(full_global_ring), NULL, 0, 0, NULL},
+    {"--preset", 1, cli_set_text, OPT(preset), NULL, 0, 0, NULL},
+    {"--sessions", 1, cli_set_int64, OPT(sessions),
+     "an integer in 1..4096 (the rollout's limit)", 1, MAX_SESSIONS, NULL},
+    {"--frames", 1, cli_set_int64, OPT(frames), "an integer in 1..2147483647", 1, INT32_MAX,
+     NULL},
+    {"--image", 1, cli_set_text, OPT(image), "a JPEG or PNG file", 0, PATH_MAX_LEN, NULL},
+    {"--out", 1, cli_set_text, OPT(out), "a folder", 0, PATH_MAX_LEN, NULL},
+    {"--seed", 1, cli_set_uint64, OPT(seed), "a decimal integer in 0..18446744073709551615", 0,
+     0, NULL},
+    {"--dtype", 1, cli_set_dtype, OPT(dtype), "f32, f16 or bf16", 0, 0, NULL},
+    {"--threads", 1, cli_set_int, OPT(threads), "an integer in 1..1024", 1, 1024, NULL},
+    {"--snapshot-out", 1, cli_set_text, OPT(snapshot_out), "a file", 0, PATH_MAX_LEN, NULL},
+    {"--resume", 1, cli_set_text, OPT(resume), "a snapshot file", 0, 0, NULL},
+    {"--backend", 1, cli_set_choice, OPT(backend), "cpu or cuda", 0, 0, CLI_BACKENDS},
+    {"--migrate-every", 1, cli_set_int64, OPT(migrate_every),
+     "an integer in 1..2147483647 (frames)", 1, INT32_MAX, NULL},
 };
 #undef OPT
-
-/* The option argument `a` names: a flag exactly, an option with a value as
- * --name or --name=VALUE (then *val points at VALUE). NULL when none. */
-static const opt_def *find_option(const char *a, const char **val) {
-    *val = NULL;
-    for (size_t k = 0; k < sizeof OPTIONS / sizeof OPTIONS[0]; k++) {
-        const opt_def *d = &OPTIONS[k];
-        const size_t n = strlen(d->name);
-        if (strncmp(a, d->name, n)) continue;
-        if (a[n] == '\0') return d;
-        if (d->takes_value && a[n] == '=') {
-            *val = a + n + 1;
-            return d;
-        }
-    }
-    return NULL;
-}
 
 int rollout_parse_args(int argc, char **argv, rollout_opts *o) {
     memset(o, 0, sizeof *o);
@@ -202,21 +108,9 @@ int rollout_parse_args(int argc, char **argv, rollout_opts *o) {
     o->frames = 0; /* the preset's default, set once the preset is known */
     o->out = DEFAULT_OUT;
     o->seed = DEFAULT_SEED;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *val;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        }
-        const opt_def *d = find_option(a, &val);
-        if (!d) return bad_option("unknown option", a);
-        if (d->takes_value && !val) {
-            if (i + 1 >= argc) return bad_option("missing value after", a);
-            val = argv[++i];
-        }
-        const int rc = d->set(d, val, o);
-        if (rc) return rc;
-    }
+    const int rc = cli_parse_options("rollout", argc, argv, OPTIONS,
+                                     sizeof OPTIONS / sizeof OPTIONS[0], o, NULL, NULL, usage);
+    if (rc >= 0) return rc;
     if (o->backend == BACKEND_CUDA && !device_cuda_built()) {
         fprintf(stderr, "ringkv rollout: --backend cuda: ringkv was built without CUDA\n");
         return 2;

@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 
+#include "cli.h"
 #include "ringkv.h"
 
 /* Default --frames by preset (docs/rollout.md, "Run time"). The demo preset
@@ -26,7 +27,10 @@
 /* Longest --out, --snapshot-out or --image path handled. */
 #define PATH_MAX_LEN 4000
 
-typedef enum rollout_backend { BACKEND_CPU = 0, BACKEND_CUDA } rollout_backend;
+typedef enum rollout_backend {
+    BACKEND_CPU = CLI_BACKEND_CPU,
+    BACKEND_CUDA = CLI_BACKEND_CUDA
+} rollout_backend;
 
 typedef struct rollout_opts {
     const char *preset;
@@ -36,11 +40,10 @@ typedef struct rollout_opts {
     const char *image; /* NULL: the default image */
     const char *out;
     uint64_t seed;
-    int have_dtype;
-    rkv_dtype dtype;
+    cli_dtype dtype;          /* dtype.given: instead of the preset's */
     int json;
     int threads;              /* 0: the machine's cores (CPU backend)   */
-    rollout_backend backend;
+    int backend;              /* rollout_backend */
     const char *snapshot_out; /* save session 0 here at the end, or NULL */
     const char *resume;       /* load session 0 from here first, or NULL */
     int64_t migrate_every;    /* move every session to a second model through
