@@ -1096,6 +1096,9 @@ static int finish_run(run *r, double loop_s) {
         .mem_session = r->mem_session,
         .mem_total = r->mem_total,
         .model_bytes = rkv_model_memory_bytes(r->model),
+        .migrations = r->migrations,
+        .migrated_bytes = r->migrated_bytes,
+        .migrate_s = r->migrate_s,
         .pool = r->pool,
         .isa = rkv_layer_attention_isa(rkv_model_layer(r->model, 0)), /* CPU only */
         .plan = {r->plan[0], r->plan[1]},
@@ -1144,10 +1147,10 @@ int rkv_cmd_rollout(int argc, char **argv) {
     }
     if (R.migrations)
         fprintf(stderr,
-                "ringkv rollout: %lld migrations of %lld session(s) between two models through "
+                "ringkv rollout: %lld migration%s of %lld session%s between two models through "
                 "export / import: %.1f MiB moved in %.3f s\n",
-                (long long)R.migrations, (long long)R.B, (double)R.migrated_bytes / (1 << 20),
-                R.migrate_s);
+                (long long)R.migrations, R.migrations == 1 ? "" : "s", (long long)R.B,
+                R.B == 1 ? "" : "s", (double)R.migrated_bytes / (1 << 20), R.migrate_s);
     if (R.progress) fprintf(stderr, "\r%*s\r", 79, "");
     rc = finish_run(&R, now_s() - R.loop_start);
 done:

@@ -134,7 +134,8 @@ static int json_geometry(cJSON *j, const rollout_result *res) {
     return 0;
 }
 
-/* "frames_per_second", "pass_latency_us", "seconds", "memory_bytes". */
+/* "frames_per_second", "pass_latency_us", "seconds", "memory_bytes",
+ * "migrations". */
 static void json_speed(cJSON *j, const rollout_result *res, const figures *fig) {
     cJSON *fps = cJSON_AddObjectToObject(j, "frames_per_second");
     cJSON_AddNumberToObject(fps, "all_sessions", fig->fps_all);
@@ -149,10 +150,22 @@ static void json_speed(cJSON *j, const rollout_result *res, const figures *fig) 
     cJSON_AddNumberToObject(secs, "passes", res->pass_total_s);
     cJSON_AddNumberToObject(secs, "frame_loop", res->loop_s);
     cJSON_AddNumberToObject(secs, "total", res->total_s);
+    const int migrating = res->opts->migrate_every > 0;
+    if (migrating)
+        cJSON_AddNumberToObject(secs, "migrating", res->migrate_s);
+    else
+        cJSON_AddNullToObject(secs, "migrating");
     cJSON *mem = cJSON_AddObjectToObject(j, "memory_bytes");
     cJSON_AddNumberToObject(mem, "per_session", (double)res->mem_session);
     cJSON_AddNumberToObject(mem, "total", (double)res->mem_total);
     cJSON_AddNumberToObject(mem, "allocated", (double)res->model_bytes);
+    if (migrating) {
+        cJSON *mg = cJSON_AddObjectToObject(j, "migrations");
+        cJSON_AddNumberToObject(mg, "rounds", (double)res->migrations);
+        cJSON_AddNumberToObject(mg, "moved_bytes", (double)res->migrated_bytes);
+    } else {
+        cJSON_AddNullToObject(j, "migrations");
+    }
 }
 
 /* "recall_psnr_db", "recall_rate", "recall_patches", "patches",
