@@ -69,7 +69,7 @@ def recall_adds_up(a, b, c):
                   for r in (a, b, c)]
             if abs(db[0] - db[1] - db[2]) > 1e-6 * max(1.0, abs(db[0])):
                 out.append(f"{cls} {band}: PSNR sum {db[0]} in A, {db[1]} + {db[2]} in B + C")
-    for k in ("measured", "flat", "unseen"):
+    for k in ("in_view", "flat", "unseen"):
         v = [r["patches"][k] for r in (a, b, c)]
         if v[0] != v[1] + v[2]:
             out.append(f"patches.{k}: {v[0]} in A, {v[1]} + {v[2]} in B + C")

@@ -28,7 +28,9 @@ it fails fast (before any frame: the model is never created), and the words:
     within seconds (the process is then stopped);
   - a short run writes rollout.png and rollout.txt (the legend), names the
     legend in the text report and the JSON, and writes cell dimensions as
-    "N cols x M rows";
+    "N cols x M rows"; its recall table says what the rate is, and its patch
+    line counts flat patches as not measured (as the legend does), the
+    measured ones equal to the band counts, the parts adding up;
   - RKV_ISA: an unknown name is ignored with one line on stderr; the names
     work in any case;
   - `ringkv help` states the exit-status rule; `ringkv help CMD` prints what
@@ -459,6 +461,24 @@ def main():
             if "flat grey" in text:
                 failures.append("legend: says 'flat grey', the panels show a speckle")
             print(f"  ok: short run wrote {legend} ({len(text.splitlines())} lines)")
+            # the report's words agree with the legend's ("flat: not measured")
+            # and say what the rate is; the patch counts add up
+            report = " ".join(p.stdout.split())
+            m = re.search(r"\((\d+) patches in view: (\d+) measured above, (\d+) flat \(no "
+                          r"texture: not measured\), (\d+) textured but never in view before "
+                          r"\(in no band\)\)", report)
+            rows = re.findall(r"local((?: +[\d.-]+ +[\d.-]+ +\d+){3})", p.stdout)
+            counts = [int(x) for x in rows[0].split()[2::3]] if rows else []
+            if ("rate = share recalled at PSNR >= 30 dB" not in report
+                    or "rate mean dB count" not in report or "patches measured" in report
+                    or not m or "not measured" not in " ".join(text.split())
+                    or int(m.group(1)) != sum(int(m.group(k)) for k in (2, 3, 4))
+                    or int(m.group(2)) != sum(counts)):
+                failures.append(f"report's recall words: {p.stdout[-900:]!r} (expected the rate "
+                                f"said, 'N patches in view: M measured above (= the band "
+                                f"counts {counts}), F flat (not measured), U ...' adding up)")
+            else:
+                print(f"  ok: report: {m.group(0)}")
         p, s = run([ringkv, "rollout", "--frames", "24", "--json", "--out", out] + img,
                    timeout=600)
         try:

@@ -933,7 +933,7 @@ static int run_frame(run *r, int64_t f) {
         camera_pose pose = *camera_path_pose(r->paths[s], f);
         for (int64_t t = 0; t < r->T; t++) {
             int64_t col = pose.col + t % r->view.cols, row = pose.row + t / r->view.cols;
-            r->stats.measured++;
+            r->stats.in_view++;
             int8_t band = SHEET_FLAT;
             if (world_cell_textured(&r->world, col, row)) {
                 recall_band b = recall_band_of_gap(recall_memory_gap(&r->memory[s], col, row, f));

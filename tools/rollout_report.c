@@ -175,7 +175,7 @@ static void json_recall(cJSON *j, const rollout_result *res) {
     cJSON_AddItemToObject(j, "recall_rate", class_object(res->stats, res->have, 1));
     cJSON_AddItemToObject(j, "recall_patches", class_object(res->stats, res->have, 2));
     cJSON *pt = cJSON_AddObjectToObject(j, "patches");
-    cJSON_AddNumberToObject(pt, "measured", (double)res->stats->measured);
+    cJSON_AddNumberToObject(pt, "in_view", (double)res->stats->in_view);
     cJSON_AddNumberToObject(pt, "flat", (double)res->stats->flat);
     cJSON_AddNumberToObject(pt, "unseen", (double)res->stats->unseen);
     cJSON *mv = cJSON_AddObjectToObject(j, "camera_frames");
@@ -304,14 +304,19 @@ static void report_text(const rollout_result *res, const figures *fig) {
            p50, p99);
     printf("memory:  %zu bytes per session (%.1f MiB), %zu in total (%.1f MiB)\n", res->mem_session,
            res->mem_session / 1048576.0, res->mem_total, res->mem_total / 1048576.0);
-    printf("recall on first passes (textured patches; rate >= 30 dB, mean PSNR dB, count):\n");
+    printf("recall on first passes (textured patches; rate = share recalled at PSNR >= 30 dB):\n");
     printf("  %-7s  %-20s  %-20s  %-20s\n", "", "near (1-15)", "mid (16-127)", "far (>=128)");
+    printf("  %-7s", "");
+    for (int b = 0; b < RECALL_BANDS; b++) printf("  %5s %7s %6s", "rate", "mean dB", "count");
+    printf("\n");
     for (int c = 0; c < RECALL_CLASSES; c++)
         print_band_row(recall_class_name((recall_class)c),
                        res->have[c] ? res->stats->tally[c] : NULL);
-    printf("  (%lld patches measured: %lld flat, %lld textured but never seen before)\n",
-           (long long)res->stats->measured, (long long)res->stats->flat,
-           (long long)res->stats->unseen);
+    const recall_stats *st = res->stats;
+    printf("  (%lld patches in view: %lld measured above, %lld flat (no texture: not "
+           "measured),\n   %lld textured but never in view before (in no band))\n",
+           (long long)st->in_view, (long long)(st->in_view - st->flat - st->unseen),
+           (long long)st->flat, (long long)st->unseen);
     printf("digest:  %s (xxh3_64 of frame %lld's attention outputs, f32 LE, by pass, layer, "
            "session)\n",
            res->digest_hex, (long long)(res->end - 1));
