@@ -111,89 +111,117 @@ static double time_blas_peer(const rkv_layer *l, int64_t f, const rkv_attention_
  * in f32 and bf16, each against its dtype's ceiling. Rounds of: one sample
  * of every part of the ceiling, then a few runs of the attention (and, in
  * f32, of the OpenBLAS peer); each side keeps its best. */
-static void bench_attention(const bench_opts *o, rkv_threadpool *pool) {
-    const rkv_dtype dtypes[] = {RKV_DTYPE_F32, RKV_DTYPE_BF16};
+/* One dtype's attention figures, kept until both dtypes' ceilings are in. */
+typedef struct attention_run {
+    rkv_dtype dtype;
+    double flops, keys;
+    double best, blas, ref; /* least seconds: ringkv, the BLAS peer, the reference */
+    bool peer;
+    const char *isa;        /* the kernel ringkv ran (static) */
+    bench_ceiling *ceil;
+} attention_run;
+
+/* Times attention of one dtype against its ceiling (sampled between its
+ * runs); fills *x (x->ceil to be destroyed by the caller). */
+static void measure_attention(const bench_opts *o, rkv_threadpool *pool, rkv_dtype dt,
+                              attention_run *x) {
     const int rounds = o->quick ? 3 : 8, reps = o->quick ? 2 : 4;
-    for (int k = 0; k < 2; k++) {
-        const rkv_dtype dt = dtypes[k];
-        rkv_geometry g = {1, 16, 16, 16, 64, 128, 1, dt};
-        rkv_layer *l;
-        check(rkv_layer_create(&g, &l), "layer");
-        const size_t frame = 2 * 16 * 128 * 64;
-        void *kv = xmalloc(frame * 4);
-        int64_t s = 0, f;
-        for (f = 0; f < 20; f++) {
-            fill_random(kv, dt, frame);
-            check(rkv_layer_upsert(l, kv, dt, 1, &f, &s, 1, NULL), "upsert");
-        }
-        int64_t nframes = 0, frames[17];
-        check(rkv_layer_visible_frames(l, 0, f, frames, &nframes), "visible");
-        const double keys = (double)nframes * 128;
-        const size_t qn = 32 * 128 * 64;
-        void *q = xmalloc(qn * 4), *out = xmalloc(qn * 4);
-        fill_random(q, dt, qn);
-        rkv_attention_args a = {.batch = 1, .n_q_heads = 32, .q = q, .q_dtype = dt, .out = out,
-                                .out_dtype = dt, .session_idx = &s, .frame_pos = &f, .pool = pool};
-        const double flops = 4.0 * 128 * keys * 64 * 32;
+    rkv_geometry g = {1, 16, 16, 16, 64, 128, 1, dt};
+    rkv_layer *l;
+    check(rkv_layer_create(&g, &l), "layer");
+    const size_t frame = 2 * 16 * 128 * 64;
+    void *kv = xmalloc(frame * 4);
+    int64_t s = 0, f;
+    for (f = 0; f < 20; f++) {
+        fill_random(kv, dt, frame);
+        check(rkv_layer_upsert(l, kv, dt, 1, &f, &s, 1, NULL), "upsert");
+    }
+    int64_t nframes = 0, frames[17];
+    check(rkv_layer_visible_frames(l, 0, f, frames, &nframes), "visible");
+    x->dtype = dt;
+    x->keys = (double)nframes * 128;
+    const size_t qn = 32 * 128 * 64;
+    void *q = xmalloc(qn * 4), *out = xmalloc(qn * 4);
+    fill_random(q, dt, qn);
+    rkv_attention_args a = {.batch = 1, .n_q_heads = 32, .q = q, .q_dtype = dt, .out = out,
+                            .out_dtype = dt, .session_idx = &s, .frame_pos = &f, .pool = pool};
+    x->flops = 4.0 * 128 * x->keys * 64 * 32;
 #ifdef RKV_HAVE_OPENBLAS
-        const bool peer = dt == RKV_DTYPE_F32; /* the BLAS peer: sgemm tile products */
+    x->peer = dt == RKV_DTYPE_F32; /* the BLAS peer: sgemm tile products */
 #else
-        const bool peer = false;
+    x->peer = false;
 #endif
-        bench_ceiling *ceil = bench_ceiling_create(o, dt);
-        if (!ceil) {
-            fprintf(stderr, "ringkv bench: out of memory for the %s ceiling\n", rkv_dtype_name(dt));
-            exit(1);
+    x->ceil = bench_ceiling_create(o, dt);
+    if (!x->ceil) {
+        fprintf(stderr, "ringkv bench: out of memory for the %s ceiling\n", rkv_dtype_name(dt));
+        exit(1);
+    }
+    time_attend(l, &a); /* warm-up */
+    x->best = x->blas = 1e30;
+    for (int r = 0; r < rounds; r++) {
+        bench_ceiling_sample(x->ceil);
+        for (int i = 0; i < reps; i++) {
+            const double t = time_attend(l, &a);
+            if (t < x->best) x->best = t;
         }
-        time_attend(l, &a); /* warm-up */
-        double best = 1e30, blas = 1e30;
-        for (int r = 0; r < rounds; r++) {
-            bench_ceiling_sample(ceil);
-            for (int i = 0; i < reps; i++) {
-                const double t = time_attend(l, &a);
-                if (t < best) best = t;
-            }
-            for (int i = 0; peer && i < reps; i++) {
-                const double t = time_blas_peer(l, f, &a, rkv_threadpool_size(pool));
-                if (t < blas) blas = t;
-            }
+        for (int i = 0; x->peer && i < reps; i++) {
+            const double t = time_blas_peer(l, f, &a, rkv_threadpool_size(pool));
+            if (t < x->blas) x->blas = t;
         }
-        double ref = 1e30;
-        for (int r = 0; r < (o->quick ? 1 : 2); r++) {
-            double t = now_s();
-            check(rkv_layer_attend_reference(l, &a), "attend_reference");
-            t = now_s() - t;
-            if (t < ref) ref = t;
-        }
-        const char *kind;
-        const double ceiling = bench_ceiling_best(ceil, &kind);
-        bench_ceiling_emit(ceil);
-        bench_ceiling_destroy(ceil);
-        const double gflops = flops / best / 1e9;
-        cJSON *p = cJSON_CreateObject();
-        cJSON_AddStringToObject(p, "dtype", rkv_dtype_name(dt));
-        cJSON_AddNumberToObject(p, "B", 1);
-        cJSON_AddStringToObject(p, "preset", "waypoint-1.5-360p");
-        cJSON_AddNumberToObject(p, "keys", keys);
-        cJSON_AddNumberToObject(p, "threads", rkv_threadpool_size(pool));
-        cJSON_AddStringToObject(p, "isa", rkv_layer_attention_isa(l));
-        cJSON *p2 = cJSON_Duplicate(p, 1);
-        cJSON *p3 = cJSON_Duplicate(p, 1);
-        bench_emit(o, "attention_gflops", gflops, "GFLOP/s", p, ceiling, kind);
-        bench_emit(o, "attention_speedup_vs_reference", ref / best, "x", p2, 0, NULL);
-        if (peer) {
-            char isa[96];
-            snprintf(isa, sizeof isa, "openblas:%s", o->machine->blas_core);
-            cJSON_ReplaceItemInObject(p3, "isa", cJSON_CreateString(isa));
-            cJSON_AddStringToObject(p3, "peer", "openblas");
-            cJSON *p4 = cJSON_Duplicate(p3, 1);
-            bench_emit(o, "attention_blas_gflops", flops / blas / 1e9, "GFLOP/s", p3, ceiling, kind);
-            bench_emit(o, "attention_speedup_vs_blas", blas / best, "x", p4, 0, NULL);
-        } else {
-            cJSON_Delete(p3);
-        }
-        free(q), free(out), free(kv);
-        rkv_layer_destroy(l);
+    }
+    x->ref = 1e30;
+    for (int r = 0; r < (o->quick ? 1 : 2); r++) {
+        double t = now_s();
+        check(rkv_layer_attend_reference(l, &a), "attend_reference");
+        t = now_s() - t;
+        if (t < x->ref) x->ref = t;
+    }
+    x->isa = rkv_layer_attention_isa(l);
+    free(q), free(out), free(kv);
+    rkv_layer_destroy(l);
+}
+
+/* The rows of one dtype: its ceiling's parts, then attention against it. */
+static void emit_attention(const bench_opts *o, rkv_threadpool *pool, const attention_run *x) {
+    const char *kind;
+    const double ceiling = bench_ceiling_best(x->ceil, &kind);
+    bench_ceiling_emit(x->ceil);
+    cJSON *p = cJSON_CreateObject();
+    cJSON_AddStringToObject(p, "dtype", rkv_dtype_name(x->dtype));
+    cJSON_AddNumberToObject(p, "B", 1);
+    cJSON_AddStringToObject(p, "preset", "waypoint-1.5-360p");
+    cJSON_AddNumberToObject(p, "keys", x->keys);
+    cJSON_AddNumberToObject(p, "threads", rkv_threadpool_size(pool));
+    cJSON_AddStringToObject(p, "isa", x->isa);
+    cJSON *p2 = cJSON_Duplicate(p, 1);
+    cJSON *p3 = cJSON_Duplicate(p, 1);
+    bench_emit(o, "attention_gflops", x->flops / x->best / 1e9, "GFLOP/s", p, ceiling, kind);
+    bench_emit(o, "attention_speedup_vs_reference", x->ref / x->best, "x", p2, 0, NULL);
+    if (x->peer) {
+        char isa[96];
+        snprintf(isa, sizeof isa, "openblas:%s", o->machine->blas_core);
+        cJSON_ReplaceItemInObject(p3, "isa", cJSON_CreateString(isa));
+        cJSON_AddStringToObject(p3, "peer", "openblas");
+        cJSON *p4 = cJSON_Duplicate(p3, 1);
+        bench_emit(o, "attention_blas_gflops", x->flops / x->blas / 1e9, "GFLOP/s", p3, ceiling,
+                   kind);
+        bench_emit(o, "attention_speedup_vs_blas", x->blas / x->best, "x", p4, 0, NULL);
+    } else {
+        cJSON_Delete(p3);
+    }
+}
+
+/* f32 and bf16 attention against their ceilings. Both are measured before
+ * any row is printed: where the bf16 peak loop is the f32 one (no AMX or
+ * AVX512-BF16), the two runs of it share their best (ceiling.h). */
+static void bench_attention(const bench_opts *o, rkv_threadpool *pool) {
+    attention_run x[2];
+    measure_attention(o, pool, RKV_DTYPE_F32, &x[0]);
+    measure_attention(o, pool, RKV_DTYPE_BF16, &x[1]);
+    bench_ceiling_share_peak(x[0].ceil, x[1].ceil);
+    for (int k = 0; k < 2; k++) {
+        emit_attention(o, pool, &x[k]);
+        bench_ceiling_destroy(x[k].ceil);
     }
 }
 
@@ -221,10 +249,13 @@ static void memcpy_as_upsert(const rkv_layer *l, const uint8_t *src, int64_t B,
 
 /* Upserts of B 720P frames (T 512, 16 KV heads, d 64, bf16: 2 MiB per row)
  * over 2x the last-level cache of sessions and source frames, each timed
- * against memcpy_as_upsert on the same call sequence (best of the reps,
- * alternating ABBA, so both sides see the same cache state and neither
- * always goes first). Bytes moved: the
- * frame once without commit, twice with. */
+ * against memcpy_as_upsert on the same call sequence (best of the reps; each
+ * upsert sample between two memcpy samples, BAB, so a quiet moment that
+ * helps the subject helps a ceiling sample beside it, and both sides see
+ * the same cache states). The upsert is timed on the wall clock, the
+ * memcpy on this thread's CPU time (bench_thread_cpu_s: load lowers only
+ * the subject; the same copies once read 1.44 of a wall-clock ceiling
+ * under load). Bytes moved: the frame once without commit, twice with. */
 static void bench_upsert(const bench_opts *o) {
     const size_t llc = llc_bytes();
     const size_t row_bytes = 2 * 16 * 512 * 64 * 2; /* one frame, K and V */
@@ -247,9 +278,12 @@ static void bench_upsert(const bench_opts *o) {
             int64_t sess[4], fpos[4];
             double best = 0, best_mc = 0;
             for (int rep = 0; rep < (o->quick ? 4 : 6); rep++)
-                for (int turn = 0; turn < 2; turn++) { /* ABBA: neither side always first */
-                    const int side = turn ^ (rep & 1); /* 0: upsert, 1: memcpy */
-                    double t = now_s();
+                for (int turn = 0; turn < 3; turn++) { /* BAB: a ceiling beside each subject */
+                    const int side = turn != 1; /* 0: upsert, 1: memcpy */
+                    /* the subject on the wall clock, the ceiling on this
+                     * thread's CPU time (bench.h: load lowers only the
+                     * subject) */
+                    double t = side ? bench_thread_cpu_s() : now_s();
                     for (int64_t c = 0; c < calls; c++) {
                         for (int64_t b = 0; b < B; b++) {
                             sess[b] = (c * B + b) % S;
@@ -260,7 +294,7 @@ static void bench_upsert(const bench_opts *o) {
                         else check(rkv_layer_upsert(l, frame, RKV_DTYPE_BF16, B, fpos, sess, commit, NULL),
                                    "upsert");
                     }
-                    t = now_s() - t;
+                    t = (side ? bench_thread_cpu_s() : now_s()) - t;
                     double *rate = side ? &best_mc : &best;
                     if (bytes / t > *rate) *rate = bytes / t;
                 }

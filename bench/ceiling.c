@@ -302,6 +302,21 @@ void bench_ceiling_sample(bench_ceiling *c) {
     }
 }
 
+/* The part of c that runs peak loops (the last one; bench_ceiling_create). */
+static part *peak_part(bench_ceiling *c) { return &c->parts[c->nparts - 1]; }
+
+bool bench_ceiling_share_peak(bench_ceiling *a, bench_ceiling *b) {
+    part *pa = peak_part(a), *pb = peak_part(b);
+    if (pa->npeaks != pb->npeaks ||
+        memcmp(pa->peaks, pb->peaks, (size_t)pa->npeaks * sizeof pa->peaks[0]))
+        return false;
+    part *w = pa->best >= pb->best ? pa : pb, *l = w == pa ? pb : pa;
+    l->best = w->best, l->kind = w->kind;
+    memcpy(l->peak_best, w->peak_best, sizeof l->peak_best);
+    memcpy(l->isa, w->isa, sizeof l->isa);
+    return true;
+}
+
 double bench_ceiling_best(const bench_ceiling *c, const char **kind) {
     double best = 0;
     *kind = "none";

@@ -8,6 +8,8 @@
 #define _GNU_SOURCE
 #include "peak.h"
 
+#include "bench.h"
+
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
@@ -227,7 +229,7 @@ typedef struct {
     double rate;     /* FLOPs per second of CPU time           */
 } peak_job;
 
-static double thread_cpu_s(void) {
+double bench_thread_cpu_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
@@ -240,10 +242,10 @@ static void *peak_thread(void *arg) {
     pthread_mutex_unlock(&j->g->lock);
     if (!j->chunk) return NULL;
     double flops = 0;
-    const double c0 = thread_cpu_s();
+    const double c0 = bench_thread_cpu_s();
     do flops += run_loop(j->kind, j->chunk);
     while (now_s() < j->deadline);
-    const double cpu = thread_cpu_s() - c0;
+    const double cpu = bench_thread_cpu_s() - c0;
     j->rate = cpu > 0 ? flops / cpu : 0;
     return NULL;
 }
