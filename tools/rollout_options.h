@@ -10,11 +10,12 @@
 
 /* Default --frames by preset (docs/rollout.md, "Run time"). The demo preset
  * fills every band with thousands of textured patches on the earth map in
- * well under a minute on 2 cores. The waypoint presets take about 0.3 s
- * (360p) and 2.5 s (720p) a frame on 2 cores with AMX (several times more
- * without it) once the rings are full: their
- * defaults fill the local ring (16 frames) and stop; the mid and far recall
- * bands need the demo preset's frame counts. */
+ * well under a minute on 2 cores. The waypoint presets take, once the rings
+ * are full, about 0.3 s (360p) and 2.5 s (720p) a frame on 2 cores with AMX
+ * (bf16), and about 2.5 s and 40 s a frame on 2 AVX2-only cores (README:
+ * the default 360p run about 75 s there, the 720p one 4 minutes or more):
+ * their defaults fill the local ring (16 frames) and stop; the mid and far
+ * recall bands need the demo preset's frame counts. */
 #define DEMO_FRAMES 2048
 #define WAYPOINT_360P_FRAMES 32
 #define WAYPOINT_720P_FRAMES 16
