@@ -356,8 +356,9 @@ rkv_status rkv_layer_attend_reference(const rkv_layer *layer,
  * bf16 and f32 accumulation (bf16-level error, ~2e-3 relative); everything
  * else runs on AVX-512. The environment variable RKV_ISA (same names, any
  * case), read once, caps the choice (RKV_ISA=avx512: no bf16 pairs); empty
- * counts as unset, an unknown name is ignored with one line on stderr;
- * "avx512bf16" is
+ * counts as unset, an unknown name is ignored with one line on stderr, and
+ * a name this CPU (or its OS) does not offer runs the best kernel below it,
+ * said in one line on stderr naming both; "avx512bf16" is
  * chosen only when RKV_ISA names it (on the Intel CPU it was measured on it
  * ran at 0.8x the f32 AVX-512 kernel; it is meant for CPUs whose VDPBF16PS
  * outruns their FMAs, such as AMD Zen 4, where it is not yet measured). */

@@ -166,8 +166,10 @@ static const char *isa_cap(void) {
     return NULL;
 }
 
+static const char *isa_requested; /* isa_cap() of the one pick_kernel call */
+
 static rkv__task_fn pick_kernel(const char **name) {
-    const char *cap = isa_cap();
+    const char *cap = isa_requested = isa_cap();
 #if defined(__x86_64__) && defined(__GNUC__)
     __builtin_cpu_init();
     const bool want_amx = !cap || !strcmp(cap, "amx");
@@ -201,7 +203,17 @@ static rkv__task_fn pick_kernel(const char **name) {
 static rkv__task_fn kernel;
 static const char *kernel_name;
 static pthread_once_t kernel_once = PTHREAD_ONCE_INIT;
-static void init_kernel(void) { kernel = pick_kernel(&kernel_name); }
+/* Picks the kernel once; a kernel named by RKV_ISA that this CPU (or its
+ * OS: AMX needs Linux's permission) does not offer is said once on stderr,
+ * with the one that runs instead, as an unknown name is (isa_cap). */
+static void init_kernel(void) {
+    kernel = pick_kernel(&kernel_name);
+    if (isa_requested && strcmp(isa_requested, kernel_name))
+        fprintf(stderr,
+                "ringkv: RKV_ISA=%s asks for the %s kernel, which this CPU does not offer; "
+                "the %s kernel is used\n",
+                getenv("RKV_ISA"), isa_requested, kernel_name);
+}
 
 const char *rkv_attention_isa(void) {
     pthread_once(&kernel_once, init_kernel);

@@ -31,8 +31,9 @@ it fails fast (before any frame: the model is never created), and the words:
     "N cols x M rows"; its recall table says what the rate is, and its patch
     line counts flat patches as not measured (as the legend does), the
     measured ones equal to the band counts, the parts adding up;
-  - RKV_ISA: an unknown name is ignored with one line on stderr; the names
-    work in any case;
+  - RKV_ISA: an unknown name is ignored with one line on stderr; a kernel
+    this CPU lacks (by /proc/cpuinfo) is said in one line naming both the
+    kernel asked for and the one used; the names work in any case;
   - `ringkv help` states the exit-status rule; `ringkv help CMD` prints what
     `ringkv CMD --help` prints, for every command; `ringkv version` equals
     `ringkv --version`; usage and argument errors (unknown command or option,
@@ -501,6 +502,33 @@ def main():
             failures.append(f"RKV_ISA=Bogus: status {p.returncode}, stderr {p.stderr[-500:]!r}")
         else:
             print(f"  ok: RKV_ISA=Bogus: {p.stderr.strip().splitlines()[0][:160]}")
+        # RKV_ISA naming a kernel this CPU lacks: one line naming both the
+        # kernel asked for and the one used (it ran silently); checked for
+        # the names /proc/cpuinfo's flags rule out
+        try:
+            flags = set(next(l for l in open("/proc/cpuinfo") if l.startswith("flags"))
+                        .split(":", 1)[1].split())
+        except (OSError, StopIteration):
+            flags = None
+        a512 = {"avx512f", "avx512vl", "avx512bw", "avx512dq"}
+        needs = {"amx": a512 | {"amx_tile", "amx_bf16"}, "avx512": a512,
+                 "avx512bf16": a512 | {"avx512_bf16"}}
+        for name, need in needs.items():
+            if flags is None or need <= flags:
+                continue
+            env["RKV_ISA"] = name
+            p = subprocess.run([ringkv, "rollout", "--frames", "2", "--json", "--out", out] + img,
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               errors="replace", timeout=600)
+            used = json.loads(p.stdout).get("isa") if p.returncode == 0 else None
+            lines = [l for l in p.stderr.splitlines() if "RKV_ISA" in l]
+            if (p.returncode != 0 or len(lines) != 1 or f"RKV_ISA={name} " not in lines[0]
+                    or f"the {name} kernel" not in lines[0] or f"the {used} kernel" not in lines[0]):
+                failures.append(f"RKV_ISA={name} on a CPU without it: status {p.returncode}, "
+                                f"isa {used!r}, stderr {p.stderr[-400:]!r} (expected one line "
+                                f"naming the {name} kernel and the {used} kernel used)")
+            else:
+                print(f"  ok: RKV_ISA={name}: {lines[0][:160]}")
         env["RKV_ISA"] = "GENERIC"
         p = subprocess.run([ringkv, "rollout", "--frames", "2", "--out", out] + img, env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
