@@ -2,7 +2,7 @@
  * by the CPU implementations (SEMANTICS 4, 5). */
 #include <math.h>
 
-#include "internal.h"
+#include "cpu_internal.h"
 
 /* Visible slots of one row, ascending: from the caller's row, or from the
  * bits-and-clock rule (ring frames ascending, scratch last). */

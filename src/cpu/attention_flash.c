@@ -14,7 +14,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "internal.h"
+#include "cpu_internal.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "cpu_internal.h"
 
 /* dst[j][:] = half c (K or V), head h, slot slots[j], widened to f32. */
 static void widen_rows(const struct rkv_layer *l, int c, int64_t h, const int64_t *slots,
