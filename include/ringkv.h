@@ -30,11 +30,24 @@
 extern "C" {
 #endif
 
+/* The version: these three macros are the one place it is written.
+ * CMakeLists.txt reads them for the project version (the shared library's
+ * file name, ringkv.pc's Version), RKV_VERSION_STRING spells them, and
+ * rkv_version() returns the library's RKV_VERSION_STRING (tests/test_dtype.c
+ * checks that all of these agree). */
 #define RKV_VERSION_MAJOR 0
 #define RKV_VERSION_MINOR 1
 #define RKV_VERSION_PATCH 0
+#define RKV__STRINGIFY_(x) #x
+#define RKV__STRINGIFY(x) RKV__STRINGIFY_(x)
+/* "MAJOR.MINOR.PATCH" of the header (a string literal). */
+#define RKV_VERSION_STRING                                                   \
+    RKV__STRINGIFY(RKV_VERSION_MAJOR) "." RKV__STRINGIFY(RKV_VERSION_MINOR) \
+    "." RKV__STRINGIFY(RKV_VERSION_PATCH)
 
-/* "MAJOR.MINOR.PATCH" of the linked library (static string). */
+/* "MAJOR.MINOR.PATCH" of the linked library (static string): the
+ * RKV_VERSION_STRING it was built with, which a program compiled against
+ * another header can compare with its own. */
 const char *rkv_version(void);
 
 /* ------------------------------------------------------------------------ */

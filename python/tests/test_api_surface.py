@@ -175,3 +175,17 @@ def test_snapshot_files(tmp_path):
     other.claim("x")
     with pytest.raises(ValueError, match="geometry"):
         other.load_session(0, path)
+
+
+def test_version_is_the_header_macros():
+    """ringkv.__version__, the package's and the library's version are the
+    RKV_VERSION_* macros of include/ringkv.h (the one place it is written)."""
+    if not HEADER.exists():
+        pytest.skip("no include/ringkv.h next to this package")
+    text = HEADER.read_text()
+    want = ".".join(re.search(r"^#define RKV_VERSION_%s +([0-9]+)" % p, text, re.M).group(1)
+                    for p in ("MAJOR", "MINOR", "PATCH"))
+    assert ringkv.version() == want
+    assert ringkv.__version__ == want
+    pyproject = (REPO / "python" / "pyproject.toml").read_text()
+    assert re.search(r'^version = "([^"]+)"', pyproject, re.M).group(1) == want
