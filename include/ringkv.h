@@ -5,6 +5,21 @@
  * (shared/spec/seed_ring_cache.py) as specified in shared/spec/SEMANTICS.md;
  * section numbers below ("SEM 3") refer to that text.
  *
+ * This header is the contract, grouped by concept:
+ *   version and RKV_API; status codes; element types; geometry of a ring;
+ *   the handles; visibility; layer storage (a layer, views over caller
+ *   storage); the model (config, sessions, attention arguments, frames);
+ *   snapshots (files, in-memory images, offload and page-in, export and
+ *   import).
+ * The CPU backend's own calls (attention on a layer or a view, the thread
+ * pool, the instruction-set choice, the model calls over caller storage)
+ * are in ringkv_cpu.h, which this header includes at its end so that
+ * programs written before the split still compile; new code includes
+ * ringkv_cpu.h itself where it uses them. The CUDA backend is
+ * ringkv_cuda.h, the backend table (SPI) ringkv_backend.h. Measurements,
+ * design history and what is not yet run are in docs/ and bench/RESULTS.md,
+ * not here.
+ *
  * Conventions (docs/ and the README describe the design):
  *  - Every function returning rkv_status validates all of its arguments before
  *    it changes anything: a failed call leaves every handle byte-identical.
@@ -27,7 +42,7 @@
 #include <stdint.h>
 
 /* RKV_API marks every function of the public API (this header,
- * ringkv_backend.h, ringkv_cuda.h), as SQLite's SQLITE_API and
+ * ringkv_cpu.h, ringkv_backend.h, ringkv_cuda.h), as SQLite's SQLITE_API and
  * libuv's UV_EXTERN do. The libraries are built with -fvisibility=hidden, so
  * these functions are the only symbols libringkv.so and libringkv_cuda.so
  * export: private functions (rkv__*) cannot be linked against by accident,
@@ -68,7 +83,7 @@ extern "C" {
 RKV_API const char *rkv_version(void);
 
 /* ------------------------------------------------------------------------ */
-/* Status codes                                                              */
+/* Status codes                                                             */
 /* ------------------------------------------------------------------------ */
 
 typedef enum rkv_status {
@@ -96,7 +111,7 @@ RKV_API const char *rkv_status_str(rkv_status status);
 RKV_API const char *rkv_last_error(void);
 
 /* ------------------------------------------------------------------------ */
-/* Element types                                                             */
+/* Element types                                                            */
 /* ------------------------------------------------------------------------ */
 
 typedef enum rkv_dtype {
@@ -120,7 +135,7 @@ RKV_API rkv_status rkv_convert(const void *src, rkv_dtype src_dtype, void *dst,
                                rkv_dtype dst_dtype, size_t n);
 
 /* ------------------------------------------------------------------------ */
-/* Geometry of one layer's ring (SEM 2)                                      */
+/* Geometry of one layer's ring (SEM 2)                                     */
 /* ------------------------------------------------------------------------ */
 
 /* Minimum tokens per frame: the attention block size (FlexAttention's 128).
@@ -159,10 +174,70 @@ RKV_API int64_t rkv_ring_slot(const rkv_geometry *g, int64_t frame_pos);
 RKV_API int rkv_is_write_step(const rkv_geometry *g, int64_t frame_pos);
 
 /* ------------------------------------------------------------------------ */
-/* One layer's ring (CPU backend; SEM 2, 3)                                  */
+/* Handles                                                                  */
 /* ------------------------------------------------------------------------ */
 
+/* Opaque handles, owned by the caller from *_create to *_destroy:
+ *  rkv_layer:      one layer's ring in host memory (layer storage below;
+ *                  the CPU backend's layer);
+ *  rkv_model:      a whole model over a backend (the model below);
+ *  rkv_threadpool: CPU worker threads (ringkv_cpu.h), named in the
+ *                  attention arguments. */
 typedef struct rkv_layer rkv_layer;
+typedef struct rkv_model rkv_model;
+typedef struct rkv_threadpool rkv_threadpool;
+
+/* ------------------------------------------------------------------------ */
+/* Visibility (SEM 4, 5)                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* Visibility is frame-granular. A "frame slot" index is a ring frame slot in
+ * [0, RF) or RKV_SCRATCH_FRAME(g) == RF for the session's scratch. Lists are
+ * ascending, scratch last, at most RF + 1 entries. */
+#define RKV_SCRATCH_FRAME(g) ((g)->ring_frames)
+
+/* The rule from the written bits and the clock (SEM 4, any history):
+ * ring frame r of the session is visible when its slots are written and it is
+ * not slot ceil(f/PD) mod RB while f mod PD == 0; the scratch always is.
+ * frames: caller buffer of RF + 1 entries; *count receives the length.
+ * (Frames are always written whole, so a frame's first slot stands for all.)
+ * Errors: RKV_ERR_NULL, RKV_ERR_RANGE (session), RKV_ERR_INVALID_ARG (f<0). */
+RKV_API rkv_status rkv_layer_visible_frames(const rkv_layer *layer, int64_t session,
+                                            int64_t frame_pos, int64_t *frames,
+                                            int64_t *count);
+
+/* The rule from the clock alone (SEM 4), for a session that committed frames
+ * 0..f-1 in order from 0: ring slots {(g/PD) mod RB : g = 0, PD, 2PD, .. < f}
+ * minus slot (f/PD) mod RB when f mod PD == 0, plus the scratch. Same output
+ * convention as rkv_layer_visible_frames. Depends only on the geometry.
+ * Errors: RKV_ERR_NULL, invalid geometry, RKV_ERR_INVALID_ARG (f < 0). */
+RKV_API rkv_status rkv_visible_frames_from_clock(const rkv_geometry *g,
+                                                 int64_t frame_pos, int64_t *frames,
+                                                 int64_t *count);
+
+/* Expands a frame list into a per-slot row [N] (1 visible, 0 not) of the
+ * given session, the reference's row format; every byte of row is written
+ * (slots of other sessions are 0). Errors: RKV_ERR_NULL, invalid geometry,
+ * RKV_ERR_RANGE (session, or a frame outside [0, RF]), RKV_ERR_INVALID_ARG
+ * (count outside [0, RF + 1]). */
+RKV_API rkv_status rkv_visible_row_from_frames(const rkv_geometry *g, int64_t session,
+                                               const int64_t *frames, int64_t count,
+                                               uint8_t *row);
+
+/* FlexAttention BlockMask of one session row (SEM 5), from the bits-and-clock
+ * rule. Query blocks QB = T/128, key blocks KB = N/128.
+ *  kv_num_blocks: [QB] int32, visible key blocks per query block.
+ *  kv_indices:    [QB][KB] int32, visible key block ids ascending, the rest
+ *                 padded with 0. Every query block gets the same list.
+ * Errors: RKV_ERR_NULL, RKV_ERR_RANGE (session), RKV_ERR_INVALID_ARG (f < 0),
+ * RKV_ERR_OVERFLOW (more than INT32_MAX key blocks). */
+RKV_API rkv_status rkv_layer_block_mask(const rkv_layer *layer, int64_t session,
+                                        int64_t frame_pos, int32_t *kv_num_blocks,
+                                        int32_t *kv_indices);
+
+/* ------------------------------------------------------------------------ */
+/* Layer storage: one layer's ring in host memory (SEM 2, 3)               */
+/* ------------------------------------------------------------------------ */
 
 /* Allocates a layer: K/V storage [2][H][N][D] in g->dtype, zeroed, and the
  * written bitmap [N] (ring slots 0, scratch slots 1). *out receives the
@@ -260,147 +335,7 @@ RKV_API rkv_status rkv_layer_upsert(rkv_layer *layer, const void *kv,
                                     const int64_t *session_idx, int commit,
                                     uint8_t *visible);
 
-/* ------------------------------------------------------------------------ */
-/* Visibility (SEM 4, 5)                                                     */
-/* ------------------------------------------------------------------------ */
-
-/* Visibility is frame-granular. A "frame slot" index is a ring frame slot in
- * [0, RF) or RKV_SCRATCH_FRAME(g) == RF for the session's scratch. Lists are
- * ascending, scratch last, at most RF + 1 entries. */
-#define RKV_SCRATCH_FRAME(g) ((g)->ring_frames)
-
-/* The rule from the written bits and the clock (SEM 4, any history):
- * ring frame r of the session is visible when its slots are written and it is
- * not slot ceil(f/PD) mod RB while f mod PD == 0; the scratch always is.
- * frames: caller buffer of RF + 1 entries; *count receives the length.
- * (Frames are always written whole, so a frame's first slot stands for all.)
- * Errors: RKV_ERR_NULL, RKV_ERR_RANGE (session), RKV_ERR_INVALID_ARG (f<0). */
-RKV_API rkv_status rkv_layer_visible_frames(const rkv_layer *layer, int64_t session,
-                                            int64_t frame_pos, int64_t *frames,
-                                            int64_t *count);
-
-/* The rule from the clock alone (SEM 4), for a session that committed frames
- * 0..f-1 in order from 0: ring slots {(g/PD) mod RB : g = 0, PD, 2PD, .. < f}
- * minus slot (f/PD) mod RB when f mod PD == 0, plus the scratch. Same output
- * convention as rkv_layer_visible_frames. Depends only on the geometry.
- * Errors: RKV_ERR_NULL, invalid geometry, RKV_ERR_INVALID_ARG (f < 0). */
-RKV_API rkv_status rkv_visible_frames_from_clock(const rkv_geometry *g,
-                                                 int64_t frame_pos, int64_t *frames,
-                                                 int64_t *count);
-
-/* Expands a frame list into a per-slot row [N] (1 visible, 0 not) of the
- * given session, the reference's row format; every byte of row is written
- * (slots of other sessions are 0). Errors: RKV_ERR_NULL, invalid geometry,
- * RKV_ERR_RANGE (session, or a frame outside [0, RF]), RKV_ERR_INVALID_ARG
- * (count outside [0, RF + 1]). */
-RKV_API rkv_status rkv_visible_row_from_frames(const rkv_geometry *g, int64_t session,
-                                               const int64_t *frames, int64_t count,
-                                               uint8_t *row);
-
-/* FlexAttention BlockMask of one session row (SEM 5), from the bits-and-clock
- * rule. Query blocks QB = T/128, key blocks KB = N/128.
- *  kv_num_blocks: [QB] int32, visible key blocks per query block.
- *  kv_indices:    [QB][KB] int32, visible key block ids ascending, the rest
- *                 padded with 0. Every query block gets the same list.
- * Errors: RKV_ERR_NULL, RKV_ERR_RANGE (session), RKV_ERR_INVALID_ARG (f < 0),
- * RKV_ERR_OVERFLOW (more than INT32_MAX key blocks). */
-RKV_API rkv_status rkv_layer_block_mask(const rkv_layer *layer, int64_t session,
-                                        int64_t frame_pos, int32_t *kv_num_blocks,
-                                        int32_t *kv_indices);
-
-/* ------------------------------------------------------------------------ */
-/* Attention over the ring (SEM 5), CPU backend                              */
-/* ------------------------------------------------------------------------ */
-
-/* A fixed pool of CPU worker threads used by rkv_layer_attend. Threads are created once, at rkv_threadpool_create, and reused
- * by every call; work is split over (session row, query head, query tile),
- * each piece computed by one thread in a fixed order, so outputs are
- * bit-identical whatever the thread count. One pool serves one call at a
- * time (concurrent calls on the same pool are serialized). */
-typedef struct rkv_threadpool rkv_threadpool;
-
-/* n_threads: total threads including the caller's; 0 means the machine's
- * online cores. *out owned by the caller (rkv_threadpool_destroy; NULL is a
- * no-op). Errors: RKV_ERR_NULL, RKV_ERR_INVALID_ARG (n_threads < 0 or
- * > 1024), RKV_ERR_NO_MEMORY (allocation or thread creation failed). */
-RKV_API rkv_status rkv_threadpool_create(int n_threads, rkv_threadpool **out);
-RKV_API void rkv_threadpool_destroy(rkv_threadpool *pool);
-/* Threads of the pool (caller included); 0 for NULL. */
-RKV_API int rkv_threadpool_size(const rkv_threadpool *pool);
-
-/* Zero-initialize this struct ({0} or designated initializers) and set
- * what you need: fields added in later versions then take their defaults. */
-typedef struct rkv_attention_args {
-    int64_t batch;      /* B >= 1 session rows                            */
-    int64_t n_q_heads;  /* Hq: a positive multiple of H; head h reads KV
-                           head h / (Hq/H) (GQA)                          */
-    int64_t n_queries;  /* Tq queries per row; 0 means tokens_per_frame   */
-    const void *q;      /* [B][Hq][Tq][D] in q_dtype                      */
-    rkv_dtype q_dtype;  /* any dtype, independent of the storage's: values
-                           are widened to f32                             */
-    void *out;          /* [B][Hq][Tq][D] in out_dtype, written whole      */
-    rkv_dtype out_dtype; /* any dtype (rounded to nearest even)           */
-    const int64_t *session_idx; /* [B], each in [0, S); a session may
-                                   appear in several rows (read only)     */
-    const int64_t *frame_pos;   /* [B] row clocks (>= 0); ignored, may be
-                                   NULL, when visible != NULL             */
-    const uint8_t *visible;     /* NULL: the bits-and-clock rule of SEM 4
-                                   per row (the engine path; no mask is
-                                   built). Else [B][N] per-slot rows (the
-                                   reference's fallback consumer): row b
-                                   attends to every slot with a nonzero
-                                   byte, whatever session owns it.        */
-    float scale;        /* softmax scale (finite); 0 means 1/sqrt(D)      */
-    rkv_threadpool *pool; /* threads to run on; NULL: a process-wide pool
-                             sized to the machine's cores, made on first use */
-} rkv_attention_args;
-
-/* out[b,h,i,:] = sum_j softmax_j(scale * q[b,h,i,:] . K[kvh,j,:]) V[kvh,j,:]
- * over the visible slots j of row b; no causal mask; f32 accumulation.
- * A row with no visible slot is impossible on the bits rule (the scratch is
- * always visible); with an explicit all-zero row the output is 0.
- * Scores that are not plain numbers, as float64 math treats them: a score of
- * -inf (a key holding +inf against a query of the other sign, or an f32
- * overflow such as 1e30 x -1e10) weighs 0, wherever its key lies in
- * the slot order; a row whose every visible key scores -inf gives 0, as a
- * row with no visible slot (the one case defined here: float64 math would
- * give 0/0). A +inf or NaN score (or a NaN reaching a score) makes the row
- * NaN.
- * rkv_layer_attend is the fast path: tiled online softmax ("flash", Dao et
- * al. 2022) over the visible keys only, vectorized (AMX bf16 tiles for bf16
- * storage / AVX-512 / AVX2+FMA chosen on first use, plain C elsewhere; see
- * rkv_attention_isa) and spread over args->pool.
- * rkv_layer_attend_reference is the simple, exact implementation kept as the
- * test oracle (single thread, two-pass softmax; args->pool is ignored).
- * Errors (out untouched): RKV_ERR_NULL, RKV_ERR_INVALID_ARG, RKV_ERR_RANGE,
- * RKV_ERR_DTYPE, RKV_ERR_OVERFLOW, RKV_ERR_NO_MEMORY. */
-RKV_API rkv_status rkv_layer_attend(const rkv_layer *layer,
-                                    const rkv_attention_args *args);
-RKV_API rkv_status rkv_layer_attend_reference(const rkv_layer *layer,
-                                              const rkv_attention_args *args);
-/* Instruction set rkv_layer_attend uses on this CPU: "amx", "avx512",
- * "avx2" or "generic" (static string), best first, or "avx512bf16" when
- * asked for. "amx" and "avx512bf16": bf16 storage with d_head a multiple of
- * 32 (<= 512) runs on bf16 pair products -- the AMX tile unit, or
- * AVX512-BF16's VDPBF16PS -- with queries and softmax weights rounded to
- * bf16 and f32 accumulation (bf16-level error, ~2e-3 relative); everything
- * else runs on AVX-512. The environment variable RKV_ISA (same names, any
- * case), read once, caps the choice (RKV_ISA=avx512: no bf16 pairs); empty
- * counts as unset, an unknown name is ignored with one line on stderr;
- * "avx512bf16" is
- * chosen only when RKV_ISA names it (on the Intel CPU it was measured on it
- * ran at 0.8x the f32 AVX-512 kernel; it is meant for CPUs whose VDPBF16PS
- * outruns their FMAs, such as AMD Zen 4, where it is not yet measured). */
-RKV_API const char *rkv_attention_isa(void);
-/* The instruction set rkv_layer_attend uses for this layer: as
- * rkv_attention_isa, but "avx512" where the CPU's choice is "amx" or
- * "avx512bf16" and the layer's dtype or d_head does not suit the bf16 pair
- * path. NULL for NULL. */
-RKV_API const char *rkv_layer_attention_isa(const rkv_layer *layer);
-
-/* ------------------------------------------------------------------------ */
-/* Rings over caller-owned storage: views (SEM 2-5)                          */
-/* ------------------------------------------------------------------------ */
+/* ---- Rings over caller-owned storage: views (SEM 2-5) ------------------ */
 
 /* A ring whose storage the caller owns and passes in on every call: the
  * layout of an rkv_layer's (SEM 2), described by its geometry and two HOST
@@ -457,16 +392,8 @@ RKV_API rkv_status rkv_ring_upsert(const rkv_ring_view *ring, const void *kv, rk
 RKV_API rkv_status rkv_ring_visible_row(const rkv_ring_view *ring, int64_t session, int64_t frame_pos,
                                         uint8_t *row);
 
-/* rkv_layer_attend on a view: the same arguments, checks, kernels and
- * results (bit-identical for the same storage contents), reading ring->kv
- * and ring->written; messages name "rkv_ring_attend". Errors (out
- * untouched): those of rkv_layer_attend, plus RKV_ERR_NULL (ring, its
- * pointers), invalid geometry and RKV_ERR_INVALID_ARG (misaligned
- * ring->kv). */
-RKV_API rkv_status rkv_ring_attend(const rkv_ring_view *ring, const rkv_attention_args *args);
-
 /* ------------------------------------------------------------------------ */
-/* A whole model: layers, sessions, clocks, snapshots (SEM 6, 7)             */
+/* The model: layers, sessions, clocks, attention, frames (SEM 6, 7)        */
 /* ------------------------------------------------------------------------ */
 
 #define RKV_MAX_LAYERS 256
@@ -528,8 +455,6 @@ RKV_API rkv_status rkv_model_config_memory(const rkv_model_config *cfg,
                                            size_t *per_session_bytes,
                                            size_t *total_bytes);
 
-typedef struct rkv_model rkv_model;
-
 /* Creates a model on the CPU backend: one rkv_layer per transformer layer,
  * in host memory. Errors: invalid config (each layer's geometry checked),
  * RKV_ERR_NO_MEMORY. The same model on another backend:
@@ -580,6 +505,61 @@ RKV_API rkv_status rkv_model_reset(rkv_model *model, int64_t session);
 /* Last committed frame of a held session, or -1 when it has no clock. */
 RKV_API rkv_status rkv_model_clock(const rkv_model *model, int64_t session,
                                    int64_t *last_committed);
+
+/* Forks: copies held session src_session's whole state (every layer's K/V
+ * span and written bits, and its clock) into held session dst_session of
+ * the same model, bit-exact: a branch of the same world. Both must be
+ * between frames; dst keeps its request id, its old contents are replaced,
+ * and its next frame must be src's last committed + 1 (any frame when src
+ * has no clock). The two then evolve independently.
+ * Errors (nothing changed): RKV_ERR_NULL, RKV_ERR_RANGE, RKV_ERR_STATE (not
+ * claimed, or inside a frame), RKV_ERR_INVALID_ARG (src == dst). */
+RKV_API rkv_status rkv_model_fork(rkv_model *model, int64_t src_session,
+                                  int64_t dst_session);
+
+/* ---- Attention arguments (every backend) ------------------------------- */
+
+/* Zero-initialize this struct ({0} or designated initializers) and set
+ * what you need: fields added in later versions then take their defaults. */
+typedef struct rkv_attention_args {
+    int64_t batch;      /* B >= 1 session rows                            */
+    int64_t n_q_heads;  /* Hq: a positive multiple of H; head h reads KV
+                           head h / (Hq/H) (GQA)                          */
+    int64_t n_queries;  /* Tq queries per row; 0 means tokens_per_frame   */
+    const void *q;      /* [B][Hq][Tq][D] in q_dtype                      */
+    rkv_dtype q_dtype;  /* any dtype, independent of the storage's: values
+                           are widened to f32                             */
+    void *out;          /* [B][Hq][Tq][D] in out_dtype, written whole      */
+    rkv_dtype out_dtype; /* any dtype (rounded to nearest even)           */
+    const int64_t *session_idx; /* [B], each in [0, S); a session may
+                                   appear in several rows (read only)     */
+    const int64_t *frame_pos;   /* [B] row clocks (>= 0); ignored, may be
+                                   NULL, when visible != NULL             */
+    const uint8_t *visible;     /* NULL: the bits-and-clock rule of SEM 4
+                                   per row (the engine path; no mask is
+                                   built). Else [B][N] per-slot rows (the
+                                   reference's fallback consumer): row b
+                                   attends to every slot with a nonzero
+                                   byte, whatever session owns it.        */
+    float scale;        /* softmax scale (finite); 0 means 1/sqrt(D)      */
+    rkv_threadpool *pool; /* threads to run on; NULL: a process-wide pool
+                             sized to the machine's cores, made on first use */
+} rkv_attention_args;
+
+/* out[b,h,i,:] = sum_j softmax_j(scale * q[b,h,i,:] . K[kvh,j,:]) V[kvh,j,:]
+ * over the visible slots j of row b; no causal mask; f32 accumulation.
+ * A row with no visible slot is impossible on the bits rule (the scratch is
+ * always visible); with an explicit all-zero row the output is 0.
+ * Scores that are not plain numbers, as float64 math treats them: a score of
+ * -inf (a key holding +inf against a query of the other sign, or an f32
+ * overflow such as 1e30 x -1e10) weighs 0, wherever its key lies in
+ * the slot order; a row whose every visible key scores -inf gives 0, as a
+ * row with no visible slot (the one case defined here: float64 math would
+ * give 0/0). A +inf or NaN score (or a NaN reaching a score) makes the row
+ * NaN. The model's attention (rkv_model_frame_attend and the calls below)
+ * computes this on every backend; ringkv_cpu.h has the CPU engines
+ * (rkv_layer_attend) and ringkv_cuda.h the CUDA kernels for the same
+ * definition. */
 
 /* ---- Frames: the batch is set once ---------------------------------------
  * A frame of B sessions is: rkv_model_begin_frame (the batch: which
@@ -727,24 +707,8 @@ RKV_API rkv_status rkv_model_step(rkv_model *model, int64_t layer, int64_t batch
                                   rkv_dtype kv_dtype, int commit,
                                   const rkv_attention_args *args);
 
-/* In-memory snapshot of one held session, a raw host-endian image for use
- * within one process (forks across models, undo); for files and for moving
- * sessions between processes or machines use the portable, checksummed
- * snapshot files below (rkv_model_save_session*). Every layer's K/V span and
- * written bits, the geometry and the clock. rkv_model_snapshot_bytes gives
- * the buffer size; the buffer is caller-owned (host memory on every
- * backend). Not allowed for a session of an open batch (RKV_ERR_STATE). Restoring into a held session of a model with identical
- * geometry is bit-exact and restores the clock (the next frame must be the
- * saved clock + 1). Restore validates the whole buffer first (RKV_ERR_FORMAT
- * on size, magic, version or geometry mismatch) and changes nothing then. */
-RKV_API size_t rkv_model_snapshot_bytes(const rkv_model *model);
-RKV_API rkv_status rkv_model_snapshot(const rkv_model *model, int64_t session,
-                                      void *buf, size_t buf_bytes);
-RKV_API rkv_status rkv_model_restore(rkv_model *model, int64_t session,
-                                     const void *buf, size_t buf_bytes);
-
 /* ------------------------------------------------------------------------ */
-/* Sessions that survive: snapshot files, forks, batched steps              */
+/* Snapshots: files and in-memory images (docs/snapshot-format.md)          */
 /* ------------------------------------------------------------------------ */
 
 /* Snapshot files hold one session in the safetensors layout (an 8-byte
@@ -853,19 +817,24 @@ RKV_API rkv_status rkv_snapshot_inspect(const char *path, rkv_snapshot_info *inf
 RKV_API rkv_status rkv_snapshot_inspect_mem(const void *buf, size_t bytes,
                                             rkv_snapshot_info *info);
 
-/* Forks: copies held session src_session's whole state (every layer's K/V
- * span and written bits, and its clock) into held session dst_session of
- * the same model, bit-exact: a branch of the same world. Both must be
- * between frames; dst keeps its request id, its old contents are replaced,
- * and its next frame must be src's last committed + 1 (any frame when src
- * has no clock). The two then evolve independently.
- * Errors (nothing changed): RKV_ERR_NULL, RKV_ERR_RANGE, RKV_ERR_STATE (not
- * claimed, or inside a frame), RKV_ERR_INVALID_ARG (src == dst). */
-RKV_API rkv_status rkv_model_fork(rkv_model *model, int64_t src_session,
-                                  int64_t dst_session);
+/* In-memory snapshot of one held session, a raw host-endian image for use
+ * within one process (forks across models, undo); for files and for moving
+ * sessions between processes or machines use the portable, checksummed
+ * snapshot files above (rkv_model_save_session*). Every layer's K/V span and
+ * written bits, the geometry and the clock. rkv_model_snapshot_bytes gives
+ * the buffer size; the buffer is caller-owned (host memory on every
+ * backend). Not allowed for a session of an open batch (RKV_ERR_STATE). Restoring into a held session of a model with identical
+ * geometry is bit-exact and restores the clock (the next frame must be the
+ * saved clock + 1). Restore validates the whole buffer first (RKV_ERR_FORMAT
+ * on size, magic, version or geometry mismatch) and changes nothing then. */
+RKV_API size_t rkv_model_snapshot_bytes(const rkv_model *model);
+RKV_API rkv_status rkv_model_snapshot(const rkv_model *model, int64_t session,
+                                      void *buf, size_t buf_bytes);
+RKV_API rkv_status rkv_model_restore(rkv_model *model, int64_t session,
+                                     const void *buf, size_t buf_bytes);
 
 /* ------------------------------------------------------------------------ */
-/* Sessions that leave: offload and page-in (issue 13, docs/migration.md)    */
+/* Sessions that leave: offload and page-in (docs/migration.md)             */
 /* ------------------------------------------------------------------------ */
 
 /* A paged-out session is one whose whole state (every layer's K/V span and
@@ -948,7 +917,7 @@ RKV_API rkv_status rkv_model_host_alloc(rkv_model *model, size_t bytes, void **p
 RKV_API void rkv_model_host_free(rkv_model *model, void *ptr);
 
 /* ------------------------------------------------------------------------ */
-/* Sessions that move: zero-copy regions, export and import (issue 13)       */
+/* Sessions that move: zero-copy regions, export and import                 */
 /* ------------------------------------------------------------------------ */
 
 /* A session lives in the model's storage as n_layers * (2H + 1) regions:
@@ -1055,37 +1024,13 @@ RKV_API rkv_status rkv_model_import_cancel(rkv_model *model, int64_t session);
  * RKV_ERR_FORMAT (geometries differ), RKV_ERR_NO_MEMORY, the backends'. */
 RKV_API rkv_status rkv_model_transfer_session(const rkv_model *src, int64_t src_session,
                                               rkv_model *dst, int64_t dst_session);
-/* rkv_model_upsert and rkv_model_attend (the per-pass calls with the batch
- * spelled out) on storage the caller gives (a view, see rkv_ring_view), for
- * a model on the CPU backend: the same checks (layer, the rows of the
- * current batch, an open frame for the upsert, the batch's clocks), the same
- * bookkeeping (a commit marks the layer committed; the frame ends once every
- * layer has committed) and the same messages ("rkv_model_upsert: ...",
- * "rkv_model_attend: ..."), but the K/V and written bits read and written
- * are ring->kv and ring->written instead of the layer's own. On the view of
- * the layer itself (rkv_layer_view of rkv_model_layer) they are exactly
- * rkv_model_upsert and rkv_model_attend. This is how a framework that may
- * run the call on a copy of the layer's storage (PyTorch's functionalization
- * under torch.compile, which writes a clone and copies it back) keeps the
- * model's clocks and still writes only the buffers it passed.
- *  ring: the storage of layer `layer`: ring->g must equal that layer's
- *        geometry field for field; HOST buffers as rkv_ring_view says.
- * Other arguments as rkv_model_upsert / rkv_model_attend. Errors (nothing
- * written, no state changed): theirs, plus RKV_ERR_NULL (ring, its
- * pointers), RKV_ERR_INVALID_ARG (a geometry other than the layer's, naming
- * the first field that differs; misaligned ring->kv), RKV_ERR_STATE (a model
- * on another backend than the CPU's: its layers' storage is not host
- * memory). Both are writers of the model (docs/thread-safety.md): during the
- * call the layer's own storage is neither read nor written. */
-RKV_API rkv_status rkv_model_upsert_ring(rkv_model *model, int64_t layer, const rkv_ring_view *ring,
-                                         int64_t batch, const int64_t *session_idx, const void *kv,
-                                         rkv_dtype kv_dtype, int commit);
-RKV_API rkv_status rkv_model_attend_ring(rkv_model *model, int64_t layer, const rkv_ring_view *ring,
-                                         int64_t batch, const int64_t *session_idx,
-                                         const rkv_attention_args *args);
 
 #ifdef __cplusplus
 }
 #endif
+
+/* The CPU backend's calls, for programs written before they moved to
+ * their own header (ringkv_cpu.h includes this one; either order works). */
+#include "ringkv_cpu.h"
 
 #endif /* RINGKV_H */

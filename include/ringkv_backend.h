@@ -122,7 +122,7 @@ typedef struct rkv_backend_ops {
                              int64_t head, const void *src);
     rkv_status (*span_copy)(void *ctx, void *layer, int64_t src_session, int64_t dst_session);
 
-    /* ---- version 2: sessions that move (issue 13; optional) ---------------
+    /* ---- version 2: sessions that move (optional) --------------------------
      * span_region: where piece (part, head) of `session`'s span lives in the
      * layer's storage, without copying: *ptr (BACKEND memory, valid while
      * the layer lives) and *device (-1: host memory, else the CUDA device

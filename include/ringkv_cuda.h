@@ -1,6 +1,6 @@
 /*
  * ringkv CUDA backend: one layer's ring in device memory, a fused upsert and
- * a fused ring attention (issue 4). Built only when CMake finds nvcc
+ * a fused ring attention. Built only when CMake finds nvcc
  * (library ringkv_cuda); the core header ringkv.h stays free of CUDA types.
  *
  * Conventions (in addition to those at the top of ringkv.h):
@@ -199,7 +199,7 @@ typedef struct rkv_cuda_attention_args {
  * With the environment variable RKV_CUDA_ATTN_KERNEL=wgmma set when the
  * layer is created, D 64 on a compute capability 9.x GPU runs the Hopper
  * kernel instead (wgmma.mma_async from 128-byte-swizzled shared memory,
- * sm_90a code). It is opt-in until the GPU check has verified it; the
+ * sm_90a code). It is opt-in (docs/cuda.md says how far it is verified); the
  * plan string of rkv_cuda_attention_describe starts "wgmma" when it runs.
  * RKV_CUDA_ATTN_STAGES=3 deepens the mma kernel's pipeline (D 64).
  * Capture-safe. Host errors (nothing enqueued): RKV_ERR_NULL,
@@ -313,7 +313,7 @@ RKV_API size_t rkv_cuda_ring_attention_workspace_bytes(const rkv_cuda_ring_view 
 RKV_API rkv_status rkv_cuda_ring_check(const rkv_cuda_ring_view *ring, void *stream);
 
 /* ------------------------------------------------------------------------ */
-/* A whole model on the GPU (issue 11)                                       */
+/* A whole model on the GPU                                                 */
 /* ------------------------------------------------------------------------ */
 
 /* Creates an rkv_model (ringkv.h) whose layers are rkv_cuda_layer on GPU

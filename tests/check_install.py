@@ -181,7 +181,7 @@ def main():
         if not os.path.exists(os.path.join(lib, f"libringkv.so.{want}")):
             failures.append(f"no {lib}/libringkv.so.{want} (the header's version)")
         # every public header is installed
-        for h in ("ringkv.h", "ringkv_backend.h", "ringkv_cuda.h"):
+        for h in ("ringkv.h", "ringkv_cpu.h", "ringkv_backend.h", "ringkv_cuda.h"):
             if not os.path.exists(os.path.join(prefix, "include", h)):
                 failures.append(f"{h} is not installed in {prefix}/include")
         libdir_var = " ".join(pc("--variable=libdir"))

@@ -1,4 +1,4 @@
-"""The ctypes mirror of include/ringkv.h, and the later additions to the API
+"""The ctypes mirror of include/ringkv.h and ringkv_cpu.h, and the later additions to the API
 (thread pools, the reference attention, forks, batched steps, snapshot
 files): bound when the loaded library has them."""
 from __future__ import annotations
@@ -14,6 +14,14 @@ import ringkv
 from ringkv import _lib
 
 HEADER = REPO / "include" / "ringkv.h"
+CPU_HEADER = REPO / "include" / "ringkv_cpu.h"  # the CPU calls, split out of ringkv.h
+
+
+def api_text() -> str:
+    """ringkv.h, and ringkv_cpu.h where the checkout has it."""
+    return HEADER.read_text() + (CPU_HEADER.read_text() if CPU_HEADER.exists() else "")
+
+
 MIRRORS = {"rkv_geometry": _lib.Geometry, "rkv_layer_spec": _lib.LayerSpec,
            "rkv_model_config": _lib.ModelConfigStruct, "rkv_attention_args": _lib.AttentionArgs,
            "rkv_snapshot_info": _lib.SnapshotInfo, "rkv_session_region": _lib.SessionRegion,
@@ -37,7 +45,7 @@ def header_fields(text: str, name: str) -> list[str] | None:
 def test_structs_mirror_the_header(name):
     if not HEADER.exists():
         pytest.skip("no include/ringkv.h next to this package")
-    fields = header_fields(HEADER.read_text(), name)
+    fields = header_fields(api_text(), name)
     if fields is None:
         pytest.skip(f"{name} is not in this header")
     assert [f[0] for f in MIRRORS[name]._fields_] == fields, \
@@ -47,7 +55,7 @@ def test_structs_mirror_the_header(name):
 def test_every_header_function_is_bound():
     if not HEADER.exists():
         pytest.skip("no include/ringkv.h next to this package")
-    names = set(re.findall(r"\b(rkv_[a-z0-9_]+)\s*\(", re.sub(r"/\*.*?\*/", "", HEADER.read_text(),
+    names = set(re.findall(r"\b(rkv_[a-z0-9_]+)\s*\(", re.sub(r"/\*.*?\*/", "", api_text(),
                                                               flags=re.S)))
     names.discard("RKV_SCRATCH_FRAME")
     bound = set(_lib._PROTOTYPES) | set(_lib._OPTIONAL)

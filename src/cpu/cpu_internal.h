@@ -7,6 +7,7 @@
 #define RKV_CPU_INTERNAL_H
 
 #include "internal.h"
+#include "ringkv_cpu.h" /* the CPU backend's public calls, defined here */
 
 /* ---- attention (cpu/attention.c) ---- */
 /* Checks every argument of an attention call; `what` names the call. */
