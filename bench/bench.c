@@ -130,7 +130,8 @@ static void bench_attention(const bench_opts *o, rkv_threadpool *pool) {
         const size_t qn = 32 * 128 * 64;
         void *q = xmalloc(qn * 4), *out = xmalloc(qn * 4);
         fill_random(q, dt, qn);
-        rkv_attention_args a = {.batch = 1, .n_q_heads = 32, .q = q, .q_dtype = dt, .out = out,
+        rkv_attention_args a = {.struct_size = sizeof(rkv_attention_args),
+                                .batch = 1, .n_q_heads = 32, .q = q, .q_dtype = dt, .out = out,
                                 .out_dtype = dt, .session_idx = &s, .frame_pos = &f, .pool = pool};
         const double flops = 4.0 * 128 * keys * 64 * 32;
 #ifdef RKV_HAVE_OPENBLAS
@@ -284,7 +285,7 @@ static void bench_upsert(const bench_opts *o) {
  * until the frame ends or 10 s have passed, and counts 120 steps a frame
  * (layer_steps says how many were timed). */
 static void bench_rollout(const bench_opts *o, rkv_threadpool *pool) {
-    rkv_model_config cfg;
+    rkv_model_config cfg = RKV_MODEL_CONFIG_INIT;
     check(rkv_model_preset("waypoint-1.5-360p", 0, &cfg), "preset");
     rkv_model *m;
     check(rkv_model_create(&cfg, &m), "model");
@@ -294,7 +295,8 @@ static void bench_rollout(const bench_opts *o, rkv_threadpool *pool) {
     void *kv = xmalloc(kvn * 2), *q = xmalloc(qn * 2), *out = xmalloc(qn * 2);
     fill_random(kv, RKV_DTYPE_BF16, kvn);
     fill_random(q, RKV_DTYPE_BF16, qn);
-    rkv_attention_args a = {.n_q_heads = 32, .q = q, .q_dtype = RKV_DTYPE_BF16, .out = out,
+    rkv_attention_args a = {.struct_size = sizeof(rkv_attention_args),
+                            .n_q_heads = 32, .q = q, .q_dtype = RKV_DTYPE_BF16, .out = out,
                             .out_dtype = RKV_DTYPE_BF16, .pool = pool};
     /* fill every ring first (commit passes only), then time whole frames */
     const int64_t warm = 16, frames = o->quick ? 1 : 8;

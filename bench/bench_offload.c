@@ -58,7 +58,7 @@ static void emit(const bench_opts *o, const char *name, double bytes, double bes
 }
 
 void bench_offload(const bench_opts *o) {
-    rkv_model_config cfg;
+    rkv_model_config cfg = RKV_MODEL_CONFIG_INIT;
     ok(rkv_model_preset("waypoint-1.5-360p", 0, &cfg), "preset");
     rkv_model *src, *dst;
     ok(rkv_model_create(&cfg, &src), "model");

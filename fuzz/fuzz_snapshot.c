@@ -42,8 +42,7 @@ static size_t snap_bytes;
     } while (0)
 
 static void setup(void) {
-    rkv_model_config cfg;
-    memset(&cfg, 0, sizeof cfg);
+    rkv_model_config cfg = RKV_MODEL_CONFIG_INIT;
     snprintf(cfg.name, sizeof cfg.name, "fuzz");
     cfg.n_layers = 2;
     cfg.layers[0] = SPECS[0];
@@ -80,7 +79,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memcpy(img, data + 1, n);
     if (data[0] & 1) tsnap_reseal(img, n);
 
-    rkv_snapshot_info info;
+    rkv_snapshot_info info = RKV_SNAPSHOT_INFO_INIT;
     const rkv_status ist = rkv_snapshot_inspect_mem(img, n, &info);
     const rkv_status st = rkv_model_load_session_mem(M, 0, img, n);
     if (st != RKV_OK) {

@@ -83,6 +83,38 @@ extern "C" {
 RKV_API const char *rkv_version(void);
 
 /* ------------------------------------------------------------------------ */
+/* Structs that grow, and structs that are frozen                           */
+/* ------------------------------------------------------------------------ */
+
+/* A struct that later versions extend carries its own size as its first
+ * member, `size_t struct_size`, as SQLite's iVersion and the Windows API's
+ * cbSize do: rkv_attention_args, rkv_model_config and rkv_snapshot_info
+ * here, rkv_cuda_attention_args in ringkv_cuda.h (rkv_backend_ops, in
+ * ringkv_backend.h, has its own abi_version and struct_size). The caller
+ * sets struct_size to sizeof the struct its header declares: start from
+ * RKV_ATTENTION_ARGS_INIT, RKV_MODEL_CONFIG_INIT or RKV_SNAPSHOT_INFO_INIT
+ * (or set .struct_size = sizeof(type) in a designated initializer);
+ * rkv_model_preset fills it in. A later version only appends members: the
+ * library reads (or, for rkv_snapshot_info, writes) the members the
+ * caller's size covers, and members beyond it take their defaults (the
+ * value 0 means the default for every member). Refused with
+ * RKV_ERR_INVALID_ARG, before anything changes, and the message saying
+ * which: struct_size 0 (a struct zero-initialized without it: no silent
+ * default, since a program that forgot it would get an older layout's
+ * meaning without knowing), a size below the first version's, or a size
+ * larger than the library's own (a program built with a newer header than
+ * the library it runs with).
+ * Every other struct is frozen: rkv_geometry, rkv_layer_spec,
+ * rkv_ring_view, rkv_session_region, rkv_cuda_ring_view. Their layout never
+ * changes; a new member would come as a new type named *_v2 with calls of
+ * its own, the old ones kept. Each struct's comment says which it is. */
+#ifdef __cplusplus
+#define RKV__SIZED_INIT(type) {sizeof(type)}
+#else
+#define RKV__SIZED_INIT(type) {.struct_size = sizeof(type)}
+#endif
+
+/* ------------------------------------------------------------------------ */
 /* Status codes                                                             */
 /* ------------------------------------------------------------------------ */
 
@@ -142,6 +174,7 @@ RKV_API rkv_status rkv_convert(const void *src, rkv_dtype src_dtype, void *dst,
  * tokens_per_frame must be a positive multiple of it. */
 #define RKV_BLOCK_TOKENS 128
 
+/* Frozen (a later change is rkv_geometry_v2). */
 typedef struct rkv_geometry {
     int64_t num_sessions;     /* S  >= 1: sessions side by side            */
     int64_t n_kv_heads;       /* H  >= 1                                   */
@@ -358,6 +391,7 @@ RKV_API rkv_status rkv_layer_upsert(rkv_layer *layer, const void *kv,
  * use of the buffers during the call; readers may run concurrently, as for
  * a layer (docs/thread-safety.md). rkv_layer_upsert and rkv_layer_attend are
  * these calls on the view of the layer's own storage (rkv_layer_view). */
+/* Frozen (a later change is rkv_ring_view_v2). */
 typedef struct rkv_ring_view {
     rkv_geometry g;
     void *kv;
@@ -400,13 +434,18 @@ RKV_API rkv_status rkv_ring_visible_row(const rkv_ring_view *ring, int64_t sessi
 #define RKV_MAX_NAME 64
 #define RKV_MAX_REQUEST_ID 256 /* bytes of a request id, NUL included */
 
+/* Frozen (a later change is rkv_layer_spec_v2). */
 typedef struct rkv_layer_spec {
     int64_t ring_frames;
     int64_t ring_buckets;
     int64_t pinned_dilation;
 } rkv_layer_spec;
 
+/* Grows: struct_size first ("Structs that grow" above). Start from
+ * RKV_MODEL_CONFIG_INIT or rkv_model_preset. Every call that reads a config
+ * (rkv_model_create*, rkv_model_config_*) checks struct_size first. */
 typedef struct rkv_model_config {
+    size_t struct_size;                    /* sizeof(rkv_model_config)   */
     char name[RKV_MAX_NAME];
     int64_t n_layers;                      /* 1 .. RKV_MAX_LAYERS         */
     rkv_layer_spec layers[RKV_MAX_LAYERS]; /* per layer RF / RB / PD      */
@@ -423,6 +462,7 @@ typedef struct rkv_model_config {
         without setting it. Not geometry: snapshot files neither store nor
         compare it (a snapshot's config has 0 here).                       */
 } rkv_model_config;
+#define RKV_MODEL_CONFIG_INIT RKV__SIZED_INIT(rkv_model_config)
 
 /* Largest max_offloaded; and the table size used when it is 0: four
  * paged-out sessions per resident one, at least 16 (an entry costs ~300
@@ -438,16 +478,18 @@ typedef struct rkv_model_config {
  *  "waypoint-1.5-360p": the same with T 128.
  *  "demo": 2 layers, local (16/16/1) then global (RB 16, PD 8; RF 16 or
  *     128), Hq 1, H 1, D 64, T 128, f32.
- * num_sessions is set to 1; change fields after the call as needed.
- * RKV_ERR_NOT_FOUND for an unknown name. */
+ * num_sessions is set to 1, struct_size to sizeof(rkv_model_config);
+ * change fields after the call as needed. RKV_ERR_NOT_FOUND for an unknown
+ * name. */
 RKV_API rkv_status rkv_model_preset(const char *name, int full_global_ring,
                                     rkv_model_config *out);
 /* Names of the presets, NULL-terminated static array. */
 RKV_API const char *const *rkv_model_preset_names(void);
 
 /* Geometry of layer i of a config (S, H, D, T, dtype from the config).
- * Errors: RKV_ERR_NULL, RKV_ERR_INVALID_ARG (n_layers outside
- * 1..RKV_MAX_LAYERS), RKV_ERR_RANGE (layer). The geometry is not checked. */
+ * Errors: RKV_ERR_NULL, RKV_ERR_INVALID_ARG (cfg->struct_size, n_layers
+ * outside 1..RKV_MAX_LAYERS), RKV_ERR_RANGE (layer). The geometry is not
+ * checked. */
 RKV_API rkv_status rkv_model_config_layer_geometry(const rkv_model_config *cfg,
                                                    int64_t layer, rkv_geometry *out);
 /* Resident K/V bytes of one session over all layers, and of the model. */
@@ -519,9 +561,11 @@ RKV_API rkv_status rkv_model_fork(rkv_model *model, int64_t src_session,
 
 /* ---- Attention arguments (every backend) ------------------------------- */
 
-/* Zero-initialize this struct ({0} or designated initializers) and set
- * what you need: fields added in later versions then take their defaults. */
+/* Grows: struct_size first ("Structs that grow" above). Start from
+ * RKV_ATTENTION_ARGS_INIT (or {.struct_size = sizeof(rkv_attention_args),
+ * ...}) and set what you need; members left 0 take their defaults. */
 typedef struct rkv_attention_args {
+    size_t struct_size; /* sizeof(rkv_attention_args)                    */
     int64_t batch;      /* B >= 1 session rows                            */
     int64_t n_q_heads;  /* Hq: a positive multiple of H; head h reads KV
                            head h / (Hq/H) (GQA)                          */
@@ -545,6 +589,7 @@ typedef struct rkv_attention_args {
     rkv_threadpool *pool; /* threads to run on; NULL: a process-wide pool
                              sized to the machine's cores, made on first use */
 } rkv_attention_args;
+#define RKV_ATTENTION_ARGS_INIT RKV__SIZED_INIT(rkv_attention_args)
 
 /* out[b,h,i,:] = sum_j softmax_j(scale * q[b,h,i,:] . K[kvh,j,:]) V[kvh,j,:]
  * over the visible slots j of row b; no causal mask; f32 accumulation.
@@ -734,8 +779,13 @@ RKV_API rkv_status rkv_model_step(rkv_model *model, int64_t layer, int64_t batch
  * stores other than printable ASCII hex-coded, as request_id_hex and
  * model_hex), so a program that prints them escapes them first (`ringkv
  * inspect` shows bytes outside printable ASCII as \xNN). A plain-text field
- * holding other bytes is refused at load, as ringkv never writes one. */
+ * holding other bytes is refused at load, as ringkv never writes one.
+ * Grows: struct_size first ("Structs that grow" above). The caller sets it
+ * (RKV_SNAPSHOT_INFO_INIT) before rkv_snapshot_inspect*, which fill the
+ * members it covers; config is filled with struct_size =
+ * sizeof(rkv_model_config). */
 typedef struct rkv_snapshot_info {
+    size_t struct_size;                   /* sizeof(rkv_snapshot_info)   */
     int64_t format_version;               /* RKV_SNAPSHOT_VERSION        */
     char ringkv_version[16];              /* of the writer ("" unknown)  */
     char request_id[RKV_MAX_REQUEST_ID];  /* of the saved session        */
@@ -751,6 +801,7 @@ typedef struct rkv_snapshot_info {
     uint64_t header_xxh3;      /* the two checksums (verified)            */
     uint64_t data_xxh3;
 } rkv_snapshot_info;
+#define RKV_SNAPSHOT_INFO_INIT RKV__SIZED_INIT(rkv_snapshot_info)
 
 /* Saves held session `session` (between frames) to the file `path`,
  * atomically: the image is written to a temporary file "PATH.tmp-XXXXXX" in
@@ -812,7 +863,9 @@ RKV_API rkv_status rkv_model_load_session_mem(rkv_model *model, int64_t session,
  * the model's geometry: both checksums, tensor table, written bits) and,
  * when info != NULL, fills *info (untouched on failure). Errors as
  * rkv_model_load_session (RKV_ERR_FORMAT with the class, RKV_ERR_IO,
- * RKV_ERR_NULL). Reads the file only. */
+ * RKV_ERR_NULL), and RKV_ERR_INVALID_ARG for an info->struct_size that is 0
+ * or of no version this library knows (checked first: the file is not
+ * read then). Reads the file only. */
 RKV_API rkv_status rkv_snapshot_inspect(const char *path, rkv_snapshot_info *info);
 RKV_API rkv_status rkv_snapshot_inspect_mem(const void *buf, size_t bytes,
                                             rkv_snapshot_info *info);
@@ -929,6 +982,7 @@ RKV_API void rkv_model_host_free(rkv_model *model, void *ptr);
  * them as memory regions (NIXL, Mooncake: docs/migration.md) and copies
  * them; the destination reserves a slot, lists its regions, lets the engine
  * fill them, and imports the session with the source's metadata. */
+/* Frozen (a later change is rkv_session_region_v2). */
 typedef struct rkv_session_region {
     void *ptr;      /* BACKEND memory: host memory (device -1) or device
                        memory of CUDA device `device`; owned by the model,

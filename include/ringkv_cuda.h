@@ -155,7 +155,10 @@ RKV_API rkv_status rkv_cuda_layer_upsert(rkv_cuda_layer *layer, const void *kv, 
 /* Fused ring attention (SEM 4, 5)                                           */
 /* ------------------------------------------------------------------------ */
 
+/* Grows: struct_size first (ringkv.h, "Structs that grow"). Start from
+ * RKV_CUDA_ATTENTION_ARGS_INIT; members left 0 take their defaults. */
 typedef struct rkv_cuda_attention_args {
+    size_t struct_size; /* sizeof(rkv_cuda_attention_args)                */
     int64_t batch;     /* B session rows, 1..min(S, RKV_CUDA_MAX_BATCH)     */
     int64_t n_q_heads; /* Hq: a positive multiple of H; head h reads KV head
                           h / (Hq/H) (GQA)                                   */
@@ -183,6 +186,7 @@ typedef struct rkv_cuda_attention_args {
                           be used by another call in flight at the same time. */
     size_t workspace_bytes;
 } rkv_cuda_attention_args;
+#define RKV_CUDA_ATTENTION_ARGS_INIT RKV__SIZED_INIT(rkv_cuda_attention_args)
 
 /* out[b,h,i,:] = sum_j softmax_j(scale * q[b,h,i,:] . K[kvh,j,:]) V[kvh,j,:]
  * over the visible slots j of row b (no causal mask, f32 accumulation), as
@@ -261,6 +265,7 @@ RKV_API rkv_status rkv_cuda_clock_advance(int64_t *frame_pos, int64_t batch, int
  * never allocate, synchronize or copy from the host. Their host checks and
  * messages are those of the layer call named (messages carry that name),
  * plus the view's own (NULL pointers, geometry, device, alignment). */
+/* Frozen (a later change is rkv_cuda_ring_view_v2). */
 typedef struct rkv_cuda_ring_view {
     rkv_geometry g;
     int device;

@@ -39,6 +39,52 @@ static inline bool rkv__mul_size(size_t a, size_t b, size_t *out) {
     return !__builtin_mul_overflow(a, b, out);
 }
 
+/* ---- structs that grow (ringkv.h, "Structs that grow"; args.c) ---- */
+/* The first version's size of each growing struct: the end of its last
+ * version-1 member, which appending members never moves (sizeof grows;
+ * these do not). */
+#define RKV__SIZE_V1(type, last) (offsetof(type, last) + sizeof(((type *)0)->last))
+#define RKV__ATTENTION_ARGS_V1 RKV__SIZE_V1(rkv_attention_args, pool)
+#define RKV__MODEL_CONFIG_V1 RKV__SIZE_V1(rkv_model_config, max_offloaded)
+#define RKV__SNAPSHOT_INFO_V1 RKV__SIZE_V1(rkv_snapshot_info, data_xxh3)
+
+/* Checks the struct_size `got` of a growing struct (argument `arg` of the
+ * call `what`, of C type `type`, whose initializer macro is `init`) against
+ * the first version's size and this library's: 0, smaller or larger is
+ * RKV_ERR_INVALID_ARG, named. Inline: the CUDA library checks
+ * rkv_cuda_attention_args with it (src/cuda/plan.c). */
+static inline rkv_status rkv__struct_size_check(const char *what, const char *arg,
+                                                const char *type, const char *init,
+                                                size_t got, size_t first, size_t mine) {
+    if (got == 0)
+        return rkv__fail(RKV_ERR_INVALID_ARG,
+                         "%s: %s->struct_size is 0; set it to sizeof(%s) (start from %s)", what,
+                         arg, type, init);
+    if (got < first)
+        return rkv__fail(RKV_ERR_INVALID_ARG,
+                         "%s: %s->struct_size = %zu is smaller than the first version of %s "
+                         "(%zu bytes); set it to sizeof(%s) (start from %s)",
+                         what, arg, got, type, first, type, init);
+    if (got > mine)
+        return rkv__fail(RKV_ERR_INVALID_ARG,
+                         "%s: %s->struct_size = %zu is larger than this library's %s (%zu "
+                         "bytes): the program was built with a newer ringkv header than the "
+                         "library it runs with (%s)",
+                         what, arg, got, type, mine, rkv_version());
+    return RKV_OK;
+}
+/* The caller's rkv_attention_args / rkv_model_config in this library's
+ * layout: struct_size checked (in non-NULL), the members it covers copied,
+ * the rest 0 (their defaults), out->struct_size = sizeof *out. */
+rkv_status rkv__attention_args_load(const char *what, const rkv_attention_args *in,
+                                    rkv_attention_args *out);
+rkv_status rkv__model_config_load(const char *what, const rkv_model_config *in,
+                                  rkv_model_config *out);
+/* Checks info->struct_size (non-NULL info) before a call fills it. */
+rkv_status rkv__snapshot_info_check(const char *what, const rkv_snapshot_info *info);
+/* Copies a filled info into the caller's, as far as its struct_size goes. */
+void rkv__snapshot_info_store(rkv_snapshot_info *dst, const rkv_snapshot_info *src);
+
 /* True when dtype is one of the enum's values. */
 bool rkv__dtype_valid(rkv_dtype dtype);
 /* Element i of a buffer in dtype, widened to float. */

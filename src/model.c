@@ -70,10 +70,15 @@ rkv_status rkv_model_create_with_backend(const rkv_model_config *cfg, const rkv_
     rkv_backend_ops adopted;
     rkv_status st = rkv__backend_adopt(ops, what, &adopted);
     if (st != RKV_OK) return st;
-    if ((st = rkv__model_config_check(cfg, NULL, NULL)) != RKV_OK) return st;
+    if (!cfg) return rkv__fail(RKV_ERR_NULL, "model config is NULL");
+    rkv_model_config mine; /* the caller's config in this library's layout */
+    if ((st = rkv__model_config_load(what, cfg, &mine)) != RKV_OK ||
+        (st = rkv__model_config_check(&mine, NULL, NULL)) != RKV_OK)
+        return st;
+    cfg = &mine;
     rkv_model *m = calloc(1, sizeof *m);
     if (!m) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", what);
-    m->cfg = *cfg;
+    m->cfg = mine;
     m->ops = adopted;
     m->ops_id = ops;
     m->ctx = ctx;

@@ -205,15 +205,15 @@ static rkv_status inspect_source(const source *s, rkv_snapshot_info *info) {
     rkv_status st = read_header(s, &p);
     if (st != RKV_OK) return st;
     st = verify_data(s, &p);
-    if (st == RKV_OK && info) *info = p.info;
+    if (st == RKV_OK && info) rkv__snapshot_info_store(info, &p.info);
     rkv__snap_header_free(&p);
     return st;
 }
 
 rkv_status rkv_snapshot_inspect(const char *path, rkv_snapshot_info *info) {
     source s;
-    rkv_status st = src_open(&s, "rkv_snapshot_inspect", path);
-    if (st != RKV_OK) return st;
+    rkv_status st = info ? rkv__snapshot_info_check("rkv_snapshot_inspect", info) : RKV_OK;
+    if (st != RKV_OK || (st = src_open(&s, "rkv_snapshot_inspect", path)) != RKV_OK) return st;
     st = inspect_source(&s, info);
     close(s.fd);
     return st;
@@ -221,6 +221,8 @@ rkv_status rkv_snapshot_inspect(const char *path, rkv_snapshot_info *info) {
 
 rkv_status rkv_snapshot_inspect_mem(const void *buf, size_t bytes, rkv_snapshot_info *info) {
     if (!buf && bytes) return rkv__fail(RKV_ERR_NULL, "rkv_snapshot_inspect_mem: buf is NULL");
+    rkv_status st = info ? rkv__snapshot_info_check("rkv_snapshot_inspect_mem", info) : RKV_OK;
+    if (st != RKV_OK) return st;
     source s;
     src_mem(&s, "rkv_snapshot_inspect_mem", buf ? buf : "", bytes);
     return inspect_source(&s, info);

@@ -600,6 +600,8 @@ rkv_status rkv__snap_header_parse(const rkv__snap_where *w, const uint8_t first8
                                   rkv__snap_header *out) {
     memset(out, 0, sizeof *out);
     out->data_offset = 8 + n;
+    out->info.struct_size = sizeof out->info;
+    out->info.config.struct_size = sizeof out->info.config;
     out->info.file_bytes = file_size;
     out->info.header_bytes = n;
     out->info.data_bytes = file_size - 8 - n;

@@ -299,7 +299,8 @@ static void pair_frame(pair *p, int64_t B, const int64_t *rows, uint64_t seed) {
             const uint64_t key = mix(seed ^ ((uint64_t)pass << 40) ^ ((uint64_t)l << 48));
             void *kv = values(key, nkv, c->dtype), *q = values(key ^ 0x51, nq, c->dtype);
             void *dkv = p->bk->put(kv, nkv * es), *dq = p->bk->put(q, nq * es);
-            rkv_attention_args a = {.n_q_heads = c->n_q_heads, .q = dq, .q_dtype = c->dtype,
+            rkv_attention_args a = {.struct_size = sizeof(rkv_attention_args),
+                                    .n_q_heads = c->n_q_heads, .q = dq, .q_dtype = c->dtype,
                                     .out = dout, .out_dtype = RKV_DTYPE_F32};
             rkv_attention_args ar = a;
             ar.q = q;
@@ -377,8 +378,7 @@ static void same_session(rkv_model *a, int64_t sa, rkv_model *b, int64_t sb, con
 /* ---- the scenario ------------------------------------------------------------ */
 
 static rkv_model_config config(rkv_dtype dt) {
-    rkv_model_config c;
-    memset(&c, 0, sizeof c);
+    rkv_model_config c = RKV_MODEL_CONFIG_INIT;
     snprintf(c.name, sizeof c.name, "parity");
     c.n_layers = 2;
     c.layers[0] = (rkv_layer_spec){2, 2, 1}; /* local: wraps every 2 frames        */

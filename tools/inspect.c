@@ -163,7 +163,7 @@ int rkv_cmd_inspect(int argc, char **argv) {
         }
     for (int i = 1; i < argc; i++) {
         if (!is_file_argument(argv[i])) continue;
-        rkv_snapshot_info info;
+        rkv_snapshot_info info = RKV_SNAPSHOT_INFO_INIT;
         rkv_status st = rkv_snapshot_inspect(argv[i], &info);
         if (st != RKV_OK) {
             fprintf(stderr, "ringkv inspect: %s: invalid: %s\n", argv[i], cli_lib_detail(argv[i]));

@@ -197,3 +197,27 @@ def test_version_is_the_header_macros():
     assert ringkv.__version__ == want
     pyproject = (REPO / "python" / "pyproject.toml").read_text()
     assert re.search(r'^version = "([^"]+)"', pyproject, re.M).group(1) == want
+
+
+def test_growing_structs_carry_their_size():
+    """The structs that grow (include/ringkv.h, "Structs that grow") start
+    with struct_size, set on construction; the library refuses 0 and a
+    size it does not know, with the struct named."""
+    import ctypes
+    for cls in (_lib.AttentionArgs, _lib.CudaAttentionArgs, _lib.ModelConfigStruct,
+                _lib.SnapshotInfo):
+        assert cls._fields_[0][0] == "struct_size"
+        assert cls().struct_size == ctypes.sizeof(cls)
+    cfg = _lib.ModelConfigStruct()
+    assert _lib.lib.rkv_model_preset(b"demo", 0, ctypes.byref(cfg)) == 0
+    per, tot = ctypes.c_size_t(7), ctypes.c_size_t(7)
+    assert _lib.lib.rkv_model_config_memory(ctypes.byref(cfg), ctypes.byref(per),
+                                            ctypes.byref(tot)) == 0
+    for bad, says in ((0, b"cfg->struct_size is 0"),
+                      (ctypes.sizeof(cfg) + 8, b"newer ringkv header")):
+        cfg.struct_size = bad
+        per.value = tot.value = 7
+        assert _lib.lib.rkv_model_config_memory(ctypes.byref(cfg), ctypes.byref(per),
+                                                ctypes.byref(tot)) == -1  # RKV_ERR_INVALID_ARG
+        assert says in _lib.lib.rkv_last_error()
+        assert per.value == tot.value == 7

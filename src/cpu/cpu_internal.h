@@ -10,6 +10,10 @@
 #include "ringkv_cpu.h" /* the CPU backend's public calls, defined here */
 
 /* ---- attention (cpu/attention.c) ---- */
+/* The caller's args of an attention call in this library's layout (*copy;
+ * src/args.c), every argument checked; `what` names the call. */
+rkv_status rkv__attention_take(const struct rkv_layer *l, const rkv_attention_args *caller,
+                               const char *what, rkv_attention_args *copy);
 /* Checks every argument of an attention call; `what` names the call. */
 rkv_status rkv__attention_check(const struct rkv_layer *l, const rkv_attention_args *a,
                                 const char *what);

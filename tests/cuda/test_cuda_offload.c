@@ -61,7 +61,7 @@ int main(void) {
         printf("test_cuda_offload: no CUDA device: skipped\n");
         return CT_SKIP;
     }
-    rkv_model_config cfg;
+    rkv_model_config cfg = RKV_MODEL_CONFIG_INIT;
     OKR(rkv_model_preset("waypoint-1.5-720p", 0, &cfg));
     cfg.num_sessions = 2;
     rkv_model *m = NULL, *m2 = NULL;
