@@ -870,16 +870,33 @@ RKV_API rkv_status rkv_snapshot_inspect(const char *path, rkv_snapshot_info *inf
 RKV_API rkv_status rkv_snapshot_inspect_mem(const void *buf, size_t bytes,
                                             rkv_snapshot_info *info);
 
-/* In-memory snapshot of one held session, a raw host-endian image for use
- * within one process (forks across models, undo); for files and for moving
- * sessions between processes or machines use the portable, checksummed
- * snapshot files above (rkv_model_save_session*). Every layer's K/V span and
- * written bits, the geometry and the clock. rkv_model_snapshot_bytes gives
- * the buffer size; the buffer is caller-owned (host memory on every
- * backend). Not allowed for a session of an open batch (RKV_ERR_STATE). Restoring into a held session of a model with identical
- * geometry is bit-exact and restores the clock (the next frame must be the
- * saved clock + 1). Restore validates the whole buffer first (RKV_ERR_FORMAT
- * on size, magic, version or geometry mismatch) and changes nothing then. */
+/* In-memory images: a session's snapshot in a buffer of one size per model,
+ * for keeping and restoring sessions within a program (undo, copies across
+ * models of one geometry). The image is the snapshot file's (the format
+ * above: portable, checksummed, what rkv_model_save_session_mem writes),
+ * with its JSON header padded with spaces to the longest header any session
+ * of the model can have, so that every image of the model is
+ * rkv_model_snapshot_bytes long; rkv_snapshot_inspect_mem,
+ * rkv_model_load_session_mem, `ringkv inspect` (once written to a file) and
+ * rkv_model_restore read it. For a fast copy within one model use
+ * rkv_model_fork (no image at all).
+ *  rkv_model_snapshot_bytes: the image's size for this model (8 + the
+ *    longest header + the data: every layer's K/V span and written bits);
+ *    0 for NULL (or a size beyond size_t).
+ *  rkv_model_snapshot: writes held session `session`'s image (between
+ *    frames; reads the model only) into buf, caller-owned HOST memory of
+ *    buf_bytes >= rkv_model_snapshot_bytes. Errors: RKV_ERR_NULL,
+ *    RKV_ERR_RANGE, RKV_ERR_STATE (not claimed, inside a frame),
+ *    RKV_ERR_INVALID_ARG (buf_bytes too small; nothing written),
+ *    RKV_ERR_NO_MEMORY, the backend's copy errors.
+ *  rkv_model_restore: rkv_model_load_session_mem under its own name: any
+ *    valid snapshot image of buf_bytes bytes (this model's images, or a
+ *    file's bytes) into held session `session` of a model of the image's
+ *    geometry, bit-exact, with its clock (the next frame is the saved
+ *    clock + 1); the session keeps its request id. Everything is checked
+ *    first, as rkv_model_load_session_mem does (RKV_ERR_FORMAT "truncated",
+ *    "corrupted header", "corrupted data", "wrong geometry", ...), and a
+ *    refused image changes nothing. */
 RKV_API size_t rkv_model_snapshot_bytes(const rkv_model *model);
 RKV_API rkv_status rkv_model_snapshot(const rkv_model *model, int64_t session,
                                       void *buf, size_t buf_bytes);

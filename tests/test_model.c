@@ -733,11 +733,10 @@ static void test_restore_other_geometry(void **state)
         int64_t f = 9;
         run_frame(o, 1, &s, &f);
         tu_model_state st = tu_model_save(o);
-        /* cases 0, 1, 4, 5 have the same snapshot size: only the stored
-         * geometry tells them apart */
-        if (v == 0 || v == 1 || v == 4 || v == 5)
-            assert_int_equal(rkv_model_snapshot_bytes(o), nb);
-        TU_ERR(rkv_model_restore(o, s, buf, nb), RKV_ERR_FORMAT, NULL);
+        /* cases 0, 1, 4, 5 have the same data size: the image's stored
+         * geometry is what refuses them (and the others) */
+        TU_ERR(rkv_model_restore(o, s, buf, nb), RKV_ERR_FORMAT,
+               "rkv_model_restore: (memory): wrong geometry");
         tu_model_assert_same(&st, o, "restore into another geometry");
         tu_model_state_free(&st);
         rkv_model_destroy(o);

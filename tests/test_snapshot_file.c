@@ -1308,7 +1308,9 @@ static void test_atomic_save(void **state)
 }
 
 /* The in-memory restore refuses a half-written frame too (frames are
- * written whole; visibility reads a frame's first bit). */
+ * written whole; visibility reads a frame's first bit), even in an image
+ * whose checksums were recomputed over the damage: the written bits are
+ * checked on their own. */
 static void test_memory_restore_checks_frames(void **state)
 {
     (void)state;
@@ -1326,13 +1328,101 @@ static void test_memory_restore_checks_frames(void **state)
     assert_int_equal(buf[w1 + 1], 1); /* ring frame 0 is written */
     buf[w1 + 1] = 0;
     tu_model_state pre = tu_model_save(m);
-    TU_ERR(rkv_model_restore(m, b, buf, n), RKV_ERR_FORMAT, "whole frames");
+    TU_ERR(rkv_model_restore(m, b, buf, n), RKV_ERR_FORMAT, "data checksum mismatch");
+    assert_int_equal(tsnap_reseal(buf, n), 0);
+    TU_ERR(rkv_model_restore(m, b, buf, n), RKV_ERR_FORMAT, "frames written whole");
     tu_model_assert_same(&pre, m, "refused restore");
     buf[w1 + 1] = 1;
+    assert_int_equal(tsnap_reseal(buf, n), 0);
     TU_OK(rkv_model_restore(m, b, buf, n));
     assert_true(sessions_equal(m, a, m, b));
     tu_model_state_free(&pre);
     free(buf);
+    rkv_model_destroy(m);
+}
+
+/* The in-memory image (rkv_model_snapshot) is the snapshot file's image,
+ * its header padded to the longest any session of the model can have: one
+ * size per model (a 255-byte id outside printable ASCII fits), read by
+ * every loader; a file's image restores; restores are bit-exact and bad
+ * images are refused with the loader's messages, nothing changed. */
+static void test_memory_image_is_the_file_image(void **state)
+{
+    (void)state;
+    rkv_model_config cfg = small_cfg(RKV_DTYPE_F16, 3);
+    rkv_model *m = new_model(&cfg);
+    char long_id[RKV_MAX_REQUEST_ID];
+    for (int i = 0; i < RKV_MAX_REQUEST_ID - 1; i++) long_id[i] = (char)(1 + i % 255);
+    long_id[RKV_MAX_REQUEST_ID - 1] = '\0';
+    int64_t a = claim(m, "a"), b = claim(m, "b"), z = claim(m, long_id);
+    assert_int_equal(z, 2); /* the largest session index, the longest id */
+    run_frames(m, a, 0, 5, 11);
+    run_frames(m, z, 0, 3, 12);
+    const size_t n = rkv_model_snapshot_bytes(m);
+    unsigned char *img = tu_xmalloc(n), *imz = tu_xmalloc(n);
+    TU_ERR(rkv_model_snapshot(m, a, img, n - 1), RKV_ERR_INVALID_ARG, "need");
+    TU_OK(rkv_model_snapshot(m, a, img, n));
+    TU_OK(rkv_model_snapshot(m, z, imz, n));
+
+    /* a snapshot file's image: inspected, its header the padded one */
+    rkv_snapshot_info info = RKV_SNAPSHOT_INFO_INIT;
+    TU_OK(rkv_snapshot_inspect_mem(img, n, &info));
+    assert_string_equal(info.request_id, "a");
+    assert_int_equal(info.last_committed, 4);
+    assert_int_equal(info.file_bytes, n);
+    TU_OK(rkv_snapshot_inspect_mem(imz, n, &info));
+    assert_memory_equal(info.request_id, long_id, sizeof long_id);
+    /* the same data section as the unpadded file image */
+    size_t fn = 0;
+    TU_OK(rkv_model_save_session_mem(m, a, NULL, 0, &fn));
+    assert_true(fn < n);
+    unsigned char *file = tu_xmalloc(fn);
+    TU_OK(rkv_model_save_session_mem(m, a, file, fn, &fn));
+    const size_t data = (size_t)info.data_bytes;
+    assert_memory_equal(img + n - data, file + fn - data, data);
+
+    /* bit-exact restores, from either image, and loads of the padded one */
+    TU_OK(rkv_model_restore(m, b, img, n));
+    assert_true(sessions_equal(m, a, m, b));
+    int64_t clock = -7;
+    TU_OK(rkv_model_clock(m, b, &clock));
+    assert_int_equal(clock, 4);
+    TU_OK(rkv_model_reset(m, b));
+    TU_OK(rkv_model_restore(m, b, file, fn));
+    assert_true(sessions_equal(m, a, m, b));
+    TU_OK(rkv_model_reset(m, b));
+    const char *p = tmp_path("memory_image.safetensors");
+    write_all(p, img, n);
+    TU_OK(rkv_model_load_session(m, b, p));
+    assert_true(sessions_equal(m, a, m, b));
+    TU_OK(rkv_model_load_session_mem(m, b, imz, n));
+    assert_true(sessions_equal(m, z, m, b));
+
+    /* bad images: the loader's classes, named; nothing changed */
+    tu_model_state pre = tu_model_save(m);
+    TU_ERR(rkv_model_restore(m, b, img, n - 1), RKV_ERR_FORMAT, "rkv_model_restore: (memory):");
+    TU_ERR(rkv_model_restore(m, b, img, 7), RKV_ERR_FORMAT, "truncated");
+    img[n - 1] ^= 1;
+    TU_ERR(rkv_model_restore(m, b, img, n), RKV_ERR_FORMAT, "corrupted data: data checksum");
+    img[n - 1] ^= 1;
+    img[8] ^= 0x20; /* the header's opening brace */
+    TU_ERR(rkv_model_restore(m, b, img, n), RKV_ERR_FORMAT, "corrupted header");
+    img[8] ^= 0x20;
+    rkv_model_config other = small_cfg(RKV_DTYPE_F16, 3);
+    other.layers[1].pinned_dilation = 2;
+    rkv_model *o = new_model(&other);
+    const int64_t os = claim(o, "o");
+    tu_model_state opre = tu_model_save(o);
+    TU_ERR(rkv_model_restore(o, os, img, n), RKV_ERR_FORMAT, "wrong geometry");
+    tu_model_assert_same(&opre, o, "restore into another geometry");
+    tu_model_assert_same(&pre, m, "refused restores");
+    tu_model_state_free(&opre);
+    tu_model_state_free(&pre);
+    rkv_model_destroy(o);
+    unlink(p);
+    free(file);
+    free(imz);
+    free(img);
     rkv_model_destroy(m);
 }
 
@@ -1705,6 +1795,7 @@ int main(void)
         cmocka_unit_test(test_atomic_save),
         cmocka_unit_test(test_odd_request_id),
         cmocka_unit_test(test_memory_restore_checks_frames),
+        cmocka_unit_test(test_memory_image_is_the_file_image),
         cmocka_unit_test(test_fork_then_diverge),
         cmocka_unit_test(test_batched_step),
         cmocka_unit_test(test_10000_cycles_memory_flat),

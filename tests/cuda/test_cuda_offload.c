@@ -24,7 +24,8 @@
         exit(1);                                                                         \
     } while (0)
 
-/* The session's in-memory snapshot image (raw spans, bits and clock). */
+/* The session's in-memory snapshot image (the snapshot file's image: a header with
+ * the clock and the session's identity, then its spans and written bits). */
 static unsigned char *image_of(rkv_model *m, int64_t s, size_t *n) {
     *n = rkv_model_snapshot_bytes(m);
     unsigned char *p = ct_malloc(*n);
