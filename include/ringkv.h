@@ -811,7 +811,8 @@ typedef struct rkv_snapshot_info {
  * on error the temporary file is removed. Reads the model only.
  * Errors: RKV_ERR_NULL (model, path), RKV_ERR_INVALID_ARG (empty path),
  * RKV_ERR_RANGE, RKV_ERR_STATE (not claimed, or inside a frame),
- * RKV_ERR_IO (create, write, file fsync, rename; the message has strerror),
+ * RKV_ERR_IO (`path` a folder, or its folder missing: refused before anything
+ * is written; create, write, file fsync, rename; the message has strerror),
  * RKV_ERR_NO_MEMORY. */
 RKV_API rkv_status rkv_model_save_session(const rkv_model *model, int64_t session,
                                           const char *path);

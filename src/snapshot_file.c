@@ -745,12 +745,34 @@ rkv_status rkv_model_save_session(const rkv_model *model, int64_t session, const
     return rkv__snapshot_save_file(model, session, "rkv_model_save_session", path, NULL);
 }
 
+/* RKV_ERR_IO unless path names a file in an existing folder: not a folder
+ * itself (rename would fail only after the whole image went into a
+ * temporary file), its folder present. Checked before anything is written. */
+static rkv_status check_save_path(const char *what, const char *path) {
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return rkv__fail(RKV_ERR_IO, "%s: '%s' is a folder; expected a file path", what, path);
+    const char *slash = strrchr(path, '/');
+    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+    if (!dir) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", what);
+    rkv_status st = RKV_OK;
+    if (stat(dir, &sb) != 0)
+        st = rkv__fail(RKV_ERR_IO, "%s: cannot save to '%s': folder '%s': %s", what, path, dir,
+                       errno == ENOENT ? "does not exist" : strerror(errno));
+    else if (!S_ISDIR(sb.st_mode))
+        st = rkv__fail(RKV_ERR_IO, "%s: cannot save to '%s': '%s' is not a folder", what, path,
+                       dir);
+    free(dir);
+    return st;
+}
+
 rkv_status rkv__snapshot_save_file(const rkv_model *model, int64_t session, const char *what,
                                    const char *path, uint64_t *header_xxh3) {
     rkv_status st = rkv__model_check_between_frames(model, what, session);
     if (st != RKV_OK) return st;
     if (!path) return rkv__fail(RKV_ERR_NULL, "%s: path is NULL", what);
     if (!*path) return rkv__fail(RKV_ERR_INVALID_ARG, "%s: path is empty", what);
+    if ((st = check_save_path(what, path)) != RKV_OK) return st;
     rkv__snap_text hd;
     if ((st = build_header(model, session, what, &hd)) != RKV_OK) return st;
     /* temporary file next to the destination, so that rename is atomic */

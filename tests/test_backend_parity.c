@@ -28,7 +28,8 @@
  * documented tolerance (norm-wise relative error: f32 1e-5, bf16 1e-2).
  *
  * Plain C (no cmocka), so that the GPU check can build it beside the GPU
- * programs. Exit 0: passed; 1: a mismatch (the message says where). */
+ * programs; the test library (tests/common/rkvt.h) gives the key mixing,
+ * decoding, error norm and geometry description. Exit 0: passed; 1: a mismatch (the message says where). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdint.h>
@@ -39,6 +40,7 @@
 
 #include "ringkv.h"
 #include "ringkv_backend.h"
+#include "rkvt.h"
 #ifdef RKV_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
@@ -123,17 +125,11 @@ static const backend CUDA = {"cuda", cuda_create, cuda_put, cuda_get, cuda_drop}
 
 /* ---- inputs ------------------------------------------------------------------ */
 
-static uint64_t mix(uint64_t x) {
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
 /* n values in [-1, 1) from a key, converted to dtype (malloc'd). */
 static void *values(uint64_t key, size_t n, rkv_dtype dt) {
     float *f = xmalloc(n * sizeof *f);
     for (size_t i = 0; i < n; i++)
-        f[i] = (float)((int64_t)(mix(key * 1000003u + i) >> 41) - (1 << 22)) / (float)(1 << 22);
+        f[i] = (float)((int64_t)(rkvt_mix(key * 1000003u + i) >> 41) - (1 << 22)) / (float)(1 << 22);
     void *out = xmalloc(n * rkv_dtype_size(dt));
     OK(rkv_convert(f, RKV_DTYPE_F32, out, dt, n));
     free(f);
@@ -164,23 +160,6 @@ static void pair_open(pair *p, const backend *bk, const rkv_model_config *cfg) {
 static void pair_close(pair *p) {
     rkv_model_destroy(p->t);
     rkv_model_destroy(p->r);
-}
-
-/* The geometry in a failure message: the layers' RF/RB/PD and the sizes. */
-static void describe_config(const rkv_model_config *c, char *out, size_t len) {
-    int n = snprintf(out, len, "S %lld, Hq %lld, H %lld, D %lld, T %lld, %s, layers (RF/RB/PD)",
-                     (long long)c->num_sessions, (long long)c->n_q_heads, (long long)c->n_kv_heads,
-                     (long long)c->d_head, (long long)c->tokens_per_frame, rkv_dtype_name(c->dtype));
-    for (int64_t l = 0; l < c->n_layers && n > 0 && (size_t)n < len; l++)
-        n += snprintf(out + n, len - (size_t)n, " %lld/%lld/%lld", (long long)c->layers[l].ring_frames,
-                      (long long)c->layers[l].ring_buckets, (long long)c->layers[l].pinned_dilation);
-}
-
-/* Element `e` of a host buffer in dtype, as a double. */
-static double element(const void *base, rkv_dtype dt, size_t e) {
-    float f = 0;
-    OK(rkv_convert((const char *)base + e * rkv_dtype_size(dt), dt, &f, RKV_DTYPE_F32, 1));
-    return f;
 }
 
 /* Bytes of the data section of a session's snapshot image: per layer the K
@@ -224,7 +203,7 @@ static void image_place(const rkv_model_config *c, size_t n, size_t i, const uns
                      "%g",
                      (long long)l, kv ? "V" : "K", (long long)h, (long long)(slot / T),
                      slot / T == RF ? " (scratch)" : "", (long long)(slot % T), (long long)d,
-                     element(a + at, c->dtype, 0), element(b + at, c->dtype, 0));
+                     rkvt_get(a + at, c->dtype, 0), rkvt_get(b + at, c->dtype, 0));
             return;
         }
         off += 2 * part;
@@ -254,7 +233,7 @@ static void pair_check_state(pair *p, const char *when) {
             while (a[i] == b[i]) i++;
             char where[256], geo[256];
             image_place(&p->cfg, n, i, a, b, where, sizeof where);
-            describe_config(&p->cfg, geo, sizeof geo);
+            rkvt_describe_config(&p->cfg, geo, sizeof geo);
             FAIL("%s, %s: session %lld differs from the reference (%s) first at image byte %zu "
                  "of %zu: %s (%s vs reference)",
                  p->bk->name, when, (long long)s, geo, i, n, where, p->bk->name);
@@ -262,21 +241,6 @@ static void pair_check_state(pair *p, const char *when) {
     }
     free(a);
     free(b);
-}
-
-/* Norm-wise relative error; *worst receives the element with the largest
- * difference (a non-finite output counts as infinite). */
-static double rel_err(const float *got, const float *ref, size_t n, size_t *worst) {
-    double num = 0, den = 0, wd = -1;
-    *worst = 0;
-    for (size_t i = 0; i < n; i++) {
-        const double d = (double)got[i] - ref[i], ad = isfinite(d) ? fabs(d) : INFINITY;
-        num += d * d;
-        den += (double)ref[i] * ref[i];
-        if (ad > wd) wd = ad, *worst = i;
-    }
-    if (!isfinite(num)) return INFINITY;
-    return den > 0 ? sqrt(num / den) : (num > 0 ? INFINITY : 0);
 }
 
 static void pair_claim(pair *p, const char *id, int64_t first_clock) {
@@ -305,7 +269,7 @@ static void pair_frame(pair *p, int64_t B, const int64_t *rows, uint64_t seed) {
     void *dout = p->bk->put(out_t, nq * sizeof(float));
     for (int pass = 0; pass < 2; pass++)
         for (int64_t l = 0; l < c->n_layers; l++) {
-            const uint64_t key = mix(seed ^ ((uint64_t)pass << 40) ^ ((uint64_t)l << 48));
+            const uint64_t key = rkvt_mix(seed ^ ((uint64_t)pass << 40) ^ ((uint64_t)l << 48));
             void *kv = values(key, nkv, c->dtype), *q = values(key ^ 0x51, nq, c->dtype);
             void *dkv = p->bk->put(kv, nkv * es), *dq = p->bk->put(q, nq * es);
             rkv_attention_args a = {.struct_size = sizeof(rkv_attention_args),
@@ -326,12 +290,12 @@ static void pair_frame(pair *p, int64_t B, const int64_t *rows, uint64_t seed) {
             OK(rkv_model_synchronize(p->t));
             p->bk->get(out_t, dout, nq * sizeof(float));
             size_t w = 0;
-            const double e = rel_err(out_t, out_r, nq, &w);
+            const double e = rkvt_rel_err(out_t, out_r, nq, &w);
             if (!(e <= p->tol)) {
                 const int64_t Hq = c->n_q_heads, T = c->tokens_per_frame, D = c->d_head;
                 const int64_t we = (int64_t)w, b = we / (Hq * T * D);
                 char geo[256];
-                describe_config(c, geo, sizeof geo);
+                rkvt_describe_config(c, geo, sizeof geo);
                 FAIL("%s (%s): attention of layer %lld, pass %d, B %lld (row 0: session %lld at "
                      "frame %lld): relative error %.3g > %.0e; largest difference at element "
                      "%lld = row %lld (session %lld at %lld), head %lld, query %lld, dim %lld: "

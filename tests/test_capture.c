@@ -199,10 +199,10 @@ static void bufs_free(bufs *b) {
 static void bufs_fill(bufs *b, int64_t f) {
     for (int p = 0; p < PASSES; p++)
         for (int l = 0; l < NL; l++) {
-            tu_rng r = {tu_mix((uint64_t)f * 131 + (uint64_t)p * 7 + (uint64_t)l)};
+            tu_rng r = {rkvt_mix((uint64_t)f * 131 + (uint64_t)p * 7 + (uint64_t)l)};
             tu_fill_uniform(b->kv[p][l], b->nkv, &r);
         }
-    tu_rng r = {tu_mix((uint64_t)f ^ 0xABCD)};
+    tu_rng r = {rkvt_mix((uint64_t)f ^ 0xABCD)};
     tu_fill_uniform(b->q, b->nq, &r);
 }
 static rkv_attention_args args_of(const rkv_model_config *c, bufs *b, int p, int l) {

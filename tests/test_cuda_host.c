@@ -1,18 +1,19 @@
 /* Host-side logic of the CUDA backend, tested without a GPU: the argument
  * checks of the per-pass calls and the launch planning (kernel choice, grid,
  * shared memory, key splits and their workspace), which live in
- * src/cuda/plan.c (pure C, no CUDA header; included here so the test builds
- * whether or not CUDA is found). The device side is tested by
- * tests/cuda/test_cuda_diff.c on a GPU. */
+ * src/cuda/plan.c (pure C, no CUDA header; linked as the object library
+ * ringkv_cuda_plan, so the test builds whether or not CUDA is found). The
+ * device side is tested by tests/cuda/test_cuda_diff.c on a GPU. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <string.h>
 
-#include "../src/cuda/plan.c"
+#include "plan.h"
 
 static const rkv__cuda_device_info H200 = {132, 227 * 1024, 9};
 /* An sm_80-class GPU: the wgmma kernel must never be planned there. */

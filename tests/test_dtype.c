@@ -209,15 +209,15 @@ static void test_convert_widen_narrow_all_patterns(void **state)
         TU_OK(rkv_convert(h, dt, f, RKV_DTYPE_F32, 65536));
         TU_OK(rkv_convert(f, RKV_DTYPE_F32, back, dt, 65536));
         for (uint32_t i = 0; i < 65536; i++) {
-            float want = dt == RKV_DTYPE_F16 ? tu_f16_to_f32((uint16_t)i)
-                                             : tu_bf16_to_f32((uint16_t)i);
+            float want = dt == RKV_DTYPE_F16 ? rkvt_f16_to_f32((uint16_t)i)
+                                             : rkvt_bf16_to_f32((uint16_t)i);
             if (isnan(want)) {
                 if (!isnan(f[i]))
                     fail_msg("%s 0x%04x: NaN widened to %g",
                              rkv_dtype_name(dt), i, f[i]);
                 assert_true(isnan(dt == RKV_DTYPE_F16
-                                      ? tu_f16_to_f32(back[i])
-                                      : tu_bf16_to_f32(back[i])));
+                                      ? rkvt_f16_to_f32(back[i])
+                                      : rkvt_bf16_to_f32(back[i])));
             } else {
                 if (f32_bits(f[i]) != f32_bits(want))
                     fail_msg("%s 0x%04x widened to %a, expected %a",
@@ -233,7 +233,7 @@ static void test_convert_widen_narrow_all_patterns(void **state)
     TU_OK(rkv_convert(b, RKV_DTYPE_BF16, hf, RKV_DTYPE_F16, 6));
     TU_OK(rkv_convert(hf, RKV_DTYPE_F16, b2, RKV_DTYPE_BF16, 6));
     for (int i = 0; i < 6; i++) {
-        assert_true(tu_f16_to_f32(hf[i]) == vals[i]);
+        assert_true(rkvt_f16_to_f32(hf[i]) == vals[i]);
         assert_int_equal(b2[i], b[i]);
     }
     free(h);

@@ -1243,9 +1243,25 @@ static void test_offload_import_errors(void **state)
     MODEL_ERR(m, rkv_model_offload(m, sa, buf, n - 1, &n), RKV_ERR_INVALID_ARG, "buffer");
     MODEL_ERR(m, rkv_model_offload_file(m, sa, NULL), RKV_ERR_NULL, "path");
     MODEL_ERR(m, rkv_model_offload_file(m, sa, ""), RKV_ERR_INVALID_ARG, "empty");
-    MODEL_ERR(m, rkv_model_offload_file(m, sa, "/nonexistent-dir/x"), RKV_ERR_IO,
-              "nonexistent-dir");
     MODEL_ERR(m, rkv_model_offload_file(m, sb, "/tmp/x"), RKV_ERR_STATE, "inside frame");
+    /* a destination that cannot be a file: refused up front (a folder used
+     * to be written to a temporary file in full, then refused by rename) */
+    static const struct {
+        const char *path, *needle;
+    } not_files[] = {
+        {"/nonexistent-dir/x", "cannot save to '/nonexistent-dir/x': folder '/nonexistent-dir': "
+                               "does not exist"},
+        {"/tmp", "'/tmp' is a folder; expected a file path"},
+        {"/tmp/", "'/tmp/' is a folder"},
+        {"/", "'/' is a folder"},
+        {"/dev/null/x", "'/dev/null' is not a folder"},
+    };
+    for (size_t i = 0; i < sizeof not_files / sizeof not_files[0]; i++) {
+        MODEL_ERR(m, rkv_model_offload_file(m, sa, not_files[i].path), RKV_ERR_IO,
+                  not_files[i].needle);
+        MODEL_ERR(m, rkv_model_save_session(m, sa, not_files[i].path), RKV_ERR_IO,
+                  not_files[i].needle);
+    }
     for (size_t i = 0; i < n + 8; i++)
         if (buf[i] != 0xEE) fail_msg("offload buffer byte %zu written by a failed call", i);
     /* the table */

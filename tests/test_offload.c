@@ -46,7 +46,7 @@ static uint64_t frame(rkv_model *m, int64_t s, int64_t id, int64_t f)
     for (int pass = 0; pass < 5; pass++)
         for (int64_t li = 0; li < c->n_layers; li++) {
             tu_gen_frame(kvf, g, tu_key(id * 100 + li, f, (uint64_t)pass));
-            tu_rng r = {tu_mix((uint64_t)(id * 7919 + f * 31 + pass * 3 + li + 1))};
+            tu_rng r = {rkvt_mix((uint64_t)(id * 7919 + f * 31 + pass * 3 + li + 1))};
             tu_fill_uniform(qf, qn, &r);
             void *kv = tu_to_dtype(kvf, kvn, c->dtype);
             rkv_attention_args a = {.struct_size = sizeof(rkv_attention_args),

@@ -44,7 +44,7 @@ static void *frame_in(const rkv_geometry *g, int64_t B, uint64_t key)
 {
     size_t n = (size_t)(2 * g->n_kv_heads * B * g->tokens_per_frame * g->d_head);
     float *f = tu_xmalloc(n * sizeof *f);
-    tu_rng r = {tu_mix(key + 99)};
+    tu_rng r = {rkvt_mix(key + 99)};
     tu_fill_uniform(f, n, &r);
     void *out = tu_to_dtype(f, n, g->dtype);
     free(f);

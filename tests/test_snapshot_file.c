@@ -146,7 +146,7 @@ static void run_frame(rkv_model *m, int64_t s, int64_t f, uint64_t seed, float *
         float *q = NULL;
         if (out) {
             q = tu_xmalloc(qn * sizeof(float));
-            tu_rng r = {tu_mix(seed ^ ((uint64_t)f << 20) ^ (uint64_t)pass)};
+            tu_rng r = {rkvt_mix(seed ^ ((uint64_t)f << 20) ^ (uint64_t)pass)};
             tu_fill_uniform(q, qn, &r);
         }
         for (int64_t i = 0; i < cfg->n_layers; i++) {
@@ -1234,7 +1234,7 @@ static void test_argument_errors(void **state)
     TU_ERR(rkv_model_load_session_mem(v.m, v.s, NULL, 0), RKV_ERR_FORMAT, "truncated");
     TU_ERR(rkv_snapshot_inspect(NULL, NULL), RKV_ERR_NULL, "path");
     TU_ERR(rkv_model_save_session(v.m, 0, tmp_path("no/such/dir.safetensors")), RKV_ERR_IO,
-           "temporary");
+           "does not exist");
     tu_model_assert_same(&v.before, v.m, "argument errors");
 
     /* unclaimed session; session inside a frame */
@@ -1627,7 +1627,7 @@ static void test_batched_step(void **state)
         void *rowkv[3];
         for (int b = 0; b < 3; b++) {
             rowkv[b] = frame_kv(&cfg, seeds[b], clocks[b], pass);
-            tu_rng r = {tu_mix(seeds[b] ^ ((uint64_t)clocks[b] << 20) ^ (uint64_t)pass)};
+            tu_rng r = {rkvt_mix(seeds[b] ^ ((uint64_t)clocks[b] << 20) ^ (uint64_t)pass)};
             tu_fill_uniform(q + (size_t)b * qn, qn, &r);
         }
         void *kv = pack_rows(&cfg, rowkv, 3);
@@ -1652,7 +1652,7 @@ static void test_batched_step(void **state)
         TU_OK(rkv_model_begin_frame(ref, 1, &rows[b], &clocks[b]));
         for (int pass = 0; pass < 5; pass++) {
             void *rowkv = frame_kv(&cfg, seeds[b], clocks[b], pass);
-            tu_rng r = {tu_mix(seeds[b] ^ ((uint64_t)clocks[b] << 20) ^ (uint64_t)pass)};
+            tu_rng r = {rkvt_mix(seeds[b] ^ ((uint64_t)clocks[b] << 20) ^ (uint64_t)pass)};
             tu_fill_uniform(q, qn, &r);
             for (int64_t i = 0; i < nl; i++) {
                 TU_OK(rkv_model_upsert(ref, i, 1, &rows[b], rowkv, cfg.dtype, pass == 4));

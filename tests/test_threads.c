@@ -142,7 +142,7 @@ static void *stream_worker(void *arg)
         }
         STREAM_OK(rkv_model_begin_frame(m, 1, &sess, &frame));
         for (int pass = 0; pass < 5; pass++) {
-            tu_rng r = {tu_mix((uint64_t)s->id * 1000 + (uint64_t)f * 10 + (uint64_t)pass)};
+            tu_rng r = {rkvt_mix((uint64_t)s->id * 1000 + (uint64_t)f * 10 + (uint64_t)pass)};
             tu_fill_uniform(kv, kvn, &r);
             tu_fill_uniform(q, qn, &r);
             for (int64_t l = 0; l < cfg.n_layers; l++) {
@@ -221,7 +221,7 @@ static void *layer_writer(void *arg)
     j->digest = 0xcbf29ce484222325ull;
     for (int64_t f = 0; f < 24; f++) {
         const int64_t s = f % g->num_sessions;
-        tu_rng r = {tu_mix((uint64_t)j->id * 7919 + (uint64_t)f)};
+        tu_rng r = {rkvt_mix((uint64_t)j->id * 7919 + (uint64_t)f)};
         tu_fill_uniform(kv, kvn, &r);
         tu_fill_uniform(q, qn, &r);
         j->failures += rkv_layer_upsert(j->layer, kv, RKV_DTYPE_F32, 1, &f, &s, 1, NULL) != RKV_OK;
@@ -299,7 +299,7 @@ static void *model_reader(void *arg)
     const int64_t s = j->id % cfg->num_sessions, f = 10;
     const size_t qn = (size_t)(cfg->n_q_heads * cfg->tokens_per_frame * cfg->d_head);
     float *q = malloc(qn * sizeof(float)), *out = malloc(qn * sizeof(float));
-    tu_rng r = {tu_mix((uint64_t)j->id)};
+    tu_rng r = {rkvt_mix((uint64_t)j->id)};
     tu_fill_uniform(q, qn, &r);
     j->digest = 0xcbf29ce484222325ull;
     for (int round = 0; round < 10; round++) {

@@ -420,13 +420,11 @@ static int check_resume_file(run *r) {
     return 0;
 }
 
-/* Everything that can be checked is checked before the model is created
- * and before any frame: the preset, the image, the output paths, the
- * snapshot to resume and the memory; loads the world. 0 to go on, else the
- * exit status (2 for what the user passed), with a message. */
-static int check_run(run *r) {
+/* check_run's first step: a GPU to run on where --backend cuda asks for
+ * one, the preset's model config and its memory. 0, or the exit status
+ * with a message. */
+static int check_model(run *r) {
     rkv_status st;
-    /* ---- the backend: a GPU to run on ---- */
     if (r->o.backend == BACKEND_CUDA && device_cuda_count() < 1) {
         fprintf(stderr,
                 "ringkv rollout: --backend cuda: no GPU: the CUDA runtime sees 0 device(s) (no "
@@ -448,8 +446,13 @@ static int check_run(run *r) {
                 cli_lib_detail(NULL));
         return CLI_EXIT_USAGE;
     }
+    return 0;
+}
 
-    /* ---- the image and the output paths ---- */
+/* check_run's second step: the image (--image or the default one), the
+ * output paths and the snapshot to resume. 0, or the exit status with a
+ * message. */
+static int check_paths(run *r) {
     r->image = r->o.image;
     if (!r->image && !(r->image = rollout_default_image(r->image_buf, sizeof r->image_buf, r->exe,
                                                         sizeof r->exe))) {
@@ -470,7 +473,12 @@ static int check_run(run *r) {
         return 2;
     }
     if (r->o.resume && check_resume_file(r)) return CLI_EXIT_USAGE;
+    return 0;
+}
 
+/* The run's sizes from the options and the config, and its recall layers:
+ * the first local and the first global one. */
+static void note_shape(run *r) {
     r->B = r->o.sessions;
     r->F = r->o.frames;
     r->L = r->cfg.n_layers;
@@ -486,8 +494,11 @@ static int check_run(run *r) {
     }
     r->have[0] = r->layer_of[0] >= 0;
     r->have[1] = r->layer_of[1] >= 0;
+}
 
-    /* ---- the world ---- */
+/* Loads the world from the image and checks that the view fits in it. 0, or
+ * 2 with a message. */
+static int load_world(run *r) {
     r->view = camera_view_for_tokens(r->T);
     if (world_load(&r->world, r->image, r->err, sizeof r->err)) {
         fprintf(stderr, "ringkv rollout: %s\n", r->err);
@@ -504,8 +515,13 @@ static int check_run(run *r) {
         return 2;
     }
     r->map_id = map_hash(&r->world);
+    return 0;
+}
 
-    /* ---- resume: the snapshot's clock, and whether it followed this path ---- */
+/* The run's frame clocks [first, end): from 0, or with --resume from the
+ * snapshot's clock + 1 when it followed this run's camera path. 0, or the
+ * exit status with a message. */
+static int plan_clocks(run *r) {
     r->first = 0; /* the run's first frame clock */
     if (r->o.resume) {
         if (check_resume_source(r->o.resume, &r->snap_info, r->o.seed, r->map_id))
@@ -522,11 +538,22 @@ static int check_run(run *r) {
         r->first = last + 1; /* -1 (no clock): from frame 0 */
     }
     r->end = r->first + r->F; /* one past the last frame */
+    return 0;
+}
+
+/* Everything that can be checked is checked before the model is created
+ * and before any frame: the preset, the image, the output paths, the
+ * snapshot to resume and the memory; loads the world. 0 to go on, else the
+ * exit status (2 for what the user passed), with a message. */
+static int check_run(run *r) {
+    int rc;
+    if ((rc = check_model(r)) || (rc = check_paths(r))) return rc;
+    note_shape(r);
+    if ((rc = load_world(r)) || (rc = plan_clocks(r))) return rc;
 
     /* ---- memory: the model and the tool's buffers against what is available ---- */
     const tool_memory tool_mem = rollout_tool_memory(&r->cfg, r->B, r->F, r->end, &r->world);
-    const int rc = rollout_check_memory(&r->o, r->mem_session, &tool_mem, r->end);
-    if (rc) return rc;
+    if ((rc = rollout_check_memory(&r->o, r->mem_session, &tool_mem, r->end))) return rc;
 
     /* ---- the output folder (created now), the snapshot's folder ---- */
     if (rollout_make_dirs(r->o.out, r->err, sizeof r->err) ||
@@ -546,12 +573,11 @@ static void *backend_buffer(run *r, void *host, size_t bytes) {
     return device_alloc(r->dev, bytes, r->err, sizeof r->err);
 }
 
-/* Creates the model on its device, the tokens, the buffers and the
- * sessions, loads the snapshot to resume and rebuilds its recall history.
- * 0, or 1 with a message. */
-static int setup_run(run *r) {
+/* setup_run's first step: the device, the model on it (and the second one
+ * for --migrate-every), the CPU's threads, the way frames run (a graph or
+ * pass by pass) and the output digest. 0, or 1 with a message. */
+static int open_device(run *r) {
     rkv_status st;
-    /* ---- the device and the model ---- */
     const device_kind kind = r->o.backend == BACKEND_CUDA ? DEVICE_CUDA : DEVICE_CPU;
     if (!(r->dev = device_open(kind, r->err, sizeof r->err))) {
         fprintf(stderr, "ringkv rollout: --backend %s: %s\n", kind == DEVICE_CUDA ? "cuda" : "cpu",
@@ -581,15 +607,18 @@ static int setup_run(run *r) {
         fprintf(stderr, "ringkv rollout: out of memory for the output digest\n");
         return 1;
     }
+    return 0;
+}
 
-    /* ---- the tokens ---- */
+/* setup_run's second step: the token codec and the host buffers of a frame
+ * (keys and values, queries, outputs, recall views, timings). 0, or 1 with
+ * a message. */
+static int alloc_host_buffers(run *r) {
     if (tokens_codec_init(&r->codec, &r->world, r->D, r->err, sizeof r->err)) {
         fprintf(stderr, "ringkv rollout: %s\n", r->err);
         return 1;
     }
     r->VD = r->codec.value_dims;
-
-    /* ---- buffers ---- */
     r->n_kv = 2 * (size_t)r->H * (size_t)r->B * (size_t)r->T * (size_t)r->D;
     r->n_q = (size_t)r->B * (size_t)r->Hq * (size_t)r->T * (size_t)r->D;
     r->paths = calloc((size_t)r->B, sizeof *r->paths);
@@ -618,7 +647,13 @@ static int setup_run(run *r) {
         fprintf(stderr, "ringkv rollout: out of memory for the frame buffers\n");
         return 1;
     }
-    /* the BACKEND buffers: the ones above on the CPU, device memory on the GPU */
+    return 0;
+}
+
+/* setup_run's third step: the BACKEND buffers, the host ones on the CPU
+ * pass by pass, device memory on the GPU (backend_buffer). 0, or 1 with a
+ * message. */
+static int alloc_backend_buffers(run *r) {
     r->kv_buf = r->dtype == RKV_DTYPE_F32 ? (const void *)r->kv32 : r->kv_store;
     const size_t kv_bytes = r->n_kv * rkv_dtype_size(r->dtype);
     const int n_kv_dev = r->use_graph ? TOKENS_PASSES : 1;
@@ -631,6 +666,13 @@ static int setup_run(run *r) {
     for (int c = 0; c < RECALL_CLASSES && r->use_graph; c++)
         if (r->have[c] && !(r->rec_dev[c] = backend_buffer(r, r->out, r->n_q * sizeof(float))))
             return device_fail(r, "allocating the recall layers' outputs");
+    return 0;
+}
+
+/* setup_run's fourth step: a session of the model per rollout session, with
+ * its camera path and recall memory. 0, or 1 with a message. */
+static int claim_sessions(run *r) {
+    rkv_status st;
     for (int64_t s = 0; s < r->B; s++) {
         char id[RKV_MAX_REQUEST_ID];
         session_request_id(id, sizeof id, s, r->o.seed, r->map_id);
@@ -644,8 +686,14 @@ static int setup_run(run *r) {
         }
         r->n_memory = s + 1;
     }
+    return 0;
+}
 
-    /* ---- resume: session 0 from the snapshot (inspected above) ---- */
+/* setup_run's fifth step: with --resume, session 0 from the snapshot
+ * (inspected by check_run), its clock checked against the inspection. 0,
+ * or 1 with a message. */
+static int resume_session(run *r) {
+    rkv_status st;
     if (r->o.resume) {
         if ((st = rkv_model_load_session(r->model, r->sessions[0], r->o.resume)) != RKV_OK) {
             /* checked in check_run: the file changed since, or an I/O error */
@@ -665,6 +713,13 @@ static int setup_run(run *r) {
             return 1;
         }
     }
+    return 0;
+}
+
+/* setup_run's last step: every camera path to the run's last frame, the
+ * recall history of a resumed session, the picture's frames, and the frame
+ * loop's figures, digest and attention arguments. 0, or 1 with a message. */
+static int prepare_frame_loop(run *r) {
     for (int64_t s = 0; s < r->B; s++)
         if (!camera_path_pose(r->paths[s], r->end - 1)) {
             fprintf(stderr, "ringkv rollout: out of memory for the camera paths\n");
@@ -698,6 +753,17 @@ static int setup_run(run *r) {
     r->args.out_dtype = RKV_DTYPE_F32;
     r->args.scale = 1.0f; /* the queries carry their scale (tokens.h) */
     r->args.pool = r->pool;
+    return 0;
+}
+
+/* Creates the model on its device, the tokens, the buffers and the
+ * sessions, loads the snapshot to resume and rebuilds its recall history.
+ * 0, or 1 with a message. */
+static int setup_run(run *r) {
+    int rc;
+    if ((rc = open_device(r)) || (rc = alloc_host_buffers(r)) || (rc = alloc_backend_buffers(r)) ||
+        (rc = claim_sessions(r)) || (rc = resume_session(r)) || (rc = prepare_frame_loop(r)))
+        return rc;
     return 0;
 }
 

@@ -3,6 +3,7 @@
 #include "rollout_options.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +35,8 @@ static void usage(FILE *f) {
             "  --frames N           frames per session, 1..%d (default %d with\n"
             "                       the demo preset; %d with waypoint-1.5-360p and %d\n"
             "                       with waypoint-1.5-720p, about 0.3 s and 2.5 s a frame\n"
-            "                       on 2 cores (bf16 on AMX): enough to fill the local ring; the mid\n"
+            "                       on 2 AMX cores (bf16), 2.5 s and 40 s on 2 AVX2-only\n"
+            "                       cores: enough to fill the local ring; the mid\n"
             "                       and far recall bands need the demo preset's counts)\n"
             "  --image PATH         JPEG or PNG world map (default %s;\n"
             "                       columns wrap)\n"
@@ -89,6 +91,122 @@ static int parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out) {
     return 0;
 }
 
+/* One option of `ringkv rollout`: its name, whether it takes a value
+ * (--name VALUE or --name=VALUE), and how the value is read into the
+ * options. `set` returns 0, or the exit status after bad_option. */
+typedef struct opt_def opt_def;
+struct opt_def {
+    const char *name;
+    int takes_value;
+    int (*set)(const opt_def *d, const char *val, rollout_opts *o);
+    size_t field;         /* offsetof(rollout_opts, ...) of what it sets */
+    const char *expects;  /* the start of the message for a bad value ("... got 'VAL'") */
+    int64_t lo, hi;       /* set_int64, set_int: the range */
+    int length_checked;   /* set_text: at most PATH_MAX_LEN bytes */
+};
+
+#define FIELD(o, d, type) ((type *)((char *)(o) + (d)->field))
+
+/* A flag: its int field becomes 1. */
+static int set_flag(const opt_def *d, const char *val, rollout_opts *o) {
+    (void)val;
+    *FIELD(o, d, int) = 1;
+    return 0;
+}
+
+/* An integer in [lo, hi] into an int64_t field. */
+static int set_int64(const opt_def *d, const char *val, rollout_opts *o) {
+    int64_t v;
+    if (parse_int(val, d->lo, d->hi, &v)) return bad_option(d->expects, val);
+    *FIELD(o, d, int64_t) = v;
+    return 0;
+}
+
+/* An integer in [lo, hi] into an int field. */
+static int set_int(const opt_def *d, const char *val, rollout_opts *o) {
+    int64_t v;
+    if (parse_int(val, d->lo, d->hi, &v)) return bad_option(d->expects, val);
+    *FIELD(o, d, int) = (int)v;
+    return 0;
+}
+
+/* A string into a const char * field: not empty when `expects` is set, at
+ * most PATH_MAX_LEN bytes when length_checked. */
+static int set_text(const opt_def *d, const char *val, rollout_opts *o) {
+    if (d->expects && !*val) return bad_option(d->expects, val);
+    if (d->length_checked && strlen(val) > PATH_MAX_LEN) {
+        char what[64];
+        snprintf(what, sizeof what, "%s: path too long:", d->name);
+        return bad_option(what, val);
+    }
+    *FIELD(o, d, const char *) = val;
+    return 0;
+}
+
+static int set_seed(const opt_def *d, const char *val, rollout_opts *o) {
+    char *end;
+    errno = 0;
+    unsigned long long s = strtoull(val, &end, 0);
+    if (errno || end == val || *end || val[0] == '-') return bad_option(d->expects, val);
+    o->seed = (uint64_t)s;
+    return 0;
+}
+
+static int set_dtype(const opt_def *d, const char *val, rollout_opts *o) {
+    if (rkv_dtype_parse(val, &o->dtype) != RKV_OK) return bad_option(d->expects, val);
+    o->have_dtype = 1;
+    return 0;
+}
+
+static int set_backend(const opt_def *d, const char *val, rollout_opts *o) {
+    if (!strcmp(val, "cpu")) o->backend = BACKEND_CPU;
+    else if (!strcmp(val, "cuda")) o->backend = BACKEND_CUDA;
+    else return bad_option(d->expects, val);
+    return 0;
+}
+
+#define OPT(field) offsetof(rollout_opts, field)
+static const opt_def OPTIONS[] = {
+    {"--json", 0, set_flag, OPT(json), NULL, 0, 0, 0},
+    {"--full-global-ring", 0, set_flag, OPT(full_global_ring), NULL, 0, 0, 0},
+    {"--preset", 1, set_text, OPT(preset), NULL, 0, 0, 0},
+    {"--sessions", 1, set_int64, OPT(sessions),
+     "--sessions expects an integer in 1..4096 (the rollout's limit), got", 1, MAX_SESSIONS, 0},
+    {"--frames", 1, set_int64, OPT(frames), "--frames expects an integer in 1..2147483647, got", 1,
+     INT32_MAX, 0},
+    {"--image", 1, set_text, OPT(image), "--image expects a JPEG or PNG file, got", 0, 0, 1},
+    {"--out", 1, set_text, OPT(out), "--out expects a folder, got", 0, 0, 1},
+    {"--seed", 1, set_seed, OPT(seed),
+     "--seed expects an integer in 0..18446744073709551615, got", 0, 0, 0},
+    {"--dtype", 1, set_dtype, OPT(dtype), "--dtype expects f32, f16 or bf16, got", 0, 0, 0},
+    {"--threads", 1, set_int, OPT(threads), "--threads expects an integer in 1..1024, got", 1,
+     1024, 0},
+    {"--snapshot-out", 1, set_text, OPT(snapshot_out), "--snapshot-out expects a file, got", 0,
+     0, 1},
+    {"--resume", 1, set_text, OPT(resume), "--resume expects a snapshot file, got", 0, 0, 0},
+    {"--backend", 1, set_backend, OPT(backend), "--backend expects cpu or cuda, got", 0, 0, 0},
+    {"--migrate-every", 1, set_int64, OPT(migrate_every),
+     "--migrate-every expects an integer in 1..2147483647 (frames), got", 1, INT32_MAX, 0},
+};
+#undef OPT
+
+/* The option argument `a` names: a flag exactly, an option with a value as
+ * --name or --name=VALUE (then *val points at VALUE). NULL when none. */
+static const opt_def *find_option(const char *a, const char **val) {
+    *val = NULL;
+    for (size_t k = 0; k < sizeof OPTIONS / sizeof OPTIONS[0]; k++) {
+        const opt_def *d = &OPTIONS[k];
+        const size_t n = strlen(d->name);
+        if (strncmp(a, d->name, n)) continue;
+        if (a[n] == '\0') return d;
+        if (d->takes_value && a[n] == '=') {
+            *val = a + n + 1;
+            return d;
+        }
+    }
+    return NULL;
+}
+
 int rollout_parse_args(int argc, char **argv, rollout_opts *o) {
     memset(o, 0, sizeof *o);
     o->preset = "demo";
@@ -97,99 +215,19 @@ int rollout_parse_args(int argc, char **argv, rollout_opts *o) {
     o->out = DEFAULT_OUT;
     o->seed = DEFAULT_SEED;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
+        const char *a = argv[i], *val;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
         }
-        if (!strcmp(a, "--json")) {
-            o->json = 1;
-            continue;
+        const opt_def *d = find_option(a, &val);
+        if (!d) return bad_option("unknown option", a);
+        if (d->takes_value && !val) {
+            if (i + 1 >= argc) return bad_option("missing value after", a);
+            val = argv[++i];
         }
-        if (!strcmp(a, "--full-global-ring")) {
-            o->full_global_ring = 1;
-            continue;
-        }
-        /* options with a value: --name VALUE or --name=VALUE */
-        static const char *const WITH_VALUE[] = {
-            "--preset", "--sessions", "--frames",       "--image",  "--out",     "--seed",
-            "--dtype",  "--threads",  "--snapshot-out", "--resume", "--backend",
-            "--migrate-every", NULL};
-        const char *name = NULL, *val = NULL;
-        for (int k = 0; WITH_VALUE[k]; k++) {
-            size_t n = strlen(WITH_VALUE[k]);
-            if (!strncmp(a, WITH_VALUE[k], n) && (a[n] == '\0' || a[n] == '=')) {
-                name = WITH_VALUE[k];
-                if (a[n] == '=') {
-                    val = a + n + 1;
-                } else {
-                    if (i + 1 >= argc) return bad_option("missing value after", a);
-                    val = argv[++i];
-                }
-                break;
-            }
-        }
-        if (!name) return bad_option("unknown option", a);
-        int64_t v;
-        if (!strcmp(name, "--preset")) {
-            o->preset = val;
-        } else if (!strcmp(name, "--sessions")) {
-            if (parse_int(val, 1, MAX_SESSIONS, &v))
-                return bad_option("--sessions expects an integer in 1..4096 (the rollout's "
-                                  "limit), got",
-                                  val);
-            o->sessions = v;
-        } else if (!strcmp(name, "--frames")) {
-            if (parse_int(val, 1, INT32_MAX, &v))
-                return bad_option("--frames expects an integer in 1..2147483647, got", val);
-            o->frames = v;
-        } else if (!strcmp(name, "--image")) {
-            if (!*val) return bad_option("--image expects a JPEG or PNG file, got", val);
-            if (strlen(val) > PATH_MAX_LEN) return bad_option("--image: path too long:", val);
-            o->image = val;
-        } else if (!strcmp(name, "--out")) {
-            if (!*val) return bad_option("--out expects a folder, got", val);
-            if (strlen(val) > PATH_MAX_LEN) return bad_option("--out: path too long:", val);
-            o->out = val;
-        } else if (!strcmp(name, "--seed")) {
-            char *end;
-            errno = 0;
-            unsigned long long s = strtoull(val, &end, 0);
-            if (errno || end == val || *end || val[0] == '-')
-                return bad_option("--seed expects an integer in 0..18446744073709551615, got",
-                                  val);
-            o->seed = (uint64_t)s;
-        } else if (!strcmp(name, "--dtype")) {
-            if (rkv_dtype_parse(val, &o->dtype) != RKV_OK)
-                return bad_option("--dtype expects f32, f16 or bf16, got", val);
-            o->have_dtype = 1;
-        } else if (!strcmp(name, "--threads")) {
-            if (parse_int(val, 1, 1024, &v))
-                return bad_option("--threads expects an integer in 1..1024, got", val);
-            o->threads = (int)v;
-        } else if (!strcmp(name, "--backend")) {
-            if (!strcmp(val, "cpu")) {
-                o->backend = BACKEND_CPU;
-            } else if (!strcmp(val, "cuda")) {
-                o->backend = BACKEND_CUDA;
-            } else {
-                return bad_option("--backend expects cpu or cuda, got", val);
-            }
-        } else if (!strcmp(name, "--snapshot-out")) {
-            if (!*val) return bad_option("--snapshot-out expects a file, got", val);
-            if (strlen(val) > PATH_MAX_LEN)
-                return bad_option("--snapshot-out: path too long:", val);
-            o->snapshot_out = val;
-        } else if (!strcmp(name, "--resume")) {
-            if (!*val) return bad_option("--resume expects a snapshot file, got", val);
-            o->resume = val;
-        } else if (!strcmp(name, "--migrate-every")) {
-            if (parse_int(val, 1, INT32_MAX, &v))
-                return bad_option("--migrate-every expects an integer in 1..2147483647 (frames), "
-                                  "got",
-                                  val);
-            o->migrate_every = v;
-        }
+        const int rc = d->set(d, val, o);
+        if (rc) return rc;
     }
     if (o->backend == BACKEND_CUDA && !device_cuda_built()) {
         fprintf(stderr, "ringkv rollout: --backend cuda: ringkv was built without CUDA\n");

@@ -300,7 +300,7 @@ def test_device_errors_come_from_check(torch):
     x = torch.ones(2, 1, 1, 128, 64, device=dev, dtype=torch.bfloat16)
     x2 = torch.ones(2, 1, 1, 256, 64, device=dev, dtype=torch.bfloat16)
     written0 = c.written.clone()
-    up = r"rkv_cuda_layer_upsert \(device check\): "
+    up = r"LayerRingCache\.upsert \(device check\): "  # rkv_cuda_layer_upsert, named as Python
     cases = [((x, i64(torch, 0), True, i64(torch, 2)), IndexError,
               up + r"session_idx\[0\] out of range for 2 sessions"),
              ((x, i64(torch, -1), True, i64(torch, 0)), ValueError, up + r"frame_pos\[0\] < 0"),
@@ -315,7 +315,7 @@ def test_device_errors_come_from_check(torch):
         c.check()  # the error word was cleared
     q = torch.ones(1, 1, 128, 64, device=dev, dtype=torch.bfloat16)
     c.attend(q, i64(torch, 5), i64(torch, 0))
-    with pytest.raises(IndexError, match=r"rkv_cuda_layer_attend \(device check\)"):
+    with pytest.raises(IndexError, match=r"LayerRingCache\.attend \(device check\)"):
         c.check()
     # host checks still raise at once, as on the CPU
     with pytest.raises(IndexError):

@@ -1,7 +1,8 @@
 /* Host-side planning of the CUDA backend's launches: argument checks, kernel
  * choice, grid shapes, shared memory and workspace sizes. Pure C with no
  * CUDA header, so that it is unit-tested on machines without a GPU
- * (tests/test_cuda_host.c includes plan.c) and shared by the .cu files. */
+ * (tests/test_cuda_host.c links plan.c's object library, plan.cmake) and
+ * shared by the .cu files. */
 #ifndef RKV_CUDA_PLAN_H
 #define RKV_CUDA_PLAN_H
 
