@@ -100,7 +100,7 @@ def test_snapshot_restore_bit_exact_with_clock():
     run_frame(m, [t], [9], seed=1)
     bad = bytearray(snap)  # the snapshot file's image: its header length, damaged
     bad[0] ^= 0xFF
-    with pytest.raises(ValueError, match=r"rkv_model_restore: \(memory\): corrupted header"):
+    with pytest.raises(ValueError, match=r"Model\.restore: \(memory\): corrupted header"):
         m.restore(t, bad)
     assert m.clock(t) == 9
 
