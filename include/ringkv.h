@@ -783,7 +783,9 @@ RKV_API rkv_status rkv_model_step(rkv_model *model, int64_t layer, int64_t batch
  * Grows: struct_size first ("Structs that grow" above). The caller sets it
  * (RKV_SNAPSHOT_INFO_INIT) before rkv_snapshot_inspect*, which fill the
  * members it covers; config is filled with struct_size =
- * sizeof(rkv_model_config). */
+ * sizeof(rkv_model_config). It embeds an rkv_model_config: when the config
+ * grows, this struct's later members move, so it grows with it and the
+ * library keeps writing the older layouts it knows, member by member. */
 typedef struct rkv_snapshot_info {
     size_t struct_size;                   /* sizeof(rkv_snapshot_info)   */
     int64_t format_version;               /* RKV_SNAPSHOT_VERSION        */
