@@ -106,11 +106,6 @@ static double time_blas_peer(const rkv_layer *l, int64_t f, const rkv_attention_
     return now_s() - t;
 }
 
-/* One session row of a 360P local layer in steady state: 15 ring frames +
- * scratch visible (2,048 keys), 32 query heads over 16 KV heads, d_head 64,
- * in f32 and bf16, each against its dtype's ceiling. Rounds of: one sample
- * of every part of the ceiling, then a few runs of the attention (and, in
- * f32, of the OpenBLAS peer); each side keeps its best. */
 /* One dtype's attention figures, kept until both dtypes' ceilings are in. */
 typedef struct attention_run {
     rkv_dtype dtype;
@@ -121,8 +116,12 @@ typedef struct attention_run {
     bench_ceiling *ceil;
 } attention_run;
 
-/* Times attention of one dtype against its ceiling (sampled between its
- * runs); fills *x (x->ceil to be destroyed by the caller). */
+/* One session row of a 360P local layer in steady state: 15 ring frames +
+ * scratch visible (2,048 keys), 32 query heads over 16 KV heads, d_head 64,
+ * of one dtype, against the dtype's ceiling. Rounds of: one sample of every
+ * part of the ceiling, then a few runs of the attention (and, in f32, of
+ * the OpenBLAS peer); each side keeps its best. Fills *x (x->ceil to be
+ * destroyed by the caller). */
 static void measure_attention(const bench_opts *o, rkv_threadpool *pool, rkv_dtype dt,
                               attention_run *x) {
     const int rounds = o->quick ? 3 : 8, reps = o->quick ? 2 : 4;
@@ -143,7 +142,8 @@ static void measure_attention(const bench_opts *o, rkv_threadpool *pool, rkv_dty
     const size_t qn = 32 * 128 * 64;
     void *q = xmalloc(qn * 4), *out = xmalloc(qn * 4);
     fill_random(q, dt, qn);
-    rkv_attention_args a = {.batch = 1, .n_q_heads = 32, .q = q, .q_dtype = dt, .out = out,
+    rkv_attention_args a = {.struct_size = sizeof(rkv_attention_args),
+                            .batch = 1, .n_q_heads = 32, .q = q, .q_dtype = dt, .out = out,
                             .out_dtype = dt, .session_idx = &s, .frame_pos = &f, .pool = pool};
     x->flops = 4.0 * 128 * x->keys * 64 * 32;
 #ifdef RKV_HAVE_OPENBLAS
@@ -320,7 +320,7 @@ static void bench_upsert(const bench_opts *o) {
  * until the frame ends or 10 s have passed, and counts 120 steps a frame
  * (layer_steps says how many were timed). */
 static void bench_rollout(const bench_opts *o, rkv_threadpool *pool) {
-    rkv_model_config cfg;
+    rkv_model_config cfg = RKV_MODEL_CONFIG_INIT;
     check(rkv_model_preset("waypoint-1.5-360p", 0, &cfg), "preset");
     rkv_model *m;
     check(rkv_model_create(&cfg, &m), "model");
@@ -330,7 +330,8 @@ static void bench_rollout(const bench_opts *o, rkv_threadpool *pool) {
     void *kv = xmalloc(kvn * 2), *q = xmalloc(qn * 2), *out = xmalloc(qn * 2);
     fill_random(kv, RKV_DTYPE_BF16, kvn);
     fill_random(q, RKV_DTYPE_BF16, qn);
-    rkv_attention_args a = {.n_q_heads = 32, .q = q, .q_dtype = RKV_DTYPE_BF16, .out = out,
+    rkv_attention_args a = {.struct_size = sizeof(rkv_attention_args),
+                            .n_q_heads = 32, .q = q, .q_dtype = RKV_DTYPE_BF16, .out = out,
                             .out_dtype = RKV_DTYPE_BF16, .pool = pool};
     /* fill every ring first (commit passes only), then time whole frames */
     const int64_t warm = 16, frames = o->quick ? 1 : 8;

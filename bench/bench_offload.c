@@ -130,7 +130,7 @@ static void turn(rkv_model *src, int64_t *s, rkv_model *dst, void *img, size_t n
 }
 
 void bench_offload(const bench_opts *o) {
-    rkv_model_config cfg;
+    rkv_model_config cfg = RKV_MODEL_CONFIG_INIT;
     ok(rkv_model_preset("waypoint-1.5-360p", 0, &cfg), "preset");
     rkv_model *src, *dst;
     ok(rkv_model_create(&cfg, &src), "model");

@@ -64,8 +64,7 @@ static rkv_attention_args args_new(int64_t B, int64_t Hq, int64_t Tq,
                                    const int64_t *fp, const uint8_t *vis,
                                    float scale)
 {
-    rkv_attention_args a;
-    memset(&a, 0, sizeof a);
+    rkv_attention_args a = RKV_ATTENTION_ARGS_INIT;
     a.batch = B;
     a.n_q_heads = Hq;
     a.n_queries = Tq;

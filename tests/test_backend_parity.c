@@ -162,21 +162,30 @@ static void pair_close(pair *p) {
     rkv_model_destroy(p->r);
 }
 
-/* Where byte i of a session's in-memory snapshot image lies -- the layout
- * of src/model.c: a header (geometry and clock), then per layer the K span
- * of each head [C][D], the V span of each head, the written bits [C] -- and
- * the values of the two images a (under test) and b (reference) there. */
-static void image_place(const rkv_model_config *c, size_t n, size_t i, const unsigned char *a,
-                        const unsigned char *b, char *out, size_t len) {
+/* Bytes of the data section of a session's snapshot image: per layer the K
+ * span of each head [C][D], the V span of each head, the written bits [C]
+ * (docs/snapshot-format.md). */
+static size_t data_bytes(const rkv_model_config *c) {
     const size_t es = rkv_dtype_size(c->dtype);
     const int64_t H = c->n_kv_heads, D = c->d_head, T = c->tokens_per_frame;
     size_t layers = 0;
     for (int64_t l = 0; l < c->n_layers; l++)
         layers += (size_t)((c->layers[l].ring_frames + 1) * T) * (2 * (size_t)(H * D) * es + 1);
-    size_t off = n - layers;
+    return layers;
+}
+
+/* Where byte i of a session's in-memory snapshot image lies -- the 8-byte
+ * length and the JSON header (geometry, clock, the session's identity,
+ * checksums), then the data section (data_bytes) at the end -- and the
+ * values of the two images a (under test) and b (reference) there. */
+static void image_place(const rkv_model_config *c, size_t n, size_t i, const unsigned char *a,
+                        const unsigned char *b, char *out, size_t len) {
+    const size_t es = rkv_dtype_size(c->dtype);
+    const int64_t H = c->n_kv_heads, D = c->d_head, T = c->tokens_per_frame;
+    size_t off = n - data_bytes(c);
     if (i < off) {
-        snprintf(out, len, "the image header (geometry and clock), byte %zu: 0x%02x vs 0x%02x", i,
-                 a[i], b[i]);
+        snprintf(out, len, "the image header (geometry, clock, identity), byte %zu: 0x%02x vs 0x%02x",
+                 i, a[i], b[i]);
         return;
     }
     for (int64_t l = 0; l < c->n_layers; l++) {
@@ -263,7 +272,8 @@ static void pair_frame(pair *p, int64_t B, const int64_t *rows, uint64_t seed) {
             const uint64_t key = rkvt_mix(seed ^ ((uint64_t)pass << 40) ^ ((uint64_t)l << 48));
             void *kv = values(key, nkv, c->dtype), *q = values(key ^ 0x51, nq, c->dtype);
             void *dkv = p->bk->put(kv, nkv * es), *dq = p->bk->put(q, nq * es);
-            rkv_attention_args a = {.n_q_heads = c->n_q_heads, .q = dq, .q_dtype = c->dtype,
+            rkv_attention_args a = {.struct_size = sizeof(rkv_attention_args),
+                                    .n_q_heads = c->n_q_heads, .q = dq, .q_dtype = c->dtype,
                                     .out = dout, .out_dtype = RKV_DTYPE_F32};
             rkv_attention_args ar = a;
             ar.q = q;
@@ -319,16 +329,23 @@ static void pair_frame(pair *p, int64_t B, const int64_t *rows, uint64_t seed) {
     pair_check_state(p, when);
 }
 
-/* The same image of session s in models a and b (any backends). */
+/* The same state of session sa of model a and sb of model b (any backends):
+ * the same clock and the same data section of their snapshot images (their
+ * headers differ where the sessions' models, indices or request ids do). */
 static void same_session(rkv_model *a, int64_t sa, rkv_model *b, int64_t sb, const char *what) {
-    const size_t n = rkv_model_snapshot_bytes(a);
-    unsigned char *x = xmalloc(n), *y = xmalloc(n);
+    const size_t n = rkv_model_snapshot_bytes(a), nb = rkv_model_snapshot_bytes(b);
+    const size_t data = data_bytes(rkv_model_get_config(a));
+    if (n < data || nb < data) FAIL("%s: image sizes %zu and %zu, data %zu", what, n, nb, data);
+    int64_t ca = -7, cb = -8;
+    OK(rkv_model_clock(a, sa, &ca));
+    OK(rkv_model_clock(b, sb, &cb));
+    if (ca != cb) FAIL("%s: clocks %lld and %lld", what, (long long)ca, (long long)cb);
+    unsigned char *x = xmalloc(n), *y = xmalloc(n > nb ? n : nb);
     OK(rkv_model_snapshot(a, sa, x, n));
-    OK(rkv_model_snapshot(b, sb, y, n));
-    if (n != rkv_model_snapshot_bytes(b)) FAIL("%s: image sizes %zu and %zu", what, n,
-                                               rkv_model_snapshot_bytes(b));
-    if (memcmp(x, y, n)) {
-        size_t i = 0;
+    OK(rkv_model_snapshot(b, sb, y, nb));
+    if (memcmp(x + n - data, y + nb - data, data)) {
+        memmove(y + n - data, y + nb - data, data); /* b's data where a's is */
+        size_t i = n - data;
         while (x[i] == y[i]) i++;
         char where[256];
         image_place(rkv_model_get_config(a), n, i, x, y, where, sizeof where);
@@ -341,8 +358,7 @@ static void same_session(rkv_model *a, int64_t sa, rkv_model *b, int64_t sb, con
 /* ---- the scenario ------------------------------------------------------------ */
 
 static rkv_model_config config(rkv_dtype dt) {
-    rkv_model_config c;
-    memset(&c, 0, sizeof c);
+    rkv_model_config c = RKV_MODEL_CONFIG_INIT;
     snprintf(c.name, sizeof c.name, "parity");
     c.n_layers = 2;
     c.layers[0] = (rkv_layer_spec){2, 2, 1}; /* local: wraps every 2 frames        */

@@ -206,8 +206,7 @@ static void bufs_fill(bufs *b, int64_t f) {
     tu_fill_uniform(b->q, b->nq, &r);
 }
 static rkv_attention_args args_of(const rkv_model_config *c, bufs *b, int p, int l) {
-    rkv_attention_args a;
-    memset(&a, 0, sizeof a);
+    rkv_attention_args a = RKV_ATTENTION_ARGS_INIT;
     a.n_q_heads = c->n_q_heads;
     a.q = b->q;
     a.q_dtype = RKV_DTYPE_F32;

@@ -31,6 +31,12 @@ static void test_version(void **state)
              RKV_VERSION_MINOR, RKV_VERSION_PATCH);
     assert_non_null(rkv_version());
     assert_string_equal(rkv_version(), want);
+    /* the header's string and the library's are the same macros */
+    assert_string_equal(RKV_VERSION_STRING, want);
+    /* CMake's project version (the .so's name, ringkv.pc's Version) is
+     * read from the same macros (cmake/ringkv_version.cmake); ringkv.pc
+     * itself is checked by the install_and_link test */
+    assert_string_equal(RKV_PROJECT_VERSION, want);
 }
 
 static void test_status_str(void **state)

@@ -146,8 +146,7 @@ static void *stream_worker(void *arg)
             tu_fill_uniform(kv, kvn, &r);
             tu_fill_uniform(q, qn, &r);
             for (int64_t l = 0; l < cfg.n_layers; l++) {
-                rkv_attention_args at;
-                memset(&at, 0, sizeof at);
+                rkv_attention_args at = RKV_ATTENTION_ARGS_INIT;
                 at.n_q_heads = cfg.n_q_heads;
                 at.q = q;
                 at.q_dtype = RKV_DTYPE_F32;
@@ -226,8 +225,7 @@ static void *layer_writer(void *arg)
         tu_fill_uniform(kv, kvn, &r);
         tu_fill_uniform(q, qn, &r);
         j->failures += rkv_layer_upsert(j->layer, kv, RKV_DTYPE_F32, 1, &f, &s, 1, NULL) != RKV_OK;
-        rkv_attention_args a;
-        memset(&a, 0, sizeof a);
+        rkv_attention_args a = RKV_ATTENTION_ARGS_INIT;
         a.batch = 1;
         a.n_q_heads = 2 * g->n_kv_heads;
         a.q = q;
@@ -307,8 +305,7 @@ static void *model_reader(void *arg)
     for (int round = 0; round < 10; round++) {
         for (int64_t l = 0; l < cfg->n_layers; l++) {
             const rkv_layer *ly = rkv_model_layer(j->m, l);
-            rkv_attention_args a;
-            memset(&a, 0, sizeof a);
+            rkv_attention_args a = RKV_ATTENTION_ARGS_INIT;
             a.batch = 1;
             a.n_q_heads = cfg->n_q_heads;
             a.q = q;
@@ -327,7 +324,7 @@ static void *model_reader(void *arg)
         j->failures += rkv_model_save_session_mem(j->m, s, NULL, 0, &bytes) != RKV_OK;
         void *img = malloc(bytes);
         j->failures += rkv_model_save_session_mem(j->m, s, img, bytes, &bytes) != RKV_OK;
-        rkv_snapshot_info info;
+        rkv_snapshot_info info = RKV_SNAPSHOT_INFO_INIT;
         j->failures += rkv_snapshot_inspect_mem(img, bytes, &info) != RKV_OK;
         j->digest = digest_add(j->digest, &info.data_xxh3, sizeof info.data_xxh3);
         int64_t clock = -5;

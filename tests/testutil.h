@@ -601,8 +601,7 @@ static inline rkv_model_config tu_model_cfg(int64_t n_layers,
                                             int64_t D, int64_t T,
                                             rkv_dtype dt)
 {
-    rkv_model_config c;
-    memset(&c, 0, sizeof c);
+    rkv_model_config c = RKV_MODEL_CONFIG_INIT;
     snprintf(c.name, sizeof c.name, "test");
     c.n_layers = n_layers;
     for (int64_t i = 0; i < n_layers; i++)

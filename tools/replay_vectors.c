@@ -335,8 +335,7 @@ static int attend_and_compare(const rkv_layer *layer, const attn_case *c, const 
                               char *msg, size_t size) {
     size_t n = (size_t)c->Hq * (size_t)c->T * (size_t)c->D;
     for (size_t i = 0; i < n; i++) out[i] = NAN; /* catch outputs never written */
-    rkv_attention_args a;
-    memset(&a, 0, sizeof a);
+    rkv_attention_args a = RKV_ATTENTION_ARGS_INIT;
     a.batch = 1;
     a.n_q_heads = c->Hq;
     a.n_queries = c->T;

@@ -407,6 +407,7 @@ static int check_resume_file(run *r) {
         fprintf(stderr, "ringkv rollout: %s\n", r->err);
         return -1;
     }
+    r->snap_info = (rkv_snapshot_info)RKV_SNAPSHOT_INFO_INIT;
     if (rkv_snapshot_inspect(path, &r->snap_info) != RKV_OK) {
         fprintf(stderr, "ringkv rollout: --resume '%s' is not a valid snapshot: %s\n", path,
                 cli_lib_detail(path));
@@ -743,7 +744,7 @@ static int prepare_frame_loop(run *r) {
         fprintf(stderr, "ringkv rollout: XXH3_64bits_reset failed\n");
         return 1;
     }
-    memset(&r->args, 0, sizeof r->args);
+    r->args = (rkv_attention_args)RKV_ATTENTION_ARGS_INIT;
     r->args.batch = r->B;
     r->args.n_q_heads = r->Hq;
     r->args.n_queries = r->T;

@@ -100,6 +100,12 @@ rkv_status rkv__cuda_attention_check(const rkv_geometry *g, const rkv_cuda_atten
     static const char what[] = "rkv_cuda_layer_attend";
     if (!g) return rkv_error_set(RKV_ERR_NULL, "%s: layer is NULL", what);
     if (!a) return rkv_error_set(RKV_ERR_NULL, "%s: args is NULL", what);
+    /* one version so far: every member is the caller's (ringkv.h, "Structs
+     * that grow") */
+    rkv_status st = rkv__struct_size_check(
+        what, "args", "rkv_cuda_attention_args", "RKV_CUDA_ATTENTION_ARGS_INIT", a->struct_size,
+        RKV__SIZE_V1(rkv_cuda_attention_args, workspace_bytes), sizeof *a);
+    if (st != RKV_OK) return st;
     if (a->batch < 1 || a->batch > max_batch_of(g))
         return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: batch B = %lld; expected 1..%lld", what,
                          (long long)a->batch, (long long)max_batch_of(g));
@@ -321,8 +327,7 @@ size_t rkv__cuda_model_workspace_bytes(const rkv_geometry *g, const rkv__cuda_de
                                        int64_t n_q_heads) {
     size_t most = 0;
     for (int64_t b = 1; b <= max_batch && b <= max_batch_of(g); b++) {
-        rkv_cuda_attention_args a;
-        memset(&a, 0, sizeof a);
+        rkv_cuda_attention_args a = RKV_CUDA_ATTENTION_ARGS_INIT;
         a.batch = b;
         a.n_q_heads = n_q_heads;
         a.q_dtype = a.out_dtype = g->dtype;
@@ -333,9 +338,16 @@ size_t rkv__cuda_model_workspace_bytes(const rkv_geometry *g, const rkv__cuda_de
     return most;
 }
 
+rkv_status rkv__cuda_model_args_check(const char *what, const rkv_attention_args *a) {
+    /* one version of the struct so far: every member is the caller's */
+    return rkv__struct_size_check(what, "args", "rkv_attention_args", "RKV_ATTENTION_ARGS_INIT",
+                                  a->struct_size, RKV__ATTENTION_ARGS_V1, sizeof *a);
+}
+
 void rkv__cuda_model_attention_args(const rkv_attention_args *a, void *workspace,
                                     size_t workspace_bytes, rkv_cuda_attention_args *out) {
     memset(out, 0, sizeof *out);
+    out->struct_size = sizeof *out;
     out->batch = a->batch;
     out->n_q_heads = a->n_q_heads;
     out->n_queries = a->n_queries;

@@ -36,6 +36,9 @@ set_target_properties(ringkv_cuda_objs PROPERTIES
   CUDA_STANDARD 17
   CUDA_STANDARD_REQUIRED ON
   POSITION_INDEPENDENT_CODE ON
+  C_VISIBILITY_PRESET hidden
+  CUDA_VISIBILITY_PRESET hidden
+  VISIBILITY_INLINES_HIDDEN ON
   COMPILE_OPTIONS "")
 target_compile_options(ringkv_cuda_objs PRIVATE
   $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo -Xcompiler=-Wall,-Wextra -Xptxas=-warn-spills,-warn-lmem-usage>)
@@ -92,6 +95,11 @@ if(DEFINED RKV_CUDA_CORE_SHARED_TARGET AND TARGET ${RKV_CUDA_CORE_SHARED_TARGET}
     add_test(NAME cuda_so_public_symbols
       COMMAND sh -c "nm -D --undefined-only \"$1\" | grep ' rkv__' && { echo 'libringkv_cuda.so imports private core symbols (above): use the public API (docs/backends.md)'; exit 1; }; nm -D --undefined-only \"$1\" | grep -q ' rkv_error_set' || { echo 'libringkv_cuda.so does not import rkv_error_set: the nm check reads nothing'; exit 1; }; echo 'libringkv_cuda.so imports public core symbols only'"
               sh $<TARGET_FILE:ringkv_cuda_shared>)
+    # ... and it exports exactly ringkv_cuda.h's API (tests/check_exports.py):
+    # no private kernel or host helper, no CUDA runtime symbol.
+    add_test(NAME cuda_so_exported_symbols
+      COMMAND python3 ${RKV_ROOT}/tests/check_exports.py
+              $<TARGET_FILE:ringkv_cuda_shared> ${RKV_ROOT}/include/ringkv_cuda.h)
   endif()
 endif()
 

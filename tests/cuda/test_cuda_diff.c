@@ -136,8 +136,7 @@ static void attend_both(ctx *x, int64_t B, const int64_t *sess, const int64_t *f
     CK(cudaMemcpy(x->d_sess, sess, (size_t)B * 8, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(x->d_fp, fp, (size_t)B * 8, cudaMemcpyHostToDevice));
 
-    rkv_cuda_attention_args ga;
-    memset(&ga, 0, sizeof ga);
+    rkv_cuda_attention_args ga = RKV_CUDA_ATTENTION_ARGS_INIT;
     ga.batch = B;
     ga.n_q_heads = c->Hq;
     ga.n_queries = tq;
@@ -158,8 +157,7 @@ static void attend_both(ctx *x, int64_t B, const int64_t *sess, const int64_t *f
     OKR(rkv_cuda_layer_check(x->gpu, (void *)x->stream));
     CK(cudaMemcpy(x->h_out, x->d_out, nq * rkv_dtype_size(out_dt), cudaMemcpyDeviceToHost));
 
-    rkv_attention_args ca;
-    memset(&ca, 0, sizeof ca);
+    rkv_attention_args ca = RKV_ATTENTION_ARGS_INIT;
     ca.batch = B;
     ca.n_q_heads = c->Hq;
     ca.n_queries = tq;
@@ -242,8 +240,7 @@ static void device_checks(ctx *x, int64_t B, const int64_t *sess, const int64_t 
         compare_state(x, "after a rejected upsert");
 
         /* attention: output must stay poisoned */
-        rkv_cuda_attention_args ga;
-        memset(&ga, 0, sizeof ga);
+        rkv_cuda_attention_args ga = RKV_CUDA_ATTENTION_ARGS_INIT;
         ga.batch = B;
         ga.n_q_heads = c->Hq;
         ga.q = x->d_q;
@@ -280,8 +277,7 @@ static void oracle_rows(ctx *x, int64_t s, int64_t f) {
     CK(cudaMemcpy(x->d_sess, &s, 8, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(x->d_fp, &f, 8, cudaMemcpyHostToDevice));
     for (int pass = 0; pass < 2; pass++) {
-        rkv_cuda_attention_args ga;
-        memset(&ga, 0, sizeof ga);
+        rkv_cuda_attention_args ga = RKV_CUDA_ATTENTION_ARGS_INIT;
         ga.batch = B;
         ga.n_q_heads = c->Hq;
         ga.q = x->d_q;
@@ -358,8 +354,7 @@ static void run_case(const diff_case *c, uint64_t seed, int quick) {
     /* the largest preferred workspace over B and Tq */
     for (int64_t B = 1; B <= S; B++)
         for (int k = 0; k < 2; k++) {
-            rkv_cuda_attention_args a;
-            memset(&a, 0, sizeof a);
+            rkv_cuda_attention_args a = RKV_CUDA_ATTENTION_ARGS_INIT;
             a.batch = B;
             a.n_q_heads = c->Hq;
             a.n_queries = k ? max_tq(x) : 0;
@@ -544,12 +539,14 @@ static void special_one(const sp_case *c, rkv_dtype dt, int64_t D, rkvt_rng *rng
     CK(cudaMemcpy(d_sess, &idx[0], 8, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d_fp, &idx[1], 8, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d_vis, vis, (size_t)N, cudaMemcpyHostToDevice));
-    const rkv_attention_args ca = {.batch = 1, .n_q_heads = 1, .q = hq, .q_dtype = q_dt,
+    const rkv_attention_args ca = {.struct_size = sizeof(rkv_attention_args),
+                                   .batch = 1, .n_q_heads = 1, .q = hq, .q_dtype = q_dt,
                                    .out = ref, .out_dtype = RKV_DTYPE_F32,
                                    .session_idx = &idx[0], .frame_pos = &idx[1]};
     OKR(rkv_layer_attend(cpu, &ca));
     for (int mode = 0; mode < 3; mode++) { /* plain, workspace (splits), explicit row */
-        rkv_cuda_attention_args ga = {.batch = 1, .n_q_heads = 1, .q = d_q, .q_dtype = q_dt,
+        rkv_cuda_attention_args ga = {.struct_size = sizeof(rkv_cuda_attention_args),
+                                      .batch = 1, .n_q_heads = 1, .q = d_q, .q_dtype = q_dt,
                                       .out = d_out, .out_dtype = RKV_DTYPE_F32,
                                       .session_idx = d_sess, .frame_pos = d_fp,
                                       .visible = mode == 2 ? d_vis : NULL};

@@ -129,8 +129,7 @@ int main(int argc, char **argv) {
     const int64_t Hq = 4, Tq[NL] = {128, 64};
     const rkv_dtype out_dt[NL] = {RKV_DTYPE_BF16, RKV_DTYPE_F32};
 
-    rkv_model_config cfg;
-    memset(&cfg, 0, sizeof cfg);
+    rkv_model_config cfg = RKV_MODEL_CONFIG_INIT;
     snprintf(cfg.name, sizeof cfg.name, "graph-test");
     cfg.n_layers = NL;
     cfg.layers[0] = (rkv_layer_spec){4, 4, 1};

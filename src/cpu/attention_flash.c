@@ -14,7 +14,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "internal.h"
+#include "cpu_internal.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -230,9 +230,11 @@ rkv_status rkv_layer_attend(const rkv_layer *layer, const rkv_attention_args *ar
     return rkv__attend(layer, args, "rkv_layer_attend");
 }
 
-rkv_status rkv__attend(const struct rkv_layer *layer, const rkv_attention_args *args,
+rkv_status rkv__attend(const struct rkv_layer *layer, const rkv_attention_args *caller,
                        const char *what) {
-    rkv_status st = rkv__attention_check(layer, args, what);
+    rkv_attention_args copy;
+    const rkv_attention_args *args = &copy;
+    rkv_status st = rkv__attention_take(layer, caller, what, &copy);
     if (st != RKV_OK) return st;
     pthread_once(&kernel_once, init_kernel);
     rkv_threadpool *pool = args->pool ? args->pool : rkv__default_pool();
