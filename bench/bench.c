@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@
 #include "bench.h"
 #include "blas_attention.h"
 #include "ceiling.h"
+#include "cli.h"
 #include "commands.h"
 #include "ringkv.h"
 
@@ -104,94 +106,122 @@ static double time_blas_peer(const rkv_layer *l, int64_t f, const rkv_attention_
     return now_s() - t;
 }
 
+/* One dtype's attention figures, kept until both dtypes' ceilings are in. */
+typedef struct attention_run {
+    rkv_dtype dtype;
+    double flops, keys;
+    double best, blas, ref; /* least seconds: ringkv, the BLAS peer, the reference */
+    bool peer;
+    const char *isa;        /* the kernel ringkv ran (static) */
+    bench_ceiling *ceil;
+} attention_run;
+
 /* One session row of a 360P local layer in steady state: 15 ring frames +
  * scratch visible (2,048 keys), 32 query heads over 16 KV heads, d_head 64,
- * in f32 and bf16, each against its dtype's ceiling. Rounds of: one sample
- * of every part of the ceiling, then a few runs of the attention (and, in
- * f32, of the OpenBLAS peer); each side keeps its best. */
-static void bench_attention(const bench_opts *o, rkv_threadpool *pool) {
-    const rkv_dtype dtypes[] = {RKV_DTYPE_F32, RKV_DTYPE_BF16};
+ * of one dtype, against the dtype's ceiling. Rounds of: one sample of every
+ * part of the ceiling, then a few runs of the attention (and, in f32, of
+ * the OpenBLAS peer); each side keeps its best. Fills *x (x->ceil to be
+ * destroyed by the caller). */
+static void measure_attention(const bench_opts *o, rkv_threadpool *pool, rkv_dtype dt,
+                              attention_run *x) {
     const int rounds = o->quick ? 3 : 8, reps = o->quick ? 2 : 4;
-    for (int k = 0; k < 2; k++) {
-        const rkv_dtype dt = dtypes[k];
-        rkv_geometry g = {1, 16, 16, 16, 64, 128, 1, dt};
-        rkv_layer *l;
-        check(rkv_layer_create(&g, &l), "layer");
-        const size_t frame = 2 * 16 * 128 * 64;
-        void *kv = xmalloc(frame * 4);
-        int64_t s = 0, f;
-        for (f = 0; f < 20; f++) {
-            fill_random(kv, dt, frame);
-            check(rkv_layer_upsert(l, kv, dt, 1, &f, &s, 1, NULL), "upsert");
-        }
-        int64_t nframes = 0, frames[17];
-        check(rkv_layer_visible_frames(l, 0, f, frames, &nframes), "visible");
-        const double keys = (double)nframes * 128;
-        const size_t qn = 32 * 128 * 64;
-        void *q = xmalloc(qn * 4), *out = xmalloc(qn * 4);
-        fill_random(q, dt, qn);
-        rkv_attention_args a = {.batch = 1, .n_q_heads = 32, .q = q, .q_dtype = dt, .out = out,
-                                .out_dtype = dt, .session_idx = &s, .frame_pos = &f, .pool = pool};
-        const double flops = 4.0 * 128 * keys * 64 * 32;
+    rkv_geometry g = {1, 16, 16, 16, 64, 128, 1, dt};
+    rkv_layer *l;
+    check(rkv_layer_create(&g, &l), "layer");
+    const size_t frame = 2 * 16 * 128 * 64;
+    void *kv = xmalloc(frame * 4);
+    int64_t s = 0, f;
+    for (f = 0; f < 20; f++) {
+        fill_random(kv, dt, frame);
+        check(rkv_layer_upsert(l, kv, dt, 1, &f, &s, 1, NULL), "upsert");
+    }
+    int64_t nframes = 0, frames[17];
+    check(rkv_layer_visible_frames(l, 0, f, frames, &nframes), "visible");
+    x->dtype = dt;
+    x->keys = (double)nframes * 128;
+    const size_t qn = 32 * 128 * 64;
+    void *q = xmalloc(qn * 4), *out = xmalloc(qn * 4);
+    fill_random(q, dt, qn);
+    rkv_attention_args a = {.struct_size = sizeof(rkv_attention_args),
+                            .batch = 1, .n_q_heads = 32, .q = q, .q_dtype = dt, .out = out,
+                            .out_dtype = dt, .session_idx = &s, .frame_pos = &f, .pool = pool};
+    x->flops = 4.0 * 128 * x->keys * 64 * 32;
 #ifdef RKV_HAVE_OPENBLAS
-        const bool peer = dt == RKV_DTYPE_F32; /* the BLAS peer: sgemm tile products */
+    x->peer = dt == RKV_DTYPE_F32; /* the BLAS peer: sgemm tile products */
 #else
-        const bool peer = false;
+    x->peer = false;
 #endif
-        bench_ceiling *ceil = bench_ceiling_create(o, dt);
-        if (!ceil) {
-            fprintf(stderr, "ringkv bench: out of memory for the %s ceiling\n", rkv_dtype_name(dt));
-            exit(1);
+    x->ceil = bench_ceiling_create(o, dt);
+    if (!x->ceil) {
+        fprintf(stderr, "ringkv bench: out of memory for the %s ceiling\n", rkv_dtype_name(dt));
+        exit(1);
+    }
+    time_attend(l, &a); /* warm-up */
+    x->best = x->blas = 1e30;
+    for (int r = 0; r < rounds; r++) {
+        bench_ceiling_sample(x->ceil);
+        for (int i = 0; i < reps; i++) {
+            const double t = time_attend(l, &a);
+            if (t < x->best) x->best = t;
         }
-        time_attend(l, &a); /* warm-up */
-        double best = 1e30, blas = 1e30;
-        for (int r = 0; r < rounds; r++) {
-            bench_ceiling_sample(ceil);
-            for (int i = 0; i < reps; i++) {
-                const double t = time_attend(l, &a);
-                if (t < best) best = t;
-            }
-            for (int i = 0; peer && i < reps; i++) {
-                const double t = time_blas_peer(l, f, &a, rkv_threadpool_size(pool));
-                if (t < blas) blas = t;
-            }
+        for (int i = 0; x->peer && i < reps; i++) {
+            const double t = time_blas_peer(l, f, &a, rkv_threadpool_size(pool));
+            if (t < x->blas) x->blas = t;
         }
-        double ref = 1e30;
-        for (int r = 0; r < (o->quick ? 1 : 2); r++) {
-            double t = now_s();
-            check(rkv_layer_attend_reference(l, &a), "attend_reference");
-            t = now_s() - t;
-            if (t < ref) ref = t;
-        }
-        const char *kind;
-        const double ceiling = bench_ceiling_best(ceil, &kind);
-        bench_ceiling_emit(ceil);
-        bench_ceiling_destroy(ceil);
-        const double gflops = flops / best / 1e9;
-        cJSON *p = cJSON_CreateObject();
-        cJSON_AddStringToObject(p, "dtype", rkv_dtype_name(dt));
-        cJSON_AddNumberToObject(p, "B", 1);
-        cJSON_AddStringToObject(p, "preset", "waypoint-1.5-360p");
-        cJSON_AddNumberToObject(p, "keys", keys);
-        cJSON_AddNumberToObject(p, "threads", rkv_threadpool_size(pool));
-        cJSON_AddStringToObject(p, "isa", rkv_layer_attention_isa(l));
-        cJSON *p2 = cJSON_Duplicate(p, 1);
-        cJSON *p3 = cJSON_Duplicate(p, 1);
-        bench_emit(o, "attention_gflops", gflops, "GFLOP/s", p, ceiling, kind);
-        bench_emit(o, "attention_speedup_vs_reference", ref / best, "x", p2, 0, NULL);
-        if (peer) {
-            char isa[96];
-            snprintf(isa, sizeof isa, "openblas:%s", o->machine->blas_core);
-            cJSON_ReplaceItemInObject(p3, "isa", cJSON_CreateString(isa));
-            cJSON_AddStringToObject(p3, "peer", "openblas");
-            cJSON *p4 = cJSON_Duplicate(p3, 1);
-            bench_emit(o, "attention_blas_gflops", flops / blas / 1e9, "GFLOP/s", p3, ceiling, kind);
-            bench_emit(o, "attention_speedup_vs_blas", blas / best, "x", p4, 0, NULL);
-        } else {
-            cJSON_Delete(p3);
-        }
-        free(q), free(out), free(kv);
-        rkv_layer_destroy(l);
+    }
+    x->ref = 1e30;
+    for (int r = 0; r < (o->quick ? 1 : 2); r++) {
+        double t = now_s();
+        check(rkv_layer_attend_reference(l, &a), "attend_reference");
+        t = now_s() - t;
+        if (t < x->ref) x->ref = t;
+    }
+    x->isa = rkv_layer_attention_isa(l);
+    free(q), free(out), free(kv);
+    rkv_layer_destroy(l);
+}
+
+/* The rows of one dtype: its ceiling's parts, then attention against it. */
+static void emit_attention(const bench_opts *o, rkv_threadpool *pool, const attention_run *x) {
+    const char *kind;
+    const double ceiling = bench_ceiling_best(x->ceil, &kind);
+    bench_ceiling_emit(x->ceil);
+    cJSON *p = cJSON_CreateObject();
+    cJSON_AddStringToObject(p, "dtype", rkv_dtype_name(x->dtype));
+    cJSON_AddNumberToObject(p, "B", 1);
+    cJSON_AddStringToObject(p, "preset", "waypoint-1.5-360p");
+    cJSON_AddNumberToObject(p, "keys", x->keys);
+    cJSON_AddNumberToObject(p, "threads", rkv_threadpool_size(pool));
+    cJSON_AddStringToObject(p, "isa", x->isa);
+    cJSON *p2 = cJSON_Duplicate(p, 1);
+    cJSON *p3 = cJSON_Duplicate(p, 1);
+    bench_emit(o, "attention_gflops", x->flops / x->best / 1e9, "GFLOP/s", p, ceiling, kind);
+    bench_emit(o, "attention_speedup_vs_reference", x->ref / x->best, "x", p2, 0, NULL);
+    if (x->peer) {
+        char isa[96];
+        snprintf(isa, sizeof isa, "openblas:%s", o->machine->blas_core);
+        cJSON_ReplaceItemInObject(p3, "isa", cJSON_CreateString(isa));
+        cJSON_AddStringToObject(p3, "peer", "openblas");
+        cJSON *p4 = cJSON_Duplicate(p3, 1);
+        bench_emit(o, "attention_blas_gflops", x->flops / x->blas / 1e9, "GFLOP/s", p3, ceiling,
+                   kind);
+        bench_emit(o, "attention_speedup_vs_blas", x->blas / x->best, "x", p4, 0, NULL);
+    } else {
+        cJSON_Delete(p3);
+    }
+}
+
+/* f32 and bf16 attention against their ceilings. Both are measured before
+ * any row is printed: where the bf16 peak loop is the f32 one (no AMX or
+ * AVX512-BF16), the two runs of it share their best (ceiling.h). */
+static void bench_attention(const bench_opts *o, rkv_threadpool *pool) {
+    attention_run x[2];
+    measure_attention(o, pool, RKV_DTYPE_F32, &x[0]);
+    measure_attention(o, pool, RKV_DTYPE_BF16, &x[1]);
+    bench_ceiling_share_peak(x[0].ceil, x[1].ceil);
+    for (int k = 0; k < 2; k++) {
+        emit_attention(o, pool, &x[k]);
+        bench_ceiling_destroy(x[k].ceil);
     }
 }
 
@@ -219,10 +249,13 @@ static void memcpy_as_upsert(const rkv_layer *l, const uint8_t *src, int64_t B,
 
 /* Upserts of B 720P frames (T 512, 16 KV heads, d 64, bf16: 2 MiB per row)
  * over 2x the last-level cache of sessions and source frames, each timed
- * against memcpy_as_upsert on the same call sequence (best of the reps,
- * alternating ABBA, so both sides see the same cache state and neither
- * always goes first). Bytes moved: the
- * frame once without commit, twice with. */
+ * against memcpy_as_upsert on the same call sequence (best of the reps; each
+ * upsert sample between two memcpy samples, BAB, so a quiet moment that
+ * helps the subject helps a ceiling sample beside it, and both sides see
+ * the same cache states). The upsert is timed on the wall clock, the
+ * memcpy on this thread's CPU time (bench_thread_cpu_s: load lowers only
+ * the subject; the same copies once read 1.44 of a wall-clock ceiling
+ * under load). Bytes moved: the frame once without commit, twice with. */
 static void bench_upsert(const bench_opts *o) {
     const size_t llc = llc_bytes();
     const size_t row_bytes = 2 * 16 * 512 * 64 * 2; /* one frame, K and V */
@@ -240,14 +273,17 @@ static void bench_upsert(const bench_opts *o) {
         fill_random(src, RKV_DTYPE_BF16, row_bytes / 2); /* contents do not matter here */
         for (int64_t i = 1; i < nsrc * B; i++) memcpy(src + (size_t)i * row_bytes, src, row_bytes);
         for (int commit = 0; commit < 2; commit++) {
-            const int64_t calls = S / B * (o->quick ? 2 : 6);
+            const int64_t calls = S / B * 6; /* samples of ~15 ms: shorter ones are noise */
             const double bytes = (double)calls * B * row_bytes * (commit ? 2 : 1);
             int64_t sess[4], fpos[4];
             double best = 0, best_mc = 0;
             for (int rep = 0; rep < (o->quick ? 4 : 6); rep++)
-                for (int turn = 0; turn < 2; turn++) { /* ABBA: neither side always first */
-                    const int side = turn ^ (rep & 1); /* 0: upsert, 1: memcpy */
-                    double t = now_s();
+                for (int turn = 0; turn < 3; turn++) { /* BAB: a ceiling beside each subject */
+                    const int side = turn != 1; /* 0: upsert, 1: memcpy */
+                    /* the subject on the wall clock, the ceiling on this
+                     * thread's CPU time (bench.h: load lowers only the
+                     * subject) */
+                    double t = side ? bench_thread_cpu_s() : now_s();
                     for (int64_t c = 0; c < calls; c++) {
                         for (int64_t b = 0; b < B; b++) {
                             sess[b] = (c * B + b) % S;
@@ -258,7 +294,7 @@ static void bench_upsert(const bench_opts *o) {
                         else check(rkv_layer_upsert(l, frame, RKV_DTYPE_BF16, B, fpos, sess, commit, NULL),
                                    "upsert");
                     }
-                    t = now_s() - t;
+                    t = (side ? bench_thread_cpu_s() : now_s()) - t;
                     double *rate = side ? &best_mc : &best;
                     if (bytes / t > *rate) *rate = bytes / t;
                 }
@@ -284,7 +320,7 @@ static void bench_upsert(const bench_opts *o) {
  * until the frame ends or 10 s have passed, and counts 120 steps a frame
  * (layer_steps says how many were timed). */
 static void bench_rollout(const bench_opts *o, rkv_threadpool *pool) {
-    rkv_model_config cfg;
+    rkv_model_config cfg = RKV_MODEL_CONFIG_INIT;
     check(rkv_model_preset("waypoint-1.5-360p", 0, &cfg), "preset");
     rkv_model *m;
     check(rkv_model_create(&cfg, &m), "model");
@@ -294,7 +330,8 @@ static void bench_rollout(const bench_opts *o, rkv_threadpool *pool) {
     void *kv = xmalloc(kvn * 2), *q = xmalloc(qn * 2), *out = xmalloc(qn * 2);
     fill_random(kv, RKV_DTYPE_BF16, kvn);
     fill_random(q, RKV_DTYPE_BF16, qn);
-    rkv_attention_args a = {.n_q_heads = 32, .q = q, .q_dtype = RKV_DTYPE_BF16, .out = out,
+    rkv_attention_args a = {.struct_size = sizeof(rkv_attention_args),
+                            .n_q_heads = 32, .q = q, .q_dtype = RKV_DTYPE_BF16, .out = out,
                             .out_dtype = RKV_DTYPE_BF16, .pool = pool};
     /* fill every ring first (commit passes only), then time whole frames */
     const int64_t warm = 16, frames = o->quick ? 1 : 8;
@@ -352,41 +389,27 @@ static void usage(FILE *f) {
             "  and keeps its rows (bench/gpu/h200.jsonl).\n");
 }
 
+/* The options as the command line gives them (cli_parse_options). */
+typedef struct bench_args {
+    int json, quick, threads, backend; /* backend: 0 cpu, 1 cuda */
+} bench_args;
+
+#define OPT(field) offsetof(bench_args, field)
+static const cli_option OPTIONS[] = {
+    {"--json", 0, cli_set_flag, OPT(json), NULL, 0, 0, NULL},
+    {"--quick", 0, cli_set_flag, OPT(quick), NULL, 0, 0, NULL},
+    {"--threads", 1, cli_set_int, OPT(threads), "an integer in 1..1024", 1, 1024, NULL},
+    {"--backend", 1, cli_set_choice, OPT(backend), "cpu or cuda", 0, 0, CLI_BACKENDS},
+};
+#undef OPT
+
 int rkv_cmd_bench(int argc, char **argv) {
-    bench_opts o = {.threads = 0};
-    bool cuda = false;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json")) o.json = true;
-        else if (!strncmp(argv[i], "--backend", 9) && (argv[i][9] == '=' || argv[i][9] == '\0')) {
-            const char *v = argv[i][9] == '=' ? argv[i] + 10 : i + 1 < argc ? argv[++i] : "";
-            if (!strcmp(v, "cpu")) cuda = false;
-            else if (!strcmp(v, "cuda")) cuda = true;
-            else {
-                fprintf(stderr, "ringkv bench: --backend takes cpu or cuda; got '%s'\n", v);
-                return 2;
-            }
-        }
-        else if (!strcmp(argv[i], "--quick")) o.quick = true;
-        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
-            char *end;
-            long n = strtol(argv[++i], &end, 10);
-            if (*end || n < 1 || n > 1024) {
-                fprintf(stderr,
-                        "ringkv bench: --threads expects an integer in 1..1024, got '%s' "
-                        "(see --help)\n",
-                        argv[i]);
-                return 2;
-            }
-            o.threads = (int)n;
-        } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage(stdout);
-            return 0;
-        } else {
-            fprintf(stderr, "ringkv bench: unknown option '%s'\n", argv[i]);
-            usage(stderr);
-            return 2;
-        }
-    }
+    bench_args args = {0, 0, 0, 0};
+    const int rc = cli_parse_options("bench", argc, argv, OPTIONS,
+                                     sizeof OPTIONS / sizeof OPTIONS[0], &args, NULL, NULL, usage);
+    if (rc >= 0) return rc;
+    bench_opts o = {.json = args.json, .quick = args.quick, .threads = args.threads};
+    const bool cuda = args.backend == CLI_BACKEND_CUDA;
     bench_machine machine;
     bench_machine_read(&machine);
     o.machine = &machine;

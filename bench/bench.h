@@ -33,6 +33,13 @@ typedef struct bench_opts {
     FILE *err;                    /* warnings; NULL: stderr */
 } bench_opts;
 
+/* Seconds of CPU time the calling thread has had (CLOCK_THREAD_CPUTIME_ID;
+ * peak.c). A ceiling timed by it is what the core does while it runs: time
+ * spent descheduled on a loaded machine counts for nobody, so load lowers
+ * only the subject (timed by the wall clock) and ratios err low, never high.
+ * Only for work done on the calling thread alone. */
+double bench_thread_cpu_s(void);
+
 /* Run-to-run noise allowed on a ratio: value / ceiling above this means the
  * ceiling is not the machine's limit (a measurement error, flagged). */
 #define BENCH_RATIO_NOISE 1.05

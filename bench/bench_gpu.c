@@ -195,7 +195,7 @@ static int restart(gpu_bench *g, rkv_model *m) {
  * in the steady state (restart). */
 static int steady_model(gpu_bench *g, const char *preset, const kernel_choice *k,
                         rkv_model **out) {
-    rkv_model_config cfg;
+    rkv_model_config cfg = RKV_MODEL_CONFIG_INIT;
     OKR(rkv_model_preset(preset, 0, &cfg), "rkv_model_preset");
     cfg.num_sessions = SESSIONS;
     char stages[8];
@@ -452,8 +452,7 @@ static int bench_attention(gpu_bench *g, rkv_model *m, const kernel_choice *k,
     void *d_q = dalloc(g, bytes), *d_out = d_q ? dalloc(g, bytes) : NULL;
     int rc = -1;
     if (!d_q || !d_out || fill_random(g, d_q, bytes) || begin(g, m, B, c->clock, 0)) goto done;
-    rkv_attention_args a;
-    memset(&a, 0, sizeof a);
+    rkv_attention_args a = RKV_ATTENTION_ARGS_INIT;
     a.n_q_heads = Hq;
     a.q = d_q;
     a.q_dtype = cfg->dtype;
@@ -528,8 +527,7 @@ static int record_frame(void *arg) {
     const rkv_model_config *cfg = rkv_model_get_config(f->m);
     for (int p = 0; p < PASSES; p++)
         for (int64_t i = 0; i < cfg->n_layers; i++) {
-            rkv_attention_args a;
-            memset(&a, 0, sizeof a);
+            rkv_attention_args a = RKV_ATTENTION_ARGS_INIT;
             a.n_q_heads = cfg->n_q_heads;
             a.q = f->q[p];
             a.q_dtype = cfg->dtype;

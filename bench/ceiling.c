@@ -21,7 +21,9 @@
 
 #define MAX_PARTS 3
 #define MAX_PEAKS 2
-#define PEAK_REPS 3 /* runs of each peak loop per sample, about 10 ms each */
+#define PEAK_REPS 3        /* runs of each peak loop per sample            */
+#define PEAK_WINDOW_S 0.01 /* each run: every thread busy this long        */
+#define PEAK_CHUNK_S 0.001 /* in chunks of about this long (the overshoot) */
 
 typedef struct part part;
 struct part {
@@ -35,7 +37,7 @@ struct part {
     /* peak loops: the kinds tried, each with its iteration count */
     int npeaks;
     peak_kind peaks[MAX_PEAKS];
-    long iters[MAX_PEAKS];
+    long iters[MAX_PEAKS]; /* per chunk */
     double peak_best[MAX_PEAKS];
     /* sgemm */
     float *a, *b, *c;
@@ -108,7 +110,7 @@ static double peak_sample(part *p, int threads) {
     double best = 0;
     for (int rep = 0; rep < PEAK_REPS; rep++) /* short runs: one may dodge a busy spell */
         for (int i = 0; i < p->npeaks; i++) {
-            const double g = peak_run(p->peaks[i], threads, p->iters[i]) / 1e9;
+            const double g = peak_run(p->peaks[i], threads, p->iters[i], PEAK_WINDOW_S) / 1e9;
             if (g > p->peak_best[i]) p->peak_best[i] = g;
             if (g > best) best = g;
         }
@@ -142,7 +144,7 @@ static void peak_init(part *p, const bench_opts *o, rkv_dtype dtype) {
     p->kind = peak_kind_name(p->peaks[0]);
     snprintf(p->isa, sizeof p->isa, "%s", peak_isa(p->peaks[0]));
     for (int i = 0; i < p->npeaks; i++)
-        p->iters[i] = peak_calibrate(p->peaks[i], o->threads, 0.01);
+        p->iters[i] = peak_calibrate(p->peaks[i], PEAK_CHUNK_S);
     p->sample = peak_sample;
 }
 
@@ -298,6 +300,21 @@ void bench_ceiling_sample(bench_ceiling *c) {
         const double g = p->sample(p, c->o->threads);
         if (g > p->best) p->best = g;
     }
+}
+
+/* The part of c that runs peak loops (the last one; bench_ceiling_create). */
+static part *peak_part(bench_ceiling *c) { return &c->parts[c->nparts - 1]; }
+
+bool bench_ceiling_share_peak(bench_ceiling *a, bench_ceiling *b) {
+    part *pa = peak_part(a), *pb = peak_part(b);
+    if (pa->npeaks != pb->npeaks ||
+        memcmp(pa->peaks, pb->peaks, (size_t)pa->npeaks * sizeof pa->peaks[0]))
+        return false;
+    part *w = pa->best >= pb->best ? pa : pb, *l = w == pa ? pb : pa;
+    l->best = w->best, l->kind = w->kind;
+    memcpy(l->peak_best, w->peak_best, sizeof l->peak_best);
+    memcpy(l->isa, w->isa, sizeof l->isa);
+    return true;
 }
 
 double bench_ceiling_best(const bench_ceiling *c, const char **kind) {

@@ -27,6 +27,14 @@ void bench_ceiling_sample(bench_ceiling *c);
  * "sgemm_openblas", "fma_peak_avx512", "fma_peak_avx2", "fma_peak_generic",
  * "onednn_bf16_matmul", "amx_peak", "avx512bf16_peak" (static strings). */
 double bench_ceiling_best(const bench_ceiling *c, const char **kind);
+/* When the peak loops of a and b are the same loops (on a CPU without AMX
+ * or AVX512-BF16 the bf16 peak is the f32 FMA peak), they are one
+ * measurement of one thing sampled twice: both peaks become the better of
+ * the two (with its loop's isa), so the f32 and bf16 ratios share one
+ * ceiling (a run once read 39.6 and 107.9 GFLOP/s for the same loop). Call
+ * before bench_ceiling_best and bench_ceiling_emit; returns whether they
+ * were shared. */
+bool bench_ceiling_share_peak(bench_ceiling *a, bench_ceiling *b);
 /* One row per part (its best): cpu_sgemm_gflops, cpu_fma_peak_gflops,
  * cpu_onednn_bf16_gflops, cpu_bf16_peak_gflops. */
 void bench_ceiling_emit(const bench_ceiling *c);

@@ -8,6 +8,8 @@
 #define _GNU_SOURCE
 #include "peak.h"
 
+#include "bench.h"
+
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
@@ -199,8 +201,20 @@ static double run_loop(peak_kind kind, long iters) {
 
 /* ---- all threads at once -------------------------------------------------- */
 
+/* Why not a fixed amount of work per thread, timed from the first start to
+ * the last finish: on a loaded machine one descheduled thread keeps the
+ * clock running while the others idle, the peak comes out low, and a
+ * subject measured in a quieter moment shows a ratio above 1. Here every
+ * thread runs the loop in chunks until a common deadline (so all of them
+ * run for the whole window, side by side, as the subject's threads do), and
+ * each measures its own rate over the CPU time it was given
+ * (CLOCK_THREAD_CPUTIME_ID): time spent descheduled counts for nobody. The
+ * peak is the sum of the threads' rates: what the cores do while they run.
+ * Without load this is the wall-clock rate; with load it stays a ceiling
+ * instead of dropping below the subject. */
+
 /* Threads wait at a gate that opens once all are created, so they start
- * together; the clock runs from the gate's opening to the last join. */
+ * together. */
 typedef struct {
     pthread_mutex_t lock;
     pthread_cond_t open_cv;
@@ -209,55 +223,71 @@ typedef struct {
 
 typedef struct {
     peak_kind kind;
-    long iters;
+    long chunk;      /* iterations per chunk (0: do nothing)   */
+    double deadline; /* CLOCK_MONOTONIC seconds; set at the gate */
     gate *g;
-    double flops;
+    double rate;     /* FLOPs per second of CPU time           */
 } peak_job;
+
+double bench_thread_cpu_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
 
 static void *peak_thread(void *arg) {
     peak_job *j = arg;
     pthread_mutex_lock(&j->g->lock);
     while (!j->g->open) pthread_cond_wait(&j->g->open_cv, &j->g->lock);
     pthread_mutex_unlock(&j->g->lock);
-    j->flops = j->iters ? run_loop(j->kind, j->iters) : 0;
+    if (!j->chunk) return NULL;
+    double flops = 0;
+    const double c0 = bench_thread_cpu_s();
+    do flops += run_loop(j->kind, j->chunk);
+    while (now_s() < j->deadline);
+    const double cpu = bench_thread_cpu_s() - c0;
+    j->rate = cpu > 0 ? flops / cpu : 0;
     return NULL;
 }
 
-double peak_run(peak_kind kind, int threads, long iters) {
-    if (!peak_built(kind) || threads < 1 || threads > PEAK_MAX_THREADS || iters < 1) return 0;
+double peak_run(peak_kind kind, int threads, long chunk_iters, double seconds) {
+    if (!peak_built(kind) || threads < 1 || threads > PEAK_MAX_THREADS || chunk_iters < 1 ||
+        !(seconds > 0))
+        return 0;
     static pthread_t tid[PEAK_MAX_THREADS];
     static peak_job jobs[PEAK_MAX_THREADS];
     gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false};
-    for (int t = 0; t < threads; t++) jobs[t] = (peak_job){kind, iters, &g, 0};
+    for (int t = 0; t < threads; t++) jobs[t] = (peak_job){kind, chunk_iters, 0, &g, 0};
     int started = 1; /* job 0 runs on this thread */
     for (; started < threads; started++)
         if (pthread_create(&tid[started], NULL, peak_thread, &jobs[started])) break;
     if (started < threads) /* cannot run them all: the started ones do nothing */
-        for (int t = 0; t < threads; t++) jobs[t].iters = 0;
+        for (int t = 0; t < threads; t++) jobs[t].chunk = 0;
     pthread_mutex_lock(&g.lock);
+    const double deadline = now_s() + seconds;
+    for (int t = 0; t < threads; t++) jobs[t].deadline = deadline;
     g.open = true;
     pthread_cond_broadcast(&g.open_cv);
     pthread_mutex_unlock(&g.lock);
-    const double t0 = now_s();
     peak_thread(&jobs[0]);
     for (int t = 1; t < started; t++) pthread_join(tid[t], NULL);
-    const double t = now_s() - t0;
     if (started < threads) return 0;
-    double flops = 0;
-    for (int i = 0; i < threads; i++) flops += jobs[i].flops;
-    return t > 0 ? flops / t : 0;
+    double rate = 0;
+    for (int i = 0; i < threads; i++) rate += jobs[i].rate;
+    return rate;
 }
 
-long peak_calibrate(peak_kind kind, int threads, double seconds) {
-    long iters = 1 << 12;
+long peak_calibrate(peak_kind kind, double seconds) {
+    if (!peak_built(kind) || !(seconds > 0)) return 0;
+    long iters = 1 << 10;
     for (;;) {
         const double t0 = now_s();
-        if (peak_run(kind, threads, iters) <= 0) return 0;
+        run_loop(kind, iters);
         const double t = now_s() - t0;
         if (t >= seconds / 4 || iters > (1L << 40)) {
             const double want = (double)iters * seconds / (t > 1e-9 ? t : 1e-9);
             return want < 1 ? 1 : (long)want;
         }
-        iters *= 8;
+        iters *= 4;
     }
 }

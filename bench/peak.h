@@ -21,16 +21,21 @@ bool peak_built(peak_kind kind);
  * "avx512bf16", "amx". */
 const char *peak_isa(peak_kind kind);
 
-/* Runs kind's loop for `iters` iterations on each of `threads` threads
- * (1..PEAK_MAX_THREADS), started together; returns the FLOPs per second of all of them
- * (each multiply-add counted as 2 FLOPs), or 0 when a thread cannot be
- * started or the kind is not built. The CPU must have the instructions
- * (and, for AMX, the library's tile permission: bench_machine_read).
- * One call at a time (a static thread table). */
+/* Runs kind's loop on each of `threads` threads (1..PEAK_MAX_THREADS),
+ * started together, in chunks of chunk_iters iterations until `seconds`
+ * have passed (every thread finishes the chunk it is in); returns the sum
+ * over the threads of each one's FLOPs per second of its own CPU time (each
+ * multiply-add counted as 2 FLOPs): the rate of the cores while they run,
+ * which time a thread spends descheduled does not lower (peak.c). 0 when a
+ * thread cannot be started, the kind is not built or an argument is out of
+ * range. The CPU must have the instructions (and, for AMX, the library's
+ * tile permission: bench_machine_read). One call at a time (a static thread
+ * table). */
 #define PEAK_MAX_THREADS 1024 /* as `ringkv bench --threads` */
-double peak_run(peak_kind kind, int threads, long iters);
+double peak_run(peak_kind kind, int threads, long chunk_iters, double seconds);
 
-/* An iteration count for which one peak_run of kind takes about `seconds`. */
-long peak_calibrate(peak_kind kind, int threads, double seconds);
+/* An iteration count for which one chunk of kind's loop takes about
+ * `seconds` on one thread (0 when the kind is not built). */
+long peak_calibrate(peak_kind kind, double seconds);
 
 #endif

@@ -45,6 +45,9 @@ static void emit_json(FILE *out, const bench_machine *m, const char *name, doubl
     cJSON_Delete(row);
 }
 
+/* Whether x is an integer a double holds exactly (|x| <= 2^53). */
+static bool is_exact_integer(double x) { return x == floor(x) && fabs(x) <= 9007199254740992.0; }
+
 static void emit_text(FILE *out, const char *name, double value, const char *unit,
                       const cJSON *params, double ceiling, double ratio, bool suspect,
                       const char *kind) {
@@ -56,6 +59,9 @@ static void emit_text(FILE *out, const char *name, double value, const char *uni
                                   cJSON_IsTrue(p) ? "true" : "false");
         else if (cJSON_IsString(p))
             n += (size_t)snprintf(extra + n, sizeof extra - n, " %s=%s", p->string, p->valuestring);
+        else if (is_exact_integer(p->valuedouble)) /* byte counts, B, threads: all digits */
+            n += (size_t)snprintf(extra + n, sizeof extra - n, " %s=%.0f", p->string,
+                                  p->valuedouble);
         else
             n += (size_t)snprintf(extra + n, sizeof extra - n, " %s=%g", p->string, p->valuedouble);
     }

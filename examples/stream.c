@@ -33,7 +33,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: stream [N_FRAMES]   (N_FRAMES >= 1, default 3)\n");
         return 2;
     }
-    rkv_model_config cfg;
+    rkv_model_config cfg; /* rkv_model_preset fills it, struct_size included */
     rkv_model *model;
     int64_t s;
     CHECK(rkv_model_preset("waypoint-1.5-360p", /*full_global_ring=*/0, &cfg));
@@ -59,7 +59,8 @@ int main(int argc, char **argv) {
                 /* per pass: only K/V, queries and outputs; the commit pass
                  * (pass 4) ends the frame once it has gone through every layer */
                 CHECK(rkv_model_frame_upsert(model, layer, kv, cfg.dtype, pass == 4));
-                rkv_attention_args a = {.n_q_heads = cfg.n_q_heads, .q = q, .q_dtype = cfg.dtype,
+                rkv_attention_args a = {.struct_size = sizeof(rkv_attention_args),
+                                        .n_q_heads = cfg.n_q_heads, .q = q, .q_dtype = cfg.dtype,
                                         .out = out, .out_dtype = cfg.dtype};
                 CHECK(rkv_model_frame_attend(model, layer, &a)); /* bits + clock */
             }

@@ -398,8 +398,7 @@ static void op_upsert_attend(cursor *c, int kind, int frame) {
     for (int b = 0; b < 4; b++) tags[b] = ++tag_counter;
     float *kv = make_kv(B > 0 && B <= 4 ? B : 1, tags);
     static float q[4 * HQ * T * D], out[4 * HQ * T * D];
-    rkv_attention_args a;
-    memset(&a, 0, sizeof a);
+    rkv_attention_args a = RKV_ATTENTION_ARGS_INIT;
     a.n_q_heads = HQ;
     a.q = q;
     a.q_dtype = RKV_DTYPE_F32;
@@ -559,8 +558,7 @@ static void op_clock(cursor *c) {
 /* ---- driver ----------------------------------------------------------------- */
 
 static void setup(void) {
-    rkv_model_config cfg;
-    memset(&cfg, 0, sizeof cfg);
+    rkv_model_config cfg = RKV_MODEL_CONFIG_INIT;
     snprintf(cfg.name, sizeof cfg.name, "fuzz");
     cfg.n_layers = NL;
     for (int i = 0; i < NL; i++) cfg.layers[i] = SPECS[i];

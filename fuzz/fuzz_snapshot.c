@@ -42,8 +42,7 @@ static size_t snap_bytes;
     } while (0)
 
 static void setup(void) {
-    rkv_model_config cfg;
-    memset(&cfg, 0, sizeof cfg);
+    rkv_model_config cfg = RKV_MODEL_CONFIG_INIT;
     snprintf(cfg.name, sizeof cfg.name, "fuzz");
     cfg.n_layers = 2;
     cfg.layers[0] = SPECS[0];
@@ -80,7 +79,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memcpy(img, data + 1, n);
     if (data[0] & 1) tsnap_reseal(img, n);
 
-    rkv_snapshot_info info;
+    rkv_snapshot_info info = RKV_SNAPSHOT_INFO_INIT;
     const rkv_status ist = rkv_snapshot_inspect_mem(img, n, &info);
     const rkv_status st = rkv_model_load_session_mem(M, 0, img, n);
     if (st != RKV_OK) {
@@ -108,7 +107,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (rkv_model_snapshot(M, 0, cur_snap, snap_bytes) ||
             rkv_model_snapshot(M, 1, other_snap, snap_bytes))
             abort();
-        CHECK(!memcmp(cur_snap, other_snap, snap_bytes), "save/load of a loaded session differs");
+        /* the same state: data sections (the images' ends; their headers
+         * name the two sessions) and clocks */
+        const size_t data = (size_t)info.data_bytes;
+        int64_t c1;
+        CHECK(data <= snap_bytes && !memcmp(cur_snap + snap_bytes - data,
+                                            other_snap + snap_bytes - data, data),
+              "save/load of a loaded session differs");
+        CHECK(rkv_model_clock(M, 1, &c1) == RKV_OK && c1 == c, "clock %lld after the reload",
+              (long long)c1);
         /* back to the baseline */
         if (rkv_model_restore(M, 0, base_snap, snap_bytes)) abort();
     }

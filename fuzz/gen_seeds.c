@@ -105,8 +105,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: gen_seeds DIR\n");
         return 2;
     }
-    rkv_model_config cfg;
-    memset(&cfg, 0, sizeof cfg);
+    rkv_model_config cfg = RKV_MODEL_CONFIG_INIT;
     snprintf(cfg.name, sizeof cfg.name, "fuzz");
     cfg.n_layers = 2;
     cfg.layers[0] = (rkv_layer_spec){3, 2, 2};

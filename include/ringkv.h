@@ -5,6 +5,21 @@
  * (shared/spec/seed_ring_cache.py) as specified in shared/spec/SEMANTICS.md;
  * section numbers below ("SEM 3") refer to that text.
  *
+ * This header is the contract, grouped by concept:
+ *   version and RKV_API; status codes; element types; geometry of a ring;
+ *   the handles; visibility; layer storage (a layer, views over caller
+ *   storage); the model (config, sessions, attention arguments, frames);
+ *   snapshots (files, in-memory images, offload and page-in, export and
+ *   import).
+ * The CPU backend's own calls (attention on a layer or a view, the thread
+ * pool, the instruction-set choice, the model calls over caller storage)
+ * are in ringkv_cpu.h, which this header includes at its end so that
+ * programs written before the split still compile; new code includes
+ * ringkv_cpu.h itself where it uses them. The CUDA backend is
+ * ringkv_cuda.h, the backend table (SPI) ringkv_backend.h. Measurements,
+ * design history and what is not yet run are in docs/ and bench/RESULTS.md,
+ * not here.
+ *
  * Conventions (docs/ and the README describe the design):
  *  - Every function returning rkv_status validates all of its arguments before
  *    it changes anything: a failed call leaves every handle byte-identical.
@@ -26,19 +41,81 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* RKV_API marks every function of the public API (this header,
+ * ringkv_cpu.h, ringkv_backend.h, ringkv_cuda.h), as SQLite's SQLITE_API and
+ * libuv's UV_EXTERN do. The libraries are built with -fvisibility=hidden, so
+ * these functions are the only symbols libringkv.so and libringkv_cuda.so
+ * export: private functions (rkv__*) cannot be linked against by accident,
+ * and a shared library's symbol list is the API (the ctest exported_symbols
+ * checks it against the declarations). Under GCC and Clang it is
+ * visibility("default"); elsewhere empty. A program may define RKV_API
+ * before including the header (to add, say, a calling convention). */
+#ifndef RKV_API
+#if defined(__GNUC__) || defined(__clang__)
+#define RKV_API __attribute__((visibility("default")))
+#else
+#define RKV_API
+#endif
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+/* The version: these three macros are the one place it is written.
+ * CMakeLists.txt reads them for the project version (the shared library's
+ * file name, ringkv.pc's Version), RKV_VERSION_STRING spells them, and
+ * rkv_version() returns the library's RKV_VERSION_STRING (tests/test_dtype.c
+ * checks that all of these agree). */
 #define RKV_VERSION_MAJOR 0
 #define RKV_VERSION_MINOR 1
 #define RKV_VERSION_PATCH 0
+#define RKV__STRINGIFY_(x) #x
+#define RKV__STRINGIFY(x) RKV__STRINGIFY_(x)
+/* "MAJOR.MINOR.PATCH" of the header (a string literal). */
+#define RKV_VERSION_STRING                                                   \
+    RKV__STRINGIFY(RKV_VERSION_MAJOR) "." RKV__STRINGIFY(RKV_VERSION_MINOR) \
+    "." RKV__STRINGIFY(RKV_VERSION_PATCH)
 
-/* "MAJOR.MINOR.PATCH" of the linked library (static string). */
-const char *rkv_version(void);
+/* "MAJOR.MINOR.PATCH" of the linked library (static string): the
+ * RKV_VERSION_STRING it was built with, which a program compiled against
+ * another header can compare with its own. */
+RKV_API const char *rkv_version(void);
 
 /* ------------------------------------------------------------------------ */
-/* Status codes                                                              */
+/* Structs that grow, and structs that are frozen                           */
+/* ------------------------------------------------------------------------ */
+
+/* A struct that later versions extend carries its own size as its first
+ * member, `size_t struct_size`, as SQLite's iVersion and the Windows API's
+ * cbSize do: rkv_attention_args, rkv_model_config and rkv_snapshot_info
+ * here, rkv_cuda_attention_args in ringkv_cuda.h (rkv_backend_ops, in
+ * ringkv_backend.h, has its own abi_version and struct_size). The caller
+ * sets struct_size to sizeof the struct its header declares: start from
+ * RKV_ATTENTION_ARGS_INIT, RKV_MODEL_CONFIG_INIT or RKV_SNAPSHOT_INFO_INIT
+ * (or set .struct_size = sizeof(type) in a designated initializer);
+ * rkv_model_preset fills it in. A later version only appends members: the
+ * library reads (or, for rkv_snapshot_info, writes) the members the
+ * caller's size covers, and members beyond it take their defaults (the
+ * value 0 means the default for every member). Refused with
+ * RKV_ERR_INVALID_ARG, before anything changes, and the message saying
+ * which: struct_size 0 (a struct zero-initialized without it: no silent
+ * default, since a program that forgot it would get an older layout's
+ * meaning without knowing), a size below the first version's, or a size
+ * larger than the library's own (a program built with a newer header than
+ * the library it runs with).
+ * Every other struct is frozen: rkv_geometry, rkv_layer_spec,
+ * rkv_ring_view, rkv_session_region, rkv_cuda_ring_view. Their layout never
+ * changes; a new member would come as a new type named *_v2 with calls of
+ * its own, the old ones kept. Each struct's comment says which it is. */
+#ifdef __cplusplus
+#define RKV__SIZED_INIT(type) {sizeof(type)}
+#else
+#define RKV__SIZED_INIT(type) {.struct_size = sizeof(type)}
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Status codes                                                             */
 /* ------------------------------------------------------------------------ */
 
 typedef enum rkv_status {
@@ -58,15 +135,15 @@ typedef enum rkv_status {
 } rkv_status;
 
 /* Static name of a status ("RKV_ERR_CLOCK"); "unknown status" otherwise. */
-const char *rkv_status_str(rkv_status status);
+RKV_API const char *rkv_status_str(rkv_status status);
 
 /* Message of the last failed call on this thread ("" when none). The string
  * is owned by the library and valid until the next failing call on this
  * thread. It names the bad value and what was expected. */
-const char *rkv_last_error(void);
+RKV_API const char *rkv_last_error(void);
 
 /* ------------------------------------------------------------------------ */
-/* Element types                                                             */
+/* Element types                                                            */
 /* ------------------------------------------------------------------------ */
 
 typedef enum rkv_dtype {
@@ -76,27 +153,28 @@ typedef enum rkv_dtype {
 } rkv_dtype;
 
 /* Bytes per element (4, 2, 2); 0 for an unknown dtype. */
-size_t rkv_dtype_size(rkv_dtype dtype);
+RKV_API size_t rkv_dtype_size(rkv_dtype dtype);
 /* "f32", "f16", "bf16"; NULL for an unknown dtype. */
-const char *rkv_dtype_name(rkv_dtype dtype);
+RKV_API const char *rkv_dtype_name(rkv_dtype dtype);
 /* Parses "f32"/"float32", "f16"/"float16"/"half", "bf16"/"bfloat16".
  * RKV_ERR_DTYPE for anything else; *out untouched then. */
-rkv_status rkv_dtype_parse(const char *name, rkv_dtype *out);
+RKV_API rkv_status rkv_dtype_parse(const char *name, rkv_dtype *out);
 
 /* Converts n elements between dtypes (round to nearest even when narrowing;
  * NaN stays NaN). src and dst are host buffers of n elements and must not
  * overlap unless src == dst and the dtypes are equal. */
-rkv_status rkv_convert(const void *src, rkv_dtype src_dtype, void *dst,
-                       rkv_dtype dst_dtype, size_t n);
+RKV_API rkv_status rkv_convert(const void *src, rkv_dtype src_dtype, void *dst,
+                               rkv_dtype dst_dtype, size_t n);
 
 /* ------------------------------------------------------------------------ */
-/* Geometry of one layer's ring (SEM 2)                                      */
+/* Geometry of one layer's ring (SEM 2)                                     */
 /* ------------------------------------------------------------------------ */
 
 /* Minimum tokens per frame: the attention block size (FlexAttention's 128).
  * tokens_per_frame must be a positive multiple of it. */
 #define RKV_BLOCK_TOKENS 128
 
+/* Frozen (a later change is rkv_geometry_v2). */
 typedef struct rkv_geometry {
     int64_t num_sessions;     /* S  >= 1: sessions side by side            */
     int64_t n_kv_heads;       /* H  >= 1                                   */
@@ -111,63 +189,123 @@ typedef struct rkv_geometry {
 /* Checks a geometry against SEM 2 and ringkv's extra rules (T >= 128, H >= 1,
  * D >= 1, byte counts that fit int64_t and size_t). RKV_OK or the first violation, with
  * rkv_last_error() naming it. */
-rkv_status rkv_geometry_check(const rkv_geometry *g);
+RKV_API rkv_status rkv_geometry_check(const rkv_geometry *g);
 
 /* Derived sizes of a (valid) geometry, in slots (tokens):
  * ring_len L = RF*T, capacity C = L + T (one session, scratch included),
  * total_slots N = S*C. memory_bytes = 2*H*N*D*sizeof(dtype) (SEM 2). */
-int64_t rkv_geometry_ring_len(const rkv_geometry *g);
-int64_t rkv_geometry_capacity(const rkv_geometry *g);
-int64_t rkv_geometry_total_slots(const rkv_geometry *g);
-size_t rkv_geometry_memory_bytes(const rkv_geometry *g);
+RKV_API int64_t rkv_geometry_ring_len(const rkv_geometry *g);
+RKV_API int64_t rkv_geometry_capacity(const rkv_geometry *g);
+RKV_API int64_t rkv_geometry_total_slots(const rkv_geometry *g);
+RKV_API size_t rkv_geometry_memory_bytes(const rkv_geometry *g);
 
 /* Slot arithmetic of SEM 3 step 1 for clock f >= 0 (no checks: the caller
  * passes a valid geometry and f >= 0):
  * bucket = ceil(f / PD), ring frame slot = bucket mod RB,
  * write step = (f mod PD == 0). */
-int64_t rkv_ring_slot(const rkv_geometry *g, int64_t frame_pos);
-int rkv_is_write_step(const rkv_geometry *g, int64_t frame_pos);
+RKV_API int64_t rkv_ring_slot(const rkv_geometry *g, int64_t frame_pos);
+RKV_API int rkv_is_write_step(const rkv_geometry *g, int64_t frame_pos);
 
 /* ------------------------------------------------------------------------ */
-/* One layer's ring (CPU backend; SEM 2, 3)                                  */
+/* Handles                                                                  */
 /* ------------------------------------------------------------------------ */
 
+/* Opaque handles, owned by the caller from *_create to *_destroy:
+ *  rkv_layer:      one layer's ring in host memory (layer storage below;
+ *                  the CPU backend's layer);
+ *  rkv_model:      a whole model over a backend (the model below);
+ *  rkv_threadpool: CPU worker threads (ringkv_cpu.h), named in the
+ *                  attention arguments. */
 typedef struct rkv_layer rkv_layer;
+typedef struct rkv_model rkv_model;
+typedef struct rkv_threadpool rkv_threadpool;
+
+/* ------------------------------------------------------------------------ */
+/* Visibility (SEM 4, 5)                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* Visibility is frame-granular. A "frame slot" index is a ring frame slot in
+ * [0, RF) or RKV_SCRATCH_FRAME(g) == RF for the session's scratch. Lists are
+ * ascending, scratch last, at most RF + 1 entries. */
+#define RKV_SCRATCH_FRAME(g) ((g)->ring_frames)
+
+/* The rule from the written bits and the clock (SEM 4, any history):
+ * ring frame r of the session is visible when its slots are written and it is
+ * not slot ceil(f/PD) mod RB while f mod PD == 0; the scratch always is.
+ * frames: caller buffer of RF + 1 entries; *count receives the length.
+ * (Frames are always written whole, so a frame's first slot stands for all.)
+ * Errors: RKV_ERR_NULL, RKV_ERR_RANGE (session), RKV_ERR_INVALID_ARG (f<0). */
+RKV_API rkv_status rkv_layer_visible_frames(const rkv_layer *layer, int64_t session,
+                                            int64_t frame_pos, int64_t *frames,
+                                            int64_t *count);
+
+/* The rule from the clock alone (SEM 4), for a session that committed frames
+ * 0..f-1 in order from 0: ring slots {(g/PD) mod RB : g = 0, PD, 2PD, .. < f}
+ * minus slot (f/PD) mod RB when f mod PD == 0, plus the scratch. Same output
+ * convention as rkv_layer_visible_frames. Depends only on the geometry.
+ * Errors: RKV_ERR_NULL, invalid geometry, RKV_ERR_INVALID_ARG (f < 0). */
+RKV_API rkv_status rkv_visible_frames_from_clock(const rkv_geometry *g,
+                                                 int64_t frame_pos, int64_t *frames,
+                                                 int64_t *count);
+
+/* Expands a frame list into a per-slot row [N] (1 visible, 0 not) of the
+ * given session, the reference's row format; every byte of row is written
+ * (slots of other sessions are 0). Errors: RKV_ERR_NULL, invalid geometry,
+ * RKV_ERR_RANGE (session, or a frame outside [0, RF]), RKV_ERR_INVALID_ARG
+ * (count outside [0, RF + 1]). */
+RKV_API rkv_status rkv_visible_row_from_frames(const rkv_geometry *g, int64_t session,
+                                               const int64_t *frames, int64_t count,
+                                               uint8_t *row);
+
+/* FlexAttention BlockMask of one session row (SEM 5), from the bits-and-clock
+ * rule. Query blocks QB = T/128, key blocks KB = N/128.
+ *  kv_num_blocks: [QB] int32, visible key blocks per query block.
+ *  kv_indices:    [QB][KB] int32, visible key block ids ascending, the rest
+ *                 padded with 0. Every query block gets the same list.
+ * Errors: RKV_ERR_NULL, RKV_ERR_RANGE (session), RKV_ERR_INVALID_ARG (f < 0),
+ * RKV_ERR_OVERFLOW (more than INT32_MAX key blocks). */
+RKV_API rkv_status rkv_layer_block_mask(const rkv_layer *layer, int64_t session,
+                                        int64_t frame_pos, int32_t *kv_num_blocks,
+                                        int32_t *kv_indices);
+
+/* ------------------------------------------------------------------------ */
+/* Layer storage: one layer's ring in host memory (SEM 2, 3)               */
+/* ------------------------------------------------------------------------ */
 
 /* Allocates a layer: K/V storage [2][H][N][D] in g->dtype, zeroed, and the
  * written bitmap [N] (ring slots 0, scratch slots 1). *out receives the
  * handle (owned by the caller; free with rkv_layer_destroy). Errors:
  * invalid geometry (see rkv_geometry_check), RKV_ERR_NULL, RKV_ERR_NO_MEMORY;
  * *out is untouched on failure. */
-rkv_status rkv_layer_create(const rkv_geometry *g, rkv_layer **out);
-void rkv_layer_destroy(rkv_layer *layer);
+RKV_API rkv_status rkv_layer_create(const rkv_geometry *g, rkv_layer **out);
+RKV_API void rkv_layer_destroy(rkv_layer *layer);
 
 /* Getters. Each returns 0 (or NULL) for a NULL layer. */
 /* The layer's geometry (pointer valid for the layer's lifetime). */
-const rkv_geometry *rkv_layer_geometry(const rkv_layer *layer);
-int64_t rkv_layer_capacity(const rkv_layer *layer);
-int64_t rkv_layer_total_slots(const rkv_layer *layer);
+RKV_API const rkv_geometry *rkv_layer_geometry(const rkv_layer *layer);
+RKV_API int64_t rkv_layer_capacity(const rkv_layer *layer);
+RKV_API int64_t rkv_layer_total_slots(const rkv_layer *layer);
 /* 2*H*N*D*sizeof(dtype): resident K/V bytes, all sessions (SEM 2). */
-size_t rkv_layer_memory_bytes(const rkv_layer *layer);
+RKV_API size_t rkv_layer_memory_bytes(const rkv_layer *layer);
 
 /* Read access without copying (host pointers owned by the layer, valid until
  * rkv_layer_destroy; contents change with every upsert/reset).
  *  rkv_layer_kv:      [2][H][N][D] in the storage dtype, index 0 = K, 1 = V.
  *  rkv_layer_k / _v:  [H][N][D] (the two halves of rkv_layer_kv).
  *  rkv_layer_written: [N] bytes, 1 = written, 0 = not. */
-const void *rkv_layer_kv(const rkv_layer *layer);
-const void *rkv_layer_k(const rkv_layer *layer);
-const void *rkv_layer_v(const rkv_layer *layer);
-const uint8_t *rkv_layer_written(const rkv_layer *layer);
+RKV_API const void *rkv_layer_kv(const rkv_layer *layer);
+RKV_API const void *rkv_layer_k(const rkv_layer *layer);
+RKV_API const void *rkv_layer_v(const rkv_layer *layer);
+RKV_API const uint8_t *rkv_layer_written(const rkv_layer *layer);
 
 /* [lo, hi) slots owned by session (lo = session*C, hi = lo + C).
  * RKV_ERR_RANGE when session is not in [0, S). */
-rkv_status rkv_layer_session_span(const rkv_layer *layer, int64_t session,
-                                  int64_t *lo, int64_t *hi);
+RKV_API rkv_status rkv_layer_session_span(const rkv_layer *layer, int64_t session,
+                                          int64_t *lo, int64_t *hi);
 
 /* Drops one session's state: its K/V span zeroed, its ring slots marked
  * unwritten, its scratch re-armed (marked written). RKV_ERR_RANGE. */
-rkv_status rkv_layer_reset(rkv_layer *layer, int64_t session);
+RKV_API rkv_status rkv_layer_reset(rkv_layer *layer, int64_t session);
 
 /* One session's span, piece by piece: what forks, snapshots and snapshot
  * files copy (every backend has the same calls; ringkv_cuda.h). A session's
@@ -183,27 +321,27 @@ typedef enum rkv_span_part {
 
 /* Bytes of one piece: C*D*sizeof(dtype) for K or V, C for the written bits;
  * 0 for a NULL layer or an unknown part. */
-size_t rkv_layer_span_bytes(const rkv_layer *layer, rkv_span_part part);
+RKV_API size_t rkv_layer_span_bytes(const rkv_layer *layer, rkv_span_part part);
 /* Copies a piece of `session`'s span into dst (caller-owned host buffer of
  * rkv_layer_span_bytes(layer, part) bytes, not overlapping the layer).
  * Reads the layer only. Errors (dst untouched): RKV_ERR_NULL, RKV_ERR_RANGE
  * (session, or head outside [0, H) for K/V), RKV_ERR_INVALID_ARG (unknown
  * part, head != 0 for the written bits). */
-rkv_status rkv_layer_read_span(const rkv_layer *layer, int64_t session,
-                               rkv_span_part part, int64_t head, void *dst);
+RKV_API rkv_status rkv_layer_read_span(const rkv_layer *layer, int64_t session,
+                                       rkv_span_part part, int64_t head, void *dst);
 /* Overwrites a piece of `session`'s span from src (host, span_bytes bytes).
  * Written bits must keep the layer's invariant: every byte 0 or 1, every
  * scratch slot 1, the T bits of a ring frame all equal (frames are written
  * whole); RKV_ERR_INVALID_ARG names the first bad slot otherwise. Errors
  * (nothing written) as rkv_layer_read_span, plus that one. */
-rkv_status rkv_layer_write_span(rkv_layer *layer, int64_t session,
-                                rkv_span_part part, int64_t head,
-                                const void *src);
+RKV_API rkv_status rkv_layer_write_span(rkv_layer *layer, int64_t session,
+                                        rkv_span_part part, int64_t head,
+                                        const void *src);
 /* Copies session src_session's whole span (K, V, written bits) over
  * dst_session's, bit-exact. src == dst is a no-op. Errors: RKV_ERR_NULL,
  * RKV_ERR_RANGE. */
-rkv_status rkv_layer_copy_span(rkv_layer *layer, int64_t src_session,
-                               int64_t dst_session);
+RKV_API rkv_status rkv_layer_copy_span(rkv_layer *layer, int64_t src_session,
+                                       int64_t dst_session);
 
 /* One upsert of SEM 3 for B >= 1 session rows, in the reference's order:
  * scratch write, visibility, commit.
@@ -224,83 +362,210 @@ rkv_status rkv_layer_copy_span(rkv_layer *layer, int64_t src_session,
  * Errors (nothing written): RKV_ERR_NULL, RKV_ERR_INVALID_ARG (B < 1 or
  * B > S, visible with B > 1, frame_pos < 0, a session repeated within the
  * batch), RKV_ERR_RANGE (session out of range), RKV_ERR_DTYPE. */
-rkv_status rkv_layer_upsert(rkv_layer *layer, const void *kv,
-                            rkv_dtype kv_dtype, int64_t batch,
-                            const int64_t *frame_pos,
-                            const int64_t *session_idx, int commit,
-                            uint8_t *visible);
+RKV_API rkv_status rkv_layer_upsert(rkv_layer *layer, const void *kv,
+                                    rkv_dtype kv_dtype, int64_t batch,
+                                    const int64_t *frame_pos,
+                                    const int64_t *session_idx, int commit,
+                                    uint8_t *visible);
+
+/* ---- Rings over caller-owned storage: views (SEM 2-5) ------------------ */
+
+/* A ring whose storage the caller owns and passes in on every call: the
+ * layout of an rkv_layer's (SEM 2), described by its geometry and two HOST
+ * pointers. It is how a framework that holds the memory itself calls
+ * ringkv -- a PyTorch custom op handed the K/V and written tensors (or,
+ * under torch.compile's functionalization, copies of them): every view call
+ * reads and writes exactly the buffers its view names, never a layer's own.
+ *  g:       the geometry; each call checks it as rkv_geometry_check does.
+ *  kv:      HOST [2][H][N][D] in g.dtype (index 0 = K, 1 = V), aligned to
+ *           the element size (4 bytes f32, 2 f16/bf16); caller-owned, never
+ *           freed or kept by ringkv.
+ *  written: HOST [N] bytes, caller-owned. The calls expect what
+ *           rkv_layer_create and the upserts maintain (each byte 0 or 1,
+ *           every scratch slot 1, a ring frame's T bytes all equal); this is
+ *           not checked (it would cost a pass over N bytes per call): other
+ *           contents give other visibility, never an access outside the
+ *           buffers.
+ * A view holds no state and allocates nothing: build one on the stack for
+ * each call. Calls that write (rkv_ring_upsert) need the caller's exclusive
+ * use of the buffers during the call; readers may run concurrently, as for
+ * a layer (docs/thread-safety.md). rkv_layer_upsert and rkv_layer_attend are
+ * these calls on the view of the layer's own storage (rkv_layer_view). */
+/* Frozen (a later change is rkv_ring_view_v2). */
+typedef struct rkv_ring_view {
+    rkv_geometry g;
+    void *kv;
+    uint8_t *written;
+} rkv_ring_view;
+
+/* Fills *out with the view of `layer`'s own storage: its geometry,
+ * rkv_layer_kv and rkv_layer_written (pointers valid until
+ * rkv_layer_destroy). Errors: RKV_ERR_NULL (layer, out). */
+RKV_API rkv_status rkv_layer_view(rkv_layer *layer, rkv_ring_view *out);
+
+/* rkv_layer_upsert on a view: the same arguments, order (scratch write,
+ * visibility row, commit), checks and effects, on ring->kv and
+ * ring->written; messages name "rkv_ring_upsert". kv (the input frame) must
+ * not overlap the storage. Errors (nothing written): those of
+ * rkv_layer_upsert, plus RKV_ERR_NULL (ring, ring->kv, ring->written),
+ * invalid geometry (rkv_geometry_check's status and message) and
+ * RKV_ERR_INVALID_ARG (ring->kv not aligned to its element size). */
+RKV_API rkv_status rkv_ring_upsert(const rkv_ring_view *ring, const void *kv, rkv_dtype kv_dtype,
+                                   int64_t batch, const int64_t *frame_pos,
+                                   const int64_t *session_idx, int commit, uint8_t *visible);
+
+/* The reference's visibility row of session `session` at clock `frame_pos`,
+ * exactly the row rkv_ring_upsert/rkv_layer_upsert return in `visible`
+ * (computed as before that call's commit): row[j] = written[j] for the
+ * session's slots [s*C, (s+1)*C), 0 elsewhere, and 0 for the T slots of
+ * ring frame ceil(f/PD) mod RB when f mod PD == 0. Reads ring->written
+ * only (ring->kv may be NULL). row: caller-owned HOST [N] bytes, written
+ * whole (0/1). Errors (row untouched): RKV_ERR_NULL (ring, ring->written,
+ * row), invalid geometry, RKV_ERR_RANGE (session not in [0, S)),
+ * RKV_ERR_INVALID_ARG (frame_pos < 0, misaligned ring->kv). */
+RKV_API rkv_status rkv_ring_visible_row(const rkv_ring_view *ring, int64_t session, int64_t frame_pos,
+                                        uint8_t *row);
 
 /* ------------------------------------------------------------------------ */
-/* Visibility (SEM 4, 5)                                                     */
+/* The model: layers, sessions, clocks, attention, frames (SEM 6, 7)        */
 /* ------------------------------------------------------------------------ */
 
-/* Visibility is frame-granular. A "frame slot" index is a ring frame slot in
- * [0, RF) or RKV_SCRATCH_FRAME(g) == RF for the session's scratch. Lists are
- * ascending, scratch last, at most RF + 1 entries. */
-#define RKV_SCRATCH_FRAME(g) ((g)->ring_frames)
+#define RKV_MAX_LAYERS 256
+#define RKV_MAX_NAME 64
+#define RKV_MAX_REQUEST_ID 256 /* bytes of a request id, NUL included */
 
-/* The rule from the written bits and the clock (SEM 4, any history):
- * ring frame r of the session is visible when its slots are written and it is
- * not slot ceil(f/PD) mod RB while f mod PD == 0; the scratch always is.
- * frames: caller buffer of RF + 1 entries; *count receives the length.
- * (Frames are always written whole, so a frame's first slot stands for all.)
- * Errors: RKV_ERR_NULL, RKV_ERR_RANGE (session), RKV_ERR_INVALID_ARG (f<0). */
-rkv_status rkv_layer_visible_frames(const rkv_layer *layer, int64_t session,
-                                    int64_t frame_pos, int64_t *frames,
-                                    int64_t *count);
+/* Frozen (a later change is rkv_layer_spec_v2). */
+typedef struct rkv_layer_spec {
+    int64_t ring_frames;
+    int64_t ring_buckets;
+    int64_t pinned_dilation;
+} rkv_layer_spec;
 
-/* The rule from the clock alone (SEM 4), for a session that committed frames
- * 0..f-1 in order from 0: ring slots {(g/PD) mod RB : g = 0, PD, 2PD, .. < f}
- * minus slot (f/PD) mod RB when f mod PD == 0, plus the scratch. Same output
- * convention as rkv_layer_visible_frames. Depends only on the geometry.
- * Errors: RKV_ERR_NULL, invalid geometry, RKV_ERR_INVALID_ARG (f < 0). */
-rkv_status rkv_visible_frames_from_clock(const rkv_geometry *g,
-                                         int64_t frame_pos, int64_t *frames,
-                                         int64_t *count);
+/* Grows: struct_size first ("Structs that grow" above). Start from
+ * RKV_MODEL_CONFIG_INIT or rkv_model_preset. Every call that reads a config
+ * (rkv_model_create*, rkv_model_config_*) checks struct_size first. */
+typedef struct rkv_model_config {
+    size_t struct_size;                    /* sizeof(rkv_model_config)   */
+    char name[RKV_MAX_NAME];
+    int64_t n_layers;                      /* 1 .. RKV_MAX_LAYERS         */
+    rkv_layer_spec layers[RKV_MAX_LAYERS]; /* per layer RF / RB / PD      */
+    int64_t num_sessions;
+    int64_t n_q_heads;                     /* multiple of n_kv_heads      */
+    int64_t n_kv_heads;
+    int64_t d_head;
+    int64_t tokens_per_frame;
+    rkv_dtype dtype;
+    int64_t max_offloaded;                 /* paged-out sessions the model
+        keeps a request id reserved for (rkv_model_offload), 0 ..
+        RKV_MAX_OFFLOADED; 0 means RKV_DEFAULT_OFFLOADED(num_sessions), so
+        that a config zero-initialized or made by rkv_model_preset pages out
+        without setting it. Not geometry: snapshot files neither store nor
+        compare it (a snapshot's config has 0 here).                       */
+} rkv_model_config;
+#define RKV_MODEL_CONFIG_INIT RKV__SIZED_INIT(rkv_model_config)
 
-/* Expands a frame list into a per-slot row [N] (1 visible, 0 not) of the
- * given session, the reference's row format; every byte of row is written
- * (slots of other sessions are 0). Errors: RKV_ERR_NULL, invalid geometry,
- * RKV_ERR_RANGE (session, or a frame outside [0, RF]), RKV_ERR_INVALID_ARG
- * (count outside [0, RF + 1]). */
-rkv_status rkv_visible_row_from_frames(const rkv_geometry *g, int64_t session,
-                                       const int64_t *frames, int64_t count,
-                                       uint8_t *row);
+/* Largest max_offloaded; and the table size used when it is 0: four
+ * paged-out sessions per resident one, at least 16 (an entry costs ~300
+ * bytes of host memory). */
+#define RKV_MAX_OFFLOADED ((int64_t)1 << 20)
+#define RKV_DEFAULT_OFFLOADED(num_sessions) \
+    ((num_sessions) * 4 > 16 ? (num_sessions) * 4 : 16)
 
-/* FlexAttention BlockMask of one session row (SEM 5), from the bits-and-clock
- * rule. Query blocks QB = T/128, key blocks KB = N/128.
- *  kv_num_blocks: [QB] int32, visible key blocks per query block.
- *  kv_indices:    [QB][KB] int32, visible key block ids ascending, the rest
- *                 padded with 0. Every query block gets the same list.
- * Errors: RKV_ERR_NULL, RKV_ERR_RANGE (session), RKV_ERR_INVALID_ARG (f < 0),
- * RKV_ERR_OVERFLOW (more than INT32_MAX key blocks). */
-rkv_status rkv_layer_block_mask(const rkv_layer *layer, int64_t session,
-                                int64_t frame_pos, int32_t *kv_num_blocks,
-                                int32_t *kv_indices);
+/* Fills *out with a named preset (SEM 7):
+ *  "waypoint-1.5-720p": 24 layers, Hq 32, H 16, D 64, T 512, bf16; layers
+ *     3,7,11,15,19,23 global (PD 8, RB 16, RF 16, or 128 with
+ *     full_global_ring), the rest local (PD 1, RF = RB = 16).
+ *  "waypoint-1.5-360p": the same with T 128.
+ *  "demo": 2 layers, local (16/16/1) then global (RB 16, PD 8; RF 16 or
+ *     128), Hq 1, H 1, D 64, T 128, f32.
+ * num_sessions is set to 1, struct_size to sizeof(rkv_model_config);
+ * change fields after the call as needed. RKV_ERR_NOT_FOUND for an unknown
+ * name. */
+RKV_API rkv_status rkv_model_preset(const char *name, int full_global_ring,
+                                    rkv_model_config *out);
+/* Names of the presets, NULL-terminated static array. */
+RKV_API const char *const *rkv_model_preset_names(void);
 
-/* ------------------------------------------------------------------------ */
-/* Attention over the ring (SEM 5), CPU backend                              */
-/* ------------------------------------------------------------------------ */
+/* Geometry of layer i of a config (S, H, D, T, dtype from the config).
+ * Errors: RKV_ERR_NULL, RKV_ERR_INVALID_ARG (cfg->struct_size, n_layers
+ * outside 1..RKV_MAX_LAYERS), RKV_ERR_RANGE (layer). The geometry is not
+ * checked. */
+RKV_API rkv_status rkv_model_config_layer_geometry(const rkv_model_config *cfg,
+                                                   int64_t layer, rkv_geometry *out);
+/* Resident K/V bytes of one session over all layers, and of the model. */
+RKV_API rkv_status rkv_model_config_memory(const rkv_model_config *cfg,
+                                           size_t *per_session_bytes,
+                                           size_t *total_bytes);
 
-/* A fixed pool of CPU worker threads used by rkv_layer_attend. Threads are created once, at rkv_threadpool_create, and reused
- * by every call; work is split over (session row, query head, query tile),
- * each piece computed by one thread in a fixed order, so outputs are
- * bit-identical whatever the thread count. One pool serves one call at a
- * time (concurrent calls on the same pool are serialized). */
-typedef struct rkv_threadpool rkv_threadpool;
+/* Creates a model on the CPU backend: one rkv_layer per transformer layer,
+ * in host memory. Errors: invalid config (each layer's geometry checked),
+ * RKV_ERR_NO_MEMORY. The same model on another backend:
+ * rkv_model_create_cuda (ringkv_cuda.h), or any backend table through
+ * rkv_model_create_with_backend (ringkv_backend.h). Every rkv_model_* call
+ * works on every backend; where a call takes buffers the kernels read or
+ * write, they are BACKEND memory: host memory on the CPU backend, device
+ * memory of the model's GPU on CUDA. The backend is not part of the config
+ * nor of snapshots: a session saved from one backend loads into another. */
+RKV_API rkv_status rkv_model_create(const rkv_model_config *cfg, rkv_model **out);
+/* Frees the layers, buffers and the backend's context (a CUDA model waits
+ * for its stream first). NULL is a no-op. */
+RKV_API void rkv_model_destroy(rkv_model *model);
 
-/* n_threads: total threads including the caller's; 0 means the machine's
- * online cores. *out owned by the caller (rkv_threadpool_destroy; NULL is a
- * no-op). Errors: RKV_ERR_NULL, RKV_ERR_INVALID_ARG (n_threads < 0 or
- * > 1024), RKV_ERR_NO_MEMORY (allocation or thread creation failed). */
-rkv_status rkv_threadpool_create(int n_threads, rkv_threadpool **out);
-void rkv_threadpool_destroy(rkv_threadpool *pool);
-/* Threads of the pool (caller included); 0 for NULL. */
-int rkv_threadpool_size(const rkv_threadpool *pool);
+RKV_API const rkv_model_config *rkv_model_get_config(const rkv_model *model);
+/* The backend's name: "cpu", "cuda", ... (static string); NULL for NULL. */
+RKV_API const char *rkv_model_backend_name(const rkv_model *model);
+/* Layer i of a CPU-backend model (owned by the model). NULL when i is out of
+ * range, and for a model on another backend, whose layers are not
+ * rkv_layer (rkv_model_cuda_layer in ringkv_cuda.h gives a CUDA model's).
+ * Mutating it directly bypasses the model's clock checks. */
+RKV_API rkv_layer *rkv_model_layer(rkv_model *model, int64_t layer);
+/* Resident K/V bytes of every layer (on the backend's memory). */
+RKV_API size_t rkv_model_memory_bytes(const rkv_model *model);
 
-/* Zero-initialize this struct ({0} or designated initializers) and set
- * what you need: fields added in later versions then take their defaults. */
+/* Claims a free session for request_id (a NUL-terminated string of 1 to
+ * RKV_MAX_REQUEST_ID-1 bytes). Claiming an id that already holds a session
+ * returns that session. RKV_ERR_FULL when every session is held (no
+ * eviction); RKV_ERR_INVALID_ARG for an empty or overlong id; RKV_ERR_NULL.
+ * The new session starts zeroed with no clock. */
+RKV_API rkv_status rkv_model_claim(rkv_model *model, const char *request_id,
+                                   int64_t *session);
+/* The session held by request_id; RKV_ERR_NOT_FOUND, RKV_ERR_INVALID_ARG
+ * (empty or overlong id), RKV_ERR_NULL. */
+RKV_API rkv_status rkv_model_lookup(const rkv_model *model, const char *request_id,
+                                    int64_t *session);
+/* Releases a held session: zeroed in every layer, clock dropped, id freed.
+ * Allowed at any time. When the session is a row of the current batch, the
+ * batch is closed; if its frame was open, that frame is abandoned for every
+ * row (see "Frames" below). RKV_ERR_RANGE, RKV_ERR_STATE (not held),
+ * RKV_ERR_NULL. */
+RKV_API rkv_status rkv_model_release(rkv_model *model, int64_t session);
+/* Resets a held session in every layer and drops its clock (SEM 6): the next
+ * frame may start anywhere. The session stays claimed. Inside a frame: as
+ * rkv_model_release. */
+RKV_API rkv_status rkv_model_reset(rkv_model *model, int64_t session);
+
+/* Last committed frame of a held session, or -1 when it has no clock. */
+RKV_API rkv_status rkv_model_clock(const rkv_model *model, int64_t session,
+                                   int64_t *last_committed);
+
+/* Forks: copies held session src_session's whole state (every layer's K/V
+ * span and written bits, and its clock) into held session dst_session of
+ * the same model, bit-exact: a branch of the same world. Both must be
+ * between frames; dst keeps its request id, its old contents are replaced,
+ * and its next frame must be src's last committed + 1 (any frame when src
+ * has no clock). The two then evolve independently.
+ * Errors (nothing changed): RKV_ERR_NULL, RKV_ERR_RANGE, RKV_ERR_STATE (not
+ * claimed, or inside a frame), RKV_ERR_INVALID_ARG (src == dst). */
+RKV_API rkv_status rkv_model_fork(rkv_model *model, int64_t src_session,
+                                  int64_t dst_session);
+
+/* ---- Attention arguments (every backend) ------------------------------- */
+
+/* Grows: struct_size first ("Structs that grow" above). Start from
+ * RKV_ATTENTION_ARGS_INIT (or {.struct_size = sizeof(rkv_attention_args),
+ * ...}) and set what you need; members left 0 take their defaults. */
 typedef struct rkv_attention_args {
+    size_t struct_size; /* sizeof(rkv_attention_args)                    */
     int64_t batch;      /* B >= 1 session rows                            */
     int64_t n_q_heads;  /* Hq: a positive multiple of H; head h reads KV
                            head h / (Hq/H) (GQA)                          */
@@ -324,6 +589,7 @@ typedef struct rkv_attention_args {
     rkv_threadpool *pool; /* threads to run on; NULL: a process-wide pool
                              sized to the machine's cores, made on first use */
 } rkv_attention_args;
+#define RKV_ATTENTION_ARGS_INIT RKV__SIZED_INIT(rkv_attention_args)
 
 /* out[b,h,i,:] = sum_j softmax_j(scale * q[b,h,i,:] . K[kvh,j,:]) V[kvh,j,:]
  * over the visible slots j of row b; no causal mask; f32 accumulation.
@@ -335,221 +601,10 @@ typedef struct rkv_attention_args {
  * the slot order; a row whose every visible key scores -inf gives 0, as a
  * row with no visible slot (the one case defined here: float64 math would
  * give 0/0). A +inf or NaN score (or a NaN reaching a score) makes the row
- * NaN.
- * rkv_layer_attend is the fast path: tiled online softmax ("flash", Dao et
- * al. 2022) over the visible keys only, vectorized (AMX bf16 tiles for bf16
- * storage / AVX-512 / AVX2+FMA chosen on first use, plain C elsewhere; see
- * rkv_attention_isa) and spread over args->pool.
- * rkv_layer_attend_reference is the simple, exact implementation kept as the
- * test oracle (single thread, two-pass softmax; args->pool is ignored).
- * Errors (out untouched): RKV_ERR_NULL, RKV_ERR_INVALID_ARG, RKV_ERR_RANGE,
- * RKV_ERR_DTYPE, RKV_ERR_OVERFLOW, RKV_ERR_NO_MEMORY. */
-rkv_status rkv_layer_attend(const rkv_layer *layer,
-                            const rkv_attention_args *args);
-rkv_status rkv_layer_attend_reference(const rkv_layer *layer,
-                                      const rkv_attention_args *args);
-/* Instruction set rkv_layer_attend uses on this CPU: "amx", "avx512",
- * "avx2" or "generic" (static string), best first, or "avx512bf16" when
- * asked for. "amx" and "avx512bf16": bf16 storage with d_head a multiple of
- * 32 (<= 512) runs on bf16 pair products -- the AMX tile unit, or
- * AVX512-BF16's VDPBF16PS -- with queries and softmax weights rounded to
- * bf16 and f32 accumulation (bf16-level error, ~2e-3 relative); everything
- * else runs on AVX-512. The environment variable RKV_ISA (same names, any
- * case), read once, caps the choice (RKV_ISA=avx512: no bf16 pairs); empty
- * counts as unset, an unknown name is ignored with one line on stderr;
- * "avx512bf16" is
- * chosen only when RKV_ISA names it (on the Intel CPU it was measured on it
- * ran at 0.8x the f32 AVX-512 kernel; it is meant for CPUs whose VDPBF16PS
- * outruns their FMAs, such as AMD Zen 4, where it is not yet measured). */
-const char *rkv_attention_isa(void);
-/* The instruction set rkv_layer_attend uses for this layer: as
- * rkv_attention_isa, but "avx512" where the CPU's choice is "amx" or
- * "avx512bf16" and the layer's dtype or d_head does not suit the bf16 pair
- * path. NULL for NULL. */
-const char *rkv_layer_attention_isa(const rkv_layer *layer);
-
-/* ------------------------------------------------------------------------ */
-/* Rings over caller-owned storage: views (SEM 2-5)                          */
-/* ------------------------------------------------------------------------ */
-
-/* A ring whose storage the caller owns and passes in on every call: the
- * layout of an rkv_layer's (SEM 2), described by its geometry and two HOST
- * pointers. It is how a framework that holds the memory itself calls
- * ringkv -- a PyTorch custom op handed the K/V and written tensors (or,
- * under torch.compile's functionalization, copies of them): every view call
- * reads and writes exactly the buffers its view names, never a layer's own.
- *  g:       the geometry; each call checks it as rkv_geometry_check does.
- *  kv:      HOST [2][H][N][D] in g.dtype (index 0 = K, 1 = V), aligned to
- *           the element size (4 bytes f32, 2 f16/bf16); caller-owned, never
- *           freed or kept by ringkv.
- *  written: HOST [N] bytes, caller-owned. The calls expect what
- *           rkv_layer_create and the upserts maintain (each byte 0 or 1,
- *           every scratch slot 1, a ring frame's T bytes all equal); this is
- *           not checked (it would cost a pass over N bytes per call): other
- *           contents give other visibility, never an access outside the
- *           buffers.
- * A view holds no state and allocates nothing: build one on the stack for
- * each call. Calls that write (rkv_ring_upsert) need the caller's exclusive
- * use of the buffers during the call; readers may run concurrently, as for
- * a layer (docs/thread-safety.md). rkv_layer_upsert and rkv_layer_attend are
- * these calls on the view of the layer's own storage (rkv_layer_view). */
-typedef struct rkv_ring_view {
-    rkv_geometry g;
-    void *kv;
-    uint8_t *written;
-} rkv_ring_view;
-
-/* Fills *out with the view of `layer`'s own storage: its geometry,
- * rkv_layer_kv and rkv_layer_written (pointers valid until
- * rkv_layer_destroy). Errors: RKV_ERR_NULL (layer, out). */
-rkv_status rkv_layer_view(rkv_layer *layer, rkv_ring_view *out);
-
-/* rkv_layer_upsert on a view: the same arguments, order (scratch write,
- * visibility row, commit), checks and effects, on ring->kv and
- * ring->written; messages name "rkv_ring_upsert". kv (the input frame) must
- * not overlap the storage. Errors (nothing written): those of
- * rkv_layer_upsert, plus RKV_ERR_NULL (ring, ring->kv, ring->written),
- * invalid geometry (rkv_geometry_check's status and message) and
- * RKV_ERR_INVALID_ARG (ring->kv not aligned to its element size). */
-rkv_status rkv_ring_upsert(const rkv_ring_view *ring, const void *kv, rkv_dtype kv_dtype,
-                           int64_t batch, const int64_t *frame_pos,
-                           const int64_t *session_idx, int commit, uint8_t *visible);
-
-/* The reference's visibility row of session `session` at clock `frame_pos`,
- * exactly the row rkv_ring_upsert/rkv_layer_upsert return in `visible`
- * (computed as before that call's commit): row[j] = written[j] for the
- * session's slots [s*C, (s+1)*C), 0 elsewhere, and 0 for the T slots of
- * ring frame ceil(f/PD) mod RB when f mod PD == 0. Reads ring->written
- * only (ring->kv may be NULL). row: caller-owned HOST [N] bytes, written
- * whole (0/1). Errors (row untouched): RKV_ERR_NULL (ring, ring->written,
- * row), invalid geometry, RKV_ERR_RANGE (session not in [0, S)),
- * RKV_ERR_INVALID_ARG (frame_pos < 0, misaligned ring->kv). */
-rkv_status rkv_ring_visible_row(const rkv_ring_view *ring, int64_t session, int64_t frame_pos,
-                                uint8_t *row);
-
-/* rkv_layer_attend on a view: the same arguments, checks, kernels and
- * results (bit-identical for the same storage contents), reading ring->kv
- * and ring->written; messages name "rkv_ring_attend". Errors (out
- * untouched): those of rkv_layer_attend, plus RKV_ERR_NULL (ring, its
- * pointers), invalid geometry and RKV_ERR_INVALID_ARG (misaligned
- * ring->kv). */
-rkv_status rkv_ring_attend(const rkv_ring_view *ring, const rkv_attention_args *args);
-
-/* ------------------------------------------------------------------------ */
-/* A whole model: layers, sessions, clocks, snapshots (SEM 6, 7)             */
-/* ------------------------------------------------------------------------ */
-
-#define RKV_MAX_LAYERS 256
-#define RKV_MAX_NAME 64
-#define RKV_MAX_REQUEST_ID 256 /* bytes of a request id, NUL included */
-
-typedef struct rkv_layer_spec {
-    int64_t ring_frames;
-    int64_t ring_buckets;
-    int64_t pinned_dilation;
-} rkv_layer_spec;
-
-typedef struct rkv_model_config {
-    char name[RKV_MAX_NAME];
-    int64_t n_layers;                      /* 1 .. RKV_MAX_LAYERS         */
-    rkv_layer_spec layers[RKV_MAX_LAYERS]; /* per layer RF / RB / PD      */
-    int64_t num_sessions;
-    int64_t n_q_heads;                     /* multiple of n_kv_heads      */
-    int64_t n_kv_heads;
-    int64_t d_head;
-    int64_t tokens_per_frame;
-    rkv_dtype dtype;
-    int64_t max_offloaded;                 /* paged-out sessions the model
-        keeps a request id reserved for (rkv_model_offload), 0 ..
-        RKV_MAX_OFFLOADED; 0 means RKV_DEFAULT_OFFLOADED(num_sessions), so
-        that a config zero-initialized or made by rkv_model_preset pages out
-        without setting it. Not geometry: snapshot files neither store nor
-        compare it (a snapshot's config has 0 here).                       */
-} rkv_model_config;
-
-/* Largest max_offloaded; and the table size used when it is 0: four
- * paged-out sessions per resident one, at least 16 (an entry costs ~300
- * bytes of host memory). */
-#define RKV_MAX_OFFLOADED ((int64_t)1 << 20)
-#define RKV_DEFAULT_OFFLOADED(num_sessions) \
-    ((num_sessions) * 4 > 16 ? (num_sessions) * 4 : 16)
-
-/* Fills *out with a named preset (SEM 7):
- *  "waypoint-1.5-720p": 24 layers, Hq 32, H 16, D 64, T 512, bf16; layers
- *     3,7,11,15,19,23 global (PD 8, RB 16, RF 16, or 128 with
- *     full_global_ring), the rest local (PD 1, RF = RB = 16).
- *  "waypoint-1.5-360p": the same with T 128.
- *  "demo": 2 layers, local (16/16/1) then global (RB 16, PD 8; RF 16 or
- *     128), Hq 1, H 1, D 64, T 128, f32.
- * num_sessions is set to 1; change fields after the call as needed.
- * RKV_ERR_NOT_FOUND for an unknown name. */
-rkv_status rkv_model_preset(const char *name, int full_global_ring,
-                            rkv_model_config *out);
-/* Names of the presets, NULL-terminated static array. */
-const char *const *rkv_model_preset_names(void);
-
-/* Geometry of layer i of a config (S, H, D, T, dtype from the config).
- * Errors: RKV_ERR_NULL, RKV_ERR_INVALID_ARG (n_layers outside
- * 1..RKV_MAX_LAYERS), RKV_ERR_RANGE (layer). The geometry is not checked. */
-rkv_status rkv_model_config_layer_geometry(const rkv_model_config *cfg,
-                                           int64_t layer, rkv_geometry *out);
-/* Resident K/V bytes of one session over all layers, and of the model. */
-rkv_status rkv_model_config_memory(const rkv_model_config *cfg,
-                                   size_t *per_session_bytes,
-                                   size_t *total_bytes);
-
-typedef struct rkv_model rkv_model;
-
-/* Creates a model on the CPU backend: one rkv_layer per transformer layer,
- * in host memory. Errors: invalid config (each layer's geometry checked),
- * RKV_ERR_NO_MEMORY. The same model on another backend:
- * rkv_model_create_cuda (ringkv_cuda.h), or any backend table through
- * rkv_model_create_with_backend (ringkv_backend.h). Every rkv_model_* call
- * works on every backend; where a call takes buffers the kernels read or
- * write, they are BACKEND memory: host memory on the CPU backend, device
- * memory of the model's GPU on CUDA. The backend is not part of the config
- * nor of snapshots: a session saved from one backend loads into another. */
-rkv_status rkv_model_create(const rkv_model_config *cfg, rkv_model **out);
-/* Frees the layers, buffers and the backend's context (a CUDA model waits
- * for its stream first). NULL is a no-op. */
-void rkv_model_destroy(rkv_model *model);
-
-const rkv_model_config *rkv_model_get_config(const rkv_model *model);
-/* The backend's name: "cpu", "cuda", ... (static string); NULL for NULL. */
-const char *rkv_model_backend_name(const rkv_model *model);
-/* Layer i of a CPU-backend model (owned by the model). NULL when i is out of
- * range, and for a model on another backend, whose layers are not
- * rkv_layer (rkv_model_cuda_layer in ringkv_cuda.h gives a CUDA model's).
- * Mutating it directly bypasses the model's clock checks. */
-rkv_layer *rkv_model_layer(rkv_model *model, int64_t layer);
-/* Resident K/V bytes of every layer (on the backend's memory). */
-size_t rkv_model_memory_bytes(const rkv_model *model);
-
-/* Claims a free session for request_id (a NUL-terminated string of 1 to
- * RKV_MAX_REQUEST_ID-1 bytes). Claiming an id that already holds a session
- * returns that session. RKV_ERR_FULL when every session is held (no
- * eviction); RKV_ERR_INVALID_ARG for an empty or overlong id; RKV_ERR_NULL.
- * The new session starts zeroed with no clock. */
-rkv_status rkv_model_claim(rkv_model *model, const char *request_id,
-                           int64_t *session);
-/* The session held by request_id; RKV_ERR_NOT_FOUND, RKV_ERR_INVALID_ARG
- * (empty or overlong id), RKV_ERR_NULL. */
-rkv_status rkv_model_lookup(const rkv_model *model, const char *request_id,
-                            int64_t *session);
-/* Releases a held session: zeroed in every layer, clock dropped, id freed.
- * Allowed at any time. When the session is a row of the current batch, the
- * batch is closed; if its frame was open, that frame is abandoned for every
- * row (see "Frames" below). RKV_ERR_RANGE, RKV_ERR_STATE (not held),
- * RKV_ERR_NULL. */
-rkv_status rkv_model_release(rkv_model *model, int64_t session);
-/* Resets a held session in every layer and drops its clock (SEM 6): the next
- * frame may start anywhere. The session stays claimed. Inside a frame: as
- * rkv_model_release. */
-rkv_status rkv_model_reset(rkv_model *model, int64_t session);
-
-/* Last committed frame of a held session, or -1 when it has no clock. */
-rkv_status rkv_model_clock(const rkv_model *model, int64_t session,
-                           int64_t *last_committed);
+ * NaN. The model's attention (rkv_model_frame_attend and the calls below)
+ * computes this on every backend; ringkv_cpu.h has the CPU engines
+ * (rkv_layer_attend) and ringkv_cuda.h the CUDA kernels for the same
+ * definition. */
 
 /* ---- Frames: the batch is set once ---------------------------------------
  * A frame of B sessions is: rkv_model_begin_frame (the batch: which
@@ -604,9 +659,9 @@ rkv_status rkv_model_clock(const rkv_model *model, int64_t session,
  * the checks: B, then every row's session (range, distinct, claimed), then
  * row by row its frame state and clock, then the open batch; the first
  * failure is reported. Not capture-safe. */
-rkv_status rkv_model_begin_frame(rkv_model *model, int64_t batch,
-                                 const int64_t *session_idx,
-                                 const int64_t *frame_pos);
+RKV_API rkv_status rkv_model_begin_frame(rkv_model *model, int64_t batch,
+                                         const int64_t *session_idx,
+                                         const int64_t *frame_pos);
 
 /* One upsert of the current batch on layer `layer`, each row at its clock
  * (rkv_layer_upsert's operation).
@@ -622,9 +677,9 @@ rkv_status rkv_model_begin_frame(rkv_model *model, int64_t batch,
  * committed frame, that the next call is rkv_model_begin_frame with each
  * row's frame + 1), and the backend's launch errors (CUDA: a misaligned kv
  * is RKV_ERR_INVALID_ARG). Capture-safe. */
-rkv_status rkv_model_frame_upsert(rkv_model *model, int64_t layer,
-                                  const void *kv, rkv_dtype kv_dtype,
-                                  int commit);
+RKV_API rkv_status rkv_model_frame_upsert(rkv_model *model, int64_t layer,
+                                          const void *kv, rkv_dtype kv_dtype,
+                                          int commit);
 
 /* Attention of the current batch (open or ended) on layer `layer` at its
  * clocks, with the bits-and-clock rule (rkv_layer_attend's operation).
@@ -639,8 +694,8 @@ rkv_status rkv_model_frame_upsert(rkv_model *model, int64_t layer,
  * RKV_ERR_STATE (no current batch), RKV_ERR_INVALID_ARG (heads, queries,
  * scale, alignment), RKV_ERR_DTYPE, RKV_ERR_OVERFLOW, RKV_ERR_NO_MEMORY
  * (CPU: the thread pool's scratch). Capture-safe. */
-rkv_status rkv_model_frame_attend(rkv_model *model, int64_t layer,
-                                  const rkv_attention_args *args);
+RKV_API rkv_status rkv_model_frame_attend(rkv_model *model, int64_t layer,
+                                          const rkv_attention_args *args);
 
 /* One pass of a batched step on layer `layer`: rkv_model_frame_upsert then
  * rkv_model_frame_attend, with every argument of both halves checked before
@@ -649,9 +704,9 @@ rkv_status rkv_model_frame_attend(rkv_model *model, int64_t layer,
  * RKV_ERR_NO_MEMORY from the CPU attention's scratch (or a CUDA launch
  * failure): the upsert then stands (it is idempotent within the pass) and
  * rkv_model_frame_attend can be called again. Capture-safe. */
-rkv_status rkv_model_frame_step(rkv_model *model, int64_t layer,
-                                const void *kv, rkv_dtype kv_dtype,
-                                int commit, const rkv_attention_args *args);
+RKV_API rkv_status rkv_model_frame_step(rkv_model *model, int64_t layer,
+                                        const void *kv, rkv_dtype kv_dtype,
+                                        int commit, const rkv_attention_args *args);
 
 /* Ends the current frame: every row's clock becomes its frame_pos, as when
  * the commit pass has gone through every layer. This is how a frame
@@ -662,20 +717,20 @@ rkv_status rkv_model_frame_step(rkv_model *model, int64_t layer,
  * would). Host only (enqueues nothing, waits for nothing). The batch stays
  * current for attention. A batch whose frame already ended: RKV_OK, nothing
  * changes. Errors: RKV_ERR_NULL, RKV_ERR_STATE (no current batch). */
-rkv_status rkv_model_end_frame(rkv_model *model);
+RKV_API rkv_status rkv_model_end_frame(rkv_model *model);
 
 /* Closes the current batch. An open frame is abandoned: no clock changes,
  * every row may begin the same frame again (what its passes wrote is
  * rewritten then; see "Frames" above). RKV_OK also when there is no
  * current batch. Host only. Errors: RKV_ERR_NULL. */
-rkv_status rkv_model_abandon_frame(rkv_model *model);
+RKV_API rkv_status rkv_model_abandon_frame(rkv_model *model);
 
 /* Waits until everything the model enqueued has run, then reports the
  * first failure recorded on the device since the last call (CUDA: an
  * asynchronous launch failure, or a row a kernel refused; the message
  * names it). CPU: RKV_OK at once. Not capture-safe. Errors: RKV_ERR_NULL,
  * the backend's (RKV_ERR_STATE, RKV_ERR_RANGE, RKV_ERR_INVALID_ARG). */
-rkv_status rkv_model_synchronize(rkv_model *model);
+RKV_API rkv_status rkv_model_synchronize(rkv_model *model);
 
 /* The per-pass calls with the batch spelled out, kept for callers written
  * before the batch was stored (and as a check): session_idx must list the
@@ -686,35 +741,19 @@ rkv_status rkv_model_synchronize(rkv_model *model);
  * other checks come first, in the order: model, layer (RKV_ERR_RANGE), B
  * (1..S), every row's session (range, distinct, claimed). kv, q and out as
  * the frame calls (BACKEND memory). Capture-safe as the frame calls. */
-rkv_status rkv_model_upsert(rkv_model *model, int64_t layer, int64_t batch,
-                            const int64_t *session_idx, const void *kv,
-                            rkv_dtype kv_dtype, int commit);
-rkv_status rkv_model_attend(rkv_model *model, int64_t layer, int64_t batch,
-                            const int64_t *session_idx,
-                            const rkv_attention_args *args);
-rkv_status rkv_model_step(rkv_model *model, int64_t layer, int64_t batch,
-                          const int64_t *session_idx, const void *kv,
-                          rkv_dtype kv_dtype, int commit,
-                          const rkv_attention_args *args);
-
-/* In-memory snapshot of one held session, a raw host-endian image for use
- * within one process (forks across models, undo); for files and for moving
- * sessions between processes or machines use the portable, checksummed
- * snapshot files below (rkv_model_save_session*). Every layer's K/V span and
- * written bits, the geometry and the clock. rkv_model_snapshot_bytes gives
- * the buffer size; the buffer is caller-owned (host memory on every
- * backend). Not allowed for a session of an open batch (RKV_ERR_STATE). Restoring into a held session of a model with identical
- * geometry is bit-exact and restores the clock (the next frame must be the
- * saved clock + 1). Restore validates the whole buffer first (RKV_ERR_FORMAT
- * on size, magic, version or geometry mismatch) and changes nothing then. */
-size_t rkv_model_snapshot_bytes(const rkv_model *model);
-rkv_status rkv_model_snapshot(const rkv_model *model, int64_t session,
-                              void *buf, size_t buf_bytes);
-rkv_status rkv_model_restore(rkv_model *model, int64_t session,
-                             const void *buf, size_t buf_bytes);
+RKV_API rkv_status rkv_model_upsert(rkv_model *model, int64_t layer, int64_t batch,
+                                    const int64_t *session_idx, const void *kv,
+                                    rkv_dtype kv_dtype, int commit);
+RKV_API rkv_status rkv_model_attend(rkv_model *model, int64_t layer, int64_t batch,
+                                    const int64_t *session_idx,
+                                    const rkv_attention_args *args);
+RKV_API rkv_status rkv_model_step(rkv_model *model, int64_t layer, int64_t batch,
+                                  const int64_t *session_idx, const void *kv,
+                                  rkv_dtype kv_dtype, int commit,
+                                  const rkv_attention_args *args);
 
 /* ------------------------------------------------------------------------ */
-/* Sessions that survive: snapshot files, forks, batched steps              */
+/* Snapshots: files and in-memory images (docs/snapshot-format.md)          */
 /* ------------------------------------------------------------------------ */
 
 /* Snapshot files hold one session in the safetensors layout (an 8-byte
@@ -740,8 +779,15 @@ rkv_status rkv_model_restore(rkv_model *model, int64_t session,
  * stores other than printable ASCII hex-coded, as request_id_hex and
  * model_hex), so a program that prints them escapes them first (`ringkv
  * inspect` shows bytes outside printable ASCII as \xNN). A plain-text field
- * holding other bytes is refused at load, as ringkv never writes one. */
+ * holding other bytes is refused at load, as ringkv never writes one.
+ * Grows: struct_size first ("Structs that grow" above). The caller sets it
+ * (RKV_SNAPSHOT_INFO_INIT) before rkv_snapshot_inspect*, which fill the
+ * members it covers; config is filled with struct_size =
+ * sizeof(rkv_model_config). It embeds an rkv_model_config: when the config
+ * grows, this struct's later members move, so it grows with it and the
+ * library keeps writing the older layouts it knows, member by member. */
 typedef struct rkv_snapshot_info {
+    size_t struct_size;                   /* sizeof(rkv_snapshot_info)   */
     int64_t format_version;               /* RKV_SNAPSHOT_VERSION        */
     char ringkv_version[16];              /* of the writer ("" unknown)  */
     char request_id[RKV_MAX_REQUEST_ID];  /* of the saved session        */
@@ -757,6 +803,7 @@ typedef struct rkv_snapshot_info {
     uint64_t header_xxh3;      /* the two checksums (verified)            */
     uint64_t data_xxh3;
 } rkv_snapshot_info;
+#define RKV_SNAPSHOT_INFO_INIT RKV__SIZED_INIT(rkv_snapshot_info)
 
 /* Saves held session `session` (between frames) to the file `path`,
  * atomically: the image is written to a temporary file "PATH.tmp-XXXXXX" in
@@ -766,19 +813,20 @@ typedef struct rkv_snapshot_info {
  * on error the temporary file is removed. Reads the model only.
  * Errors: RKV_ERR_NULL (model, path), RKV_ERR_INVALID_ARG (empty path),
  * RKV_ERR_RANGE, RKV_ERR_STATE (not claimed, or inside a frame),
- * RKV_ERR_IO (create, write, file fsync, rename; the message has strerror),
+ * RKV_ERR_IO (`path` a folder, or its folder missing: refused before anything
+ * is written; create, write, file fsync, rename; the message has strerror),
  * RKV_ERR_NO_MEMORY. */
-rkv_status rkv_model_save_session(const rkv_model *model, int64_t session,
-                                  const char *path);
+RKV_API rkv_status rkv_model_save_session(const rkv_model *model, int64_t session,
+                                          const char *path);
 
 /* The same image in memory. *file_bytes receives its exact size. With
  * buf == NULL only the size is computed (RKV_OK); otherwise buf (caller-
  * owned, buf_bytes long) receives the image. Errors as above, plus
  * RKV_ERR_NULL (file_bytes) and RKV_ERR_INVALID_ARG (buf_bytes too small;
  * nothing written then), RKV_ERR_OVERFLOW (an image larger than size_t). */
-rkv_status rkv_model_save_session_mem(const rkv_model *model, int64_t session,
-                                      void *buf, size_t buf_bytes,
-                                      size_t *file_bytes);
+RKV_API rkv_status rkv_model_save_session_mem(const rkv_model *model, int64_t session,
+                                              void *buf, size_t buf_bytes,
+                                              size_t *file_bytes);
 
 /* Loads the snapshot file `path` into held session `session` of `model`
  * (not inside a frame). The model must have the snapshot's geometry: the
@@ -805,37 +853,61 @@ rkv_status rkv_model_save_session_mem(const rkv_model *model, int64_t session,
  *    frame), RKV_ERR_NO_MEMORY.
  * Memory: a 1 MiB read buffer, the header, and one head's span of the
  * largest layer (C*D elements) through which the data reaches the backend. */
-rkv_status rkv_model_load_session(rkv_model *model, int64_t session,
-                                  const char *path);
+RKV_API rkv_status rkv_model_load_session(rkv_model *model, int64_t session,
+                                          const char *path);
 
 /* The same from an image in memory (buf: `bytes` bytes, caller-owned, read
  * only; e.g. received over the network). Same validation and errors
  * (no RKV_ERR_IO). */
-rkv_status rkv_model_load_session_mem(rkv_model *model, int64_t session,
-                                      const void *buf, size_t bytes);
+RKV_API rkv_status rkv_model_load_session_mem(rkv_model *model, int64_t session,
+                                              const void *buf, size_t bytes);
 
 /* Validates the snapshot file `path` completely (everything load checks but
  * the model's geometry: both checksums, tensor table, written bits) and,
  * when info != NULL, fills *info (untouched on failure). Errors as
  * rkv_model_load_session (RKV_ERR_FORMAT with the class, RKV_ERR_IO,
- * RKV_ERR_NULL). Reads the file only. */
-rkv_status rkv_snapshot_inspect(const char *path, rkv_snapshot_info *info);
-rkv_status rkv_snapshot_inspect_mem(const void *buf, size_t bytes,
-                                    rkv_snapshot_info *info);
+ * RKV_ERR_NULL), and RKV_ERR_INVALID_ARG for an info->struct_size that is 0
+ * or of no version this library knows (checked first: the file is not
+ * read then). Reads the file only. */
+RKV_API rkv_status rkv_snapshot_inspect(const char *path, rkv_snapshot_info *info);
+RKV_API rkv_status rkv_snapshot_inspect_mem(const void *buf, size_t bytes,
+                                            rkv_snapshot_info *info);
 
-/* Forks: copies held session src_session's whole state (every layer's K/V
- * span and written bits, and its clock) into held session dst_session of
- * the same model, bit-exact: a branch of the same world. Both must be
- * between frames; dst keeps its request id, its old contents are replaced,
- * and its next frame must be src's last committed + 1 (any frame when src
- * has no clock). The two then evolve independently.
- * Errors (nothing changed): RKV_ERR_NULL, RKV_ERR_RANGE, RKV_ERR_STATE (not
- * claimed, or inside a frame), RKV_ERR_INVALID_ARG (src == dst). */
-rkv_status rkv_model_fork(rkv_model *model, int64_t src_session,
-                          int64_t dst_session);
+/* In-memory images: a session's snapshot in a buffer of one size per model,
+ * for keeping and restoring sessions within a program (undo, copies across
+ * models of one geometry). The image is the snapshot file's (the format
+ * above: portable, checksummed, what rkv_model_save_session_mem writes),
+ * with its JSON header padded with spaces to the longest header any session
+ * of the model can have, so that every image of the model is
+ * rkv_model_snapshot_bytes long; rkv_snapshot_inspect_mem,
+ * rkv_model_load_session_mem, `ringkv inspect` (once written to a file) and
+ * rkv_model_restore read it. For a fast copy within one model use
+ * rkv_model_fork (no image at all).
+ *  rkv_model_snapshot_bytes: the image's size for this model (8 + the
+ *    longest header + the data: every layer's K/V span and written bits);
+ *    0 for NULL (or a size beyond size_t).
+ *  rkv_model_snapshot: writes held session `session`'s image (between
+ *    frames; reads the model only) into buf, caller-owned HOST memory of
+ *    buf_bytes >= rkv_model_snapshot_bytes. Errors: RKV_ERR_NULL,
+ *    RKV_ERR_RANGE, RKV_ERR_STATE (not claimed, inside a frame),
+ *    RKV_ERR_INVALID_ARG (buf_bytes too small; nothing written),
+ *    RKV_ERR_NO_MEMORY, the backend's copy errors.
+ *  rkv_model_restore: rkv_model_load_session_mem under its own name: any
+ *    valid snapshot image of buf_bytes bytes (this model's images, or a
+ *    file's bytes) into held session `session` of a model of the image's
+ *    geometry, bit-exact, with its clock (the next frame is the saved
+ *    clock + 1); the session keeps its request id. Everything is checked
+ *    first, as rkv_model_load_session_mem does (RKV_ERR_FORMAT "truncated",
+ *    "corrupted header", "corrupted data", "wrong geometry", ...), and a
+ *    refused image changes nothing. */
+RKV_API size_t rkv_model_snapshot_bytes(const rkv_model *model);
+RKV_API rkv_status rkv_model_snapshot(const rkv_model *model, int64_t session,
+                                      void *buf, size_t buf_bytes);
+RKV_API rkv_status rkv_model_restore(rkv_model *model, int64_t session,
+                                     const void *buf, size_t buf_bytes);
 
 /* ------------------------------------------------------------------------ */
-/* Sessions that leave: offload and page-in (issue 13, docs/migration.md)    */
+/* Sessions that leave: offload and page-in (docs/migration.md)             */
 /* ------------------------------------------------------------------------ */
 
 /* A paged-out session is one whose whole state (every layer's K/V span and
@@ -851,8 +923,8 @@ rkv_status rkv_model_fork(rkv_model *model, int64_t src_session,
 
 /* Entries of the table (the resolved max_offloaded) and how many are used;
  * 0 for NULL. */
-int64_t rkv_model_offload_capacity(const rkv_model *model);
-int64_t rkv_model_offloaded_count(const rkv_model *model);
+RKV_API int64_t rkv_model_offload_capacity(const rkv_model *model);
+RKV_API int64_t rkv_model_offloaded_count(const rkv_model *model);
 
 /* Moves held session `session` (between frames) out of the model: its
  * image goes into buf (caller-owned HOST memory of buf_bytes; for a CUDA
@@ -870,14 +942,14 @@ int64_t rkv_model_offloaded_count(const rkv_model *model);
  * backend's copy errors. A backend failure while zeroing the freed slot
  * (CUDA) is reported after the offload stands (image written, id
  * reserved), as rkv_model_release does. */
-rkv_status rkv_model_offload(rkv_model *model, int64_t session, void *buf,
-                             size_t buf_bytes, size_t *image_bytes);
+RKV_API rkv_status rkv_model_offload(rkv_model *model, int64_t session, void *buf,
+                                     size_t buf_bytes, size_t *image_bytes);
 /* The same into the file `path`, written as rkv_model_save_session does
  * (atomically); the session is released only once the file is renamed
  * into place. Errors as above and rkv_model_save_session's (RKV_ERR_IO,
  * RKV_ERR_INVALID_ARG for an empty path). */
-rkv_status rkv_model_offload_file(rkv_model *model, int64_t session,
-                                  const char *path);
+RKV_API rkv_status rkv_model_offload_file(rkv_model *model, int64_t session,
+                                          const char *path);
 
 /* Brings a paged-out session back from its image (buf: `bytes` bytes of
  * host memory, read only) into the lowest free slot, bit-exact, with its
@@ -892,33 +964,33 @@ rkv_status rkv_model_offload_file(rkv_model *model, int64_t session,
  * RKV_ERR_FORMAT; nothing held changes, the reservation stays. Errors:
  * RKV_ERR_NULL, RKV_ERR_FORMAT (as rkv_model_load_session_mem), the ones
  * above, RKV_ERR_NO_MEMORY, the backend's. */
-rkv_status rkv_model_page_in(rkv_model *model, const void *buf, size_t bytes,
-                             int64_t *session);
+RKV_API rkv_status rkv_model_page_in(rkv_model *model, const void *buf, size_t bytes,
+                                     int64_t *session);
 /* The same from the file `path` (read once); plus RKV_ERR_IO. */
-rkv_status rkv_model_page_in_file(rkv_model *model, const char *path,
-                                  int64_t *session);
+RKV_API rkv_status rkv_model_page_in_file(rkv_model *model, const char *path,
+                                          int64_t *session);
 
 /* Whether request_id is paged out of this model: RKV_OK with its clock in
  * *last_committed (-1: none), else RKV_ERR_NOT_FOUND. RKV_ERR_NULL,
  * RKV_ERR_INVALID_ARG (empty or overlong id). */
-rkv_status rkv_model_offloaded_clock(const rkv_model *model,
-                                     const char *request_id,
-                                     int64_t *last_committed);
+RKV_API rkv_status rkv_model_offloaded_clock(const rkv_model *model,
+                                             const char *request_id,
+                                             int64_t *last_committed);
 /* Drops the reservation of a paged-out request (its image is then of no use
  * to this model, and claim may reuse the id). RKV_ERR_NOT_FOUND when it is
  * not paged out; RKV_ERR_NULL, RKV_ERR_INVALID_ARG. */
-rkv_status rkv_model_offload_discard(rkv_model *model, const char *request_id);
+RKV_API rkv_status rkv_model_offload_discard(rkv_model *model, const char *request_id);
 
 /* Host memory for images: pinned (page-locked, cudaMallocHost) on a CUDA
  * model, 64-byte aligned heap memory on the CPU backend; contents
  * undefined. Free with rkv_model_host_free on the same model (NULL is a
  * no-op). Errors: RKV_ERR_NULL, RKV_ERR_INVALID_ARG (bytes 0),
  * RKV_ERR_NO_MEMORY, the backend's (CUDA: wrong current device). */
-rkv_status rkv_model_host_alloc(rkv_model *model, size_t bytes, void **ptr);
-void rkv_model_host_free(rkv_model *model, void *ptr);
+RKV_API rkv_status rkv_model_host_alloc(rkv_model *model, size_t bytes, void **ptr);
+RKV_API void rkv_model_host_free(rkv_model *model, void *ptr);
 
 /* ------------------------------------------------------------------------ */
-/* Sessions that move: zero-copy regions, export and import (issue 13)       */
+/* Sessions that move: zero-copy regions, export and import                 */
 /* ------------------------------------------------------------------------ */
 
 /* A session lives in the model's storage as n_layers * (2H + 1) regions:
@@ -930,6 +1002,7 @@ void rkv_model_host_free(rkv_model *model, void *ptr);
  * them as memory regions (NIXL, Mooncake: docs/migration.md) and copies
  * them; the destination reserves a slot, lists its regions, lets the engine
  * fill them, and imports the session with the source's metadata. */
+/* Frozen (a later change is rkv_session_region_v2). */
 typedef struct rkv_session_region {
     void *ptr;      /* BACKEND memory: host memory (device -1) or device
                        memory of CUDA device `device`; owned by the model,
@@ -942,7 +1015,7 @@ typedef struct rkv_session_region {
 } rkv_session_region;
 
 /* Regions of one session: n_layers * (2 * n_kv_heads + 1); 0 for NULL. */
-size_t rkv_model_session_region_count(const rkv_model *model);
+RKV_API size_t rkv_model_session_region_count(const rkv_model *model);
 
 /* Lists the regions of `session`: a held session between frames (the
  * source) or a slot reserved for import (the destination). regions:
@@ -955,9 +1028,9 @@ size_t rkv_model_session_region_count(const rkv_model *model);
  * reads or writes them. Errors: RKV_ERR_NULL, RKV_ERR_RANGE, RKV_ERR_STATE
  * (neither held nor reserved; inside a frame; a backend that exposes no
  * regions), RKV_ERR_INVALID_ARG (max_regions too small; nothing written). */
-rkv_status rkv_model_session_regions(rkv_model *model, int64_t session,
-                                     rkv_session_region *regions,
-                                     size_t max_regions, size_t *count);
+RKV_API rkv_status rkv_model_session_regions(rkv_model *model, int64_t session,
+                                             rkv_session_region *regions,
+                                             size_t max_regions, size_t *count);
 
 /* The session metadata blob: what an importer checks before a session
  * becomes live. Version 1, little-endian, rkv_model_session_meta_bytes()
@@ -967,22 +1040,22 @@ rkv_status rkv_model_session_regions(rkv_model *model, int64_t session,
  * NUL-padded), per layer i64 ring_frames, ring_buckets, pinned_dilation,
  * then the XXH3-64 of everything before it (docs/migration.md). */
 #define RKV_SESSION_META_VERSION 1
-size_t rkv_model_session_meta_bytes(const rkv_model *model);
+RKV_API size_t rkv_model_session_meta_bytes(const rkv_model *model);
 /* Writes held session `session`'s metadata (between frames) into meta
  * (meta_bytes >= rkv_model_session_meta_bytes). Reads the model only.
  * Errors: RKV_ERR_NULL, RKV_ERR_RANGE, RKV_ERR_STATE (not claimed, inside
  * a frame), RKV_ERR_INVALID_ARG (meta_bytes too small; nothing written). */
-rkv_status rkv_model_session_export_meta(const rkv_model *model,
-                                         int64_t session, void *meta,
-                                         size_t meta_bytes);
+RKV_API rkv_status rkv_model_session_export_meta(const rkv_model *model,
+                                                 int64_t session, void *meta,
+                                                 size_t meta_bytes);
 
 /* XXH3-64 of a session's regions in order (= the data_xxh3 of its snapshot
  * image): of a held session between frames or of a slot reserved for
  * import (to verify what an engine wrote before importing it). Host regions
  * are hashed in place; device regions are read through a host buffer.
  * Errors as rkv_model_session_regions, plus the backend's copy errors. */
-rkv_status rkv_model_session_digest(rkv_model *model, int64_t session,
-                                    uint64_t *xxh3);
+RKV_API rkv_status rkv_model_session_digest(rkv_model *model, int64_t session,
+                                            uint64_t *xxh3);
 
 /* Reserves the lowest free slot for importing the session that `meta`
  * describes; *session receives it. The slot is neither held nor free:
@@ -993,26 +1066,26 @@ rkv_status rkv_model_session_digest(rkv_model *model, int64_t session,
  * field named), RKV_ERR_STATE (the request id is held, paged out or being
  * imported here), RKV_ERR_FULL (no free slot: a destination without room
  * refuses here, before the source gives anything up). */
-rkv_status rkv_model_import_reserve(rkv_model *model, const void *meta,
-                                    size_t meta_bytes, int64_t *session);
+RKV_API rkv_status rkv_model_import_reserve(rkv_model *model, const void *meta,
+                                            size_t meta_bytes, int64_t *session);
 /* Everything rkv_model_session_import checks, without changing anything:
  * the slot is reserved, meta is valid and the one it was reserved with,
  * and the written bits in its regions keep the layer's invariant (0/1,
  * scratch 1, whole frames; RKV_ERR_FORMAT naming layer and slot). */
-rkv_status rkv_model_import_check(const rkv_model *model, int64_t session,
-                                  const void *meta, size_t meta_bytes);
+RKV_API rkv_status rkv_model_import_check(const rkv_model *model, int64_t session,
+                                          const void *meta, size_t meta_bytes);
 /* Makes the reserved slot live: checked as rkv_model_import_check, then
  * held by the request id with meta's clock (next frame last_committed + 1).
  * A refused import changes nothing (the slot stays reserved: fill it again,
  * or cancel). Errors: RKV_ERR_NULL, RKV_ERR_RANGE, RKV_ERR_STATE (not
  * reserved), RKV_ERR_FORMAT, the backend's (reading the written bits). */
-rkv_status rkv_model_session_import(rkv_model *model, int64_t session,
-                                    const void *meta, size_t meta_bytes);
+RKV_API rkv_status rkv_model_session_import(rkv_model *model, int64_t session,
+                                            const void *meta, size_t meta_bytes);
 /* Cancels a reservation: the slot is zeroed and free again, the request id
  * no longer reserved. Errors: RKV_ERR_NULL, RKV_ERR_RANGE, RKV_ERR_STATE
  * (not reserved); a backend failure while zeroing is reported after the
  * slot is freed. */
-rkv_status rkv_model_import_cancel(rkv_model *model, int64_t session);
+RKV_API rkv_status rkv_model_import_cancel(rkv_model *model, int64_t session);
 
 /* The plain copy an engine would do, within one process: every region of
  * held session src_session of `src` (between frames) into the regions of
@@ -1023,39 +1096,15 @@ rkv_status rkv_model_import_cancel(rkv_model *model, int64_t session);
  * with src's metadata makes it live. Errors: RKV_ERR_NULL, RKV_ERR_RANGE,
  * RKV_ERR_STATE (src not held or inside a frame, dst not reserved),
  * RKV_ERR_FORMAT (geometries differ), RKV_ERR_NO_MEMORY, the backends'. */
-rkv_status rkv_model_transfer_session(const rkv_model *src, int64_t src_session,
-                                      rkv_model *dst, int64_t dst_session);
-/* rkv_model_upsert and rkv_model_attend (the per-pass calls with the batch
- * spelled out) on storage the caller gives (a view, see rkv_ring_view), for
- * a model on the CPU backend: the same checks (layer, the rows of the
- * current batch, an open frame for the upsert, the batch's clocks), the same
- * bookkeeping (a commit marks the layer committed; the frame ends once every
- * layer has committed) and the same messages ("rkv_model_upsert: ...",
- * "rkv_model_attend: ..."), but the K/V and written bits read and written
- * are ring->kv and ring->written instead of the layer's own. On the view of
- * the layer itself (rkv_layer_view of rkv_model_layer) they are exactly
- * rkv_model_upsert and rkv_model_attend. This is how a framework that may
- * run the call on a copy of the layer's storage (PyTorch's functionalization
- * under torch.compile, which writes a clone and copies it back) keeps the
- * model's clocks and still writes only the buffers it passed.
- *  ring: the storage of layer `layer`: ring->g must equal that layer's
- *        geometry field for field; HOST buffers as rkv_ring_view says.
- * Other arguments as rkv_model_upsert / rkv_model_attend. Errors (nothing
- * written, no state changed): theirs, plus RKV_ERR_NULL (ring, its
- * pointers), RKV_ERR_INVALID_ARG (a geometry other than the layer's, naming
- * the first field that differs; misaligned ring->kv), RKV_ERR_STATE (a model
- * on another backend than the CPU's: its layers' storage is not host
- * memory). Both are writers of the model (docs/thread-safety.md): during the
- * call the layer's own storage is neither read nor written. */
-rkv_status rkv_model_upsert_ring(rkv_model *model, int64_t layer, const rkv_ring_view *ring,
-                                 int64_t batch, const int64_t *session_idx, const void *kv,
-                                 rkv_dtype kv_dtype, int commit);
-rkv_status rkv_model_attend_ring(rkv_model *model, int64_t layer, const rkv_ring_view *ring,
-                                 int64_t batch, const int64_t *session_idx,
-                                 const rkv_attention_args *args);
+RKV_API rkv_status rkv_model_transfer_session(const rkv_model *src, int64_t src_session,
+                                              rkv_model *dst, int64_t dst_session);
 
 #ifdef __cplusplus
 }
 #endif
+
+/* The CPU backend's calls, for programs written before they moved to
+ * their own header (ringkv_cpu.h includes this one; either order works). */
+#include "ringkv_cpu.h"
 
 #endif /* RINGKV_H */

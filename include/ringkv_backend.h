@@ -122,7 +122,7 @@ typedef struct rkv_backend_ops {
                              int64_t head, const void *src);
     rkv_status (*span_copy)(void *ctx, void *layer, int64_t src_session, int64_t dst_session);
 
-    /* ---- version 2: sessions that move (issue 13; optional) ---------------
+    /* ---- version 2: sessions that move (optional) --------------------------
      * span_region: where piece (part, head) of `session`'s span lives in the
      * layer's storage, without copying: *ptr (BACKEND memory, valid while
      * the layer lives) and *device (-1: host memory, else the CUDA device
@@ -143,7 +143,7 @@ typedef struct rkv_backend_ops {
  * host memory, copy_in is memcpy, synchronize and check return RKV_OK). Its
  * context is NULL. rkv_model_create(cfg, out) is
  * rkv_model_create_with_backend(cfg, rkv_backend_cpu(), NULL, out). */
-const rkv_backend_ops *rkv_backend_cpu(void);
+RKV_API const rkv_backend_ops *rkv_backend_cpu(void);
 
 /* Creates a model whose layers live in `ops`'s backend. `ops` must stay
  * valid for the model's life (a static table); the model keeps a copy of
@@ -158,23 +158,23 @@ const rkv_backend_ops *rkv_backend_cpu(void);
  * RKV_BACKEND_ABI_VERSION, struct_size too small for that version, a
  * required member NULL, max_batch < 0), and whatever the table's layer_create
  * or alloc report (RKV_ERR_NO_MEMORY, ...); *out untouched on failure. */
-rkv_status rkv_model_create_with_backend(const rkv_model_config *cfg,
-                                         const rkv_backend_ops *ops, void *ctx,
-                                         rkv_model **out);
+RKV_API rkv_status rkv_model_create_with_backend(const rkv_model_config *cfg,
+                                                 const rkv_backend_ops *ops, void *ctx,
+                                                 rkv_model **out);
 
 /* The table the model was created with (the pointer passed to
  * rkv_model_create_with_backend; rkv_backend_cpu() for rkv_model_create);
  * NULL for NULL. */
-const rkv_backend_ops *rkv_model_backend(const rkv_model *model);
+RKV_API const rkv_backend_ops *rkv_model_backend(const rkv_model *model);
 /* The backend's handle of layer i (owned by the model); NULL when i is out
  * of range or model is NULL. */
-void *rkv_model_backend_layer(const rkv_model *model, int64_t layer);
+RKV_API void *rkv_model_backend_layer(const rkv_model *model, int64_t layer);
 
 /* Records a message for rkv_last_error() on the calling thread (printf
  * format, truncated to 511 bytes) and returns `status`: the error reporting
  * of every ringkv library, exported so that a backend in another shared
  * library reports through the same thread-local message. */
-rkv_status rkv_error_set(rkv_status status, const char *fmt, ...)
+RKV_API rkv_status rkv_error_set(rkv_status status, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
 #endif

@@ -1,6 +1,6 @@
 /*
  * ringkv CUDA backend: one layer's ring in device memory, a fused upsert and
- * a fused ring attention (issue 4). Built only when CMake finds nvcc
+ * a fused ring attention. Built only when CMake finds nvcc
  * (library ringkv_cuda); the core header ringkv.h stays free of CUDA types.
  *
  * Conventions (in addition to those at the top of ringkv.h):
@@ -45,7 +45,7 @@ extern "C" {
 
 /* Number of CUDA devices the runtime sees; 0 when there is none, no driver,
  * or the runtime fails to initialize (never an error). Not capture-safe. */
-int rkv_cuda_device_count(void);
+RKV_API int rkv_cuda_device_count(void);
 
 /* Largest batch one upsert or attention call accepts (each block of the
  * kernels checks every row's session and clock before it writes). */
@@ -65,42 +65,42 @@ typedef struct rkv_cuda_layer rkv_cuda_layer;
  * (rkv_geometry_check), RKV_ERR_NULL, RKV_ERR_RANGE (no such device),
  * RKV_ERR_NO_MEMORY, RKV_ERR_STATE (other CUDA failure); *out untouched on
  * failure. Not capture-safe (allocates, synchronizes). */
-rkv_status rkv_cuda_layer_create(const rkv_geometry *g, int device, rkv_cuda_layer **out);
+RKV_API rkv_status rkv_cuda_layer_create(const rkv_geometry *g, int device, rkv_cuda_layer **out);
 /* Frees everything (synchronizes the device first). NULL is a no-op. */
-void rkv_cuda_layer_destroy(rkv_cuda_layer *layer);
+RKV_API void rkv_cuda_layer_destroy(rkv_cuda_layer *layer);
 
 /* The layer's geometry (HOST pointer valid for the layer's lifetime). */
-const rkv_geometry *rkv_cuda_layer_geometry(const rkv_cuda_layer *layer);
-int rkv_cuda_layer_device(const rkv_cuda_layer *layer);
-int64_t rkv_cuda_layer_total_slots(const rkv_cuda_layer *layer);
+RKV_API const rkv_geometry *rkv_cuda_layer_geometry(const rkv_cuda_layer *layer);
+RKV_API int rkv_cuda_layer_device(const rkv_cuda_layer *layer);
+RKV_API int64_t rkv_cuda_layer_total_slots(const rkv_cuda_layer *layer);
 /* 2*H*N*D*sizeof(dtype): resident K/V bytes on the GPU (SEM 2). */
-size_t rkv_cuda_layer_memory_bytes(const rkv_cuda_layer *layer);
+RKV_API size_t rkv_cuda_layer_memory_bytes(const rkv_cuda_layer *layer);
 
 /* DEVICE pointers owned by the layer, valid until destroy, read without
  * copying: [2][H][N][D] storage (K = first half, V = second half), and the
  * written bitmap [N] (1 = written). */
-void *rkv_cuda_layer_kv(const rkv_cuda_layer *layer);
-uint8_t *rkv_cuda_layer_written(const rkv_cuda_layer *layer);
+RKV_API void *rkv_cuda_layer_kv(const rkv_cuda_layer *layer);
+RKV_API uint8_t *rkv_cuda_layer_written(const rkv_cuda_layer *layer);
 
 /* Synchronous whole-layer copies, for tests, snapshots and the bench
  * (not capture-safe; they synchronize the whole device before and after). kv: HOST [2][H][N][D] in the storage dtype
  * (memory_bytes bytes); written: HOST [N] bytes (nonzero = written; stored
  * as 0/1). Either pointer may be NULL to skip that part, not both. */
-rkv_status rkv_cuda_layer_upload(rkv_cuda_layer *layer, const void *kv, const uint8_t *written);
-rkv_status rkv_cuda_layer_download(const rkv_cuda_layer *layer, void *kv, uint8_t *written);
+RKV_API rkv_status rkv_cuda_layer_upload(rkv_cuda_layer *layer, const void *kv, const uint8_t *written);
+RKV_API rkv_status rkv_cuda_layer_download(const rkv_cuda_layer *layer, void *kv, uint8_t *written);
 
 /* Drops one session's state on `stream` (SEM 6): its K/V span zeroed, its
  * ring slots unwritten, its scratch re-armed. `session` is a host value
  * (session lifecycle is host business, like the reference's reset).
  * Capture-safe. Errors: RKV_ERR_NULL, RKV_ERR_RANGE. */
-rkv_status rkv_cuda_layer_reset(rkv_cuda_layer *layer, int64_t session, void *stream);
+RKV_API rkv_status rkv_cuda_layer_reset(rkv_cuda_layer *layer, int64_t session, void *stream);
 
 /* Reads and clears the layer's device error word (synchronizes `stream`).
  * RKV_OK when no capture-safe call since the last check found an invalid
  * row; else the first one recorded: RKV_ERR_RANGE (session out of range),
  * RKV_ERR_INVALID_ARG (duplicate session within a call, or clock < 0), with
  * the operation and row in rkv_last_error(). Not capture-safe. */
-rkv_status rkv_cuda_layer_check(rkv_cuda_layer *layer, void *stream);
+RKV_API rkv_status rkv_cuda_layer_check(rkv_cuda_layer *layer, void *stream);
 
 /* One session's span, piece by piece (rkv_layer_read_span and friends in
  * ringkv.h: the same pieces, sizes and checks; forks and snapshots of a
@@ -113,13 +113,13 @@ rkv_status rkv_cuda_layer_check(rkv_cuda_layer *layer, void *stream);
  * the written bits; written bits that break the invariant, naming the
  * slot, checked on the host before anything is copied), RKV_ERR_STATE
  * (wrong current device, CUDA failure). */
-size_t rkv_cuda_layer_span_bytes(const rkv_cuda_layer *layer, rkv_span_part part);
-rkv_status rkv_cuda_layer_read_span(const rkv_cuda_layer *layer, int64_t session,
-                                    rkv_span_part part, int64_t head, void *dst, void *stream);
-rkv_status rkv_cuda_layer_write_span(rkv_cuda_layer *layer, int64_t session, rkv_span_part part,
-                                     int64_t head, const void *src, void *stream);
-rkv_status rkv_cuda_layer_copy_span(rkv_cuda_layer *layer, int64_t src_session,
-                                    int64_t dst_session, void *stream);
+RKV_API size_t rkv_cuda_layer_span_bytes(const rkv_cuda_layer *layer, rkv_span_part part);
+RKV_API rkv_status rkv_cuda_layer_read_span(const rkv_cuda_layer *layer, int64_t session,
+                                            rkv_span_part part, int64_t head, void *dst, void *stream);
+RKV_API rkv_status rkv_cuda_layer_write_span(rkv_cuda_layer *layer, int64_t session, rkv_span_part part,
+                                             int64_t head, const void *src, void *stream);
+RKV_API rkv_status rkv_cuda_layer_copy_span(rkv_cuda_layer *layer, int64_t src_session,
+                                            int64_t dst_session, void *stream);
 
 /* ------------------------------------------------------------------------ */
 /* Fused upsert (SEM 3)                                                      */
@@ -146,16 +146,19 @@ rkv_status rkv_cuda_layer_copy_span(rkv_cuda_layer *layer, int64_t src_session,
  * RKV_ERR_INVALID_ARG (B outside 1..min(S, RKV_CUDA_MAX_BATCH), visible with
  * B > 1, misaligned pointer), RKV_ERR_DTYPE, RKV_ERR_STATE (wrong current
  * device, launch failure). */
-rkv_status rkv_cuda_layer_upsert(rkv_cuda_layer *layer, const void *kv, rkv_dtype kv_dtype,
-                                 int64_t batch, const int64_t *frame_pos,
-                                 const int64_t *session_idx, int commit, uint8_t *visible,
-                                 void *stream);
+RKV_API rkv_status rkv_cuda_layer_upsert(rkv_cuda_layer *layer, const void *kv, rkv_dtype kv_dtype,
+                                         int64_t batch, const int64_t *frame_pos,
+                                         const int64_t *session_idx, int commit, uint8_t *visible,
+                                         void *stream);
 
 /* ------------------------------------------------------------------------ */
 /* Fused ring attention (SEM 4, 5)                                           */
 /* ------------------------------------------------------------------------ */
 
+/* Grows: struct_size first (ringkv.h, "Structs that grow"). Start from
+ * RKV_CUDA_ATTENTION_ARGS_INIT; members left 0 take their defaults. */
 typedef struct rkv_cuda_attention_args {
+    size_t struct_size; /* sizeof(rkv_cuda_attention_args)                */
     int64_t batch;     /* B session rows, 1..min(S, RKV_CUDA_MAX_BATCH)     */
     int64_t n_q_heads; /* Hq: a positive multiple of H; head h reads KV head
                           h / (Hq/H) (GQA)                                   */
@@ -183,6 +186,7 @@ typedef struct rkv_cuda_attention_args {
                           be used by another call in flight at the same time. */
     size_t workspace_bytes;
 } rkv_cuda_attention_args;
+#define RKV_CUDA_ATTENTION_ARGS_INIT RKV__SIZED_INIT(rkv_cuda_attention_args)
 
 /* out[b,h,i,:] = sum_j softmax_j(scale * q[b,h,i,:] . K[kvh,j,:]) V[kvh,j,:]
  * over the visible slots j of row b (no causal mask, f32 accumulation), as
@@ -199,30 +203,30 @@ typedef struct rkv_cuda_attention_args {
  * With the environment variable RKV_CUDA_ATTN_KERNEL=wgmma set when the
  * layer is created, D 64 on a compute capability 9.x GPU runs the Hopper
  * kernel instead (wgmma.mma_async from 128-byte-swizzled shared memory,
- * sm_90a code). It is opt-in until the GPU check has verified it; the
+ * sm_90a code). It is opt-in (docs/cuda.md says how far it is verified); the
  * plan string of rkv_cuda_attention_describe starts "wgmma" when it runs.
  * RKV_CUDA_ATTN_STAGES=3 deepens the mma kernel's pipeline (D 64).
  * Capture-safe. Host errors (nothing enqueued): RKV_ERR_NULL,
  * RKV_ERR_INVALID_ARG (B, Hq, Tq, scale, alignment, D > 256 on the generic
  * kernel), RKV_ERR_DTYPE, RKV_ERR_OVERFLOW, RKV_ERR_STATE. */
-rkv_status rkv_cuda_layer_attend(const rkv_cuda_layer *layer, const rkv_cuda_attention_args *args,
-                                 void *stream);
+RKV_API rkv_status rkv_cuda_layer_attend(const rkv_cuda_layer *layer, const rkv_cuda_attention_args *args,
+                                         void *stream);
 
 /* Workspace bytes that let rkv_cuda_layer_attend use its preferred key
  * split for these arguments on this layer's GPU (0 when it does not split).
  * Depends only on the geometry, B, Hq, Tq, D and the GPU. 0 for invalid
  * arguments. Host only, no CUDA call. */
-size_t rkv_cuda_attention_workspace_bytes(const rkv_cuda_layer *layer,
-                                          const rkv_cuda_attention_args *args);
+RKV_API size_t rkv_cuda_attention_workspace_bytes(const rkv_cuda_layer *layer,
+                                                  const rkv_cuda_attention_args *args);
 
 /* Writes a one-line description of the plan rkv_cuda_layer_attend would
  * use for these arguments ("mma bf16 d64 bm128 bn64 stages2 grid 8x16x1
  * splits 2 smem 49216 ...") into buf (NUL-terminated, truncated to
  * buf_size). For logs and benchmarks. Errors as rkv_cuda_layer_attend's
  * host checks. */
-rkv_status rkv_cuda_attention_describe(const rkv_cuda_layer *layer,
-                                       const rkv_cuda_attention_args *args, char *buf,
-                                       size_t buf_size);
+RKV_API rkv_status rkv_cuda_attention_describe(const rkv_cuda_layer *layer,
+                                               const rkv_cuda_attention_args *args, char *buf,
+                                               size_t buf_size);
 
 /* ------------------------------------------------------------------------ */
 /* Device-side clocks                                                        */
@@ -234,7 +238,7 @@ rkv_status rkv_cuda_attention_describe(const rkv_cuda_layer *layer,
  * (SEM 6: the next frame is last committed + 1) stays the caller's: track
  * it on the host and check it before each replay. Capture-safe. Errors:
  * RKV_ERR_NULL, RKV_ERR_INVALID_ARG (batch < 1), RKV_ERR_STATE. */
-rkv_status rkv_cuda_clock_advance(int64_t *frame_pos, int64_t batch, int64_t delta, void *stream);
+RKV_API rkv_status rkv_cuda_clock_advance(int64_t *frame_pos, int64_t batch, int64_t delta, void *stream);
 
 /* ------------------------------------------------------------------------ */
 /* Rings over caller-owned device storage: views (SEM 2-5)                   */
@@ -261,6 +265,7 @@ rkv_status rkv_cuda_clock_advance(int64_t *frame_pos, int64_t batch, int64_t del
  * never allocate, synchronize or copy from the host. Their host checks and
  * messages are those of the layer call named (messages carry that name),
  * plus the view's own (NULL pointers, geometry, device, alignment). */
+/* Frozen (a later change is rkv_cuda_ring_view_v2). */
 typedef struct rkv_cuda_ring_view {
     rkv_geometry g;
     int device;
@@ -276,19 +281,19 @@ typedef struct rkv_cuda_ring_view {
  * Later calls for the same device return RKV_OK at once. Thread-safe. Does
  * not change the current device. Errors: RKV_ERR_RANGE (no such device),
  * RKV_ERR_STATE (a CUDA failure, named). Not capture-safe. */
-rkv_status rkv_cuda_ring_prepare(int device);
+RKV_API rkv_status rkv_cuda_ring_prepare(int device);
 
 /* Fills *out with the view of a layer's own storage (rkv_cuda_layer_kv,
  * rkv_cuda_layer_written, its error word, its device): the view calls on it
  * act as the layer calls. Prepares the device (the layer's creation did).
  * Errors: RKV_ERR_NULL. Host only. */
-rkv_status rkv_cuda_layer_view(const rkv_cuda_layer *layer, rkv_cuda_ring_view *out);
+RKV_API rkv_status rkv_cuda_layer_view(const rkv_cuda_layer *layer, rkv_cuda_ring_view *out);
 
 /* rkv_cuda_layer_upsert on a view (same arguments, kernel, checks). */
-rkv_status rkv_cuda_ring_upsert(const rkv_cuda_ring_view *ring, const void *kv,
-                                rkv_dtype kv_dtype, int64_t batch, const int64_t *frame_pos,
-                                const int64_t *session_idx, int commit, uint8_t *visible,
-                                void *stream);
+RKV_API rkv_status rkv_cuda_ring_upsert(const rkv_cuda_ring_view *ring, const void *kv,
+                                        rkv_dtype kv_dtype, int64_t batch, const int64_t *frame_pos,
+                                        const int64_t *session_idx, int commit, uint8_t *visible,
+                                        void *stream);
 
 /* The reference's visibility row of ONE row (B = 1) as rkv_ring_visible_row
  * computes it on the CPU, read from ring->written on the device (ring->kv
@@ -298,22 +303,22 @@ rkv_status rkv_cuda_ring_upsert(const rkv_cuda_ring_view *ring, const void *kv,
  *  row: DEVICE [N] bytes, 16-byte aligned, written whole (0/1).
  * Capture-safe. Host errors (nothing enqueued): RKV_ERR_NULL,
  * RKV_ERR_INVALID_ARG (alignment), RKV_ERR_STATE (device, launch). */
-rkv_status rkv_cuda_ring_visible_row(const rkv_cuda_ring_view *ring, const int64_t *session_idx,
-                                     const int64_t *frame_pos, uint8_t *row, void *stream);
+RKV_API rkv_status rkv_cuda_ring_visible_row(const rkv_cuda_ring_view *ring, const int64_t *session_idx,
+                                             const int64_t *frame_pos, uint8_t *row, void *stream);
 
 /* rkv_cuda_layer_attend / rkv_cuda_attention_workspace_bytes on a view. */
-rkv_status rkv_cuda_ring_attend(const rkv_cuda_ring_view *ring,
-                                const rkv_cuda_attention_args *args, void *stream);
-size_t rkv_cuda_ring_attention_workspace_bytes(const rkv_cuda_ring_view *ring,
-                                               const rkv_cuda_attention_args *args);
+RKV_API rkv_status rkv_cuda_ring_attend(const rkv_cuda_ring_view *ring,
+                                        const rkv_cuda_attention_args *args, void *stream);
+RKV_API size_t rkv_cuda_ring_attention_workspace_bytes(const rkv_cuda_ring_view *ring,
+                                                       const rkv_cuda_attention_args *args);
 
 /* rkv_cuda_layer_check on a view's error word: reads and clears it
  * (synchronizes `stream`); RKV_OK or the first device error recorded, with
  * the call and row in rkv_last_error(). Not capture-safe. */
-rkv_status rkv_cuda_ring_check(const rkv_cuda_ring_view *ring, void *stream);
+RKV_API rkv_status rkv_cuda_ring_check(const rkv_cuda_ring_view *ring, void *stream);
 
 /* ------------------------------------------------------------------------ */
-/* A whole model on the GPU (issue 11)                                       */
+/* A whole model on the GPU                                                 */
 /* ------------------------------------------------------------------------ */
 
 /* Creates an rkv_model (ringkv.h) whose layers are rkv_cuda_layer on GPU
@@ -374,14 +379,14 @@ rkv_status rkv_cuda_ring_check(const rkv_cuda_ring_view *ring, void *stream);
  * config (as rkv_model_create), RKV_ERR_RANGE (no such device: with no GPU
  * or no driver the runtime sees 0), RKV_ERR_NO_MEMORY (device or pinned
  * memory), RKV_ERR_STATE (other CUDA failures). Not capture-safe. */
-rkv_status rkv_model_create_cuda(const rkv_model_config *cfg, int device, void *stream,
-                                 rkv_model **out);
+RKV_API rkv_status rkv_model_create_cuda(const rkv_model_config *cfg, int device, void *stream,
+                                         rkv_model **out);
 
 /* Layer i of a CUDA model (owned by the model; device pointers and the
  * layer-level calls of this header work on it). NULL when i is out of
  * range or the model is not a CUDA model. Mutating it directly bypasses the
  * model's clock checks. */
-rkv_cuda_layer *rkv_model_cuda_layer(const rkv_model *model, int64_t layer);
+RKV_API rkv_cuda_layer *rkv_model_cuda_layer(const rkv_model *model, int64_t layer);
 
 /* Writes a one-line description of the plan rkv_model_frame_attend (and
  * rkv_model_attend, _step) of a CUDA model would use on layer `layer` for a
@@ -396,9 +401,9 @@ rkv_cuda_layer *rkv_model_cuda_layer(const rkv_model *model, int64_t layer);
  * Errors: RKV_ERR_NULL (model, args, buf), RKV_ERR_RANGE (layer),
  * RKV_ERR_INVALID_ARG (not a CUDA model; B; n_q_heads not the model's; and
  * rkv_cuda_attention_describe's checks), RKV_ERR_DTYPE. */
-rkv_status rkv_model_cuda_attention_describe(const rkv_model *model, int64_t layer, int64_t batch,
-                                             const rkv_attention_args *args, char *buf,
-                                             size_t buf_size);
+RKV_API rkv_status rkv_model_cuda_attention_describe(const rkv_model *model, int64_t layer, int64_t batch,
+                                                     const rkv_attention_args *args, char *buf,
+                                                     size_t buf_size);
 
 #ifdef __cplusplus
 }

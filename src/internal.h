@@ -39,6 +39,52 @@ static inline bool rkv__mul_size(size_t a, size_t b, size_t *out) {
     return !__builtin_mul_overflow(a, b, out);
 }
 
+/* ---- structs that grow (ringkv.h, "Structs that grow"; args.c) ---- */
+/* The first version's size of each growing struct: the end of its last
+ * version-1 member, which appending members never moves (sizeof grows;
+ * these do not). */
+#define RKV__SIZE_V1(type, last) (offsetof(type, last) + sizeof(((type *)0)->last))
+#define RKV__ATTENTION_ARGS_V1 RKV__SIZE_V1(rkv_attention_args, pool)
+#define RKV__MODEL_CONFIG_V1 RKV__SIZE_V1(rkv_model_config, max_offloaded)
+#define RKV__SNAPSHOT_INFO_V1 RKV__SIZE_V1(rkv_snapshot_info, data_xxh3)
+
+/* Checks the struct_size `got` of a growing struct (argument `arg` of the
+ * call `what`, of C type `type`, whose initializer macro is `init`) against
+ * the first version's size and this library's: 0, smaller or larger is
+ * RKV_ERR_INVALID_ARG, named. Inline: the CUDA library checks
+ * rkv_cuda_attention_args with it (src/cuda/plan.c). */
+static inline rkv_status rkv__struct_size_check(const char *what, const char *arg,
+                                                const char *type, const char *init,
+                                                size_t got, size_t first, size_t mine) {
+    if (got == 0)
+        return rkv__fail(RKV_ERR_INVALID_ARG,
+                         "%s: %s->struct_size is 0; set it to sizeof(%s) (start from %s)", what,
+                         arg, type, init);
+    if (got < first)
+        return rkv__fail(RKV_ERR_INVALID_ARG,
+                         "%s: %s->struct_size = %zu is smaller than the first version of %s "
+                         "(%zu bytes); set it to sizeof(%s) (start from %s)",
+                         what, arg, got, type, first, type, init);
+    if (got > mine)
+        return rkv__fail(RKV_ERR_INVALID_ARG,
+                         "%s: %s->struct_size = %zu is larger than this library's %s (%zu "
+                         "bytes): the program was built with a newer ringkv header than the "
+                         "library it runs with (%s)",
+                         what, arg, got, type, mine, rkv_version());
+    return RKV_OK;
+}
+/* The caller's rkv_attention_args / rkv_model_config in this library's
+ * layout: struct_size checked (in non-NULL), the members it covers copied,
+ * the rest 0 (their defaults), out->struct_size = sizeof *out. */
+rkv_status rkv__attention_args_load(const char *what, const rkv_attention_args *in,
+                                    rkv_attention_args *out);
+rkv_status rkv__model_config_load(const char *what, const rkv_model_config *in,
+                                  rkv_model_config *out);
+/* Checks info->struct_size (non-NULL info) before a call fills it. */
+rkv_status rkv__snapshot_info_check(const char *what, const rkv_snapshot_info *info);
+/* Copies a filled info into the caller's, as far as its struct_size goes. */
+void rkv__snapshot_info_store(rkv_snapshot_info *dst, const rkv_snapshot_info *src);
+
 /* True when dtype is one of the enum's values. */
 bool rkv__dtype_valid(rkv_dtype dtype);
 /* Element i of a buffer in dtype, widened to float. */
@@ -131,7 +177,8 @@ rkv_status rkv__upsert(const struct rkv_layer *layer, const char *what, const vo
                        rkv_dtype kv_dtype, int64_t batch, const int64_t *frame_pos,
                        const int64_t *session_idx, int commit, uint8_t *visible);
 /* The fast attention on a layer struct (rkv_layer_attend, rkv_ring_attend),
- * messages starting with `what` (attention_flash.c). */
+ * messages starting with `what` (cpu/attention_flash.c): the one call by
+ * which the core (ring_view.c) reaches a CPU engine. */
 rkv_status rkv__attend(const struct rkv_layer *layer, const rkv_attention_args *args,
                        const char *what);
 
@@ -140,57 +187,9 @@ rkv_status rkv__attend(const struct rkv_layer *layer, const rkv_attention_args *
 rkv_status rkv__check_sessions(const char *what, const int64_t *session_idx,
                                int64_t batch, int64_t num_sessions);
 
-/* ---- attention (attention.c) ---- */
-/* Checks every argument of an attention call; `what` names the call. */
-rkv_status rkv__attention_check(const struct rkv_layer *l, const rkv_attention_args *a,
-                                const char *what);
-/* Visible slots of row b, ascending (explicit row, or the bits-and-clock
- * rule: ring frames ascending, scratch last) into slots[N]; returns count. */
-int64_t rkv__gather_visible_slots(const struct rkv_layer *l, const rkv_attention_args *a,
-                                  int64_t b, int64_t *slots);
-
-/* One rkv_layer_attend call, shared by its task functions. */
-typedef struct rkv__attend_ctx {
-    const struct rkv_layer *layer;
-    const rkv_attention_args *args;
-    rkv_threadpool *pool;
-    int64_t tq;  /* queries per row */
-    float scale; /* softmax scale    */
-    int64_t units; /* bf16 pair path: units per task (set by rkv__amx_tasks) */
-} rkv__attend_ctx;
-
-/* The bf16 pair-product attention (attention_amx.c): true when the CPU has
- * AMX-TILE, AMX-BF16 and AVX512-BF16 and the OS granted tile data (call
- * once); true when it has AVX512-F/BW/DQ/VL and AVX512-BF16; whether a layer
- * suits the path (bf16 storage, d_head a multiple of 32, <= 512); the
- * per-thread scratch; the task count; the task on the AMX engine and on the
- * AVX512-BF16 engine (ctx: a rkv__attend_ctx). */
-bool rkv__amx_available(void);
-bool rkv__bf16dot_available(void);
-bool rkv__amx_fits(const struct rkv_layer *l);
-size_t rkv__amx_scratch_bytes(int64_t D, int64_t N);
-int64_t rkv__amx_tasks(rkv__attend_ctx *c);
-void rkv__amx_task(void *ctx, int64_t task, int thread);
-void rkv__bf16dot_task(void *ctx, int64_t task, int thread);
-
 /* Validates a model config (every layer's geometry, GQA, name, total
  * bytes); fills the per-session and total K/V bytes when non-NULL. */
 rkv_status rkv__model_config_check(const rkv_model_config *cfg, size_t *per_session,
                                    size_t *total);
-
-/* ---- thread pool (threadpool.c) ---- */
-/* One task of a parallel job: `thread` is in [0, pool size), 0 = caller. */
-typedef void (*rkv__task_fn)(void *ctx, int64_t task, int thread);
-/* Runs fn(ctx, t, thread) for t in [0, n_tasks) on the pool's threads and
- * the caller, returning when all are done. Before any task runs, every
- * thread's scratch buffer is grown to scratch_bytes (RKV_ERR_NO_MEMORY, with
- * no task run, when that fails). Concurrent calls on one pool are serialized. */
-rkv_status rkv__parallel_for(rkv_threadpool *pool, int64_t n_tasks, size_t scratch_bytes,
-                             rkv__task_fn fn, void *ctx);
-/* The process-wide pool sized to the machine's cores, created on first use;
- * NULL when it could not be created. */
-rkv_threadpool *rkv__default_pool(void);
-/* The 64-byte aligned scratch buffer of `thread` (valid inside a task). */
-void *rkv__thread_scratch(rkv_threadpool *pool, int thread);
 
 #endif

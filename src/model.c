@@ -1,8 +1,8 @@
 /* A whole model (SEMANTICS 6) on any backend: one backend layer per
- * transformer layer, sessions claimed by request id, forks and in-memory
- * snapshots. The batch and the per-pass calls are in model_frame.c,
- * snapshot files in snapshot_file.c; layer storage is reached only through
- * the backend table (include/ringkv_backend.h). */
+ * transformer layer, sessions claimed by request id, forks. The batch and
+ * the per-pass calls are in model_frame.c, snapshots (files and in-memory
+ * images) in snapshot_file.c; layer storage is reached only through the
+ * backend table (include/ringkv_backend.h). */
 #define _POSIX_C_SOURCE 200809L /* strnlen */
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,20 +11,6 @@
 #include "model_internal.h"
 
 typedef rkv__session_state session_state;
-
-/* Snapshot buffer layout (host-endian; in-memory only, files: snapshot_file.c):
- * header, then per layer: K span [H][C][D], V span [H][C][D], written [C].
- * Files (snapshot_file.c) use the safetensors layout instead. */
-#define SNAP_MAGIC "RKVSNAP\0"
-#define SNAP_VERSION 1u
-typedef struct snap_header {
-    char magic[8];
-    uint32_t version;
-    uint32_t dtype;
-    int64_t n_layers, n_kv_heads, d_head, tokens_per_frame;
-    int64_t last_committed;
-    rkv_layer_spec layers[RKV_MAX_LAYERS];
-} snap_header;
 
 /* ---- creation ------------------------------------------------------------ */
 
@@ -70,10 +56,15 @@ rkv_status rkv_model_create_with_backend(const rkv_model_config *cfg, const rkv_
     rkv_backend_ops adopted;
     rkv_status st = rkv__backend_adopt(ops, what, &adopted);
     if (st != RKV_OK) return st;
-    if ((st = rkv__model_config_check(cfg, NULL, NULL)) != RKV_OK) return st;
+    if (!cfg) return rkv__fail(RKV_ERR_NULL, "model config is NULL");
+    rkv_model_config mine; /* the caller's config in this library's layout */
+    if ((st = rkv__model_config_load(what, cfg, &mine)) != RKV_OK ||
+        (st = rkv__model_config_check(&mine, NULL, NULL)) != RKV_OK)
+        return st;
+    cfg = &mine;
     rkv_model *m = calloc(1, sizeof *m);
     if (!m) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", what);
-    m->cfg = *cfg;
+    m->cfg = mine;
     m->ops = adopted;
     m->ops_id = ops;
     m->ctx = ctx;
@@ -390,127 +381,5 @@ rkv_status rkv_model_fork(rkv_model *model, int64_t src_session, int64_t dst_ses
             return rkv__fail(st, "%s; session %lld was reset", msg, (long long)dst_session);
         }
     rkv__model_set_clock(model, dst_session, model->sessions[src_session].last_committed);
-    return RKV_OK;
-}
-
-/* ---- in-memory snapshots ------------------------------------------------- */
-
-static size_t layer_image_bytes(const rkv_model *m, int64_t layer) {
-    const rkv_geometry g = rkv__model_layer_geometry(m, layer);
-    return 2 * (size_t)g.n_kv_heads * rkv__model_span_bytes(m, layer, RKV_SPAN_K) +
-           rkv__model_span_bytes(m, layer, RKV_SPAN_WRITTEN);
-}
-
-size_t rkv_model_snapshot_bytes(const rkv_model *model) {
-    if (!model) return 0;
-    size_t n = sizeof(snap_header);
-    for (int64_t i = 0; i < model->cfg.n_layers; i++) n += layer_image_bytes(model, i);
-    return n;
-}
-
-static void fill_header(const rkv_model *m, snap_header *h, int64_t last_committed) {
-    memset(h, 0, sizeof *h);
-    memcpy(h->magic, SNAP_MAGIC, 8);
-    h->version = SNAP_VERSION;
-    h->dtype = (uint32_t)m->cfg.dtype;
-    h->n_layers = m->cfg.n_layers;
-    h->n_kv_heads = m->cfg.n_kv_heads;
-    h->d_head = m->cfg.d_head;
-    h->tokens_per_frame = m->cfg.tokens_per_frame;
-    h->last_committed = last_committed;
-    memcpy(h->layers, m->cfg.layers, (size_t)m->cfg.n_layers * sizeof h->layers[0]);
-}
-
-/* Copies one session's span of a layer to (to_buf) or from the image at p,
- * piece by piece through the backend: K heads, V heads, written bits.
- * *p advances past the layer's part of the image. */
-static rkv_status copy_span(rkv_model *m, int64_t layer, int64_t s, uint8_t **p, bool to_buf) {
-    const int64_t H = m->cfg.n_kv_heads;
-    for (int part = RKV_SPAN_K; part <= RKV_SPAN_WRITTEN; part++)
-        for (int64_t h = 0; h < (part == RKV_SPAN_WRITTEN ? 1 : H); h++) {
-            rkv_status st = to_buf ? rkv__model_span_read(m, layer, s, (rkv_span_part)part, h, *p)
-                                   : rkv__model_span_write(m, layer, s, (rkv_span_part)part, h,
-                                                           *p);
-            if (st != RKV_OK) return st;
-            *p += rkv__model_span_bytes(m, layer, (rkv_span_part)part);
-        }
-    return RKV_OK;
-}
-
-rkv_status rkv_model_snapshot(const rkv_model *model, int64_t session, void *buf,
-                              size_t buf_bytes) {
-    static const char *what = "rkv_model_snapshot";
-    rkv_status st = rkv__model_check_between_frames(model, what, session);
-    if (st != RKV_OK) return st;
-    if (!buf) return rkv__fail(RKV_ERR_NULL, "%s: buf is NULL", what);
-    const size_t need = rkv_model_snapshot_bytes(model);
-    if (buf_bytes < need)
-        return rkv__fail(RKV_ERR_INVALID_ARG, "%s: buffer has %zu bytes; need %zu", what,
-                         buf_bytes, need);
-    snap_header h;
-    fill_header(model, &h, model->sessions[session].last_committed);
-    uint8_t *p = buf;
-    memcpy(p, &h, sizeof h);
-    p += sizeof h;
-    /* reads only: the model is not changed (the const is cast away for the
-     * shared copy routine, which writes the buffer here) */
-    for (int64_t i = 0; i < model->cfg.n_layers; i++)
-        if ((st = copy_span((rkv_model *)model, i, session, &p, true)) != RKV_OK)
-            return rkv__model_backend_fail(st, what);
-    return RKV_OK;
-}
-
-rkv_status rkv_model_restore(rkv_model *model, int64_t session, const void *buf,
-                             size_t buf_bytes) {
-    static const char *what = "rkv_model_restore";
-    rkv_status st = rkv__model_check_between_frames(model, what, session);
-    if (st != RKV_OK) return st;
-    if (!buf) return rkv__fail(RKV_ERR_NULL, "%s: buf is NULL", what);
-    const size_t need = rkv_model_snapshot_bytes(model);
-    if (buf_bytes != need)
-        return rkv__fail(RKV_ERR_FORMAT, "%s: snapshot has %zu bytes; this model's take %zu", what,
-                         buf_bytes, need);
-    snap_header h, mine;
-    memcpy(&h, buf, sizeof h);
-    fill_header(model, &mine, h.last_committed);
-    if (memcmp(h.magic, SNAP_MAGIC, 8))
-        return rkv__fail(RKV_ERR_FORMAT, "%s: not a ringkv snapshot (bad magic)", what);
-    if (h.version != SNAP_VERSION)
-        return rkv__fail(RKV_ERR_FORMAT, "%s: snapshot version %u; expected %u", what, h.version,
-                         SNAP_VERSION);
-    if (memcmp(&h, &mine, sizeof h))
-        return rkv__fail(RKV_ERR_FORMAT,
-                         "%s: snapshot geometry (layers, heads, d_head, tokens, dtype, ring "
-                         "table) differs from this model's",
-                         what);
-    if (h.last_committed < -1)
-        return rkv__fail(RKV_ERR_FORMAT, "%s: snapshot clock %lld is invalid", what,
-                         (long long)h.last_committed);
-    /* written bytes must be 0/1 and every scratch slot armed */
-    const uint8_t *p = (const uint8_t *)buf + sizeof h;
-    for (int64_t i = 0; i < model->cfg.n_layers; i++) {
-        const rkv_geometry g = rkv__model_layer_geometry(model, i);
-        const size_t span = layer_image_bytes(model, i);
-        const int64_t C = rkv_geometry_capacity(&g);
-        const uint8_t *w = p + span - (size_t)C;
-        const int64_t bad = rkv__written_span_check(&g, w);
-        if (bad >= 0)
-            return rkv__fail(RKV_ERR_FORMAT,
-                             "%s: layer %lld written bit of slot %lld is %u (expected 0/1, "
-                             "scratch 1, whole frames)",
-                             what, (long long)i, (long long)bad, w[bad]);
-        p += span;
-    }
-    uint8_t *q = (uint8_t *)buf + sizeof h;
-    for (int64_t i = 0; i < model->cfg.n_layers; i++)
-        if ((st = copy_span(model, i, session, &q, false)) != RKV_OK) {
-            /* a backend failure half-way (CUDA): no half-restored session */
-            rkv__model_backend_fail(st, what);
-            char msg[512];
-            snprintf(msg, sizeof msg, "%s", rkv_last_error());
-            rkv__model_clear_session(model, session);
-            return rkv__fail(st, "%s; session %lld was reset", msg, (long long)session);
-        }
-    rkv__model_set_clock(model, session, h.last_committed);
     return RKV_OK;
 }

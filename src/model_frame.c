@@ -241,10 +241,11 @@ static rkv_status check_kv(const rkv_model *m, const char *what, const void *kv,
 static rkv_status attention_args(const rkv_model *m, const char *what,
                                  const rkv_attention_args *args, rkv_attention_args *out) {
     if (!args) return rkv__fail(RKV_ERR_NULL, "%s: args is NULL", what);
-    if (args->n_q_heads != m->cfg.n_q_heads)
+    rkv_status st = rkv__attention_args_load(what, args, out);
+    if (st != RKV_OK) return st;
+    if (out->n_q_heads != m->cfg.n_q_heads)
         return rkv__fail(RKV_ERR_INVALID_ARG, "%s: args->n_q_heads = %lld; this model has %lld",
-                         what, (long long)args->n_q_heads, (long long)m->cfg.n_q_heads);
-    *out = *args;
+                         what, (long long)out->n_q_heads, (long long)m->cfg.n_q_heads);
     out->batch = m->batch.n;
     out->session_idx = dev_sessions(m);
     out->frame_pos = dev_clocks(m);

@@ -32,6 +32,7 @@ rkv_status rkv_model_preset(const char *name, int full_global_ring, rkv_model_co
     RKV__REQUIRE("rkv_model_preset", out);
     rkv_model_config c;
     memset(&c, 0, sizeof c);
+    c.struct_size = sizeof c;
     c.num_sessions = 1;
     if (!strcmp(name, "waypoint-1.5-720p")) {
         waypoint(&c, name, 512, full_global_ring);
@@ -61,6 +62,12 @@ rkv_status rkv_model_config_layer_geometry(const rkv_model_config *cfg, int64_t 
                                            rkv_geometry *out) {
     RKV__REQUIRE("rkv_model_config_layer_geometry", cfg);
     RKV__REQUIRE("rkv_model_config_layer_geometry", out);
+    /* reads version-1 members only */
+    rkv_status st = rkv__struct_size_check(
+        "rkv_model_config_layer_geometry", "cfg", "rkv_model_config",
+        "RKV_MODEL_CONFIG_INIT or rkv_model_preset", cfg->struct_size, RKV__MODEL_CONFIG_V1,
+        sizeof *cfg);
+    if (st != RKV_OK) return st;
     if (cfg->n_layers < 1 || cfg->n_layers > RKV_MAX_LAYERS)
         return rkv__fail(RKV_ERR_INVALID_ARG, "n_layers = %lld; expected 1..%d",
                          (long long)cfg->n_layers, RKV_MAX_LAYERS);
@@ -122,5 +129,7 @@ rkv_status rkv_model_config_memory(const rkv_model_config *cfg, size_t *per_sess
     RKV__REQUIRE("rkv_model_config_memory", cfg);
     RKV__REQUIRE("rkv_model_config_memory", per_session_bytes);
     RKV__REQUIRE("rkv_model_config_memory", total_bytes);
-    return rkv__model_config_check(cfg, per_session_bytes, total_bytes);
+    rkv_model_config mine; /* the caller's config in this library's layout */
+    rkv_status st = rkv__model_config_load("rkv_model_config_memory", cfg, &mine);
+    return st == RKV_OK ? rkv__model_config_check(&mine, per_session_bytes, total_bytes) : st;
 }

@@ -3,9 +3,10 @@
  * and the visible frame list of a session, from its written bits and clock
  * or from its clock alone.
  *
- * Included by the CPU core (geometry.c, visibility.c, attention.c through
- * internal.h), the CUDA kernels (host and device code: under nvcc every
- * function is __host__ __device__) and tools/replay.c. The public functions
+ * Included by the core and the CPU engines (geometry.c, visibility.c,
+ * cpu/attention.c, through internal.h), the CUDA kernels (host and device
+ * code: under nvcc every function is __host__ __device__) and
+ * tools/replay_vectors.c. The public functions
  * rkv_ring_slot, rkv_is_write_step, rkv_layer_visible_frames and
  * rkv_visible_frames_from_clock are thin wrappers over it. Plain int64
  * values and pointers, no library type, nothing beyond <stdint.h> and

@@ -205,15 +205,15 @@ static rkv_status inspect_source(const source *s, rkv_snapshot_info *info) {
     rkv_status st = read_header(s, &p);
     if (st != RKV_OK) return st;
     st = verify_data(s, &p);
-    if (st == RKV_OK && info) *info = p.info;
+    if (st == RKV_OK && info) rkv__snapshot_info_store(info, &p.info);
     rkv__snap_header_free(&p);
     return st;
 }
 
 rkv_status rkv_snapshot_inspect(const char *path, rkv_snapshot_info *info) {
     source s;
-    rkv_status st = src_open(&s, "rkv_snapshot_inspect", path);
-    if (st != RKV_OK) return st;
+    rkv_status st = info ? rkv__snapshot_info_check("rkv_snapshot_inspect", info) : RKV_OK;
+    if (st != RKV_OK || (st = src_open(&s, "rkv_snapshot_inspect", path)) != RKV_OK) return st;
     st = inspect_source(&s, info);
     close(s.fd);
     return st;
@@ -221,6 +221,8 @@ rkv_status rkv_snapshot_inspect(const char *path, rkv_snapshot_info *info) {
 
 rkv_status rkv_snapshot_inspect_mem(const void *buf, size_t bytes, rkv_snapshot_info *info) {
     if (!buf && bytes) return rkv__fail(RKV_ERR_NULL, "rkv_snapshot_inspect_mem: buf is NULL");
+    rkv_status st = info ? rkv__snapshot_info_check("rkv_snapshot_inspect_mem", info) : RKV_OK;
+    if (st != RKV_OK) return st;
     source s;
     src_mem(&s, "rkv_snapshot_inspect_mem", buf ? buf : "", bytes);
     return inspect_source(&s, info);
@@ -469,15 +471,25 @@ rkv_status rkv_model_load_session(rkv_model *model, int64_t session, const char 
     return st;
 }
 
-rkv_status rkv_model_load_session_mem(rkv_model *model, int64_t session, const void *buf,
-                                      size_t bytes) {
-    static const char *what = "rkv_model_load_session_mem";
+/* An image in memory (rkv_model_load_session_mem, rkv_model_restore). */
+static rkv_status load_mem(rkv_model *model, int64_t session, const char *what, const void *buf,
+                           size_t bytes) {
     rkv_status st = rkv__model_check_between_frames(model, what, session);
     if (st != RKV_OK) return st;
     if (!buf && bytes) return rkv__fail(RKV_ERR_NULL, "%s: buf is NULL", what);
     source s;
     src_mem(&s, what, buf ? buf : "", bytes);
     return load_source(&s, model, session);
+}
+
+rkv_status rkv_model_load_session_mem(rkv_model *model, int64_t session, const void *buf,
+                                      size_t bytes) {
+    return load_mem(model, session, "rkv_model_load_session_mem", buf, bytes);
+}
+
+rkv_status rkv_model_restore(rkv_model *model, int64_t session, const void *buf,
+                             size_t buf_bytes) {
+    return load_mem(model, session, "rkv_model_restore", buf, buf_bytes);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -620,14 +632,20 @@ static rkv_status build_header(const rkv_model *m, int64_t session, const char *
     return rkv__snap_header_build(&m->cfg, session, ss->request_id, ss->last_committed, what, out);
 }
 
-rkv_status rkv__snapshot_save_mem(const rkv_model *model, int64_t session, const char *what,
-                                  void *buf, size_t buf_bytes, size_t *file_bytes,
-                                  uint64_t *header_xxh3) {
+/* The image in memory; its header padded to header_len bytes when that is
+ * not 0 (rkv_model_snapshot: every image of the model one size). */
+static rkv_status save_mem(const rkv_model *model, int64_t session, const char *what, void *buf,
+                           size_t buf_bytes, size_t header_len, size_t *file_bytes,
+                           uint64_t *header_xxh3) {
     rkv_status st = rkv__model_check_between_frames(model, what, session);
     if (st != RKV_OK) return st;
     if (!file_bytes) return rkv__fail(RKV_ERR_NULL, "%s: file_bytes is NULL", what);
     rkv__snap_text hd;
     if ((st = build_header(model, session, what, &hd)) != RKV_OK) return st;
+    if (header_len && (st = rkv__snap_header_pad(&hd, header_len, what)) != RKV_OK) {
+        free(hd.text);
+        return st;
+    }
     const uint64_t total = 8 + hd.len + hd.data_bytes;
     if (total > SIZE_MAX)
         st = rkv__fail(RKV_ERR_OVERFLOW, "%s: the image takes %llu bytes", what,
@@ -644,11 +662,49 @@ rkv_status rkv__snapshot_save_mem(const rkv_model *model, int64_t session, const
     return st;
 }
 
+rkv_status rkv__snapshot_save_mem(const rkv_model *model, int64_t session, const char *what,
+                                  void *buf, size_t buf_bytes, size_t *file_bytes,
+                                  uint64_t *header_xxh3) {
+    return save_mem(model, session, what, buf, buf_bytes, 0, file_bytes, header_xxh3);
+}
+
 rkv_status rkv_model_save_session_mem(const rkv_model *model, int64_t session, void *buf,
                                       size_t buf_bytes, size_t *file_bytes) {
-    return rkv__snapshot_save_mem(model, session, "rkv_model_save_session_mem", buf, buf_bytes,
-                                  file_bytes, NULL);
+    return save_mem(model, session, "rkv_model_save_session_mem", buf, buf_bytes, 0, file_bytes,
+                    NULL);
 }
+
+/* ---- in-memory images: the same image, one size per model ---------------- */
+
+/* The longest header of the model's images and the whole image's bytes;
+ * 0 when the size does not fit size_t (or for NULL). */
+static size_t snapshot_bytes(const rkv_model *m, const char *what, size_t *header_len) {
+    uint64_t data = 0;
+    if (!m || rkv__snap_header_longest(&m->cfg, what, header_len, &data) != RKV_OK) return 0;
+    const uint64_t total = 8 + (uint64_t)*header_len + data;
+    return total <= SIZE_MAX ? (size_t)total : 0;
+}
+
+size_t rkv_model_snapshot_bytes(const rkv_model *model) {
+    size_t header_len = 0;
+    return snapshot_bytes(model, "rkv_model_snapshot_bytes", &header_len);
+}
+
+rkv_status rkv_model_snapshot(const rkv_model *model, int64_t session, void *buf,
+                              size_t buf_bytes) {
+    static const char what[] = "rkv_model_snapshot";
+    rkv_status st = rkv__model_check_between_frames(model, what, session);
+    if (st != RKV_OK) return st;
+    if (!buf) return rkv__fail(RKV_ERR_NULL, "%s: buf is NULL", what);
+    size_t header_len = 0, n = 0;
+    const size_t need = snapshot_bytes(model, what, &header_len);
+    if (!need) return rkv__fail(RKV_ERR_OVERFLOW, "%s: the image does not fit size_t", what);
+    if (buf_bytes < need)
+        return rkv__fail(RKV_ERR_INVALID_ARG, "%s: buffer has %zu bytes; need %zu", what,
+                         buf_bytes, need);
+    return save_mem(model, session, what, buf, buf_bytes, header_len, &n, NULL);
+}
+
 
 /* fsync of the directory holding path, so that a rename is durable (best
  * effort: some file systems refuse to fsync a directory). */
@@ -689,12 +745,34 @@ rkv_status rkv_model_save_session(const rkv_model *model, int64_t session, const
     return rkv__snapshot_save_file(model, session, "rkv_model_save_session", path, NULL);
 }
 
+/* RKV_ERR_IO unless path names a file in an existing folder: not a folder
+ * itself (rename would fail only after the whole image went into a
+ * temporary file), its folder present. Checked before anything is written. */
+static rkv_status check_save_path(const char *what, const char *path) {
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return rkv__fail(RKV_ERR_IO, "%s: '%s' is a folder; expected a file path", what, path);
+    const char *slash = strrchr(path, '/');
+    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+    if (!dir) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", what);
+    rkv_status st = RKV_OK;
+    if (stat(dir, &sb) != 0)
+        st = rkv__fail(RKV_ERR_IO, "%s: cannot save to '%s': folder '%s': %s", what, path, dir,
+                       errno == ENOENT ? "does not exist" : strerror(errno));
+    else if (!S_ISDIR(sb.st_mode))
+        st = rkv__fail(RKV_ERR_IO, "%s: cannot save to '%s': '%s' is not a folder", what, path,
+                       dir);
+    free(dir);
+    return st;
+}
+
 rkv_status rkv__snapshot_save_file(const rkv_model *model, int64_t session, const char *what,
                                    const char *path, uint64_t *header_xxh3) {
     rkv_status st = rkv__model_check_between_frames(model, what, session);
     if (st != RKV_OK) return st;
     if (!path) return rkv__fail(RKV_ERR_NULL, "%s: path is NULL", what);
     if (!*path) return rkv__fail(RKV_ERR_INVALID_ARG, "%s: path is empty", what);
+    if ((st = check_save_path(what, path)) != RKV_OK) return st;
     rkv__snap_text hd;
     if ((st = build_header(model, session, what, &hd)) != RKV_OK) return st;
     /* temporary file next to the destination, so that rename is atomic */

@@ -600,6 +600,8 @@ rkv_status rkv__snap_header_parse(const rkv__snap_where *w, const uint8_t first8
                                   rkv__snap_header *out) {
     memset(out, 0, sizeof *out);
     out->data_offset = 8 + n;
+    out->info.struct_size = sizeof out->info;
+    out->info.config.struct_size = sizeof out->info.config;
     out->info.file_bytes = file_size;
     out->info.header_bytes = n;
     out->info.data_bytes = file_size - 8 - n;
@@ -739,6 +741,33 @@ rkv_status rkv__snap_header_build(const rkv_model_config *cfg, int64_t session,
     free(json);
     if (!out->text)
         return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory building the header", what);
+    return RKV_OK;
+}
+
+rkv_status rkv__snap_header_longest(const rkv_model_config *cfg, const char *what, size_t *len,
+                                    uint64_t *data_bytes) {
+    char id[RKV_MAX_REQUEST_ID];
+    *len = 0;
+    for (int kind = 0; kind < 2; kind++) { /* hex-coded, then escaped JSON */
+        memset(id, kind ? '"' : 0x01, sizeof id - 1);
+        id[sizeof id - 1] = '\0';
+        rkv__snap_text t;
+        rkv_status st =
+            rkv__snap_header_build(cfg, cfg->num_sessions - 1, id, INT64_MAX, what, &t);
+        if (st != RKV_OK) return st;
+        if (t.len > *len) *len = t.len;
+        *data_bytes = t.data_bytes;
+        free(t.text);
+    }
+    return RKV_OK;
+}
+
+rkv_status rkv__snap_header_pad(rkv__snap_text *t, size_t len, const char *what) {
+    char *text = realloc(t->text, len);
+    if (!text) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory padding the header", what);
+    memset(text + t->len, ' ', len - t->len);
+    t->text = text;
+    t->len = len;
     return RKV_OK;
 }
 

@@ -82,6 +82,19 @@ rkv_status rkv__snap_header_build(const rkv_model_config *cfg, int64_t session,
                                   const char *request_id, int64_t last_committed,
                                   const char *what, rkv__snap_text *out);
 
+/* The longest header any session of this config can have, padded (*len),
+ * and the data section's bytes (*data_bytes): the header of session
+ * num_sessions - 1 with a 255-byte request id at its longest (outside
+ * printable ASCII: hex) or escaped JSON, whichever is longer, and the
+ * largest clock. Every in-memory image of a model (rkv_model_snapshot) pads
+ * its header to *len, so that they all have one size. RKV_ERR_NO_MEMORY. */
+rkv_status rkv__snap_header_longest(const rkv_model_config *cfg, const char *what, size_t *len,
+                                    uint64_t *data_bytes);
+/* Pads t's text with spaces to len bytes (len >= t->len; 8 + len a multiple
+ * of 8): the same header, as JSON allows whitespace after it.
+ * RKV_ERR_NO_MEMORY. */
+rkv_status rkv__snap_header_pad(rkv__snap_text *t, size_t len, const char *what);
+
 /* The 8 bytes that precede the header: its length, little-endian. */
 void rkv__snap_header_put_length(const rkv__snap_text *t, uint8_t first8[8]);
 

@@ -6,7 +6,7 @@
 
 static _Thread_local char last_error[512];
 
-const char *rkv_version(void) { return "0.1.0"; }
+const char *rkv_version(void) { return RKV_VERSION_STRING; }
 
 const char *rkv_status_str(rkv_status status) {
     switch (status) {

@@ -16,7 +16,10 @@ xxHash .pc) and LD_LIBRARY_PATH is unset. Asserts:
     PREFIX/lib; the static ones do not need libringkv at all;
   - `pkg-config --cflags ringkv` is exactly -I PREFIX/include (no cJSON
     path), `--libs` exactly -L PREFIX/lib -lringkv, `--variable=libdir` a
-    normalized absolute path, and `--static --libs` adds -ljansson -lxxhash.
+    normalized absolute path, and `--static --libs` adds -ljansson -lxxhash;
+  - `pkg-config --modversion ringkv` and the installed libringkv.so.X.Y.Z
+    are the installed ringkv.h's RKV_VERSION_* macros; every public header
+    is installed.
 Python standard library only.
 """
 import os
@@ -167,6 +170,20 @@ def main():
             return p.stdout.split()
 
         cflags, libs, static = pc("--cflags"), pc("--libs"), pc("--libs", "--static")
+        # the version: ringkv.pc's and the installed library's file name are
+        # the installed header's RKV_VERSION_* macros (written only there)
+        hdr = open(os.path.join(prefix, "include", "ringkv.h"), encoding="utf-8").read()
+        want = ".".join(re.search(rf"^#define RKV_VERSION_{p} +([0-9]+)", hdr, re.M).group(1)
+                        for p in ("MAJOR", "MINOR", "PATCH"))
+        modversion = " ".join(pc("--modversion"))
+        if modversion != want:
+            failures.append(f"pkg-config --modversion: {modversion!r}; the header says {want!r}")
+        if not os.path.exists(os.path.join(lib, f"libringkv.so.{want}")):
+            failures.append(f"no {lib}/libringkv.so.{want} (the header's version)")
+        # every public header is installed
+        for h in ("ringkv.h", "ringkv_cpu.h", "ringkv_backend.h", "ringkv_cuda.h"):
+            if not os.path.exists(os.path.join(prefix, "include", h)):
+                failures.append(f"{h} is not installed in {prefix}/include")
         libdir_var = " ".join(pc("--variable=libdir"))
         if cflags != [f"-I{prefix}/include"]:
             failures.append(f"pkg-config --cflags: {cflags} (expected only -I{prefix}/include)")
@@ -179,7 +196,7 @@ def main():
             failures.append(f"pkg-config --libs --static: {static}")
         if any("cjson" in f.lower() or "jansson" in f.lower() or "xxhash" in f.lower() for f in cflags + libs):
             failures.append("cJSON or xxHash in users' flags")
-        print(f"  pkg-config: --cflags {' '.join(cflags)}; --libs {' '.join(libs)}; "
+        print(f"  pkg-config: --modversion {modversion}; --cflags {' '.join(cflags)}; --libs {' '.join(libs)}; "
               f"--static adds {' '.join(x for x in static if x not in libs)}; libdir {libdir_var}")
     if failures:
         for f in failures:

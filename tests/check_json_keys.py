@@ -4,7 +4,8 @@
 usage: check_json_keys.py RINGKV DOCS_JSON_MD [--image PATH]
 
 Runs plan (every preset, and --full-global-ring), rollout (3 demo frames
-with --snapshot-out, then 2 resumed), inspect of the snapshot and of a
+with --snapshot-out, then 2 resumed; with --migrate-every, whose figures
+must add up), inspect of the snapshot and of a
 truncated copy, and checks each object against the doc's tables:
   - every key path printed is listed for that command (no undocumented key);
   - every listed path is printed (unless an object above it is null);
@@ -144,12 +145,15 @@ def check(what, obj, spec, vocab, banned, failures):
     return seen
 
 
-def run_json(cmd, status=0, lines=False):
+def run_json(cmd, status=0, lines=False, stderr=None):
+    """The JSON printed; with stderr (a list), the stderr text is appended."""
     print("running:", " ".join(cmd), flush=True)
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if p.returncode != status:
         sys.stderr.write(p.stderr[-2000:])
         raise SystemExit(f"FAIL: exit status {p.returncode} (expected {status}): {' '.join(cmd)}")
+    if stderr is not None:
+        stderr.append(p.stderr)
     if lines:
         return [json.loads(x) for x in p.stdout.splitlines() if x.strip()]
     return json.loads(p.stdout)
@@ -192,9 +196,34 @@ def main():
                        os.path.join(tmp, "a"), "--snapshot-out", snap] + img)
         r2 = run_json([ringkv, "rollout", "--frames", "2", "--json", "--out",
                        os.path.join(tmp, "b"), "--resume", snap] + img)
-        for what, r in (("rollout", r1), ("rollout --resume", r2)):
+        # --migrate-every: 5 frames, 2 sessions, moved after frames 1 and 3;
+        # then 3 frames, 1 session, moved once (the stderr line's singulars)
+        err = []
+        r3 = run_json([ringkv, "rollout", "--frames", "5", "--sessions", "2", "--json",
+                       "--migrate-every", "2", "--out", os.path.join(tmp, "c")] + img)
+        r4 = run_json([ringkv, "rollout", "--frames", "3", "--json", "--migrate-every", "2",
+                       "--out", os.path.join(tmp, "d")] + img, stderr=err)
+        for what, r in (("rollout", r1), ("rollout --resume", r2),
+                        ("rollout --migrate-every", r3), ("rollout --migrate-every (1)", r4)):
             check(what, r, spec["rollout"], vocab, banned, failures)
             objects += 1
+        for what, r, rounds, sessions in (("r3", r3, 2, 2), ("r4", r4, 1, 1)):
+            mg, secs = r.get("migrations") or {}, r["seconds"]
+            per = r["memory_bytes"]["per_session"]
+            moves = rounds * sessions
+            if (mg.get("rounds") != rounds or not isinstance(mg.get("moved_bytes"), int)
+                    or mg["moved_bytes"] < moves * per or mg["moved_bytes"] % moves
+                    or not 0 < (secs.get("migrating") or 0) <= secs["frame_loop"]):
+                failures.append(f"rollout --migrate-every ({what}): migrations {mg!r}, "
+                                f"seconds {secs!r} (expected {rounds} rounds, at least "
+                                f"{moves} x {per} bytes, a multiple of {moves}, 0 < "
+                                f"migrating <= frame_loop)")
+        if r1["migrations"] is not None or r1["seconds"]["migrating"] is not None:
+            failures.append("rollout without --migrate-every: migrations / seconds.migrating "
+                            "not null")
+        if "1 migration of 1 session between" not in err[0]:
+            failures.append(f"rollout --migrate-every, 1 round of 1 session: stderr "
+                            f"{err[0].strip()[-300:]!r} (expected '1 migration of 1 session')")
         ins = run_json([ringkv, "inspect", "--json", snap], lines=True)
         check("inspect", ins[0], spec["inspect"], vocab, banned, failures)
         data = open(snap, "rb").read()

@@ -13,7 +13,8 @@ frame, 13 times; C does the same with frames replayed from a recording
 again after each move. Requires B's and C's last_frame and output_digest (XXH3-64 of
 the last frame's attention outputs) and recall figures to equal A's, B's
 options.migrate_every to be 3 (A's 0), and B to say on stderr how many
-migrations it made (13, of 3 sessions). Also: --migrate-every 0 and a
+migrations it made (13, of 3 sessions) and its JSON migrations.rounds to be 13
+(A's migrations null). Also: --migrate-every 0 and a
 non-number are refused with exit 2. Python standard library only.
 """
 import json
@@ -56,8 +57,11 @@ def main():
         if (ja["options"]["migrate_every"], jb["options"]["migrate_every"]) != (0, 3):
             fails.append(f"options.migrate_every: {ja['options']['migrate_every']!r}, "
                          f"{jb['options']['migrate_every']!r}; expected 0, 3")
-        if "13 migrations of 3 session(s)" not in b.stderr:
+        if "13 migrations of 3 sessions" not in b.stderr:
             fails.append(f"stderr does not say 13 migrations of 3 sessions: {b.stderr!r}")
+        if (jb.get("migrations") or {}).get("rounds") != 13 or ja.get("migrations") is not None:
+            fails.append(f"JSON migrations: {jb.get('migrations')!r} with, "
+                         f"{ja.get('migrations')!r} without (expected 13 rounds, null)")
         for bad in ("0", "x"):
             p = run([exe, "rollout", "--migrate-every", bad, "--out", tmp], expect=2)
             if "--migrate-every" not in p.stderr:

@@ -69,7 +69,7 @@ def recall_adds_up(a, b, c):
                   for r in (a, b, c)]
             if abs(db[0] - db[1] - db[2]) > 1e-6 * max(1.0, abs(db[0])):
                 out.append(f"{cls} {band}: PSNR sum {db[0]} in A, {db[1]} + {db[2]} in B + C")
-    for k in ("measured", "flat", "unseen"):
+    for k in ("in_view", "flat", "unseen"):
         v = [r["patches"][k] for r in (a, b, c)]
         if v[0] != v[1] + v[2]:
             out.append(f"patches.{k}: {v[0]} in A, {v[1]} + {v[2]} in B + C")
@@ -129,8 +129,20 @@ def main():
         not_snapshot = os.path.join(tmp, "not-a-snapshot.safetensors")
         with open(not_snapshot, "wb") as f:
             f.write(b"\x10\x00\x00\x00\x00\x00\x00\x00{\"a\": 1}        ")
-        no_preset = [a for i, a in enumerate(extra)
-                     if a != "--preset" and (i == 0 or extra[i - 1] != "--preset")]
+        def replacing(base, args):
+            """base with the options args names taken out (each option may be
+            given once), then args."""
+            names = {a for a in args if a.startswith("--")}
+            flags = {"--full-global-ring", "--json"}
+            out, i = [], 0
+            while i < len(base):
+                if base[i] in names:
+                    i += 1 if base[i] in flags else 2
+                    continue
+                out.append(base[i])
+                i += 1
+            return out + args
+
         for what, args, status, needles in (
                 ("another dtype", ["--dtype", other], 2, [f"--dtype {dtype}"]),
                 ("another preset", ["--preset", other_preset, "--dtype", dtype], 2,
@@ -142,10 +154,10 @@ def main():
                  ["gone.safetensors", "no such file"]),
                 ("a folder", ["--resume", tmp], 2, ["is a folder"]),
                 ("a file that is not a snapshot", ["--resume", not_snapshot], 2,
-                 ["not a valid snapshot"])):
-            base = no_preset if what == "another preset" else extra
-            p = run([ringkv, "rollout", "--json", "--out", os.path.join(tmp, "x"),
-                     "--resume", snap, "--frames", "2"] + base + args, expect_ok=False)
+                 ["not a ringkv snapshot", "__metadata__.format"])):
+            p = run([ringkv, "rollout", "--json", "--out", os.path.join(tmp, "x")]
+                    + replacing(["--resume", snap, "--frames", "2"] + extra, args),
+                    expect_ok=False)
             leaks = [w for w in ("rkv_", "RKV_ERR") if w in p.stderr]
             if (p.returncode != status or not all(n in p.stderr for n in needles) or leaks
                     or p.stdout.strip()):

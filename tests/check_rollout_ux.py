@@ -18,20 +18,32 @@ it fails fast (before any frame: the model is never created), and the words:
   - --frames beyond INT32_MAX names the range 1..2147483647;
   - an unknown preset: rollout and plan print the same (library) message;
   - --help: plan states the --memory-gib range, both explain --full-global-ring;
-  - replay of binary junk prints only printable ASCII, escaped as \\xNN, on
-    short lines;
+  - an input not of its kind is refused with exit 2 before any work (replay
+    of a text that is not a trace, of binary data, of JSON without "cases" or
+    without its .bin; inspect of a text or of another format's safetensors;
+    rollout --resume of a text), while a trace cut short is a replay failure
+    (1); replay of binary junk (2) prints only printable ASCII, escaped as
+    \\xNN, on short lines;
   - a long run (500,000 demo frames) says how long it should take on stderr
     within seconds (the process is then stopped);
   - a short run writes rollout.png and rollout.txt (the legend), names the
     legend in the text report and the JSON, and writes cell dimensions as
-    "N cols x M rows";
-  - RKV_ISA: an unknown name is ignored with one line on stderr; the names
-    work in any case;
+    "N cols x M rows"; its recall table says what the rate is, and its patch
+    line counts flat patches as not measured (as the legend does), the
+    measured ones equal to the band counts, the parts adding up;
+  - RKV_ISA: an unknown name is ignored with one line on stderr; a kernel
+    this CPU lacks (by /proc/cpuinfo) is said in one line naming both the
+    kernel asked for and the one used; the names work in any case;
   - `ringkv help` states the exit-status rule; `ringkv help CMD` prints what
     `ringkv CMD --help` prints, for every command; `ringkv version` equals
     `ringkv --version`; usage and argument errors (unknown command or option,
     a missing FILE, --resume or --image) exit 2 in every command without
     library function or status names;
+  - an option given twice (--frames, --preset, --resume, --snapshot-out, a
+    flag; plan's, bench's and inspect's too) is refused with exit 2 naming it;
+  - numbers are read one strict way in plan, rollout and bench (decimal
+    digits, the whole argument: no hex, exponent, sign, spaces, inf/nan),
+    refused with exit 2 naming the option and the expected form;
   - the legend names the mid-grey speckle of cells no ring holds, and the
     picture shows it: on a jump row both recall panels repeat one 8 x 8
     speckle near mid-grey in every cell;
@@ -288,6 +300,110 @@ def main():
                                 f"{leaks!r})")
         print("  ok: usage and argument errors exit 2 in every command")
 
+        # an option given twice is refused in every command (it used to win
+        # silently): exit 2 at once, naming the option
+        o9 = os.path.join(tmp, "o9")
+        snap_a, snap_b = os.path.join(tmp, "a.safetensors"), os.path.join(tmp, "b.safetensors")
+        for args, opt in ((["rollout", "--frames", "3", "--frames", "4", "--out", o9], "--frames"),
+                          (["rollout", "--preset", "demo", "--preset=waypoint-1.5-360p", "--out",
+                            o9], "--preset"),
+                          (["rollout", "--resume", snap_a, "--resume", snap_b, "--out", o9],
+                           "--resume"),
+                          (["rollout", "--snapshot-out", snap_a, "--snapshot-out=" + snap_b,
+                            "--out", o9], "--snapshot-out"),
+                          (["rollout", "--json", "--frames", "2", "--json", "--out", o9], "--json"),
+                          (["rollout", "--out", o9, "--out", o9], "--out"),
+                          (["plan", "--preset", "demo", "--memory-gib", "1", "--memory-gib", "2"],
+                           "--memory-gib"),
+                          (["plan", "--preset", "demo", "--preset", "demo", "--memory-gib", "1"],
+                           "--preset"),
+                          (["plan", "--preset", "demo", "--memory-gib", "1", "--dtype", "f32",
+                            "--dtype=bf16"], "--dtype"),
+                          (["bench", "--threads", "1", "--threads", "2"], "--threads"),
+                          (["bench", "--quick", "--quick"], "--quick"),
+                          (["inspect", "--json", "--json", snap_a], "--json")):
+            p, s = run([ringkv] + args)
+            if (p.returncode != 2 or f"{opt} given twice" not in p.stderr or p.stdout.strip()
+                    or os.path.exists(o9) or s > FAST_S):
+                failures.append(f"ringkv {' '.join(args)}: status {p.returncode} (expected 2), "
+                                f"stderr {p.stderr.strip()[:300]!r} (expected '{opt} given "
+                                f"twice'), stdout {p.stdout[:100]!r}")
+        print("  ok: an option given twice is refused in rollout, plan, bench and inspect")
+
+        # numbers: one strict reading in every command (decimal digits, the
+        # whole argument, then the range); the message names the option and
+        # the expected form
+        numbers = [(["plan", "--preset", "demo", "--memory-gib"], v, "--memory-gib")
+                   for v in ("0x10", " 5", "5 ", "1e3", "inf", "nan", "+5", "-0", "5,5", "")]
+        numbers += [(["rollout", opt], v, opt)
+                    for opt, vals in (("--frames", (" 3", "3 ", "+3", "0x10", "1e3", "3.0")),
+                                      ("--sessions", ("+1", " 1")), ("--threads", ("0x2", "2 ")),
+                                      ("--seed", ("0x10", " 1", "-1", "18446744073709551616")),
+                                      ("--migrate-every", ("0x2", "1e1")))
+                    for v in vals]
+        numbers += [(["bench", "--threads"], v, "--threads") for v in (" 2", "0x2", "2k", "")]
+        for args, value, opt in numbers:
+            p, s = run([ringkv] + args + [value, "--out", os.path.join(tmp, "o8")]
+                       if args[0] == "rollout" else [ringkv] + args + [value])
+            if (p.returncode != 2 or f"{opt} expects" not in p.stderr
+                    or f"'{value}'" not in p.stderr or s > FAST_S):
+                failures.append(f"ringkv {' '.join(args)} {value!r}: status {p.returncode} "
+                                f"(expected 2), stderr {p.stderr.strip()[:300]!r} (expected "
+                                f"'{opt} expects ... got {value!r}')")
+        for value, gib in (("16", 16.0), ("0.5", 0.5), (".5", 0.5), ("5.", 5.0), ("007", 7.0)):
+            p, _ = run([ringkv, "plan", "--preset", "demo", "--json", "--memory-gib", value])
+            got = json.loads(p.stdout).get("memory_gib") if p.returncode == 0 else None
+            if got != gib:
+                failures.append(f"plan --memory-gib {value!r}: status {p.returncode}, "
+                                f"memory_gib {got!r} (expected {gib})")
+        print(f"  ok: {len(numbers)} malformed numbers refused in plan, rollout and bench, "
+              f"naming the option; decimal forms accepted")
+
+        # an input not of its kind is refused (2, nothing done), in every
+        # command that reads one; an input of its kind gone wrong is a
+        # failure found by the work (1)
+        text = os.path.join(tmp, "notes.md")
+        with open(text, "w") as f:
+            f.write("# notes\n\nRing buffers are nice.\n")
+        st = os.path.join(tmp, "weights.safetensors")  # safetensors, another format
+        hdr = json.dumps({"__metadata__": {"format": "pt"},
+                          "w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
+        with open(st, "wb") as f:
+            f.write(struct.pack("<Q", len(hdr)) + hdr + b"\0\0\0\0")
+        empty_manifest = os.path.join(tmp, "m.json")
+        with open(empty_manifest, "w") as f:
+            f.write('{"version": 1}\n')
+        lone_manifest = os.path.join(tmp, "lone.json")  # no lone.bin beside it
+        with open(lone_manifest, "w") as f:
+            f.write('{"cases": []}\n')
+        cut = os.path.join(tmp, "cut.txt")  # a trace cut short: of its kind, fails
+        with open(cut, "w") as f:
+            f.write("# a trace\ngeometry num_sessions=1 n_kv_heads=1 ring_frames=2 "
+                    "ring_buckets=2 d_head=4 tokens_per_frame=128 pinned_dilation=1\n")
+        for args, status, needles in (
+                (["replay", text], 2, ["notes.md:3", "not a ringkv operation trace", "'Ring'"]),
+                (["replay", st], 2, ["not a ringkv operation trace", "NUL"]),
+                (["replay", cut, text], 2, ["notes.md", "not a ringkv operation trace"]),
+                (["replay", empty_manifest], 2, ["not a ringkv attention-vector manifest",
+                                                  '"cases"']),
+                (["replay", text + ".json"], 2, ["no such file"]),
+                (["replay", lone_manifest], 2, ["lone.bin", "no such file"]),
+                (["replay", cut], 1, ["no final_written line"]),
+                (["inspect", text], 2, ["notes.md", "not a ringkv snapshot", "'R'"]),
+                (["inspect", st], 2, ["not a ringkv snapshot", "format 'pt'"]),
+                (["rollout", "--resume", text, "--out", os.path.join(tmp, "o7")], 2,
+                 ["--resume", "not a ringkv snapshot"])):
+            p, s = run([ringkv] + args)
+            where = p.stderr if status == 2 else p.stdout
+            if (p.returncode != status or not all(n in where for n in needles)
+                    or (status == 2 and ("PASS" in p.stdout or "FAIL" in p.stdout))):
+                failures.append(f"ringkv {' '.join(args)}: status {p.returncode} (expected "
+                                f"{status}), stdout {p.stdout.strip()[:200]!r}, stderr "
+                                f"{p.stderr.strip()[:300]!r} (expected {needles!r})")
+            else:
+                print(f"  ok: {args[0]} {os.path.basename(args[-1])}: {status}: "
+                      f"{where.strip().splitlines()[0][:150]}")
+
         # replay of binary junk: printable ASCII only, short lines
         rng = random.Random(7)
         junk = os.path.join(tmp, "junk.txt")
@@ -299,7 +415,8 @@ def main():
         text = p.stdout + p.stderr
         bad = [b for b in text if not (32 <= b < 127 or b == 10)]
         longest = max(len(line) for line in text.split(b"\n"))
-        if p.returncode != 1 or bad or b"\\x" not in text or longest > 400:
+        if (p.returncode != 2 or bad or b"\\x" not in text or longest > 400
+                or b"not a ringkv operation trace" not in p.stderr):
             failures.append(f"replay of junk: status {p.returncode}, {len(bad)} unprintable "
                             f"bytes, longest line {longest}: {text[:300]!r}")
         else:
@@ -345,6 +462,24 @@ def main():
             if "flat grey" in text:
                 failures.append("legend: says 'flat grey', the panels show a speckle")
             print(f"  ok: short run wrote {legend} ({len(text.splitlines())} lines)")
+            # the report's words agree with the legend's ("flat: not measured")
+            # and say what the rate is; the patch counts add up
+            report = " ".join(p.stdout.split())
+            m = re.search(r"\((\d+) patches in view: (\d+) measured above, (\d+) flat \(no "
+                          r"texture: not measured\), (\d+) textured but never in view before "
+                          r"\(in no band\)\)", report)
+            rows = re.findall(r"local((?: +[\d.-]+ +[\d.-]+ +\d+){3})", p.stdout)
+            counts = [int(x) for x in rows[0].split()[2::3]] if rows else []
+            if ("rate = share recalled at PSNR >= 30 dB" not in report
+                    or "rate mean dB count" not in report or "patches measured" in report
+                    or not m or "not measured" not in " ".join(text.split())
+                    or int(m.group(1)) != sum(int(m.group(k)) for k in (2, 3, 4))
+                    or int(m.group(2)) != sum(counts)):
+                failures.append(f"report's recall words: {p.stdout[-900:]!r} (expected the rate "
+                                f"said, 'N patches in view: M measured above (= the band "
+                                f"counts {counts}), F flat (not measured), U ...' adding up)")
+            else:
+                print(f"  ok: report: {m.group(0)}")
         p, s = run([ringkv, "rollout", "--frames", "24", "--json", "--out", out] + img,
                    timeout=600)
         try:
@@ -367,6 +502,33 @@ def main():
             failures.append(f"RKV_ISA=Bogus: status {p.returncode}, stderr {p.stderr[-500:]!r}")
         else:
             print(f"  ok: RKV_ISA=Bogus: {p.stderr.strip().splitlines()[0][:160]}")
+        # RKV_ISA naming a kernel this CPU lacks: one line naming both the
+        # kernel asked for and the one used (it ran silently); checked for
+        # the names /proc/cpuinfo's flags rule out
+        try:
+            flags = set(next(l for l in open("/proc/cpuinfo") if l.startswith("flags"))
+                        .split(":", 1)[1].split())
+        except (OSError, StopIteration):
+            flags = None
+        a512 = {"avx512f", "avx512vl", "avx512bw", "avx512dq"}
+        needs = {"amx": a512 | {"amx_tile", "amx_bf16"}, "avx512": a512,
+                 "avx512bf16": a512 | {"avx512_bf16"}}
+        for name, need in needs.items():
+            if flags is None or need <= flags:
+                continue
+            env["RKV_ISA"] = name
+            p = subprocess.run([ringkv, "rollout", "--frames", "2", "--json", "--out", out] + img,
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               errors="replace", timeout=600)
+            used = json.loads(p.stdout).get("isa") if p.returncode == 0 else None
+            lines = [l for l in p.stderr.splitlines() if "RKV_ISA" in l]
+            if (p.returncode != 0 or len(lines) != 1 or f"RKV_ISA={name} " not in lines[0]
+                    or f"the {name} kernel" not in lines[0] or f"the {used} kernel" not in lines[0]):
+                failures.append(f"RKV_ISA={name} on a CPU without it: status {p.returncode}, "
+                                f"isa {used!r}, stderr {p.stderr[-400:]!r} (expected one line "
+                                f"naming the {name} kernel and the {used} kernel used)")
+            else:
+                print(f"  ok: RKV_ISA={name}: {lines[0][:160]}")
         env["RKV_ISA"] = "GENERIC"
         p = subprocess.run([ringkv, "rollout", "--frames", "2", "--out", out] + img, env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

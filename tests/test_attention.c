@@ -65,8 +65,7 @@ static rkv_attention_args args_new(int64_t B, int64_t Hq, int64_t Tq,
                                    const int64_t *fp, const uint8_t *vis,
                                    float scale)
 {
-    rkv_attention_args a;
-    memset(&a, 0, sizeof a);
+    rkv_attention_args a = RKV_ATTENTION_ARGS_INIT;
     a.batch = B;
     a.n_q_heads = Hq;
     a.n_queries = Tq;
@@ -95,7 +94,7 @@ static double *reference(const fixture *fx, int64_t B, int64_t Hq,
     uint8_t *row = tu_xmalloc((size_t)N);
     for (int64_t b = 0; b < B; b++) {
         for (size_t i = 0; i < per; i++)
-            qd[i] = tu_decode(q, qdt, (size_t)b * per + i);
+            qd[i] = rkvt_get(q, qdt, (size_t)b * per + i);
         if (vis)
             memcpy(row, vis + b * N, (size_t)N);
         else
@@ -116,14 +115,19 @@ static float *nan_buf(size_t n)
     return x;
 }
 
-static void expect_close(const void *out, rkv_dtype odt, const double *ref,
-                         size_t n, double tol, const char *what)
+/* out (in odt) within tol of the float64 reference (norm-wise); a failure
+ * names the layer's geometry, the first element off and the largest
+ * difference with both values (rkvt_check_close). */
+static void expect_close(const rkv_geometry *g, const void *out, rkv_dtype odt,
+                         const double *ref, size_t n, double tol,
+                         const char *what)
 {
+    char geo[160], msg[1024];
+    rkvt_describe_geometry(g, geo, sizeof geo);
     if (!tu_all_finite(out, odt, n))
-        fail_msg("%s: output not fully written (NaN/inf left)", what);
-    double err = tu_rel_err(out, odt, ref, n);
-    if (!(err <= tol))
-        fail_msg("%s: norm-wise relative error %.3g > %.3g", what, err, tol);
+        fail_msg("%s (%s): output not fully written (NaN/inf left)", what, geo);
+    if (rkvt_check_close(what, geo, out, odt, ref, n, tol, msg, sizeof msg))
+        fail_msg("%s", msg);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -154,7 +158,7 @@ static void test_f32_single_rows_bits_path(void **state)
         TU_OK(ATTEND(fx.l, &a));
         double *ref = reference(&fx, 1, Hq, T, q, RKV_DTYPE_F32, &s, &f,
                                 NULL, 1.0 / sqrt((double)D));
-        expect_close(out, RKV_DTYPE_F32, ref, n, 1e-5, "f32 bits path");
+        expect_close(&fx.g, out, RKV_DTYPE_F32, ref, n, 1e-5, "f32 bits path");
         free(ref);
         free(out);
     }
@@ -181,12 +185,12 @@ static void test_f32_batch_rows(void **state)
     TU_OK(ATTEND(fx.l, &a));
     double *ref = reference(&fx, B, Hq, T, q, RKV_DTYPE_F32, sess, fp, NULL,
                             1.0 / sqrt((double)D));
-    expect_close(out, RKV_DTYPE_F32, ref, n, 1e-5, "batch");
+    expect_close(&fx.g, out, RKV_DTYPE_F32, ref, n, 1e-5, "batch");
     /* each row on its own, too */
     for (int64_t b = 0; b < B; b++) {
         char what[64];
         snprintf(what, sizeof what, "batch row %lld", (long long)b);
-        expect_close(out + (size_t)b * per, RKV_DTYPE_F32,
+        expect_close(&fx.g, out + (size_t)b * per, RKV_DTYPE_F32,
                      ref + (size_t)b * per, per, 1e-5, what);
         /* same as a B = 1 call */
         float *one = nan_buf(per);
@@ -234,12 +238,12 @@ static void test_explicit_rows_equal_bits_path(void **state)
     TU_OK(ATTEND(fx.l, &a2));
     double *ref = reference(&fx, B, Hq, T, q, RKV_DTYPE_F32, sess, fp, vis,
                             1.0 / sqrt((double)D));
-    expect_close(o1, RKV_DTYPE_F32, ref, n, 1e-5, "bits path");
-    expect_close(o2, RKV_DTYPE_F32, ref, n, 1e-5, "explicit rows");
+    expect_close(&fx.g, o1, RKV_DTYPE_F32, ref, n, 1e-5, "bits path");
+    expect_close(&fx.g, o2, RKV_DTYPE_F32, ref, n, 1e-5, "explicit rows");
     double *r1 = tu_xmalloc(n * 8);
     for (size_t i = 0; i < n; i++)
         r1[i] = o1[i];
-    expect_close(o2, RKV_DTYPE_F32, r1, n, 1e-6, "explicit vs bits");
+    expect_close(&fx.g, o2, RKV_DTYPE_F32, r1, n, 1e-6, "explicit vs bits");
     free(r1);
     free(ref);
     free(o1);
@@ -275,7 +279,7 @@ static void test_explicit_row_any_slots(void **state)
     TU_OK(ATTEND(fx.l, &a));
     double *ref = reference(&fx, 1, Hq, T, q, RKV_DTYPE_F32, &s, NULL, vis,
                             1.0 / sqrt((double)D));
-    expect_close(out, RKV_DTYPE_F32, ref, n, 1e-5, "cross-session row");
+    expect_close(&fx.g, out, RKV_DTYPE_F32, ref, n, 1e-5, "cross-session row");
     free(ref);
 
     memset(vis, 0, (size_t)N);
@@ -311,7 +315,7 @@ static void test_scale(void **state)
     assert_memory_equal(o0, o1, n * 4);
     double *ref = reference(&fx, 1, Hq, T, q, RKV_DTYPE_F32, &s, &f, NULL,
                             0.25);
-    expect_close(o0, RKV_DTYPE_F32, ref, n, 1e-5, "default scale");
+    expect_close(&fx.g, o0, RKV_DTYPE_F32, ref, n, 1e-5, "default scale");
     free(ref);
     /* another scale changes the result, and matches the reference */
     a.out = o2;
@@ -319,7 +323,7 @@ static void test_scale(void **state)
     TU_OK(ATTEND(fx.l, &a));
     ref = reference(&fx, 1, Hq, T, q, RKV_DTYPE_F32, &s, &f, NULL,
                     (double)1.7f);
-    expect_close(o2, RKV_DTYPE_F32, ref, n, 1e-5, "scale 1.7");
+    expect_close(&fx.g, o2, RKV_DTYPE_F32, ref, n, 1e-5, "scale 1.7");
     assert_true(memcmp(o0, o2, n * 4) != 0);
     free(ref);
     /* a huge scale: logits far beyond exp's range must stay stable */
@@ -328,7 +332,7 @@ static void test_scale(void **state)
     ref = reference(&fx, 1, Hq, T, q, RKV_DTYPE_F32, &s, &f, NULL, 400.0);
     /* f32 logit rounding is amplified 400x here: looser tolerance; the
      * point is no overflow (inf/NaN) */
-    expect_close(o2, RKV_DTYPE_F32, ref, n, 1e-3, "scale 400");
+    expect_close(&fx.g, o2, RKV_DTYPE_F32, ref, n, 1e-3, "scale 400");
     free(ref);
     free(o0);
     free(o1);
@@ -357,11 +361,11 @@ static void test_default_scale_odd_d(void **state)
     TU_OK(ATTEND(fx.l, &a));
     double *ref = reference(&fx, 1, Hq, T, q, RKV_DTYPE_F32, &s, &f, NULL,
                             1.0 / sqrt(7.0));
-    expect_close(out, RKV_DTYPE_F32, ref, n, 1e-5, "D=7 default scale");
+    expect_close(&fx.g, out, RKV_DTYPE_F32, ref, n, 1e-5, "D=7 default scale");
     free(ref);
     /* and it is not the unscaled result */
     ref = reference(&fx, 1, Hq, T, q, RKV_DTYPE_F32, &s, &f, NULL, 1.0);
-    assert_true(tu_rel_err(out, RKV_DTYPE_F32, ref, n) > 1e-3);
+    assert_true(rkvt_rel_err_f64(out, RKV_DTYPE_F32, ref, n, NULL) > 1e-3);
     free(ref);
     free(out);
     free(q);
@@ -393,7 +397,7 @@ static void test_n_queries(void **state)
                                 NULL, 0.25);
         char what[64];
         snprintf(what, sizeof what, "n_queries %lld", (long long)Tq);
-        expect_close(out, RKV_DTYPE_F32, ref, n, 1e-5, what);
+        expect_close(&fx.g, out, RKV_DTYPE_F32, ref, n, 1e-5, what);
         for (int i = 0; i < 64; i++)
             assert_true(out[n + (size_t)i] == 123.0f);
         free(ref);
@@ -428,7 +432,7 @@ static void test_gqa(void **state)
                                 NULL, 1.0 / sqrt(8.0));
         char what[64];
         snprintf(what, sizeof what, "Hq %lld H 3", (long long)Hq);
-        expect_close(out, RKV_DTYPE_F32, ref, n, 1e-5, what);
+        expect_close(&fx.g, out, RKV_DTYPE_F32, ref, n, 1e-5, what);
         free(ref);
         free(out);
         free(q);
@@ -455,7 +459,7 @@ static void test_larger_frame(void **state)
     TU_OK(ATTEND(fx.l, &a));
     double *ref = reference(&fx, 1, Hq, T, q, RKV_DTYPE_F32, &s, &f, NULL,
                             0.125);
-    expect_close(out, RKV_DTYPE_F32, ref, n, 1e-5, "T 256 D 64");
+    expect_close(&fx.g, out, RKV_DTYPE_F32, ref, n, 1e-5, "T 256 D 64");
     free(ref);
     free(out);
     free(q);
@@ -490,12 +494,12 @@ static void test_half_dtypes(void **state)
         char what[64];
         snprintf(what, sizeof what, "%s storage, exact inputs",
                  rkv_dtype_name(dt));
-        expect_close(out, RKV_DTYPE_F32, ref, n, 1e-5, what);
+        expect_close(&fx.g, out, RKV_DTYPE_F32, ref, n, 1e-5, what);
         double *ref32 = reference(&fx32, B, Hq, T, q, RKV_DTYPE_F32, sess, fp,
                                   NULL, 0.25);
         snprintf(what, sizeof what, "%s vs float64 of f32 inputs",
                  rkv_dtype_name(dt));
-        expect_close(out, RKV_DTYPE_F32, ref32, n, 1e-2, what);
+        expect_close(&fx.g, out, RKV_DTYPE_F32, ref32, n, 1e-2, what);
         /* output in the half dtype */
         uint16_t *oh = tu_xmalloc(n * 2);
         for (size_t i = 0; i < n; i++)
@@ -504,7 +508,7 @@ static void test_half_dtypes(void **state)
         a.out_dtype = dt;
         TU_OK(ATTEND(fx.l, &a));
         snprintf(what, sizeof what, "%s output", rkv_dtype_name(dt));
-        expect_close(oh, dt, ref, n, 1e-2, what);
+        expect_close(&fx.g, oh, dt, ref, n, 1e-2, what);
         /* the half output is the f32 output rounded */
         uint16_t *want = tu_to_dtype(out, n, dt);
         size_t diff = 0;
@@ -525,7 +529,7 @@ static void test_half_dtypes(void **state)
         if (st == RKV_OK) {
             double *refq = reference(&fx, B, Hq, T, q, RKV_DTYPE_F32, sess,
                                      fp, NULL, 0.25);
-            expect_close(out, RKV_DTYPE_F32, refq, n, 1e-5,
+            expect_close(&fx.g, out, RKV_DTYPE_F32, refq, n, 1e-5,
                          "f32 queries on half storage");
             free(refq);
         } else {
@@ -571,7 +575,7 @@ static void test_attention_follows_passes(void **state)
             TU_OK(ATTEND(l, &a));
             double *ref = reference(&fx, 1, Hq, T, q, RKV_DTYPE_F32, &s, &f,
                                     NULL, 1.0 / sqrt(8.0));
-            expect_close(out, RKV_DTYPE_F32, ref, n, 1e-5, "per pass");
+            expect_close(&fx.g, out, RKV_DTYPE_F32, ref, n, 1e-5, "per pass");
             /* each pass has a different frame: a different output */
             assert_true(memcmp(out, prev, n * 4) != 0);
             memcpy(prev, out, n * 4);
@@ -618,7 +622,7 @@ static void test_odd_dims(void **state)
             char what[64];
             snprintf(what, sizeof what, "D %lld Tq %lld", (long long)D,
                      (long long)Tq);
-            expect_close(out, RKV_DTYPE_F32, ref, n, 1e-5, what);
+            expect_close(&fx.g, out, RKV_DTYPE_F32, ref, n, 1e-5, what);
             for (int i = 0; i < 8; i++)
                 if (out[n + (size_t)i] != -77.0f)
                     fail_msg("%s: wrote past the output", what);
@@ -660,7 +664,7 @@ static void test_sparse_explicit_rows(void **state)
         char what[64];
         snprintf(what, sizeof what, "density %d%%", dens[k]);
         /* row 0 may be empty at 1%: the reference gives 0 there too */
-        expect_close(out, RKV_DTYPE_F32, ref, n, 1e-5, what);
+        expect_close(&fx.g, out, RKV_DTYPE_F32, ref, n, 1e-5, what);
         /* a single visible slot: the output is that slot's V exactly */
         for (int64_t h = 0; h < Hq; h++)
             for (int64_t i = 0; i < T; i++)
@@ -698,7 +702,7 @@ static void test_same_session_twice(void **state)
     TU_OK(ATTEND(fx.l, &a));
     double *ref = reference(&fx, B, Hq, T, q, RKV_DTYPE_F32, sess, fp, NULL,
                             0.25);
-    expect_close(out, RKV_DTYPE_F32, ref, n, 1e-5, "same session twice");
+    expect_close(&fx.g, out, RKV_DTYPE_F32, ref, n, 1e-5, "same session twice");
     free(ref);
     free(out);
     free(q);
@@ -739,7 +743,7 @@ static void test_subnormal_values(void **state)
                             1.0 / sqrt(8.0));
     /* subnormal outputs carry fewer bits: 1e-3 is still far from the 100%
      * error of flushing them to zero */
-    expect_close(out, RKV_DTYPE_F32, ref, n, 1e-3, "subnormal V");
+    expect_close(&fx.g, out, RKV_DTYPE_F32, ref, n, 1e-3, "subnormal V");
     free(ref);
     free(out);
     free(q);
@@ -786,7 +790,7 @@ static void test_bf16_tile_shapes(void **state)
             char what[64];
             snprintf(what, sizeof what, "bf16 D %lld%s", (long long)D,
                      explicit_rows ? " explicit rows" : "");
-            expect_close(o, RKV_DTYPE_F32, ref, n, 1e-2, what);
+            expect_close(&fx.g, o, RKV_DTYPE_F32, ref, n, 1e-2, what);
             rkv_threadpool *p = NULL;
             TU_OK(rkv_threadpool_create(1, &p));
             a.out = o1;
@@ -944,14 +948,14 @@ static void test_special_scores(void **state)
             special_attend(l, &c, out, ref);
             const double tol = special_tol(l);
             if (c.want == WANT_FINITE) {
-                expect_close(out, RKV_DTYPE_F32, ref, n, tol, what);
+                expect_close(rkv_layer_geometry(l), out, RKV_DTYPE_F32, ref, n, tol, what);
                 if (g_attend == rkv_layer_attend) { /* and the library's reference */
                     g_attend = rkv_layer_attend_reference;
                     special_attend(l, &c, other, ref2);
                     g_attend = rkv_layer_attend;
                     for (size_t i = 0; i < n; i++)
                         ref2[i] = other[i];
-                    expect_close(out, RKV_DTYPE_F32, ref2, n, tol, what);
+                    expect_close(rkv_layer_geometry(l), out, RKV_DTYPE_F32, ref2, n, tol, what);
                 }
                 /* the same keys in the other slot order */
                 if (c.T == 128 && (c.mark == 0x1 || c.mark == 0x2)) {
@@ -961,7 +965,7 @@ static void test_special_scores(void **state)
                         ref2[i] = out[i];
                     snprintf(what, sizeof what, "%s storage, %s, frames 0 and 1 swapped",
                              rkv_dtype_name(dts[k]), c.name);
-                    expect_close(other, RKV_DTYPE_F32, ref2, n, tol, what);
+                    expect_close(rkv_layer_geometry(l2), other, RKV_DTYPE_F32, ref2, n, tol, what);
                     rkv_layer_destroy(l2);
                 }
             } else {
@@ -1074,10 +1078,10 @@ static void test_thread_count_bit_identical(void **state)
     double *ref = tu_xmalloc(n * 8);
     for (size_t i = 0; i < n; i++)
         ref[i] = o[i];
-    expect_close(o0, RKV_DTYPE_F32, ref, n, 2e-6, "fast vs reference");
+    expect_close(&fx.g, o0, RKV_DTYPE_F32, ref, n, 2e-6, "fast vs reference");
     free(ref);
     ref = reference(&fx, B, Hq, T, q, RKV_DTYPE_F32, sess, fp, NULL, 0.125);
-    expect_close(o0, RKV_DTYPE_F32, ref, n, 1e-5, "fast vs float64");
+    expect_close(&fx.g, o0, RKV_DTYPE_F32, ref, n, 1e-5, "fast vs float64");
     free(ref);
     free(o0);
     free(o);

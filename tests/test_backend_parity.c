@@ -28,7 +28,8 @@
  * documented tolerance (norm-wise relative error: f32 1e-5, bf16 1e-2).
  *
  * Plain C (no cmocka), so that the GPU check can build it beside the GPU
- * programs. Exit 0: passed; 1: a mismatch (the message says where). */
+ * programs; the test library (tests/common/rkvt.h) gives the key mixing,
+ * decoding, error norm and geometry description. Exit 0: passed; 1: a mismatch (the message says where). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdint.h>
@@ -40,6 +41,7 @@
 #include "ringkv.h"
 #include "ringkv_backend.h"
 #include "test_budget.h"
+#include "rkvt.h"
 #ifdef RKV_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
@@ -124,17 +126,11 @@ static const backend CUDA = {"cuda", cuda_create, cuda_put, cuda_get, cuda_drop}
 
 /* ---- inputs ------------------------------------------------------------------ */
 
-static uint64_t mix(uint64_t x) {
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
 /* n values in [-1, 1) from a key, converted to dtype (malloc'd). */
 static void *values(uint64_t key, size_t n, rkv_dtype dt) {
     float *f = xmalloc(n * sizeof *f);
     for (size_t i = 0; i < n; i++)
-        f[i] = (float)((int64_t)(mix(key * 1000003u + i) >> 41) - (1 << 22)) / (float)(1 << 22);
+        f[i] = (float)((int64_t)(rkvt_mix(key * 1000003u + i) >> 41) - (1 << 22)) / (float)(1 << 22);
     void *out = xmalloc(n * rkv_dtype_size(dt));
     OK(rkv_convert(f, RKV_DTYPE_F32, out, dt, n));
     free(f);
@@ -167,38 +163,30 @@ static void pair_close(pair *p) {
     rkv_model_destroy(p->r);
 }
 
-/* The geometry in a failure message: the layers' RF/RB/PD and the sizes. */
-static void describe_config(const rkv_model_config *c, char *out, size_t len) {
-    int n = snprintf(out, len, "S %lld, Hq %lld, H %lld, D %lld, T %lld, %s, layers (RF/RB/PD)",
-                     (long long)c->num_sessions, (long long)c->n_q_heads, (long long)c->n_kv_heads,
-                     (long long)c->d_head, (long long)c->tokens_per_frame, rkv_dtype_name(c->dtype));
-    for (int64_t l = 0; l < c->n_layers && n > 0 && (size_t)n < len; l++)
-        n += snprintf(out + n, len - (size_t)n, " %lld/%lld/%lld", (long long)c->layers[l].ring_frames,
-                      (long long)c->layers[l].ring_buckets, (long long)c->layers[l].pinned_dilation);
-}
-
-/* Element `e` of a host buffer in dtype, as a double. */
-static double element(const void *base, rkv_dtype dt, size_t e) {
-    float f = 0;
-    OK(rkv_convert((const char *)base + e * rkv_dtype_size(dt), dt, &f, RKV_DTYPE_F32, 1));
-    return f;
-}
-
-/* Where byte i of a session's in-memory snapshot image lies -- the layout
- * of src/model.c: a header (geometry and clock), then per layer the K span
- * of each head [C][D], the V span of each head, the written bits [C] -- and
- * the values of the two images a (under test) and b (reference) there. */
-static void image_place(const rkv_model_config *c, size_t n, size_t i, const unsigned char *a,
-                        const unsigned char *b, char *out, size_t len) {
+/* Bytes of the data section of a session's snapshot image: per layer the K
+ * span of each head [C][D], the V span of each head, the written bits [C]
+ * (docs/snapshot-format.md). */
+static size_t data_bytes(const rkv_model_config *c) {
     const size_t es = rkv_dtype_size(c->dtype);
     const int64_t H = c->n_kv_heads, D = c->d_head, T = c->tokens_per_frame;
     size_t layers = 0;
     for (int64_t l = 0; l < c->n_layers; l++)
         layers += (size_t)((c->layers[l].ring_frames + 1) * T) * (2 * (size_t)(H * D) * es + 1);
-    size_t off = n - layers;
+    return layers;
+}
+
+/* Where byte i of a session's in-memory snapshot image lies -- the 8-byte
+ * length and the JSON header (geometry, clock, the session's identity,
+ * checksums), then the data section (data_bytes) at the end -- and the
+ * values of the two images a (under test) and b (reference) there. */
+static void image_place(const rkv_model_config *c, size_t n, size_t i, const unsigned char *a,
+                        const unsigned char *b, char *out, size_t len) {
+    const size_t es = rkv_dtype_size(c->dtype);
+    const int64_t H = c->n_kv_heads, D = c->d_head, T = c->tokens_per_frame;
+    size_t off = n - data_bytes(c);
     if (i < off) {
-        snprintf(out, len, "the image header (geometry and clock), byte %zu: 0x%02x vs 0x%02x", i,
-                 a[i], b[i]);
+        snprintf(out, len, "the image header (geometry, clock, identity), byte %zu: 0x%02x vs 0x%02x",
+                 i, a[i], b[i]);
         return;
     }
     for (int64_t l = 0; l < c->n_layers; l++) {
@@ -216,7 +204,7 @@ static void image_place(const rkv_model_config *c, size_t n, size_t i, const uns
                      "%g",
                      (long long)l, kv ? "V" : "K", (long long)h, (long long)(slot / T),
                      slot / T == RF ? " (scratch)" : "", (long long)(slot % T), (long long)d,
-                     element(a + at, c->dtype, 0), element(b + at, c->dtype, 0));
+                     rkvt_get(a + at, c->dtype, 0), rkvt_get(b + at, c->dtype, 0));
             return;
         }
         off += 2 * part;
@@ -246,7 +234,7 @@ static void pair_check_state(pair *p, const char *when) {
             while (a[i] == b[i]) i++;
             char where[256], geo[256];
             image_place(&p->cfg, n, i, a, b, where, sizeof where);
-            describe_config(&p->cfg, geo, sizeof geo);
+            rkvt_describe_config(&p->cfg, geo, sizeof geo);
             FAIL("%s, %s: session %lld differs from the reference (%s) first at image byte %zu "
                  "of %zu: %s (%s vs reference)",
                  p->bk->name, when, (long long)s, geo, i, n, where, p->bk->name);
@@ -254,21 +242,6 @@ static void pair_check_state(pair *p, const char *when) {
     }
     free(a);
     free(b);
-}
-
-/* Norm-wise relative error; *worst receives the element with the largest
- * difference (a non-finite output counts as infinite). */
-static double rel_err(const float *got, const float *ref, size_t n, size_t *worst) {
-    double num = 0, den = 0, wd = -1;
-    *worst = 0;
-    for (size_t i = 0; i < n; i++) {
-        const double d = (double)got[i] - ref[i], ad = isfinite(d) ? fabs(d) : INFINITY;
-        num += d * d;
-        den += (double)ref[i] * ref[i];
-        if (ad > wd) wd = ad, *worst = i;
-    }
-    if (!isfinite(num)) return INFINITY;
-    return den > 0 ? sqrt(num / den) : (num > 0 ? INFINITY : 0);
 }
 
 static void pair_claim(pair *p, const char *id, int64_t first_clock) {
@@ -297,10 +270,11 @@ static void pair_frame(pair *p, int64_t B, const int64_t *rows, uint64_t seed) {
     void *dout = p->bk->put(out_t, nq * sizeof(float));
     for (int pass = 0; pass < 2; pass++)
         for (int64_t l = 0; l < c->n_layers; l++) {
-            const uint64_t key = mix(seed ^ ((uint64_t)pass << 40) ^ ((uint64_t)l << 48));
+            const uint64_t key = rkvt_mix(seed ^ ((uint64_t)pass << 40) ^ ((uint64_t)l << 48));
             void *kv = values(key, nkv, c->dtype), *q = values(key ^ 0x51, nq, c->dtype);
             void *dkv = p->bk->put(kv, nkv * es), *dq = p->bk->put(q, nq * es);
-            rkv_attention_args a = {.n_q_heads = c->n_q_heads, .q = dq, .q_dtype = c->dtype,
+            rkv_attention_args a = {.struct_size = sizeof(rkv_attention_args),
+                                    .n_q_heads = c->n_q_heads, .q = dq, .q_dtype = c->dtype,
                                     .out = dout, .out_dtype = RKV_DTYPE_F32};
             rkv_attention_args ar = a;
             ar.q = q;
@@ -317,12 +291,12 @@ static void pair_frame(pair *p, int64_t B, const int64_t *rows, uint64_t seed) {
             OK(rkv_model_synchronize(p->t));
             p->bk->get(out_t, dout, nq * sizeof(float));
             size_t w = 0;
-            const double e = rel_err(out_t, out_r, nq, &w);
+            const double e = rkvt_rel_err(out_t, out_r, nq, &w);
             if (!(e <= p->tol)) {
                 const int64_t Hq = c->n_q_heads, T = c->tokens_per_frame, D = c->d_head;
                 const int64_t we = (int64_t)w, b = we / (Hq * T * D);
                 char geo[256];
-                describe_config(c, geo, sizeof geo);
+                rkvt_describe_config(c, geo, sizeof geo);
                 FAIL("%s (%s): attention of layer %lld, pass %d, B %lld (row 0: session %lld at "
                      "frame %lld): relative error %.3g > %.0e; largest difference at element "
                      "%lld = row %lld (session %lld at %lld), head %lld, query %lld, dim %lld: "
@@ -356,16 +330,23 @@ static void pair_frame(pair *p, int64_t B, const int64_t *rows, uint64_t seed) {
     pair_check_state(p, when);
 }
 
-/* The same image of session s in models a and b (any backends). */
+/* The same state of session sa of model a and sb of model b (any backends):
+ * the same clock and the same data section of their snapshot images (their
+ * headers differ where the sessions' models, indices or request ids do). */
 static void same_session(rkv_model *a, int64_t sa, rkv_model *b, int64_t sb, const char *what) {
-    const size_t n = rkv_model_snapshot_bytes(a);
-    unsigned char *x = xmalloc(n), *y = xmalloc(n);
+    const size_t n = rkv_model_snapshot_bytes(a), nb = rkv_model_snapshot_bytes(b);
+    const size_t data = data_bytes(rkv_model_get_config(a));
+    if (n < data || nb < data) FAIL("%s: image sizes %zu and %zu, data %zu", what, n, nb, data);
+    int64_t ca = -7, cb = -8;
+    OK(rkv_model_clock(a, sa, &ca));
+    OK(rkv_model_clock(b, sb, &cb));
+    if (ca != cb) FAIL("%s: clocks %lld and %lld", what, (long long)ca, (long long)cb);
+    unsigned char *x = xmalloc(n), *y = xmalloc(n > nb ? n : nb);
     OK(rkv_model_snapshot(a, sa, x, n));
-    OK(rkv_model_snapshot(b, sb, y, n));
-    if (n != rkv_model_snapshot_bytes(b)) FAIL("%s: image sizes %zu and %zu", what, n,
-                                               rkv_model_snapshot_bytes(b));
-    if (memcmp(x, y, n)) {
-        size_t i = 0;
+    OK(rkv_model_snapshot(b, sb, y, nb));
+    if (memcmp(x + n - data, y + nb - data, data)) {
+        memmove(y + n - data, y + nb - data, data); /* b's data where a's is */
+        size_t i = n - data;
         while (x[i] == y[i]) i++;
         char where[256];
         image_place(rkv_model_get_config(a), n, i, x, y, where, sizeof where);
@@ -378,8 +359,7 @@ static void same_session(rkv_model *a, int64_t sa, rkv_model *b, int64_t sb, con
 /* ---- the scenario ------------------------------------------------------------ */
 
 static rkv_model_config config(rkv_dtype dt) {
-    rkv_model_config c;
-    memset(&c, 0, sizeof c);
+    rkv_model_config c = RKV_MODEL_CONFIG_INIT;
     snprintf(c.name, sizeof c.name, "parity");
     c.n_layers = 2;
     c.layers[0] = (rkv_layer_spec){2, 2, 1}; /* local: wraps every 2 frames        */

@@ -1,7 +1,7 @@
 /* The row emitter of `ringkv bench` (bench/row.c), with no timing: every row
  * carries the keys the bench promises (the old ones and the machine facts),
  * and a ratio above 1 beyond the 5% noise is flagged in the row and on
- * stderr, one within it is not. */
+ * stderr, one within it is not; integers print as integers. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdarg.h>
 #include <stddef.h>
@@ -194,6 +194,30 @@ static void test_text_row_marks_suspect(void **state) {
     capture_free(&c);
 }
 
+/* Integer parameters (byte counts above %g's 6 digits) print as integers,
+ * in text and in JSON; fractions as numbers. */
+static void test_integers_print_whole(void **state) {
+    (void)state;
+    for (int json = 0; json <= 1; json++) {
+        capture c;
+        capture_open(&c, json, "");
+        cJSON *p = cJSON_CreateObject();
+        cJSON_AddNumberToObject(p, "bytes", 213962752);
+        cJSON_AddNumberToObject(p, "region_bytes", 8589934592.0); /* 8 GiB, above 2^31 */
+        cJSON_AddNumberToObject(p, "share", 0.25);
+        bench_emit(&c.o, "export_import_gbps", 9.5, "GB/s", p, 10, "memcpy");
+        capture_close(&c);
+        const char *want[] = {json ? "\"bytes\":213962752" : " bytes=213962752",
+                              json ? "\"region_bytes\":8589934592" : " region_bytes=8589934592",
+                              json ? "\"share\":0.25" : " share=0.25"};
+        for (int i = 0; i < 3; i++) {
+            if (!strstr(c.out, want[i])) fail_msg("no '%s' in %s", want[i], c.out);
+        }
+        assert_null(strstr(c.out, "e+"));
+        capture_free(&c);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_row_has_every_key),
@@ -202,6 +226,7 @@ int main(void) {
         cmocka_unit_test(test_row_without_ceiling),
         cmocka_unit_test(test_coretype_from_environment_is_reported),
         cmocka_unit_test(test_text_row_marks_suspect),
+        cmocka_unit_test(test_integers_print_whole),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

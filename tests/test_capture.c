@@ -199,15 +199,14 @@ static void bufs_free(bufs *b) {
 static void bufs_fill(bufs *b, int64_t f) {
     for (int p = 0; p < PASSES; p++)
         for (int l = 0; l < NL; l++) {
-            tu_rng r = {tu_mix((uint64_t)f * 131 + (uint64_t)p * 7 + (uint64_t)l)};
+            tu_rng r = {rkvt_mix((uint64_t)f * 131 + (uint64_t)p * 7 + (uint64_t)l)};
             tu_fill_uniform(b->kv[p][l], b->nkv, &r);
         }
-    tu_rng r = {tu_mix((uint64_t)f ^ 0xABCD)};
+    tu_rng r = {rkvt_mix((uint64_t)f ^ 0xABCD)};
     tu_fill_uniform(b->q, b->nq, &r);
 }
 static rkv_attention_args args_of(const rkv_model_config *c, bufs *b, int p, int l) {
-    rkv_attention_args a;
-    memset(&a, 0, sizeof a);
+    rkv_attention_args a = RKV_ATTENTION_ARGS_INIT;
     a.n_q_heads = c->n_q_heads;
     a.q = b->q;
     a.q_dtype = RKV_DTYPE_F32;

@@ -1,18 +1,19 @@
 /* Host-side logic of the CUDA backend, tested without a GPU: the argument
  * checks of the per-pass calls and the launch planning (kernel choice, grid,
  * shared memory, key splits and their workspace), which live in
- * src/cuda/plan.c (pure C, no CUDA header; included here so the test builds
- * whether or not CUDA is found). The device side is tested by
- * tests/cuda/test_cuda_diff.c on a GPU. */
+ * src/cuda/plan.c (pure C, no CUDA header; linked as the object library
+ * ringkv_cuda_plan, so the test builds whether or not CUDA is found). The
+ * device side is tested by tests/cuda/test_cuda_diff.c on a GPU. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <string.h>
 
-#include "../src/cuda/plan.c"
+#include "plan.h"
 
 static const rkv__cuda_device_info H200 = {132, 227 * 1024, 9};
 /* An sm_80-class GPU: the wgmma kernel must never be planned there. */
@@ -28,8 +29,7 @@ static rkv_geometry geom(int64_t S, int64_t H, int64_t RF, int64_t RB, int64_t D
 #define DEV(x) ((void *)(uintptr_t)(x))
 
 static rkv_cuda_attention_args args(int64_t B, int64_t Hq, rkv_dtype dt) {
-    rkv_cuda_attention_args a;
-    memset(&a, 0, sizeof a);
+    rkv_cuda_attention_args a = RKV_CUDA_ATTENTION_ARGS_INIT;
     a.batch = B;
     a.n_q_heads = Hq;
     a.q = DEV(0x100000);
@@ -335,6 +335,16 @@ static void test_attention_checks(void **state) {
     rkv_cuda_attention_args a = args(2, 4, RKV_DTYPE_BF16);
     assert_int_equal(rkv__cuda_attention_check(&g, &a), RKV_OK);
     EXPECT_STATUS(rkv__cuda_attention_check(&g, NULL), RKV_ERR_NULL, "args");
+    /* a growing struct's size (ringkv.h, "Structs that grow") */
+    a.struct_size = 0;
+    EXPECT_STATUS(rkv__cuda_attention_check(&g, &a), RKV_ERR_INVALID_ARG,
+                  "args->struct_size is 0; set it to sizeof(rkv_cuda_attention_args)");
+    a.struct_size = sizeof a - 8;
+    EXPECT_STATUS(rkv__cuda_attention_check(&g, &a), RKV_ERR_INVALID_ARG,
+                  "smaller than the first version");
+    a.struct_size = sizeof a + 8;
+    EXPECT_STATUS(rkv__cuda_attention_check(&g, &a), RKV_ERR_INVALID_ARG, "newer ringkv header");
+    a = args(2, 4, RKV_DTYPE_BF16);
     a.batch = 0;
     EXPECT_STATUS(rkv__cuda_attention_check(&g, &a), RKV_ERR_INVALID_ARG, "batch");
     a = args(3, 4, RKV_DTYPE_BF16);
@@ -474,8 +484,7 @@ static void test_model_workspace(void **state) {
 /* A model's attention call as the layer call it becomes. */
 static void test_model_attention_args(void **state) {
     (void)state;
-    rkv_attention_args a;
-    memset(&a, 0, sizeof a);
+    rkv_attention_args a = RKV_ATTENTION_ARGS_INIT;
     a.batch = 3;
     a.n_q_heads = 8;
     a.n_queries = 64;
@@ -490,6 +499,7 @@ static void test_model_attention_args(void **state) {
     rkv_cuda_attention_args c;
     memset(&c, 0x5A, sizeof c);
     rkv__cuda_model_attention_args(&a, DEV(0x20000), 4096, &c);
+    assert_int_equal(c.struct_size, sizeof c);
     assert_int_equal(c.batch, 3);
     assert_int_equal(c.n_q_heads, 8);
     assert_int_equal(c.n_queries, 64);
@@ -506,6 +516,14 @@ static void test_model_attention_args(void **state) {
     rkv__cuda_model_attention_args(&a, NULL, 4096, &c);
     assert_null(c.workspace);
     assert_int_equal(c.workspace_bytes, 0);
+    /* the model-level args' size (rkv_model_cuda_attention_describe) */
+    assert_int_equal(rkv__cuda_model_args_check("describe", &a), RKV_OK);
+    a.struct_size = 0;
+    EXPECT_STATUS(rkv__cuda_model_args_check("describe", &a), RKV_ERR_INVALID_ARG,
+                  "describe: args->struct_size is 0");
+    a.struct_size = sizeof a + 8;
+    EXPECT_STATUS(rkv__cuda_model_args_check("describe", &a), RKV_ERR_INVALID_ARG,
+                  "newer ringkv header");
 }
 
 int main(void) {

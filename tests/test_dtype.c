@@ -31,6 +31,12 @@ static void test_version(void **state)
              RKV_VERSION_MINOR, RKV_VERSION_PATCH);
     assert_non_null(rkv_version());
     assert_string_equal(rkv_version(), want);
+    /* the header's string and the library's are the same macros */
+    assert_string_equal(RKV_VERSION_STRING, want);
+    /* CMake's project version (the .so's name, ringkv.pc's Version) is
+     * read from the same macros (cmake/ringkv_version.cmake); ringkv.pc
+     * itself is checked by the install_and_link test */
+    assert_string_equal(RKV_PROJECT_VERSION, want);
 }
 
 static void test_status_str(void **state)
@@ -203,15 +209,15 @@ static void test_convert_widen_narrow_all_patterns(void **state)
         TU_OK(rkv_convert(h, dt, f, RKV_DTYPE_F32, 65536));
         TU_OK(rkv_convert(f, RKV_DTYPE_F32, back, dt, 65536));
         for (uint32_t i = 0; i < 65536; i++) {
-            float want = dt == RKV_DTYPE_F16 ? tu_f16_to_f32((uint16_t)i)
-                                             : tu_bf16_to_f32((uint16_t)i);
+            float want = dt == RKV_DTYPE_F16 ? rkvt_f16_to_f32((uint16_t)i)
+                                             : rkvt_bf16_to_f32((uint16_t)i);
             if (isnan(want)) {
                 if (!isnan(f[i]))
                     fail_msg("%s 0x%04x: NaN widened to %g",
                              rkv_dtype_name(dt), i, f[i]);
                 assert_true(isnan(dt == RKV_DTYPE_F16
-                                      ? tu_f16_to_f32(back[i])
-                                      : tu_bf16_to_f32(back[i])));
+                                      ? rkvt_f16_to_f32(back[i])
+                                      : rkvt_bf16_to_f32(back[i])));
             } else {
                 if (f32_bits(f[i]) != f32_bits(want))
                     fail_msg("%s 0x%04x widened to %a, expected %a",
@@ -227,7 +233,7 @@ static void test_convert_widen_narrow_all_patterns(void **state)
     TU_OK(rkv_convert(b, RKV_DTYPE_BF16, hf, RKV_DTYPE_F16, 6));
     TU_OK(rkv_convert(hf, RKV_DTYPE_F16, b2, RKV_DTYPE_BF16, 6));
     for (int i = 0; i < 6; i++) {
-        assert_true(tu_f16_to_f32(hf[i]) == vals[i]);
+        assert_true(rkvt_f16_to_f32(hf[i]) == vals[i]);
         assert_int_equal(b2[i], b[i]);
     }
     free(h);

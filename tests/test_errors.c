@@ -452,6 +452,7 @@ static void attn_in_init(attn_in *inp, const rkv_layer *l)
     in.fp[0] = 5;
     in.fp[1] = 3;
     in.fp[2] = 7;
+    in.a.struct_size = sizeof in.a;
     in.a.batch = 2;
     in.a.n_q_heads = 4;
     in.a.n_queries = 0;
@@ -502,7 +503,7 @@ static void attend_errors_with(attend_fn fn)
     rkv_layer *l = hist_layer();
     attn_in in;
     attn_in_init(&in, l);
-    rkv_attention_args a;
+    rkv_attention_args a = RKV_ATTENTION_ARGS_INIT;
 
     /* the baseline args are valid */
     float *tmp = tu_xmalloc(in.n * 4);
@@ -517,6 +518,16 @@ static void attend_errors_with(attend_fn fn)
                       NULL);
     TU_ERR(fn(l, NULL), RKV_ERR_NULL, NULL);
 
+    /* a growing struct's size (ringkv.h, "Structs that grow") */
+    a = in.a; a.struct_size = 0; /* zero-initialized without it */
+    attn_expect(fn, l, &in, a, RKV_ERR_INVALID_ARG, "args->struct_size is 0",
+                "struct_size 0");
+    a = in.a; a.struct_size = sizeof a - 8; /* below version 1 */
+    attn_expect(fn, l, &in, a, RKV_ERR_INVALID_ARG, "smaller than the first version",
+                "struct_size too small");
+    a = in.a; a.struct_size = sizeof a + 8; /* a newer header's */
+    attn_expect(fn, l, &in, a, RKV_ERR_INVALID_ARG, "newer ringkv header",
+                "struct_size too large");
     a = in.a; a.q = NULL;
     attn_expect(fn, l, &in, a, RKV_ERR_NULL, NULL, "q NULL");
     a = in.a; a.out = NULL;
@@ -679,8 +690,25 @@ static void test_config_errors(void **state)
     bad = cfg;
     bad.num_sessions = INT64_MAX / 4;
     TU_ERR(rkv_model_config_memory(&bad, &ps, &tot), RKV_ERR_OVERFLOW, NULL);
+    /* a growing struct's size (ringkv.h, "Structs that grow") */
+    const size_t sizes[] = {0, sizeof cfg - 8, sizeof cfg + 8};
+    const char *says[] = {"cfg->struct_size is 0", "smaller than the first version",
+                          "newer ringkv header"};
+    for (int i = 0; i < 3; i++) {
+        bad = cfg;
+        bad.struct_size = sizes[i];
+        TU_ERR(rkv_model_config_memory(&bad, &ps, &tot), RKV_ERR_INVALID_ARG, says[i]);
+        TU_ERR(rkv_model_config_layer_geometry(&bad, 0, &g), RKV_ERR_INVALID_ARG, says[i]);
+        rkv_model *sentinel = (rkv_model *)(uintptr_t)0x55, *m = sentinel;
+        TU_ERR(rkv_model_create(&bad, &m), RKV_ERR_INVALID_ARG, says[i]);
+        assert_ptr_equal(m, sentinel);
+    }
+    assert_memory_equal(&g, &gb, sizeof g);
     assert_int_equal(ps, 12345);
     assert_int_equal(tot, 67890);
+    /* a config that says it is this header's is accepted */
+    TU_OK(rkv_model_config_memory(&cfg, &ps, &tot));
+    assert_true(ps > 0 && tot == ps * (size_t)cfg.num_sessions);
 }
 
 static void test_model_create_errors(void **state)
@@ -935,8 +963,7 @@ static void test_model_attend_errors(void **state)
     tu_fill_uniform(q, n, &r);
     tu_fill_uniform(out, n, &r);
     memcpy(pat, out, n * 4);
-    rkv_attention_args a;
-    memset(&a, 0, sizeof a);
+    rkv_attention_args a = RKV_ATTENTION_ARGS_INIT;
     a.batch = 1;
     a.n_q_heads = Hq;
     a.q = q;
@@ -964,6 +991,10 @@ static void test_model_attend_errors(void **state)
     b = a;
     b.q = NULL;
     MODEL_ERR(m, rkv_model_attend(m, 0, 1, s, &b), RKV_ERR_NULL, NULL);
+    b = a;
+    b.struct_size = 0;
+    MODEL_ERR(m, rkv_model_attend(m, 0, 1, s, &b), RKV_ERR_INVALID_ARG,
+              "rkv_model_attend: args->struct_size is 0");
     /* not inside a frame (session 2: not held) */
     int64_t snh[1] = {2};
     MODEL_FAILS(m, rkv_model_attend(m, 0, 1, snh, &a), NULL);
@@ -993,8 +1024,7 @@ static void test_frame_calls_errors(void **state)
     tu_fill_uniform(q, n, &r);
     tu_fill_uniform(out, n, &r);
     memcpy(pat, out, n * 4);
-    rkv_attention_args a;
-    memset(&a, 0, sizeof a);
+    rkv_attention_args a = RKV_ATTENTION_ARGS_INIT;
     a.n_q_heads = 4;
     a.q = q;
     a.q_dtype = RKV_DTYPE_F32;
@@ -1023,6 +1053,9 @@ static void test_frame_calls_errors(void **state)
     b = a;
     b.out_dtype = (rkv_dtype)7;
     MODEL_ERR(m, rkv_model_frame_attend(m, 0, &b), RKV_ERR_DTYPE, NULL);
+    b = a;
+    b.struct_size = sizeof b + 16;
+    MODEL_ERR(m, rkv_model_frame_attend(m, 0, &b), RKV_ERR_INVALID_ARG, "newer ringkv header");
 
     /* step: each half's refusal, nothing upserted */
     TU_ERR(rkv_model_frame_step(NULL, 0, kv, RKV_DTYPE_F32, 1, &a), RKV_ERR_NULL, NULL);
@@ -1037,6 +1070,10 @@ static void test_frame_calls_errors(void **state)
     b.n_queries = -3;
     MODEL_ERR(m, rkv_model_frame_step(m, 1, kv, RKV_DTYPE_F32, 1, &b), RKV_ERR_INVALID_ARG,
               NULL);
+    b = a;
+    b.struct_size = 0;
+    MODEL_ERR(m, rkv_model_frame_step(m, 1, kv, RKV_DTYPE_F32, 1, &b), RKV_ERR_INVALID_ARG,
+              "rkv_model_frame_step: args->struct_size is 0");
     assert_memory_equal(out, pat, n * 4);
 
     /* a second batch while "b"'s is open (a's clock is right: 5) */
@@ -1206,9 +1243,25 @@ static void test_offload_import_errors(void **state)
     MODEL_ERR(m, rkv_model_offload(m, sa, buf, n - 1, &n), RKV_ERR_INVALID_ARG, "buffer");
     MODEL_ERR(m, rkv_model_offload_file(m, sa, NULL), RKV_ERR_NULL, "path");
     MODEL_ERR(m, rkv_model_offload_file(m, sa, ""), RKV_ERR_INVALID_ARG, "empty");
-    MODEL_ERR(m, rkv_model_offload_file(m, sa, "/nonexistent-dir/x"), RKV_ERR_IO,
-              "nonexistent-dir");
     MODEL_ERR(m, rkv_model_offload_file(m, sb, "/tmp/x"), RKV_ERR_STATE, "inside frame");
+    /* a destination that cannot be a file: refused up front (a folder used
+     * to be written to a temporary file in full, then refused by rename) */
+    static const struct {
+        const char *path, *needle;
+    } not_files[] = {
+        {"/nonexistent-dir/x", "cannot save to '/nonexistent-dir/x': folder '/nonexistent-dir': "
+                               "does not exist"},
+        {"/tmp", "'/tmp' is a folder; expected a file path"},
+        {"/tmp/", "'/tmp/' is a folder"},
+        {"/", "'/' is a folder"},
+        {"/dev/null/x", "'/dev/null' is not a folder"},
+    };
+    for (size_t i = 0; i < sizeof not_files / sizeof not_files[0]; i++) {
+        MODEL_ERR(m, rkv_model_offload_file(m, sa, not_files[i].path), RKV_ERR_IO,
+                  not_files[i].needle);
+        MODEL_ERR(m, rkv_model_save_session(m, sa, not_files[i].path), RKV_ERR_IO,
+                  not_files[i].needle);
+    }
     for (size_t i = 0; i < n + 8; i++)
         if (buf[i] != 0xEE) fail_msg("offload buffer byte %zu written by a failed call", i);
     /* the table */
@@ -1392,8 +1445,7 @@ static void test_messages_name_the_argument(void **state)
 
     float q[4 * 128 * 4], out[4 * 128 * 4];
     memset(q, 0, sizeof q);
-    rkv_attention_args a;
-    memset(&a, 0, sizeof a);
+    rkv_attention_args a = RKV_ATTENTION_ARGS_INIT;
     a.batch = 1;
     a.n_q_heads = 4;
     a.q = q;
@@ -1416,7 +1468,7 @@ static void test_messages_name_the_argument(void **state)
     b = a; b.out_dtype = (rkv_dtype)11;
     MSG(rkv_layer_attend(l, &b), RKV_ERR_DTYPE, "11");
 
-    rkv_model_config cfg;
+    rkv_model_config cfg = RKV_MODEL_CONFIG_INIT;
     rkv_model *m = NULL;
     int64_t sess, clk;
     MSG(rkv_model_preset(NULL, 0, &cfg), RKV_ERR_NULL, "name");
@@ -1468,6 +1520,54 @@ static void *fail_on_thread(void *arg)
     return msg;
 }
 
+/* Growing structs (ringkv.h, "Structs that grow") at the calls not
+ * covered above: attention on a view, and rkv_snapshot_info, an output
+ * struct whose size is checked before anything is read or written. */
+static void test_struct_size_refused(void **state)
+{
+    (void)state;
+    rkv_layer *l = hist_layer();
+    attn_in in;
+    attn_in_init(&in, l);
+    rkv_ring_view v;
+    TU_OK(rkv_layer_view(l, &v));
+    rkv_attention_args a = in.a;
+    a.struct_size = 0;
+    TU_ERR(rkv_ring_attend(&v, &a), RKV_ERR_INVALID_ARG,
+           "rkv_ring_attend: args->struct_size is 0; set it to sizeof(rkv_attention_args)");
+    assert_memory_equal(in.out, in.pattern, in.n * 4);
+    attn_in_free(&in);
+    rkv_layer_destroy(l);
+
+    int64_t sa, sb;
+    rkv_model *m = busy_model(&sa, &sb);
+    size_t n = 0;
+    TU_OK(rkv_model_save_session_mem(m, sa, NULL, 0, &n));
+    unsigned char *img = tu_xmalloc(n);
+    TU_OK(rkv_model_save_session_mem(m, sa, img, n, &n));
+    rkv_snapshot_info info, before;
+    const size_t sizes[] = {0, sizeof info - 8, sizeof info + 8};
+    const char *says[] = {"info->struct_size is 0", "smaller than the first version",
+                          "newer ringkv header"};
+    for (int i = 0; i < 3; i++) {
+        memset(&info, 0x3C, sizeof info);
+        info.struct_size = sizes[i];
+        before = info;
+        TU_ERR(rkv_snapshot_inspect_mem(img, n, &info), RKV_ERR_INVALID_ARG, says[i]);
+        /* checked first: a missing file is not even opened */
+        TU_ERR(rkv_snapshot_inspect("/nonexistent/ringkv.safetensors", &info),
+               RKV_ERR_INVALID_ARG, says[i]);
+        assert_memory_equal(&info, &before, sizeof info);
+    }
+    info = (rkv_snapshot_info)RKV_SNAPSHOT_INFO_INIT;
+    TU_OK(rkv_snapshot_inspect_mem(img, n, &info));
+    assert_int_equal(info.struct_size, sizeof info);
+    assert_int_equal(info.config.struct_size, sizeof info.config);
+    assert_int_equal(info.last_committed, 4);
+    free(img);
+    rkv_model_destroy(m);
+}
+
 static void test_last_error_thread_local(void **state)
 {
     (void)state;
@@ -1512,6 +1612,7 @@ int main(void)
         cmocka_unit_test(test_frame_calls_errors),
         cmocka_unit_test(test_span_errors),
         cmocka_unit_test(test_offload_import_errors),
+        cmocka_unit_test(test_struct_size_refused),
         cmocka_unit_test(test_last_error_thread_local),
         cmocka_unit_test(test_messages_name_the_argument),
     };

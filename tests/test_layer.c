@@ -308,8 +308,7 @@ static void test_five_passes_same_frame_same_attention(void **state)
         size_t nb0 = 0;
         for (int pass = 0; pass < 5; pass++) {
             upsert1(l, fr, 0, f, pass == 4, row);
-            rkv_attention_args a;
-            memset(&a, 0, sizeof a);
+            rkv_attention_args a = RKV_ATTENTION_ARGS_INIT;
             int64_t s = 0;
             a.batch = 1;
             a.n_q_heads = Hq;

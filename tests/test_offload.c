@@ -46,10 +46,11 @@ static uint64_t frame(rkv_model *m, int64_t s, int64_t id, int64_t f)
     for (int pass = 0; pass < 5; pass++)
         for (int64_t li = 0; li < c->n_layers; li++) {
             tu_gen_frame(kvf, g, tu_key(id * 100 + li, f, (uint64_t)pass));
-            tu_rng r = {tu_mix((uint64_t)(id * 7919 + f * 31 + pass * 3 + li + 1))};
+            tu_rng r = {rkvt_mix((uint64_t)(id * 7919 + f * 31 + pass * 3 + li + 1))};
             tu_fill_uniform(qf, qn, &r);
             void *kv = tu_to_dtype(kvf, kvn, c->dtype);
-            rkv_attention_args a = {.n_q_heads = c->n_q_heads, .q = qf,
+            rkv_attention_args a = {.struct_size = sizeof(rkv_attention_args),
+                                    .n_q_heads = c->n_q_heads, .q = qf,
                                     .q_dtype = RKV_DTYPE_F32, .out = out,
                                     .out_dtype = RKV_DTYPE_F32};
             TU_OK(rkv_model_frame_step(m, li, kv, c->dtype, pass == 4, &a));
@@ -117,7 +118,7 @@ static void offload_roundtrip(rkv_dtype dt)
     TU_OK(rkv_model_offloaded_clock(m, "a", &clock));
     assert_int_equal(clock, 5);
     /* the image is a snapshot image: inspect reads it */
-    rkv_snapshot_info info;
+    rkv_snapshot_info info = RKV_SNAPSHOT_INFO_INIT;
     TU_OK(rkv_snapshot_inspect_mem(img, n, &info));
     assert_string_equal(info.request_id, "a");
     assert_int_equal(info.last_committed, 5);
@@ -182,7 +183,7 @@ static void test_offload_file(void **state)
         assert_true(frame(ref, r, 4, f) == frame(m, a, 4, f));
     TU_OK(rkv_model_offload_file(m, a, path));
     TU_ERR(rkv_model_claim(m, "a", &a), RKV_ERR_STATE, "paged out");
-    rkv_snapshot_info info;
+    rkv_snapshot_info info = RKV_SNAPSHOT_INFO_INIT;
     TU_OK(rkv_snapshot_inspect(path, &info));
     assert_int_equal(info.last_committed, 6);
     int64_t s = -1;
@@ -308,7 +309,7 @@ static void test_offload_large_session(void **state)
     size_t n;
     unsigned char *img = offload_mem(m, a, &n);
     assert_true(n > ((size_t)32 << 20));
-    rkv_snapshot_info info;
+    rkv_snapshot_info info = RKV_SNAPSHOT_INFO_INIT;
     TU_OK(rkv_snapshot_inspect_mem(img, n, &info));
     unsigned char *bad = tu_xmalloc(n);
     memcpy(bad, img, n);
@@ -383,7 +384,7 @@ static void test_regions_layout(void **state)
             fail_msg("region %zu differs from the snapshot's data section", k);
         off += rg[k].bytes;
     }
-    rkv_snapshot_info info;
+    rkv_snapshot_info info = RKV_SNAPSHOT_INFO_INIT;
     TU_OK(rkv_snapshot_inspect_mem(img, img_n, &info));
     uint64_t d = 0;
     TU_OK(rkv_model_session_digest(m, b, &d));

@@ -44,7 +44,7 @@ static void *frame_in(const rkv_geometry *g, int64_t B, uint64_t key)
 {
     size_t n = (size_t)(2 * g->n_kv_heads * B * g->tokens_per_frame * g->d_head);
     float *f = tu_xmalloc(n * sizeof *f);
-    tu_rng r = {tu_mix(key + 99)};
+    tu_rng r = {rkvt_mix(key + 99)};
     tu_fill_uniform(f, n, &r);
     void *out = tu_to_dtype(f, n, g->dtype);
     free(f);
@@ -150,7 +150,8 @@ static void test_attend_matches_the_layer(void **state)
     tu_rng rng = {5};
     tu_fill_uniform(q, nq, &rng);
     int64_t si[2] = {0, 1}, fp[2] = {6, 5};
-    rkv_attention_args a = {.batch = B, .n_q_heads = Hq, .q = q, .q_dtype = RKV_DTYPE_F32,
+    rkv_attention_args a = {.struct_size = sizeof(rkv_attention_args),
+                            .batch = B, .n_q_heads = Hq, .q = q, .q_dtype = RKV_DTYPE_F32,
                             .out = o1, .out_dtype = RKV_DTYPE_F32, .session_idx = si,
                             .frame_pos = fp};
     TU_OK(rkv_layer_attend(l, &a));
@@ -217,7 +218,8 @@ static void test_bad_views_refused(void **state)
     TU_ERR(rkv_ring_visible_row(&r.v, 1, 0, row), RKV_ERR_RANGE, "rkv_ring_visible_row");
     TU_ERR(rkv_ring_visible_row(&r.v, 0, -2, row), RKV_ERR_INVALID_ARG, "frame_pos = -2");
     TU_ERR(rkv_ring_visible_row(&r.v, 0, 0, NULL), RKV_ERR_NULL, "row");
-    rkv_attention_args a = {.batch = 1, .n_q_heads = 1, .q = kv, .out = row,
+    rkv_attention_args a = {.struct_size = sizeof(rkv_attention_args),
+                            .batch = 1, .n_q_heads = 1, .q = kv, .out = row,
                             .session_idx = &bad_s, .frame_pos = &f};
     TU_ERR(rkv_ring_attend(&r.v, &a), RKV_ERR_RANGE, "rkv_ring_attend: session_idx[0]");
     TU_ERR(rkv_layer_view(NULL, &v), RKV_ERR_NULL, "rkv_layer_view");
@@ -234,7 +236,7 @@ static void test_bad_views_refused(void **state)
 static void test_model_ring_calls(void **state)
 {
     (void)state;
-    rkv_model_config cfg;
+    rkv_model_config cfg = RKV_MODEL_CONFIG_INIT;
     TU_OK(rkv_model_preset("demo", 0, &cfg));
     cfg.num_sessions = 2;
     rkv_model *m, *twin;
@@ -264,7 +266,8 @@ static void test_model_ring_calls(void **state)
                 tu_fill_uniform(q, nq, &rng);
                 TU_OK(rkv_model_upsert_ring(m, i, &rings[i].v, 1, &s, kv, cfg.dtype, pass == 4));
                 TU_OK(rkv_model_upsert(twin, i, 1, &s2, kv, cfg.dtype, pass == 4));
-                rkv_attention_args a = {.n_q_heads = Hq, .q = q, .q_dtype = RKV_DTYPE_F32,
+                rkv_attention_args a = {.struct_size = sizeof(rkv_attention_args),
+                                        .n_q_heads = Hq, .q = q, .q_dtype = RKV_DTYPE_F32,
                                         .out = o1, .out_dtype = RKV_DTYPE_F32};
                 TU_OK(rkv_model_attend_ring(m, i, &rings[i].v, 1, &s, &a));
                 a.out = o2;
@@ -293,7 +296,8 @@ static void test_model_ring_calls(void **state)
            "rkv_model_upsert: layer 2 out of range");
     TU_ERR(rkv_model_upsert_ring(m, 1, &rings[0].v, 1, &s, kv, cfg.dtype, 0),
            RKV_ERR_INVALID_ARG, "differs from layer 1's in pinned_dilation");
-    rkv_attention_args a = {.n_q_heads = Hq, .q = q, .out = o1};
+    rkv_attention_args a = {.struct_size = sizeof(rkv_attention_args),
+                            .n_q_heads = Hq, .q = q, .out = o1};
     TU_ERR(rkv_model_attend_ring(m, 0, NULL, 1, &s, &a), RKV_ERR_NULL,
            "rkv_model_attend: ring is NULL");
     /* a model on another backend: its layers are not host rkv_layer */

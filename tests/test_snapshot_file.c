@@ -148,14 +148,13 @@ static void run_frame(rkv_model *m, int64_t s, int64_t f, uint64_t seed, float *
         float *q = NULL;
         if (out) {
             q = tu_xmalloc(qn * sizeof(float));
-            tu_rng r = {tu_mix(seed ^ ((uint64_t)f << 20) ^ (uint64_t)pass)};
+            tu_rng r = {rkvt_mix(seed ^ ((uint64_t)f << 20) ^ (uint64_t)pass)};
             tu_fill_uniform(q, qn, &r);
         }
         for (int64_t i = 0; i < cfg->n_layers; i++) {
             TU_OK(rkv_model_upsert(m, i, 1, &s, kv, cfg->dtype, pass == 4));
             if (out) {
-                rkv_attention_args a;
-                memset(&a, 0, sizeof a);
+                rkv_attention_args a = RKV_ATTENTION_ARGS_INIT;
                 a.n_q_heads = cfg->n_q_heads;
                 a.q = q;
                 a.q_dtype = RKV_DTYPE_F32;
@@ -235,7 +234,8 @@ static void roundtrip_dtype(rkv_dtype dt)
     assert_memory_equal(img, file, n);
 
     rkv_snapshot_info info;
-    memset(&info, 0xAB, sizeof info);
+    memset(&info, 0xAB, sizeof info); /* every member must be written */
+    info.struct_size = sizeof info;
     TU_OK(rkv_snapshot_inspect(path, &info));
     assert_int_equal(info.format_version, RKV_SNAPSHOT_VERSION);
     assert_int_equal(info.last_committed, 10);
@@ -251,7 +251,7 @@ static void roundtrip_dtype(rkv_dtype dt)
     assert_int_equal(info.file_bytes, n);
     assert_int_equal(8 + info.header_bytes + info.data_bytes, n);
     assert_int_equal((8 + info.header_bytes) % 8, 0);
-    rkv_snapshot_info info2;
+    rkv_snapshot_info info2 = RKV_SNAPSHOT_INFO_INIT;
     TU_OK(rkv_snapshot_inspect_mem(img, n, &info2));
     assert_int_equal(info2.data_xxh3, info.data_xxh3);
     assert_int_equal(info2.data_xxh3, XXH3_64bits(img + 8 + info.header_bytes, info.data_bytes));
@@ -393,7 +393,7 @@ static void test_layout_is_safetensors(void **state)
 static void test_roundtrip_360p_bf16(void **state)
 {
     (void)state;
-    rkv_model_config cfg;
+    rkv_model_config cfg = RKV_MODEL_CONFIG_INIT;
     TU_OK(rkv_model_preset("waypoint-1.5-360p", 0, &cfg));
     assert_int_equal(cfg.dtype, RKV_DTYPE_BF16);
     cfg.num_sessions = 2;
@@ -402,7 +402,7 @@ static void test_roundtrip_360p_bf16(void **state)
     run_frames(m, a, 0, 3, 11);
     const char *path = tmp_path("360p.safetensors");
     TU_OK(rkv_model_save_session(m, a, path));
-    rkv_snapshot_info info;
+    rkv_snapshot_info info = RKV_SNAPSHOT_INFO_INIT;
     TU_OK(rkv_snapshot_inspect(path, &info));
     size_t per_session = 0, total = 0;
     TU_OK(rkv_model_config_memory(&cfg, &per_session, &total));
@@ -534,6 +534,7 @@ static void expect_refused(victim *v, const unsigned char *img, size_t n, const 
         tu_model_assert_same(&v->before, v->m, what);
         rkv_snapshot_info info;
         memset(&info, 0x5A, sizeof info);
+        info.struct_size = sizeof info;
         TU_ERR(rkv_snapshot_inspect(p, &info), RKV_ERR_FORMAT, needle);
         assert_message_printable(what);
         unlink(p);
@@ -672,7 +673,7 @@ static void test_data_damage_refused(void **state)
     size_t n;
     uint64_t hl;
     unsigned char *img = good_image(&n, &hl);
-    rkv_snapshot_info info;
+    rkv_snapshot_info info = RKV_SNAPSHOT_INFO_INIT;
     TU_OK(rkv_snapshot_inspect_mem(img, n, &info));
     const size_t d0 = 8 + (size_t)hl;
     size_t bounds[32], nb = 0;
@@ -723,7 +724,7 @@ static void test_semantic_damage_refused(void **state)
     uint64_t hl;
     unsigned char *good = good_image(&n, &hl);
     unsigned char *img = tu_xmalloc(n);
-    rkv_snapshot_info info;
+    rkv_snapshot_info info = RKV_SNAPSHOT_INFO_INIT;
     TU_OK(rkv_snapshot_inspect_mem(good, n, &info));
     rkv_geometry g0;
     TU_OK(rkv_model_config_layer_geometry(&info.config, 0, &g0));
@@ -833,7 +834,7 @@ static void accepted_edit(const unsigned char *good, size_t n, const char *from,
 static void test_issue_inputs_refused(void **state)
 {
     (void)state;
-    rkv_model_config cfg;
+    rkv_model_config cfg = RKV_MODEL_CONFIG_INIT;
     TU_OK(rkv_model_preset("demo", 0, &cfg));
     rkv_model *m = new_model(&cfg);
     int64_t s = claim(m, "demo");
@@ -843,7 +844,7 @@ static void test_issue_inputs_refused(void **state)
     unsigned char *good = tu_xmalloc(n);
     TU_OK(rkv_model_save_session_mem(m, s, good, n, &n));
     victim v = {m, s, tu_model_save(m)};
-    rkv_snapshot_info info;
+    rkv_snapshot_info info = RKV_SNAPSHOT_INFO_INIT;
     TU_OK(rkv_snapshot_inspect_mem(good, n, &info));
     assert_int_equal(info.last_committed, 23);
 
@@ -911,7 +912,7 @@ static void test_duplicate_keys_refused(void **state)
     }
     /* the same nested objects without a repeated key are fine (a tensor
      * entry's other keys are ignored, as safetensors does) */
-    rkv_snapshot_info info;
+    rkv_snapshot_info info = RKV_SNAPSHOT_INFO_INIT;
     accepted_edit(good, n, "\"layer.0.v\":{", "\"layer.0.v\":{\"x\":[{\"b\":1},{\"c\":{\"b\":1}}],",
                   &info);
     assert_int_equal(info.last_committed, 8);
@@ -985,7 +986,7 @@ static void test_non_integers_refused(void **state)
         refused_edit(&v, good, n, cases[i].from, cases[i].to, cases[i].needle, NULL, i == 0);
 
     /* the right values */
-    rkv_snapshot_info info;
+    rkv_snapshot_info info = RKV_SNAPSHOT_INFO_INIT;
     static const struct {
         const char *value;
         int64_t clock;
@@ -1085,7 +1086,7 @@ static void test_text_fields(void **state)
     size_t n;
     uint64_t hl;
     unsigned char *good = good_image(&n, &hl);
-    rkv_snapshot_info info;
+    rkv_snapshot_info info = RKV_SNAPSHOT_INFO_INIT;
     accepted_edit(good, n, "\"request_id\":\"source\"", "\"request_id_hex\":\"1b5b324a\"", &info);
     assert_string_equal(info.request_id, "\x1b[2J");
     accepted_edit(good, n, "\"model\":\"test\"", "\"model_hex\":\"74c3ab7374\"", &info);
@@ -1139,7 +1140,7 @@ static void check_v1_file(const char *file, const char *model, const char *reque
     snprintf(path, sizeof path, "%s/%s", RKV_TEST_DATA_DIR, file);
     size_t n;
     unsigned char *img = read_all(path, &n);
-    rkv_snapshot_info info;
+    rkv_snapshot_info info = RKV_SNAPSHOT_INFO_INIT;
     TU_OK(rkv_snapshot_inspect(path, &info));
     assert_string_equal(info.config.name, model);
     assert_string_equal(info.request_id, request_id);
@@ -1235,7 +1236,7 @@ static void test_argument_errors(void **state)
     TU_ERR(rkv_model_load_session_mem(v.m, v.s, NULL, 0), RKV_ERR_FORMAT, "truncated");
     TU_ERR(rkv_snapshot_inspect(NULL, NULL), RKV_ERR_NULL, "path");
     TU_ERR(rkv_model_save_session(v.m, 0, tmp_path("no/such/dir.safetensors")), RKV_ERR_IO,
-           "temporary");
+           "does not exist");
     tu_model_assert_same(&v.before, v.m, "argument errors");
 
     /* unclaimed session; session inside a frame */
@@ -1298,7 +1299,7 @@ static void test_atomic_save(void **state)
     struct stat sb;
     assert_int_equal(stat(p, &sb), 0);
     assert_int_equal(sb.st_mode & 0777, 0600);
-    rkv_snapshot_info info;
+    rkv_snapshot_info info = RKV_SNAPSHOT_INFO_INIT;
     TU_OK(rkv_snapshot_inspect(p, &info));
     assert_int_equal(info.last_committed, 5);
     assert_string_equal(info.request_id, "b");
@@ -1309,7 +1310,9 @@ static void test_atomic_save(void **state)
 }
 
 /* The in-memory restore refuses a half-written frame too (frames are
- * written whole; visibility reads a frame's first bit). */
+ * written whole; visibility reads a frame's first bit), even in an image
+ * whose checksums were recomputed over the damage: the written bits are
+ * checked on their own. */
 static void test_memory_restore_checks_frames(void **state)
 {
     (void)state;
@@ -1327,13 +1330,101 @@ static void test_memory_restore_checks_frames(void **state)
     assert_int_equal(buf[w1 + 1], 1); /* ring frame 0 is written */
     buf[w1 + 1] = 0;
     tu_model_state pre = tu_model_save(m);
-    TU_ERR(rkv_model_restore(m, b, buf, n), RKV_ERR_FORMAT, "whole frames");
+    TU_ERR(rkv_model_restore(m, b, buf, n), RKV_ERR_FORMAT, "data checksum mismatch");
+    assert_int_equal(tsnap_reseal(buf, n), 0);
+    TU_ERR(rkv_model_restore(m, b, buf, n), RKV_ERR_FORMAT, "frames written whole");
     tu_model_assert_same(&pre, m, "refused restore");
     buf[w1 + 1] = 1;
+    assert_int_equal(tsnap_reseal(buf, n), 0);
     TU_OK(rkv_model_restore(m, b, buf, n));
     assert_true(sessions_equal(m, a, m, b));
     tu_model_state_free(&pre);
     free(buf);
+    rkv_model_destroy(m);
+}
+
+/* The in-memory image (rkv_model_snapshot) is the snapshot file's image,
+ * its header padded to the longest any session of the model can have: one
+ * size per model (a 255-byte id outside printable ASCII fits), read by
+ * every loader; a file's image restores; restores are bit-exact and bad
+ * images are refused with the loader's messages, nothing changed. */
+static void test_memory_image_is_the_file_image(void **state)
+{
+    (void)state;
+    rkv_model_config cfg = small_cfg(RKV_DTYPE_F16, 3);
+    rkv_model *m = new_model(&cfg);
+    char long_id[RKV_MAX_REQUEST_ID];
+    for (int i = 0; i < RKV_MAX_REQUEST_ID - 1; i++) long_id[i] = (char)(1 + i % 255);
+    long_id[RKV_MAX_REQUEST_ID - 1] = '\0';
+    int64_t a = claim(m, "a"), b = claim(m, "b"), z = claim(m, long_id);
+    assert_int_equal(z, 2); /* the largest session index, the longest id */
+    run_frames(m, a, 0, 5, 11);
+    run_frames(m, z, 0, 3, 12);
+    const size_t n = rkv_model_snapshot_bytes(m);
+    unsigned char *img = tu_xmalloc(n), *imz = tu_xmalloc(n);
+    TU_ERR(rkv_model_snapshot(m, a, img, n - 1), RKV_ERR_INVALID_ARG, "need");
+    TU_OK(rkv_model_snapshot(m, a, img, n));
+    TU_OK(rkv_model_snapshot(m, z, imz, n));
+
+    /* a snapshot file's image: inspected, its header the padded one */
+    rkv_snapshot_info info = RKV_SNAPSHOT_INFO_INIT;
+    TU_OK(rkv_snapshot_inspect_mem(img, n, &info));
+    assert_string_equal(info.request_id, "a");
+    assert_int_equal(info.last_committed, 4);
+    assert_int_equal(info.file_bytes, n);
+    TU_OK(rkv_snapshot_inspect_mem(imz, n, &info));
+    assert_memory_equal(info.request_id, long_id, sizeof long_id);
+    /* the same data section as the unpadded file image */
+    size_t fn = 0;
+    TU_OK(rkv_model_save_session_mem(m, a, NULL, 0, &fn));
+    assert_true(fn < n);
+    unsigned char *file = tu_xmalloc(fn);
+    TU_OK(rkv_model_save_session_mem(m, a, file, fn, &fn));
+    const size_t data = (size_t)info.data_bytes;
+    assert_memory_equal(img + n - data, file + fn - data, data);
+
+    /* bit-exact restores, from either image, and loads of the padded one */
+    TU_OK(rkv_model_restore(m, b, img, n));
+    assert_true(sessions_equal(m, a, m, b));
+    int64_t clock = -7;
+    TU_OK(rkv_model_clock(m, b, &clock));
+    assert_int_equal(clock, 4);
+    TU_OK(rkv_model_reset(m, b));
+    TU_OK(rkv_model_restore(m, b, file, fn));
+    assert_true(sessions_equal(m, a, m, b));
+    TU_OK(rkv_model_reset(m, b));
+    const char *p = tmp_path("memory_image.safetensors");
+    write_all(p, img, n);
+    TU_OK(rkv_model_load_session(m, b, p));
+    assert_true(sessions_equal(m, a, m, b));
+    TU_OK(rkv_model_load_session_mem(m, b, imz, n));
+    assert_true(sessions_equal(m, z, m, b));
+
+    /* bad images: the loader's classes, named; nothing changed */
+    tu_model_state pre = tu_model_save(m);
+    TU_ERR(rkv_model_restore(m, b, img, n - 1), RKV_ERR_FORMAT, "rkv_model_restore: (memory):");
+    TU_ERR(rkv_model_restore(m, b, img, 7), RKV_ERR_FORMAT, "truncated");
+    img[n - 1] ^= 1;
+    TU_ERR(rkv_model_restore(m, b, img, n), RKV_ERR_FORMAT, "corrupted data: data checksum");
+    img[n - 1] ^= 1;
+    img[8] ^= 0x20; /* the header's opening brace */
+    TU_ERR(rkv_model_restore(m, b, img, n), RKV_ERR_FORMAT, "corrupted header");
+    img[8] ^= 0x20;
+    rkv_model_config other = small_cfg(RKV_DTYPE_F16, 3);
+    other.layers[1].pinned_dilation = 2;
+    rkv_model *o = new_model(&other);
+    const int64_t os = claim(o, "o");
+    tu_model_state opre = tu_model_save(o);
+    TU_ERR(rkv_model_restore(o, os, img, n), RKV_ERR_FORMAT, "wrong geometry");
+    tu_model_assert_same(&opre, o, "restore into another geometry");
+    tu_model_assert_same(&pre, m, "refused restores");
+    tu_model_state_free(&opre);
+    tu_model_state_free(&pre);
+    rkv_model_destroy(o);
+    unlink(p);
+    free(file);
+    free(imz);
+    free(img);
     rkv_model_destroy(m);
 }
 
@@ -1348,7 +1439,7 @@ static void test_odd_request_id(void **state)
     run_frames(m, s, 0, 1, 1);
     const char *p = tmp_path("odd.safetensors");
     TU_OK(rkv_model_save_session(m, s, p));
-    rkv_snapshot_info info;
+    rkv_snapshot_info info = RKV_SNAPSHOT_INFO_INIT;
     TU_OK(rkv_snapshot_inspect(p, &info));
     assert_string_equal(info.request_id, id);
     rkv_model_destroy(m);
@@ -1494,8 +1585,7 @@ static void test_batched_step(void **state)
     {
         void *rowkv[3] = {dummy, dummy, dummy};
         void *kv = pack_rows(&cfg, rowkv, 3);
-        rkv_attention_args a;
-        memset(&a, 0, sizeof a);
+        rkv_attention_args a = RKV_ATTENTION_ARGS_INIT;
         a.n_q_heads = Hq;
         a.q = q;
         a.q_dtype = RKV_DTYPE_F32;
@@ -1539,13 +1629,12 @@ static void test_batched_step(void **state)
         void *rowkv[3];
         for (int b = 0; b < 3; b++) {
             rowkv[b] = frame_kv(&cfg, seeds[b], clocks[b], pass);
-            tu_rng r = {tu_mix(seeds[b] ^ ((uint64_t)clocks[b] << 20) ^ (uint64_t)pass)};
+            tu_rng r = {rkvt_mix(seeds[b] ^ ((uint64_t)clocks[b] << 20) ^ (uint64_t)pass)};
             tu_fill_uniform(q + (size_t)b * qn, qn, &r);
         }
         void *kv = pack_rows(&cfg, rowkv, 3);
         for (int64_t i = 0; i < nl; i++) {
-            rkv_attention_args a;
-            memset(&a, 0, sizeof a);
+            rkv_attention_args a = RKV_ATTENTION_ARGS_INIT;
             a.n_q_heads = Hq;
             a.q = q;
             a.q_dtype = RKV_DTYPE_F32;
@@ -1565,12 +1654,11 @@ static void test_batched_step(void **state)
         TU_OK(rkv_model_begin_frame(ref, 1, &rows[b], &clocks[b]));
         for (int pass = 0; pass < 5; pass++) {
             void *rowkv = frame_kv(&cfg, seeds[b], clocks[b], pass);
-            tu_rng r = {tu_mix(seeds[b] ^ ((uint64_t)clocks[b] << 20) ^ (uint64_t)pass)};
+            tu_rng r = {rkvt_mix(seeds[b] ^ ((uint64_t)clocks[b] << 20) ^ (uint64_t)pass)};
             tu_fill_uniform(q, qn, &r);
             for (int64_t i = 0; i < nl; i++) {
                 TU_OK(rkv_model_upsert(ref, i, 1, &rows[b], rowkv, cfg.dtype, pass == 4));
-                rkv_attention_args ra;
-                memset(&ra, 0, sizeof ra);
+                rkv_attention_args ra = RKV_ATTENTION_ARGS_INIT;
                 ra.n_q_heads = Hq;
                 ra.q = q;
                 ra.q_dtype = RKV_DTYPE_F32;
@@ -1665,7 +1753,7 @@ static void test_10000_cycles_memory_flat(void **state)
         TU_OK(rkv_model_snapshot(m, t, mem, mem_bytes));
         TU_OK(rkv_model_restore(m, s, mem, mem_bytes));
         if (i % 100 == 0) {
-            rkv_snapshot_info info;
+            rkv_snapshot_info info = RKV_SNAPSHOT_INFO_INIT;
             TU_OK(rkv_snapshot_inspect(p, &info));
             assert_int_equal(info.last_committed, i);
             TU_OK(rkv_model_fork(m, s, t));
@@ -1723,6 +1811,7 @@ int main(void)
         cmocka_unit_test(test_atomic_save),
         cmocka_unit_test(test_odd_request_id),
         cmocka_unit_test(test_memory_restore_checks_frames),
+        cmocka_unit_test(test_memory_image_is_the_file_image),
         cmocka_unit_test(test_fork_then_diverge),
         cmocka_unit_test(test_batched_step),
         cmocka_unit_test(test_10000_cycles_memory_flat),

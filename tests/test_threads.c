@@ -142,12 +142,11 @@ static void *stream_worker(void *arg)
         }
         STREAM_OK(rkv_model_begin_frame(m, 1, &sess, &frame));
         for (int pass = 0; pass < 5; pass++) {
-            tu_rng r = {tu_mix((uint64_t)s->id * 1000 + (uint64_t)f * 10 + (uint64_t)pass)};
+            tu_rng r = {rkvt_mix((uint64_t)s->id * 1000 + (uint64_t)f * 10 + (uint64_t)pass)};
             tu_fill_uniform(kv, kvn, &r);
             tu_fill_uniform(q, qn, &r);
             for (int64_t l = 0; l < cfg.n_layers; l++) {
-                rkv_attention_args at;
-                memset(&at, 0, sizeof at);
+                rkv_attention_args at = RKV_ATTENTION_ARGS_INIT;
                 at.n_q_heads = cfg.n_q_heads;
                 at.q = q;
                 at.q_dtype = RKV_DTYPE_F32;
@@ -222,12 +221,11 @@ static void *layer_writer(void *arg)
     j->digest = 0xcbf29ce484222325ull;
     for (int64_t f = 0; f < 24; f++) {
         const int64_t s = f % g->num_sessions;
-        tu_rng r = {tu_mix((uint64_t)j->id * 7919 + (uint64_t)f)};
+        tu_rng r = {rkvt_mix((uint64_t)j->id * 7919 + (uint64_t)f)};
         tu_fill_uniform(kv, kvn, &r);
         tu_fill_uniform(q, qn, &r);
         j->failures += rkv_layer_upsert(j->layer, kv, RKV_DTYPE_F32, 1, &f, &s, 1, NULL) != RKV_OK;
-        rkv_attention_args a;
-        memset(&a, 0, sizeof a);
+        rkv_attention_args a = RKV_ATTENTION_ARGS_INIT;
         a.batch = 1;
         a.n_q_heads = 2 * g->n_kv_heads;
         a.q = q;
@@ -301,14 +299,13 @@ static void *model_reader(void *arg)
     const int64_t s = j->id % cfg->num_sessions, f = 10;
     const size_t qn = (size_t)(cfg->n_q_heads * cfg->tokens_per_frame * cfg->d_head);
     float *q = malloc(qn * sizeof(float)), *out = malloc(qn * sizeof(float));
-    tu_rng r = {tu_mix((uint64_t)j->id)};
+    tu_rng r = {rkvt_mix((uint64_t)j->id)};
     tu_fill_uniform(q, qn, &r);
     j->digest = 0xcbf29ce484222325ull;
     for (int round = 0; round < 10; round++) {
         for (int64_t l = 0; l < cfg->n_layers; l++) {
             const rkv_layer *ly = rkv_model_layer(j->m, l);
-            rkv_attention_args a;
-            memset(&a, 0, sizeof a);
+            rkv_attention_args a = RKV_ATTENTION_ARGS_INIT;
             a.batch = 1;
             a.n_q_heads = cfg->n_q_heads;
             a.q = q;
@@ -327,7 +324,7 @@ static void *model_reader(void *arg)
         j->failures += rkv_model_save_session_mem(j->m, s, NULL, 0, &bytes) != RKV_OK;
         void *img = malloc(bytes);
         j->failures += rkv_model_save_session_mem(j->m, s, img, bytes, &bytes) != RKV_OK;
-        rkv_snapshot_info info;
+        rkv_snapshot_info info = RKV_SNAPSHOT_INFO_INIT;
         j->failures += rkv_snapshot_inspect_mem(img, bytes, &info) != RKV_OK;
         j->digest = digest_add(j->digest, &info.data_xxh3, sizeof info.data_xxh3);
         int64_t clock = -5;

@@ -1,13 +1,15 @@
 /*
- * Helpers shared by the cmocka test programs (static inline only: every
- * tests/test_*.c is its own program and includes this header).
+ * Helpers of the cmocka test programs (static inline only: every
+ * tests/test_*.c is its own program and includes this header), on top of
+ * the test library every test program links (tests/common/rkvt.h: the
+ * PRNG, decoding f16/bf16 storage, error norms and the comparison report,
+ * the float64 attention of a row).
  *
  * Everything here is written from SEMANTICS.md and the reference, without
  * the library's help, so that the tests have independent oracles:
- *  - a deterministic PRNG and frame generators,
- *  - decoders for f16/bf16 storage,
+ *  - frame generators (the PRNG sequence of the CPU tests),
  *  - the visibility rules of SEM 3/4 (bits-and-clock, clock alone),
- *  - a float64 attention over the ring (SEM 5),
+ *  - a float64 attention over the ring (SEM 5, rows by rkvt_attend_row),
  *  - byte snapshots of a layer / a model, to prove a failed call changed
  *    nothing,
  *  - status / message assertions.
@@ -27,6 +29,7 @@
 #include <string.h>
 
 #include "ringkv.h"
+#include "rkvt.h"
 
 /* ------------------------------------------------------------------------ */
 /* Allocation                                                                */
@@ -220,31 +223,20 @@ static inline rkv_layer *tu_layer_new(const rkv_geometry *g)
 /* PRNG and frames                                                           */
 /* ------------------------------------------------------------------------ */
 
-static inline uint64_t tu_mix(uint64_t x)
-{
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-
-typedef struct tu_rng {
-    uint64_t s;
-} tu_rng;
+/* The CPU tests' sequence: rkvt_mix of the state after each step (one
+ * golden gamma further along than rkvt_next's; kept so that their inputs
+ * stay what they were). */
+typedef rkvt_rng tu_rng;
 
 static inline uint64_t tu_next(tu_rng *r)
 {
     r->s += 0x9E3779B97F4A7C15ull;
-    return tu_mix(r->s);
+    return rkvt_mix(r->s);
 }
 /* Uniform in [-1, 1) on a 2^-20 grid, never exactly 0. */
 static inline float tu_uniform(tu_rng *r)
 {
-    int64_t k = (int64_t)(tu_next(r) >> 43) - (1 << 20); /* [-2^20, 2^20) */
-    if (k == 0) {
-        k = 1;
-    }
-    return (float)k / (float)(1 << 20);
+    return rkvt_unit(tu_next(r));
 }
 static inline int64_t tu_randint(tu_rng *r, int64_t n)
 {
@@ -263,7 +255,7 @@ static inline void tu_gen_frame(float *out, const rkv_geometry *g,
                                 uint64_t key)
 {
     size_t n = (size_t)(2 * g->n_kv_heads * g->tokens_per_frame * g->d_head);
-    tu_rng r = {tu_mix(key * 0x2545F4914F6CDD1Dull + 17)};
+    tu_rng r = {rkvt_mix(key * 0x2545F4914F6CDD1Dull + 17)};
     tu_fill_uniform(out, n, &r);
 }
 static inline uint64_t tu_key(int64_t session, int64_t frame, int64_t pass)
@@ -299,40 +291,8 @@ static inline void *tu_to_dtype(const float *x, size_t n, rkv_dtype dt)
 }
 
 /* ------------------------------------------------------------------------ */
-/* Decoding storage                                                          */
+/* Reading storage (decoding: rkvt_get)                                      */
 /* ------------------------------------------------------------------------ */
-
-static inline float tu_f16_to_f32(uint16_t h)
-{
-    int sign = h >> 15, e = (h >> 10) & 31, m = h & 1023;
-    float v;
-    if (e == 0) {
-        v = ldexpf((float)m, -24);
-    } else if (e == 31) {
-        v = m ? NAN : INFINITY;
-    } else {
-        v = ldexpf((float)(m | 1024), e - 25);
-    }
-    return sign ? -v : v;
-}
-static inline float tu_bf16_to_f32(uint16_t b)
-{
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-static inline double tu_decode(const void *base, rkv_dtype dt, size_t i)
-{
-    if (dt == RKV_DTYPE_F32) {
-        float f;
-        memcpy(&f, (const char *)base + 4 * i, 4);
-        return f;
-    }
-    uint16_t u;
-    memcpy(&u, (const char *)base + 2 * i, 2);
-    return dt == RKV_DTYPE_F16 ? tu_f16_to_f32(u) : tu_bf16_to_f32(u);
-}
 
 /* Element (c, h, slot, d) of a layer's storage, as a double. */
 static inline double tu_kv_at(const rkv_layer *l, int64_t c, int64_t h,
@@ -341,7 +301,7 @@ static inline double tu_kv_at(const rkv_layer *l, int64_t c, int64_t h,
     const rkv_geometry *g = rkv_layer_geometry(l);
     int64_t N = tu_N(g), H = g->n_kv_heads, D = g->d_head;
     size_t i = (size_t)(((c * H + h) * N + slot) * D + d);
-    return tu_decode(rkv_layer_kv(l), g->dtype, i);
+    return rkvt_get(rkv_layer_kv(l), g->dtype, i);
 }
 
 /* Compares the T slots starting at `slot0` (all c, h, d) with a frame
@@ -550,70 +510,25 @@ static inline void tu_naive_attend(const rkv_layer *l, int64_t Hq,
     for (int64_t j = 0; j < N; j++)
         nvis += row[j] != 0;
     int64_t *idx = (int64_t *)tu_xmalloc((size_t)(nvis ? nvis : 1) * 8);
+    double *w = (double *)tu_xmalloc((size_t)(nvis ? nvis : 1) * 8);
     nvis = 0;
     for (int64_t j = 0; j < N; j++)
         if (row[j])
             idx[nvis++] = j;
-    double *K = (double *)tu_xmalloc((size_t)((nvis ? nvis : 1) * D) * 8);
-    double *V = (double *)tu_xmalloc((size_t)((nvis ? nvis : 1) * D) * 8);
-    double *w = (double *)tu_xmalloc((size_t)(nvis ? nvis : 1) * 8);
     int64_t group = Hq / H;
-    for (int64_t h = 0; h < Hq; h++) {
-        int64_t kh = h / group;
-        for (int64_t j = 0; j < nvis; j++)
-            for (int64_t d = 0; d < D; d++) {
-                K[j * D + d] = tu_kv_at(l, 0, kh, idx[j], d);
-                V[j * D + d] = tu_kv_at(l, 1, kh, idx[j], d);
-            }
-        for (int64_t i = 0; i < Tq; i++) {
-            const double *qi = q + (h * Tq + i) * D;
-            double *oi = out + (h * Tq + i) * D;
-            double mx = -INFINITY, sum = 0;
-            for (int64_t j = 0; j < nvis; j++) {
-                double s = 0;
-                for (int64_t d = 0; d < D; d++)
-                    s += qi[d] * K[j * D + d];
-                w[j] = s * scale;
-                if (w[j] > mx)
-                    mx = w[j];
-            }
-            if (mx == -INFINITY) /* every score -inf: weights 0, not NaN */
-                mx = 0;
-            for (int64_t j = 0; j < nvis; j++) {
-                w[j] = exp(w[j] - mx);
-                sum += w[j];
-            }
-            for (int64_t d = 0; d < D; d++)
-                oi[d] = 0;
-            for (int64_t j = 0; j < nvis; j++)
-                for (int64_t d = 0; d < D; d++)
-                    oi[d] += (sum != 0 ? w[j] / sum : 0) * V[j * D + d];
-        }
-    }
+    for (int64_t h = 0; h < Hq; h++)
+        for (int64_t i = 0; i < Tq; i++)
+            rkvt_attend_row(g, rkv_layer_kv(l), h / group, idx, nvis,
+                            q + (h * Tq + i) * D, scale, w,
+                            out + (h * Tq + i) * D);
     free(idx);
-    free(K);
-    free(V);
     free(w);
 }
 
-/* ||got - ref|| / ||ref|| (got decoded from dtype). */
-static inline double tu_rel_err(const void *got, rkv_dtype dt,
-                                const double *ref, size_t n)
-{
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        double x = tu_decode(got, dt, i);
-        num += (x - ref[i]) * (x - ref[i]);
-        den += ref[i] * ref[i];
-    }
-    if (den == 0)
-        return num == 0 ? 0 : INFINITY;
-    return sqrt(num / den);
-}
 static inline int tu_all_finite(const void *x, rkv_dtype dt, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        if (!isfinite(tu_decode(x, dt, i)))
+        if (!isfinite(rkvt_get(x, dt, i)))
             return 0;
     return 1;
 }
@@ -686,8 +601,7 @@ static inline rkv_model_config tu_model_cfg(int64_t n_layers,
                                             int64_t D, int64_t T,
                                             rkv_dtype dt)
 {
-    rkv_model_config c;
-    memset(&c, 0, sizeof c);
+    rkv_model_config c = RKV_MODEL_CONFIG_INIT;
     snprintf(c.name, sizeof c.name, "test");
     c.n_layers = n_layers;
     for (int64_t i = 0; i < n_layers; i++)

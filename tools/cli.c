@@ -4,20 +4,25 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "escape.h"
 #include "ringkv.h"
 
 const char CLI_EXIT_RULE[] =
     "Exit status (every command): 0 done; 1 a failure at run time (a library call,\n"
     "the GPU, memory or a write failed, or the work found a fault: replay's\n"
     "comparisons, inspect's verdicts); 2 refused before any work (an unknown\n"
-    "command or option, a bad value, an input file that is missing, unreadable,\n"
-    "not of its kind or not matching the other options, an output path that\n"
-    "cannot be written, a run too big for the memory available, --backend cuda\n"
-    "where no GPU is seen).\n";
+    "command or option, an option given twice, a bad value, an input file that is\n"
+    "missing, unreadable, not of its kind or not matching the other options, an\n"
+    "output path that cannot be written, a run too big for the memory available,\n"
+    "--backend cuda where no GPU is seen).\n";
 
 /* Length of a leading "rkv_identifier: " in s, else 0. */
 static size_t function_prefix(const char *s) {
@@ -56,6 +61,243 @@ int cli_check_input_file(const char *what, const char *path, const char *expecte
     }
     fclose(f);
     return 0;
+}
+
+/* The number of leading decimal digits of s. */
+static size_t digits(const char *s) {
+    size_t n = 0;
+    while (s[n] >= '0' && s[n] <= '9') n++;
+    return n;
+}
+
+int cli_parse_int64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
+    const size_t sign = lo < 0 && s[0] == '-';
+    const size_t n = digits(s + sign);
+    if (n == 0 || s[sign + n] != '\0') return -1;
+    errno = 0;
+    const long long v = strtoll(s, NULL, 10);
+    if (errno || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+int cli_parse_uint64(const char *s, uint64_t *out) {
+    const size_t n = digits(s);
+    if (n == 0 || s[n] != '\0') return -1;
+    errno = 0;
+    const unsigned long long v = strtoull(s, NULL, 10);
+    if (errno) return -1;
+    *out = v;
+    return 0;
+}
+
+int cli_parse_real(const char *s, double lo, double hi, double *out) {
+    const size_t whole = digits(s);
+    size_t n = whole, frac = 0;
+    if (s[n] == '.') frac = digits(s + ++n), n += frac;
+    if (whole + frac == 0 || s[n] != '\0') return -1;
+    const double v = strtod(s, NULL);
+    if (!isfinite(v) || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+/* ---- options --------------------------------------------------------- */
+
+#define FIELD(opts, d, type) ((type *)((char *)(opts) + (d)->field))
+
+int cli_set_flag(const cli_option *d, const char *val, void *opts, char *why, size_t n) {
+    (void)val, (void)why, (void)n;
+    *FIELD(opts, d, int) = 1;
+    return 0;
+}
+
+int cli_set_int64(const cli_option *d, const char *val, void *opts, char *why, size_t n) {
+    (void)why, (void)n;
+    return cli_parse_int64(val, d->lo, d->hi, FIELD(opts, d, int64_t));
+}
+
+int cli_set_int(const cli_option *d, const char *val, void *opts, char *why, size_t n) {
+    (void)why, (void)n;
+    int64_t v;
+    if (cli_parse_int64(val, d->lo, d->hi, &v)) return -1;
+    *FIELD(opts, d, int) = (int)v;
+    return 0;
+}
+
+int cli_set_uint64(const cli_option *d, const char *val, void *opts, char *why, size_t n) {
+    (void)why, (void)n;
+    return cli_parse_uint64(val, FIELD(opts, d, uint64_t));
+}
+
+int cli_set_real(const cli_option *d, const char *val, void *opts, char *why, size_t n) {
+    (void)why, (void)n;
+    return cli_parse_real(val, (double)d->lo, (double)d->hi, FIELD(opts, d, double));
+}
+
+int cli_set_text(const cli_option *d, const char *val, void *opts, char *why, size_t n) {
+    if (d->expects && !*val) return -1;
+    if (d->hi > 0 && strlen(val) > (size_t)d->hi) {
+        snprintf(why, n, "longer than %lld bytes", (long long)d->hi);
+        return -1;
+    }
+    *FIELD(opts, d, const char *) = val;
+    return 0;
+}
+
+int cli_set_choice(const cli_option *d, const char *val, void *opts, char *why, size_t n) {
+    (void)why, (void)n;
+    for (int i = 0; d->choices[i]; i++)
+        if (!strcmp(val, d->choices[i])) {
+            *FIELD(opts, d, int) = i;
+            return 0;
+        }
+    return -1;
+}
+
+int cli_set_dtype(const cli_option *d, const char *val, void *opts, char *why, size_t n) {
+    (void)why, (void)n;
+    cli_dtype *t = FIELD(opts, d, cli_dtype);
+    if (rkv_dtype_parse(val, &t->dtype) != RKV_OK) return -1;
+    t->given = 1;
+    return 0;
+}
+
+const char *const CLI_BACKENDS[] = {"cpu", "cuda", NULL};
+
+/* Prints "ringkv CMD: MESSAGE" and the pointer to --help; returns 2. */
+static int refuse(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "ringkv %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n(see 'ringkv %s --help')\n", cmd);
+    va_end(ap);
+    return CLI_EXIT_USAGE;
+}
+
+/* The row of table[0..n) that argument a names: the name exactly, or
+ * --name=VALUE (then *val points at VALUE, *eq is set). -1 when none. */
+static int find_option(const cli_option *table, size_t n, const char *a, const char **val) {
+    *val = NULL;
+    for (size_t k = 0; k < n; k++) {
+        const size_t len = strlen(table[k].name);
+        if (strncmp(a, table[k].name, len)) continue;
+        if (a[len] == '\0') return (int)k;
+        if (a[len] == '=') {
+            *val = a + len + 1;
+            return (int)k;
+        }
+    }
+    return -1;
+}
+
+int cli_parse_options(const char *cmd, int argc, char **argv, const cli_option *table, size_t n,
+                      void *opts, const char **positional, int *n_positional,
+                      void (*usage)(FILE *f)) {
+    uint64_t given = 0;
+    int options_end = 0;
+    if (n_positional) *n_positional = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val;
+        if (!options_end && (!strcmp(a, "--help") || !strcmp(a, "-h"))) {
+            usage(stdout);
+            return CLI_EXIT_OK;
+        }
+        if (!options_end && !strcmp(a, "--") && positional) {
+            options_end = 1;
+            continue;
+        }
+        if (options_end || a[0] != '-' || a[1] == '\0') {
+            if (!positional) return refuse(cmd, "unexpected argument '%s'", a);
+            positional[(*n_positional)++] = a;
+            continue;
+        }
+        const int k = n <= 64 ? find_option(table, n, a, &val) : -1;
+        if (k < 0) return refuse(cmd, "unknown option '%s'", a);
+        const cli_option *d = &table[k];
+        if (given >> k & 1)
+            return refuse(cmd, "%s given twice (give each option once)",
+                          d->name);
+        given |= (uint64_t)1 << k;
+        if (!d->takes_value && val) return refuse(cmd, "%s takes no value, got '%s'", d->name, a);
+        if (d->takes_value && !val) {
+            if (i + 1 >= argc)
+                return refuse(cmd, "%s needs a value (%s)", d->name,
+                              d->expects ? d->expects : "see --help");
+            val = argv[++i];
+        }
+        char why[128] = "";
+        if (d->set(d, val, opts, why, sizeof why))
+            return refuse(cmd, "%s expects %s, got '%s'%s%s%s", d->name,
+                          d->expects ? d->expects : "a value", val, why[0] ? " (" : "", why,
+                          why[0] ? ")" : "");
+    }
+    return -1;
+}
+
+/* docs/snapshot-format.md: __metadata__.format of every ringkv snapshot, and
+ * the largest header the library reads. */
+#define SNAPSHOT_FORMAT "ringkv-snapshot"
+#define SNAPSHOT_MAX_HEADER ((uint64_t)16 << 20)
+
+/* The format named by a snapshot header's JSON text (h, n bytes): 0 when it
+ * names ringkv's or does not parse (the library says how it is broken), -1
+ * with the reason in why. */
+static int header_format_is_ringkv(const char *h, size_t n, char *why, size_t wn) {
+    cJSON *root = cJSON_ParseWithLength(h, n);
+    if (!root) return 0;
+    const cJSON *meta = cJSON_GetObjectItemCaseSensitive(root, "__metadata__");
+    const cJSON *format = cJSON_GetObjectItemCaseSensitive(meta, "format");
+    int rc = 0;
+    if (!cJSON_IsString(format)) {
+        snprintf(why, wn, "a safetensors file without __metadata__.format (a ringkv snapshot "
+                          "has '" SNAPSHOT_FORMAT "')");
+        rc = -1;
+    } else if (strcmp(format->valuestring, SNAPSHOT_FORMAT)) {
+        char shown[4 * 40 + 1];
+        rkv_tool_escape(shown, sizeof shown, format->valuestring);
+        snprintf(why, wn, "a safetensors file of format '%s' (a ringkv snapshot has '"
+                          SNAPSHOT_FORMAT "')", shown);
+        rc = -1;
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
+int cli_check_snapshot_kind(const char *what, const char *path, char *err, size_t n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, n, "%s '%s': cannot open: %s", what, path, strerror(errno));
+        return -1;
+    }
+    unsigned char head[8];
+    char why[256] = "";
+    int rc = 0;
+    if (fread(head, 1, 8, f) == 8) {
+        uint64_t len = 0;
+        for (int i = 7; i >= 0; i--) len = len << 8 | head[i];
+        int c;
+        while ((c = getc(f)) == ' ' || c == '\t' || c == '\n' || c == '\r') len--;
+        if (c != EOF && c != '{') {
+            char shown[8];
+            snprintf(shown, sizeof shown, c > 0x20 && c < 0x7f ? "'%c'" : "0x%02x", c);
+            snprintf(why, sizeof why,
+                     "a snapshot is a safetensors file (an 8-byte header length, then a JSON "
+                     "header '{...}'); byte %ld of this one is %s",
+                     ftell(f) - 1, shown);
+            rc = -1;
+        } else if (c == '{' && len >= 2 && len <= SNAPSHOT_MAX_HEADER) {
+            /* the whole header, when the file holds it */
+            char *h = malloc((size_t)len);
+            if (h && (h[0] = '{', fread(h + 1, 1, (size_t)len - 1, f) == (size_t)len - 1))
+                rc = header_format_is_ringkv(h, (size_t)len, why, sizeof why);
+            free(h);
+        }
+    }
+    fclose(f);
+    if (rc) snprintf(err, n, "%s '%s' is not a ringkv snapshot: %s", what, path, why);
+    return rc;
 }
 
 const char *cli_layer_kind(const rkv_layer_spec *l) {

@@ -5,6 +5,8 @@
 #define RKV_TOOLS_CLI_H
 
 #include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
 
 #include <cjson/cJSON.h>
 
@@ -16,11 +18,19 @@
  *   1  a failure at run time: the work started and a library call, the GPU,
  *      memory or a write failed, or the work found a fault (replay: a
  *      comparison failed; inspect: a snapshot is invalid);
- *   2  refused before any work: an unknown command or option, a bad value,
+ *   2  refused before any work: an unknown command or option, an option
+ *      given twice (cli_parse_options), a bad value,
  *      an input named on the command line that is missing, unreadable, not
  *      of its kind or not matching the other options, an output path that
  *      cannot be written, a run too big for the memory available, or
- *      --backend cuda where no GPU is seen. */
+ *      --backend cuda where no GPU is seen.
+ * "Not of its kind" is judged on what a file starts with, before any work:
+ * a trace whose first record is not a trace record, a manifest that is not
+ * a JSON object with "cases", a snapshot that is not a safetensors file of
+ * the ringkv format (cli_check_snapshot_kind), an image that does not
+ * decode. A file of its kind that goes wrong later (a trace cut short, a
+ * snapshot with a bad checksum) is a fault the work found: 1 (replay,
+ * inspect), or 2 where it is checked before any work (rollout --resume). */
 #define CLI_EXIT_OK 0
 #define CLI_EXIT_FAILURE 1
 #define CLI_EXIT_USAGE 2
@@ -41,6 +51,85 @@ const char *cli_lib_detail(const char *path);
  * folder, not EXPECTED", or the system's reason) in err. */
 int cli_check_input_file(const char *what, const char *path, const char *expected, char *err,
                          size_t n);
+
+/* Whether the readable file at path is a ringkv snapshot at all (the rule
+ * above: an input not of its kind is refused, 2): a safetensors file (an
+ * 8-byte little-endian header length, then a JSON header that starts with
+ * '{'), and, when that header parses, one whose __metadata__.format is
+ * "ringkv-snapshot" (docs/snapshot-format.md). A file that ends before
+ * byte 8, or whose header is cut or does not parse, passes: it is a
+ * snapshot gone wrong, the library's full check says how (exit 1). 0, or -1
+ * with "WHAT 'PATH' is not a ringkv snapshot: ..." in err. */
+int cli_check_snapshot_kind(const char *what, const char *path, char *err, size_t n);
+
+/* ---- options: one table per command, one parser for all ---------------- */
+
+/* One option of a command (a row of its table). */
+typedef struct cli_option cli_option;
+struct cli_option {
+    const char *name; /* "--frames"                                            */
+    int takes_value;  /* 1: --name VALUE or --name=VALUE; 0: a flag             */
+    /* Reads val (NULL for a flag) into the command's options at
+     * opts + field. 0, or -1 for a bad value, optionally with why (a short
+     * reason, shown in parentheses) in why[n]. */
+    int (*set)(const cli_option *d, const char *val, void *opts, char *why, size_t n);
+    size_t field;                /* offsetof(the command's options, ...)        */
+    const char *expects;         /* the expected form, for "NAME expects EXPECTS,
+                                    got 'VAL'": "an integer in 1..1024"         */
+    int64_t lo, hi;              /* the range (cli_set_int64, _int, _real); for
+                                    cli_set_text, hi > 0: the longest value     */
+    const char *const *choices;  /* cli_set_choice: the names, NULL-terminated  */
+};
+
+/* The setters (cli_option.set). Each writes the type named at opts + field:
+ * flag: int 1; int64: int64_t in [lo, hi]; int: int in [lo, hi]; uint64:
+ * uint64_t (any); real: double in [lo, hi]; text: const char * (not empty
+ * when expects is set; at most hi bytes when hi > 0); choice: int, the
+ * index of val in choices; dtype: cli_dtype. Numbers: cli_parse_*. */
+int cli_set_flag(const cli_option *d, const char *val, void *opts, char *why, size_t n);
+int cli_set_int64(const cli_option *d, const char *val, void *opts, char *why, size_t n);
+int cli_set_int(const cli_option *d, const char *val, void *opts, char *why, size_t n);
+int cli_set_uint64(const cli_option *d, const char *val, void *opts, char *why, size_t n);
+int cli_set_real(const cli_option *d, const char *val, void *opts, char *why, size_t n);
+int cli_set_text(const cli_option *d, const char *val, void *opts, char *why, size_t n);
+int cli_set_choice(const cli_option *d, const char *val, void *opts, char *why, size_t n);
+int cli_set_dtype(const cli_option *d, const char *val, void *opts, char *why, size_t n);
+
+/* A --dtype option: given or not, and the dtype. */
+typedef struct cli_dtype {
+    int given;
+    rkv_dtype dtype;
+} cli_dtype;
+
+/* --backend's names (cli_set_choice), indexed by CLI_BACKEND_*. */
+extern const char *const CLI_BACKENDS[];
+#define CLI_BACKEND_CPU 0
+#define CLI_BACKEND_CUDA 1
+
+/* Parses argv[1..argc) of command `cmd` against table[0..n) (n <= 64) into
+ * opts. Every option may be given once: a second one is refused ("--frames
+ * given twice"), as an unknown option, a flag given a value, an option
+ * without its value or a bad value are. When positional is not NULL (argc
+ * entries), the arguments that are not options ("-" included, and every
+ * argument after "--") are collected there in order and counted in
+ * *n_positional; otherwise they are refused. --help or -h prints usage on
+ * stdout. Returns -1 to go on, 0 after --help, or 2 (CLI_EXIT_USAGE) after
+ * "ringkv CMD: what was wrong" and "(see 'ringkv CMD --help')" on stderr. */
+int cli_parse_options(const char *cmd, int argc, char **argv, const cli_option *table, size_t n,
+                      void *opts, const char **positional, int *n_positional,
+                      void (*usage)(FILE *f));
+
+/* The one reading of a number on the command line, in every command: the
+ * whole argument, decimal only. No sign (but '-' when lo < 0), no spaces,
+ * no hexadecimal, exponent, "inf" or "nan", nothing after the digits; then
+ * the range. 0 with *out, or -1 (nothing written); the caller names the
+ * option and the expected form in its message. */
+int cli_parse_int64(const char *s, int64_t lo, int64_t hi, int64_t *out);
+/* An integer in 0..2^64-1 (digits only). */
+int cli_parse_uint64(const char *s, uint64_t *out);
+/* A real number in [lo, hi] (lo >= 0), as digits with at most one '.'
+ * ("16", "0.5", ".5", "5.": no sign, no exponent). */
+int cli_parse_real(const char *s, double lo, double hi, double *out);
 
 /* "local" for a layer that keeps every frame (pinned_dilation 1), "global"
  * for a dilated one (docs/json.md: `kind`). */

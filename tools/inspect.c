@@ -1,14 +1,15 @@
 /* `ringkv inspect FILE...`: validates snapshot files (docs/snapshot-format.md)
  * and prints what each holds (--json: docs/json.md). Exit status (cli.h) 0
  * when every file is valid, 1 when one is not (the reason goes to stderr:
- * truncated, corrupted header or data, unsupported version, not a snapshot,
- * I/O), 2 for a bad option or a FILE that is missing or cannot be read (then
- * no file is inspected). Texts from the file (the writer's version, the
+ * truncated, corrupted header or data, unsupported version, I/O), 2 for a
+ * bad option or a FILE that is missing, cannot be read or is not a snapshot
+ * at all (cli_check_snapshot_kind; then no file is inspected). Texts from the file (the writer's version, the
  * model's name, the request id: any bytes) are printed escaped, in text and
  * in JSON (tools/escape.h); the library's messages escape file bytes
  * themselves. */
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cjson/cJSON.h>
@@ -47,8 +48,10 @@ static void usage(FILE *f) {
             "Texts from the file (model name, request id, writer's version) are shown\n"
             "with bytes outside printable ASCII as \\xNN and a backslash as \\\\.\n"
             "\n"
-            "Exit status: 0 all valid; 1 a file is invalid (the reason on stderr); 2 a bad\n"
-            "option or a FILE that is missing or cannot be read (nothing is inspected).\n");
+            "Exit status: 0 all valid; 1 a snapshot is invalid (the reason on stderr:\n"
+            "truncated, corrupted, another version); 2 a bad option or a FILE that is\n"
+            "missing, cannot be read or is not a snapshot at all: not a safetensors file,\n"
+            "or one of another format (nothing is inspected).\n");
 }
 
 static void print_text(const char *path, const rkv_snapshot_info *in) {
@@ -131,52 +134,51 @@ static int print_json_invalid(const char *path, rkv_status st) {
     return print_line(j, ok);
 }
 
-static int is_file_argument(const char *a) {
-    return strcmp(a, "--json") && !(a[0] == '-' && a[1]);
-}
+static const cli_option OPTIONS[] = {
+    {"--json", 0, cli_set_flag, 0, NULL, 0, 0, NULL},
+};
 
 int rkv_cmd_inspect(int argc, char **argv) {
     int json = 0, n_files = 0, bad = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!strcmp(argv[i], "--json")) json = 1;
-        else if (argv[i][0] == '-' && argv[i][1]) {
-            fprintf(stderr, "ringkv inspect: unknown option '%s'\n\n", argv[i]);
-            usage(stderr);
-            return CLI_EXIT_USAGE;
-        } else n_files++;
+    /* the FILE arguments, in order (everything after "--" is a file) */
+    const char **files = malloc((size_t)argc * sizeof *files);
+    if (!files) {
+        fprintf(stderr, "ringkv inspect: out of memory\n");
+        return CLI_EXIT_FAILURE;
     }
-    if (!n_files) {
+    int rc = cli_parse_options("inspect", argc, argv, OPTIONS, 1, &json, files, &n_files, usage);
+    if (rc < 0 && !n_files) {
+        fprintf(stderr, "ringkv inspect: no file given\n\n");
         usage(stderr);
-        return CLI_EXIT_USAGE;
+        rc = CLI_EXIT_USAGE;
     }
-    /* every FILE must exist and be readable before any is inspected */
+    /* every FILE must exist, be readable and be a snapshot at all before any
+     * is inspected (cli.h: an input not of its kind is refused, 2); a
+     * snapshot gone wrong is inspect's verdict (1) */
     char err[4600];
-    for (int i = 1; i < argc; i++)
-        if (is_file_argument(argv[i]) &&
-            cli_check_input_file("snapshot", argv[i], "a snapshot file", err, sizeof err)) {
+    for (int i = 0; i < n_files && rc < 0; i++)
+        if (cli_check_input_file("snapshot", files[i], "a snapshot file", err, sizeof err) ||
+            cli_check_snapshot_kind("file", files[i], err, sizeof err)) {
             fprintf(stderr, "ringkv inspect: %s\n", err);
-            return CLI_EXIT_USAGE;
+            rc = CLI_EXIT_USAGE;
         }
-    for (int i = 1; i < argc; i++) {
-        if (!is_file_argument(argv[i])) continue;
-        rkv_snapshot_info info;
-        rkv_status st = rkv_snapshot_inspect(argv[i], &info);
+    for (int i = 0; i < n_files && rc < 0; i++) {
+        const char *path = files[i];
+        rkv_snapshot_info info = RKV_SNAPSHOT_INFO_INIT;
+        rkv_status st = rkv_snapshot_inspect(path, &info);
         if (st != RKV_OK) {
-            fprintf(stderr, "ringkv inspect: %s: invalid: %s\n", argv[i], cli_lib_detail(argv[i]));
-            if (json && print_json_invalid(argv[i], st)) return CLI_EXIT_FAILURE;
+            fprintf(stderr, "ringkv inspect: %s: invalid: %s\n", path, cli_lib_detail(path));
+            if (json && print_json_invalid(path, st)) rc = CLI_EXIT_FAILURE;
             bad = 1;
             continue;
         }
         if (json) {
-            if (print_json(argv[i], &info)) return CLI_EXIT_FAILURE;
+            if (print_json(path, &info)) rc = CLI_EXIT_FAILURE;
         } else {
-            print_text(argv[i], &info);
+            print_text(path, &info);
         }
     }
     fflush(stdout);
-    return bad ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
+    free(files);
+    return rc >= 0 ? rc : bad ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
 }

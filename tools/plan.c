@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "cli.h"
@@ -16,16 +17,14 @@
 
 /* Largest --memory-gib accepted: 2^20 GiB (1 PiB) keeps every byte count far
  * below 2^53, where doubles (and JSON numbers) stay exact. */
-#define MAX_MEMORY_GIB 1048576.0
+#define MAX_MEMORY_GIB 1048576
 
 /* Options of one invocation. */
 typedef struct plan_opts {
     const char *preset;
-    double memory_gib;
-    int have_memory;
+    double memory_gib; /* -1 until given */
     int full_global_ring;
-    int have_dtype;
-    rkv_dtype dtype;
+    cli_dtype dtype;
     int json;
 } plan_opts;
 
@@ -41,7 +40,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "\n"
             "  --memory-gib X       memory budget in GiB (2^30 bytes), 0 <= X <= 1048576\n"
-            "                       (1 PiB; fractions allowed)\n"
+            "                       (1 PiB), in decimal digits, fractions allowed (0.5)\n"
             "  --full-global-ring   global layers allocate the full 128-frame ring; only\n"
             "                       16 buckets are addressed (SEMANTICS 7): memory grows,\n"
             "                       recall does not\n"
@@ -50,62 +49,31 @@ static void usage(FILE *f) {
             "\nExit status: 0 done; 2 a bad option or an unknown preset; 1 out of memory.\n");
 }
 
-/* Reports a bad option on stderr; returns the exit status 2. */
-static int bad_option(const char *fmt, const char *arg) {
-    fprintf(stderr, "ringkv plan: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n(see 'ringkv plan --help')\n");
-    return 2;
-}
+#define OPT(field) offsetof(plan_opts, field)
+static const cli_option OPTIONS[] = {
+    {"--preset", 1, cli_set_text, OPT(preset), NULL, 0, 0, NULL},
+    {"--memory-gib", 1, cli_set_real, OPT(memory_gib),
+     "a number of GiB in 0..1048576, in decimal digits with an optional fraction (16, 0.5)", 0,
+     MAX_MEMORY_GIB, NULL},
+    {"--dtype", 1, cli_set_dtype, OPT(dtype), "f32, f16 or bf16", 0, 0, NULL},
+    {"--full-global-ring", 0, cli_set_flag, OPT(full_global_ring), NULL, 0, 0, NULL},
+    {"--json", 0, cli_set_flag, OPT(json), NULL, 0, 0, NULL},
+};
+#undef OPT
 
 /* Parses the command line into *o. Returns -1 to go on, else an exit status
  * (0 after --help, 2 for a bad option). */
 static int parse_args(int argc, char **argv, plan_opts *o) {
     memset(o, 0, sizeof *o);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *val = NULL;
-        const char *eq = strchr(a, '=');
-        size_t klen = eq && !strncmp(a, "--", 2) ? (size_t)(eq - a) : strlen(a);
-        int takes_value = (klen == 8 && !strncmp(a, "--preset", 8)) ||
-                          (klen == 12 && !strncmp(a, "--memory-gib", 12)) ||
-                          (klen == 7 && !strncmp(a, "--dtype", 7));
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        }
-        if (takes_value) {
-            if (eq && klen < strlen(a)) val = eq + 1;
-            else if (i + 1 < argc) val = argv[++i];
-            else return bad_option("option '%s' needs a value", a);
-        } else if (eq && !strncmp(a, "--", 2)) {
-            return bad_option("option '%s' takes no value", a);
-        }
-        if (klen == 8 && !strncmp(a, "--preset", 8)) {
-            o->preset = val;
-        } else if (klen == 12 && !strncmp(a, "--memory-gib", 12)) {
-            char *end = NULL;
-            double x = strtod(val, &end);
-            if (end == val || *end != '\0' || !isfinite(x) || x < 0 || x > MAX_MEMORY_GIB) {
-                fprintf(stderr, "ringkv plan: --memory-gib '%s' is not a number in [0, %.0f]\n",
-                        val, MAX_MEMORY_GIB);
-                return 2;
-            }
-            o->memory_gib = x;
-            o->have_memory = 1;
-        } else if (klen == 7 && !strncmp(a, "--dtype", 7)) {
-            if (rkv_dtype_parse(val, &o->dtype) != RKV_OK)
-                return bad_option("--dtype '%s' is not f32, f16 or bf16", val);
-            o->have_dtype = 1;
-        } else if (!strcmp(a, "--full-global-ring")) {
-            o->full_global_ring = 1;
-        } else if (!strcmp(a, "--json")) {
-            o->json = 1;
-        } else {
-            return bad_option("unknown option '%s'", a);
-        }
+    o->memory_gib = -1; /* not given */
+    const int rc = cli_parse_options("plan", argc, argv, OPTIONS,
+                                     sizeof OPTIONS / sizeof OPTIONS[0], o, NULL, NULL, usage);
+    if (rc >= 0) return rc;
+    const char *missing = !o->preset ? "--preset NAME" : o->memory_gib < 0 ? "--memory-gib X" : NULL;
+    if (missing) {
+        fprintf(stderr, "ringkv plan: %s is required\n(see 'ringkv plan --help')\n", missing);
+        return CLI_EXIT_USAGE;
     }
-    if (!o->preset) return bad_option("%s", "--preset NAME is required");
-    if (!o->have_memory) return bad_option("%s", "--memory-gib X is required");
     return -1;
 }
 
@@ -168,7 +136,7 @@ int rkv_cmd_plan(int argc, char **argv) {
         return 2;
     }
     cfg->num_sessions = 1;
-    if (o.have_dtype) cfg->dtype = o.dtype;
+    if (o.dtype.given) cfg->dtype = o.dtype.dtype;
 
     rc = 1;
     size_t per_session = 0, total = 0;

@@ -45,8 +45,8 @@ typedef struct recall_tally {
 
 typedef struct recall_stats {
     recall_tally tally[RECALL_CLASSES][RECALL_BANDS];
-    int64_t measured;  /* every view patch of every first pass           */
-    int64_t flat;      /* of which without texture (not counted)         */
+    int64_t in_view;   /* every view patch of every first pass           */
+    int64_t flat;      /* of which without texture (not measured)        */
     int64_t unseen;    /* textured, cell never in view before (no band)  */
 } recall_stats;
 

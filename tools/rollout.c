@@ -402,10 +402,12 @@ static const char *snapshot_mismatch(const rkv_model_config *snap, const rkv_mod
  * library's full check) of this run's model. 0, or -1 with a message. */
 static int check_resume_file(run *r) {
     const char *path = r->o.resume;
-    if (cli_check_input_file("--resume", path, "a snapshot file", r->err, sizeof r->err)) {
+    if (cli_check_input_file("--resume", path, "a snapshot file", r->err, sizeof r->err) ||
+        cli_check_snapshot_kind("--resume", path, r->err, sizeof r->err)) {
         fprintf(stderr, "ringkv rollout: %s\n", r->err);
         return -1;
     }
+    r->snap_info = (rkv_snapshot_info)RKV_SNAPSHOT_INFO_INIT;
     if (rkv_snapshot_inspect(path, &r->snap_info) != RKV_OK) {
         fprintf(stderr, "ringkv rollout: --resume '%s' is not a valid snapshot: %s\n", path,
                 cli_lib_detail(path));
@@ -419,13 +421,11 @@ static int check_resume_file(run *r) {
     return 0;
 }
 
-/* Everything that can be checked is checked before the model is created
- * and before any frame: the preset, the image, the output paths, the
- * snapshot to resume and the memory; loads the world. 0 to go on, else the
- * exit status (2 for what the user passed), with a message. */
-static int check_run(run *r) {
+/* check_run's first step: a GPU to run on where --backend cuda asks for
+ * one, the preset's model config and its memory. 0, or the exit status
+ * with a message. */
+static int check_model(run *r) {
     rkv_status st;
-    /* ---- the backend: a GPU to run on ---- */
     if (r->o.backend == BACKEND_CUDA && device_cuda_count() < 1) {
         fprintf(stderr,
                 "ringkv rollout: --backend cuda: no GPU: the CUDA runtime sees 0 device(s) (no "
@@ -440,15 +440,20 @@ static int check_run(run *r) {
         return CLI_EXIT_USAGE;
     }
     r->cfg.num_sessions = r->o.sessions;
-    if (r->o.have_dtype) r->cfg.dtype = r->o.dtype;
+    if (r->o.dtype.given) r->cfg.dtype = r->o.dtype.dtype;
     if (!r->o.frames) r->o.frames = rollout_default_frames(r->o.preset);
     if ((st = rkv_model_config_memory(&r->cfg, &r->mem_session, &r->mem_total)) != RKV_OK) {
         fprintf(stderr, "ringkv rollout: the model's memory cannot be computed: %s\n",
                 cli_lib_detail(NULL));
         return CLI_EXIT_USAGE;
     }
+    return 0;
+}
 
-    /* ---- the image and the output paths ---- */
+/* check_run's second step: the image (--image or the default one), the
+ * output paths and the snapshot to resume. 0, or the exit status with a
+ * message. */
+static int check_paths(run *r) {
     r->image = r->o.image;
     if (!r->image && !(r->image = rollout_default_image(r->image_buf, sizeof r->image_buf, r->exe,
                                                         sizeof r->exe))) {
@@ -469,7 +474,12 @@ static int check_run(run *r) {
         return 2;
     }
     if (r->o.resume && check_resume_file(r)) return CLI_EXIT_USAGE;
+    return 0;
+}
 
+/* The run's sizes from the options and the config, and its recall layers:
+ * the first local and the first global one. */
+static void note_shape(run *r) {
     r->B = r->o.sessions;
     r->F = r->o.frames;
     r->L = r->cfg.n_layers;
@@ -485,8 +495,11 @@ static int check_run(run *r) {
     }
     r->have[0] = r->layer_of[0] >= 0;
     r->have[1] = r->layer_of[1] >= 0;
+}
 
-    /* ---- the world ---- */
+/* Loads the world from the image and checks that the view fits in it. 0, or
+ * 2 with a message. */
+static int load_world(run *r) {
     r->view = camera_view_for_tokens(r->T);
     if (world_load(&r->world, r->image, r->err, sizeof r->err)) {
         fprintf(stderr, "ringkv rollout: %s\n", r->err);
@@ -503,8 +516,13 @@ static int check_run(run *r) {
         return 2;
     }
     r->map_id = map_hash(&r->world);
+    return 0;
+}
 
-    /* ---- resume: the snapshot's clock, and whether it followed this path ---- */
+/* The run's frame clocks [first, end): from 0, or with --resume from the
+ * snapshot's clock + 1 when it followed this run's camera path. 0, or the
+ * exit status with a message. */
+static int plan_clocks(run *r) {
     r->first = 0; /* the run's first frame clock */
     if (r->o.resume) {
         if (check_resume_source(r->o.resume, &r->snap_info, r->o.seed, r->map_id))
@@ -521,11 +539,22 @@ static int check_run(run *r) {
         r->first = last + 1; /* -1 (no clock): from frame 0 */
     }
     r->end = r->first + r->F; /* one past the last frame */
+    return 0;
+}
+
+/* Everything that can be checked is checked before the model is created
+ * and before any frame: the preset, the image, the output paths, the
+ * snapshot to resume and the memory; loads the world. 0 to go on, else the
+ * exit status (2 for what the user passed), with a message. */
+static int check_run(run *r) {
+    int rc;
+    if ((rc = check_model(r)) || (rc = check_paths(r))) return rc;
+    note_shape(r);
+    if ((rc = load_world(r)) || (rc = plan_clocks(r))) return rc;
 
     /* ---- memory: the model and the tool's buffers against what is available ---- */
     const tool_memory tool_mem = rollout_tool_memory(&r->cfg, r->B, r->F, r->end, &r->world);
-    const int rc = rollout_check_memory(&r->o, r->mem_session, &tool_mem, r->end);
-    if (rc) return rc;
+    if ((rc = rollout_check_memory(&r->o, r->mem_session, &tool_mem, r->end))) return rc;
 
     /* ---- the output folder (created now), the snapshot's folder ---- */
     if (rollout_make_dirs(r->o.out, r->err, sizeof r->err) ||
@@ -545,12 +574,11 @@ static void *backend_buffer(run *r, void *host, size_t bytes) {
     return device_alloc(r->dev, bytes, r->err, sizeof r->err);
 }
 
-/* Creates the model on its device, the tokens, the buffers and the
- * sessions, loads the snapshot to resume and rebuilds its recall history.
- * 0, or 1 with a message. */
-static int setup_run(run *r) {
+/* setup_run's first step: the device, the model on it (and the second one
+ * for --migrate-every), the CPU's threads, the way frames run (a graph or
+ * pass by pass) and the output digest. 0, or 1 with a message. */
+static int open_device(run *r) {
     rkv_status st;
-    /* ---- the device and the model ---- */
     const device_kind kind = r->o.backend == BACKEND_CUDA ? DEVICE_CUDA : DEVICE_CPU;
     if (!(r->dev = device_open(kind, r->err, sizeof r->err))) {
         fprintf(stderr, "ringkv rollout: --backend %s: %s\n", kind == DEVICE_CUDA ? "cuda" : "cpu",
@@ -580,15 +608,18 @@ static int setup_run(run *r) {
         fprintf(stderr, "ringkv rollout: out of memory for the output digest\n");
         return 1;
     }
+    return 0;
+}
 
-    /* ---- the tokens ---- */
+/* setup_run's second step: the token codec and the host buffers of a frame
+ * (keys and values, queries, outputs, recall views, timings). 0, or 1 with
+ * a message. */
+static int alloc_host_buffers(run *r) {
     if (tokens_codec_init(&r->codec, &r->world, r->D, r->err, sizeof r->err)) {
         fprintf(stderr, "ringkv rollout: %s\n", r->err);
         return 1;
     }
     r->VD = r->codec.value_dims;
-
-    /* ---- buffers ---- */
     r->n_kv = 2 * (size_t)r->H * (size_t)r->B * (size_t)r->T * (size_t)r->D;
     r->n_q = (size_t)r->B * (size_t)r->Hq * (size_t)r->T * (size_t)r->D;
     r->paths = calloc((size_t)r->B, sizeof *r->paths);
@@ -617,7 +648,13 @@ static int setup_run(run *r) {
         fprintf(stderr, "ringkv rollout: out of memory for the frame buffers\n");
         return 1;
     }
-    /* the BACKEND buffers: the ones above on the CPU, device memory on the GPU */
+    return 0;
+}
+
+/* setup_run's third step: the BACKEND buffers, the host ones on the CPU
+ * pass by pass, device memory on the GPU (backend_buffer). 0, or 1 with a
+ * message. */
+static int alloc_backend_buffers(run *r) {
     r->kv_buf = r->dtype == RKV_DTYPE_F32 ? (const void *)r->kv32 : r->kv_store;
     const size_t kv_bytes = r->n_kv * rkv_dtype_size(r->dtype);
     const int n_kv_dev = r->use_graph ? TOKENS_PASSES : 1;
@@ -630,6 +667,13 @@ static int setup_run(run *r) {
     for (int c = 0; c < RECALL_CLASSES && r->use_graph; c++)
         if (r->have[c] && !(r->rec_dev[c] = backend_buffer(r, r->out, r->n_q * sizeof(float))))
             return device_fail(r, "allocating the recall layers' outputs");
+    return 0;
+}
+
+/* setup_run's fourth step: a session of the model per rollout session, with
+ * its camera path and recall memory. 0, or 1 with a message. */
+static int claim_sessions(run *r) {
+    rkv_status st;
     for (int64_t s = 0; s < r->B; s++) {
         char id[RKV_MAX_REQUEST_ID];
         session_request_id(id, sizeof id, s, r->o.seed, r->map_id);
@@ -643,8 +687,14 @@ static int setup_run(run *r) {
         }
         r->n_memory = s + 1;
     }
+    return 0;
+}
 
-    /* ---- resume: session 0 from the snapshot (inspected above) ---- */
+/* setup_run's fifth step: with --resume, session 0 from the snapshot
+ * (inspected by check_run), its clock checked against the inspection. 0,
+ * or 1 with a message. */
+static int resume_session(run *r) {
+    rkv_status st;
     if (r->o.resume) {
         if ((st = rkv_model_load_session(r->model, r->sessions[0], r->o.resume)) != RKV_OK) {
             /* checked in check_run: the file changed since, or an I/O error */
@@ -664,6 +714,13 @@ static int setup_run(run *r) {
             return 1;
         }
     }
+    return 0;
+}
+
+/* setup_run's last step: every camera path to the run's last frame, the
+ * recall history of a resumed session, the picture's frames, and the frame
+ * loop's figures, digest and attention arguments. 0, or 1 with a message. */
+static int prepare_frame_loop(run *r) {
     for (int64_t s = 0; s < r->B; s++)
         if (!camera_path_pose(r->paths[s], r->end - 1)) {
             fprintf(stderr, "ringkv rollout: out of memory for the camera paths\n");
@@ -687,7 +744,7 @@ static int setup_run(run *r) {
         fprintf(stderr, "ringkv rollout: XXH3_64bits_reset failed\n");
         return 1;
     }
-    memset(&r->args, 0, sizeof r->args);
+    r->args = (rkv_attention_args)RKV_ATTENTION_ARGS_INIT;
     r->args.batch = r->B;
     r->args.n_q_heads = r->Hq;
     r->args.n_queries = r->T;
@@ -697,6 +754,17 @@ static int setup_run(run *r) {
     r->args.out_dtype = RKV_DTYPE_F32;
     r->args.scale = 1.0f; /* the queries carry their scale (tokens.h) */
     r->args.pool = r->pool;
+    return 0;
+}
+
+/* Creates the model on its device, the tokens, the buffers and the
+ * sessions, loads the snapshot to resume and rebuilds its recall history.
+ * 0, or 1 with a message. */
+static int setup_run(run *r) {
+    int rc;
+    if ((rc = open_device(r)) || (rc = alloc_host_buffers(r)) || (rc = alloc_backend_buffers(r)) ||
+        (rc = claim_sessions(r)) || (rc = resume_session(r)) || (rc = prepare_frame_loop(r)))
+        return rc;
     return 0;
 }
 
@@ -866,7 +934,7 @@ static int run_frame(run *r, int64_t f) {
         camera_pose pose = *camera_path_pose(r->paths[s], f);
         for (int64_t t = 0; t < r->T; t++) {
             int64_t col = pose.col + t % r->view.cols, row = pose.row + t / r->view.cols;
-            r->stats.measured++;
+            r->stats.in_view++;
             int8_t band = SHEET_FLAT;
             if (world_cell_textured(&r->world, col, row)) {
                 recall_band b = recall_band_of_gap(recall_memory_gap(&r->memory[s], col, row, f));
@@ -1029,6 +1097,9 @@ static int finish_run(run *r, double loop_s) {
         .mem_session = r->mem_session,
         .mem_total = r->mem_total,
         .model_bytes = rkv_model_memory_bytes(r->model),
+        .migrations = r->migrations,
+        .migrated_bytes = r->migrated_bytes,
+        .migrate_s = r->migrate_s,
         .pool = r->pool,
         .isa = rkv_layer_attention_isa(rkv_model_layer(r->model, 0)), /* CPU only */
         .plan = {r->plan[0], r->plan[1]},
@@ -1077,10 +1148,10 @@ int rkv_cmd_rollout(int argc, char **argv) {
     }
     if (R.migrations)
         fprintf(stderr,
-                "ringkv rollout: %lld migrations of %lld session(s) between two models through "
+                "ringkv rollout: %lld migration%s of %lld session%s between two models through "
                 "export / import: %.1f MiB moved in %.3f s\n",
-                (long long)R.migrations, (long long)R.B, (double)R.migrated_bytes / (1 << 20),
-                R.migrate_s);
+                (long long)R.migrations, R.migrations == 1 ? "" : "s", (long long)R.B,
+                R.B == 1 ? "" : "s", (double)R.migrated_bytes / (1 << 20), R.migrate_s);
     if (R.progress) fprintf(stderr, "\r%*s\r", 79, "");
     rc = finish_run(&R, now_s() - R.loop_start);
 done:

@@ -2,11 +2,12 @@
  * command line (rollout_options.h). */
 #include "rollout_options.h"
 
-#include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "device.h"
 
 static void usage(FILE *f) {
@@ -34,13 +35,15 @@ static void usage(FILE *f) {
             "  --frames N           frames per session, 1..%d (default %d with\n"
             "                       the demo preset; %d with waypoint-1.5-360p and %d\n"
             "                       with waypoint-1.5-720p, about 0.3 s and 2.5 s a frame\n"
-            "                       on 2 cores (bf16 on AMX): enough to fill the local ring; the mid\n"
+            "                       on 2 AMX cores (bf16), 2.5 s and 40 s on 2 AVX2-only\n"
+            "                       cores: enough to fill the local ring; the mid\n"
             "                       and far recall bands need the demo preset's counts)\n"
             "  --image PATH         JPEG or PNG world map (default %s;\n"
             "                       columns wrap)\n"
             "  --out DIR            folder for the picture %s and its legend\n"
             "                       %s (default %s; checked before the run)\n"
-            "  --seed N             seed of the camera path and noise, 0..2^64-1 (default %d)\n"
+            "  --seed N             seed of the camera path and noise, 0..2^64-1, decimal\n"
+            "                       (default %d)\n"
             "  --dtype TYPE         storage dtype (default: the preset's)\n"
             "  --threads N          attention threads, CPU backend, 1..1024 (default: the\n"
             "                       machine's cores)\n"
@@ -75,19 +78,28 @@ int64_t rollout_default_frames(const char *preset) {
     return WAYPOINT_360P_FRAMES;
 }
 
-static int bad_option(const char *what, const char *arg) {
-    fprintf(stderr, "ringkv rollout: %s '%s'\n(see 'ringkv rollout --help')\n", what, arg);
-    return 2;
-}
-
-static int parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return -1;
-    *out = v;
-    return 0;
-}
+#define OPT(field) offsetof(rollout_opts, field)
+static const cli_option OPTIONS[] = {
+    {"--json", 0, cli_set_flag, OPT(json), NULL, 0, 0, NULL},
+    {"--full-global-ring", 0, cli_set_flag, OPT(full_global_ring), NULL, 0, 0, NULL},
+    {"--preset", 1, cli_set_text, OPT(preset), NULL, 0, 0, NULL},
+    {"--sessions", 1, cli_set_int64, OPT(sessions),
+     "an integer in 1..4096 (the rollout's limit)", 1, MAX_SESSIONS, NULL},
+    {"--frames", 1, cli_set_int64, OPT(frames), "an integer in 1..2147483647", 1, INT32_MAX,
+     NULL},
+    {"--image", 1, cli_set_text, OPT(image), "a JPEG or PNG file", 0, PATH_MAX_LEN, NULL},
+    {"--out", 1, cli_set_text, OPT(out), "a folder", 0, PATH_MAX_LEN, NULL},
+    {"--seed", 1, cli_set_uint64, OPT(seed), "a decimal integer in 0..18446744073709551615", 0,
+     0, NULL},
+    {"--dtype", 1, cli_set_dtype, OPT(dtype), "f32, f16 or bf16", 0, 0, NULL},
+    {"--threads", 1, cli_set_int, OPT(threads), "an integer in 1..1024", 1, 1024, NULL},
+    {"--snapshot-out", 1, cli_set_text, OPT(snapshot_out), "a file", 0, PATH_MAX_LEN, NULL},
+    {"--resume", 1, cli_set_text, OPT(resume), "a snapshot file", 0, 0, NULL},
+    {"--backend", 1, cli_set_choice, OPT(backend), "cpu or cuda", 0, 0, CLI_BACKENDS},
+    {"--migrate-every", 1, cli_set_int64, OPT(migrate_every),
+     "an integer in 1..2147483647 (frames)", 1, INT32_MAX, NULL},
+};
+#undef OPT
 
 int rollout_parse_args(int argc, char **argv, rollout_opts *o) {
     memset(o, 0, sizeof *o);
@@ -96,101 +108,9 @@ int rollout_parse_args(int argc, char **argv, rollout_opts *o) {
     o->frames = 0; /* the preset's default, set once the preset is known */
     o->out = DEFAULT_OUT;
     o->seed = DEFAULT_SEED;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--json")) {
-            o->json = 1;
-            continue;
-        }
-        if (!strcmp(a, "--full-global-ring")) {
-            o->full_global_ring = 1;
-            continue;
-        }
-        /* options with a value: --name VALUE or --name=VALUE */
-        static const char *const WITH_VALUE[] = {
-            "--preset", "--sessions", "--frames",       "--image",  "--out",     "--seed",
-            "--dtype",  "--threads",  "--snapshot-out", "--resume", "--backend",
-            "--migrate-every", NULL};
-        const char *name = NULL, *val = NULL;
-        for (int k = 0; WITH_VALUE[k]; k++) {
-            size_t n = strlen(WITH_VALUE[k]);
-            if (!strncmp(a, WITH_VALUE[k], n) && (a[n] == '\0' || a[n] == '=')) {
-                name = WITH_VALUE[k];
-                if (a[n] == '=') {
-                    val = a + n + 1;
-                } else {
-                    if (i + 1 >= argc) return bad_option("missing value after", a);
-                    val = argv[++i];
-                }
-                break;
-            }
-        }
-        if (!name) return bad_option("unknown option", a);
-        int64_t v;
-        if (!strcmp(name, "--preset")) {
-            o->preset = val;
-        } else if (!strcmp(name, "--sessions")) {
-            if (parse_int(val, 1, MAX_SESSIONS, &v))
-                return bad_option("--sessions expects an integer in 1..4096 (the rollout's "
-                                  "limit), got",
-                                  val);
-            o->sessions = v;
-        } else if (!strcmp(name, "--frames")) {
-            if (parse_int(val, 1, INT32_MAX, &v))
-                return bad_option("--frames expects an integer in 1..2147483647, got", val);
-            o->frames = v;
-        } else if (!strcmp(name, "--image")) {
-            if (!*val) return bad_option("--image expects a JPEG or PNG file, got", val);
-            if (strlen(val) > PATH_MAX_LEN) return bad_option("--image: path too long:", val);
-            o->image = val;
-        } else if (!strcmp(name, "--out")) {
-            if (!*val) return bad_option("--out expects a folder, got", val);
-            if (strlen(val) > PATH_MAX_LEN) return bad_option("--out: path too long:", val);
-            o->out = val;
-        } else if (!strcmp(name, "--seed")) {
-            char *end;
-            errno = 0;
-            unsigned long long s = strtoull(val, &end, 0);
-            if (errno || end == val || *end || val[0] == '-')
-                return bad_option("--seed expects an integer in 0..18446744073709551615, got",
-                                  val);
-            o->seed = (uint64_t)s;
-        } else if (!strcmp(name, "--dtype")) {
-            if (rkv_dtype_parse(val, &o->dtype) != RKV_OK)
-                return bad_option("--dtype expects f32, f16 or bf16, got", val);
-            o->have_dtype = 1;
-        } else if (!strcmp(name, "--threads")) {
-            if (parse_int(val, 1, 1024, &v))
-                return bad_option("--threads expects an integer in 1..1024, got", val);
-            o->threads = (int)v;
-        } else if (!strcmp(name, "--backend")) {
-            if (!strcmp(val, "cpu")) {
-                o->backend = BACKEND_CPU;
-            } else if (!strcmp(val, "cuda")) {
-                o->backend = BACKEND_CUDA;
-            } else {
-                return bad_option("--backend expects cpu or cuda, got", val);
-            }
-        } else if (!strcmp(name, "--snapshot-out")) {
-            if (!*val) return bad_option("--snapshot-out expects a file, got", val);
-            if (strlen(val) > PATH_MAX_LEN)
-                return bad_option("--snapshot-out: path too long:", val);
-            o->snapshot_out = val;
-        } else if (!strcmp(name, "--resume")) {
-            if (!*val) return bad_option("--resume expects a snapshot file, got", val);
-            o->resume = val;
-        } else if (!strcmp(name, "--migrate-every")) {
-            if (parse_int(val, 1, INT32_MAX, &v))
-                return bad_option("--migrate-every expects an integer in 1..2147483647 (frames), "
-                                  "got",
-                                  val);
-            o->migrate_every = v;
-        }
-    }
+    const int rc = cli_parse_options("rollout", argc, argv, OPTIONS,
+                                     sizeof OPTIONS / sizeof OPTIONS[0], o, NULL, NULL, usage);
+    if (rc >= 0) return rc;
     if (o->backend == BACKEND_CUDA && !device_cuda_built()) {
         fprintf(stderr, "ringkv rollout: --backend cuda: ringkv was built without CUDA\n");
         return 2;

@@ -5,15 +5,17 @@
 
 #include <stdint.h>
 
+#include "cli.h"
 #include "ringkv.h"
 
 /* Default --frames by preset (docs/rollout.md, "Run time"). The demo preset
  * fills every band with thousands of textured patches on the earth map in
- * well under a minute on 2 cores. The waypoint presets take about 0.3 s
- * (360p) and 2.5 s (720p) a frame on 2 cores with AMX (several times more
- * without it) once the rings are full: their
- * defaults fill the local ring (16 frames) and stop; the mid and far recall
- * bands need the demo preset's frame counts. */
+ * well under a minute on 2 cores. The waypoint presets take, once the rings
+ * are full, about 0.3 s (360p) and 2.5 s (720p) a frame on 2 cores with AMX
+ * (bf16), and about 2.5 s and 40 s a frame on 2 AVX2-only cores (README:
+ * the default 360p run about 75 s there, the 720p one 4 minutes or more):
+ * their defaults fill the local ring (16 frames) and stop; the mid and far
+ * recall bands need the demo preset's frame counts. */
 #define DEMO_FRAMES 2048
 #define WAYPOINT_360P_FRAMES 32
 #define WAYPOINT_720P_FRAMES 16
@@ -26,7 +28,10 @@
 /* Longest --out, --snapshot-out or --image path handled. */
 #define PATH_MAX_LEN 4000
 
-typedef enum rollout_backend { BACKEND_CPU = 0, BACKEND_CUDA } rollout_backend;
+typedef enum rollout_backend {
+    BACKEND_CPU = CLI_BACKEND_CPU,
+    BACKEND_CUDA = CLI_BACKEND_CUDA
+} rollout_backend;
 
 typedef struct rollout_opts {
     const char *preset;
@@ -36,11 +41,10 @@ typedef struct rollout_opts {
     const char *image; /* NULL: the default image */
     const char *out;
     uint64_t seed;
-    int have_dtype;
-    rkv_dtype dtype;
+    cli_dtype dtype;          /* dtype.given: instead of the preset's */
     int json;
     int threads;              /* 0: the machine's cores (CPU backend)   */
-    rollout_backend backend;
+    int backend;              /* rollout_backend */
     const char *snapshot_out; /* save session 0 here at the end, or NULL */
     const char *resume;       /* load session 0 from here first, or NULL */
     int64_t migrate_every;    /* move every session to a second model through

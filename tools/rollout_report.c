@@ -69,35 +69,28 @@ typedef struct figures {
     int threads;
 } figures;
 
-static int report_json(const rollout_result *res, const figures *fig) {
+/* The JSON report's keys (docs/json.md, rollout), in order, a group per
+ * function; cJSON's calls take a NULL object after a failed allocation, so
+ * only the caller checks for it (cJSON_Print). */
+
+/* "options": what the run was asked for. */
+static void json_options(cJSON *j, const rollout_result *res, const figures *fig) {
     const rollout_opts *o = res->opts;
-    const rkv_model_config *cfg = res->cfg;
-    const int64_t B = o->sessions, F = o->frames;
-    const rkv_dtype dtype = cfg->dtype;
-    const int64_t VD = res->codec->value_dims;
-    const int64_t n_pass = fig->n_pass;
-    const double mean_us = fig->mean_us, p50 = fig->p50, p99 = fig->p99;
-    const double fps_session = fig->fps_session, fps_all = fig->fps_all;
-    const size_t model_bytes = res->model_bytes;
-    const char *backend_name = fig->backend_name;
-    const int threads = fig->threads;
-    cJSON *j = cJSON_CreateObject();
-    if (!j || cli_json_header(j, "rollout")) goto no_memory;
     cJSON *opt = cJSON_AddObjectToObject(j, "options");
     cJSON_AddStringToObject(opt, "preset", o->preset);
     cJSON_AddBoolToObject(opt, "full_global_ring", o->full_global_ring);
-    cJSON_AddNumberToObject(opt, "sessions", (double)B);
-    cJSON_AddNumberToObject(opt, "frames", (double)F);
+    cJSON_AddNumberToObject(opt, "sessions", (double)o->sessions);
+    cJSON_AddNumberToObject(opt, "frames", (double)o->frames);
     cJSON_AddStringToObject(opt, "image", res->image);
     cJSON_AddStringToObject(opt, "out", o->out);
     char seed_s[32];
     snprintf(seed_s, sizeof seed_s, "%" PRIu64, o->seed);
     cJSON_AddNumberToObject(opt, "seed", (double)o->seed);
     cJSON_AddStringToObject(opt, "seed_exact", seed_s);
-    cJSON_AddStringToObject(opt, "dtype", rkv_dtype_name(dtype));
-    cJSON_AddStringToObject(opt, "backend", backend_name);
+    cJSON_AddStringToObject(opt, "dtype", rkv_dtype_name(res->cfg->dtype));
+    cJSON_AddStringToObject(opt, "backend", fig->backend_name);
     if (res->pool)
-        cJSON_AddNumberToObject(opt, "threads", (double)threads);
+        cJSON_AddNumberToObject(opt, "threads", (double)fig->threads);
     else
         cJSON_AddNullToObject(opt, "threads");
     if (o->snapshot_out)
@@ -109,9 +102,13 @@ static int report_json(const rollout_result *res, const figures *fig) {
     else
         cJSON_AddNullToObject(opt, "resume");
     cJSON_AddNumberToObject(opt, "migrate_every", (double)o->migrate_every);
+}
 
+/* "geometry" (the model, the view, the map, the tokens) and
+ * "recall_layers". 0, or -1 out of memory. */
+static int json_geometry(cJSON *j, const rollout_result *res) {
     cJSON *geo = cJSON_AddObjectToObject(j, "geometry");
-    if (!geo || cli_json_model(geo, cfg)) goto no_memory;
+    if (!geo || cli_json_model(geo, res->cfg)) return -1;
     cJSON *vw = cJSON_AddObjectToObject(geo, "view");
     cJSON_AddNumberToObject(vw, "rows", (double)res->view.rows);
     cJSON_AddNumberToObject(vw, "cols", (double)res->view.cols);
@@ -125,7 +122,7 @@ static int report_json(const rollout_result *res, const figures *fig) {
     cJSON_AddNumberToObject(tok, "position_pairs_y", res->codec->n_pairs_y);
     cJSON_AddNumberToObject(tok, "margin", res->codec->margin);
     cJSON_AddNumberToObject(tok, "q_scale", res->codec->q_scale);
-    cJSON_AddNumberToObject(tok, "value_dims", (double)VD);
+    cJSON_AddNumberToObject(tok, "value_dims", (double)res->codec->value_dims);
     cJSON *rl = cJSON_AddObjectToObject(j, "recall_layers");
     for (int c = 0; c < RECALL_CLASSES; c++) {
         if (res->have[c])
@@ -134,36 +131,61 @@ static int report_json(const rollout_result *res, const figures *fig) {
         else
             cJSON_AddNullToObject(rl, recall_class_name((recall_class)c));
     }
+    return 0;
+}
 
+/* "frames_per_second", "pass_latency_us", "seconds", "memory_bytes",
+ * "migrations". */
+static void json_speed(cJSON *j, const rollout_result *res, const figures *fig) {
     cJSON *fps = cJSON_AddObjectToObject(j, "frames_per_second");
-    cJSON_AddNumberToObject(fps, "all_sessions", fps_all);
-    cJSON_AddNumberToObject(fps, "per_session", fps_session);
+    cJSON_AddNumberToObject(fps, "all_sessions", fig->fps_all);
+    cJSON_AddNumberToObject(fps, "per_session", fig->fps_session);
     cJSON *lat = cJSON_AddObjectToObject(j, "pass_latency_us");
-    cJSON_AddNumberToObject(lat, "p50", p50);
-    cJSON_AddNumberToObject(lat, "p99", p99);
-    cJSON_AddNumberToObject(lat, "mean", mean_us);
-    cJSON_AddNumberToObject(lat, "max", res->pass_us[n_pass - 1]);
-    cJSON_AddNumberToObject(lat, "count", (double)n_pass);
+    cJSON_AddNumberToObject(lat, "p50", fig->p50);
+    cJSON_AddNumberToObject(lat, "p99", fig->p99);
+    cJSON_AddNumberToObject(lat, "mean", fig->mean_us);
+    cJSON_AddNumberToObject(lat, "max", res->pass_us[fig->n_pass - 1]);
+    cJSON_AddNumberToObject(lat, "count", (double)fig->n_pass);
     cJSON *secs = cJSON_AddObjectToObject(j, "seconds");
     cJSON_AddNumberToObject(secs, "passes", res->pass_total_s);
     cJSON_AddNumberToObject(secs, "frame_loop", res->loop_s);
     cJSON_AddNumberToObject(secs, "total", res->total_s);
+    const int migrating = res->opts->migrate_every > 0;
+    if (migrating)
+        cJSON_AddNumberToObject(secs, "migrating", res->migrate_s);
+    else
+        cJSON_AddNullToObject(secs, "migrating");
     cJSON *mem = cJSON_AddObjectToObject(j, "memory_bytes");
     cJSON_AddNumberToObject(mem, "per_session", (double)res->mem_session);
     cJSON_AddNumberToObject(mem, "total", (double)res->mem_total);
-    cJSON_AddNumberToObject(mem, "allocated", (double)model_bytes);
+    cJSON_AddNumberToObject(mem, "allocated", (double)res->model_bytes);
+    if (migrating) {
+        cJSON *mg = cJSON_AddObjectToObject(j, "migrations");
+        cJSON_AddNumberToObject(mg, "rounds", (double)res->migrations);
+        cJSON_AddNumberToObject(mg, "moved_bytes", (double)res->migrated_bytes);
+    } else {
+        cJSON_AddNullToObject(j, "migrations");
+    }
+}
 
+/* "recall_psnr_db", "recall_rate", "recall_patches", "patches",
+ * "camera_frames". */
+static void json_recall(cJSON *j, const rollout_result *res) {
     cJSON_AddItemToObject(j, "recall_psnr_db", class_object(res->stats, res->have, 0));
     cJSON_AddItemToObject(j, "recall_rate", class_object(res->stats, res->have, 1));
     cJSON_AddItemToObject(j, "recall_patches", class_object(res->stats, res->have, 2));
     cJSON *pt = cJSON_AddObjectToObject(j, "patches");
-    cJSON_AddNumberToObject(pt, "measured", (double)res->stats->measured);
+    cJSON_AddNumberToObject(pt, "in_view", (double)res->stats->in_view);
     cJSON_AddNumberToObject(pt, "flat", (double)res->stats->flat);
     cJSON_AddNumberToObject(pt, "unseen", (double)res->stats->unseen);
     cJSON *mv = cJSON_AddObjectToObject(j, "camera_frames");
     for (int m = 0; m < CAMERA_MOVE_COUNT; m++)
         cJSON_AddNumberToObject(mv, camera_move_name((camera_move)m), (double)res->move_frames[m]);
+}
 
+/* "first_frame", "last_frame", "resumed", "saved". */
+static void json_clocks(cJSON *j, const rollout_result *res) {
+    const rollout_opts *o = res->opts;
     cJSON_AddNumberToObject(j, "first_frame", (double)res->first);
     cJSON_AddNumberToObject(j, "last_frame", (double)(res->end - 1));
     if (o->resume) {
@@ -184,6 +206,11 @@ static int report_json(const rollout_result *res, const figures *fig) {
     } else {
         cJSON_AddNullToObject(j, "saved");
     }
+}
+
+/* "output_digest" and what it depends on ("isa", "attention_plans"),
+ * "picture", "legend", "picture_frames". */
+static void json_outputs(cJSON *j, const rollout_result *res) {
     cJSON_AddStringToObject(j, "output_digest", res->digest_hex);
     cJSON_AddStringToObject(j, "output_digest_algorithm", "xxh3_64");
     cJSON_AddStringToObject(j, "output_digest_input",
@@ -212,6 +239,17 @@ static int report_json(const rollout_result *res, const figures *fig) {
         cJSON_AddStringToObject(x, "move", res->pic->rows[i].label);
         cJSON_AddItemToArray(pf, x);
     }
+}
+
+static int report_json(const rollout_result *res, const figures *fig) {
+    cJSON *j = cJSON_CreateObject();
+    if (!j || cli_json_header(j, "rollout")) goto no_memory;
+    json_options(j, res, fig);
+    if (json_geometry(j, res)) goto no_memory;
+    json_speed(j, res, fig);
+    json_recall(j, res);
+    json_clocks(j, res);
+    json_outputs(j, res);
     char *text = cJSON_Print(j);
     if (!text) goto no_memory;
     printf("%s\n", text);
@@ -266,14 +304,19 @@ static void report_text(const rollout_result *res, const figures *fig) {
            p50, p99);
     printf("memory:  %zu bytes per session (%.1f MiB), %zu in total (%.1f MiB)\n", res->mem_session,
            res->mem_session / 1048576.0, res->mem_total, res->mem_total / 1048576.0);
-    printf("recall on first passes (textured patches; rate >= 30 dB, mean PSNR dB, count):\n");
+    printf("recall on first passes (textured patches; rate = share recalled at PSNR >= 30 dB):\n");
     printf("  %-7s  %-20s  %-20s  %-20s\n", "", "near (1-15)", "mid (16-127)", "far (>=128)");
+    printf("  %-7s", "");
+    for (int b = 0; b < RECALL_BANDS; b++) printf("  %5s %7s %6s", "rate", "mean dB", "count");
+    printf("\n");
     for (int c = 0; c < RECALL_CLASSES; c++)
         print_band_row(recall_class_name((recall_class)c),
                        res->have[c] ? res->stats->tally[c] : NULL);
-    printf("  (%lld patches measured: %lld flat, %lld textured but never seen before)\n",
-           (long long)res->stats->measured, (long long)res->stats->flat,
-           (long long)res->stats->unseen);
+    const recall_stats *st = res->stats;
+    printf("  (%lld patches in view: %lld measured above, %lld flat (no texture: not "
+           "measured),\n   %lld textured but never in view before (in no band))\n",
+           (long long)st->in_view, (long long)(st->in_view - st->flat - st->unseen),
+           (long long)st->flat, (long long)st->unseen);
     printf("digest:  %s (xxh3_64 of frame %lld's attention outputs, f32 LE, by pass, layer, "
            "session)\n",
            res->digest_hex, (long long)(res->end - 1));

@@ -33,6 +33,10 @@ typedef struct rollout_result {
     double pass_total_s, loop_s, total_s;
     size_t mem_session, mem_total; /* rkv_model_config_memory                 */
     size_t model_bytes;            /* the model's memory (host or GPU)        */
+    int64_t migrations;            /* --migrate-every: rounds, each moving every
+                                      session to the other model              */
+    uint64_t migrated_bytes;       /* their session regions copied, in bytes  */
+    double migrate_s;              /* their wall time, in seconds             */
     rkv_threadpool *pool;          /* CPU backend, else NULL                  */
     const char *isa;               /* CPU backend: the attention kernel used */
     const char *plan[2];           /* CUDA backend: the attention plan of each

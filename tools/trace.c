@@ -489,13 +489,22 @@ static int check_coverage(parser *p) {
     return 0;
 }
 
+/* The names of a trace's records, in the order a trace has them. */
+static const char *const RECORDS[] = {"geometry",      "upsert",     "visible",  "reset",
+                                      "final_written", "final_tags", "untouched"};
+#define RECORD_LIST "geometry, upsert, visible, reset, final_written, final_tags, untouched"
+
+static int is_record(const char *name) {
+    for (size_t i = 0; i < sizeof RECORDS / sizeof RECORDS[0]; i++)
+        if (!strcmp(name, RECORDS[i])) return 1;
+    return 0;
+}
+
 /* Handles one record; returns 0 or -1 (message set). */
 static int parse_record(parser *p, char **fields, int n) {
     const char *rec = fields[0];
-    int is_final = !strcmp(rec, "final_written") || !strcmp(rec, "final_tags") ||
-                   !strcmp(rec, "untouched");
     int is_op = !strcmp(rec, "upsert") || !strcmp(rec, "reset");
-    if (!is_final && !is_op && strcmp(rec, "visible") && strcmp(rec, "geometry")) {
+    if (!is_record(rec)) {
         char shown[64];
         return fail(p, "unknown record '%s'%s", excerpt(shown, sizeof shown, rec, 24),
                     looks_binary(rec) ? " (binary data: not a text trace?)" : "");
@@ -551,6 +560,69 @@ void rkv_trace_free(rkv_trace *t) {
     memset(t, 0, sizeof *t);
 }
 
+/* Reads the file line by line into the parser: every record (sniff 0), or
+ * only up to the first one, which must name a trace record (sniff 1: then
+ * every message starts "not a ringkv operation trace: "). 0, -1 (message
+ * set), or -2 when the file cannot be opened or read. */
+static int scan(parser *p, int sniff) {
+    const char *not_trace = sniff ? "not a ringkv operation trace: " : "";
+    FILE *f = fopen(p->path, "rb");
+    if (!f) {
+        if (p->err && p->err_size)
+            snprintf(p->err, p->err_size, "%s: cannot open: %s", p->path, strerror(errno));
+        return -2;
+    }
+    char *buf = NULL;
+    size_t cap = 0, len = 0;
+    int rc = 0, has_nul = 0, r;
+    while ((r = read_line(f, &buf, &cap, &len, &has_nul)) == 1) {
+        p->line++;
+        if (has_nul) {
+            rc = fail(p, "%sthe line contains a NUL byte (binary data, not a text trace)",
+                      not_trace);
+            break;
+        }
+        char *fields[MAX_FIELDS];
+        int n = split_line(buf, fields, MAX_FIELDS);
+        if (n == 0) continue;
+        if (sniff) {
+            char shown[64];
+            if (!is_record(fields[0]))
+                rc = fail(p, "%sthe first record is '%s'%s, not one of " RECORD_LIST
+                          " (shared/golden/README.md)",
+                          not_trace, excerpt(shown, sizeof shown, fields[0], 24),
+                          looks_binary(fields[0]) ? " (binary data)" : "");
+            break;
+        }
+        if (n < 0) {
+            rc = fail(p, "more than %d fields on one line", MAX_FIELDS - 1);
+            break;
+        }
+        if ((rc = parse_record(p, fields, n)) != 0) break;
+    }
+    if (rc == 0 && r == -1) {
+        p->line++;
+        rc = fail(p, "%sa line longer than %zu bytes", not_trace, (size_t)RKV_TRACE_MAX_LINE);
+    } else if (rc == 0 && r == -2) {
+        if (p->err && p->err_size)
+            snprintf(p->err, p->err_size, "%s: read error: %s", p->path, strerror(errno));
+        rc = -2;
+    }
+    free(buf);
+    fclose(f);
+    return rc;
+}
+
+int rkv_trace_sniff(const char *path, char *err, size_t err_size) {
+    parser p;
+    memset(&p, 0, sizeof p);
+    p.path = path;
+    p.err = err;
+    p.err_size = err_size;
+    if (err && err_size) err[0] = '\0';
+    return scan(&p, 1);
+}
+
 int rkv_trace_load(const char *path, rkv_trace *out, char *err, size_t err_size) {
     parser p;
     memset(&p, 0, sizeof p);
@@ -561,38 +633,7 @@ int rkv_trace_load(const char *path, rkv_trace *out, char *err, size_t err_size)
     p.t = out;
     if (err && err_size) err[0] = '\0';
 
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        if (err && err_size) snprintf(err, err_size, "%s: cannot open: %s", path, strerror(errno));
-        return -1;
-    }
-    char *buf = NULL;
-    size_t cap = 0, len = 0;
-    int rc = 0, has_nul = 0, r;
-    while ((r = read_line(f, &buf, &cap, &len, &has_nul)) == 1) {
-        p.line++;
-        if (has_nul) {
-            rc = fail(&p, "the line contains a NUL byte (not a text trace?)");
-            break;
-        }
-        char *fields[MAX_FIELDS];
-        int n = split_line(buf, fields, MAX_FIELDS);
-        if (n < 0) {
-            rc = fail(&p, "more than %d fields on one line", MAX_FIELDS - 1);
-            break;
-        }
-        if (n == 0) continue;
-        if ((rc = parse_record(&p, fields, n)) != 0) break;
-    }
-    if (rc == 0 && r == -1) {
-        p.line++;
-        rc = fail(&p, "line longer than %zu bytes", (size_t)RKV_TRACE_MAX_LINE);
-    } else if (rc == 0 && r == -2) {
-        rc = fail(&p, "read error: %s", strerror(errno));
-    }
-    free(buf);
-    fclose(f);
-
+    int rc = scan(&p, 0) ? -1 : 0;
     if (rc == 0) {
         p.line++; /* messages about what is missing point past the last line */
         if (!p.have_geometry) rc = fail(&p, "end of file: no geometry line (empty trace?)");

@@ -92,6 +92,16 @@ typedef struct rkv_trace {
  * empty (safe to free). */
 int rkv_trace_load(const char *path, rkv_trace *out, char *err, size_t err_size);
 
+/* Whether the file at `path` is an operation trace at all (the `ringkv`
+ * rule "an input not of its kind is refused", tools/cli.h): its first
+ * record (first line that is not blank or a comment) names one of the
+ * trace's records. 0 when it does, or when the file holds no record (an
+ * empty trace: rkv_trace_load says what is missing); -1 with "path:line:
+ * not a ringkv operation trace: ..." in err when the first record is
+ * something else, holds a NUL byte or is too long; -2 with the system's
+ * reason when the file cannot be read. */
+int rkv_trace_sniff(const char *path, char *err, size_t err_size);
+
 /* Releases everything rkv_trace_load allocated; *t becomes empty. */
 void rkv_trace_free(rkv_trace *t);
 

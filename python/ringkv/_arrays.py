@@ -24,11 +24,13 @@ given as host data (:func:`torch_index`).
 """
 from __future__ import annotations
 
+import operator
 import sys
 from typing import Any
 
 import numpy as np
 
+from ._args import is_bool
 from ._handle import HandleOwner
 from .errors import RingKVArrayError, RingKVDeviceError, RingKVDtypeError, RingKVRuntimeError
 
@@ -236,10 +238,11 @@ def int64_vector(x: Any, name: str, what: str,
                  error: type = RingKVArrayError) -> tuple[np.ndarray, str]:
     """A 1-D int64 NumPy array of ``x`` (no copy for a contiguous int64 CPU
     array or tensor) and a description of what was given, for messages.
-    Lists and tuples of ints are converted; arrays and tensors must already
-    be int64 (as in the reference). Raises ``error`` (RingKVArrayError, a
-    RuntimeError as the reference's ``torch._check`` and a ValueError) with
-    ``what``."""
+    Lists and tuples of integers are converted (not of bools, floats or
+    strings, which NumPy would turn into 0/1, truncate or parse); arrays and
+    tensors must already be int64 (as in the reference). Raises ``error``
+    (RingKVArrayError, a RuntimeError as the reference's ``torch._check``
+    and a ValueError) with ``what``."""
     if is_torch_tensor(x):
         _check_cpu(x, name)
         desc = f"{tuple(x.shape)} {x.dtype}"
@@ -248,7 +251,9 @@ def int64_vector(x: Any, name: str, what: str,
         return np.ascontiguousarray(x.detach().numpy()), desc
     if isinstance(x, (list, tuple)):
         try:
-            arr = np.asarray(x, dtype=np.int64)
+            if any(is_bool(v) for v in x):
+                raise TypeError("a bool is not an index")
+            arr = np.asarray([operator.index(v) for v in x], dtype=np.int64)
         except (TypeError, ValueError, OverflowError):
             raise error(what.format(got=repr(x))) from None
     else:

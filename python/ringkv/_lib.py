@@ -26,7 +26,7 @@ import ctypes
 import ctypes.util
 import os
 from ctypes import (POINTER, Structure, c_char, c_char_p, c_float, c_int, c_int32,
-                    c_int64, c_size_t, c_uint8, c_uint64, c_void_p)
+                    c_int64, c_size_t, c_uint8, c_uint64, c_void_p, sizeof)
 
 __all__ = ["lib", "library_path", "RKV_MAX_LAYERS", "RKV_MAX_NAME", "RKV_MAX_REQUEST_ID",
            "RKV_BLOCK_TOKENS", "RKV_CUDA_MAX_BATCH", "Geometry", "LayerSpec",
@@ -44,6 +44,17 @@ c_status = c_int  # rkv_status (a C enum: int)
 c_dtype = c_int   # rkv_dtype
 
 
+class _Sized(Structure):
+    """A struct that grows (include/ringkv.h, "Structs that grow"): its first
+    member, struct_size, is set to the struct's size on construction, as the
+    header's *_INIT macros do."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not self.struct_size:
+            self.struct_size = sizeof(self)
+
+
 class Geometry(Structure):
     """``rkv_geometry``."""
     _fields_ = [("num_sessions", c_int64), ("n_kv_heads", c_int64), ("ring_frames", c_int64),
@@ -57,9 +68,9 @@ class LayerSpec(Structure):
                 ("pinned_dilation", c_int64)]
 
 
-class ModelConfigStruct(Structure):
+class ModelConfigStruct(_Sized):
     """``rkv_model_config``."""
-    _fields_ = [("name", c_char * RKV_MAX_NAME), ("n_layers", c_int64),
+    _fields_ = [("struct_size", c_size_t), ("name", c_char * RKV_MAX_NAME), ("n_layers", c_int64),
                 ("layers", LayerSpec * RKV_MAX_LAYERS), ("num_sessions", c_int64),
                 ("n_q_heads", c_int64), ("n_kv_heads", c_int64), ("d_head", c_int64),
                 ("tokens_per_frame", c_int64), ("dtype", c_dtype), ("max_offloaded", c_int64)]
@@ -71,19 +82,19 @@ class SessionRegion(Structure):
                 ("layer", c_int64), ("head", c_int64)]
 
 
-class AttentionArgs(Structure):
+class AttentionArgs(_Sized):
     """``rkv_attention_args``."""
-    _fields_ = [("batch", c_int64), ("n_q_heads", c_int64), ("n_queries", c_int64),
+    _fields_ = [("struct_size", c_size_t), ("batch", c_int64), ("n_q_heads", c_int64), ("n_queries", c_int64),
                 ("q", c_void_p), ("q_dtype", c_dtype), ("out", c_void_p),
                 ("out_dtype", c_dtype), ("session_idx", POINTER(c_int64)),
                 ("frame_pos", POINTER(c_int64)), ("visible", POINTER(c_uint8)),
                 ("scale", c_float), ("pool", c_void_p)]
 
 
-class CudaAttentionArgs(Structure):
+class CudaAttentionArgs(_Sized):
     """``rkv_cuda_attention_args`` (include/ringkv_cuda.h); every pointer is a
     DEVICE pointer of the layer's GPU."""
-    _fields_ = [("batch", c_int64), ("n_q_heads", c_int64), ("n_queries", c_int64),
+    _fields_ = [("struct_size", c_size_t), ("batch", c_int64), ("n_q_heads", c_int64), ("n_queries", c_int64),
                 ("q", c_void_p), ("q_dtype", c_dtype), ("out", c_void_p),
                 ("out_dtype", c_dtype), ("session_idx", c_void_p), ("frame_pos", c_void_p),
                 ("visible", c_void_p), ("scale", c_float), ("workspace", c_void_p),
@@ -102,9 +113,9 @@ class CudaRingView(Structure):
                 ("error", c_void_p)]
 
 
-class SnapshotInfo(Structure):
+class SnapshotInfo(_Sized):
     """``rkv_snapshot_info``."""
-    _fields_ = [("format_version", c_int64), ("ringkv_version", c_char * 16),
+    _fields_ = [("struct_size", c_size_t), ("format_version", c_int64), ("ringkv_version", c_char * 16),
                 ("request_id", c_char * RKV_MAX_REQUEST_ID), ("source_session", c_int64),
                 ("config", ModelConfigStruct), ("last_committed", c_int64),
                 ("file_bytes", c_uint64), ("header_bytes", c_uint64), ("data_bytes", c_uint64),

@@ -12,7 +12,9 @@ finds it (``LayerRingCache``, ``Model``, the CUDA layer, ``convert``...):
 mistake                                     class                  is also
 ==========================================  =====================  =====================
 an argument of the wrong Python type (a     RingKVTypeError        TypeError
-non-integer index, size or clock; a
+non-integer or bool index, size or
+clock; a flag such as ``commit`` that is
+not a bool; a
 ``pool`` that is not a ThreadPool; a
 request id that is not str/bytes); copying
 or pickling an object that cannot be
@@ -70,14 +72,23 @@ layer have ``status`` 0 (``status_name`` "python").
 
 A CUDA layer's device errors (session ids and clocks checked by the
 kernels) come from ``LayerRingCache.check()`` with the statuses above.
+
+The library's messages name C calls ("rkv_model_claim: ... page it in with
+rkv_model_page_in"); :func:`error_for` names the Python call that does the
+same instead (:data:`PYTHON_NAMES`: "Model.claim: ... page it in with
+Model.page_in"), the message otherwise unchanged. C names with no Python
+counterpart stay as they are.
 """
 from __future__ import annotations
+
+import re
 
 from ._lib import lib
 
 __all__ = ["RingKVError", "RingKVValueError", "RingKVIndexError", "RingKVKeyError",
            "RingKVRuntimeError", "RingKVMemoryError", "RingKVOSError", "RingKVTypeError",
-           "RingKVDtypeError", "RingKVDeviceError", "RingKVArrayError", "check", "STATUS_NAMES"]
+           "RingKVDtypeError", "RingKVDeviceError", "RingKVArrayError", "check", "error_for",
+           "python_message", "PYTHON_NAMES", "STATUS_NAMES"]
 
 RKV_OK = 0
 STATUS_NAMES = {
@@ -95,7 +106,9 @@ class RingKVError(Exception):
     def __init__(self, message: str, status: int = 0):
         super().__init__(message)
         self.status = status
-        self.status_name = STATUS_NAMES.get(status, "python")
+        # 0: found by the Python layer, as documented (not "RKV_OK")
+        self.status_name = "python" if status == RKV_OK else \
+            STATUS_NAMES.get(status, f"status {status}")
 
     def __str__(self) -> str:  # KeyError would otherwise print the repr
         return str(self.args[0]) if self.args else ""
@@ -161,10 +174,79 @@ _CLASS_OF = {
 }
 
 
+_L, _M = "LayerRingCache", "Model"
+
+#: The Python call for each C function a library message names (the one
+#: that failed, or one it advises): the binding's call that does what the
+#: C call does. Names missing here have no Python counterpart (internal
+#: calls, buffer sizes the binding computes itself) and stay as they are;
+#: python/tests/test_errors.py checks every rkv_ name of src/ is one or the
+#: other.
+PYTHON_NAMES = {
+    "rkv_convert": "ringkv.convert",
+    "rkv_threadpool_create": "ThreadPool",
+    "rkv_visible_frames_from_clock": "ringkv.visible_frames_from_clock",
+    "rkv_snapshot_inspect": "ringkv.inspect_snapshot",
+    "rkv_snapshot_inspect_mem": "ringkv.inspect_snapshot",
+    "rkv_model_preset": "ringkv.preset",
+    "rkv_model_config_layer_geometry": "ModelConfig.layer_geometry",
+    "rkv_model_config_memory": "ModelConfig.memory",
+    # one layer (CPU, torch-op and CUDA forms alike)
+    "rkv_layer_create": _L,
+    "rkv_cuda_layer_create": f'{_L}(device="cuda")',
+    "rkv_cuda_layer_view": f'{_L}(device="cuda")',
+    "rkv_layer_session_span": f"{_L}.session_span",
+    "rkv_cuda_layer_reset": f"{_L}.reset",
+    "rkv_layer_upsert": f"{_L}.upsert",
+    "rkv_ring_upsert": f"{_L}.upsert",
+    "rkv_cuda_layer_upsert": f"{_L}.upsert",
+    "rkv_cuda_ring_upsert": f"{_L}.upsert",
+    "rkv_layer_attend": f"{_L}.attend",
+    "rkv_ring_attend": f"{_L}.attend",
+    "rkv_cuda_layer_attend": f"{_L}.attend",
+    "rkv_cuda_ring_attend": f"{_L}.attend",
+    "rkv_cuda_ring_attention_workspace_bytes": f"{_L}.attend",
+    "rkv_layer_attend_reference": f"{_L}.attend(reference=True)",
+    "rkv_layer_visible_frames": f"{_L}.visible_frames",
+    "rkv_visible_row_from_frames": f"{_L}.visible_row",
+    "rkv_ring_visible_row": f"{_L}.visible_row",
+    "rkv_cuda_ring_visible_row": f"{_L}.visible_row",
+    "rkv_layer_block_mask": f"{_L}.block_mask",
+    "rkv_cuda_layer_check": f"{_L}.check",
+    "rkv_cuda_ring_check": f"{_L}.check",
+    # a model
+    "rkv_model_create": f'{_M}(device="cpu")',
+    "rkv_model_create_cuda": f'{_M}(device="cuda")',
+    "rkv_model_synchronize": f"{_M}.synchronize",
+    "rkv_model_save_session": f"{_M}.save_session",
+    "rkv_model_load_session": f"{_M}.load_session",
+    "rkv_model_save_session_mem": f"{_M}.save_session_bytes",
+    "rkv_model_load_session_mem": f"{_M}.load_session_bytes",
+    "rkv_model_offload_file": f"{_M}.offload_to_file",
+    "rkv_model_session_export_meta": f"{_M}.export_meta",
+    "rkv_model_session_import": f"{_M}.import_session",
+    **{f"rkv_model_{n}": f"{_M}.{n}" for n in (
+        "claim", "lookup", "release", "reset", "clock", "fork", "snapshot", "restore",
+        "begin_frame", "end_frame", "abandon_frame", "upsert", "attend", "step", "offload",
+        "page_in", "page_in_file", "offloaded_clock", "offload_discard", "session_regions",
+        "session_digest", "import_reserve", "import_check", "import_cancel",
+        "transfer_session")},
+}
+
+_C_NAME = re.compile(r"\brkv_[a-z0-9_]+")
+
+
+def python_message(message: str) -> str:
+    """``message`` with each C call of :data:`PYTHON_NAMES` replaced by its
+    Python call; nothing else changes."""
+    return _C_NAME.sub(lambda m: PYTHON_NAMES.get(m.group(0), m.group(0)), message)
+
+
 def error_for(status: int) -> RingKVError:
     """The exception for a failed status, with ``rkv_last_error()``'s message
-    (read at once: it is thread-local and replaced by the next failure)."""
-    message = (lib.rkv_last_error() or b"").decode("utf-8", "replace")
+    (read at once: it is thread-local and replaced by the next failure), its
+    C calls named as the Python calls (:func:`python_message`)."""
+    message = python_message((lib.rkv_last_error() or b"").decode("utf-8", "replace"))
     name = STATUS_NAMES.get(status, f"status {status}")
     cls = _CLASS_OF.get(status, RingKVRuntimeError)
     return cls(f"{message} [{name}]" if message else name, status)

@@ -46,7 +46,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import _arrays as ar
-from ._args import as_int, as_session
+from ._args import as_flag, as_int, as_session
 from ._handle import HandleOwner, check_state, copy_extras, extras, malformed_state
 from ._lib import CudaRingView
 from ._lib import Geometry as _GeometryStruct
@@ -653,7 +653,8 @@ class LayerRingCache(HandleOwner):
         kv shape or dtype not the storage's; RuntimeError for B != 1 with
         build_visibility (the reference's); IndexError for a session out of
         range; ValueError for frame_pos < 0 or a session twice in one batch.
-        Nothing is written when it raises.
+        RingKVTypeError (a TypeError) for ``commit`` or ``build_visibility``
+        not a bool. Nothing is written when it raises.
 
         Torch ``kv``: the ops ``ringkv::visible_row`` (with
         ``build_visibility``) then ``ringkv::upsert`` on :attr:`kv` and
@@ -667,6 +668,8 @@ class LayerRingCache(HandleOwner):
         the kernel: such a call writes nothing and :meth:`check` raises the
         IndexError / ValueError later.
         """
+        commit = as_flag(commit, "commit")
+        build_visibility = as_flag(build_visibility, "build_visibility")
         ops = _torch_ops() if ar.is_torch_tensor(kv) else None
         if ops is not None:
             return self._upsert_op(ops, kv, frame_pos, commit, session_idx, build_visibility)
@@ -753,7 +756,7 @@ class LayerRingCache(HandleOwner):
         geometry = self.geometry_list
         err = self.error_word
         row = ops.visible_row(written, fp, si, geometry, err) if build_visibility else None
-        ops.upsert(ring, written, kv, fp, si, geometry, bool(commit), err)
+        ops.upsert(ring, written, kv, fp, si, geometry, commit, err)
         return k, v, self._row_result(row, ar.TORCH)
 
     def _session_tensor(self, session_idx: Any, fp_shape: Any, device: Any) -> Any:
@@ -828,6 +831,7 @@ class LayerRingCache(HandleOwner):
         ``reference`` do not apply. Invalid session ids or clocks on the
         device make it write nothing: :meth:`check` reports them.
         """
+        reference = as_flag(reference, "reference")
         if self._cuda is not None and (pool is not None or reference):
             raise RingKVValueError("pool and reference=True are CPU-backend options; this "
                                    f"layer is on {self.device}")

@@ -38,7 +38,7 @@ from ._lib import SessionRegion as _RegionStruct
 from ._lib import SnapshotInfo as _SnapshotInfoStruct
 from ._lib import AttentionArgs, require
 from .attention import _check_out, _check_q, _scale, attend_model
-from ._args import as_bytes, as_int, as_path, as_request_id, as_session
+from ._args import as_bytes, as_flag, as_int, as_path, as_request_id, as_session
 from ._handle import HandleOwner, check_state, copy_extras, extras, malformed_state
 from .errors import (RingKVArrayError, RingKVDeviceError, RingKVIndexError, RingKVRuntimeError,
                      RingKVTypeError, RingKVValueError, check, error_for)
@@ -148,9 +148,10 @@ def preset(name: str, full_global_ring: bool = False, *, num_sessions: int = 1) 
     if not isinstance(name, str):
         raise RingKVTypeError(f"preset name must be a str; got {name!r}")
     c = ModelConfigStruct()
-    check(lib.rkv_model_preset(name.encode(), 1 if full_global_ring else 0, ctypes.byref(c)))
+    full = as_flag(full_global_ring, "full_global_ring")
+    check(lib.rkv_model_preset(name.encode(), 1 if full else 0, ctypes.byref(c)))
     cfg = ModelConfig._from_struct(c)
-    cfg.num_sessions = num_sessions
+    cfg.num_sessions = as_int(num_sessions, "num_sessions")
     return cfg
 
 
@@ -516,6 +517,7 @@ class Model(HandleOwner):
         outside the compiled function: it is host bookkeeping). A CUDA
         model: one kernel on the model's stream (see :class:`Model`)."""
         layer = as_int(layer, "layer")
+        commit = as_flag(commit, "commit")
         # (a CUDA model makes its direct calls: the ops take CPU-backend models)
         ops = _torch_ops() if self._place is None and ar.is_torch_tensor(kv) else None
         if ops is not None:
@@ -527,7 +529,7 @@ class Model(HandleOwner):
             msg = ar.kv_mismatch(tuple(kv.shape), ar.array_dtype_code(kv), kv, expect, lay._code)
             if msg:
                 raise RingKVArrayError(msg)
-            ops.model_upsert(ring, written, kv, si, self._h.ptr, layer, bool(commit))
+            ops.model_upsert(ring, written, kv, si, self._h.ptr, layer, commit)
             return k, v
         lay, si, buf = self._kv_input(layer, session_idx, kv)
         if self._place is not None:
@@ -589,6 +591,7 @@ class Model(HandleOwner):
         (``rkv_model_step``; everything is checked before anything is
         written). Returns ``out``."""
         layer = as_int(layer, "layer")
+        commit = as_flag(commit, "commit")
         if self._place is not None:
             return self._pass_cuda("step", layer, session_idx, kv, commit, q, scale, out,
                                    out_dtype, pool)

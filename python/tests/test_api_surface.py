@@ -1,4 +1,4 @@
-"""The ctypes mirror of include/ringkv.h, and the later additions to the API
+"""The ctypes mirror of include/ringkv.h and ringkv_cpu.h, and the later additions to the API
 (thread pools, the reference attention, forks, batched steps, snapshot
 files): bound when the loaded library has them."""
 from __future__ import annotations
@@ -14,6 +14,14 @@ import ringkv
 from ringkv import _lib
 
 HEADER = REPO / "include" / "ringkv.h"
+CPU_HEADER = REPO / "include" / "ringkv_cpu.h"  # the CPU calls, split out of ringkv.h
+
+
+def api_text() -> str:
+    """ringkv.h, and ringkv_cpu.h where the checkout has it."""
+    return HEADER.read_text() + (CPU_HEADER.read_text() if CPU_HEADER.exists() else "")
+
+
 MIRRORS = {"rkv_geometry": _lib.Geometry, "rkv_layer_spec": _lib.LayerSpec,
            "rkv_model_config": _lib.ModelConfigStruct, "rkv_attention_args": _lib.AttentionArgs,
            "rkv_snapshot_info": _lib.SnapshotInfo, "rkv_session_region": _lib.SessionRegion,
@@ -37,7 +45,7 @@ def header_fields(text: str, name: str) -> list[str] | None:
 def test_structs_mirror_the_header(name):
     if not HEADER.exists():
         pytest.skip("no include/ringkv.h next to this package")
-    fields = header_fields(HEADER.read_text(), name)
+    fields = header_fields(api_text(), name)
     if fields is None:
         pytest.skip(f"{name} is not in this header")
     assert [f[0] for f in MIRRORS[name]._fields_] == fields, \
@@ -47,7 +55,7 @@ def test_structs_mirror_the_header(name):
 def test_every_header_function_is_bound():
     if not HEADER.exists():
         pytest.skip("no include/ringkv.h next to this package")
-    names = set(re.findall(r"\b(rkv_[a-z0-9_]+)\s*\(", re.sub(r"/\*.*?\*/", "", HEADER.read_text(),
+    names = set(re.findall(r"\b(rkv_[a-z0-9_]+)\s*\(", re.sub(r"/\*.*?\*/", "", api_text(),
                                                               flags=re.S)))
     names.discard("RKV_SCRATCH_FRAME")
     bound = set(_lib._PROTOTYPES) | set(_lib._OPTIONAL)
@@ -175,3 +183,41 @@ def test_snapshot_files(tmp_path):
     other.claim("x")
     with pytest.raises(ValueError, match="geometry"):
         other.load_session(0, path)
+
+
+def test_version_is_the_header_macros():
+    """ringkv.__version__, the package's and the library's version are the
+    RKV_VERSION_* macros of include/ringkv.h (the one place it is written)."""
+    if not HEADER.exists():
+        pytest.skip("no include/ringkv.h next to this package")
+    text = HEADER.read_text()
+    want = ".".join(re.search(r"^#define RKV_VERSION_%s +([0-9]+)" % p, text, re.M).group(1)
+                    for p in ("MAJOR", "MINOR", "PATCH"))
+    assert ringkv.version() == want
+    assert ringkv.__version__ == want
+    pyproject = (REPO / "python" / "pyproject.toml").read_text()
+    assert re.search(r'^version = "([^"]+)"', pyproject, re.M).group(1) == want
+
+
+def test_growing_structs_carry_their_size():
+    """The structs that grow (include/ringkv.h, "Structs that grow") start
+    with struct_size, set on construction; the library refuses 0 and a
+    size it does not know, with the struct named."""
+    import ctypes
+    for cls in (_lib.AttentionArgs, _lib.CudaAttentionArgs, _lib.ModelConfigStruct,
+                _lib.SnapshotInfo):
+        assert cls._fields_[0][0] == "struct_size"
+        assert cls().struct_size == ctypes.sizeof(cls)
+    cfg = _lib.ModelConfigStruct()
+    assert _lib.lib.rkv_model_preset(b"demo", 0, ctypes.byref(cfg)) == 0
+    per, tot = ctypes.c_size_t(7), ctypes.c_size_t(7)
+    assert _lib.lib.rkv_model_config_memory(ctypes.byref(cfg), ctypes.byref(per),
+                                            ctypes.byref(tot)) == 0
+    for bad, says in ((0, b"cfg->struct_size is 0"),
+                      (ctypes.sizeof(cfg) + 8, b"newer ringkv header")):
+        cfg.struct_size = bad
+        per.value = tot.value = 7
+        assert _lib.lib.rkv_model_config_memory(ctypes.byref(cfg), ctypes.byref(per),
+                                                ctypes.byref(tot)) == -1  # RKV_ERR_INVALID_ARG
+        assert says in _lib.lib.rkv_last_error()
+        assert per.value == tot.value == 7

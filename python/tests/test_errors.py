@@ -112,6 +112,92 @@ def test_upsert_errors_change_nothing(call, exc, words):
         _unchanged(c, lambda: call(c))
 
 
+# Flags take bools only (the reference types them ``bool`` but tests their
+# truth: "no" and "False" commit there); integers refuse bools (an int
+# subclass: True would mean 1 session). The trial's inputs first.
+def _torch_upsert(c, commit):
+    torch = torch_or_skip()
+    return c.upsert(torch.from_numpy(frame()), torch.tensor([0]), commit, torch.tensor([0]))
+
+
+def _bool_flag_calls():
+    return [
+        ("commit", lambda c, m: c.upsert(frame(), i64(0), "no", i64(0))),
+        ("commit", lambda c, m: c.upsert(frame(), i64(0), "False", i64(0))),
+        ("commit", lambda c, m: c.upsert(frame(), i64(0), 1, i64(0))),
+        ("commit", lambda c, m: c.upsert(frame(), i64(0), None, i64(0))),
+        ("commit", lambda c, m: c.upsert(frame(), i64(0), [0], i64(0))),
+        ("commit", lambda c, m: _torch_upsert(c, "no")),     # the torch-op path too
+        ("build_visibility",
+         lambda c, m: c.upsert(frame(), i64(0), True, i64(0), build_visibility="yes")),
+        ("build_visibility",
+         lambda c, m: c.upsert(frame(), i64(0), True, i64(0), build_visibility=0)),
+        ("commit", lambda c, m: m.upsert(0, [0], np.zeros((2, 1, 1, 128, 64), F32), "no")),
+        ("commit", lambda c, m: m.step(0, [0], np.zeros((2, 1, 1, 128, 64), F32), 1,
+                                       np.zeros((1, 1, 128, 64), F32))),
+        ("reference", lambda c, m: c.attend(np.zeros((1, 1, 128, 4), F32), i64(0), i64(0),
+                                            reference="yes")),
+        ("full_global_ring", lambda c, m: ringkv.preset("demo", "no")),
+        ("full_global_ring", lambda c, m: ringkv.Model.from_preset("demo", full_global_ring=1)),
+    ]
+
+
+@pytest.mark.parametrize("name, call", _bool_flag_calls())
+def test_flags_take_bools_only(name, call):
+    c = make()
+    c.upsert(frame(value=7.0), i64(0), True, i64(0))
+    m = ringkv.Model.from_preset("demo", num_sessions=1)
+    m.begin_frame([m.claim("a")], [0])
+    with pytest.raises(ringkv.RingKVTypeError, match=f"^{name} must be a bool") as info:
+        _unchanged(c, lambda: call(c, m))
+    assert isinstance(info.value, TypeError) and info.value.status_name == "python"
+    assert m.clock(0) is None                      # the model's frame did not advance either
+
+
+def test_flags_accept_python_and_numpy_bools():
+    c = make()
+    for commit in (np.True_, np.bool_(False), False):
+        _, _, vis = c.upsert(frame(value=3.0), i64(0), commit, i64(0),
+                             build_visibility=np.True_)
+        assert vis.dtype == np.bool_
+    assert c.written[:128].all() and c.kv[0, 0, 0, 0, 0] == 3.0   # np.True_ committed
+    ref = c.attend(np.ones((1, 1, 128, 4), F32), i64(0), i64(1), reference=np.True_)
+    assert np.allclose(ref, c.attend(np.ones((1, 1, 128, 4), F32), i64(0), i64(1)), atol=1e-6)
+
+
+@pytest.mark.parametrize("name, call", [
+    ("num_sessions", lambda: ringkv.LayerRingCache(True, 1, 4, 3, 4, 128, 1, "f32")),
+    ("pinned_dilation", lambda: ringkv.LayerRingCache(1, 1, 4, 3, 4, 128, np.True_, "f32")),
+    ("session_idx", lambda: make().reset(True)),
+    ("session_idx", lambda: make().session_span(False)),
+    ("frame_pos", lambda: make().visible_frames(0, True)),
+    ("layer", lambda: ringkv.Model.from_preset("demo").layer(False)),
+    ("num_sessions", lambda: ringkv.preset("demo", num_sessions=True)),
+    ("num_sessions", lambda: ringkv.Model(ringkv.ModelConfig(**{
+        **vars(ringkv.preset("demo")), "num_sessions": True}))),
+    ("n_threads", lambda: ringkv.ThreadPool(True)),
+])
+def test_counts_refuse_bools(name, call):
+    with pytest.raises(ringkv.RingKVTypeError, match=f"^{name} must be an int, not a bool"):
+        call()
+
+
+@pytest.mark.parametrize("bad", [[True], [0.7], ["1"], (np.True_,)])
+def test_index_lists_hold_integers_only(bad):
+    """NumPy would read [True] as session 1, [0.7] as 0 and ["1"] as 1."""
+    c = make()
+    with pytest.raises(ringkv.RingKVArrayError):
+        _unchanged(c, lambda: c.upsert(frame(), bad, True, i64(0)))
+    with pytest.raises(ringkv.RingKVArrayError):
+        _unchanged(c, lambda: c.upsert(frame(), i64(0), True, bad))
+    m = ringkv.Model.from_preset("demo", num_sessions=2)
+    m.claim("a")
+    with pytest.raises(ringkv.RingKVArrayError):
+        m.begin_frame(bad, [0])
+    assert m.clock(0) is None
+    assert make().attend(np.zeros((1, 1, 128, 4), F32), [np.int64(0)], (0,)).shape == (1, 1, 128, 4)
+
+
 def test_library_message_and_status():
     c = make()
     with pytest.raises(IndexError) as info:
@@ -592,3 +678,115 @@ def test_readme_names_every_exception_class():
     for name in ringkv.__all__:
         if name.startswith("RingKV") and name.endswith("Error"):
             assert name in readme, name
+
+
+# ---- messages name Python calls, not C functions ------------------------------------
+#
+# The library's messages name C calls ("rkv_model_claim: ... page it in with
+# rkv_model_page_in"); the binding names the Python call that does the same
+# (ringkv.errors.PYTHON_NAMES), the message otherwise identical.
+
+# C names in library messages that no Python call does, so they stay: why.
+C_ONLY = {
+    "rkv_dtype_parse": "the binding parses dtypes itself",
+    "rkv_layer_view": "internal: the torch ops build their ring views in Python",
+    "rkv_layer_read_span": "C API only (the binding copies through views)",
+    "rkv_layer_write_span": "C API only",
+    "rkv_layer_copy_span": "C API only",
+    "rkv_cuda_layer_read_span": "C API only, and inside a CUDA model's calls",
+    "rkv_cuda_layer_write_span": "C API only, and inside a CUDA model's calls",
+    "rkv_cuda_layer_copy_span": "C API only, and inside a CUDA model's calls",
+    "rkv_cuda_layer_span_bytes": "C API only",
+    "rkv_cuda_layer_upload": "C API only",
+    "rkv_cuda_layer_download": "C API only",
+    "rkv_cuda_clock_advance": "C API only (CUDA graph replays)",
+    "rkv_cuda_ring_prepare": "the binding calls it itself before a device's first op",
+    "rkv_cuda_attention_describe": "C API only (the bench's kernel choice)",
+    "rkv_model_cuda_attention_describe": "C API only",
+    "rkv_model_frame_upsert": "C API only (graph capture of a whole frame)",
+    "rkv_model_frame_attend": "C API only",
+    "rkv_model_frame_step": "C API only",
+    "rkv_model_host_alloc": "C API only (pinned image buffers)",
+    "rkv_model_session_meta_bytes": "the binding sizes export_meta's buffer itself",
+    "rkv_model_session_region_count": "the binding sizes session_regions' array itself",
+    "rkv_model_snapshot_bytes": "only in an out-of-memory message (Model.snapshot_bytes)",
+    # struct names in the struct_size messages (include/ringkv.h, "Structs that
+    # grow"): C types; the binding's ctypes structs set struct_size themselves
+    "rkv_attention_args": "a C struct's name (struct_size messages)",
+    "rkv_cuda_attention_args": "a C struct's name (struct_size messages)",
+    "rkv_model_config": "a C struct's name (struct_size messages)",
+    "rkv_snapshot_info": "a C struct's name (struct_size messages)",
+}
+
+
+def _message_c_names() -> set[str]:
+    """Every rkv_ name inside a string literal of src/ (comments dropped)."""
+    import re
+    names = set()
+    for path in (REPO / "src").rglob("*"):
+        if path.suffix not in (".c", ".cu", ".h", ".inc"):
+            continue
+        text = re.sub(r"/\*.*?\*/|//[^\n]*", "", path.read_text(), flags=re.S)
+        for literal in re.findall(r'"((?:[^"\\\n]|\\.)*)"', text):
+            names.update(re.findall(r"\brkv_[a-z0-9_]+", literal))
+    return names
+
+
+def test_every_c_name_in_a_message_has_a_python_name_or_a_reason():
+    from ringkv.errors import PYTHON_NAMES
+    names = _message_c_names()
+    assert "rkv_model_page_in" in names and len(names) > 50, "the scan found too little"
+    assert sorted(names - set(PYTHON_NAMES) - set(C_ONLY)) == [], \
+        "add these to ringkv.errors.PYTHON_NAMES (or to C_ONLY with the reason)"
+    assert not set(PYTHON_NAMES) & set(C_ONLY)
+    for c_name, py_name in PYTHON_NAMES.items():   # each names a real Python call
+        obj = ringkv
+        for part in py_name.split("(")[0].removeprefix("ringkv.").split("."):
+            obj = getattr(obj, part, None)
+            assert obj is not None, f"{c_name} -> {py_name}: no such Python call"
+
+
+def test_python_message_replaces_only_known_c_names():
+    from ringkv.errors import python_message
+    assert python_message("rkv_model_claim: request 'rkv_model_claim' is paged out "
+                          "(rkv_model_offload); rkv_model_offload_discard, rkv_model_host_alloc, "
+                          "rkv_layer*, xrkv_model_claim") == (
+        "Model.claim: request 'Model.claim' is paged out (Model.offload); "
+        "Model.offload_discard, rkv_model_host_alloc, rkv_layer*, xrkv_model_claim")
+
+
+def test_the_trial_message_names_python_calls():
+    m = ringkv.Model.from_preset("demo", num_sessions=1)
+    m.offload(m.claim("request-42"))
+    with pytest.raises(ringkv.RingKVRuntimeError) as info:
+        m.claim("request-42")
+    assert str(info.value) == (
+        "Model.claim: request 'request-42' is paged out of this model (Model.offload); page it "
+        "in with Model.page_in, or drop it with Model.offload_discard, before its id is used "
+        "again [RKV_ERR_STATE]")
+    c = make()
+    with pytest.raises(ringkv.RingKVValueError) as info:
+        c.upsert(frame(), i64(-3), True, i64(0))
+    assert str(info.value) == ("LayerRingCache.upsert: frame_pos[0] = -3; expected >= 0 "
+                               "[RKV_ERR_INVALID_ARG]")
+
+
+@pytest.mark.parametrize("mistake, entry, call", ROWS,
+                         ids=[f"{entry}-{mistake}-{i}" for i, (mistake, entry, _) in
+                              enumerate(ROWS)])
+def test_library_messages_name_python_calls(mistake, entry, call, tmp_path):
+    """Every library error of the table: the message is rkv_last_error()'s,
+    each C call with a Python counterpart named as that, nothing else
+    changed."""
+    import re
+    from ringkv._lib import lib
+    from ringkv.errors import PYTHON_NAMES, python_message
+    env = Env(tmp_path)
+    with pytest.raises(RingKVError) as info:
+        call(env)
+    e = info.value
+    if e.status != 0:   # (0: found by the Python layer, no library message)
+        raw = lib.rkv_last_error().decode("utf-8", "replace")
+        assert f"{python_message(raw)} [{e.status_name}]" in str(e)   # (copy/pickle wrap it)
+    left = set(re.findall(r"\brkv_[a-z0-9_]+", str(e)))
+    assert not left & set(PYTHON_NAMES), str(e)

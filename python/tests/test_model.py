@@ -98,9 +98,9 @@ def test_snapshot_restore_bit_exact_with_clock():
     with pytest.raises(RuntimeError):
         m.begin_frame([t], [8])
     run_frame(m, [t], [9], seed=1)
-    bad = bytearray(snap)
+    bad = bytearray(snap)  # the snapshot file's image: its header length, damaged
     bad[0] ^= 0xFF
-    with pytest.raises(ValueError, match="magic"):
+    with pytest.raises(ValueError, match=r"Model\.restore: \(memory\): corrupted header"):
         m.restore(t, bad)
     assert m.clock(t) == 9
 

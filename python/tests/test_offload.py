@@ -132,3 +132,36 @@ def test_offload_and_page_in_over_ray(ray_cluster, hosts):
         behind = [r for r in rids if router.last_frame[r] < 6]
         for r, res in router.step(behind).results.items():
             assert res["digest"] == ref[r][res["frame"]], (r, res["frame"])
+
+
+@pytest.mark.parametrize("save", ["save_session", "offload_to_file"])
+def test_saving_to_a_folder_is_refused_up_front(tmp_path, save):
+    """A destination that cannot be a file (a folder, a folder that does not
+    exist, a file used as a folder) is refused before anything is written,
+    naming it (it used to be written in full to a temporary file beside it,
+    then refused by rename: 'cannot rename ... Is a directory'). The session
+    stays held, unchanged, its id not paged out."""
+    pytest.importorskip("xxhash")
+    model, s, _ = _streamed(2)
+    before = model.session_digest(s)
+    folder = tmp_path / "out"
+    folder.mkdir()
+    a_file = tmp_path / "file"
+    a_file.write_bytes(b"x")
+    name = {"save_session": "Model.save_session", "offload_to_file": "Model.offload_to_file"}
+    cases = [(folder, f"'{folder}' is a folder; expected a file path"),
+             (f"{folder}/", f"'{folder}/' is a folder; expected a file path"),
+             (tmp_path / "missing" / "s.safetensors",
+              f"folder '{tmp_path / 'missing'}': does not exist"),
+             (a_file / "s.safetensors", f"'{a_file}' is not a folder")]
+    for path, words in cases:
+        with pytest.raises(ringkv.RingKVOSError) as e:
+            getattr(model, save)(s, path)
+        assert str(e.value).startswith(f"{name[save]}: ") and words in str(e.value), str(e.value)
+        assert isinstance(e.value, OSError)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "out"]
+        assert list(folder.iterdir()) == [] and a_file.read_bytes() == b"x"
+        assert model.offloaded_count == 0 and model.lookup("a") == s
+        assert model.session_digest(s) == before
+    getattr(model, save)(s, folder / "s.safetensors")      # a file in that folder is fine
+    assert ringkv.inspect_snapshot(folder / "s.safetensors").data_xxh3 == before

@@ -78,3 +78,79 @@ def test_killed_host_resumes_from_checkpoints(ray_cluster, hosts, reference):
         behind = [r for r in RIDS if router.last_frame[r] < 10]
         for r, res in router.step(behind).results.items():
             assert res["digest"] == reference[r][res["frame"]], (r, res["frame"])
+
+
+def test_router_names_what_it_does_not_know(ray_cluster, hosts):
+    """Unknown request ids and host names are refused before any host is
+    asked, with the binding's classes (RingKVKeyError, a KeyError) and the
+    names the router knows; a request in the wrong place, a dead host or no
+    alive host says which (RingKVRuntimeError). The trial's inputs first."""
+    import ringkv
+    import ringkv.ray as rr
+    hs, router = hosts
+    for r in ("r0", "r1", "r2"):
+        router.open(r)
+    router.step()
+    where, frames = dict(router.where), dict(router.last_frame)
+
+    def refused(cls, text, call):
+        with pytest.raises(cls) as e:
+            call()
+        assert str(e.value) == text
+        assert router.where == where and router.last_frame == frames and not router.dead
+
+    unknown = "no session with request id 'nope'; known: r0, r1, r2"
+    refused(ringkv.RingKVKeyError, unknown, lambda: router.migrate("nope", "B"))
+    refused(ringkv.RingKVKeyError, "no host named 'Z'; hosts: A, B",
+            lambda: router.migrate("r1", "Z"))
+    refused(ringkv.RingKVKeyError, unknown, lambda: router.close("nope"))
+    refused(ringkv.RingKVKeyError, unknown, lambda: router.offload("nope"))
+    refused(ringkv.RingKVKeyError, unknown, lambda: router.step(["r0", "nope"]))  # r0 not stepped
+    refused(ringkv.RingKVKeyError, "no paged-out session with request id 'nope'; paged out: none",
+            lambda: router.page_in("nope"))
+    refused(ringkv.RingKVKeyError, "no host named 'Z'; hosts: A, B", lambda: router.load("Z"))
+    refused(ringkv.RingKVKeyError, "no host named 'Z'; hosts: A, B",
+            lambda: router.host_died("Z"))
+    assert isinstance(ringkv.RingKVKeyError("x"), KeyError)
+    assert_live_once(router)
+
+    # a paged-out request: not live, not unknown
+    home = router.where["r2"]
+    router.offload("r2")
+    where = dict(router.where)
+    away = f"request 'r2' is paged out (of host {home}); SessionRouter.page_in brings it back"
+    refused(ringkv.RingKVRuntimeError, away, lambda: router.migrate("r2", "B"))
+    refused(ringkv.RingKVRuntimeError, away, lambda: router.open("r2"))
+    refused(ringkv.RingKVRuntimeError, away, lambda: router.step(["r2"]))
+    refused(ringkv.RingKVKeyError, "no session with request id 'x'; known: r0, r1; paged out: r2",
+            lambda: router.close("x"))
+    refused(ringkv.RingKVRuntimeError,
+            f"request 'r0' is not paged out: it is live on host {router.where['r0']}",
+            lambda: router.page_in("r0"))
+    assert router.page_in("r2") == home
+    where = dict(router.where)
+
+    # a host that died is not an unknown one; no alive host says so
+    ray_cluster.kill(hs["B"])
+    rep = router.step()
+    assert set(rep.recovered) == {r for r in where if where[r] == "B"}
+    where, frames = dict(router.where), dict(router.last_frame)
+    with pytest.raises(rr.MigrationError, match="host B is not alive \\(alive: A\\)") as e:
+        router.migrate("r0", "B")
+    assert e.value.step == "reserve" and router.where == where
+    assert router.open("r3") == "A"                    # A: 4 of 4 slots
+    with pytest.raises(ringkv.RingKVRuntimeError) as e:
+        router.open("r4")
+    assert str(e.value) == "no alive host has a free session slot (A 4/4)"
+    router.close("r3")
+    ray_cluster.kill(hs["A"])
+    rep = router.step()
+    assert all(rec.host is None for rec in rep.recovered.values())   # no room: waiting
+    assert router.dead == {"A", "B"} and set(router.waiting) == {"r0", "r1", "r2"}
+    with pytest.raises(ringkv.RingKVRuntimeError) as e:
+        router.open("new")
+    assert str(e.value) == "no alive host: every host died (A, B)"
+    with pytest.raises(ringkv.RingKVRuntimeError) as e:
+        router.step(["r1"])
+    assert str(e.value) == ("request 'r1' is waiting for room since its host A died; "
+                            "SessionRouter.restore_waiting brings it back")

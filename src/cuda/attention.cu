@@ -1,12 +1,13 @@
-// Ring attention on the GPU (SEMANTICS 4, 5): the host dispatcher, the
-// combine kernel of split rows, and the generic f32 kernel used where the
+// Ring attention on the GPU (SEMANTICS 4, 5): the host dispatcher (the
+// tensor-core kernels' split-combine launched from here is in
+// attention_common.cuh), and the generic f32 kernel used where the
 // tensor-core kernel does not apply (f32 storage, D other than 64/128,
 // explicit visibility rows, mixed dtypes).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <math.h>
 
-#include "attention.cuh"
+#include "attention_common.cuh"  // the split-combine of the tensor-core kernels
 
 namespace {
 
@@ -112,68 +113,28 @@ __global__ void __launch_bounds__(32 * RKV__SIMT_WARPS) ring_attention_simt(cons
     }
 }
 
-template <typename OT>
-__device__ __forceinline__ void st4(OT *out, int64_t i, float4 v);
-template <>
-__device__ __forceinline__ void st4<float>(float *out, int64_t i, float4 v) {
-    *reinterpret_cast<float4 *>(out + i) = v;
-}
-template <>
-__device__ __forceinline__ void st4<__nv_bfloat16>(__nv_bfloat16 *out, int64_t i, float4 v) {
-    __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y), b = __floats2bfloat162_rn(v.z, v.w);
-    uint2 u;
-    u.x = *reinterpret_cast<uint32_t *>(&a);
-    u.y = *reinterpret_cast<uint32_t *>(&b);
-    *reinterpret_cast<uint2 *>(out + i) = u;
-}
-template <>
-__device__ __forceinline__ void st4<__half>(__half *out, int64_t i, float4 v) {
-    __half2 a = __floats2half2_rn(v.x, v.y), b = __floats2half2_rn(v.z, v.w);
-    uint2 u;
-    u.x = *reinterpret_cast<uint32_t *>(&a);
-    u.y = *reinterpret_cast<uint32_t *>(&b);
-    *reinterpret_cast<uint2 *>(out + i) = u;
-}
-
-// Merges the key splits of each output row: O = sum_s w_s O_s / sum_s w_s l_s
-// with w_s = 2^(m_s - max_s m_s). A split with no key, or whose every score
-// is -inf, has O_s = 0, l_s = 0 and m_s = RKV__SOFTMAX_M0 (finite, never
-// -inf: w_s is never 2^(-inf - -inf) = NaN): it adds nothing, and a row
-// whose splits all are so gets 0 (den 0), as a row with no key. A NaN in O_s
-// or l_s still reaches the row (0 * NaN). One thread per 4 output elements.
-// Checks the call's rows first, as the split kernel did (which then wrote
-// nothing to the workspace): an invalid call leaves `out` untouched. Dynamic
-// shared memory: 16 * batch bytes.
-template <typename OT>
-__global__ void __launch_bounds__(256) combine_splits(const float *__restrict__ ws_o,
-                                                      const float *__restrict__ ws_ml, OT *out,
-                                                      int splits, int64_t rows, int D,
-                                                      const int64_t *sess, const int64_t *fp,
-                                                      int batch, int64_t S, int *err) {
-    extern __shared__ int64_t smem_rows[];
-    if (!rkv__d_validate_rows(sess, fp, batch, S, smem_rows, smem_rows + batch, err,
-                              RKV__OP_ATTEND))
-        return;
-    const int64_t q4 = D / 4;
-    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= rows * q4) return;
-    const int64_t row = idx / q4, c = (idx - row * q4) * 4;
-    float mx = -INFINITY;
-    for (int s = 0; s < splits; s++) mx = fmaxf(mx, ws_ml[(s * rows + row) * 2]);
-    float den = 0.f;
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int s = 0; s < splits; s++) {
-        const float2 ml = *reinterpret_cast<const float2 *>(ws_ml + (s * rows + row) * 2);
-        const float w = ml.x == -INFINITY ? 0.f : exp2f(ml.x - mx);
-        den += w * ml.y;
-        const float4 o = *reinterpret_cast<const float4 *>(ws_o + (s * rows + row) * D + c);
-        acc.x += w * o.x;
-        acc.y += w * o.y;
-        acc.z += w * o.z;
-        acc.w += w * o.w;
-    }
-    const float inv = den > 0.f ? 1.f / den : 0.f;
-    st4<OT>(out, row * D + c, make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
+// Launches combine_splits (attention_common.cuh) for a plan with key splits
+// (plan->splits > 1): merges the workspace p.ws_o / p.ws_ml that the
+// kernel's store_m16 filled into `out`, in the output dtype (f32 when
+// plan->out_f32, else the storage dtype `dtype`: bf16 or f16). The caller
+// checks the launch.
+void launch_combine(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p,
+                    rkv_dtype dtype, void *out, cudaStream_t s) {
+    const int64_t n = plan->total_rows * (plan->d_head / 4);
+    const unsigned blocks = (unsigned)((n + 255) / 256);
+    const size_t rows_smem = (size_t)p.batch * 2 * sizeof(int64_t);
+    if (plan->out_f32)
+        rkv_attn::combine_splits<float><<<blocks, 256, rows_smem, s>>>(
+            p.ws_o, p.ws_ml, static_cast<float *>(out), plan->splits, plan->total_rows,
+            plan->d_head, p.sess, p.fp, p.batch, p.S, p.err);
+    else if (dtype == RKV_DTYPE_BF16)
+        rkv_attn::combine_splits<__nv_bfloat16><<<blocks, 256, rows_smem, s>>>(
+            p.ws_o, p.ws_ml, static_cast<__nv_bfloat16 *>(out), plan->splits,
+            plan->total_rows, plan->d_head, p.sess, p.fp, p.batch, p.S, p.err);
+    else
+        rkv_attn::combine_splits<__half><<<blocks, 256, rows_smem, s>>>(
+            p.ws_o, p.ws_ml, static_cast<__half *>(out), plan->splits, plan->total_rows,
+            plan->d_head, p.sess, p.fp, p.batch, p.S, p.err);
 }
 
 rkv_status plan_for(const rkv_cuda_layer *l, const rkv_cuda_attention_args *a, int preferred,
@@ -216,84 +177,23 @@ cudaError_t rkv__cuda_attention_prepare(rkv_cuda_layer *l) {
     return cudaSuccess;
 }
 
-extern "C" rkv_status rkv_cuda_layer_attend(const rkv_cuda_layer *l,
-                                            const rkv_cuda_attention_args *a, void *stream) {
-    static const char what[] = "rkv_cuda_layer_attend";
-    rkv__cuda_attn_plan plan;
-    rkv_status st = plan_for(l, a, 0, &plan);
-    if (st != RKV_OK) return st;
-    if ((st = rkv__cuda_check_device(l, what)) != RKV_OK) return st;
-    cudaStream_t s = static_cast<cudaStream_t>(stream);
+namespace {
+
+// The parameter fields both kernel families share (SimtParams and
+// RkvMmaParams have them under the same names): the layer's storage and
+// geometry, the call's rows, queries and output, and the plan's row counts.
+template <typename P>
+void fill_common_params(P &p, const rkv_cuda_layer *l, const rkv_cuda_attention_args *a,
+                        const rkv__cuda_attn_plan &plan) {
     const rkv_geometry *g = &l->g;
-
-    if (plan.kind == RKV__ATTN_MMA || plan.kind == RKV__ATTN_WGMMA) {
-        RkvMmaParams p;
-        p.kv = l->kv;
-        p.written = l->written;
-        p.sess = a->session_idx;
-        p.fp = a->frame_pos;
-        p.q = a->q;
-        p.out = a->out;
-        p.ws_o = plan.splits > 1 ? static_cast<float *>(a->workspace) : nullptr;
-        p.ws_ml = plan.splits > 1 ? p.ws_o + (size_t)plan.splits * plan.total_rows * g->d_head
-                                  : nullptr;
-        p.err = l->err;
-        p.batch = (int)a->batch;
-        p.splits = plan.splits;
-        p.S = g->num_sessions;
-        p.H = g->n_kv_heads;
-        p.Hq = a->n_q_heads;
-        p.group = plan.group;
-        p.Tq = plan.tq;
-        p.M = plan.rows_per_kvh;
-        p.m_tiles = plan.m_tiles;
-        p.N = l->total_slots;
-        p.C = l->capacity;
-        p.T = g->tokens_per_frame;
-        p.RF = g->ring_frames;
-        p.RB = g->ring_buckets;
-        p.PD = g->pinned_dilation;
-        p.total_rows = plan.total_rows;
-        p.scale_log2 = plan.scale * 1.4426950408889634f;
-        const bool bf16 = g->dtype == RKV_DTYPE_BF16;
-        if (plan.kind == RKV__ATTN_WGMMA)
-            bf16 ? rkv__launch_wgmma_bf16(&plan, p, s) : rkv__launch_wgmma_f16(&plan, p, s);
-        else
-            bf16 ? rkv__launch_mma_bf16(&plan, p, s) : rkv__launch_mma_f16(&plan, p, s);
-        if ((st = rkv__cuda_after_launch(what)) != RKV_OK) return st;
-        if (plan.splits > 1) {
-            const int64_t n = plan.total_rows * (g->d_head / 4);
-            const unsigned blocks = (unsigned)((n + 255) / 256);
-            const size_t rows_smem = (size_t)p.batch * 2 * sizeof(int64_t);
-            if (plan.out_f32)
-                combine_splits<float><<<blocks, 256, rows_smem, s>>>(
-                    p.ws_o, p.ws_ml, static_cast<float *>(a->out), plan.splits, plan.total_rows,
-                    (int)g->d_head, p.sess, p.fp, p.batch, p.S, p.err);
-            else if (g->dtype == RKV_DTYPE_BF16)
-                combine_splits<__nv_bfloat16><<<blocks, 256, rows_smem, s>>>(
-                    p.ws_o, p.ws_ml, static_cast<__nv_bfloat16 *>(a->out), plan.splits,
-                    plan.total_rows, (int)g->d_head, p.sess, p.fp, p.batch, p.S, p.err);
-            else
-                combine_splits<__half><<<blocks, 256, rows_smem, s>>>(
-                    p.ws_o, p.ws_ml, static_cast<__half *>(a->out), plan.splits, plan.total_rows,
-                    (int)g->d_head, p.sess, p.fp, p.batch, p.S, p.err);
-            if ((st = rkv__cuda_after_launch(what)) != RKV_OK) return st;
-        }
-        return RKV_OK;
-    }
-
-    SimtParams p;
     p.kv = l->kv;
     p.written = l->written;
-    p.visible = a->visible;
     p.sess = a->session_idx;
     p.fp = a->frame_pos;
     p.q = a->q;
     p.out = a->out;
     p.err = l->err;
     p.batch = (int)a->batch;
-    p.q_dtype = (int)a->q_dtype;
-    p.out_dtype = (int)a->out_dtype;
     p.S = g->num_sessions;
     p.H = g->n_kv_heads;
     p.Hq = a->n_q_heads;
@@ -305,11 +205,48 @@ extern "C" rkv_status rkv_cuda_layer_attend(const rkv_cuda_layer *l,
     p.RF = g->ring_frames;
     p.RB = g->ring_buckets;
     p.PD = g->pinned_dilation;
-    p.D = g->d_head;
     p.total_rows = plan.total_rows;
+}
+
+// A tensor-core plan (RKV__ATTN_MMA or RKV__ATTN_WGMMA): the kernel, then
+// with key splits the combine into a->out (the workspace is the caller's
+// a->workspace: [splits][rows][D] partial outputs, then [splits][rows][2]
+// maxima and sums).
+rkv_status launch_tensor_core(const rkv_cuda_layer *l, const rkv_cuda_attention_args *a,
+                              const rkv__cuda_attn_plan &plan, cudaStream_t s, const char *what) {
+    const rkv_geometry *g = &l->g;
+    RkvMmaParams p;
+    fill_common_params(p, l, a, plan);
+    p.ws_o = plan.splits > 1 ? static_cast<float *>(a->workspace) : nullptr;
+    p.ws_ml = plan.splits > 1 ? p.ws_o + (size_t)plan.splits * plan.total_rows * g->d_head
+                              : nullptr;
+    p.splits = plan.splits;
+    p.M = plan.rows_per_kvh;
+    p.m_tiles = plan.m_tiles;
+    p.scale_log2 = plan.scale * 1.4426950408889634f;
+    const bool bf16 = g->dtype == RKV_DTYPE_BF16;
+    if (plan.kind == RKV__ATTN_WGMMA)
+        bf16 ? rkv__launch_wgmma_bf16(&plan, p, s) : rkv__launch_wgmma_f16(&plan, p, s);
+    else
+        bf16 ? rkv__launch_mma_bf16(&plan, p, s) : rkv__launch_mma_f16(&plan, p, s);
+    rkv_status st = rkv__cuda_after_launch(what);
+    if (st != RKV_OK || plan.splits <= 1) return st;
+    launch_combine(&plan, p, g->dtype, a->out, s);
+    return rkv__cuda_after_launch(what);
+}
+
+// The generic kernel (plan kind RKV__ATTN_SIMT), in the storage dtype.
+rkv_status launch_simt(const rkv_cuda_layer *l, const rkv_cuda_attention_args *a,
+                       const rkv__cuda_attn_plan &plan, cudaStream_t s, const char *what) {
+    SimtParams p;
+    fill_common_params(p, l, a, plan);
+    p.visible = a->visible;
+    p.q_dtype = (int)a->q_dtype;
+    p.out_dtype = (int)a->out_dtype;
+    p.D = l->g.d_head;
     p.scale = plan.scale;
     const dim3 grid((unsigned)plan.grid_x);
-    switch (g->dtype) {
+    switch (l->g.dtype) {
     case RKV_DTYPE_BF16:
         ring_attention_simt<__nv_bfloat16><<<grid, plan.threads, plan.smem_bytes, s>>>(p);
         break;
@@ -321,6 +258,21 @@ extern "C" rkv_status rkv_cuda_layer_attend(const rkv_cuda_layer *l,
         break;
     }
     return rkv__cuda_after_launch(what);
+}
+
+}  // namespace
+
+extern "C" rkv_status rkv_cuda_layer_attend(const rkv_cuda_layer *l,
+                                            const rkv_cuda_attention_args *a, void *stream) {
+    static const char what[] = "rkv_cuda_layer_attend";
+    rkv__cuda_attn_plan plan;
+    rkv_status st = plan_for(l, a, 0, &plan);
+    if (st != RKV_OK) return st;
+    if ((st = rkv__cuda_check_device(l, what)) != RKV_OK) return st;
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    if (plan.kind == RKV__ATTN_MMA || plan.kind == RKV__ATTN_WGMMA)
+        return launch_tensor_core(l, a, plan, s, what);
+    return launch_simt(l, a, plan, s, what);
 }
 
 extern "C" size_t rkv_cuda_attention_workspace_bytes(const rkv_cuda_layer *l,

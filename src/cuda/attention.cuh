@@ -1,5 +1,6 @@
 // Private interface between the attention dispatcher (attention.cu) and the
-// tensor-core kernels (attention_mma_*.cu).
+// tensor-core kernels (attention_mma_*.cu, attention_wgmma_*.cu; the pieces
+// both kernels share are in attention_common.cuh).
 #ifndef RKV_CUDA_ATTENTION_CUH
 #define RKV_CUDA_ATTENTION_CUH
 
@@ -8,7 +9,7 @@
 #include "cuda_internal.cuh"
 
 // The initial running maximum of every online softmax here (the generic
-// kernel's, online_softmax's in the mma and wgmma kernels): -FLT_MAX, the
+// kernel's, online_softmax's in attention_common.cuh): -FLT_MAX, the
 // lowest finite float, not -inf. Every score but -inf is >= it, so the
 // maximum a row's scores are taken from is finite even while every score so
 // far is -inf: their weights are exp(-inf) = 0, the rescale factor

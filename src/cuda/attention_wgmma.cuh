@@ -2,8 +2,9 @@
 // mma.sync kernel of attention_mma.cuh (SEMANTICS 4, 5: visible frames
 // from the written bits and the row's clock, skipped whole when invisible;
 // online softmax in f32; GQA heads sharing each K/V tile; key splits with a
-// combine kernel), with the two matrix products on the warpgroup tensor-core
-// instructions:
+// combine kernel), built from the same pieces (attention_common.cuh: tile
+// loads, frame list, key-tile walk, online softmax, store, split-combine),
+// with the two matrix products on the warpgroup tensor-core instructions:
 //
 //   grid (m_tiles * splits, H, B); block NWG warpgroups of 4 warps; each
 //   warpgroup owns 64 consecutive query rows (BM = 64 * NWG per block).
@@ -39,7 +40,7 @@
 #ifndef RKV_CUDA_ATTENTION_WGMMA_CUH
 #define RKV_CUDA_ATTENTION_WGMMA_CUH
 
-#include "attention_mma.cuh"
+#include "attention_common.cuh"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define RKV_WGMMA_ENABLED 1
@@ -49,15 +50,7 @@
 
 namespace rkv_wgmma {
 
-using rkv_mma::build_frame_list;
-using rkv_mma::cp_async_commit;
-using rkv_mma::cp_async_wait;
-using rkv_mma::ex2;
-using rkv_mma::Ops;
-using rkv_mma::load_tile_async;
-using rkv_mma::online_softmax;
-using rkv_mma::smem_addr;
-using rkv_mma::store_m16;
+using namespace rkv_attn;  // the shared pieces (attention_common.cuh)
 
 constexpr int D = 64;   // d_head (one 128-byte swizzle atom row per token)
 constexpr int BN = 64;  // keys per tile (divides the 128-token frame block)
@@ -213,7 +206,7 @@ __global__ void __launch_bounds__(NWG * 128, 2) ring_attention_wgmma(const RkvMm
     if (warp == 0) build_frame_list(p, sess, f, lane, sList, &sNf);
     __syncthreads();  // list ready; the staging in sK is dead from here on
 
-    const rkv_mma::KeyTiles<T, D, BN, THREADS> tiles(p, sess, kvh, split, sList, sNf);
+    const KeyTiles<T, D, BN, THREADS> tiles(p, sess, kvh, split, sList, sNf);
     const int nt = tiles.nt;
     auto load_tile = [&](int i, int stage) {
         tiles.load(i, sK + stage * BN * D, sV + stage * BN * D, tid);
@@ -257,7 +250,7 @@ __global__ void __launch_bounds__(NWG * 128, 2) ring_attention_wgmma(const RkvMm
         wg_wait_all();
         fence_regs(s);
 
-        // Online softmax of the tile (the mma kernel's, one m16 tile per warp).
+        // Online softmax of the tile (attention_common.cuh; one m16 tile per warp).
         uint32_t pa[BN / 16][4];
         online_softmax<T, NT, DT>(s, p.scale_log2, m0, m1, l0, l1, o, pa);
 
@@ -322,10 +315,10 @@ inline bool loaded_is_sm90a() {
 
 template <typename T>
 inline cudaError_t prepare(size_t smem_optin) {
-    cudaError_t e = rkv_mma::allow_dynamic_smem(
+    cudaError_t e = allow_dynamic_smem(
         ring_attention_wgmma<T, RKV__WGMMA_WARPGROUPS, RKV__WGMMA_STAGES, true>, smem_optin);
     if (e != cudaSuccess) return e;
-    return rkv_mma::allow_dynamic_smem(
+    return allow_dynamic_smem(
         ring_attention_wgmma<T, RKV__WGMMA_WARPGROUPS, RKV__WGMMA_STAGES, false>, smem_optin);
 }
 

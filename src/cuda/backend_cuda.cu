@@ -327,6 +327,8 @@ extern "C" rkv_status rkv_model_cuda_attention_describe(const rkv_model *model, 
     if (batch < 1 || batch > max_b)
         return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: batch B = %lld; expected 1..%lld", what,
                              (long long)batch, (long long)max_b);
+    rkv_status st = rkv__cuda_model_args_check(what, args);
+    if (st != RKV_OK) return st;
     if (args->n_q_heads != cfg->n_q_heads)
         return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: args->n_q_heads = %lld; this model has %lld",
                              what, (long long)args->n_q_heads, (long long)cfg->n_q_heads);
@@ -348,8 +350,7 @@ extern "C" rkv_status rkv_model_cuda_attention_describe(const rkv_model *model, 
     rkv__cuda_model_attention_args(&a, ws_bytes ? (void *)placeholder : nullptr, ws_bytes, &ca);
     const rkv_cuda_layer *l = layer_of(rkv_model_backend_layer(model, layer));
     rkv__cuda_attn_plan plan;
-    rkv_status st = rkv__cuda_attention_plan_checked(l, &ca, 0, &plan);
-    if (st != RKV_OK) return st;
+    if ((st = rkv__cuda_attention_plan_checked(l, &ca, 0, &plan)) != RKV_OK) return st;
     rkv__cuda_attention_plan_describe(&plan, buf, buf_size);
     return RKV_OK;
 }

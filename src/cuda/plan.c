@@ -100,6 +100,12 @@ rkv_status rkv__cuda_attention_check(const rkv_geometry *g, const rkv_cuda_atten
     static const char what[] = "rkv_cuda_layer_attend";
     if (!g) return rkv_error_set(RKV_ERR_NULL, "%s: layer is NULL", what);
     if (!a) return rkv_error_set(RKV_ERR_NULL, "%s: args is NULL", what);
+    /* one version so far: every member is the caller's (ringkv.h, "Structs
+     * that grow") */
+    rkv_status st = rkv__struct_size_check(
+        what, "args", "rkv_cuda_attention_args", "RKV_CUDA_ATTENTION_ARGS_INIT", a->struct_size,
+        RKV__SIZE_V1(rkv_cuda_attention_args, workspace_bytes), sizeof *a);
+    if (st != RKV_OK) return st;
     if (a->batch < 1 || a->batch > max_batch_of(g))
         return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: batch B = %lld; expected 1..%lld", what,
                          (long long)a->batch, (long long)max_batch_of(g));
@@ -157,80 +163,80 @@ size_t rkv__cuda_split_workspace_bytes(int splits, int64_t total_rows, int d_hea
     return (size_t)splits * (size_t)total_rows * (size_t)(d_head + 2) * sizeof(float);
 }
 
-void rkv__cuda_attention_plan_make(const rkv_geometry *g, const rkv_cuda_attention_args *a,
-                                   const rkv__cuda_device_info *dev, int stages, int kernel,
-                                   int preferred, rkv__cuda_attn_plan *p) {
-    const int64_t D = g->d_head, T = g->tokens_per_frame, H = g->n_kv_heads;
-    p->dtype = g->dtype;
-    p->d_head = (int)D;
-    p->tq = a->n_queries ? a->n_queries : T;
-    p->group = a->n_q_heads / H;
-    p->rows_per_kvh = p->group * p->tq;
-    p->total_rows = a->batch * a->n_q_heads * p->tq;
-    p->scale = a->scale != 0.0f ? a->scale : 1.0f / sqrtf((float)D);
-    p->splits = 1;
-    p->workspace_bytes = 0;
-    if (stages != 3) stages = 2;
+/* Whether the tensor-core kernels take this call: 16-bit storage, q in it,
+ * out in it or f32, no explicit rows, D 64 or 128. */
+static int tensor_core_call(const rkv_geometry *g, const rkv_cuda_attention_args *a) {
+    return (g->dtype == RKV_DTYPE_BF16 || g->dtype == RKV_DTYPE_F16) && a->q_dtype == g->dtype &&
+           (a->out_dtype == g->dtype || a->out_dtype == RKV_DTYPE_F32) && !a->visible &&
+           (g->d_head == 64 || g->d_head == 128);
+}
 
-    int mma = (g->dtype == RKV_DTYPE_BF16 || g->dtype == RKV_DTYPE_F16) &&
-              a->q_dtype == g->dtype &&
-              (a->out_dtype == g->dtype || a->out_dtype == RKV_DTYPE_F32) && !a->visible &&
-              (D == 64 || D == 128);
-    if (mma && kernel == RKV__KERNEL_WGMMA && D == 64 && dev->cc_major == 9) {
-        p->kind = RKV__ATTN_WGMMA;
-        p->out_f32 = a->out_dtype == RKV_DTYPE_F32;
-        p->mt = 4; /* m16 tiles per warpgroup */
-        p->warps = 4 * RKV__WGMMA_WARPGROUPS;
-        p->bm = 64 * RKV__WGMMA_WARPGROUPS;
-        p->bn = RKV__WGMMA_BN;
-        p->stages = RKV__WGMMA_STAGES;
-        p->threads = 32 * p->warps;
-        /* Q tile, K and V stages, the frame list, 1024 bytes to align the
-         * tiles to the 128-byte swizzle's 1024-byte pattern. */
-        p->smem_bytes = (size_t)(p->bm + 2 * p->stages * p->bn) * (size_t)D * 2 +
-                        align16((size_t)(g->ring_frames + 1) * sizeof(int)) + 1024;
-        if (p->smem_bytes + RKV__STATIC_SMEM_MAX > dev->smem_optin) kernel = RKV__KERNEL_MMA;
-    } else {
-        kernel = RKV__KERNEL_MMA;
-    }
-    if (mma && kernel == RKV__KERNEL_MMA) {
-        p->kind = RKV__ATTN_MMA;
-        p->out_f32 = a->out_dtype == RKV_DTYPE_F32;
-        p->mt = D == 64 ? RKV__MMA_D64_MT : RKV__MMA_D128_MT;
-        p->warps = RKV__MMA_WARPS;
-        p->bm = 16 * p->mt * p->warps;
-        p->bn = RKV__MMA_BN;
-        p->stages = D == 64 ? stages : 2; /* 3 stages are built for D 64 only */
-        p->threads = 32 * p->warps;
-        /* Q tile, K and V stages (2-byte elements), then the frame list. */
-        p->smem_bytes = (size_t)(p->bm + 2 * p->stages * p->bn) * (size_t)D * 2 +
-                        align16((size_t)(g->ring_frames + 1) * sizeof(int));
-        if (p->smem_bytes + RKV__STATIC_SMEM_MAX > dev->smem_optin) mma = 0;
-    }
-    if (!mma) {
-        p->kind = RKV__ATTN_SIMT;
-        p->out_f32 = a->out_dtype == RKV_DTYPE_F32;
-        p->mt = 0;
-        p->warps = RKV__SIMT_WARPS;
-        p->bm = p->warps;
-        p->bn = 0;
-        p->stages = 0;
-        p->threads = 32 * p->warps;
-        p->smem_bytes = (size_t)a->batch * 2 * sizeof(int64_t);
-        p->m_tiles = ceil_div64(p->total_rows, p->warps);
-        p->ctas = p->m_tiles;
-        p->max_key_tiles = 0;
-        p->grid_x = p->m_tiles;
-        p->grid_y = 1;
-        p->grid_z = 1;
-        return;
-    }
+/* The Hopper kernel's shape (D 64 on a 9.x device); 0 when its shared
+ * memory does not fit beside the static reserve. */
+static int plan_wgmma(const rkv_geometry *g, const rkv__cuda_device_info *dev,
+                      rkv__cuda_attn_plan *p) {
+    p->kind = RKV__ATTN_WGMMA;
+    p->mt = 4; /* m16 tiles per warpgroup */
+    p->warps = 4 * RKV__WGMMA_WARPGROUPS;
+    p->bm = 64 * RKV__WGMMA_WARPGROUPS;
+    p->bn = RKV__WGMMA_BN;
+    p->stages = RKV__WGMMA_STAGES;
+    p->threads = 32 * p->warps;
+    /* Q tile, K and V stages, the frame list, 1024 bytes to align the
+     * tiles to the 128-byte swizzle's 1024-byte pattern. */
+    p->smem_bytes = (size_t)(p->bm + 2 * p->stages * p->bn) * (size_t)g->d_head * 2 +
+                    align16((size_t)(g->ring_frames + 1) * sizeof(int)) + 1024;
+    return p->smem_bytes + RKV__STATIC_SMEM_MAX <= dev->smem_optin;
+}
+
+/* The mma.sync kernel's shape (`stages` 2 or 3; 3 only for D 64); 0 when
+ * its shared memory does not fit beside the static reserve. */
+static int plan_mma(const rkv_geometry *g, const rkv__cuda_device_info *dev, int stages,
+                    rkv__cuda_attn_plan *p) {
+    const int64_t D = g->d_head;
+    p->kind = RKV__ATTN_MMA;
+    p->mt = D == 64 ? RKV__MMA_D64_MT : RKV__MMA_D128_MT;
+    p->warps = RKV__MMA_WARPS;
+    p->bm = 16 * p->mt * p->warps;
+    p->bn = RKV__MMA_BN;
+    p->stages = D == 64 ? stages : 2; /* 3 stages are built for D 64 only */
+    p->threads = 32 * p->warps;
+    /* Q tile, K and V stages (2-byte elements), then the frame list. */
+    p->smem_bytes = (size_t)(p->bm + 2 * p->stages * p->bn) * (size_t)D * 2 +
+                    align16((size_t)(g->ring_frames + 1) * sizeof(int));
+    return p->smem_bytes + RKV__STATIC_SMEM_MAX <= dev->smem_optin;
+}
+
+/* The generic kernel: one warp per row, its grid. */
+static void plan_simt(const rkv_cuda_attention_args *a, rkv__cuda_attn_plan *p) {
+    p->kind = RKV__ATTN_SIMT;
+    p->mt = 0;
+    p->warps = RKV__SIMT_WARPS;
+    p->bm = p->warps;
+    p->bn = 0;
+    p->stages = 0;
+    p->threads = 32 * p->warps;
+    p->smem_bytes = (size_t)a->batch * 2 * sizeof(int64_t);
+    p->m_tiles = ceil_div64(p->total_rows, p->warps);
+    p->ctas = p->m_tiles;
+    p->max_key_tiles = 0;
+    p->grid_x = p->m_tiles;
+    p->grid_y = 1;
+    p->grid_z = 1;
+}
+
+/* A tensor-core plan's grid and key splits. Split the keys of each row when
+ * one wave would leave SMs idle: the partial results (unnormalized f32
+ * output, running max and sum) go to the workspace and a second kernel
+ * combines them. Unless `preferred`, only as many splits as a->workspace
+ * holds. */
+static void plan_grid_splits(const rkv_geometry *g, const rkv_cuda_attention_args *a,
+                             const rkv__cuda_device_info *dev, int preferred,
+                             rkv__cuda_attn_plan *p) {
+    const int64_t D = g->d_head, H = g->n_kv_heads;
     p->m_tiles = ceil_div64(p->rows_per_kvh, p->bm);
     p->ctas = p->m_tiles * H * a->batch;
-    p->max_key_tiles = (g->ring_frames + 1) * (T / p->bn);
-    /* Split the keys of each row when one wave would leave SMs idle: the
-     * partial results (unnormalized f32 output, running max and sum) go to
-     * the workspace and a second kernel combines them. */
+    p->max_key_tiles = (g->ring_frames + 1) * (g->tokens_per_frame / p->bn);
     const int64_t target = (int64_t)dev->sm_count * RKV__MMA_CTAS_PER_SM;
     int64_t s = 1;
     if (p->ctas * 2 <= target) {
@@ -250,6 +256,33 @@ void rkv__cuda_attention_plan_make(const rkv_geometry *g, const rkv_cuda_attenti
     p->grid_x = p->m_tiles * p->splits;
     p->grid_y = H;
     p->grid_z = a->batch;
+}
+
+void rkv__cuda_attention_plan_make(const rkv_geometry *g, const rkv_cuda_attention_args *a,
+                                   const rkv__cuda_device_info *dev, int stages, int kernel,
+                                   int preferred, rkv__cuda_attn_plan *p) {
+    const int64_t D = g->d_head;
+    p->dtype = g->dtype;
+    p->d_head = (int)D;
+    p->tq = a->n_queries ? a->n_queries : g->tokens_per_frame;
+    p->group = a->n_q_heads / g->n_kv_heads;
+    p->rows_per_kvh = p->group * p->tq;
+    p->total_rows = a->batch * a->n_q_heads * p->tq;
+    p->scale = a->scale != 0.0f ? a->scale : 1.0f / sqrtf((float)D);
+    p->splits = 1;
+    p->workspace_bytes = 0;
+    p->out_f32 = a->out_dtype == RKV_DTYPE_F32;
+    if (stages != 3) stages = 2;
+
+    /* The Hopper kernel where asked for and it fits, else the mma kernel
+     * where it fits, else the generic one. */
+    const int tc = tensor_core_call(g, a);
+    if ((tc && kernel == RKV__KERNEL_WGMMA && D == 64 && dev->cc_major == 9 &&
+         plan_wgmma(g, dev, p)) ||
+        (tc && plan_mma(g, dev, stages, p)))
+        plan_grid_splits(g, a, dev, preferred, p);
+    else
+        plan_simt(a, p);
 }
 
 void rkv__cuda_attention_plan_describe(const rkv__cuda_attn_plan *p, char *buf, size_t n) {
@@ -294,8 +327,7 @@ size_t rkv__cuda_model_workspace_bytes(const rkv_geometry *g, const rkv__cuda_de
                                        int64_t n_q_heads) {
     size_t most = 0;
     for (int64_t b = 1; b <= max_batch && b <= max_batch_of(g); b++) {
-        rkv_cuda_attention_args a;
-        memset(&a, 0, sizeof a);
+        rkv_cuda_attention_args a = RKV_CUDA_ATTENTION_ARGS_INIT;
         a.batch = b;
         a.n_q_heads = n_q_heads;
         a.q_dtype = a.out_dtype = g->dtype;
@@ -306,9 +338,16 @@ size_t rkv__cuda_model_workspace_bytes(const rkv_geometry *g, const rkv__cuda_de
     return most;
 }
 
+rkv_status rkv__cuda_model_args_check(const char *what, const rkv_attention_args *a) {
+    /* one version of the struct so far: every member is the caller's */
+    return rkv__struct_size_check(what, "args", "rkv_attention_args", "RKV_ATTENTION_ARGS_INIT",
+                                  a->struct_size, RKV__ATTENTION_ARGS_V1, sizeof *a);
+}
+
 void rkv__cuda_model_attention_args(const rkv_attention_args *a, void *workspace,
                                     size_t workspace_bytes, rkv_cuda_attention_args *out) {
     memset(out, 0, sizeof *out);
+    out->struct_size = sizeof *out;
     out->batch = a->batch;
     out->n_q_heads = a->n_q_heads;
     out->n_queries = a->n_queries;

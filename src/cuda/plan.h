@@ -1,7 +1,8 @@
 /* Host-side planning of the CUDA backend's launches: argument checks, kernel
  * choice, grid shapes, shared memory and workspace sizes. Pure C with no
  * CUDA header, so that it is unit-tested on machines without a GPU
- * (tests/test_cuda_host.c includes plan.c) and shared by the .cu files. */
+ * (tests/test_cuda_host.c links plan.c's object library, plan.cmake) and
+ * shared by the .cu files. */
 #ifndef RKV_CUDA_PLAN_H
 #define RKV_CUDA_PLAN_H
 
@@ -149,6 +150,10 @@ rkv_status rkv__cuda_written_check(const rkv_geometry *g, const char *what, cons
 size_t rkv__cuda_model_workspace_bytes(const rkv_geometry *g, const rkv__cuda_device_info *dev,
                                        int stages, int kernel, int64_t max_batch,
                                        int64_t n_q_heads);
+/* A caller's rkv_attention_args->struct_size (ringkv.h, "Structs that
+ * grow"): RKV_ERR_INVALID_ARG named after `what` unless this library knows
+ * it. */
+rkv_status rkv__cuda_model_args_check(const char *what, const rkv_attention_args *a);
 /* The layer-level arguments of a model's attention: a's batch, heads,
  * queries, pointers, dtypes, scale, rows and clocks (the model's device
  * buffers), no visibility rows, and the model's workspace. */

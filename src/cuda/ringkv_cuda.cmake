@@ -8,8 +8,8 @@
 #                                built too
 # and CUDA enabled (enable_language(CUDA), find_package(CUDAToolkit)).
 #
-# Targets: ringkv_cuda_objs (the compiled .cu files and plan.c, position
-# independent), ringkv_cuda (static library), ringkv_cuda_shared
+# Targets: ringkv_cuda_objs (the compiled .cu files, position independent),
+# ringkv_cuda_plan (plan.c, plan.cmake), ringkv_cuda (static library), ringkv_cuda_shared
 # (libringkv_cuda.so, for the Python binding; only with
 # RKV_CUDA_CORE_SHARED_TARGET), and the GPU programs test_cuda_diff and
 # test_cuda_graph (exit 77 = skipped without a GPU).
@@ -23,9 +23,12 @@ set(RKV_CUDA_ARCHS "90a-real;90-real;90-virtual" CACHE STRING
     "CUDA_ARCHITECTURES of the CUDA backend")
 
 file(GLOB RKV_CUDA_SOURCES CONFIGURE_DEPENDS ${RKV_ROOT}/src/cuda/*.cu)
+if(NOT TARGET ringkv_cuda_plan)
+  include(${RKV_ROOT}/src/cuda/plan.cmake)
+endif()
 # Compiled once, archived into libringkv_cuda.a and linked into
-# libringkv_cuda.so.
-add_library(ringkv_cuda_objs OBJECT ${RKV_CUDA_SOURCES} ${RKV_ROOT}/src/cuda/plan.c)
+# libringkv_cuda.so, with plan.c's objects.
+add_library(ringkv_cuda_objs OBJECT ${RKV_CUDA_SOURCES})
 # COMPILE_OPTIONS "" drops the directory's gcc-only flags (-Wstrict-prototypes,
 # sanitizers), which nvcc would forward to the host C++ compiler.
 set_target_properties(ringkv_cuda_objs PROPERTIES
@@ -33,9 +36,11 @@ set_target_properties(ringkv_cuda_objs PROPERTIES
   CUDA_STANDARD 17
   CUDA_STANDARD_REQUIRED ON
   POSITION_INDEPENDENT_CODE ON
+  C_VISIBILITY_PRESET hidden
+  CUDA_VISIBILITY_PRESET hidden
+  VISIBILITY_INLINES_HIDDEN ON
   COMPILE_OPTIONS "")
 target_compile_options(ringkv_cuda_objs PRIVATE
-  $<$<COMPILE_LANGUAGE:C>:-Wall -Wextra -Wshadow -Wstrict-prototypes>
   $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo -Xcompiler=-Wall,-Wextra -Xptxas=-warn-spills,-warn-lmem-usage>)
 if(RKV_CUDA_PTXAS_VERBOSE)
   target_compile_options(ringkv_cuda_objs PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xptxas=-v>)
@@ -46,7 +51,8 @@ target_include_directories(ringkv_cuda_objs
 # The CUDA runtime's headers (the objects call cudaMalloc etc.).
 target_link_libraries(ringkv_cuda_objs PRIVATE CUDA::cudart_static)
 
-add_library(ringkv_cuda STATIC $<TARGET_OBJECTS:ringkv_cuda_objs>)
+add_library(ringkv_cuda STATIC $<TARGET_OBJECTS:ringkv_cuda_objs>
+                               $<TARGET_OBJECTS:ringkv_cuda_plan>)
 set_target_properties(ringkv_cuda PROPERTIES CUDA_ARCHITECTURES "${RKV_CUDA_ARCHS}"
   LINKER_LANGUAGE CUDA)
 target_include_directories(ringkv_cuda PUBLIC ${RKV_ROOT}/include)
@@ -68,7 +74,8 @@ target_compile_definitions(ringkv_cuda INTERFACE RKV_HAVE_CUDA=1)
 # (nothing else to ship); the rpath $ORIGIN finds libringkv.so.0 beside it
 # (installed side by side).
 if(DEFINED RKV_CUDA_CORE_SHARED_TARGET AND TARGET ${RKV_CUDA_CORE_SHARED_TARGET})
-  add_library(ringkv_cuda_shared SHARED $<TARGET_OBJECTS:ringkv_cuda_objs>)
+  add_library(ringkv_cuda_shared SHARED $<TARGET_OBJECTS:ringkv_cuda_objs>
+                                        $<TARGET_OBJECTS:ringkv_cuda_plan>)
   set_target_properties(ringkv_cuda_shared PROPERTIES
     OUTPUT_NAME ringkv_cuda
     CUDA_ARCHITECTURES "${RKV_CUDA_ARCHS}"
@@ -88,13 +95,20 @@ if(DEFINED RKV_CUDA_CORE_SHARED_TARGET AND TARGET ${RKV_CUDA_CORE_SHARED_TARGET}
     add_test(NAME cuda_so_public_symbols
       COMMAND sh -c "nm -D --undefined-only \"$1\" | grep ' rkv__' && { echo 'libringkv_cuda.so imports private core symbols (above): use the public API (docs/backends.md)'; exit 1; }; nm -D --undefined-only \"$1\" | grep -q ' rkv_error_set' || { echo 'libringkv_cuda.so does not import rkv_error_set: the nm check reads nothing'; exit 1; }; echo 'libringkv_cuda.so imports public core symbols only'"
               sh $<TARGET_FILE:ringkv_cuda_shared>)
+    # ... and it exports exactly ringkv_cuda.h's API (tests/check_exports.py):
+    # no private kernel or host helper, no CUDA runtime symbol.
+    add_test(NAME cuda_so_exported_symbols
+      COMMAND python3 ${RKV_ROOT}/tests/check_exports.py
+              $<TARGET_FILE:ringkv_cuda_shared> ${RKV_ROOT}/include/ringkv_cuda.h)
   endif()
 endif()
 
 if(RKV_CUDA_PROGRAMS)
+  set(RKV_TESTLIB_CORE ${RKV_CUDA_CORE_TARGET})
+  include(${RKV_ROOT}/tests/common/testlib.cmake)
   foreach(prog test_cuda_diff test_cuda_graph)
     add_executable(${prog} ${RKV_ROOT}/tests/cuda/${prog}.c)
-    target_link_libraries(${prog} PRIVATE ringkv_cuda m)
+    target_link_libraries(${prog} PRIVATE ringkv_cuda rkv_testlib m)
     set_target_properties(${prog} PROPERTIES LINKER_LANGUAGE CUDA CUDA_ARCHITECTURES OFF)
   endforeach()
   # The offload path (issue 13) needs the snapshot-file code in the core:
@@ -102,7 +116,7 @@ if(RKV_CUDA_PROGRAMS)
   # RKV_CUDA_CORE_HAS_SNAPSHOTS to whether it found Jansson and xxHash.
   if(NOT DEFINED RKV_CUDA_CORE_HAS_SNAPSHOTS OR RKV_CUDA_CORE_HAS_SNAPSHOTS)
     add_executable(test_cuda_offload ${RKV_ROOT}/tests/cuda/test_cuda_offload.c)
-    target_link_libraries(test_cuda_offload PRIVATE ringkv_cuda m)
+    target_link_libraries(test_cuda_offload PRIVATE ringkv_cuda rkv_testlib m)
     set_target_properties(test_cuda_offload PROPERTIES LINKER_LANGUAGE CUDA
                                                        CUDA_ARCHITECTURES OFF)
     if(RKV_BUILD_TESTS)

@@ -1,9 +1,10 @@
 /*
- * Helpers shared by the GPU programs (tests/cuda/test_cuda_*.c): CUDA and
- * status checks that abort with a message,
- * a PRNG, random buffers in a dtype, decoding, error norms, and a float64
- * attention oracle for single rows written from SEMANTICS 4/5 (independent of
- * both backends). static inline only; plain C11 plus the CUDA runtime API.
+ * Helpers of the GPU programs (tests/cuda/test_cuda_*.c): CUDA and status
+ * checks that abort with a message, host and device allocation, random
+ * buffers in a dtype, and a float64 attention oracle for single rows. The
+ * PRNG, decoding, error norms and the oracles themselves are the test
+ * library's (tests/common/rkvt.h, shared with the CPU tests). static inline
+ * only; plain C11 plus the CUDA runtime API.
  */
 #ifndef RKV_CUDA_TEST_UTIL_H
 #define RKV_CUDA_TEST_UTIL_H
@@ -22,6 +23,7 @@
 
 #include "ringkv.h"
 #include "ringkv_cuda.h"
+#include "rkvt.h"
 
 #define CT_SKIP 77
 
@@ -66,36 +68,9 @@ static inline void *ct_dmalloc(size_t n) {
     return p;
 }
 
-/* splitmix64 */
-typedef struct ct_rng {
-    uint64_t s;
-} ct_rng;
-static inline uint64_t ct_next(ct_rng *r) {
-    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-static inline int64_t ct_randint(ct_rng *r, int64_t n) { return (int64_t)(ct_next(r) % (uint64_t)n); }
-/* uniform in [-1, 1), never 0 */
-static inline float ct_uniform(ct_rng *r) {
-    int64_t k = (int64_t)(ct_next(r) >> 43) - (1 << 20);
-    return (float)(k ? k : 1) / (float)(1 << 20);
-}
-
-/* n random values (times amp) in dtype into a host buffer. */
-static inline void ct_fill(void *dst, rkv_dtype dt, size_t n, float amp, ct_rng *r) {
-    float *tmp = (float *)ct_malloc(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) tmp[i] = amp * ct_uniform(r);
-    OKR(rkv_convert(tmp, RKV_DTYPE_F32, dst, dt, n));
-    free(tmp);
-}
-
-/* Element i of a host buffer in dtype, as double. */
-static inline double ct_get(const void *base, rkv_dtype dt, size_t i) {
-    float f;
-    OKR(rkv_convert((const char *)base + i * rkv_dtype_size(dt), dt, &f, RKV_DTYPE_F32, 1));
-    return f;
+/* n random values (times amp) in dtype into a host buffer (rkvt_fill). */
+static inline void ct_fill(void *dst, rkv_dtype dt, size_t n, float amp, rkvt_rng *r) {
+    OKR(rkvt_fill(dst, dt, n, amp, r));
 }
 
 /* Decodes n elements of a host buffer into f32. */
@@ -103,34 +78,6 @@ static inline float *ct_to_f32(const void *src, rkv_dtype dt, size_t n) {
     float *out = (float *)ct_malloc(n * sizeof(float));
     OKR(rkv_convert(src, dt, out, RKV_DTYPE_F32, n));
     return out;
-}
-
-/* ||got - ref|| / ||ref||, both f32; INFINITY when got has a non-finite
- * value (so NaN never passes). */
-static inline double ct_rel_err(const float *got, const float *ref, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(got[i])) return INFINITY;
-        double d = (double)got[i] - (double)ref[i];
-        num += d * d;
-        den += (double)ref[i] * ref[i];
-    }
-    if (den == 0) return num == 0 ? 0 : INFINITY;
-    return sqrt(num / den);
-}
-
-/* Visible ring frames of session s at clock f from the bits (SEM 4), the
- * scratch (RF) last; returns the count. written: host copy [N]. */
-static inline int64_t ct_visible_frames(const rkv_geometry *g, const uint8_t *written, int64_t s,
-                                        int64_t f, int64_t *frames) {
-    const int64_t T = g->tokens_per_frame, C = (g->ring_frames + 1) * T;
-    const int64_t PD = g->pinned_dilation, RB = g->ring_buckets;
-    const int64_t hidden = f % PD == 0 ? (f / PD) % RB : -1;
-    int64_t n = 0;
-    for (int64_t r = 0; r < g->ring_frames; r++)
-        if (r != hidden && written[s * C + r * T]) frames[n++] = r;
-    frames[n++] = g->ring_frames;
-    return n;
 }
 
 /* float64 attention for one output row (b, h, i) from host copies of the
@@ -141,31 +88,18 @@ static inline void ct_oracle_row(const rkv_geometry *g, const void *kv, const ui
                                  int64_t b, int64_t h, int64_t i, int64_t s, int64_t f,
                                  double scale, double *out) {
     const int64_t H = g->n_kv_heads, D = g->d_head, T = g->tokens_per_frame;
-    const int64_t C = (g->ring_frames + 1) * T, N = g->num_sessions * C, kvh = h / (Hq / H);
+    const int64_t C = (g->ring_frames + 1) * T, kvh = h / (Hq / H);
     int64_t *frames = (int64_t *)ct_malloc((size_t)(g->ring_frames + 1) * sizeof(int64_t));
-    const int64_t nf = ct_visible_frames(g, written, s, f, frames);
+    const int64_t nf = rkvt_visible_frames(g, written, s, f, frames);
+    int64_t *slots = (int64_t *)ct_malloc((size_t)(nf * T) * sizeof(int64_t));
+    for (int64_t k = 0; k < nf * T; k++) slots[k] = s * C + frames[k / T] * T + k % T;
     double *qv = (double *)ct_malloc((size_t)D * sizeof(double));
     double *w = (double *)ct_malloc((size_t)(nf * T) * sizeof(double));
-    for (int64_t d = 0; d < D; d++) qv[d] = ct_get(q, q_dtype, (size_t)(((b * Hq + h) * Tq + i) * D + d));
-    double mx = -INFINITY;
-    for (int64_t k = 0; k < nf * T; k++) {
-        const int64_t slot = s * C + frames[k / T] * T + k % T;
-        double dot = 0;
-        for (int64_t d = 0; d < D; d++)
-            dot += qv[d] * ct_get(kv, g->dtype, (size_t)((kvh * N + slot) * D + d));
-        w[k] = dot * scale;
-        if (w[k] > mx) mx = w[k];
-    }
-    if (mx == -INFINITY) mx = 0; /* every score -inf: the row is 0 (ringkv.h) */
-    double sum = 0;
-    for (int64_t k = 0; k < nf * T; k++) sum += (w[k] = exp(w[k] - mx));
-    for (int64_t d = 0; d < D; d++) out[d] = 0;
-    for (int64_t k = 0; k < nf * T; k++) {
-        const int64_t slot = s * C + frames[k / T] * T + k % T;
-        for (int64_t d = 0; d < D; d++)
-            out[d] += (sum != 0 ? w[k] / sum : 0) * ct_get(kv, g->dtype, (size_t)(((H + kvh) * N + slot) * D + d));
-    }
+    for (int64_t d = 0; d < D; d++)
+        qv[d] = rkvt_get(q, q_dtype, (size_t)(((b * Hq + h) * Tq + i) * D + d));
+    rkvt_attend_row(g, kv, kvh, slots, nf * T, qv, scale, w, out);
     free(frames);
+    free(slots);
     free(qv);
     free(w);
 }

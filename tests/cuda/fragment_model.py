@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Fragment-level models of src/cuda/attention_mma.cuh and
-src/cuda/attention_wgmma.cuh, runnable without a GPU.
+src/cuda/attention_wgmma.cuh (with the pieces they share,
+src/cuda/attention_common.cuh), runnable without a GPU.
 
 It re-implements, lane by lane, what the kernel does with its index
 arithmetic -- the swizzled shared-memory tiles written by cp.async, the
@@ -100,7 +101,7 @@ def ex2(x):
 
 
 def softmax_warp(sv, m, lsum, o, NT, DT, scale_log2):
-    """online_softmax (attention_mma.cuh) for one warp's m16 tile: sv[lane]
+    """online_softmax (attention_common.cuh) for one warp's m16 tile: sv[lane]
     the NT*4 scores (C layout: elements 0,1 row g, 2,3 row g+8), m/lsum[lane]
     the two rows' running max and sum, o[lane] the DT*4 accumulators (all
     updated in place). Returns the A fragments of P: pa[lane][k16][4] pairs."""
@@ -172,7 +173,7 @@ def popc(x):
 
 
 def build_frame_list(span_written, T, RF, RB, PD, f):
-    """build_frame_list (attention_mma.cuh), lane by lane: warp 0 takes 32
+    """build_frame_list (attention_common.cuh), lane by lane: warp 0 takes 32
     ring frames at a time, each lane tests its frame (written, not hidden),
     the ballot's popcount below a lane places its frame; the scratch (RF)
     last. Returns the list."""

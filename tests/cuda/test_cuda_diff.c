@@ -94,7 +94,7 @@ typedef struct ctx {
     float *h_ref;
     uint8_t *h_written, *h_vis_cpu, *h_vis_gpu;
     int64_t *clock; /* next frame per session; -1 = none yet */
-    ct_rng rng;
+    rkvt_rng rng;
 } ctx;
 
 static int64_t max_tq(const ctx *x) { return x->c->T + 64; }
@@ -120,14 +120,14 @@ static void attend_both(ctx *x, int64_t B, const int64_t *sess, const int64_t *f
                         int64_t tq_force, const char *where) {
     const diff_case *c = x->c;
     const int64_t tq_choices[] = {0, 0, 1, 37, 100, c->T + 64};
-    int64_t tq = tq_force ? tq_force : tq_choices[ct_randint(&x->rng, 6)];
+    int64_t tq = tq_force ? tq_force : tq_choices[rkvt_randint(&x->rng, 6)];
     const int64_t Tq = tq ? tq : c->T;
     rkv_dtype q_dt = c->dt;
-    if (!explicit_vis && ct_randint(&x->rng, 8) == 0) q_dt = RKV_DTYPE_F32; /* mixed -> generic */
-    const rkv_dtype out_dt = ct_randint(&x->rng, 2) ? c->dt : RKV_DTYPE_F32;
-    const float amp = ct_randint(&x->rng, 3) == 0 ? 6.0f : 1.0f;
-    const float scale = ct_randint(&x->rng, 4) == 0 ? 0.05f + 0.3f * (ct_uniform(&x->rng) + 1) : 0.0f;
-    const int use_ws = (int)ct_randint(&x->rng, 2);
+    if (!explicit_vis && rkvt_randint(&x->rng, 8) == 0) q_dt = RKV_DTYPE_F32; /* mixed -> generic */
+    const rkv_dtype out_dt = rkvt_randint(&x->rng, 2) ? c->dt : RKV_DTYPE_F32;
+    const float amp = rkvt_randint(&x->rng, 3) == 0 ? 6.0f : 1.0f;
+    const float scale = rkvt_randint(&x->rng, 4) == 0 ? 0.05f + 0.3f * (rkvt_uniform(&x->rng) + 1) : 0.0f;
+    const int use_ws = (int)rkvt_randint(&x->rng, 2);
     const size_t nq = (size_t)(B * c->Hq * Tq * c->D);
 
     ct_fill(x->h_q, q_dt, nq, amp, &x->rng);
@@ -136,8 +136,7 @@ static void attend_both(ctx *x, int64_t B, const int64_t *sess, const int64_t *f
     CK(cudaMemcpy(x->d_sess, sess, (size_t)B * 8, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(x->d_fp, fp, (size_t)B * 8, cudaMemcpyHostToDevice));
 
-    rkv_cuda_attention_args ga;
-    memset(&ga, 0, sizeof ga);
+    rkv_cuda_attention_args ga = RKV_CUDA_ATTENTION_ARGS_INIT;
     ga.batch = B;
     ga.n_q_heads = c->Hq;
     ga.n_queries = tq;
@@ -158,8 +157,7 @@ static void attend_both(ctx *x, int64_t B, const int64_t *sess, const int64_t *f
     OKR(rkv_cuda_layer_check(x->gpu, (void *)x->stream));
     CK(cudaMemcpy(x->h_out, x->d_out, nq * rkv_dtype_size(out_dt), cudaMemcpyDeviceToHost));
 
-    rkv_attention_args ca;
-    memset(&ca, 0, sizeof ca);
+    rkv_attention_args ca = RKV_ATTENTION_ARGS_INIT;
     ca.batch = B;
     ca.n_q_heads = c->Hq;
     ca.n_queries = tq;
@@ -174,7 +172,7 @@ static void attend_both(ctx *x, int64_t B, const int64_t *sess, const int64_t *f
     OKR(rkv_layer_attend(x->cpu, &ca));
 
     float *got = ct_to_f32(x->h_out, out_dt, nq);
-    const double err = ct_rel_err(got, x->h_ref, nq);
+    const double err = rkvt_rel_err(got, x->h_ref, nq, NULL);
     free(got);
     /* tensor-core kernels: "mma ..." (mma.sync) and "wgmma ..." (Hopper) */
     const int wg = strncmp(plan, "wgmma", 5) == 0;
@@ -197,14 +195,14 @@ static void attend_both(ctx *x, int64_t B, const int64_t *sess, const int64_t *f
         OKR(rkv_cuda_layer_download(x->gpu, x->h_state, x->h_written));
         double *row = (double *)ct_malloc((size_t)c->D * sizeof(double));
         for (int k = 0; k < 3; k++) {
-            const int64_t b = ct_randint(&x->rng, B), h = ct_randint(&x->rng, c->Hq);
-            const int64_t i = ct_randint(&x->rng, Tq);
+            const int64_t b = rkvt_randint(&x->rng, B), h = rkvt_randint(&x->rng, c->Hq);
+            const int64_t i = rkvt_randint(&x->rng, Tq);
             ct_oracle_row(&x->g, x->h_state, x->h_written, x->h_q, q_dt, c->Hq, Tq, b, h, i,
                           sess[b], fp[b], scale != 0.0f ? scale : 1.0 / sqrt((double)c->D), row);
             double ng = 0, nc = 0, nr = 0;
             for (int64_t d = 0; d < c->D; d++) {
                 const size_t at = (size_t)(((b * c->Hq + h) * Tq + i) * c->D + d);
-                const double gv = ct_get(x->h_out, out_dt, at), cv = x->h_ref[at];
+                const double gv = rkvt_get(x->h_out, out_dt, at), cv = x->h_ref[at];
                 ng += (gv - row[d]) * (gv - row[d]);
                 nc += (cv - row[d]) * (cv - row[d]);
                 nr += row[d] * row[d];
@@ -242,8 +240,7 @@ static void device_checks(ctx *x, int64_t B, const int64_t *sess, const int64_t 
         compare_state(x, "after a rejected upsert");
 
         /* attention: output must stay poisoned */
-        rkv_cuda_attention_args ga;
-        memset(&ga, 0, sizeof ga);
+        rkv_cuda_attention_args ga = RKV_CUDA_ATTENTION_ARGS_INIT;
         ga.batch = B;
         ga.n_q_heads = c->Hq;
         ga.q = x->d_q;
@@ -280,8 +277,7 @@ static void oracle_rows(ctx *x, int64_t s, int64_t f) {
     CK(cudaMemcpy(x->d_sess, &s, 8, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(x->d_fp, &f, 8, cudaMemcpyHostToDevice));
     for (int pass = 0; pass < 2; pass++) {
-        rkv_cuda_attention_args ga;
-        memset(&ga, 0, sizeof ga);
+        rkv_cuda_attention_args ga = RKV_CUDA_ATTENTION_ARGS_INIT;
         ga.batch = B;
         ga.n_q_heads = c->Hq;
         ga.q = x->d_q;
@@ -303,7 +299,7 @@ static void oracle_rows(ctx *x, int64_t s, int64_t f) {
         double num = 0, den = 0, *row = (double *)ct_malloc((size_t)c->D * sizeof(double));
         const int rows = 12;
         for (int k = 0; k < rows; k++) {
-            const int64_t h = ct_randint(&x->rng, c->Hq), i = ct_randint(&x->rng, Tq);
+            const int64_t h = rkvt_randint(&x->rng, c->Hq), i = rkvt_randint(&x->rng, Tq);
             ct_oracle_row(&x->g, x->h_state, x->h_written, x->h_q, c->dt, c->Hq, Tq, 0, h, i, s, f,
                           1.0 / sqrt((double)c->D), row);
             for (int64_t d = 0; d < c->D; d++) {
@@ -358,8 +354,7 @@ static void run_case(const diff_case *c, uint64_t seed, int quick) {
     /* the largest preferred workspace over B and Tq */
     for (int64_t B = 1; B <= S; B++)
         for (int k = 0; k < 2; k++) {
-            rkv_cuda_attention_args a;
-            memset(&a, 0, sizeof a);
+            rkv_cuda_attention_args a = RKV_CUDA_ATTENTION_ARGS_INIT;
             a.batch = B;
             a.n_q_heads = c->Hq;
             a.n_queries = k ? max_tq(x) : 0;
@@ -382,7 +377,7 @@ static void run_case(const diff_case *c, uint64_t seed, int quick) {
     x->h_vis_cpu = (uint8_t *)ct_malloc((size_t)x->N);
     x->h_vis_gpu = (uint8_t *)ct_malloc((size_t)x->N);
     x->clock = (int64_t *)ct_malloc((size_t)S * 8);
-    for (int64_t s = 0; s < S; s++) x->clock[s] = ct_randint(&x->rng, 3) == 0 ? ct_randint(&x->rng, 50) : 0;
+    for (int64_t s = 0; s < S; s++) x->clock[s] = rkvt_randint(&x->rng, 3) == 0 ? rkvt_randint(&x->rng, 50) : 0;
 
     compare_state(x, "after create");
     const int frames = quick ? (c->frames + 3) / 4 : c->frames;
@@ -390,11 +385,11 @@ static void run_case(const diff_case *c, uint64_t seed, int quick) {
     int64_t last_s = 0, last_f = 0;
     for (int step = 0; step < frames; step++) {
         /* a batch of distinct sessions */
-        int64_t perm[64], B = 1 + ct_randint(&x->rng, S);
+        int64_t perm[64], B = 1 + rkvt_randint(&x->rng, S);
         if (c->fast_forward) B = S;
         for (int64_t s = 0; s < S; s++) perm[s] = s;
         for (int64_t s = S - 1; s > 0; s--) {
-            int64_t j = ct_randint(&x->rng, s + 1), t = perm[s];
+            int64_t j = rkvt_randint(&x->rng, s + 1), t = perm[s];
             perm[s] = perm[j], perm[j] = t;
         }
         int64_t sess[64], fp[64];
@@ -404,7 +399,7 @@ static void run_case(const diff_case *c, uint64_t seed, int quick) {
         const int attend_now = !c->fast_forward && (step % 2 == 0 || step == frames - 1);
         for (int pass = c->fast_forward ? 4 : 0; pass < 5; pass++) {
             const int commit = pass == 4;
-            const int vis = B == 1 && ct_randint(&x->rng, 2);
+            const int vis = B == 1 && rkvt_randint(&x->rng, 2);
             ct_fill(x->h_kv_in, c->dt, x->frame_bytes * (size_t)B / x->esz, 1.0f, &x->rng);
             CK(cudaMemcpy(x->d_kv_in, x->h_kv_in, x->frame_bytes * (size_t)B,
                           cudaMemcpyHostToDevice));
@@ -439,12 +434,12 @@ static void run_case(const diff_case *c, uint64_t seed, int quick) {
         last_f = fp[0];
         for (int64_t b = 0; b < B; b++) x->clock[sess[b]]++;
         /* now and then a reset: state dropped, clock restarts anywhere */
-        if (!c->fast_forward && ct_randint(&x->rng, 9) == 0) {
-            const int64_t s = ct_randint(&x->rng, S);
+        if (!c->fast_forward && rkvt_randint(&x->rng, 9) == 0) {
+            const int64_t s = rkvt_randint(&x->rng, S);
             OKR(rkv_layer_reset(x->cpu, s));
             OKR(rkv_cuda_layer_reset(x->gpu, s, (void *)x->stream));
             CK(cudaStreamSynchronize(x->stream));
-            x->clock[s] = ct_randint(&x->rng, 40);
+            x->clock[s] = rkvt_randint(&x->rng, 40);
             compare_state(x, "after reset");
         }
     }
@@ -503,7 +498,7 @@ static const sp_case k_sp_cases[] = {
     {"frame 1 NaN", 128, 0x2, NAN, -1.0f, NAN, SP_NAN},
 };
 
-static void special_one(const sp_case *c, rkv_dtype dt, int64_t D, ct_rng *rng) {
+static void special_one(const sp_case *c, rkv_dtype dt, int64_t D, rkvt_rng *rng) {
     const int64_t T = c->T, N = 5 * T;
     rkv_geometry g = {1, 1, 4, 4, D, T, 1, dt};
     rkv_layer *cpu = NULL;
@@ -514,8 +509,8 @@ static void special_one(const sp_case *c, rkv_dtype dt, int64_t D, ct_rng *rng) 
     float *fr = (float *)ct_malloc(fn * 4);
     void *kv = ct_malloc(fn * esz);
     for (int64_t f = 0; f < 3; f++) {
-        for (size_t i = 0; i < half; i++) fr[i] = 0.5f * ct_uniform(rng);
-        for (size_t i = half; i < fn; i++) fr[i] = ct_uniform(rng);
+        for (size_t i = 0; i < half; i++) fr[i] = 0.5f * rkvt_uniform(rng);
+        for (size_t i = half; i < fn; i++) fr[i] = rkvt_uniform(rng);
         for (int64_t t = 0; t < T; t++) {
             if (c->mark >> ((f * T + t) / 128) & 1) fr[t * D] = c->k0;
             else if (!isnan(c->other_k0)) fr[t * D] = c->other_k0;
@@ -544,12 +539,14 @@ static void special_one(const sp_case *c, rkv_dtype dt, int64_t D, ct_rng *rng) 
     CK(cudaMemcpy(d_sess, &idx[0], 8, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d_fp, &idx[1], 8, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d_vis, vis, (size_t)N, cudaMemcpyHostToDevice));
-    const rkv_attention_args ca = {.batch = 1, .n_q_heads = 1, .q = hq, .q_dtype = q_dt,
+    const rkv_attention_args ca = {.struct_size = sizeof(rkv_attention_args),
+                                   .batch = 1, .n_q_heads = 1, .q = hq, .q_dtype = q_dt,
                                    .out = ref, .out_dtype = RKV_DTYPE_F32,
                                    .session_idx = &idx[0], .frame_pos = &idx[1]};
     OKR(rkv_layer_attend(cpu, &ca));
     for (int mode = 0; mode < 3; mode++) { /* plain, workspace (splits), explicit row */
-        rkv_cuda_attention_args ga = {.batch = 1, .n_q_heads = 1, .q = d_q, .q_dtype = q_dt,
+        rkv_cuda_attention_args ga = {.struct_size = sizeof(rkv_cuda_attention_args),
+                                      .batch = 1, .n_q_heads = 1, .q = d_q, .q_dtype = q_dt,
                                       .out = d_out, .out_dtype = RKV_DTYPE_F32,
                                       .session_idx = d_sess, .frame_pos = d_fp,
                                       .visible = mode == 2 ? d_vis : NULL};
@@ -570,7 +567,7 @@ static void special_one(const sp_case *c, rkv_dtype dt, int64_t D, ct_rng *rng) 
         double err = 0;
         int ok = 1;
         if (c->want == SP_FINITE) {
-            err = ct_rel_err(got, ref, nq);
+            err = rkvt_rel_err(got, ref, nq, NULL);
             for (size_t i = 0; i < nq; i++) ok &= isfinite(ref[i]);
             ok &= err <= tol_for(dt, RKV_DTYPE_F32, strncmp(plan, "mma", 3) == 0 ||
                                                         strncmp(plan, "wgmma", 5) == 0);
@@ -599,7 +596,7 @@ static void special_scores(uint64_t seed) {
         int64_t D;
     } st[] = {{RKV_DTYPE_BF16, 64}, {RKV_DTYPE_BF16, 128}, {RKV_DTYPE_F16, 64},
               {RKV_DTYPE_F16, 128}, {RKV_DTYPE_F32, 64}};
-    ct_rng rng = {seed ^ 0x5ca1ab1eull};
+    rkvt_rng rng = {seed ^ 0x5ca1ab1eull};
     for (size_t k = 0; k < sizeof st / sizeof st[0]; k++)
         for (size_t i = 0; i < sizeof k_sp_cases / sizeof k_sp_cases[0]; i++) {
             /* f16 cannot hold 1e30 or -1e10: that case is bf16's and f32's */

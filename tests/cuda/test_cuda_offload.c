@@ -24,7 +24,8 @@
         exit(1);                                                                         \
     } while (0)
 
-/* The session's in-memory snapshot image (raw spans, bits and clock). */
+/* The session's in-memory snapshot image (the snapshot file's image: a header with
+ * the clock and the session's identity, then its spans and written bits). */
 static unsigned char *image_of(rkv_model *m, int64_t s, size_t *n) {
     *n = rkv_model_snapshot_bytes(m);
     unsigned char *p = ct_malloc(*n);
@@ -61,7 +62,7 @@ int main(void) {
         printf("test_cuda_offload: no CUDA device: skipped\n");
         return CT_SKIP;
     }
-    rkv_model_config cfg;
+    rkv_model_config cfg = RKV_MODEL_CONFIG_INIT;
     OKR(rkv_model_preset("waypoint-1.5-720p", 0, &cfg));
     cfg.num_sessions = 2;
     rkv_model *m = NULL, *m2 = NULL;

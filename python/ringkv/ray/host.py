@@ -22,6 +22,7 @@ import os
 import urllib.parse
 from typing import Any, Sequence
 
+from .._args import as_int
 from ..model import LayerSpec, Model, ModelConfig
 from .stream import PASSES, frame_tokens, step_frame
 
@@ -48,7 +49,7 @@ class SessionHost:
         self.name = name
         self.model = Model(config)
         self.checkpoint_dir = checkpoint_dir
-        self.checkpoint_every = int(checkpoint_every)
+        self.checkpoint_every = as_int(checkpoint_every, "checkpoint_every")
         self.slots: dict[str, int] = {}      # live and frozen sessions
         self.frozen: set[str] = set()
         self.incoming: dict[str, int] = {}   # reserved for import
@@ -154,7 +155,7 @@ class SessionHost:
         from :meth:`step`'s). Returns its clock."""
         s = self._slot(request_id)
         cfg = self.model.config
-        for _ in range(int(frames)):
+        for _ in range(as_int(frames, "frames")):
             clock = self.model.clock(s)
             f = 0 if clock is None else clock + 1
             self.model.begin_frame([s], [f])

@@ -23,6 +23,15 @@ of a host that died (docs/migration.md).
 Written for Ray actor handles (``ray.remote(SessionHost)``); the router
 itself is a plain object (use it in the driver, or wrap it with
 ``ray.remote`` as a controller actor).
+
+Names are checked before anything is asked of a host, with the binding's
+classes (python/README.md, Errors): a request id the router does not know,
+or a host name it was never given, is :class:`ringkv.RingKVKeyError` (a
+KeyError) naming the ones it knows; a request in the wrong place for the
+call (paged out, waiting for room after its host died, not paged out), a
+dead host, or no alive host with room is :class:`ringkv.RingKVRuntimeError`
+(a RuntimeError) saying which. :meth:`SessionRouter.migrate` to a dead
+host stays a :class:`MigrationError` (step ``reserve``).
 """
 from __future__ import annotations
 
@@ -34,11 +43,22 @@ from typing import Any, Iterable
 import ray
 from ray.exceptions import RayActorError
 
+from ..errors import RingKVKeyError, RingKVRuntimeError
 from .host import checkpoint_path
 
 __all__ = ["SessionRouter", "MigrationError", "Recovery", "StepReport", "Migration"]
 
 _DEAD = (RayActorError,)
+
+
+def _names(names: Iterable[str], limit: int = 16) -> str:
+    """``a, b, c`` (sorted; the first ``limit`` and a count when longer);
+    ``none`` when empty."""
+    names = sorted(names)
+    if not names:
+        return "none"
+    more = f", ... ({len(names)} in all)" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
 
 
 class MigrationError(RuntimeError):
@@ -117,33 +137,81 @@ class SessionRouter:
         loads = ray.get([h.load.remote() for h in self.hosts.values()])
         self.capacity = {n: l["capacity"] for n, l in zip(self.hosts, loads)}
 
+    # ---- names ------------------------------------------------------------------
+    def _host(self, host: str) -> str:
+        """``host`` if the router was given a host of that name (alive or
+        dead); RingKVKeyError naming the hosts otherwise."""
+        if host not in self.hosts:
+            raise RingKVKeyError(f"no host named {host!r}; hosts: {_names(self.hosts)}")
+        return host
+
+    def _elsewhere(self, request_id: str) -> str | None:
+        """Why a request the router knows is not live on a host, or None."""
+        if request_id in self.paged_out:
+            return (f"request {request_id!r} is paged out (of host "
+                    f"{self.paged_out[request_id][0]}); SessionRouter.page_in brings it back")
+        if request_id in self.waiting:
+            return (f"request {request_id!r} is waiting for room since its host "
+                    f"{self.waiting[request_id]} died; SessionRouter.restore_waiting "
+                    "brings it back")
+        return None
+
+    def _placed(self, request_id: str) -> str:
+        """The host where ``request_id`` is live. RingKVRuntimeError when it
+        is paged out or waiting; RingKVKeyError naming the live ones when
+        the router does not know it."""
+        host = self.where.get(request_id)
+        if host is not None:
+            return host
+        why = self._elsewhere(request_id)
+        if why is not None:
+            raise RingKVRuntimeError(why)
+        also = "".join(f"; {what}: {_names(ids)}" for what, ids in
+                       (("paged out", self.paged_out), ("waiting", self.waiting)) if ids)
+        raise RingKVKeyError(f"no session with request id {request_id!r}; known: "
+                             f"{_names(self.where)}{also}")
+
     # ---- placement -------------------------------------------------------------
     def alive(self) -> list[str]:
         return [n for n in self.hosts if n not in self.dead]
 
     def load(self, host: str) -> int:
-        """Slots the router has given out on ``host``."""
+        """Slots the router has given out on ``host`` (RingKVKeyError for a
+        host it was never given)."""
+        self._host(host)
         return sum(1 for h in self.where.values() if h == host)
 
     def _least_loaded(self, exclude: Iterable[str] = ()) -> str:
-        room = [n for n in self.alive() if n not in set(exclude)
-                and self.load(n) < self.capacity[n]]
+        """The alive host with the fewest sessions and a free slot;
+        RingKVRuntimeError (a RuntimeError) saying why there is none."""
+        alive = [n for n in self.alive() if n not in set(exclude)]
+        room = [n for n in alive if self.load(n) < self.capacity[n]]
         if not room:
-            raise RuntimeError("no alive host has a free session slot")
+            if not alive:
+                raise RingKVRuntimeError(f"no alive host: every host died "
+                                         f"({_names(self.dead)})")
+            full = ", ".join(f"{n} {self.load(n)}/{self.capacity[n]}" for n in sorted(alive))
+            raise RingKVRuntimeError(f"no alive host has a free session slot ({full})")
         return min(room, key=lambda n: (self.load(n), n))
 
     def open(self, request_id: str) -> str:
         """Places a new request on the least-loaded host (a placed one stays
-        where it is: affinity) and returns the host's name."""
+        where it is: affinity) and returns the host's name. RingKVRuntimeError
+        for a request paged out or waiting (bring it back instead), or when
+        no alive host has room."""
         if request_id in self.where:
             return self.where[request_id]
+        why = self._elsewhere(request_id)
+        if why is not None:
+            raise RingKVRuntimeError(why)
         host = self._least_loaded()
         ray.get(self.hosts[host].open.remote(request_id))
         self.where[request_id] = host
         return host
 
     def close(self, request_id: str) -> None:
-        host = self.where.pop(request_id)
+        host = self._placed(request_id)
+        del self.where[request_id]
         ray.get(self.hosts[host].close.remote(request_id))
         self.last_frame.pop(request_id, None)
 
@@ -152,11 +220,12 @@ class SessionRouter:
         """One frame of each request (default: every placed one), each host
         stepping its own as one batch, all hosts at once. A host found dead
         is recovered (:meth:`host_died`); its sessions are not stepped this
-        time."""
+        time. Every request is checked (:meth:`_placed`) before any host
+        steps."""
         rids = list(self.where) if request_ids is None else list(request_ids)
         by_host: dict[str, list[str]] = {}
         for rid in rids:
-            by_host.setdefault(self.where[rid], []).append(rid)
+            by_host.setdefault(self._placed(rid), []).append(rid)
         calls = {h: self.hosts[h].step.remote(r) for h, r in by_host.items()}
         report = StepReport()
         for host, ref in calls.items():
@@ -176,8 +245,9 @@ class SessionRouter:
     def host_died(self, host: str) -> dict[str, Recovery]:
         """Marks ``host`` dead and restores each of its sessions on the
         least-loaded alive host: from its last checkpoint when there is one,
-        else empty; the frames completed after that are reported lost."""
-        self.dead.add(host)
+        else empty; the frames completed after that are reported lost.
+        RingKVKeyError for a host the router was never given."""
+        self.dead.add(self._host(host))
         out = {}
         for rid in [r for r, h in self.where.items() if h == host]:
             del self.where[rid]
@@ -245,11 +315,14 @@ class SessionRouter:
         """Moves a session to ``host`` between two frames (the module's
         docstring has the protocol). Raises MigrationError, with the
         session live and unchanged at its source, when any step before the
-        import fails."""
-        src_name, dst_name = self.where[request_id], host
-        if dst_name in self.dead or dst_name not in self.hosts:
+        import fails; before anything is asked of a host, RingKVKeyError for
+        an unknown request id or host name (RingKVRuntimeError for a request
+        paged out or waiting)."""
+        src_name, dst_name = self._placed(request_id), self._host(host)
+        if dst_name in self.dead:
             raise MigrationError(request_id, "reserve", src_name, dst_name,
-                                 RuntimeError(f"host {dst_name} is not alive"))
+                                 RuntimeError(f"host {dst_name} is not alive (alive: "
+                                              f"{_names(self.alive())})"))
         if src_name == dst_name:
             return Migration(request_id, src_name, dst_name, 0, 0.0,
                              ray.get(self.hosts[src_name].clock.remote(request_id)), True)
@@ -328,7 +401,7 @@ class SessionRouter:
         """Pages a session out of its host: the image goes into Ray's object
         store (the router keeps the reference), the slot is free; returns
         the image's size in bytes."""
-        host = self.where[request_id]
+        host = self._placed(request_id)
         ref = self.hosts[host].offload.remote(request_id)
         image = ray.get(ref)
         del self.where[request_id]
@@ -337,8 +410,22 @@ class SessionRouter:
 
     def page_in(self, request_id: str) -> str:
         """Brings a paged-out session back on the host that paged it out (its
-        request id is reserved there); returns the host."""
+        request id is reserved there); returns the host. RingKVRuntimeError
+        for a request that is not paged out, or whose host died;
+        RingKVKeyError for one the router does not know."""
+        if request_id not in self.paged_out:
+            if request_id in self.where:
+                raise RingKVRuntimeError(f"request {request_id!r} is not paged out: it is live "
+                                         f"on host {self.where[request_id]}")
+            why = self._elsewhere(request_id)
+            if why is not None:
+                raise RingKVRuntimeError(why)
+            raise RingKVKeyError(f"no paged-out session with request id {request_id!r}; "
+                                 f"paged out: {_names(self.paged_out)}")
         host, ref = self.paged_out[request_id]
+        if host in self.dead:
+            raise RingKVRuntimeError(f"request {request_id!r} was paged out of host {host}, "
+                                     "which is not alive")
         got = ray.get(self.hosts[host].page_in.remote(ref))
         if got != request_id:
             raise RuntimeError(f"paging {request_id!r} in brought back {got!r}")

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "cpu_internal.h"
 
 /* dst[j][:] = half c (K or V), head h, slot slots[j], widened to f32. */
 static void widen_rows(const struct rkv_layer *l, int c, int64_t h, const int64_t *slots,
@@ -30,8 +30,10 @@ static float dot(const float *x, const float *y, int64_t n) {
     return s;
 }
 
-rkv_status rkv_layer_attend_reference(const rkv_layer *layer, const rkv_attention_args *args) {
-    rkv_status st = rkv__attention_check(layer, args, "rkv_layer_attend_reference");
+rkv_status rkv_layer_attend_reference(const rkv_layer *layer, const rkv_attention_args *caller) {
+    rkv_attention_args copy;
+    const rkv_attention_args *args = &copy;
+    rkv_status st = rkv__attention_take(layer, caller, "rkv_layer_attend_reference", &copy);
     if (st != RKV_OK) return st;
     const rkv_geometry *g = &layer->g;
     const int64_t D = g->d_head, Hq = args->n_q_heads, group = Hq / g->n_kv_heads;

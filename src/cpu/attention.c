@@ -2,7 +2,7 @@
  * by the CPU implementations (SEMANTICS 4, 5). */
 #include <math.h>
 
-#include "internal.h"
+#include "cpu_internal.h"
 
 /* Visible slots of one row, ascending: from the caller's row, or from the
  * bits-and-clock rule (ring frames ascending, scratch last). */
@@ -25,10 +25,22 @@ int64_t rkv__gather_visible_slots(const struct rkv_layer *l, const rkv_attention
     return n;
 }
 
+rkv_status rkv__attention_take(const struct rkv_layer *l, const rkv_attention_args *caller,
+                               const char *what, rkv_attention_args *copy) {
+    if (!l) return rkv__fail(RKV_ERR_NULL, "%s: layer is NULL", what);
+    if (!caller) return rkv__fail(RKV_ERR_NULL, "%s: args is NULL", what);
+    rkv_status st = rkv__attention_args_load(what, caller, copy);
+    return st == RKV_OK ? rkv__attention_check(l, copy, what) : st;
+}
+
 rkv_status rkv__attention_check(const struct rkv_layer *l, const rkv_attention_args *a,
                                 const char *what) {
     if (!l) return rkv__fail(RKV_ERR_NULL, "%s: layer is NULL", what);
     if (!a) return rkv__fail(RKV_ERR_NULL, "%s: args is NULL", what);
+    rkv_status st = rkv__struct_size_check(what, "args", "rkv_attention_args",
+                                           "RKV_ATTENTION_ARGS_INIT", a->struct_size,
+                                           RKV__ATTENTION_ARGS_V1, sizeof *a);
+    if (st != RKV_OK) return st;
     const rkv_geometry *g = &l->g;
     if (a->batch < 1)
         return rkv__fail(RKV_ERR_INVALID_ARG, "%s: batch B = %lld; expected >= 1", what,

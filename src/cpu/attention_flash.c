@@ -14,7 +14,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "internal.h"
+#include "cpu_internal.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -166,8 +166,10 @@ static const char *isa_cap(void) {
     return NULL;
 }
 
+static const char *isa_requested; /* isa_cap() of the one pick_kernel call */
+
 static rkv__task_fn pick_kernel(const char **name) {
-    const char *cap = isa_cap();
+    const char *cap = isa_requested = isa_cap();
 #if defined(__x86_64__) && defined(__GNUC__)
     __builtin_cpu_init();
     const bool want_amx = !cap || !strcmp(cap, "amx");
@@ -201,7 +203,17 @@ static rkv__task_fn pick_kernel(const char **name) {
 static rkv__task_fn kernel;
 static const char *kernel_name;
 static pthread_once_t kernel_once = PTHREAD_ONCE_INIT;
-static void init_kernel(void) { kernel = pick_kernel(&kernel_name); }
+/* Picks the kernel once; a kernel named by RKV_ISA that this CPU (or its
+ * OS: AMX needs Linux's permission) does not offer is said once on stderr,
+ * with the one that runs instead, as an unknown name is (isa_cap). */
+static void init_kernel(void) {
+    kernel = pick_kernel(&kernel_name);
+    if (isa_requested && strcmp(isa_requested, kernel_name))
+        fprintf(stderr,
+                "ringkv: RKV_ISA=%s asks for the %s kernel, which this CPU does not offer; "
+                "the %s kernel is used\n",
+                getenv("RKV_ISA"), isa_requested, kernel_name);
+}
 
 const char *rkv_attention_isa(void) {
     pthread_once(&kernel_once, init_kernel);
@@ -218,9 +230,11 @@ rkv_status rkv_layer_attend(const rkv_layer *layer, const rkv_attention_args *ar
     return rkv__attend(layer, args, "rkv_layer_attend");
 }
 
-rkv_status rkv__attend(const struct rkv_layer *layer, const rkv_attention_args *args,
+rkv_status rkv__attend(const struct rkv_layer *layer, const rkv_attention_args *caller,
                        const char *what) {
-    rkv_status st = rkv__attention_check(layer, args, what);
+    rkv_attention_args copy;
+    const rkv_attention_args *args = &copy;
+    rkv_status st = rkv__attention_take(layer, caller, what, &copy);
     if (st != RKV_OK) return st;
     pthread_once(&kernel_once, init_kernel);
     rkv_threadpool *pool = args->pool ? args->pool : rkv__default_pool();

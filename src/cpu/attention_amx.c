@@ -44,7 +44,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "internal.h"
+#include "cpu_internal.h"
 
 #define MQ 64  /* queries per task tile (as attention_flash.c)  */
 #define KB 128 /* keys per chunk                               */

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "cpu_internal.h"
 
 struct rkv_threadpool {
     int n_threads; /* workers + the calling thread */

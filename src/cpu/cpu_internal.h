@@ -1,0 +1,64 @@
+/* Private declarations shared by the CPU backend's files only (src/cpu/:
+ * the attention engines, the thread pool, the backend table). The core
+ * (the files directly in src/) never includes this header: it reaches the
+ * CPU engines through the public calls (rkv_layer_attend, ...) and
+ * rkv__attend (internal.h). */
+#ifndef RKV_CPU_INTERNAL_H
+#define RKV_CPU_INTERNAL_H
+
+#include "internal.h"
+#include "ringkv_cpu.h" /* the CPU backend's public calls, defined here */
+
+/* ---- attention (cpu/attention.c) ---- */
+/* The caller's args of an attention call in this library's layout (*copy;
+ * src/args.c), every argument checked; `what` names the call. */
+rkv_status rkv__attention_take(const struct rkv_layer *l, const rkv_attention_args *caller,
+                               const char *what, rkv_attention_args *copy);
+/* Checks every argument of an attention call; `what` names the call. */
+rkv_status rkv__attention_check(const struct rkv_layer *l, const rkv_attention_args *a,
+                                const char *what);
+/* Visible slots of row b, ascending (explicit row, or the bits-and-clock
+ * rule: ring frames ascending, scratch last) into slots[N]; returns count. */
+int64_t rkv__gather_visible_slots(const struct rkv_layer *l, const rkv_attention_args *a,
+                                  int64_t b, int64_t *slots);
+
+/* One rkv_layer_attend call, shared by its task functions. */
+typedef struct rkv__attend_ctx {
+    const struct rkv_layer *layer;
+    const rkv_attention_args *args;
+    rkv_threadpool *pool;
+    int64_t tq;  /* queries per row */
+    float scale; /* softmax scale    */
+    int64_t units; /* bf16 pair path: units per task (set by rkv__amx_tasks) */
+} rkv__attend_ctx;
+
+/* The bf16 pair-product attention (cpu/attention_amx.c): true when the CPU has
+ * AMX-TILE, AMX-BF16 and AVX512-BF16 and the OS granted tile data (call
+ * once); true when it has AVX512-F/BW/DQ/VL and AVX512-BF16; whether a layer
+ * suits the path (bf16 storage, d_head a multiple of 32, <= 512); the
+ * per-thread scratch; the task count; the task on the AMX engine and on the
+ * AVX512-BF16 engine (ctx: a rkv__attend_ctx). */
+bool rkv__amx_available(void);
+bool rkv__bf16dot_available(void);
+bool rkv__amx_fits(const struct rkv_layer *l);
+size_t rkv__amx_scratch_bytes(int64_t D, int64_t N);
+int64_t rkv__amx_tasks(rkv__attend_ctx *c);
+void rkv__amx_task(void *ctx, int64_t task, int thread);
+void rkv__bf16dot_task(void *ctx, int64_t task, int thread);
+
+/* ---- thread pool (cpu/threadpool.c) ---- */
+/* One task of a parallel job: `thread` is in [0, pool size), 0 = caller. */
+typedef void (*rkv__task_fn)(void *ctx, int64_t task, int thread);
+/* Runs fn(ctx, t, thread) for t in [0, n_tasks) on the pool's threads and
+ * the caller, returning when all are done. Before any task runs, every
+ * thread's scratch buffer is grown to scratch_bytes (RKV_ERR_NO_MEMORY, with
+ * no task run, when that fails). Concurrent calls on one pool are serialized. */
+rkv_status rkv__parallel_for(rkv_threadpool *pool, int64_t n_tasks, size_t scratch_bytes,
+                             rkv__task_fn fn, void *ctx);
+/* The process-wide pool sized to the machine's cores, created on first use;
+ * NULL when it could not be created. */
+rkv_threadpool *rkv__default_pool(void);
+/* The 64-byte aligned scratch buffer of `thread` (valid inside a task). */
+void *rkv__thread_scratch(rkv_threadpool *pool, int thread);
+
+#endif
