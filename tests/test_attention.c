@@ -2,7 +2,6 @@
  * here: gather the row's visible slots, softmax, GQA head h -> h/(Hq/H). */
 #define _POSIX_C_SOURCE 200809L
 #include "testutil.h"
-#include "test_budget.h"
 
 /* Every test runs twice: on rkv_layer_attend (the fast path) and on
  * rkv_layer_attend_reference (the oracle kept in the library). */
@@ -596,7 +595,7 @@ static void test_odd_dims(void **state)
     static const int64_t dims[] = {1, 3, 7, 9, 17, 33, 65, 100, 128};
     /* 129: two query tiles of 64 and one query more; under a sanitizer 65
      * (one tile and one more: the same edge, half the float64 work) */
-    const int64_t tqs[] = {1, 13, 37, TU_SIZE(129, 65)};
+    const int64_t tqs[] = {1, 13, 37, RKVT_SIZE(129, 65)};
     tu_rng r = {22};
     for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
         int64_t D = dims[di];
@@ -763,7 +762,7 @@ static void test_bf16_tile_shapes(void **state)
     static const int64_t dims[2] = {64, 128};
     for (int k = 0; k < 2; k++) {
         /* B 2 under a sanitizer (still a batch; a third of the work less) */
-        const int64_t D = dims[k], Hq = 4, T = 128, Tq = 77, B = TU_SIZE(3, 2);
+        const int64_t D = dims[k], Hq = 4, T = 128, Tq = 77, B = RKVT_SIZE(3, 2);
         rkv_geometry g = tu_geom(3, 2, 4, 3, D, T, 2, RKV_DTYPE_BF16);
         fixture fx = fixture_new(g, kClocks);
         int64_t N = tu_N(&g);
@@ -833,7 +832,7 @@ typedef struct special_case {
 #define SP_D 64
 /* Queries: every query row is the same, so 128 (two query tiles of 64) and,
  * under a sanitizer, 65 (a full tile and a partial one) test the same. */
-#define SP_TQ TU_SIZE(128, 65)
+#define SP_TQ RKVT_SIZE(128, 65)
 
 /* The layer of a case; swap: frames 0 and 1 exchange contents (marks
  * included), the same keys in the other slot order. */
@@ -1034,7 +1033,7 @@ static void test_thread_count_bit_identical(void **state)
     int64_t clocks[3] = {5, 8, 2};
     fixture fx = fixture_new(g, clocks);
     /* Hq 4 under a sanitizer: still GQA (2 query heads a KV head) */
-    int64_t Hq = TU_SIZE(8, 4), T = 256, D = 64, B = 3;
+    int64_t Hq = RKVT_SIZE(8, 4), T = 256, D = 64, B = 3;
     size_t n = (size_t)(B * Hq * T * D);
     float *q = tu_xmalloc(n * 4);
     tu_rng r = {24};
@@ -1203,12 +1202,12 @@ static int use_reference(void **state)
  * the kernel this CPU picks, and the reference. The per-ISA entries run the
  * fast path only (the reference engine never reads RKV_ISA), and each
  * kernel once: an entry whose kernel another entry tests is skipped, exit
- * 77 (test_budget.h), after test_isa (a kernel the CPU has must run when
+ * 77 (tests/common/rkvt.h), after test_isa (a kernel the CPU has must run when
  * RKV_ISA names it, so that a skip cannot hide a wrong pick). */
 int main(void)
 {
     char why[256];
-    if (tu_isa_entry_redundant(why, sizeof why)) {
+    if (rkvt_isa_entry_redundant(why, sizeof why)) {
         /* still: RKV_ISA names a kernel this CPU has -> that kernel runs */
         const struct CMUnitTest isa_only[] = {cmocka_unit_test(test_isa)};
         if (cmocka_run_group_tests_name("rkv_attention_isa", isa_only, NULL, NULL))

@@ -40,7 +40,6 @@
 
 #include "ringkv.h"
 #include "ringkv_backend.h"
-#include "test_budget.h"
 #include "rkvt.h"
 #ifdef RKV_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -518,9 +517,9 @@ static void run_backend(const backend *bk) {
 }
 
 int main(void) {
-    /* the per-ISA entries test each CPU kernel once (test_budget.h) */
+    /* the per-ISA entries test each CPU kernel once (tests/common/rkvt.h) */
     char why[256];
-    if (tu_isa_entry_redundant(why, sizeof why)) {
+    if (rkvt_isa_entry_redundant(why, sizeof why)) {
         printf("skipped: %s\n", why);
         return 77;
     }

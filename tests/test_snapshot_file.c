@@ -16,7 +16,6 @@
 #include <xxhash.h>
 
 #include "snapshot_edit.h"
-#include "test_budget.h"
 
 static char g_dir[256];
 
@@ -1735,7 +1734,7 @@ static void test_10000_cycles_memory_flat(void **state)
     int fds0 = 0;
     /* 1,000 under a sanitizer: the RSS bound is not checked there (below);
      * the descriptors and temporary files are, and the leak checker */
-    const int cycles = TU_SIZE(10000, 1000), warm = 200;
+    const int cycles = RKVT_SIZE(10000, 1000), warm = 200;
     for (int i = 0; i < cycles; i++) {
         if (i == warm) {
             rss0 = rss_kib();
@@ -1769,7 +1768,7 @@ static void test_10000_cycles_memory_flat(void **state)
     assert_int_equal(count_files(".tmp-"), 0);
     /* Under AddressSanitizer freed memory sits in a quarantine (RSS grows by
      * design); there the leak checker at exit is the check. */
-    if (!tu_sanitized() && rss0 > 0)
+    if (!rkvt_sanitized() && rss0 > 0)
         assert_true(rss1 - rss0 < 1024);
     free(mem);
     free(kv);

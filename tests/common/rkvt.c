@@ -1,10 +1,14 @@
 /* The helpers every ringkv test program shares (rkvt.h). */
+#define _POSIX_C_SOURCE 200809L /* fork, pipe, strcasecmp */
 #include "rkvt.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #define GAMMA 0x9E3779B97F4A7C15ull
 
@@ -180,4 +184,79 @@ void rkvt_attend_row(const rkv_geometry *g, const void *kv, int64_t kvh, const i
         for (int64_t d = 0; d < D; d++)
             out[d] += (sum != 0 ? w[j] / sum : 0) *
                       rkvt_get(kv, g->dtype, (size_t)(((H + kvh) * N + slots[j]) * D + d));
+}
+
+/* ---- how much a test runs ---------------------------------------------------------- */
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define RKVT_SANITIZER_BUILD 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define RKVT_SANITIZER_BUILD 1
+#endif
+#endif
+#ifndef RKVT_SANITIZER_BUILD
+#define RKVT_SANITIZER_BUILD 0
+#endif
+
+int rkvt_sanitized(void) {
+    const char *env = getenv("RKV_SANITIZED");
+    if (env && (env[0] == '0' || env[0] == '1') && env[1] == '\0') return env[0] == '1';
+    return RKVT_SANITIZER_BUILD;
+}
+
+/* The kernel this CPU picks without RKV_ISA, asked in a child process;
+ * "" when the child could not answer. */
+static void default_isa(char *out, size_t n) {
+    int fd[2];
+    out[0] = '\0';
+    if (n == 0 || pipe(fd) != 0) return;
+    fflush(NULL);
+    const pid_t pid = fork();
+    if (pid == 0) {
+        close(fd[0]);
+        unsetenv("RKV_ISA");
+        const char *isa = rkv_attention_isa();
+        const ssize_t w = write(fd[1], isa, strlen(isa));
+        _exit(w < 0 ? 1 : 0);
+    }
+    close(fd[1]);
+    if (pid > 0) {
+        size_t got = 0;
+        ssize_t r;
+        while (got + 1 < n && (r = read(fd[0], out + got, n - 1 - got)) > 0) got += (size_t)r;
+        out[got] = '\0';
+        int status = 0;
+        if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+            out[0] = '\0';
+    }
+    close(fd[0]);
+}
+
+int rkvt_isa_entry_redundant(char *why, size_t n) {
+    const char *want = getenv("RKV_ISA");
+    if (!want || !*want) return 0;
+    char dflt[32];
+    default_isa(dflt, sizeof dflt);
+    if (!dflt[0]) return 0;
+    const char *isa = rkv_attention_isa();
+    if (strcasecmp(isa, want) != 0) { /* RKV_ISA is read in any case */
+        if (!strcmp(isa, dflt))
+            snprintf(why, n,
+                     "this CPU has no %s kernel: RKV_ISA=%s runs %s, the kernel it picks without "
+                     "RKV_ISA, which the plain entry tests",
+                     want, want, isa);
+        else
+            snprintf(why, n,
+                     "this CPU has no %s kernel: RKV_ISA=%s runs %s, which the entry with "
+                     "RKV_ISA=%s tests",
+                     want, want, isa, isa);
+        return 1;
+    }
+    if (!strcmp(isa, dflt)) {
+        snprintf(why, n, "%s is the kernel this CPU picks without RKV_ISA: the plain entry tests it",
+                 isa);
+        return 1;
+    }
+    return 0;
 }

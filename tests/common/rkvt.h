@@ -93,4 +93,28 @@ int64_t rkvt_visible_frames(const rkv_geometry *g, const uint8_t *written, int64
 void rkvt_attend_row(const rkv_geometry *g, const void *kv, int64_t kvh, const int64_t *slots,
                      int64_t n, const double *q, double scale, double *w, double *out);
 
+/* ---- how much a test runs (issue 10 s.6: the test command's time) ----------------- */
+
+/* 1 under AddressSanitizer, UndefinedBehaviorSanitizer or ThreadSanitizer
+ * (as rkvt.c is compiled: the same build as the tests), where the heavy
+ * tests run smaller sizes and fewer repetitions: every code path, dtype and
+ * edge case still runs and every assertion still holds; only the counts
+ * shrink. The environment variable RKV_SANITIZED overrides it: 1 = the
+ * small sizes (in any build), 0 = the full ones (scripts/test.sh sets 1 for
+ * its sanitizer build). */
+int rkvt_sanitized(void);
+/* full in a plain build, small under a sanitizer. */
+#define RKVT_SIZE(full, small) (rkvt_sanitized() ? (small) : (full))
+
+/* The per-ISA ctest entries (RKV_ISA=x, tests/CMakeLists.txt) test each CPU
+ * kernel once: 1 when this process runs under RKV_ISA=x and x is a kernel
+ * this CPU lacks (RKV_ISA falls to a lower one, which its own entry tests)
+ * or the one it picks without RKV_ISA (the plain entry tests it); `why`
+ * (n bytes) then says which and why. 0 without RKV_ISA, and whenever the
+ * default kernel cannot be asked (the entry then runs: never a skip by
+ * accident). The default is asked in a child process (the library reads
+ * RKV_ISA once per process): call this first in main(), before anything
+ * picks a kernel. */
+int rkvt_isa_entry_redundant(char *why, size_t n);
+
 #endif
