@@ -1025,15 +1025,17 @@ static void test_isa(void **state)
 }
 
 /* Outputs are bit-identical whatever the pool's thread count, and the fast
- * path agrees with the library's reference. */
-static void test_thread_count_bit_identical(void **state)
+ * path agrees with the library's reference. The thread count changes how
+ * many (query head, query tile) units of a KV head one task takes (8, 4, 2
+ * or 1, keeping >= 4 tasks a thread), so each shape runs several groupings;
+ * the second has 3 query heads a KV head and 2 tiles (6 units: groups of 4
+ * leave a task of 2), 100 queries of 128 tokens (a last tile of 36) and
+ * d_head 40. */
+static void thread_count_case(rkv_geometry g, int64_t Hq, int64_t T, int64_t D)
 {
-    (void)state;
-    rkv_geometry g = tu_geom(3, 2, 4, 3, 64, 256, 2, RKV_DTYPE_F32);
     int64_t clocks[3] = {5, 8, 2};
     fixture fx = fixture_new(g, clocks);
-    /* Hq 4 under a sanitizer: still GQA (2 query heads a KV head) */
-    int64_t Hq = RKVT_SIZE(8, 4), T = 256, D = 64, B = 3;
+    const int64_t B = 3;
     size_t n = (size_t)(B * Hq * T * D);
     float *q = tu_xmalloc(n * 4);
     tu_rng r = {24};
@@ -1079,13 +1081,21 @@ static void test_thread_count_bit_identical(void **state)
         ref[i] = o[i];
     expect_close(&fx.g, o0, RKV_DTYPE_F32, ref, n, 2e-6, "fast vs reference");
     free(ref);
-    ref = reference(&fx, B, Hq, T, q, RKV_DTYPE_F32, sess, fp, NULL, 0.125);
+    ref = reference(&fx, B, Hq, T, q, RKV_DTYPE_F32, sess, fp, NULL, 1.0 / sqrt((double)D));
     expect_close(&fx.g, o0, RKV_DTYPE_F32, ref, n, 1e-5, "fast vs float64");
     free(ref);
     free(o0);
     free(o);
     free(q);
     fixture_free(&fx);
+}
+
+static void test_thread_count_bit_identical(void **state)
+{
+    (void)state;
+    /* Hq 4 under a sanitizer: still GQA (2 query heads a KV head) */
+    thread_count_case(tu_geom(3, 2, 4, 3, 64, 256, 2, RKV_DTYPE_F32), RKVT_SIZE(8, 4), 256, 64);
+    thread_count_case(tu_geom(3, 1, 4, 3, 40, 128, 2, RKV_DTYPE_BF16), 3, 100, 40);
 }
 
 

@@ -49,10 +49,28 @@ typedef uint16_t vh4 __attribute__((vector_size(8)));
 
 typedef rkv__attend_ctx flash_ctx;
 
+/* A task takes up to UMAX (query head, query tile) units of one KV head
+ * (GQA: the query heads of a KV head read the same keys and values) and
+ * prepares each chunk of keys and values once for all of them: read from
+ * memory once per task instead of once per unit, widened once (16-bit
+ * storage). The units' QT and OT stay in L2 with the chunk: at most
+ * FLASH_UNIT_BYTES of them (8 units at d_head 64, 4 at 128, ...). */
+#define UMAX 8
+#define FLASH_UNIT_BYTES (512 * 1024)
+
+/* Units per task for head dimension D: UMAX, fewer where their QT and OT
+ * would pass FLASH_UNIT_BYTES; at least 1. */
+static int64_t flash_umax(int64_t D) {
+    int64_t u = UMAX;
+    while (u > 1 && u * 2 * D * MQ_MAX * (int64_t)sizeof(float) > FLASH_UNIT_BYTES) u /= 2;
+    return u;
+}
+
 /* A thread's scratch, carved from one buffer (see flash_scratch_bytes). */
 typedef struct {
     int64_t *slots;       /* [N] visible slots of the row            */
-    float *qt, *st, *ot;  /* [D][MQ], [KB][MQ], [D][MQ] (the copy's MQ) */
+    float *qt, *ot;       /* [units][D][MQ] (the copy's MQ): per unit */
+    float *st;            /* [KB][MQ] scores / probabilities          */
     float *kbuf, *vbuf;   /* [KB][D] widened keys / values (bf16/f16) */
     const float **krow, **vrow; /* [KB] row pointers of the chunk     */
     float *zero_row;      /* [D] zeros for padding keys               */
@@ -60,19 +78,20 @@ typedef struct {
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
-static size_t flash_scratch_bytes(int64_t D, int64_t N) {
-    const size_t f = sizeof(float), d = (size_t)D;
-    return align64((size_t)N * sizeof(int64_t)) + 2 * align64(d * MQ_MAX * f) + align64(KB * MQ_MAX * f) +
-           2 * align64(KB * d * f) + 2 * align64(KB * sizeof(float *)) + align64(d * f);
+static size_t flash_scratch_bytes(int64_t D, int64_t N, int64_t units) {
+    const size_t f = sizeof(float), d = (size_t)D, u = (size_t)units;
+    return align64((size_t)N * sizeof(int64_t)) + 2 * align64(u * d * MQ_MAX * f) +
+           align64(KB * MQ_MAX * f) + 2 * align64(KB * d * f) + 2 * align64(KB * sizeof(float *)) +
+           align64(d * f);
 }
 
-static flash_scratch flash_carve(void *mem, int64_t D, int64_t N, int64_t mq) {
-    const size_t f = sizeof(float), d = (size_t)D, MQ = (size_t)mq;
+static flash_scratch flash_carve(void *mem, int64_t D, int64_t N, int64_t mq, int64_t units) {
+    const size_t f = sizeof(float), d = (size_t)D, MQ = (size_t)mq, u = (size_t)units;
     uint8_t *p = mem;
     flash_scratch s;
     s.slots = (int64_t *)p, p += align64((size_t)N * sizeof(int64_t));
-    s.qt = (float *)p, p += align64(d * MQ * f);
-    s.ot = (float *)p, p += align64(d * MQ * f);
+    s.qt = (float *)p, p += align64(u * d * MQ * f);
+    s.ot = (float *)p, p += align64(u * d * MQ * f);
     s.st = (float *)p, p += align64(KB * MQ * f);
     s.kbuf = (float *)p, p += align64(KB * d * f);
     s.vbuf = (float *)p, p += align64(KB * d * f);
@@ -247,9 +266,17 @@ rkv_status rkv__attend(const struct rkv_layer *layer, const rkv_attention_args *
         .tq = args->n_queries ? args->n_queries : layer->g.tokens_per_frame,
         .scale = args->scale != 0.0f ? args->scale : 1.0f / sqrtf((float)D),
     };
-    const int64_t tasks = args->batch * args->n_q_heads * ((c.tq + MQ_MAX - 1) / MQ_MAX);
     if (bf16_task && rkv__amx_fits(layer))
         return rkv__parallel_for(pool, rkv__amx_tasks(&c),
                                  rkv__amx_scratch_bytes(D, layer->total_slots), bf16_task, &c);
-    return rkv__parallel_for(pool, tasks, flash_scratch_bytes(D, layer->total_slots), kernel, &c);
+    /* Units per task: as many (up to flash_umax) as keep >= 4 tasks per
+     * thread, as the bf16 pair path does (rkv__amx_tasks). */
+    const int64_t H = layer->g.n_kv_heads, G = args->n_q_heads / H;
+    const int64_t per = G * ((c.tq + MQ_MAX - 1) / MQ_MAX), rows = args->batch * H;
+    const int64_t want = 4 * (int64_t)rkv_threadpool_size(pool);
+    int64_t u = flash_umax(D);
+    while (u > 1 && rows * ((per + u - 1) / u) < want) u /= 2;
+    c.units = u;
+    return rkv__parallel_for(pool, rows * ((per + u - 1) / u),
+                             flash_scratch_bytes(D, layer->total_slots, u), kernel, &c);
 }

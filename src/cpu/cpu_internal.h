@@ -29,7 +29,8 @@ typedef struct rkv__attend_ctx {
     rkv_threadpool *pool;
     int64_t tq;  /* queries per row */
     float scale; /* softmax scale    */
-    int64_t units; /* bf16 pair path: units per task (set by rkv__amx_tasks) */
+    int64_t units; /* (query head, query tile) units per task: set by rkv__amx_tasks on
+                    * the bf16 pair path, by rkv__attend on the flash kernel */
 } rkv__attend_ctx;
 
 /* The bf16 pair-product attention (cpu/attention_amx.c): true when the CPU has
