@@ -120,11 +120,14 @@ typedef struct attention_run {
  * scratch visible (2,048 keys), 32 query heads over 16 KV heads, d_head 64,
  * of one dtype, against the dtype's ceiling. Rounds of: one sample of every
  * part of the ceiling, then a few runs of the attention (and, in f32, of
- * the OpenBLAS peer); each side keeps its best. Fills *x (x->ceil to be
- * destroyed by the caller). */
+ * the OpenBLAS peer); each side keeps its best. 6 rounds of 3 (--quick) or
+ * 12 of 4: a shared host runs cache-bound code 20-35% slower for seconds
+ * at a time while the FMA peak loop holds (bench/RESULTS.md, 2026-12-01
+ * 02:40), so the runs are spread over more rounds. Fills *x (x->ceil to
+ * be destroyed by the caller). */
 static void measure_attention(const bench_opts *o, rkv_threadpool *pool, rkv_dtype dt,
                               attention_run *x) {
-    const int rounds = o->quick ? 3 : 8, reps = o->quick ? 2 : 4;
+    const int rounds = o->quick ? 6 : 12, reps = o->quick ? 3 : 4;
     rkv_geometry g = {1, 16, 16, 16, 64, 128, 1, dt};
     rkv_layer *l;
     check(rkv_layer_create(&g, &l), "layer");
