@@ -422,7 +422,10 @@ RKV_API rkv_status rkv_ring_upsert(const rkv_ring_view *ring, const void *kv, rk
  * only (ring->kv may be NULL). row: caller-owned HOST [N] bytes, written
  * whole (0/1). Errors (row untouched): RKV_ERR_NULL (ring, ring->written,
  * row), invalid geometry, RKV_ERR_RANGE (session not in [0, S)),
- * RKV_ERR_INVALID_ARG (frame_pos < 0, misaligned ring->kv). */
+ * RKV_ERR_INVALID_ARG (frame_pos < 0, misaligned ring->kv); a bad clock or
+ * session is checked and worded as rkv_ring_upsert's row 0 ("frame_pos[0]
+ * = -1; expected >= 0", "session_idx[0] = 3 is out of range; expected
+ * 0..S-1"), the clock first. */
 RKV_API rkv_status rkv_ring_visible_row(const rkv_ring_view *ring, int64_t session, int64_t frame_pos,
                                         uint8_t *row);
 

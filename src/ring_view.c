@@ -59,12 +59,14 @@ rkv_status rkv_ring_visible_row(const rkv_ring_view *ring, int64_t session, int6
     rkv_status st = rkv__view_layer(ring, what, false, &l);
     if (st != RKV_OK) return st;
     RKV__REQUIRE(what, row);
-    if (session < 0 || session >= l.g.num_sessions)
-        return rkv__fail(RKV_ERR_RANGE, "%s: session_idx %lld out of range for %lld sessions",
-                         what, (long long)session, (long long)l.g.num_sessions);
+    /* rkv__upsert's checks and messages for its one row (B = 1, row 0), in
+     * its order: the torch route of an upsert (this row, then
+     * rkv_ring_upsert) reports a bad row as the one-call route does. */
     if (frame_pos < 0)
-        return rkv__fail(RKV_ERR_INVALID_ARG, "%s: frame_pos = %lld; expected >= 0", what,
+        return rkv__fail(RKV_ERR_INVALID_ARG, "%s: frame_pos[0] = %lld; expected >= 0", what,
                          (long long)frame_pos);
+    st = rkv__check_sessions(what, &session, 1, l.g.num_sessions);
+    if (st != RKV_OK) return st;
     visible_row(&l, session, frame_pos, row);
     return RKV_OK;
 }
