@@ -54,6 +54,7 @@ from ._lib import cuda_device_count, cuda_library_path
 from .errors import (RingKVArrayError, RingKVDeviceError, RingKVDtypeError, RingKVError,
                      RingKVIndexError, RingKVKeyError, RingKVMemoryError, RingKVOSError,
                      RingKVRuntimeError, RingKVTypeError, RingKVValueError)
+from .errors import python_call as _python_call
 from .flex import flex_block_mask
 from .layer import LayerGeometry, LayerRingCache, visible_frames_from_clock
 from .model import (LayerSpec, Model, ModelConfig, SessionRegion, SnapshotInfo, inspect_snapshot,
@@ -78,11 +79,13 @@ def version() -> str:
 __version__ = "0.1.0"
 
 
+@_python_call("ringkv.dtype_size")
 def dtype_size(dtype: Any) -> int:
     """Bytes per element of a dtype (4 for f32, 2 for f16 and bf16)."""
     return int(_clib.rkv_dtype_size(_ar.parse_dtype(dtype)))
 
 
+@_python_call("ringkv.convert")
 def convert(array: Any, to_dtype: Any, *, from_dtype: Any = None) -> np.ndarray:
     """Converts a NumPy array between f32, f16 and bf16 with the library's
     rounding (nearest even; NaN stays NaN). bf16 is uint16 bits on either

@@ -1,8 +1,9 @@
-"""Scalar arguments (integers, session indices, flags, request ids, paths,
-byte buffers) checked before they reach the library, each mistake with its
-one exception class (:mod:`ringkv.errors`): a wrong Python type is
-RingKVTypeError, a value outside int64 RingKVValueError (a session index:
-RingKVIndexError, as one out of range).
+"""Scalar arguments (integers, session indices, flags, request ids and
+other strings, paths, byte buffers) checked before they reach the library,
+each mistake with its one exception class (:mod:`ringkv.errors`): a wrong
+Python type is RingKVTypeError, a value outside int64 RingKVValueError (a
+session index: RingKVIndexError, as one out of range), a string C cannot
+take whole (a NUL byte, not encodable, an empty path) RingKVValueError.
 
 Integers and flags do not stand in for each other: a count, index or clock
 refuses ``True``/``False`` (Python's bool is an int subclass, so
@@ -19,8 +20,8 @@ import numpy as np
 
 from .errors import RingKVIndexError, RingKVTypeError, RingKVValueError
 
-__all__ = ["as_int", "as_session", "as_flag", "as_request_id", "as_path", "as_bytes",
-           "is_bool"]
+__all__ = ["as_int", "as_session", "as_flag", "as_text", "as_request_id", "as_path",
+           "as_bytes", "is_bool"]
 
 _INT64_MIN, _INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 
@@ -75,28 +76,60 @@ def as_flag(value: Any, name: str) -> bool:
                           f"({type(value).__name__})")
 
 
-def as_request_id(request_id: Any) -> bytes:
-    """A request id (str, UTF-8 encoded, or bytes) as bytes. RingKVTypeError
-    for other types; RingKVValueError for a NUL byte (the library checks
-    the length: empty or longer than 255 bytes is RingKVValueError too)."""
-    if isinstance(request_id, str):
-        raw = request_id.encode()
-    elif isinstance(request_id, (bytes, bytearray, memoryview)):
-        raw = bytes(request_id)
-    else:
-        raise RingKVTypeError(f"request_id must be a str or bytes; got {request_id!r}")
+def _refuse_nul(raw: bytes, value: Any, name: str) -> None:
     if b"\0" in raw:
-        raise RingKVValueError("request_id must not contain NUL bytes")
+        raise RingKVValueError(f"{name} {value!r} contains a NUL byte (the library takes it "
+                               "as a C string, which would end there)")
+
+
+def as_text(value: Any, name: str, *, allow_bytes: bool = False) -> bytes:
+    """A string argument the library takes as a C string (a request id, a
+    preset or model name): a str, UTF-8 encoded, or with ``allow_bytes``
+    bytes as they are. RingKVTypeError for other types; RingKVValueError
+    for a str that UTF-8 cannot encode (a lone surrogate) and for a NUL
+    byte (C would read the string cut short there)."""
+    if isinstance(value, str):
+        try:
+            raw = value.encode()
+        except UnicodeEncodeError as exc:
+            raise RingKVValueError(f"{name} {value!r} cannot be encoded as UTF-8: {exc.reason} "
+                                   f"at position {exc.start}") from None
+    elif allow_bytes and isinstance(value, (bytes, bytearray, memoryview)):
+        raw = bytes(value)
+    else:
+        kinds = "a str or bytes" if allow_bytes else "a str"
+        raise RingKVTypeError(f"{name} must be {kinds}; got {value!r}")
+    _refuse_nul(raw, value, name)
     return raw
 
 
-def as_path(path: Any) -> bytes:
-    """A file path (str, bytes or os.PathLike) as bytes; RingKVTypeError for
-    other types."""
+def as_request_id(request_id: Any, name: str = "request_id") -> bytes:
+    """A request id (str, UTF-8 encoded, or bytes) as bytes: :func:`as_text`
+    (the library checks the length: empty or longer than 255 bytes is
+    RingKVValueError too)."""
+    return as_text(request_id, name, allow_bytes=True)
+
+
+def as_path(path: Any, name: str = "path") -> bytes:
+    """A file path (str, bytes or os.PathLike) as the bytes ``open()`` would
+    use (``os.fsencode``). RingKVTypeError for other types; RingKVValueError,
+    before anything is read or written, for an empty path, a NUL byte
+    (``open()`` refuses it too; C would act on the path cut short there)
+    and a str the file-system encoding cannot encode. ``name`` is the
+    argument's name in the messages."""
     try:
-        return os.fsencode(path)
+        fs = os.fspath(path)
     except TypeError:
-        raise RingKVTypeError(f"path must be a str, bytes or os.PathLike; got {path!r}") from None
+        raise RingKVTypeError(f"{name} must be a str, bytes or os.PathLike; got {path!r}") from None
+    if not fs:
+        raise RingKVValueError(f"{name} is empty; expected a file path")
+    try:
+        raw = os.fsencode(fs)
+    except UnicodeEncodeError as exc:
+        raise RingKVValueError(f"{name} {fs!r} cannot be encoded for the file system: "
+                               f"{exc.reason} at position {exc.start}") from None
+    _refuse_nul(raw, fs, name)
+    return raw
 
 
 def as_bytes(data: Any, name: str) -> memoryview:

@@ -31,7 +31,11 @@ a session or layer index out of range       RingKVIndexError       IndexError
 a bad value: geometry or config, a          RingKVValueError       ValueError
 session twice in one batch, a clock < 0,
 an empty request id, a malformed snapshot
-or pickle
+or pickle; a string argument (a path, a
+request id, a preset or model name) that
+is empty where a name is needed, holds a
+NUL byte or cannot be encoded (as
+``open()`` refuses such a path)
 an unknown preset or request id             RingKVKeyError         KeyError
 a call in the wrong state: the clock rule,  RingKVRuntimeError     RuntimeError
 every session held, a session inside a
@@ -81,14 +85,21 @@ counterpart stay as they are.
 """
 from __future__ import annotations
 
+import functools
+import inspect
 import re
+import sys
+from typing import Any, Callable, TypeVar
 
 from ._lib import lib
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 __all__ = ["RingKVError", "RingKVValueError", "RingKVIndexError", "RingKVKeyError",
            "RingKVRuntimeError", "RingKVMemoryError", "RingKVOSError", "RingKVTypeError",
            "RingKVDtypeError", "RingKVDeviceError", "RingKVArrayError", "check", "error_for",
-           "python_message", "PYTHON_NAMES", "STATUS_NAMES"]
+           "python_message", "python_call", "python_calls", "called_as", "PYTHON_NAMES",
+           "STATUS_NAMES"]
 
 RKV_OK = 0
 STATUS_NAMES = {
@@ -209,8 +220,11 @@ PYTHON_NAMES = {
     "rkv_layer_attend_reference": f"{_L}.attend(reference=True)",
     "rkv_layer_visible_frames": f"{_L}.visible_frames",
     "rkv_visible_row_from_frames": f"{_L}.visible_row",
-    "rkv_ring_visible_row": f"{_L}.visible_row",
-    "rkv_cuda_ring_visible_row": f"{_L}.visible_row",
+    # the row upsert(build_visibility=True) returns, reached from the
+    # drop-in through upsert only (visible_row reads rkv_layer_visible_frames;
+    # a CUDA layer has no visible_row): a CUDA device check of it says upsert
+    "rkv_ring_visible_row": f"{_L}.upsert",
+    "rkv_cuda_ring_visible_row": f"{_L}.upsert",
     "rkv_layer_block_mask": f"{_L}.block_mask",
     "rkv_cuda_layer_check": f"{_L}.check",
     "rkv_cuda_ring_check": f"{_L}.check",
@@ -256,3 +270,70 @@ def check(status: int) -> None:
     """Raises :func:`error_for` ``(status)`` unless ``status`` is ``RKV_OK``."""
     if status != RKV_OK:
         raise error_for(status)
+
+
+# A call name leading a message: a Python call ("Model.claim",
+# 'Model(device="cpu")', "LayerRingCache.attend(reference=True)",
+# "ringkv.preset", the bare "ringkv" of some binding messages) or a C call
+# with no Python name, followed by ": ".
+_LEADING_CALL = re.compile(
+    r"^((?:ringkv\.)?(?:Model|ModelConfig|LayerRingCache|LayerGeometry|ThreadPool)"
+    r"(?:\.\w+)?(?:\([^)]*\))?|ringkv(?:\.\w+)?|rkv_\w+): ")
+
+
+def called_as(message: str, name: str, prefix: bool = True) -> str:
+    """``message`` naming the call ``name`` the user made: a different call
+    name leading it is replaced by ``name`` (one with arguments that names
+    the same call, ``LayerRingCache.attend(reference=True)``, stays); with
+    ``prefix``, a message led by no call name gets ``name: `` in front."""
+    m = _LEADING_CALL.match(message)
+    if m:
+        if m.group(1).split("(")[0] == name:
+            return message
+        return f"{name}: {message[m.end():]}"
+    return f"{name}: {message}" if prefix else message
+
+
+def _compiling() -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and torch.compiler.is_compiling()
+
+
+def python_call(name: str, prefix: bool = True) -> Callable[[F], F]:
+    """Decorates a public function or method so that a :class:`RingKVError`
+    it raises names it (:func:`called_as`): the same exception, its message
+    rewritten in place (type, status and traceback unchanged). Nested
+    public calls each rename on the way out, so the outermost (the user's)
+    name wins. Under torch.compile tracing the function runs as it is."""
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        def named(*args: Any, **kwargs: Any) -> Any:
+            if _compiling():
+                return fn(*args, **kwargs)
+            try:
+                return fn(*args, **kwargs)
+            except RingKVError as exc:
+                if exc.args and isinstance(exc.args[0], str):
+                    exc.args = (called_as(exc.args[0], name, prefix),) + exc.args[1:]
+                raise
+        return named  # type: ignore[return-value]
+    return decorate
+
+
+def python_calls(cls_name: str, prefix: bool = True) -> Callable[[type], type]:
+    """Class decorator: :func:`python_call` on every public method (plain
+    and class methods; ``__init__`` as the class's name), named
+    ``cls_name.method``. Properties and other dunders are left alone."""
+    def decorate(cls: type) -> type:
+        for attr, member in list(vars(cls).items()):
+            if attr.startswith("_") and attr != "__init__":
+                continue
+            name = cls_name if attr == "__init__" else f"{cls_name}.{attr}"
+            if isinstance(member, classmethod):
+                setattr(cls, attr, classmethod(python_call(name, prefix)(member.__func__)))
+            elif isinstance(member, staticmethod):
+                setattr(cls, attr, staticmethod(python_call(name, prefix)(member.__func__)))
+            elif inspect.isfunction(member):
+                setattr(cls, attr, python_call(name, prefix)(member))
+        return cls
+    return decorate

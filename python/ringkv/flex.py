@@ -40,7 +40,7 @@ import numpy as np
 from . import _arrays as ar
 from ._lib import RKV_BLOCK_TOKENS, RingView, lib
 from ._args import as_int, as_session
-from .errors import RingKVRuntimeError, check
+from .errors import RingKVRuntimeError, check, python_call
 
 __all__ = ["flex_block_mask"]
 
@@ -58,6 +58,7 @@ def _visible_frames(cache: Any, session: int, frame_pos: int) -> list[int]:
     return [r for r in range(cache.ring_frames + 1) if row[lo + r * T]]
 
 
+@python_call("ringkv.flex_block_mask")
 def flex_block_mask(cache: Any, session: int, frame_pos: int, *,
                     n_queries: int | None = None) -> Any:
     """A FlexAttention ``BlockMask`` for session ``session`` of ``cache`` (a
@@ -67,7 +68,7 @@ def flex_block_mask(cache: Any, session: int, frame_pos: int, *,
     compiled FlexAttention (see the module docstring). IndexError for a
     session out of range, ValueError for ``frame_pos < 0``; a CUDA layer
     copies its written bits to the host (synchronizes: not capture-safe)."""
-    s, f = as_session(session), as_int(frame_pos, "frame_pos")
+    s, f = as_session(session, "session"), as_int(frame_pos, "frame_pos")
     tq = cache.tokens_per_frame if n_queries is None else as_int(n_queries, "n_queries")
     frames = _visible_frames(cache, s, f)  # IndexError, ValueError
     torch = ar.torch_module()

@@ -54,7 +54,7 @@ from ._lib import cuda as _cuda_lib
 from ._lib import lib
 from .attention import _scale, attend_layer
 from .errors import (RingKVArrayError, RingKVDeviceError, RingKVIndexError, RingKVRuntimeError,
-                     RingKVTypeError, RingKVValueError, check)
+                     RingKVTypeError, RingKVValueError, check, python_call, python_calls)
 
 __all__ = ["LayerRingCache", "LayerGeometry", "visible_frames_from_clock"]
 
@@ -221,6 +221,9 @@ def _create_cuda_layer(g: _GeometryStruct, device: Any, index: int | None):
     return _CudaLayerHandle(ptr.value, index, clib.rkv_cuda_layer_destroy), clib, torch
 
 
+# The reference's messages stay as they are; a call name one carries is the
+# method called (errors.python_calls): upsert never reports visible_row.
+@python_calls("LayerRingCache", prefix=False)
 class LayerRingCache(HandleOwner):
     """One attention layer's ring: ``ring_frames`` frame slots of history plus
     one scratch frame at the tail, times ``num_sessions`` resident sessions.
@@ -949,6 +952,7 @@ def _layer_from_state(cls: type, state: Any) -> LayerRingCache:
     return self
 
 
+@python_call("ringkv.visible_frames_from_clock")
 def visible_frames_from_clock(geometry: LayerGeometry, frame_pos: int) -> list[int]:
     """The clock-only rule (SEMANTICS 4) for a session that committed frames
     ``0 .. frame_pos-1`` in order: visible ring frame slots ascending, then

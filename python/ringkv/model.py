@@ -38,10 +38,11 @@ from ._lib import SessionRegion as _RegionStruct
 from ._lib import SnapshotInfo as _SnapshotInfoStruct
 from ._lib import AttentionArgs, require
 from .attention import _check_out, _check_q, _scale, attend_model
-from ._args import as_bytes, as_flag, as_int, as_path, as_request_id, as_session
+from ._args import as_bytes, as_flag, as_int, as_path, as_request_id, as_session, as_text
 from ._handle import HandleOwner, check_state, copy_extras, extras, malformed_state
 from .errors import (RingKVArrayError, RingKVDeviceError, RingKVIndexError, RingKVRuntimeError,
-                     RingKVTypeError, RingKVValueError, check, error_for)
+                     RingKVTypeError, RingKVValueError, check, error_for, python_call,
+                     python_calls)
 from .layer import LayerGeometry, LayerRingCache, _cuda_context, _parse_device, _torch_ops
 
 __all__ = ["LayerSpec", "ModelConfig", "Model", "SessionRegion", "SnapshotInfo", "preset",
@@ -56,6 +57,7 @@ class LayerSpec:
     pinned_dilation: int
 
 
+@python_calls("ModelConfig")
 @dataclass
 class ModelConfig:
     """``rkv_model_config``: the layers' ring shapes and the shared sizes.
@@ -75,14 +77,12 @@ class ModelConfig:
     max_offloaded: int = 0
 
     def _struct(self) -> ModelConfigStruct:
-        if not isinstance(self.name, str):
-            raise RingKVTypeError(f"ModelConfig.name must be a str; got {self.name!r}")
+        name = as_text(self.name, "ModelConfig.name")
         if not all(isinstance(spec, LayerSpec) for spec in self.layers):
             raise RingKVTypeError("ModelConfig.layers must be a list of ringkv.LayerSpec")
         if not 1 <= len(self.layers) <= RKV_MAX_LAYERS:
             raise RingKVValueError(f"a model has 1..{RKV_MAX_LAYERS} layers; got "
                                    f"{len(self.layers)}")
-        name = self.name.encode()
         if len(name) >= 64:
             raise RingKVValueError(f"model name {self.name!r} is longer than 63 bytes")
         c = ModelConfigStruct()
@@ -142,14 +142,14 @@ def preset_names() -> list[str]:
     return names
 
 
+@python_call("ringkv.preset")
 def preset(name: str, full_global_ring: bool = False, *, num_sessions: int = 1) -> ModelConfig:
     """The named preset's config (SEMANTICS 7); ``full_global_ring`` allocates
     the original RF 128 for global layers. KeyError for an unknown name."""
-    if not isinstance(name, str):
-        raise RingKVTypeError(f"preset name must be a str; got {name!r}")
+    raw = as_text(name, "name")
     c = ModelConfigStruct()
     full = as_flag(full_global_ring, "full_global_ring")
-    check(lib.rkv_model_preset(name.encode(), 1 if full else 0, ctypes.byref(c)))
+    check(lib.rkv_model_preset(raw, 1 if full else 0, ctypes.byref(c)))
     cfg = ModelConfig._from_struct(c)
     cfg.num_sessions = as_int(num_sessions, "num_sessions")
     return cfg
@@ -210,6 +210,7 @@ class _CudaPlace:
                 "with stream=)")
 
 
+@python_calls("Model")
 class Model(HandleOwner):
     """Every layer's ring of a model, with sessions and clocks (SEMANTICS 6).
 
@@ -965,13 +966,14 @@ class SnapshotInfo:
     data_xxh3: int
 
 
+@python_call("ringkv.inspect_snapshot")
 def inspect_snapshot(source: Any) -> SnapshotInfo:
     """Validates a snapshot file (a path) or image (bytes-like) completely
     and describes it. ValueError (RKV_ERR_FORMAT) or OSError otherwise."""
     info = _SnapshotInfoStruct()
     if isinstance(source, (str, os.PathLike)):
         require("rkv_snapshot_inspect")
-        check(lib.rkv_snapshot_inspect(as_path(source), ctypes.byref(info)))
+        check(lib.rkv_snapshot_inspect(as_path(source, "source"), ctypes.byref(info)))
     else:
         require("rkv_snapshot_inspect_mem")
         data = bytes(as_bytes(source, "source"))

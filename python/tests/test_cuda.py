@@ -313,6 +313,12 @@ def test_device_errors_come_from_check(torch):
         assert isinstance(info.value, ringkv.RingKVError)
         assert not c.kv.any() and torch.equal(c.written, written0)  # nothing written
         c.check()  # the error word was cleared
+    # build_visibility (the default) runs the row kernel first: its device
+    # check names the call made as well (rkv_cuda_ring_visible_row: upsert)
+    c.upsert(x, i64(torch, 0), True, i64(torch, 2))
+    with pytest.raises(IndexError, match=up + r"session_idx\[0\] out of range for 2 sessions"):
+        c.check()
+    assert not c.kv.any() and torch.equal(c.written, written0)
     q = torch.ones(1, 1, 128, 64, device=dev, dtype=torch.bfloat16)
     c.attend(q, i64(torch, 5), i64(torch, 0))
     with pytest.raises(IndexError, match=r"LayerRingCache\.attend \(device check\)"):

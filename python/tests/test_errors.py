@@ -4,6 +4,7 @@ point (the table-driven test at the end)."""
 from __future__ import annotations
 
 import copy
+import os
 import inspect
 import pickle
 
@@ -148,7 +149,9 @@ def test_flags_take_bools_only(name, call):
     c.upsert(frame(value=7.0), i64(0), True, i64(0))
     m = ringkv.Model.from_preset("demo", num_sessions=1)
     m.begin_frame([m.claim("a")], [0])
-    with pytest.raises(ringkv.RingKVTypeError, match=f"^{name} must be a bool") as info:
+    # (a Model's or module function's message starts with its name)
+    with pytest.raises(ringkv.RingKVTypeError,
+                       match=rf"^(?:[\w.]+: )?{name} must be a bool") as info:
         _unchanged(c, lambda: call(c, m))
     assert isinstance(info.value, TypeError) and info.value.status_name == "python"
     assert m.clock(0) is None                      # the model's frame did not advance either
@@ -178,7 +181,8 @@ def test_flags_accept_python_and_numpy_bools():
     ("n_threads", lambda: ringkv.ThreadPool(True)),
 ])
 def test_counts_refuse_bools(name, call):
-    with pytest.raises(ringkv.RingKVTypeError, match=f"^{name} must be an int, not a bool"):
+    with pytest.raises(ringkv.RingKVTypeError,
+                       match=rf"^(?:[\w.]+: )?{name} must be an int, not a bool"):
         call()
 
 
@@ -623,6 +627,22 @@ ROWS = [
      lambda e: e.model.offload_to_file(0, e.tmp / "no-such-dir" / "x.safetensors")),
     ("file input/output", M + "page_in_file",
      lambda e: e.model.page_in_file(e.tmp / "missing.safetensors")),
+    # -- strings C cannot take whole: a NUL byte, not encodable, an empty path ----------
+    ("bad value", M + "save_session", lambda e: e.model.save_session(0, str(e.tmp / "a\0b"))),
+    ("bad value", M + "load_session", lambda e: e.model.load_session(0, "")),
+    ("bad value", M + "offload_to_file",
+     lambda e: e.model.offload_to_file(0, bytes(e.tmp / "x\0y"))),
+    ("bad value", M + "page_in_file", lambda e: e.model.page_in_file(f"{e.tmp}/\ud800.rkv")),
+    ("bad value", "inspect_snapshot", lambda e: ringkv.inspect_snapshot(e.tmp / "a\0b")),
+    ("bad value", M + "claim", lambda e: e.model.claim("\udcff")),
+    ("bad value", M + "lookup", lambda e: e.model.lookup(b"a\0")),
+    ("bad value", M + "offloaded_clock", lambda e: e.model.offloaded_clock("\udcff")),
+    ("bad value", M + "offload_discard", lambda e: e.model.offload_discard("a\0")),
+    ("bad value", "preset", lambda e: ringkv.preset("demo\0x")),
+    ("bad value", M + "from_preset", lambda e: ringkv.Model.from_preset("\udcff")),
+    ("bad value", M + "__init__", lambda e: ringkv.Model(e.with_cfg(name="a\0b"))),
+    ("bad value", "ModelConfig.layer_geometry",
+     lambda e: e.with_cfg(name="\udcff").layer_geometry(0)),
 ]
 
 
@@ -777,16 +797,251 @@ def test_the_trial_message_names_python_calls():
 def test_library_messages_name_python_calls(mistake, entry, call, tmp_path):
     """Every library error of the table: the message is rkv_last_error()'s,
     each C call with a Python counterpart named as that, nothing else
-    changed."""
+    changed but the call leading it, which is the one the user made
+    (test_messages_name_the_call_made)."""
     import re
     from ringkv._lib import lib
-    from ringkv.errors import PYTHON_NAMES, python_message
+    from ringkv.errors import PYTHON_NAMES, _LEADING_CALL, python_message
     env = Env(tmp_path)
     with pytest.raises(RingKVError) as info:
         call(env)
     e = info.value
     if e.status != 0:   # (0: found by the Python layer, no library message)
-        raw = lib.rkv_last_error().decode("utf-8", "replace")
-        assert f"{python_message(raw)} [{e.status_name}]" in str(e)   # (copy/pickle wrap it)
+        raw = python_message(lib.rkv_last_error().decode("utf-8", "replace"))
+        body = _LEADING_CALL.sub("", raw, count=1)
+        assert body and f"{body} [{e.status_name}]" in str(e)   # (copy/pickle wrap it)
     left = set(re.findall(r"\brkv_[a-z0-9_]+", str(e)))
     assert not left & set(PYTHON_NAMES), str(e)
+
+
+# ---- messages name the call the user made --------------------------------------------
+
+def _python_name(entry: str) -> str | None:
+    """The name a message of ROWS' ``entry`` starts with (Model, ModelConfig
+    and module functions), None for the drop-in's (reference wording) and
+    the entries not named by the binding (copies, ThreadPool, LayerGeometry)."""
+    if entry.startswith(("LayerRingCache.", "ThreadPool.", "LayerGeometry.")) or ".__" in entry \
+            and not entry.endswith("__init__"):
+        return None
+    if entry == M + "__init__":
+        return "Model"
+    return entry if "." in entry else f"ringkv.{entry}"
+
+
+@pytest.mark.parametrize("mistake, entry, call", ROWS,
+                         ids=[f"{entry}-{mistake}-{i}" for i, (mistake, entry, _) in
+                              enumerate(ROWS)])
+def test_messages_name_the_call_made(mistake, entry, call, tmp_path):
+    """A Model/ModelConfig method's or module function's message starts with
+    its Python name whoever found the mistake (a helper, a nested public
+    call, the library: ``Model.upsert(5, ...)`` is not ``Model.layer``'s
+    "layer 5 out of range"); a drop-in message that names a call names the
+    method called."""
+    import re
+    env = Env(tmp_path)
+    with pytest.raises(RingKVError) as info:
+        call(env)
+    text = str(info.value)
+    name = _python_name(entry)
+    if name is not None:
+        assert re.match(rf"{re.escape(name)}(\(.*?\))?: ", text), (entry, text)
+    elif entry.startswith(L):
+        lead = re.match(r"(LayerRingCache[\w.]*)(\(.*?\))?: ", text)
+        want = "LayerRingCache" if entry == L + "__init__" else entry
+        assert lead is None or lead.group(1) == want, (entry, text)
+
+
+def test_model_layer_out_of_range_names_the_method():
+    """The trial's Model.upsert(5, ...) and every method that takes a layer,
+    NumPy and torch inputs alike."""
+    m = ringkv.Model.from_preset("demo", num_sessions=1)
+    m.begin_frame([m.claim("a")], [0])
+    kv, q = np.zeros((2, 1, 1, 128, 64), F32), np.zeros((1, 1, 128, 64), F32)
+    calls = {"upsert": lambda x, y: m.upsert(5, [0], x, False),
+             "attend": lambda x, y: m.attend(5, [0], y),
+             "step": lambda x, y: m.step(5, [0], x, False, y),
+             "flex_block_mask": lambda x, y: m.flex_block_mask(5, 0, 0),
+             "layer": lambda x, y: m.layer(5)}
+    torch = None
+    try:
+        import torch
+    except ImportError:
+        pass
+    for name, call in calls.items():
+        for x, y in [(kv, q)] + ([(torch.from_numpy(kv), torch.from_numpy(q))] if torch else []):
+            with pytest.raises(ringkv.RingKVIndexError) as info:
+                call(x, y)
+            assert str(info.value) == f"Model.{name}: layer 5 out of range; expected 0..1"
+    assert m.clock(0) is None
+
+
+class _Path:
+    """An os.PathLike (a str or bytes path)."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __fspath__(self):
+        return self.path
+
+
+# Every call that takes a file path, with its argument's name.
+PATH_CALLS = {
+    "Model.save_session": ("path", lambda m, p: m.save_session(0, p)),
+    "Model.load_session": ("path", lambda m, p: m.load_session(0, p)),
+    "Model.offload_to_file": ("path", lambda m, p: m.offload_to_file(0, p)),
+    "Model.page_in_file": ("path", lambda m, p: m.page_in_file(p)),
+    "ringkv.inspect_snapshot": ("source", lambda m, p: ringkv.inspect_snapshot(p)),
+}
+
+
+# (call, kind of bad path, form): bytes are not encoded, and inspect_snapshot
+# reads bytes as a snapshot image (a path is a str or an os.PathLike there).
+BAD_PATHS = [(call, kind, form) for call in sorted(PATH_CALLS)
+             for kind in ("nul", "empty", "unencodable") for form in ("str", "bytes", "PathLike")
+             if not (kind == "unencodable" and form != "str")
+             and not (call == "ringkv.inspect_snapshot" and form == "bytes")]
+
+
+@pytest.mark.parametrize("call, kind, form", BAD_PATHS)
+def test_bad_paths_are_refused_before_anything_is_done(call, kind, form, tmp_path):
+    """A path with a NUL byte once acted on the path cut short there
+    (save_session wrote d/a for d/a\\0b); an empty one gave OSError from
+    load and ValueError from save. Now every path argument, as str, bytes
+    or os.PathLike: ValueError (as open()) naming the call and the
+    argument, nothing written, the model unchanged."""
+    d = tmp_path / "d"
+    d.mkdir()
+    path = {"nul": f"{d}/a\0b", "empty": "", "unencodable": f"{d}/\ud800"}[kind]
+    if form == "bytes":
+        path = path.encode()
+    elif form == "PathLike":
+        path = _Path(path)
+    m = ringkv.Model.from_preset("demo", num_sessions=1)
+    m.claim("a")
+    before = bytes(m.snapshot(0))
+    arg, fn = PATH_CALLS[call]
+    with pytest.raises(ringkv.RingKVValueError) as info:
+        fn(m, path)
+    text = str(info.value)
+    assert text.startswith(f"{call}: {arg} "), text
+    assert {"nul": "contains a NUL byte", "empty": "is empty",
+            "unencodable": "cannot be encoded"}[kind] in text
+    assert info.value.status_name == "python"        # refused before the library call
+    assert sorted(p.name for p in d.iterdir()) == []  # nothing written, not even "a"
+    assert m.lookup("a") == 0 and m.offloaded_count == 0 and bytes(m.snapshot(0)) == before
+
+
+def test_paths_open_would_take_still_work(tmp_path):
+    """str, bytes and os.PathLike paths, non-UTF-8 bytes and the str that
+    os.fsdecode makes of them included."""
+    m = ringkv.Model.from_preset("demo", num_sessions=1)
+    s = m.claim("a")
+    raw = bytes(tmp_path) + b"/x\xff.rkv"
+    for path in (str(tmp_path / "p.rkv"), _Path(bytes(tmp_path) + b"/q.rkv"), raw,
+                 os.fsdecode(raw)):
+        m.save_session(s, path)
+        m.load_session(s, path)
+        assert ringkv.inspect_snapshot(_Path(path) if isinstance(path, bytes) else path) \
+            .request_id == "a"
+    assert sorted(os.listdir(bytes(tmp_path))) == [b"p.rkv", b"q.rkv", b"x\xff.rkv"]
+
+
+@pytest.mark.parametrize("call, arg", [
+    (lambda m: m.claim, "request_id"), (lambda m: m.lookup, "request_id"),
+    (lambda m: m.offloaded_clock, "request_id"), (lambda m: m.offload_discard, "request_id"),
+    (lambda m: ringkv.preset, "name"), (lambda m: ringkv.Model.from_preset, "name"),
+    (lambda m: (lambda v: ringkv.Model(ringkv.ModelConfig(**{**vars(ringkv.preset("demo")),
+                                                            "name": v}))), "ModelConfig.name"),
+    (lambda m: (lambda v: ringkv.ModelConfig(**{**vars(ringkv.preset("demo")),
+                                               "name": v}).memory()), "ModelConfig.name"),
+])
+@pytest.mark.parametrize("value, words", [
+    ("\udcff", "cannot be encoded as UTF-8"),        # the trial's claim: a bare UnicodeEncodeError
+    ("\ud800x", "cannot be encoded as UTF-8"),
+    ("demo\0x", "contains a NUL byte"),              # C read "demo": accepted as the preset
+    ("a\0", "contains a NUL byte"),
+])
+def test_strings_c_cannot_take_whole_are_value_errors(call, arg, value, words):
+    """Every string the binding encodes for the library: RingKVValueError (as
+    README says every error is a RingKVError) naming the argument, never a
+    bare UnicodeEncodeError, never a name cut short at a NUL."""
+    m = ringkv.Model.from_preset("demo", num_sessions=1)
+    with pytest.raises(ringkv.RingKVValueError) as info:
+        call(m)(value)
+    assert f": {arg} {value!r} {words}" in str(info.value), str(info.value)
+    assert m.num_sessions == 1 and m.offloaded_count == 0
+
+
+def _upsert_routes(torch, bad_frame_pos, bad_session):
+    """(route, exception) of the drop-in's upsert of one bad row on every
+    route: NumPy and torch input, build_visibility True and False."""
+    out = []
+    for kind in ("numpy", "torch"):
+        for build in (True, False):
+            c = ringkv.LayerRingCache(1, 1, 4, 3, 64, 128, 1, torch.float32 if kind == "torch"
+                                      else "f32", "cpu")
+            kv = torch.ones(2, 1, 1, 128, 64)
+            fp, si = torch.tensor([bad_frame_pos]), torch.tensor([bad_session])
+            if kind == "numpy":
+                kv, fp, si = kv.numpy(), fp.numpy(), si.numpy()
+            state = (lambda: [np.array(x.numpy() if kind == "torch" else x)
+                              for x in (c.kv, c.written)])
+            before = state()
+            with pytest.raises(RingKVError) as info:
+                c.upsert(kv, fp, True, si, build_visibility=build)
+            assert all(np.array_equal(a, b) for a, b in zip(state(), before))  # nothing written
+            out.append(((kind, build), info.value))
+    return out
+
+
+@pytest.mark.parametrize("frame_pos, session, cls, text", [
+    (0, 3, ringkv.RingKVIndexError,
+     "LayerRingCache.upsert: session_idx[0] = 3 is out of range; expected 0..0 [RKV_ERR_RANGE]"),
+    (0, -1, ringkv.RingKVIndexError,
+     "LayerRingCache.upsert: session_idx[0] = -1 is out of range; expected 0..0 [RKV_ERR_RANGE]"),
+    (-1, 0, ringkv.RingKVValueError,
+     "LayerRingCache.upsert: frame_pos[0] = -1; expected >= 0 [RKV_ERR_INVALID_ARG]"),
+    (-1, 3, ringkv.RingKVValueError,     # the clock first, as rkv_layer_upsert
+     "LayerRingCache.upsert: frame_pos[0] = -1; expected >= 0 [RKV_ERR_INVALID_ARG]"),
+])
+def test_dropin_upsert_says_upsert_on_every_route(frame_pos, session, cls, text, reference):
+    """The trial: torch input with build_visibility (the default) said
+    "LayerRingCache.visible_row: session_idx 3 out of range for 1 sessions",
+    the other routes the upsert message. One type and one message now; a
+    session out of range is an IndexError as the reference's index_copy_
+    raises (frame_pos < 0 the reference lets through: a listed difference)."""
+    torch = torch_or_skip()
+    for route, exc in _upsert_routes(torch, frame_pos, session):
+        assert type(exc) is cls and str(exc) == text, (route, type(exc), str(exc))
+    if session != 0 and frame_pos >= 0:
+        ref = reference.LayerRingCache(1, 1, 4, 3, 64, 128, 1, torch.float32, "cpu")
+        with pytest.raises(Exception) as info:
+            ref.upsert(torch.ones(2, 1, 1, 128, 64), torch.tensor([frame_pos]), True,
+                       torch.tensor([session]))
+        assert type(info.value) is IndexError and issubclass(cls, IndexError)
+
+
+def test_a_helper_name_does_not_leak():
+    """visible_row reads visible_frames, flex_block_mask the layer's rows:
+    their messages name the call made."""
+    c = ringkv.LayerRingCache(2, 1, 4, 3, 64, 128, 1, "f32")
+    with pytest.raises(ringkv.RingKVValueError) as info:
+        c.visible_row(0, -1)
+    assert str(info.value).startswith("LayerRingCache.visible_row: frame_pos"), str(info.value)
+    with pytest.raises(ringkv.RingKVValueError) as info:
+        ringkv.flex_block_mask(c, 0, -1)
+    assert str(info.value).startswith("ringkv.flex_block_mask: frame_pos"), str(info.value)
+
+
+def test_stream_keys_take_any_str():
+    """ringkv.ray's deterministic streams hash the request id: any str is a
+    key (a lone surrogate raised a bare UnicodeEncodeError), and an id's
+    tokens do not change."""
+    pytest.importorskip("xxhash")
+    from ringkv.ray.stream import frame_tokens
+    cfg = ringkv.preset("demo")
+    kv, q = frame_tokens(cfg, "\udcff", 0, 0, 0)
+    assert kv.shape == (2, 1, 128, 64) and q.shape == (1, 128, 64) and np.isfinite(kv).all()
+    assert not np.array_equal(kv, frame_tokens(cfg, "\udcfe", 0, 0, 0)[0])
+    assert np.array_equal(frame_tokens(cfg, "é", 1, 2, 0)[0], frame_tokens(cfg, "é", 1, 2, 0)[0])

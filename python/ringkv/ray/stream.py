@@ -24,7 +24,9 @@ PASSES = 5
 
 
 def _rng(request_id: str, frame: int, pass_: int, layer: int) -> np.random.Generator:
-    key = f"{request_id}\x00{frame}\x00{pass_}\x00{layer}".encode()
+    # any str is a key (a lone surrogate too: no UnicodeEncodeError here;
+    # the model's claim refuses such an id with RingKVValueError)
+    key = f"{request_id}\x00{frame}\x00{pass_}\x00{layer}".encode("utf-8", "surrogatepass")
     return np.random.default_rng(xxhash.xxh3_64_intdigest(key))
 
 
