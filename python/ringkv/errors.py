@@ -285,10 +285,11 @@ def called_as(message: str, name: str, prefix: bool = True) -> str:
     """``message`` naming the call ``name`` the user made: a different call
     name leading it is replaced by ``name`` (one with arguments that names
     the same call, ``LayerRingCache.attend(reference=True)``, stays); with
-    ``prefix``, a message led by no call name gets ``name: `` in front."""
+    ``prefix``, a message led by no call name gets ``name: `` in front.
+    Without ``prefix`` (the drop-in's wording) a bare "ringkv: " stays."""
     m = _LEADING_CALL.match(message)
     if m:
-        if m.group(1).split("(")[0] == name:
+        if m.group(1).split("(")[0] == name or (m.group(1) == "ringkv" and not prefix):
             return message
         return f"{name}: {message[m.end():]}"
     return f"{name}: {message}" if prefix else message

@@ -1045,3 +1045,33 @@ def test_stream_keys_take_any_str():
     assert kv.shape == (2, 1, 128, 64) and q.shape == (1, 128, 64) and np.isfinite(kv).all()
     assert not np.array_equal(kv, frame_tokens(cfg, "\udcfe", 0, 0, 0)[0])
     assert np.array_equal(frame_tokens(cfg, "é", 1, 2, 0)[0], frame_tokens(cfg, "é", 1, 2, 0)[0])
+
+
+@pytest.mark.parametrize("message, name, prefix, want", [
+    ("Model.layer: layer 5 out of range", "Model.upsert", True,
+     "Model.upsert: layer 5 out of range"),
+    ("layer 5 out of range", "Model.upsert", True, "Model.upsert: layer 5 out of range"),
+    ('Model(device="cpu"): layer 0: bad', "Model.from_preset", True,
+     "Model.from_preset: layer 0: bad"),
+    ('Model(device="cpu"): bad', "Model", True, 'Model(device="cpu"): bad'),
+    ("ringkv.preset: unknown preset 'x'", "Model.from_preset", True,
+     "Model.from_preset: unknown preset 'x'"),
+    ("rkv_layer_view: bad", "LayerRingCache.upsert", False, "LayerRingCache.upsert: bad"),
+    ("ringkv: stream is on cuda:1", "Model.upsert", True, "Model.upsert: stream is on cuda:1"),
+    # the drop-in's wording: no prefix, a bare "ringkv" and its own call stay
+    ("session_idx 2 out of range for 2 sessions", "LayerRingCache.reset", False,
+     "session_idx 2 out of range for 2 sessions"),
+    ("ringkv: CUDA devices need", "LayerRingCache", False, "ringkv: CUDA devices need"),
+    ("LayerRingCache.attend(reference=True): bad", "LayerRingCache.attend", False,
+     "LayerRingCache.attend(reference=True): bad"),
+    ("LayerRingCache.visible_frames: frame_pos = -1", "LayerRingCache.visible_row", False,
+     "LayerRingCache.visible_row: frame_pos = -1"),
+    # a device check reports an earlier call: it stays named
+    ("LayerRingCache.upsert (device check): bad", "LayerRingCache.check", False,
+     "LayerRingCache.upsert (device check): bad"),
+    ("Model.claim: request 'x' is paged out; page it in with Model.page_in", "Model.claim",
+     True, "Model.claim: request 'x' is paged out; page it in with Model.page_in"),
+])
+def test_called_as(message, name, prefix, want):
+    from ringkv.errors import called_as
+    assert called_as(message, name, prefix) == want
