@@ -813,9 +813,13 @@ typedef struct rkv_snapshot_info {
  * on error the temporary file is removed. Reads the model only.
  * Errors: RKV_ERR_NULL (model, path), RKV_ERR_INVALID_ARG (empty path),
  * RKV_ERR_RANGE, RKV_ERR_STATE (not claimed, or inside a frame),
- * RKV_ERR_IO (`path` a folder, or its folder missing: refused before anything
- * is written; create, write, file fsync, rename; the message has strerror),
- * RKV_ERR_NO_MEMORY. */
+ * A `path` that is a symbolic link is followed to its final target, which
+ * receives the image (the temporary file goes next to it; the link stays).
+ * RKV_ERR_IO (refused before anything is written: `path`, or its link's
+ * target, a folder, or an existing file that is not a regular file -- a
+ * device, named pipe or socket, the kind named -- or its folder missing, or
+ * a loop of links; then create, write, file fsync, rename: the message has
+ * strerror), RKV_ERR_NO_MEMORY. docs/snapshot-format.md "Atomic save". */
 RKV_API rkv_status rkv_model_save_session(const rkv_model *model, int64_t session,
                                           const char *path);
 
@@ -845,7 +849,8 @@ RKV_API rkv_status rkv_model_save_session_mem(const rkv_model *model, int64_t se
  *    bad written bits), "not a ringkv snapshot", "unsupported format
  *    version", "wrong geometry" (naming the field). Bytes of the file in a
  *    message are escaped (\xNN), never echoed raw;
- *  - RKV_ERR_IO: cannot open or read. The file is read twice (verify, then
+ *  - RKV_ERR_IO: cannot open or read, or `path` is not a regular file (a
+ *    named pipe is refused at once, not waited on). The file is read twice (verify, then
  *    copy); if it changes between the reads (another writer replacing it in
  *    place; ringkv's own saves never do), the session is reset to empty with
  *    no clock and RKV_ERR_IO says so;
