@@ -65,6 +65,9 @@ rkv_status rkv_ring_visible_row(const rkv_ring_view *ring, int64_t session, int6
     if (frame_pos < 0)
         return rkv__fail(RKV_ERR_INVALID_ARG, "%s: frame_pos = %lld; expected >= 0", what,
                          (long long)frame_pos);
+    const rkv__buf out = {row, (size_t)l.total_slots, "row"},
+                   in = {l.written, (size_t)l.total_slots, "ring->written"};
+    if ((st = rkv__check_no_overlap(what, &out, 1, &in, 1)) != RKV_OK) return st;
     visible_row(&l, session, frame_pos, row);
     return RKV_OK;
 }
@@ -108,6 +111,8 @@ rkv_status rkv__upsert(const struct rkv_layer *layer, const char *what, const vo
             return rkv__fail(RKV_ERR_INVALID_ARG, "%s: frame_pos[%lld] = %lld; expected >= 0",
                              what, (long long)b, (long long)frame_pos[b]);
     rkv_status st = rkv__check_sessions(what, session_idx, batch, layer->g.num_sessions);
+    if (st == RKV_OK)
+        st = rkv__upsert_overlap(layer, what, kv, batch, frame_pos, session_idx, visible);
     if (st != RKV_OK) return st;
 
     const rkv_geometry *g = &layer->g;

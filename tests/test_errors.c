@@ -647,6 +647,125 @@ static rkv_model *busy_model(int64_t *sa, int64_t *sb)
     return m;
 }
 
+/* Host buffers that share bytes with what a call writes are refused
+ * (RKV_ERR_INVALID_ARG, "overlaps", naming both) before anything is
+ * written: the upsert's kv, frame_pos or visible in the layer's storage;
+ * attention out over q (equal, or one element on) or over the storage; a
+ * view whose written bits lie inside its K/V; a visibility row over the
+ * written bits; span copies into or out of the layer over it; rkv_convert
+ * in place across dtypes; the model's upsert, attend and step on the CPU
+ * backend. Buffers that only touch (out right after q in one allocation),
+ * and an in-place rkv_convert of one dtype, are fine. */
+static void test_overlapping_buffers_refused(void **state)
+{
+    (void)state;
+    rkv_layer *l = hist_layer();
+    uint8_t *store = (uint8_t *)rkv_layer_kv(l), *written = (uint8_t *)rkv_layer_written(l);
+    const size_t fn = (size_t)(2 * 2 * 128 * 4); /* one frame: 2 x H x T x D */
+    float *fr = tu_xmalloc(fn * 4);
+    tu_fill_uniform(fr, fn, &(tu_rng){71});
+    int64_t f = 9, s = 1;
+    LAYER_ERR(l, rkv_layer_upsert(l, store, RKV_DTYPE_F32, 1, &f, &s, 1, NULL),
+              RKV_ERR_INVALID_ARG, "kv (");
+    LAYER_ERR(l, rkv_layer_upsert(l, store + 4096, RKV_DTYPE_F32, 1, &f, &s, 1, NULL),
+              RKV_ERR_INVALID_ARG, "overlaps kv");
+    LAYER_ERR(l, rkv_layer_upsert(l, fr, RKV_DTYPE_F32, 1, &f, &s, 1, written),
+              RKV_ERR_INVALID_ARG, "overlaps visible");
+    LAYER_ERR(l, rkv_layer_upsert(l, fr, RKV_DTYPE_F32, 1, (const int64_t *)written, &s, 1,
+                                  NULL),
+              RKV_ERR_INVALID_ARG, "overlaps frame_pos");
+
+    /* attention: out over q, one element on, over the storage; touching is fine */
+    const size_t qn = (size_t)(2 * 128 * 4); /* B 1 x Hq 2 x Tq 128 x D 4 */
+    float *qo = tu_xmalloc(2 * qn * 4);
+    tu_fill_uniform(qo, 2 * qn, &(tu_rng){72});
+    rkv_attention_args a = RKV_ATTENTION_ARGS_INIT;
+    a.batch = 1;
+    a.n_q_heads = 2;
+    a.q = qo;
+    a.q_dtype = a.out_dtype = RKV_DTYPE_F32;
+    a.session_idx = &s;
+    a.frame_pos = &f;
+    a.out = qo;
+    float *before = tu_xmalloc(2 * qn * 4);
+    memcpy(before, qo, 2 * qn * 4);
+    LAYER_ERR(l, rkv_layer_attend(l, &a), RKV_ERR_INVALID_ARG, "out (");
+    a.out = qo + 1;
+    LAYER_ERR(l, rkv_layer_attend(l, &a), RKV_ERR_INVALID_ARG, "overlaps q");
+    a.out = qo - 1 + qn; /* its last element is q's first one on: shares q's last */
+    LAYER_ERR(l, rkv_layer_attend(l, &a), RKV_ERR_INVALID_ARG, "overlaps q");
+    a.out_dtype = RKV_DTYPE_BF16;
+    a.out = store;
+    LAYER_ERR(l, rkv_layer_attend(l, &a), RKV_ERR_INVALID_ARG, "the ring's K/V storage");
+    LAYER_ERR(l, rkv_layer_attend_reference(l, &a), RKV_ERR_INVALID_ARG, "overlaps");
+    assert_memory_equal(qo, before, 2 * qn * 4);
+    a.out_dtype = RKV_DTYPE_F32;
+    a.out = qo + qn;
+    TU_OK(rkv_layer_attend(l, &a));
+    assert_memory_equal(qo, before, qn * 4);
+
+    /* views: written bits inside the K/V buffer; a row over the written bits */
+    rkv_ring_view v;
+    TU_OK(rkv_layer_view(l, &v));
+    v.written = store + 64;
+    LAYER_ERR(l, rkv_ring_upsert(&v, fr, RKV_DTYPE_F32, 1, &f, &s, 1, NULL),
+              RKV_ERR_INVALID_ARG, "overlaps");
+    TU_OK(rkv_layer_view(l, &v));
+    LAYER_ERR(l, rkv_ring_visible_row(&v, 0, 3, written + 5), RKV_ERR_INVALID_ARG,
+              "row (");
+    a.out = v.kv;
+    LAYER_ERR(l, rkv_ring_attend(&v, &a), RKV_ERR_INVALID_ARG, "overlaps");
+
+    /* span copies over the layer itself */
+    LAYER_ERR(l, rkv_layer_read_span(l, 0, RKV_SPAN_V, 1, store + 8), RKV_ERR_INVALID_ARG,
+              "dst (");
+    LAYER_ERR(l, rkv_layer_read_span(l, 0, RKV_SPAN_K, 0, written), RKV_ERR_INVALID_ARG,
+              "the layer's written bits");
+    LAYER_ERR(l, rkv_layer_write_span(l, 0, RKV_SPAN_K, 0, store + 4), RKV_ERR_INVALID_ARG,
+              "overlaps src");
+    const size_t piece = rkv_layer_span_bytes(l, RKV_SPAN_K);
+    TU_OK(rkv_layer_write_span(l, 0, RKV_SPAN_K, 0, store + piece)); /* another piece */
+    assert_memory_equal(store, store + piece, piece);
+
+    /* rkv_convert across dtypes in place */
+    float c[8] = {1, 2, 3, 4, 5, 6, 7, 8}, c0[8];
+    memcpy(c0, c, sizeof c);
+    TU_ERR(rkv_convert(c, RKV_DTYPE_F32, c, RKV_DTYPE_F16, 8), RKV_ERR_INVALID_ARG,
+           "rkv_convert: dst");
+    TU_ERR(rkv_convert(c, RKV_DTYPE_F16, c + 1, RKV_DTYPE_F32, 4), RKV_ERR_INVALID_ARG,
+           "overlaps src");
+    assert_memory_equal(c, c0, sizeof c);
+    TU_OK(rkv_convert(c, RKV_DTYPE_F32, c, RKV_DTYPE_F32, 8));
+    assert_memory_equal(c, c0, sizeof c);
+    free(before);
+    rkv_layer_destroy(l);
+
+    /* the model on the CPU backend: "b" has an open frame */
+    int64_t sa, sb;
+    rkv_model *m = busy_model(&sa, &sb);
+    const void *layer1 = rkv_layer_kv(rkv_model_layer(m, 1));
+    int64_t rows[1] = {sb};
+    MODEL_ERR(m, rkv_model_upsert(m, 1, 1, rows, layer1, RKV_DTYPE_F32, 0),
+              RKV_ERR_INVALID_ARG, "rkv_model_upsert: ");
+    a.n_q_heads = 4;
+    const size_t mq = (size_t)(4 * 128 * 4);
+    float *mqo = tu_xmalloc(2 * mq * 4);
+    tu_fill_uniform(mqo, 2 * mq, &(tu_rng){73});
+    a.q = a.out = mqo;
+    MODEL_ERR(m, rkv_model_attend(m, 0, 1, rows, &a), RKV_ERR_INVALID_ARG, "overlaps q");
+    /* the step checks the attention before its upsert: nothing written */
+    MODEL_ERR(m, rkv_model_step(m, 1, 1, rows, fr, RKV_DTYPE_F32, 1, &a), RKV_ERR_INVALID_ARG,
+              "overlaps q");
+    a.out = (void *)layer1;
+    MODEL_ERR(m, rkv_model_frame_attend(m, 1, &a), RKV_ERR_INVALID_ARG, "overlaps");
+    a.out = mqo + mq;
+    TU_OK(rkv_model_step(m, 1, 1, rows, fr, RKV_DTYPE_F32, 1, &a));
+    free(mqo);
+    free(qo);
+    free(fr);
+    rkv_model_destroy(m);
+}
+
 static void test_preset_errors(void **state)
 {
     (void)state;
@@ -1608,6 +1727,7 @@ int main(void)
         cmocka_unit_test(test_begin_frame_errors),
         cmocka_unit_test(test_model_upsert_errors),
         cmocka_unit_test(test_model_attend_errors),
+        cmocka_unit_test(test_overlapping_buffers_refused),
         cmocka_unit_test(test_snapshot_restore_errors),
         cmocka_unit_test(test_frame_calls_errors),
         cmocka_unit_test(test_span_errors),
