@@ -212,8 +212,15 @@ rkv_status rkv__attend_overlap(const struct rkv_layer *l, const rkv_attention_ar
 rkv_status rkv__check_sessions(const char *what, const int64_t *session_idx,
                                int64_t batch, int64_t num_sessions);
 
-/* Validates a model config (every layer's geometry, GQA, name, total
- * bytes); fills the per-session and total K/V bytes when non-NULL. */
+/* The part of rkv_geometry_check on the fields a model config sets once for
+ * all its layers: num_sessions, n_kv_heads, d_head, tokens_per_frame, dtype
+ * (rkv_geometry_check: these first, then the layer's own fields and the
+ * size). */
+rkv_status rkv__geometry_check_shared(const rkv_geometry *g);
+
+/* Validates a model config (its own fields first, named as such; then every
+ * layer's geometry, "layer i: ..."; GQA, name, total bytes); fills the
+ * per-session and total K/V bytes when non-NULL. */
 rkv_status rkv__model_config_check(const rkv_model_config *cfg, size_t *per_session,
                                    size_t *total);
 

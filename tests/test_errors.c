@@ -837,23 +837,26 @@ static void test_model_create_errors(void **state)
     rkv_model_config cfg = small_cfg();
     TU_ERR(rkv_model_create(NULL, &m), RKV_ERR_NULL, NULL);
     TU_ERR(rkv_model_create(&cfg, NULL), RKV_ERR_NULL, NULL);
+    /* scope: the layer a message names ("layer 1: "), or NULL for a model
+     * field, whose message names no layer (every layer has it) */
     static const struct {
         int what;
         rkv_status st;
-        const char *needle;
+        const char *needle, *scope;
     } cases[] = {
-        {0, RKV_ERR_INVALID_ARG, "0"},     /* n_layers 0 */
-        {1, RKV_ERR_INVALID_ARG, "257"},   /* n_layers 257 */
-        {2, RKV_ERR_INVALID_ARG, "3"},     /* Hq 3, H 2 */
-        {3, RKV_ERR_INVALID_ARG, "0"},     /* Hq 0 */
-        {4, RKV_ERR_INVALID_ARG, "0"},     /* num_sessions 0 */
-        {5, RKV_ERR_INVALID_ARG, "9"},     /* layer 1: RB 9 > RF 4 */
-        {6, RKV_ERR_INVALID_ARG, "100"},   /* T 100 */
-        {7, RKV_ERR_DTYPE, NULL},          /* dtype 5 */
-        {8, RKV_ERR_INVALID_ARG, "-1"},    /* layer 0: PD -1 */
-        {9, RKV_ERR_INVALID_ARG, NULL},    /* H 0 */
-        {10, RKV_ERR_OVERFLOW, NULL},      /* huge S */
-        {11, RKV_ERR_INVALID_ARG, "-3"},   /* n_layers -3 */
+        {0, RKV_ERR_INVALID_ARG, "0", NULL},                 /* n_layers 0 */
+        {1, RKV_ERR_INVALID_ARG, "257", NULL},               /* n_layers 257 */
+        {2, RKV_ERR_INVALID_ARG, "n_q_heads = 3", NULL},     /* Hq 3, H 2 */
+        {3, RKV_ERR_INVALID_ARG, "n_q_heads = 0", NULL},     /* Hq 0 */
+        {4, RKV_ERR_INVALID_ARG, "num_sessions must be >= 1; got 0", NULL},
+        {5, RKV_ERR_INVALID_ARG, "ring_buckets (9)", "layer 1: "}, /* RB 9 > RF 4 */
+        {6, RKV_ERR_INVALID_ARG, "tokens_per_frame (100)", NULL},
+        {7, RKV_ERR_DTYPE, "dtype 5", NULL},
+        {8, RKV_ERR_INVALID_ARG, "pinned_dilation must be >= 1; got -1", "layer 0: "},
+        {9, RKV_ERR_INVALID_ARG, "n_kv_heads must be >= 1; got 0", NULL},
+        {10, RKV_ERR_OVERFLOW, "too large", "layer 0: "},  /* huge S: layer 0's bytes */
+        {11, RKV_ERR_INVALID_ARG, "-3", NULL},             /* n_layers -3 */
+        {12, RKV_ERR_INVALID_ARG, "d_head must be >= 1; got 0", NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         rkv_model_config c = small_cfg();
@@ -870,10 +873,17 @@ static void test_model_create_errors(void **state)
         case 9: c.n_kv_heads = 0; break;
         case 10: c.num_sessions = INT64_MAX / 8; break;
         case 11: c.n_layers = -3; break;
+        case 12: c.d_head = 0; break;
         }
         m = sentinel;
         TU_ERR(rkv_model_create(&c, &m), cases[i].st, cases[i].needle);
         assert_ptr_equal(m, sentinel);
+        if (cases[i].scope ? strncmp(rkv_last_error(), cases[i].scope,
+                                     strlen(cases[i].scope)) != 0
+                           : strstr(rkv_last_error(), "layer ") != NULL)
+            fail_msg("case %d: '%s' (expected %s%s)", cases[i].what, rkv_last_error(),
+                     cases[i].scope ? "the prefix " : "no layer named",
+                     cases[i].scope ? cases[i].scope : "");
         /* the memory query refuses it the same way */
         size_t ps = 1, tot = 2;
         TU_ERR(rkv_model_config_memory(&c, &ps, &tot), cases[i].st,
@@ -881,6 +891,33 @@ static void test_model_create_errors(void **state)
         assert_int_equal(ps, 1);
         assert_int_equal(tot, 2);
     }
+}
+
+/* A valid config whose host tables do not fit (2^40 sessions of the demo
+ * preset): RKV_ERR_NO_MEMORY naming the bytes asked for and the K/V bytes
+ * the layers would need on top (rkv_model_config_memory's total), *out
+ * untouched (skipped under AddressSanitizer, whose allocator aborts on such
+ * requests instead of returning NULL). */
+static void test_model_create_no_memory(void **state)
+{
+    (void)state;
+#if defined(__SANITIZE_ADDRESS__)
+    skip();
+#else
+    rkv_model_config c;
+    TU_OK(rkv_model_preset("demo", 0, &c));
+    c.num_sessions = (int64_t)1 << 40;
+    size_t per = 0, total = 0;
+    TU_OK(rkv_model_config_memory(&c, &per, &total));
+    rkv_model *m = (rkv_model *)(uintptr_t)0x77;
+    TU_ERR(rkv_model_create(&c, &m), RKV_ERR_NO_MEMORY, "cannot allocate ");
+    assert_ptr_equal(m, (rkv_model *)(uintptr_t)0x77);
+    char want[96];
+    snprintf(want, sizeof want, "1099511627776 sessions and 2 layers (the layers' K/V would "
+                                "take %zu bytes more)", total);
+    if (!strstr(rkv_last_error(), want) || !strstr(rkv_last_error(), " bytes of host tables"))
+        fail_msg("'%s' (expected the bytes and '%s')", rkv_last_error(), want);
+#endif
 }
 
 static void test_model_layer_out_of_range(void **state)
@@ -1721,6 +1758,7 @@ int main(void)
         cmocka_unit_test(test_preset_errors),
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_model_create_errors),
+        cmocka_unit_test(test_model_create_no_memory),
         cmocka_unit_test(test_model_layer_out_of_range),
         cmocka_unit_test(test_claim_lookup_errors),
         cmocka_unit_test(test_release_reset_clock_errors),
