@@ -86,13 +86,14 @@ static void copy_frame(const struct rkv_layer *l, const uint8_t *kv, int64_t bat
 rkv_status rkv__upsert(const struct rkv_layer *layer, const char *what, const void *kv,
                        rkv_dtype kv_dtype, int64_t batch, const int64_t *frame_pos,
                        const int64_t *session_idx, int commit, uint8_t *visible) {
-    /* Validate everything before touching state. */
-    if (!kv) return rkv__fail(RKV_ERR_NULL, "%s: kv is NULL", what);
-    if (!frame_pos) return rkv__fail(RKV_ERR_NULL, "%s: frame_pos is NULL", what);
+    /* Validate everything before touching state; the batch first (an empty
+     * batch's arrays may well be NULL: say what is wrong, not that). */
     if (batch < 1 || batch > layer->g.num_sessions)
         return rkv__fail(RKV_ERR_INVALID_ARG,
                          "%s: batch B = %lld; expected 1..%lld (one frame per distinct session)",
                          what, (long long)batch, (long long)layer->g.num_sessions);
+    if (!kv) return rkv__fail(RKV_ERR_NULL, "%s: kv is NULL", what);
+    if (!frame_pos) return rkv__fail(RKV_ERR_NULL, "%s: frame_pos is NULL", what);
     if (kv_dtype != layer->g.dtype)
         return rkv__fail(RKV_ERR_DTYPE, "%s: kv dtype %d (%s) does not match the storage dtype %s",
                          what, (int)kv_dtype,
