@@ -274,3 +274,24 @@ def test_clock_at_int64_top_addresses_the_reference_slot(torch, reference):
     want = torch.softmax(q[0].double() @ K.T / 2 ** 0.5, dim=-1) @ V
     for out in (mine.attend(q, s0, torch.tensor([f])), mine.attend(q, s0, visible=rrow[None])):
         assert float((out[0].double() - want).norm() / want.norm()) < 1e-5
+
+
+def test_session_out_of_range_wins_over_other_row_errors(torch, reference):
+    """A call with a session out of range is the reference's IndexError
+    (its index_copy_ fails) whatever else is wrong with it: a negative clock
+    (found by the randomized driver: ringkv raised ValueError for the
+    clock), or a session repeated in an earlier row. Nothing is written."""
+    g = dict(num_sessions=2, n_kv_heads=1, ring_frames=2, ring_buckets=2, d_head=2,
+             tokens_per_frame=128, pinned_dilation=1, dtype=torch.float32, device="cpu")
+    ref, mine = reference.LayerRingCache(**g), ringkv.LayerRingCache(**g)
+    i64 = lambda *x: torch.tensor(x, dtype=torch.int64)  # noqa: E731
+    for fp, si in ((i64(-1), i64(2)), (i64(-3, 0), i64(0, -1)), (i64(0, 1, 2), i64(1, 1, 5)),
+                   (i64(5, -1), i64(-2, 0))):
+        kv = torch.ones(2, 1, 1, 128 * len(fp), 2)
+        for build in (False, True) if len(fp) == 1 else (False,):
+            with pytest.raises(IndexError):
+                ref.upsert(kv, fp, True, si, build_visibility=build)
+            for args in ((kv, fp, si), (kv.numpy(), fp.numpy(), si.numpy())):
+                with pytest.raises(IndexError):
+                    mine.upsert(args[0], args[1], True, args[2], build_visibility=build)
+    assert not mine.kv.any() and not mine.written[:256].any() and mine.written[256:384].all()
