@@ -203,7 +203,11 @@ RKV_API size_t rkv_geometry_memory_bytes(const rkv_geometry *g);
 /* Slot arithmetic of SEM 3 step 1 for clock f >= 0 (no checks: the caller
  * passes a valid geometry and f >= 0):
  * bucket = ceil(f / PD), ring frame slot = bucket mod RB,
- * write step = (f mod PD == 0). */
+ * write step = (f mod PD == 0).
+ * The bucket is the reference's int64 (f + PD - 1) // PD: where f + PD - 1
+ * exceeds INT64_MAX (the top PD - 1 clocks) the sum wraps to a negative
+ * value, floor-divided, and the slot is its floor modulo RB (in [0, RB)),
+ * as torch computes it; every other clock gets ceil(f / PD) mod RB. */
 RKV_API int64_t rkv_ring_slot(const rkv_geometry *g, int64_t frame_pos);
 RKV_API int rkv_is_write_step(const rkv_geometry *g, int64_t frame_pos);
 
