@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "json_out.h"
 
 double bench_ratio(double value, double ceiling, bool *suspect) {
     const double r = value / ceiling;
@@ -39,7 +40,7 @@ static void emit_json(FILE *out, const bench_machine *m, const char *name, doubl
     add_string_if_absent(row, "cpu_model", m->cpu_model);
     add_string_if_absent(row, "blas_core", m->blas_core);
     if (m->openblas_coretype[0]) add_string_if_absent(row, "openblas_coretype", m->openblas_coretype);
-    char *s = cJSON_PrintUnformatted(row);
+    char *s = cli_json_print(row, 0);
     fprintf(out, "%s\n", s);
     free(s);
     cJSON_Delete(row);

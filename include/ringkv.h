@@ -161,8 +161,9 @@ RKV_API const char *rkv_dtype_name(rkv_dtype dtype);
 RKV_API rkv_status rkv_dtype_parse(const char *name, rkv_dtype *out);
 
 /* Converts n elements between dtypes (round to nearest even when narrowing;
- * NaN stays NaN). src and dst are host buffers of n elements and must not
- * overlap unless src == dst and the dtypes are equal. */
+ * NaN stays NaN). src and dst are host buffers of n elements. With equal
+ * dtypes they may overlap (a move); with different dtypes an overlap is
+ * refused (RKV_ERR_INVALID_ARG, nothing written). */
 RKV_API rkv_status rkv_convert(const void *src, rkv_dtype src_dtype, void *dst,
                                rkv_dtype dst_dtype, size_t n);
 
@@ -202,7 +203,11 @@ RKV_API size_t rkv_geometry_memory_bytes(const rkv_geometry *g);
 /* Slot arithmetic of SEM 3 step 1 for clock f >= 0 (no checks: the caller
  * passes a valid geometry and f >= 0):
  * bucket = ceil(f / PD), ring frame slot = bucket mod RB,
- * write step = (f mod PD == 0). */
+ * write step = (f mod PD == 0).
+ * The bucket is the reference's int64 (f + PD - 1) // PD: where f + PD - 1
+ * exceeds INT64_MAX (the top PD - 1 clocks) the sum wraps to a negative
+ * value, floor-divided, and the slot is its floor modulo RB (in [0, RB)),
+ * as torch computes it; every other clock gets ceil(f / PD) mod RB. */
 RKV_API int64_t rkv_ring_slot(const rkv_geometry *g, int64_t frame_pos);
 RKV_API int rkv_is_write_step(const rkv_geometry *g, int64_t frame_pos);
 
@@ -326,10 +331,12 @@ RKV_API size_t rkv_layer_span_bytes(const rkv_layer *layer, rkv_span_part part);
  * rkv_layer_span_bytes(layer, part) bytes, not overlapping the layer).
  * Reads the layer only. Errors (dst untouched): RKV_ERR_NULL, RKV_ERR_RANGE
  * (session, or head outside [0, H) for K/V), RKV_ERR_INVALID_ARG (unknown
- * part, head != 0 for the written bits). */
+ * part, head != 0 for the written bits, dst overlapping the layer's K/V or
+ * written bits). */
 RKV_API rkv_status rkv_layer_read_span(const rkv_layer *layer, int64_t session,
                                        rkv_span_part part, int64_t head, void *dst);
-/* Overwrites a piece of `session`'s span from src (host, span_bytes bytes).
+/* Overwrites a piece of `session`'s span from src (host, span_bytes bytes,
+ * not overlapping that piece: RKV_ERR_INVALID_ARG).
  * Written bits must keep the layer's invariant: every byte 0 or 1, every
  * scratch slot 1, the T bits of a ring frame all equal (frames are written
  * whole); RKV_ERR_INVALID_ARG names the first bad slot otherwise. Errors
@@ -358,10 +365,13 @@ RKV_API rkv_status rkv_layer_copy_span(rkv_layer *layer, int64_t src_session,
  *               on write steps, computed before the commit. Unlike the
  *               reference (whose row aliases layer scratch), the row belongs
  *               to the caller and is never overwritten by the layer.
- * kv must not overlap the layer's storage.
+ * kv, frame_pos and session_idx must not overlap the layer's storage
+ * (K/V and written bits) nor visible, nor visible the storage: checked
+ * (RKV_ERR_INVALID_ARG "... overlaps ...", naming both buffers).
  * Errors (nothing written): RKV_ERR_NULL, RKV_ERR_INVALID_ARG (B < 1 or
  * B > S, visible with B > 1, frame_pos < 0, a session repeated within the
- * batch), RKV_ERR_RANGE (session out of range), RKV_ERR_DTYPE. */
+ * batch, overlapping buffers), RKV_ERR_RANGE (session out of range),
+ * RKV_ERR_DTYPE. */
 RKV_API rkv_status rkv_layer_upsert(rkv_layer *layer, const void *kv,
                                     rkv_dtype kv_dtype, int64_t batch,
                                     const int64_t *frame_pos,
@@ -406,7 +416,8 @@ RKV_API rkv_status rkv_layer_view(rkv_layer *layer, rkv_ring_view *out);
 /* rkv_layer_upsert on a view: the same arguments, order (scratch write,
  * visibility row, commit), checks and effects, on ring->kv and
  * ring->written; messages name "rkv_ring_upsert". kv (the input frame) must
- * not overlap the storage. Errors (nothing written): those of
+ * not overlap the storage, nor ring->kv ring->written (both checked, as
+ * rkv_layer_upsert's buffers). Errors (nothing written): those of
  * rkv_layer_upsert, plus RKV_ERR_NULL (ring, ring->kv, ring->written),
  * invalid geometry (rkv_geometry_check's status and message) and
  * RKV_ERR_INVALID_ARG (ring->kv not aligned to its element size). */
@@ -420,12 +431,13 @@ RKV_API rkv_status rkv_ring_upsert(const rkv_ring_view *ring, const void *kv, rk
  * session's slots [s*C, (s+1)*C), 0 elsewhere, and 0 for the T slots of
  * ring frame ceil(f/PD) mod RB when f mod PD == 0. Reads ring->written
  * only (ring->kv may be NULL). row: caller-owned HOST [N] bytes, written
- * whole (0/1). Errors (row untouched): RKV_ERR_NULL (ring, ring->written,
- * row), invalid geometry, RKV_ERR_RANGE (session not in [0, S)),
- * RKV_ERR_INVALID_ARG (frame_pos < 0, misaligned ring->kv); a bad clock or
- * session is checked and worded as rkv_ring_upsert's row 0 ("frame_pos[0]
- * = -1; expected >= 0", "session_idx[0] = 3 is out of range; expected
- * 0..S-1"), the clock first. */
+ * whole (0/1), not overlapping ring->written. Errors (row untouched):
+ * RKV_ERR_NULL (ring, ring->written, row), invalid geometry, RKV_ERR_RANGE
+ * (session not in [0, S)), RKV_ERR_INVALID_ARG (frame_pos < 0, misaligned
+ * ring->kv, row overlapping ring->written); a bad session or clock is
+ * checked and worded as rkv_ring_upsert's row 0, the session first
+ * ("session_idx[0] = 3 is out of range; expected 0..S-1", "frame_pos[0] =
+ * -1; expected >= 0"). */
 RKV_API rkv_status rkv_ring_visible_row(const rkv_ring_view *ring, int64_t session, int64_t frame_pos,
                                         uint8_t *row);
 
@@ -678,8 +690,9 @@ RKV_API rkv_status rkv_model_begin_frame(rkv_model *model, int64_t batch,
  * RKV_ERR_DTYPE, RKV_ERR_STATE (no open batch: never begun, abandoned, or
  * its frame already committed -- the message says which and, for a
  * committed frame, that the next call is rkv_model_begin_frame with each
- * row's frame + 1), and the backend's launch errors (CUDA: a misaligned kv
- * is RKV_ERR_INVALID_ARG). Capture-safe. */
+ * row's frame + 1), and the backend's errors (CUDA: a misaligned kv is
+ * RKV_ERR_INVALID_ARG; CPU: a kv overlapping the layer's storage, as
+ * rkv_layer_upsert). Capture-safe. */
 RKV_API rkv_status rkv_model_frame_upsert(rkv_model *model, int64_t layer,
                                           const void *kv, rkv_dtype kv_dtype,
                                           int commit);
@@ -695,8 +708,9 @@ RKV_API rkv_status rkv_model_frame_upsert(rkv_model *model, int64_t layer,
  * n_queries = tokens_per_frame; other n_queries may split less).
  * Errors (out untouched): RKV_ERR_NULL, RKV_ERR_RANGE (layer),
  * RKV_ERR_STATE (no current batch), RKV_ERR_INVALID_ARG (heads, queries,
- * scale, alignment), RKV_ERR_DTYPE, RKV_ERR_OVERFLOW, RKV_ERR_NO_MEMORY
- * (CPU: the thread pool's scratch). Capture-safe. */
+ * scale, alignment; on the CPU backend, out overlapping q or the layer's
+ * storage), RKV_ERR_DTYPE, RKV_ERR_OVERFLOW, RKV_ERR_NO_MEMORY (CPU: the
+ * thread pool's scratch). Capture-safe. */
 RKV_API rkv_status rkv_model_frame_attend(rkv_model *model, int64_t layer,
                                           const rkv_attention_args *args);
 
@@ -816,9 +830,13 @@ typedef struct rkv_snapshot_info {
  * on error the temporary file is removed. Reads the model only.
  * Errors: RKV_ERR_NULL (model, path), RKV_ERR_INVALID_ARG (empty path),
  * RKV_ERR_RANGE, RKV_ERR_STATE (not claimed, or inside a frame),
- * RKV_ERR_IO (`path` a folder, or its folder missing: refused before anything
- * is written; create, write, file fsync, rename; the message has strerror),
- * RKV_ERR_NO_MEMORY. */
+ * A `path` that is a symbolic link is followed to its final target, which
+ * receives the image (the temporary file goes next to it; the link stays).
+ * RKV_ERR_IO (refused before anything is written: `path`, or its link's
+ * target, a folder, or an existing file that is not a regular file -- a
+ * device, named pipe or socket, the kind named -- or its folder missing, or
+ * a loop of links; then create, write, file fsync, rename: the message has
+ * strerror), RKV_ERR_NO_MEMORY. docs/snapshot-format.md "Atomic save". */
 RKV_API rkv_status rkv_model_save_session(const rkv_model *model, int64_t session,
                                           const char *path);
 
@@ -848,7 +866,8 @@ RKV_API rkv_status rkv_model_save_session_mem(const rkv_model *model, int64_t se
  *    bad written bits), "not a ringkv snapshot", "unsupported format
  *    version", "wrong geometry" (naming the field). Bytes of the file in a
  *    message are escaped (\xNN), never echoed raw;
- *  - RKV_ERR_IO: cannot open or read. The file is read twice (verify, then
+ *  - RKV_ERR_IO: cannot open or read, or `path` is not a regular file (a
+ *    named pipe is refused at once, not waited on). The file is read twice (verify, then
  *    copy); if it changes between the reads (another writer replacing it in
  *    place; ringkv's own saves never do), the session is reset to empty with
  *    no clock and RKV_ERR_IO says so;

@@ -53,6 +53,8 @@ RKV_API int rkv_threadpool_size(const rkv_threadpool *pool);
  * rkv_attention_isa) and spread over args->pool.
  * rkv_layer_attend_reference is the simple, exact implementation kept as the
  * test oracle (single thread, two-pass softmax; args->pool is ignored).
+ * out must not overlap q, the layer's storage, session_idx, frame_pos or
+ * visible (checked: RKV_ERR_INVALID_ARG "out (...) overlaps ...").
  * Errors (out untouched): RKV_ERR_NULL, RKV_ERR_INVALID_ARG, RKV_ERR_RANGE,
  * RKV_ERR_DTYPE, RKV_ERR_OVERFLOW, RKV_ERR_NO_MEMORY. */
 RKV_API rkv_status rkv_layer_attend(const rkv_layer *layer,

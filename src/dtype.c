@@ -121,6 +121,14 @@ rkv_status rkv_convert(const void *src, rkv_dtype src_dtype, void *dst, rkv_dtyp
         if (src != dst) memmove(dst, src, bytes);
         return RKV_OK;
     }
+    /* element by element: a destination over the source would be read after
+     * it was written */
+    size_t dst_bytes;
+    if (!rkv__mul_size(n, rkv_dtype_size(dst_dtype), &dst_bytes))
+        return rkv__fail(RKV_ERR_OVERFLOW, "rkv_convert: %zu elements overflow size_t", n);
+    const rkv__buf out = {dst, dst_bytes, "dst"}, in = {src, bytes, "src"};
+    rkv_status st = rkv__check_no_overlap("rkv_convert", &out, 1, &in, 1);
+    if (st != RKV_OK) return st;
     for (size_t i = 0; i < n; i++) rkv__store(dst, dst_dtype, i, rkv__load(src, src_dtype, i));
     return RKV_OK;
 }

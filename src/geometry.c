@@ -2,7 +2,7 @@
  * (SEMANTICS sections 2 and 3 step 1). */
 #include "internal.h"
 
-rkv_status rkv_geometry_check(const rkv_geometry *g) {
+rkv_status rkv__geometry_check_shared(const rkv_geometry *g) {
     if (!g) return rkv__fail(RKV_ERR_NULL, "geometry is NULL");
     if (g->num_sessions < 1)
         return rkv__fail(RKV_ERR_INVALID_ARG, "num_sessions must be >= 1; got %lld",
@@ -10,14 +10,6 @@ rkv_status rkv_geometry_check(const rkv_geometry *g) {
     if (g->n_kv_heads < 1)
         return rkv__fail(RKV_ERR_INVALID_ARG, "n_kv_heads must be >= 1; got %lld",
                          (long long)g->n_kv_heads);
-    if (g->ring_frames < 1)
-        return rkv__fail(RKV_ERR_INVALID_ARG, "ring_frames must be >= 1; got %lld",
-                         (long long)g->ring_frames);
-    if (g->ring_buckets < 1 || g->ring_buckets > g->ring_frames)
-        return rkv__fail(RKV_ERR_INVALID_ARG,
-                         "ring_buckets (%lld) must be in [1, ring_frames (%lld)]; the addressable "
-                         "slots have to fit inside the allocated ring",
-                         (long long)g->ring_buckets, (long long)g->ring_frames);
     if (g->d_head < 1)
         return rkv__fail(RKV_ERR_INVALID_ARG, "d_head must be >= 1; got %lld",
                          (long long)g->d_head);
@@ -26,12 +18,26 @@ rkv_status rkv_geometry_check(const rkv_geometry *g) {
                          "tokens_per_frame (%lld) must be a positive multiple of the attention "
                          "block size %d (>= %d)",
                          (long long)g->tokens_per_frame, RKV_BLOCK_TOKENS, RKV_BLOCK_TOKENS);
-    if (g->pinned_dilation < 1)
-        return rkv__fail(RKV_ERR_INVALID_ARG, "pinned_dilation must be >= 1; got %lld",
-                         (long long)g->pinned_dilation);
     if (!rkv__dtype_valid(g->dtype))
         return rkv__fail(RKV_ERR_DTYPE, "dtype %d is not f32 (0), f16 (1) or bf16 (2)",
                          (int)g->dtype);
+    return RKV_OK;
+}
+
+rkv_status rkv_geometry_check(const rkv_geometry *g) {
+    rkv_status st = rkv__geometry_check_shared(g);
+    if (st != RKV_OK) return st;
+    if (g->ring_frames < 1)
+        return rkv__fail(RKV_ERR_INVALID_ARG, "ring_frames must be >= 1; got %lld",
+                         (long long)g->ring_frames);
+    if (g->ring_buckets < 1 || g->ring_buckets > g->ring_frames)
+        return rkv__fail(RKV_ERR_INVALID_ARG,
+                         "ring_buckets (%lld) must be in [1, ring_frames (%lld)]; the addressable "
+                         "slots have to fit inside the allocated ring",
+                         (long long)g->ring_buckets, (long long)g->ring_frames);
+    if (g->pinned_dilation < 1)
+        return rkv__fail(RKV_ERR_INVALID_ARG, "pinned_dilation must be >= 1; got %lld",
+                         (long long)g->pinned_dilation);
     /* N = S*(RF+1)*T slots; bytes = 2*H*N*D*elem must fit size_t and int64. */
     int64_t cap, n, bytes;
     bool fits = g->ring_frames < INT64_MAX &&

@@ -182,13 +182,45 @@ rkv_status rkv__upsert(const struct rkv_layer *layer, const char *what, const vo
 rkv_status rkv__attend(const struct rkv_layer *layer, const rkv_attention_args *args,
                        const char *what);
 
+/* ---- host buffers that must not overlap (overlap.c) ---- */
+/* One host buffer a call reads or writes: [p, p + bytes), named for the
+ * message. NULL or 0 bytes: none. */
+typedef struct rkv__buf {
+    const void *p;
+    size_t bytes;
+    const char *name;
+} rkv__buf;
+/* RKV_ERR_INVALID_ARG "WHAT: A (..., written) overlaps B (...); expected
+ * separate buffers" for the first buffer written (out[]) that shares a byte
+ * with another one written or with one read (in[]); RKV_OK otherwise. Made
+ * before the call writes anything. */
+rkv_status rkv__check_no_overlap(const char *what, const rkv__buf *out, size_t n_out,
+                                 const rkv__buf *in, size_t n_in);
+/* The upsert's buffers (rkv__upsert, arguments already checked): the
+ * storage, its written bits and visible (written) against kv, frame_pos
+ * and session_idx (read). */
+rkv_status rkv__upsert_overlap(const struct rkv_layer *l, const char *what, const void *kv,
+                               int64_t batch, const int64_t *frame_pos,
+                               const int64_t *session_idx, const uint8_t *visible);
+/* The attention's (arguments already checked): out against q, the storage,
+ * the written bits, session_idx, frame_pos and visible. */
+rkv_status rkv__attend_overlap(const struct rkv_layer *l, const rkv_attention_args *a,
+                               const char *what);
+
 /* Checks session indices: non-NULL, each in [0, num_sessions), distinct.
  * `what` names the call in the message. */
 rkv_status rkv__check_sessions(const char *what, const int64_t *session_idx,
                                int64_t batch, int64_t num_sessions);
 
-/* Validates a model config (every layer's geometry, GQA, name, total
- * bytes); fills the per-session and total K/V bytes when non-NULL. */
+/* The part of rkv_geometry_check on the fields a model config sets once for
+ * all its layers: num_sessions, n_kv_heads, d_head, tokens_per_frame, dtype
+ * (rkv_geometry_check: these first, then the layer's own fields and the
+ * size). */
+rkv_status rkv__geometry_check_shared(const rkv_geometry *g);
+
+/* Validates a model config (its own fields first, named as such; then every
+ * layer's geometry, "layer i: ..."; GQA, name, total bytes); fills the
+ * per-session and total K/V bytes when non-NULL. */
 rkv_status rkv__model_config_check(const rkv_model_config *cfg, size_t *per_session,
                                    size_t *total);
 

@@ -127,7 +127,12 @@ rkv_status rkv_layer_read_span(const rkv_layer *layer, int64_t session, rkv_span
     rkv_status st = span_piece(layer, what, session, part, head, &at);
     if (st != RKV_OK) return st;
     RKV__REQUIRE(what, dst);
-    memcpy(dst, at, rkv_layer_span_bytes(layer, part));
+    const size_t bytes = rkv_layer_span_bytes(layer, part);
+    const rkv__buf out = {dst, bytes, "dst"};
+    const rkv__buf in[] = {{layer->kv, rkv_geometry_memory_bytes(&layer->g), "the layer's K/V"},
+                           {layer->written, (size_t)layer->total_slots, "the layer's written bits"}};
+    if ((st = rkv__check_no_overlap(what, &out, 1, in, 2)) != RKV_OK) return st;
+    memcpy(dst, at, bytes);
     return RKV_OK;
 }
 
@@ -138,6 +143,9 @@ rkv_status rkv_layer_write_span(rkv_layer *layer, int64_t session, rkv_span_part
     rkv_status st = span_piece(layer, what, session, part, head, &at);
     if (st != RKV_OK) return st;
     RKV__REQUIRE(what, src);
+    const rkv__buf out = {at, rkv_layer_span_bytes(layer, part), "the span piece written"},
+                   in = {src, out.bytes, "src"};
+    if ((st = rkv__check_no_overlap(what, &out, 1, &in, 1)) != RKV_OK) return st;
     if (part == RKV_SPAN_WRITTEN) {
         const uint8_t *w = src;
         const int64_t bad = rkv__written_span_check(&layer->g, w);

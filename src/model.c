@@ -49,6 +49,22 @@ static void free_model(rkv_model *m, bool destroy_ctx) {
     free(m);
 }
 
+/* Bytes of the host tables rkv_model_create_with_backend allocates (for its
+ * message when they do not fit), saturated at SIZE_MAX. */
+static size_t host_table_bytes(const rkv_model *m) {
+    const size_t S = (size_t)m->cfg.num_sessions, nl = (size_t)m->cfg.n_layers;
+    const size_t parts[][2] = {
+        {nl, sizeof *m->layers},          {S, sizeof *m->sessions},
+        {2 * S, sizeof *m->batch.host},   {2 * S, sizeof *m->batch.stage},
+        {nl, 1},                          {(size_t)m->offload_cap, sizeof *m->offloaded},
+    };
+    size_t sum = 0, b;
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+        if (!rkv__mul_size(parts[i][0], parts[i][1], &b) || __builtin_add_overflow(sum, b, &sum))
+            return SIZE_MAX;
+    return sum;
+}
+
 rkv_status rkv_model_create_with_backend(const rkv_model_config *cfg, const rkv_backend_ops *ops,
                                          void *ctx, rkv_model **out) {
     static const char what[] = "rkv_model_create";
@@ -58,8 +74,9 @@ rkv_status rkv_model_create_with_backend(const rkv_model_config *cfg, const rkv_
     if (st != RKV_OK) return st;
     if (!cfg) return rkv__fail(RKV_ERR_NULL, "model config is NULL");
     rkv_model_config mine; /* the caller's config in this library's layout */
+    size_t kv_bytes = 0;
     if ((st = rkv__model_config_load(what, cfg, &mine)) != RKV_OK ||
-        (st = rkv__model_config_check(&mine, NULL, NULL)) != RKV_OK)
+        (st = rkv__model_config_check(&mine, NULL, &kv_bytes)) != RKV_OK)
         return st;
     cfg = &mine;
     rkv_model *m = calloc(1, sizeof *m);
@@ -79,7 +96,10 @@ rkv_status rkv_model_create_with_backend(const rkv_model_config *cfg, const rkv_
     m->offloaded = calloc((size_t)m->offload_cap, sizeof *m->offloaded);
     if (!m->layers || !m->sessions || !m->batch.host || !m->batch.stage || !m->batch.committed ||
         !m->offloaded) {
-        st = rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", what);
+        st = rkv__fail(RKV_ERR_NO_MEMORY,
+                       "%s: cannot allocate %zu bytes of host tables for %lld sessions and %lld "
+                       "layers (the layers' K/V would take %zu bytes more)",
+                       what, host_table_bytes(m), (long long)S, (long long)nl, kv_bytes);
         goto fail;
     }
     for (int64_t s = 0; s < S; s++) {

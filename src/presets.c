@@ -88,7 +88,9 @@ rkv_status rkv_model_config_layer_geometry(const rkv_model_config *cfg, int64_t 
     return RKV_OK;
 }
 
-/* Validates a whole config: every layer's geometry, GQA, name, total bytes. */
+/* Validates a whole config: name, max_offloaded, the model's own fields (S, H,
+ * D, T, dtype: named without a layer), GQA, then every layer's geometry
+ * ("layer i: ..."), total bytes. */
 rkv_status rkv__model_config_check(const rkv_model_config *cfg, size_t *per_session,
                                    size_t *total) {
     if (!cfg) return rkv__fail(RKV_ERR_NULL, "model config is NULL");
@@ -100,12 +102,17 @@ rkv_status rkv__model_config_check(const rkv_model_config *cfg, size_t *per_sess
                          "max_offloaded = %lld; expected 0 (the default, "
                          "RKV_DEFAULT_OFFLOADED(num_sessions)) .. %lld",
                          (long long)cfg->max_offloaded, (long long)RKV_MAX_OFFLOADED);
-    if (cfg->n_kv_heads >= 1 && (cfg->n_q_heads < 1 || cfg->n_q_heads % cfg->n_kv_heads))
+    /* the model's own fields, named without a layer: every layer has them */
+    rkv_geometry g0;
+    rkv_status st0 = rkv_model_config_layer_geometry(cfg, 0, &g0);
+    if (st0 == RKV_OK) st0 = rkv__geometry_check_shared(&g0);
+    if (st0 != RKV_OK) return st0;
+    if (cfg->n_q_heads < 1 || cfg->n_q_heads % cfg->n_kv_heads)
         return rkv__fail(RKV_ERR_INVALID_ARG,
                          "n_q_heads = %lld; expected a positive multiple of n_kv_heads (%lld)",
                          (long long)cfg->n_q_heads, (long long)cfg->n_kv_heads);
     size_t sum_session = 0, sum_total = 0;
-    for (int64_t i = 0; i < (cfg->n_layers > 0 ? cfg->n_layers : 1); i++) {
+    for (int64_t i = 0; i < cfg->n_layers; i++) {
         rkv_geometry g;
         rkv_status st = rkv_model_config_layer_geometry(cfg, i, &g);
         if (st != RKV_OK) return st;

@@ -11,8 +11,9 @@
  * rkv_visible_frames_from_clock are thin wrappers over it. Plain int64
  * values and pointers, no library type, nothing beyond <stdint.h> and
  * <stdbool.h>; the callers check their arguments (clock f >= 0, PD >= 1,
- * 1 <= RB <= RF, T >= 1): nothing here does. Every function is exact for
- * any such value up to INT64_MAX (no intermediate f + PD - 1).
+ * 1 <= RB <= RF, T >= 1): nothing here does. No function overflows (C
+ * signed overflow is undefined); the bucket is the reference's int64
+ * arithmetic, wrap-around included (see rkv__rule_bucket).
  *
  * tests/cuda/fragment_model.py keeps its own copy (Python), checked against
  * these functions' results by the ctest ring_rule_model. */
@@ -28,16 +29,31 @@
 #define RKV__RULE static inline
 #endif
 
-/* SEM 3 step 1: the bucket of clock f, ceil(f / PD), computed as
- * f / PD + (f mod PD != 0): f + PD - 1 would overflow near INT64_MAX. */
-RKV__RULE int64_t rkv__rule_bucket(int64_t f, int64_t pd) {
+/* ceil(f / PD) exactly, for f >= 0: f / PD + (f mod PD != 0). A count of
+ * buckets (the clock-alone rule), not the bucket an upsert addresses. */
+RKV__RULE int64_t rkv__rule_ceil_div(int64_t f, int64_t pd) {
     return f / pd + (f % pd != 0);
 }
 
-/* SEM 3 step 1: the ring frame slot clock f addresses, ceil(f / PD) mod RB
- * (in [0, RB); slots RB..RF-1 are never addressed). */
+/* SEM 3 step 1: the bucket of clock f as the reference computes it,
+ * (f + (PD - 1)) // PD on int64 tensors: ceil(f / PD) while f + PD - 1 fits
+ * int64 (every clock but the top PD - 1), and beyond that what torch gives:
+ * the sum wraps modulo 2^64 to a negative value, then floor division. The
+ * sum is taken in uint64 (no undefined signed overflow) and mapped back to
+ * int64 without an implementation-defined conversion. */
+RKV__RULE int64_t rkv__rule_bucket(int64_t f, int64_t pd) {
+    const uint64_t u = (uint64_t)f + (uint64_t)(pd - 1);
+    const int64_t w = u <= (uint64_t)INT64_MAX ? (int64_t)u : -(int64_t)~u - 1;
+    const int64_t q = w / pd;
+    return q - (w % pd != 0 && w < 0);
+}
+
+/* SEM 3 step 1: the ring frame slot clock f addresses, bucket mod RB as
+ * the reference's tensor % (floor modulo: in [0, RB) also for a wrapped,
+ * negative bucket; slots RB..RF-1 are never addressed). */
 RKV__RULE int64_t rkv__rule_slot(int64_t f, int64_t pd, int64_t rb) {
-    return rkv__rule_bucket(f, pd) % rb;
+    const int64_t m = rkv__rule_bucket(f, pd) % rb;
+    return m < 0 ? m + rb : m;
 }
 
 /* SEM 3 step 1: clock f is a write step (its commit goes to the ring, not
@@ -45,7 +61,8 @@ RKV__RULE int64_t rkv__rule_slot(int64_t f, int64_t pd, int64_t rb) {
 RKV__RULE bool rkv__rule_write_step(int64_t f, int64_t pd) { return f % pd == 0; }
 
 /* SEM 4, bits-and-clock rule: the ring frame hidden at clock f -- on a write
- * step its slot ceil(f/PD) mod RB (= (f/PD) mod RB there), holding the frame
+ * step its slot (rkv__rule_slot: ceil(f/PD) mod RB = (f/PD) mod RB short of
+ * the reference's wrap at the top PD - 1 clocks), holding the frame
  * being evicted before the commit and a copy of frame f after it, hidden on
  * every pass of f -- and -1 on other clocks. */
 RKV__RULE int64_t rkv__rule_hidden_frame(int64_t f, int64_t pd, int64_t rb) {
@@ -83,7 +100,7 @@ RKV__RULE int64_t rkv__rule_visible_frames(const uint8_t *span_written, int64_t 
  * bucket has been written. */
 RKV__RULE int64_t rkv__rule_visible_frames_from_clock(int64_t rf, int64_t rb, int64_t pd,
                                                       int64_t f, int64_t *frames) {
-    const int64_t committed = rkv__rule_bucket(f, pd);
+    const int64_t committed = rkv__rule_ceil_div(f, pd);
     const int64_t filled = committed < rb ? committed : rb;
     const int64_t hidden = rkv__rule_hidden_frame(f, pd, rb);
     int64_t n = 0;

@@ -60,13 +60,16 @@ rkv_status rkv_ring_visible_row(const rkv_ring_view *ring, int64_t session, int6
     if (st != RKV_OK) return st;
     RKV__REQUIRE(what, row);
     /* rkv__upsert's checks and messages for its one row (B = 1, row 0), in
-     * its order: the torch route of an upsert (this row, then
-     * rkv_ring_upsert) reports a bad row as the one-call route does. */
+     * its order (the session, then the clock): the torch route of an upsert
+     * (this row, then rkv_ring_upsert) reports a bad row as the one-call
+     * route does. */
+    if ((st = rkv__check_sessions(what, &session, 1, l.g.num_sessions)) != RKV_OK) return st;
     if (frame_pos < 0)
         return rkv__fail(RKV_ERR_INVALID_ARG, "%s: frame_pos[0] = %lld; expected >= 0", what,
                          (long long)frame_pos);
-    st = rkv__check_sessions(what, &session, 1, l.g.num_sessions);
-    if (st != RKV_OK) return st;
+    const rkv__buf out = {row, (size_t)l.total_slots, "row"},
+                   in = {l.written, (size_t)l.total_slots, "ring->written"};
+    if ((st = rkv__check_no_overlap(what, &out, 1, &in, 1)) != RKV_OK) return st;
     visible_row(&l, session, frame_pos, row);
     return RKV_OK;
 }
@@ -88,13 +91,14 @@ static void copy_frame(const struct rkv_layer *l, const uint8_t *kv, int64_t bat
 rkv_status rkv__upsert(const struct rkv_layer *layer, const char *what, const void *kv,
                        rkv_dtype kv_dtype, int64_t batch, const int64_t *frame_pos,
                        const int64_t *session_idx, int commit, uint8_t *visible) {
-    /* Validate everything before touching state. */
-    if (!kv) return rkv__fail(RKV_ERR_NULL, "%s: kv is NULL", what);
-    if (!frame_pos) return rkv__fail(RKV_ERR_NULL, "%s: frame_pos is NULL", what);
-    if (batch < 1 || batch > layer->g.num_sessions)
+    /* Validate everything before touching state; the batch first (an empty
+     * batch's arrays may well be NULL: say what is wrong, not that). */
+    if (batch < 1)
         return rkv__fail(RKV_ERR_INVALID_ARG,
                          "%s: batch B = %lld; expected 1..%lld (one frame per distinct session)",
                          what, (long long)batch, (long long)layer->g.num_sessions);
+    if (!kv) return rkv__fail(RKV_ERR_NULL, "%s: kv is NULL", what);
+    if (!frame_pos) return rkv__fail(RKV_ERR_NULL, "%s: frame_pos is NULL", what);
     if (kv_dtype != layer->g.dtype)
         return rkv__fail(RKV_ERR_DTYPE, "%s: kv dtype %d (%s) does not match the storage dtype %s",
                          what, (int)kv_dtype,
@@ -105,12 +109,18 @@ rkv_status rkv__upsert(const struct rkv_layer *layer, const char *what, const vo
                          "%s: the visibility row only supports B == 1; got B = %lld (the engine "
                          "path passes visible = NULL)",
                          what, (long long)batch);
+    /* Sessions before clocks: a session out of range is the reference's
+     * IndexError also when a clock is negative (which it lets through);
+     * B > S rows hold one out of range (IndexError) or a repeat. */
+    rkv_status st = rkv__check_sessions(what, session_idx, batch, layer->g.num_sessions);
+    if (st != RKV_OK) return st;
     for (int64_t b = 0; b < batch; b++)
         if (frame_pos[b] < 0)
             return rkv__fail(RKV_ERR_INVALID_ARG, "%s: frame_pos[%lld] = %lld; expected >= 0",
                              what, (long long)b, (long long)frame_pos[b]);
-    rkv_status st = rkv__check_sessions(what, session_idx, batch, layer->g.num_sessions);
-    if (st != RKV_OK) return st;
+    if ((st = rkv__upsert_overlap(layer, what, kv, batch, frame_pos, session_idx, visible)) !=
+        RKV_OK)
+        return st;
 
     const rkv_geometry *g = &layer->g;
     const int64_t T = g->tokens_per_frame, C = layer->capacity, L = layer->ring_len;

@@ -79,6 +79,18 @@ static rkv_status src_read(const source *s, uint64_t off, void *buf, size_t n) {
     return RKV_OK;
 }
 
+/* What a file of mode `mode` is, for messages ("a named pipe (FIFO)"). */
+static const char *file_kind(mode_t mode) {
+    return S_ISDIR(mode)    ? "a folder"
+           : S_ISCHR(mode)  ? "a character device"
+           : S_ISBLK(mode)  ? "a block device"
+           : S_ISFIFO(mode) ? "a named pipe (FIFO)"
+           : S_ISSOCK(mode) ? "a socket"
+           : S_ISLNK(mode)  ? "a symbolic link"
+           : S_ISREG(mode)  ? "a regular file"
+                            : "not a regular file";
+}
+
 /* Opens a file source; RKV_ERR_IO with the reason. */
 static rkv_status src_open(source *s, const char *what, const char *path) {
     memset(s, 0, sizeof *s);
@@ -86,14 +98,18 @@ static rkv_status src_open(source *s, const char *what, const char *path) {
     s->w.name = path;
     s->fd = -1;
     if (!path) return rkv__fail(RKV_ERR_NULL, "%s: path is NULL", what);
-    s->fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: the open of a named pipe without a writer would block;
+     * it is refused below, as every file that is not a regular one */
+    s->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (s->fd < 0)
         return rkv__fail(RKV_ERR_IO, "%s: cannot open %s: %s", what, path, strerror(errno));
     struct stat sb;
-    const char *why = NULL;
-    if (fstat(s->fd, &sb)) why = strerror(errno);
-    else if (!S_ISREG(sb.st_mode)) why = "not a regular file";
-    if (why) {
+    char why[96] = "";
+    if (fstat(s->fd, &sb) || fcntl(s->fd, F_SETFL, fcntl(s->fd, F_GETFL) & ~O_NONBLOCK))
+        snprintf(why, sizeof why, "%s", strerror(errno));
+    else if (!S_ISREG(sb.st_mode))
+        snprintf(why, sizeof why, "%s, not a regular file", file_kind(sb.st_mode));
+    if (why[0]) {
         close(s->fd);
         s->fd = -1;
         return rkv__fail(RKV_ERR_IO, "%s: %s: %s", what, path, why);
@@ -745,23 +761,75 @@ rkv_status rkv_model_save_session(const rkv_model *model, int64_t session, const
     return rkv__snapshot_save_file(model, session, "rkv_model_save_session", path, NULL);
 }
 
-/* RKV_ERR_IO unless path names a file in an existing folder: not a folder
- * itself (rename would fail only after the whole image went into a
- * temporary file), its folder present. Checked before anything is written. */
-static rkv_status check_save_path(const char *what, const char *path) {
+/* Links followed before a save gives up, as the kernel's own limit (ELOOP). */
+#define MAX_LINKS 40
+
+/* The path a save to `path` replaces: path itself, or, when it is a
+ * symbolic link, its final target (links followed as open(2) would, a
+ * relative target read from the link's folder), so that the link stays
+ * and its target receives the image. The target may not exist yet.
+ * *out: malloc'ed. RKV_ERR_IO for a loop or an unreadable link. */
+static rkv_status follow_links(const char *what, const char *path, char **out) {
+    char *p = strdup(path);
+    for (int hops = 0; p; hops++) {
+        struct stat sb;
+        if (lstat(p, &sb) != 0 || !S_ISLNK(sb.st_mode)) break; /* the end of the chain */
+        char target[4096];
+        const ssize_t n = hops < MAX_LINKS ? readlink(p, target, sizeof target - 1) : -1;
+        if (n < 0 || (size_t)n >= sizeof target - 1) {
+            rkv_status st = rkv__fail(RKV_ERR_IO, "%s: cannot save to '%s': link '%s': %s", what,
+                                      path, p,
+                                      hops >= MAX_LINKS ? "too many levels of symbolic links"
+                                      : n < 0           ? strerror(errno)
+                                                        : "target too long");
+            free(p);
+            return st;
+        }
+        target[n] = '\0';
+        const char *slash = target[0] == '/' ? NULL : strrchr(p, '/');
+        const size_t dir = slash ? (size_t)(slash - p) + 1 : 0; /* keep "folder/" */
+        char *next = malloc(dir + (size_t)n + 1);
+        if (next) {
+            memcpy(next, p, dir);
+            memcpy(next + dir, target, (size_t)n + 1);
+        }
+        free(p);
+        p = next;
+    }
+    if (!p) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", what);
+    *out = p;
+    return RKV_OK;
+}
+
+/* RKV_ERR_IO unless `target` (path, or the final target of the link path)
+ * is a regular file or a new name in an existing folder: not a folder (rename
+ * would fail only after the whole image went into a temporary file), not a
+ * device, named pipe or socket (rename would replace the node by a regular
+ * file), its folder present. Checked before anything is written. */
+static rkv_status check_save_path(const char *what, const char *path, const char *target) {
+    char via[4200] = "";
+    if (strcmp(path, target))
+        snprintf(via, sizeof via, " (a symbolic link to '%s')", target);
     struct stat sb;
-    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
-        return rkv__fail(RKV_ERR_IO, "%s: '%s' is a folder; expected a file path", what, path);
-    const char *slash = strrchr(path, '/');
-    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+    if (stat(target, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return rkv__fail(RKV_ERR_IO, "%s: '%s'%s is a folder; expected a file path", what, path,
+                         via);
+    if (stat(target, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return rkv__fail(RKV_ERR_IO,
+                         "%s: '%s'%s is %s, not a regular file; a snapshot is saved to a "
+                         "regular file or a new path only",
+                         what, path, via, file_kind(sb.st_mode));
+    const char *slash = strrchr(target, '/');
+    char *dir =
+        slash ? strndup(target, slash == target ? 1 : (size_t)(slash - target)) : strdup(".");
     if (!dir) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", what);
     rkv_status st = RKV_OK;
     if (stat(dir, &sb) != 0)
-        st = rkv__fail(RKV_ERR_IO, "%s: cannot save to '%s': folder '%s': %s", what, path, dir,
-                       errno == ENOENT ? "does not exist" : strerror(errno));
+        st = rkv__fail(RKV_ERR_IO, "%s: cannot save to '%s'%s: folder '%s': %s", what, path, via,
+                       dir, errno == ENOENT ? "does not exist" : strerror(errno));
     else if (!S_ISDIR(sb.st_mode))
-        st = rkv__fail(RKV_ERR_IO, "%s: cannot save to '%s': '%s' is not a folder", what, path,
-                       dir);
+        st = rkv__fail(RKV_ERR_IO, "%s: cannot save to '%s'%s: '%s' is not a folder", what, path,
+                       via, dir);
     free(dir);
     return st;
 }
@@ -772,24 +840,28 @@ rkv_status rkv__snapshot_save_file(const rkv_model *model, int64_t session, cons
     if (st != RKV_OK) return st;
     if (!path) return rkv__fail(RKV_ERR_NULL, "%s: path is NULL", what);
     if (!*path) return rkv__fail(RKV_ERR_INVALID_ARG, "%s: path is empty", what);
-    if ((st = check_save_path(what, path)) != RKV_OK) return st;
-    rkv__snap_text hd;
-    if ((st = build_header(model, session, what, &hd)) != RKV_OK) return st;
-    /* temporary file next to the destination, so that rename is atomic */
-    const size_t plen = strlen(path);
-    char *tmp = malloc(plen + 16);
+    char *target = NULL; /* path, or the final target of the link path */
+    if ((st = follow_links(what, path, &target)) != RKV_OK) return st;
+    rkv__snap_text hd = {0};
+    if ((st = check_save_path(what, path, target)) == RKV_OK)
+        st = build_header(model, session, what, &hd);
+    /* temporary file next to the file replaced, so that rename is atomic */
+    const size_t plen = strlen(target);
+    char *tmp = st == RKV_OK ? malloc(plen + 16) : NULL;
     int fd = -1;
-    if (!tmp) {
+    if (st == RKV_OK && !tmp) {
         st = rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", what);
-    } else {
-        snprintf(tmp, plen + 16, "%s.tmp-XXXXXX", path);
+    } else if (st == RKV_OK) {
+        snprintf(tmp, plen + 16, "%s.tmp-XXXXXX", target);
         if ((fd = mkstemp(tmp)) < 0)
             st = rkv__fail(RKV_ERR_IO, "%s: cannot create a temporary file next to %s: %s", what,
-                           path, strerror(errno));
+                           target, strerror(errno));
     }
-    if (st == RKV_OK) st = write_and_rename(model, session, &hd, what, fd, tmp, path, header_xxh3);
+    if (st == RKV_OK)
+        st = write_and_rename(model, session, &hd, what, fd, tmp, target, header_xxh3);
+    if (st == RKV_OK) sync_dir_of(target);
     free(tmp);
     free(hd.text);
-    if (st == RKV_OK) sync_dir_of(path);
+    free(target);
     return st;
 }

@@ -40,12 +40,17 @@ rkv_status rkv_error_set(rkv_status status, const char *fmt, ...) {
 rkv_status rkv__check_sessions(const char *what, const int64_t *session_idx,
                                int64_t batch, int64_t num_sessions) {
     if (!session_idx) return rkv__fail(RKV_ERR_NULL, "%s: session_idx is NULL", what);
+    /* Every row's range before any repeat: a call with both is the
+     * reference's IndexError (its index_copy_ fails), whatever the rows. */
     for (int64_t b = 0; b < batch; b++) {
         int64_t s = session_idx[b];
         if (s < 0 || s >= num_sessions)
             return rkv__fail(RKV_ERR_RANGE,
                              "%s: session_idx[%lld] = %lld is out of range; expected 0..%lld",
                              what, (long long)b, (long long)s, (long long)(num_sessions - 1));
+    }
+    for (int64_t b = 0; b < batch; b++) {
+        int64_t s = session_idx[b];
         for (int64_t a = 0; a < b; a++)
             if (session_idx[a] == s)
                 return rkv__fail(RKV_ERR_INVALID_ARG,

@@ -13,7 +13,10 @@ truncated copy, and checks each object against the doc's tables:
   - every key name is in the vocabulary table, and none of the words the
     vocabulary replaced ("instead of": index, class, model, ...) appears;
   - plan, inspect and rollout's geometry describe a model with the same keys
-    and values (the same preset printed three ways must agree).
+    and values (the same preset printed three ways must agree);
+  - paths that are not UTF-8 (rollout --out and --snapshot-out, inspect of a
+    valid and a cut file) still give valid JSON, each ill-formed part
+    replaced by U+FFFD, as Python's decode("utf-8", "replace").
 Python standard library only.
 """
 import json
@@ -236,6 +239,53 @@ def main():
         else:
             check("inspect (invalid)", inv[1], spec["inspect_invalid"], vocab, banned, failures)
         objects += 3
+
+        # paths that are not UTF-8 (a file name may hold any byte but NUL):
+        # the JSON stays valid UTF-8, each ill-formed part of a string
+        # replaced by U+FFFD as Python's decode("utf-8", "replace") does
+        # (docs/json.md), in rollout (options.out, options.snapshot_out,
+        # picture, legend, saved.file) and inspect (a valid and a cut file)
+        btmp = os.fsencode(tmp)
+        odd_out, odd_snap = btmp + b"/o\xff", btmp + b"/\xff\xfe.rkv"
+        odd_cut = btmp + b"/cut\xe2\x82.\xed\xa0\x80.rkv"  # a cut sequence, a surrogate
+
+        def shown(b):
+            return b.decode("utf-8", "replace")
+
+        def odd_json(cmd, status):
+            p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            try:
+                objs = [json.loads(x) for x in p.stdout.splitlines() if x.strip()] \
+                    if cmd[1] == "inspect" else [json.loads(p.stdout)]
+            except ValueError as e:  # UnicodeDecodeError included
+                failures.append(f"{cmd[1]} --json of non-UTF-8 paths: not JSON: {e} "
+                                f"({p.stdout[:200]!r})")
+                return None
+            if p.returncode != status:
+                failures.append(f"{cmd[1]} --json of non-UTF-8 paths: status {p.returncode} "
+                                f"(expected {status}): {p.stderr[-300:]!r}")
+                return None
+            return objs
+
+        print("running: rollout and inspect --json with non-UTF-8 paths", flush=True)
+        ro = odd_json([ringkv, "rollout", "--frames", "1", "--json", "--out", odd_out,
+                       "--snapshot-out", odd_snap] + img, 0)
+        if ro:
+            r, o = ro[0], shown(odd_out)
+            check("rollout (non-UTF-8 paths)", r, spec["rollout"], vocab, banned, failures)
+            objects += 1
+            got = (r["options"]["out"], r["options"]["snapshot_out"], r["saved"]["file"],
+                   r["picture"], r["legend"])
+            want = (o, shown(odd_snap), shown(odd_snap), o + "/rollout.png", o + "/rollout.txt")
+            if got != want or "\ufffd" not in o:
+                failures.append(f"rollout --json, non-UTF-8 paths: {got!r}, expected {want!r}")
+            with open(odd_snap, "rb") as f, open(odd_cut, "wb") as g:
+                g.write(f.read()[:1000])
+            io = odd_json([ringkv, "inspect", "--json", odd_snap, odd_cut], 1)
+            if io and ([x.get("file") for x in io] != [shown(odd_snap), shown(odd_cut)]
+                       or [x.get("valid") for x in io] != [True, False]
+                       or shown(odd_cut) != tmp + "/cut\ufffd.\ufffd\ufffd\ufffd.rkv"):
+                failures.append(f"inspect --json, non-UTF-8 paths: {io!r:.400}")
 
         # one model, three descriptions: the same keys and values
         plan = plans[("demo", False)]

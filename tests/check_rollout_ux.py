@@ -9,6 +9,11 @@ Each check runs the command with a bad input and asserts the exit status, that
 it fails fast (before any frame: the model is never created), and the words:
   - --out naming a file, a path under a file, --snapshot-out naming a folder:
     exit 2 at once, nothing written;
+  - a named pipe (and a symbolic link to one) as inspect's, replay's,
+    --image's, --resume's, --snapshot-out's file or the picture in --out:
+    exit 2 at once naming it and its kind, the pipe never opened nor
+    replaced (time-limited runs: a hang fails); --snapshot-out through a
+    symbolic link writes its target and keeps the link;
   - a run that does not fit in memory (waypoint-1.5-720p x 4096 sessions,
     about 3.3 TiB): exit 2 naming the bytes needed and available and how many
     sessions fit; the --out folder is not even created;
@@ -57,6 +62,7 @@ import random
 import re
 import select
 import shutil
+import stat
 import struct
 import subprocess
 import sys
@@ -192,6 +198,62 @@ def main():
                     os.path.join(tmp, "no-such-folder", "s.snap")] + img)
         expect(failures, "--snapshot-out in a missing folder", p, s, 2,
                ["--snapshot-out", "no such folder"])
+
+        # files that are not regular ones: a named pipe, and a symbolic link
+        # to one, as an input (inspect, replay, --image, --resume) or an
+        # output (--snapshot-out, the picture in --out): exit 2 at once,
+        # naming the path and what it is, the pipe never opened (an open
+        # without a writer would block: each run has a time limit, so that a
+        # regression fails instead of hanging) nor replaced by a file
+        fifo, to_fifo = os.path.join(tmp, "pipe"), os.path.join(tmp, "to-pipe")
+        os.mkfifo(fifo)
+        os.symlink("pipe", to_fifo)
+        o_np, o_pipe = os.path.join(tmp, "o-np"), os.path.join(tmp, "o-pipe")
+        os.mkdir(o_pipe)
+        os.mkfifo(os.path.join(o_pipe, "rollout.png"))
+        kind = ["is a named pipe (FIFO), not a regular file"]
+        for args, needles in (
+                (["inspect", fifo], ["snapshot", "'" + fifo + "'"]),
+                (["inspect", "--json", to_fifo], ["'" + to_fifo + "'"]),
+                (["replay", fifo], ["'" + fifo + "'"]),
+                (["rollout", "--frames", "1", "--image", fifo, "--out", o_np], ["image"]),
+                (["rollout", "--frames", "1", "--resume", to_fifo, "--out", o_np] + img,
+                 ["--resume"]),
+                (["rollout", "--frames", "1", "--out", o_np, "--snapshot-out", fifo] + img,
+                 ["--snapshot-out", "'" + fifo + "'"]),
+                (["rollout", "--frames", "1", "--out", o_np, "--snapshot-out", to_fifo] + img,
+                 ["--snapshot-out", "'" + to_fifo + "'"]),
+                (["rollout", "--frames", "1", "--out", o_pipe] + img,
+                 ["--out", "rollout.png"])):
+            try:
+                p, s = run([ringkv] + args, timeout=30)
+            except subprocess.TimeoutExpired:
+                failures.append(f"ringkv {' '.join(args)}: still running after 30 s (blocked "
+                                f"on the named pipe?)")
+                continue
+            expect(failures, f"{args[0]} {' '.join(args[1:-1])[:40]} with a named pipe", p, s,
+                   2, kind + needles)
+        if not stat.S_ISFIFO(os.lstat(fifo).st_mode) or not os.path.islink(to_fifo):
+            failures.append("the named pipe or the link to it was replaced")
+        if os.path.exists(o_np) or [n for n in os.listdir(tmp) if ".tmp-" in n]:
+            failures.append("a refusal of a named pipe created --out or a temporary file")
+        # a symbolic link to a snapshot: followed, the link kept, its target
+        # written; inspect reads through it
+        target, link = os.path.join(tmp, "saved.snap"), os.path.join(tmp, "link.snap")
+        with open(target, "w") as f:
+            f.write("old\n")
+        os.symlink("saved.snap", link)
+        p, s = run([ringkv, "rollout", "--frames", "1", "--out", os.path.join(tmp, "o-link"),
+                    "--snapshot-out", link] + img, timeout=300)
+        q, _ = run([ringkv, "inspect", "--json", target])
+        if (p.returncode != 0 or not os.path.islink(link) or os.readlink(link) != "saved.snap"
+                or q.returncode != 0 or not json.loads(q.stdout).get("valid")):
+            failures.append(f"--snapshot-out through a symbolic link: status {p.returncode}, "
+                            f"link kept {os.path.islink(link)}, inspect of its target "
+                            f"{q.returncode} {q.stdout[:200]!r} {p.stderr[-300:]!r}")
+        else:
+            print("  ok: named pipes refused (2) as inputs and outputs; a link to a snapshot "
+                  "is followed and kept")
 
         # memory: refused before allocating, naming both figures
         out_mem = os.path.join(tmp, "not-created")
@@ -389,7 +451,8 @@ def main():
                 (["replay", text + ".json"], 2, ["no such file"]),
                 (["replay", lone_manifest], 2, ["lone.bin", "no such file"]),
                 (["replay", cut], 1, ["no final_written line"]),
-                (["inspect", text], 2, ["notes.md", "not a ringkv snapshot", "'R'"]),
+                (["inspect", text], 2, ["notes.md", "not a ringkv snapshot",
+                                        "byte 9 of this one is 'R'"]),
                 (["inspect", st], 2, ["not a ringkv snapshot", "format 'pt'"]),
                 (["rollout", "--resume", text, "--out", os.path.join(tmp, "o7")], 2,
                  ["--resume", "not a ringkv snapshot"])):

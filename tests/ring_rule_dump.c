@@ -6,8 +6,9 @@
  *   bits RF RB PD T f mask : frames...      (bits-and-clock rule; bit r of
  *                                            mask = ring frame r written)
  * The sweep: PD 1, 2, 3, 8; RB 1..5 and 16 with RF = RB and RB + 2; clocks
- * 0 .. 3*RB*PD + 2 and near INT64_MAX (where ceil(f/PD) must not be taken as
- * (f + PD - 1) / PD), and PD up to INT64_MAX. Exit 0. */
+ * 0 .. 3*RB*PD + 2 and near INT64_MAX (where the reference's int64
+ * f + PD - 1 wraps: the bucket is then the wrapped sum floor-divided, and
+ * must not overflow in C), and PD up to INT64_MAX. Exit 0. */
 #include <inttypes.h>
 #include <stdio.h>
 

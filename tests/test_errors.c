@@ -647,6 +647,125 @@ static rkv_model *busy_model(int64_t *sa, int64_t *sb)
     return m;
 }
 
+/* Host buffers that share bytes with what a call writes are refused
+ * (RKV_ERR_INVALID_ARG, "overlaps", naming both) before anything is
+ * written: the upsert's kv, frame_pos or visible in the layer's storage;
+ * attention out over q (equal, or one element on) or over the storage; a
+ * view whose written bits lie inside its K/V; a visibility row over the
+ * written bits; span copies into or out of the layer over it; rkv_convert
+ * in place across dtypes; the model's upsert, attend and step on the CPU
+ * backend. Buffers that only touch (out right after q in one allocation),
+ * and an in-place rkv_convert of one dtype, are fine. */
+static void test_overlapping_buffers_refused(void **state)
+{
+    (void)state;
+    rkv_layer *l = hist_layer();
+    uint8_t *store = (uint8_t *)rkv_layer_kv(l), *written = (uint8_t *)rkv_layer_written(l);
+    const size_t fn = (size_t)(2 * 2 * 128 * 4); /* one frame: 2 x H x T x D */
+    float *fr = tu_xmalloc(fn * 4);
+    tu_fill_uniform(fr, fn, &(tu_rng){71});
+    int64_t f = 9, s = 1;
+    LAYER_ERR(l, rkv_layer_upsert(l, store, RKV_DTYPE_F32, 1, &f, &s, 1, NULL),
+              RKV_ERR_INVALID_ARG, "kv (");
+    LAYER_ERR(l, rkv_layer_upsert(l, store + 4096, RKV_DTYPE_F32, 1, &f, &s, 1, NULL),
+              RKV_ERR_INVALID_ARG, "overlaps kv");
+    LAYER_ERR(l, rkv_layer_upsert(l, fr, RKV_DTYPE_F32, 1, &f, &s, 1, written),
+              RKV_ERR_INVALID_ARG, "overlaps visible");
+    LAYER_ERR(l, rkv_layer_upsert(l, fr, RKV_DTYPE_F32, 1, (const int64_t *)written, &s, 1,
+                                  NULL),
+              RKV_ERR_INVALID_ARG, "overlaps frame_pos");
+
+    /* attention: out over q, one element on, over the storage; touching is fine */
+    const size_t qn = (size_t)(2 * 128 * 4); /* B 1 x Hq 2 x Tq 128 x D 4 */
+    float *qo = tu_xmalloc(2 * qn * 4);
+    tu_fill_uniform(qo, 2 * qn, &(tu_rng){72});
+    rkv_attention_args a = RKV_ATTENTION_ARGS_INIT;
+    a.batch = 1;
+    a.n_q_heads = 2;
+    a.q = qo;
+    a.q_dtype = a.out_dtype = RKV_DTYPE_F32;
+    a.session_idx = &s;
+    a.frame_pos = &f;
+    a.out = qo;
+    float *before = tu_xmalloc(2 * qn * 4);
+    memcpy(before, qo, 2 * qn * 4);
+    LAYER_ERR(l, rkv_layer_attend(l, &a), RKV_ERR_INVALID_ARG, "out (");
+    a.out = qo + 1;
+    LAYER_ERR(l, rkv_layer_attend(l, &a), RKV_ERR_INVALID_ARG, "overlaps q");
+    a.out = qo - 1 + qn; /* its last element is q's first one on: shares q's last */
+    LAYER_ERR(l, rkv_layer_attend(l, &a), RKV_ERR_INVALID_ARG, "overlaps q");
+    a.out_dtype = RKV_DTYPE_BF16;
+    a.out = store;
+    LAYER_ERR(l, rkv_layer_attend(l, &a), RKV_ERR_INVALID_ARG, "the ring's K/V storage");
+    LAYER_ERR(l, rkv_layer_attend_reference(l, &a), RKV_ERR_INVALID_ARG, "overlaps");
+    assert_memory_equal(qo, before, 2 * qn * 4);
+    a.out_dtype = RKV_DTYPE_F32;
+    a.out = qo + qn;
+    TU_OK(rkv_layer_attend(l, &a));
+    assert_memory_equal(qo, before, qn * 4);
+
+    /* views: written bits inside the K/V buffer; a row over the written bits */
+    rkv_ring_view v;
+    TU_OK(rkv_layer_view(l, &v));
+    v.written = store + 64;
+    LAYER_ERR(l, rkv_ring_upsert(&v, fr, RKV_DTYPE_F32, 1, &f, &s, 1, NULL),
+              RKV_ERR_INVALID_ARG, "overlaps");
+    TU_OK(rkv_layer_view(l, &v));
+    LAYER_ERR(l, rkv_ring_visible_row(&v, 0, 3, written + 5), RKV_ERR_INVALID_ARG,
+              "row (");
+    a.out = v.kv;
+    LAYER_ERR(l, rkv_ring_attend(&v, &a), RKV_ERR_INVALID_ARG, "overlaps");
+
+    /* span copies over the layer itself */
+    LAYER_ERR(l, rkv_layer_read_span(l, 0, RKV_SPAN_V, 1, store + 8), RKV_ERR_INVALID_ARG,
+              "dst (");
+    LAYER_ERR(l, rkv_layer_read_span(l, 0, RKV_SPAN_K, 0, written), RKV_ERR_INVALID_ARG,
+              "the layer's written bits");
+    LAYER_ERR(l, rkv_layer_write_span(l, 0, RKV_SPAN_K, 0, store + 4), RKV_ERR_INVALID_ARG,
+              "overlaps src");
+    const size_t piece = rkv_layer_span_bytes(l, RKV_SPAN_K);
+    TU_OK(rkv_layer_write_span(l, 0, RKV_SPAN_K, 0, store + piece)); /* another piece */
+    assert_memory_equal(store, store + piece, piece);
+
+    /* rkv_convert across dtypes in place */
+    float c[8] = {1, 2, 3, 4, 5, 6, 7, 8}, c0[8];
+    memcpy(c0, c, sizeof c);
+    TU_ERR(rkv_convert(c, RKV_DTYPE_F32, c, RKV_DTYPE_F16, 8), RKV_ERR_INVALID_ARG,
+           "rkv_convert: dst");
+    TU_ERR(rkv_convert(c, RKV_DTYPE_F16, c + 1, RKV_DTYPE_F32, 4), RKV_ERR_INVALID_ARG,
+           "overlaps src");
+    assert_memory_equal(c, c0, sizeof c);
+    TU_OK(rkv_convert(c, RKV_DTYPE_F32, c, RKV_DTYPE_F32, 8));
+    assert_memory_equal(c, c0, sizeof c);
+    free(before);
+    rkv_layer_destroy(l);
+
+    /* the model on the CPU backend: "b" has an open frame */
+    int64_t sa, sb;
+    rkv_model *m = busy_model(&sa, &sb);
+    const void *layer1 = rkv_layer_kv(rkv_model_layer(m, 1));
+    int64_t rows[1] = {sb};
+    MODEL_ERR(m, rkv_model_upsert(m, 1, 1, rows, layer1, RKV_DTYPE_F32, 0),
+              RKV_ERR_INVALID_ARG, "rkv_model_upsert: ");
+    a.n_q_heads = 4;
+    const size_t mq = (size_t)(4 * 128 * 4);
+    float *mqo = tu_xmalloc(2 * mq * 4);
+    tu_fill_uniform(mqo, 2 * mq, &(tu_rng){73});
+    a.q = a.out = mqo;
+    MODEL_ERR(m, rkv_model_attend(m, 0, 1, rows, &a), RKV_ERR_INVALID_ARG, "overlaps q");
+    /* the step checks the attention before its upsert: nothing written */
+    MODEL_ERR(m, rkv_model_step(m, 1, 1, rows, fr, RKV_DTYPE_F32, 1, &a), RKV_ERR_INVALID_ARG,
+              "overlaps q");
+    a.out = (void *)layer1;
+    MODEL_ERR(m, rkv_model_frame_attend(m, 1, &a), RKV_ERR_INVALID_ARG, "overlaps");
+    a.out = mqo + mq;
+    TU_OK(rkv_model_step(m, 1, 1, rows, fr, RKV_DTYPE_F32, 1, &a));
+    free(mqo);
+    free(qo);
+    free(fr);
+    rkv_model_destroy(m);
+}
+
 static void test_preset_errors(void **state)
 {
     (void)state;
@@ -718,23 +837,26 @@ static void test_model_create_errors(void **state)
     rkv_model_config cfg = small_cfg();
     TU_ERR(rkv_model_create(NULL, &m), RKV_ERR_NULL, NULL);
     TU_ERR(rkv_model_create(&cfg, NULL), RKV_ERR_NULL, NULL);
+    /* scope: the layer a message names ("layer 1: "), or NULL for a model
+     * field, whose message names no layer (every layer has it) */
     static const struct {
         int what;
         rkv_status st;
-        const char *needle;
+        const char *needle, *scope;
     } cases[] = {
-        {0, RKV_ERR_INVALID_ARG, "0"},     /* n_layers 0 */
-        {1, RKV_ERR_INVALID_ARG, "257"},   /* n_layers 257 */
-        {2, RKV_ERR_INVALID_ARG, "3"},     /* Hq 3, H 2 */
-        {3, RKV_ERR_INVALID_ARG, "0"},     /* Hq 0 */
-        {4, RKV_ERR_INVALID_ARG, "0"},     /* num_sessions 0 */
-        {5, RKV_ERR_INVALID_ARG, "9"},     /* layer 1: RB 9 > RF 4 */
-        {6, RKV_ERR_INVALID_ARG, "100"},   /* T 100 */
-        {7, RKV_ERR_DTYPE, NULL},          /* dtype 5 */
-        {8, RKV_ERR_INVALID_ARG, "-1"},    /* layer 0: PD -1 */
-        {9, RKV_ERR_INVALID_ARG, NULL},    /* H 0 */
-        {10, RKV_ERR_OVERFLOW, NULL},      /* huge S */
-        {11, RKV_ERR_INVALID_ARG, "-3"},   /* n_layers -3 */
+        {0, RKV_ERR_INVALID_ARG, "0", NULL},                 /* n_layers 0 */
+        {1, RKV_ERR_INVALID_ARG, "257", NULL},               /* n_layers 257 */
+        {2, RKV_ERR_INVALID_ARG, "n_q_heads = 3", NULL},     /* Hq 3, H 2 */
+        {3, RKV_ERR_INVALID_ARG, "n_q_heads = 0", NULL},     /* Hq 0 */
+        {4, RKV_ERR_INVALID_ARG, "num_sessions must be >= 1; got 0", NULL},
+        {5, RKV_ERR_INVALID_ARG, "ring_buckets (9)", "layer 1: "}, /* RB 9 > RF 4 */
+        {6, RKV_ERR_INVALID_ARG, "tokens_per_frame (100)", NULL},
+        {7, RKV_ERR_DTYPE, "dtype 5", NULL},
+        {8, RKV_ERR_INVALID_ARG, "pinned_dilation must be >= 1; got -1", "layer 0: "},
+        {9, RKV_ERR_INVALID_ARG, "n_kv_heads must be >= 1; got 0", NULL},
+        {10, RKV_ERR_OVERFLOW, "too large", "layer 0: "},  /* huge S: layer 0's bytes */
+        {11, RKV_ERR_INVALID_ARG, "-3", NULL},             /* n_layers -3 */
+        {12, RKV_ERR_INVALID_ARG, "d_head must be >= 1; got 0", NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         rkv_model_config c = small_cfg();
@@ -751,10 +873,17 @@ static void test_model_create_errors(void **state)
         case 9: c.n_kv_heads = 0; break;
         case 10: c.num_sessions = INT64_MAX / 8; break;
         case 11: c.n_layers = -3; break;
+        case 12: c.d_head = 0; break;
         }
         m = sentinel;
         TU_ERR(rkv_model_create(&c, &m), cases[i].st, cases[i].needle);
         assert_ptr_equal(m, sentinel);
+        if (cases[i].scope ? strncmp(rkv_last_error(), cases[i].scope,
+                                     strlen(cases[i].scope)) != 0
+                           : strstr(rkv_last_error(), "layer ") != NULL)
+            fail_msg("case %d: '%s' (expected %s%s)", cases[i].what, rkv_last_error(),
+                     cases[i].scope ? "the prefix " : "no layer named",
+                     cases[i].scope ? cases[i].scope : "");
         /* the memory query refuses it the same way */
         size_t ps = 1, tot = 2;
         TU_ERR(rkv_model_config_memory(&c, &ps, &tot), cases[i].st,
@@ -762,6 +891,33 @@ static void test_model_create_errors(void **state)
         assert_int_equal(ps, 1);
         assert_int_equal(tot, 2);
     }
+}
+
+/* A valid config whose host tables do not fit (2^40 sessions of the demo
+ * preset): RKV_ERR_NO_MEMORY naming the bytes asked for and the K/V bytes
+ * the layers would need on top (rkv_model_config_memory's total), *out
+ * untouched (skipped under AddressSanitizer, whose allocator aborts on such
+ * requests instead of returning NULL). */
+static void test_model_create_no_memory(void **state)
+{
+    (void)state;
+#if defined(__SANITIZE_ADDRESS__)
+    skip();
+#else
+    rkv_model_config c;
+    TU_OK(rkv_model_preset("demo", 0, &c));
+    c.num_sessions = (int64_t)1 << 40;
+    size_t per = 0, total = 0;
+    TU_OK(rkv_model_config_memory(&c, &per, &total));
+    rkv_model *m = (rkv_model *)(uintptr_t)0x77;
+    TU_ERR(rkv_model_create(&c, &m), RKV_ERR_NO_MEMORY, "cannot allocate ");
+    assert_ptr_equal(m, (rkv_model *)(uintptr_t)0x77);
+    char want[96];
+    snprintf(want, sizeof want, "1099511627776 sessions and 2 layers (the layers' K/V would "
+                                "take %zu bytes more)", total);
+    if (!strstr(rkv_last_error(), want) || !strstr(rkv_last_error(), " bytes of host tables"))
+        fail_msg("'%s' (expected the bytes and '%s')", rkv_last_error(), want);
+#endif
 }
 
 static void test_model_layer_out_of_range(void **state)
@@ -1602,12 +1758,14 @@ int main(void)
         cmocka_unit_test(test_preset_errors),
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_model_create_errors),
+        cmocka_unit_test(test_model_create_no_memory),
         cmocka_unit_test(test_model_layer_out_of_range),
         cmocka_unit_test(test_claim_lookup_errors),
         cmocka_unit_test(test_release_reset_clock_errors),
         cmocka_unit_test(test_begin_frame_errors),
         cmocka_unit_test(test_model_upsert_errors),
         cmocka_unit_test(test_model_attend_errors),
+        cmocka_unit_test(test_overlapping_buffers_refused),
         cmocka_unit_test(test_snapshot_restore_errors),
         cmocka_unit_test(test_frame_calls_errors),
         cmocka_unit_test(test_span_errors),

@@ -142,12 +142,46 @@ static void test_slot_arithmetic_sweep(void **state)
             assert_true(rkv_ring_slot(&g, f) < g.ring_buckets);
             assert_int_equal(rkv_is_write_step(&g, f) != 0, f % PD == 0);
         }
-        /* large clocks: no overflow in ceil(f/PD) */
-        int64_t big = INT64_MAX - 3;
+        /* large clocks short of the reference's wrap: ceil(f/PD), no overflow */
         int64_t PD = g.pinned_dilation;
+        int64_t big = INT64_MAX - (PD - 1) - 3;
         int64_t bucket = big / PD + (big % PD != 0);
         assert_int_equal(rkv_ring_slot(&g, big), bucket % g.ring_buckets);
         assert_int_equal(rkv_is_write_step(&g, big) != 0, big % PD == 0);
+    }
+}
+
+/* The top PD - 1 clocks, where the reference's int64 frame_pos + (PD - 1)
+ * wraps: the slot is what the reference computes there, not ceil(f/PD) mod
+ * RB. Values from shared/spec/seed_ring_cache.py's expressions on torch
+ * int64 tensors, ((f + (PD - 1)) // PD) % RB (torch 2.15); "exact" is
+ * ceil(f/PD) mod RB, which ringkv returned before (the randomized
+ * differential test found it: python/tests/test_differential_random.py). */
+static void test_slot_at_int64_top_matches_reference(void **state)
+{
+    (void)state;
+    static const struct {
+        int64_t f, pd, rb, slot, write, exact;
+    } ref[] = {
+        {INT64_MAX, 8, 3, 2, 0, 1},
+        {INT64_MAX - 4, 8, 3, 2, 0, 1},
+        {INT64_MAX - 6, 8, 3, 2, 0, 1},
+        {INT64_MAX - 7, 8, 3, 0, 1, 0}, /* a write step; f + 7 = INT64_MAX: no wrap */
+        {INT64_MAX, 3, 4, 1, 0, 3},
+        {INT64_MAX - 1, 3, 4, 1, 1, 2}, /* a write step: the ring slot it commits to */
+        {INT64_MAX - 2, 5, 7, 5, 1, 1},
+        {INT64_MAX, 7, 5, 4, 1, 1},
+        {INT64_MAX, 2, 3, 2, 0, 1},
+        {INT64_MAX, INT64_MAX, 3, 2, 1, 1},
+        {5, INT64_MAX, 3, 2, 0, 1},
+        {2, INT64_MAX, 3, 1, 0, 1},
+        {INT64_MAX - 1, ((int64_t)1 << 62) + 1, 5, 3, 0, 2},
+    };
+    for (size_t i = 0; i < sizeof ref / sizeof ref[0]; i++) {
+        rkv_geometry g = tu_geom(1, 1, ref[i].rb, ref[i].rb, 4, 128, ref[i].pd, RKV_DTYPE_F32);
+        TU_OK(rkv_geometry_check(&g));
+        assert_int_equal(rkv_ring_slot(&g, ref[i].f), ref[i].slot);
+        assert_int_equal(rkv_is_write_step(&g, ref[i].f) != 0, ref[i].write);
     }
 }
 
@@ -349,6 +383,7 @@ int main(void)
         cmocka_unit_test(test_slot_arithmetic_global),
         cmocka_unit_test(test_slot_arithmetic_worked_example),
         cmocka_unit_test(test_slot_arithmetic_sweep),
+        cmocka_unit_test(test_slot_at_int64_top_matches_reference),
         cmocka_unit_test(test_reject_sessions),
         cmocka_unit_test(test_reject_dilation),
         cmocka_unit_test(test_reject_buckets),

@@ -215,12 +215,12 @@ static void test_bad_views_refused(void **state)
            "rkv_ring_upsert: frame_pos[0] = -1");
     TU_ERR(rkv_ring_upsert(&r.v, kv, RKV_DTYPE_BF16, 1, &f, &s, 1, NULL), RKV_ERR_DTYPE,
            "rkv_ring_upsert: kv dtype");
-    /* worded as rkv_ring_upsert's row 0, the clock checked first */
+    /* worded as rkv_ring_upsert's row 0, the session checked first */
     TU_ERR(rkv_ring_visible_row(&r.v, 1, 0, row), RKV_ERR_RANGE,
            "rkv_ring_visible_row: session_idx[0] = 1 is out of range; expected 0..0");
     TU_ERR(rkv_ring_visible_row(&r.v, 0, -2, row), RKV_ERR_INVALID_ARG,
            "rkv_ring_visible_row: frame_pos[0] = -2; expected >= 0");
-    TU_ERR(rkv_ring_visible_row(&r.v, 1, -2, row), RKV_ERR_INVALID_ARG, "frame_pos[0] = -2");
+    TU_ERR(rkv_ring_visible_row(&r.v, 1, -2, row), RKV_ERR_RANGE, "session_idx[0] = 1");
     TU_ERR(rkv_ring_visible_row(&r.v, 0, 0, NULL), RKV_ERR_NULL, "row");
     rkv_attention_args a = {.struct_size = sizeof(rkv_attention_args),
                             .batch = 1, .n_q_heads = 1, .q = kv, .out = row,

@@ -1256,16 +1256,26 @@ static void test_argument_errors(void **state)
     free_victim(&v);
 }
 
+/* A model of two sessions, "a" at clock 3 and "b" at clock 5 (the saves'
+ * tests). */
+static rkv_model *two_sessions(int64_t *a, int64_t *b)
+{
+    rkv_model_config cfg = small_cfg(RKV_DTYPE_F32, 2);
+    rkv_model *m = new_model(&cfg);
+    *a = claim(m, "a");
+    *b = claim(m, "b");
+    run_frames(m, *a, 0, 4, 1);
+    run_frames(m, *b, 0, 6, 2);
+    return m;
+}
+
 /* A save that fails half way (the file size limit makes write() fail with
  * EFBIG) leaves the existing snapshot intact and no temporary file. */
 static void test_atomic_save(void **state)
 {
     (void)state;
-    rkv_model_config cfg = small_cfg(RKV_DTYPE_F32, 2);
-    rkv_model *m = new_model(&cfg);
-    int64_t a = claim(m, "a"), b = claim(m, "b");
-    run_frames(m, a, 0, 4, 1);
-    run_frames(m, b, 0, 6, 2);
+    int64_t a, b;
+    rkv_model *m = two_sessions(&a, &b);
     const char *p = tmp_path("atomic.safetensors");
     TU_OK(rkv_model_save_session(m, a, p));
     chmod(p, 0600);
@@ -1306,6 +1316,102 @@ static void test_atomic_save(void **state)
     free(after);
     rkv_model_destroy(m);
     unlink(p);
+}
+
+/* What a save replaces (docs/snapshot-format.md "Atomic save"): a target
+ * that is not a regular file (here a named pipe, directly and through a
+ * link) is refused before anything is written, the node left as it was
+ * and no temporary file left; a symbolic link is followed (relative, in a
+ * chain, dangling), the link kept and its final target written; a loop of
+ * links is refused. rkv_model_offload_file refuses the same and keeps the
+ * session; loads and inspect refuse the pipe at once instead of waiting
+ * for a writer (alarm: a regression fails instead of hanging). */
+static void test_save_target_kinds(void **state)
+{
+    (void)state;
+    int64_t a, b;
+    rkv_model *m = two_sessions(&a, &b);
+    struct stat sb;
+
+    /* a named pipe, and a link to it: refused, naming the path and the kind */
+    char fifo[512], link_fifo[512];
+    snprintf(fifo, sizeof fifo, "%s", tmp_path("pipe"));
+    snprintf(link_fifo, sizeof link_fifo, "%s", tmp_path("to-pipe"));
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    assert_int_equal(symlink("pipe", link_fifo), 0);
+    alarm(60);
+    TU_ERR(rkv_model_save_session(m, a, fifo), RKV_ERR_IO, "is a named pipe (FIFO), not a regular file");
+    assert_non_null(strstr(rkv_last_error(), fifo));
+    TU_ERR(rkv_model_save_session(m, a, link_fifo), RKV_ERR_IO, "a symbolic link to");
+    assert_non_null(strstr(rkv_last_error(), "named pipe"));
+    assert_non_null(strstr(rkv_last_error(), link_fifo));
+    TU_ERR(rkv_model_offload_file(m, a, fifo), RKV_ERR_IO, "named pipe");
+    int64_t again = -1;
+    TU_OK(rkv_model_lookup(m, "a", &again)); /* not paged out */
+    assert_int_equal(again, a);
+    TU_ERR(rkv_model_load_session(m, b, fifo), RKV_ERR_IO, "named pipe");
+    TU_ERR(rkv_snapshot_inspect(link_fifo, NULL), RKV_ERR_IO, "named pipe");
+    int64_t s_in = -1;
+    TU_ERR(rkv_model_page_in_file(m, fifo, &s_in), RKV_ERR_IO, "named pipe");
+    alarm(0);
+    assert_int_equal(lstat(fifo, &sb), 0);
+    assert_true(S_ISFIFO(sb.st_mode));
+    assert_int_equal(lstat(link_fifo, &sb), 0);
+    assert_true(S_ISLNK(sb.st_mode));
+    assert_int_equal(count_files(".tmp-"), 0);
+
+    /* a link to a regular file: the link stays, the target gets the image
+     * (and keeps its permission bits); through a chain of two links too */
+    const char *target = tmp_path("target.safetensors");
+    char link1[512], link2[512], got[512];
+    snprintf(link1, sizeof link1, "%s", tmp_path("link1"));
+    snprintf(link2, sizeof link2, "%s", tmp_path("link2"));
+    TU_OK(rkv_model_save_session(m, a, target));
+    chmod(target, 0640);
+    assert_int_equal(symlink("target.safetensors", link1), 0);
+    assert_int_equal(symlink(link1, link2), 0); /* absolute */
+    rkv_snapshot_info info = RKV_SNAPSHOT_INFO_INIT;
+    TU_OK(rkv_model_save_session(m, b, link2));
+    assert_int_equal(lstat(link1, &sb), 0);
+    assert_true(S_ISLNK(sb.st_mode));
+    assert_int_equal(lstat(link2, &sb), 0);
+    assert_true(S_ISLNK(sb.st_mode));
+    ssize_t n = readlink(link1, got, sizeof got - 1);
+    assert_true(n > 0);
+    got[n] = '\0';
+    assert_string_equal(got, "target.safetensors");
+    assert_int_equal(stat(target, &sb), 0);
+    assert_true(S_ISREG(sb.st_mode));
+    assert_int_equal(sb.st_mode & 0777, 0640);
+    TU_OK(rkv_snapshot_inspect(target, &info));
+    assert_string_equal(info.request_id, "b");
+    assert_int_equal(info.last_committed, 5);
+    assert_int_equal(count_files(".tmp-"), 0);
+
+    /* a dangling link: its target is created, the link stays */
+    char dangling[512];
+    snprintf(dangling, sizeof dangling, "%s", tmp_path("dangling"));
+    assert_int_equal(symlink("new.safetensors", dangling), 0);
+    TU_OK(rkv_model_save_session(m, a, dangling));
+    assert_int_equal(lstat(dangling, &sb), 0);
+    assert_true(S_ISLNK(sb.st_mode));
+    TU_OK(rkv_snapshot_inspect(tmp_path("new.safetensors"), &info));
+    assert_string_equal(info.request_id, "a");
+
+    /* a loop of links: refused, nothing written */
+    char loop1[512], loop2[512];
+    snprintf(loop1, sizeof loop1, "%s", tmp_path("loop1"));
+    snprintf(loop2, sizeof loop2, "%s", tmp_path("loop2"));
+    assert_int_equal(symlink("loop2", loop1), 0);
+    assert_int_equal(symlink("loop1", loop2), 0);
+    TU_ERR(rkv_model_save_session(m, a, loop1), RKV_ERR_IO, "too many levels of symbolic links");
+    assert_int_equal(count_files(".tmp-"), 0);
+
+    rkv_model_destroy(m);
+    const char *names[] = {"pipe", "to-pipe", "target.safetensors", "link1", "link2",
+                           "dangling", "new.safetensors", "loop1", "loop2"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        unlink(tmp_path(names[i]));
 }
 
 /* The in-memory restore refuses a half-written frame too (frames are
@@ -1808,6 +1914,7 @@ int main(void)
         cmocka_unit_test(test_wrong_geometry_refused),
         cmocka_unit_test(test_argument_errors),
         cmocka_unit_test(test_atomic_save),
+        cmocka_unit_test(test_save_target_kinds),
         cmocka_unit_test(test_odd_request_id),
         cmocka_unit_test(test_memory_restore_checks_frames),
         cmocka_unit_test(test_memory_image_is_the_file_image),

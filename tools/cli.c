@@ -10,7 +10,9 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "escape.h"
 #include "ringkv.h"
@@ -20,9 +22,10 @@ const char CLI_EXIT_RULE[] =
     "the GPU, memory or a write failed, or the work found a fault: replay's\n"
     "comparisons, inspect's verdicts); 2 refused before any work (an unknown\n"
     "command or option, an option given twice, a bad value, an input file that is\n"
-    "missing, unreadable, not of its kind or not matching the other options, an\n"
-    "output path that cannot be written, a run too big for the memory available,\n"
-    "--backend cuda where no GPU is seen).\n";
+    "missing, unreadable, not a regular file, not of its kind or not matching the\n"
+    "other options, an output path that cannot be written or is not a regular\n"
+    "file, a run too big for the memory available, --backend cuda where no GPU is\n"
+    "seen).\n";
 
 /* Length of a leading "rkv_identifier: " in s, else 0. */
 static size_t function_prefix(const char *s) {
@@ -42,6 +45,16 @@ const char *cli_lib_detail(const char *path) {
     return m;
 }
 
+const char *cli_file_kind(unsigned mode) {
+    return S_ISDIR(mode)    ? "a folder"
+           : S_ISCHR(mode)  ? "a character device"
+           : S_ISBLK(mode)  ? "a block device"
+           : S_ISFIFO(mode) ? "a named pipe (FIFO)"
+           : S_ISSOCK(mode) ? "a socket"
+           : S_ISREG(mode)  ? "a regular file"
+                            : "not a regular file";
+}
+
 int cli_check_input_file(const char *what, const char *path, const char *expected, char *err,
                          size_t n) {
     struct stat st;
@@ -54,12 +67,18 @@ int cli_check_input_file(const char *what, const char *path, const char *expecte
         snprintf(err, n, "%s '%s' is a folder, not %s", what, path, expected);
         return -1;
     }
-    FILE *f = fopen(path, "rb");
-    if (!f) {
+    if (!S_ISREG(st.st_mode)) { /* a pipe would block the open, a device never end */
+        snprintf(err, n, "%s '%s' is %s, not a regular file; expected %s", what, path,
+                 cli_file_kind(st.st_mode), expected);
+        return -1;
+    }
+    /* O_NONBLOCK: should the path have become a pipe since the stat */
+    const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
         snprintf(err, n, "%s '%s': cannot open: %s", what, path, strerror(errno));
         return -1;
     }
-    fclose(f);
+    close(fd);
     return 0;
 }
 
@@ -275,17 +294,17 @@ int cli_check_snapshot_kind(const char *what, const char *path, char *err, size_
     char why[256] = "";
     int rc = 0;
     if (fread(head, 1, 8, f) == 8) {
-        uint64_t len = 0;
+        uint64_t len = 0, at = 8; /* the offset of c, counted (ftell is -1 on a device) */
         for (int i = 7; i >= 0; i--) len = len << 8 | head[i];
         int c;
-        while ((c = getc(f)) == ' ' || c == '\t' || c == '\n' || c == '\r') len--;
+        while ((c = getc(f)) == ' ' || c == '\t' || c == '\n' || c == '\r') len--, at++;
         if (c != EOF && c != '{') {
             char shown[8];
             snprintf(shown, sizeof shown, c > 0x20 && c < 0x7f ? "'%c'" : "0x%02x", c);
             snprintf(why, sizeof why,
                      "a snapshot is a safetensors file (an 8-byte header length, then a JSON "
-                     "header '{...}'); byte %ld of this one is %s",
-                     ftell(f) - 1, shown);
+                     "header '{...}'); byte %llu of this one is %s",
+                     (unsigned long long)at, shown);
             rc = -1;
         } else if (c == '{' && len >= 2 && len <= SNAPSHOT_MAX_HEADER) {
             /* the whole header, when the file holds it */

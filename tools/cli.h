@@ -21,8 +21,10 @@
  *   2  refused before any work: an unknown command or option, an option
  *      given twice (cli_parse_options), a bad value,
  *      an input named on the command line that is missing, unreadable, not
- *      of its kind or not matching the other options, an output path that
- *      cannot be written, a run too big for the memory available, or
+ *      a regular file (cli_check_input_file), not of its kind or not
+ *      matching the other options, an output path that cannot be written or
+ *      names an existing file that is not a regular one, a run too big for
+ *      the memory available, or
  *      --backend cuda where no GPU is seen.
  * "Not of its kind" is judged on what a file starts with, before any work:
  * a trace whose first record is not a trace record, a manifest that is not
@@ -46,11 +48,18 @@ extern const char CLI_EXIT_RULE[];
 const char *cli_lib_detail(const char *path);
 
 /* An input file named on the command line (`what` names it for the user,
- * e.g. "--resume" or "snapshot"): it exists, is not a folder and can be
- * opened for reading. 0, or -1 with "WHAT 'PATH': no such file" (or "is a
- * folder, not EXPECTED", or the system's reason) in err. */
+ * e.g. "--resume" or "snapshot"): it exists, is a regular file (after
+ * symbolic links) and can be opened for reading; never blocks (a named pipe
+ * is refused before any open). 0, or -1 with "WHAT 'PATH': no such file"
+ * (or "is a folder, not EXPECTED", "is a named pipe (FIFO), not EXPECTED",
+ * or the system's reason) in err. */
 int cli_check_input_file(const char *what, const char *path, const char *expected, char *err,
                          size_t n);
+
+/* What a file of st_mode `mode` is, for messages: "a folder", "a named pipe
+ * (FIFO)", "a character device", "a block device", "a socket", "a regular
+ * file". */
+const char *cli_file_kind(unsigned mode);
 
 /* Whether the readable file at path is a ringkv snapshot at all (the rule
  * above: an input not of its kind is refused, 2): a safetensors file (an

@@ -17,6 +17,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "escape.h"
+#include "json_out.h"
 #include "ringkv.h"
 
 /* The texts of a snapshot, escaped for printing. */
@@ -93,7 +94,7 @@ static void print_text(const char *path, const rkv_snapshot_info *in) {
 
 /* Prints obj on one line and frees it; 0, or -1 out of memory. */
 static int print_line(cJSON *obj, int ok) {
-    char *text = ok ? cJSON_PrintUnformatted(obj) : NULL;
+    char *text = ok ? cli_json_print(obj, 0) : NULL;
     if (text) puts(text);
     else fprintf(stderr, "ringkv inspect: out of memory\n");
     cJSON_free(text);

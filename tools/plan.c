@@ -13,6 +13,7 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "json_out.h"
 #include "ringkv.h"
 
 /* Largest --memory-gib accepted: 2^20 GiB (1 PiB) keeps every byte count far
@@ -110,7 +111,7 @@ static int print_json(const plan_opts *o, const rkv_model_config *cfg, size_t pe
              cJSON_AddNumberToObject(mem, "budget", (double)budget) &&
              cJSON_AddNumberToObject(root, "memory_gib", o->memory_gib) &&
              cJSON_AddNumberToObject(root, "sessions_fit", (double)fit);
-    char *text = ok ? cJSON_Print(root) : NULL;
+    char *text = ok ? cli_json_print(root, 1) : NULL;
     if (text) printf("%s\n", text);
     else fprintf(stderr, "ringkv plan: out of memory\n");
     free(text);

@@ -448,8 +448,11 @@ static int load_manifest(const char *path, cJSON **root, char *msg, size_t size)
         rc = say(msg, size, "the file holds a NUL byte (binary data, not JSON text)");
     } else if (!(*root = cJSON_ParseWithLength((const char *)json, json_len))) {
         const char *at = cJSON_GetErrorPtr();
-        long off = at ? (long)(at - (const char *)json) : -1;
-        rc = say(msg, size, "not valid JSON (parse error near byte %ld)", off);
+        if (at && at >= (const char *)json && at <= (const char *)json + json_len)
+            rc = say(msg, size, "not valid JSON (parse error near byte %zu)",
+                     (size_t)(at - (const char *)json));
+        else
+            rc = say(msg, size, "not valid JSON");
     } else if (!cJSON_IsObject(*root) ||
                !cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(*root, "cases"))) {
         rc = say(msg, size, "no \"cases\" array at the top level of a JSON object");

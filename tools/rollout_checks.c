@@ -1,17 +1,19 @@
 /* Checks of `ringkv rollout` before any frame: the default image, the
  * output paths and the memory (rollout_checks.h). */
-#define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700 /* realpath */
 
 #include "rollout_checks.h"
 
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "camera.h"
+#include "cli.h"
 #include "sheet.h"
 #include "tokens.h"
 
@@ -86,13 +88,19 @@ static int check_folder_writable(const char *what, const char *dir, char *err, s
     return 0;
 }
 
-/* Checks that the file `path` can be (over)written, its folder existing: not
- * a folder itself, writable when it exists. 0, or -1 with a message. */
+/* Checks that the file `path` can be (over)written, its folder existing: when
+ * it exists (after symbolic links), a writable regular file, not a folder,
+ * device, named pipe or socket. 0, or -1 with a message. */
 int rollout_check_output_file(const char *what, const char *path, char *err, size_t n) {
     struct stat st;
     if (stat(path, &st) == 0) {
         if (S_ISDIR(st.st_mode)) {
             snprintf(err, n, "%s: '%s' is a folder; a file is written there", what, path);
+            return -1;
+        }
+        if (!S_ISREG(st.st_mode)) { /* a device or pipe is never replaced nor written */
+            snprintf(err, n, "%s: '%s' is %s, not a regular file; a file is written there", what,
+                     path, cli_file_kind(st.st_mode));
             return -1;
         }
         if (access(path, W_OK) != 0) {
@@ -198,12 +206,16 @@ int rollout_make_dirs(const char *path, char *err, size_t err_len) {
     return 0;
 }
 
-/* --snapshot-out FILE before the run: not a folder, in a folder we can write
- * in (the library writes FILE.tmp-XXXXXX there and renames it). */
+/* --snapshot-out FILE before the run: not a folder nor any other file that is
+ * not a regular one, in a folder we can write in (the library writes
+ * FILE.tmp-XXXXXX there and renames it; for a symbolic link, next to the
+ * file it names: that folder is checked when the file exists). */
 int rollout_check_snapshot_out(const char *path, char *err, size_t n) {
     char dir[PATH_MAX_LEN + 1];
     if (rollout_check_output_file("--snapshot-out", path, err, n)) return -1;
-    folder_of(path, dir, sizeof dir);
+    char *target = realpath(path, NULL);
+    folder_of(target ? target : path, dir, sizeof dir);
+    free(target);
     return check_folder_writable("--snapshot-out", dir, err, n);
 }
 

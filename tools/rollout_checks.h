@@ -23,8 +23,9 @@
  * ""). A file that exists but cannot be read is returned: the load says why. */
 const char *rollout_default_image(char *buf, size_t n, char *exe, size_t exe_n);
 
-/* Checks that the file `path` can be (over)written, its folder existing: not
- * a folder itself, writable when it exists. 0, or -1 with a message. */
+/* Checks that the file `path` can be (over)written, its folder existing: when
+ * it exists (after symbolic links), a writable regular file, not a folder,
+ * device, named pipe or socket. 0, or -1 with a message. */
 int rollout_check_output_file(const char *what, const char *path, char *err, size_t n);
 
 /* --out DIR before the run: an existing folder we can write in (and its
@@ -36,8 +37,9 @@ int rollout_check_out_folder(const char *path, char *err, size_t n);
 /* mkdir -p */
 int rollout_make_dirs(const char *path, char *err, size_t err_len);
 
-/* --snapshot-out FILE before the run: not a folder, in a folder we can write
- * in (the library writes FILE.tmp-XXXXXX there and renames it). */
+/* --snapshot-out FILE before the run: not a folder nor any other file that is
+ * not a regular one, in a folder we can write in (the library writes
+ * FILE.tmp-XXXXXX there and renames it; a symbolic link: next to its target). */
 int rollout_check_snapshot_out(const char *path, char *err, size_t n);
 
 /* What the rollout allocates besides the model, an upper bound of its large

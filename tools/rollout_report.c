@@ -10,6 +10,7 @@
 
 #include "cli.h"
 #include "escape.h"
+#include "json_out.h"
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -250,7 +251,7 @@ static int report_json(const rollout_result *res, const figures *fig) {
     json_recall(j, res);
     json_clocks(j, res);
     json_outputs(j, res);
-    char *text = cJSON_Print(j);
+    char *text = cli_json_print(j, 1);
     if (!text) goto no_memory;
     printf("%s\n", text);
     free(text);

@@ -630,7 +630,10 @@ class LayerRingCache(HandleOwner):
           ``ml_dtypes.bfloat16``); a NumPy array or a CPU torch tensor (a
           CUDA layer: a torch CUDA tensor on its GPU), passed without copying
           when C-contiguous (copied once otherwise).
-        - ``frame_pos``: ``[B]`` int64 clocks, each >= 0.
+        - ``frame_pos``: ``[B]`` int64 clocks, each >= 0. B may be 0 (``kv``
+          with no tokens, empty ``frame_pos`` and ``session_idx``): nothing
+          is written, as in the reference (with ``build_visibility`` it
+          raises, the reference's B == 1 check).
         - ``commit``: write the frame into its ring slot (on write steps,
           ``frame_pos % pinned_dilation == 0``; else the scratch again) and
           mark it written.
@@ -684,6 +687,9 @@ class LayerRingCache(HandleOwner):
         self._check_tokens(buf.shape, B)
         si = self._session_vector(session_idx, fp.shape)
         self._check_upsert(buf.shape, buf.code, buf.keep, B, build_visibility)
+        if B == 0:  # an empty batch writes nothing, as the reference's (no C call: B >= 1)
+            _, k, v, _ = self.views(buf.kind)
+            return k, v, self._row_result(None, buf.kind)
         visible = np.empty(self.total_slots, dtype=np.bool_) if build_visibility else None
         check(lib.rkv_layer_upsert(self._h.ptr, buf.ptr, self._code, B, fp.ctypes.data,
                                    si.ctypes.data, 1 if commit else 0,

@@ -677,7 +677,10 @@ class Model(HandleOwner):
     # ---- snapshot files (safetensors layout, docs/snapshot-format.md) ---
     def save_session(self, session: int, path: str | bytes) -> None:
         """Saves a held session (between frames) to the file ``path``,
-        atomically; OSError on input/output failure."""
+        atomically; a symbolic link is followed (its target written, the
+        link kept); OSError on input/output failure and for a ``path`` that
+        exists and is not a regular file (a device, named pipe or socket:
+        refused before anything is written; docs/snapshot-format.md)."""
         require("rkv_model_save_session")
         with self._on_device():
             check(lib.rkv_model_save_session(self._h.ptr, as_session(session), as_path(path)))

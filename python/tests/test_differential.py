@@ -204,3 +204,94 @@ def test_same_exception_types_as_reference(torch, reference, device):
         assert issubclass(_raises(lambda: mine.upsert(*args, **kw)), want), args
     mine.check()  # the host checks enqueued nothing: no device error either
     assert not mine.kv.any()
+
+
+# ---- minimized cases of the randomized driver (test_differential_random.py) ----
+
+def test_empty_batch_is_a_no_op_as_in_reference(torch, reference):
+    """B = 0 (kv with no tokens, empty frame_pos / session_idx): the
+    reference writes nothing and returns its row buffer; ringkv used to
+    raise ("kv is NULL": an empty tensor's data pointer). With a row asked
+    for, both raise the B == 1 check's RuntimeError."""
+    g = dict(num_sessions=2, n_kv_heads=1, ring_frames=3, ring_buckets=3, d_head=2,
+             tokens_per_frame=128, pinned_dilation=1, dtype=torch.float32, device="cpu")
+    ref, mine = reference.LayerRingCache(**g), ringkv.LayerRingCache(**g)
+    kv1 = torch.arange(2 * 128 * 2, dtype=torch.float32).reshape(2, 1, 1, 128, 2)
+    one = torch.tensor([0])
+    ref.upsert(kv1, one, True, one, build_visibility=True)
+    mine.upsert(kv1, one, True, one, build_visibility=True)
+    kv0 = torch.zeros(2, 1, 1, 0, 2)
+    none = torch.zeros(0, dtype=torch.int64)
+    for commit in (False, True):
+        rk, rv, rrow = ref.upsert(kv0, none, commit, none, build_visibility=False)
+        k, v, row = mine.upsert(kv0, none, commit, none, build_visibility=False)
+        assert torch.equal(k, rk) and torch.equal(v, rv) and torch.equal(row, rrow)
+        _, _, nrow = mine.upsert(kv0.numpy(), none.numpy(), commit, none.numpy(),
+                                 build_visibility=False)
+        assert np.array_equal(nrow, rrow.numpy())
+        # the op itself (torch.compile's route) takes the empty batch too
+        torch.ops.ringkv.upsert(mine.kv, mine.written, kv0, none, none, mine.geometry_list,
+                                commit, mine.error_word)
+    assert torch.equal(mine.kv, ref.kv) and torch.equal(mine.written, ref.written)
+    # the row of the last build (frame 0 hidden on its write step): session 0's scratch only
+    assert int(rrow.sum()) == 128 and bool(rrow[3 * 128:4 * 128].all())
+    for kv, fp, si in ((kv0, none, none), (kv0.numpy(), none.numpy(), none.numpy())):
+        with pytest.raises(RuntimeError, match="only supports B == 1"):
+            ref.upsert(kv0, none, True, none, build_visibility=True)
+        with pytest.raises(RuntimeError, match="only supports B == 1"):
+            mine.upsert(kv, fp, True, si, build_visibility=True)
+    assert torch.equal(mine.kv, ref.kv) and torch.equal(mine.written, ref.written)
+
+
+def test_clock_at_int64_top_addresses_the_reference_slot(torch, reference):
+    """frame_pos = 2**63 - 2 with PD 3, RB 4: a write step whose
+    frame_pos + (PD - 1) wraps in the reference's int64 arithmetic, so its
+    bucket is floor(-2**63 / 3) and its slot 1, not ceil(f/3) mod 4 = 2
+    (ringkv's before). The commit lands in slot 1, the row hides slot 1,
+    and visibility and attention at that clock follow the reference."""
+    f = 2 ** 63 - 2
+    g = dict(num_sessions=1, n_kv_heads=1, ring_frames=4, ring_buckets=4, d_head=2,
+             tokens_per_frame=128, pinned_dilation=3, dtype=torch.float32, device="cpu")
+    ref, mine = reference.LayerRingCache(**g), ringkv.LayerRingCache(**g)
+    gen = torch.Generator().manual_seed(5)
+    s0 = torch.tensor([0])
+    for clock in (0, 3, 6, 9, f):  # fill slots 0..3, then the top clock
+        kv = torch.randn(2, 1, 1, 128, 2, generator=gen)
+        fp = torch.tensor([clock])
+        _, _, rrow = ref.upsert(kv, fp, True, s0, build_visibility=True)
+        _, _, row = mine.upsert(kv, fp, True, s0, build_visibility=True)
+        assert torch.equal(row, rrow), clock
+        assert torch.equal(mine.kv, ref.kv) and torch.equal(mine.written, ref.written), clock
+    # the reference's values: the top clock's frame is in ring slot 1
+    assert torch.equal(ref.kv[:, :, :, 128:256], kv)
+    assert [int(x) for x in rrow.reshape(5, 128).all(1).nonzero().flatten()] == [0, 2, 3, 4]
+    assert mine.visible_frames(0, f) == [0, 2, 3, 4]
+    assert torch.equal(mine.visible_row(0, f), rrow)
+    assert ringkv.visible_frames_from_clock(mine.geometry, f) == [0, 2, 3, 4]
+    q = torch.randn(1, 2, 3, 2, generator=gen)
+    keys = rrow.nonzero().flatten()
+    K, V = ref.kv[0, 0, 0, keys].double(), ref.kv[1, 0, 0, keys].double()
+    want = torch.softmax(q[0].double() @ K.T / 2 ** 0.5, dim=-1) @ V
+    for out in (mine.attend(q, s0, torch.tensor([f])), mine.attend(q, s0, visible=rrow[None])):
+        assert float((out[0].double() - want).norm() / want.norm()) < 1e-5
+
+
+def test_session_out_of_range_wins_over_other_row_errors(torch, reference):
+    """A call with a session out of range is the reference's IndexError
+    (its index_copy_ fails) whatever else is wrong with it: a negative clock
+    (found by the randomized driver: ringkv raised ValueError for the
+    clock), or a session repeated in an earlier row. Nothing is written."""
+    g = dict(num_sessions=2, n_kv_heads=1, ring_frames=2, ring_buckets=2, d_head=2,
+             tokens_per_frame=128, pinned_dilation=1, dtype=torch.float32, device="cpu")
+    ref, mine = reference.LayerRingCache(**g), ringkv.LayerRingCache(**g)
+    i64 = lambda *x: torch.tensor(x, dtype=torch.int64)  # noqa: E731
+    for fp, si in ((i64(-1), i64(2)), (i64(-3, 0), i64(0, -1)), (i64(0, 1, 2), i64(1, 1, 5)),
+                   (i64(5, -1), i64(-2, 0))):
+        kv = torch.ones(2, 1, 1, 128 * len(fp), 2)
+        for build in (False, True) if len(fp) == 1 else (False,):
+            with pytest.raises(IndexError):
+                ref.upsert(kv, fp, True, si, build_visibility=build)
+            for args in ((kv, fp, si), (kv.numpy(), fp.numpy(), si.numpy())):
+                with pytest.raises(IndexError):
+                    mine.upsert(args[0], args[1], True, args[2], build_visibility=build)
+    assert not mine.kv.any() and not mine.written[:256].any() and mine.written[256:384].all()

@@ -86,6 +86,6 @@ rkv_status rkv__attention_check(const struct rkv_layer *l, const rkv_attention_a
                          "%s: B*Hq*Tq*D = %lld*%lld*%lld*%lld overflows", what,
                          (long long)a->batch, (long long)a->n_q_heads, (long long)tq,
                          (long long)g->d_head);
-    return RKV_OK;
+    return rkv__attend_overlap(l, a, what);
 }
 

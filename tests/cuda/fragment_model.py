@@ -145,11 +145,14 @@ def softmax_warp(sv, m, lsum, o, NT, DT, scale_log2):
 # ---- the ring rule (SEMANTICS 3 step 1, 4): this model's own copy -------------
 # The kernels take it from src/ring_rule.h; check_ring_rule() compares this
 # copy with that header's results (tests/ring_rule_dump.c, ctest
-# ring_rule_model). Python integers: ceil(f/PD) is exact for any f.
+# ring_rule_model). The bucket is the reference's int64 (f + PD - 1) // PD:
+# the sum wraps modulo 2**64 past INT64_MAX (the top PD - 1 clocks), then
+# floor division (Python's // and % are floor operations, as torch's).
 
 
 def ring_bucket(f, PD):
-    return -(-f // PD)
+    wrapped = (f + PD - 1 + 2 ** 63) % 2 ** 64 - 2 ** 63
+    return wrapped // PD
 
 
 def ring_slot(f, PD, RB):
@@ -193,7 +196,7 @@ def build_frame_list(span_written, T, RF, RB, PD, f):
 
 
 def visible_frames_from_clock(RF, RB, PD, f):
-    filled = min(ring_bucket(f, PD), RB)
+    filled = min(-(-f // PD), RB)  # buckets 0 .. ceil(f/PD) - 1 were written
     hidden = hidden_frame(f, PD, RB)
     return [r for r in range(filled) if r != hidden] + [RF]
 
