@@ -1055,13 +1055,17 @@ RKV_API rkv_status rkv_model_session_regions(rkv_model *model, int64_t session,
                                              size_t max_regions, size_t *count);
 
 /* The session metadata blob: what an importer checks before a session
- * becomes live. Version 1, little-endian, rkv_model_session_meta_bytes()
- * = 336 + 24 * n_layers bytes: magic "RKVSESS\0", u32 version, u32 dtype,
+ * becomes live. Version 2, little-endian, rkv_model_session_meta_bytes()
+ * = 344 + 24 * n_layers bytes: magic "RKVSESS\0", u32 version, u32 dtype,
  * i64 n_layers, n_kv_heads, d_head, tokens_per_frame, last_committed,
  * u64 region count, data bytes (all regions), the request id (256 bytes,
- * NUL-padded), per layer i64 ring_frames, ring_buckets, pinned_dilation,
- * then the XXH3-64 of everything before it (docs/migration.md). */
-#define RKV_SESSION_META_VERSION 1
+ * NUL-padded), u64 XXH3-64 of the session's written bits (every layer's
+ * written region in order: the importer checks the filled slot's against
+ * it, so an unfilled slot is refused), per layer i64 ring_frames,
+ * ring_buckets, pinned_dilation, then the XXH3-64 of everything before it
+ * (docs/migration.md). Version 1 blobs (no written-bits digest) are
+ * refused. */
+#define RKV_SESSION_META_VERSION 2
 RKV_API size_t rkv_model_session_meta_bytes(const rkv_model *model);
 /* Writes held session `session`'s metadata (between frames) into meta
  * (meta_bytes >= rkv_model_session_meta_bytes). Reads the model only.
@@ -1092,8 +1096,11 @@ RKV_API rkv_status rkv_model_import_reserve(rkv_model *model, const void *meta,
                                             size_t meta_bytes, int64_t *session);
 /* Everything rkv_model_session_import checks, without changing anything:
  * the slot is reserved, meta is valid and the one it was reserved with,
- * and the written bits in its regions keep the layer's invariant (0/1,
- * scratch 1, whole frames; RKV_ERR_FORMAT naming layer and slot). */
+ * the written bits in its regions keep the layer's invariant (0/1,
+ * scratch 1, whole frames; RKV_ERR_FORMAT naming layer and slot) and are
+ * the exporter's (their XXH3-64 is meta's: a slot never filled, or filled
+ * with another session, is RKV_ERR_FORMAT). K/V bytes are not hashed:
+ * rkv_model_session_digest against the source's checks them. */
 RKV_API rkv_status rkv_model_import_check(const rkv_model *model, int64_t session,
                                           const void *meta, size_t meta_bytes);
 /* Makes the reserved slot live: checked as rkv_model_import_check, then

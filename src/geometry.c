@@ -1,5 +1,7 @@
 /* Geometry of one layer's ring: validation, derived sizes, slot arithmetic
  * (SEMANTICS sections 2 and 3 step 1). */
+#include <stdio.h>
+
 #include "internal.h"
 
 rkv_status rkv__geometry_check_shared(const rkv_geometry *g) {
@@ -78,4 +80,22 @@ int64_t rkv_ring_slot(const rkv_geometry *g, int64_t frame_pos) {
 
 int rkv_is_write_step(const rkv_geometry *g, int64_t frame_pos) {
     return rkv__rule_write_step(frame_pos, g->pinned_dilation);
+}
+
+const char *rkv__written_bad_what(const rkv_geometry *g, const uint8_t *w, int64_t bad,
+                                  char *buf, size_t n) {
+    const int64_t T = g->tokens_per_frame, L = g->ring_frames * T, j = bad;
+    if (w[j] > 1)
+        snprintf(buf, n, "written bit of slot %lld is %u; expected 0 or 1", (long long)j, w[j]);
+    else if (j >= L)
+        snprintf(buf, n, "scratch slot %lld has written bit %u; expected 1", (long long)j, w[j]);
+    else {
+        const int64_t a = j - j % T;
+        snprintf(buf, n,
+                 "ring frame %lld (slots %lld..%lld) is partly written (slot %lld is %u, slot "
+                 "%lld is %u); frames are written whole",
+                 (long long)(j / T), (long long)a, (long long)(a + T - 1), (long long)a, w[a],
+                 (long long)j, w[j]);
+    }
+    return buf;
 }

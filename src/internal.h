@@ -125,6 +125,14 @@ static inline int64_t rkv__written_span_check(const rkv_geometry *g, const uint8
     return -1;
 }
 
+/* What is wrong at slot `bad` (rkv__written_span_check's answer) of the
+ * written bits w, in words for a message: "written bit of slot J is V;
+ * expected 0 or 1", "scratch slot J has written bit 0; expected 1", or
+ * "ring frame R (slots A..B) is partly written (slot A is 1, slot J is 0);
+ * frames are written whole". Into buf (n bytes); returns buf. */
+const char *rkv__written_bad_what(const rkv_geometry *g, const uint8_t *w, int64_t bad,
+                                  char *buf, size_t n);
+
 /* One piece of a session's span (rkv_layer_read_span and friends, on every
  * backend): checks session, part and head against g and gives the piece's
  * byte offset from the start of the K/V storage (K/V; *in_written = false)

@@ -149,11 +149,10 @@ rkv_status rkv_layer_write_span(rkv_layer *layer, int64_t session, rkv_span_part
     if (part == RKV_SPAN_WRITTEN) {
         const uint8_t *w = src;
         const int64_t bad = rkv__written_span_check(&layer->g, w);
+        char why[160];
         if (bad >= 0)
-            return rkv__fail(RKV_ERR_INVALID_ARG,
-                             "%s: written bit of slot %lld is %u; expected 0/1, scratch slots "
-                             "1, ring frames written whole",
-                             what, (long long)bad, w[bad]);
+            return rkv__fail(RKV_ERR_INVALID_ARG, "%s: %s", what,
+                             rkv__written_bad_what(&layer->g, w, bad, why, sizeof why));
     }
     memcpy(at, src, rkv_layer_span_bytes(layer, part));
     return RKV_OK;

@@ -46,7 +46,89 @@ static void free_model(rkv_model *m, bool destroy_ctx) {
     free(m->batch.stage);
     free(m->batch.committed);
     free(m->offloaded);
+    free(m->storage);
+    free(m->storage_names);
     free(m);
+}
+
+/* One piece of the storage into m->storage: merged with the last range
+ * when it continues it (same layer and kind). */
+static bool add_storage(rkv_model *m, size_t *cap, int64_t layer, bool bits, const uint8_t *p,
+                        size_t bytes, bool *open) {
+    rkv__buf *last = m->n_storage ? &m->storage[m->n_storage - 1] : NULL;
+    if (*open && last && (const uint8_t *)last->p + last->bytes == p) {
+        last->bytes += bytes;
+        return true;
+    }
+    if (m->n_storage == *cap) {
+        const size_t n = *cap ? 2 * *cap : 16;
+        rkv__buf *b = realloc(m->storage, n * sizeof *b);
+        if (!b) return false;
+        m->storage = b;
+        char(*names)[64] = realloc(m->storage_names, n * sizeof *names);
+        if (!names) return false;
+        m->storage_names = names;
+        *cap = n;
+    }
+    snprintf(m->storage_names[m->n_storage], sizeof m->storage_names[0],
+             "the model's layer %lld %s", (long long)layer, bits ? "written bits" : "K/V storage");
+    m->storage[m->n_storage++] = (rkv__buf){p, bytes, NULL};
+    *open = true;
+    return true;
+}
+
+/* m->storage: every piece of every session's span that the backend
+ * exposes in host memory (span_region), adjacent pieces merged (the CPU
+ * layout gives one K/V range and one written-bits range per layer). */
+static rkv_status collect_storage(rkv_model *m, const char *what) {
+    if (!m->ops.span_region) return RKV_OK;
+    size_t cap = 0;
+    for (int64_t i = 0; i < m->cfg.n_layers; i++)
+        for (int part = RKV_SPAN_K; part <= RKV_SPAN_WRITTEN; part++) {
+            bool open = part == RKV_SPAN_V; /* V continues K */
+            const int64_t heads = part == RKV_SPAN_WRITTEN ? 1 : m->cfg.n_kv_heads;
+            const size_t bytes = rkv__model_span_bytes(m, i, (rkv_span_part)part);
+            for (int64_t h = 0; h < heads; h++)
+                for (int64_t s = 0; s < m->cfg.num_sessions; s++) {
+                    void *p = NULL;
+                    int device = 0;
+                    if (m->ops.span_region(m->ctx, m->layers[i], s, (rkv_span_part)part, h, &p,
+                                           &device) != RKV_OK ||
+                        !p || device >= 0) {
+                        open = false;
+                        continue;
+                    }
+                    if (!add_storage(m, &cap, i, part == RKV_SPAN_WRITTEN, p, bytes, &open))
+                        return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", what);
+                }
+        }
+    for (size_t k = 0; k < m->n_storage; k++) m->storage[k].name = m->storage_names[k];
+    return RKV_OK;
+}
+
+rkv_status rkv__model_check_bufs(const rkv_model *m, const char *what, const rkv__buf *written,
+                                 size_t n_written, const rkv__buf *read, size_t n_read,
+                                 bool writes_model) {
+    rkv_status st = rkv__check_no_overlap(what, written, n_written, read, n_read);
+    if (st != RKV_OK) return st;
+    for (size_t k = 0; k < m->n_storage && st == RKV_OK; k++) {
+        const rkv__buf *s = &m->storage[k];
+        if (writes_model) {
+            if ((st = rkv__check_no_overlap(what, s, 1, written, n_written)) == RKV_OK)
+                st = rkv__check_no_overlap(what, s, 1, read, n_read);
+        } else {
+            if ((st = rkv__check_no_overlap(what, written, n_written, s, 1)) == RKV_OK)
+                for (size_t j = 0; j < n_read && st == RKV_OK; j++)
+                    st = rkv__check_no_overlap(what, &read[j], 1, s, 1) == RKV_OK
+                             ? RKV_OK
+                             : rkv__fail(RKV_ERR_INVALID_ARG,
+                                         "%s: %s (%p, %zu bytes) lies in %s (%p, %zu bytes); "
+                                         "expected a buffer of the caller's own",
+                                         what, read[j].name, read[j].p, read[j].bytes, s->name,
+                                         s->p, s->bytes);
+        }
+    }
+    return st;
 }
 
 /* Bytes of the host tables rkv_model_create_with_backend allocates (for its
@@ -110,6 +192,7 @@ rkv_status rkv_model_create_with_backend(const rkv_model_config *cfg, const rkv_
         rkv_geometry g = rkv__model_layer_geometry(m, i);
         if ((st = m->ops.layer_create(ctx, &g, &m->layers[i])) != RKV_OK) goto fail;
     }
+    if ((st = collect_storage(m, what)) != RKV_OK) goto fail;
     void *dev = NULL;
     if ((st = m->ops.alloc(ctx, 2 * (size_t)S * sizeof(int64_t), &dev)) != RKV_OK) goto fail;
     m->batch.dev = dev;
@@ -165,7 +248,15 @@ rkv_geometry rkv__model_layer_geometry(const rkv_model *m, int64_t layer) {
 
 rkv_status rkv__model_backend_fail(rkv_status st, const char *what) {
     char msg[512];
-    snprintf(msg, sizeof msg, "%s", rkv_last_error());
+    const char *m = rkv_last_error();
+    /* the CPU backend's messages lead with the internal rkv_layer_* call
+     * that made them: the public call's name replaces it */
+    if (!strncmp(m, "rkv_", 4)) {
+        const char *e = m + 4;
+        while ((*e >= 'a' && *e <= 'z') || *e == '_' || (*e >= '0' && *e <= '9')) e++;
+        if (e[0] == ':' && e[1] == ' ') m = e + 2;
+    }
+    snprintf(msg, sizeof msg, "%s", m);
     return rkv__fail(st, "%s: %s", what, msg);
 }
 

@@ -50,6 +50,13 @@ struct rkv_model {
     rkv__offloaded *offloaded;    /* [offload_cap]: entries [0, offload_used)
                                      are in use (model_offload.c)           */
     int64_t offload_cap, offload_used;
+    rkv__buf *storage;            /* [n_storage] the layers' storage in host
+                                     memory (span_region, adjacent pieces
+                                     merged; none for device memory or a
+                                     backend without span_region): what a
+                                     caller's host buffer must not overlap */
+    size_t n_storage;
+    char (*storage_names)[64];    /* [n_storage] their names               */
 };
 
 /* RKV_OK when `session` is in range and claimed; otherwise RKV_ERR_NULL,
@@ -88,6 +95,16 @@ rkv_status rkv__model_span_write(rkv_model *m, int64_t layer, int64_t session,
 /* The largest piece over every layer and part: the bounce buffer a whole
  * session's copy needs. */
 size_t rkv__model_max_span_bytes(const rkv_model *m);
+
+/* The caller's host buffers of a model call against the model's storage
+ * (rkv_model.storage) and against each other: RKV_ERR_INVALID_ARG "WHAT:
+ * A (..., written) overlaps B (...)" for the first pair that shares a byte,
+ * RKV_OK otherwise. `written` buffers are the ones the call writes; with
+ * writes_model the call writes the model's storage (restore, page-in,
+ * import), else it only reads it. Made before the call changes anything. */
+rkv_status rkv__model_check_bufs(const rkv_model *m, const char *what, const rkv__buf *written,
+                                 size_t n_written, const rkv__buf *read, size_t n_read,
+                                 bool writes_model);
 
 /* Prefixes the backend's message with `what` ("what: <message>"), keeping
  * the status. */

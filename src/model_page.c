@@ -44,6 +44,9 @@ rkv_status rkv_model_offload(rkv_model *model, int64_t session, void *buf, size_
     if (!image_bytes) return rkv__fail(RKV_ERR_NULL, "%s: image_bytes is NULL", what);
     rkv_status st = buf ? check_offload(model, what, session)
                         : rkv__model_check_between_frames(model, what, session);
+    const rkv__buf out[] = {{buf, buf_bytes, "buf"},
+                            {image_bytes, sizeof *image_bytes, "image_bytes"}};
+    if (st == RKV_OK) st = rkv__model_check_bufs(model, what, out, 2, NULL, 0, false);
     if (st != RKV_OK) return st;
     uint64_t header_xxh3 = 0;
     size_t n = 0;
@@ -114,6 +117,9 @@ static rkv_status page_in(rkv_model *m, const char *what, const void *buf, size_
                           const char *path, int64_t *session) {
     if (!m) return rkv__fail(RKV_ERR_NULL, "%s: model is NULL", what);
     if (!session) return rkv__fail(RKV_ERR_NULL, "%s: session is NULL", what);
+    const rkv__buf out = {session, sizeof *session, "session"}, in = {buf, bytes, "buf"};
+    rkv_status st0 = rkv__model_check_bufs(m, what, &out, 1, &in, 1, true);
+    if (st0 != RKV_OK) return st0;
     admit_arg a = {m, what, -1};
     rkv_snapshot_info info;
     int64_t s = -1;

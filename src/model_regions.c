@@ -17,9 +17,10 @@
 /* ---- the metadata blob (version 1, little-endian) ------------------------------ */
 
 #define META_MAGIC "RKVSESS"     /* 8 bytes with its NUL */
-#define META_FIXED 336           /* bytes before the per-layer triples, checksum included */
+#define META_FIXED 344           /* bytes before the per-layer triples, checksum included */
 #define META_ID_AT 72            /* the request id: 256 bytes */
-#define META_LAYERS_AT 328       /* the per-layer triples */
+#define META_WRITTEN_AT 328      /* XXH3-64 of the session's written bits, layer by layer */
+#define META_LAYERS_AT 336       /* the per-layer triples */
 
 static void put_u32(uint8_t *p, uint32_t v) {
     for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
@@ -55,8 +56,51 @@ static uint64_t session_data_bytes(const rkv_model *m) {
     return n;
 }
 
+/* The model's enqueued work has finished (the regions hold its result). */
+static rkv_status wait_idle(const rkv_model *m, const char *what) {
+    rkv_status st = m->ops.synchronize(m->ctx);
+    return st == RKV_OK ? RKV_OK : rkv__model_backend_fail(st, what);
+}
+
+/* XXH3-64 of `session`'s written bits, layer after layer (read through the
+ * backend: the cheap part of the data, C bytes a layer). With check, a
+ * layer whose bits break the invariant is RKV_ERR_FORMAT naming it. */
+static rkv_status written_digest(const rkv_model *m, const char *what, int64_t session,
+                                 bool check, uint64_t *out) {
+    size_t most = 0;
+    for (int64_t i = 0; i < m->cfg.n_layers; i++) {
+        const size_t b = rkv__model_span_bytes(m, i, RKV_SPAN_WRITTEN);
+        if (b > most) most = b;
+    }
+    uint8_t *bits = malloc(most);
+    if (!bits) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", what);
+    XXH3_state_t hs;
+    XXH3_64bits_reset(&hs);
+    rkv_status st = RKV_OK;
+    for (int64_t i = 0; i < m->cfg.n_layers && st == RKV_OK; i++) {
+        if ((st = rkv__model_span_read(m, i, session, RKV_SPAN_WRITTEN, 0, bits)) != RKV_OK) {
+            st = rkv__model_backend_fail(st, what);
+            break;
+        }
+        const size_t n = rkv__model_span_bytes(m, i, RKV_SPAN_WRITTEN);
+        XXH3_64bits_update(&hs, bits, n);
+        if (!check) continue;
+        const rkv_geometry g = rkv__model_layer_geometry(m, i);
+        const int64_t bad = rkv__written_span_check(&g, bits);
+        char why[160];
+        if (bad >= 0)
+            st = rkv__fail(RKV_ERR_FORMAT,
+                           "%s: corrupted data: layer %lld of the session: %s; the regions were "
+                           "not filled, or not with this session",
+                           what, (long long)i, rkv__written_bad_what(&g, bits, bad, why, sizeof why));
+    }
+    free(bits);
+    if (st == RKV_OK) *out = XXH3_64bits_digest(&hs);
+    return st;
+}
+
 static void write_meta(const rkv_model *m, const char *request_id, int64_t last_committed,
-                       uint8_t *out) {
+                       uint64_t written_xxh3, uint8_t *out) {
     const int64_t nl = m->cfg.n_layers;
     const size_t n = rkv_model_session_meta_bytes(m);
     memset(out, 0, n);
@@ -71,6 +115,7 @@ static void write_meta(const rkv_model *m, const char *request_id, int64_t last_
     put_u64(out + 56, (uint64_t)rkv_model_session_region_count(m));
     put_u64(out + 64, session_data_bytes(m));
     memcpy(out + META_ID_AT, request_id, strnlen(request_id, RKV_MAX_REQUEST_ID - 1));
+    put_u64(out + META_WRITTEN_AT, written_xxh3);
     for (int64_t i = 0; i < nl; i++) {
         uint8_t *p = out + META_LAYERS_AT + 24 * (size_t)i;
         put_u64(p, (uint64_t)m->cfg.layers[i].ring_frames);
@@ -84,6 +129,7 @@ static void write_meta(const rkv_model *m, const char *request_id, int64_t last_
 typedef struct meta_view {
     char request_id[RKV_MAX_REQUEST_ID];
     int64_t last_committed;
+    uint64_t written_xxh3; /* of the exporter's written bits */
     uint64_t xxh3; /* the blob's own checksum: identifies it */
 } meta_view;
 
@@ -92,6 +138,9 @@ typedef struct meta_view {
 static rkv_status read_meta(const rkv_model *m, const char *what, const void *meta,
                             size_t meta_bytes, meta_view *out) {
     if (!meta) return rkv__fail(RKV_ERR_NULL, "%s: meta is NULL", what);
+    const rkv__buf in = {meta, meta_bytes, "meta"};
+    rkv_status st = rkv__model_check_bufs(m, what, NULL, 0, &in, 1, false);
+    if (st != RKV_OK) return st;
     const uint8_t *b = meta;
     if (meta_bytes < 16 || memcmp(b, META_MAGIC, 8))
         return rkv__fail(RKV_ERR_FORMAT,
@@ -123,11 +172,17 @@ static rkv_status read_meta(const rkv_model *m, const char *what, const void *me
         return rkv__fail(RKV_ERR_FORMAT,                                                           \
                          "%s: wrong geometry: the session has %s %lld, this model %lld", what,    \
                          label, (long long)get_u64(b + (at)), (long long)(mine));
-    if (get_u32(b + 12) != (uint32_t)m->cfg.dtype)
+    if (get_u32(b + 12) != (uint32_t)m->cfg.dtype) {
+        const uint32_t d = get_u32(b + 12);
+        char theirs[40];
+        if (d <= RKV_DTYPE_BF16)
+            snprintf(theirs, sizeof theirs, "%s (%u)", rkv_dtype_name((rkv_dtype)d), (unsigned)d);
+        else
+            snprintf(theirs, sizeof theirs, "unknown (%u)", (unsigned)d);
         return rkv__fail(RKV_ERR_FORMAT,
-                         "%s: wrong geometry: the session has dtype %u, this model %u (%s)", what,
-                         (unsigned)get_u32(b + 12), (unsigned)m->cfg.dtype,
-                         rkv_dtype_name(m->cfg.dtype));
+                         "%s: wrong geometry: the session has dtype %s, this model %s (%u)", what,
+                         theirs, rkv_dtype_name(m->cfg.dtype), (unsigned)m->cfg.dtype);
+    }
     FIELD(24, "n_kv_heads", m->cfg.n_kv_heads)
     FIELD(32, "d_head", m->cfg.d_head)
     FIELD(40, "tokens_per_frame", m->cfg.tokens_per_frame)
@@ -164,6 +219,7 @@ static rkv_status read_meta(const rkv_model *m, const char *what, const void *me
                              i);
     memcpy(out->request_id, id, RKV_MAX_REQUEST_ID);
     out->last_committed = clock;
+    out->written_xxh3 = get_u64(b + META_WRITTEN_AT);
     out->xxh3 = sum;
     return RKV_OK;
 }
@@ -180,8 +236,14 @@ rkv_status rkv_model_session_export_meta(const rkv_model *model, int64_t session
                          "%s: meta has %zu bytes; the metadata takes %zu "
                          "(rkv_model_session_meta_bytes)",
                          what, meta_bytes, need);
+    const rkv__buf out = {meta, need, "meta"};
+    if ((st = rkv__model_check_bufs(model, what, &out, 1, NULL, 0, false)) != RKV_OK) return st;
     const rkv__session_state *ss = &model->sessions[session];
-    write_meta(model, ss->request_id, ss->last_committed, meta);
+    uint64_t wx = 0;
+    if ((st = wait_idle(model, what)) != RKV_OK ||
+        (st = written_digest(model, what, session, false, &wx)) != RKV_OK)
+        return st;
+    write_meta(model, ss->request_id, ss->last_committed, wx, meta);
     return RKV_OK;
 }
 
@@ -234,11 +296,6 @@ static rkv_status list_regions(const rkv_model *m, const char *what, int64_t ses
     return RKV_OK;
 }
 
-/* The model's enqueued work has finished (the regions hold its result). */
-static rkv_status wait_idle(const rkv_model *m, const char *what) {
-    rkv_status st = m->ops.synchronize(m->ctx);
-    return st == RKV_OK ? RKV_OK : rkv__model_backend_fail(st, what);
-}
 
 rkv_status rkv_model_session_regions(rkv_model *model, int64_t session,
                                      rkv_session_region *regions, size_t max_regions,
@@ -254,6 +311,9 @@ rkv_status rkv_model_session_regions(rkv_model *model, int64_t session,
                          "%s: max_regions = %zu; the session has %zu regions "
                          "(rkv_model_session_region_count)",
                          what, max_regions, n);
+    const rkv__buf out[] = {{regions, n * sizeof *regions, "regions"},
+                            {count, sizeof *count, "count"}};
+    if ((st = rkv__model_check_bufs(model, what, out, 2, NULL, 0, false)) != RKV_OK) return st;
     if (model->ops.span_region && (st = wait_idle(model, what)) != RKV_OK) return st;
     rkv_session_region *tmp = malloc(n * sizeof *tmp);
     if (!tmp) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", what);
@@ -307,6 +367,8 @@ rkv_status rkv_model_session_digest(rkv_model *model, int64_t session, uint64_t 
     rkv_status st = check_mover(model, what, session);
     if (st != RKV_OK) return st;
     RKV__REQUIRE(what, xxh3);
+    const rkv__buf out = {xxh3, sizeof *xxh3, "xxh3"};
+    if ((st = rkv__model_check_bufs(model, what, &out, 1, NULL, 0, false)) != RKV_OK) return st;
     if ((st = wait_idle(model, what)) != RKV_OK) return st;
     return digest_session(model, what, session, xxh3);
 }
@@ -319,7 +381,9 @@ rkv_status rkv_model_import_reserve(rkv_model *model, const void *meta, size_t m
     RKV__REQUIRE(what, model);
     RKV__REQUIRE(what, session);
     meta_view v;
-    rkv_status st = read_meta(model, what, meta, meta_bytes, &v);
+    const rkv__buf out = {session, sizeof *session, "session"}, in = {meta, meta_bytes, "meta"};
+    rkv_status st = rkv__model_check_bufs(model, what, &out, 1, &in, 1, false);
+    if (st == RKV_OK) st = read_meta(model, what, meta, meta_bytes, &v);
     if (st != RKV_OK || (st = rkv__model_id_unused(model, what, v.request_id)) != RKV_OK)
         return st;
     const int64_t s = rkv__model_free_slot(model);
@@ -349,31 +413,19 @@ static rkv_status check_import(const rkv_model *m, const char *what, int64_t ses
                          "%lld was reserved with (request '%s')",
                          what, v->request_id, (long long)v->last_committed, (long long)session,
                          ss->request_id);
-    if ((st = wait_idle(m, what)) != RKV_OK) return st;
-    size_t most = 0;
-    for (int64_t i = 0; i < m->cfg.n_layers; i++) {
-        const size_t b = rkv__model_span_bytes(m, i, RKV_SPAN_WRITTEN);
-        if (b > most) most = b;
-    }
-    uint8_t *bits = malloc(most);
-    if (!bits)
-        return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", what);
-    for (int64_t i = 0; i < m->cfg.n_layers && st == RKV_OK; i++) {
-        if ((st = rkv__model_span_read(m, i, session, RKV_SPAN_WRITTEN, 0, bits)) != RKV_OK) {
-            st = rkv__model_backend_fail(st, what);
-            break;
-        }
-        const rkv_geometry g = rkv__model_layer_geometry(m, i);
-        const int64_t bad = rkv__written_span_check(&g, bits);
-        if (bad >= 0)
-            st = rkv__fail(RKV_ERR_FORMAT,
-                           "%s: corrupted data: layer %lld written bit of slot %lld of the "
-                           "session is %u (expected 0/1, scratch slots 1, frames written "
-                           "whole); the regions were not filled, or not with this session",
-                           what, (long long)i, (long long)bad, bits[bad]);
-    }
-    free(bits);
-    return st;
+    uint64_t wx = 0;
+    if ((st = wait_idle(m, what)) != RKV_OK ||
+        (st = written_digest(m, what, session, true, &wx)) != RKV_OK)
+        return st;
+    if (wx != v->written_xxh3)
+        return rkv__fail(RKV_ERR_FORMAT,
+                         "%s: the written bits in the regions of session %lld (XXH3-64 %016llx) "
+                         "are not the exporter's (the metadata says %016llx): the regions were "
+                         "not filled, or not with this session's data; copy every region of "
+                         "rkv_model_session_regions before the import",
+                         what, (long long)session, (unsigned long long)wx,
+                         (unsigned long long)v->written_xxh3);
+    return RKV_OK;
 }
 
 rkv_status rkv_model_import_check(const rkv_model *model, int64_t session, const void *meta,
@@ -439,7 +491,7 @@ rkv_status rkv_model_transfer_session(const rkv_model *src, int64_t src_session,
     uint8_t *meta = malloc(rkv_model_session_meta_bytes(src));
     if (!meta) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", what);
     const rkv__session_state *s = &src->sessions[src_session];
-    write_meta(src, s->request_id, s->last_committed, meta);
+    write_meta(src, s->request_id, s->last_committed, 0, meta);
     meta_view v;
     st = read_meta(dst, what, meta, rkv_model_session_meta_bytes(src), &v);
     free(meta);

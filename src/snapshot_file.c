@@ -186,11 +186,11 @@ static rkv_status check_written(const source *s, const rkv__snap_header *p, int6
         bits = buf;
     }
     const int64_t bad = st == RKV_OK ? rkv__written_span_check(&g, bits) : -1;
+    char why[160];
     if (bad >= 0)
-        st = rkv__fail(RKV_ERR_FORMAT,
-                       "%s: %s: corrupted data: layer.%lld.written[%lld] = %u (expected 0/1, "
-                       "scratch slots 1, frames written whole)",
-                       s->w.what, s->w.name, (long long)i, (long long)bad, bits[bad]);
+        st = rkv__fail(RKV_ERR_FORMAT, "%s: %s: corrupted data: layer.%lld.written: %s",
+                       s->w.what, s->w.name, (long long)i,
+                       rkv__written_bad_what(&g, bits, bad, why, sizeof why));
     free(buf);
     return st;
 }
@@ -254,9 +254,11 @@ rkv_status rkv_snapshot_inspect_mem(const void *buf, size_t bytes, rkv_snapshot_
 static rkv_status check_geometry(const source *s, const rkv_model_config *snap,
                                  const rkv_model_config *mine) {
     char names[2 * 4 * RKV_MAX_NAME + 80], a[4 * RKV_MAX_NAME + 4], b[4 * RKV_MAX_NAME + 4];
-    snprintf(names, sizeof names, " (the snapshot is of model '%s', this model is '%s')",
-             rkv__snap_escape(a, sizeof a, snap->name, RKV_MAX_NAME),
-             rkv__snap_escape(b, sizeof b, mine->name, RKV_MAX_NAME));
+    names[0] = '\0'; /* the names only when they differ (the field differing is named) */
+    if (strncmp(snap->name, mine->name, RKV_MAX_NAME))
+        snprintf(names, sizeof names, " (the snapshot is of model '%s', this model is '%s')",
+                 rkv__snap_escape(a, sizeof a, snap->name, RKV_MAX_NAME),
+                 rkv__snap_escape(b, sizeof b, mine->name, RKV_MAX_NAME));
 #define DIFF(field, label)                                                                         \
     if (snap->field != mine->field)                                                                \
         return rkv__fail(RKV_ERR_FORMAT,                                                           \
@@ -370,12 +372,11 @@ static rkv_status install_fresh_host(const source *s, const rkv__snap_header *p,
         const uint8_t *w = host_piece(m, i, session, RKV_SPAN_WRITTEN, 0);
         const int64_t bad = rkv__written_span_check(&g, w);
         if (bad >= 0) {
-            const unsigned value = w[bad]; /* before the slot is zeroed again */
+            char why[160]; /* before the slot is zeroed again */
+            rkv__written_bad_what(&g, w, bad, why, sizeof why);
             rkv__model_clear_session(m, session);
-            return rkv__fail(RKV_ERR_FORMAT,
-                             "%s: %s: corrupted data: layer.%lld.written[%lld] = %u (expected 0/1, "
-                             "scratch slots 1, frames written whole)",
-                             s->w.what, s->w.name, (long long)i, (long long)bad, value);
+            return rkv__fail(RKV_ERR_FORMAT, "%s: %s: corrupted data: layer.%lld.written: %s",
+                             s->w.what, s->w.name, (long long)i, why);
         }
     }
     return RKV_OK;
@@ -493,6 +494,8 @@ static rkv_status load_mem(rkv_model *model, int64_t session, const char *what, 
     rkv_status st = rkv__model_check_between_frames(model, what, session);
     if (st != RKV_OK) return st;
     if (!buf && bytes) return rkv__fail(RKV_ERR_NULL, "%s: buf is NULL", what);
+    const rkv__buf in = {buf, bytes, "buf"};
+    if ((st = rkv__model_check_bufs(model, what, NULL, 0, &in, 1, true)) != RKV_OK) return st;
     source s;
     src_mem(&s, what, buf ? buf : "", bytes);
     return load_source(&s, model, session);
@@ -670,6 +673,12 @@ static rkv_status save_mem(const rkv_model *model, int64_t session, const char *
         st = rkv__fail(RKV_ERR_INVALID_ARG, "%s: buffer has %zu bytes; the image takes %llu", what,
                        buf_bytes, (unsigned long long)total);
     else if (buf) {
+        const rkv__buf out[] = {{buf, (size_t)total, "buf"},
+                                {file_bytes, sizeof *file_bytes, "file_bytes"}};
+        if ((st = rkv__model_check_bufs(model, what, out, 2, NULL, 0, false)) != RKV_OK) {
+            free(hd.text);
+            return st;
+        }
         sink k = {what, "(memory)", -1, buf, 0};
         st = write_image(model, session, &hd, &k, header_xxh3);
     }

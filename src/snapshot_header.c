@@ -154,8 +154,9 @@ rkv_status rkv__snap_header_length(const rkv__snap_where *w, const uint8_t *firs
                                    uint64_t file_size, uint64_t *n) {
     if (file_size < 8 || !first8)
         return refuse(w,
-                      "truncated: the file has %llu bytes; a snapshot starts with an 8-byte "
+                      "truncated: the %s has %llu bytes; a snapshot starts with an 8-byte "
                       "header length",
+                      strcmp(w->name, "(memory)") ? "file" : "image",
                       (unsigned long long)file_size);
     *n = get_le64(first8);
     if (*n < 2 || *n > RKV__SNAP_MAX_HEADER)
@@ -504,10 +505,15 @@ static rkv_status read_tensor(const rkv__snap_where *w, const char *name, const 
     bool ok = dt && !strcmp(dt, want_dtype) && offs[1] >= offs[0] && offs[1] - offs[0] == bytes;
     for (size_t k = 0; k < rank; k++) ok = ok && shape[k] == want[k];
     if (!ok)
-        return refuse(w, "corrupted header: tensor '%s' is not {dtype %s, shape [%s%llu%s], %llu "
+    if (!ok && bits)
+        return refuse(w, "corrupted header: tensor '%s' is not {dtype %s, shape [%llu], %llu "
                          "bytes}",
-                      name, want_dtype, bits ? "" : "H, ", (unsigned long long)z.C,
-                      bits ? "" : ", D", (unsigned long long)bytes);
+                      name, want_dtype, (unsigned long long)z.C, (unsigned long long)bytes);
+    if (!ok)
+        return refuse(w, "corrupted header: tensor '%s' is not {dtype %s, shape [%llu, %llu, "
+                         "%llu] (n_kv_heads, slots, d_head), %llu bytes}",
+                      name, want_dtype, (unsigned long long)want3[0], (unsigned long long)z.C,
+                      (unsigned long long)want3[2], (unsigned long long)bytes);
     r->begin = offs[0];
     r->end = offs[1];
     r->seen = true;

@@ -199,6 +199,19 @@ def main():
         expect(failures, "--snapshot-out in a missing folder", p, s, 2,
                ["--snapshot-out", "no such folder"])
 
+        # a dangling link into a missing folder: refused before the run (2),
+        # like the missing folder itself, naming the link and its target
+        dang = os.path.join(tmp, "dang")
+        os.symlink(os.path.join("no-such-folder-2", "x"), dang)
+        p, s = run([ringkv, "rollout", "--preset", "waypoint-1.5-360p", "--frames", "500",
+                    "--out", os.path.join(tmp, "o-dang"), "--snapshot-out", dang] + img)
+        expect(failures, "--snapshot-out: a dangling link into a missing folder", p, s, 2,
+               ["--snapshot-out", "'" + dang + "'", "a link to", "no-such-folder-2",
+                "no such folder"])
+        if not os.path.islink(dang) or os.path.lexists(os.path.join(tmp, "no-such-folder-2")):
+            failures.append("a refused dangling --snapshot-out link lost the link or made its "
+                            "folder")
+
         # files that are not regular ones: a named pipe, and a symbolic link
         # to one, as an input (inspect, replay, --image, --resume) or an
         # output (--snapshot-out, the picture in --out): exit 2 at once,
@@ -222,7 +235,7 @@ def main():
                 (["rollout", "--frames", "1", "--out", o_np, "--snapshot-out", fifo] + img,
                  ["--snapshot-out", "'" + fifo + "'"]),
                 (["rollout", "--frames", "1", "--out", o_np, "--snapshot-out", to_fifo] + img,
-                 ["--snapshot-out", "'" + to_fifo + "'"]),
+                 ["--snapshot-out", "'" + to_fifo + "'", "a link to '" + fifo + "'"]),
                 (["rollout", "--frames", "1", "--out", o_pipe] + img,
                  ["--out", "rollout.png"])):
             try:

@@ -323,7 +323,7 @@ static void test_offload_large_session(void **state)
     memcpy(bad, img, n);
     const size_t kv = (size_t)(4 * 17 * 512 * 64 * 4);
     bad[data_at + 2 * kv + 16 * 512] = 3;
-    TU_ERR(rkv_model_page_in(m, bad, n, &s), RKV_ERR_FORMAT, "written[8192] = 3");
+    TU_ERR(rkv_model_page_in(m, bad, n, &s), RKV_ERR_FORMAT, "written bit of slot 8192 is 3");
     tu_model_assert_same(&st, m, "large image with a bad written bit");
     tu_model_state_free(&st);
     TU_OK(rkv_model_page_in(m, img, n, &s));
@@ -407,7 +407,7 @@ static void migrate(int by_hand)
     for (int64_t f = 0; f < 5; f++) assert_true(frame(ref, r, 5, f) == frame(src, a, 5, f));
     frame(dst, other, 6, 0);
     const size_t mb = rkv_model_session_meta_bytes(src);
-    assert_int_equal(mb, 336 + 24 * 2);
+    assert_int_equal(mb, 344 + 24 * 2);
     unsigned char *meta = tu_xmalloc(mb);
     TU_OK(rkv_model_session_export_meta(src, a, meta, mb));
     TU_OK(rkv_model_import_reserve(dst, meta, mb, &s));
@@ -528,6 +528,129 @@ static void test_import_refusals(void **state)
     rkv_model_destroy(src), rkv_model_destroy(dst), rkv_model_destroy(f16);
 }
 
+/* Every layer's K/V and written bits, end to end (the model's state bytes). */
+static unsigned char *state_bytes(rkv_model *m, size_t *n)
+{
+    size_t total = 0;
+    for (int64_t i = 0; i < rkv_model_get_config(m)->n_layers; i++) {
+        const rkv_layer *l = rkv_model_layer(m, i);
+        total += rkv_layer_memory_bytes(l) + (size_t)rkv_layer_geometry(l)->num_sessions *
+                                                 (size_t)rkv_geometry_capacity(rkv_layer_geometry(l));
+    }
+    unsigned char *b = tu_xmalloc(total), *p = b;
+    for (int64_t i = 0; i < rkv_model_get_config(m)->n_layers; i++) {
+        const rkv_layer *l = rkv_model_layer(m, i);
+        const size_t kv = rkv_layer_memory_bytes(l),
+                     w = (size_t)rkv_layer_geometry(l)->num_sessions *
+                         (size_t)rkv_geometry_capacity(rkv_layer_geometry(l));
+        memcpy(p, rkv_layer_kv(l), kv), p += kv;
+        memcpy(p, rkv_layer_written(l), w), p += w;
+    }
+    *n = total;
+    return b;
+}
+
+/* A caller's buffer inside the model's own storage is refused by every
+ * call that reads or writes one, before anything changes (state bytes,
+ * clocks, holds, the offload table), naming the public call. */
+static void test_buffers_in_storage_refused(void **state)
+{
+    (void)state;
+    rkv_model *m = model_of(RKV_DTYPE_F32, 3, 0);
+    int64_t a, b, got, clock;
+    TU_OK(rkv_model_claim(m, "a", &a));
+    TU_OK(rkv_model_claim(m, "b", &b));
+    for (int64_t f = 0; f < 3; f++) frame(m, a, 1, f), frame(m, b, 2, f);
+    size_t nb = rkv_model_snapshot_bytes(m), ns = 0, fb = 0;
+    unsigned char *image = tu_xmalloc(nb);
+    TU_OK(rkv_model_snapshot(m, a, image, nb));
+    rkv_layer *l0 = rkv_model_layer(m, 0), *l1 = rkv_model_layer(m, 1);
+    unsigned char *kv0 = (unsigned char *)rkv_layer_kv(l0);
+    assert_true(rkv_layer_memory_bytes(l0) > nb / 2);
+    unsigned char *before = state_bytes(m, &ns);
+    const size_t mb = rkv_model_session_meta_bytes(m);
+    unsigned char *meta = tu_xmalloc(mb);
+    TU_OK(rkv_model_session_export_meta(m, a, meta, mb));
+    uint8_t *bits1 = (uint8_t *)rkv_layer_written(l1);
+#define REFUSED(call, name)                                                                        \
+    do {                                                                                           \
+        TU_ERR(call, RKV_ERR_INVALID_ARG, name ": ");                                              \
+        assert_null(strstr(rkv_last_error(), "rkv_layer"));                                       \
+        assert_non_null(strstr(rkv_last_error(), "the model's layer"));                            \
+        unsigned char *now = state_bytes(m, &ns);                                                  \
+        if (memcmp(now, before, ns)) fail_msg("%s changed the model's state", name);             \
+        free(now);                                                                                 \
+        TU_OK(rkv_model_clock(m, b, &clock));                                                      \
+        assert_int_equal(clock, 2);                                                                \
+        TU_OK(rkv_model_lookup(m, "a", &got));                                                     \
+        assert_int_equal(rkv_model_offloaded_count(m), 0);                                         \
+    } while (0)
+    REFUSED(rkv_model_snapshot(m, a, kv0, nb), "rkv_model_snapshot");
+    REFUSED(rkv_model_save_session_mem(m, a, kv0 + 64, nb, &fb), "rkv_model_save_session_mem");
+    REFUSED(rkv_model_offload(m, a, kv0, nb, &fb), "rkv_model_offload");
+    REFUSED(rkv_model_offload(m, a, image, nb, (size_t *)(void *)kv0), "rkv_model_offload");
+    /* the image put into storage would change it: point at storage as it is */
+    REFUSED(rkv_model_restore(m, b, kv0, nb), "rkv_model_restore");
+    REFUSED(rkv_model_load_session_mem(m, b, kv0 + 8, nb - 8), "rkv_model_load_session_mem");
+    REFUSED(rkv_model_page_in(m, kv0, nb, &got), "rkv_model_page_in");
+    REFUSED(rkv_model_page_in(m, image, nb, (int64_t *)(void *)bits1), "rkv_model_page_in");
+    REFUSED(rkv_model_session_export_meta(m, a, bits1, mb), "rkv_model_session_export_meta");
+    REFUSED(rkv_model_import_reserve(m, kv0, mb, &got), "rkv_model_import_reserve");
+    REFUSED(rkv_model_import_reserve(m, meta, mb, (int64_t *)(void *)kv0),
+            "rkv_model_import_reserve");
+    REFUSED(rkv_model_session_digest(m, a, (uint64_t *)(void *)kv0), "rkv_model_session_digest");
+#undef REFUSED
+    /* the same image from the caller's own memory restores */
+    TU_OK(rkv_model_restore(m, b, image, nb));
+    TU_OK(rkv_model_clock(m, b, &clock));
+    assert_int_equal(clock, 2);
+    same_session(m, a, m, b, "restored");
+    free(before), free(image), free(meta);
+    rkv_model_destroy(m);
+}
+
+/* A slot reserved for an import but not filled (or filled with another
+ * session's regions) is refused at import: the written bits must be the
+ * exporter's (the metadata carries their XXH3-64); the slot stays
+ * reserved and a later right fill imports. */
+static void test_import_unfilled_refused(void **state)
+{
+    (void)state;
+    rkv_model *src = model_of(RKV_DTYPE_F32, 2, 0), *dst = model_of(RKV_DTYPE_F32, 2, 0);
+    int64_t a, o, s, got;
+    TU_OK(rkv_model_claim(src, "m", &a));
+    TU_OK(rkv_model_claim(src, "o", &o));
+    for (int64_t f = 0; f < 3; f++) frame(src, a, 1, f);
+    frame(src, o, 2, 0);
+    const size_t mb = rkv_model_session_meta_bytes(src);
+    unsigned char *meta = tu_xmalloc(mb);
+    TU_OK(rkv_model_session_export_meta(src, a, meta, mb));
+    TU_OK(rkv_model_import_reserve(dst, meta, mb, &s));
+    TU_ERR(rkv_model_import_check(dst, s, meta, mb), RKV_ERR_FORMAT, "not the exporter's");
+    TU_ERR(rkv_model_session_import(dst, s, meta, mb), RKV_ERR_FORMAT,
+           "rkv_model_session_import: the written bits");
+    TU_ERR(rkv_model_lookup(dst, "m", &got), RKV_ERR_NOT_FOUND, "");
+    /* another session's regions (valid bits, other frames): refused too */
+    const size_t n = rkv_model_session_region_count(src);
+    rkv_session_region *from = tu_xcalloc(n, sizeof *from), *to = tu_xcalloc(n, sizeof *to);
+    size_t c;
+    TU_OK(rkv_model_session_regions(src, o, from, n, &c));
+    TU_OK(rkv_model_session_regions(dst, s, to, n, &c));
+    for (size_t k = 0; k < n; k++) memcpy(to[k].ptr, from[k].ptr, from[k].bytes);
+    TU_ERR(rkv_model_session_import(dst, s, meta, mb), RKV_ERR_FORMAT, "not the exporter's");
+    /* a partly written frame is named as such */
+    uint8_t *w = to[2 * (size_t)rkv_model_get_config(dst)->n_kv_heads].ptr;
+    const uint8_t keep = w[1];
+    w[1] = (uint8_t)!w[0];
+    TU_ERR(rkv_model_session_import(dst, s, meta, mb), RKV_ERR_FORMAT, "is partly written");
+    w[1] = keep;
+    TU_OK(rkv_model_transfer_session(src, a, dst, s));
+    TU_OK(rkv_model_session_import(dst, s, meta, mb));
+    same_session(src, a, dst, s, "imported");
+    free(from), free(to), free(meta);
+    rkv_model_destroy(src), rkv_model_destroy(dst);
+}
+
 /* The default table size and the config's range. */
 static void test_offload_config(void **state)
 {
@@ -566,6 +689,8 @@ int main(void)
         cmocka_unit_test(test_migrate_regions_by_hand),
         cmocka_unit_test(test_import_refusals),
         cmocka_unit_test(test_offload_config),
+        cmocka_unit_test(test_buffers_in_storage_refused),
+        cmocka_unit_test(test_import_unfilled_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1437,7 +1437,7 @@ static void test_memory_restore_checks_frames(void **state)
     tu_model_state pre = tu_model_save(m);
     TU_ERR(rkv_model_restore(m, b, buf, n), RKV_ERR_FORMAT, "data checksum mismatch");
     assert_int_equal(tsnap_reseal(buf, n), 0);
-    TU_ERR(rkv_model_restore(m, b, buf, n), RKV_ERR_FORMAT, "frames written whole");
+    TU_ERR(rkv_model_restore(m, b, buf, n), RKV_ERR_FORMAT, "is partly written");
     tu_model_assert_same(&pre, m, "refused restore");
     buf[w1 + 1] = 1;
     assert_int_equal(tsnap_reseal(buf, n), 0);

@@ -1,6 +1,6 @@
 /* Checks of `ringkv rollout` before any frame: the default image, the
  * output paths and the memory (rollout_checks.h). */
-#define _XOPEN_SOURCE 700 /* realpath */
+#define _XOPEN_SOURCE 700 /* readlink, lstat */
 
 #include "rollout_checks.h"
 
@@ -88,6 +88,42 @@ static int check_folder_writable(const char *what, const char *dir, char *err, s
     return 0;
 }
 
+/* The file a path names after its symbolic links, followed one by one as
+ * the library's save does (a relative target from the link's folder),
+ * whether that file exists or not (a dangling link names where the file
+ * would go): into out. -1 (errno ELOOP) after 40 links. */
+static int final_target(const char *path, char *out, size_t n) {
+    snprintf(out, n, "%s", path);
+    for (int hops = 0; hops < 40; hops++) {
+        struct stat st;
+        if (lstat(out, &st) != 0 || !S_ISLNK(st.st_mode)) return 0;
+        char to[PATH_MAX_LEN + 1], dir[PATH_MAX_LEN + 1];
+        const ssize_t len = readlink(out, to, sizeof to - 1);
+        if (len < 0) return 0;
+        to[len] = '\0';
+        folder_of(out, dir, sizeof dir);
+        const int k = to[0] == '/' || !strcmp(dir, ".")
+                          ? snprintf(out, n, "%s", to)
+                          : snprintf(out, n, "%s%s%s", dir, strcmp(dir, "/") ? "/" : "", to);
+        if (k < 0 || (size_t)k >= n) {
+            errno = ENAMETOOLONG;
+            return -1;
+        }
+    }
+    errno = ELOOP;
+    return -1;
+}
+
+/* " (a link to 'TARGET')" when path is a symbolic link, else "". */
+static void via_link(const char *path, char *via, size_t n) {
+    char target[PATH_MAX_LEN + 1];
+    struct stat st;
+    via[0] = '\0';
+    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode) &&
+        final_target(path, target, sizeof target) == 0)
+        snprintf(via, n, " (a link to '%s')", target);
+}
+
 /* Checks that the file `path` can be (over)written, its folder existing: when
  * it exists (after symbolic links), a writable regular file, not a folder,
  * device, named pipe or socket. 0, or -1 with a message. */
@@ -99,8 +135,10 @@ int rollout_check_output_file(const char *what, const char *path, char *err, siz
             return -1;
         }
         if (!S_ISREG(st.st_mode)) { /* a device or pipe is never replaced nor written */
-            snprintf(err, n, "%s: '%s' is %s, not a regular file; a file is written there", what,
-                     path, cli_file_kind(st.st_mode));
+            char via[PATH_MAX_LEN + 32];
+            via_link(path, via, sizeof via);
+            snprintf(err, n, "%s: '%s'%s is %s, not a regular file; a file is written there",
+                     what, path, via, cli_file_kind(st.st_mode));
             return -1;
         }
         if (access(path, W_OK) != 0) {
@@ -213,9 +251,17 @@ int rollout_make_dirs(const char *path, char *err, size_t err_len) {
 int rollout_check_snapshot_out(const char *path, char *err, size_t n) {
     char dir[PATH_MAX_LEN + 1];
     if (rollout_check_output_file("--snapshot-out", path, err, n)) return -1;
-    char *target = realpath(path, NULL);
-    folder_of(target ? target : path, dir, sizeof dir);
-    free(target);
+    char target[PATH_MAX_LEN + 1];
+    if (final_target(path, target, sizeof target) != 0) {
+        snprintf(err, n, "--snapshot-out '%s': %s", path, strerror(errno));
+        return -1;
+    }
+    folder_of(target, dir, sizeof dir);
+    if (strcmp(target, path)) { /* a link: its target's folder, named with the link */
+        char what[PATH_MAX_LEN + 64];
+        snprintf(what, sizeof what, "--snapshot-out '%s' (a link to '%s')", path, target);
+        return check_folder_writable(what, dir, err, n);
+    }
     return check_folder_writable("--snapshot-out", dir, err, n);
 }
 
