@@ -251,7 +251,8 @@ class Model(HandleOwner):
     bits and clock) through each held session's portable snapshot image,
     on the same device (a CUDA model's copy runs on torch's current stream
     there); see :meth:`_state` and :func:`_model_from_state`. Not while a
-    session is inside a frame (RuntimeError).
+    session is inside a frame or a slot is reserved for an import
+    (RuntimeError: a reservation would not survive the copy).
     """
 
     def __init__(self, config: ModelConfig, *, array_kind: str | None = None,
@@ -375,12 +376,20 @@ class Model(HandleOwner):
         bits, and the clock; portable across processes and machines).
         Sessions not held are empty (a release zeroes them) and are not
         stored. RingKVRuntimeError, naming the session, when a session is
-        inside a frame (the images are taken between frames only)."""
+        inside a frame (the images are taken between frames only) or a slot
+        is reserved for an import (a reservation is not copied: refused
+        rather than dropped)."""
         sessions = []
         last = ctypes.c_int64()
         for s in range(self.num_sessions):
             status = lib.rkv_model_clock(self._h.ptr, s, ctypes.byref(last))
             if status == _RKV_ERR_STATE:  # not claimed
+                if self._reserved_for_import(s):
+                    raise RingKVRuntimeError(
+                        f"cannot {action} a ringkv.Model while session {s} is reserved for an "
+                        "import (Model.import_reserve): the copy could not hold the reservation; "
+                        f"finish it (Model.import_session) or cancel it (Model.import_cancel) "
+                        "first")
                 continue
             check(status)
             try:
@@ -404,6 +413,16 @@ class Model(HandleOwner):
                            "layers": [(spec.ring_frames, spec.ring_buckets, spec.pinned_dilation)
                                       for spec in config.layers]},
                 "array_kind": self.array_kind, "device": self.device, "sessions": sessions}
+
+    def _reserved_for_import(self, session: int) -> bool:
+        """Whether a slot that no request holds is reserved for an import:
+        the only other state whose regions the library lists."""
+        n = int(lib.rkv_model_session_region_count(self._h.ptr))
+        arr = (_RegionStruct * n)()
+        count = ctypes.c_size_t()
+        with self._on_device():
+            return lib.rkv_model_session_regions(self._h.ptr, session, arr, n,
+                                                 ctypes.byref(count)) == 0
 
     # ---- sessions ---------------------------------------------------------
     def claim(self, request_id: str) -> int:
@@ -955,7 +974,14 @@ def _model_from_state(cls: type, state: Any) -> "Model":
 
 @dataclass
 class SnapshotInfo:
-    """What a valid snapshot file holds (``rkv_snapshot_info``)."""
+    """What a valid snapshot file holds (``rkv_snapshot_info``).
+    ``request_id`` is the id as a str, decoded from UTF-8 with
+    ``surrogateescape`` (as ``os.fsdecode``): a byte that is not UTF-8
+    becomes a lone surrogate, so nothing is lost and two ids never read
+    alike; ``request_id_bytes`` (= ``request_id.encode("utf-8",
+    "surrogateescape")``) is the raw id as stored. Pass that one to
+    ``Model.claim`` / ``lookup`` for such an id: they refuse a str with a
+    lone surrogate, as any string UTF-8 cannot encode."""
     format_version: int
     ringkv_version: str
     request_id: str
@@ -968,11 +994,23 @@ class SnapshotInfo:
     header_xxh3: int
     data_xxh3: int
 
+    @property
+    def request_id_bytes(self) -> bytes:
+        """The request id's bytes as the snapshot stores them."""
+        return self.request_id.encode("utf-8", "surrogateescape")
+
 
 @python_call("ringkv.inspect_snapshot")
 def inspect_snapshot(source: Any) -> SnapshotInfo:
-    """Validates a snapshot file (a path) or image (bytes-like) completely
-    and describes it. ValueError (RKV_ERR_FORMAT) or OSError otherwise."""
+    """Validates a snapshot file or image completely and describes it.
+    ``source`` is a file path as a ``str`` or ``os.PathLike`` (a
+    ``pathlib.Path``), or an image as a bytes-like object (``bytes``,
+    ``bytearray``, ``memoryview``: what ``save_session_bytes`` returns).
+    Bytes are always an image here, never a path (a bytes path:
+    ``os.fsdecode(path)``); bytes-like holding no NUL byte, which no image
+    can be (its first 8 bytes are the header length, little-endian), are
+    refused with a RingKVValueError that says so. ValueError
+    (RKV_ERR_FORMAT) or OSError otherwise."""
     info = _SnapshotInfoStruct()
     if isinstance(source, (str, os.PathLike)):
         require("rkv_snapshot_inspect")
@@ -980,9 +1018,17 @@ def inspect_snapshot(source: Any) -> SnapshotInfo:
     else:
         require("rkv_snapshot_inspect_mem")
         data = bytes(as_bytes(source, "source"))
+        if data and b"\0" not in data:
+            shown = data if len(data) <= 64 else data[:64] + b"..."
+            raise RingKVValueError(
+                f"source is {type(source).__name__} of {len(data)} bytes with no NUL byte "
+                f"({shown!r}): not a snapshot image (its first 8 bytes are the header length, "
+                "little-endian); bytes are always an image here: to inspect a file, pass "
+                "its path as a str or os.PathLike (os.fsdecode(path) for a bytes path)")
         check(lib.rkv_snapshot_inspect_mem(data, len(data), ctypes.byref(info)))
     return SnapshotInfo(int(info.format_version), info.ringkv_version.decode(),
-                        info.request_id.decode("utf-8", "replace"), int(info.source_session),
+                        info.request_id.decode("utf-8", "surrogateescape"),
+                        int(info.source_session),
                         ModelConfig._from_struct(info.config),
                         None if info.last_committed < 0 else int(info.last_committed),
                         int(info.file_bytes), int(info.header_bytes), int(info.data_bytes),

@@ -9,11 +9,12 @@ import ctypes
 from ._args import as_int
 from ._handle import HandleOwner
 from ._lib import lib, require
-from .errors import RingKVValueError, check
+from .errors import RingKVValueError, check, python_calls
 
 __all__ = ["ThreadPool", "attention_isa"]
 
 
+@python_calls("ThreadPool")
 class ThreadPool(HandleOwner):
     """``ThreadPool(n_threads=0)``: ``n_threads`` threads including the
     caller's; 0 means the machine's online cores. Pass it as ``pool=`` to
@@ -43,7 +44,11 @@ class ThreadPool(HandleOwner):
         return int(lib.rkv_threadpool_size(self._ptr))
 
     def close(self) -> None:
-        """Joins the threads now (also done when the pool is collected)."""
+        """Joins the threads now (also done when the pool is collected).
+        Called from another thread while an ``attend`` runs on the pool, it
+        waits until that call ends (calls are serialized: it never pulls
+        threads from under a running call); the pool's next use is then
+        refused (RingKVValueError: closed pool). Closing twice is a no-op."""
         if getattr(self, "_ptr", None) and lib is not None:
             lib.rkv_threadpool_destroy(self._ptr)
             self._ptr = None

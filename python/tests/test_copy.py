@@ -450,3 +450,32 @@ def test_cuda_layer_copies_on_its_device_and_refuses_pickle():
     with pytest.raises(ringkv.RingKVTypeError,
                        match="cannot pickle a ringkv.LayerRingCache on cuda"):
         pickle.dumps(c)
+
+
+@pytest.mark.parametrize("how", ["copy", "deepcopy", "pickle"])
+def test_model_with_a_slot_reserved_for_import_is_refused(how):
+    """A reservation (import_reserve, not imported or cancelled) is transient
+    state a copy cannot hold: refused, naming the slot and what to do,
+    rather than a copy that silently drops it; the model is unchanged (the
+    reservation is still there); after import_cancel the copy works."""
+    src = ringkv.Model.from_preset("demo", num_sessions=2)
+    src.claim("b")
+    meta = src.export_meta(0)
+    dst = ringkv.Model.from_preset("demo", num_sessions=2)
+    dst.claim("a")
+    slot = dst.import_reserve(meta)
+    do = {"copy": copy.copy, "deepcopy": copy.deepcopy,
+          "pickle": lambda m: pickle.loads(pickle.dumps(m))}[how]
+    action = "pickle" if how == "pickle" else "copy"
+    with pytest.raises(ringkv.RingKVRuntimeError) as e:
+        do(dst)
+    assert str(e.value) == (
+        f"cannot {action} a ringkv.Model while session {slot} is reserved for an import "
+        "(Model.import_reserve): the copy could not hold the reservation; finish it "
+        "(Model.import_session) or cancel it (Model.import_cancel) first")
+    with pytest.raises(ringkv.RingKVRuntimeError):     # still reserved: "b" cannot be claimed
+        dst.claim("b")
+    dst.import_cancel(slot)
+    twin = do(dst)
+    assert twin.lookup("a") == 0 and twin.clock(0) is None
+    assert twin.claim("b") == slot                     # the slot is free in the copy

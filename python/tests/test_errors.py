@@ -541,6 +541,8 @@ ROWS = [
     ("bad value", M + "restore", lambda e: e.model.restore(0, b"not a snapshot")),
     ("bad value", M + "load_session_bytes", lambda e: e.model.load_session_bytes(0, b"garbage")),
     ("bad value", "inspect_snapshot", lambda e: ringkv.inspect_snapshot(b"garbage")),
+    ("bad value", "inspect_snapshot",
+     lambda e: ringkv.inspect_snapshot(os.fsencode(e.tmp / "x.rkv"))),
     ("bad value", "ModelConfig.memory", lambda e: e.with_cfg(d_head=0).memory()),
     ("bad value", "ThreadPool.__init__", lambda e: ringkv.ThreadPool(-1)),
     ("bad value", "ThreadPool.__init__", lambda e: ringkv.ThreadPool(2 ** 40)),
@@ -570,6 +572,7 @@ ROWS = [
     ("wrong state", M + "clock", lambda e: e.model.clock(1)),
     ("wrong state", M + "claim", lambda e: (e.model.claim("b"), e.model.claim("c"))),
     ("wrong state", M + "__copy__", lambda e: copy.copy(e.in_frame())),
+    ("wrong state", M + "__reduce__", lambda e: pickle.dumps(_reserved_model()[0])),
     ("wrong state", M + "__reduce__", lambda e: pickle.dumps(e.in_frame())),
     # -- file input/output --------------------------------------------------------------
     ("file input/output", M + "load_session",
@@ -1075,3 +1078,57 @@ def test_stream_keys_take_any_str():
 def test_called_as(message, name, prefix, want):
     from ringkv.errors import called_as
     assert called_as(message, name, prefix) == want
+
+
+def _reserved_model() -> tuple:
+    """A model whose session 0 holds "a" and whose session 1 is reserved
+    for an import of "b" (not yet imported)."""
+    src = ringkv.Model.from_preset("demo", num_sessions=2)
+    src.claim("b")
+    dst = ringkv.Model.from_preset("demo", num_sessions=2)
+    dst.claim("a")
+    return dst, dst.import_reserve(src.export_meta(0))
+
+
+def test_trial2_messages_name_the_call(tmp_path):
+    """ThreadPool's own checks lead with "ThreadPool:" as every other call's
+    (the router's: test_ray.py)."""
+    with pytest.raises(ringkv.RingKVValueError) as e:
+        ringkv.ThreadPool(-1)
+    assert str(e.value) == "ThreadPool: n_threads = -1; expected 0 (the machine's cores) to 1024"
+    with pytest.raises(ringkv.RingKVValueError) as e:
+        ringkv.ThreadPool(1025)
+    assert str(e.value).startswith("ThreadPool: n_threads = 1025;")
+
+
+def test_inspect_snapshot_paths_and_images(tmp_path):
+    """str and os.PathLike are paths, bytes-like are images; bytes that
+    cannot be an image (no NUL byte: a path, most likely) are refused
+    saying how to pass a path; the request id is lossless."""
+    m = ringkv.Model.from_preset("demo", num_sessions=1)
+    s = m.claim(b"\xff\xfeid")                       # not UTF-8
+    path = tmp_path / "x.rkv"
+    m.save_session(s, path)
+    image = m.save_session_bytes(s)
+    for source in (str(path), path, os.fsdecode(os.fsencode(path)), image, bytes(image),
+                   memoryview(image)):
+        info = ringkv.inspect_snapshot(source)
+        assert info.request_id == "\udcff\udcfeid"   # surrogateescape, as os.fsdecode
+        assert info.request_id_bytes == b"\xff\xfeid"
+        assert m.lookup(info.request_id_bytes) == s
+        with pytest.raises(ringkv.RingKVValueError, match="cannot be encoded as UTF-8"):
+            m.lookup(info.request_id)                  # a str with lone surrogates: refused
+    for source in (os.fsencode(path), bytearray(os.fsencode(path))):
+        with pytest.raises(ringkv.RingKVValueError) as e:
+            ringkv.inspect_snapshot(source)
+        raw = os.fsencode(path)
+        shown = raw if len(raw) <= 64 else raw[:64] + b"..."   # long ones cut at 64 bytes
+        assert str(e.value).startswith(
+            f"ringkv.inspect_snapshot: source is {type(source).__name__} of {len(raw)} bytes "
+            f"with no NUL byte ({shown!r}): not a snapshot image")
+        assert str(e.value).endswith("to inspect a file, pass its path as a str or os.PathLike "
+                                     "(os.fsdecode(path) for a bytes path)")
+    with pytest.raises(ringkv.RingKVValueError, match="corrupted header length"):
+        ringkv.inspect_snapshot(b"\x10" + bytes(20))  # NUL bytes: read as an image
+    info = ringkv.inspect_snapshot(image)
+    assert copy.copy(info) == info and pickle.loads(pickle.dumps(info)) == info

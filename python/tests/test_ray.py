@@ -3,8 +3,13 @@ placement on the least-loaded host with affinity, 4 sessions streaming
 deterministic tokens through the 4+1 schedule on 2 hosts exactly as each
 would alone, and a host killed mid-stream whose sessions resume on the
 other from their last checkpoint with the frames after it reported lost.
+Checkpoint file names of every valid request id, a failed checkpoint and a
+host that raises in a step leave the bookkeeping consistent (trial 2, P2).
 Migration: test_migration.py; offload: test_offload.py."""
 from __future__ import annotations
+
+import hashlib
+import os
 
 import pytest
 
@@ -93,23 +98,26 @@ def test_router_names_what_it_does_not_know(ray_cluster, hosts):
     router.step()
     where, frames = dict(router.where), dict(router.last_frame)
 
-    def refused(cls, text, call):
+    def refused(method, cls, text, call):  # messages name the call made (P7 of trial 2)
         with pytest.raises(cls) as e:
             call()
-        assert str(e.value) == text
+        assert str(e.value) == f"SessionRouter.{method}: {text}"
         assert router.where == where and router.last_frame == frames and not router.dead
 
     unknown = "no session with request id 'nope'; known: r0, r1, r2"
-    refused(ringkv.RingKVKeyError, unknown, lambda: router.migrate("nope", "B"))
-    refused(ringkv.RingKVKeyError, "no host named 'Z'; hosts: A, B",
+    refused("migrate", ringkv.RingKVKeyError, unknown, lambda: router.migrate("nope", "B"))
+    refused("migrate", ringkv.RingKVKeyError, "no host named 'Z'; hosts: A, B",
             lambda: router.migrate("r1", "Z"))
-    refused(ringkv.RingKVKeyError, unknown, lambda: router.close("nope"))
-    refused(ringkv.RingKVKeyError, unknown, lambda: router.offload("nope"))
-    refused(ringkv.RingKVKeyError, unknown, lambda: router.step(["r0", "nope"]))  # r0 not stepped
-    refused(ringkv.RingKVKeyError, "no paged-out session with request id 'nope'; paged out: none",
+    refused("close", ringkv.RingKVKeyError, unknown, lambda: router.close("nope"))
+    refused("offload", ringkv.RingKVKeyError, unknown, lambda: router.offload("nope"))
+    refused("step", ringkv.RingKVKeyError, unknown,
+            lambda: router.step(["r0", "nope"]))  # r0 not stepped
+    refused("page_in", ringkv.RingKVKeyError,
+            "no paged-out session with request id 'nope'; paged out: none",
             lambda: router.page_in("nope"))
-    refused(ringkv.RingKVKeyError, "no host named 'Z'; hosts: A, B", lambda: router.load("Z"))
-    refused(ringkv.RingKVKeyError, "no host named 'Z'; hosts: A, B",
+    refused("load", ringkv.RingKVKeyError, "no host named 'Z'; hosts: A, B",
+            lambda: router.load("Z"))
+    refused("host_died", ringkv.RingKVKeyError, "no host named 'Z'; hosts: A, B",
             lambda: router.host_died("Z"))
     assert isinstance(ringkv.RingKVKeyError("x"), KeyError)
     assert_live_once(router)
@@ -119,12 +127,13 @@ def test_router_names_what_it_does_not_know(ray_cluster, hosts):
     router.offload("r2")
     where = dict(router.where)
     away = f"request 'r2' is paged out (of host {home}); SessionRouter.page_in brings it back"
-    refused(ringkv.RingKVRuntimeError, away, lambda: router.migrate("r2", "B"))
-    refused(ringkv.RingKVRuntimeError, away, lambda: router.open("r2"))
-    refused(ringkv.RingKVRuntimeError, away, lambda: router.step(["r2"]))
-    refused(ringkv.RingKVKeyError, "no session with request id 'x'; known: r0, r1; paged out: r2",
+    refused("migrate", ringkv.RingKVRuntimeError, away, lambda: router.migrate("r2", "B"))
+    refused("open", ringkv.RingKVRuntimeError, away, lambda: router.open("r2"))
+    refused("step", ringkv.RingKVRuntimeError, away, lambda: router.step(["r2"]))
+    refused("close", ringkv.RingKVKeyError,
+            "no session with request id 'x'; known: r0, r1; paged out: r2",
             lambda: router.close("x"))
-    refused(ringkv.RingKVRuntimeError,
+    refused("page_in", ringkv.RingKVRuntimeError,
             f"request 'r0' is not paged out: it is live on host {router.where['r0']}",
             lambda: router.page_in("r0"))
     assert router.page_in("r2") == home
@@ -141,7 +150,7 @@ def test_router_names_what_it_does_not_know(ray_cluster, hosts):
     assert router.open("r3") == "A"                    # A: 4 of 4 slots
     with pytest.raises(ringkv.RingKVRuntimeError) as e:
         router.open("r4")
-    assert str(e.value) == "no alive host has a free session slot (A 4/4)"
+    assert str(e.value) == "SessionRouter.open: no alive host has a free session slot (A 4/4)"
     router.close("r3")
     ray_cluster.kill(hs["A"])
     rep = router.step()
@@ -149,8 +158,109 @@ def test_router_names_what_it_does_not_know(ray_cluster, hosts):
     assert router.dead == {"A", "B"} and set(router.waiting) == {"r0", "r1", "r2"}
     with pytest.raises(ringkv.RingKVRuntimeError) as e:
         router.open("new")
-    assert str(e.value) == "no alive host: every host died (A, B)"
+    assert str(e.value) == "SessionRouter.open: no alive host: every host died (A, B)"
     with pytest.raises(ringkv.RingKVRuntimeError) as e:
         router.step(["r1"])
-    assert str(e.value) == ("request 'r1' is waiting for room since its host A died; "
+    assert str(e.value) == ("SessionRouter.step: request 'r1' is waiting for room since its "
+                            "host A died; "
                             "SessionRouter.restore_waiting brings it back")
+
+
+# ---- checkpoint file names (trial 2, P2) -----------------------------------------------
+
+LONG_IDS = ["x" * 250, "é" * 127, "a" + "é" * 127, b"\xff" * 255, "r" * 232]
+
+
+def test_checkpoint_names_fit_every_valid_id(tmp_path):
+    """checkpoint_path: short ids keep the quoted name of earlier versions
+    (old checkpoints load); every id ringkv accepts (up to 255 bytes,
+    quoting can triple it) gets a name that fits with the atomic save's
+    temporary suffix; long names are stable and distinct."""
+    import re
+    from ringkv.ray.host import CHECKPOINT_NAME_MAX, checkpoint_path
+    name = lambda rid: os.path.basename(checkpoint_path(str(tmp_path), rid))  # noqa: E731
+    assert CHECKPOINT_NAME_MAX == 244
+    assert name("r0") == "r0.safetensors"                      # as before
+    assert name("a/b é") == "a%2Fb%20%C3%A9.safetensors"
+    assert name("\udcff") == name(b"\xff") == "%FF.safetensors"  # surrogateescape = its byte
+    assert name("r" * 232) == "r" * 232 + ".safetensors"       # 244: still the quoted name
+    assert name("r" * 233) == "r" * 96 + "%_" + hashlib.sha256(b"r" * 233).hexdigest() + \
+        ".safetensors"
+    # pinned: the name must not change between versions
+    assert name("x" * 250) == ("x" * 96 + "%_086d4a1c293bde318dc1fec9a21b9d828ba7637bcbdc5cdb4"
+                               "2662fd84b733e9f.safetensors")
+    names = {name(r) for r in LONG_IDS} | {name("x" * 249), name("x" * 250 + "y")}
+    assert len(names) == len(LONG_IDS) + 2                      # a shared prefix, other hashes
+    for n in names:
+        assert len(n) <= CHECKPOINT_NAME_MAX, n
+        if "%_" in n:                                          # the prefix: whole %XX escapes
+            assert re.fullmatch(r"([A-Za-z0-9_.~-]|%[0-9A-F]{2})*", n.split("%_")[0]), n
+    # 96 would split the 32nd escape: cut before it (at 94)
+    assert name("a" + "é" * 127).split("%_")[0] == "a" + "%C3%A9" * 15 + "%C3"
+
+
+def test_long_ids_checkpoint_and_restore(tmp_path):
+    """A SessionHost (no Ray) checkpoints sessions of 250-255-byte ids every
+    frame; a second host restores each file bit-exact at its clock."""
+    from ringkv.ray.host import SessionHost, checkpoint_path
+    a = SessionHost("A", CONFIG, str(tmp_path), 1)
+    b = SessionHost("B", CONFIG, str(tmp_path), 1)
+    rids = LONG_IDS[:4]
+    for r in rids:
+        a.open(r)
+    for f in range(2):
+        got = a.step(rids)
+        assert {r: (v["frame"], v["checkpoint"], v["checkpoint_error"]) for r, v in got.items()} \
+            == {r: (f, f, None) for r in rids}
+    for r in rids:
+        assert b.restore(r, checkpoint_path(str(tmp_path), r)) == 1
+        assert b.session_digest(r) == a.session_digest(r)
+
+
+def test_failed_checkpoint_is_reported_not_raised(tmp_path):
+    """A checkpoint that cannot be written (its folder is gone) does not
+    fail the step after the frame was computed: the frame is reported, the
+    error named, the clock and the previous checkpoint file consistent."""
+    import ringkv
+    from ringkv.ray.host import SessionHost, checkpoint_path
+    h = SessionHost("A", CONFIG, str(tmp_path), 1)
+    h.open("r0")
+    assert h.step(["r0"])["r0"]["checkpoint"] == 0
+    h.checkpoint_dir = str(tmp_path / "gone")
+    got = h.step(["r0"])["r0"]
+    assert (got["frame"], got["checkpoint"]) == (1, None)
+    assert got["checkpoint_error"].startswith("RingKVOSError: Model.save_session: cannot save")
+    assert f"folder '{tmp_path / 'gone'}': does not exist" in got["checkpoint_error"]
+    assert h.live() == {"r0": 1}
+    assert ringkv.inspect_snapshot(checkpoint_path(str(tmp_path), "r0")).last_committed == 0
+    assert not (tmp_path / "gone").exists()
+
+
+def test_router_step_keeps_other_hosts_results(ray_cluster, hosts):
+    """A host that raises in SessionRouter.step (not dead) does not lose
+    the others' results: they are recorded, then its error is raised with
+    the report. A long id checkpoints through the router and a dead host's
+    long-id session resumes from its checkpoint."""
+    hs, router = hosts
+    long_id = "é" * 120                                  # 240 bytes, 720 quoted characters
+    rids = [long_id, "r1", "r2", "r3"]
+    for r in rids:
+        router.open(r)
+    for _ in range(3):                                   # checkpoint after frame 2
+        rep = router.step()
+        assert not rep.checkpoint_errors
+    assert router.last_checkpoint == {r: 2 for r in rids}
+    bad = router.where["r1"]
+    good = sorted(r for r in rids if router.where[r] != bad)
+    ray_cluster.get(hs[bad].inject.remote("step", "raise"))
+    with pytest.raises(Exception, match="injected failure in step") as e:
+        router.step()
+    assert sorted(e.value.step_report.results) == good
+    assert {r: router.last_frame[r] for r in rids} == \
+        {r: 3 if r in good else 2 for r in rids}
+    victim = router.where[long_id]
+    ray_cluster.kill(hs[victim])
+    rep = router.step()
+    rec = rep.recovered[long_id]
+    assert (rec.resumed_from, rec.host) == (2, next(h for h in hs if h != victim))
+    assert rec.lost_frames == ([3] if victim != bad else [])

@@ -588,3 +588,36 @@ def test_cuda_device_errors_reach_check(torch, ops):
     with pytest.raises(IndexError, match="session_idx"):
         gpu.check()
     assert not gpu.kv.any()
+
+
+def test_mistakes_under_fullgraph_compile(torch):
+    """What a compiled caller sees (python/README.md, torch.compile): a
+    shape or dtype mistake, checked while Dynamo traces, reaches a
+    fullgraph caller as torch._dynamo.exc.Unsupported holding ringkv's
+    class and message; without fullgraph the RingKVArrayError itself;
+    value checks, inside the ops at run time, raise ringkv's class in
+    compiled code too. The refused calls write nothing."""
+    cache = ringkv.LayerRingCache(**GEOM, dtype=torch.float32, device="cpu")
+    kv = torch.randn(2, 1, 2, 128, 16)
+    q = torch.randn(1, 4, 128, 16)
+
+    def step(kv, frame_pos, session_idx, q):
+        cache.upsert(kv, frame_pos, False, session_idx, build_visibility=False)
+        return cache.attend(q, session_idx, frame_pos)
+
+    full = torch.compile(step, backend="aot_eager", fullgraph=True)
+    full(kv, i64(torch, 0), i64(torch, 0), q)
+    before = cache.kv.clone(), cache.written.clone()
+    with pytest.raises(torch._dynamo.exc.Unsupported) as e:
+        full(kv[:, :, :1], i64(torch, 0), i64(torch, 0), q)      # 1 head, the layer has 2
+    assert "RingKVArrayError('kv must be [2, 1, H, B*T, D]" in str(e.value)
+    assert not isinstance(e.value, ringkv.RingKVError)
+    with pytest.raises(torch._dynamo.exc.Unsupported, match="RingKVArrayError.*kv dtype"):
+        full(kv.double(), i64(torch, 0), i64(torch, 0), q)
+    with pytest.raises(ringkv.RingKVArrayError, match="kv must be"):
+        torch.compile(step, backend="aot_eager")(kv[:, :, :1], i64(torch, 0), i64(torch, 0), q)
+    with pytest.raises(ringkv.RingKVIndexError):                   # session 3 of 2: run time
+        full(kv, i64(torch, 0), i64(torch, 3), q)
+    with pytest.raises(ringkv.RingKVValueError, match="frame_pos"):
+        full(kv, i64(torch, -1), i64(torch, 0), q)
+    assert torch.equal(cache.kv, before[0]) and torch.equal(cache.written, before[1])

@@ -18,6 +18,7 @@ keeps each request live on one host at a time.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import urllib.parse
 from typing import Any, Sequence
@@ -124,8 +125,12 @@ class SessionHost:
     def step(self, request_ids: Sequence[str]) -> dict[str, dict]:
         """One frame of each listed live session, as one batch: each at its
         clock + 1 (0 without a clock). Returns per request ``frame``,
-        ``digest`` (of the frame's attention outputs) and ``checkpoint``
-        (the frame saved after it, or None)."""
+        ``digest`` (of the frame's attention outputs), ``checkpoint``
+        (the frame saved after it, or None) and ``checkpoint_error`` (None,
+        or why the checkpoint due after this frame could not be saved,
+        e.g. a full disk: the frame itself is done and the previous
+        checkpoint file is left as it was, the saves being atomic). Raises
+        before any session steps when a request is not live here."""
         self._fault("step")
         rids = list(request_ids)
         for rid in rids:
@@ -137,15 +142,23 @@ class SessionHost:
         slots = [self.slots[r] for r in rids]
         frames = [(self.model.clock(s) if self.model.clock(s) is not None else -1) + 1
                   for s in slots]
+        # Every checkpoint file name before the frame (a name cannot fail
+        # after the clocks moved); checkpoint_path always gives one that fits.
+        paths = [checkpoint_path(self.checkpoint_dir, rid)
+                 if self.checkpoint_dir and self.checkpoint_every > 0 and
+                 (f + 1) % self.checkpoint_every == 0 else None
+                 for rid, f in zip(rids, frames)]
         digests = step_frame(self.model, slots, rids, frames)
         out = {}
-        for rid, s, f, d in zip(rids, slots, frames, digests):
-            saved = None
-            if self.checkpoint_dir and self.checkpoint_every > 0 and \
-                    (f + 1) % self.checkpoint_every == 0:
-                self.model.save_session(s, checkpoint_path(self.checkpoint_dir, rid))
-                saved = f
-            out[rid] = {"frame": f, "digest": d, "checkpoint": saved}
+        for rid, s, f, d, path in zip(rids, slots, frames, digests, paths):
+            saved, error = None, None
+            if path is not None:
+                try:
+                    self.model.save_session(s, path)
+                    saved = f
+                except Exception as exc:  # noqa: BLE001 - the frame is done: report, go on
+                    error = f"{type(exc).__name__}: {exc}"
+            out[rid] = {"frame": f, "digest": d, "checkpoint": saved, "checkpoint_error": error}
         return out
 
     def prefill(self, request_id: str, frames: int) -> int | None:
@@ -296,7 +309,34 @@ def _request_id_of(meta: bytes) -> str:
     return bytes(meta[72:72 + 256]).split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
 
 
-def checkpoint_path(directory: str, request_id: str) -> str:
-    """The checkpoint file of a request in ``directory`` (its id quoted to a
-    safe file name)."""
-    return os.path.join(directory, urllib.parse.quote(request_id, safe="") + ".safetensors")
+#: Longest checkpoint file name: NAME_MAX (255 bytes) less the ".tmp-XXXXXX"
+#: the atomic save appends to its temporary file.
+CHECKPOINT_NAME_MAX = 255 - len(".tmp-XXXXXX")
+#: Characters of the quoted id kept in front of the hash in a long id's name.
+_CHECKPOINT_PREFIX = 96
+
+
+def checkpoint_path(directory: str, request_id: str | bytes) -> str:
+    """The checkpoint file of a request in ``directory``: its id (str, UTF-8,
+    a lone surrogate as the byte it escapes, as ``os.fsencode``; or bytes)
+    percent-quoted (``urllib.parse.quote(raw, safe="")``) plus
+    ``.safetensors``, when that name has at most CHECKPOINT_NAME_MAX (244)
+    characters (the names of earlier versions, so their checkpoints still
+    load). A longer one (ids of up to 255 bytes are valid; quoting can
+    triple them) is named by the first 96 characters of the quoted id (cut
+    before a ``%XX`` escape), ``%_``, the SHA-256 of the raw id (64 hex
+    digits) and ``.safetensors``: 174 characters at most. Stable across
+    processes and versions; two ids never share a name (quoting never
+    writes ``%_``, so a hashed name is never a short one's, and two hashed
+    names differ by their hash)."""
+    raw = request_id if isinstance(request_id, bytes) else \
+        request_id.encode("utf-8", "surrogateescape")
+    quoted = urllib.parse.quote(raw, safe="")
+    name = quoted + ".safetensors"
+    if len(name) > CHECKPOINT_NAME_MAX:
+        cut = _CHECKPOINT_PREFIX
+        esc = quoted.rfind("%", cut - 2, cut)  # a %XX escape the cut would split
+        if esc >= 0:
+            cut = esc
+        name = f"{quoted[:cut]}%_{hashlib.sha256(raw).hexdigest()}.safetensors"
+    return os.path.join(directory, name)

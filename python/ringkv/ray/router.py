@@ -43,7 +43,7 @@ from typing import Any, Iterable
 import ray
 from ray.exceptions import RayActorError
 
-from ..errors import RingKVKeyError, RingKVRuntimeError
+from ..errors import RingKVKeyError, RingKVRuntimeError, python_calls
 from .host import checkpoint_path
 
 __all__ = ["SessionRouter", "MigrationError", "Recovery", "StepReport", "Migration"]
@@ -98,9 +98,12 @@ class Recovery:
 class StepReport:
     """What one :meth:`SessionRouter.step` did: per request the frame, the
     digest of its attention outputs and the checkpoint saved after it
-    (``results``), and the sessions of hosts that died (``recovered``)."""
+    (``results``), the sessions of hosts that died (``recovered``), and the
+    checkpoints due after this frame that could not be saved (request ->
+    why; ``checkpoint_errors``)."""
     results: dict[str, dict] = field(default_factory=dict)
     recovered: dict[str, Recovery] = field(default_factory=dict)
+    checkpoint_errors: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -120,6 +123,7 @@ class Migration:
     recovered: dict = field(default_factory=dict)
 
 
+@python_calls("SessionRouter")
 class SessionRouter:
     """Routes request ids over ``hosts`` (name -> SessionHost actor handle).
     ``checkpoint_dir`` is the hosts' checkpoint folder (for recovery)."""
@@ -221,24 +225,45 @@ class SessionRouter:
         stepping its own as one batch, all hosts at once. A host found dead
         is recovered (:meth:`host_died`); its sessions are not stepped this
         time. Every request is checked (:meth:`_placed`) before any host
-        steps."""
+        steps. A host that raises (not dead) does not stop the others: the
+        results of every other host are recorded first (``last_frame``,
+        ``last_checkpoint``), then the first such error is raised with the
+        report as its ``step_report``. A checkpoint a host could not save
+        is not an error of the step: it is in the report's
+        ``checkpoint_errors`` (``last_checkpoint`` keeps the frame of the
+        last file saved)."""
         rids = list(self.where) if request_ids is None else list(request_ids)
         by_host: dict[str, list[str]] = {}
         for rid in rids:
             by_host.setdefault(self._placed(rid), []).append(rid)
         calls = {h: self.hosts[h].step.remote(r) for h, r in by_host.items()}
         report = StepReport()
+        failed: dict[str, BaseException] = {}
         for host, ref in calls.items():
             try:
                 got = ray.get(ref)
             except _DEAD:
                 report.recovered.update(self.host_died(host))
                 continue
+            except Exception as exc:  # noqa: BLE001 - raised after every host's results are in
+                failed[host] = exc
+                continue
             for rid, r in got.items():
                 self.last_frame[rid] = r["frame"]
                 if r["checkpoint"] is not None:
                     self.last_checkpoint[rid] = r["checkpoint"]
+                if r.get("checkpoint_error") is not None:
+                    report.checkpoint_errors[rid] = r["checkpoint_error"]
             report.results.update(got)
+        if failed:
+            exc = next(iter(failed.values()))
+            note = (f"SessionRouter.step: host(s) {_names(failed)} raised; the results of "
+                    f"the others ({_names(report.results)}) are recorded, in "
+                    "last_frame/last_checkpoint and in this exception's step_report")
+            if hasattr(exc, "add_note"):  # Python >= 3.11
+                exc.add_note(note)
+            exc.step_report = report  # type: ignore[attr-defined]
+            raise exc
         return report
 
     # ---- failures -------------------------------------------------------------------
