@@ -824,7 +824,9 @@ typedef struct rkv_snapshot_info {
 
 /* Saves held session `session` (between frames) to the file `path`,
  * atomically: the image is written to a temporary file "PATH.tmp-XXXXXX" in
- * the same directory, fsync'ed and renamed over `path` (an existing file
+ * the same directory (".ringkv.tmp-XXXXXX" there when PATH's last component
+ * is too long to take the suffix: over 244 bytes), fsync'ed and renamed over
+ * `path` (an existing file
  * keeps its permission bits; new files get 0644), then the directory is
  * fsync'ed (best effort: a failure there is not reported). A crash or error at any point leaves an existing `path` intact;
  * on error the temporary file is removed. Reads the model only.

@@ -854,14 +854,22 @@ rkv_status rkv__snapshot_save_file(const rkv_model *model, int64_t session, cons
     rkv__snap_text hd = {0};
     if ((st = check_save_path(what, path, target)) == RKV_OK)
         st = build_header(model, session, what, &hd);
-    /* temporary file next to the file replaced, so that rename is atomic */
-    const size_t plen = strlen(target);
-    char *tmp = st == RKV_OK ? malloc(plen + 16) : NULL;
+    /* temporary file next to the file replaced, so that rename is atomic:
+     * NAME.tmp-XXXXXX, or .ringkv.tmp-XXXXXX in the same folder when NAME is
+     * too long to take the suffix (NAME_MAX, 255 bytes on Linux file
+     * systems): every name the folder can hold can be saved to */
+    const size_t plen = strlen(target), cap = plen + 32;
+    const char *slash = strrchr(target, '/');
+    const char *base = slash ? slash + 1 : target;
+    char *tmp = st == RKV_OK ? malloc(cap) : NULL;
     int fd = -1;
     if (st == RKV_OK && !tmp) {
         st = rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", what);
     } else if (st == RKV_OK) {
-        snprintf(tmp, plen + 16, "%s.tmp-XXXXXX", target);
+        if (strlen(base) + sizeof ".tmp-XXXXXX" - 1 <= 255)
+            snprintf(tmp, cap, "%s.tmp-XXXXXX", target);
+        else
+            snprintf(tmp, cap, "%.*s.ringkv.tmp-XXXXXX", (int)(base - target), target);
         if ((fd = mkstemp(tmp)) < 0)
             st = rkv__fail(RKV_ERR_IO, "%s: cannot create a temporary file next to %s: %s", what,
                            target, strerror(errno));

@@ -1318,6 +1318,38 @@ static void test_atomic_save(void **state)
     unlink(p);
 }
 
+/* File names up to the folder's limit (255 bytes) save and load: a name
+ * too long to take ".tmp-XXXXXX" gets a short temporary name in the same
+ * folder (a 250-byte name failed with "File name too long" before); the
+ * longest (255) too; no temporary file is left. */
+static void test_save_long_file_names(void **state)
+{
+    (void)state;
+    rkv_model_config cfg = small_cfg(RKV_DTYPE_F32, 2);
+    rkv_model *A = new_model(&cfg);
+    int64_t a = claim(A, "long");
+    run_frames(A, a, 0, 3, 5);
+    static const int lens[] = {244, 245, 250, 255};
+    for (int k = 0; k < 4; k++) {
+        char name[256];
+        memset(name, 'n', (size_t)lens[k]);
+        name[lens[k]] = 0;
+        const char *path = tmp_path(name);
+        TU_OK(rkv_model_save_session(A, a, path));
+        assert_int_equal(count_files(".tmp-"), 0);
+        rkv_model *B = new_model(&cfg);
+        int64_t b = claim(B, "other");
+        TU_OK(rkv_model_load_session(B, b, path));
+        assert_true(sessions_equal(A, a, B, b));
+        rkv_model_destroy(B);
+        /* saving again replaces it */
+        TU_OK(rkv_model_save_session(A, a, path));
+        assert_int_equal(count_files(".tmp-"), 0);
+        assert_int_equal(unlink(path), 0);
+    }
+    rkv_model_destroy(A);
+}
+
 /* What a save replaces (docs/snapshot-format.md "Atomic save"): a target
  * that is not a regular file (here a named pipe, directly and through a
  * link) is refused before anything is written, the node left as it was
@@ -1914,6 +1946,7 @@ int main(void)
         cmocka_unit_test(test_wrong_geometry_refused),
         cmocka_unit_test(test_argument_errors),
         cmocka_unit_test(test_atomic_save),
+        cmocka_unit_test(test_save_long_file_names),
         cmocka_unit_test(test_save_target_kinds),
         cmocka_unit_test(test_odd_request_id),
         cmocka_unit_test(test_memory_restore_checks_frames),

@@ -310,7 +310,8 @@ def _request_id_of(meta: bytes) -> str:
 
 
 #: Longest checkpoint file name: NAME_MAX (255 bytes) less the ".tmp-XXXXXX"
-#: the atomic save appends to its temporary file.
+#: the atomic save appends to its temporary file (a longer name would save
+#: too, under a short temporary name; the limit keeps the names as they are).
 CHECKPOINT_NAME_MAX = 255 - len(".tmp-XXXXXX")
 #: Characters of the quoted id kept in front of the hash in a long id's name.
 _CHECKPOINT_PREFIX = 96
