@@ -170,11 +170,13 @@ static void verify_all(void) {
  * batch range, then each row's range and distinctness (in row order). */
 static rkv_status ref_rows(int64_t B, const int64_t *rows) {
     if (B < 1 || B > S) return RKV_ERR_INVALID_ARG;
-    for (int64_t b = 0; b < B; b++) {
+    /* every row's range before any repeat (rkv__check_sessions: the
+     * reference's IndexError wins over its other row errors) */
+    for (int64_t b = 0; b < B; b++)
         if (rows[b] < 0 || rows[b] >= S) return RKV_ERR_RANGE;
+    for (int64_t b = 0; b < B; b++)
         for (int64_t a = 0; a < b; a++)
             if (rows[a] == rows[b]) return RKV_ERR_INVALID_ARG;
-    }
     return RKV_OK;
 }
 

@@ -1070,9 +1070,14 @@ RKV_API rkv_status rkv_model_session_regions(rkv_model *model, int64_t session,
 #define RKV_SESSION_META_VERSION 2
 RKV_API size_t rkv_model_session_meta_bytes(const rkv_model *model);
 /* Writes held session `session`'s metadata (between frames) into meta
- * (meta_bytes >= rkv_model_session_meta_bytes). Reads the model only.
+ * (meta_bytes >= rkv_model_session_meta_bytes). Reads the model only, but
+ * reads its written bits through the backend to hash them: on the CUDA
+ * backend it waits for the queued work and needs the model's device
+ * current (not capture-safe).
  * Errors: RKV_ERR_NULL, RKV_ERR_RANGE, RKV_ERR_STATE (not claimed, inside
- * a frame), RKV_ERR_INVALID_ARG (meta_bytes too small; nothing written). */
+ * a frame), RKV_ERR_INVALID_ARG (meta_bytes too small, or meta inside the
+ * model's storage; nothing written), RKV_ERR_NO_MEMORY, and the backend's
+ * errors (CUDA). */
 RKV_API rkv_status rkv_model_session_export_meta(const rkv_model *model,
                                                  int64_t session, void *meta,
                                                  size_t meta_bytes);
@@ -1101,7 +1106,9 @@ RKV_API rkv_status rkv_model_import_reserve(rkv_model *model, const void *meta,
  * the written bits in its regions keep the layer's invariant (0/1,
  * scratch 1, whole frames; RKV_ERR_FORMAT naming layer and slot) and are
  * the exporter's (their XXH3-64 is meta's: a slot never filled, or filled
- * with another session, is RKV_ERR_FORMAT). K/V bytes are not hashed:
+ * with a session whose written pattern differs, is RKV_ERR_FORMAT; another
+ * session at the same clock, or any whose ring is full, has the same bits
+ * and is not told apart). K/V bytes are not hashed:
  * rkv_model_session_digest against the source's checks them. */
 RKV_API rkv_status rkv_model_import_check(const rkv_model *model, int64_t session,
                                           const void *meta, size_t meta_bytes);

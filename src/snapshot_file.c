@@ -672,15 +672,15 @@ static rkv_status save_mem(const rkv_model *model, int64_t session, const char *
     else if (buf && buf_bytes < total)
         st = rkv__fail(RKV_ERR_INVALID_ARG, "%s: buffer has %zu bytes; the image takes %llu", what,
                        buf_bytes, (unsigned long long)total);
-    else if (buf) {
-        const rkv__buf out[] = {{buf, (size_t)total, "buf"},
-                                {file_bytes, sizeof *file_bytes, "file_bytes"}};
-        if ((st = rkv__model_check_bufs(model, what, out, 2, NULL, 0, false)) != RKV_OK) {
-            free(hd.text);
-            return st;
+    else {
+        /* file_bytes is written by a size query (buf NULL) too */
+        const rkv__buf out[] = {{file_bytes, sizeof *file_bytes, "file_bytes"},
+                                {buf, (size_t)total, "buf"}};
+        st = rkv__model_check_bufs(model, what, out, buf ? 2 : 1, NULL, 0, false);
+        if (st == RKV_OK && buf) {
+            sink k = {what, "(memory)", -1, buf, 0};
+            st = write_image(model, session, &hd, &k, header_xxh3);
         }
-        sink k = {what, "(memory)", -1, buf, 0};
-        st = write_image(model, session, &hd, &k, header_xxh3);
     }
     free(hd.text);
     if (st == RKV_OK) *file_bytes = (size_t)total;

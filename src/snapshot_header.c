@@ -504,7 +504,6 @@ static rkv_status read_tensor(const rkv__snap_where *w, const char *name, const 
     const char *dt = json_string_value(json_object_get(e, "dtype"));
     bool ok = dt && !strcmp(dt, want_dtype) && offs[1] >= offs[0] && offs[1] - offs[0] == bytes;
     for (size_t k = 0; k < rank; k++) ok = ok && shape[k] == want[k];
-    if (!ok)
     if (!ok && bits)
         return refuse(w, "corrupted header: tensor '%s' is not {dtype %s, shape [%llu], %llu "
                          "bytes}",

@@ -49,6 +49,11 @@ rkv_status rkv__check_sessions(const char *what, const int64_t *session_idx,
                              "%s: session_idx[%lld] = %lld is out of range; expected 0..%lld",
                              what, (long long)b, (long long)s, (long long)(num_sessions - 1));
     }
+    /* more rows than sessions: some session repeats; say the count */
+    if (batch > num_sessions)
+        return rkv__fail(RKV_ERR_INVALID_ARG,
+                         "%s: batch B = %lld; expected 1..%lld (one frame per distinct session)",
+                         what, (long long)batch, (long long)num_sessions);
     for (int64_t b = 0; b < batch; b++) {
         int64_t s = session_idx[b];
         for (int64_t a = 0; a < b; a++)

@@ -201,9 +201,15 @@ static void test_upsert_batch(void **state)
     LAYER_ERR(l, rkv_layer_upsert(l, in.kv, F, 3, in.fp, in.sess, 1, in.vis),
               RKV_ERR_INVALID_ARG, "3");
     vis_untouched(&in);
-    /* B = 4 > S = 3: a session must repeat or be out of range */
-    LAYER_ERR2(l, rkv_layer_upsert(l, in.kv, F, 4, in.fp, in.sess, 1, NULL),
-               RKV_ERR_INVALID_ARG, RKV_ERR_RANGE, NULL);
+    /* B = 4 > S = 3, every session in range (0, 1, 2, 0): the batch size
+     * is what is said, before any row's repeat is looked for */
+    LAYER_ERR(l, rkv_layer_upsert(l, in.kv, F, 4, in.fp, in.sess, 1, NULL),
+              RKV_ERR_INVALID_ARG, "batch B = 4; expected 1..3");
+    /* ... and a session out of range wins (the reference's IndexError) */
+    in.sess[3] = 3;
+    LAYER_ERR(l, rkv_layer_upsert(l, in.kv, F, 4, in.fp, in.sess, 1, NULL),
+              RKV_ERR_RANGE, "session_idx[3] = 3");
+    in.sess[3] = 0;
     upsert_in_free(&in);
     rkv_layer_destroy(l);
 }

@@ -587,6 +587,9 @@ static void test_buffers_in_storage_refused(void **state)
     } while (0)
     REFUSED(rkv_model_snapshot(m, a, kv0, nb), "rkv_model_snapshot");
     REFUSED(rkv_model_save_session_mem(m, a, kv0 + 64, nb, &fb), "rkv_model_save_session_mem");
+    /* a size query writes file_bytes only: into storage, refused too */
+    REFUSED(rkv_model_save_session_mem(m, a, NULL, 0, (size_t *)(void *)(kv0 + 8)),
+            "rkv_model_save_session_mem");
     REFUSED(rkv_model_offload(m, a, kv0, nb, &fb), "rkv_model_offload");
     REFUSED(rkv_model_offload(m, a, image, nb, (size_t *)(void *)kv0), "rkv_model_offload");
     /* the image put into storage would change it: point at storage as it is */
@@ -609,10 +612,12 @@ static void test_buffers_in_storage_refused(void **state)
     rkv_model_destroy(m);
 }
 
-/* A slot reserved for an import but not filled (or filled with another
- * session's regions) is refused at import: the written bits must be the
- * exporter's (the metadata carries their XXH3-64); the slot stays
- * reserved and a later right fill imports. */
+/* A slot reserved for an import but not filled (or filled with the regions
+ * of a session whose written bits differ: 1 frame against 3) is refused at
+ * import: the written bits must be the exporter's (the metadata carries
+ * their XXH3-64; equal bits, e.g. two sessions at one clock, pass: the K/V
+ * digest is the check for those); the slot stays reserved and a later
+ * right fill imports. */
 static void test_import_unfilled_refused(void **state)
 {
     (void)state;
@@ -630,7 +635,8 @@ static void test_import_unfilled_refused(void **state)
     TU_ERR(rkv_model_session_import(dst, s, meta, mb), RKV_ERR_FORMAT,
            "rkv_model_session_import: the written bits");
     TU_ERR(rkv_model_lookup(dst, "m", &got), RKV_ERR_NOT_FOUND, "");
-    /* another session's regions (valid bits, other frames): refused too */
+    /* another session's regions (valid bits, other frames, so other bits):
+     * refused too */
     const size_t n = rkv_model_session_region_count(src);
     rkv_session_region *from = tu_xcalloc(n, sizeof *from), *to = tu_xcalloc(n, sizeof *to);
     size_t c;

@@ -824,7 +824,8 @@ class Model(HandleOwner):
         require("rkv_model_session_export_meta")
         n = int(lib.rkv_model_session_meta_bytes(self._h.ptr))
         buf = ctypes.create_string_buffer(n)
-        check(lib.rkv_model_session_export_meta(self._h.ptr, as_session(session), buf, n))
+        with self._on_device():  # hashes the written bits through the backend
+            check(lib.rkv_model_session_export_meta(self._h.ptr, as_session(session), buf, n))
         return buf.raw
 
     def session_digest(self, session: int) -> int:

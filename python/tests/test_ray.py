@@ -256,6 +256,9 @@ def test_router_step_keeps_other_hosts_results(ray_cluster, hosts):
     with pytest.raises(Exception, match="injected failure in step") as e:
         router.step()
     assert sorted(e.value.step_report.results) == good
+    others = sorted({router.where[r] for r in good})     # hosts, not request ids
+    assert (f"host(s) {bad} raised; the results of the other hosts ({', '.join(others)}) "
+            "are recorded") in " ".join(getattr(e.value, "__notes__", []))
     assert {r: router.last_frame[r] for r in rids} == \
         {r: 3 if r in good else 2 for r in rids}
     victim = router.where[long_id]

@@ -54,9 +54,10 @@ typedef rkv__attend_ctx flash_ctx;
  * prepares each chunk of keys and values once for all of them: read from
  * memory once per task instead of once per unit, widened once (16-bit
  * storage). The units' QT and OT stay in L2 with the chunk: at most
- * FLASH_UNIT_BYTES of them (8 units at d_head 64, 4 at 128, ...). */
+ * FLASH_UNIT_BYTES of them (half of a 512 KiB L2: 8 units at d_head 64,
+ * 4 at 128, 2 at 256, ...). */
 #define UMAX 8
-#define FLASH_UNIT_BYTES (512 * 1024)
+#define FLASH_UNIT_BYTES (256 * 1024)
 
 /* Units per task for head dimension D: UMAX, fewer where their QT and OT
  * would pass FLASH_UNIT_BYTES; at least 1. */

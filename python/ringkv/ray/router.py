@@ -239,6 +239,7 @@ class SessionRouter:
         calls = {h: self.hosts[h].step.remote(r) for h, r in by_host.items()}
         report = StepReport()
         failed: dict[str, BaseException] = {}
+        stepped: list[str] = []  # hosts whose results are in
         for host, ref in calls.items():
             try:
                 got = ray.get(ref)
@@ -255,10 +256,11 @@ class SessionRouter:
                 if r.get("checkpoint_error") is not None:
                     report.checkpoint_errors[rid] = r["checkpoint_error"]
             report.results.update(got)
+            stepped.append(host)
         if failed:
             exc = next(iter(failed.values()))
             note = (f"SessionRouter.step: host(s) {_names(failed)} raised; the results of "
-                    f"the others ({_names(report.results)}) are recorded, in "
+                    f"the other hosts ({_names(stepped)}) are recorded, in "
                     "last_frame/last_checkpoint and in this exception's step_report")
             if hasattr(exc, "add_note"):  # Python >= 3.11
                 exc.add_note(note)
