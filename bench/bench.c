@@ -307,7 +307,7 @@ static void bench_upsert(const bench_opts *o) {
             cJSON_AddBoolToObject(p, "commit", commit);
             cJSON_AddStringToObject(p, "preset", "waypoint-1.5-720p");
             bench_emit(o, "upsert_gbps", best / 1e9, "GB/s", p, best_mc / 1e9,
-                       "memcpy of the same bytes to the same addresses");
+                       "memcpy_same_bytes");
         }
         free(src);
     }

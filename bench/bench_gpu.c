@@ -108,7 +108,7 @@ static cJSON *params(const gpu_bench *g) {
     cJSON *p = cJSON_CreateObject();
     cJSON_AddStringToObject(p, "backend", "cuda");
     cJSON_AddStringToObject(p, "card", device_card(g->dev));
-    cJSON_AddStringToObject(p, "commit", g->commit);
+    cJSON_AddStringToObject(p, "git_commit", g->commit);
     cJSON_AddStringToObject(p, "isa", "cuda");
     return p;
 }
@@ -330,7 +330,7 @@ static int bench_upsert(gpu_bench *g, rkv_model *m, double copy_gbps) {
             cJSON *p = params(g);
             cJSON_AddStringToObject(p, "dtype", rkv_dtype_name(cfg->dtype));
             cJSON_AddNumberToObject(p, "B", (double)B);
-            cJSON_AddBoolToObject(p, "commit_pass", commit);
+            cJSON_AddBoolToObject(p, "commit", commit);
             cJSON_AddStringToObject(p, "preset", cfg->name);
             cJSON_AddStringToObject(p, "mode", "graph");
             cJSON_AddNumberToObject(p, "calls", (double)L);
@@ -338,7 +338,7 @@ static int bench_upsert(gpu_bench *g, rkv_model *m, double copy_gbps) {
             cJSON *p2 = params(g);
             cJSON_AddStringToObject(p2, "dtype", rkv_dtype_name(cfg->dtype));
             cJSON_AddNumberToObject(p2, "B", (double)B);
-            cJSON_AddBoolToObject(p2, "commit_pass", commit);
+            cJSON_AddBoolToObject(p2, "commit", commit);
             cJSON_AddStringToObject(p2, "preset", cfg->name);
             cJSON_AddNumberToObject(p2, "bytes_per_call", bytes);
             bench_emit(g->o, "cuda_upsert_gbps", bytes / (us * 1e-6) / 1e9, "GB/s", p2,

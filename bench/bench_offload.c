@@ -66,7 +66,7 @@ static void emit(const bench_opts *o, const char *name, double bytes, double bes
     cJSON_AddStringToObject(p, "preset", "waypoint-1.5-360p");
     cJSON_AddNumberToObject(p, "bytes", bytes);
     bench_emit(o, name, bytes / best / 1e9, "GB/s", p, bytes / best_memcpy / 1e9,
-               "memcpy of the same pieces between the same addresses");
+               "memcpy_same_pieces");
 }
 
 static void keep_least(double *best, double t) {

@@ -246,6 +246,13 @@ def main():
                 continue
             expect(failures, f"{args[0]} {' '.join(args[1:-1])[:40]} with a named pipe", p, s,
                    2, kind + needles)
+        # --out naming the pipe itself: the kind of file is said, not "a file"
+        try:
+            p, s = run([ringkv, "rollout", "--frames", "1", "--out", fifo] + img, timeout=30)
+            expect(failures, "rollout --out a named pipe", p, s, 2,
+                   ["--out '" + fifo + "' is a named pipe (FIFO), not a folder"])
+        except subprocess.TimeoutExpired:
+            failures.append("ringkv rollout --out PIPE: still running after 30 s")
         if not stat.S_ISFIFO(os.lstat(fifo).st_mode) or not os.path.islink(to_fifo):
             failures.append("the named pipe or the link to it was replaced")
         if os.path.exists(o_np) or [n for n in os.listdir(tmp) if ".tmp-" in n]:

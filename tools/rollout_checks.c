@@ -164,9 +164,9 @@ int rollout_check_out_folder(const char *path, char *err, size_t n) {
     if (stat(path, &st) == 0) {
         if (!S_ISDIR(st.st_mode)) {
             snprintf(err, n,
-                     "--out '%s' is a file, not a folder (the picture %s and its legend %s "
+                     "--out '%s' is %s, not a folder (the picture %s and its legend %s "
                      "go into the folder --out DIR)",
-                     path, PICTURE_NAME, LEGEND_NAME);
+                     path, cli_file_kind(st.st_mode), PICTURE_NAME, LEGEND_NAME);
             return -1;
         }
         if (access(path, W_OK | X_OK) != 0) {
@@ -207,7 +207,8 @@ int rollout_check_out_folder(const char *path, char *err, size_t n) {
         }
     }
     if (!S_ISDIR(st.st_mode)) {
-        snprintf(err, n, "--out '%s': cannot create it: '%s' is a file, not a folder", path, up);
+        snprintf(err, n, "--out '%s': cannot create it: '%s' is %s, not a folder", path, up,
+                 cli_file_kind(st.st_mode));
         return -1;
     }
     if (access(up, W_OK | X_OK) != 0) {

@@ -15,7 +15,7 @@ TFLOP/s count 4 * Tq * visible keys * D * Hq * B. Prints one line per
 measurement: RESULT bench=ref_<name> value=<v> unit=<u> [notes]. With
 --jsonl FILE each is also appended to FILE as one JSON object in the row
 format of `ringkv bench --json` (name, value, unit, the notes' key=value
-pairs as keys, backend "torch", card, commit from $RKV_COMMIT, source), so
+pairs as keys, backend "torch", card, git_commit from $RKV_COMMIT, source), so
 that the anchors sit beside the GPU bench's rows in bench/gpu/h200.jsonl.
 Each measurement is guarded: a failure prints value=nan with the error and
 the script goes on. --budget S stops starting new FlexAttention
@@ -56,7 +56,7 @@ def result(name, value, unit, note=""):
                "unit": unit}
         row.update({k: _note_value(v) for k, v in re.findall(r'(\w+)=("[^"]*"|\S+)', note)})
         row.update(backend="torch", card=ROWS["card"],
-                   commit=os.environ.get("RKV_COMMIT") or "unknown",
+                   git_commit=os.environ.get("RKV_COMMIT") or "unknown",
                    source="bench/gpu/reference_bench.py")
         with open(ROWS["path"], "a") as f:
             f.write(json.dumps(row) + "\n")

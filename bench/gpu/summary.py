@@ -119,7 +119,7 @@ def main():
     rows.append(("bf16 matmul 8192^3 (TFLOP/s)", "-", "ceiling",
                  f"torch {fmt(num(ref, 'ref_matmul_bf16_8192'), 0)}", ""))
     for c in (0, 1):
-        us = pick(bench, "cuda_upsert_us", B=1, commit_pass=bool(c))
+        us = pick(bench, "cuda_upsert_us", B=1, commit=bool(c))
         rows.append((f"upsert in graph B=1 commit={c} (us)", fmt(us, 2), "<= 5",
                      f"ref graph {fmt(num(ref, f'ref_upsert_graph_B1_commit{c}'))}, eager "
                      f"{fmt(num(ref, f'ref_upsert_eager_B1_commit{c}'))}",
