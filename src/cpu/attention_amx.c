@@ -63,18 +63,8 @@ size_t rkv__amx_scratch_bytes(int64_t D, int64_t N) {
 /* The work of one (row b, KV head) is G x tiles units (query head of the
  * KV head's group, tile of MQ queries), in that order; a task takes up to
  * UMAX consecutive units and packs each chunk of keys and values once for
- * all of them. Units per task: as many as keep >= 4 tasks per thread. Each
- * unit's arithmetic is the same whatever the grouping, so outputs do not
- * depend on it (nor on the thread count). */
-int64_t rkv__amx_tasks(rkv__attend_ctx *c) {
-    const int64_t H = c->layer->g.n_kv_heads, G = c->args->n_q_heads / H;
-    const int64_t per = G * ((c->tq + MQ - 1) / MQ), rows = c->args->batch * H;
-    const int64_t want = 4 * (int64_t)rkv_threadpool_size(c->pool);
-    int64_t u = UMAX;
-    while (u > 1 && rows * ((per + u - 1) / u) < want) u /= 2;
-    c->units = u;
-    return rows * ((per + u - 1) / u);
-}
+ * all of them (the split: rkv__attend_tasks). */
+int64_t rkv__amx_tasks(rkv__attend_ctx *c) { return rkv__attend_tasks(c, MQ, UMAX); }
 
 bool rkv__amx_fits(const struct rkv_layer *l) {
     return l->g.dtype == RKV_DTYPE_BF16 && l->g.d_head % 32 == 0 && l->g.d_head <= 512;

@@ -270,14 +270,7 @@ rkv_status rkv__attend(const struct rkv_layer *layer, const rkv_attention_args *
     if (bf16_task && rkv__amx_fits(layer))
         return rkv__parallel_for(pool, rkv__amx_tasks(&c),
                                  rkv__amx_scratch_bytes(D, layer->total_slots), bf16_task, &c);
-    /* Units per task: as many (up to flash_umax) as keep >= 4 tasks per
-     * thread, as the bf16 pair path does (rkv__amx_tasks). */
-    const int64_t H = layer->g.n_kv_heads, G = args->n_q_heads / H;
-    const int64_t per = G * ((c.tq + MQ_MAX - 1) / MQ_MAX), rows = args->batch * H;
-    const int64_t want = 4 * (int64_t)rkv_threadpool_size(pool);
-    int64_t u = flash_umax(D);
-    while (u > 1 && rows * ((per + u - 1) / u) < want) u /= 2;
-    c.units = u;
-    return rkv__parallel_for(pool, rows * ((per + u - 1) / u),
-                             flash_scratch_bytes(D, layer->total_slots, u), kernel, &c);
+    const int64_t tasks = rkv__attend_tasks(&c, MQ_MAX, flash_umax(D));
+    return rkv__parallel_for(pool, tasks, flash_scratch_bytes(D, layer->total_slots, c.units),
+                             kernel, &c);
 }

@@ -33,6 +33,22 @@ typedef struct rkv__attend_ctx {
                     * the bf16 pair path, by rkv__attend on the flash kernel */
 } rkv__attend_ctx;
 
+/* The task split of both CPU attention engines: a task takes up to `umax`
+ * consecutive (query head, query tile) units of one (session row, KV head),
+ * query tiles of `mq` queries; units per task as many as keep >= 4 tasks a
+ * thread (halving from umax). Sets c->units; returns the task count. Each
+ * unit's arithmetic is the same whatever the grouping, so outputs depend
+ * neither on it nor on the thread count. */
+static inline int64_t rkv__attend_tasks(rkv__attend_ctx *c, int64_t mq, int64_t umax) {
+    const int64_t H = c->layer->g.n_kv_heads, G = c->args->n_q_heads / H;
+    const int64_t per = G * ((c->tq + mq - 1) / mq), rows = c->args->batch * H;
+    const int64_t want = 4 * (int64_t)rkv_threadpool_size(c->pool);
+    int64_t u = umax;
+    while (u > 1 && rows * ((per + u - 1) / u) < want) u /= 2;
+    c->units = u;
+    return rows * ((per + u - 1) / u);
+}
+
 /* The bf16 pair-product attention (cpu/attention_amx.c): true when the CPU has
  * AMX-TILE, AMX-BF16 and AVX512-BF16 and the OS granted tile data (call
  * once); true when it has AVX512-F/BW/DQ/VL and AVX512-BF16; whether a layer
