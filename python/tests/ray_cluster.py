@@ -132,6 +132,29 @@ def stop_cluster(ray, pids: set[int]) -> None:
     assert not _raylets_of(session), f"raylet/gcs_server left running: {_raylets_of(session)}"
 
 
+def kill_and_wait(ray, actor, deadline_s: float = 120.0) -> None:
+    """ray.kill(actor), then wait until Ray itself reports the actor dead.
+
+    ray.kill is asynchronous: a call made right after it may still reach
+    the live actor (a loaded machine makes that likely), so a test that
+    needs a dead host waits for the state, not for a time: it calls the
+    actor until Ray raises RayActorError for the call (from then on every
+    call to the handle raises it, as the router must see). The deadline
+    only bounds a failure; a death that never comes fails the test."""
+    from ray.exceptions import GetTimeoutError, RayActorError
+    ray.kill(actor, no_restart=True)
+    end = time.monotonic() + deadline_s
+    while True:
+        left = end - time.monotonic()
+        assert left > 0, f"actor {actor} still answers {deadline_s:.0f} s after ray.kill"
+        try:
+            ray.get(actor.ping.remote(), timeout=left)
+        except RayActorError:
+            return
+        except GetTimeoutError:
+            continue
+
+
 @pytest.fixture
 def hosts(ray_cluster, tmp_path):
     """Two SessionHosts (4 sessions each, checkpoints every 3 frames into

@@ -14,7 +14,7 @@ import os
 import pytest
 
 from ray_cluster import CONFIG, assert_live_once, cluster_pids, hosts, is_loopback  # noqa: F401
-from ray_cluster import listening_addresses, _children
+from ray_cluster import kill_and_wait, listening_addresses, _children
 
 stream = pytest.importorskip("ringkv.ray.stream", exc_type=ImportError)
 
@@ -67,7 +67,7 @@ def test_killed_host_resumes_from_checkpoints(ray_cluster, hosts, reference):
     for f in range(7):                                  # frames 0..6; checkpoints 2 and 5
         router.step()
     victims = sorted(r for r in RIDS if router.where[r] == "A")
-    ray_cluster.kill(hs["A"])                           # mid-stream, no warning
+    kill_and_wait(ray_cluster, hs["A"])                           # mid-stream, no warning
     rep = router.step()
     assert sorted(rep.recovered) == victims
     for r in victims:
@@ -140,7 +140,7 @@ def test_router_names_what_it_does_not_know(ray_cluster, hosts):
     where = dict(router.where)
 
     # a host that died is not an unknown one; no alive host says so
-    ray_cluster.kill(hs["B"])
+    kill_and_wait(ray_cluster, hs["B"])
     rep = router.step()
     assert set(rep.recovered) == {r for r in where if where[r] == "B"}
     where, frames = dict(router.where), dict(router.last_frame)
@@ -152,7 +152,7 @@ def test_router_names_what_it_does_not_know(ray_cluster, hosts):
         router.open("r4")
     assert str(e.value) == "SessionRouter.open: no alive host has a free session slot (A 4/4)"
     router.close("r3")
-    ray_cluster.kill(hs["A"])
+    kill_and_wait(ray_cluster, hs["A"])
     rep = router.step()
     assert all(rec.host is None for rec in rep.recovered.values())   # no room: waiting
     assert router.dead == {"A", "B"} and set(router.waiting) == {"r0", "r1", "r2"}
@@ -262,7 +262,7 @@ def test_router_step_keeps_other_hosts_results(ray_cluster, hosts):
     assert {r: router.last_frame[r] for r in rids} == \
         {r: 3 if r in good else 2 for r in rids}
     victim = router.where[long_id]
-    ray_cluster.kill(hs[victim])
+    kill_and_wait(ray_cluster, hs[victim])
     rep = router.step()
     rec = rep.recovered[long_id]
     assert (rec.resumed_from, rec.host) == (2, next(h for h in hs if h != victim))
