@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../src/atomic_file.h" /* rkv__file_kind */
 #include "escape.h"
 #include "ringkv.h"
 
@@ -45,16 +46,6 @@ const char *cli_lib_detail(const char *path) {
     return m;
 }
 
-const char *cli_file_kind(unsigned mode) {
-    return S_ISDIR(mode)    ? "a folder"
-           : S_ISCHR(mode)  ? "a character device"
-           : S_ISBLK(mode)  ? "a block device"
-           : S_ISFIFO(mode) ? "a named pipe (FIFO)"
-           : S_ISSOCK(mode) ? "a socket"
-           : S_ISREG(mode)  ? "a regular file"
-                            : "not a regular file";
-}
-
 int cli_check_input_file(const char *what, const char *path, const char *expected, char *err,
                          size_t n) {
     struct stat st;
@@ -69,7 +60,7 @@ int cli_check_input_file(const char *what, const char *path, const char *expecte
     }
     if (!S_ISREG(st.st_mode)) { /* a pipe would block the open, a device never end */
         snprintf(err, n, "%s '%s' is %s, not a regular file; expected %s", what, path,
-                 cli_file_kind(st.st_mode), expected);
+                 rkv__file_kind(st.st_mode), expected);
         return -1;
     }
     /* O_NONBLOCK: should the path have become a pipe since the stat */

@@ -56,11 +56,6 @@ const char *cli_lib_detail(const char *path);
 int cli_check_input_file(const char *what, const char *path, const char *expected, char *err,
                          size_t n);
 
-/* What a file of st_mode `mode` is, for messages: "a folder", "a named pipe
- * (FIFO)", "a character device", "a block device", "a socket", "a regular
- * file". */
-const char *cli_file_kind(unsigned mode);
-
 /* Whether the readable file at path is a ringkv snapshot at all (the rule
  * above: an input not of its kind is refused, 2): a safetensors file (an
  * 8-byte little-endian header length, then a JSON header that starts with

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../src/atomic_file.h" /* rkv__file_kind */
 #include "camera.h"
 #include "cli.h"
 #include "sheet.h"
@@ -138,7 +139,7 @@ int rollout_check_output_file(const char *what, const char *path, char *err, siz
             char via[PATH_MAX_LEN + 32];
             via_link(path, via, sizeof via);
             snprintf(err, n, "%s: '%s'%s is %s, not a regular file; a file is written there",
-                     what, path, via, cli_file_kind(st.st_mode));
+                     what, path, via, rkv__file_kind(st.st_mode));
             return -1;
         }
         if (access(path, W_OK) != 0) {
@@ -166,7 +167,7 @@ int rollout_check_out_folder(const char *path, char *err, size_t n) {
             snprintf(err, n,
                      "--out '%s' is %s, not a folder (the picture %s and its legend %s "
                      "go into the folder --out DIR)",
-                     path, cli_file_kind(st.st_mode), PICTURE_NAME, LEGEND_NAME);
+                     path, rkv__file_kind(st.st_mode), PICTURE_NAME, LEGEND_NAME);
             return -1;
         }
         if (access(path, W_OK | X_OK) != 0) {
@@ -208,7 +209,7 @@ int rollout_check_out_folder(const char *path, char *err, size_t n) {
     }
     if (!S_ISDIR(st.st_mode)) {
         snprintf(err, n, "--out '%s': cannot create it: '%s' is %s, not a folder", path, up,
-                 cli_file_kind(st.st_mode));
+                 rkv__file_kind(st.st_mode));
         return -1;
     }
     if (access(up, W_OK | X_OK) != 0) {
