@@ -388,8 +388,12 @@ static void usage(FILE *f) {
             "  bandwidth; upsert in a CUDA graph against it; attention at the Waypoint-1.5\n"
             "  geometries per kernel, mma.sync and wgmma, with a float64 spot check; a\n"
             "  whole 720P frame in one graph and the sessions at 15 fps); builds with CUDA\n"
-            "  only; refused (exit 2) where no GPU is seen. scripts/gpu_check.sh runs it\n"
-            "  and keeps its rows (bench/gpu/h200.jsonl).\n");
+            "  only; refused (exit 2) where no GPU is seen. The CUDA backend has not yet\n"
+            "  run on a GPU: no GPU run is recorded (bench/gpu/h200.jsonl, which\n"
+            "  scripts/gpu_check.sh keeps the rows in, does not exist yet).\n\n"
+            "Exit status: 0 done; 1 a failure during the run (a library call, memory,\n"
+            "the GPU); 2 refused before any measurement: a bad option, or --backend cuda\n"
+            "in a build without CUDA or where no GPU is seen ('ringkv help' has the rule).\n");
 }
 
 /* The options as the command line gives them (cli_parse_options). */

@@ -40,7 +40,8 @@ it fails fast (before any frame: the model is never created), and the words:
     this CPU lacks (by /proc/cpuinfo) is said in one line naming both the
     kernel asked for and the one used; the names work in any case;
   - `ringkv help` states the exit-status rule; `ringkv help CMD` prints what
-    `ringkv CMD --help` prints, for every command; `ringkv version` equals
+    `ringkv CMD --help` prints, for every command, each with an exit-status
+    section (help's and version's --help too, exit 0); `ringkv version` equals
     `ringkv --version`; usage and argument errors (unknown command or option,
     a missing FILE, --resume or --image) exit 2 in every command without
     library function or status names;
@@ -348,12 +349,36 @@ def main():
         for cmd in ("rollout", "replay", "plan", "bench", "inspect"):
             a, _ = run([ringkv, "help", cmd])
             b, _ = run([ringkv, cmd, "--help"])
-            if (a.returncode != 0 or a.stdout != b.stdout
+            if (a.returncode != 0 or b.returncode != 0 or a.stdout != b.stdout
                     or not a.stdout.startswith(f"usage: ringkv {cmd}") or cmd not in top.stdout
-                    or (cmd != "bench" and "Exit status" not in a.stdout)):
-                failures.append(f"ringkv help {cmd}: status {a.returncode}, "
-                                f"{a.stdout[:120]!r} (expected '{cmd} --help', with the exit "
+                    or "Exit status" not in a.stdout):
+                failures.append(f"ringkv help {cmd}: status {a.returncode}, --help "
+                                f"{b.returncode}, {a.stdout[:120]!r} (expected '{cmd} --help', "
+                                f"with the exit status)")
+        # help and version are commands too: their --help exits 0 with an
+        # exit-status section, and equals 'ringkv help help' / 'help version'
+        hh, _ = run([ringkv, "help", "help"])
+        hv, _ = run([ringkv, "help", "version"])
+        for args, want in ((["help", "--help"], hh), (["help", "-h"], hh), (["--help", "--help"], hh),
+                           (["version", "--help"], hv), (["--version", "-h"], hv)):
+            a, _ = run([ringkv] + args)
+            if (a.returncode != 0 or a.stdout != want.stdout or want.returncode != 0
+                    or "Exit status" not in a.stdout or not a.stdout.startswith("usage: ringkv")):
+                failures.append(f"ringkv {' '.join(args)}: status {a.returncode}, stdout "
+                                f"{a.stdout[:160]!r}, stderr {a.stderr[:160]!r} (expected 0 and "
+                                f"the text of 'ringkv help {want.args[2]}', with the exit "
                                 f"status)")
+        print("  ok: every command's --help (help and version too) exits 0 with the exit status")
+        # a report that cannot be written is not a success (stdout checked)
+        if os.path.exists("/dev/full"):
+            with open("/dev/full", "w") as full:
+                p = subprocess.run([ringkv, "plan", "--preset", "demo", "--memory-gib", "1"],
+                                   stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
+            if p.returncode != 1 or "writing the output failed" not in p.stderr:
+                failures.append(f"ringkv plan > /dev/full: status {p.returncode} (expected 1), "
+                                f"stderr {p.stderr.strip()[:200]!r}")
+            else:
+                print(f"  ok: stdout on a full disk: {p.stderr.strip()}")
         v1, _ = run([ringkv, "version"])
         v2, _ = run([ringkv, "--version"])
         if (v1.returncode or v2.returncode or v1.stdout != v2.stdout
@@ -452,6 +477,10 @@ def main():
                           "w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
         with open(st, "wb") as f:
             f.write(struct.pack("<Q", len(hdr)) + hdr + b"\0\0\0\0")
+        three, zero = os.path.join(tmp, "three.txt"), os.path.join(tmp, "zero.txt")
+        with open(three, "w") as f:  # shorter than any safetensors file: not a snapshot
+            f.write("ab\n")
+        open(zero, "w").close()
         empty_manifest = os.path.join(tmp, "m.json")
         with open(empty_manifest, "w") as f:
             f.write('{"version": 1}\n')
@@ -474,6 +503,12 @@ def main():
                 (["inspect", text], 2, ["notes.md", "not a ringkv snapshot",
                                         "byte 9 of this one is 'R'"]),
                 (["inspect", st], 2, ["not a ringkv snapshot", "format 'pt'"]),
+                (["inspect", three], 2, ["three.txt", "not a ringkv snapshot", "holds 3 bytes",
+                                         "too short to be a safetensors file"]),
+                (["inspect", "--json", zero], 2, ["zero.txt", "not a ringkv snapshot",
+                                                  "holds 0 bytes"]),
+                (["rollout", "--resume", three, "--out", os.path.join(tmp, "o7")], 2,
+                 ["--resume", "not a ringkv snapshot", "too short"]),
                 (["rollout", "--resume", text, "--out", os.path.join(tmp, "o7")], 2,
                  ["--resume", "not a ringkv snapshot"])):
             p, s = run([ringkv] + args)
