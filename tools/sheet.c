@@ -243,41 +243,33 @@ int sheet_write_files(const sheet *s, const char *png_path, const char *legend_p
         return -1;
     }
     /* the legend's temporary file, then the picture's; both finished (on
-     * the disk) before either is renamed: both or neither. The file that
-     * failed is named in front of the library's words (which start with
-     * its `what`) */
+     * the disk) before either is renamed: both or neither. `at` is the file
+     * of the step under way, named in front of the library's words (which
+     * start with its `what`) when the step fails */
     static const char LEGEND[] = "the legend", PICTURE[] = "the picture";
-    rkv__atomic_file legend = {.fd = -1}, pic = {.fd = -1};
+    rkv__atomic_file legend = {.fd = -1}, pic = {.fd = -1}, *at = &legend;
     png_out out = {&pic, RKV_OK};
-    const char *failed = LEGEND, *failed_path = legend_path;
     rkv_status st = rkv__atomic_begin(&legend, LEGEND, legend_path);
     if (st == RKV_OK) st = rkv__atomic_write(&legend, text, text_len);
-    if (st == RKV_OK) {
-        failed = PICTURE, failed_path = png_path;
-        st = rkv__atomic_begin(&pic, PICTURE, png_path);
-    }
+    if (st == RKV_OK) st = rkv__atomic_begin(at = &pic, PICTURE, png_path);
     int encoded = 1;
     if (st == RKV_OK) {
         encoded = stbi_write_png_to_func(png_put, &out, (int)W, (int)H, 3, img, (int)(W * 3));
         st = out.st;
     }
-    if (st == RKV_OK && encoded) {
-        failed = LEGEND, failed_path = legend_path;
-        if ((st = rkv__atomic_finish(&legend)) == RKV_OK) {
-            failed = PICTURE, failed_path = png_path;
-            if ((st = rkv__atomic_finish(&pic)) == RKV_OK && (st = rkv__atomic_commit(&pic)) == RKV_OK) {
-                failed = LEGEND, failed_path = legend_path;
-                st = rkv__atomic_commit(&legend);
-            }
-        }
-    }
+    rkv__atomic_file *const last[4] = {&legend, &pic, &pic, &legend}; /* finish, commit */
+    for (int k = 0; k < 4 && st == RKV_OK && encoded; k++)
+        st = k < 2 ? rkv__atomic_finish(at = last[k]) : rkv__atomic_commit(at = last[k]);
+    const char *failed = at == &legend ? LEGEND : PICTURE;
+    const char *failed_path = at == &legend ? legend_path : png_path;
     if (!encoded && st == RKV_OK)
         snprintf(err, err_len, "cannot write the picture '%s': out of memory for the PNG encoder",
                  png_path);
     else if (st != RKV_OK) {
-        const char *why = rkv_last_error(), *rest = why + strlen(failed);
-        if (!strncmp(why, failed, strlen(failed)) && rest[0] == ':' && rest[1] == ' ')
-            why = rest + 2; /* after "WHAT: " */
+        const char *why = rkv_last_error();
+        const size_t n = strlen(failed);
+        if (!strncmp(why, failed, n) && why[n] == ':' && why[n + 1] == ' ')
+            why += n + 2; /* after "WHAT: " */
         snprintf(err, err_len, "cannot write %s '%s': %s", failed, failed_path, why);
     }
     rkv__atomic_abort(&legend);
