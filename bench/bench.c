@@ -66,23 +66,6 @@ static size_t llc_bytes(void) {
     return l3 > 0 ? (size_t)l3 : (size_t)64 << 20;
 }
 
-/* Bytes copied per second by memcpy, chunk bytes at a time, rotating over
- * `span` bytes of source and destination (span > LLC: from memory). */
-static double memcpy_rate(size_t chunk, size_t span, int reps) {
-    const size_t n = span / chunk;
-    uint8_t *src = xmalloc(n * chunk), *dst = xmalloc(n * chunk);
-    memset(src, 1, n * chunk), memset(dst, 2, n * chunk);
-    double best = 0;
-    for (int r = 0; r < reps; r++) {
-        double t = now_s();
-        for (size_t i = 0; i < n; i++) memcpy(dst + i * chunk, src + i * chunk, chunk);
-        t = now_s() - t;
-        if ((double)(n * chunk) / t > best) best = (double)(n * chunk) / t;
-    }
-    free(src), free(dst);
-    return best / 1e9;
-}
-
 /* ---- attention --------------------------------------------------------------- */
 
 /* Seconds of one call of rkv_layer_attend (or of the BLAS peer). */
@@ -370,6 +353,27 @@ static void bench_rollout(const bench_opts *o, rkv_threadpool *pool) {
     rkv_model_destroy(m);
 }
 
+/* ---- what the machine gave the run ------------------------------------------ */
+
+/* The run's start: wall clock, this process's CPU time, the machine's load
+ * (before the bench adds to it). */
+typedef struct run_time {
+    double wall0, cpu0;
+    cli_load load;
+} run_time;
+
+static void start_run_time(run_time *t) {
+    t->wall0 = now_s();
+    t->cpu0 = cli_cpu_seconds();
+    cli_load_read(&t->load);
+}
+
+/* The last row (bench_emit_run_time): the run's wall time beside its CPU
+ * time and the load when it started. */
+static void emit_run_time(const bench_opts *o, const run_time *t) {
+    bench_emit_run_time(o, now_s() - t->wall0, cli_cpu_seconds() - t->cpu0, &t->load);
+}
+
 static void usage(FILE *f) {
     fprintf(f,
             "usage: ringkv bench [--quick] [--json] [--threads N] [--backend cpu|cuda]\n"
@@ -381,6 +385,10 @@ static void usage(FILE *f) {
             "  session against memcpy of the same bytes; and a 360P rollout. Every row\n"
             "  names the CPU, the OpenBLAS kernel, the instruction set and the ceiling's\n"
             "  kind; a ratio above 1.05 is flagged (ceiling_suspect) and said on stderr.\n"
+            "  The last row, bench_seconds, is the run's wall time beside the CPU time it\n"
+            "  got (cpu_seconds) and the load average before it (load_1min, ...) on\n"
+            "  cpus_online CPUs: CPU time well under wall x threads, or a load near the\n"
+            "  CPUs, means other work shared the machine and the rows are low for it.\n"
             "  One JSON object per line with --json. --quick finishes in under 2 minutes\n"
             "  on 2 cores.\n"
             "  --threads N: worker threads (default: the machine's cores).\n"
@@ -388,8 +396,12 @@ static void usage(FILE *f) {
             "  bandwidth; upsert in a CUDA graph against it; attention at the Waypoint-1.5\n"
             "  geometries per kernel, mma.sync and wgmma, with a float64 spot check; a\n"
             "  whole 720P frame in one graph and the sessions at 15 fps); builds with CUDA\n"
-            "  only; refused (exit 2) where no GPU is seen. scripts/gpu_check.sh runs it\n"
-            "  and keeps its rows (bench/gpu/h200.jsonl).\n");
+            "  only; refused (exit 2) where no GPU is seen. The CUDA backend has not yet\n"
+            "  run on a GPU: no GPU run is recorded (bench/gpu/h200.jsonl, which\n"
+            "  scripts/gpu_check.sh keeps the rows in, does not exist yet).\n\n"
+            "Exit status: 0 done; 1 a failure during the run (a library call, memory,\n"
+            "the GPU); 2 refused before any measurement: a bad option, or --backend cuda\n"
+            "in a build without CUDA or where no GPU is seen ('ringkv help' has the rule).\n");
 }
 
 /* The options as the command line gives them (cli_parse_options). */
@@ -413,6 +425,8 @@ int rkv_cmd_bench(int argc, char **argv) {
     if (rc >= 0) return rc;
     bench_opts o = {.json = args.json, .quick = args.quick, .threads = args.threads};
     const bool cuda = args.backend == CLI_BACKEND_CUDA;
+    run_time t;
+    start_run_time(&t);
     bench_machine machine;
     bench_machine_read(&machine);
     o.machine = &machine;
@@ -422,20 +436,19 @@ int rkv_cmd_bench(int argc, char **argv) {
             fprintf(stderr, "ringkv bench: --backend cuda: ringkv was built without CUDA\n");
             return 2;
         }
-        return bench_cuda_run(&o);
+        const int cuda_rc = bench_cuda_run(&o);
+        if (cuda_rc == 0) emit_run_time(&o, &t);
+        return cuda_rc;
     }
     rkv_threadpool *pool;
     check(rkv_threadpool_create(o.threads, &pool), "thread pool");
     o.threads = rkv_threadpool_size(pool);
     bench_emit_machine(&o);
-    const double mc = memcpy_rate(1 << 20, 2 * llc_bytes(), o.quick ? 2 : 4);
-    cJSON *p = cJSON_CreateObject();
-    cJSON_AddNumberToObject(p, "buffer_mib", (double)(2 * llc_bytes() >> 20));
-    bench_emit(&o, "cpu_memcpy_gbps", mc, "GB/s", p, 0, NULL);
     bench_attention(&o, pool);
     bench_upsert(&o);
     bench_offload(&o);
     bench_rollout(&o, pool);
     rkv_threadpool_destroy(pool);
+    emit_run_time(&o, &t);
     return 0;
 }

@@ -4,8 +4,8 @@
  * checksums, one over the data section and one over the header itself.
  *
  * This file holds the file part: where the bytes come from (a file read
- * with pread, or a memory image) and go to (a file, or a buffer), the atomic
- * save (temporary file in the same directory, fsync, rename), the data
+ * with pread, or a memory image) and go to (a file, saved atomically by
+ * src/atomic_file.c, or a buffer), the data
  * checksum and written-bit checks, and the copy of each layer's span into or
  * out of the model. The header itself (length, JSON, version, header
  * checksum, geometry, tensor table, tiling) is src/snapshot_header.c.
@@ -13,7 +13,7 @@
  * Loading validates everything (header, geometry against the model, data
  * checksum, written bits) before it changes the session; see
  * rkv_model_load_session in ringkv.h. */
-#define _POSIX_C_SOURCE 200809L /* pread, fsync, mkstemp, fchmod */
+#define _POSIX_C_SOURCE 200809L /* pread, pwrite */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -25,6 +25,7 @@
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
+#include "atomic_file.h"
 #include "model_internal.h"
 #include "snapshot_header.h"
 
@@ -79,18 +80,6 @@ static rkv_status src_read(const source *s, uint64_t off, void *buf, size_t n) {
     return RKV_OK;
 }
 
-/* What a file of mode `mode` is, for messages ("a named pipe (FIFO)"). */
-static const char *file_kind(mode_t mode) {
-    return S_ISDIR(mode)    ? "a folder"
-           : S_ISCHR(mode)  ? "a character device"
-           : S_ISBLK(mode)  ? "a block device"
-           : S_ISFIFO(mode) ? "a named pipe (FIFO)"
-           : S_ISSOCK(mode) ? "a socket"
-           : S_ISLNK(mode)  ? "a symbolic link"
-           : S_ISREG(mode)  ? "a regular file"
-                            : "not a regular file";
-}
-
 /* Opens a file source; RKV_ERR_IO with the reason. */
 static rkv_status src_open(source *s, const char *what, const char *path) {
     memset(s, 0, sizeof *s);
@@ -108,7 +97,7 @@ static rkv_status src_open(source *s, const char *what, const char *path) {
     if (fstat(s->fd, &sb) || fcntl(s->fd, F_SETFL, fcntl(s->fd, F_GETFL) & ~O_NONBLOCK))
         snprintf(why, sizeof why, "%s", strerror(errno));
     else if (!S_ISREG(sb.st_mode))
-        snprintf(why, sizeof why, "%s, not a regular file", file_kind(sb.st_mode));
+        snprintf(why, sizeof why, "%s, not a regular file", rkv__file_kind(sb.st_mode));
     if (why[0]) {
         close(s->fd);
         s->fd = -1;
@@ -529,19 +518,7 @@ static rkv_status sink_write(sink *k, const void *p, size_t n) {
         k->off += n;
         return RKV_OK;
     }
-    const uint8_t *q = p;
-    while (n) {
-        ssize_t put = write(k->fd, q, n);
-        if (put < 0 && errno == EINTR) continue;
-        if (put <= 0)
-            return rkv__fail(RKV_ERR_IO, "%s: writing %s failed at byte %llu: %s", k->what,
-                             k->name, (unsigned long long)k->off,
-                             put < 0 ? strerror(errno) : "no progress");
-        q += put;
-        n -= (size_t)put;
-        k->off += (uint64_t)put;
-    }
-    return RKV_OK;
+    return rkv__write_all(k->fd, p, n, k->what, k->name, &k->off);
 }
 
 /* Writes layer i's K, V and written spans of `session` (the tensors
@@ -731,116 +708,8 @@ rkv_status rkv_model_snapshot(const rkv_model *model, int64_t session, void *buf
 }
 
 
-/* fsync of the directory holding path, so that a rename is durable (best
- * effort: some file systems refuse to fsync a directory). */
-static void sync_dir_of(const char *path) {
-    char *dir = strdup(path);
-    if (!dir) return;
-    char *slash = strrchr(dir, '/');
-    const char *d = slash ? (slash == dir ? "/" : (*slash = '\0', dir)) : ".";
-    int dfd = open(d, O_RDONLY | O_CLOEXEC);
-    if (dfd >= 0) {
-        (void)fsync(dfd);
-        close(dfd);
-    }
-    free(dir);
-}
-
-/* The image into the new temporary file tmp (fd), fsync'ed and closed,
- * then renamed over path. */
-static rkv_status write_and_rename(const rkv_model *m, int64_t session, rkv__snap_text *hd,
-                                   const char *what, int fd, const char *tmp, const char *path,
-                                   uint64_t *header_xxh3) {
-    struct stat old;
-    (void)fchmod(fd, stat(path, &old) == 0 ? (old.st_mode & 07777) : 0644);
-    sink k = {what, tmp, fd, NULL, 0};
-    rkv_status st = write_image(m, session, hd, &k, header_xxh3);
-    if (st == RKV_OK && fsync(fd))
-        st = rkv__fail(RKV_ERR_IO, "%s: fsync of %s failed: %s", what, tmp, strerror(errno));
-    if (close(fd) && st == RKV_OK)
-        st = rkv__fail(RKV_ERR_IO, "%s: closing %s failed: %s", what, tmp, strerror(errno));
-    if (st == RKV_OK && rename(tmp, path))
-        st = rkv__fail(RKV_ERR_IO, "%s: cannot rename %s to %s: %s", what, tmp, path,
-                       strerror(errno));
-    if (st != RKV_OK) unlink(tmp);
-    return st;
-}
-
 rkv_status rkv_model_save_session(const rkv_model *model, int64_t session, const char *path) {
     return rkv__snapshot_save_file(model, session, "rkv_model_save_session", path, NULL);
-}
-
-/* Links followed before a save gives up, as the kernel's own limit (ELOOP). */
-#define MAX_LINKS 40
-
-/* The path a save to `path` replaces: path itself, or, when it is a
- * symbolic link, its final target (links followed as open(2) would, a
- * relative target read from the link's folder), so that the link stays
- * and its target receives the image. The target may not exist yet.
- * *out: malloc'ed. RKV_ERR_IO for a loop or an unreadable link. */
-static rkv_status follow_links(const char *what, const char *path, char **out) {
-    char *p = strdup(path);
-    for (int hops = 0; p; hops++) {
-        struct stat sb;
-        if (lstat(p, &sb) != 0 || !S_ISLNK(sb.st_mode)) break; /* the end of the chain */
-        char target[4096];
-        const ssize_t n = hops < MAX_LINKS ? readlink(p, target, sizeof target - 1) : -1;
-        if (n < 0 || (size_t)n >= sizeof target - 1) {
-            rkv_status st = rkv__fail(RKV_ERR_IO, "%s: cannot save to '%s': link '%s': %s", what,
-                                      path, p,
-                                      hops >= MAX_LINKS ? "too many levels of symbolic links"
-                                      : n < 0           ? strerror(errno)
-                                                        : "target too long");
-            free(p);
-            return st;
-        }
-        target[n] = '\0';
-        const char *slash = target[0] == '/' ? NULL : strrchr(p, '/');
-        const size_t dir = slash ? (size_t)(slash - p) + 1 : 0; /* keep "folder/" */
-        char *next = malloc(dir + (size_t)n + 1);
-        if (next) {
-            memcpy(next, p, dir);
-            memcpy(next + dir, target, (size_t)n + 1);
-        }
-        free(p);
-        p = next;
-    }
-    if (!p) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", what);
-    *out = p;
-    return RKV_OK;
-}
-
-/* RKV_ERR_IO unless `target` (path, or the final target of the link path)
- * is a regular file or a new name in an existing folder: not a folder (rename
- * would fail only after the whole image went into a temporary file), not a
- * device, named pipe or socket (rename would replace the node by a regular
- * file), its folder present. Checked before anything is written. */
-static rkv_status check_save_path(const char *what, const char *path, const char *target) {
-    char via[4200] = "";
-    if (strcmp(path, target))
-        snprintf(via, sizeof via, " (a symbolic link to '%s')", target);
-    struct stat sb;
-    if (stat(target, &sb) == 0 && S_ISDIR(sb.st_mode))
-        return rkv__fail(RKV_ERR_IO, "%s: '%s'%s is a folder; expected a file path", what, path,
-                         via);
-    if (stat(target, &sb) == 0 && !S_ISREG(sb.st_mode))
-        return rkv__fail(RKV_ERR_IO,
-                         "%s: '%s'%s is %s, not a regular file; a snapshot is saved to a "
-                         "regular file or a new path only",
-                         what, path, via, file_kind(sb.st_mode));
-    const char *slash = strrchr(target, '/');
-    char *dir =
-        slash ? strndup(target, slash == target ? 1 : (size_t)(slash - target)) : strdup(".");
-    if (!dir) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", what);
-    rkv_status st = RKV_OK;
-    if (stat(dir, &sb) != 0)
-        st = rkv__fail(RKV_ERR_IO, "%s: cannot save to '%s'%s: folder '%s': %s", what, path, via,
-                       dir, errno == ENOENT ? "does not exist" : strerror(errno));
-    else if (!S_ISDIR(sb.st_mode))
-        st = rkv__fail(RKV_ERR_IO, "%s: cannot save to '%s'%s: '%s' is not a folder", what, path,
-                       via, dir);
-    free(dir);
-    return st;
 }
 
 rkv_status rkv__snapshot_save_file(const rkv_model *model, int64_t session, const char *what,
@@ -849,36 +718,17 @@ rkv_status rkv__snapshot_save_file(const rkv_model *model, int64_t session, cons
     if (st != RKV_OK) return st;
     if (!path) return rkv__fail(RKV_ERR_NULL, "%s: path is NULL", what);
     if (!*path) return rkv__fail(RKV_ERR_INVALID_ARG, "%s: path is empty", what);
-    char *target = NULL; /* path, or the final target of the link path */
-    if ((st = follow_links(what, path, &target)) != RKV_OK) return st;
+    /* atomic_file.h: a temporary file next to the file replaced (a link's
+     * final target), fsync, rename */
+    rkv__atomic_file f;
+    if ((st = rkv__atomic_begin(&f, what, path)) != RKV_OK) return st;
     rkv__snap_text hd = {0};
-    if ((st = check_save_path(what, path, target)) == RKV_OK)
-        st = build_header(model, session, what, &hd);
-    /* temporary file next to the file replaced, so that rename is atomic:
-     * NAME.tmp-XXXXXX, or .ringkv.tmp-XXXXXX in the same folder when NAME is
-     * too long to take the suffix (NAME_MAX, 255 bytes on Linux file
-     * systems): every name the folder can hold can be saved to */
-    const size_t plen = strlen(target), cap = plen + 32;
-    const char *slash = strrchr(target, '/');
-    const char *base = slash ? slash + 1 : target;
-    char *tmp = st == RKV_OK ? malloc(cap) : NULL;
-    int fd = -1;
-    if (st == RKV_OK && !tmp) {
-        st = rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", what);
-    } else if (st == RKV_OK) {
-        if (strlen(base) + sizeof ".tmp-XXXXXX" - 1 <= 255)
-            snprintf(tmp, cap, "%s.tmp-XXXXXX", target);
-        else
-            snprintf(tmp, cap, "%.*s.ringkv.tmp-XXXXXX", (int)(base - target), target);
-        if ((fd = mkstemp(tmp)) < 0)
-            st = rkv__fail(RKV_ERR_IO, "%s: cannot create a temporary file next to %s: %s", what,
-                           target, strerror(errno));
+    if ((st = build_header(model, session, what, &hd)) == RKV_OK) {
+        sink k = {what, f.tmp, rkv__atomic_fd(&f), NULL, 0};
+        st = write_image(model, session, &hd, &k, header_xxh3);
     }
-    if (st == RKV_OK)
-        st = write_and_rename(model, session, &hd, what, fd, tmp, target, header_xxh3);
-    if (st == RKV_OK) sync_dir_of(target);
-    free(tmp);
+    if (st == RKV_OK) st = rkv__atomic_commit(&f);
+    else rkv__atomic_abort(&f);
     free(hd.text);
-    free(target);
     return st;
 }

@@ -35,7 +35,8 @@ Devices. ``device="cpu"`` (the default) runs the CPU backend
 see :func:`ringkv._lib.cuda`): its storage is device memory, its views are
 torch CUDA tensors, its inputs torch CUDA tensors on the same GPU, and every
 call runs on ``torch.cuda.current_stream(device)`` without synchronizing
-(see :class:`LayerRingCache`).
+(see :class:`LayerRingCache`). The CUDA backend has not yet run on a GPU (no
+GPU run is recorded).
 """
 from __future__ import annotations
 
@@ -238,7 +239,8 @@ class LayerRingCache(HandleOwner):
     "f16", "bf16", "bfloat16", ...). ``device``: "cpu" (or
     ``torch.device("cpu")``): the CPU backend; "cuda" (torch's current
     device), "cuda:N" or ``torch.device("cuda", N)``: the CUDA backend on
-    that GPU (see below).
+    that GPU (see below; the CUDA backend has not yet run on a GPU: no GPU
+    run is recorded).
 
     ``array_kind`` ("numpy" or "torch") chooses what the attributes ``kv``,
     ``written`` and ``frame_offsets`` are; by default torch when ``dtype`` is

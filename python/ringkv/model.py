@@ -18,7 +18,8 @@ for ``kv`` (NumPy bf16: uint16 bits).
 ``rkv_model_*`` call as on the CPU (sessions, clocks, frames, snapshots,
 forks; a session saved on one backend loads on the other); ``kv``, ``q`` and
 ``out`` are torch CUDA tensors on its GPU, ``session_idx`` and ``frame_pos``
-host data. See :class:`Model`.
+host data. See :class:`Model`. The CUDA backend has not yet run on a GPU (no
+GPU run is recorded).
 """
 from __future__ import annotations
 
@@ -222,7 +223,8 @@ class Model(HandleOwner):
     ``device``: "cpu" (default), or "cuda", "cuda:N" or a
     ``torch.device("cuda", N)``: the same model on that GPU
     (``rkv_model_create_cuda``, needs ``libringkv_cuda.so`` and torch with
-    CUDA). On a GPU:
+    CUDA; the CUDA backend has not yet run on a GPU: no GPU run is
+    recorded). On a GPU:
 
     - every call is the library's same ``rkv_model_*`` call: claims,
       clocks, ``begin_frame``, snapshots (host ``bytearray`` images), files,
