@@ -10,6 +10,7 @@ in-place pass, compiled FlexAttention, the example's block).
 """
 from __future__ import annotations
 
+import copy
 import importlib.util
 import re
 
@@ -301,23 +302,89 @@ def test_model_compiles_with_fullgraph(torch):
 
 # ---- the drop-in's differences --------------------------------------------------------
 
-def test_row_without_build_visibility_is_a_copy_of_the_last(torch):
+def test_row_without_build_visibility_is_the_last_row_itself(torch):
     """build_visibility=False returns an [N] bool tensor as the reference does
-    (its last row built), here a copy that later upserts leave alone."""
+    (its last row built): that row itself, the same object on every such call
+    until a row is built again, never a copy, so that the engine path does
+    no ring-sized work per upsert (issue 20: a fresh [N] tensor per call cost
+    8 ms at 544 MiB). Later upserts never write into a row handed out."""
     c = ringkv.LayerRingCache(**GEOM, dtype=torch.float32, device="cpu")
     kv = torch.randn(2, 1, 2, 128, 16)
     _, _, first = c.upsert(kv, i64(torch, 0), True, i64(torch, 0), build_visibility=False)
     assert first.dtype == torch.bool and first.shape == (c.total_slots,) and not first.any()
+    _, _, again = c.upsert(kv, i64(torch, 0), False, i64(torch, 0), build_visibility=False)
+    assert again is first
     _, _, row = c.upsert(kv, i64(torch, 1), True, i64(torch, 0))
+    assert row is not first and not first.any()  # a new row; the old one left alone
     assert row.sum() == 2 * 128  # frame 0 and the scratch
-    _, _, stale = c.upsert(kv, i64(torch, 2), True, i64(torch, 0), build_visibility=False)
-    assert torch.equal(stale, row) and stale.data_ptr() != row.data_ptr()
-    _, _, newer = c.upsert(kv, i64(torch, 3), True, i64(torch, 0))
-    assert not torch.equal(newer, row) and torch.equal(stale, row)  # never overwritten
-    # NumPy inputs: a NumPy copy
-    _, _, np_stale = c.upsert(kv.numpy(), np.array([4]), False, np.array([0]),
-                              build_visibility=False)
-    assert isinstance(np_stale, np.ndarray) and np.array_equal(np_stale, newer.numpy())
+    stales = [c.upsert(kv, i64(torch, f), f % 2 == 0, i64(torch, 0), build_visibility=False)[2]
+              for f in (2, 3, 4)]
+    assert all(s is row for s in stales)
+    assert int(row.sum()) == 2 * 128  # the bits moved on (frames 2, 4), the row did not
+    _, _, newer = c.upsert(kv, i64(torch, 5), True, i64(torch, 0))
+    assert not torch.equal(newer, row) and int(row.sum()) == 2 * 128  # never overwritten
+    # NumPy inputs: the same row seen as a NumPy array (shared memory, no copy), the same
+    # array object every call
+    np_stales = [c.upsert(kv.numpy(), np.array([6]), False, np.array([0]),
+                          build_visibility=False)[2] for _ in range(2)]
+    assert isinstance(np_stales[0], np.ndarray) and np_stales[1] is np_stales[0]
+    assert np.shares_memory(np_stales[0], newer.numpy())
+    assert np.array_equal(np_stales[0], newer.numpy())
+    # and a NumPy row built, then asked for by torch input: a view of it, one object
+    _, _, np_row = c.upsert(kv.numpy(), np.array([6]), False, np.array([0]))
+    t_stales = [c.upsert(kv, i64(torch, 6), False, i64(torch, 0), build_visibility=False)[2]
+                for _ in range(2)]
+    assert t_stales[1] is t_stales[0] and np.shares_memory(t_stales[0].numpy(), np_row)
+    # a copy of the layer copies the last row (its own)
+    twin = copy.deepcopy(c)
+    _, _, twin_row = twin.upsert(kv, i64(torch, 6), False, i64(torch, 0), build_visibility=False)
+    assert np.array_equal(twin_row.numpy(), np_row) and not np.shares_memory(twin_row.numpy(),
+                                                                             np_row)
+
+
+def test_upsert_without_row_allocates_nothing_ring_sized(torch):
+    """The engine path's upsert (build_visibility=False), with torch and
+    with NumPy inputs, on a CPU layer and through a Model, allocates nothing
+    whose size grows with the ring: no allocation of N/4 bytes or more
+    (N = 1.3 M slots; the frame is 32 KiB) in torch's allocator (the
+    profiler's memory events, ops included) or in NumPy's (tracemalloc).
+    The same calls with a row built are seen allocating it: the check can
+    fail."""
+    import tracemalloc
+
+    from torch.profiler import ProfilerActivity, profile
+    g = dict(GEOM, num_sessions=64, ring_frames=160, ring_buckets=160)
+    c = ringkv.LayerRingCache(**g, dtype=torch.float32, device="cpu")
+    N = c.total_slots
+    assert N > 1_000_000
+    kv = torch.randn(2, 1, 2, 128, 16)
+    m = ringkv.Model(ringkv.ModelConfig("flat", [ringkv.LayerSpec(160, 160, 1)], 64, 2, 2, 16,
+                                        128))
+    s = m.claim("r")
+
+    def passes(f, build):
+        c.upsert(kv.numpy(), np.array([f]), False, np.array([0]), build_visibility=build)
+        c.upsert(kv, i64(torch, f), f % 2 == 0, i64(torch, 0), build_visibility=build)
+        if not build:
+            m.begin_frame([s], [f - 1])
+            m.upsert(0, [s], kv, False)
+            m.upsert(0, [s], kv.numpy(), True)
+
+    def biggest(build):
+        tracemalloc.start()
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            for f in range(1, 5):
+                passes(f, build)
+        _, np_peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        return max(e.cpu_memory_usage for e in prof.events()), np_peak
+
+    passes(1, True)  # a row built: the stale value exists; everything warmed up
+    torch_big, np_peak = biggest(False)
+    assert torch_big < N // 4, f"torch allocated {torch_big} bytes in one call; N = {N}"
+    assert np_peak < N // 4, f"NumPy allocated {np_peak} bytes at peak; N = {N}"
+    torch_row, np_row = biggest(True)  # what a row costs, seen by both
+    assert torch_row >= N and np_row >= N, (torch_row, np_row)
 
 
 def test_dtypes_and_devices_ringkv_does_not_have_are_refused(torch, reference):
