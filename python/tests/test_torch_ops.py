@@ -300,6 +300,121 @@ def test_model_compiles_with_fullgraph(torch):
         assert np.array_equal(m.layer(layer).written.numpy(), twin.layer(layer).written)
 
 
+def test_layer_body_with_int_layer_compiles_over_layers(torch):
+    """A layer body that takes ``layer: int`` and a pass counter, compiled
+    with fullgraph=True and called for every layer of every pass: Dynamo
+    makes the ints dynamic on the second call (torch.SymInt, and
+    ``p == 4`` a torch.SymBool), which ringkv takes as ints and bools
+    (issue 20: is_bool asked a SymInt for its dtype and the second layer
+    failed). Outputs and storage equal a twin model's fed the same inputs
+    eagerly, and the clocks advance."""
+    cfg = ringkv.preset("demo", num_sessions=2)
+    m, twin = ringkv.Model(cfg, array_kind="torch"), ringkv.Model(cfg)
+    for model in (m, twin):
+        assert model.claim("a") == 0 and model.claim("b") == 1
+    si = i64(torch, 1, 0)
+
+    def body(layer: int, p: int, kv, q):
+        m.upsert(layer, si, kv, p == 4)
+        return m.attend(layer, si, q)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(body, backend="aot_eager", fullgraph=True)
+    gen = torch.Generator().manual_seed(11)
+    for f in range(3):
+        m.begin_frame(si, i64(torch, f, f))
+        twin.begin_frame([1, 0], [f, f])
+        for p in range(5):
+            for layer in range(cfg.n_layers):
+                kv = torch.randn(2, 1, 1, 256, 64, generator=gen)
+                q = torch.randn(2, 1, 128, 64, generator=gen)
+                out = compiled(layer, p, kv, q)
+                twin.upsert(layer, [1, 0], kv.numpy(), p == 4)
+                assert np.array_equal(out.numpy(), twin.attend(layer, [1, 0], q.numpy())), \
+                    (f, p, layer)
+        assert m.clock(0) == m.clock(1) == f
+    for layer in range(cfg.n_layers):
+        assert np.array_equal(m.layer(layer).kv.numpy(), twin.layer(layer).kv)
+
+
+def test_symbolic_ints_and_bools_are_taken(torch):
+    """ringkv's argument checks (ringkv._args) take a torch.SymInt where an
+    int is taken and a torch.SymBool where a bool is (a symbolic trace
+    makes real ones: sizes of a tensor), and still refuse a bool as an int
+    and an int as a flag."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from ringkv import _args
+    seen = {}
+
+    def f(x):
+        n = x.shape[0]
+        seen["types"] = (type(n).__name__, type(n == 3).__name__)
+        seen["int"] = _args.as_int(n, "n") is n and _args.as_session(n, "s") is n
+        seen["is_bool"] = (_args.is_bool(n), _args.is_bool(n == 3))
+        seen["flag"] = _args.as_flag(n == 3, "commit")
+        with pytest.raises(ringkv.RingKVTypeError, match="not a bool"):
+            _args.as_int(n == 3, "n")
+        with pytest.raises(ringkv.RingKVTypeError, match="must be a bool"):
+            _args.as_flag(n, "commit")
+        return x * 2
+
+    make_fx(f, tracing_mode="symbolic")(torch.zeros(3))
+    assert seen == {"types": ("SymInt", "SymBool"), "int": True, "is_bool": (False, True),
+                    "flag": True}
+
+
+def test_flex_block_mask_in_a_compiled_step(torch):
+    """mstar's pattern: the step that upserts builds its BlockMask and runs
+    FlexAttention inside one torch.compile(fullgraph=True) region (issue
+    20: flex_block_mask made ctypes calls, Unsupported there). With the
+    session and clock as ints (dynamic after the first calls) or as int64
+    tensors, the compiled step's mask lists equal eager flex_block_mask's
+    and its output equals eager FlexAttention's and ringkv's attention,
+    over the 4+1 schedule (write steps hide a ring frame)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    cache = ringkv.LayerRingCache(**GEOM, dtype=torch.float32, device="cpu")
+    k, v = cache.kv[0], cache.kv[1]
+
+    def step(kv, f: int, s: int, fp, si, q, as_tensors: bool):
+        cache.upsert(kv, fp, False, si, build_visibility=False)
+        bm = ringkv.flex_block_mask(cache, si if as_tensors else s, fp if as_tensors else f)
+        out = flex_attention(q, k, v, block_mask=bm, enable_gqa=True)
+        return out, bm.full_kv_num_blocks, bm.full_kv_indices, bm.kv_num_blocks
+
+    torch._dynamo.reset()
+    args = (torch.zeros(2, 1, 2, 128, 16), 0, 0, i64(torch, 0), i64(torch, 0),
+            torch.zeros(1, 4, 128, 16), False)
+    explained = torch._dynamo.explain(step)(*args)
+    assert explained.graph_break_count == 0, explained.break_reasons
+    compiled = torch.compile(step, backend="aot_eager", fullgraph=True)
+    gen = torch.Generator().manual_seed(8)
+    hidden = 0
+    for f in range(7):
+        for s in (0, 1):
+            kv = torch.randn(2, 1, 2, 128, 16, generator=gen)
+            q = torch.randn(1, 4, 128, 16, generator=gen)
+            for as_tensors in (False, True):
+                out, num, idx, partial = compiled(kv, f, s, i64(torch, f), i64(torch, s), q,
+                                                  as_tensors)
+                bm = ringkv.flex_block_mask(cache, s, f)
+                assert torch.equal(num, bm.full_kv_num_blocks), (f, s)
+                assert torch.equal(idx, bm.full_kv_indices), (f, s)
+                assert int(partial.sum()) == 0
+                want = cache.attend(q, [s], [f])
+                assert rel(flex_attention(q, k, v, block_mask=bm, enable_gqa=True), want) <= 1e-5
+                assert rel(out, want) <= 1e-5, (f, s, as_tensors)
+            n = int(num[0, 0, 0])
+            frames = cache.visible_frames(s, f)
+            first = s * cache.capacity // 128
+            assert idx[0, 0, 0, :n].tolist() == [first + r for r in frames]
+            assert not idx[0, 0, 0, n:].any()
+            hidden += len(frames) < min(f, GEOM["ring_buckets"]) + 1
+            cache.upsert(kv, i64(torch, f), True, i64(torch, s), build_visibility=False)
+    assert hidden  # some clocks hid a ring frame (write steps with the ring full)
+
+
 # ---- the drop-in's differences --------------------------------------------------------
 
 def test_row_without_build_visibility_is_the_last_row_itself(torch):
