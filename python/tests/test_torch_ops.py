@@ -337,6 +337,31 @@ def test_layer_body_with_int_layer_compiles_over_layers(torch):
         assert np.array_equal(m.layer(layer).kv.numpy(), twin.layer(layer).kv)
 
 
+def test_lists_of_dynamic_ints_in_a_compiled_step(torch):
+    """session_idx and frame_pos as lists of ints (the form every call takes)
+    inside a compiled region, the ints dynamic after the first calls: built
+    as tensors with torch operations (NumPy cannot be traced there), equal
+    to a twin cache fed tensors eagerly."""
+    cache = ringkv.LayerRingCache(**GEOM, dtype=torch.float32, device="cpu")
+    twin = ringkv.LayerRingCache(**GEOM, dtype=torch.float32, device="cpu")
+
+    def step(kv, s: int, f: int, q):
+        cache.upsert(kv, [f], f % 2 == 0, [s], build_visibility=False)
+        return cache.attend(q, [s], [f])
+
+    torch._dynamo.reset()
+    compiled = torch.compile(step, backend="aot_eager", fullgraph=True)
+    gen = torch.Generator().manual_seed(4)
+    for f in range(5):
+        for s in (0, 1):
+            kv = torch.randn(2, 1, 2, 128, 16, generator=gen)
+            q = torch.randn(1, 4, 128, 16, generator=gen)
+            out = compiled(kv, s, f, q)
+            twin.upsert(kv, i64(torch, f), f % 2 == 0, i64(torch, s), build_visibility=False)
+            assert torch.equal(out, twin.attend(q, i64(torch, s), i64(torch, f))), (f, s)
+    assert torch.equal(cache.kv, twin.kv) and torch.equal(cache.written, twin.written)
+
+
 def test_symbolic_ints_and_bools_are_taken(torch):
     """ringkv's argument checks (ringkv._args) take a torch.SymInt where an
     int is taken and a torch.SymBool where a bool is (a symbolic trace
