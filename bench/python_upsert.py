@@ -16,7 +16,8 @@ that the measurement sees a cost that grows.
 
 Paths: ``LayerRingCache.upsert`` with torch tensors (the custom op) and
 with NumPy arrays, ``Model.upsert`` with torch tensors (``ringkv::model_upsert``)
-and with NumPy arrays (``rkv_model_upsert``), and the control.
+and with NumPy arrays (``rkv_model_upsert``), each Model call a whole frame
+of a one-layer model (``begin_frame`` and the commit pass), and the control.
 
 Run from the repository root after a build::
 
@@ -62,9 +63,11 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def _paths(sessions: int, frames: int) -> dict:
-    """One callable per path for a layer (and a model) of this size; each
-    call makes one upsert at the next clock."""
+def _paths(sessions: int, frames: int) -> tuple[dict, int, int, list]:
+    """(one callable per path, K/V bytes, N, the objects to keep alive) for
+    layers and a model of this size; each call makes one upsert at the next
+    clock (a Model row: a whole frame of its one layer, begin_frame and the
+    commit pass)."""
     kv_np = np.zeros((2, 1, H, T, D), dtype=np.uint16)  # bf16 bits
     # one layer per input kind, each with a row of its kind built first (the
     # value build_visibility=False hands back)
