@@ -1095,8 +1095,8 @@ RKV_API rkv_status rkv_model_session_digest(rkv_model *model, int64_t session,
  * claim does not hand it out, the request id is refused by claim
  * (RKV_ERR_STATE) until the import ends. Its regions are zeroed. Errors
  * (nothing changed): RKV_ERR_NULL, RKV_ERR_FORMAT (a blob that is not
- * version-1 metadata, damaged (checksum), or of another geometry: the
- * field named), RKV_ERR_STATE (the request id is held, paged out or being
+ * metadata of version RKV_SESSION_META_VERSION (2), damaged (checksum), or
+ * of another geometry: the field named), RKV_ERR_STATE (the request id is held, paged out or being
  * imported here), RKV_ERR_FULL (no free slot: a destination without room
  * refuses here, before the source gives anything up). */
 RKV_API rkv_status rkv_model_import_reserve(rkv_model *model, const void *meta,

@@ -370,11 +370,11 @@ rkv_status rkv__model_check_between_frames(const rkv_model *m, const char *what,
     const int64_t row = m->sessions[session].row;
     if (row >= 0 && m->batch.open)
         return rkv__fail(RKV_ERR_STATE,
-                         "%s: session %lld is inside frame %lld (row %lld of the open batch, "
-                         "whose commit pass has not gone through every layer); only sessions "
-                         "between frames can be snapshotted, restored or forked",
-                         what, (long long)session, (long long)m->batch.host[m->batch.n + row],
-                         (long long)row);
+                         "%s: session %lld (request '%s') is inside frame %lld (row %lld of "
+                         "the open batch, whose commit pass has not gone through every layer); "
+                         "only sessions between frames can be snapshotted, restored or forked",
+                         what, (long long)session, m->sessions[session].request_id,
+                         (long long)m->batch.host[m->batch.n + row], (long long)row);
     return RKV_OK;
 }
 

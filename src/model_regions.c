@@ -14,7 +14,7 @@
 
 #include "model_internal.h"
 
-/* ---- the metadata blob (version 1, little-endian) ------------------------------ */
+/* ---- the metadata blob (RKV_SESSION_META_VERSION, little-endian: ringkv.h) ---- */
 
 #define META_MAGIC "RKVSESS"     /* 8 bytes with its NUL */
 #define META_FIXED 344           /* bytes before the per-layer triples, checksum included */
