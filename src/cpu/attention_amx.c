@@ -3,16 +3,16 @@
  * softmax as attention_flash.c over units of (session row, query head, tile
  * of MQ = 64 queries) -- a task takes several units of one KV head, so each
  * chunk of keys is packed once for them -- with both products on bf16
- * dot-product hardware, one of two engines over the same packed operands:
+ * dot-product hardware, one of two engines:
  *  - "amx": Intel AMX tiles (TDPBF16PS, 16x16 f32 blocks);
  *  - "avx512bf16": AVX512-BF16's VDPBF16PS (16 f32 lanes, each summing two
  *    bf16 products), for CPUs without AMX (AMD Zen 4 and later, Intel
- *    Cooper Lake): 8 rows x 32 columns of f32 accumulators per step.
+ *    Cooper Lake): 6 rows x 64 columns of f32 accumulators per step.
  *
+ * AMX, scores by query:
  *   S  [64 q][128 k] f32  = Q [64][D] bf16  . K^T          (pair products)
  *   P  [64 q][128 k] bf16 = round(exp(scale*S - m))         (AVX-512, f32)
  *   O  [64 q][D] f32     += P . V                           (pair products)
- *
  * Operand layouts (TDPBF16PS C[M][N] += sum_k A[M][2k..2k+1] . B[k][N][0..1],
  * B holding bf16 pairs along the reduction dimension, "VNNI" order):
  *   Q   A operand as stored: rows = queries, 32 bf16 of d per tile row.
@@ -22,17 +22,25 @@
  *   V   B operand: VP[p][d] = the u32 pair (V[2p][d], V[2p+1][d]), two key
  *       rows interleaved element by element: [64][D] u32.
  *
+ * AVX512-BF16, scores by key (dot_body): S^T [128 k][64 q] = K . Q^T with
+ * the keys' rows as the broadcast operand as stored and Q^T pairs
+ * (QT[p][q] = (Q[q][2p], Q[q][2p+1]), once per task); the softmax runs
+ * down the keys with 16 queries a vector (no horizontal reduction); the
+ * weights as pairs PP[p][q] = (P[q][2p], P[q][2p+1]) are the broadcast
+ * operand of O += P . V, against VP in in-lane order (pack_vp_lanes).
+ *
  * Accuracy: queries are rounded to bf16 (exact when they are bf16), and
- * the probabilities P are rounded to bf16 before P . V (their sum l uses the
- * same rounded values); products and sums are f32. The error is bf16-level,
+ * the probabilities P are rounded to bf16 before P . V (their sum l is of
+ * the unrounded values); products and sums are f32. The error is bf16-level,
  * ~1e-3 norm-wise relative, against 1e-2 allowed for bf16 inputs by
  * SEMANTICS 5. The tile unit treats bf16 subnormal inputs as zero. Each
  * output is computed by one thread in a fixed order: results do not depend
  * on the thread count. A NaN in Q, K or V reaches the outputs it touches.
  *
- * Both engines compute each f32 accumulator from the same bf16 pairs in the
- * same order of pairs; they may still differ in the last bits (the tile
- * unit's internal summation order is its own), not in accuracy.
+ * Both engines compute each score and output accumulator from the same
+ * bf16 pairs in the same order of pairs; they may still differ in the last
+ * bits (the tile unit's internal summation order is its own, and the two
+ * sum l in different orders), not in accuracy.
  *
  * Compiled only where the compiler knows AMX (RKV_HAVE_AMX, isa.h: GCC >= 11,
  * Clang >= 12 on x86-64 Linux); elsewhere the tasks are stubs that the
