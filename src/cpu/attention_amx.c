@@ -250,14 +250,16 @@ AMX_TARGET static void amx_pairs(float *c, size_t ldc, bool accumulate, const ui
  * 8 x 2 took 10 per 16 and ran below the unit's rate on Zen 5). A's pair p
  * of row m is the u32 arow[m][p] (rows given) or a[m * ars + p * aps].
  * accumulate: C's rows are first scaled by cscale[m] (NULL: kept), then
- * added to; else overwritten. N % 32 == 0, any M. The products (the
+ * added to; else overwritten. oscale (not NULL): every result times
+ * *oscale as it is stored. N % 32 == 0, any M. The products (the
  * AVX512-BF16 engine's scores are transposed):
  *   S^T[KB][MQ]  = K[KB][D]  . QT[D/2][MQ]  (A: the keys' rows as stored)
  *   O[MQ][D]   += P[MQ][KB] . VP[KB/2][D]   (A: PP[KB/2][MQ]: ars 1, aps MQ) */
 #define DOT_INLINE DOT_TARGET static inline __attribute__((always_inline))
 DOT_INLINE void dot_block(const int R, const int NV, float *c, size_t ldc, bool accumulate,
-                          const float *cscale, const uint32_t *const *arow, const uint32_t *a,
-                          size_t ars, size_t aps, const uint32_t *b, size_t ldb, int64_t P) {
+                          const float *cscale, const float *oscale, const uint32_t *const *arow,
+                          const uint32_t *a, size_t ars, size_t aps, const uint32_t *b,
+                          size_t ldb, int64_t P) {
     __m512 acc[6][4];
 #pragma GCC unroll 6
     for (int r = 0; r < R; r++) {
@@ -282,29 +284,36 @@ DOT_INLINE void dot_block(const int R, const int NV, float *c, size_t ldc, bool 
             for (int v = 0; v < NV; v++) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], xv, bv[v]);
         }
     }
+    const __m512 os = _mm512_set1_ps(oscale ? *oscale : 1.0f);
 #pragma GCC unroll 6
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
-        for (int v = 0; v < NV; v++) _mm512_storeu_ps(c + (size_t)r * ldc + 16 * v, acc[r][v]);
+        for (int v = 0; v < NV; v++)
+            _mm512_storeu_ps(c + (size_t)r * ldc + 16 * v,
+                             oscale ? _mm512_mul_ps(acc[r][v], os) : acc[r][v]);
 }
 
 /* One band of R rows (R <= 6) over all N columns. */
 DOT_INLINE void dot_band(const int R, float *c, size_t ldc, bool accumulate, const float *cscale,
-                         const uint32_t *const *arow, const uint32_t *a, size_t ars, size_t aps,
-                         const uint32_t *b, size_t ldb, int64_t N, int64_t P) {
+                         const float *oscale, const uint32_t *const *arow, const uint32_t *a,
+                         size_t ars, size_t aps, const uint32_t *b, size_t ldb, int64_t N,
+                         int64_t P) {
     int64_t n0 = 0;
     for (; n0 + 64 <= N; n0 += 64)
-        dot_block(R, 4, c + n0, ldc, accumulate, cscale, arow, a, ars, aps, b + n0, ldb, P);
+        dot_block(R, 4, c + n0, ldc, accumulate, cscale, oscale, arow, a, ars, aps, b + n0, ldb,
+                  P);
     if (n0 < N)
-        dot_block(R, 2, c + n0, ldc, accumulate, cscale, arow, a, ars, aps, b + n0, ldb, P);
+        dot_block(R, 2, c + n0, ldc, accumulate, cscale, oscale, arow, a, ars, aps, b + n0, ldb,
+                  P);
 }
 
 DOT_INLINE void dot_pairs_t(const bool rows, float *c, size_t ldc, bool accumulate,
-                            const float *cscale, const uint32_t *const *arow, const uint32_t *a,
-                            size_t ars, size_t aps, const uint32_t *b, size_t ldb, int64_t M,
-                            int64_t N, int64_t P) {
+                            const float *cscale, const float *oscale,
+                            const uint32_t *const *arow, const uint32_t *a, size_t ars,
+                            size_t aps, const uint32_t *b, size_t ldb, int64_t M, int64_t N,
+                            int64_t P) {
 #define BAND(R)                                                                          \
-    dot_band(R, c + (size_t)m0 * ldc, ldc, accumulate, cscale ? cscale + m0 : NULL,     \
+    dot_band(R, c + (size_t)m0 * ldc, ldc, accumulate, cscale ? cscale + m0 : NULL, oscale, \
              rows ? arow + m0 : NULL, rows ? NULL : a + (size_t)m0 * ars, ars, aps, b, ldb, N, P)
     int64_t m0 = 0;
     for (; m0 + 6 <= M; m0 += 6) BAND(6);
@@ -319,15 +328,16 @@ DOT_INLINE void dot_pairs_t(const bool rows, float *c, size_t ldc, bool accumula
 #undef BAND
 }
 
-/* C (+)= A . B with A's rows given (arow[m][p]) / strided (a[m * ars + p * aps]). */
-DOT_TARGET static void dot_rows(float *c, size_t ldc, const uint32_t *const *arow,
+/* C = oscale * (A . B) with A's rows given (arow[m][p]); C (+)= A . B with
+ * A strided (a[m * ars + p * aps]). */
+DOT_TARGET static void dot_rows(float *c, size_t ldc, float oscale, const uint32_t *const *arow,
                                 const uint32_t *b, size_t ldb, int64_t M, int64_t N, int64_t P) {
-    dot_pairs_t(true, c, ldc, false, NULL, arow, NULL, 0, 0, b, ldb, M, N, P);
+    dot_pairs_t(true, c, ldc, false, NULL, &oscale, arow, NULL, 0, 0, b, ldb, M, N, P);
 }
 DOT_TARGET static void dot_strided(float *c, size_t ldc, bool accumulate, const float *cscale,
                                    const uint32_t *a, size_t ars, size_t aps, const uint32_t *b,
                                    size_t ldb, int64_t M, int64_t N, int64_t P) {
-    dot_pairs_t(false, c, ldc, accumulate, cscale, NULL, a, ars, aps, b, ldb, M, N, P);
+    dot_pairs_t(false, c, ldc, accumulate, cscale, NULL, NULL, a, ars, aps, b, ldb, M, N, P);
 }
 
 /* ---- what both engines' tasks share ------------------------------------- */
@@ -497,8 +507,7 @@ AMX_TARGET static void amx_body(const rkv__attend_ctx *c, const pair_task *t) {
     /* scores times scale*log2(e): for scale > 0 (the usual) the raw scores'
      * max gives the scaled max, one multiply less per score */
     const bool pos = c->scale > 0.0f;
-    const __m512 scale = _mm512_set1_ps(c->scale);
-    const __m512 c1 = pos ? _mm512_set1_ps(c->scale * LOG2E) : _mm512_set1_ps(LOG2E);
+    const __m512 scale = _mm512_set1_ps(c->scale), log2e = _mm512_set1_ps(LOG2E);
     const uint32_t *krow[KB];
     const uint16_t *vrow[KB];
 
@@ -546,10 +555,16 @@ AMX_TARGET static void amx_body(const rkv__attend_ctx *c, const pair_task *t) {
                     __m512 sum = _mm512_setzero_ps();
                     /* a branch per row and chunk, taken only there */
                     const bool dead = mn == -INFINITY;
-                    const __m512 ml = _mm512_set1_ps(mn * LOG2E);
+                    const __m512 mnv = _mm512_set1_ps(mn);
+                    /* (scale s - m) log2(e), scale s rounded as the max
+                     * was: <= 0 exactly, no weight above 1 whatever the
+                     * scores' size (an FMA of s by scale log2(e) could
+                     * round above m log2(e): 2^+128 at scores of 1e11) */
                     for (int v = 0; v < KB / 16; v++) {
+                        const __m512 ss = pos ? _mm512_mul_ps(sv[v], scale) : sv[v];
                         const __m512 p =
-                            dead ? dead_weights(sv[v]) : vexp2(_mm512_fmsub_ps(sv[v], c1, ml));
+                            dead ? dead_weights(sv[v])
+                                 : vexp2(_mm512_mul_ps(_mm512_sub_ps(ss, mnv), log2e));
                         _mm256_storeu_si256((__m256i *)(pb + i * KB + v * 16),
                                             (__m256i)_mm512_cvtneps_pbh(p));
                         sum = _mm512_add_ps(sum, p);
@@ -597,50 +612,40 @@ AMX_TARGET static void amx_body(const rkv__attend_ctx *c, const pair_task *t) {
 
 #define QV (MQ / 16) /* query vectors of a tile */
 
-/* One unit's chunk: the softmax over S^T [KB][MQ] (nk keys; st scaled in
- * place where scale <= 0), updating m, l (per query) and corr, and the
- * weights PP[(nk + 1) / 2][MQ] (a padding key past an odd nk weighs 0).
- * Returns whether any correction differs from 1. */
-DOT_TARGET static bool dot_softmax(float *st, uint32_t *pp, int64_t nk, float scale_f, float *m,
+/* One unit's chunk: the softmax over S^T [KB][MQ] (nk keys) of scores in
+ * log2 units (scale * log2(e) * q.k, as dot_rows stores them), updating m
+ * (the running max, log2 units), l (per query) and corr, and the weights
+ * PP[(nk + 1) / 2][MQ] (a padding key past an odd nk weighs 0). Each weight
+ * is 2^(s - m) with s - m <= 0 exactly (both rounded once, the same way):
+ * no weight above 1 whatever the scores' size. Returns whether any
+ * correction differs from 1. */
+DOT_TARGET static bool dot_softmax(const float *st, uint32_t *pp, int64_t nk, float *m,
                                    float *lsum, float *corr) {
-    const bool pos = scale_f > 0.0f;
-    const __m512 c1 = _mm512_set1_ps(pos ? scale_f * LOG2E : LOG2E);
     /* bf16 of two f32 vectors, interleaved: lane i = (a[i], b[i]) */
     const __m512i ilv = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
                                          24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17,
                                          1, 16, 0);
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
     bool scaled = false;
     for (int v = 0; v < QV; v++) {
-        __m512 mx[4] = {_mm512_set1_ps(-INFINITY), _mm512_set1_ps(-INFINITY),
-                        _mm512_set1_ps(-INFINITY), _mm512_set1_ps(-INFINITY)};
-        int64_t j = 0;
-        if (pos)
-            for (; j + 4 <= nk; j += 4)
-                for (int u = 0; u < 4; u++) /* a NaN score is skipped here */
-                    mx[u] = _mm512_max_ps(_mm512_loadu_ps(st + (j + u) * MQ + v * 16), mx[u]);
-        for (; j < nk; j++) {
-            __m512 s = _mm512_loadu_ps(st + j * MQ + v * 16);
-            if (!pos) {
-                s = _mm512_mul_ps(s, _mm512_set1_ps(scale_f));
-                _mm512_storeu_ps(st + j * MQ + v * 16, s);
-            }
-            mx[0] = _mm512_max_ps(s, mx[0]);
-        }
-        __m512 cm = _mm512_max_ps(_mm512_max_ps(mx[0], mx[1]), _mm512_max_ps(mx[2], mx[3]));
-        if (pos) cm = _mm512_mul_ps(cm, _mm512_set1_ps(scale_f));
-        const __m512 mo = _mm512_loadu_ps(m + v * 16);
-        const __m512 mv = _mm512_max_ps(cm, mo);
-        const __mmask16 dead = _mm512_cmp_ps_mask(mv, _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ);
-        const __m512 ml = _mm512_mul_ps(mv, _mm512_set1_ps(LOG2E));
-        __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
         const float *sv = st + v * 16;
+        __m512 mx[4] = {ninf, ninf, ninf, ninf};
+        int64_t j = 0;
+        for (; j + 4 <= nk; j += 4)
+            for (int u = 0; u < 4; u++) /* a NaN score is skipped here */
+                mx[u] = _mm512_max_ps(_mm512_loadu_ps(sv + (j + u) * MQ), mx[u]);
+        for (; j < nk; j++) mx[0] = _mm512_max_ps(_mm512_loadu_ps(sv + j * MQ), mx[0]);
+        const __m512 mo = _mm512_loadu_ps(m + v * 16);
+        const __m512 mv = _mm512_max_ps(
+            _mm512_max_ps(_mm512_max_ps(mx[0], mx[1]), _mm512_max_ps(mx[2], mx[3])), mo);
+        const __mmask16 dead = _mm512_cmp_ps_mask(mv, ninf, _CMP_EQ_OQ);
+        __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
         uint32_t *pv = pp + v * 16;
         int64_t p = 0;
         if (!dead) /* the usual: no row is dead */
             for (; 2 * p + 1 < nk; p++) {
-                const __m512 p0 = vexp2(_mm512_fmsub_ps(_mm512_loadu_ps(sv + 2 * p * MQ), c1, ml));
-                const __m512 p1 =
-                    vexp2(_mm512_fmsub_ps(_mm512_loadu_ps(sv + (2 * p + 1) * MQ), c1, ml));
+                const __m512 p0 = vexp2(_mm512_sub_ps(_mm512_loadu_ps(sv + 2 * p * MQ), mv));
+                const __m512 p1 = vexp2(_mm512_sub_ps(_mm512_loadu_ps(sv + (2 * p + 1) * MQ), mv));
                 sum0 = _mm512_add_ps(sum0, p0);
                 sum1 = _mm512_add_ps(sum1, p1);
                 const __m512i w = (__m512i)_mm512_cvtne2ps_pbh(p1, p0); /* p0 low, p1 high */
@@ -650,8 +655,8 @@ DOT_TARGET static bool dot_softmax(float *st, uint32_t *pp, int64_t nk, float sc
             const bool two = 2 * p + 1 < nk;
             const __m512 s0 = _mm512_loadu_ps(sv + 2 * p * MQ);
             const __m512 s1 = two ? _mm512_loadu_ps(sv + (2 * p + 1) * MQ) : _mm512_setzero_ps();
-            __m512 p0 = vexp2(_mm512_fmsub_ps(s0, c1, ml));
-            __m512 p1 = two ? vexp2(_mm512_fmsub_ps(s1, c1, ml)) : _mm512_setzero_ps();
+            __m512 p0 = vexp2(_mm512_sub_ps(s0, mv));
+            __m512 p1 = two ? vexp2(_mm512_sub_ps(s1, mv)) : _mm512_setzero_ps();
             p0 = _mm512_mask_mov_ps(p0, dead, dead_weights(s0));
             p1 = _mm512_mask_mov_ps(p1, dead, dead_weights(s1)); /* the padding key: 0 */
             sum0 = _mm512_add_ps(sum0, p0);
@@ -659,7 +664,9 @@ DOT_TARGET static bool dot_softmax(float *st, uint32_t *pp, int64_t nk, float sc
             const __m512i w = (__m512i)_mm512_cvtne2ps_pbh(p1, p0);
             _mm512_storeu_si512(pv + p * MQ, _mm512_permutexvar_epi16(ilv, w));
         }
-        const __m512 cr = correction(mo, mv);
+        /* exp(m_old - m_new) in log2 units; m_new -inf (m_old too): 0, as
+         * correction() */
+        const __m512 cr = vexp2(_mm512_sub_ps(mo, _mm512_mask_mov_ps(mv, dead, _mm512_setzero_ps())));
         _mm512_storeu_ps(corr + v * 16, cr);
         _mm512_storeu_ps(lsum + v * 16, _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(lsum + v * 16), cr),
                                                       _mm512_add_ps(sum0, sum1)));
@@ -695,9 +702,10 @@ DOT_TARGET static void dot_body(const rkv__attend_ctx *c, const pair_task *t) {
         pack_vp_lanes(vp, vrow, pairs, D);
         for (int64_t g = 0; g < t->gn; g++) {
             float *ot = otall + (size_t)g * MQ * d;
-            /* S^T = K . Q^T over the chunk's nk keys */
-            dot_rows(st, MQ, krow, qtall + (size_t)g * MQ * d / 2, MQ, nk, MQ, D / 2);
-            const bool scaled = dot_softmax(st, pp, nk, c->scale, mall[g], lall[g], corr);
+            /* S^T = scale log2(e) K . Q^T over the chunk's nk keys */
+            dot_rows(st, MQ, c->scale * LOG2E, krow, qtall + (size_t)g * MQ * d / 2, MQ, nk, MQ,
+                     D / 2);
+            const bool scaled = dot_softmax(st, pp, nk, mall[g], lall[g], corr);
             /* O = corr * O + P . V (the first chunk: O = P . V) */
             dot_strided(ot, d, j0 > 0, scaled ? corr : NULL, pp, 1, MQ, vp, d, MQ, D, pairs);
         }
