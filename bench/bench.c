@@ -419,7 +419,8 @@ static void usage(FILE *f) {
             "  CPU's other candidate engine in the same rounds (the widening AVX-512 kernel\n"
             "  where bf16 pairs run by default; AVX512-BF16 where AVX-512 does); upsert against\n"
             "  memcpy of the same bytes; offload, page-in and export/import of a 360P\n"
-            "  session against memcpy of the same bytes; and a 360P rollout. Every row\n"
+            "  session, and snapshot/restore of a demo and a 360P session (warm: us per\n"
+            "  call), against memcpy of the same bytes; and a 360P rollout. Every row\n"
             "  names the CPU, the OpenBLAS kernel, the instruction set and the ceiling's\n"
             "  kind; a ratio above 1.05 is flagged (ceiling_suspect) and said on stderr.\n"
             "  One JSON object per line with --json. --quick finishes in under 2 minutes\n"
@@ -476,6 +477,7 @@ int rkv_cmd_bench(int argc, char **argv) {
     bench_attention(&o, pool);
     bench_upsert(&o);
     bench_offload(&o);
+    bench_snapshot(&o);
     bench_rollout(&o, pool);
     rkv_threadpool_destroy(pool);
     return 0;
