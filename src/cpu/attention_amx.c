@@ -24,10 +24,13 @@
  *
  * AVX512-BF16, scores by key (dot_body): S^T [128 k][64 q] = K . Q^T with
  * the keys' rows as the broadcast operand as stored and Q^T pairs
- * (QT[p][q] = (Q[q][2p], Q[q][2p+1]), once per task); the softmax runs
- * down the keys with 16 queries a vector (no horizontal reduction); the
- * weights as pairs PP[p][q] = (P[q][2p], P[q][2p+1]) are the broadcast
- * operand of O += P . V, against VP in in-lane order (pack_vp_lanes).
+ * (QT[p][q] = (Q[q][2p], Q[q][2p+1]), once per task), in log2 units; the
+ * softmax runs down the keys with 16 queries a vector (no horizontal
+ * reduction); the weights as pairs PP[p][q] = (P[q][2p], P[q][2p+1]) are
+ * the broadcast operand of O += P . V, against VP in in-lane order
+ * (pack_vp_lanes). A full chunk after the first is done in registers
+ * (dot_fused: weights against the running max, kept while no score passes
+ * it by 2^8), else with the scores stored and the max raised.
  *
  * Accuracy: queries are rounded to bf16 (exact when they are bf16), and
  * the probabilities P are rounded to bf16 before P . V (their sum l is of
@@ -676,6 +679,87 @@ DOT_TARGET static bool dot_softmax(const float *st, uint32_t *pp, int64_t nk, fl
     return scaled;
 }
 
+/* The usual chunk (full, after the first, no query's max unknown), the
+ * scores never stored: S^T band by band (6 keys x 64 queries of
+ * accumulators), each weight 2^(s - m) against the running max m as it
+ * stands (not raised: conditional rescaling, as FlashAttention 4 does),
+ * rounded into the pairs PP and summed into sum[4] straight from the
+ * registers. Kept only while every s - m <= RESCALE_AT (weights <= 2^8:
+ * f32 sums and bf16 weights hold them exactly as well); returns false
+ * when some score passes it (a max grown by more than that, +inf): the
+ * caller then redoes the chunk with the max raised (dot_rows,
+ * dot_softmax). NaN scores give NaN weights either way. */
+#define RESCALE_AT 8.0f
+DOT_INLINE void fused_band(const int R, const uint32_t *const *krow, const uint32_t *qt,
+                           int64_t P, const float *c1f, const float *m, float *sums,
+                           __mmask16 *over, uint32_t *pp) {
+    const __m512i ilv = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
+                                         24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17,
+                                         1, 16, 0);
+    __m512 acc[6][QV];
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < QV; v++) acc[r][v] = _mm512_setzero_ps();
+    for (int64_t p = 0; p < P; p++) {
+        __m512bh bv[QV];
+        const uint32_t *bp = qt + (size_t)p * MQ;
+#pragma GCC unroll 4
+        for (int v = 0; v < QV; v++) bv[v] = (__m512bh)_mm512_loadu_si512(bp + 16 * v);
+#pragma GCC unroll 6
+        for (int r = 0; r < R; r++) {
+            const __m512bh xv = (__m512bh)_mm512_set1_epi32((int)krow[r][p]);
+#pragma GCC unroll 4
+            for (int v = 0; v < QV; v++) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], xv, bv[v]);
+        }
+    }
+    /* m, the sums and the constants from memory here, after the products:
+     * kept in registers through them, they pushed accumulators to the
+     * stack (24 accumulators, 4 B vectors and a broadcast fill 29 of 32) */
+    const __m512 lim = _mm512_set1_ps(RESCALE_AT), c1 = _mm512_set1_ps(*c1f);
+#pragma GCC unroll 4
+    for (int v = 0; v < QV; v++) {
+        const __m512 mv = _mm512_loadu_ps(m + 16 * v);
+        __m512 sum = _mm512_loadu_ps(sums + 16 * v);
+#pragma GCC unroll 3
+        for (int r = 0; r < R; r += 2) {
+            /* scores rounded as dot_rows stores them, then against m */
+            const __m512 t0 = _mm512_sub_ps(_mm512_mul_ps(acc[r][v], c1), mv);
+            const __m512 t1 = _mm512_sub_ps(_mm512_mul_ps(acc[r + 1][v], c1), mv);
+            *over |= _mm512_cmp_ps_mask(t0, lim, _CMP_GT_OQ) | _mm512_cmp_ps_mask(t1, lim, _CMP_GT_OQ);
+            const __m512 p0 = vexp2(t0), p1 = vexp2(t1);
+            sum = _mm512_add_ps(sum, _mm512_add_ps(p0, p1));
+            const __m512i w = (__m512i)_mm512_cvtne2ps_pbh(p1, p0);
+            _mm512_storeu_si512(pp + (size_t)(r / 2) * MQ + 16 * v, _mm512_permutexvar_epi16(ilv, w));
+        }
+        _mm512_storeu_ps(sums + 16 * v, sum);
+    }
+}
+/* Out of line (bands of 6 or 2 keys): m and the sums stay in memory
+ * through the products. */
+DOT_TARGET __attribute__((noinline)) static void fused_rows(int R, const uint32_t *const *krow,
+                                                            const uint32_t *qt, int64_t P,
+                                                            const float *c1f, const float *m,
+                                                            float *sums, __mmask16 *over,
+                                                            uint32_t *pp) {
+    if (R == 6) fused_band(6, krow, qt, P, c1f, m, sums, over, pp);
+    else fused_band(2, krow, qt, P, c1f, m, sums, over, pp);
+}
+
+/* fused_band over a full chunk (KB keys: 21 bands of 6, one of 2); on
+ * success l += the weights' sums (m unchanged: no correction). */
+DOT_TARGET static bool dot_fused(const uint32_t *const *krow, const uint32_t *qt, int64_t P,
+                                 float c1f, const float *m, float *lsum, uint32_t *pp) {
+    float sums[MQ] = {0};
+    __mmask16 over = 0;
+    int64_t j = 0;
+    for (; j + 6 <= KB; j += 6) fused_rows(6, krow + j, qt, P, &c1f, m, sums, &over, pp + j / 2 * MQ);
+    fused_rows(2, krow + j, qt, P, &c1f, m, sums, &over, pp + j / 2 * MQ); /* KB % 6 == 2 */
+    if (over) return false;
+    for (int i = 0; i < MQ; i++) lsum[i] += sums[i];
+    return true;
+}
+
 DOT_TARGET static void dot_body(const rkv__attend_ctx *c, const pair_task *t) {
     const struct rkv_layer *l = c->layer;
     const int64_t D = l->g.d_head, n = t->n;
@@ -702,10 +786,18 @@ DOT_TARGET static void dot_body(const rkv__attend_ctx *c, const pair_task *t) {
         pack_vp_lanes(vp, vrow, pairs, D);
         for (int64_t g = 0; g < t->gn; g++) {
             float *ot = otall + (size_t)g * MQ * d;
-            /* S^T = scale log2(e) K . Q^T over the chunk's nk keys */
-            dot_rows(st, MQ, c->scale * LOG2E, krow, qtall + (size_t)g * MQ * d / 2, MQ, nk, MQ,
-                     D / 2);
-            const bool scaled = dot_softmax(st, pp, nk, mall[g], lall[g], corr);
+            const uint32_t *qt = qtall + (size_t)g * MQ * d / 2;
+            /* the usual chunk: scores and weights in registers (dot_fused);
+             * the first, a partial one, or one whose max grew: S^T = scale
+             * log2(e) K . Q^T over the chunk's nk keys stored, then the
+             * softmax over them, the max raised */
+            bool known = j0 > 0 && nk == KB;
+            for (int i = 0; known && i < MQ; i++) known = mall[g][i] > -INFINITY;
+            bool scaled = false;
+            if (!known || !dot_fused(krow, qt, D / 2, c->scale * LOG2E, mall[g], lall[g], pp)) {
+                dot_rows(st, MQ, c->scale * LOG2E, krow, qt, MQ, nk, MQ, D / 2);
+                scaled = dot_softmax(st, pp, nk, mall[g], lall[g], corr);
+            }
             /* O = corr * O + P . V (the first chunk: O = P . V) */
             dot_strided(ot, d, j0 > 0, scaled ? corr : NULL, pp, 1, MQ, vp, d, MQ, D, pairs);
         }
