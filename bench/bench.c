@@ -22,6 +22,7 @@
 #include "ceiling.h"
 #include "cli.h"
 #include "commands.h"
+#include "isa.h" /* src/cpu: the engine choice, and one call on a named engine */
 #include "ringkv.h"
 
 static double now_s(void) {
@@ -75,6 +76,27 @@ static double time_attend(const rkv_layer *l, const rkv_attention_args *a) {
     return now_s() - t;
 }
 
+/* Seconds of one call on the engine `isa` (rkv__attend_engine). */
+static double time_attend_on(const rkv_layer *l, const rkv_attention_args *a, rkv__isa isa) {
+    double t = now_s();
+    check(rkv__attend_engine(l, a, isa), "attend on the other engine");
+    return now_s() - t;
+}
+
+/* The other candidate for bf16 storage on this CPU, or RKV__ISA_COUNT: where
+ * the pair path runs by default (amx, avx512bf16), the widening AVX-512
+ * kernel; where the AVX-512 kernel runs although the CPU has AVX512-BF16
+ * (Intel without AMX), the AVX512-BF16 engine: the rule of rkv__isa_pick,
+ * measured on each machine the bench runs on. */
+static rkv__isa other_engine(const char *isa) {
+    const rkv__cpu cpu = rkv__cpu_read();
+    const rkv__isa now = rkv__isa_parse(isa);
+    if (now == RKV__ISA_AMX || now == RKV__ISA_AVX512BF16) return RKV__ISA_AVX512;
+    if (now == RKV__ISA_AVX512 && rkv__isa_pick(&cpu, RKV__ISA_AVX512BF16) == RKV__ISA_AVX512BF16)
+        return RKV__ISA_AVX512BF16;
+    return RKV__ISA_COUNT;
+}
+
 static double time_blas_peer(const rkv_layer *l, int64_t f, const rkv_attention_args *a,
                              int threads) {
     double t = now_s();
@@ -96,6 +118,8 @@ typedef struct attention_run {
     double best, blas, ref; /* least seconds: ringkv, the BLAS peer, the reference */
     bool peer;
     const char *isa;        /* the kernel ringkv ran (static) */
+    rkv__isa other;         /* bf16: the other candidate engine, timed in the same rounds */
+    double other_best;      /*   its least seconds (RKV__ISA_COUNT: none) */
     bench_ceiling *ceil;
 } attention_run;
 
@@ -143,12 +167,18 @@ static void measure_attention(const bench_opts *o, rkv_threadpool *pool, rkv_dty
         exit(1);
     }
     time_attend(l, &a); /* warm-up */
-    x->best = x->blas = 1e30;
+    x->other = dt == RKV_DTYPE_BF16 ? other_engine(rkv_layer_attention_isa(l)) : RKV__ISA_COUNT;
+    if (x->other != RKV__ISA_COUNT) time_attend_on(l, &a, x->other);
+    x->best = x->blas = x->other_best = 1e30;
     for (int r = 0; r < rounds; r++) {
         bench_ceiling_sample(x->ceil);
         for (int i = 0; i < reps; i++) {
             const double t = time_attend(l, &a);
             if (t < x->best) x->best = t;
+        }
+        for (int i = 0; x->other != RKV__ISA_COUNT && i < reps; i++) {
+            const double t = time_attend_on(l, &a, x->other);
+            if (t < x->other_best) x->other_best = t;
         }
         for (int i = 0; x->peer && i < reps; i++) {
             const double t = time_blas_peer(l, f, &a, rkv_threadpool_size(pool));
@@ -181,8 +211,17 @@ static void emit_attention(const bench_opts *o, rkv_threadpool *pool, const atte
     cJSON_AddStringToObject(p, "isa", x->isa);
     cJSON *p2 = cJSON_Duplicate(p, 1);
     cJSON *p3 = cJSON_Duplicate(p, 1);
+    cJSON *q = x->other != RKV__ISA_COUNT ? cJSON_Duplicate(p, 1) : NULL;
+    cJSON *q2 = x->other != RKV__ISA_COUNT ? cJSON_Duplicate(p, 1) : NULL;
     bench_emit(o, "attention_gflops", x->flops / x->best / 1e9, "GFLOP/s", p, ceiling, kind);
     bench_emit(o, "attention_speedup_vs_reference", x->ref / x->best, "x", p2, 0, NULL);
+    if (x->other != RKV__ISA_COUNT) { /* the other engine, in the same rounds */
+        cJSON_ReplaceItemInObject(q, "isa", cJSON_CreateString(rkv__isa_name(x->other)));
+        bench_emit(o, "attention_gflops", x->flops / x->other_best / 1e9, "GFLOP/s", q, ceiling,
+                   kind);
+        cJSON_AddStringToObject(q2, "other_isa", rkv__isa_name(x->other));
+        bench_emit(o, "attention_speedup_vs_engine", x->other_best / x->best, "x", q2, 0, NULL);
+    }
     if (x->peer) {
         char isa[96];
         snprintf(isa, sizeof isa, "openblas:%s", o->machine->blas_core);
@@ -380,9 +419,12 @@ static void usage(FILE *f) {
             "  Measures attention and upsert on this CPU against its own ceilings, sampled\n"
             "  between the measured runs: f32 attention against the best of OpenBLAS sgemm\n"
             "  and an FMA peak loop; bf16 against the best of a oneDNN bf16 matmul and a\n"
-            "  bf16 peak loop (AMX tiles, AVX512-BF16, else the FMA peak); upsert against\n"
+            "  bf16 peak loop (AMX tiles, AVX512-BF16, else the FMA peak), and bf16 on the\n"
+            "  CPU's other candidate engine in the same rounds (the widening AVX-512 kernel\n"
+            "  where bf16 pairs run by default; AVX512-BF16 where AVX-512 does); upsert against\n"
             "  memcpy of the same bytes; offload, page-in and export/import of a 360P\n"
-            "  session against memcpy of the same bytes; and a 360P rollout. Every row\n"
+            "  session, and snapshot/restore of a demo and a 360P session (warm: us per\n"
+            "  call), against memcpy of the same bytes; and a 360P rollout. Every row\n"
             "  names the CPU, the OpenBLAS kernel, the instruction set and the ceiling's\n"
             "  kind; a ratio above 1.05 is flagged (ceiling_suspect) and said on stderr.\n"
             "  The last row, bench_seconds, is the run's wall time beside the CPU time it\n"
@@ -447,6 +489,7 @@ int rkv_cmd_bench(int argc, char **argv) {
     bench_attention(&o, pool);
     bench_upsert(&o);
     bench_offload(&o);
+    bench_snapshot(&o);
     bench_rollout(&o, pool);
     rkv_threadpool_destroy(pool);
     emit_run_time(&o, &t);

@@ -86,6 +86,10 @@ void bench_machine_warn(const bench_opts *o);
 /* bench_offload.c: offload, page-in and export/import of one 360P session
  * against memcpy of the same bytes (issue 13). */
 void bench_offload(const bench_opts *o);
+/* bench_offload.c: rkv_model_snapshot / rkv_model_restore of a demo and a
+ * 360P session, warm, per call and against memcpy of the same pieces
+ * (issue 20). */
+void bench_snapshot(const bench_opts *o);
 
 /* bench_gpu.c: 1 when this build has the CUDA backend. */
 int bench_cuda_built(void);

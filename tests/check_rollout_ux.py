@@ -756,7 +756,11 @@ def main():
             if flags is None or need <= flags:
                 continue
             env["RKV_ISA"] = name
-            p = subprocess.run([ringkv, "rollout", "--frames", "2", "--json", "--out", out] + img,
+            # bf16 storage: the kernel the JSON names (the first layer's) is
+            # then the engine itself, also where that is a bf16 pair engine
+            # (avx512bf16 on an AMD CPU), which runs f32 layers on avx512
+            p = subprocess.run([ringkv, "rollout", "--frames", "2", "--dtype", "bf16", "--json",
+                                "--out", out] + img,
                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                errors="replace", timeout=600)
             used = json.loads(p.stdout).get("isa") if p.returncode == 0 else None
