@@ -11,6 +11,8 @@ scripts/install-deps.sh installs both).
 """
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
 import socket
 import subprocess
@@ -155,17 +157,47 @@ def kill_and_wait(ray, actor, deadline_s: float = 120.0) -> None:
             continue
 
 
-@pytest.fixture
-def hosts(ray_cluster, tmp_path):
-    """Two SessionHosts (4 sessions each, checkpoints every 3 frames into
-    tmp_path) and a router over them; the actors are killed at the end."""
+_routers = itertools.count()
+
+
+def router_name() -> str:
+    """A router name of its own for each test (routers of one name share
+    one placement: a test starts from none)."""
+    return f"test-router-{os.getpid()}-{next(_routers)}"
+
+
+@contextlib.contextmanager
+def checked_cluster(ray, request, names, config, folder, every, **kwargs):
+    """SessionHosts ``names`` (make_hosts: ``config``, checkpoints every
+    ``every`` frames into ``folder``; ``kwargs`` such as max_restarts) and a
+    router of its own over them, wrapped in the invariant checker
+    (ray_invariants.Checked): yields (hosts, checked router). When the test
+    passed, every invariant is checked at the end; the router and the
+    actors are then killed."""
     import ringkv.ray as rr
-    hs = rr.make_hosts(["A", "B"], CONFIG, str(tmp_path), 3)
+    from ray_invariants import Checked
+    failed = request.session.testsfailed
+    hs = rr.make_hosts(names, config, str(folder), every, **kwargs)
+    router = None
     try:
-        yield hs, rr.SessionRouter(hs, str(tmp_path))
+        router = rr.SessionRouter(hs, str(folder), name=router_name())
+        checked = Checked(router, hs, config, str(folder))
+        yield hs, checked
+        if request.session.testsfailed == failed:   # a failed test's state is no news
+            checked.check()
     finally:
+        if router is not None:
+            router.shutdown()
         for h in hs.values():
-            ray_cluster.kill(h)
+            ray.kill(h)
+
+
+@pytest.fixture
+def hosts(ray_cluster, tmp_path, request):
+    """Two SessionHosts (4 sessions each, checkpoints every 3 frames into
+    tmp_path) and a router over them (checked: checked_cluster)."""
+    with checked_cluster(ray_cluster, request, ["A", "B"], CONFIG, tmp_path, 3) as got:
+        yield got
 
 
 def assert_live_once(router) -> None:
