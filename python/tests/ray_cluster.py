@@ -134,6 +134,26 @@ def stop_cluster(ray, pids: set[int]) -> None:
     assert not _raylets_of(session), f"raylet/gcs_server left running: {_raylets_of(session)}"
 
 
+def _wait_actor(ray, actor, method: str, done, deadline_s: float, failure: str):
+    """Calls ``actor.method()`` until ``done`` holds for what Ray answers
+    (the result, or the RayActorError it raised) and returns that: a state
+    waited for through Ray's own calls, never a time; the deadline only
+    bounds a failure (``failure`` then fails the test)."""
+    from ray.exceptions import GetTimeoutError, RayActorError
+    end = time.monotonic() + deadline_s
+    while True:
+        left = end - time.monotonic()
+        assert left > 0, failure
+        try:
+            got = ray.get(getattr(actor, method).remote(), timeout=left)
+        except GetTimeoutError:
+            continue
+        except RayActorError as exc:
+            got = exc
+        if done(got):
+            return got
+
+
 def kill_and_wait(ray, actor, deadline_s: float = 120.0) -> None:
     """ray.kill(actor), then wait until Ray itself reports the actor dead.
 
@@ -143,18 +163,27 @@ def kill_and_wait(ray, actor, deadline_s: float = 120.0) -> None:
     actor until Ray raises RayActorError for the call (from then on every
     call to the handle raises it, as the router must see). The deadline
     only bounds a failure; a death that never comes fails the test."""
-    from ray.exceptions import GetTimeoutError, RayActorError
+    from ray.exceptions import RayActorError
     ray.kill(actor, no_restart=True)
-    end = time.monotonic() + deadline_s
-    while True:
-        left = end - time.monotonic()
-        assert left > 0, f"actor {actor} still answers {deadline_s:.0f} s after ray.kill"
-        try:
-            ray.get(actor.ping.remote(), timeout=left)
-        except RayActorError:
-            return
-        except GetTimeoutError:
-            continue
+    _wait_actor(ray, actor, "ping", lambda got: isinstance(got, RayActorError), deadline_s,
+                f"actor {actor} still answers {deadline_s:.0f} s after ray.kill")
+
+
+def restart_and_wait(ray, actor, deadline_s: float = 120.0) -> str:
+    """ray.kill(actor) with its restart allowed, then wait until Ray runs
+    it again: until its ``identity()`` (the incarnation token its
+    constructor drew: a SessionHost's or the router actor's) answers with
+    another token than before the kill (while it restarts, Ray raises
+    RayActorError or holds the call). Returns the new token."""
+    from ray.exceptions import RayActorError
+    try:
+        old = ray.get(actor.identity.remote())
+    except RayActorError:
+        old = None               # dying already (a fault armed in it): any answer is new
+    ray.kill(actor, no_restart=False)
+    return _wait_actor(ray, actor, "identity",
+                       lambda got: not isinstance(got, Exception) and got != old, deadline_s,
+                       f"actor {actor} did not come back restarted within {deadline_s:.0f} s")
 
 
 _routers = itertools.count()

@@ -177,17 +177,22 @@ class Checked:
 
     # ---- the invariants -----------------------------------------------------------
     def live_once(self) -> None:
-        """(c): each id live on at most one host, and where the router says."""
+        """(c): each id live on at most one host, and held where the router
+        places it (live, or frozen there until the router's retry thaws it:
+        a thaw that failed; check() then requires none frozen)."""
         seen: dict[str, str] = {}
+        held: dict[str, set[str]] = {}
         for host, inv in self.router.inventory().items():
             for key, v in inv["held"].items():
+                held.setdefault(key, set()).add(host)
                 if v["frozen"]:
                     continue
                 assert key not in seen, f"{key!r} is live on {seen[key]} and {host}"
                 seen[key] = host
         where = {request_key(r): h for r, h in self.router.where.items()}
         for key, host in where.items():
-            assert seen.get(key) == host, (key, host, seen.get(key))
+            assert seen.get(key, host) == host and host in held.get(key, ()), \
+                f"{key!r}: placed on {host}; live on {seen.get(key)}, held on {held.get(key)}"
 
     def check(self) -> None:
         """Every invariant, (a) to (e), on the state as it is now."""

@@ -220,12 +220,13 @@ class SessionHost:
 
     @_entry
     def inventory(self) -> dict:
-        """Everything this host knows of its sessions: ``token``; ``held``
+        """Everything this host knows of its sessions: ``token``,
+        ``capacity`` (the model's sessions); ``held``
         (request -> incarnation, clock, last delivered frame, frozen);
         ``incoming`` (request -> incarnation, verified); ``paged`` (request
         -> incarnation, last delivered frame); ``parked`` (request -> the
         record :meth:`park` was given)."""
-        return {"token": self.token,
+        return {"token": self.token, "capacity": self.model.num_sessions,
                 "held": {r: {"inc": h.inc, "clock": self.model.clock(h.slot),
                              "delivered": h.delivered, "frozen": h.frozen}
                          for r, h in self.held.items()},
@@ -247,7 +248,8 @@ class SessionHost:
     def status(self, request_id: Any = None) -> dict:
         """:meth:`load` with this host's ``token`` and what it knows of
         ``request_id`` (``state``: live, frozen, incoming, paged, parked or
-        None, and ``inc``): one call for a router placing a request."""
+        None, and ``inc``; ``verified`` for a reserved slot whose fill
+        verified): one call for a router placing a request."""
         out = {"token": self.token, **self.load(), "state": None, "inc": None}
         if request_id is not None:
             key = request_key(request_id)
@@ -255,7 +257,8 @@ class SessionHost:
                 h = self.held[key]
                 out.update(state="frozen" if h.frozen else "live", inc=h.inc)
             elif key in self.incoming:
-                out.update(state="incoming", inc=self.incoming[key].inc)
+                out.update(state="incoming", inc=self.incoming[key].inc,
+                           verified=self.incoming[key].digest is not None)
             elif key in self.paged:
                 out.update(state="paged", inc=self.paged[key][0])
             elif key in self.parked:

@@ -240,6 +240,7 @@ class RouterCore:
         self.unreported: dict[Any, Recovery] = {}
         self._probed: dict[str, str | None] = {}
         self.rebuilt: dict[str, int] = {}
+        self._token = new_incarnation()
         self._rebuild(hosts)
 
     # ---- the client's entry ------------------------------------------------
@@ -259,6 +260,10 @@ class RouterCore:
 
     def ready(self) -> bool:
         return True
+
+    def identity(self) -> str:
+        """This router actor's incarnation token (a restart draws another)."""
+        return self._token
 
     # ---- building the placement from the hosts ------------------------------
     def attach(self, hosts: dict[str, Any] | None, checkpoint_dir: str | None) -> list[str]:
@@ -286,14 +291,19 @@ class RouterCore:
         invs = {}
         for n, ref in refs.items():
             self.hosts[n] = hosts[n]
-            try:
-                invs[n] = ray.get(ref, timeout=self.probe_timeout_s)
-            except (RayActorError, GetTimeoutError):
+            for _ in range(2):            # a host restarting: once more when it answers
+                try:
+                    invs[n] = ray.get(ref, timeout=self.probe_timeout_s)
+                    break
+                except (RayActorError, GetTimeoutError):
+                    if self._probe(n) is None:
+                        break
+                    ref = hosts[n].inventory.remote()
+            if n not in invs:
                 self.dead.add(n)
-        caps = {n: ray.get(hosts[n].load.remote())["capacity"] for n in invs}
-        self.capacity.update(caps)
         for n, inv in invs.items():
             self.tokens[n] = inv["token"]
+            self.capacity[n] = inv["capacity"]
         live = {(n, k) for n, inv in invs.items() for k, v in inv["held"].items()
                 if not v["frozen"]}
         for n, inv in invs.items():
@@ -414,10 +424,10 @@ class RouterCore:
         checkpoint, then replayed to its last delivered frame); without
         room it waits, parked."""
         s = self.sessions[key]
-        last_error = None
-        for _ in range(2 * len(self.hosts) + 2):
+        last_error, refused = None, set()
+        for _ in range(3 * len(self.hosts) + 2):
             try:
-                target = self._least_loaded()
+                target = self._least_loaded(exclude=refused)
             except RingKVRuntimeError:
                 break
             try:
@@ -430,8 +440,9 @@ class RouterCore:
                 if image is not None:      # the image could not be used: the checkpoint then
                     image = None
                     continue
-                last_error = str(exc)
-                break
+                last_error = str(exc)      # this host refused it: another one
+                refused.add(target)
+                continue
             if s.parked_on is not None:
                 self._unpark(s)
             s.state, s.host, s.dead_host, s.paged = "live", target, None, None
@@ -649,6 +660,9 @@ class RouterCore:
                     break
                 except (_Down, HostError):
                     continue
+        rec = self.unreported.get(s.rid)
+        if rec is not None and rec.incarnation == s.inc:
+            del self.unreported[s.rid]   # recovered on the way, then closed: no news
         del self.sessions[key]
 
     # ---- frames ------------------------------------------------------------------------
@@ -841,6 +855,16 @@ class RouterCore:
                 src_ok = False
             except HostError:
                 pass
+        if not src_ok and dst_ok and meta2 is not None and not verified:
+            try:                               # a fill that verified before its reply failed
+                st = self._call(dst_name, "status", key, key=s.rid)
+                verified = st["state"] == "incoming" and st.get("verified", False) and \
+                    st["inc"] == s.inc
+            except _Down:
+                down.add(dst_name)
+                dst_ok = False
+            except HostError:
+                pass
         if not src_ok and verified and dst_ok and meta2 is not None:
             try:                               # the destination's verified copy: nothing lost
                 clock = self._call(dst_name, "commit", key, meta2, inc=s.inc,
@@ -927,25 +951,28 @@ class RouterCore:
     # ---- views ---------------------------------------------------------------------------------
     def live(self) -> dict[str, dict[Any, int | None]]:
         """Each alive host's live sessions and clocks (as the hosts see it)."""
-        names = self._alive()
-        got = {}
-        for n, ref in [(n, self.hosts[n].live.remote()) for n in names]:
-            try:
-                got[n] = ray.get(ref, timeout=self.call_timeout_s)
-            except RayError:
-                continue
         rid = {k: s.rid for k, s in self.sessions.items()}
-        return {n: {rid.get(k, k): c for k, c in v.items()} for n, v in got.items()}
+        return {n: {rid.get(k, k): v["clock"] for k, v in inv["held"].items() if not v["frozen"]}
+                for n, inv in self.inventory().items()}
 
     def inventory(self) -> dict[str, dict]:
-        """Each alive host's SessionHost.inventory."""
-        out = {}
-        for n in self._alive():
-            try:
-                out[n] = ray.get(self.hosts[n].inventory.remote(), timeout=self.call_timeout_s)
-            except RayError:
-                continue
-        return out
+        """Each alive host's SessionHost.inventory. A host found gone is
+        handled first (its sessions recovered), then the hosts asked again."""
+        while True:
+            refs = {n: self.hosts[n].inventory.remote(token=self.tokens[n])
+                    for n in self._alive()}
+            out, down = {}, []
+            for n, ref in refs.items():
+                try:
+                    out[n] = self._get(n, ref, "inventory")
+                except _Down:
+                    down.append(n)
+                except HostError:
+                    continue
+            if not down:
+                return out
+            for n in down:
+                self._host_down(n)
 
     def state(self) -> dict:
         """The router's records: where each live request is, its last
