@@ -127,6 +127,7 @@ class Checked:
         return out
 
     def _recorded(self, call: Any) -> Any:
+        n = len(self.recoveries)
         try:
             out = call()
         except Exception as exc:
@@ -134,9 +135,11 @@ class Checked:
                 self._report(exc.step_report)
             self._recovered(getattr(exc, "recovered", None) or {})
             self.live_once()
+            self.states({request_key(r.request_id) for r in self.recoveries[n:]})
             raise
         if hasattr(out, "results"):
             self._report(out)
+        self.states({request_key(r.request_id) for r in self.recoveries[n:]})
         return out
 
     # ---- what a call said -----------------------------------------------------
@@ -227,12 +230,20 @@ class Checked:
                 if key in closed:
                     assert (key, meta.get(INCARNATION_KEY)) not in self.closed, \
                         f"the checkpoint of closed {key!r}/{meta.get(INCARNATION_KEY)} is left"
+        self.states({k for k, _ in self.logs}, invs)
+
+    def states(self, keys: set[str], invs: dict | None = None) -> None:
+        """(e) for ``keys``: each one held on a host has the session digest
+        of a never-failed run at its clock (a recovered one: at the frame
+        it resumed at, or later if it stepped since)."""
         import ray
-        known = {k for k, _ in self.logs}
-        for host, inv in invs.items():                                   # (e)
+        if not keys:
+            return
+        invs = self.router.inventory() if invs is None else invs
+        for host, inv in invs.items():
             h = self.handles[host]
             for key, v in inv["held"].items():
-                if key in known:
+                if key in keys:
                     got = ray.get(h.session_digest.remote(key))
                     assert got == self.ref.session(key, v["clock"]), \
                         f"{key!r} on {host} at clock {v['clock']}: not a never-failed run's state"

@@ -167,7 +167,7 @@ def test_fault4_second_driver_shares_the_placement(ray_cluster, hosts):
     code = textwrap.dedent(f"""
         import json, os, ray
         from ringkv.ray import SessionRouter
-        ray.init(address={address!r}, log_to_driver=False)
+        ray.init(address={address!r}, _node_ip_address="127.0.0.1", log_to_driver=False)
         r = SessionRouter(name={router.name!r})
         print(json.dumps({{i: r.open(i) for i in {ids!r}[::-1]}}))
         ray.shutdown()
@@ -252,10 +252,10 @@ def test_fault7_bytes_request_ids(ray_cluster, hosts):
 
 
 def test_fault8_commit_refuses_an_unverified_fill():
-    """SessionHost.commit imports only a slot whose fill verified and whose
-    regions still have that digest: a fill refused for a digest mismatch
-    (damaged in transit) or never run, or a slot changed since, is
-    refused, the slot staying reserved; a good fill then commits."""
+    """SessionHost.commit imports only a slot whose last fill verified: a
+    fill refused for a digest mismatch (damaged in transit), or none, is
+    refused, the slot staying reserved; a good fill then commits, and a
+    damaged fill after a good one takes the verification back."""
     pytest.importorskip("xxhash")
     from ringkv.ray.host import SessionHost
     a, b = SessionHost("A", CONFIG), SessionHost("B", CONFIG)
@@ -274,11 +274,12 @@ def test_fault8_commit_refuses_an_unverified_fill():
         b.commit("m", meta2)
     assert b.load()["incoming"] == 1 and b.live() == {}
     b.fill("m", arrays, digest)
-    slot = b.incoming["m"].slot
-    b.model.session_regions(slot)[0].array[0] ^= 1        # changed after the fill
-    with pytest.raises(RuntimeError, match="changed since its fill verified"):
+    b.inject("fill", "corrupt")
+    with pytest.raises(RuntimeError, match="arrived damaged"):
+        b.fill("m", arrays, digest)                       # a second, damaged fill
+    with pytest.raises(RuntimeError, match="holds no verified copy"):
         b.commit("m", meta2)
-    b.model.session_regions(slot)[0].array[0] ^= 1
+    b.fill("m", arrays, digest)
     assert b.commit("m", meta2) == 2
     assert b.session_digest("m") == a.session_digest("m") and b.live() == {"m": 2}
 
