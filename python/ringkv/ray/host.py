@@ -269,7 +269,9 @@ class SessionHost:
         """XXH3-64 of the session's regions (= its snapshot's data_xxh3)."""
         return self.model.session_digest(self._held(request_id).slot)
 
+    @_entry
     def clock(self, request_id: Any) -> int | None:
+        """A held session's clock (None: no frame committed)."""
         return self.model.clock(self._held(request_id).slot)
 
     def _held(self, request_id: Any, inc: str | None = None) -> _Held:

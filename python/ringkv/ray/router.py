@@ -767,8 +767,15 @@ class RouterCore:
                                    RuntimeError(f"host {dst_name} is not alive (alive: "
                                                 f"{_names(self._alive())})"))
         if src_name == dst_name:
-            return Migration(s.rid, src_name, dst_name, 0, 0.0,
-                             ray.get(self.hosts[src_name].clock.remote(key)), True)
+            try:
+                clock = self._call(src_name, "clock", key, key=s.rid)
+            except _Down as d:
+                self._host_down(d.host)
+                err = _migration_error(s.rid, "meta", src_name, dst_name,
+                                       RingKVRuntimeError(f"host {src_name} died"))
+                err.recovered = self._take_recovered()
+                raise err from None
+            return Migration(s.rid, src_name, dst_name, 0, 0.0, clock, True)
         src, dst = self.hosts[src_name], self.hosts[dst_name]
         src_token = self.tokens[src_name]
         step, reserved, exported, verified, meta2 = "meta", False, False, False, None
@@ -832,7 +839,7 @@ class RouterCore:
             try:
                 st = self._call(dst_name, "status", key, key=s.rid)
                 if st["state"] == "live" and st["inc"] == s.inc:
-                    return (ray.get(self.hosts[dst_name].clock.remote(key)),)
+                    return (self._call(dst_name, "clock", key, key=s.rid),)
             except _Down:
                 down.add(dst_name)
                 dst_ok = False
@@ -1068,8 +1075,10 @@ class SessionRouter:
                     f"hosts; call again ({type(exc).__name__})") from None
             except RayError as exc:
                 cause = getattr(exc, "cause", None)
-                if not isinstance(cause, BaseException):
-                    raise
+                if not isinstance(cause, BaseException):   # Ray's own, not the router's
+                    raise HostError(f"the router actor {self.name!r} ({method}): "
+                                    f"{type(exc).__name__}: {exc}", None, method,
+                                    args[0] if args else None, exc) from None
                 self._ack(getattr(cause, "step_report", None))
                 raise cause from None
         raise AssertionError("unreachable")
