@@ -45,7 +45,7 @@ def __getattr__(name: str) -> Any:
 
 
 def init_loopback(num_cpus: int = 2, object_store_memory: int | None = None,
-                  **kwargs: Any) -> Any:
+                  worker_niceness: int = 0, **kwargs: Any) -> Any:
     """Starts a local Ray cluster that binds to the loopback address only and
     sends nothing elsewhere: node address 127.0.0.1 (Ray otherwise resolves
     127.0.0.1 to the machine's routable address; RAY_ENABLE_WINDOWS_OR_OSX_
@@ -53,8 +53,13 @@ def init_loopback(num_cpus: int = 2, object_store_memory: int | None = None,
     usage statistics. The workers inherit this process's environment, to
     which this adds the folder holding ``ringkv`` (PYTHONPATH) and the
     loaded library (RINGKV_LIBRARY), so that they import the same ringkv.
-    Returns ``ray.init``'s context; end with ``ray.shutdown()``. Raises
-    RuntimeError (after shutting Ray down) if the node is not on 127.0.0.1."""
+    ``worker_niceness``: the nice value of Ray's workers, the actors
+    included (Ray's own default, 15, puts the session hosts and the router
+    below every other process of the machine: on a busy machine they
+    starve, measured: the Ray tests 5-8x slower with both cores busy); 0
+    here, as any other process. Returns ``ray.init``'s context; end with
+    ``ray.shutdown()``. Raises RuntimeError (after shutting Ray down) if
+    the node is not on 127.0.0.1."""
     import ringkv
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
@@ -67,8 +72,10 @@ def init_loopback(num_cpus: int = 2, object_store_memory: int | None = None,
     import ray
     from ray._private import ray_constants
     ray_constants.ENABLE_RAY_CLUSTER = False  # when ray was imported before the variable
+    system = {"worker_niceness": worker_niceness, **kwargs.pop("_system_config", {})}
     ctx = ray.init(num_cpus=num_cpus, _node_ip_address="127.0.0.1", include_dashboard=False,
-                   object_store_memory=object_store_memory, log_to_driver=False, **kwargs)
+                   object_store_memory=object_store_memory, log_to_driver=False,
+                   _system_config=system, **kwargs)
     addresses = {n["NodeManagerAddress"] for n in ray.nodes()}
     if addresses != {"127.0.0.1"}:
         ray.shutdown()
