@@ -431,6 +431,44 @@ def main():
                 failures.append(f"a refused link {name} in --out: left {os.listdir(o_link)}")
             os.unlink(link_path)
 
+        # --out itself, or a folder above it, a dangling symbolic link:
+        # refused before any frame (2, nothing on stdout), naming the link
+        # and its target; nothing is created, the link kept
+        o_dang = os.path.join(tmp, "o-dangling")
+        os.symlink("no-such-folder-4", o_dang)
+        for out in (o_dang, os.path.join(o_dang, "sub")):
+            p, s = run([ringkv, "rollout", "--frames", "3", "--out", out] + img)
+            expect(failures, f"--out {out!r} through a dangling link", p, s, 2,
+                   ["--out", "'" + o_dang + "' (a link to", "no-such-folder-4",
+                    "dangling symbolic link"])
+            if (os.readlink(o_dang) != "no-such-folder-4"
+                    or os.path.lexists(os.path.join(tmp, "no-such-folder-4"))):
+                failures.append("a refused dangling --out link lost the link or made its folder")
+        os.unlink(o_dang)
+
+        # --out a folder the user cannot write in, or a new folder in one:
+        # refused before any frame (2), nothing written. Root writes
+        # anywhere, so as root the command runs as 'nobody' (uid 65534).
+        locked = os.path.join(tmp, "locked")
+        os.mkdir(locked, 0o555)
+        os.chmod(locked, 0o555)
+        as_user = None
+        if os.geteuid() == 0:
+            os.chmod(tmp, 0o755)  # nobody must reach the folder and the image
+            def as_user():
+                os.setgid(65534)
+                os.setuid(65534)
+        for out in (locked, os.path.join(locked, "new")):
+            p = subprocess.run([ringkv, "rollout", "--frames", "3", "--out", out] + img,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               errors="replace", timeout=HANG_GUARD_S, preexec_fn=as_user)
+            expect(failures, f"--out {out!r} in a folder not writable", p, 0, 2,
+                   ["--out", "'" + locked + "'", "Permission denied"])
+            if os.listdir(locked):
+                failures.append(f"--out in a folder not writable: left {os.listdir(locked)}")
+        os.chmod(locked, 0o755)
+        os.chmod(tmp, 0o700)
+
         # file names and arguments from the command line are printed escaped
         # (\xNN: an ESC or BEL would drive the terminal), as texts from files
         evil = "\x1b]0;pwned\x07"

@@ -163,6 +163,24 @@ int rollout_check_output_file(const char *what, const char *path, char *err, siz
     return 0;
 }
 
+/* When `part` (the --out path or a folder above it, which stat did not
+ * find) is a symbolic link, whose target is then missing: -1 with a message
+ * naming --out, the link and its target. Else 0, errno kept. */
+static int out_dangling_link(const char *path, const char *part, char *err, size_t n) {
+    const int e = errno;
+    struct stat st;
+    if (lstat(part, &st) != 0 || !S_ISLNK(st.st_mode)) {
+        errno = e;
+        return 0;
+    }
+    char via[4 * PATH_MAX_LEN + 32];
+    via_link(part, via, sizeof via);
+    snprintf(err, n, "--out '%s': '%s'%s is a dangling symbolic link: no folder there to "
+             "write in, and none is created through it", rkv_tool_shown(path),
+             rkv_tool_shown(part), via);
+    return -1;
+}
+
 /* --out DIR before the run: an existing folder we can write in (and its
  * picture and legend savable: rollout_check_saved_file), or a path mkdir -p can create (the
  * nearest existing folder above it writable). Creates nothing. 0, or -1 with
@@ -197,9 +215,12 @@ int rollout_check_out_folder(const char *path, char *err, size_t n) {
                                   : strerror(errno));
         return -1;
     }
-    /* the nearest existing folder above it */
+    /* the nearest existing folder above it; a dangling link on the way
+     * (the path itself or a folder above it) is refused: mkdir would fail
+     * on it only after the model is built */
     char up[PATH_MAX_LEN + 1];
     snprintf(up, sizeof up, "%s", path);
+    if (out_dangling_link(path, up, err, n)) return -1;
     for (;;) {
         size_t len = strlen(up);
         while (len > 1 && up[len - 1] == '/') up[--len] = '\0';
@@ -212,6 +233,7 @@ int rollout_check_out_folder(const char *path, char *err, size_t n) {
             *slash = '\0';
         }
         if (stat(up, &st) == 0) break;
+        if (errno == ENOENT && out_dangling_link(path, up, err, n)) return -1;
         if (errno != ENOENT || !strcmp(up, ".") || !strcmp(up, "/")) {
             snprintf(err, n, "--out '%s': cannot create it: '%s': %s", rkv_tool_shown(path),
                      rkv_tool_shown(up),
