@@ -472,16 +472,12 @@ int rkv_cmd_bench(int argc, char **argv) {
     bench_machine machine;
     bench_machine_read(&machine);
     o.machine = &machine;
-    bench_machine_warn(&o);
-    if (cuda) {
-        if (!bench_cuda_built()) {
-            fprintf(stderr, "ringkv bench: --backend cuda: ringkv was built without CUDA\n");
-            return 2;
-        }
+    if (cuda) { /* refused first (2) without CUDA or a GPU: nothing printed before */
         const int cuda_rc = bench_cuda_run(&o);
         if (cuda_rc == 0) emit_run_time(&o, &t);
         return cuda_rc;
     }
+    bench_machine_warn(&o); /* notices about the CPU rows' OpenBLAS peer */
     rkv_threadpool *pool;
     check(rkv_threadpool_create(o.threads, &pool), "thread pool");
     o.threads = rkv_threadpool_size(pool);

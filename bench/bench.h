@@ -91,10 +91,9 @@ void bench_offload(const bench_opts *o);
  * (issue 20). */
 void bench_snapshot(const bench_opts *o);
 
-/* bench_gpu.c: 1 when this build has the CUDA backend. */
-int bench_cuda_built(void);
-/* `ringkv bench --backend cuda`: the exit status (2 where no GPU is seen,
- * 1 for a failure during the run, with a message). */
+/* `ringkv bench --backend cuda`: the exit status (2, refused before any
+ * output, in a build without CUDA and where no GPU is seen; 1 for a
+ * failure during the run, with a message). */
 int bench_cuda_run(const bench_opts *o);
 
 #endif

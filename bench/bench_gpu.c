@@ -43,7 +43,6 @@
 
 #ifndef RKV_HAVE_CUDA
 
-int bench_cuda_built(void) { return 0; }
 int bench_cuda_run(const bench_opts *o) {
     (void)o;
     fprintf(stderr, "ringkv bench: --backend cuda: ringkv was built without CUDA\n");
@@ -60,7 +59,6 @@ int bench_cuda_run(const bench_opts *o) {
 
 #include "ringkv_cuda.h"
 
-int bench_cuda_built(void) { return 1; }
 
 #define MAX_REPS 64
 #define PASSES 5

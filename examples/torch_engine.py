@@ -3,9 +3,16 @@ ringkv upsert + attention, output projection) serving several sessions
 through the 4+1 schedule (4 denoising passes, then the commit pass, per
 frame), compiled with torch.compile(fullgraph=True).
 
-On the CPU it runs in seconds::
+On the CPU::
 
     RINGKV_LIBRARY=build/libringkv.so PYTHONPATH=python python3 examples/torch_engine.py
+
+takes 21 s wall (22 s CPU) on a 2-core AMD EPYC (Zen 5) otherwise idle
+(load 0.7), 15 s of it torch.compile's first compilation (eager: 0.13 s),
+and 9 s once Inductor's cache holds the compiled code
+(``$TORCHINDUCTOR_CACHE_DIR``, by default under /tmp); on the same machine
+shared with other jobs (load 15) an outside run took 101 s wall for 12 s of
+CPU (bench/RESULTS.md, 2026-12-01 22:20).
 
 On a GPU (``--device cuda``) the block runs on a CUDA LayerRingCache and a
 whole frame (5 passes) is captured once in a CUDA graph and replayed frame

@@ -33,9 +33,12 @@ rkv_status rkv__write_all(int fd, const void *p, size_t n, const char *what, con
     while (n) {
         ssize_t put = write(fd, q, n);
         if (put < 0 && errno == EINTR) continue;
-        if (put <= 0)
-            return rkv__fail(RKV_ERR_IO, "%s: writing %s failed at byte %llu: %s", what, name,
-                             (unsigned long long)*off, put < 0 ? strerror(errno) : "no progress");
+        if (put <= 0) {
+            rkv__path_shown e;
+            return rkv__fail(RKV_ERR_IO, "%s: writing %s failed at byte %llu: %s", what,
+                             RKV__SHOW_PATH(e, name), (unsigned long long)*off,
+                             put < 0 ? strerror(errno) : "no progress");
+        }
         q += put;
         n -= (size_t)put;
         *off += (uint64_t)put;
@@ -74,8 +77,9 @@ static rkv_status follow_links(const char *what, const char *path, char **out) {
         char target[4096];
         const ssize_t n = hops < MAX_LINKS ? readlink(p, target, sizeof target - 1) : -1;
         if (n < 0 || (size_t)n >= sizeof target - 1) {
+            rkv__path_shown e1, e2;
             rkv_status st = rkv__fail(RKV_ERR_IO, "%s: cannot save to '%s': link '%s': %s", what,
-                                      path, p,
+                                      RKV__SHOW_PATH(e1, path), RKV__SHOW_PATH(e2, p),
                                       hops >= MAX_LINKS ? "too many levels of symbolic links"
                                       : n < 0           ? strerror(errno)
                                                         : "target too long");
@@ -104,29 +108,33 @@ static rkv_status follow_links(const char *what, const char *path, char **out) {
  * device, named pipe or socket (rename would replace the node by a regular
  * file), its folder present. Checked before anything is written. */
 static rkv_status check_save_path(const char *what, const char *path, const char *target) {
-    char via[4200] = "";
+    rkv__path_shown shown, e;
+    char via[sizeof e + 32] = "";
+    RKV__SHOW_PATH(shown, path);
     if (strcmp(path, target))
-        snprintf(via, sizeof via, " (a symbolic link to '%s')", target);
+        snprintf(via, sizeof via, " (a symbolic link to '%s')", RKV__SHOW_PATH(e, target));
     struct stat sb;
     if (stat(target, &sb) == 0 && S_ISDIR(sb.st_mode))
-        return rkv__fail(RKV_ERR_IO, "%s: '%s'%s is a folder; expected a file path", what, path,
+        return rkv__fail(RKV_ERR_IO, "%s: '%s'%s is a folder; expected a file path", what, shown,
                          via);
     if (stat(target, &sb) == 0 && !S_ISREG(sb.st_mode))
         return rkv__fail(RKV_ERR_IO,
                          "%s: '%s'%s is %s, not a regular file; only a regular file or a new "
                          "path is saved to",
-                         what, path, via, rkv__file_kind(sb.st_mode));
+                         what, shown, via, rkv__file_kind(sb.st_mode));
     const char *slash = strrchr(target, '/');
     char *dir =
         slash ? strndup(target, slash == target ? 1 : (size_t)(slash - target)) : strdup(".");
     if (!dir) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", what);
     rkv_status st = RKV_OK;
-    if (stat(dir, &sb) != 0)
-        st = rkv__fail(RKV_ERR_IO, "%s: cannot save to '%s'%s: folder '%s': %s", what, path, via,
-                       dir, errno == ENOENT ? "does not exist" : strerror(errno));
-    else if (!S_ISDIR(sb.st_mode))
-        st = rkv__fail(RKV_ERR_IO, "%s: cannot save to '%s'%s: '%s' is not a folder", what, path,
-                       via, dir);
+    if (stat(dir, &sb) != 0) {
+        const int err = errno;
+        st = rkv__fail(RKV_ERR_IO, "%s: cannot save to '%s'%s: folder '%s': %s", what, shown, via,
+                       RKV__SHOW_PATH(e, dir), err == ENOENT ? "does not exist" : strerror(err));
+    } else if (!S_ISDIR(sb.st_mode)) {
+        st = rkv__fail(RKV_ERR_IO, "%s: cannot save to '%s'%s: '%s' is not a folder", what, shown,
+                       via, RKV__SHOW_PATH(e, dir));
+    }
     free(dir);
     return st;
 }
@@ -151,9 +159,12 @@ rkv_status rkv__atomic_begin(rkv__atomic_file *f, const char *what, const char *
             snprintf(tmp, cap, "%s.tmp-XXXXXX", target);
         else
             snprintf(tmp, cap, "%.*s.ringkv.tmp-XXXXXX", (int)(base - target), target);
-        if ((f->fd = mkstemp(tmp)) < 0)
+        if ((f->fd = mkstemp(tmp)) < 0) {
+            const int err = errno;
+            rkv__path_shown e;
             st = rkv__fail(RKV_ERR_IO, "%s: cannot create a temporary file next to %s: %s", what,
-                           target, strerror(errno));
+                           RKV__SHOW_PATH(e, target), strerror(err));
+        }
     }
     if (st != RKV_OK) {
         free(tmp);
@@ -178,12 +189,17 @@ rkv_status rkv__atomic_finish(rkv__atomic_file *f) {
     if (!f->tmp) return rkv__fail(RKV_ERR_STATE, "%s: no file being saved", f->what);
     if (f->fd < 0) return RKV_OK; /* finished before */
     rkv_status st = RKV_OK;
-    if (fsync(f->fd))
-        st = rkv__fail(RKV_ERR_IO, "%s: fsync of %s failed: %s", f->what, f->tmp,
-                       strerror(errno));
-    if (close(f->fd) && st == RKV_OK)
-        st = rkv__fail(RKV_ERR_IO, "%s: closing %s failed: %s", f->what, f->tmp,
-                       strerror(errno));
+    rkv__path_shown e;
+    if (fsync(f->fd)) {
+        const int err = errno;
+        st = rkv__fail(RKV_ERR_IO, "%s: fsync of %s failed: %s", f->what,
+                       RKV__SHOW_PATH(e, f->tmp), strerror(err));
+    }
+    if (close(f->fd) && st == RKV_OK) {
+        const int err = errno;
+        st = rkv__fail(RKV_ERR_IO, "%s: closing %s failed: %s", f->what,
+                       RKV__SHOW_PATH(e, f->tmp), strerror(err));
+    }
     f->fd = -1;
     return st;
 }
@@ -196,9 +212,12 @@ static void release(rkv__atomic_file *f) {
 
 rkv_status rkv__atomic_commit(rkv__atomic_file *f) {
     rkv_status st = rkv__atomic_finish(f);
-    if (st == RKV_OK && rename(f->tmp, f->target))
-        st = rkv__fail(RKV_ERR_IO, "%s: cannot rename %s to %s: %s", f->what, f->tmp, f->target,
-                       strerror(errno));
+    if (st == RKV_OK && rename(f->tmp, f->target)) {
+        const int err = errno;
+        rkv__path_shown e1, e2;
+        st = rkv__fail(RKV_ERR_IO, "%s: cannot rename %s to %s: %s", f->what,
+                       RKV__SHOW_PATH(e1, f->tmp), RKV__SHOW_PATH(e2, f->target), strerror(err));
+    }
     if (st != RKV_OK) {
         rkv__atomic_abort(f);
         return st;

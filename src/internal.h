@@ -21,6 +21,20 @@
  * libraries call too, so that there is one message per thread. */
 #define rkv__fail rkv_error_set
 
+/* Text a message shows that came from outside the library (a string from a
+ * file, a file path the caller gave): bytes outside printable ASCII as
+ * \xNN, a backslash as \\, at most `max` input bytes (then "..."). Writes
+ * into buf[size] (size >= RKV__ESC(max) holds it all) and returns buf.
+ * (src/snapshot_header.c; the `ringkv` command's rkv_tool_escape is the same
+ * rule for what it prints itself.) */
+const char *rkv__snap_escape(char *buf, size_t size, const char *s, size_t max);
+#define RKV__ESC(n) (4 * (n) + 4)
+/* The longest part of a file path a message shows (messages are cut at 511
+ * bytes: rkv_last_error), and a buffer for it, escaped. */
+#define RKV__PATH_SHOWN 400
+typedef char rkv__path_shown[RKV__ESC(RKV__PATH_SHOWN)];
+#define RKV__SHOW_PATH(buf, path) rkv__snap_escape((buf), sizeof(buf), (path), RKV__PATH_SHOWN)
+
 /* Returns RKV_ERR_NULL from the calling function, naming the argument,
  * when pointer p is NULL. */
 #define RKV__REQUIRE(what, p)                                                      \

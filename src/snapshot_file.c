@@ -103,7 +103,8 @@ static bool slot_template(const rkv_model *m, struct rkv__snap_slot *k, int64_t 
 /* ------------------------------------------------------------------------ */
 
 typedef struct source {
-    rkv__snap_where w;  /* the API call and the path, or "(memory)"  */
+    rkv__snap_where w;  /* the API call and the path (escaped: name_buf), or "(memory)" */
+    rkv__path_shown name_buf;
     const uint8_t *mem; /* the image, or NULL for a file             */
     int fd;
     uint64_t size;
@@ -136,14 +137,14 @@ static rkv_status src_read(const source *s, uint64_t off, void *buf, size_t n) {
 static rkv_status src_open(source *s, const char *what, const char *path) {
     memset(s, 0, sizeof *s);
     s->w.what = what;
-    s->w.name = path;
     s->fd = -1;
     if (!path) return rkv__fail(RKV_ERR_NULL, "%s: path is NULL", what);
+    s->w.name = RKV__SHOW_PATH(s->name_buf, path);
     /* O_NONBLOCK: the open of a named pipe without a writer would block;
      * it is refused below, as every file that is not a regular one */
     s->fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (s->fd < 0)
-        return rkv__fail(RKV_ERR_IO, "%s: cannot open %s: %s", what, path, strerror(errno));
+        return rkv__fail(RKV_ERR_IO, "%s: cannot open %s: %s", what, s->w.name, strerror(errno));
     struct stat sb;
     char why[96] = "";
     if (fstat(s->fd, &sb) || fcntl(s->fd, F_SETFL, fcntl(s->fd, F_GETFL) & ~O_NONBLOCK))
@@ -153,7 +154,7 @@ static rkv_status src_open(source *s, const char *what, const char *path) {
     if (why[0]) {
         close(s->fd);
         s->fd = -1;
-        return rkv__fail(RKV_ERR_IO, "%s: %s: %s", what, path, why);
+        return rkv__fail(RKV_ERR_IO, "%s: %s: %s", what, s->w.name, why);
     }
     s->size = (uint64_t)sb.st_size;
     return RKV_OK;
@@ -672,9 +673,11 @@ static rkv_status rewrite_header(sink *k, const rkv__snap_text *hd) {
     for (size_t done = 0; done < hd->len;) {
         ssize_t put = pwrite(k->fd, hd->text + done, hd->len - done, (off_t)(8 + done));
         if (put < 0 && errno == EINTR) continue;
-        if (put <= 0)
+        if (put <= 0) {
+            rkv__path_shown e;
             return rkv__fail(RKV_ERR_IO, "%s: writing the header of %s failed: %s", k->what,
-                             k->name, put < 0 ? strerror(errno) : "no progress");
+                             RKV__SHOW_PATH(e, k->name), put < 0 ? strerror(errno) : "no progress");
+        }
         done += (size_t)put;
     }
     return RKV_OK;

@@ -15,12 +15,6 @@ typedef struct rkv__snap_where {
     const char *name;
 } rkv__snap_where;
 
-/* A string from a file, made printable for a message: bytes outside
- * printable ASCII as \xNN, a backslash as \\, at most `max` input bytes
- * (then "..."). Writes into buf[size] (size >= 4 * max + 4 holds it all) and
- * returns buf. */
-const char *rkv__snap_escape(char *buf, size_t size, const char *s, size_t max);
-
 /* The per-layer tensor sizes of one session of a layer of geometry g. */
 typedef struct rkv__snap_sizes {
     int64_t C;        /* slots of a session: (RF + 1) * T */

@@ -5,11 +5,12 @@ backend (issue 11), refused cleanly where it cannot run.
 usage: check_rollout_backend.py RINGKV BUILT_WITH_CUDA(0|1) [--no-bench] [--image PATH]
 
 - Built without CUDA (0): both commands exit 2 and say "ringkv was built
-  without CUDA".
+  without CUDA"; that line is all they print (bench says nothing about its
+  CPU rows' OpenBLAS peer first).
 - Built with CUDA (1) on a machine without a GPU: both exit 2 (refused
   before any work, README "Exit status") saying there is no GPU ("the CUDA
   runtime sees 0 device(s)") in the command's terms (no library function
-  name), nothing on stdout.
+  name), nothing on stdout, and one line on stderr: the refusal.
 - Built with CUDA on a machine with a GPU (scripts/gpu_check.sh runs this):
   - a 40-frame rollout on the GPU (each frame one CUDA graph replay but the
     last) reports last_frame 39, a 16-digit XXH3-64 digest, the GPU's
@@ -161,7 +162,10 @@ def main(argv):
         out = os.path.join(tmp, "out")
         r = run([ringkv, "rollout", "--backend", "cuda", "--frames", "40", "--json", "--out", out]
                 + extra)
-        b = run([ringkv, "bench", "--backend", "cuda", "--quick", "--json"]) if bench else None
+        # OPENBLAS_CORETYPE set: the CPU bench would print a notice about it
+        # first, which a refusal must not (the GPU rows do not use OpenBLAS)
+        b = (run([ringkv, "bench", "--backend", "cuda", "--quick", "--json"],
+                 {"OPENBLAS_CORETYPE": "Haswell"}) if bench else None)
         bad = run([ringkv, "rollout", "--backend", "tpu", "--frames", "1", "--out", out])
         if bad.returncode != 2 or "cpu or cuda" not in bad.stderr:
             failures.append(f"--backend tpu: status {bad.returncode}, stderr {bad.stderr.strip()!r}")
@@ -169,16 +173,17 @@ def main(argv):
         for name, p in (("rollout", r), ("bench", b)) if bench else (("rollout", r),):
             err = p.stderr.strip()
             if not built:
-                if p.returncode != 2 or NO_CUDA not in err:
+                if p.returncode != 2 or NO_CUDA not in err or len(err.splitlines()) != 1:
                     failures.append(f"{name} --backend cuda without CUDA: status {p.returncode}, "
-                                    f"stderr {err!r} (expected 2, {NO_CUDA!r})")
+                                    f"stderr {err!r} (expected 2 and one line, {NO_CUDA!r})")
                 else:
                     print(f"  {name}: refused as expected: {err}")
             elif NO_GPU in err:
-                if p.returncode != 2 or p.stdout.strip() or "rkv_" in err:
+                if (p.returncode != 2 or p.stdout.strip() or "rkv_" in err
+                        or len(err.splitlines()) != 1):
                     failures.append(f"{name} --backend cuda without a GPU: status {p.returncode} "
                                     f"(expected 2), stdout {p.stdout[:200]!r}, stderr {err!r} "
-                                    "(no library function names)")
+                                    "(one line, no library function names)")
                 else:
                     print(f"  {name}: no GPU here, refused cleanly: {err}")
             elif p.returncode != 0:

@@ -5,6 +5,9 @@
 
 #include "splitmix.h"
 
+/* The longest revisit gap of the cycle, which the kept poses must cover. */
+#define LONGEST_GAP 144
+
 /* The move of segment j (frames 8j .. 8j+7) is entry j % 8 of this cycle of
  * 8 segments (64 frames). Two kinds of new ground are explored: "B" ground
  * (segments 0-1, a JUMP and its PAN) is revisited only from far away: segment
@@ -27,7 +30,7 @@ typedef struct cycle_entry {
 static const cycle_entry CYCLE[8] = {
     {CAMERA_JUMP, 0, {0}},
     {CAMERA_PAN, 0, {0}},
-    {CAMERA_REVISIT_FAR, 1, {144}},
+    {CAMERA_REVISIT_FAR, 1, {LONGEST_GAP}},
     {CAMERA_PAN, 0, {0}},
     {CAMERA_JUMP, 0, {0}},
     {CAMERA_PAN, 0, {0}},
@@ -41,13 +44,16 @@ static const cycle_entry CYCLE[8] = {
 /* Salts that keep the hash streams of different choices apart. */
 enum { SALT_MOVE = 1, SALT_JUMP = 2 };
 
+_Static_assert(CAMERA_KEEP > LONGEST_GAP && (CAMERA_KEEP & (CAMERA_KEEP - 1)) == 0,
+               "the kept poses cover every revisit gap and the frame before");
+
 struct camera_path {
     const world_map *w;
     camera_view view;
     uint64_t seed;
     int64_t session;
-    camera_pose *poses;
-    int64_t n, cap;
+    camera_pose poses[CAMERA_KEEP]; /* frame f at f % CAMERA_KEEP, f in [n - KEEP, n) */
+    int64_t n;                      /* frames computed: 0 .. n-1              */
     int64_t *last_seen; /* [rows][cols]: last frame the cell was in view, or -1 */
 };
 
@@ -91,7 +97,6 @@ camera_path *camera_path_create(const world_map *w, camera_view view,
 
 void camera_path_destroy(camera_path *p) {
     if (!p) return;
-    free(p->poses);
     free(p->last_seen);
     free(p);
 }
@@ -166,7 +171,7 @@ static camera_pose jump_start(const camera_path *p, int64_t segment) {
 }
 
 /* The move and revisit gap of segment j (starting at frame m = 8j). */
-static camera_move segment_move(const camera_path *p, int64_t j, int64_t *gap) {
+camera_move camera_segment_move(const camera_path *p, int64_t j, int64_t *gap) {
     int64_t m = j * CAMERA_SEGMENT;
     const cycle_entry *e = &CYCLE[j % 8];
     *gap = 0;
@@ -179,41 +184,38 @@ static camera_move segment_move(const camera_path *p, int64_t j, int64_t *gap) {
     return e->move;
 }
 
-static int extend(camera_path *p) {
-    if (p->n == p->cap) {
-        int64_t cap = p->cap ? 2 * p->cap : 256;
-        camera_pose *np = realloc(p->poses, (size_t)cap * sizeof *np);
-        if (!np) return -1;
-        p->poses = np;
-        p->cap = cap;
-    }
+/* The kept pose of frame f (in [n - CAMERA_KEEP, n)). */
+static camera_pose *kept(camera_path *p, int64_t f) { return &p->poses[f & (CAMERA_KEEP - 1)]; }
+
+/* Frame n: from the frame before or the frame a revisit replays (both kept:
+ * gap <= LONGEST_GAP < CAMERA_KEEP), then marks its cells seen. */
+static void extend(camera_path *p) {
     int64_t f = p->n, j = f / CAMERA_SEGMENT, i = f % CAMERA_SEGMENT;
     int64_t gap;
-    camera_move mv = segment_move(p, j, &gap);
+    camera_move mv = camera_segment_move(p, j, &gap);
     camera_pose s;
     switch (mv) {
     case CAMERA_JUMP:
-        s = i == 0 ? jump_start(p, j) : step(p, p->poses[f - 1]);
+        s = i == 0 ? jump_start(p, j) : step(p, *kept(p, f - 1));
         break;
     case CAMERA_PAN:
-        s = step(p, p->poses[f - 1]);
+        s = step(p, *kept(p, f - 1));
         break;
     default: /* a revisit replays the path of gap frames ago */
-        s = p->poses[f - gap];
+        s = *kept(p, f - gap);
         break;
     }
     s.move = mv;
     s.gap = gap;
-    p->poses[p->n++] = s;
+    *kept(p, f) = s;
+    p->n++;
     for (int64_t r = 0; r < p->view.rows; r++)
         for (int64_t c = 0; c < p->view.cols; c++)
             p->last_seen[(s.row + r) * p->w->cols + world_wrap_col(p->w, s.col + c)] = f;
-    return 0;
 }
 
 const camera_pose *camera_path_pose(camera_path *p, int64_t f) {
-    if (f < 0) return NULL;
-    while (p->n <= f)
-        if (extend(p)) return NULL;
-    return &p->poses[f];
+    if (f < 0 || f < p->n - CAMERA_KEEP) return NULL;
+    while (p->n <= f) extend(p);
+    return kept(p, f);
 }

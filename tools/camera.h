@@ -52,14 +52,31 @@ typedef struct camera_pose {
 
 typedef struct camera_path camera_path;
 
-/* NULL when out of memory. The map must hold the view (rows >= view.rows,
- * cols >= view.cols); the path keeps a pointer to w. */
+/* Poses a path keeps: the last CAMERA_KEEP frames it computed, a power of two
+ * above the longest revisit gap (144) and the step from the frame before, so
+ * that its memory does not grow with the frame count: a run of any --frames
+ * starts at once (a path built whole before frame 0 took ~20 us a frame). */
+#define CAMERA_KEEP 256
+
+/* NULL when out of memory (every allocation is made here). The map must hold
+ * the view (rows >= view.rows, cols >= view.cols); the path keeps a pointer
+ * to w. */
 camera_path *camera_path_create(const world_map *w, camera_view view,
                                 uint64_t seed, int64_t session);
 void camera_path_destroy(camera_path *p);
 
-/* Pose at frame clock f >= 0 (computed once, in order, and cached). NULL only
- * when out of memory. */
+/* Pose at frame clock f >= 0, computed in order from frame 0 (each frame
+ * once: the path extends to f); a frame more than CAMERA_KEEP - 1 before the
+ * last one computed is no longer kept: NULL then, and for f < 0. The
+ * pointer is valid until the next call. The same poses as a path kept
+ * whole: a pose depends on the frame before it, the frames a revisit
+ * replays and the cells seen in the last 256 frames (camera.c). */
 const camera_pose *camera_path_pose(camera_path *p, int64_t f);
+
+/* The move of segment j >= 0 (frames 8j .. 8j+7) and, for a revisit, its gap
+ * (else 0): a pure function of (seed, session, j), what camera_path_pose
+ * gives as .move and .gap for each frame of the segment, without computing
+ * a pose. */
+camera_move camera_segment_move(const camera_path *p, int64_t j, int64_t *gap);
 
 #endif

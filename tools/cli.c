@@ -41,9 +41,10 @@ static size_t function_prefix(const char *s) {
 const char *cli_lib_detail(const char *path) {
     const char *m = rkv_last_error();
     m += function_prefix(m);
-    if (path && *path) {
-        const size_t n = strlen(path);
-        if (!strncmp(m, path, n) && m[n] == ':' && m[n + 1] == ' ') m += n + 2;
+    if (path && *path) { /* the library shows a path escaped (as rkv_tool_shown) */
+        const char *shown = rkv_tool_shown(path);
+        const size_t n = strlen(shown);
+        if (!strncmp(m, shown, n) && m[n] == ':' && m[n + 1] == ' ') m += n + 2;
     }
     return m;
 }
@@ -52,23 +53,23 @@ int cli_check_input_file(const char *what, const char *path, const char *expecte
                          size_t n) {
     struct stat st;
     if (stat(path, &st) != 0) {
-        snprintf(err, n, "%s '%s': %s", what, path,
+        snprintf(err, n, "%s '%s': %s", what, rkv_tool_shown(path),
                  errno == ENOENT ? "no such file" : strerror(errno));
         return -1;
     }
     if (S_ISDIR(st.st_mode)) {
-        snprintf(err, n, "%s '%s' is a folder, not %s", what, path, expected);
+        snprintf(err, n, "%s '%s' is a folder, not %s", what, rkv_tool_shown(path), expected);
         return -1;
     }
     if (!S_ISREG(st.st_mode)) { /* a pipe would block the open, a device never end */
-        snprintf(err, n, "%s '%s' is %s, not a regular file; expected %s", what, path,
-                 rkv__file_kind(st.st_mode), expected);
+        snprintf(err, n, "%s '%s' is %s, not a regular file; expected %s", what,
+                 rkv_tool_shown(path), rkv__file_kind(st.st_mode), expected);
         return -1;
     }
     /* O_NONBLOCK: should the path have become a pipe since the stat */
     const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
-        snprintf(err, n, "%s '%s': cannot open: %s", what, path, strerror(errno));
+        snprintf(err, n, "%s '%s': cannot open: %s", what, rkv_tool_shown(path), strerror(errno));
         return -1;
     }
     close(fd);
@@ -119,9 +120,13 @@ int cli_parse_uint64(const char *s, uint64_t *out) {
 
 int cli_parse_real(const char *s, double lo, double hi, double *out) {
     const size_t whole = digits(s);
-    size_t n = whole, frac = 0;
-    if (s[n] == '.') frac = digits(s + ++n), n += frac;
-    if (whole + frac == 0 || s[n] != '\0') return -1;
+    size_t n = whole;
+    if (whole && s[n] == '.') { /* a fraction: digits on both sides of the '.' */
+        const size_t frac = digits(s + n + 1);
+        if (!frac) return -1;
+        n += 1 + frac;
+    }
+    if (!whole || s[n] != '\0') return -1;
     const double v = strtod(s, NULL);
     if (!isfinite(v) || v < lo || v > hi) return -1;
     *out = v;
@@ -235,18 +240,19 @@ int cli_parse_options(const char *cmd, int argc, char **argv, const cli_option *
             continue;
         }
         if (options_end || a[0] != '-' || a[1] == '\0') {
-            if (!positional) return refuse(cmd, "unexpected argument '%s'", a);
+            if (!positional) return refuse(cmd, "unexpected argument '%s'", rkv_tool_shown(a));
             positional[(*n_positional)++] = a;
             continue;
         }
         const int k = n <= 64 ? find_option(table, n, a, &val) : -1;
-        if (k < 0) return refuse(cmd, "unknown option '%s'", a);
+        if (k < 0) return refuse(cmd, "unknown option '%s'", rkv_tool_shown(a));
         const cli_option *d = &table[k];
         if (given >> k & 1)
             return refuse(cmd, "%s given twice (give each option once)",
                           d->name);
         given |= (uint64_t)1 << k;
-        if (!d->takes_value && val) return refuse(cmd, "%s takes no value, got '%s'", d->name, a);
+        if (!d->takes_value && val)
+            return refuse(cmd, "%s takes no value, got '%s'", d->name, rkv_tool_shown(a));
         if (d->takes_value && !val) {
             if (i + 1 >= argc)
                 return refuse(cmd, "%s needs a value (%s)", d->name,
@@ -256,7 +262,8 @@ int cli_parse_options(const char *cmd, int argc, char **argv, const cli_option *
         char why[128] = "";
         if (d->set(d, val, opts, why, sizeof why))
             return refuse(cmd, "%s expects %s, got '%s'%s%s%s", d->name,
-                          d->expects ? d->expects : "a value", val, why[0] ? " (" : "", why,
+                          d->expects ? d->expects : "a value", rkv_tool_shown(val),
+                          why[0] ? " (" : "", why,
                           why[0] ? ")" : "");
     }
     return -1;
@@ -296,7 +303,7 @@ static int header_format_is_ringkv(const char *h, size_t n, char *why, size_t wn
 int cli_check_snapshot_kind(const char *what, const char *path, char *err, size_t n) {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        snprintf(err, n, "%s '%s': cannot open: %s", what, path, strerror(errno));
+        snprintf(err, n, "%s '%s': cannot open: %s", what, rkv_tool_shown(path), strerror(errno));
         return -1;
     }
     unsigned char head[SNAPSHOT_MIN_BYTES];
@@ -331,7 +338,8 @@ int cli_check_snapshot_kind(const char *what, const char *path, char *err, size_
         }
     }
     fclose(f);
-    if (rc) snprintf(err, n, "%s '%s' is not a ringkv snapshot: %s", what, path, why);
+    if (rc)
+        snprintf(err, n, "%s '%s' is not a ringkv snapshot: %s", what, rkv_tool_shown(path), why);
     return rc;
 }
 

@@ -44,8 +44,12 @@ extern const char CLI_EXIT_RULE[];
 /* rkv_last_error() in the user's terms: without the library's leading
  * "rkv_function: " (the C call a command-line user never made), and then
  * without a leading "PATH: " when path is not NULL and the message starts
- * with it (the caller names the file itself). Points into rkv_last_error's
- * thread-local buffer. */
+ * with it (the caller names the file itself; the library shows a path
+ * escaped, as rkv_tool_shown does). Points into rkv_last_error's
+ * thread-local buffer. Every text from outside the program that a command
+ * prints, a file name or an argument from the command line included, is
+ * printed escaped (rkv_tool_shown, escape.h): the library's messages
+ * escape theirs. */
 const char *cli_lib_detail(const char *path);
 
 /* An input file named on the command line (`what` names it for the user,
@@ -154,8 +158,9 @@ int cli_parse_options(const char *cmd, int argc, char **argv, const cli_option *
 int cli_parse_int64(const char *s, int64_t lo, int64_t hi, int64_t *out);
 /* An integer in 0..2^64-1 (digits only). */
 int cli_parse_uint64(const char *s, uint64_t *out);
-/* A real number in [lo, hi] (lo >= 0), as digits with at most one '.'
- * ("16", "0.5", ".5", "5.": no sign, no exponent). */
+/* A real number in [lo, hi] (lo >= 0): decimal digits, optionally a '.'
+ * and more digits ("16", "0.5"; not ".5" nor "5.": no sign, no exponent,
+ * README "Exit status"). */
 int cli_parse_real(const char *s, double lo, double hi, double *out);
 
 /* "local" for a layer that keeps every frame (pinned_dilation 1), "global"

@@ -1,6 +1,7 @@
 /* tools/escape.h */
 #include "escape.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -17,5 +18,15 @@ const char *rkv_tool_escape(char *buf, size_t size, const char *s) {
         o += (size_t)k;
     }
     buf[o] = '\0';
+    return buf;
+}
+
+const char *rkv_tool_shown(const char *s) {
+    static char bufs[RKV_TOOL_SHOWN][4 * 4096 + 1];
+    static unsigned next;
+    char *buf = bufs[next++ % RKV_TOOL_SHOWN];
+    const int saved = errno; /* callers read errno in the same call's arguments */
+    rkv_tool_escape(buf, sizeof bufs[0], s ? s : "");
+    errno = saved;
     return buf;
 }

@@ -61,7 +61,8 @@ static void print_text(const char *path, const rkv_snapshot_info *in) {
     const rkv_model_config *c = &in->config;
     texts t;
     escape_texts(in, &t);
-    printf("%s: valid ringkv snapshot (format %" PRId64 ", written by ringkv %s)\n", path,
+    printf("%s: valid ringkv snapshot (format %" PRId64 ", written by ringkv %s)\n",
+           rkv_tool_shown(path),
            in->format_version, t.version[0] ? t.version : "?");
     printf("  model:      %s: %" PRId64 " layers, n_q_heads %" PRId64 ", n_kv_heads %" PRId64
            ", d_head %" PRId64 ", tokens_per_frame %" PRId64 ", %s\n",
@@ -170,7 +171,8 @@ int rkv_cmd_inspect(int argc, char **argv) {
         rkv_snapshot_info info = RKV_SNAPSHOT_INFO_INIT;
         rkv_status st = rkv_snapshot_inspect(path, &info);
         if (st != RKV_OK) {
-            fprintf(stderr, "ringkv inspect: %s: invalid: %s\n", path, cli_lib_detail(path));
+            fprintf(stderr, "ringkv inspect: %s: invalid: %s\n", rkv_tool_shown(path),
+                    cli_lib_detail(path));
             if (json && print_json_invalid(path, st)) rc = CLI_EXIT_FAILURE;
             bad = 1;
             continue;

@@ -9,6 +9,7 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "escape.h"
 #include "ringkv.h"
 
 typedef struct {
@@ -48,7 +49,7 @@ static const command *find_command(const char *name) {
 }
 
 static int unknown_command(const char *name) {
-    fprintf(stderr, "ringkv: unknown command '%s'\n\n", name);
+    fprintf(stderr, "ringkv: unknown command '%s'\n\n", rkv_tool_shown(name));
     usage(stderr);
     return CLI_EXIT_USAGE;
 }
@@ -76,24 +77,24 @@ static int dispatch(int argc, char **argv) {
             return CLI_EXIT_OK;
         }
         if (argc > 2) {
-            fprintf(stderr, "ringkv %s: takes no arguments (got '%s')\n", a, argv[2]);
+            fprintf(stderr, "ringkv %s: takes no arguments (got '%s')\n", a,
+                    rkv_tool_shown(argv[2]));
             return CLI_EXIT_USAGE;
         }
         return version();
     }
     if (is_help(a) || !strcmp(a, "help")) {
         /* 'ringkv help', 'ringkv help help' and 'ringkv help --help': this text */
+        if (argc > 3) { /* one COMMAND at most: the first one past it is named */
+            fprintf(stderr,
+                    "ringkv help: unexpected argument '%s' (it takes one COMMAND at most)\n"
+                    "usage: ringkv help [COMMAND]\n",
+                    rkv_tool_shown(argv[3]));
+            return CLI_EXIT_USAGE;
+        }
         if (argc == 2 || !strcmp(argv[2], "help") || is_help(argv[2])) {
-            if (argc > 3) {
-                fprintf(stderr, "usage: ringkv help [COMMAND]\n");
-                return CLI_EXIT_USAGE;
-            }
             usage(stdout);
             return CLI_EXIT_OK;
-        }
-        if (argc > 3) {
-            fprintf(stderr, "usage: ringkv help [COMMAND]\n");
-            return CLI_EXIT_USAGE;
         }
         if (!strcmp(argv[2], "version")) {
             version_usage();

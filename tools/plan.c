@@ -41,7 +41,8 @@ static void usage(FILE *f) {
     fprintf(f,
             "\n"
             "  --memory-gib X       memory budget in GiB (2^30 bytes), 0 <= X <= 1048576\n"
-            "                       (1 PiB), in decimal digits, fractions allowed (0.5)\n"
+            "                       (1 PiB): decimal digits, optionally '.' and more digits\n"
+            "                       (16, 0.5; not .5 or 5.)\n"
             "  --full-global-ring   global layers allocate the full 128-frame ring; only\n"
             "                       16 buckets are addressed (SEMANTICS 7): memory grows,\n"
             "                       recall does not\n"
@@ -54,7 +55,8 @@ static void usage(FILE *f) {
 static const cli_option OPTIONS[] = {
     {"--preset", 1, cli_set_text, OPT(preset), NULL, 0, 0, NULL},
     {"--memory-gib", 1, cli_set_real, OPT(memory_gib),
-     "a number of GiB in 0..1048576, in decimal digits with an optional fraction (16, 0.5)", 0,
+     "a number of GiB in 0..1048576: decimal digits, optionally '.' and more digits (16, 0.5)",
+     0,
      MAX_MEMORY_GIB, NULL},
     {"--dtype", 1, cli_set_dtype, OPT(dtype), "f32, f16 or bf16", 0, 0, NULL},
     {"--full-global-ring", 0, cli_set_flag, OPT(full_global_ring), NULL, 0, 0, NULL},

@@ -10,18 +10,19 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "escape.h"
 #include "replay.h"
 #include "trace.h"
 
 void replay_pass(replay_tally *tl, const char *name, const char *detail) {
-    if (detail && detail[0]) printf("PASS %s (%s)\n", name, detail);
-    else printf("PASS %s\n", name);
+    if (detail && detail[0]) printf("PASS %s (%s)\n", rkv_tool_shown(name), detail);
+    else printf("PASS %s\n", rkv_tool_shown(name));
     fflush(stdout);
     tl->passed++;
 }
 
 void replay_fail(replay_tally *tl, const char *name, const char *reason) {
-    printf("FAIL %s: %s\n", name, reason);
+    printf("FAIL %s: %s\n", rkv_tool_shown(name), reason);
     fflush(stdout);
     tl->failed++;
 }

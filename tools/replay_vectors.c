@@ -15,6 +15,7 @@
 
 #include "../src/ring_rule.h" /* the ring rule the library uses (header only) */
 #include "cli.h"
+#include "escape.h"
 #include "replay.h"
 #include "ringkv.h"
 #include "trace.h"
@@ -30,7 +31,7 @@
 static int read_file(const char *path, size_t max, unsigned char **data, size_t *len, char *msg,
                      size_t size) {
     FILE *f = fopen(path, "rb");
-    if (!f) return say(msg, size, "%s: cannot open: %s", path, strerror(errno));
+    if (!f) return say(msg, size, "%s: cannot open: %s", rkv_tool_shown(path), strerror(errno));
     size_t cap = 0, n = 0;
     unsigned char *buf = NULL;
     for (;;) {
@@ -38,14 +39,14 @@ static int read_file(const char *path, size_t max, unsigned char **data, size_t 
             if (cap > max) {
                 free(buf);
                 fclose(f);
-                return say(msg, size, "%s: larger than %zu bytes", path, max);
+                return say(msg, size, "%s: larger than %zu bytes", rkv_tool_shown(path), max);
             }
             size_t ncap = cap ? cap * 2 : 65536;
             unsigned char *nb = realloc(buf, ncap);
             if (!nb) {
                 free(buf);
                 fclose(f);
-                return say(msg, size, "%s: out of memory", path);
+                return say(msg, size, "%s: out of memory", rkv_tool_shown(path));
             }
             buf = nb;
             cap = ncap;
@@ -58,11 +59,11 @@ static int read_file(const char *path, size_t max, unsigned char **data, size_t 
     fclose(f);
     if (bad) {
         free(buf);
-        return say(msg, size, "%s: read error", path);
+        return say(msg, size, "%s: read error", rkv_tool_shown(path));
     }
     if (n > max) {
         free(buf);
-        return say(msg, size, "%s: larger than %zu bytes", path, max);
+        return say(msg, size, "%s: larger than %zu bytes", rkv_tool_shown(path), max);
     }
     buf[n] = '\0';
     *data = buf;
@@ -506,11 +507,11 @@ int replay_manifest_check(const char *path, char *msg, size_t size) {
     if (rc)
         return say(msg, size,
                    "%s: not a ringkv attention-vector manifest: %s (shared/golden/README.md)",
-                   path, why);
+                   rkv_tool_shown(path), why);
     char *bin_path = bin_path_for(path);
     if (!bin_path) return say(msg, size, "out of memory");
     const int bad = cli_check_input_file("its data file", bin_path, "a .bin file", why, sizeof why);
-    if (bad) say(msg, size, "manifest %s: %s", path, why);
+    if (bad) say(msg, size, "manifest %s: %s", rkv_tool_shown(path), why);
     free(bin_path);
     return bad ? -1 : 0;
 }

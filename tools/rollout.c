@@ -61,8 +61,10 @@
  * not a terminal, a progress line every PROGRESS_EVERY_S seconds). */
 #define LONG_RUN_S 120.0
 #define PROGRESS_EVERY_S 60.0
-/* The camera path keeps every pose from frame 0 (a resumed run replays it):
- * absolute clocks stay below this. */
+/* A run's frame clocks stay below this (its last clock is at most
+ * MAX_CLOCK - 1, the last of --frames' range from frame 0): a resumed run
+ * replays its camera path from frame 0 (about 20 us a frame: 2^31 frames
+ * are half a day) and the projected cost of a frame is taken there. */
 #define MAX_CLOCK INT32_MAX
 
 static double now_s(void) {
@@ -77,7 +79,7 @@ static double now_s(void) {
  * (clock >= 16), else the last one, in frame order; the run's last frame when
  * none falls in the range. The first ones are on the most textured ground
  * (camera.c). */
-static int pick_frames(camera_path *path, int64_t first, int64_t end, int64_t *picks) {
+static int pick_frames(const camera_path *path, int64_t first, int64_t end, int64_t *picks) {
     static const camera_move ORDER[] = {CAMERA_PAN, CAMERA_REVISIT_NEAR, CAMERA_REVISIT_MID,
                                         CAMERA_REVISIT_FAR, CAMERA_JUMP};
     const int64_t settled = 16;
@@ -88,8 +90,8 @@ static int pick_frames(camera_path *path, int64_t first, int64_t end, int64_t *p
         for (int64_t m = first / CAMERA_SEGMENT * CAMERA_SEGMENT; m + offset < end;
              m += CAMERA_SEGMENT) {
             if (m + offset < first) continue;
-            const camera_pose *p = camera_path_pose(path, m);
-            if (!p || p->move != ORDER[k]) continue;
+            int64_t gap;
+            if (camera_segment_move(path, m / CAMERA_SEGMENT, &gap) != ORDER[k]) continue;
             best = m + offset;
             if (best >= settled) break;
         }
@@ -178,7 +180,8 @@ typedef struct run {
     int64_t out_made;           /* --out: length of the path's prefix naming the
                                    first folder this run created; -1 none */
     int pictured;               /* the picture and legend are written */
-    char err[PATH_MAX_LEN + 512], image_buf[PATH_MAX_LEN + 200], exe[PATH_MAX_LEN + 100];
+    int header_printed;         /* the text report's header, before the frames */
+    char err[4 * PATH_MAX_LEN + 512], image_buf[PATH_MAX_LEN + 200], exe[PATH_MAX_LEN + 100];
 } run;
 
 static void run_free(run *r) {
@@ -277,7 +280,7 @@ static int check_resume_source(const char *path, const rkv_snapshot_info *info, 
                 "ringkv rollout: warning: --resume '%s' was not saved by ringkv rollout "
                 "(request id '%s'); continuing session 0's camera path of seed %" PRIu64 " as if its ring had "
                 "followed it\n",
-                path, saved, seed);
+                rkv_tool_shown(path), saved, seed);
         return 0;
     }
     if (session != 0 || saved_seed != seed || saved_map != map_id) {
@@ -287,7 +290,7 @@ static int check_resume_source(const char *path, const rkv_snapshot_info *info, 
                 "ringkv rollout: --resume '%s' holds '%s', this run would continue '%s': "
                 "resume with the --seed and --image of the run that saved it (the camera path and the recall "
                 "bookkeeping depend on them)\n",
-                path, saved, mine);
+                rkv_tool_shown(path), saved, mine);
         return -1;
     }
     return 0;
@@ -414,12 +417,14 @@ static int check_resume_file(run *r) {
     }
     r->snap_info = (rkv_snapshot_info)RKV_SNAPSHOT_INFO_INIT;
     if (rkv_snapshot_inspect(path, &r->snap_info) != RKV_OK) {
-        fprintf(stderr, "ringkv rollout: --resume '%s' is not a valid snapshot: %s\n", path,
+        fprintf(stderr, "ringkv rollout: --resume '%s' is not a valid snapshot: %s\n",
+                rkv_tool_shown(path),
                 cli_lib_detail(path));
         return -1;
     }
     if (snapshot_mismatch(&r->snap_info.config, &r->cfg, r->err, sizeof r->err)) {
-        fprintf(stderr, "ringkv rollout: --resume '%s' does not fit this run: %s\n", path,
+        fprintf(stderr, "ringkv rollout: --resume '%s' does not fit this run: %s\n",
+                rkv_tool_shown(path),
                 r->err);
         return -1;
     }
@@ -469,7 +474,7 @@ static int check_paths(run *r) {
                 " nor installed in " RKV_INSTALL_DATA_DIR
 #endif
                 "; pass --image PATH (any JPEG or PNG file)\n",
-                DEFAULT_IMAGE, r->exe[0] ? " (" : "", r->exe, r->exe[0] ? ")" : "");
+                DEFAULT_IMAGE, r->exe[0] ? " (" : "", rkv_tool_shown(r->exe), r->exe[0] ? ")" : "");
         return 2;
     }
     if (rollout_check_out_folder(r->o.out, r->err, sizeof r->err) ||
@@ -515,7 +520,8 @@ static int load_world(run *r) {
                 "ringkv rollout: the map of '%s' is %lld cols x %lld rows of 8 x 8-pixel "
                 "cells; the view of %lld tokens needs at least %lld cols x %lld rows (an "
                 "image of at least %lld x %lld pixels, width x height)\n",
-                r->image, (long long)r->world.cols, (long long)r->world.rows, (long long)r->T,
+                rkv_tool_shown(r->image), (long long)r->world.cols, (long long)r->world.rows,
+                (long long)r->T,
                 (long long)r->view.cols, (long long)r->view.rows,
                 (long long)(r->view.cols * WORLD_PATCH), (long long)(r->view.rows * WORLD_PATCH));
         return 2;
@@ -532,13 +538,25 @@ static int plan_clocks(run *r) {
     if (r->o.resume) {
         if (check_resume_source(r->o.resume, &r->snap_info, r->o.seed, r->map_id))
             return CLI_EXIT_USAGE;
-        const int64_t last = r->snap_info.last_committed;
-        if (last >= MAX_CLOCK - r->F) {
+        const int64_t last = r->snap_info.last_committed, last_clock = MAX_CLOCK - 1;
+        if (last >= last_clock) { /* no frame after it is a rollout clock */
             fprintf(stderr,
-                    "ringkv rollout: --resume '%s': the saved clock %lld + %lld frames goes "
-                    "beyond the last clock the rollout's camera path covers (%lld): ask for "
-                    "fewer --frames\n",
-                    r->o.resume, (long long)last, (long long)r->F, (long long)MAX_CLOCK);
+                    "ringkv rollout: --resume '%s': the saved clock %lld is %s the last clock a "
+                    "rollout runs (%lld): no --frames can continue it (a rollout's clocks are "
+                    "0..%lld)\n",
+                    rkv_tool_shown(r->o.resume), (long long)last,
+                    last == last_clock ? "already" : "past", (long long)last_clock,
+                    (long long)last_clock);
+            return CLI_EXIT_USAGE;
+        }
+        if (last > last_clock - r->F) {
+            fprintf(stderr,
+                    "ringkv rollout: --resume '%s': the saved clock %lld + %lld frames would "
+                    "end at clock %lld, past the last clock a rollout runs (%lld): ask for at "
+                    "most --frames %lld\n",
+                    rkv_tool_shown(r->o.resume), (long long)last, (long long)r->F,
+                    (long long)(last + r->F), (long long)last_clock,
+                    (long long)(last_clock - last));
             return CLI_EXIT_USAGE;
         }
         r->first = last + 1; /* -1 (no clock): from frame 0 */
@@ -558,15 +576,15 @@ static int check_run(run *r) {
     if ((rc = load_world(r)) || (rc = plan_clocks(r))) return rc;
 
     /* ---- memory: the model and the tool's buffers against what is available ---- */
-    const tool_memory tool_mem = rollout_tool_memory(&r->cfg, r->B, r->F, r->end, &r->world);
-    if ((rc = rollout_check_memory(&r->o, r->mem_session, &tool_mem, r->end))) return rc;
+    const tool_memory tool_mem = rollout_tool_memory(&r->cfg, r->F, &r->world);
+    if ((rc = rollout_check_memory(&r->o, r->mem_session, &tool_mem))) return rc;
 
     /* ---- the output folder (created now: --snapshot-out may name a file
      * in it), the snapshot's folder; a refusal removes the folders created
      * (rkv_cmd_rollout) ---- */
     if (rollout_make_dirs(r->o.out, &r->out_made, r->err, sizeof r->err) ||
         (r->o.snapshot_out &&
-         rollout_check_snapshot_out(r->o.snapshot_out, r->err, sizeof r->err))) {
+         rollout_check_saved_file("--snapshot-out", r->o.snapshot_out, r->err, sizeof r->err))) {
         fprintf(stderr, "ringkv rollout: %s\n", r->err);
         return 2;
     }
@@ -705,8 +723,8 @@ static int resume_session(run *r) {
     if (r->o.resume) {
         if ((st = rkv_model_load_session(r->model, r->sessions[0], r->o.resume)) != RKV_OK) {
             /* checked in check_run: the file changed since, or an I/O error */
-            fprintf(stderr, "ringkv rollout: loading --resume '%s' failed: %s\n", r->o.resume,
-                    cli_lib_detail(r->o.resume));
+            fprintf(stderr, "ringkv rollout: loading --resume '%s' failed: %s\n",
+                    rkv_tool_shown(r->o.resume), cli_lib_detail(r->o.resume));
             return CLI_EXIT_FAILURE;
         }
         int64_t last = -1;
@@ -717,22 +735,19 @@ static int resume_session(run *r) {
             fprintf(stderr,
                     "ringkv rollout: %s: loaded clock %lld, but the file said %lld when "
                     "inspected (was it rewritten during the run?)\n",
-                    r->o.resume, (long long)last, (long long)(r->first - 1));
+                    rkv_tool_shown(r->o.resume), (long long)last, (long long)(r->first - 1));
             return 1;
         }
     }
     return 0;
 }
 
-/* setup_run's last step: every camera path to the run's last frame, the
- * recall history of a resumed session, the picture's frames, and the frame
- * loop's figures, digest and attention arguments. 0, or 1 with a message. */
+/* setup_run's last step: the recall history of a resumed session, the
+ * picture's frames, and the frame loop's figures, digest and attention
+ * arguments. The camera paths are computed frame by frame in the loop
+ * (camera.h), so the loop starts at once whatever --frames is. 0, or 1
+ * with a message. */
 static int prepare_frame_loop(run *r) {
-    for (int64_t s = 0; s < r->B; s++)
-        if (!camera_path_pose(r->paths[s], r->end - 1)) {
-            fprintf(stderr, "ringkv rollout: out of memory for the camera paths\n");
-            return 1;
-        }
     /* The recall bookkeeping of a resumed session: the ring holds what the
      * camera saw before the snapshot, so 'last seen' is rebuilt by replaying
      * the path over frames 0 .. first-1 (the model is not touched). */
@@ -764,15 +779,25 @@ static int prepare_frame_loop(run *r) {
     return 0;
 }
 
+static rollout_result run_result(const run *r);
+
 /* Creates the model on its device, the tokens, the buffers and the
- * sessions, loads the snapshot to resume and rebuilds its recall history.
- * 0, or 1 with a message. */
+ * sessions, loads the snapshot to resume, prints the text report's header
+ * (what runs: before the replay of a resumed session's recall history and
+ * the first frame; the rest of the report comes after the last) and
+ * rebuilds that history. 0, or 1 with a message. */
 static int setup_run(run *r) {
     int rc;
     if ((rc = open_device(r)) || (rc = alloc_host_buffers(r)) || (rc = alloc_backend_buffers(r)) ||
-        (rc = claim_sessions(r)) || (rc = resume_session(r)) || (rc = prepare_frame_loop(r)))
+        (rc = claim_sessions(r)) || (rc = resume_session(r)))
         return rc;
-    return 0;
+    if (!r->o.json) {
+        const rollout_result head = run_result(r);
+        rollout_report_header(&head);
+        fflush(stdout);
+        r->header_printed = 1;
+    }
+    return prepare_frame_loop(r);
 }
 
 /* The keys and values of pass `pass` of frame f, every session's, into
@@ -1039,7 +1064,7 @@ static void legend_about(const run *r, char *about, size_t n_about) {
                      "Run: preset %s%s, seed %" PRIu64 ", frames %lld..%lld, image %s.\n"
                      "Recall layers:",
                      r->o.preset, r->o.full_global_ring ? " (full global ring)" : "", r->o.seed,
-                     (long long)r->first, (long long)(r->end - 1), r->image);
+                     (long long)r->first, (long long)(r->end - 1), rkv_tool_shown(r->image));
     for (int c = 0; c < RECALL_CLASSES && n > 0 && (size_t)n < n_about; c++)
         if (r->have[c]) {
             const rkv_layer_spec *ls = &r->cfg.layers[r->layer_of[c]];
@@ -1050,6 +1075,41 @@ static void legend_about(const run *r, char *about, size_t n_about) {
                           (long long)ls->pinned_dilation);
         }
     if (n > 0 && (size_t)n < n_about && about[n - 1] == ';') about[n - 1] = '.';
+}
+
+/* What the report shows of the run so far (rollout_report.h): the setup,
+ * and the frame loop's figures up to now; finish_run adds what only the
+ * end knows (times, the digest, the files written). */
+static rollout_result run_result(const run *r) {
+    return (rollout_result){
+        .opts = &r->o,
+        .cfg = &r->cfg,
+        .image = r->image,
+        .layer_of = {r->layer_of[0], r->layer_of[1]},
+        .have = {r->have[0], r->have[1]},
+        .view = r->view,
+        .world = &r->world,
+        .codec = &r->codec,
+        .stats = &r->stats,
+        .move_frames = r->move_frames,
+        .first = r->first,
+        .end = r->end,
+        .snap_info = &r->snap_info,
+        .pass_us = r->pass_us,
+        .pass_total_s = r->pass_total_s,
+        .load = &r->load,
+        .mem_session = r->mem_session,
+        .mem_total = r->mem_total,
+        .migrations = r->migrations,
+        .migrated_bytes = r->migrated_bytes,
+        .migrate_s = r->migrate_s,
+        .pool = r->pool,
+        .isa = rkv_layer_attention_isa(rkv_model_layer(r->model, 0)), /* CPU only */
+        .plan = {r->plan[0], r->plan[1]},
+        .card = device_card(r->dev),
+        .pic = &r->pic,
+        .header_printed = r->header_printed,
+    };
 }
 
 /* After the last frame: the snapshot, the picture and its legend, the
@@ -1084,42 +1144,15 @@ static int finish_run(run *r, double loop_s) {
                                      sizeof r->err);
 
     /* ---- the report ---- */
-    const rollout_result result = {
-        .opts = &r->o,
-        .cfg = &r->cfg,
-        .image = r->image,
-        .layer_of = {r->layer_of[0], r->layer_of[1]},
-        .have = {r->have[0], r->have[1]},
-        .view = r->view,
-        .world = &r->world,
-        .codec = &r->codec,
-        .stats = &r->stats,
-        .move_frames = r->move_frames,
-        .first = r->first,
-        .end = r->end,
-        .snap_info = &r->snap_info,
-        .saved = r->o.snapshot_out && !snap_err[0],
-        .pass_us = r->pass_us,
-        .pass_total_s = r->pass_total_s,
-        .loop_s = loop_s,
-        .total_s = now_s() - r->t_start,
-        .cpu_s = cli_cpu_seconds() - r->cpu_start,
-        .load = &r->load,
-        .mem_session = r->mem_session,
-        .mem_total = r->mem_total,
-        .model_bytes = rkv_model_memory_bytes(r->model),
-        .migrations = r->migrations,
-        .migrated_bytes = r->migrated_bytes,
-        .migrate_s = r->migrate_s,
-        .pool = r->pool,
-        .isa = rkv_layer_attention_isa(rkv_model_layer(r->model, 0)), /* CPU only */
-        .plan = {r->plan[0], r->plan[1]},
-        .card = device_card(r->dev),
-        .digest_hex = digest_hex,
-        .picture = r->pictured ? picture : NULL,
-        .legend = r->pictured ? legend : NULL,
-        .pic = &r->pic,
-    };
+    rollout_result result = run_result(r);
+    result.saved = r->o.snapshot_out && !snap_err[0];
+    result.loop_s = loop_s;
+    result.total_s = now_s() - r->t_start;
+    result.cpu_s = cli_cpu_seconds() - r->cpu_start;
+    result.model_bytes = rkv_model_memory_bytes(r->model);
+    result.digest_hex = digest_hex;
+    result.picture = r->pictured ? picture : NULL;
+    result.legend = r->pictured ? legend : NULL;
     int rc = rollout_report(&result);
     fflush(stdout); /* the report, then what failed */
     if (snap_err[0]) fprintf(stderr, "ringkv rollout: %s\n", snap_err);

@@ -15,6 +15,7 @@
 #include "../src/atomic_file.h" /* rkv__file_kind */
 #include "camera.h"
 #include "cli.h"
+#include "escape.h"
 #include "sheet.h"
 #include "tokens.h"
 
@@ -74,16 +75,17 @@ static void folder_of(const char *path, char *dir, size_t n) {
 static int check_folder_writable(const char *what, const char *dir, char *err, size_t n) {
     struct stat st;
     if (stat(dir, &st) != 0) {
-        snprintf(err, n, "%s: folder '%s': %s", what, dir,
+        snprintf(err, n, "%s: folder '%s': %s", what, rkv_tool_shown(dir),
                  errno == ENOENT ? "no such folder" : strerror(errno));
         return -1;
     }
     if (!S_ISDIR(st.st_mode)) {
-        snprintf(err, n, "%s: '%s' is not a folder", what, dir);
+        snprintf(err, n, "%s: '%s' is not a folder", what, rkv_tool_shown(dir));
         return -1;
     }
     if (access(dir, W_OK | X_OK) != 0) {
-        snprintf(err, n, "%s: cannot write in folder '%s': %s", what, dir, strerror(errno));
+        snprintf(err, n, "%s: cannot write in folder '%s': %s", what, rkv_tool_shown(dir),
+                 strerror(errno));
         return -1;
     }
     return 0;
@@ -122,7 +124,7 @@ static void via_link(const char *path, char *via, size_t n) {
     via[0] = '\0';
     if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode) &&
         final_target(path, target, sizeof target) == 0)
-        snprintf(via, n, " (a link to '%s')", target);
+        snprintf(via, n, " (a link to '%s')", rkv_tool_shown(target));
 }
 
 /* Checks that the file `path` can be (over)written, its folder existing: when
@@ -132,31 +134,55 @@ int rollout_check_output_file(const char *what, const char *path, char *err, siz
     struct stat st;
     if (stat(path, &st) == 0) {
         if (S_ISDIR(st.st_mode)) {
-            snprintf(err, n, "%s: '%s' is a folder; a file is written there", what, path);
+            snprintf(err, n, "%s: '%s' is a folder; a file is written there", what,
+                     rkv_tool_shown(path));
             return -1;
         }
         if (!S_ISREG(st.st_mode)) { /* a device or pipe is never replaced nor written */
-            char via[PATH_MAX_LEN + 32];
+            char via[4 * PATH_MAX_LEN + 32];
             via_link(path, via, sizeof via);
             snprintf(err, n, "%s: '%s'%s is %s, not a regular file; a file is written there",
-                     what, path, via, rkv__file_kind(st.st_mode));
+                     what, rkv_tool_shown(path), via, rkv__file_kind(st.st_mode));
             return -1;
         }
         if (access(path, W_OK) != 0) {
-            snprintf(err, n, "%s: cannot overwrite '%s': %s", what, path, strerror(errno));
+            snprintf(err, n, "%s: cannot overwrite '%s': %s", what, rkv_tool_shown(path),
+                     strerror(errno));
             return -1;
         }
         return 0;
     }
     if (errno != ENOENT) {
-        snprintf(err, n, "%s: '%s': %s", what, path, strerror(errno));
+        const int e = errno;
+        char via[4 * PATH_MAX_LEN + 32];
+        via_link(path, via, sizeof via);
+        snprintf(err, n, "%s: '%s'%s: %s", what, rkv_tool_shown(path), via,
+                 e == ENOTDIR ? "a part of the path is a file, not a folder" : strerror(e));
         return -1;
     }
     return 0;
 }
 
+/* When `part` (the --out path or a folder above it, which stat did not
+ * find) is a symbolic link, whose target is then missing: -1 with a message
+ * naming --out, the link and its target. Else 0, errno kept. */
+static int out_dangling_link(const char *path, const char *part, char *err, size_t n) {
+    const int e = errno;
+    struct stat st;
+    if (lstat(part, &st) != 0 || !S_ISLNK(st.st_mode)) {
+        errno = e;
+        return 0;
+    }
+    char via[4 * PATH_MAX_LEN + 32];
+    via_link(part, via, sizeof via);
+    snprintf(err, n, "--out '%s': '%s'%s is a dangling symbolic link: no folder there to "
+             "write in, and none is created through it", rkv_tool_shown(path),
+             rkv_tool_shown(part), via);
+    return -1;
+}
+
 /* --out DIR before the run: an existing folder we can write in (and its
- * picture and legend files writable), or a path mkdir -p can create (the
+ * picture and legend savable: rollout_check_saved_file), or a path mkdir -p can create (the
  * nearest existing folder above it writable). Creates nothing. 0, or -1 with
  * a message. */
 int rollout_check_out_folder(const char *path, char *err, size_t n) {
@@ -167,27 +193,34 @@ int rollout_check_out_folder(const char *path, char *err, size_t n) {
             snprintf(err, n,
                      "--out '%s' is %s, not a folder (the picture %s and its legend %s "
                      "go into the folder --out DIR)",
-                     path, rkv__file_kind(st.st_mode), PICTURE_NAME, LEGEND_NAME);
+                     rkv_tool_shown(path), rkv__file_kind(st.st_mode), PICTURE_NAME, LEGEND_NAME);
             return -1;
         }
         if (access(path, W_OK | X_OK) != 0) {
-            snprintf(err, n, "--out: cannot write in folder '%s': %s", path, strerror(errno));
+            snprintf(err, n, "--out: cannot write in folder '%s': %s", rkv_tool_shown(path),
+                     strerror(errno));
             return -1;
         }
+        /* the picture and the legend as the save will write them: a link
+         * among them (dangling or not) to where nothing can be saved is
+         * refused now, not after the frames */
         snprintf(file, sizeof file, "%s/%s", path, PICTURE_NAME);
-        if (rollout_check_output_file("--out", file, err, n)) return -1;
+        if (rollout_check_saved_file("--out", file, err, n)) return -1;
         snprintf(file, sizeof file, "%s/%s", path, LEGEND_NAME);
-        return rollout_check_output_file("--out", file, err, n);
+        return rollout_check_saved_file("--out", file, err, n);
     }
     if (errno != ENOENT) {
-        snprintf(err, n, "--out '%s': %s", path,
+        snprintf(err, n, "--out '%s': %s", rkv_tool_shown(path),
                  errno == ENOTDIR ? "a part of the path is a file, not a folder"
                                   : strerror(errno));
         return -1;
     }
-    /* the nearest existing folder above it */
+    /* the nearest existing folder above it; a dangling link on the way
+     * (the path itself or a folder above it) is refused: mkdir would fail
+     * on it only after the model is built */
     char up[PATH_MAX_LEN + 1];
     snprintf(up, sizeof up, "%s", path);
+    if (out_dangling_link(path, up, err, n)) return -1;
     for (;;) {
         size_t len = strlen(up);
         while (len > 1 && up[len - 1] == '/') up[--len] = '\0';
@@ -200,20 +233,23 @@ int rollout_check_out_folder(const char *path, char *err, size_t n) {
             *slash = '\0';
         }
         if (stat(up, &st) == 0) break;
+        if (errno == ENOENT && out_dangling_link(path, up, err, n)) return -1;
         if (errno != ENOENT || !strcmp(up, ".") || !strcmp(up, "/")) {
-            snprintf(err, n, "--out '%s': cannot create it: '%s': %s", path, up,
+            snprintf(err, n, "--out '%s': cannot create it: '%s': %s", rkv_tool_shown(path),
+                     rkv_tool_shown(up),
                      errno == ENOTDIR ? "a part of the path is a file, not a folder"
                                       : strerror(errno));
             return -1;
         }
     }
     if (!S_ISDIR(st.st_mode)) {
-        snprintf(err, n, "--out '%s': cannot create it: '%s' is %s, not a folder", path, up,
-                 rkv__file_kind(st.st_mode));
+        snprintf(err, n, "--out '%s': cannot create it: '%s' is %s, not a folder",
+                 rkv_tool_shown(path), rkv_tool_shown(up), rkv__file_kind(st.st_mode));
         return -1;
     }
     if (access(up, W_OK | X_OK) != 0) {
-        snprintf(err, n, "--out '%s': cannot create it in '%s': %s", path, up, strerror(errno));
+        snprintf(err, n, "--out '%s': cannot create it in '%s': %s", rkv_tool_shown(path),
+                 rkv_tool_shown(up), strerror(errno));
         return -1;
     }
     return 0;
@@ -234,7 +270,8 @@ int rollout_make_dirs(const char *path, int64_t *made, char *err, size_t err_len
                 if (!created) *made = (int64_t)(p - buf);
                 created = 1;
             } else if (errno != EEXIST) {
-                snprintf(err, err_len, "cannot create folder '%.300s': %s", buf, strerror(errno));
+                snprintf(err, err_len, "cannot create folder '%s': %s", rkv_tool_shown(buf),
+                         strerror(errno));
                 return -1;
             }
             *p = c;
@@ -243,7 +280,7 @@ int rollout_make_dirs(const char *path, int64_t *made, char *err, size_t err_len
     }
     struct stat st;
     if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        snprintf(err, err_len, "'%s' is not a folder", path);
+        snprintf(err, err_len, "'%s' is not a folder", rkv_tool_shown(path));
         return -1;
     }
     return 0;
@@ -263,25 +300,22 @@ void rollout_remove_made_dirs(const char *path, int64_t made) {
     }
 }
 
-/* --snapshot-out FILE before the run: not a folder nor any other file that is
- * not a regular one, in a folder we can write in (the library writes
- * FILE.tmp-XXXXXX there and renames it; for a symbolic link, next to the
- * file it names: that folder is checked when the file exists). */
-int rollout_check_snapshot_out(const char *path, char *err, size_t n) {
+int rollout_check_saved_file(const char *what, const char *path, char *err, size_t n) {
     char dir[PATH_MAX_LEN + 1];
-    if (rollout_check_output_file("--snapshot-out", path, err, n)) return -1;
+    if (rollout_check_output_file(what, path, err, n)) return -1;
     char target[PATH_MAX_LEN + 1];
     if (final_target(path, target, sizeof target) != 0) {
-        snprintf(err, n, "--snapshot-out '%s': %s", path, strerror(errno));
+        snprintf(err, n, "%s '%s': %s", what, rkv_tool_shown(path), strerror(errno));
         return -1;
     }
     folder_of(target, dir, sizeof dir);
     if (strcmp(target, path)) { /* a link: its target's folder, named with the link */
-        char what[PATH_MAX_LEN + 64];
-        snprintf(what, sizeof what, "--snapshot-out '%s' (a link to '%s')", path, target);
-        return check_folder_writable(what, dir, err, n);
+        char named[4 * PATH_MAX_LEN + 64];
+        snprintf(named, sizeof named, "%s '%s' (a link to '%s')", what, rkv_tool_shown(path),
+                 rkv_tool_shown(target));
+        return check_folder_writable(named, dir, err, n);
     }
-    return check_folder_writable("--snapshot-out", dir, err, n);
+    return check_folder_writable(what, dir, err, n);
 }
 
 /* Bytes of memory this process can still get: MemAvailable of /proc/meminfo
@@ -339,8 +373,7 @@ static uint64_t available_memory(const char **source) {
     return avail;
 }
 
-tool_memory rollout_tool_memory(const rkv_model_config *cfg, int64_t sessions,
-                                       int64_t frames, int64_t end, const world_map *w) {
+tool_memory rollout_tool_memory(const rkv_model_config *cfg, int64_t frames, const world_map *w) {
     const uint64_t T = (uint64_t)cfg->tokens_per_frame, D = (uint64_t)cfg->d_head;
     const uint64_t H = (uint64_t)cfg->n_kv_heads, Hq = (uint64_t)cfg->n_q_heads;
     const uint64_t VD = D < WORLD_PATCH_PIXELS ? D : WORLD_PATCH_PIXELS;
@@ -352,14 +385,11 @@ tool_memory rollout_tool_memory(const rkv_model_config *cfg, int64_t sessions,
     m.per_session += 3 * Hq * T * D * sizeof(float);                     /* q, out (, LE copy) */
     m.per_session += 3 * T * VD * sizeof(float);                         /* truth, recalled */
     m.per_session += 2 * cells * sizeof(int64_t);                        /* last seen x 2 */
-    uint64_t cap = 256; /* the camera path keeps every pose, grown by doubling */
-    while (cap < (uint64_t)end) cap *= 2;
-    const uint64_t poses = cap / 2 * 3 * sizeof(camera_pose); /* realloc: old + new */
-    m.per_session += poses;
+    m.per_session += CAMERA_KEEP * sizeof(camera_pose); /* the camera path's last poses */
     m.fixed += (uint64_t)frames * TOKENS_PASSES * sizeof(double); /* pass latencies */
     m.fixed += 3 * T * D * sizeof(float);                         /* q0, k0, v0 */
     m.fixed += SHEET_MAX_ROWS * (3 * T * VD * sizeof(float) + T) * 2; /* rows, PNG */
-    m.by_frames = poses * (uint64_t)sessions + (uint64_t)frames * TOKENS_PASSES * sizeof(double);
+    m.by_frames = (uint64_t)frames * TOKENS_PASSES * sizeof(double);
     return m;
 }
 
@@ -367,8 +397,7 @@ static double gib(uint64_t bytes) { return (double)bytes / 1073741824.0; }
 
 /* Refuses a run that needs more than MEMORY_SHARE of the available memory:
  * 0 to go on, or 2 with a message naming both and what to change. */
-int rollout_check_memory(const rollout_opts *o, size_t model_session, const tool_memory *tm,
-                        int64_t end) {
+int rollout_check_memory(const rollout_opts *o, size_t model_session, const tool_memory *tm) {
     const char *source;
     const uint64_t avail = available_memory(&source);
     if (!avail) return 0; /* unknown: nothing to compare with */
@@ -398,9 +427,8 @@ int rollout_check_memory(const rollout_opts *o, size_t model_session, const tool
     } else if (tm->by_frames > need / 2) {
         fprintf(stderr,
                 "ringkv rollout: most of it grows with the frame count (%" PRIu64
-                " bytes for the camera path and the latencies up to frame clock %" PRId64
-                "): use fewer --frames\n",
-                tm->by_frames, end - 1);
+                " bytes for the pass latencies of %" PRId64 " frames): use fewer --frames\n",
+                tm->by_frames, o->frames);
     } else {
         fprintf(stderr,
                 "ringkv rollout: even one session does not fit: use a smaller preset or "

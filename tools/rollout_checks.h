@@ -28,10 +28,11 @@ const char *rollout_default_image(char *buf, size_t n, char *exe, size_t exe_n);
  * device, named pipe or socket. 0, or -1 with a message. */
 int rollout_check_output_file(const char *what, const char *path, char *err, size_t n);
 
-/* --out DIR before the run: an existing folder we can write in (and its
- * picture and legend files writable), or a path mkdir -p can create (the
- * nearest existing folder above it writable). Creates nothing. 0, or -1 with
- * a message. */
+/* --out DIR before the run: an existing folder we can write in, with its
+ * picture and legend files savable (rollout_check_saved_file: a link among
+ * them to a missing folder, dangling or not, is refused), or a path mkdir -p
+ * can create (the nearest existing folder above it writable). Creates
+ * nothing. 0, or -1 with a message. */
 int rollout_check_out_folder(const char *path, char *err, size_t n);
 
 /* mkdir -p of path. *made: set to the length of path's prefix that names
@@ -44,25 +45,28 @@ int rollout_make_dirs(const char *path, int64_t *made, char *err, size_t err_len
  * at the first that stays. */
 void rollout_remove_made_dirs(const char *path, int64_t made);
 
-/* --snapshot-out FILE before the run: not a folder nor any other file that is
- * not a regular one, in a folder we can write in (the library writes
- * FILE.tmp-XXXXXX there and renames it; a symbolic link: next to its target). */
-int rollout_check_snapshot_out(const char *path, char *err, size_t n);
+/* A file the run will save (--snapshot-out FILE; the picture and legend in
+ * --out), before the run: not a folder nor any other file that is not a
+ * regular one, in a folder we can write in (the save writes FILE.tmp-XXXXXX
+ * there and renames it, src/atomic_file.c; for a symbolic link, dangling or
+ * not, next to its final target: "WHAT 'FILE' (a link to 'TARGET'): folder
+ * 'DIR': no such folder"). `what` names the option. 0, or -1 with a
+ * message. */
+int rollout_check_saved_file(const char *what, const char *path, char *err, size_t n);
 
 /* What the rollout allocates besides the model, an upper bound of its large
  * buffers (see the buffers section of setup_run in rollout.c). */
 typedef struct tool_memory {
-    uint64_t per_session; /* tokens of a pass and a frame, camera path, clocks */
+    uint64_t per_session; /* tokens of a pass and a frame, the camera path's
+                             last CAMERA_KEEP poses, clocks                  */
     uint64_t fixed;       /* pass latencies, the picture, the map            */
-    uint64_t by_frames;   /* of both, what grows with the last frame clock    */
+    uint64_t by_frames;   /* of both, what grows with --frames (the latencies) */
 } tool_memory;
 
-tool_memory rollout_tool_memory(const rkv_model_config *cfg, int64_t sessions, int64_t frames,
-                                int64_t end, const world_map *w);
+tool_memory rollout_tool_memory(const rkv_model_config *cfg, int64_t frames, const world_map *w);
 
 /* Refuses a run that needs more than MEMORY_SHARE of the available memory:
  * 0 to go on, or 2 with a message naming both and what to change. */
-int rollout_check_memory(const rollout_opts *o, size_t model_session, const tool_memory *tm,
-                         int64_t end);
+int rollout_check_memory(const rollout_opts *o, size_t model_session, const tool_memory *tm);
 
 #endif

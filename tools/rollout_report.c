@@ -302,16 +302,14 @@ static void print_time(const rollout_result *res, const figures *fig) {
     printf("\n");
 }
 
-static void report_text(const rollout_result *res, const figures *fig) {
+void rollout_report_header(const rollout_result *res) {
     const rollout_opts *o = res->opts;
     const rkv_model_config *cfg = res->cfg;
     const int64_t B = o->sessions, F = o->frames, L = cfg->n_layers;
     const int64_t T = cfg->tokens_per_frame, D = cfg->d_head, H = cfg->n_kv_heads,
                   Hq = cfg->n_q_heads;
     const rkv_dtype dtype = cfg->dtype;
-    const double p50 = fig->p50, p99 = fig->p99;
-    const double fps_session = fig->fps_session, fps_all = fig->fps_all;
-    const int threads = fig->threads;
+    const int threads = res->pool ? rkv_threadpool_size(res->pool) : 0;
     printf("ringkv rollout: preset %s%s, %lld session(s) x %lld frames (clocks %lld..%lld), "
            "dtype %s, seed %" PRIu64 "\n",
            o->preset, o->full_global_ring ? " (full global ring)" : "", (long long)B,
@@ -324,18 +322,27 @@ static void report_text(const rollout_result *res, const figures *fig) {
     if (o->resume && res->first > 0)
         printf("  resumed session 0 from %s (last committed frame %lld; recall history "
                "replayed over frames 0..%lld)\n",
-               o->resume, (long long)(res->first - 1), (long long)(res->first - 1));
+               rkv_tool_shown(o->resume), (long long)(res->first - 1),
+               (long long)(res->first - 1));
     else if (o->resume)
-        printf("  resumed session 0 from %s (no clock saved: from frame 0)\n", o->resume);
+        printf("  resumed session 0 from %s (no clock saved: from frame 0)\n",
+               rkv_tool_shown(o->resume));
     printf("  image %s: %lld cols x %lld rows of 8 x 8-pixel cells, %.0f%% textured; view "
            "%lld cols x %lld rows\n",
-           res->image, (long long)res->world->cols, (long long)res->world->rows,
+           rkv_tool_shown(res->image), (long long)res->world->cols, (long long)res->world->rows,
            100.0 * res->world->textured_fraction, (long long)res->view.cols,
            (long long)res->view.rows);
     printf("  %lld layers, Hq %lld, H %lld, d_head %lld, %lld tokens/frame; recall at layer "
            "%lld (local) and %lld (global)\n",
            (long long)L, (long long)Hq, (long long)H, (long long)D, (long long)T,
            (long long)res->layer_of[0], (long long)res->layer_of[1]);
+}
+
+static void report_text(const rollout_result *res, const figures *fig) {
+    const rollout_opts *o = res->opts;
+    const double p50 = fig->p50, p99 = fig->p99;
+    const double fps_session = fig->fps_session, fps_all = fig->fps_all;
+    if (!res->header_printed) rollout_report_header(res);
     printf("speed:   %.2f frames/s all sessions, %.2f per session (%.1f s in passes, "
            "%.1f s frame loop)\n",
            fps_all, fps_session, res->pass_total_s, res->loop_s);
@@ -362,19 +369,20 @@ static void report_text(const rollout_result *res, const figures *fig) {
            "session)\n",
            res->digest_hex, (long long)(res->end - 1));
     if (o->snapshot_out && res->saved)
-        printf("snapshot: session 0 saved to %s (last committed frame %lld)\n", o->snapshot_out,
-               (long long)(res->end - 1));
+        printf("snapshot: session 0 saved to %s (last committed frame %lld)\n",
+               rkv_tool_shown(o->snapshot_out), (long long)(res->end - 1));
     else if (o->snapshot_out)
-        printf("snapshot: NOT saved to %s (why: on stderr)\n", o->snapshot_out);
+        printf("snapshot: NOT saved to %s (why: on stderr)\n", rkv_tool_shown(o->snapshot_out));
     if (!res->picture) {
         printf("picture: NOT written, nor its legend (why: on stderr)\n");
         return;
     }
-    printf("picture: %s (rows: frames", res->picture);
+    printf("picture: %s (rows: frames", rkv_tool_shown(res->picture));
     for (int i = 0; i < res->pic->n_rows; i++)
         printf(" %lld %s", (long long)res->pic->rows[i].frame, res->pic->rows[i].label);
     printf("; panels: true view, local recall, global recall, bands)\n");
-    printf("legend:  %s (panels, rows and band colours of the picture)\n", res->legend);
+    printf("legend:  %s (panels, rows and band colours of the picture)\n",
+           rkv_tool_shown(res->legend));
 }
 
 int rollout_report(const rollout_result *res) {

@@ -49,9 +49,19 @@ typedef struct rollout_result {
     const char *digest_hex;        /* XXH3-64 of the last frame's outputs     */
     const char *picture, *legend;  /* the files written; NULL when not (both)  */
     const sheet *pic;              /* the picture's rows                      */
+    int header_printed;            /* rollout_report_header was called        */
 } rollout_result;
 
-/* Prints the report of x (sorts res->pass_us). 0, or 1 with a message. */
+/* The text report's first lines, what the run is (preset, sessions x frames
+ * and clocks, dtype, seed; backend, threads and kernel; the resumed
+ * snapshot; image and view; layers): printed by `ringkv rollout` before its
+ * first frame (so a long run says at once what it runs), from the fields
+ * known then (opts, cfg, image, layer_of, view, world, first, end, pool,
+ * isa, card); the report then leaves them out (header_printed). */
+void rollout_report_header(const rollout_result *res);
+
+/* Prints the report of x (sorts res->pass_us): as text, the header first
+ * unless res->header_printed; or one JSON object. 0, or 1 with a message. */
 int rollout_report(const rollout_result *res);
 
 #endif

@@ -10,6 +10,7 @@
 #include <stb/stb_image_write.h>
 
 #include "../src/atomic_file.h" /* the snapshots' atomic save */
+#include "escape.h"
 #include "ringkv.h"
 #include "world.h"
 
@@ -264,13 +265,14 @@ int sheet_write_files(const sheet *s, const char *png_path, const char *legend_p
     const char *failed_path = at == &legend ? legend_path : png_path;
     if (!encoded && st == RKV_OK)
         snprintf(err, err_len, "cannot write the picture '%s': out of memory for the PNG encoder",
-                 png_path);
+                 rkv_tool_shown(png_path));
     else if (st != RKV_OK) {
         const char *why = rkv_last_error();
         const size_t n = strlen(failed);
         if (!strncmp(why, failed, n) && why[n] == ':' && why[n + 1] == ' ')
             why += n + 2; /* after "WHAT: " */
-        snprintf(err, err_len, "cannot write %s '%s': %s", failed, failed_path, why);
+        snprintf(err, err_len, "cannot write %s '%s': %s", failed, rkv_tool_shown(failed_path),
+                 why);
     }
     rkv__atomic_abort(&legend);
     rkv__atomic_abort(&pic);

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "escape.h"
+
 #define MAX_FIELDS 16 /* fields per record, record name included */
 
 /* State of one parse: where we are, what has been seen, where errors go. */
@@ -23,13 +25,15 @@ typedef struct parser {
     int pending_visible; /* the last op is an upsert still waiting for its row */
 } parser;
 
-/* Formats "path:line: message" into the error buffer; bytes of the message
- * that are not printable ASCII (echoed from the file) are written as \xNN.
- * Returns -1. */
+/* Formats "path:line: message" into the error buffer, the path and the
+ * message escaped (rkv_tool_escape: bytes echoed from the file or the
+ * command line that are not printable ASCII are written as \xNN). Returns
+ * -1. */
 static int fail(parser *p, const char *fmt, ...) {
     if (!p->err || p->err_size == 0) return -1;
-    int n = p->line > 0 ? snprintf(p->err, p->err_size, "%s:%lld: ", p->path, (long long)p->line)
-                        : snprintf(p->err, p->err_size, "%s: ", p->path);
+    const char *path = rkv_tool_shown(p->path);
+    int n = p->line > 0 ? snprintf(p->err, p->err_size, "%s:%lld: ", path, (long long)p->line)
+                        : snprintf(p->err, p->err_size, "%s: ", path);
     if (n < 0) n = 0;
     if ((size_t)n < p->err_size) {
         char msg[1024];
@@ -37,15 +41,7 @@ static int fail(parser *p, const char *fmt, ...) {
         va_start(ap, fmt);
         vsnprintf(msg, sizeof msg, fmt, ap);
         va_end(ap);
-        size_t o = (size_t)n;
-        for (const unsigned char *c = (const unsigned char *)msg; *c; c++) {
-            const int printable = *c >= 0x20 && *c <= 0x7e;
-            const size_t need = printable ? 1 : 4;
-            if (o + need >= p->err_size) break;
-            if (printable) p->err[o++] = (char)*c;
-            else o += (size_t)snprintf(p->err + o, p->err_size - o, "\\x%02x", *c);
-        }
-        p->err[o] = '\0';
+        rkv_tool_escape(p->err + n, p->err_size - (size_t)n, msg);
     }
     return -1;
 }
@@ -569,7 +565,8 @@ static int scan(parser *p, int sniff) {
     FILE *f = fopen(p->path, "rb");
     if (!f) {
         if (p->err && p->err_size)
-            snprintf(p->err, p->err_size, "%s: cannot open: %s", p->path, strerror(errno));
+            snprintf(p->err, p->err_size, "%s: cannot open: %s", rkv_tool_shown(p->path),
+                     strerror(errno));
         return -2;
     }
     char *buf = NULL;
@@ -605,7 +602,8 @@ static int scan(parser *p, int sniff) {
         rc = fail(p, "%sa line longer than %zu bytes", not_trace, (size_t)RKV_TRACE_MAX_LINE);
     } else if (rc == 0 && r == -2) {
         if (p->err && p->err_size)
-            snprintf(p->err, p->err_size, "%s: read error: %s", p->path, strerror(errno));
+            snprintf(p->err, p->err_size, "%s: read error: %s", rkv_tool_shown(p->path),
+                     strerror(errno));
         rc = -2;
     }
     free(buf);

@@ -13,6 +13,7 @@
 #include <stb/stb_image.h>
 
 #include "cli.h"
+#include "escape.h"
 
 int world_load(world_map *w, const char *path, char *err, size_t err_len) {
     memset(w, 0, sizeof *w);
@@ -21,7 +22,8 @@ int world_load(world_map *w, const char *path, char *err, size_t err_len) {
         return -1;
     FILE *f = fopen(path, "rb");
     if (!f) {
-        snprintf(err, err_len, "cannot open image '%s': %s", path, strerror(errno));
+        snprintf(err, err_len, "cannot open image '%s': %s", rkv_tool_shown(path),
+                 strerror(errno));
         return -1;
     }
     int x = 0, y = 0, channels = 0;
@@ -29,7 +31,7 @@ int world_load(world_map *w, const char *path, char *err, size_t err_len) {
     fclose(f);
     if (!rgb) {
         snprintf(err, err_len, "cannot decode image '%s': %s (expected a JPEG or PNG file)",
-                 path, stbi_failure_reason());
+                 rkv_tool_shown(path), stbi_failure_reason());
         return -1;
     }
     int64_t cols = x / WORLD_PATCH, rows = y / WORLD_PATCH;
@@ -37,7 +39,7 @@ int world_load(world_map *w, const char *path, char *err, size_t err_len) {
         snprintf(err, err_len,
                  "image '%s' is %d x %d pixels (width x height): too small (at least 16 x 8: "
                  "2 cols x 1 row of 8 x 8-pixel cells)",
-                 path, x, y);
+                 rkv_tool_shown(path), x, y);
         stbi_image_free(rgb);
         return -1;
     }

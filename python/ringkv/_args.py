@@ -28,7 +28,7 @@ import numpy as np
 from .errors import RingKVIndexError, RingKVTypeError, RingKVValueError
 
 __all__ = ["as_int", "as_session", "as_flag", "as_text", "as_request_id", "as_path",
-           "as_bytes", "is_bool"]
+           "as_bytes", "as_instance", "is_bool"]
 
 _INT64_MIN, _INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 
@@ -90,12 +90,17 @@ def as_session(value: Any, name: str = "session_idx") -> int:
 
 def as_flag(value: Any, name: str) -> bool:
     """A flag argument (``commit``, ``build_visibility``...) as a bool:
-    ``True``/``False``, a NumPy bool or a ``torch.SymBool`` (the reference
-    types these ``bool``; a SymBool becomes the bool it evaluates to, which
-    torch.compile guards on). RingKVTypeError for anything else, 0/1 and
-    strings included: ``"no"`` and ``"False"`` are truthy, so accepting
+    what :func:`is_bool` accepts, the flags' counterpart of the integers
+    :func:`as_int` takes: ``True``/``False``, a NumPy bool, a 0-d bool array
+    or tensor (``torch.tensor(False)``, as a 0-d integer tensor is taken for
+    an int), and in a region torch.compile traces a ``torch.SymBool`` (the
+    bool a dynamic flag of the compiled function arrives as; it becomes the
+    bool it evaluates to, which torch.compile guards on; a 0-d tensor there
+    is data, read as an int's tensor is: a graph break). The reference types
+    these ``bool``. RingKVTypeError for anything else, 0/1, integer tensors
+    and strings included: ``"no"`` and ``"False"`` are truthy, so accepting
     them would turn a typo into the opposite of what was meant."""
-    if isinstance(value, (bool, np.bool_)) or _symbolic(value, "SymBool"):
+    if is_bool(value):
         return bool(value)
     raise RingKVTypeError(f"{name} must be a bool (True or False); got {value!r} "
                           f"({type(value).__name__})")
@@ -155,6 +160,23 @@ def as_path(path: Any, name: str = "path") -> bytes:
                                f"{exc.reason} at position {exc.start}") from None
     _refuse_nul(raw, fs, name)
     return raw
+
+
+def as_instance(value: Any, cls: type, name: str, hint: str = "") -> Any:
+    """``value`` when it is a ``cls`` (a ringkv object a call works on: a
+    cache, a model, a config, a pool...); else RingKVTypeError naming the
+    argument, the class expected (``hint`` after it, e.g. "(e.g.
+    cache.geometry)") and what came, None included, before any attribute of
+    it is read (an AttributeError would name neither)."""
+    if isinstance(value, cls):
+        return value
+    raise RingKVTypeError(f"{name} must be a ringkv.{cls.__name__}{hint}; got "
+                          f"{_short(value)} ({type(value).__name__})")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def as_bytes(data: Any, name: str) -> memoryview:

@@ -71,7 +71,10 @@ def parse_dtype(dtype: Any) -> int:
     "bfloat16", "f16", "half", "torch.bfloat16"...), a NumPy dtype or scalar
     type (float32, float16, ``ml_dtypes.bfloat16``), or a torch dtype
     (float32, float16, bfloat16). RingKVDtypeError (a ValueError and a
-    TypeError) otherwise."""
+    TypeError) otherwise, None included (NumPy would read it as float64)."""
+    if dtype is None:
+        raise RingKVDtypeError("dtype is None; expected float32, float16 or bfloat16 (a string "
+                               "such as 'bf16', a NumPy or a torch dtype)")
     if isinstance(dtype, str):
         key = dtype.lower().removeprefix("torch.").removeprefix("numpy.")
         if key in _ALIASES:

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from . import _arrays as ar
+from ._args import as_instance
 from ._lib import AttentionArgs, lib, require
 from .threadpool import ThreadPool
 from .errors import RingKVArrayError, RingKVTypeError, RingKVValueError, check
@@ -55,8 +56,7 @@ def _sessions(session_idx: Any) -> np.ndarray:
 def _pool_ptr(pool: Any) -> int | None:
     if pool is None:
         return None
-    if not isinstance(pool, ThreadPool):
-        raise RingKVTypeError(f"pool must be a ringkv.ThreadPool; got {type(pool).__name__}")
+    as_instance(pool, ThreadPool, "pool")
     if not pool._ptr:
         raise RingKVValueError("pool must be an open ringkv.ThreadPool; this one was closed")
     return pool._ptr

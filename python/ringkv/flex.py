@@ -45,7 +45,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import _arrays as ar
-from ._args import as_int, as_session
+from ._args import as_instance, as_int, as_session
 from ._lib import RKV_BLOCK_TOKENS
 from .errors import RingKVArrayError, RingKVIndexError, RingKVRuntimeError, RingKVValueError, \
     python_call
@@ -78,10 +78,12 @@ def flex_block_mask(cache: Any, session: Any, frame_pos: Any, *,
     compiled FlexAttention, and traceable by torch.compile (see the module
     docstring). ``session``, ``frame_pos``: ints (SymInts under
     torch.compile) or int64 tensors of one element on the cache's device.
-    IndexError for a session out of range, ValueError for ``frame_pos < 0``
+    RingKVTypeError (a TypeError) for a ``cache`` that is not a
+    LayerRingCache (None included); IndexError for a session out of range, ValueError for ``frame_pos < 0``
     (for tensors on a CUDA layer: a device error that ``cache.check()``
     raises); RuntimeError without torch >= 2.6 (the ops)."""
-    from .layer import _torch_ops
+    from .layer import LayerRingCache, _torch_ops
+    as_instance(cache, LayerRingCache, "cache")
     S, T, N, B = cache.num_sessions, cache.tokens_per_frame, cache.total_slots, RKV_BLOCK_TOKENS
     if not ar.is_torch_tensor(session):
         session = as_session(session, "session")

@@ -15,11 +15,11 @@ Differences from the reference (all deliberate, see SEMANTICS.md):
 - sessions must be in range and distinct within a batch, and ``frame_pos``
   must be >= 0 (``IndexError`` / ``ValueError``; the reference does not check);
 - ``tokens_per_frame`` must be >= 128 (the reference lets 0 through);
-- the visibility row is a fresh array owned by the caller, not the layer's
-  scratch (no aliasing hazard); with ``build_visibility=False`` it is the
-  last row built itself, the same object every call until the next row is
-  built (the reference returns its row buffer, stale): no per-call work
-  that grows with the ring;
+- the visibility row is a new array per ``build_visibility`` call, not the
+  layer's scratch; with ``build_visibility=False`` it is the last row built
+  itself, the same object every call until the next row is built (the
+  reference returns its row buffer, stale; a change made to that row shows
+  in those returns): no per-call work that grows with the ring;
 - storage dtypes float32, float16, bfloat16 only, devices cpu and cuda only
   (float64, int8, "meta" are refused). python/README.md lists every
   difference with its reason.
@@ -49,7 +49,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import _arrays as ar
-from ._args import as_flag, as_int, as_session
+from ._args import as_flag, as_instance, as_int, as_session
 from ._handle import HandleOwner, check_state, copy_extras, extras, malformed_state
 from ._lib import CudaRingView
 from ._lib import Geometry as _GeometryStruct
@@ -654,13 +654,15 @@ class LayerRingCache(HandleOwner):
 
         Returns ``(k, v, visible)``: ``k``, ``v`` are ``[1, H, N, D]`` views of
         the whole storage (NumPy views for NumPy ``kv``, torch tensors for a
-        torch ``kv``); ``visible`` is a fresh ``[N]`` bool array/tensor
-        (``written AND slot of the session``, minus the ring frame about to be
-        overwritten on a write step); without ``build_visibility``, the last
-        row built on this layer itself (the same object on every such call
-        until a row is built again; all False before the first; no copy, so
-        the call's cost does not grow with the ring), as the reference
-        returns its (stale) row buffer: engines ignore it
+        torch ``kv``); ``visible`` is a new ``[N]`` bool array/tensor per
+        ``build_visibility`` call (``written AND slot of the session``, minus
+        the ring frame about to be overwritten on a write step); without
+        ``build_visibility``, the last row built on this layer itself (the
+        same object on every such call until a row is built again, and the
+        very object that call returned: a change made to it shows in these
+        returns, so copy a row before changing it; all False before the
+        first; no copy, so the call's cost does not grow with the ring), as
+        the reference returns its (stale) row buffer: engines ignore it
         (``k, v, _ = cache.upsert(..., build_visibility=False)``).
 
         Raises RingKVArrayError (a RuntimeError, as the reference's
@@ -677,7 +679,7 @@ class LayerRingCache(HandleOwner):
         :attr:`written` (traceable by torch.compile). A CUDA layer: their
         kernels (``rkv_cuda_ring_visible_row``, ``rkv_cuda_ring_upsert``) on
         ``torch.cuda.current_stream(device)``, not synchronized; ``k``, ``v``
-        are views of its device memory and ``visible`` a fresh torch.bool
+        are views of its device memory and ``visible`` a new torch.bool
         CUDA tensor (written by the kernel). The host checks above raise as
         on the CPU (plus RingKVDeviceError for a tensor on another device);
         session range, duplicate sessions and negative clocks are checked by
@@ -979,9 +981,7 @@ def visible_frames_from_clock(geometry: LayerGeometry, frame_pos: int) -> list[i
     """The clock-only rule (SEMANTICS 4) for a session that committed frames
     ``0 .. frame_pos-1`` in order: visible ring frame slots ascending, then
     ``ring_frames`` (the scratch)."""
-    if not isinstance(geometry, LayerGeometry):
-        raise RingKVTypeError(f"geometry must be a ringkv.LayerGeometry (e.g. cache.geometry); "
-                              f"got {geometry!r}")
+    as_instance(geometry, LayerGeometry, "geometry", " (e.g. cache.geometry)")
     g = geometry._struct()
     frames = (ctypes.c_int64 * (geometry.ring_frames + 1))()
     count = ctypes.c_int64()

@@ -39,7 +39,8 @@ from ._lib import SessionRegion as _RegionStruct
 from ._lib import SnapshotInfo as _SnapshotInfoStruct
 from ._lib import AttentionArgs, require
 from .attention import _check_out, _check_q, _scale, attend_model
-from ._args import as_bytes, as_flag, as_int, as_path, as_request_id, as_session, as_text
+from ._args import (as_bytes, as_flag, as_instance, as_int, as_path, as_request_id, as_session,
+                    as_text)
 from ._handle import HandleOwner, check_state, copy_extras, extras, malformed_state
 from .errors import (RingKVArrayError, RingKVDeviceError, RingKVIndexError, RingKVRuntimeError,
                      RingKVTypeError, RingKVValueError, check, error_for, python_call,
@@ -79,8 +80,11 @@ class ModelConfig:
 
     def _struct(self) -> ModelConfigStruct:
         name = as_text(self.name, "ModelConfig.name")
-        if not all(isinstance(spec, LayerSpec) for spec in self.layers):
-            raise RingKVTypeError("ModelConfig.layers must be a list of ringkv.LayerSpec")
+        if (not isinstance(self.layers, (list, tuple))
+                or not all(isinstance(spec, LayerSpec) for spec in self.layers)):
+            got = repr(self.layers)
+            raise RingKVTypeError("ModelConfig.layers must be a list of ringkv.LayerSpec; got "
+                                  + (got if len(got) <= 120 else got[:117] + "..."))
         if not 1 <= len(self.layers) <= RKV_MAX_LAYERS:
             raise RingKVValueError(f"a model has 1..{RKV_MAX_LAYERS} layers; got "
                                    f"{len(self.layers)}")
@@ -260,8 +264,7 @@ class Model(HandleOwner):
 
     def __init__(self, config: ModelConfig, *, array_kind: str | None = None,
                  device: Any = "cpu", stream: Any = None):
-        if not isinstance(config, ModelConfig):
-            raise RingKVTypeError(f"config must be a ringkv.ModelConfig; got {config!r}")
+        as_instance(config, ModelConfig, "config")
         kind, index = _parse_device(device)
         cfg = config._struct()
         ptr = ctypes.c_void_p()
@@ -882,8 +885,7 @@ class Model(HandleOwner):
         ``dst_session`` of ``dst``, reserved by ``dst.import_reserve``
         (``rkv_model_transfer_session``); reads this model only."""
         require("rkv_model_transfer_session")
-        if not isinstance(dst, Model):
-            raise RingKVTypeError(f"dst must be a ringkv.Model; got {type(dst).__name__}")
+        as_instance(dst, Model, "dst")
         if dst.device != self.device:
             raise RingKVDeviceError(f"transfer_session: the models are on {self.device} and "
                                     f"{dst.device}; the plain copy moves between models of one "
@@ -1021,7 +1023,8 @@ def inspect_snapshot(source: Any) -> SnapshotInfo:
     Bytes are always an image here, never a path (a bytes path:
     ``os.fsdecode(path)``); bytes-like holding no NUL byte, which no image
     can be (its first 8 bytes are the header length, little-endian), are
-    refused with a RingKVValueError that says so. ValueError
+    refused with a RingKVValueError that says so; anything else (None, an
+    int...) with a RingKVTypeError naming both accepted forms. ValueError
     (RKV_ERR_FORMAT) or OSError otherwise."""
     info = _SnapshotInfoStruct()
     if isinstance(source, (str, os.PathLike)):
@@ -1029,7 +1032,12 @@ def inspect_snapshot(source: Any) -> SnapshotInfo:
         check(lib.rkv_snapshot_inspect(as_path(source, "source"), ctypes.byref(info)))
     else:
         require("rkv_snapshot_inspect_mem")
-        data = bytes(as_bytes(source, "source"))
+        try:
+            data = bytes(as_bytes(source, "source"))
+        except RingKVTypeError:  # neither form: name both
+            raise RingKVTypeError(f"source must be a file path (a str or os.PathLike) or a "
+                                  f"snapshot image (a bytes-like object: bytes, bytearray, "
+                                  f"memoryview); got {type(source).__name__}") from None
         if data and b"\0" not in data:
             shown = data if len(data) <= 64 else data[:64] + b"..."
             raise RingKVValueError(

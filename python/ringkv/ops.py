@@ -79,7 +79,7 @@ from ._lib import (AttentionArgs, CudaAttentionArgs, CudaRingView, Geometry, Rin
                    require)
 from ._lib import cuda as _cuda_lib
 from .errors import (RingKVArrayError, RingKVDeviceError, RingKVIndexError, RingKVRuntimeError,
-                     RingKVValueError, check)
+                     RingKVTypeError, RingKVValueError, check)
 
 __all__ = ["upsert", "visible_row", "attend", "ring_scatter", "model_upsert", "model_attend",
            "error_word", "check_error", "model_key", "MIN_TORCH"]
@@ -94,6 +94,17 @@ _PU8 = ctypes.POINTER(ctypes.c_uint8)
 
 
 # ---- argument checks shared by the ops ----------------------------------------
+
+def _tensors(op: str, **args: Any) -> None:
+    """RingKVTypeError naming the first of an op's tensor arguments that is
+    not a torch tensor (None included), before any attribute of it is read:
+    the op's name and the argument, not an AttributeError."""
+    for name, x in args.items():
+        if not isinstance(x, Tensor):
+            shown = repr(x) if len(repr(x)) <= 60 else repr(x)[:57] + "..."
+            raise RingKVTypeError(f"ringkv.ops.{op}: {name} must be a torch.Tensor; got "
+                                  f"{shown} ({type(x).__name__})")
+
 
 def _geometry(geometry: list[int], dtype: torch.dtype) -> Geometry:
     if len(geometry) != 7:
@@ -196,6 +207,8 @@ def upsert(ring: Tensor, written: Tensor, kv: Tensor, frame_pos: Tensor, session
     """One upsert of SEMANTICS 3 for B rows, in place on ``ring`` and
     ``written`` (``rkv_ring_upsert`` / ``rkv_cuda_ring_upsert``). Errors as
     ``LayerRingCache.upsert``; nothing is written when it raises."""
+    _tensors("upsert", ring=ring, written=written, kv=kv, frame_pos=frame_pos,
+             session_idx=session_idx, error=error)
     g = _geometry(geometry, ring.dtype)
     _check_storage(ring, written, g)
     for x, name in ((kv, "kv"), (frame_pos, "frame_pos"), (session_idx, "session_idx")):
@@ -237,6 +250,8 @@ def visible_row(written: Tensor, frame_pos: Tensor, session_idx: Tensor, geometr
     the session's slots, minus the ring frame a write step overwrites
     (``rkv_ring_visible_row`` / ``rkv_cuda_ring_visible_row``). A new tensor
     the caller owns."""
+    _tensors("visible_row", written=written, frame_pos=frame_pos, session_idx=session_idx,
+             error=error)
     g = _geometry(geometry, torch.float32)  # the row does not depend on the storage dtype
     _check_storage(None, written, g)
     for x, name in ((frame_pos, "frame_pos"), (session_idx, "session_idx")):
@@ -308,6 +323,9 @@ def attend(ring: Tensor, written: Tensor, q: Tensor, session_idx: Tensor,
     bits and ``frame_pos``, or from the rows ``visible``. Returns a new
     ``[B, Hq, Tq, D]`` tensor (``rkv_ring_attend`` /
     ``rkv_cuda_ring_attend``)."""
+    _tensors("attend", ring=ring, written=written, q=q, session_idx=session_idx, error=error,
+             **({} if frame_pos is None else {"frame_pos": frame_pos}),
+             **({} if visible is None else {"visible": visible}))
     g = _geometry(geometry, ring.dtype)
     _check_storage(ring, written, g)
     for x, name in ((q, "q"), (session_idx, "session_idx"), (frame_pos, "frame_pos"),
@@ -378,6 +396,7 @@ def ring_scatter(cache: Tensor, written: Tensor, dst: Tensor, kv: Tensor, mark: 
     (``[N]`` bool). Same signature, same semantics, any dtype and device
     (torch's ``index_copy_`` and ``index_fill_``, as the reference; not
     ``written[dst] = True``, whose host scalar breaks graph capture)."""
+    _tensors("ring_scatter", cache=cache, written=written, dst=dst, kv=kv)
     cache.index_copy_(3, dst, kv)
     if mark:
         written.index_fill_(0, dst, True)
@@ -394,8 +413,9 @@ def model_key(model: Any) -> int:
     """The int that names ``model`` (a :class:`ringkv.Model`) in the model
     ops: its ``rkv_model*``, registered (ringkv.model.LIVE_MODELS) while the
     model lives; the ops refuse a key that names no live model."""
-    from .model import LIVE_MODELS
-    key = int(model._h.ptr)
+    from ._args import as_instance
+    from .model import LIVE_MODELS, Model
+    key = int(as_instance(model, Model, "model")._h.ptr)
     if LIVE_MODELS.get(key) is not model:
         raise RingKVValueError(f"{model!r} is not a live ringkv.Model")
     return key
@@ -432,6 +452,7 @@ def model_upsert(ring: Tensor, written: Tensor, kv: Tensor, session_idx: Tensor,
     (``rkv_model_upsert_ring``): the model's checks (sessions held and inside
     a frame) and clocks; a commit marks the layer, and the frame ends once
     every layer has committed."""
+    _tensors("model_upsert", ring=ring, written=written, kv=kv, session_idx=session_idx)
     view = _model_layer_view(ring, written, _model_ptr(model), layer)
     si = _i64(session_idx, "session_idx")
     _same_device(kv, "kv", ring.device)
@@ -454,6 +475,7 @@ def model_attend(ring: Tensor, written: Tensor, q: Tensor, session_idx: Tensor, 
     """``Model.attend`` on the given storage of layer ``layer``
     (``rkv_model_attend_ring``): the sessions' declared clocks, the
     bits-and-clock rule. Returns ``[B, Hq, Tq, D]``."""
+    _tensors("model_attend", ring=ring, written=written, q=q, session_idx=session_idx)
     view = _model_layer_view(ring, written, _model_ptr(model), layer)
     si = _i64(session_idx, "session_idx")
     _same_device(q, "q", ring.device)
@@ -493,6 +515,7 @@ def check_error(written: Tensor, error: Tensor, geometry: list[int]) -> None:
     IndexError / ValueError class of the first invalid row recorded (the
     call wrote nothing). A no-op for CPU tensors, which the library checks
     before writing."""
+    _tensors("check_error", written=written, error=error)
     if written.device.type == "cpu":
         return
     g = _geometry(geometry, torch.float32)

@@ -168,6 +168,79 @@ def test_flags_accept_python_and_numpy_bools():
     assert np.allclose(ref, c.attend(np.ones((1, 1, 128, 4), F32), i64(0), i64(1)), atol=1e-6)
 
 
+def test_flags_accept_zero_d_bool_arrays_and_tensors():
+    """A 0-d bool array or tensor is a flag where a 0-d integer one is an
+    int (trial 20: ``layer=torch.tensor(0)`` was taken, ``commit=
+    torch.tensor(False)`` refused), on the NumPy path, the torch-op path and
+    a Model; each acts as the Python bool it holds. A 0-d integer or float
+    tensor and a one-element bool vector stay refused."""
+    torch = torch_or_skip()
+    for commit, build in ((torch.tensor(False), torch.tensor(True)),
+                          (np.array(True), np.array(False)), (torch.tensor(True), False)):
+        for as_torch in (False, True):
+            c, twin = make(), make()
+            kv = torch.from_numpy(frame(value=5.0)) if as_torch else frame(value=5.0)
+            fp, si = (torch.tensor([0]), torch.tensor([0])) if as_torch else (i64(0), i64(0))
+            _, _, vis = c.upsert(kv, fp, commit, si, build_visibility=build)
+            _, _, want = twin.upsert(frame(value=5.0), i64(0), bool(commit), i64(0),
+                                     build_visibility=bool(build))
+            assert np.array_equal(np.asarray(c.written), twin.written)
+            assert np.array_equal(np.asarray(c.kv), twin.kv)
+            if bool(build):
+                assert np.array_equal(np.asarray(vis), want)
+    m = ringkv.Model.from_preset("demo", num_sessions=1)
+    s = m.claim("a")
+    m.begin_frame([s], [0])
+    for layer in range(m.n_layers):
+        m.upsert(layer, [s], torch.zeros((2, 1, 1, 128, 64)), torch.tensor(True))
+    assert m.clock(s) == 0                           # committed: tensor(True) is True
+    c = make()
+    for bad in (torch.tensor(1), torch.tensor(0.0), torch.tensor([True]), np.array([True]),
+                np.array(1)):
+        with pytest.raises(ringkv.RingKVTypeError, match="^commit must be a bool"):
+            _unchanged(c, lambda: c.upsert(frame(), i64(0), bad, i64(0)))
+
+
+def test_none_where_an_object_is_expected_names_the_argument():
+    """None (or another type) where a ringkv object or a tensor is expected:
+    RingKVTypeError naming the argument and the class, not an
+    AttributeError about None (trial 20: flex_block_mask(None, ...))."""
+    torch = torch_or_skip()
+    import ringkv.ops as ops
+    c = make()
+    g = c.geometry_list
+    for call, words in (
+            (lambda: ringkv.flex_block_mask(None, session=0, frame_pos=0),
+             "ringkv.flex_block_mask: cache must be a ringkv.LayerRingCache; got None"),
+            (lambda: ringkv.Model(None), "Model: config must be a ringkv.ModelConfig; got None"),
+            (lambda: ringkv.visible_frames_from_clock(None, 0),
+             "geometry must be a ringkv.LayerGeometry (e.g. cache.geometry); got None"),
+            (lambda: c.attend(np.zeros((1, 1, 128, 4), F32), [0], [0], pool=3),
+             "pool must be a ringkv.ThreadPool; got 3 (int)"),
+            (lambda: ops.model_key(None), "model must be a ringkv.Model; got None"),
+            (lambda: ops.ring_scatter(None, torch.from_numpy(c.written), torch.tensor([0]),
+                                      torch.zeros(1), True),
+             "ringkv.ops.ring_scatter: cache must be a torch.Tensor; got None"),
+            (lambda: ops.upsert(torch.from_numpy(c.kv), torch.from_numpy(c.written), None,
+                                torch.tensor([0]), torch.tensor([0]), g, True,
+                                ops.error_word("cpu")),
+             "ringkv.ops.upsert: kv must be a torch.Tensor; got None"),
+            (lambda: ops.visible_row(None, torch.tensor([0]), torch.tensor([0]), g,
+                                     ops.error_word("cpu")),
+             "ringkv.ops.visible_row: written must be a torch.Tensor; got None"),
+            (lambda: ops.attend(torch.from_numpy(c.kv), torch.from_numpy(c.written), None,
+                                torch.tensor([0]), torch.tensor([0]), None, g, 1.0, None,
+                                ops.error_word("cpu")),
+             "ringkv.ops.attend: q must be a torch.Tensor; got None"),
+            (lambda: ops.check_error(None, ops.error_word("cpu"), g),
+             "ringkv.ops.check_error: written must be a torch.Tensor; got None"),
+            (lambda: ringkv.inspect_snapshot(3),
+             "source must be a file path (a str or os.PathLike) or a snapshot image")):
+        with pytest.raises(ringkv.RingKVTypeError) as info:
+            call()
+        assert words in str(info.value), str(info.value)
+
+
 @pytest.mark.parametrize("name, call", [
     ("num_sessions", lambda: ringkv.LayerRingCache(True, 1, 4, 3, 4, 128, 1, "f32")),
     ("pinned_dilation", lambda: ringkv.LayerRingCache(1, 1, 4, 3, 4, 128, np.True_, "f32")),
@@ -396,6 +469,17 @@ ROWS = [
     ("wrong Python type", "flex_block_mask", lambda e: ringkv.flex_block_mask(e.layer, "0", 1)),
     ("wrong Python type", M + "flex_block_mask", lambda e: e.model.flex_block_mask("0", 0, 1)),
     ("wrong Python type", "inspect_snapshot", lambda e: ringkv.inspect_snapshot(12345)),
+    # None where a ringkv object is expected: the argument named, not an
+    # AttributeError about None (trial 20)
+    ("wrong Python type", "flex_block_mask",
+     lambda e: ringkv.flex_block_mask(None, session=0, frame_pos=0)),
+    ("wrong Python type", M + "__init__", lambda e: ringkv.Model(None)),
+    ("wrong Python type", M + "transfer_session", lambda e: e.model.transfer_session(0, None, 1)),
+    ("wrong Python type", "visible_frames_from_clock",
+     lambda e: ringkv.visible_frames_from_clock(None, 3)),
+    ("wrong Python type", M + "__init__", lambda e: ringkv.Model(e.with_cfg(layers=None))),
+    ("wrong Python type", "ModelConfig.memory", lambda e: e.with_cfg(layers=None).memory()),
+    ("wrong Python type", "inspect_snapshot", lambda e: ringkv.inspect_snapshot(None)),
     ("copy or pickle refused", "ThreadPool.__copy__", lambda e: copy.copy(ringkv.ThreadPool(1))),
     ("copy or pickle refused", "ThreadPool.__deepcopy__",
      lambda e: copy.deepcopy(ringkv.ThreadPool(1))),
@@ -418,6 +502,11 @@ ROWS = [
     ("unknown dtype", "convert",
      lambda e: ringkv.convert(np.zeros(4, np.uint16), "f32", from_dtype="x")),
     ("unknown dtype", "dtype_size", lambda e: ringkv.dtype_size("f8")),
+    # None is no dtype (NumPy would read it as float64)
+    ("unknown dtype", "dtype_size", lambda e: ringkv.dtype_size(None)),
+    ("unknown dtype", L + "__init__",
+     lambda e: ringkv.LayerRingCache(1, 1, 4, 3, 4, 128, 1, None)),
+    ("unknown dtype", M + "__init__", lambda e: ringkv.Model(e.with_cfg(dtype=None))),
     # -- a device -------------------------------------------------------------------
     ("unknown device or array on another device", L + "__init__",
      lambda e: ringkv.LayerRingCache(1, 1, 4, 3, 4, 128, 1, "f32", "tpu")),

@@ -1,6 +1,17 @@
-"""Every ```python snippet of python/README.md runs as pasted, in order, in
-one namespace (issue 20: the "Sessions that leave and move" block failed
-after the Model block, and the Ray one left its checkpoint folder behind).
+"""Every ```python snippet of python/README.md runs as pasted at a plain
+``python3`` prompt, in order, in one namespace (issue 20: the "Sessions that
+leave and move" block failed after the Model block, and the Ray one left its
+checkpoint folder behind; trial 20: blocks that ran as a file failed when
+pasted).
+
+Pasting is what the test does: each block's lines are pushed one by one to
+a ``code.InteractiveConsole`` (the interactive prompt's own reader) over a
+fresh ``__main__`` module, then one empty line (the Enter that runs a
+compound statement left open at the end of the paste). There, a blank line
+ends an indented block, and an unindented line right after an indented one
+is a SyntaxError: a loop followed at once by the next statement runs from a
+file but not when pasted. Any error the console reports (a SyntaxError or a
+traceback) fails the test, naming the README line of the statement.
 
 The snippets run in a fresh interpreter (conftest.run_python's environment:
 this checkout's ringkv, the build's library), in an empty working folder,
@@ -32,18 +43,48 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PYTHON_DIR, SPEC
+from conftest import PYTHON_DIR, REPO, SPEC, run_python
 
 README = PYTHON_DIR / "README.md"
 CUDA_MARKER = "# needs a CUDA GPU"
 
-# Runs the blocks (argv[1]: a JSON list of [line, code]) in one namespace;
-# prints one line per block ("RAN n" / "SKIP n: why"), then the Ray
-# cluster's record as "RAY {json}".
+# Pastes the blocks (argv[1]: a JSON list of [line, code]) into one
+# interactive console; prints one line per block ("RAN n" / "SKIP n: why"),
+# "FAILED n: what" for a line the console refused (then exits 1), then the
+# Ray cluster's record as "RAY {json}".
 DRIVER = textwrap.dedent('''
-    import importlib.util, json, sys
+    import code, importlib.util, json, sys, types
     blocks = json.load(open(sys.argv[1]))
     record = {}
+
+    class Paste(code.InteractiveConsole):
+        """The prompt's reader; an error it would print and go past stops the run."""
+        def __init__(self, namespace):
+            super().__init__(namespace)
+            self.error = None
+
+        def showsyntaxerror(self, *args, **kwargs):
+            self.error = "SyntaxError"
+            super().showsyntaxerror(*args, **kwargs)
+
+        def showtraceback(self, *args, **kwargs):
+            self.error = f"{sys.exc_info()[0].__name__}: {sys.exc_info()[1]}"
+            super().showtraceback(*args, **kwargs)
+
+    def paste(console, first_line, text):
+        """Pushes the block's lines, then the Enter after the paste."""
+        lines = text.split("\\n")
+        if lines and lines[-1] == "":
+            lines.pop()  # the newline that ends the block's last line
+        more, at = False, first_line
+        for i, one in enumerate(lines):
+            at = first_line + i if not more else at
+            more = console.push(one)
+            if console.error:
+                return at, first_line + i
+        if more:
+            console.push("")
+        return (at, first_line + len(lines) - 1) if console.error else None
 
     def has(*mods):
         return all(importlib.util.find_spec(m) is not None for m in mods)
@@ -67,17 +108,24 @@ DRIVER = textwrap.dedent('''
             record["stopped"] = not ray.is_initialized()
         ray.shutdown = shutdown
 
-    ns = {"__name__": "__readme__"}
-    for line, code in blocks:
-        if code.startswith(%(marker)r) and not cuda():
+    # the prompt's namespace is the module __main__, as at a real prompt
+    main = types.ModuleType("__main__")
+    sys.modules["__main__"] = main
+    console = Paste(main.__dict__)
+    for line, block in blocks:
+        if block.startswith(%(marker)r) and not cuda():
             print(f"SKIP {line}: needs a CUDA device", flush=True)
             continue
-        if "ringkv.ray" in code:
+        if "ringkv.ray" in block:
             if not has("ray", "xxhash"):
                 print(f"SKIP {line}: needs Ray and xxhash", flush=True)
                 continue
             watch_ray()
-        exec(compile(code, f"python/README.md:{line}", "exec"), ns)
+        failed = paste(console, line + 1, block)  # its code starts after the fence
+        if failed:
+            print(f"FAILED python/README.md:{failed[0]}-{failed[1]} (the statement from line "
+                  f"{failed[0]}, refused at line {failed[1]}): {console.error}", flush=True)
+            sys.exit(1)
         print(f"RAN {line}", flush=True)
     print("RAY " + json.dumps(record), flush=True)
 ''') % {"marker": CUDA_MARKER}
@@ -136,6 +184,21 @@ def test_readme_snippets_run_in_order(tmp_path):
         assert record["stopped"]
     assert sorted(os.listdir(work)) == [], "the snippets left files in the working folder"
     assert sorted(os.listdir(tmp)) == [], "the snippets left temporary files or folders"
+
+
+def test_quick_start_python_prints_what_the_readme_says():
+    """The top README's quick start: its Python lines (the ``python3 -c``
+    of the "From Python" block) run with this build's library and print
+    exactly what the text after them says they print (trial 20: they printed
+    nothing, so a new user could not tell that they worked)."""
+    text = (REPO / "README.md").read_text()
+    m = re.search(r"From Python.*?python3 -c '\n(.*?)'\n```\n\nIt prints `([^`]*)`", text, re.S)
+    assert m, "README.md: no quick-start python3 -c block followed by 'It prints `...`'"
+    code, said = m.group(1), m.group(2)
+    assert len(code.strip().splitlines()) == 4, code   # an import, a cache, an upsert, a print
+    proc = run_python(code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == said + "\n", (proc.stdout, said)
 
 
 def test_python_blocks_are_found():
