@@ -80,8 +80,9 @@ __global__ void __launch_bounds__(32 * RKV__SIMT_WARPS) ring_attention_simt(cons
             if (d < p.D) part = fmaf(qv[k], to_f(kr[d]), part);
         }
 #pragma unroll
-        for (int off = 16; off > 0; off >>= 1) part += __shfl_xor_sync(0xffffffffu, part, off);
-        const float sc = __shfl_sync(0xffffffffu, part, 0) * p.scale;
+        for (int off = 16; off > 0; off >>= 1)
+            part += rkv_ptx::shfl_xor_sync(0xffffffffu, part, off);
+        const float sc = rkv_ptx::shfl_idx_sync(0xffffffffu, part, 0) * p.scale;
         const float mn = fmaxf(m, sc);  // finite unless a score is +inf (RKV__SOFTMAX_M0)
         const float corr = expf(m - mn), pe = expf(sc - mn);
         l = l * corr + pe;

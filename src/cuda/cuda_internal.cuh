@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "plan.h"
+#include "ptx.cuh"  // the PTX wrappers and hardware intrinsics
 #include "ring_rule.h"  // the ring rule (slot, write step, visibility), host and device
 #include "ringkv.h"
 #include "ringkv_backend.h"  // rkv_error_set: the core's public error setter
@@ -94,13 +95,13 @@ __device__ __forceinline__ bool rkv__d_validate_rows(const int64_t *__restrict__
                     kind = RKV__DEVERR_SESSION_DUP;
                     break;
                 }
-        if (kind) atomicMin(&s_bad, (i << 8) | kind);
+        if (kind) rkv_ptx::atomic_min(&s_bad, (i << 8) | kind);
     }
     __syncthreads();
     const int bad = s_bad;
     if (bad == 0x7fffffff) return true;
     if (threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0)
-        atomicCAS(err, 0, (op << 24) | ((bad & 0xff) << 16) | (bad >> 8));
+        rkv_ptx::atomic_cas(err, 0, (op << 24) | ((bad & 0xff) << 16) | (bad >> 8));
     return false;
 }
 
