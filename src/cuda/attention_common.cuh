@@ -302,7 +302,7 @@ __global__ void __launch_bounds__(256) combine_splits(const float *__restrict__ 
                                                       int splits, int64_t rows, int D,
                                                       const int64_t *sess, const int64_t *fp,
                                                       int batch, int64_t S, int *err) {
-    extern __shared__ int64_t smem_rows[];
+    RKV_EXTERN_SHARED(int64_t, smem_rows);
     if (!rkv__d_validate_rows(sess, fp, batch, S, smem_rows, smem_rows + batch, err,
                               RKV__OP_ATTEND))
         return;

@@ -54,12 +54,12 @@ __global__ void __launch_bounds__(WARPS * 32, 2) ring_attention_mma(const RkvMma
     static_assert(BN % 16 == 0 && 128 % BN == 0, "BN must divide the 128-token block");
     static_assert((BN * CPR) % THREADS == 0 && (BM * CPR) % THREADS == 0, "tile loads");
 
-    extern __shared__ __align__(128) unsigned char smem_raw[];
+    RKV_EXTERN_SHARED_ALIGNED(128, unsigned char, smem_raw);
     T *sQ = reinterpret_cast<T *>(smem_raw);
     T *sK = sQ + BM * D;
     T *sV = sK + STAGES * BN * D;
     int *sList = reinterpret_cast<int *>(sV + STAGES * BN * D);
-    __shared__ int sNf;
+    RKV_SHARED(int, sNf);
 
     // 1. Device checks of every row (the staging aliases the K stages).
     int64_t *sSess = reinterpret_cast<int64_t *>(sK), *sFp = sSess + p.batch;
@@ -183,8 +183,8 @@ __global__ void __launch_bounds__(WARPS * 32, 2) ring_attention_mma(const RkvMma
 template <typename T, int D, int MT, int STAGES, bool OUT_F32>
 inline void launch_one(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p, cudaStream_t st) {
     const dim3 grid((unsigned)plan->grid_x, (unsigned)plan->grid_y, (unsigned)plan->grid_z);
-    ring_attention_mma<T, D, MT, RKV__MMA_WARPS, RKV__MMA_BN, STAGES, OUT_F32>
-        <<<grid, RKV__MMA_WARPS * 32, plan->smem_bytes, st>>>(p);
+    RKV_LAUNCH(grid, RKV__MMA_WARPS * 32, plan->smem_bytes, st,
+               ring_attention_mma<T, D, MT, RKV__MMA_WARPS, RKV__MMA_BN, STAGES, OUT_F32>)(p);
 }
 
 template <typename T, int D, int MT, int STAGES>

@@ -85,13 +85,13 @@ __global__ void __launch_bounds__(NWG * 128, 2) ring_attention_wgmma(const RkvMm
     constexpr int NT = BN / 8;  // n8 tiles of S
     constexpr int DT = D / 8;   // n8 tiles of O
 
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    RKV_EXTERN_SHARED_ALIGNED(1024, unsigned char, smem_raw);
     unsigned char *base = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
     T *sQ = reinterpret_cast<T *>(base);
     T *sK = sQ + BM * D;
     T *sV = sK + STAGES * BN * D;
     int *sList = reinterpret_cast<int *>(sV + STAGES * BN * D);
-    __shared__ int sNf;
+    RKV_SHARED(int, sNf);
 
     // 1. Device checks of every row (the staging aliases the K stages:
     // 16 * B <= 16 * 1024 bytes <= STAGES * BN * D * 2).
@@ -197,8 +197,8 @@ __global__ void __launch_bounds__(NWG * 128, 2) ring_attention_wgmma(const RkvMm
 template <typename T, bool OUT_F32>
 inline void launch_one(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p, cudaStream_t st) {
     const dim3 grid((unsigned)plan->grid_x, (unsigned)plan->grid_y, (unsigned)plan->grid_z);
-    ring_attention_wgmma<T, RKV__WGMMA_WARPGROUPS, RKV__WGMMA_STAGES, OUT_F32>
-        <<<grid, RKV__WGMMA_WARPGROUPS * 128, plan->smem_bytes, st>>>(p);
+    RKV_LAUNCH(grid, RKV__WGMMA_WARPGROUPS * 128, plan->smem_bytes, st,
+               ring_attention_wgmma<T, RKV__WGMMA_WARPGROUPS, RKV__WGMMA_STAGES, OUT_F32>)(p);
 }
 
 template <typename T>

@@ -75,7 +75,7 @@ __device__ __forceinline__ bool rkv__d_validate_rows(const int64_t *__restrict__
                                                      const int64_t *__restrict__ fp, int B,
                                                      int64_t S, int64_t *s_sess, int64_t *s_fp,
                                                      int *err, int op) {
-    __shared__ int s_bad;
+    RKV_SHARED(int, s_bad);
     if (threadIdx.x == 0) s_bad = 0x7fffffff;
     for (int i = threadIdx.x; i < B; i += blockDim.x) {
         s_sess[i] = sess[i];
