@@ -73,6 +73,10 @@ namespace rkv_ptx {
 
 #if defined(RKV_CUDA_EXEC)
 // ---- the executor's semantics: shared pieces ------------------------------------------
+// A collective's computation (run once per warp or warpgroup, by the
+// executor): not instrumented by the sanitizer build, which checks the
+// kernels; this is arithmetic on the participants' copied operands.
+#define RKV_PTX_EXEC_FN __attribute__((no_sanitize("address", "undefined")))
 namespace exec {
 // 16-bit elements as floats.
 inline float bf16_bits(uint16_t b) {
@@ -196,7 +200,7 @@ struct Ldmatrix {
     struct Out {
         uint32_t r[4];
     };
-    static void run(void *const *in, void *const *out, const ::rkvx::Group &g) {
+    RKV_PTX_EXEC_FN static void run(void *const *in, void *const *out, const ::rkvx::Group &g) {
         static const char *const instr = TRANS ? "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
                                           : "ldmatrix.sync.aligned.m8n8.x4.shared.b16";
         uint16_t m[4][8][8];  // [matrix][row][column]
@@ -289,7 +293,7 @@ struct Mma {
     struct Out {
         float d[4];
     };
-    static void run(void *const *in, void *const *out, const ::rkvx::Group &) {
+    RKV_PTX_EXEC_FN static void run(void *const *in, void *const *out, const ::rkvx::Group &) {
         double A[16][16], B[16][8], C[16][8];
         for (int l = 0; l < 32; l++) {
             const In *x = static_cast<const In *>(in[l]);
@@ -540,7 +544,7 @@ struct Wgmma {
     struct Out {
         float d[32];
     };
-    static void run(void *const *in, void *const *out, const ::rkvx::Group &g) {
+    RKV_PTX_EXEC_FN static void run(void *const *in, void *const *out, const ::rkvx::Group &g) {
         static const char *const instr = RS ? "wgmma.mma_async.sync.aligned.m64n64k16.f32.T.T (A in registers)"
                                        : "wgmma.mma_async.sync.aligned.m64n64k16.f32.T.T";
         const ::rkvx::Site site{"(warpgroup)", g.index};
@@ -703,7 +707,7 @@ struct Shfl {
     struct Out {
         float v;
     };
-    static void run(void *const *in, void *const *out, const ::rkvx::Group &g) {
+    RKV_PTX_EXEC_FN static void run(void *const *in, void *const *out, const ::rkvx::Group &g) {
         for (int l = 0; l < 32; l++) {
             if (!(g.mask >> l & 1)) continue;
             const In *x = static_cast<const In *>(in[l]);
@@ -734,7 +738,7 @@ struct Ballot {
     struct Out {
         unsigned r;
     };
-    static void run(void *const *in, void *const *out, const ::rkvx::Group &g) {
+    RKV_PTX_EXEC_FN static void run(void *const *in, void *const *out, const ::rkvx::Group &g) {
         unsigned r = 0;
         for (int l = 0; l < 32; l++)
             if ((g.mask >> l & 1) && static_cast<const In *>(in[l])->p) r |= 1u << l;

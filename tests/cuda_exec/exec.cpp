@@ -383,6 +383,16 @@ unsigned char *g_arena = nullptr;
 Sh *g_sh = nullptr;
 uint32_t g_epoch = 0;
 bool g_in_kernel = false;
+// Whether the kernels' plain stores reach the executor (the Release build's
+// instrumentation; not the sanitizer build's): without them an instruction
+// cannot tell a plainly written byte from an unwritten one, and the
+// uninitialized-read and async-proxy rules look only at bytes whose last
+// write the executor saw (cp.async).
+#if RKVX_ASAN
+constexpr bool kPlainObserved = false;
+#else
+constexpr bool kPlainObserved = true;
+#endif
 bool g_abort = false;
 std::string g_abort_msg;
 // for the instrumentation's fast paths
@@ -402,32 +412,40 @@ const char *base_name(const char *f) {
     const char *s = strrchr(f, '/');
     return s ? s + 1 : f;
 }
-std::string site_str(Site s) {
-    char buf[512];
+// The words of a message, in a ring of static buffers: a rule's message is
+// made on a fiber that never returns, so nothing here may own heap memory.
+char *msg_buf() {
+    static char bufs[16][512];
+    static int next = 0;
+    return bufs[next++ % 16];
+}
+const char *site_str(Site s) {
+    char *buf = msg_buf();
     if (s.line > 0)
-        snprintf(buf, sizeof buf, "%s:%d", base_name(s.file), s.line);
+        snprintf(buf, 512, "%s:%d", base_name(s.file), s.line);
     else
-        snprintf(buf, sizeof buf, "%s", s.file ? s.file : "?");
+        snprintf(buf, 512, "%s", s.file ? s.file : "?");
     return buf;
 }
-std::string thread_str(int tid) {
+const char *thread_str(int tid) {
     const Thr &t = g_thr[tid];
-    char buf[160];
-    snprintf(buf, sizeof buf, "thread (%u,%u,%u) warp %d lane %d", t.thread_idx.x, t.thread_idx.y,
+    char *buf = msg_buf();
+    snprintf(buf, 512, "thread (%u,%u,%u) warp %d lane %d", t.thread_idx.x, t.thread_idx.y,
              t.thread_idx.z, t.warp, t.lane);
     return buf;
 }
-std::string smem_str(uint32_t off) {
-    char buf[160];
+const char *smem_str(uint32_t off) {
+    char *buf = msg_buf();
+    const size_t bufsz = 512;
     for (const StaticVar &v : g_blk.statics)
         if (off >= v.off && off < v.off + v.bytes) {
-            snprintf(buf, sizeof buf, "shared 0x%x (static '%s' + %u)", off, v.name, off - v.off);
+            snprintf(buf, bufsz, "shared 0x%x (static '%s' + %u)", off, v.name, off - v.off);
             return buf;
         }
     if (off >= kStatic)
-        snprintf(buf, sizeof buf, "shared 0x%x (dynamic + %u)", off, (unsigned)(off - kStatic));
+        snprintf(buf, bufsz, "shared 0x%x (dynamic + %u)", off, (unsigned)(off - kStatic));
     else
-        snprintf(buf, sizeof buf, "shared 0x%x (static region, no variable)", off);
+        snprintf(buf, bufsz, "shared 0x%x (static region, no variable)", off);
     return buf;
 }
 
@@ -471,10 +489,10 @@ void ensure_stack(Thr &t) {
     if (g_in_kernel && g_launch) {
         snprintf(head, sizeof head, "rkvx: RULE %s: kernel %s block (%u,%u,%u) %s: %s at %s: ", rule,
                  g_launch->name, g_blk.block_idx.x, g_blk.block_idx.y, g_blk.block_idx.z,
-                 tid >= 0 ? thread_str(tid).c_str() : "(no thread)", instr,
-                 site_str(site).c_str());
+                 tid >= 0 ? thread_str(tid) : "(no thread)", instr,
+                 site_str(site));
     } else {
-        snprintf(head, sizeof head, "rkvx: RULE %s: %s at %s: ", rule, instr, site_str(site).c_str());
+        snprintf(head, sizeof head, "rkvx: RULE %s: %s at %s: ", rule, instr, site_str(site));
     }
     g_abort_msg = std::string(head) + details;
     if (!g_in_kernel) {
@@ -511,30 +529,29 @@ Thr *pick_next(int from) {
 }
 
 [[noreturn]] void deadlock(Thr *self) {
-    std::string what;
+    static char what[2048];
     int at_bar = 0;
     for (int i = 0; i < g_blk.n; i++)
         if (g_st[i] == kWaitBar) at_bar++;
-    char buf[512];
-    snprintf(buf, sizeof buf, "%d of %d threads wait at __syncthreads (%s), %d have exited",
-             at_bar, g_blk.n, at_bar ? site_str(g_blk.bar_site).c_str() : "-", g_blk.done);
-    what = buf;
-    for (int w = 0; w < g_blk.nwarps; w++)
-        if (g_blk.warp[w].arrived) {
-            snprintf(buf, sizeof buf, "; warp %d: %d of %d lanes wait at %s (%s)", w,
-                     g_blk.warp[w].arrived, g_blk.warp[w].expected, g_blk.warp[w].instr,
-                     site_str(g_blk.warp[w].site).c_str());
-            what += buf;
-        }
-    for (int w = 0; w < 8; w++)
-        if (g_blk.wg[w].arrived) {
-            snprintf(buf, sizeof buf, "; warpgroup %d: %d of 128 threads wait at %s (%s)", w,
-                     g_blk.wg[w].arrived, g_blk.wg[w].instr, site_str(g_blk.wg[w].site).c_str());
-            what += buf;
-        }
+    size_t len = (size_t)snprintf(what, sizeof what,
+                                  "%d of %d threads wait at __syncthreads (%s), %d have exited",
+                                  at_bar, g_blk.n, at_bar ? site_str(g_blk.bar_site) : "-",
+                                  g_blk.done);
+    for (int w = 0; w < g_blk.nwarps && len < sizeof what; w++)
+        if (g_blk.warp[w].arrived)
+            len += (size_t)snprintf(what + len, sizeof what - len,
+                                    "; warp %d: %d of %d lanes wait at %s (%s)", w,
+                                    g_blk.warp[w].arrived, g_blk.warp[w].expected,
+                                    g_blk.warp[w].instr, site_str(g_blk.warp[w].site));
+    for (int w = 0; w < 8 && len < sizeof what; w++)
+        if (g_blk.wg[w].arrived)
+            len += (size_t)snprintf(what + len, sizeof what - len,
+                                    "; warpgroup %d: %d of 128 threads wait at %s (%s)", w,
+                                    g_blk.wg[w].arrived, g_blk.wg[w].instr,
+                                    site_str(g_blk.wg[w].site));
     violation_at(self ? self->tid : -1, RKVX_RULE_DEADLOCK,
                  self && self->wait_instr ? self->wait_instr : "(waiting)",
-                 self ? self->wait_site : Site{nullptr, 0}, "no thread can continue: %s", what.c_str());
+                 self ? self->wait_site : Site{nullptr, 0}, "no thread can continue: %s", what);
 }
 
 // The running thread waits (its state already set): run another.
@@ -588,12 +605,12 @@ void thread_exit() {
     if (wc.arrived && (wc.mask >> t->lane & 1))
         violation_at(t->tid, RKVX_RULE_EXITED, "exit", Site{"(kernel end)", 0},
                      "the lane exits while %d lanes of its warp wait for it at %s (%s)", wc.arrived,
-                     wc.instr, site_str(wc.site).c_str());
+                     wc.instr, site_str(wc.site));
     const Coll &gc = B.wg[t->warp / 4];
     if (gc.arrived)
         violation_at(t->tid, RKVX_RULE_EXITED, "exit", Site{"(kernel end)", 0},
                      "the thread exits while %d threads of its warpgroup wait for it at %s (%s)",
-                     gc.arrived, gc.instr, site_str(gc.site).c_str());
+                     gc.arrived, gc.instr, site_str(gc.site));
     if (B.bar_arrived && B.bar_arrived == B.n - B.done) release_barrier();
     Thr *nx = pick_next(t->tid);
     if (!nx) {
@@ -713,10 +730,10 @@ bool smem_valid(uint32_t off, size_t n) {
     violation_at(tid, RKVX_RULE_RACE, instr, site,
                  "%s of %s conflicts with a %s by %s%s%s between the same two barriers (no "
                  "__syncthreads orders them)",
-                 this_writes ? "write" : "read", smem_str(off).c_str(),
+                 this_writes ? "write" : "read", smem_str(off),
                  other_writes ? "write" : "read",
-                 other == kSeveral ? "several threads" : thread_str(other).c_str(),
-                 other_site.file ? " at " : "", other_site.file ? site_str(other_site).c_str() : "");
+                 other == kSeveral ? "several threads" : thread_str(other),
+                 other_site.file ? " at " : "", other_site.file ? site_str(other_site) : "");
 }
 
 void check_wg_reads(int tid, uint32_t off, size_t n, const char *instr, Site site) {
@@ -725,7 +742,7 @@ void check_wg_reads(int tid, uint32_t off, size_t n, const char *instr, Site sit
             violation_at(tid, RKVX_RULE_WGMMA_SMEM, instr, site,
                          "it writes %s, an operand of an mma_async of warpgroup %d that no "
                          "wgmma.wait_group has covered yet",
-                         smem_str(std::max(off, r.lo)).c_str(), r.wg);
+                         smem_str(std::max(off, r.lo)), r.wg);
 }
 
 // A load or store of shared bytes [off, off + n) by thread tid.
@@ -736,7 +753,7 @@ void smem_access(uint32_t off, size_t n, int tid, bool write, bool atomic, const
         violation_at(tid, RKVX_RULE_OOB_SHARED, instr, site,
                      "%zu bytes at %s are outside the block's shared memory (static 0x0..0x%x, "
                      "dynamic 0x%zx..0x%zx)",
-                     n, smem_str(off).c_str(), B.static_used, kStatic, kStatic + B.dyn);
+                     n, smem_str(off), B.static_used, kStatic, kStatic + B.dyn);
     const uint32_t E = B.epoch;
     const uint16_t sid = write ? site_id(site) : 0;
     for (size_t i = 0; i < n; i++) {
@@ -746,8 +763,8 @@ void smem_access(uint32_t off, size_t n, int tid, bool write, bool atomic, const
             violation_at(tid, RKVX_RULE_CP_ASYNC_WAIT, instr, site,
                          "it %s %s, the destination of a cp.async of %s that no "
                          "cp.async.wait_group has covered yet",
-                         write ? "writes" : "reads", smem_str(off + (uint32_t)i).c_str(),
-                         thread_str(src).c_str());
+                         write ? "writes" : "reads", smem_str(off + (uint32_t)i),
+                         thread_str(src));
         }
         if (write) {
             if (s.w_ep == E && s.w_tid != tid && !(atomic && s.w_atomic))
@@ -760,10 +777,10 @@ void smem_access(uint32_t off, size_t n, int tid, bool write, bool atomic, const
             s.w_site = sid;
             s.gw_fence = g_thr[tid].fence_seq;
         } else {
-            if (s.w_ep < B.start_epoch)
+            if (kPlainObserved && s.w_ep < B.start_epoch)
                 violation_at(tid, RKVX_RULE_UNINIT_SHARED, instr, site,
                              "it reads %s, which nothing in this block has written",
-                             smem_str(off + (uint32_t)i).c_str());
+                             smem_str(off + (uint32_t)i));
             if (s.w_ep == E && s.w_tid != tid && !(atomic && s.w_atomic))
                 race(tid, s.w_tid, true, false, off + (uint32_t)i, instr, site, g_sites[s.w_site]);
             if (s.r_ep != E) {
@@ -1091,7 +1108,7 @@ void collective(Scope sc, unsigned mask, const char *instr, Site site, void *in,
                          "their %ld-th, mask 0x%08x (.sync.aligned: every thread reaches the same "
                          "one)",
                          *seq + 1, c->arrived, sc == Scope::Warp ? "warp" : "warpgroup", c->instr,
-                         site_str(c->site).c_str(), c->seq + 1, c->mask);
+                         site_str(c->site), c->seq + 1, c->mask);
         if (sc == Scope::Warp && !(mask >> t->lane & 1))
             violation_at(t->tid, RKVX_RULE_CONVERGENCE, instr, site,
                          "the lane is not in the instruction's mask 0x%08x", mask);
@@ -1153,9 +1170,9 @@ void collective_first(Scope sc, unsigned mask, const char *instr, Site site, Col
             const Thr &o = g_thr[first + i];
             if (first + i < B.n && g_st[first + i] == kWaitBar)
                 violation_at(t->tid, RKVX_RULE_CONVERGENCE, instr, site,
-                             "%s of its %s waits at __syncthreads (%s)", thread_str(o.tid).c_str(),
+                             "%s of its %s waits at __syncthreads (%s)", thread_str(o.tid),
                              sc == Scope::Warp ? "warp" : "warpgroup",
-                             site_str(B.bar_site).c_str());
+                             site_str(B.bar_site));
         }
     c->instr = instr;
     c->site = site;
@@ -1173,13 +1190,13 @@ void syncthreads(Site site) {
     if (wc.arrived)
         violation_at(t->tid, RKVX_RULE_CONVERGENCE, "__syncthreads", site,
                      "%d lanes of its warp wait at %s (%s)", wc.arrived, wc.instr,
-                     site_str(wc.site).c_str());
+                     site_str(wc.site));
     if (t->warp / 4 < 8) {
         const Coll &gc = B.wg[t->warp / 4];
         if (gc.arrived)
             violation_at(t->tid, RKVX_RULE_CONVERGENCE, "__syncthreads", site,
                          "%d threads of its warpgroup wait at %s (%s)", gc.arrived, gc.instr,
-                         site_str(gc.site).c_str());
+                         site_str(gc.site));
     }
     if (B.bar_arrived == 0) {
         B.bar_site = site;
@@ -1189,7 +1206,7 @@ void syncthreads(Site site) {
         violation_at(t->tid, RKVX_RULE_BARRIER, "__syncthreads", site,
                      "its %ld-th barrier; %d threads wait at %s, their %ld-th (every non-exited "
                      "thread of the block must reach the same one)",
-                     t->bar_seq + 1, B.bar_arrived, site_str(B.bar_site).c_str(), B.bar_seq + 1);
+                     t->bar_seq + 1, B.bar_arrived, site_str(B.bar_site), B.bar_seq + 1);
     }
     t->bar_seq++;
     if (++B.bar_arrived == B.n - B.done) {
@@ -1267,21 +1284,21 @@ void cp_async_issue(uint32_t dst, const void *src, const void *data, int size, i
     Thr *t = g_cur;
     if (dst % (uint32_t)size)
         violation(RKVX_RULE_CP_ASYNC_ALIGN, instr, site,
-                  "the destination %s is not %d-byte aligned", smem_str(dst).c_str(), size);
+                  "the destination %s is not %d-byte aligned", smem_str(dst), size);
     if ((uintptr_t)src % (uintptr_t)size)
         violation(RKVX_RULE_CP_ASYNC_ALIGN, instr, site, "the source %p is not %d-byte aligned",
                   src, size);
     if (!smem_valid(dst, (size_t)size))
         violation(RKVX_RULE_OOB_SHARED, instr, site,
                   "the %d destination bytes at %s are outside the block's shared memory", size,
-                  smem_str(dst).c_str());
+                  smem_str(dst));
     const uint32_t E = g_blk.epoch;
     for (int i = 0; i < size; i++) {
         Sh &s = g_sh[dst + i];
         if (s.pend)
             violation(RKVX_RULE_RACE, instr, site,
                       "%s is already the destination of an in-flight cp.async of %s",
-                      smem_str(dst + i).c_str(), thread_str((int)s.pend - 1).c_str());
+                      smem_str(dst + i), thread_str((int)s.pend - 1));
         if (s.w_ep == E && s.w_tid != t->tid)
             race(t->tid, s.w_tid, true, true, dst + i, instr, site, g_sites[s.w_site]);
         if (s.r_ep == E && s.r_tid != t->tid)
@@ -1336,18 +1353,21 @@ void wgmma_operand_read(uint32_t addr, void *dst, size_t n, const char *instr, S
     if (!smem_valid(addr, n))
         violation(RKVX_RULE_WGMMA_DESC, instr, site,
                   "the operand's bytes %s..+%zu are outside the block's shared memory",
-                  smem_str(addr).c_str(), n);
+                  smem_str(addr), n);
     for (size_t i = 0; i < n; i++) {
         const Sh &s = g_sh[addr + i];
         if (s.pend)
             violation(RKVX_RULE_CP_ASYNC_WAIT, instr, site,
                       "the operand byte %s is the destination of a cp.async of %s that no "
                       "cp.async.wait_group has covered yet",
-                      smem_str(addr + (uint32_t)i).c_str(), thread_str((int)s.pend - 1).c_str());
-        if (s.w_ep < B.start_epoch)
-            violation(RKVX_RULE_UNINIT_SHARED, instr, site,
-                      "the operand byte %s was never written in this block",
-                      smem_str(addr + (uint32_t)i).c_str());
+                      smem_str(addr + (uint32_t)i), thread_str((int)s.pend - 1));
+        if (s.w_ep < B.start_epoch) {
+            if (kPlainObserved)
+                violation(RKVX_RULE_UNINIT_SHARED, instr, site,
+                          "the operand byte %s was never written in this block",
+                          smem_str(addr + (uint32_t)i));
+            continue;  // written by a plain store the executor did not see
+        }
         const Thr &w = g_thr[s.w_tid];
         const bool same_wg = w.warp / 4 == wg;
         const uint32_t fenced = same_wg ? w.fence_seq : w.fence_pub;
@@ -1356,8 +1376,8 @@ void wgmma_operand_read(uint32_t addr, void *dst, size_t n, const char *instr, S
                       "the operand byte %s was written by %s at %s through the generic proxy, "
                       "and %s (fence.proxy.async.shared::cta by the writer, then a barrier, "
                       "before the async proxy reads it)",
-                      smem_str(addr + (uint32_t)i).c_str(), thread_str(s.w_tid).c_str(),
-                      site_str(g_sites[s.w_site]).c_str(),
+                      smem_str(addr + (uint32_t)i), thread_str(s.w_tid),
+                      site_str(g_sites[s.w_site]),
                       w.fence_seq > s.gw_fence ? "no barrier followed the writer's fence"
                                                : "the writer issued no fence.proxy.async since");
     }
@@ -1504,15 +1524,15 @@ void enqueue_launch(Launch *l, cudaStream_t stream) {
 // =============================================================================================
 namespace {
 
-std::string pc_str(void *pc) {
+const char *pc_str(void *pc) {
     Dl_info info;
-    char buf[512];
+    char *buf = msg_buf();
     if (pc && dladdr(pc, &info) && info.dli_fname)
-        snprintf(buf, sizeof buf, "code at %s+0x%lx (addr2line -f -C -e %s 0x%lx)",
+        snprintf(buf, 512, "code at %s+0x%lx (addr2line -f -C -e %s 0x%lx)",
                  base_name(info.dli_fname), (unsigned long)((char *)pc - (char *)info.dli_fbase),
                  info.dli_fname, (unsigned long)((char *)pc - (char *)info.dli_fbase));
     else
-        snprintf(buf, sizeof buf, "code at %p", pc);
+        snprintf(buf, 512, "code at %p", pc);
     return buf;
 }
 
@@ -1526,18 +1546,16 @@ __attribute__((noinline)) void plain_slow(uintptr_t a, size_t n, bool write, voi
     g_stats.plain_accesses++;
     const char *instr = write ? "st (a plain store)" : "ld (a plain load)";
     if (a - g_arena_lo < kArena + kArenaGuard) {
-        static std::string where;
-        where = pc_str(pc);
+        const char *where = pc_str(pc);
         smem_access((uint32_t)(a - g_arena_lo), n, g_cur->tid, write, false, instr,
-                    Site{where.c_str(), 0});
+                    Site{where, 0});
         return;
     }
     if (a - g_stk_lo < g_stk_span) {
         for (const auto &r : g_cur->live)
             if (a < r.second && a + n > r.first) {
-                static std::string where;
-                where = pc_str(pc);
-                rkvx::violation(RKVX_RULE_WGMMA_WAIT, instr, Site{where.c_str(), 0},
+                const char *where = pc_str(pc);
+                rkvx::violation(RKVX_RULE_WGMMA_WAIT, instr, Site{where, 0},
                                 "it %s register %zu of an operand of an in-flight "
                                 "wgmma.mma_async; no wgmma.wait_group has covered it yet",
                                 write ? "writes" : "reads", (size_t)(a - r.first) / 4);
@@ -1550,10 +1568,9 @@ __attribute__((noinline)) void plain_slow(uintptr_t a, size_t n, bool write, voi
             g_hit_lo = s->in_lo;
             g_hit_len = s->in_hi - s->in_lo;
         } else if (s) {
-            static std::string where;
-            where = pc_str(pc);
+            const char *where = pc_str(pc);
             const long long off = a >= s->in_hi ? (long long)(a - s->in_hi) : (long long)(s->in_lo - a);
-            rkvx::violation(RKVX_RULE_OOB_GLOBAL, instr, Site{where.c_str(), 0},
+            rkvx::violation(RKVX_RULE_OOB_GLOBAL, instr, Site{where, 0},
                             "%zu bytes at %p: %lld bytes %s the allocation [%p, +%zu)", n,
                             (void *)a, off, a >= s->in_hi ? "past the end of" : "before",
                             (void *)s->in_lo, (size_t)(s->in_hi - s->in_lo));
