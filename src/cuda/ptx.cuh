@@ -31,8 +31,11 @@
 #include <string.h>
 
 #include "rkvx.h"
-#define RKV_PTX_AT , ::rkvx::Site rkv_site_ = RKVX_HERE
-#define RKV_PTX_AT_ONLY ::rkvx::Site rkv_site_ = RKVX_HERE
+// (two parameters: __builtin_FILE/LINE name the caller only when each is a
+// default argument by itself)
+#define RKV_PTX_AT , const char *rkv_file_ = __builtin_FILE(), int rkv_line_ = __builtin_LINE()
+#define RKV_PTX_AT_ONLY const char *rkv_file_ = __builtin_FILE(), int rkv_line_ = __builtin_LINE()
+#define RKV_PTX_SITE (::rkvx::Site{rkv_file_, rkv_line_})
 #else
 #define RKV_PTX_AT
 #define RKV_PTX_AT_ONLY
@@ -113,7 +116,7 @@ inline uint16_t hi16(uint32_t r) { return (uint16_t)(r >> 16); }
 __device__ __forceinline__ uint32_t smem_addr(const void *p RKV_PTX_AT) {
 #if defined(RKV_CUDA_EXEC)
     // executor: the offset in the block's shared window (window base 0)
-    return ::rkvx::shared_address(p, "cvta.to.shared.u32", rkv_site_);
+    return ::rkvx::shared_address(p, "cvta.to.shared.u32", RKV_PTX_SITE);
 #else
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 #endif
@@ -130,12 +133,12 @@ __device__ __forceinline__ uint32_t smem_addr(const void *p RKV_PTX_AT) {
 __device__ __forceinline__ void cp_async_cg16(void *dst, const void *src, int src_bytes RKV_PTX_AT) {
 #if defined(RKV_CUDA_EXEC)
     static const char instr[] = "cp.async.cg.shared.global [dst], [src], 16, src-size";
-    const uint32_t d = ::rkvx::shared_address(dst, instr, rkv_site_);
+    const uint32_t d = ::rkvx::shared_address(dst, instr, RKV_PTX_SITE);
     if (src_bytes < 0 || src_bytes > 16)  // "src-size larger than cp-size: undefined"
-        ::rkvx::violation("not-modeled", instr, rkv_site_, "src-size %d outside 0..16", src_bytes);
+        ::rkvx::violation("not-modeled", instr, RKV_PTX_SITE, "src-size %d outside 0..16", src_bytes);
     unsigned char data[16] = {0};  // bytes past src-size are zeros
-    if (src_bytes > 0) ::rkvx::global_read(src, data, (size_t)src_bytes, instr, rkv_site_);
-    ::rkvx::cp_async_issue(d, src, data, 16, src_bytes, instr, rkv_site_);
+    if (src_bytes > 0) ::rkvx::global_read(src, data, (size_t)src_bytes, instr, RKV_PTX_SITE);
+    ::rkvx::cp_async_issue(d, src, data, 16, src_bytes, instr, RKV_PTX_SITE);
 #else
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)),
                  "l"(src), "r"(src_bytes)
@@ -146,7 +149,7 @@ __device__ __forceinline__ void cp_async_cg16(void *dst, const void *src, int sr
 // become one cp.async-group (an empty group when there are none).
 __device__ __forceinline__ void cp_async_commit_group(RKV_PTX_AT_ONLY) {
 #if defined(RKV_CUDA_EXEC)
-    ::rkvx::cp_async_commit(rkv_site_);
+    ::rkvx::cp_async_commit(RKV_PTX_SITE);
 #else
     asm volatile("cp.async.commit_group;\n" ::: "memory");
 #endif
@@ -157,7 +160,7 @@ __device__ __forceinline__ void cp_async_commit_group(RKV_PTX_AT_ONLY) {
 template <int N>
 __device__ __forceinline__ void cp_async_wait_group(RKV_PTX_AT_ONLY) {
 #if defined(RKV_CUDA_EXEC)
-    ::rkvx::cp_async_wait(N, rkv_site_);
+    ::rkvx::cp_async_wait(N, RKV_PTX_SITE);
 #else
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 #endif
@@ -238,10 +241,10 @@ struct Ldmatrix {
 // and (2(l%4)+1, l/4). Every lane of the warp executes the same one.
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void *p RKV_PTX_AT) {
 #if defined(RKV_CUDA_EXEC)
-    exec::Ldmatrix<false>::In in{::rkvx::shared_address(p, "ldmatrix.x4", rkv_site_)};
+    exec::Ldmatrix<false>::In in{::rkvx::shared_address(p, "ldmatrix.x4", RKV_PTX_SITE)};
     exec::Ldmatrix<false>::Out out;
     ::rkvx::collective(::rkvx::Scope::Warp, 0xffffffffu, "ldmatrix.sync.aligned.m8n8.x4.shared.b16",
-                       rkv_site_, &in, &out, exec::Ldmatrix<false>::run);
+                       RKV_PTX_SITE, &in, &out, exec::Ldmatrix<false>::run);
     for (int i = 0; i < 4; i++) r[i] = out.r[i];
 #else
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -251,10 +254,10 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void *p RKV_
 }
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void *p RKV_PTX_AT) {
 #if defined(RKV_CUDA_EXEC)
-    exec::Ldmatrix<true>::In in{::rkvx::shared_address(p, "ldmatrix.x4.trans", rkv_site_)};
+    exec::Ldmatrix<true>::In in{::rkvx::shared_address(p, "ldmatrix.x4.trans", RKV_PTX_SITE)};
     exec::Ldmatrix<true>::Out out;
     ::rkvx::collective(::rkvx::Scope::Warp, 0xffffffffu,
-                       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", rkv_site_, &in, &out,
+                       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", RKV_PTX_SITE, &in, &out,
                        exec::Ldmatrix<true>::run);
     for (int i = 0; i < 4; i++) r[i] = out.r[i];
 #else
@@ -362,7 +365,7 @@ template <typename T>
 __device__ __forceinline__ void mma_m16n8k16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
                                              uint32_t b1 RKV_PTX_AT) {
 #if defined(RKV_CUDA_EXEC)
-    Mma16816<T>::run(c, a, b0, b1, rkv_site_);
+    Mma16816<T>::run(c, a, b0, b1, RKV_PTX_SITE);
 #else
     Mma16816<T>::run(c, a, b0, b1);
 #endif
@@ -376,7 +379,7 @@ __device__ __forceinline__ void mma_m16n8k16(float (&c)[4], const uint32_t (&a)[
 // after any other access of those registers.
 __device__ __forceinline__ void wgmma_fence(RKV_PTX_AT_ONLY) {
 #if defined(RKV_CUDA_EXEC)
-    ::rkvx::wgmma_fence(rkv_site_);
+    ::rkvx::wgmma_fence(RKV_PTX_SITE);
 #elif RKV_PTX_HAS_WGMMA
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #endif
@@ -385,7 +388,7 @@ __device__ __forceinline__ void wgmma_fence(RKV_PTX_AT_ONLY) {
 // mma_async operations become one wgmma-group.
 __device__ __forceinline__ void wgmma_commit_group(RKV_PTX_AT_ONLY) {
 #if defined(RKV_CUDA_EXEC)
-    ::rkvx::wgmma_commit(rkv_site_);
+    ::rkvx::wgmma_commit(RKV_PTX_SITE);
 #elif RKV_PTX_HAS_WGMMA
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 #endif
@@ -397,7 +400,7 @@ __device__ __forceinline__ void wgmma_commit_group(RKV_PTX_AT_ONLY) {
 template <int N>
 __device__ __forceinline__ void wgmma_wait_group(RKV_PTX_AT_ONLY) {
 #if defined(RKV_CUDA_EXEC)
-    ::rkvx::wgmma_wait(N, rkv_site_);
+    ::rkvx::wgmma_wait(N, RKV_PTX_SITE);
 #elif RKV_PTX_HAS_WGMMA
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 #endif
@@ -408,7 +411,7 @@ __device__ __forceinline__ void wgmma_wait_group(RKV_PTX_AT_ONLY) {
 // other threads' writes need their own fence and then a barrier.
 __device__ __forceinline__ void fence_proxy_async_shared_cta(RKV_PTX_AT_ONLY) {
 #if defined(RKV_CUDA_EXEC)
-    ::rkvx::fence_proxy_async(rkv_site_);
+    ::rkvx::fence_proxy_async(RKV_PTX_SITE);
 #elif RKV_PTX_HAS_WGMMA
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 #endif
@@ -675,7 +678,7 @@ template <typename T>
 __device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t da, uint64_t db,
                                                    int scale_d RKV_PTX_AT) {
 #if defined(RKV_CUDA_EXEC)
-    Wgmma64<T>::ss(d, da, db, scale_d, rkv_site_);
+    Wgmma64<T>::ss(d, da, db, scale_d, RKV_PTX_SITE);
 #else
     Wgmma64<T>::ss(d, da, db, scale_d);
 #endif
@@ -684,7 +687,7 @@ template <typename T>
 __device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_t (&a)[4],
                                                    uint64_t db RKV_PTX_AT) {
 #if defined(RKV_CUDA_EXEC)
-    Wgmma64<T>::rs(d, a, db, rkv_site_);
+    Wgmma64<T>::rs(d, a, db, RKV_PTX_SITE);
 #else
     Wgmma64<T>::rs(d, a, db);
 #endif
@@ -753,7 +756,7 @@ struct Ballot {
 // every lane of `mask` executes the same one.
 __device__ __forceinline__ float shfl_xor_sync(unsigned mask, float v, int lane_mask RKV_PTX_AT) {
 #if defined(RKV_CUDA_EXEC)
-    return exec::Shfl<false>::run_one(mask, v, lane_mask, rkv_site_);
+    return exec::Shfl<false>::run_one(mask, v, lane_mask, RKV_PTX_SITE);
 #else
     return __shfl_xor_sync(mask, v, lane_mask);
 #endif
@@ -761,7 +764,7 @@ __device__ __forceinline__ float shfl_xor_sync(unsigned mask, float v, int lane_
 // shfl.sync.idx: every lane receives v of lane `src`.
 __device__ __forceinline__ float shfl_idx_sync(unsigned mask, float v, int src RKV_PTX_AT) {
 #if defined(RKV_CUDA_EXEC)
-    return exec::Shfl<true>::run_one(mask, v, src, rkv_site_);
+    return exec::Shfl<true>::run_one(mask, v, src, RKV_PTX_SITE);
 #else
     return __shfl_sync(mask, v, src);
 #endif
@@ -772,7 +775,7 @@ __device__ __forceinline__ unsigned ballot_sync(unsigned mask, bool pred RKV_PTX
 #if defined(RKV_CUDA_EXEC)
     exec::Ballot::In in{pred ? 1 : 0};
     exec::Ballot::Out out{0};
-    ::rkvx::collective(::rkvx::Scope::Warp, mask, "vote.sync.ballot.b32", rkv_site_, &in, &out,
+    ::rkvx::collective(::rkvx::Scope::Warp, mask, "vote.sync.ballot.b32", RKV_PTX_SITE, &in, &out,
                        exec::Ballot::run);
     return out.r;
 #else
@@ -787,7 +790,7 @@ __device__ __forceinline__ int atomic_min(int *p, int v RKV_PTX_AT) {
 #if defined(RKV_CUDA_EXEC)
     // executor: one thread runs at a time, so a read-modify-write is atomic;
     // the access is logged as atomic (no race with other atomics)
-    ::rkvx::atomic_access(p, sizeof *p, "atom.min.s32", rkv_site_);
+    ::rkvx::atomic_access(p, sizeof *p, "atom.min.s32", RKV_PTX_SITE);
     const int old = *p;
     if (v < old) *p = v;
     return old;
@@ -798,7 +801,7 @@ __device__ __forceinline__ int atomic_min(int *p, int v RKV_PTX_AT) {
 // atom.cas.b32: *p = (*p == cmp) ? v : *p, atomically; returns the old value.
 __device__ __forceinline__ int atomic_cas(int *p, int cmp, int v RKV_PTX_AT) {
 #if defined(RKV_CUDA_EXEC)
-    ::rkvx::atomic_access(p, sizeof *p, "atom.cas.b32", rkv_site_);
+    ::rkvx::atomic_access(p, sizeof *p, "atom.cas.b32", RKV_PTX_SITE);
     const int old = *p;
     if (old == cmp) *p = v;
     return old;

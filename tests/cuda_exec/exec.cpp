@@ -35,8 +35,10 @@
 #define RKVX_ASAN 1
 #include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
-#define RKVX_POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
-#define RKVX_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+// (the functions: asan_interface.h's macros are no-ops in a file built
+// without -fsanitize=address, as this one is)
+#define RKVX_POISON(p, n) __asan_poison_memory_region((p), (n))
+#define RKVX_UNPOISON(p, n) __asan_unpoison_memory_region((p), (n))
 #else
 #define RKVX_ASAN 0
 #define RKVX_POISON(p, n) ((void)(p), (void)(n))
@@ -685,14 +687,11 @@ bool run_block(uint3 bidx) {
     g_cur = nullptr;
     rkvx::g_thread = nullptr;
     g_cur_live = false;
-    // async copies an aborted block left in flight: clear their marks
+    // what an aborted block left in flight: no async copy is pending now
+    if (g_abort)
+        for (size_t b = 0; b < kStatic + B.dyn; b++) g_sh[b].pend = 0;
     for (int i = 0; i < B.n; i++) {
         Thr &t = g_thr[i];
-        for (CpOp &op : t.cp_open)
-            for (int b = 0; b < op.size; b++) g_sh[op.dst + b].pend = 0;
-        for (auto &g : t.cp_groups)
-            for (CpOp &op : g)
-                for (int b = 0; b < op.size; b++) g_sh[op.dst + b].pend = 0;
         for (auto &r : t.live) RKVX_UNPOISON((void *)r.first, r.second - r.first);
         t.live.clear();
     }
@@ -1293,8 +1292,9 @@ void cp_async_issue(uint32_t dst, const void *src, const void *data, int size, i
                   "the %d destination bytes at %s are outside the block's shared memory", size,
                   smem_str(dst));
     const uint32_t E = g_blk.epoch;
+    if (!g_blk.wg_reads.empty()) check_wg_reads(t->tid, dst, (size_t)size, instr, site);
     for (int i = 0; i < size; i++) {
-        Sh &s = g_sh[dst + i];
+        const Sh &s = g_sh[dst + i];
         if (s.pend)
             violation(RKVX_RULE_RACE, instr, site,
                       "%s is already the destination of an in-flight cp.async of %s",
@@ -1303,9 +1303,8 @@ void cp_async_issue(uint32_t dst, const void *src, const void *data, int size, i
             race(t->tid, s.w_tid, true, true, dst + i, instr, site, g_sites[s.w_site]);
         if (s.r_ep == E && s.r_tid != t->tid)
             race(t->tid, s.r_tid, false, true, dst + i, instr, site, Site{nullptr, 0});
-        s.pend = (uint32_t)t->tid + 1;
     }
-    if (!g_blk.wg_reads.empty()) check_wg_reads(t->tid, dst, (size_t)size, instr, site);
+    for (int i = 0; i < size; i++) g_sh[dst + i].pend = (uint32_t)t->tid + 1;
     CpOp op;
     op.dst = dst;
     op.size = size;
@@ -2035,7 +2034,21 @@ void rkvx_get_stats(rkvx_stats *out) {
 }  // extern "C"
 
 namespace {
+#if RKVX_ASAN
+// An ASan report from a kernel names the simulated thread it ran as.
+void asan_report(const char *) {
+    if (g_in_kernel && g_launch && g_cur)
+        fprintf(stderr, "rkvx: the AddressSanitizer report is of kernel %s block (%u,%u,%u) %s\n",
+                g_launch->name, g_blk.block_idx.x, g_blk.block_idx.y, g_blk.block_idx.z,
+                thread_str(g_cur->tid));
+}
+#endif
 struct LegacyInit {
-    LegacyInit() { g_legacy_stream.legacy = true; }
+    LegacyInit() {
+        g_legacy_stream.legacy = true;
+#if RKVX_ASAN
+        __asan_set_error_report_callback(asan_report);
+#endif
+    }
 } g_legacy_init;
 }  // namespace

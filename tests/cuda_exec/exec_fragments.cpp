@@ -12,18 +12,11 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "cuda_test_util.h"  // CK
 #include "ptx.cuh"
 
 namespace {
 
-#define CK(call)                                                                            \
-    do {                                                                                    \
-        cudaError_t e_ = (call);                                                            \
-        if (e_ != cudaSuccess) {                                                            \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorName(e_)); \
-            exit(2);                                                                        \
-        }                                                                                   \
-    } while (0)
 
 uint64_t g_rng = 0x9e3779b97f4a7c15ull;
 uint32_t rnd() {

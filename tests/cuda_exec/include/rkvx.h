@@ -80,7 +80,8 @@ inline float4 make_float4(float x, float y, float z, float w) { return float4{x,
 namespace rkvx {
 
 // A source location: where a kernel executes an instruction (the wrappers
-// take it as a defaulted argument, so it names the wrapper's caller).
+// take it as two defaulted arguments, __builtin_FILE() and
+// __builtin_LINE(), so it names the wrapper's caller).
 struct Site {
     const char *file;
     int line;
