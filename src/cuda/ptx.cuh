@@ -212,12 +212,11 @@ struct Ldmatrix {
                 const int lane = 8 * i + j;
                 const uint32_t a = static_cast<const In *>(in[lane])->addr;
                 if (a % 16)
-                    ::rkvx::violation("ldmatrix-alignment", instr, ::rkvx::Site{"(lane)", lane},
-                                      "lane %d's row address 0x%x (row %d of matrix %d) is not "
-                                      "16-byte aligned",
-                                      lane, a, j, i);
-                ::rkvx::shared_read(a, m[i][j], 16, g.first_tid + lane, instr,
-                                    ::rkvx::Site{"(ldmatrix row)", lane});
+                    ::rkvx::violation_by(g.first_tid + lane, "ldmatrix-alignment", instr, g.site,
+                                         "lane %d's row address 0x%x (row %d of matrix %d) is "
+                                         "not 16-byte aligned",
+                                         lane, a, j, i);
+                ::rkvx::shared_read(a, m[i][j], 16, g.first_tid + lane, instr, g.site);
             }
         for (int l = 0; l < 32; l++) {
             Out *o = static_cast<Out *>(out[l]);
@@ -550,7 +549,7 @@ struct Wgmma {
     RKV_PTX_EXEC_FN static void run(void *const *in, void *const *out, const ::rkvx::Group &g) {
         static const char *const instr = RS ? "wgmma.mma_async.sync.aligned.m64n64k16.f32.T.T (A in registers)"
                                        : "wgmma.mma_async.sync.aligned.m64n64k16.f32.T.T";
-        const ::rkvx::Site site{"(warpgroup)", g.index};
+        const ::rkvx::Site site = g.site;
         const In *x0 = static_cast<const In *>(in[0]);
         for (int t = 1; t < 128; t++) {
             const In *x = static_cast<const In *>(in[t]);
@@ -717,10 +716,10 @@ struct Shfl {
             int j = IDX ? (x->b & 31) : (l ^ (x->b & 31));
             if (j > 31) j = l;
             if (!(g.mask >> j & 1))
-                ::rkvx::violation("convergence", IDX ? "shfl.sync.idx.b32" : "shfl.sync.bfly.b32",
-                                  ::rkvx::Site{"(lane)", l},
-                                  "lane %d sources lane %d, which is not in the mask 0x%08x", l, j,
-                                  g.mask);
+                ::rkvx::violation_by(g.first_tid + l, "convergence",
+                                     IDX ? "shfl.sync.idx.b32" : "shfl.sync.bfly.b32", g.site,
+                                     "lane %d sources lane %d, which is not in the mask 0x%08x",
+                                     l, j, g.mask);
             static_cast<Out *>(out[l])->v = static_cast<const In *>(in[j])->v;
         }
     }

@@ -1070,6 +1070,12 @@ void violation(const char *rule, const char *instr, Site site, const char *fmt, 
     violation_v(g_cur ? g_cur->tid : -1, rule, instr, site, fmt, ap);
 }
 
+void violation_by(int tid, const char *rule, const char *instr, Site site, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    violation_v(tid, rule, instr, site, fmt, ap);
+}
+
 int thread_linear() { return g_cur ? g_cur->tid : -1; }
 
 void collective_first(Scope sc, unsigned mask, const char *instr, Site site, Coll *c, int first,
@@ -1118,7 +1124,7 @@ void collective(Scope sc, unsigned mask, const char *instr, Site site, void *in,
     c->out[slot] = out;
     ++*seq;
     if (++c->arrived == c->expected) {
-        Group g{sc, sc == Scope::Warp ? t->warp : t->warp / 4, mask, first};
+        Group g{sc, sc == Scope::Warp ? t->warp : t->warp / 4, mask, first, c->site};
         c->fn(c->in, c->out, g);
         c->arrived = 0;
         for (int i = 0; i < slots; i++)

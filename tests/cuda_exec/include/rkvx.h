@@ -105,6 +105,9 @@ extern BlockIds *g_block;    // its block
 // thread, `instr` at `site`, the rule and the details (printf format).
 [[noreturn]] void violation(const char *rule, const char *instr, Site site, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+// The same, blaming thread `tid` of the block (a collective's lane at fault).
+[[noreturn]] void violation_by(int tid, const char *rule, const char *instr, Site site,
+                               const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
 // ---- collectives ------------------------------------------------------------------------
 // Every thread of the group calls collective() with its own `in` and `out`
@@ -119,6 +122,7 @@ struct Group {
     int index;      // warp (or warpgroup) index in the block
     unsigned mask;  // lanes taking part (warp scope)
     int first_tid;  // linear thread index of lane / thread 0
+    Site site;      // where the group executes the instruction
 };
 using CollectiveFn = void (*)(void *const *in, void *const *out, const Group &g);
 void collective(Scope scope, unsigned mask, const char *instr, Site site, void *in, void *out,
