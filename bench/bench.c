@@ -22,6 +22,7 @@
 #include "ceiling.h"
 #include "cli.h"
 #include "commands.h"
+#include "isa.h" /* src/cpu: the engine choice, and one call on a named engine */
 #include "ringkv.h"
 
 static double now_s(void) {
@@ -66,23 +67,6 @@ static size_t llc_bytes(void) {
     return l3 > 0 ? (size_t)l3 : (size_t)64 << 20;
 }
 
-/* Bytes copied per second by memcpy, chunk bytes at a time, rotating over
- * `span` bytes of source and destination (span > LLC: from memory). */
-static double memcpy_rate(size_t chunk, size_t span, int reps) {
-    const size_t n = span / chunk;
-    uint8_t *src = xmalloc(n * chunk), *dst = xmalloc(n * chunk);
-    memset(src, 1, n * chunk), memset(dst, 2, n * chunk);
-    double best = 0;
-    for (int r = 0; r < reps; r++) {
-        double t = now_s();
-        for (size_t i = 0; i < n; i++) memcpy(dst + i * chunk, src + i * chunk, chunk);
-        t = now_s() - t;
-        if ((double)(n * chunk) / t > best) best = (double)(n * chunk) / t;
-    }
-    free(src), free(dst);
-    return best / 1e9;
-}
-
 /* ---- attention --------------------------------------------------------------- */
 
 /* Seconds of one call of rkv_layer_attend (or of the BLAS peer). */
@@ -90,6 +74,27 @@ static double time_attend(const rkv_layer *l, const rkv_attention_args *a) {
     double t = now_s();
     check(rkv_layer_attend(l, a), "attend");
     return now_s() - t;
+}
+
+/* Seconds of one call on the engine `isa` (rkv__attend_engine). */
+static double time_attend_on(const rkv_layer *l, const rkv_attention_args *a, rkv__isa isa) {
+    double t = now_s();
+    check(rkv__attend_engine(l, a, isa), "attend on the other engine");
+    return now_s() - t;
+}
+
+/* The other candidate for bf16 storage on this CPU, or RKV__ISA_COUNT: where
+ * the pair path runs by default (amx, avx512bf16), the widening AVX-512
+ * kernel; where the AVX-512 kernel runs although the CPU has AVX512-BF16
+ * (Intel without AMX), the AVX512-BF16 engine: the rule of rkv__isa_pick,
+ * measured on each machine the bench runs on. */
+static rkv__isa other_engine(const char *isa) {
+    const rkv__cpu cpu = rkv__cpu_read();
+    const rkv__isa now = rkv__isa_parse(isa);
+    if (now == RKV__ISA_AMX || now == RKV__ISA_AVX512BF16) return RKV__ISA_AVX512;
+    if (now == RKV__ISA_AVX512 && rkv__isa_pick(&cpu, RKV__ISA_AVX512BF16) == RKV__ISA_AVX512BF16)
+        return RKV__ISA_AVX512BF16;
+    return RKV__ISA_COUNT;
 }
 
 static double time_blas_peer(const rkv_layer *l, int64_t f, const rkv_attention_args *a,
@@ -113,6 +118,8 @@ typedef struct attention_run {
     double best, blas, ref; /* least seconds: ringkv, the BLAS peer, the reference */
     bool peer;
     const char *isa;        /* the kernel ringkv ran (static) */
+    rkv__isa other;         /* bf16: the other candidate engine, timed in the same rounds */
+    double other_best;      /*   its least seconds (RKV__ISA_COUNT: none) */
     bench_ceiling *ceil;
 } attention_run;
 
@@ -160,12 +167,18 @@ static void measure_attention(const bench_opts *o, rkv_threadpool *pool, rkv_dty
         exit(1);
     }
     time_attend(l, &a); /* warm-up */
-    x->best = x->blas = 1e30;
+    x->other = dt == RKV_DTYPE_BF16 ? other_engine(rkv_layer_attention_isa(l)) : RKV__ISA_COUNT;
+    if (x->other != RKV__ISA_COUNT) time_attend_on(l, &a, x->other);
+    x->best = x->blas = x->other_best = 1e30;
     for (int r = 0; r < rounds; r++) {
         bench_ceiling_sample(x->ceil);
         for (int i = 0; i < reps; i++) {
             const double t = time_attend(l, &a);
             if (t < x->best) x->best = t;
+        }
+        for (int i = 0; x->other != RKV__ISA_COUNT && i < reps; i++) {
+            const double t = time_attend_on(l, &a, x->other);
+            if (t < x->other_best) x->other_best = t;
         }
         for (int i = 0; x->peer && i < reps; i++) {
             const double t = time_blas_peer(l, f, &a, rkv_threadpool_size(pool));
@@ -198,8 +211,17 @@ static void emit_attention(const bench_opts *o, rkv_threadpool *pool, const atte
     cJSON_AddStringToObject(p, "isa", x->isa);
     cJSON *p2 = cJSON_Duplicate(p, 1);
     cJSON *p3 = cJSON_Duplicate(p, 1);
+    cJSON *q = x->other != RKV__ISA_COUNT ? cJSON_Duplicate(p, 1) : NULL;
+    cJSON *q2 = x->other != RKV__ISA_COUNT ? cJSON_Duplicate(p, 1) : NULL;
     bench_emit(o, "attention_gflops", x->flops / x->best / 1e9, "GFLOP/s", p, ceiling, kind);
     bench_emit(o, "attention_speedup_vs_reference", x->ref / x->best, "x", p2, 0, NULL);
+    if (x->other != RKV__ISA_COUNT) { /* the other engine, in the same rounds */
+        cJSON_ReplaceItemInObject(q, "isa", cJSON_CreateString(rkv__isa_name(x->other)));
+        bench_emit(o, "attention_gflops", x->flops / x->other_best / 1e9, "GFLOP/s", q, ceiling,
+                   kind);
+        cJSON_AddStringToObject(q2, "other_isa", rkv__isa_name(x->other));
+        bench_emit(o, "attention_speedup_vs_engine", x->other_best / x->best, "x", q2, 0, NULL);
+    }
     if (x->peer) {
         char isa[96];
         snprintf(isa, sizeof isa, "openblas:%s", o->machine->blas_core);
@@ -370,17 +392,45 @@ static void bench_rollout(const bench_opts *o, rkv_threadpool *pool) {
     rkv_model_destroy(m);
 }
 
+/* ---- what the machine gave the run ------------------------------------------ */
+
+/* The run's start: wall clock, this process's CPU time, the machine's load
+ * (before the bench adds to it). */
+typedef struct run_time {
+    double wall0, cpu0;
+    cli_load load;
+} run_time;
+
+static void start_run_time(run_time *t) {
+    t->wall0 = now_s();
+    t->cpu0 = cli_cpu_seconds();
+    cli_load_read(&t->load);
+}
+
+/* The last row (bench_emit_run_time): the run's wall time beside its CPU
+ * time and the load when it started. */
+static void emit_run_time(const bench_opts *o, const run_time *t) {
+    bench_emit_run_time(o, now_s() - t->wall0, cli_cpu_seconds() - t->cpu0, &t->load);
+}
+
 static void usage(FILE *f) {
     fprintf(f,
             "usage: ringkv bench [--quick] [--json] [--threads N] [--backend cpu|cuda]\n"
             "  Measures attention and upsert on this CPU against its own ceilings, sampled\n"
             "  between the measured runs: f32 attention against the best of OpenBLAS sgemm\n"
             "  and an FMA peak loop; bf16 against the best of a oneDNN bf16 matmul and a\n"
-            "  bf16 peak loop (AMX tiles, AVX512-BF16, else the FMA peak); upsert against\n"
+            "  bf16 peak loop (AMX tiles, AVX512-BF16, else the FMA peak), and bf16 on the\n"
+            "  CPU's other candidate engine in the same rounds (the widening AVX-512 kernel\n"
+            "  where bf16 pairs run by default; AVX512-BF16 where AVX-512 does); upsert against\n"
             "  memcpy of the same bytes; offload, page-in and export/import of a 360P\n"
-            "  session against memcpy of the same bytes; and a 360P rollout. Every row\n"
+            "  session, and snapshot/restore of a demo and a 360P session (warm: us per\n"
+            "  call), against memcpy of the same bytes; and a 360P rollout. Every row\n"
             "  names the CPU, the OpenBLAS kernel, the instruction set and the ceiling's\n"
             "  kind; a ratio above 1.05 is flagged (ceiling_suspect) and said on stderr.\n"
+            "  The last row, bench_seconds, is the run's wall time beside the CPU time it\n"
+            "  got (cpu_seconds) and the load average before it (load_1min, ...) on\n"
+            "  cpus_online CPUs: CPU time well under wall x threads, or a load near the\n"
+            "  CPUs, means other work shared the machine and the rows are low for it.\n"
             "  One JSON object per line with --json. --quick finishes in under 2 minutes\n"
             "  on 2 cores.\n"
             "  --threads N: worker threads (default: the machine's cores).\n"
@@ -388,8 +438,12 @@ static void usage(FILE *f) {
             "  bandwidth; upsert in a CUDA graph against it; attention at the Waypoint-1.5\n"
             "  geometries per kernel, mma.sync and wgmma, with a float64 spot check; a\n"
             "  whole 720P frame in one graph and the sessions at 15 fps); builds with CUDA\n"
-            "  only; refused (exit 2) where no GPU is seen. scripts/gpu_check.sh runs it\n"
-            "  and keeps its rows (bench/gpu/h200.jsonl).\n");
+            "  only; refused (exit 2) where no GPU is seen. The CUDA backend has not yet\n"
+            "  run on a GPU: no GPU run is recorded (bench/gpu/h200.jsonl, which\n"
+            "  scripts/gpu_check.sh keeps the rows in, does not exist yet).\n\n"
+            "Exit status: 0 done; 1 a failure during the run (a library call, memory,\n"
+            "the GPU); 2 refused before any measurement: a bad option, or --backend cuda\n"
+            "in a build without CUDA or where no GPU is seen ('ringkv help' has the rule).\n");
 }
 
 /* The options as the command line gives them (cli_parse_options). */
@@ -413,6 +467,8 @@ int rkv_cmd_bench(int argc, char **argv) {
     if (rc >= 0) return rc;
     bench_opts o = {.json = args.json, .quick = args.quick, .threads = args.threads};
     const bool cuda = args.backend == CLI_BACKEND_CUDA;
+    run_time t;
+    start_run_time(&t);
     bench_machine machine;
     bench_machine_read(&machine);
     o.machine = &machine;
@@ -422,20 +478,20 @@ int rkv_cmd_bench(int argc, char **argv) {
             fprintf(stderr, "ringkv bench: --backend cuda: ringkv was built without CUDA\n");
             return 2;
         }
-        return bench_cuda_run(&o);
+        const int cuda_rc = bench_cuda_run(&o);
+        if (cuda_rc == 0) emit_run_time(&o, &t);
+        return cuda_rc;
     }
     rkv_threadpool *pool;
     check(rkv_threadpool_create(o.threads, &pool), "thread pool");
     o.threads = rkv_threadpool_size(pool);
     bench_emit_machine(&o);
-    const double mc = memcpy_rate(1 << 20, 2 * llc_bytes(), o.quick ? 2 : 4);
-    cJSON *p = cJSON_CreateObject();
-    cJSON_AddNumberToObject(p, "buffer_mib", (double)(2 * llc_bytes() >> 20));
-    bench_emit(&o, "cpu_memcpy_gbps", mc, "GB/s", p, 0, NULL);
     bench_attention(&o, pool);
     bench_upsert(&o);
     bench_offload(&o);
+    bench_snapshot(&o);
     bench_rollout(&o, pool);
     rkv_threadpool_destroy(pool);
+    emit_run_time(&o, &t);
     return 0;
 }

@@ -11,6 +11,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "cli.h" /* cli_load */
+
 /* What every row says about the machine it was measured on (machine.c
  * fills it; tests may fill it by hand). Strings are NUL-terminated. */
 typedef struct bench_machine {
@@ -60,6 +62,15 @@ double bench_ratio(double value, double ceiling, bool *suspect);
  * text line. */
 void bench_emit(const bench_opts *o, const char *name, double value, const char *unit,
                 cJSON *params, double ceiling, const char *ceiling_kind);
+/* The last row of a run, bench_seconds: wall_s (the run's wall time,
+ * unit "s") with cpu_seconds (cpu_s: the CPU time the process got over it,
+ * every thread), threads (o->threads, when set), cpus_online and the load
+ * averages when the run started, load_1min, load_5min, load_15min (left
+ * out when load->known is 0): so that rows measured on a busy machine can
+ * be told from a slow library (CPU time well under wall x threads, or a
+ * load near the CPUs before the run). Through bench_emit. */
+void bench_emit_run_time(const bench_opts *o, double wall_s, double cpu_s, const cli_load *load);
+
 /* Text mode only (nothing with o->json): one line with the machine facts
  * that JSON rows carry on every row. */
 void bench_emit_machine(const bench_opts *o);
@@ -75,6 +86,10 @@ void bench_machine_warn(const bench_opts *o);
 /* bench_offload.c: offload, page-in and export/import of one 360P session
  * against memcpy of the same bytes (issue 13). */
 void bench_offload(const bench_opts *o);
+/* bench_offload.c: rkv_model_snapshot / rkv_model_restore of a demo and a
+ * 360P session, warm, per call and against memcpy of the same pieces
+ * (issue 20). */
+void bench_snapshot(const bench_opts *o);
 
 /* bench_gpu.c: 1 when this build has the CUDA backend. */
 int bench_cuda_built(void);

@@ -173,3 +173,84 @@ void bench_offload(const bench_opts *o) {
     rkv_model_destroy(dst);
     rkv_model_destroy(src);
 }
+
+/* ---- the in-memory round trip: rkv_model_snapshot / rkv_model_restore ----
+ * (issue 20: an interactive world model snapshots every frame for undo.)
+ * One session of a preset, its rings filled, snapshotted into a host
+ * buffer and restored from it, warm (the session's header template built
+ * by an untimed first round trip: no allocation after it), each call
+ * between two samples of its ceiling, memcpy of the same pieces between
+ * the session's regions and the image's data section (CPU time of this
+ * thread, as above). Rows: microseconds per call, and GB/s of the data
+ * section against the ceiling. */
+static void fill_rings(rkv_model *m, int64_t s) {
+    const rkv_model_config *cfg = rkv_model_get_config(m);
+    const size_t es = rkv_dtype_size(cfg->dtype);
+    const size_t kvn = 2 * (size_t)(cfg->n_kv_heads * cfg->tokens_per_frame * cfg->d_head);
+    uint8_t *kv = malloc(kvn * es);
+    if (!kv) ok(RKV_ERR_NO_MEMORY, "tokens");
+    for (int64_t f = 0; f < 20; f++) {
+        for (size_t i = 0; i < kvn * es; i++) kv[i] = (uint8_t)((i * 31 + (size_t)f) & 0x3f);
+        ok(rkv_model_begin_frame(m, 1, &s, &f), "begin_frame");
+        for (int64_t layer = 0; layer < cfg->n_layers; layer++)
+            ok(rkv_model_upsert(m, layer, 1, &s, kv, cfg->dtype, 1), "upsert");
+    }
+    free(kv);
+}
+
+static void snapshot_rows(const bench_opts *o, const char *preset) {
+    rkv_model_config cfg = RKV_MODEL_CONFIG_INIT;
+    ok(rkv_model_preset(preset, 0, &cfg), "preset");
+    rkv_model *m;
+    ok(rkv_model_create(&cfg, &m), "model");
+    int64_t s;
+    ok(rkv_model_claim(m, "bench", &s), "claim");
+    fill_rings(m, s);
+    const size_t n = rkv_model_snapshot_bytes(m), nr = rkv_model_session_region_count(m);
+    void *img = NULL;
+    ok(rkv_model_host_alloc(m, n, &img), "image buffer");
+    rkv_session_region *rg = calloc(nr, sizeof *rg);
+    if (!rg) ok(RKV_ERR_NO_MEMORY, "regions");
+    regions_of(m, s, rg, nr);
+    uint64_t data_bytes = 0;
+    for (size_t i = 0; i < nr; i++) data_bytes += rg[i].bytes;
+    uint8_t *data = (uint8_t *)img + (n - data_bytes);
+    ok(rkv_model_snapshot(m, s, img, n), "snapshot"); /* warm: the header template, pages */
+    ok(rkv_model_restore(m, s, img, n), "restore");
+    /* small sessions: many calls a sample (the clock's resolution) */
+    const int per = data_bytes < ((uint64_t)64 << 20) ? 20 : 1, turns = o->quick ? 5 : 12;
+    double snap = 1e30, rest = 1e30, mc_out = 1e30, mc_in = 1e30;
+    for (int k = 0; k < turns; k++) {
+        keep_least(&mc_out, time_pieces(rg, nr, data, 0));
+        double t = now_s();
+        for (int i = 0; i < per; i++) ok(rkv_model_snapshot(m, s, img, n), "snapshot");
+        keep_least(&snap, (now_s() - t) / per);
+        keep_least(&mc_out, time_pieces(rg, nr, data, 0));
+        keep_least(&mc_in, time_pieces(rg, nr, data, 1));
+        t = now_s();
+        for (int i = 0; i < per; i++) ok(rkv_model_restore(m, s, img, n), "restore");
+        keep_least(&rest, (now_s() - t) / per);
+        keep_least(&mc_in, time_pieces(rg, nr, data, 1));
+    }
+    const char *dt = rkv_dtype_name(cfg.dtype);
+    const double bytes = (double)data_bytes;
+    for (int r = 0; r < 2; r++) {
+        const double t = r ? rest : snap, c = r ? mc_in : mc_out;
+        cJSON *p = cJSON_CreateObject(), *q;
+        cJSON_AddStringToObject(p, "dtype", dt);
+        cJSON_AddStringToObject(p, "preset", preset);
+        cJSON_AddNumberToObject(p, "bytes", bytes);
+        q = cJSON_Duplicate(p, 1);
+        bench_emit(o, r ? "restore_us" : "snapshot_us", t * 1e6, "us", p, 0, NULL);
+        bench_emit(o, r ? "restore_gbps" : "snapshot_gbps", bytes / t / 1e9, "GB/s", q,
+                   bytes / c / 1e9, "memcpy_same_pieces");
+    }
+    free(rg);
+    rkv_model_host_free(m, img);
+    rkv_model_destroy(m);
+}
+
+void bench_snapshot(const bench_opts *o) {
+    snapshot_rows(o, "demo");
+    snapshot_rows(o, "waypoint-1.5-360p");
+}

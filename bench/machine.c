@@ -18,11 +18,10 @@
 #include <cpuid.h>
 #endif
 
-/* The library's own detection (src/attention_amx.c), so the ceilings use
- * exactly the units its kernels may use: AVX512-BF16 (CPUID), AMX (CPUID
- * and the per-process tile-data permission it requests from Linux). */
-bool rkv__amx_available(void);
-bool rkv__bf16dot_available(void);
+/* The library's own detection (src/cpu/isa.h), so the ceilings use exactly
+ * the units its kernels may use: AVX512-BF16 (CPUID), AMX (CPUID and the
+ * per-process tile-data permission it requests from Linux). */
+#include "isa.h"
 
 static void trim_copy(char *dst, size_t cap, const char *src) {
     while (*src == ' ' || *src == '\t') src++;
@@ -72,15 +71,11 @@ void bench_machine_read(bench_machine *m) {
     const char *ct = getenv("OPENBLAS_CORETYPE");
     if (ct && *ct) trim_copy(m->openblas_coretype, sizeof m->openblas_coretype, ct);
     m->isa = rkv_attention_isa();
-#if defined(__x86_64__) && defined(__GNUC__)
-    __builtin_cpu_init();
-    m->fma_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    m->avx512 = m->fma_avx2 && __builtin_cpu_supports("avx512f") &&
-                __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-                __builtin_cpu_supports("avx512vl");
-#endif
-    m->avx512bf16 = m->avx512 && rkv__bf16dot_available();
-    m->amx = m->avx512bf16 && rkv__amx_available();
+    const rkv__cpu cpu = rkv__cpu_read();
+    m->fma_avx2 = cpu.avx2_fma;
+    m->avx512 = cpu.avx512;
+    m->avx512bf16 = cpu.avx512bf16;
+    m->amx = cpu.amx;
 }
 
 /* OpenBLAS kernels (core names) whose sgemm uses 512-bit / 256-bit FMAs. */

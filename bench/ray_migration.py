@@ -61,8 +61,9 @@ def measure(args, preset: str, reps: int) -> None:
     import ray
     cfg = ringkv.preset(preset, num_sessions=1)
     hosts = rr.make_hosts(["A", "B"], cfg)
+    router = None
     try:
-        router = rr.SessionRouter(hosts)
+        router = rr.SessionRouter(hosts, name=f"bench-{preset}")
         rid = "bench"
         router.open(rid)
         ray.get(hosts[router.where[rid]].prefill.remote(rid, 17))
@@ -82,6 +83,8 @@ def measure(args, preset: str, reps: int) -> None:
         emit(args, "ray_migration_gbps", moved / best / 1e9, "GB/s", dict(params))
         emit(args, "ray_migration_total_ms", min(totals) * 1e3, "ms", dict(params))
     finally:
+        if router is not None:
+            router.shutdown()
         for h in hosts.values():
             ray.kill(h)
 

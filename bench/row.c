@@ -99,3 +99,15 @@ void bench_emit_machine(const bench_opts *o) {
     fprintf(o->out ? o->out : stdout, "machine: %s; OpenBLAS core %s%s; ringkv kernel %s\n",
             m->cpu_model, m->blas_core, ct, m->isa ? m->isa : "unknown");
 }
+
+void bench_emit_run_time(const bench_opts *o, double wall_s, double cpu_s, const cli_load *load) {
+    cJSON *p = cJSON_CreateObject();
+    cJSON_AddNumberToObject(p, "cpu_seconds", round3(cpu_s));
+    if (o->threads > 0) cJSON_AddNumberToObject(p, "threads", o->threads);
+    cJSON_AddNumberToObject(p, "cpus_online", (double)load->cpus);
+    if (load->known) {
+        static const char *const KEYS[3] = {"load_1min", "load_5min", "load_15min"};
+        for (int k = 0; k < 3; k++) cJSON_AddNumberToObject(p, KEYS[k], round(load->avg[k] * 100) / 100);
+    }
+    bench_emit(o, "bench_seconds", wall_s, "s", p, 0, NULL);
+}

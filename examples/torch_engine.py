@@ -11,6 +11,8 @@ On a GPU (``--device cuda``) the block runs on a CUDA LayerRingCache and a
 whole frame (5 passes) is captured once in a CUDA graph and replayed frame
 after frame; only the contents of the graph's input tensors change between
 replays (the frames' activations and the clocks, advanced on the device).
+The CUDA backend has not yet run on a GPU (no GPU run is recorded), nor has
+this path.
 
 The cache is the block's state; the engine's per-frame inputs are device
 tensors: ``frame_pos`` and ``session_idx`` ``[B]`` int64, one row per
@@ -139,7 +141,9 @@ def run_cuda_graph(block: RingAttentionBlock, compiled, frames: int,
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                    help="where the block runs (cuda: a CUDA layer and one CUDA graph a "
+                         "frame; the CUDA backend has not yet run on a GPU)")
     ap.add_argument("--sessions", type=int, default=3)
     ap.add_argument("--frames", type=int, default=6)
     ap.add_argument("--backend", default="inductor",

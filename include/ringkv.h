@@ -923,7 +923,18 @@ RKV_API rkv_status rkv_snapshot_inspect_mem(const void *buf, size_t bytes,
  *    clock + 1); the session keeps its request id. Everything is checked
  *    first, as rkv_model_load_session_mem does (RKV_ERR_FORMAT "truncated",
  *    "corrupted header", "corrupted data", "wrong geometry", ...), and a
- *    refused image changes nothing. */
+ *    refused image changes nothing.
+ * Heap: once a session's first image of a request id has been written or
+ * read, neither call allocates (an undo every frame, issue 20): the model
+ * keeps that session's header, built once (JSON, Jansson), writes it with
+ * the clock and checksums of each image, and reads an image whose header
+ * is that one byte for byte outside the clock's digits and the checksums'
+ * without parsing it again (every check still made: the clock canonical
+ * and >= -1, both checksums, the data's size and written bits); any other
+ * header is parsed in full, as rkv_model_load_session_mem does. Two
+ * snapshots of one session at once: the second takes the allocating path.
+ * Cost per call: bench/RESULTS.md (`ringkv bench`'s snapshot_us /
+ * restore_us rows). */
 RKV_API size_t rkv_model_snapshot_bytes(const rkv_model *model);
 RKV_API rkv_status rkv_model_snapshot(const rkv_model *model, int64_t session,
                                       void *buf, size_t buf_bytes);
@@ -1095,8 +1106,8 @@ RKV_API rkv_status rkv_model_session_digest(rkv_model *model, int64_t session,
  * claim does not hand it out, the request id is refused by claim
  * (RKV_ERR_STATE) until the import ends. Its regions are zeroed. Errors
  * (nothing changed): RKV_ERR_NULL, RKV_ERR_FORMAT (a blob that is not
- * version-1 metadata, damaged (checksum), or of another geometry: the
- * field named), RKV_ERR_STATE (the request id is held, paged out or being
+ * metadata of version RKV_SESSION_META_VERSION (2), damaged (checksum), or
+ * of another geometry: the field named), RKV_ERR_STATE (the request id is held, paged out or being
  * imported here), RKV_ERR_FULL (no free slot: a destination without room
  * refuses here, before the source gives anything up). */
 RKV_API rkv_status rkv_model_import_reserve(rkv_model *model, const void *meta,

@@ -2,6 +2,9 @@
  * ringkv CUDA backend: one layer's ring in device memory, a fused upsert and
  * a fused ring attention. Built only when CMake finds nvcc
  * (library ringkv_cuda); the core header ringkv.h stays free of CUDA types.
+ * Status: compiled and tested on the host (the planning, the host-side
+ * checks); the CUDA backend has not yet run on a GPU (no GPU run is
+ * recorded: bench/gpu/h200.jsonl, docs/cuda.md).
  *
  * Conventions (in addition to those at the top of ringkv.h):
  *  - This header includes no CUDA header. `void *stream` is a cudaStream_t

@@ -11,10 +11,22 @@
 # and Ray (plain `ray`: the core, no dashboard) and xxhash for ringkv.ray and
 # its tests (python/tests/test_ray.py, test_migration.py, test_offload.py).
 # Idempotent: what is already installed is skipped.
+# Usage: scripts/install-deps.sh [--cli]
+#   --cli: only what the library and the `ringkv` command need (the C
+#          toolchain, CMake and the Debian -dev packages above, no test
+#          tools, no Python packages): the README's quick start.
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config libstb-dev libjansson-dev libcjson-dev libxxhash-dev libcmocka-dev libopenblas-dev
-      libdnnl-dev python3 python3-dev
-      clang-14 libclang-rt-14-dev)
+cli_only=0
+case "${1:-}" in
+  --cli) cli_only=1 ;;
+  "") ;;
+  *) echo "install-deps.sh: unknown option '$1' (usage: install-deps.sh [--cli])" >&2; exit 2 ;;
+esac
+pkgs=(build-essential cmake pkg-config libstb-dev libjansson-dev libcjson-dev libxxhash-dev libopenblas-dev
+      libdnnl-dev)
+if [ "$cli_only" -eq 0 ]; then
+  pkgs+=(libcmocka-dev python3 python3-dev clang-14 libclang-rt-14-dev)
+fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -25,6 +37,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq "${missing[@]}"
 fi
+
+[ "$cli_only" -eq 1 ] && exit 0
 
 # The Python binding's tests run under the python3 on PATH (ctest's
 # python_binding). A Debian python3 refuses pip without

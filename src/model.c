@@ -48,6 +48,7 @@ static void free_model(rkv_model *m, bool destroy_ctx) {
     free(m->offloaded);
     free(m->storage);
     free(m->storage_names);
+    rkv__snapshot_cache_free(m);
     free(m);
 }
 
@@ -192,7 +193,9 @@ rkv_status rkv_model_create_with_backend(const rkv_model_config *cfg, const rkv_
         rkv_geometry g = rkv__model_layer_geometry(m, i);
         if ((st = m->ops.layer_create(ctx, &g, &m->layers[i])) != RKV_OK) goto fail;
     }
-    if ((st = collect_storage(m, what)) != RKV_OK) goto fail;
+    if ((st = collect_storage(m, what)) != RKV_OK ||
+        (st = rkv__snapshot_cache_create(m, what)) != RKV_OK)
+        goto fail;
     void *dev = NULL;
     if ((st = m->ops.alloc(ctx, 2 * (size_t)S * sizeof(int64_t), &dev)) != RKV_OK) goto fail;
     m->batch.dev = dev;
@@ -370,11 +373,11 @@ rkv_status rkv__model_check_between_frames(const rkv_model *m, const char *what,
     const int64_t row = m->sessions[session].row;
     if (row >= 0 && m->batch.open)
         return rkv__fail(RKV_ERR_STATE,
-                         "%s: session %lld is inside frame %lld (row %lld of the open batch, "
-                         "whose commit pass has not gone through every layer); only sessions "
-                         "between frames can be snapshotted, restored or forked",
-                         what, (long long)session, (long long)m->batch.host[m->batch.n + row],
-                         (long long)row);
+                         "%s: session %lld (request '%s') is inside frame %lld (row %lld of "
+                         "the open batch, whose commit pass has not gone through every layer); "
+                         "only sessions between frames can be snapshotted, restored or forked",
+                         what, (long long)session, m->sessions[session].request_id,
+                         (long long)m->batch.host[m->batch.n + row], (long long)row);
     return RKV_OK;
 }
 

@@ -103,16 +103,17 @@ static rkv_status check_batch_rows(const rkv_model *m, const char *what, int64_t
     for (int64_t b = 0; b < batch; b++) {
         const int64_t s = session_idx[b];
         if (m->sessions[s].row >= 0) continue;
+        const char *id = m->sessions[s].request_id;
         if (m->batch.n == 0)
             return rkv__fail(RKV_ERR_STATE,
-                             "%s: session %lld (row %lld) has no frame begun (there is no "
-                             "current batch); call rkv_model_begin_frame first",
-                             what, (long long)s, (long long)b);
+                             "%s: session %lld (request '%s', row %lld) has no frame begun "
+                             "(there is no current batch); call rkv_model_begin_frame first",
+                             what, (long long)s, id, (long long)b);
         return rkv__fail(RKV_ERR_STATE,
-                         "%s: session %lld (row %lld) has no frame begun: it is not in the "
-                         "current batch (B = %lld, row 0: session %lld), which "
+                         "%s: session %lld (request '%s', row %lld) has no frame begun: it is "
+                         "not in the current batch (B = %lld, row 0: session %lld), which "
                          "rkv_model_begin_frame sets for the per-pass calls",
-                         what, (long long)s, (long long)b, (long long)m->batch.n,
+                         what, (long long)s, id, (long long)b, (long long)m->batch.n,
                          (long long)row_session(m, 0));
     }
     if (need_open && !m->batch.open) return no_open_frame(m, what);
@@ -143,26 +144,32 @@ rkv_status rkv_model_begin_frame(rkv_model *model, int64_t batch, const int64_t 
     for (int64_t b = 0; b < batch; b++) {
         const int64_t s = session_idx[b], f = frame_pos[b];
         const rkv__session_state *ss = &model->sessions[s];
+        /* Each refusal of a row names its session index and its request id
+         * (the caller's name for it: a server knows its requests, not the
+         * slots the model gave them). */
+        const char *id = ss->request_id;
         if (ss->row >= 0 && model->batch.open)
             return rkv__fail(RKV_ERR_STATE,
-                             "%s: session %lld is inside frame %lld, whose commit pass has not "
-                             "gone through every layer yet",
-                             what, (long long)s, (long long)row_clock(model, ss->row));
+                             "%s: session %lld (request '%s') is inside frame %lld, whose commit "
+                             "pass has not gone through every layer yet",
+                             what, (long long)s, id, (long long)row_clock(model, ss->row));
         if (f < 0)
-            return rkv__fail(RKV_ERR_CLOCK, "%s: frame_pos[%lld] = %lld; expected >= 0", what,
-                             (long long)b, (long long)f);
+            return rkv__fail(RKV_ERR_CLOCK,
+                             "%s: frame_pos[%lld] = %lld (session %lld, request '%s'); expected "
+                             ">= 0",
+                             what, (long long)b, (long long)f, (long long)s, id);
         if (ss->last_committed == INT64_MAX)
             return rkv__fail(RKV_ERR_CLOCK,
-                             "%s: session %lld committed frame %lld, the largest clock; there is "
-                             "no next frame (reset the session to start over)",
-                             what, (long long)s, (long long)ss->last_committed);
+                             "%s: session %lld (request '%s') committed frame %lld, the largest "
+                             "clock; there is no next frame (reset the session to start over)",
+                             what, (long long)s, id, (long long)ss->last_committed);
         if (ss->last_committed >= 0 && f != ss->last_committed + 1)
             return rkv__fail(RKV_ERR_CLOCK,
-                             "%s: session %lld declared frame %lld; expected %lld (last committed "
-                             "%lld + 1): a skipped or repeated frame would write and hide the "
-                             "wrong slots",
-                             what, (long long)s, (long long)f, (long long)(ss->last_committed + 1),
-                             (long long)ss->last_committed);
+                             "%s: session %lld (request '%s') declared frame %lld; expected %lld "
+                             "(last committed %lld + 1): a skipped or repeated frame would write "
+                             "and hide the wrong slots",
+                             what, (long long)s, id, (long long)f,
+                             (long long)(ss->last_committed + 1), (long long)ss->last_committed);
     }
     if (model->batch.open)
         return rkv__fail(RKV_ERR_STATE,

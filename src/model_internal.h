@@ -5,6 +5,8 @@
 #ifndef RKV_MODEL_INTERNAL_H
 #define RKV_MODEL_INTERNAL_H
 
+#include <stdatomic.h>
+
 #include "backend.h"
 
 typedef struct rkv__session_state {
@@ -57,6 +59,10 @@ struct rkv_model {
                                      caller's host buffer must not overlap */
     size_t n_storage;
     char (*storage_names)[64];    /* [n_storage] their names               */
+    struct rkv__snap_slot *snap;  /* [S] the in-memory images' header per
+                                     session (snapshot_file.c)             */
+    _Atomic size_t snap_header_len; /* the longest header, once known (0: not
+                                       yet; snapshot_file.c)              */
 };
 
 /* RKV_OK when `session` is in range and claimed; otherwise RKV_ERR_NULL,
@@ -92,6 +98,8 @@ rkv_status rkv__model_span_read(const rkv_model *m, int64_t layer, int64_t sessi
                                 rkv_span_part part, int64_t head, void *buf);
 rkv_status rkv__model_span_write(rkv_model *m, int64_t layer, int64_t session,
                                  rkv_span_part part, int64_t head, const void *buf);
+/* Bytes of every region of one session (= a snapshot's data section). */
+uint64_t rkv__model_session_data_bytes(const rkv_model *m);
 /* The largest piece over every layer and part: the bounce buffer a whole
  * session's copy needs. */
 size_t rkv__model_max_span_bytes(const rkv_model *m);
@@ -136,6 +144,11 @@ typedef struct rkv__piece {
     size_t bytes;
 } rkv__piece;
 void rkv__copy_pieces_hashed(const rkv__piece *p, size_t n, void *xxh3_state);
+
+/* ---- the in-memory images' per-session header cache (snapshot_file.c) ----
+ * Allocated with the model (RKV_ERR_NO_MEMORY), freed with it (NULL safe). */
+rkv_status rkv__snapshot_cache_create(rkv_model *m, const char *what);
+void rkv__snapshot_cache_free(rkv_model *m);
 
 /* ---- snapshot images (snapshot_file.c) for offload and page-in ----
  * rkv_model_save_session_mem / rkv_model_save_session with `what` naming

@@ -14,7 +14,7 @@
 
 #include "model_internal.h"
 
-/* ---- the metadata blob (version 1, little-endian) ------------------------------ */
+/* ---- the metadata blob (RKV_SESSION_META_VERSION, little-endian: ringkv.h) ---- */
 
 #define META_MAGIC "RKVSESS"     /* 8 bytes with its NUL */
 #define META_FIXED 344           /* bytes before the per-layer triples, checksum included */
@@ -47,8 +47,7 @@ size_t rkv_model_session_region_count(const rkv_model *model) {
     return model ? (size_t)model->cfg.n_layers * (size_t)(2 * model->cfg.n_kv_heads + 1) : 0;
 }
 
-/* Bytes of every region of one session (= a snapshot's data section). */
-static uint64_t session_data_bytes(const rkv_model *m) {
+uint64_t rkv__model_session_data_bytes(const rkv_model *m) {
     uint64_t n = 0;
     for (int64_t i = 0; i < m->cfg.n_layers; i++)
         n += 2 * (uint64_t)m->cfg.n_kv_heads * rkv__model_span_bytes(m, i, RKV_SPAN_K) +
@@ -113,7 +112,7 @@ static void write_meta(const rkv_model *m, const char *request_id, int64_t last_
     put_u64(out + 40, (uint64_t)m->cfg.tokens_per_frame);
     put_u64(out + 48, (uint64_t)last_committed);
     put_u64(out + 56, (uint64_t)rkv_model_session_region_count(m));
-    put_u64(out + 64, session_data_bytes(m));
+    put_u64(out + 64, rkv__model_session_data_bytes(m));
     memcpy(out + META_ID_AT, request_id, strnlen(request_id, RKV_MAX_REQUEST_ID - 1));
     put_u64(out + META_WRITTEN_AT, written_xxh3);
     for (int64_t i = 0; i < nl; i++) {
@@ -200,7 +199,7 @@ static rkv_status read_meta(const rkv_model *m, const char *what, const void *me
                              (long long)y->ring_buckets, (long long)y->pinned_dilation);
     }
     FIELD(56, "region count", rkv_model_session_region_count(m))
-    FIELD(64, "data bytes", session_data_bytes(m))
+    FIELD(64, "data bytes", rkv__model_session_data_bytes(m))
 #undef FIELD
     const int64_t clock = (int64_t)get_u64(b + 48);
     if (clock < -1)

@@ -4,8 +4,8 @@
  * checksums, one over the data section and one over the header itself.
  *
  * This file holds the file part: where the bytes come from (a file read
- * with pread, or a memory image) and go to (a file, or a buffer), the atomic
- * save (temporary file in the same directory, fsync, rename), the data
+ * with pread, or a memory image) and go to (a file, saved atomically by
+ * src/atomic_file.c, or a buffer), the data
  * checksum and written-bit checks, and the copy of each layer's span into or
  * out of the model. The header itself (length, JSON, version, header
  * checksum, geometry, tensor table, tiling) is src/snapshot_header.c.
@@ -13,7 +13,7 @@
  * Loading validates everything (header, geometry against the model, data
  * checksum, written bits) before it changes the session; see
  * rkv_model_load_session in ringkv.h. */
-#define _POSIX_C_SOURCE 200809L /* pread, fsync, mkstemp, fchmod */
+#define _POSIX_C_SOURCE 200809L /* pread, pwrite */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -25,6 +25,7 @@
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
+#include "atomic_file.h"
 #include "model_internal.h"
 #include "snapshot_header.h"
 
@@ -43,6 +44,58 @@ static uint8_t *host_piece(const rkv_model *m, int64_t layer, int64_t session, r
         device >= 0)
         return NULL;
     return ptr;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The in-memory images' header, per session                                 */
+/* ------------------------------------------------------------------------ */
+
+/* One session's cache: the header template of its last in-memory image
+ * (rkv__snap_template: the key is the image's session and request id), the
+ * emitted header and the copy's piece list of rkv_model_snapshot. `busy`:
+ * taken by one call at a time (snapshots are readers of the model and may
+ * run concurrently); a call that finds it taken takes the allocating path. */
+struct rkv__snap_slot {
+    atomic_bool busy;
+    rkv__snap_template t;
+    char *out;      /* [snap_header_len] */
+    rkv__piece *pieces; /* [rkv_model_session_region_count] */
+};
+
+rkv_status rkv__snapshot_cache_create(rkv_model *m, const char *what) {
+    m->snap = calloc((size_t)m->cfg.num_sessions, sizeof *m->snap);
+    if (!m->snap) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", what);
+    for (int64_t s = 0; s < m->cfg.num_sessions; s++) atomic_init(&m->snap[s].busy, false);
+    return RKV_OK;
+}
+
+void rkv__snapshot_cache_free(rkv_model *m) {
+    for (int64_t s = 0; m->snap && s < m->cfg.num_sessions; s++) {
+        rkv__snap_template_free(&m->snap[s].t);
+        free(m->snap[s].out);
+        free(m->snap[s].pieces);
+    }
+    free(m->snap);
+    m->snap = NULL;
+}
+
+static struct rkv__snap_slot *slot_take(const rkv_model *m, int64_t session) {
+    struct rkv__snap_slot *k = &m->snap[session];
+    bool idle = false;
+    return atomic_compare_exchange_strong(&k->busy, &idle, true) ? k : NULL;
+}
+static void slot_give(struct rkv__snap_slot *k) {
+    if (k) atomic_store(&k->busy, false);
+}
+
+/* The slot's template for (session, request_id) of this model's config:
+ * kept when it is that one, else built (allocations: the first image of a
+ * session and request). false when it cannot be had. */
+static bool slot_template(const rkv_model *m, struct rkv__snap_slot *k, int64_t session,
+                          const char *request_id, const char *what) {
+    if (k->t.text && k->t.session == session && !strcmp(k->t.request_id, request_id)) return true;
+    rkv__snap_template_free(&k->t); /* a failure: the caller's allocating path says why */
+    return rkv__snap_template_build(&m->cfg, session, request_id, what, &k->t) == RKV_OK;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -79,18 +132,6 @@ static rkv_status src_read(const source *s, uint64_t off, void *buf, size_t n) {
     return RKV_OK;
 }
 
-/* What a file of mode `mode` is, for messages ("a named pipe (FIFO)"). */
-static const char *file_kind(mode_t mode) {
-    return S_ISDIR(mode)    ? "a folder"
-           : S_ISCHR(mode)  ? "a character device"
-           : S_ISBLK(mode)  ? "a block device"
-           : S_ISFIFO(mode) ? "a named pipe (FIFO)"
-           : S_ISSOCK(mode) ? "a socket"
-           : S_ISLNK(mode)  ? "a symbolic link"
-           : S_ISREG(mode)  ? "a regular file"
-                            : "not a regular file";
-}
-
 /* Opens a file source; RKV_ERR_IO with the reason. */
 static rkv_status src_open(source *s, const char *what, const char *path) {
     memset(s, 0, sizeof *s);
@@ -108,7 +149,7 @@ static rkv_status src_open(source *s, const char *what, const char *path) {
     if (fstat(s->fd, &sb) || fcntl(s->fd, F_SETFL, fcntl(s->fd, F_GETFL) & ~O_NONBLOCK))
         snprintf(why, sizeof why, "%s", strerror(errno));
     else if (!S_ISREG(sb.st_mode))
-        snprintf(why, sizeof why, "%s, not a regular file", file_kind(sb.st_mode));
+        snprintf(why, sizeof why, "%s, not a regular file", rkv__file_kind(sb.st_mode));
     if (why[0]) {
         close(s->fd);
         s->fd = -1;
@@ -128,14 +169,18 @@ static void src_mem(source *s, const char *what, const void *buf, size_t bytes) 
 }
 
 /* Reads the length and header bytes of the source and hands them to the
- * header codec. */
-static rkv_status read_header(const source *s, rkv__snap_header *out) {
+ * header codec; an image in memory that matches `tpl` (when not NULL) is
+ * parsed by it (rkv__snap_template_match: no allocation). */
+static rkv_status read_header_with(const source *s, const rkv__snap_template *tpl,
+                                   rkv__snap_header *out) {
     uint8_t first8[8];
     uint64_t n = 0;
     rkv_status st = s->size >= 8 ? src_read(s, 0, first8, 8) : RKV_OK;
     if (st != RKV_OK ||
         (st = rkv__snap_header_length(&s->w, s->size >= 8 ? first8 : NULL, s->size, &n)) != RKV_OK)
         return st;
+    if (s->mem && tpl && rkv__snap_template_match(tpl, first8, s->mem + 8, n, s->size, out))
+        return RKV_OK;
     if (s->mem) return rkv__snap_header_parse(&s->w, first8, s->mem + 8, n, s->size, out);
     uint8_t *h = malloc((size_t)n);
     if (!h)
@@ -145,6 +190,10 @@ static rkv_status read_header(const source *s, rkv__snap_header *out) {
         st = rkv__snap_header_parse(&s->w, first8, h, n, s->size, out);
     free(h);
     return st;
+}
+
+static rkv_status read_header(const source *s, rkv__snap_header *out) {
+    return read_header_with(s, NULL, out);
 }
 
 /* XXH3-64 of the data section, read in chunks from a file. */
@@ -337,8 +386,7 @@ static rkv_status install_span(const source *s, uint64_t off, const rkv__snap_te
  * goes through span_write. *n receives the count. */
 static rkv__piece *host_pieces(const source *s, const rkv__snap_header *p, const rkv_model *m,
                                int64_t session, size_t *n) {
-    const size_t most = (size_t)m->cfg.n_layers * (size_t)(2 * m->cfg.n_kv_heads + 1);
-    rkv__piece *pc = malloc(most * sizeof *pc);
+    rkv__piece *pc = malloc(rkv_model_session_region_count(m) * sizeof *pc);
     size_t k = 0;
     for (int64_t t = 0; pc && t < m->cfg.n_layers * 3; t++) {
         const rkv__snap_tensor *r = p->order[t];
@@ -431,14 +479,43 @@ static rkv_status install(const source *s, const rkv__snap_header *p, rkv_model 
     return st;
 }
 
+/* An image in memory whose header is not the session's template: after a
+ * load, the template of the image's own session and request id, kept when
+ * the image's header is its (an image of this model's writer: the next
+ * one of that session matches). */
+static void learn_template(const source *s, const rkv_model *m, struct rkv__snap_slot *k,
+                           const rkv__snap_header *p) {
+    if (!k || p->info.source_session < 0 ||
+        (k->t.text && k->t.session == p->info.source_session &&
+         !strcmp(k->t.request_id, p->info.request_id)))
+        return;
+    rkv__snap_template t;
+    rkv__snap_header q;
+    if (rkv__snap_template_build(&m->cfg, p->info.source_session, p->info.request_id,
+                                 s->w.what, &t) != RKV_OK)
+        return;
+    if (rkv__snap_template_match(&t, s->mem, s->mem + 8, p->info.header_bytes, s->size, &q)) {
+        rkv__snap_template_free(&k->t);
+        k->t = t;
+    } else {
+        rkv__snap_template_free(&t);
+    }
+}
+
 static rkv_status load_source(const source *s, rkv_model *model, int64_t session) {
     rkv__snap_header p;
-    rkv_status st = read_header(s, &p);
-    if (st != RKV_OK) return st;
-    if ((st = check_geometry(s, &p.info.config, &model->cfg)) == RKV_OK &&
-        (st = verify_data(s, &p)) == RKV_OK)
-        st = install(s, &p, model, session);
-    rkv__snap_header_free(&p);
+    /* an image in memory: the session's header template, when the slot is
+     * free (it is held until the template's borrowed table is done with) */
+    struct rkv__snap_slot *k = s->mem ? slot_take(model, session) : NULL;
+    rkv_status st = read_header_with(s, k && k->t.text ? &k->t : NULL, &p);
+    if (st == RKV_OK) {
+        if ((st = check_geometry(s, &p.info.config, &model->cfg)) == RKV_OK &&
+            (st = verify_data(s, &p)) == RKV_OK)
+            st = install(s, &p, model, session);
+        if (st == RKV_OK && !p.borrowed) learn_template(s, model, k, &p);
+        rkv__snap_header_free(&p);
+    }
+    slot_give(k);
     return st;
 }
 
@@ -529,19 +606,7 @@ static rkv_status sink_write(sink *k, const void *p, size_t n) {
         k->off += n;
         return RKV_OK;
     }
-    const uint8_t *q = p;
-    while (n) {
-        ssize_t put = write(k->fd, q, n);
-        if (put < 0 && errno == EINTR) continue;
-        if (put <= 0)
-            return rkv__fail(RKV_ERR_IO, "%s: writing %s failed at byte %llu: %s", k->what,
-                             k->name, (unsigned long long)k->off,
-                             put < 0 ? strerror(errno) : "no progress");
-        q += put;
-        n -= (size_t)put;
-        k->off += (uint64_t)put;
-    }
-    return RKV_OK;
+    return rkv__write_all(k->fd, p, n, k->what, k->name, &k->off);
 }
 
 /* Writes layer i's K, V and written spans of `session` (the tensors
@@ -575,17 +640,19 @@ static rkv_status write_layer_span(sink *k, const rkv_model *m, int64_t i, int64
 
 /* The pieces of `session`'s span in host memory, in image order (layer by
  * layer: K heads, V heads, written bits), each going to its place in the
- * data section at `data`; NULL when one is not in host memory. */
-static rkv__piece *image_pieces(const rkv_model *m, int64_t session, uint8_t *data, size_t *n) {
-    const size_t most = (size_t)m->cfg.n_layers * (size_t)(2 * m->cfg.n_kv_heads + 1);
-    rkv__piece *pc = malloc(most * sizeof *pc);
+ * data section at `data`, into `into` (rkv_model_session_region_count of
+ * them) or, when NULL,
+ * a new array; NULL when one is not in host memory. */
+static rkv__piece *image_pieces(const rkv_model *m, int64_t session, uint8_t *data, size_t *n,
+                                rkv__piece *into) {
+    rkv__piece *pc = into ? into : malloc(rkv_model_session_region_count(m) * sizeof *pc);
     size_t k = 0, off = 0;
     for (int64_t i = 0; pc && i < m->cfg.n_layers; i++)
         for (int part = RKV_SPAN_K; part <= RKV_SPAN_WRITTEN; part++)
             for (int64_t h = 0; h < (part == RKV_SPAN_WRITTEN ? 1 : m->cfg.n_kv_heads); h++) {
                 const uint8_t *src = host_piece(m, i, session, (rkv_span_part)part, h);
                 if (!src) {
-                    free(pc);
+                    if (!into) free(pc);
                     return NULL;
                 }
                 const size_t bytes = rkv__model_span_bytes(m, i, (rkv_span_part)part);
@@ -615,9 +682,11 @@ static rkv_status rewrite_header(sink *k, const rkv__snap_text *hd) {
 
 /* Writes the whole image: length, header (checksums zero), data (hashed),
  * then the header again with both checksums filled in (*header_xxh3: its
- * checksum, when not NULL). */
+ * checksum, when not NULL). pieces: rkv_model_session_region_count entries
+ * for the copy's
+ * list, or NULL (allocated here). */
 static rkv_status write_image(const rkv_model *m, int64_t session, rkv__snap_text *hd, sink *k,
-                              uint64_t *header_xxh3) {
+                              uint64_t *header_xxh3, rkv__piece *pieces) {
     uint8_t first8[8];
     rkv__snap_header_put_length(hd, first8);
     rkv_status st;
@@ -627,11 +696,11 @@ static rkv_status write_image(const rkv_model *m, int64_t session, rkv__snap_tex
     XXH3_state_t hs;
     XXH3_64bits_reset(&hs);
     size_t n = 0;
-    rkv__piece *pc = k->mem ? image_pieces(m, session, k->mem + k->off, &n) : NULL;
+    rkv__piece *pc = k->mem ? image_pieces(m, session, k->mem + k->off, &n, pieces) : NULL;
     if (pc) { /* memory to memory: copied once, hashed behind the copy */
         rkv__copy_pieces_hashed(pc, n, &hs);
         for (size_t i = 0; i < n; i++) k->off += pc[i].bytes;
-        free(pc);
+        if (pc != pieces) free(pc);
     } else {
         uint8_t *bounce = malloc(rkv__model_max_span_bytes(m));
         if (!bounce) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", k->what);
@@ -679,7 +748,7 @@ static rkv_status save_mem(const rkv_model *model, int64_t session, const char *
         st = rkv__model_check_bufs(model, what, out, buf ? 2 : 1, NULL, 0, false);
         if (st == RKV_OK && buf) {
             sink k = {what, "(memory)", -1, buf, 0};
-            st = write_image(model, session, &hd, &k, header_xxh3);
+            st = write_image(model, session, &hd, &k, header_xxh3, NULL);
         }
     }
     free(hd.text);
@@ -701,18 +770,47 @@ rkv_status rkv_model_save_session_mem(const rkv_model *model, int64_t session, v
 
 /* ---- in-memory images: the same image, one size per model ---------------- */
 
-/* The longest header of the model's images and the whole image's bytes;
- * 0 when the size does not fit size_t (or for NULL). */
+/* The longest header of the model's images (*header_len) and the whole
+ * image's bytes; 0 when the size does not fit size_t (or for NULL). The
+ * longest header is worked out once per model (the config never changes;
+ * two readers at once may both work it out, to the same value). */
 static size_t snapshot_bytes(const rkv_model *m, const char *what, size_t *header_len) {
+    if (!m) return 0;
+    size_t len = atomic_load(&((rkv_model *)m)->snap_header_len);
     uint64_t data = 0;
-    if (!m || rkv__snap_header_longest(&m->cfg, what, header_len, &data) != RKV_OK) return 0;
-    const uint64_t total = 8 + (uint64_t)*header_len + data;
+    if (!len) {
+        if (rkv__snap_header_longest(&m->cfg, what, &len, &data) != RKV_OK) return 0;
+        atomic_store(&((rkv_model *)m)->snap_header_len, len);
+    }
+    data = rkv__model_session_data_bytes(m);
+    *header_len = len;
+    const uint64_t total = 8 + (uint64_t)len + data;
     return total <= SIZE_MAX ? (size_t)total : 0;
 }
 
 size_t rkv_model_snapshot_bytes(const rkv_model *model) {
     size_t header_len = 0;
     return snapshot_bytes(model, "rkv_model_snapshot_bytes", &header_len);
+}
+
+/* rkv_model_snapshot through the session's header template (no allocation
+ * once the session's first image has built it): false, with nothing
+ * written, when the template or its buffers cannot be had (the caller takes
+ * the allocating path). */
+static bool snapshot_templated(const rkv_model *m, int64_t session, struct rkv__snap_slot *k,
+                               void *buf, size_t header_len, rkv_status *st) {
+    static const char what[] = "rkv_model_snapshot";
+    const rkv__session_state *ss = &m->sessions[session];
+    if (!slot_template(m, k, session, ss->request_id, what)) return false;
+    if (!k->out && !(k->out = malloc(header_len))) return false;
+    if (!k->pieces && !(k->pieces = malloc(rkv_model_session_region_count(m) * sizeof *k->pieces))) return false;
+    rkv__snap_text hd;
+    rkv__snap_template_emit(&k->t, ss->last_committed, k->out, header_len, &hd);
+    const rkv__buf out = {buf, 8 + header_len + (size_t)hd.data_bytes, "buf"};
+    if ((*st = rkv__model_check_bufs(m, what, &out, 1, NULL, 0, false)) != RKV_OK) return true;
+    sink snk = {what, "(memory)", -1, buf, 0};
+    *st = write_image(m, session, &hd, &snk, NULL, k->pieces);
+    return true;
 }
 
 rkv_status rkv_model_snapshot(const rkv_model *model, int64_t session, void *buf,
@@ -727,120 +825,16 @@ rkv_status rkv_model_snapshot(const rkv_model *model, int64_t session, void *buf
     if (buf_bytes < need)
         return rkv__fail(RKV_ERR_INVALID_ARG, "%s: buffer has %zu bytes; need %zu", what,
                          buf_bytes, need);
+    struct rkv__snap_slot *k = slot_take(model, session);
+    const bool done = k && snapshot_templated(model, session, k, buf, header_len, &st);
+    slot_give(k);
+    if (done) return st;
     return save_mem(model, session, what, buf, buf_bytes, header_len, &n, NULL);
 }
 
 
-/* fsync of the directory holding path, so that a rename is durable (best
- * effort: some file systems refuse to fsync a directory). */
-static void sync_dir_of(const char *path) {
-    char *dir = strdup(path);
-    if (!dir) return;
-    char *slash = strrchr(dir, '/');
-    const char *d = slash ? (slash == dir ? "/" : (*slash = '\0', dir)) : ".";
-    int dfd = open(d, O_RDONLY | O_CLOEXEC);
-    if (dfd >= 0) {
-        (void)fsync(dfd);
-        close(dfd);
-    }
-    free(dir);
-}
-
-/* The image into the new temporary file tmp (fd), fsync'ed and closed,
- * then renamed over path. */
-static rkv_status write_and_rename(const rkv_model *m, int64_t session, rkv__snap_text *hd,
-                                   const char *what, int fd, const char *tmp, const char *path,
-                                   uint64_t *header_xxh3) {
-    struct stat old;
-    (void)fchmod(fd, stat(path, &old) == 0 ? (old.st_mode & 07777) : 0644);
-    sink k = {what, tmp, fd, NULL, 0};
-    rkv_status st = write_image(m, session, hd, &k, header_xxh3);
-    if (st == RKV_OK && fsync(fd))
-        st = rkv__fail(RKV_ERR_IO, "%s: fsync of %s failed: %s", what, tmp, strerror(errno));
-    if (close(fd) && st == RKV_OK)
-        st = rkv__fail(RKV_ERR_IO, "%s: closing %s failed: %s", what, tmp, strerror(errno));
-    if (st == RKV_OK && rename(tmp, path))
-        st = rkv__fail(RKV_ERR_IO, "%s: cannot rename %s to %s: %s", what, tmp, path,
-                       strerror(errno));
-    if (st != RKV_OK) unlink(tmp);
-    return st;
-}
-
 rkv_status rkv_model_save_session(const rkv_model *model, int64_t session, const char *path) {
     return rkv__snapshot_save_file(model, session, "rkv_model_save_session", path, NULL);
-}
-
-/* Links followed before a save gives up, as the kernel's own limit (ELOOP). */
-#define MAX_LINKS 40
-
-/* The path a save to `path` replaces: path itself, or, when it is a
- * symbolic link, its final target (links followed as open(2) would, a
- * relative target read from the link's folder), so that the link stays
- * and its target receives the image. The target may not exist yet.
- * *out: malloc'ed. RKV_ERR_IO for a loop or an unreadable link. */
-static rkv_status follow_links(const char *what, const char *path, char **out) {
-    char *p = strdup(path);
-    for (int hops = 0; p; hops++) {
-        struct stat sb;
-        if (lstat(p, &sb) != 0 || !S_ISLNK(sb.st_mode)) break; /* the end of the chain */
-        char target[4096];
-        const ssize_t n = hops < MAX_LINKS ? readlink(p, target, sizeof target - 1) : -1;
-        if (n < 0 || (size_t)n >= sizeof target - 1) {
-            rkv_status st = rkv__fail(RKV_ERR_IO, "%s: cannot save to '%s': link '%s': %s", what,
-                                      path, p,
-                                      hops >= MAX_LINKS ? "too many levels of symbolic links"
-                                      : n < 0           ? strerror(errno)
-                                                        : "target too long");
-            free(p);
-            return st;
-        }
-        target[n] = '\0';
-        const char *slash = target[0] == '/' ? NULL : strrchr(p, '/');
-        const size_t dir = slash ? (size_t)(slash - p) + 1 : 0; /* keep "folder/" */
-        char *next = malloc(dir + (size_t)n + 1);
-        if (next) {
-            memcpy(next, p, dir);
-            memcpy(next + dir, target, (size_t)n + 1);
-        }
-        free(p);
-        p = next;
-    }
-    if (!p) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", what);
-    *out = p;
-    return RKV_OK;
-}
-
-/* RKV_ERR_IO unless `target` (path, or the final target of the link path)
- * is a regular file or a new name in an existing folder: not a folder (rename
- * would fail only after the whole image went into a temporary file), not a
- * device, named pipe or socket (rename would replace the node by a regular
- * file), its folder present. Checked before anything is written. */
-static rkv_status check_save_path(const char *what, const char *path, const char *target) {
-    char via[4200] = "";
-    if (strcmp(path, target))
-        snprintf(via, sizeof via, " (a symbolic link to '%s')", target);
-    struct stat sb;
-    if (stat(target, &sb) == 0 && S_ISDIR(sb.st_mode))
-        return rkv__fail(RKV_ERR_IO, "%s: '%s'%s is a folder; expected a file path", what, path,
-                         via);
-    if (stat(target, &sb) == 0 && !S_ISREG(sb.st_mode))
-        return rkv__fail(RKV_ERR_IO,
-                         "%s: '%s'%s is %s, not a regular file; a snapshot is saved to a "
-                         "regular file or a new path only",
-                         what, path, via, file_kind(sb.st_mode));
-    const char *slash = strrchr(target, '/');
-    char *dir =
-        slash ? strndup(target, slash == target ? 1 : (size_t)(slash - target)) : strdup(".");
-    if (!dir) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", what);
-    rkv_status st = RKV_OK;
-    if (stat(dir, &sb) != 0)
-        st = rkv__fail(RKV_ERR_IO, "%s: cannot save to '%s'%s: folder '%s': %s", what, path, via,
-                       dir, errno == ENOENT ? "does not exist" : strerror(errno));
-    else if (!S_ISDIR(sb.st_mode))
-        st = rkv__fail(RKV_ERR_IO, "%s: cannot save to '%s'%s: '%s' is not a folder", what, path,
-                       via, dir);
-    free(dir);
-    return st;
 }
 
 rkv_status rkv__snapshot_save_file(const rkv_model *model, int64_t session, const char *what,
@@ -849,36 +843,17 @@ rkv_status rkv__snapshot_save_file(const rkv_model *model, int64_t session, cons
     if (st != RKV_OK) return st;
     if (!path) return rkv__fail(RKV_ERR_NULL, "%s: path is NULL", what);
     if (!*path) return rkv__fail(RKV_ERR_INVALID_ARG, "%s: path is empty", what);
-    char *target = NULL; /* path, or the final target of the link path */
-    if ((st = follow_links(what, path, &target)) != RKV_OK) return st;
+    /* atomic_file.h: a temporary file next to the file replaced (a link's
+     * final target), fsync, rename */
+    rkv__atomic_file f;
+    if ((st = rkv__atomic_begin(&f, what, path)) != RKV_OK) return st;
     rkv__snap_text hd = {0};
-    if ((st = check_save_path(what, path, target)) == RKV_OK)
-        st = build_header(model, session, what, &hd);
-    /* temporary file next to the file replaced, so that rename is atomic:
-     * NAME.tmp-XXXXXX, or .ringkv.tmp-XXXXXX in the same folder when NAME is
-     * too long to take the suffix (NAME_MAX, 255 bytes on Linux file
-     * systems): every name the folder can hold can be saved to */
-    const size_t plen = strlen(target), cap = plen + 32;
-    const char *slash = strrchr(target, '/');
-    const char *base = slash ? slash + 1 : target;
-    char *tmp = st == RKV_OK ? malloc(cap) : NULL;
-    int fd = -1;
-    if (st == RKV_OK && !tmp) {
-        st = rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", what);
-    } else if (st == RKV_OK) {
-        if (strlen(base) + sizeof ".tmp-XXXXXX" - 1 <= 255)
-            snprintf(tmp, cap, "%s.tmp-XXXXXX", target);
-        else
-            snprintf(tmp, cap, "%.*s.ringkv.tmp-XXXXXX", (int)(base - target), target);
-        if ((fd = mkstemp(tmp)) < 0)
-            st = rkv__fail(RKV_ERR_IO, "%s: cannot create a temporary file next to %s: %s", what,
-                           target, strerror(errno));
+    if ((st = build_header(model, session, what, &hd)) == RKV_OK) {
+        sink k = {what, f.tmp, rkv__atomic_fd(&f), NULL, 0};
+        st = write_image(model, session, &hd, &k, header_xxh3, NULL);
     }
-    if (st == RKV_OK)
-        st = write_and_rename(model, session, &hd, what, fd, tmp, target, header_xxh3);
-    if (st == RKV_OK) sync_dir_of(target);
-    free(tmp);
+    if (st == RKV_OK) st = rkv__atomic_commit(&f);
+    else rkv__atomic_abort(&f);
     free(hd.text);
-    free(target);
     return st;
 }

@@ -619,8 +619,10 @@ rkv_status rkv__snap_header_parse(const rkv__snap_where *w, const uint8_t first8
 }
 
 void rkv__snap_header_free(rkv__snap_header *p) {
-    free(p->t);
-    free(p->order);
+    if (!p->borrowed) {
+        free(p->t);
+        free(p->order);
+    }
     p->t = NULL;
     p->order = NULL;
 }
@@ -792,4 +794,122 @@ uint64_t rkv__snap_header_seal(rkv__snap_text *t, uint64_t data_xxh3) {
     const uint64_t header_xxh3 = XXH3_64bits_digest(&hs);
     hex16(header_xxh3, t->text + t->header_digits);
     return header_xxh3;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The header of one session, any clock                                      */
+/* ------------------------------------------------------------------------ */
+
+#define CLOCK_KEY "\"last_committed\":\""
+
+void rkv__snap_template_free(rkv__snap_template *t) {
+    free(t->text);
+    rkv__snap_header_free(&t->parsed);
+    memset(t, 0, sizeof *t);
+}
+
+rkv_status rkv__snap_template_build(const rkv_model_config *cfg, int64_t session,
+                                    const char *request_id, const char *what,
+                                    rkv__snap_template *t) {
+    memset(t, 0, sizeof *t);
+    rkv__snap_text b;
+    rkv_status st = rkv__snap_header_build(cfg, session, request_id, 0, what, &b);
+    if (st != RKV_OK) return st;
+    size_t len = b.len; /* the compact JSON: the padding off */
+    while (len && b.text[len - 1] == ' ') len--;
+    /* the clock's one digit, once, before both checksums (the writer's order) */
+    const char *k = NULL;
+    for (size_t i = 0; i + sizeof CLOCK_KEY <= len; i++)
+        if (!memcmp(b.text + i, CLOCK_KEY, sizeof CLOCK_KEY - 1)) {
+            k = k ? NULL : b.text + i;
+            if (!k) break;
+        }
+    const size_t at = k ? (size_t)(k - b.text) + sizeof CLOCK_KEY - 1 : 0;
+    if (!k || b.text[at] != '0' || b.text[at + 1] != '"' || b.data_digits < at ||
+        b.header_digits < b.data_digits + HASH_DIGITS) {
+        free(b.text);
+        return rkv__fail(RKV_ERR_STATE, "%s: the header's layout is not the expected one", what);
+    }
+    t->session = session;
+    snprintf(t->request_id, sizeof t->request_id, "%s", request_id);
+    t->text = b.text;
+    t->len = len;
+    t->clock_at = at;
+    t->data_digits = b.data_digits;
+    t->header_digits = b.header_digits;
+    t->data_bytes = b.data_bytes;
+    /* its own parse (the tensor table every match borrows): sealed, as an
+     * image of it would be */
+    uint8_t first8[8];
+    rkv__snap_header_seal(&b, 0);
+    rkv__snap_header_put_length(&b, first8);
+    const rkv__snap_where w = {what, "(template)"};
+    st = rkv__snap_header_parse(&w, first8, (const uint8_t *)b.text, b.len,
+                                8 + b.len + b.data_bytes, &t->parsed);
+    memcpy(t->text + t->data_digits, ZERO_DIGITS, HASH_DIGITS);
+    memcpy(t->text + t->header_digits, ZERO_DIGITS, HASH_DIGITS);
+    if (st != RKV_OK) rkv__snap_template_free(t);
+    return st;
+}
+
+void rkv__snap_template_emit(const rkv__snap_template *t, int64_t last_committed, char *out,
+                             size_t len, rkv__snap_text *hd) {
+    char digits[24];
+    const size_t nd = (size_t)snprintf(digits, sizeof digits, "%lld", (long long)last_committed);
+    const size_t shift = nd - 1, rest = t->len - t->clock_at - 1;
+    memcpy(out, t->text, t->clock_at);
+    memcpy(out + t->clock_at, digits, nd);
+    memcpy(out + t->clock_at + nd, t->text + t->clock_at + 1, rest);
+    memset(out + t->len + shift, ' ', len - t->len - shift);
+    hd->text = out;
+    hd->len = len;
+    hd->data_digits = t->data_digits + shift;
+    hd->header_digits = t->header_digits + shift;
+    hd->data_bytes = t->data_bytes;
+}
+
+bool rkv__snap_template_match(const rkv__snap_template *t, const uint8_t first8[8],
+                              const uint8_t *h, uint64_t n, uint64_t file_size,
+                              rkv__snap_header *out) {
+    const uint8_t *x = (const uint8_t *)t->text;
+    if (!t->text || n < t->len || file_size != 8 + n + t->data_bytes ||
+        memcmp(h, x, t->clock_at))
+        return false;
+    /* the clock: canonical decimal up to its closing quote */
+    size_t j = t->clock_at;
+    while (j < n && j < t->clock_at + 20 && ((h[j] >= '0' && h[j] <= '9') || h[j] == '-')) j++;
+    int64_t clock;
+    if (j >= n || h[j] != '"' || !parse_i64n((const char *)h + t->clock_at, j - t->clock_at,
+                                             &clock) || clock < -1)
+        return false;
+    const size_t shift = j - t->clock_at - 1, dd = t->data_digits + shift,
+                 hd = t->header_digits + shift;
+    uint64_t dx, hx;
+    if (t->len + shift > n || memcmp(h + j, x + t->clock_at + 1, t->data_digits - t->clock_at - 1) ||
+        !parse_hex16((const char *)h + dd, HASH_DIGITS, &dx) ||
+        memcmp(h + dd + HASH_DIGITS, x + t->data_digits + HASH_DIGITS,
+               t->header_digits - t->data_digits - HASH_DIGITS) ||
+        !parse_hex16((const char *)h + hd, HASH_DIGITS, &hx) ||
+        memcmp(h + hd + HASH_DIGITS, x + t->header_digits + HASH_DIGITS,
+               t->len - t->header_digits - HASH_DIGITS))
+        return false;
+    for (uint64_t i = t->len + shift; i < n; i++) /* JSON's blanks after the object */
+        if (h[i] != ' ' && h[i] != '\t' && h[i] != '\n' && h[i] != '\r') return false;
+    XXH3_state_t hs;
+    XXH3_64bits_reset(&hs);
+    XXH3_64bits_update(&hs, first8, 8);
+    XXH3_64bits_update(&hs, h, hd);
+    XXH3_64bits_update(&hs, ZERO_DIGITS, HASH_DIGITS);
+    XXH3_64bits_update(&hs, h + hd + HASH_DIGITS, (size_t)(n - hd - HASH_DIGITS));
+    if (XXH3_64bits_digest(&hs) != hx) return false;
+    *out = t->parsed;
+    out->borrowed = true;
+    out->data_offset = 8 + n;
+    out->info.file_bytes = file_size;
+    out->info.header_bytes = n;
+    out->info.data_bytes = file_size - 8 - n;
+    out->info.last_committed = clock;
+    out->info.data_xxh3 = dx;
+    out->info.header_xxh3 = hx;
+    return true;
 }

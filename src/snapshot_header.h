@@ -45,6 +45,7 @@ typedef struct rkv__snap_header {
     rkv__snap_tensor *t;    /* [3 * n_layers]: layer i kind k at 3i + k */
     rkv__snap_tensor **order; /* [3 * n_layers]: t by data_offsets, i.e.
                                  in file order                           */
+    bool borrowed;          /* t and order belong to a template          */
 } rkv__snap_header;
 
 /* Stage 1: the header length from the first 8 bytes of an image of
@@ -97,6 +98,49 @@ rkv_status rkv__snap_header_pad(rkv__snap_text *t, size_t len, const char *what)
 
 /* The 8 bytes that precede the header: its length, little-endian. */
 void rkv__snap_header_put_length(const rkv__snap_text *t, uint8_t first8[8]);
+
+/* ---- the header of one (config, session, request id), any clock ----------
+ * What makes the in-memory round trip (rkv_model_snapshot / _restore)
+ * allocation-free once warm: the writer's header for one session and
+ * request id, built once (Jansson: allocations), with last_committed's
+ * digits and both checksums' digits as the only parts that vary.
+ *  - emit: the header of any clock into a caller's buffer (no allocation),
+ *    byte for byte what rkv__snap_header_build and _pad give;
+ *  - match: whether a header read from an image is exactly the template's
+ *    with some clock and some checksum digits (every other byte equal, the
+ *    varying parts canonical decimal / 16 lowercase hex, the rest blanks),
+ *    and then its parse, validated as rkv__snap_header_parse validates it
+ *    (clock >= -1, the header checksum, the data section's size), borrowing
+ *    the template's tensor table (no allocation). Anything else is no
+ *    match: the caller parses in full, with every check and message of
+ *    rkv__snap_header_parse. */
+typedef struct rkv__snap_template {
+    int64_t session;                     /* the key                          */
+    char request_id[RKV_MAX_REQUEST_ID];
+    char *text;                          /* the compact JSON, clock 0, sums 0 */
+    size_t len, clock_at, data_digits, header_digits; /* clock "0": 1 digit */
+    uint64_t data_bytes;
+    rkv__snap_header parsed;             /* the template's own parse          */
+} rkv__snap_template;
+
+/* Builds *t for (cfg, session, request_id). RKV_ERR_NO_MEMORY (named after
+ * `what`); RKV_ERR_STATE if the writer's output is not as expected (a
+ * bug: the caller then takes the allocating path). Free with
+ * rkv__snap_template_free (safe on a zeroed or failed one). */
+rkv_status rkv__snap_template_build(const rkv_model_config *cfg, int64_t session,
+                                    const char *request_id, const char *what,
+                                    rkv__snap_template *t);
+void rkv__snap_template_free(rkv__snap_template *t);
+/* The header of clock last_committed padded with spaces to len bytes
+ * (>= its length: rkv__snap_header_longest's) into out[len]: *hd describes
+ * it (text = out, not to be freed). */
+void rkv__snap_template_emit(const rkv__snap_template *t, int64_t last_committed, char *out,
+                             size_t len, rkv__snap_text *hd);
+/* true and *out (borrowed: rkv__snap_header_free leaves the table) when the
+ * n header bytes h after first8, in an image of file_size bytes, match. */
+bool rkv__snap_template_match(const rkv__snap_template *t, const uint8_t first8[8],
+                              const uint8_t *h, uint64_t n, uint64_t file_size,
+                              rkv__snap_header *out);
 
 /* Fills in data_xxh3 and then header_xxh3 (over the 8 length bytes and the
  * text with its own digits read as '0'); returns header_xxh3. */

@@ -31,6 +31,13 @@ it fails fast (before any frame: the model is never created), and the words:
     \\xNN, on short lines;
   - a long run (500,000 demo frames) says how long it should take on stderr
     within seconds (the process is then stopped);
+  - a write that fails after the frames (a file-size limit, RLIMIT_FSIZE, as
+    a full disk): the report is printed, the file is named, exit 1; the
+    picture and legend are written both or neither (the old ones kept), no
+    temporary file left, a failed --snapshot-out leaves no file and `saved`
+    null; a refusal (or that failure) leaves no empty --out folder it made;
+    stdout on /dev/full: exit 1, said;
+  - inspect of a 3-byte or empty file: not a snapshot (2), too short;
   - a short run writes rollout.png and rollout.txt (the legend), names the
     legend in the text report and the JSON, and writes cell dimensions as
     "N cols x M rows"; its recall table says what the rate is, and its patch
@@ -40,7 +47,8 @@ it fails fast (before any frame: the model is never created), and the words:
     this CPU lacks (by /proc/cpuinfo) is said in one line naming both the
     kernel asked for and the one used; the names work in any case;
   - `ringkv help` states the exit-status rule; `ringkv help CMD` prints what
-    `ringkv CMD --help` prints, for every command; `ringkv version` equals
+    `ringkv CMD --help` prints, for every command, each with an exit-status
+    section (help's and version's --help too, exit 0); `ringkv version` equals
     `ringkv --version`; usage and argument errors (unknown command or option,
     a missing FILE, --resume or --image) exit 2 in every command without
     library function or status names;
@@ -162,6 +170,105 @@ def check_picture(j, failures):
                   f"{mean:.0f}, spread {spread:.1f}")
 
 
+def file_size_limit(limit):
+    """preexec_fn: writes past `limit` bytes of any file fail with EFBIG, as
+    on a full disk (RLIMIT_FSIZE, SIGXFSZ ignored so that the write returns
+    the error instead of killing the process; no root, no special file
+    system: the kernel refuses the bytes)."""
+    def apply():
+        import resource
+        import signal
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+def check_full_disk(ringkv, img, tmp, failures):
+    """A write that fails (a full disk, a file-size limit) after the frames:
+    the report is still printed, stderr names the file that failed, exit 1;
+    the picture and its legend are written both or neither, never a part of
+    one (the files there before stay as they were), no temporary file is
+    left; a failed --snapshot-out leaves no file and `saved` null."""
+    try:
+        import resource  # noqa: F401 (POSIX only)
+    except ImportError:
+        print("  skipped: full disk (no RLIMIT_FSIZE here)")
+        return
+    base = [ringkv, "rollout", "--frames", "3"] + img
+    ref = os.path.join(tmp, "fd-ref")
+    p, _ = run(base + ["--out", ref, "--snapshot-out", os.path.join(ref, "s.snap")], timeout=300)
+    if p.returncode != 0:
+        failures.append(f"full disk: the reference run failed: {p.stderr[-300:]!r}")
+        return
+    size = {n: os.path.getsize(os.path.join(ref, n)) for n in ("rollout.txt", "rollout.png",
+                                                                 "s.snap")}
+    if not size["rollout.txt"] < size["rollout.png"] < size["s.snap"]:
+        failures.append(f"full disk: the limits below need legend < picture < snapshot: {size}")
+        return
+    old = {"rollout.png": b"old picture\n", "rollout.txt": b"old legend\n"}
+    # limit: the legend (written first) fails; between legend and picture:
+    # the picture fails; between picture and snapshot: only the snapshot
+    for limit, failed, needles in (
+            (size["rollout.txt"] // 2, "legend", ["cannot write the legend", "rollout.txt"]),
+            ((size["rollout.txt"] + size["rollout.png"]) // 2, "picture",
+             ["cannot write the picture", "rollout.png"]),
+            ((size["rollout.png"] + size["s.snap"]) // 2, "snapshot",
+             ["--snapshot-out failed", "s.snap"])):
+        out = os.path.join(tmp, f"fd-{failed}")
+        os.mkdir(out)
+        for name, data in old.items():
+            with open(os.path.join(out, name), "wb") as f:
+                f.write(data)
+        snap = os.path.join(out, "s.snap")
+        for json_out in (False, True):
+            p = subprocess.run(base + ["--out", out, "--snapshot-out", snap]
+                               + (["--json"] if json_out else []),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               errors="replace", timeout=300, preexec_fn=file_size_limit(limit))
+            what = f"full disk ({failed} fails at a {limit}-byte limit{', --json' if json_out else ''})"
+            files = {n: open(os.path.join(out, n), "rb").read() for n in os.listdir(out)}
+            pictured = failed == "snapshot"
+            problems = []
+            if p.returncode != 1 or not all(n in p.stderr for n in needles):
+                problems.append(f"status {p.returncode}, stderr {p.stderr[-400:]!r} (expected 1 "
+                                f"naming {needles})")
+            if [n for n in files if ".tmp-" in n] or "s.snap" in files:
+                problems.append(f"left {sorted(files)} (no temporary file, no snapshot)")
+            if pictured and not (files.get("rollout.png", b"").startswith(b"\x89PNG")
+                                 and files.get("rollout.txt", b"").startswith(b"rollout.png:")):
+                problems.append("the picture and legend were not written whole")
+            if not pictured and any(files.get(n) != d for n, d in old.items()):
+                problems.append("the picture or legend there before was changed (both or "
+                                "neither, never a part)")
+            if json_out:
+                try:
+                    j = json.loads(p.stdout)
+                    if (j.get("saved") is not None or j["options"]["snapshot_out"] != snap
+                            or (j.get("picture") is not None) != pictured
+                            or (j.get("legend") is not None) != pictured
+                            or not j.get("output_digest")):
+                        problems.append(f"JSON saved {j.get('saved')!r}, picture "
+                                        f"{j.get('picture')!r}, legend {j.get('legend')!r}")
+                except (json.JSONDecodeError, KeyError) as e:
+                    problems.append(f"no JSON report ({e}): {p.stdout[:200]!r}")
+            elif ("digest:" not in p.stdout or "snapshot: NOT saved to " + snap not in p.stdout
+                  or ("picture: NOT written" in p.stdout) == pictured):
+                problems.append(f"the report: {p.stdout[-500:]!r}")
+            if problems:
+                failures.append(f"{what}: " + "; ".join(problems))
+            else:
+                print(f"  ok: {what}: {p.stderr.strip().splitlines()[-1][:160]}")
+        if failed != "snapshot":  # a fresh --out is not left behind empty
+            fresh = os.path.join(tmp, f"fd-new-{failed}")
+            p = subprocess.run(base + ["--out", fresh], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, timeout=300,
+                               preexec_fn=file_size_limit(limit))
+            if p.returncode != 1 or os.path.exists(fresh):
+                failures.append(f"full disk, a new --out: status {p.returncode}, left "
+                                f"{os.path.exists(fresh)} (expected 1, the empty folder it made "
+                                f"removed)")
+
+
 def main():
     args = sys.argv[1:]
     if not args:
@@ -198,6 +305,17 @@ def main():
                     os.path.join(tmp, "no-such-folder", "s.snap")] + img)
         expect(failures, "--snapshot-out in a missing folder", p, s, 2,
                ["--snapshot-out", "no such folder"])
+        # a refusal after --out was created (--snapshot-out may name a file
+        # in it, so --out is made before that check) removes what it made,
+        # the folders above it too, and nothing that was there before
+        deep = os.path.join(tmp, "made", "deep")
+        p, s = run([ringkv, "rollout", "--frames", "1", "--out", deep, "--snapshot-out",
+                    os.path.join(tmp, "no-such-folder", "s.snap")] + img)
+        expect(failures, "--snapshot-out in a missing folder, --out two new folders", p, s, 2,
+               ["--snapshot-out", "no such folder"])
+        left = [d for d in ("o1", "made") if os.path.exists(os.path.join(tmp, d))]
+        if left or not os.path.isdir(tmp):
+            failures.append(f"a refused --snapshot-out left --out folders behind: {left}")
 
         # a dangling link into a missing folder: refused before the run (2),
         # like the missing folder itself, naming the link and its target
@@ -211,6 +329,8 @@ def main():
         if not os.path.islink(dang) or os.path.lexists(os.path.join(tmp, "no-such-folder-2")):
             failures.append("a refused dangling --snapshot-out link lost the link or made its "
                             "folder")
+        if os.path.exists(os.path.join(tmp, "o-dang")):
+            failures.append("a refused dangling --snapshot-out link left the --out folder")
 
         # files that are not regular ones: a named pipe, and a symbolic link
         # to one, as an input (inspect, replay, --image, --resume) or an
@@ -348,12 +468,36 @@ def main():
         for cmd in ("rollout", "replay", "plan", "bench", "inspect"):
             a, _ = run([ringkv, "help", cmd])
             b, _ = run([ringkv, cmd, "--help"])
-            if (a.returncode != 0 or a.stdout != b.stdout
+            if (a.returncode != 0 or b.returncode != 0 or a.stdout != b.stdout
                     or not a.stdout.startswith(f"usage: ringkv {cmd}") or cmd not in top.stdout
-                    or (cmd != "bench" and "Exit status" not in a.stdout)):
-                failures.append(f"ringkv help {cmd}: status {a.returncode}, "
-                                f"{a.stdout[:120]!r} (expected '{cmd} --help', with the exit "
+                    or "Exit status" not in a.stdout):
+                failures.append(f"ringkv help {cmd}: status {a.returncode}, --help "
+                                f"{b.returncode}, {a.stdout[:120]!r} (expected '{cmd} --help', "
+                                f"with the exit status)")
+        # help and version are commands too: their --help exits 0 with an
+        # exit-status section, and equals 'ringkv help help' / 'help version'
+        hh, _ = run([ringkv, "help", "help"])
+        hv, _ = run([ringkv, "help", "version"])
+        for args, want in ((["help", "--help"], hh), (["help", "-h"], hh), (["--help", "--help"], hh),
+                           (["version", "--help"], hv), (["--version", "-h"], hv)):
+            a, _ = run([ringkv] + args)
+            if (a.returncode != 0 or a.stdout != want.stdout or want.returncode != 0
+                    or "Exit status" not in a.stdout or not a.stdout.startswith("usage: ringkv")):
+                failures.append(f"ringkv {' '.join(args)}: status {a.returncode}, stdout "
+                                f"{a.stdout[:160]!r}, stderr {a.stderr[:160]!r} (expected 0 and "
+                                f"the text of 'ringkv help {want.args[2]}', with the exit "
                                 f"status)")
+        print("  ok: every command's --help (help and version too) exits 0 with the exit status")
+        # a report that cannot be written is not a success (stdout checked)
+        if os.path.exists("/dev/full"):
+            with open("/dev/full", "w") as full:
+                p = subprocess.run([ringkv, "plan", "--preset", "demo", "--memory-gib", "1"],
+                                   stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
+            if p.returncode != 1 or "writing the output failed" not in p.stderr:
+                failures.append(f"ringkv plan > /dev/full: status {p.returncode} (expected 1), "
+                                f"stderr {p.stderr.strip()[:200]!r}")
+            else:
+                print(f"  ok: stdout on a full disk: {p.stderr.strip()}")
         v1, _ = run([ringkv, "version"])
         v2, _ = run([ringkv, "--version"])
         if (v1.returncode or v2.returncode or v1.stdout != v2.stdout
@@ -452,6 +596,10 @@ def main():
                           "w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
         with open(st, "wb") as f:
             f.write(struct.pack("<Q", len(hdr)) + hdr + b"\0\0\0\0")
+        three, zero = os.path.join(tmp, "three.txt"), os.path.join(tmp, "zero.txt")
+        with open(three, "w") as f:  # shorter than any safetensors file: not a snapshot
+            f.write("ab\n")
+        open(zero, "w").close()
         empty_manifest = os.path.join(tmp, "m.json")
         with open(empty_manifest, "w") as f:
             f.write('{"version": 1}\n')
@@ -474,6 +622,12 @@ def main():
                 (["inspect", text], 2, ["notes.md", "not a ringkv snapshot",
                                         "byte 9 of this one is 'R'"]),
                 (["inspect", st], 2, ["not a ringkv snapshot", "format 'pt'"]),
+                (["inspect", three], 2, ["three.txt", "not a ringkv snapshot", "holds 3 bytes",
+                                         "too short to be a safetensors file"]),
+                (["inspect", "--json", zero], 2, ["zero.txt", "not a ringkv snapshot",
+                                                  "holds 0 bytes"]),
+                (["rollout", "--resume", three, "--out", os.path.join(tmp, "o7")], 2,
+                 ["--resume", "not a ringkv snapshot", "too short"]),
                 (["rollout", "--resume", text, "--out", os.path.join(tmp, "o7")], 2,
                  ["--resume", "not a ringkv snapshot"])):
             p, s = run([ringkv] + args)
@@ -574,6 +728,8 @@ def main():
         except json.JSONDecodeError as e:
             failures.append(f"--json: not JSON ({e}): {p.stdout[:300]!r}")
 
+        check_full_disk(ringkv, img, tmp, failures)
+
         # RKV_ISA: a name the library does not know is ignored, said once
         # (a typo used to pick the plain C kernel silently); any case works
         env = dict(os.environ, RKV_ISA="Bogus")
@@ -600,7 +756,11 @@ def main():
             if flags is None or need <= flags:
                 continue
             env["RKV_ISA"] = name
-            p = subprocess.run([ringkv, "rollout", "--frames", "2", "--json", "--out", out] + img,
+            # bf16 storage: the kernel the JSON names (the first layer's) is
+            # then the engine itself, also where that is a bf16 pair engine
+            # (avx512bf16 on an AMD CPU), which runs f32 layers on avx512
+            p = subprocess.run([ringkv, "rollout", "--frames", "2", "--dtype", "bf16", "--json",
+                                "--out", out] + img,
                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                errors="replace", timeout=600)
             used = json.loads(p.stdout).get("isa") if p.returncode == 0 else None

@@ -924,6 +924,12 @@ static const special_case k_special[] = {
     /* every visible key scores -inf: 0, as a row with no key */
     {"every key -inf", 128, 0x7, INFINITY, -1.0f, NAN, WANT_ZERO, 0},
     {"every key -inf, T 256", 256, 0x3f, INFINITY, -1.0f, NAN, WANT_ZERO, 0},
+    /* a later frame's keys scoring above the first's max: by 2.5 (weights
+     * up to 2^3.6 against the running max: the pair engine keeps it) and
+     * by 12.5 (past its 2^8: the chunk is redone with the max raised) */
+    {"frame 1 scores 2.5 above", 128, 0x2, 20.0f, 1.0f, NAN, WANT_FINITE, 0},
+    {"frame 1 scores 12.5 above", 128, 0x2, 100.0f, 1.0f, NAN, WANT_FINITE, 0},
+    {"scratch scores 12.5 above", 128, 0x4, 100.0f, 1.0f, NAN, WANT_FINITE, 0},
     /* +inf and NaN scores: NaN, as float64 math gives */
     {"frame 1 +inf", 128, 0x2, INFINITY, 1.0f, NAN, WANT_NAN, 0},
     {"first tile +inf", 128, 0x1, INFINITY, 1.0f, NAN, WANT_NAN, 0},

@@ -218,6 +218,45 @@ static void test_integers_print_whole(void **state) {
     }
 }
 
+/* The last row, bench_seconds: the wall time beside the CPU time and the
+ * load when the run started (docs/json.md), in JSON and text; the load
+ * averages left out where the system has none. */
+static void test_run_time_row(void **state) {
+    (void)state;
+    for (int known = 0; known <= 1; known++) {
+        capture c;
+        capture_open(&c, true, "");
+        const cli_load load = {{3.25, 2.5, 1.0}, known, 2};
+        bench_emit_run_time(&c.o, 90.5, 120.25, &load);
+        capture_close(&c);
+        cJSON *row = cJSON_Parse(c.out);
+        assert_non_null(row);
+        assert_string_equal(str_of(row, "name"), "bench_seconds");
+        assert_string_equal(str_of(row, "unit"), "s");
+        assert_true(num_of(row, "value") == 90.5);
+        assert_true(num_of(row, "cpu_seconds") == 120.25);
+        assert_true(num_of(row, "threads") == 2);
+        assert_true(num_of(row, "cpus_online") == 2);
+        assert_string_equal(str_of(row, "ceiling_kind"), "none");
+        const char *keys[3] = {"load_1min", "load_5min", "load_15min"};
+        for (int k = 0; k < 3; k++) {
+            if (known) assert_true(num_of(row, keys[k]) == load.avg[k]);
+            else assert_null(cJSON_GetObjectItemCaseSensitive(row, keys[k]));
+        }
+        cJSON_Delete(row);
+        capture_free(&c);
+    }
+    capture c;
+    capture_open(&c, false, "");
+    const cli_load load = {{3.25, 2.5, 1.0}, 1, 2};
+    bench_emit_run_time(&c.o, 90.5, 120.25, &load);
+    capture_close(&c);
+    if (!strstr(c.out, "bench_seconds") || !strstr(c.out, " cpu_seconds=120.25") ||
+        !strstr(c.out, " load_1min=3.25") || !strstr(c.out, " cpus_online=2"))
+        fail_msg("text row: %s", c.out);
+    capture_free(&c);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_row_has_every_key),
@@ -227,6 +266,7 @@ int main(void) {
         cmocka_unit_test(test_coretype_from_environment_is_reported),
         cmocka_unit_test(test_text_row_marks_suspect),
         cmocka_unit_test(test_integers_print_whole),
+        cmocka_unit_test(test_run_time_row),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -319,6 +319,60 @@ static void test_release(void **state)
 
 /* ---- clocks and frames ---------------------------------------------------- */
 
+/* Every refusal of a begin_frame row names the session index and the
+ * request id (issue 20: the skipped-frame refusal named the index only,
+ * which a server holding request ids cannot act on). */
+static void expect_begin_refusal(rkv_model *m, int64_t s, int64_t f, rkv_status want,
+                                 const char *text)
+{
+    tu_model_state st = tu_model_save(m);
+    TU_ERR(rkv_model_begin_frame(m, 1, &s, &f), want, text);
+    tu_model_assert_same(&st, m, text ? text : "a refused clock");
+    tu_model_state_free(&st);
+}
+
+static void test_clock_refusals_name_session_and_request(void **state)
+{
+    (void)state;
+    rkv_model *m = model_new(3);
+    int64_t a, b, c;
+    TU_OK(rkv_model_claim(m, "cam-7/left", &a));
+    TU_OK(rkv_model_claim(m, "user-b", &b));
+    TU_OK(rkv_model_claim(m, "user-c", &c));
+    assert_int_equal(b, 1);
+    int64_t f = 5;
+    run_frame(m, 1, &b, &f);
+    expect_begin_refusal(m, b, 7, RKV_ERR_CLOCK,
+                         "rkv_model_begin_frame: session 1 (request 'user-b') declared frame 7; "
+                         "expected 6 (last committed 5 + 1): a skipped or repeated frame");
+    expect_begin_refusal(m, b, 5, RKV_ERR_CLOCK,
+                         "session 1 (request 'user-b') declared frame 5; expected 6");
+    expect_begin_refusal(m, b, -1, RKV_ERR_CLOCK,
+                         "frame_pos[0] = -1 (session 1, request 'user-b'); expected >= 0");
+    int64_t top = INT64_MAX;
+    run_frame(m, 1, &c, &top);
+    expect_begin_refusal(m, c, 0, RKV_ERR_CLOCK,
+                         "session 2 (request 'user-c') committed frame 9223372036854775807, the "
+                         "largest clock");
+    f = 6;
+    TU_OK(rkv_model_begin_frame(m, 1, &b, &f));
+    expect_begin_refusal(m, b, 6, RKV_ERR_STATE,
+                         "session 1 (request 'user-b') is inside frame 6");
+    /* the per-pass calls and the between-frames calls name both too */
+    size_t fn = (size_t)(2 * 2 * 128 * 4);
+    float *kv = tu_xcalloc(fn, 4);
+    TU_ERR(rkv_model_upsert(m, 0, 1, &a, kv, RKV_DTYPE_F32, 0), RKV_ERR_STATE,
+           "session 0 (request 'cam-7/left', row 0) has no frame begun: it is not in "
+           "the current batch");
+    free(kv);
+    size_t nb = rkv_model_snapshot_bytes(m);
+    void *buf = tu_xmalloc(nb);
+    TU_ERR(rkv_model_snapshot(m, b, buf, nb), RKV_ERR_STATE,
+           "session 1 (request 'user-b') is inside frame 6 (row 0 of the open batch");
+    free(buf);
+    rkv_model_destroy(m);
+}
+
 static void test_clock_rules(void **state)
 {
     (void)state;
@@ -333,13 +387,8 @@ static void test_clock_rules(void **state)
     assert_int_equal(x, 42);
     /* skipped, repeated, old, negative: refused before anything changes */
     static const int64_t bad[] = {44, 42, 41, 0, -1, 100};
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        tu_model_state st = tu_model_save(m);
-        int64_t fb = bad[i];
-        TU_ERR(rkv_model_begin_frame(m, 1, &a, &fb), RKV_ERR_CLOCK, NULL);
-        tu_model_assert_same(&st, m, "bad clock");
-        tu_model_state_free(&st);
-    }
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        expect_begin_refusal(m, a, bad[i], RKV_ERR_CLOCK, NULL);
     /* in a batch: a bad row anywhere refuses the whole batch */
     f = 7;
     run_frame(m, 1, &b, &f); /* b at 7 */
@@ -1062,6 +1111,7 @@ int main(void)
         cmocka_unit_test(test_claim_by_request_id),
         cmocka_unit_test(test_release),
         cmocka_unit_test(test_clock_rules),
+        cmocka_unit_test(test_clock_refusals_name_session_and_request),
         cmocka_unit_test(test_frame_ends_after_last_layer),
         cmocka_unit_test(test_model_matches_layers),
         cmocka_unit_test(test_model_attend),

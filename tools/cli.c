@@ -1,5 +1,6 @@
 /* Shared command-line conventions of `ringkv` (cli.h). */
 #define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* getloadavg */
 
 #include "cli.h"
 
@@ -11,9 +12,11 @@
 #include <stdio.h>
 #include <string.h>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../src/atomic_file.h" /* rkv__file_kind */
 #include "escape.h"
 #include "ringkv.h"
 
@@ -45,16 +48,6 @@ const char *cli_lib_detail(const char *path) {
     return m;
 }
 
-const char *cli_file_kind(unsigned mode) {
-    return S_ISDIR(mode)    ? "a folder"
-           : S_ISCHR(mode)  ? "a character device"
-           : S_ISBLK(mode)  ? "a block device"
-           : S_ISFIFO(mode) ? "a named pipe (FIFO)"
-           : S_ISSOCK(mode) ? "a socket"
-           : S_ISREG(mode)  ? "a regular file"
-                            : "not a regular file";
-}
-
 int cli_check_input_file(const char *what, const char *path, const char *expected, char *err,
                          size_t n) {
     struct stat st;
@@ -69,7 +62,7 @@ int cli_check_input_file(const char *what, const char *path, const char *expecte
     }
     if (!S_ISREG(st.st_mode)) { /* a pipe would block the open, a device never end */
         snprintf(err, n, "%s '%s' is %s, not a regular file; expected %s", what, path,
-                 cli_file_kind(st.st_mode), expected);
+                 rkv__file_kind(st.st_mode), expected);
         return -1;
     }
     /* O_NONBLOCK: should the path have become a pipe since the stat */
@@ -80,6 +73,20 @@ int cli_check_input_file(const char *what, const char *path, const char *expecte
     }
     close(fd);
     return 0;
+}
+
+void cli_load_read(cli_load *l) {
+    memset(l, 0, sizeof *l);
+    l->known = getloadavg(l->avg, 3) == 3;
+    const long n = sysconf(_SC_NPROCESSORS_ONLN);
+    l->cpus = n > 0 ? n : 0;
+}
+
+double cli_cpu_seconds(void) {
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru)) return 0.0;
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           1e-6 * (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
 }
 
 /* The number of leading decimal digits of s. */
@@ -259,6 +266,8 @@ int cli_parse_options(const char *cmd, int argc, char **argv, const cli_option *
  * the largest header the library reads. */
 #define SNAPSHOT_FORMAT "ringkv-snapshot"
 #define SNAPSHOT_MAX_HEADER ((uint64_t)16 << 20)
+/* The shortest safetensors file: the 8-byte length and the header "{}". */
+#define SNAPSHOT_MIN_BYTES 10
 
 /* The format named by a snapshot header's JSON text (h, n bytes): 0 when it
  * names ringkv's or does not parse (the library says how it is broken), -1
@@ -290,10 +299,17 @@ int cli_check_snapshot_kind(const char *what, const char *path, char *err, size_
         snprintf(err, n, "%s '%s': cannot open: %s", what, path, strerror(errno));
         return -1;
     }
-    unsigned char head[8];
+    unsigned char head[SNAPSHOT_MIN_BYTES];
     char why[256] = "";
     int rc = 0;
-    if (fread(head, 1, 8, f) == 8) {
+    const size_t got = fread(head, 1, sizeof head, f);
+    if (got < sizeof head) { /* no safetensors file is this short */
+        snprintf(why, sizeof why,
+                 "it holds %zu byte%s, too short to be a safetensors file (at least %d bytes: an "
+                 "8-byte header length, then a JSON header, at least '{}')",
+                 got, got == 1 ? "" : "s", SNAPSHOT_MIN_BYTES);
+        rc = -1;
+    } else if (fseek(f, 8, SEEK_SET) == 0) {
         uint64_t len = 0, at = 8; /* the offset of c, counted (ftell is -1 on a device) */
         for (int i = 7; i >= 0; i--) len = len << 8 | head[i];
         int c;

@@ -29,7 +29,8 @@
  * "Not of its kind" is judged on what a file starts with, before any work:
  * a trace whose first record is not a trace record, a manifest that is not
  * a JSON object with "cases", a snapshot that is not a safetensors file of
- * the ringkv format (cli_check_snapshot_kind), an image that does not
+ * the ringkv format, or too short to be a safetensors file at all
+ * (cli_check_snapshot_kind), an image that does not
  * decode. A file of its kind that goes wrong later (a trace cut short, a
  * snapshot with a bad checksum) is a fault the work found: 1 (replay,
  * inspect), or 2 where it is checked before any work (rollout --resume). */
@@ -56,20 +57,37 @@ const char *cli_lib_detail(const char *path);
 int cli_check_input_file(const char *what, const char *path, const char *expected, char *err,
                          size_t n);
 
-/* What a file of st_mode `mode` is, for messages: "a folder", "a named pipe
- * (FIFO)", "a character device", "a block device", "a socket", "a regular
- * file". */
-const char *cli_file_kind(unsigned mode);
-
 /* Whether the readable file at path is a ringkv snapshot at all (the rule
  * above: an input not of its kind is refused, 2): a safetensors file (an
  * 8-byte little-endian header length, then a JSON header that starts with
  * '{'), and, when that header parses, one whose __metadata__.format is
- * "ringkv-snapshot" (docs/snapshot-format.md). A file that ends before
- * byte 8, or whose header is cut or does not parse, passes: it is a
- * snapshot gone wrong, the library's full check says how (exit 1). 0, or -1
- * with "WHAT 'PATH' is not a ringkv snapshot: ..." in err. */
+ * "ringkv-snapshot" (docs/snapshot-format.md). A file shorter than the
+ * shortest safetensors file (10 bytes: the length and "{}") is not one:
+ * nothing in it says it is (a 3-byte text, an empty file). A file whose
+ * header is cut or does not parse passes: it is a snapshot gone wrong, the
+ * library's full check says how (exit 1). 0, or -1 with "WHAT 'PATH' is not
+ * a ringkv snapshot: ..." in err. */
 int cli_check_snapshot_kind(const char *what, const char *path, char *err, size_t n);
+
+/* ---- what the machine gave a command --------------------------------- */
+
+/* The machine's load when a command starts (`rollout` and `bench` print it
+ * beside their wall and CPU time, so that a busy machine can be told from
+ * a slow library): the 1-, 5- and 15-minute load averages (getloadavg:
+ * runnable and waiting threads, averaged) and the CPUs online to compare
+ * them with. */
+typedef struct cli_load {
+    double avg[3]; /* 1, 5, 15 minutes; valid when known                  */
+    int known;     /* getloadavg gave them (0 on a system without them)   */
+    long cpus;     /* CPUs online (sysconf _SC_NPROCESSORS_ONLN); 0 unknown */
+} cli_load;
+
+void cli_load_read(cli_load *l);
+
+/* Seconds of CPU time this process has had so far: user + system, every
+ * thread, from its start (getrusage RUSAGE_SELF). Beside the wall time of
+ * the same span: CPU / wall is how many CPUs it kept busy on average. */
+double cli_cpu_seconds(void);
 
 /* ---- options: one table per command, one parser for all ---------------- */
 

@@ -3,7 +3,8 @@
  * when every file is valid, 1 when one is not (the reason goes to stderr:
  * truncated, corrupted header or data, unsupported version, I/O), 2 for a
  * bad option or a FILE that is missing, cannot be read or is not a snapshot
- * at all (cli_check_snapshot_kind; then no file is inspected). Texts from the file (the writer's version, the
+ * at all, one too short to be a safetensors file included
+ * (cli_check_snapshot_kind; then no file is inspected). Texts from the file (the writer's version, the
  * model's name, the request id: any bytes) are printed escaped, in text and
  * in JSON (tools/escape.h); the library's messages escape file bytes
  * themselves. */
@@ -51,8 +52,9 @@ static void usage(FILE *f) {
             "\n"
             "Exit status: 0 all valid; 1 a snapshot is invalid (the reason on stderr:\n"
             "truncated, corrupted, another version); 2 a bad option or a FILE that is\n"
-            "missing, cannot be read or is not a snapshot at all: not a safetensors file,\n"
-            "or one of another format (nothing is inspected).\n");
+            "missing, cannot be read or is not a snapshot at all: not a safetensors file\n"
+            "(one shorter than 10 bytes cannot be one), or one of another format (nothing\n"
+            "is inspected).\n");
 }
 
 static void print_text(const char *path, const rkv_snapshot_info *in) {

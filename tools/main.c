@@ -1,6 +1,9 @@
 /* The `ringkv` command: dispatches to one subcommand per file. Help and
  * version: `ringkv help [COMMAND]`, `ringkv COMMAND --help`, `ringkv
- * version`, `ringkv --version`. Exit statuses follow one rule (cli.h). */
+ * version`, `ringkv --version`; `--help` of help and version too. Exit
+ * statuses follow one rule (cli.h); a command whose stdout could not be
+ * written exits 1 saying so. */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -55,21 +58,36 @@ static int version(void) {
     return CLI_EXIT_OK;
 }
 
-int main(int argc, char **argv) {
-    if (argc < 2) {
-        usage(stderr);
-        return CLI_EXIT_USAGE;
-    }
+static void version_usage(void) {
+    printf("usage: ringkv version   (or ringkv --version)\n\n"
+           "Prints 'ringkv VERSION', the version of the ringkv library it was built with.\n\n"
+           "Exit status: 0 done; 2 an argument given (it takes none).\n");
+}
+
+static int is_help(const char *a) { return !strcmp(a, "--help") || !strcmp(a, "-h"); }
+
+/* The command's own work; then stdout checked, so that a report that could
+ * not be written (a full disk, a closed pipe) is not a silent success. */
+static int dispatch(int argc, char **argv) {
     const char *a = argv[1];
     if (!strcmp(a, "--version") || !strcmp(a, "version")) {
+        if (argc == 3 && is_help(argv[2])) {
+            version_usage();
+            return CLI_EXIT_OK;
+        }
         if (argc > 2) {
             fprintf(stderr, "ringkv %s: takes no arguments (got '%s')\n", a, argv[2]);
             return CLI_EXIT_USAGE;
         }
         return version();
     }
-    if (!strcmp(a, "--help") || !strcmp(a, "-h") || !strcmp(a, "help")) {
-        if (argc == 2 || !strcmp(argv[2], "help")) {
+    if (is_help(a) || !strcmp(a, "help")) {
+        /* 'ringkv help', 'ringkv help help' and 'ringkv help --help': this text */
+        if (argc == 2 || !strcmp(argv[2], "help") || is_help(argv[2])) {
+            if (argc > 3) {
+                fprintf(stderr, "usage: ringkv help [COMMAND]\n");
+                return CLI_EXIT_USAGE;
+            }
             usage(stdout);
             return CLI_EXIT_OK;
         }
@@ -78,8 +96,7 @@ int main(int argc, char **argv) {
             return CLI_EXIT_USAGE;
         }
         if (!strcmp(argv[2], "version")) {
-            printf("usage: ringkv version   (or ringkv --version)\n\n"
-                   "Prints 'ringkv VERSION', the version of the ringkv library it was built with.\n");
+            version_usage();
             return CLI_EXIT_OK;
         }
         const command *c = find_command(argv[2]);
@@ -91,4 +108,17 @@ int main(int argc, char **argv) {
     const command *c = find_command(a);
     if (!c) return unknown_command(a);
     return c->run(argc - 1, argv + 1);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return CLI_EXIT_USAGE;
+    }
+    const int rc = dispatch(argc, argv);
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "ringkv %s: writing the output failed: %s\n", argv[1], strerror(errno));
+        return CLI_EXIT_FAILURE;
+    }
+    return rc;
 }

@@ -2,7 +2,10 @@
  * the same stem beside them; shared/golden/README.md): loads each case's
  * K/V into a layer through the public API, checks that the bits-and-clock
  * rule shows exactly the case's vis row, and runs attention with the vis
- * row and with the session and clock against out_f64 and out_flex. */
+ * row and with the session and clock against out_f64 and out_flex; each
+ * case twice: in f32 storage, and in bf16 storage (K/V rounded on the way
+ * in, queries f32: the bf16 engines, AVX512-BF16 and AMX pairs where d_head
+ * suits them, against bf16's tolerance). */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
@@ -241,6 +244,7 @@ static int frame_nonzero(const attn_case *c, int64_t base) {
  * at clock f (B = 1, no visibility row). */
 static int upsert_frame(rkv_layer *layer, const attn_case *c, float *frame, int64_t base,
                         int64_t session, int64_t f, int commit, char *msg, size_t size) {
+    const rkv_dtype dt = rkv_layer_geometry(layer)->dtype;
     size_t i = 0;
     for (int cv = 0; cv < 2; cv++) {
         const float *src = cv ? c->v : c->k;
@@ -250,7 +254,19 @@ static int upsert_frame(rkv_layer *layer, const attn_case *c, float *frame, int6
                     frame[i++] = src[((size_t)h * (size_t)c->slots + (size_t)(base + t)) *
                                          (size_t)c->D + (size_t)d];
     }
-    rkv_status st = rkv_layer_upsert(layer, frame, RKV_DTYPE_F32, 1, &f, &session, commit, NULL);
+    /* 16-bit storage: the frame converted in place (element i's 2 bytes
+     * land below element i's 4, already read), as the upsert takes it */
+    const void *kv = frame;
+    if (dt != RKV_DTYPE_F32) {
+        uint16_t *h = (uint16_t *)(void *)frame;
+        for (size_t j = 0; j < i; j++) {
+            float x = frame[j];
+            if (rkv_convert(&x, RKV_DTYPE_F32, &h[j], dt, 1) != RKV_OK)
+                return say(msg, size, "converting the case's K/V: %s", cli_lib_detail(NULL));
+        }
+        kv = h;
+    }
+    rkv_status st = rkv_layer_upsert(layer, kv, dt, 1, &f, &session, commit, NULL);
     if (st != RKV_OK)
         return say(msg, size,
                    "loading session %lld slots %lld.. at clock %lld: upsert failed: %s",
@@ -287,20 +303,33 @@ static int load_case(rkv_layer *layer, const attn_case *c, char *msg, size_t siz
 /* Checks that every slot the vis row shows holds the case's K and V in the
  * layer (so attention with that row reads the case's data). */
 static int check_loaded(const rkv_layer *layer, const attn_case *c, char *msg, size_t size) {
-    const float *kv = rkv_layer_kv(layer);
+    const rkv_dtype dt = rkv_layer_geometry(layer)->dtype;
+    const size_t es = rkv_dtype_size(dt);
+    const unsigned char *kv = rkv_layer_kv(layer);
     size_t half = (size_t)c->Hkv * (size_t)c->slots * (size_t)c->D;
     for (int64_t j = 0; j < c->slots; j++) {
         if (!c->vis[j]) continue;
         for (int64_t h = 0; h < c->Hkv; h++)
             for (int64_t d = 0; d < c->D; d++) {
                 size_t i = ((size_t)h * (size_t)c->slots + (size_t)j) * (size_t)c->D + (size_t)d;
-                if (memcmp(&kv[i], &c->k[i], sizeof(float)) ||
-                    memcmp(&kv[half + i], &c->v[i], sizeof(float)))
+                /* the layer's element widened, against the case's rounded
+                 * to the storage dtype and widened back */
+                float got[2], want[2];
+                unsigned char tmp[8];
+                for (int cv = 0; cv < 2; cv++) {
+                    const float src = cv ? c->v[i] : c->k[i];
+                    if (rkv_convert(kv + ((size_t)cv * half + i) * es, dt, &got[cv], RKV_DTYPE_F32,
+                                    1) != RKV_OK ||
+                        rkv_convert(&src, RKV_DTYPE_F32, tmp, dt, 1) != RKV_OK ||
+                        rkv_convert(tmp, dt, &want[cv], RKV_DTYPE_F32, 1) != RKV_OK)
+                        return say(msg, size, "converting K/V: %s", cli_lib_detail(NULL));
+                }
+                if (memcmp(&got[0], &want[0], sizeof(float)) || memcmp(&got[1], &want[1], sizeof(float)))
                     return say(msg, size, "slot %lld is visible in vis but the layer does not hold "
                                "the case's K/V there after loading (head %lld dim %lld: K %.9g "
                                "vs %.9g, V %.9g vs %.9g)", (long long)j, (long long)h,
-                               (long long)d, (double)kv[i], (double)c->k[i],
-                               (double)kv[half + i], (double)c->v[i]);
+                               (long long)d, (double)got[0], (double)want[0],
+                               (double)got[1], (double)want[1]);
             }
     }
     return 0;
@@ -333,6 +362,9 @@ static double rel_err(const float *out, const float *ref, size_t n, size_t *wors
 static int attend_and_compare(const rkv_layer *layer, const attn_case *c, const char *way,
                               const uint8_t *vis, float *out, double *e64, double *eflex,
                               char *msg, size_t size) {
+    const double tol = rkv_layer_geometry(layer)->dtype == RKV_DTYPE_F32
+                           ? REPLAY_ATTN_TOLERANCE
+                           : REPLAY_ATTN_TOLERANCE_BF16;
     size_t n = (size_t)c->Hq * (size_t)c->T * (size_t)c->D;
     for (size_t i = 0; i < n; i++) out[i] = NAN; /* catch outputs never written */
     rkv_attention_args a = RKV_ATTENTION_ARGS_INIT;
@@ -353,19 +385,21 @@ static int attend_and_compare(const rkv_layer *layer, const attn_case *c, const 
     size_t w64, wflex;
     *e64 = rel_err(out, c->out_f64, n, &w64);
     *eflex = rel_err(out, c->out_flex, n, &wflex);
-    if (!(*e64 <= REPLAY_ATTN_TOLERANCE) || !(*eflex <= REPLAY_ATTN_TOLERANCE)) {
+    if (!(*e64 <= tol) || !(*eflex <= tol)) {
         size_t w = w64, TD = (size_t)c->T * (size_t)c->D;
         return say(msg, size, "%s: relative error %.3g vs out_f64, %.3g vs out_flex (max %g); "
                    "largest difference at head %zu query %zu dim %zu: got %.9g, out_f64 %.9g",
-                   way, *e64, *eflex, REPLAY_ATTN_TOLERANCE, w / TD, (w % TD) / (size_t)c->D,
+                   way, *e64, *eflex, tol, w / TD, (w % TD) / (size_t)c->D,
                    w % (size_t)c->D, (double)out[w], (double)c->out_f64[w]);
     }
     return 0;
 }
 
-/* Runs one parsed case both ways; 0 = pass, detail gets the errors. */
-static int run_case(const attn_case *c, char *msg, size_t size, char *detail, size_t dsize) {
-    rkv_geometry g = {c->S, c->Hkv, c->RF, c->RB, c->D, c->T, c->PD, RKV_DTYPE_F32};
+/* Runs one parsed case both ways in storage dtype dt; 0 = pass, detail
+ * gets the errors (and the attention kernel that ran). */
+static int run_case(const attn_case *c, rkv_dtype dt, char *msg, size_t size, char *detail,
+                    size_t dsize) {
+    rkv_geometry g = {c->S, c->Hkv, c->RF, c->RB, c->D, c->T, c->PD, dt};
     rkv_layer *layer = NULL;
     float *out = NULL;
     int64_t *frames = NULL;
@@ -414,7 +448,7 @@ static int run_case(const attn_case *c, char *msg, size_t size, char *detail, si
                            size))
         goto done;
     snprintf(detail, dsize, "vis row: %.2g vs f64, %.2g vs flex; session+clock: %.2g vs f64, "
-             "%.2g vs flex", a64, aflex, b64, bflex);
+             "%.2g vs flex; kernel %s", a64, aflex, b64, bflex, rkv_layer_attention_isa(layer));
     rc = 0;
 done:
     free(out);
@@ -513,8 +547,16 @@ void replay_manifest_file(const char *path, replay_tally *tl) {
             replay_fail(tl, name, msg);
             continue;
         }
-        if (run_case(&c, msg, sizeof msg, detail, sizeof detail)) replay_fail(tl, name, msg);
-        else replay_pass(tl, name, detail);
+        if (run_case(&c, RKV_DTYPE_F32, msg, sizeof msg, detail, sizeof detail))
+            replay_fail(tl, name, msg);
+        else
+            replay_pass(tl, name, detail);
+        const size_t at = strlen(name);
+        snprintf(name + at, sizeof name - at, " (bf16 storage)");
+        if (run_case(&c, RKV_DTYPE_BF16, msg, sizeof msg, detail, sizeof detail))
+            replay_fail(tl, name, msg);
+        else
+            replay_pass(tl, name, detail);
         free_case(&c);
     }
 done:

@@ -173,6 +173,11 @@ typedef struct run {
     double t_start, loop_start, last_progress, last_note, first_done;
     double pass_total_s;        /* in upserts and attention          */
     int estimated, long_run;    /* the run-time estimate: made; over LONG_RUN_S */
+    cli_load load;              /* the machine's load when the command started */
+    double cpu_start;           /* cli_cpu_seconds at t_start              */
+    int64_t out_made;           /* --out: length of the path's prefix naming the
+                                   first folder this run created; -1 none */
+    int pictured;               /* the picture and legend are written */
     char err[PATH_MAX_LEN + 512], image_buf[PATH_MAX_LEN + 200], exe[PATH_MAX_LEN + 100];
 } run;
 
@@ -556,8 +561,10 @@ static int check_run(run *r) {
     const tool_memory tool_mem = rollout_tool_memory(&r->cfg, r->B, r->F, r->end, &r->world);
     if ((rc = rollout_check_memory(&r->o, r->mem_session, &tool_mem, r->end))) return rc;
 
-    /* ---- the output folder (created now), the snapshot's folder ---- */
-    if (rollout_make_dirs(r->o.out, r->err, sizeof r->err) ||
+    /* ---- the output folder (created now: --snapshot-out may name a file
+     * in it), the snapshot's folder; a refusal removes the folders created
+     * (rkv_cmd_rollout) ---- */
+    if (rollout_make_dirs(r->o.out, &r->out_made, r->err, sizeof r->err) ||
         (r->o.snapshot_out &&
          rollout_check_snapshot_out(r->o.snapshot_out, r->err, sizeof r->err))) {
         fprintf(stderr, "ringkv rollout: %s\n", r->err);
@@ -1046,16 +1053,20 @@ static void legend_about(const run *r, char *about, size_t n_about) {
 }
 
 /* After the last frame: the snapshot, the picture and its legend, the
- * report. 0, or 1 with a message. */
+ * report. The report is printed whatever the snapshot and the picture
+ * gave (the frames' figures are not lost to a full disk); then what
+ * failed, on stderr, and 1. 0, or 1 with a message. */
 static int finish_run(run *r, double loop_s) {
     rkv_status st;
     char digest_hex[17];
     snprintf(digest_hex, sizeof digest_hex, "%016" PRIx64, (uint64_t)XXH3_64bits_digest(r->digest));
 
     /* ---- the snapshot: session 0, between frames ---- */
+    char snap_err[sizeof r->err] = "";
     if (r->o.snapshot_out &&
         (st = rkv_model_save_session(r->model, r->sessions[0], r->o.snapshot_out)) != RKV_OK)
-        return lib_fail("saving session 0 to --snapshot-out", st);
+        snprintf(snap_err, sizeof snap_err, "saving session 0 to --snapshot-out failed: %s",
+                 cli_lib_detail(NULL));
 
     /* ---- the GPU's attention plans of the recall layers ---- */
     for (int c = 0; c < RECALL_CLASSES && device_kind_of(r->dev) == DEVICE_CUDA; c++)
@@ -1063,17 +1074,14 @@ static int finish_run(run *r, double loop_s) {
             (void)device_attention_plan(r->dev, r->model, r->layer_of[c], r->B, &r->args,
                                         r->plan[c], sizeof r->plan[c]);
 
-    /* ---- the picture ---- */
+    /* ---- the picture and its legend: both or neither ---- */
     char picture[PATH_MAX_LEN + 64], legend[PATH_MAX_LEN + 64], about[1024];
     snprintf(picture, sizeof picture, "%s/%s", r->o.out, PICTURE_NAME);
     snprintf(legend, sizeof legend, "%s/%s", r->o.out, LEGEND_NAME);
     legend_about(r, about, sizeof about);
-    if (rollout_make_dirs(r->o.out, r->err, sizeof r->err) ||
-        sheet_write_png(&r->pic, picture, r->err, sizeof r->err) ||
-        sheet_write_legend(&r->pic, legend, PICTURE_NAME, about, r->err, sizeof r->err)) {
-        fprintf(stderr, "ringkv rollout: %s\n", r->err);
-        return 1;
-    }
+    r->pictured = !rollout_make_dirs(r->o.out, &r->out_made, r->err, sizeof r->err) &&
+                  !sheet_write_files(&r->pic, picture, legend, PICTURE_NAME, about, r->err,
+                                     sizeof r->err);
 
     /* ---- the report ---- */
     const rollout_result result = {
@@ -1090,10 +1098,13 @@ static int finish_run(run *r, double loop_s) {
         .first = r->first,
         .end = r->end,
         .snap_info = &r->snap_info,
+        .saved = r->o.snapshot_out && !snap_err[0],
         .pass_us = r->pass_us,
         .pass_total_s = r->pass_total_s,
         .loop_s = loop_s,
         .total_s = now_s() - r->t_start,
+        .cpu_s = cli_cpu_seconds() - r->cpu_start,
+        .load = &r->load,
         .mem_session = r->mem_session,
         .mem_total = r->mem_total,
         .model_bytes = rkv_model_memory_bytes(r->model),
@@ -1105,20 +1116,27 @@ static int finish_run(run *r, double loop_s) {
         .plan = {r->plan[0], r->plan[1]},
         .card = device_card(r->dev),
         .digest_hex = digest_hex,
-        .picture = picture,
-        .legend = legend,
+        .picture = r->pictured ? picture : NULL,
+        .legend = r->pictured ? legend : NULL,
         .pic = &r->pic,
     };
-    return rollout_report(&result);
+    int rc = rollout_report(&result);
+    fflush(stdout); /* the report, then what failed */
+    if (snap_err[0]) fprintf(stderr, "ringkv rollout: %s\n", snap_err);
+    if (!r->pictured) fprintf(stderr, "ringkv rollout: %s\n", r->err);
+    return snap_err[0] || !r->pictured ? CLI_EXIT_FAILURE : rc;
 }
 
 int rkv_cmd_rollout(int argc, char **argv) {
     run R;
     memset(&R, 0, sizeof R);
+    R.out_made = -1;
     int rc = rollout_parse_args(argc, argv, &R.o);
     if (rc >= 0) return rc;
     R.progress = isatty(STDERR_FILENO);
     R.t_start = now_s();
+    R.cpu_start = cli_cpu_seconds();
+    cli_load_read(&R.load); /* before this run adds to it */
 
     if ((rc = check_run(&R)) != 0 || (rc = setup_run(&R)) != 0) goto done;
 
@@ -1155,6 +1173,9 @@ int rkv_cmd_rollout(int argc, char **argv) {
     if (R.progress) fprintf(stderr, "\r%*s\r", 79, "");
     rc = finish_run(&R, now_s() - R.loop_start);
 done:
+    /* a refusal or a failure before the picture leaves no empty folder of
+     * its own making behind (only empty folders are removed) */
+    if (!R.pictured && R.out_made >= 0) rollout_remove_made_dirs(R.o.out, R.out_made);
     run_free(&R);
     return rc;
 }

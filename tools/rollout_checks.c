@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../src/atomic_file.h" /* rkv__file_kind */
 #include "camera.h"
 #include "cli.h"
 #include "sheet.h"
@@ -138,7 +139,7 @@ int rollout_check_output_file(const char *what, const char *path, char *err, siz
             char via[PATH_MAX_LEN + 32];
             via_link(path, via, sizeof via);
             snprintf(err, n, "%s: '%s'%s is %s, not a regular file; a file is written there",
-                     what, path, via, cli_file_kind(st.st_mode));
+                     what, path, via, rkv__file_kind(st.st_mode));
             return -1;
         }
         if (access(path, W_OK) != 0) {
@@ -166,7 +167,7 @@ int rollout_check_out_folder(const char *path, char *err, size_t n) {
             snprintf(err, n,
                      "--out '%s' is %s, not a folder (the picture %s and its legend %s "
                      "go into the folder --out DIR)",
-                     path, cli_file_kind(st.st_mode), PICTURE_NAME, LEGEND_NAME);
+                     path, rkv__file_kind(st.st_mode), PICTURE_NAME, LEGEND_NAME);
             return -1;
         }
         if (access(path, W_OK | X_OK) != 0) {
@@ -208,7 +209,7 @@ int rollout_check_out_folder(const char *path, char *err, size_t n) {
     }
     if (!S_ISDIR(st.st_mode)) {
         snprintf(err, n, "--out '%s': cannot create it: '%s' is %s, not a folder", path, up,
-                 cli_file_kind(st.st_mode));
+                 rkv__file_kind(st.st_mode));
         return -1;
     }
     if (access(up, W_OK | X_OK) != 0) {
@@ -218,18 +219,21 @@ int rollout_check_out_folder(const char *path, char *err, size_t n) {
     return 0;
 }
 
-/* mkdir -p */
-int rollout_make_dirs(const char *path, char *err, size_t err_len) {
+int rollout_make_dirs(const char *path, int64_t *made, char *err, size_t err_len) {
     char buf[PATH_MAX_LEN + 1];
     if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) {
         snprintf(err, err_len, "--out path too long");
         return -1;
     }
+    int created = 0;
     for (char *p = buf + 1;; p++) {
         if (*p == '/' || *p == '\0') {
             char c = *p;
             *p = '\0';
-            if (mkdir(buf, 0777) != 0 && errno != EEXIST) {
+            if (mkdir(buf, 0777) == 0) {
+                if (!created) *made = (int64_t)(p - buf);
+                created = 1;
+            } else if (errno != EEXIST) {
                 snprintf(err, err_len, "cannot create folder '%.300s': %s", buf, strerror(errno));
                 return -1;
             }
@@ -243,6 +247,20 @@ int rollout_make_dirs(const char *path, char *err, size_t err_len) {
         return -1;
     }
     return 0;
+}
+
+void rollout_remove_made_dirs(const char *path, int64_t made) {
+    char buf[PATH_MAX_LEN + 1];
+    const size_t n = strlen(path);
+    if (made < 1 || (size_t)made > n || n >= sizeof buf) return;
+    memcpy(buf, path, n + 1);
+    /* the prefixes rollout_make_dirs made, longest first: at each '/' and
+     * the end, from the end down to length made */
+    for (size_t end = n; end >= (size_t)made; end--) {
+        if (end < n && buf[end] != '/') continue;
+        buf[end] = '\0';
+        if (rmdir(buf) != 0 && errno != ENOENT) return; /* not empty: kept, and those above */
+    }
 }
 
 /* --snapshot-out FILE before the run: not a folder nor any other file that is

@@ -34,8 +34,15 @@ int rollout_check_output_file(const char *what, const char *path, char *err, siz
  * a message. */
 int rollout_check_out_folder(const char *path, char *err, size_t n);
 
-/* mkdir -p */
-int rollout_make_dirs(const char *path, char *err, size_t err_len);
+/* mkdir -p of path. *made: set to the length of path's prefix that names
+ * the first (topmost) folder created, when one is; left as it is when
+ * every folder was there. 0, or -1 with a message. */
+int rollout_make_dirs(const char *path, int64_t *made, char *err, size_t err_len);
+
+/* Undoes rollout_make_dirs: removes the folders of path from the deepest up
+ * to the prefix of length made, each only when it is empty (rmdir); stops
+ * at the first that stays. */
+void rollout_remove_made_dirs(const char *path, int64_t made);
 
 /* --snapshot-out FILE before the run: not a folder nor any other file that is
  * not a regular one, in a folder we can write in (the library writes

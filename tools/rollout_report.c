@@ -151,11 +151,25 @@ static void json_speed(cJSON *j, const rollout_result *res, const figures *fig) 
     cJSON_AddNumberToObject(secs, "passes", res->pass_total_s);
     cJSON_AddNumberToObject(secs, "frame_loop", res->loop_s);
     cJSON_AddNumberToObject(secs, "total", res->total_s);
+    cJSON_AddNumberToObject(secs, "cpu", res->cpu_s);
     const int migrating = res->opts->migrate_every > 0;
     if (migrating)
         cJSON_AddNumberToObject(secs, "migrating", res->migrate_s);
     else
         cJSON_AddNullToObject(secs, "migrating");
+    const cli_load *ld = res->load;
+    if (ld->known) {
+        cJSON *la = cJSON_AddObjectToObject(j, "load_average");
+        cJSON_AddNumberToObject(la, "one_minute", ld->avg[0]);
+        cJSON_AddNumberToObject(la, "five_minutes", ld->avg[1]);
+        cJSON_AddNumberToObject(la, "fifteen_minutes", ld->avg[2]);
+    } else {
+        cJSON_AddNullToObject(j, "load_average");
+    }
+    if (ld->cpus > 0)
+        cJSON_AddNumberToObject(j, "cpus_online", (double)ld->cpus);
+    else
+        cJSON_AddNullToObject(j, "cpus_online");
     cJSON *mem = cJSON_AddObjectToObject(j, "memory_bytes");
     cJSON_AddNumberToObject(mem, "per_session", (double)res->mem_session);
     cJSON_AddNumberToObject(mem, "total", (double)res->mem_total);
@@ -200,7 +214,7 @@ static void json_clocks(cJSON *j, const rollout_result *res) {
     } else {
         cJSON_AddNullToObject(j, "resumed");
     }
-    if (o->snapshot_out) {
+    if (res->saved) {
         cJSON *sv = cJSON_AddObjectToObject(j, "saved");
         cJSON_AddStringToObject(sv, "file", o->snapshot_out);
         cJSON_AddNumberToObject(sv, "last_committed", (double)(res->end - 1));
@@ -231,8 +245,13 @@ static void json_outputs(cJSON *j, const rollout_result *res) {
             if (res->have[c])
                 cJSON_AddStringToObject(plans, recall_class_name((recall_class)c), res->plan[c]);
     }
-    cJSON_AddStringToObject(j, "picture", res->picture);
-    cJSON_AddStringToObject(j, "legend", res->legend);
+    if (res->picture) {
+        cJSON_AddStringToObject(j, "picture", res->picture);
+        cJSON_AddStringToObject(j, "legend", res->legend);
+    } else {
+        cJSON_AddNullToObject(j, "picture");
+        cJSON_AddNullToObject(j, "legend");
+    }
     cJSON *pf = cJSON_AddArrayToObject(j, "picture_frames");
     for (int i = 0; i < res->pic->n_rows; i++) {
         cJSON *x = cJSON_CreateObject();
@@ -261,6 +280,26 @@ no_memory:
     cJSON_Delete(j);
     fprintf(stderr, "ringkv rollout: out of memory for the JSON report\n");
     return 1;
+}
+
+/* "time:" the wall and CPU time the run had, and the machine's load when it
+ * started: CPU well under wall x threads, or a load average near the CPUs
+ * before the run, says that other work shared the machine (the speed
+ * figures are then the machine's state as much as the library's). */
+static void print_time(const rollout_result *res, const figures *fig) {
+    const cli_load *ld = res->load;
+    printf("time:    %.1f s wall, %.1f s CPU (user + system, every thread: %.2f CPUs busy on "
+           "average",
+           res->total_s, res->cpu_s, res->total_s > 0 ? res->cpu_s / res->total_s : 0.0);
+    if (res->pool) printf(", %d attention thread(s)", fig->threads);
+    printf(")\n");
+    if (ld->known)
+        printf("         load average before the run %.2f, %.2f, %.2f (1, 5, 15 min)", ld->avg[0],
+               ld->avg[1], ld->avg[2]);
+    else
+        printf("         load average unknown");
+    if (ld->cpus > 0) printf(" on %ld CPUs online", ld->cpus);
+    printf("\n");
 }
 
 static void report_text(const rollout_result *res, const figures *fig) {
@@ -300,6 +339,7 @@ static void report_text(const rollout_result *res, const figures *fig) {
     printf("speed:   %.2f frames/s all sessions, %.2f per session (%.1f s in passes, "
            "%.1f s frame loop)\n",
            fps_all, fps_session, res->pass_total_s, res->loop_s);
+    print_time(res, fig);
     printf("latency: pass (upsert + attention, every layer, every session) p50 %.0f us, "
            "p99 %.0f us\n",
            p50, p99);
@@ -321,9 +361,15 @@ static void report_text(const rollout_result *res, const figures *fig) {
     printf("digest:  %s (xxh3_64 of frame %lld's attention outputs, f32 LE, by pass, layer, "
            "session)\n",
            res->digest_hex, (long long)(res->end - 1));
-    if (o->snapshot_out)
+    if (o->snapshot_out && res->saved)
         printf("snapshot: session 0 saved to %s (last committed frame %lld)\n", o->snapshot_out,
                (long long)(res->end - 1));
+    else if (o->snapshot_out)
+        printf("snapshot: NOT saved to %s (why: on stderr)\n", o->snapshot_out);
+    if (!res->picture) {
+        printf("picture: NOT written, nor its legend (why: on stderr)\n");
+        return;
+    }
     printf("picture: %s (rows: frames", res->picture);
     for (int i = 0; i < res->pic->n_rows; i++)
         printf(" %lld %s", (long long)res->pic->rows[i].frame, res->pic->rows[i].label);

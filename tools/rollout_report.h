@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "camera.h"
+#include "cli.h"
 #include "recall.h"
 #include "ringkv.h"
 #include "rollout_options.h"
@@ -29,8 +30,11 @@ typedef struct rollout_result {
     const int64_t *move_frames;    /* [CAMERA_MOVE_COUNT] frames by move      */
     int64_t first, end;            /* the run's frame clocks [first, end)     */
     const rkv_snapshot_info *snap_info; /* --resume: the snapshot inspected  */
+    int saved;                     /* --snapshot-out: session 0 was saved     */
     double *pass_us;               /* [frames * TOKENS_PASSES]: sorted here   */
-    double pass_total_s, loop_s, total_s;
+    double pass_total_s, loop_s, total_s; /* wall time                      */
+    double cpu_s;                  /* CPU time of the process over total_s    */
+    const cli_load *load;          /* the machine's load at the start         */
     size_t mem_session, mem_total; /* rkv_model_config_memory                 */
     size_t model_bytes;            /* the model's memory (host or GPU)        */
     int64_t migrations;            /* --migrate-every: rounds, each moving every
@@ -43,7 +47,7 @@ typedef struct rollout_result {
                                       recall layer (or ""), else unused        */
     const char *card;              /* the GPU's name, "cpu" on the CPU         */
     const char *digest_hex;        /* XXH3-64 of the last frame's outputs     */
-    const char *picture, *legend;  /* the files written                       */
+    const char *picture, *legend;  /* the files written; NULL when not (both)  */
     const sheet *pic;              /* the picture's rows                      */
 } rollout_result;
 

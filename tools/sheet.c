@@ -1,7 +1,7 @@
 /* The contact sheet of `ringkv rollout` (see sheet.h). */
+#define _POSIX_C_SOURCE 200809L /* open_memstream */
 #include "sheet.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +9,8 @@
 #include <stb/stb_easy_font.h>
 #include <stb/stb_image_write.h>
 
+#include "../src/atomic_file.h" /* the snapshots' atomic save */
+#include "ringkv.h"
 #include "world.h"
 
 #define GAP_PX 6
@@ -110,10 +112,12 @@ static int64_t draw_text(unsigned char *img, int64_t W, int64_t H, int64_t x, in
     return x + stb_easy_font_width(buf);
 }
 
-int sheet_write_png(const sheet *s, const char *path, char *err, size_t err_len) {
+/* The picture's pixels (RGB, W x H, malloc'ed), or NULL with a message. */
+static unsigned char *render(const sheet *s, int64_t *width, int64_t *height, char *err,
+                             size_t err_len) {
     if (s->n_rows == 0) {
         snprintf(err, err_len, "no frame captured for the picture");
-        return -1;
+        return NULL;
     }
     const int64_t vw = s->view.cols * WORLD_PATCH, vh = s->view.rows * WORLD_PATCH;
     const int64_t scale = vw < 200 ? 2 : 1;
@@ -123,7 +127,7 @@ int sheet_write_png(const sheet *s, const char *path, char *err, size_t err_len)
     if (!img) {
         snprintf(err, err_len, "out of memory for a %lld x %lld-pixel picture (width x height)",
                  (long long)W, (long long)H);
-        return -1;
+        return NULL;
     }
     memset(img, BACKGROUND, (size_t)(W * H * 3));
     /* titles: what each panel shows */
@@ -167,22 +171,13 @@ int sheet_write_png(const sheet *s, const char *path, char *err, size_t err_len)
                 }
         }
     }
-    int ok = stbi_write_png(path, (int)W, (int)H, 3, img, (int)(W * 3));
-    free(img);
-    if (!ok) {
-        snprintf(err, err_len, "cannot write PNG '%s'", path);
-        return -1;
-    }
-    return 0;
+    *width = W;
+    *height = H;
+    return img;
 }
 
-int sheet_write_legend(const sheet *s, const char *path, const char *picture, const char *about,
-                       char *err, size_t err_len) {
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        snprintf(err, err_len, "cannot write the legend '%s': %s", path, strerror(errno));
-        return -1;
-    }
+/* The legend's text into f (a memory stream). */
+static void print_legend(const sheet *s, FILE *f, const char *picture, const char *about) {
     fprintf(f, "%s: the picture of a ringkv rollout (docs/rollout.md)\n%s\n", picture, about);
     fprintf(f,
             "Panels, left to right (each view %lld cols x %lld rows of 8 x 8-pixel cells):\n"
@@ -218,9 +213,68 @@ int sheet_write_legend(const sheet *s, const char *path, const char *picture, co
     fprintf(f,
             "Moves: pan (on at the same velocity), jump (to new ground), revisit near / mid /\n"
             "far (the path replays what it showed 8, 32-96 or 144 frames earlier).\n");
-    if (fclose(f) != 0) {
-        snprintf(err, err_len, "cannot write the legend '%s': %s", path, strerror(errno));
+}
+
+/* stbi_write_png_to_func's callback: the PNG's bytes (all of them, in one
+ * call) into the picture's temporary file, the status kept. */
+typedef struct png_out {
+    rkv__atomic_file *file;
+    rkv_status st;
+} png_out;
+
+static void png_put(void *ctx, void *data, int size) {
+    png_out *o = ctx;
+    if (o->st == RKV_OK && size > 0) o->st = rkv__atomic_write(o->file, data, (size_t)size);
+}
+
+int sheet_write_files(const sheet *s, const char *png_path, const char *legend_path,
+                      const char *picture, const char *about, char *err, size_t err_len) {
+    int64_t W = 0, H = 0;
+    unsigned char *img = render(s, &W, &H, err, err_len);
+    if (!img) return -1;
+    char *text = NULL;
+    size_t text_len = 0;
+    FILE *mem = open_memstream(&text, &text_len);
+    if (mem) print_legend(s, mem, picture, about);
+    if (!mem || ferror(mem) | fclose(mem)) {
+        free(img);
+        free(text);
+        snprintf(err, err_len, "out of memory for the legend");
         return -1;
     }
-    return 0;
+    /* the legend's temporary file, then the picture's; both finished (on
+     * the disk) before either is renamed: both or neither. `at` is the file
+     * of the step under way, named in front of the library's words (which
+     * start with its `what`) when the step fails */
+    static const char LEGEND[] = "the legend", PICTURE[] = "the picture";
+    rkv__atomic_file legend = {.fd = -1}, pic = {.fd = -1}, *at = &legend;
+    png_out out = {&pic, RKV_OK};
+    rkv_status st = rkv__atomic_begin(&legend, LEGEND, legend_path);
+    if (st == RKV_OK) st = rkv__atomic_write(&legend, text, text_len);
+    if (st == RKV_OK) st = rkv__atomic_begin(at = &pic, PICTURE, png_path);
+    int encoded = 1;
+    if (st == RKV_OK) {
+        encoded = stbi_write_png_to_func(png_put, &out, (int)W, (int)H, 3, img, (int)(W * 3));
+        st = out.st;
+    }
+    rkv__atomic_file *const last[4] = {&legend, &pic, &pic, &legend}; /* finish, commit */
+    for (int k = 0; k < 4 && st == RKV_OK && encoded; k++)
+        st = k < 2 ? rkv__atomic_finish(at = last[k]) : rkv__atomic_commit(at = last[k]);
+    const char *failed = at == &legend ? LEGEND : PICTURE;
+    const char *failed_path = at == &legend ? legend_path : png_path;
+    if (!encoded && st == RKV_OK)
+        snprintf(err, err_len, "cannot write the picture '%s': out of memory for the PNG encoder",
+                 png_path);
+    else if (st != RKV_OK) {
+        const char *why = rkv_last_error();
+        const size_t n = strlen(failed);
+        if (!strncmp(why, failed, n) && why[n] == ':' && why[n + 1] == ' ')
+            why += n + 2; /* after "WHAT: " */
+        snprintf(err, err_len, "cannot write %s '%s': %s", failed, failed_path, why);
+    }
+    rkv__atomic_abort(&legend);
+    rkv__atomic_abort(&pic);
+    free(img);
+    free(text);
+    return st == RKV_OK && encoded ? 0 : -1;
 }

@@ -10,7 +10,7 @@
  * Panels are 8 pixels per cell (doubled when the view is under 200 pixels
  * wide), on a dark background, under a strip of panel titles; each row has
  * its frame clock and move written above it (stb_easy_font). A text legend
- * (sheet_write_legend) says the same at more length. */
+ * (sheet_write_files) says the same at more length. */
 #ifndef RKV_TOOLS_SHEET_H
 #define RKV_TOOLS_SHEET_H
 
@@ -44,12 +44,16 @@ void sheet_free(sheet *s);
  * out of memory. */
 int sheet_add(sheet *s, int64_t frame, const char *label, const float *truth,
               const float *local, const float *global, const int8_t *band);
-/* Writes the sheet; 0, or -1 with a message. */
-int sheet_write_png(const sheet *s, const char *path, char *err, size_t err_len);
-/* Writes the text legend of the picture `picture` to path: `about` (lines
- * about the run), the panels, the band colours and the rows. 0, or -1 with
- * a message. */
-int sheet_write_legend(const sheet *s, const char *path, const char *picture, const char *about,
-                       char *err, size_t err_len);
+/* Writes the picture, a PNG, to png_path and its text legend to legend_path:
+ * `about` (lines about the run), the panels, the band colours and the rows
+ * (`picture` names the picture in the legend). Both or neither: each goes
+ * into a temporary file beside it, every write checked, and both are on
+ * the disk (fsync) before either is renamed over its path
+ * (src/atomic_file.h, as the snapshot files); so a full disk or a file-size
+ * limit leaves no partial file and the files there before as they were.
+ * 0, or -1 with "cannot write the picture 'PATH': WHY" (or "the legend")
+ * in err. */
+int sheet_write_files(const sheet *s, const char *png_path, const char *legend_path,
+                      const char *picture, const char *about, char *err, size_t err_len);
 
 #endif

@@ -20,7 +20,8 @@ Contents:
   ``visible_frames``, ``visible_row``, ``block_mask`` and ``check``; on the
   CPU (NumPy arrays, torch CPU tensors) or, with ``device="cuda"``, on a GPU
   through the CUDA backend (torch CUDA tensors; ``libringkv_cuda.so``,
-  loaded on first use: :func:`cuda_device_count`).
+  loaded on first use: :func:`cuda_device_count`). The CUDA backend has not
+  yet run on a GPU (no GPU run is recorded).
 - :class:`Model`, :class:`ModelConfig`, :func:`preset`, :func:`preset_names`
   (:mod:`ringkv.model`): a whole model's rings, sessions, clocks, in-memory
   snapshots, forks, batched steps; snapshot files (:func:`inspect_snapshot`).

@@ -9,11 +9,18 @@ Integers and flags do not stand in for each other: a count, index or clock
 refuses ``True``/``False`` (Python's bool is an int subclass, so
 ``LayerRingCache(True, ...)`` would silently mean 1 session), and a flag
 (``commit``, ``build_visibility``...) takes a bool only, not any object
-with a truth value (``commit="no"`` would commit)."""
+with a truth value (``commit="no"`` would commit).
+
+Inside a region ``torch.compile`` traces, an int or bool argument of the
+compiled function that Dynamo makes dynamic (``layer`` on the second layer's
+call, ``p == 4`` of a pass counter) arrives as ``torch.SymInt`` /
+``torch.SymBool``: they are taken wherever an int / bool is (a SymInt as it
+is, int64 by construction; a SymBool as the bool it guards on)."""
 from __future__ import annotations
 
 import operator
 import os
+import sys
 from typing import Any
 
 import numpy as np
@@ -26,11 +33,22 @@ __all__ = ["as_int", "as_session", "as_flag", "as_text", "as_request_id", "as_pa
 _INT64_MIN, _INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 
 
+def _symbolic(value: Any, kind: str) -> bool:
+    """Whether ``value`` is a ``torch.SymInt`` / ``torch.SymBool`` (``kind``)
+    of a traced region; never imports torch."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, getattr(torch, kind))
+
+
 def is_bool(value: Any) -> bool:
-    """Whether ``value`` is a boolean scalar: ``bool``, ``numpy.bool_``, or
-    a 0-d bool array or tensor (whose ``__index__`` torch would answer)."""
-    if isinstance(value, (bool, np.bool_)):
+    """Whether ``value`` is a boolean scalar: ``bool``, ``numpy.bool_``,
+    ``torch.SymBool``, or a 0-d bool array or tensor (whose ``__index__``
+    torch would answer). A ``torch.SymInt`` is not (and has no dtype)."""
+    if isinstance(value, (bool, np.bool_)) or _symbolic(value, "SymBool"):
         return True
+    # an int (a SymInt while Dynamo traces: an int there), a SymInt elsewhere
+    if isinstance(value, int) or _symbolic(value, "SymInt") or _symbolic(value, "SymFloat"):
+        return False
     dtype = getattr(value, "dtype", None)
     return dtype is not None and getattr(value, "ndim", None) == 0 and \
         str(dtype) in ("bool", "torch.bool")
@@ -39,6 +57,10 @@ def is_bool(value: Any) -> bool:
 def _integer(value: Any, name: str) -> int:
     if is_bool(value):
         raise RingKVTypeError(f"{name} must be an int, not a bool; got {value!r}")
+    # an int as it is: also a dynamic int while Dynamo traces (an int there;
+    # operator.index would specialize the graph on its value), and a SymInt
+    if isinstance(value, int) or _symbolic(value, "SymInt"):
+        return value
     try:
         return operator.index(value)
     except TypeError:
@@ -47,30 +69,33 @@ def _integer(value: Any, name: str) -> int:
 
 def as_int(value: Any, name: str) -> int:
     """``value`` as an int64 (anything with ``__index__``: int, NumPy
-    integers, 0-d integer tensors). RingKVTypeError for a non-integer
-    (float, str, None...) and for a bool; RingKVValueError outside int64."""
+    integers, 0-d integer tensors; a ``torch.SymInt`` as it is).
+    RingKVTypeError for a non-integer (float, str, None...) and for a bool;
+    RingKVValueError outside int64."""
     v = _integer(value, name)
-    if not _INT64_MIN <= v <= _INT64_MAX:
+    if isinstance(v, int) and not _INT64_MIN <= v <= _INT64_MAX:
         raise RingKVValueError(f"{name} = {v} does not fit int64")
     return v
 
 
 def as_session(value: Any, name: str = "session_idx") -> int:
-    """A session index: RingKVTypeError for a non-integer or a bool;
-    RingKVIndexError outside int64 (out of range for any model)."""
+    """A session index (a ``torch.SymInt`` as it is): RingKVTypeError for a
+    non-integer or a bool; RingKVIndexError outside int64 (out of range for
+    any model)."""
     v = _integer(value, name)
-    if not _INT64_MIN <= v <= _INT64_MAX:
+    if isinstance(v, int) and not _INT64_MIN <= v <= _INT64_MAX:
         raise RingKVIndexError(f"{name} {v} out of range")
     return v
 
 
 def as_flag(value: Any, name: str) -> bool:
     """A flag argument (``commit``, ``build_visibility``...) as a bool:
-    ``True``/``False`` or a NumPy bool (the reference types these ``bool``).
-    RingKVTypeError for anything else, 0/1 and strings included: ``"no"``
-    and ``"False"`` are truthy, so accepting them would turn a typo into
-    the opposite of what was meant."""
-    if isinstance(value, (bool, np.bool_)):
+    ``True``/``False``, a NumPy bool or a ``torch.SymBool`` (the reference
+    types these ``bool``; a SymBool becomes the bool it evaluates to, which
+    torch.compile guards on). RingKVTypeError for anything else, 0/1 and
+    strings included: ``"no"`` and ``"False"`` are truthy, so accepting
+    them would turn a typo into the opposite of what was meant."""
+    if isinstance(value, (bool, np.bool_)) or _symbolic(value, "SymBool"):
         return bool(value)
     raise RingKVTypeError(f"{name} must be a bool (True or False); got {value!r} "
                           f"({type(value).__name__})")

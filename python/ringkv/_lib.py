@@ -450,7 +450,8 @@ def cuda_device_count() -> int:
     0 without GPU or driver, and 0 when libringkv_cuda.so is not found or
     cannot be loaded (a cheap "can ringkv use CUDA here?", like
     ``torch.cuda.device_count()``; ``LayerRingCache(..., device="cuda")``
-    then says why)."""
+    then says why). The CUDA backend has not yet run on a GPU (no GPU run
+    is recorded)."""
     from .errors import RingKVRuntimeError  # errors imports this module
     try:
         clib = cuda()

@@ -12,9 +12,9 @@ It is right under eager FlexAttention and under compiled FlexAttention
 alike, equal to ``cache.attend(q, [session], [frame_pos])`` and to the
 reference's visibility row:
 
-- its block lists come from the frame list of the bits-and-clock rule
-  (``cache.visible_frames``: the visible ring frames, then the scratch), as
-  FULL blocks: visibility is frame-granular and T is a multiple of 128, so
+- its block lists are the blocks of the frames of the bits-and-clock rule
+  (those of ``cache.visible_frames``: the visible ring frames, then the
+  scratch), ascending, as FULL blocks: visibility is frame-granular and T is a multiple of 128, so
   no block is partial and compiled FlexAttention skips the mask function
   and every invisible block (no dense pass over the ring, as
   ``create_block_mask`` would make);
@@ -28,68 +28,98 @@ The mask is a snapshot of the bits at the call: build it after the
 upserts of the pass (or before the commit pass's upsert, whose scratch
 holds the same frame) and use it for that pass, as the reference's
 consumer does with its row.
+
+It is built from torch operations on the cache's own tensors: the row is
+the op ``ringkv::visible_row`` (the reference's row, what an upsert at that
+clock builds before its commit: the same frames as ``visible_frames``), the
+block lists come from it by sorting and counting (static shapes, no host
+read). So ``flex_block_mask`` can be called inside a region
+``torch.compile(fullgraph=True)`` traces (mstar's pattern builds the mask
+in its compiled step), with ``session`` and ``frame_pos`` Python ints
+(SymInts there) or int64 tensors of one element, and on a CUDA layer it
+runs on the device (the row kernel on the current stream; no copy of the
+bits to the host).
 """
 from __future__ import annotations
 
-import ctypes
-import math
 from typing import Any
 
-import numpy as np
-
 from . import _arrays as ar
-from ._lib import RKV_BLOCK_TOKENS, RingView, lib
 from ._args import as_int, as_session
-from .errors import RingKVRuntimeError, check, python_call
+from ._lib import RKV_BLOCK_TOKENS
+from .errors import RingKVArrayError, RingKVIndexError, RingKVRuntimeError, RingKVValueError, \
+    python_call
 
 __all__ = ["flex_block_mask"]
 
 
-def _visible_frames(cache: Any, session: int, frame_pos: int) -> list[int]:
-    """The frame list of the bits-and-clock rule; a CUDA layer's bits are
-    copied to the host first (this synchronizes)."""
-    if cache._cuda is None:
-        return cache.visible_frames(session, frame_pos)
-    bits = np.ascontiguousarray(cache.written.cpu().numpy())
-    row = np.empty(cache.total_slots, dtype=np.bool_)
-    view = RingView(cache._g, None, bits.ctypes.data)
-    check(lib.rkv_ring_visible_row(ctypes.byref(view), session, frame_pos, row.ctypes.data))
-    lo, T = session * cache.capacity, cache.tokens_per_frame
-    return [r for r in range(cache.ring_frames + 1) if row[lo + r * T]]
+def _row_input(x: Any, name: str, device: Any, torch: Any, as_value: Any) -> Any:
+    """``session`` / ``frame_pos`` as the ``[1]`` int64 tensor the op takes,
+    on ``device``: an int (or SymInt) checked by ``as_value`` and made a
+    tensor; an int64 tensor of one element reshaped (its value is checked
+    by the op: on a CUDA layer a bad one is a device error, see check())."""
+    if ar.is_torch_tensor(x):
+        if x.dtype != torch.int64 or x.numel() != 1:
+            raise RingKVArrayError(f"{name} must be an int or an int64 tensor of one element; "
+                                   f"got {tuple(x.shape)} {x.dtype}")
+        ar.check_device(x, name, device)
+        return x.reshape(1)
+    # torch.full, not torch.tensor: a dynamic int stays symbolic (no recompile per value)
+    return torch.full((1,), as_value(x, name), dtype=torch.int64, device=device)
 
 
 @python_call("ringkv.flex_block_mask")
-def flex_block_mask(cache: Any, session: int, frame_pos: int, *,
+def flex_block_mask(cache: Any, session: Any, frame_pos: Any, *,
                     n_queries: int | None = None) -> Any:
     """A FlexAttention ``BlockMask`` for session ``session`` of ``cache`` (a
     :class:`ringkv.LayerRingCache`) at clock ``frame_pos``: queries
     ``[1, Hq, n_queries, D]`` (default ``tokens_per_frame``) over the K/V
     views ``[1, H, N, D]``, on the cache's device. Right in eager and in
-    compiled FlexAttention (see the module docstring). IndexError for a
-    session out of range, ValueError for ``frame_pos < 0``; a CUDA layer
-    copies its written bits to the host (synchronizes: not capture-safe)."""
-    s, f = as_session(session, "session"), as_int(frame_pos, "frame_pos")
-    tq = cache.tokens_per_frame if n_queries is None else as_int(n_queries, "n_queries")
-    frames = _visible_frames(cache, s, f)  # IndexError, ValueError
+    compiled FlexAttention, and traceable by torch.compile (see the module
+    docstring). ``session``, ``frame_pos``: ints (SymInts under
+    torch.compile) or int64 tensors of one element on the cache's device.
+    IndexError for a session out of range, ValueError for ``frame_pos < 0``
+    (for tensors on a CUDA layer: a device error that ``cache.check()``
+    raises); RuntimeError without torch >= 2.6 (the ops)."""
+    from .layer import _torch_ops
+    S, T, N, B = cache.num_sessions, cache.tokens_per_frame, cache.total_slots, RKV_BLOCK_TOKENS
+    if not ar.is_torch_tensor(session):
+        session = as_session(session, "session")
+        if not 0 <= session < S:
+            raise RingKVIndexError(f"session {session} out of range for {S} sessions")
+    if not ar.is_torch_tensor(frame_pos):
+        frame_pos = as_int(frame_pos, "frame_pos")
+        if frame_pos < 0:
+            raise RingKVValueError(f"frame_pos = {frame_pos}; expected >= 0")
+    tq = T if n_queries is None else as_int(n_queries, "n_queries")
     torch = ar.torch_module()
-    if torch is None:
-        raise RingKVRuntimeError("ringkv.flex_block_mask needs torch (FlexAttention)")
+    ops = None if torch is None else _torch_ops()
+    if ops is None:
+        raise RingKVRuntimeError("ringkv.flex_block_mask needs torch >= 2.6 (FlexAttention's "
+                                 "BlockMask and ringkv's custom ops)"
+                                 + ("" if torch is None else f"; this is {torch.__version__}"))
     from torch.nn.attention.flex_attention import BlockMask
 
-    T, N, B = cache.tokens_per_frame, cache.total_slots, RKV_BLOCK_TOKENS
-    per_frame = T // B
-    first = s * cache.capacity // B
-    blocks = [first + r * per_frame + k for r in frames for k in range(per_frame)]
-    device = cache.written.device if ar.is_torch_tensor(cache.written) else torch.device("cpu")
-    q_blocks, kv_blocks = max(1, math.ceil(tq / B)), N // B
-    full_num = torch.full((1, 1, q_blocks), len(blocks), dtype=torch.int32, device=device)
-    full_idx = torch.zeros((1, 1, q_blocks, kv_blocks), dtype=torch.int32, device=device)
-    full_idx[..., :len(blocks)] = torch.tensor(blocks, dtype=torch.int32, device=device)
+    _, _, _, written = cache.views(ar.TORCH)
+    device = written.device
+    si = _row_input(session, "session", device, torch, as_session)
+    fp = _row_input(frame_pos, "frame_pos", device, torch, as_int)
+    # the row of the bits-and-clock rule: the session's visible frames, slot by slot
+    row = ops.visible_row(written, fp, si, cache.geometry_list, cache.error_word)
+    # frames are written whole and T is a multiple of 128: a block's first
+    # slot stands for it. Visible blocks ascending, then 0s (a stable sort
+    # puts the visible ones first in their order).
+    kv_blocks = N // B
+    visible = row.view(kv_blocks, B)[:, 0]
+    order = torch.sort((~visible).to(torch.int8), stable=True).indices
+    count = visible.sum(dtype=torch.int32)
+    ids = torch.arange(kv_blocks, device=device)
+    idx = torch.where(ids < count, order, 0).to(torch.int32)
+    q_blocks = max(1, (tq + B - 1) // B)
+    full_num = count.reshape(1, 1, 1).expand(1, 1, q_blocks).contiguous()
+    full_idx = idx.reshape(1, 1, 1, kv_blocks).expand(1, 1, q_blocks, kv_blocks).contiguous()
     none_num = torch.zeros((1, 1, q_blocks), dtype=torch.int32, device=device)
     none_idx = torch.zeros((1, 1, q_blocks, kv_blocks), dtype=torch.int32, device=device)
-    row = torch.zeros(N, dtype=torch.bool, device=device)
-    for r in frames:  # the same frames, slot by slot (rkv_visible_row_from_frames' row)
-        row[s * cache.capacity + r * T: s * cache.capacity + (r + 1) * T] = True
 
     def mask_mod(b, h, q_idx, kv_idx):
         return row[kv_idx]

@@ -16,8 +16,10 @@ Differences from the reference (all deliberate, see SEMANTICS.md):
   must be >= 0 (``IndexError`` / ``ValueError``; the reference does not check);
 - ``tokens_per_frame`` must be >= 128 (the reference lets 0 through);
 - the visibility row is a fresh array owned by the caller, not the layer's
-  scratch (no aliasing hazard); with ``build_visibility=False`` it is a copy
-  of the last row built (the reference returns that row buffer, stale);
+  scratch (no aliasing hazard); with ``build_visibility=False`` it is the
+  last row built itself, the same object every call until the next row is
+  built (the reference returns its row buffer, stale): no per-call work
+  that grows with the ring;
 - storage dtypes float32, float16, bfloat16 only, devices cpu and cuda only
   (float64, int8, "meta" are refused). python/README.md lists every
   difference with its reason.
@@ -35,7 +37,8 @@ Devices. ``device="cpu"`` (the default) runs the CPU backend
 see :func:`ringkv._lib.cuda`): its storage is device memory, its views are
 torch CUDA tensors, its inputs torch CUDA tensors on the same GPU, and every
 call runs on ``torch.cuda.current_stream(device)`` without synchronizing
-(see :class:`LayerRingCache`).
+(see :class:`LayerRingCache`). The CUDA backend has not yet run on a GPU (no
+GPU run is recorded).
 """
 from __future__ import annotations
 
@@ -238,7 +241,8 @@ class LayerRingCache(HandleOwner):
     "f16", "bf16", "bfloat16", ...). ``device``: "cpu" (or
     ``torch.device("cpu")``): the CPU backend; "cuda" (torch's current
     device), "cuda:N" or ``torch.device("cuda", N)``: the CUDA backend on
-    that GPU (see below).
+    that GPU (see below; the CUDA backend has not yet run on a GPU: no GPU
+    run is recorded).
 
     ``array_kind`` ("numpy" or "torch") chooses what the attributes ``kv``,
     ``written`` and ``frame_offsets`` are; by default torch when ``dtype`` is
@@ -356,7 +360,9 @@ class LayerRingCache(HandleOwner):
         np_written = ar.numpy_view(lib.rkv_layer_written(handle.ptr), (N,), np.bool_, handle)
         self._views = {ar.NUMPY: (np_kv, np_kv[0], np_kv[1], np_written)}
         self._error = None  # the device error word the ops take (CUDA layers)
-        self._last_row = None  # the last visibility row built (upsert)
+        # The last visibility row built, by array kind (see _row_result):
+        # all False until upsert builds one (calloc: no page touched here).
+        self._keep_row(np.zeros(N, dtype=np.bool_), ar.NUMPY)
         if "torch" in sys.modules:  # ready for the torch route (traced code cannot make them)
             self.views(ar.TORCH)
             if _OPS is None:
@@ -387,7 +393,8 @@ class LayerRingCache(HandleOwner):
             check(clib.rkv_cuda_layer_view(handle.ptr, ctypes.byref(view)))
             self._error = ar.cuda_view(view.error, (4,), "int32", handle.device_index, handle)
         self._views = {ar.TORCH: (t_kv, t_kv[0], t_kv[1], t_written)}
-        self._last_row = None
+        with torch.cuda.device(handle.device_index):
+            self._last_row = {ar.TORCH: torch.zeros(N, dtype=torch.bool, device=self._tdevice)}
 
     def _set_geometry(self, g: Any) -> None:
         self.num_sessions = int(g.num_sessions)
@@ -555,8 +562,8 @@ class LayerRingCache(HandleOwner):
         else:
             np.copyto(dst_kv, src_kv)
             np.copyto(dst_w, src_w)
-        new._last_row = None if self._last_row is None else self._last_row.copy() \
-            if isinstance(self._last_row, np.ndarray) else self._last_row.clone()
+        kind, row = next(iter(self._last_row.items()))
+        new._keep_row(row.copy() if isinstance(row, np.ndarray) else row.clone(), kind)
         copy_extras(self, new, self._OWN_ATTRS, memo)
         return new
 
@@ -649,9 +656,12 @@ class LayerRingCache(HandleOwner):
         the whole storage (NumPy views for NumPy ``kv``, torch tensors for a
         torch ``kv``); ``visible`` is a fresh ``[N]`` bool array/tensor
         (``written AND slot of the session``, minus the ring frame about to be
-        overwritten on a write step); without ``build_visibility``, a copy of
-        the last row built on this layer (all False before the first), as
-        the reference returns its (stale) row buffer.
+        overwritten on a write step); without ``build_visibility``, the last
+        row built on this layer itself (the same object on every such call
+        until a row is built again; all False before the first; no copy, so
+        the call's cost does not grow with the ring), as the reference
+        returns its (stale) row buffer: engines ignore it
+        (``k, v, _ = cache.upsert(..., build_visibility=False)``).
 
         Raises RingKVArrayError (a RuntimeError, as the reference's
         ``torch._check`` and ``index_copy_``, and a ValueError) for frame_pos
@@ -698,23 +708,29 @@ class LayerRingCache(HandleOwner):
         return k, v, self._row_result(visible, buf.kind)
 
     def _row_result(self, row: Any, kind: str) -> Any:
-        """The third value of upsert: the new row (kept as the layer's last),
-        or a copy of the last row built (all False before the first) when
-        none was asked for, as the reference returns its row buffer (which
-        it overwrites in place; ringkv's copy is never overwritten)."""
-        if row is not None:
-            self._last_row = row
-            return ar.to_torch(row) if kind == ar.TORCH and isinstance(row, np.ndarray) else row
-        last = self._last_row
-        if last is None:
-            if kind == ar.TORCH:
-                torch = ar.torch_module()
-                return torch.zeros(self.total_slots, dtype=torch.bool,
-                                   device=self._views[ar.TORCH][3].device)
-            return np.zeros(self.total_slots, dtype=np.bool_)
-        if kind == ar.TORCH:
-            return ar.to_torch(last.copy()) if isinstance(last, np.ndarray) else last.clone()
-        return last.copy() if isinstance(last, np.ndarray) else last.cpu().numpy()
+        """The third value of upsert. ``row`` (a new row, of ``kind``) is
+        kept as the layer's last row and returned. None (no row asked
+        for): the last row built, itself, not a copy (the same object every
+        call until upsert builds another; all False before the first), as
+        the reference returns its row buffer. O(1): no ring-sized work on
+        the engine path (a NumPy row is seen as a torch tensor and back
+        without copying; a CUDA layer has torch rows only)."""
+        if row is not None:  # a NumPy row also on the torch route of an older torch
+            self._keep_row(row, ar.NUMPY if isinstance(row, np.ndarray) else ar.TORCH)
+        last = self._last_row.get(kind)
+        if last is None:  # the other kind's row, shared (CPU memory)
+            other = next(iter(self._last_row.values()))
+            last = ar.to_torch(other) if kind == ar.TORCH else other.numpy()
+            self._last_row[kind] = last
+        return last
+
+    def _keep_row(self, row: Any, kind: str) -> None:
+        """Keeps ``row`` (of ``kind``) as the last row built; a NumPy row
+        also as a torch tensor over it when torch is loaded (code that
+        torch.compile traces cannot make one)."""
+        self._last_row = {kind: row}
+        if kind == ar.NUMPY and "torch" in sys.modules:
+            self._last_row[ar.TORCH] = ar.to_torch(row)
 
     # The host checks of upsert, in the reference's order and with its
     # messages (torch._check in seed_ring_cache.py), shared by both backends.

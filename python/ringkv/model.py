@@ -18,7 +18,8 @@ for ``kv`` (NumPy bf16: uint16 bits).
 ``rkv_model_*`` call as on the CPU (sessions, clocks, frames, snapshots,
 forks; a session saved on one backend loads on the other); ``kv``, ``q`` and
 ``out`` are torch CUDA tensors on its GPU, ``session_idx`` and ``frame_pos``
-host data. See :class:`Model`.
+host data. See :class:`Model`. The CUDA backend has not yet run on a GPU (no
+GPU run is recorded).
 """
 from __future__ import annotations
 
@@ -222,7 +223,8 @@ class Model(HandleOwner):
     ``device``: "cpu" (default), or "cuda", "cuda:N" or a
     ``torch.device("cuda", N)``: the same model on that GPU
     (``rkv_model_create_cuda``, needs ``libringkv_cuda.so`` and torch with
-    CUDA). On a GPU:
+    CUDA; the CUDA backend has not yet run on a GPU: no GPU run is
+    recorded). On a GPU:
 
     - every call is the library's same ``rkv_model_*`` call: claims,
       clocks, ``begin_frame``, snapshots (host ``bytearray`` images), files,
@@ -251,8 +253,9 @@ class Model(HandleOwner):
     bits and clock) through each held session's portable snapshot image,
     on the same device (a CUDA model's copy runs on torch's current stream
     there); see :meth:`_state` and :func:`_model_from_state`. Not while a
-    session is inside a frame or a slot is reserved for an import
-    (RuntimeError: a reservation would not survive the copy).
+    session is inside a frame, a slot is reserved for an import or a
+    session is paged out (RuntimeError: a reservation would not survive
+    the copy).
     """
 
     def __init__(self, config: ModelConfig, *, array_kind: str | None = None,
@@ -377,8 +380,16 @@ class Model(HandleOwner):
         Sessions not held are empty (a release zeroes them) and are not
         stored. RingKVRuntimeError, naming the session, when a session is
         inside a frame (the images are taken between frames only) or a slot
-        is reserved for an import (a reservation is not copied: refused
-        rather than dropped)."""
+        is reserved for an import, and when a session is paged out
+        (:meth:`offload`: its request id's reservation and image checksum
+        are not copied either): refused rather than dropped."""
+        paged_out = self.offloaded_count
+        if paged_out:
+            raise RingKVRuntimeError(
+                f"cannot {action} a ringkv.Model while {paged_out} session(s) are paged out "
+                "(Model.offload): the copy could not hold their reservations (their request ids "
+                "would be free there and their images would not page in); page them in "
+                "(Model.page_in) or discard them (Model.offload_discard) first")
         sessions = []
         last = ctypes.c_int64()
         for s in range(self.num_sessions):

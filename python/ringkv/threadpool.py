@@ -65,8 +65,10 @@ class ThreadPool(HandleOwner):
 
 def attention_isa() -> str:
     """Instruction set the fast attention uses here: "amx" (AMX bf16 tiles
-    for bf16 storage, AVX-512 otherwise), "avx512", "avx2" or "generic"
-    (capped by the environment variable RKV_ISA), or "avx512bf16" (bf16
-    storage on AVX512-BF16 dot products) when RKV_ISA=avx512bf16 asks for it."""
+    for bf16 storage, AVX-512 otherwise; Intel CPUs with AMX),
+    "avx512bf16" (bf16 storage on AVX512-BF16 dot products, AVX-512
+    otherwise; AMD CPUs with AVX512-BF16, or RKV_ISA=avx512bf16), "avx512",
+    "avx2" or "generic"; the environment variable RKV_ISA caps it
+    (RKV_ISA=avx512: the AVX-512 kernel, bf16 widened to f32)."""
     require("rkv_attention_isa")
     return lib.rkv_attention_isa().decode()

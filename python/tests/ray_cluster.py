@@ -11,6 +11,8 @@ scripts/install-deps.sh installs both).
 """
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
 import socket
 import subprocess
@@ -132,6 +134,26 @@ def stop_cluster(ray, pids: set[int]) -> None:
     assert not _raylets_of(session), f"raylet/gcs_server left running: {_raylets_of(session)}"
 
 
+def _wait_actor(ray, actor, method: str, done, deadline_s: float, failure: str):
+    """Calls ``actor.method()`` until ``done`` holds for what Ray answers
+    (the result, or the RayActorError it raised) and returns that: a state
+    waited for through Ray's own calls, never a time; the deadline only
+    bounds a failure (``failure`` then fails the test)."""
+    from ray.exceptions import GetTimeoutError, RayActorError
+    end = time.monotonic() + deadline_s
+    while True:
+        left = end - time.monotonic()
+        assert left > 0, failure
+        try:
+            got = ray.get(getattr(actor, method).remote(), timeout=left)
+        except GetTimeoutError:
+            continue
+        except RayActorError as exc:
+            got = exc
+        if done(got):
+            return got
+
+
 def kill_and_wait(ray, actor, deadline_s: float = 120.0) -> None:
     """ray.kill(actor), then wait until Ray itself reports the actor dead.
 
@@ -141,31 +163,70 @@ def kill_and_wait(ray, actor, deadline_s: float = 120.0) -> None:
     actor until Ray raises RayActorError for the call (from then on every
     call to the handle raises it, as the router must see). The deadline
     only bounds a failure; a death that never comes fails the test."""
-    from ray.exceptions import GetTimeoutError, RayActorError
+    from ray.exceptions import RayActorError
     ray.kill(actor, no_restart=True)
-    end = time.monotonic() + deadline_s
-    while True:
-        left = end - time.monotonic()
-        assert left > 0, f"actor {actor} still answers {deadline_s:.0f} s after ray.kill"
-        try:
-            ray.get(actor.ping.remote(), timeout=left)
-        except RayActorError:
-            return
-        except GetTimeoutError:
-            continue
+    _wait_actor(ray, actor, "ping", lambda got: isinstance(got, RayActorError), deadline_s,
+                f"actor {actor} still answers {deadline_s:.0f} s after ray.kill")
+
+
+def restart_and_wait(ray, actor, deadline_s: float = 120.0) -> str:
+    """ray.kill(actor) with its restart allowed, then wait until Ray runs
+    it again: until its ``identity()`` (the incarnation token its
+    constructor drew: a SessionHost's or the router actor's) answers with
+    another token than before the kill (while it restarts, Ray raises
+    RayActorError or holds the call). Returns the new token."""
+    from ray.exceptions import RayActorError
+    try:
+        old = ray.get(actor.identity.remote())
+    except RayActorError:
+        old = None               # dying already (a fault armed in it): any answer is new
+    ray.kill(actor, no_restart=False)
+    return _wait_actor(ray, actor, "identity",
+                       lambda got: not isinstance(got, Exception) and got != old, deadline_s,
+                       f"actor {actor} did not come back restarted within {deadline_s:.0f} s")
+
+
+_routers = itertools.count()
+
+
+def router_name() -> str:
+    """A router name of its own for each test (routers of one name share
+    one placement: a test starts from none)."""
+    return f"test-router-{os.getpid()}-{next(_routers)}"
+
+
+@contextlib.contextmanager
+def checked_cluster(ray, request, names, config, folder, every, **kwargs):
+    """SessionHosts ``names`` (make_hosts: ``config``, checkpoints every
+    ``every`` frames into ``folder``; ``kwargs`` such as max_restarts) and a
+    router of its own over them, wrapped in the invariant checker
+    (ray_invariants.Checked): yields (hosts, checked router). When the test
+    passed, every invariant is checked at the end; the router and the
+    actors are then killed."""
+    import ringkv.ray as rr
+    from ray_invariants import Checked
+    failed = request.session.testsfailed
+    hs = rr.make_hosts(names, config, str(folder), every, **kwargs)
+    router = None
+    try:
+        router = rr.SessionRouter(hs, str(folder), name=router_name())
+        checked = Checked(router, hs, config, str(folder))
+        yield hs, checked
+        if request.session.testsfailed == failed:   # a failed test's state is no news
+            checked.check()
+    finally:
+        if router is not None:
+            router.shutdown()
+        for h in hs.values():
+            ray.kill(h)
 
 
 @pytest.fixture
-def hosts(ray_cluster, tmp_path):
+def hosts(ray_cluster, tmp_path, request):
     """Two SessionHosts (4 sessions each, checkpoints every 3 frames into
-    tmp_path) and a router over them; the actors are killed at the end."""
-    import ringkv.ray as rr
-    hs = rr.make_hosts(["A", "B"], CONFIG, str(tmp_path), 3)
-    try:
-        yield hs, rr.SessionRouter(hs, str(tmp_path))
-    finally:
-        for h in hs.values():
-            ray_cluster.kill(h)
+    tmp_path) and a router over them (checked: checked_cluster)."""
+    with checked_cluster(ray_cluster, request, ["A", "B"], CONFIG, tmp_path, 3) as got:
+        yield got
 
 
 def assert_live_once(router) -> None:

@@ -479,3 +479,42 @@ def test_model_with_a_slot_reserved_for_import_is_refused(how):
     twin = do(dst)
     assert twin.lookup("a") == 0 and twin.clock(0) is None
     assert twin.claim("b") == slot                     # the slot is free in the copy
+
+
+@pytest.mark.parametrize("how", ["copy", "deepcopy", "pickle"])
+def test_model_with_a_paged_out_session_is_refused(how):
+    """A paged-out session (offload) leaves its request id reserved with
+    its image's checksum: a copy that dropped it would let claim() take the
+    id and refuse the image's page_in (issue 20: copies and pickles did
+    that silently). Refused, saying how many and what to do; the model is
+    unchanged (still paged out, the image pages in); once every session is
+    back or discarded, the copy works and holds them."""
+    m = ringkv.Model.from_preset("demo", num_sessions=2)
+    a, b = m.claim("a"), m.claim("b")
+    for s in (a, b):
+        m.begin_frame([s], [0])
+        for layer in range(m.n_layers):
+            m.upsert(layer, [s], np.full((2, 1, 1, 128, 64), s + 1, np.float32), True)
+    image_a, image_b = m.offload(a), m.offload(b)
+    do = {"copy": copy.copy, "deepcopy": copy.deepcopy,
+          "pickle": lambda x: pickle.loads(pickle.dumps(x))}[how]
+    action = "pickle" if how == "pickle" else "copy"
+    for count in (2, 1):
+        with pytest.raises(ringkv.RingKVRuntimeError) as e:
+            do(m)
+        assert str(e.value) == (
+            f"cannot {action} a ringkv.Model while {count} session(s) are paged out "
+            "(Model.offload): the copy could not hold their reservations (their request ids "
+            "would be free there and their images would not page in); page them in "
+            "(Model.page_in) or discard them (Model.offload_discard) first")
+        assert m.offloaded_count == count
+        if count == 2:
+            with pytest.raises(ringkv.RingKVRuntimeError):   # still reserved
+                m.claim("a")
+            assert m.page_in(image_a) == 0
+    m.offload_discard("b")
+    twin = do(m)
+    assert twin.offloaded_count == 0 and twin.lookup("a") == 0 and twin.clock(0) == 0
+    assert np.array_equal(twin.layer(0).kv, m.layer(0).kv)
+    assert twin.claim("b") == 1  # discarded: free in both
+    del image_b

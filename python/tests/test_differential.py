@@ -4,7 +4,7 @@ dilation, clock jumps, resets). After every operation the K/V storage and the
 written bits must be identical, and so must the visibility row: the new row
 whenever build_visibility is true, and with it false, once a row was built,
 the row the reference returns then (its row buffer: the last row built; in
-ringkv a copy of it).
+ringkv that row itself).
 
 Skipped only where torch >= 2.5 is not importable. On the CPU ringkv is fed
 both torch tensors and NumPy arrays (the reference runs on the CPU); on a
@@ -140,7 +140,7 @@ def test_same_outputs_as_reference(torch, reference, seed, dtype, device, inputs
             if build:
                 assert torch.equal(vis, rvis), f"seed {seed} op {n} {op}: visibility differs"
                 checked_rows += 1
-            elif checked_rows:  # the reference returns its last row (stale): ringkv a copy
+            elif checked_rows:  # the reference returns its last row (stale): ringkv that row
                 assert torch.equal(vis, rvis), f"seed {seed} op {n} {op}: stale row differs"
                 stale_rows += 1
         mine.check()  # CUDA: no device error recorded (synchronizes); CPU: no-op

@@ -733,6 +733,7 @@ C_ONLY = {
     "rkv_model_session_meta_bytes": "the binding sizes export_meta's buffer itself",
     "rkv_model_session_region_count": "the binding sizes session_regions' array itself",
     "rkv_model_snapshot_bytes": "only in an out-of-memory message (Model.snapshot_bytes)",
+    "rkv__attend_engine": "private: ringkv bench's A/B of two CPU engines (src/cpu/isa.h)",
     # struct names in the struct_size messages (include/ringkv.h, "Structs that
     # grow"): C types; the binding's ctypes structs set struct_size themselves
     "rkv_attention_args": "a C struct's name (struct_size messages)",

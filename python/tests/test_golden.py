@@ -58,7 +58,7 @@ def replay(path, kind):
             bad = np.flatnonzero(got != want)
             assert bad.size == 0, f"{path.name} op {op.op}: visibility differs at slots {bad[:8]}"
             visible_checked += 1
-        else:  # the reference's stale row: the last one built, here a copy
+        else:  # the reference's stale row: the last one built, that row itself
             assert np.array_equal(got, last_row), f"{path.name} op {op.op}: not the last row"
     cache.check()  # CUDA: no device error (synchronizes)
     want_kv, want_written = gt.expected_final(trace)

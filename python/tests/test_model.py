@@ -64,6 +64,42 @@ def test_sessions_and_clocks():
     assert m.claim("req-c") == b and m.clock(b) is None
 
 
+def test_clock_refusals_name_session_and_request():
+    """begin_frame's refusals of a row name the session index and the
+    request id (issue 20: a skipped frame named the index only; a server
+    knows its requests). Through the library's message, as Python raises
+    it: RingKVRuntimeError for the clock rule, RingKVValueError for a
+    negative clock (the class every other call gives it); nothing changes."""
+    m = ringkv.Model.from_preset("demo", num_sessions=3)
+    m.claim("cam-7/left")
+    s = m.claim("user-b")
+    run_frame(m, [s], [5], seed=1)
+    for f, cls, text in (
+            (7, ringkv.RingKVRuntimeError,
+             "Model.begin_frame: session 1 (request 'user-b') declared frame 7; expected 6 "
+             "(last committed 5 + 1): a skipped or repeated frame would write and hide the "
+             "wrong slots"),
+            (4, ringkv.RingKVRuntimeError,
+             "Model.begin_frame: session 1 (request 'user-b') declared frame 4; expected 6"),
+            (-2, ringkv.RingKVValueError,
+             "Model.begin_frame: frame_pos[1] = -2 (session 1, request 'user-b'); expected >= 0")):
+        with pytest.raises(cls) as e:
+            m.begin_frame([0, s], [0, f])
+        assert str(e.value).startswith(text), str(e.value)
+        assert m.clock(s) == 5
+    m.begin_frame([s], [6])
+    with pytest.raises(ringkv.RingKVRuntimeError,
+                       match=r"session 1 \(request 'user-b'\) is inside frame 6"):
+        m.begin_frame([s], [6])
+    with pytest.raises(ringkv.RingKVRuntimeError,
+                       match=r"^Model.upsert: session 0 \(request 'cam-7/left', row 0\) has no "
+                             "frame begun"):
+        m.upsert(0, [0], frame_kv(m, 1, 3), False)
+    with pytest.raises(ringkv.RingKVRuntimeError,
+                       match=r"^Model.snapshot: session 1 \(request 'user-b'\) is inside frame 6"):
+        m.snapshot(s)
+
+
 def test_model_attend_equals_layer_attend_at_declared_clock():
     m = ringkv.Model.from_preset("demo", num_sessions=2)
     s = m.claim("x")

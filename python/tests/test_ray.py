@@ -2,7 +2,8 @@
 placement on the least-loaded host with affinity, 4 sessions streaming
 deterministic tokens through the 4+1 schedule on 2 hosts exactly as each
 would alone, and a host killed mid-stream whose sessions resume on the
-other from their last checkpoint with the frames after it reported lost.
+other from their last checkpoint, replayed to their last delivered frame
+(nothing delivered twice, nothing lost).
 Checkpoint file names of every valid request id, a failed checkpoint and a
 host that raises in a step leave the bookkeeping consistent (trial 2, P2).
 Migration: test_migration.py; offload: test_offload.py."""
@@ -70,15 +71,18 @@ def test_killed_host_resumes_from_checkpoints(ray_cluster, hosts, reference):
     kill_and_wait(ray_cluster, hs["A"])                           # mid-stream, no warning
     rep = router.step()
     assert sorted(rep.recovered) == victims
-    for r in victims:
+    for r in victims:          # checkpoint 5, frame 6 delivered: replayed, not lost
         rec = rep.recovered[r]
-        assert (rec.dead_host, rec.host, rec.resumed_from, rec.lost_frames) == ("A", "B", 5, [6])
+        assert (rec.dead_host, rec.host, rec.resumed_from, rec.replayed, rec.lost_frames) == \
+            ("A", "B", 5, [6], [])
     survivors = [r for r in RIDS if r not in victims]
     assert sorted(rep.results) == sorted(survivors)     # stepped on: frame 7
     assert all(rep.results[r]["frame"] == 7 for r in survivors)
     assert router.dead == {"A"} and all(router.where[r] == "B" for r in RIDS)
     assert_live_once(router)
-    # the lost frames are recomputed, bit for bit, then everyone goes on
+    # the victims go on at frame 7 (6 was delivered: not again), bit for bit
+    rep = router.step(victims)
+    assert {r: rep.results[r]["frame"] for r in victims} == {r: 7 for r in victims}
     while min(router.last_frame[r] for r in RIDS) < 10:
         behind = [r for r in RIDS if router.last_frame[r] < 10]
         for r, res in router.step(behind).results.items():
@@ -202,16 +206,16 @@ def test_checkpoint_names_fit_every_valid_id(tmp_path):
 def test_long_ids_checkpoint_and_restore(tmp_path):
     """A SessionHost (no Ray) checkpoints sessions of 250-255-byte ids every
     frame; a second host restores each file bit-exact at its clock."""
-    from ringkv.ray.host import SessionHost, checkpoint_path
+    from ringkv.ray.host import SessionHost, checkpoint_path, request_key
     a = SessionHost("A", CONFIG, str(tmp_path), 1)
     b = SessionHost("B", CONFIG, str(tmp_path), 1)
     rids = LONG_IDS[:4]
     for r in rids:
         a.open(r)
     for f in range(2):
-        got = a.step(rids)
+        got = a.step(rids)                       # keyed by the str form of each id
         assert {r: (v["frame"], v["checkpoint"], v["checkpoint_error"]) for r, v in got.items()} \
-            == {r: (f, f, None) for r in rids}
+            == {request_key(r): (f, f, None) for r in rids}
     for r in rids:
         assert b.restore(r, checkpoint_path(str(tmp_path), r)) == 1
         assert b.session_digest(r) == a.session_digest(r)
@@ -229,7 +233,7 @@ def test_failed_checkpoint_is_reported_not_raised(tmp_path):
     h.checkpoint_dir = str(tmp_path / "gone")
     got = h.step(["r0"])["r0"]
     assert (got["frame"], got["checkpoint"]) == (1, None)
-    assert got["checkpoint_error"].startswith("RingKVOSError: Model.save_session: cannot save")
+    assert got["checkpoint_error"].startswith("RingKVOSError: write_atomic: cannot save")
     assert f"folder '{tmp_path / 'gone'}': does not exist" in got["checkpoint_error"]
     assert h.live() == {"r0": 1}
     assert ringkv.inspect_snapshot(checkpoint_path(str(tmp_path), "r0")).last_committed == 0
@@ -266,4 +270,4 @@ def test_router_step_keeps_other_hosts_results(ray_cluster, hosts):
     rep = router.step()
     rec = rep.recovered[long_id]
     assert (rec.resumed_from, rec.host) == (2, next(h for h in hs if h != victim))
-    assert rec.lost_frames == ([3] if victim != bad else [])
+    assert (rec.replayed, rec.lost_frames) == ([3] if victim != bad else [], [])

@@ -10,6 +10,7 @@ in-place pass, compiled FlexAttention, the example's block).
 """
 from __future__ import annotations
 
+import copy
 import importlib.util
 import re
 
@@ -299,25 +300,231 @@ def test_model_compiles_with_fullgraph(torch):
         assert np.array_equal(m.layer(layer).written.numpy(), twin.layer(layer).written)
 
 
+def test_layer_body_with_int_layer_compiles_over_layers(torch):
+    """A layer body that takes ``layer: int`` and a pass counter, compiled
+    with fullgraph=True and called for every layer of every pass: Dynamo
+    makes the ints dynamic on the second call (torch.SymInt, and
+    ``p == 4`` a torch.SymBool), which ringkv takes as ints and bools
+    (issue 20: is_bool asked a SymInt for its dtype and the second layer
+    failed). Outputs and storage equal a twin model's fed the same inputs
+    eagerly, and the clocks advance."""
+    cfg = ringkv.preset("demo", num_sessions=2)
+    m, twin = ringkv.Model(cfg, array_kind="torch"), ringkv.Model(cfg)
+    for model in (m, twin):
+        assert model.claim("a") == 0 and model.claim("b") == 1
+    si = i64(torch, 1, 0)
+
+    def body(layer: int, p: int, kv, q):
+        m.upsert(layer, si, kv, p == 4)
+        return m.attend(layer, si, q)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(body, backend="aot_eager", fullgraph=True)
+    gen = torch.Generator().manual_seed(11)
+    for f in range(3):
+        m.begin_frame(si, i64(torch, f, f))
+        twin.begin_frame([1, 0], [f, f])
+        for p in range(5):
+            for layer in range(cfg.n_layers):
+                kv = torch.randn(2, 1, 1, 256, 64, generator=gen)
+                q = torch.randn(2, 1, 128, 64, generator=gen)
+                out = compiled(layer, p, kv, q)
+                twin.upsert(layer, [1, 0], kv.numpy(), p == 4)
+                assert np.array_equal(out.numpy(), twin.attend(layer, [1, 0], q.numpy())), \
+                    (f, p, layer)
+        assert m.clock(0) == m.clock(1) == f
+    for layer in range(cfg.n_layers):
+        assert np.array_equal(m.layer(layer).kv.numpy(), twin.layer(layer).kv)
+
+
+def test_lists_of_dynamic_ints_in_a_compiled_step(torch):
+    """session_idx and frame_pos as lists of ints (the form every call takes)
+    inside a compiled region, the ints dynamic after the first calls: built
+    as tensors with torch operations (NumPy cannot be traced there), equal
+    to a twin cache fed tensors eagerly."""
+    cache = ringkv.LayerRingCache(**GEOM, dtype=torch.float32, device="cpu")
+    twin = ringkv.LayerRingCache(**GEOM, dtype=torch.float32, device="cpu")
+
+    def step(kv, s: int, f: int, q):
+        cache.upsert(kv, [f], f % 2 == 0, [s], build_visibility=False)
+        return cache.attend(q, [s], [f])
+
+    torch._dynamo.reset()
+    compiled = torch.compile(step, backend="aot_eager", fullgraph=True)
+    gen = torch.Generator().manual_seed(4)
+    for f in range(5):
+        for s in (0, 1):
+            kv = torch.randn(2, 1, 2, 128, 16, generator=gen)
+            q = torch.randn(1, 4, 128, 16, generator=gen)
+            out = compiled(kv, s, f, q)
+            twin.upsert(kv, i64(torch, f), f % 2 == 0, i64(torch, s), build_visibility=False)
+            assert torch.equal(out, twin.attend(q, i64(torch, s), i64(torch, f))), (f, s)
+    assert torch.equal(cache.kv, twin.kv) and torch.equal(cache.written, twin.written)
+
+
+def test_symbolic_ints_and_bools_are_taken(torch):
+    """ringkv's argument checks (ringkv._args) take a torch.SymInt where an
+    int is taken and a torch.SymBool where a bool is (a symbolic trace
+    makes real ones: sizes of a tensor), and still refuse a bool as an int
+    and an int as a flag."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from ringkv import _args
+    seen = {}
+
+    def f(x):
+        n = x.shape[0]
+        seen["types"] = (type(n).__name__, type(n == 3).__name__)
+        seen["int"] = _args.as_int(n, "n") is n and _args.as_session(n, "s") is n
+        seen["is_bool"] = (_args.is_bool(n), _args.is_bool(n == 3))
+        seen["flag"] = _args.as_flag(n == 3, "commit")
+        with pytest.raises(ringkv.RingKVTypeError, match="not a bool"):
+            _args.as_int(n == 3, "n")
+        with pytest.raises(ringkv.RingKVTypeError, match="must be a bool"):
+            _args.as_flag(n, "commit")
+        return x * 2
+
+    make_fx(f, tracing_mode="symbolic")(torch.zeros(3))
+    assert seen == {"types": ("SymInt", "SymBool"), "int": True, "is_bool": (False, True),
+                    "flag": True}
+
+
+def test_flex_block_mask_in_a_compiled_step(torch):
+    """mstar's pattern: the step that upserts builds its BlockMask and runs
+    FlexAttention inside one torch.compile(fullgraph=True) region (issue
+    20: flex_block_mask made ctypes calls, Unsupported there). With the
+    session and clock as ints (dynamic after the first calls) or as int64
+    tensors, the compiled step's mask lists equal eager flex_block_mask's
+    and its output equals eager FlexAttention's and ringkv's attention,
+    over the 4+1 schedule (write steps hide a ring frame)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    cache = ringkv.LayerRingCache(**GEOM, dtype=torch.float32, device="cpu")
+    k, v = cache.kv[0], cache.kv[1]
+
+    def step(kv, f: int, s: int, fp, si, q, as_tensors: bool):
+        cache.upsert(kv, fp, False, si, build_visibility=False)
+        bm = ringkv.flex_block_mask(cache, si if as_tensors else s, fp if as_tensors else f)
+        out = flex_attention(q, k, v, block_mask=bm, enable_gqa=True)
+        return out, bm.full_kv_num_blocks, bm.full_kv_indices, bm.kv_num_blocks
+
+    torch._dynamo.reset()
+    args = (torch.zeros(2, 1, 2, 128, 16), 0, 0, i64(torch, 0), i64(torch, 0),
+            torch.zeros(1, 4, 128, 16), False)
+    explained = torch._dynamo.explain(step)(*args)
+    assert explained.graph_break_count == 0, explained.break_reasons
+    compiled = torch.compile(step, backend="aot_eager", fullgraph=True)
+    gen = torch.Generator().manual_seed(8)
+    hidden = 0
+    for f in range(7):
+        for s in (0, 1):
+            kv = torch.randn(2, 1, 2, 128, 16, generator=gen)
+            q = torch.randn(1, 4, 128, 16, generator=gen)
+            for as_tensors in (False, True):
+                out, num, idx, partial = compiled(kv, f, s, i64(torch, f), i64(torch, s), q,
+                                                  as_tensors)
+                bm = ringkv.flex_block_mask(cache, s, f)
+                assert torch.equal(num, bm.full_kv_num_blocks), (f, s)
+                assert torch.equal(idx, bm.full_kv_indices), (f, s)
+                assert int(partial.sum()) == 0
+                want = cache.attend(q, [s], [f])
+                assert rel(flex_attention(q, k, v, block_mask=bm, enable_gqa=True), want) <= 1e-5
+                assert rel(out, want) <= 1e-5, (f, s, as_tensors)
+            n = int(num[0, 0, 0])
+            frames = cache.visible_frames(s, f)
+            first = s * cache.capacity // 128
+            assert idx[0, 0, 0, :n].tolist() == [first + r for r in frames]
+            assert not idx[0, 0, 0, n:].any()
+            hidden += len(frames) < min(f, GEOM["ring_buckets"]) + 1
+            cache.upsert(kv, i64(torch, f), True, i64(torch, s), build_visibility=False)
+    assert hidden  # some clocks hid a ring frame (write steps with the ring full)
+
+
 # ---- the drop-in's differences --------------------------------------------------------
 
-def test_row_without_build_visibility_is_a_copy_of_the_last(torch):
+def test_row_without_build_visibility_is_the_last_row_itself(torch):
     """build_visibility=False returns an [N] bool tensor as the reference does
-    (its last row built), here a copy that later upserts leave alone."""
+    (its last row built): that row itself, the same object on every such call
+    until a row is built again, never a copy, so that the engine path does
+    no ring-sized work per upsert (issue 20: a fresh [N] tensor per call cost
+    8 ms at 544 MiB). Later upserts never write into a row handed out."""
     c = ringkv.LayerRingCache(**GEOM, dtype=torch.float32, device="cpu")
     kv = torch.randn(2, 1, 2, 128, 16)
     _, _, first = c.upsert(kv, i64(torch, 0), True, i64(torch, 0), build_visibility=False)
     assert first.dtype == torch.bool and first.shape == (c.total_slots,) and not first.any()
+    _, _, again = c.upsert(kv, i64(torch, 0), False, i64(torch, 0), build_visibility=False)
+    assert again is first
     _, _, row = c.upsert(kv, i64(torch, 1), True, i64(torch, 0))
+    assert row is not first and not first.any()  # a new row; the old one left alone
     assert row.sum() == 2 * 128  # frame 0 and the scratch
-    _, _, stale = c.upsert(kv, i64(torch, 2), True, i64(torch, 0), build_visibility=False)
-    assert torch.equal(stale, row) and stale.data_ptr() != row.data_ptr()
-    _, _, newer = c.upsert(kv, i64(torch, 3), True, i64(torch, 0))
-    assert not torch.equal(newer, row) and torch.equal(stale, row)  # never overwritten
-    # NumPy inputs: a NumPy copy
-    _, _, np_stale = c.upsert(kv.numpy(), np.array([4]), False, np.array([0]),
-                              build_visibility=False)
-    assert isinstance(np_stale, np.ndarray) and np.array_equal(np_stale, newer.numpy())
+    stales = [c.upsert(kv, i64(torch, f), f % 2 == 0, i64(torch, 0), build_visibility=False)[2]
+              for f in (2, 3, 4)]
+    assert all(s is row for s in stales)
+    assert int(row.sum()) == 2 * 128  # the bits moved on (frames 2, 4), the row did not
+    _, _, newer = c.upsert(kv, i64(torch, 5), True, i64(torch, 0))
+    assert not torch.equal(newer, row) and int(row.sum()) == 2 * 128  # never overwritten
+    # NumPy inputs: the same row seen as a NumPy array (shared memory, no copy), the same
+    # array object every call
+    np_stales = [c.upsert(kv.numpy(), np.array([6]), False, np.array([0]),
+                          build_visibility=False)[2] for _ in range(2)]
+    assert isinstance(np_stales[0], np.ndarray) and np_stales[1] is np_stales[0]
+    assert np.shares_memory(np_stales[0], newer.numpy())
+    assert np.array_equal(np_stales[0], newer.numpy())
+    # and a NumPy row built, then asked for by torch input: a view of it, one object
+    _, _, np_row = c.upsert(kv.numpy(), np.array([6]), False, np.array([0]))
+    t_stales = [c.upsert(kv, i64(torch, 6), False, i64(torch, 0), build_visibility=False)[2]
+                for _ in range(2)]
+    assert t_stales[1] is t_stales[0] and np.shares_memory(t_stales[0].numpy(), np_row)
+    # a copy of the layer copies the last row (its own)
+    twin = copy.deepcopy(c)
+    _, _, twin_row = twin.upsert(kv, i64(torch, 6), False, i64(torch, 0), build_visibility=False)
+    assert np.array_equal(twin_row.numpy(), np_row) and not np.shares_memory(twin_row.numpy(),
+                                                                             np_row)
+
+
+def test_upsert_without_row_allocates_nothing_ring_sized(torch):
+    """The engine path's upsert (build_visibility=False), with torch and
+    with NumPy inputs, on a CPU layer and through a Model, allocates nothing
+    whose size grows with the ring: no allocation of N/4 bytes or more
+    (N = 1.3 M slots; the frame is 32 KiB) in torch's allocator (the
+    profiler's memory events, ops included) or in NumPy's (tracemalloc).
+    The same calls with a row built are seen allocating it: the check can
+    fail."""
+    import tracemalloc
+
+    from torch.profiler import ProfilerActivity, profile
+    g = dict(GEOM, num_sessions=64, ring_frames=160, ring_buckets=160)
+    c = ringkv.LayerRingCache(**g, dtype=torch.float32, device="cpu")
+    N = c.total_slots
+    assert N > 1_000_000
+    kv = torch.randn(2, 1, 2, 128, 16)
+    m = ringkv.Model(ringkv.ModelConfig("flat", [ringkv.LayerSpec(160, 160, 1)], 64, 2, 2, 16,
+                                        128))
+    s = m.claim("r")
+
+    def passes(f, build):
+        c.upsert(kv.numpy(), np.array([f]), False, np.array([0]), build_visibility=build)
+        c.upsert(kv, i64(torch, f), f % 2 == 0, i64(torch, 0), build_visibility=build)
+        if not build:
+            m.begin_frame([s], [f - 1])
+            m.upsert(0, [s], kv, False)
+            m.upsert(0, [s], kv.numpy(), True)
+
+    def biggest(build):
+        tracemalloc.start()
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            for f in range(1, 5):
+                passes(f, build)
+        _, np_peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        return max(e.cpu_memory_usage for e in prof.events()), np_peak
+
+    passes(1, True)  # a row built: the stale value exists; everything warmed up
+    torch_big, np_peak = biggest(False)
+    assert torch_big < N // 4, f"torch allocated {torch_big} bytes in one call; N = {N}"
+    assert np_peak < N // 4, f"NumPy allocated {np_peak} bytes at peak; N = {N}"
+    torch_row, np_row = biggest(True)  # what a row costs, seen by both
+    assert torch_row >= N and np_row >= N, (torch_row, np_row)
 
 
 def test_dtypes_and_devices_ringkv_does_not_have_are_refused(torch, reference):

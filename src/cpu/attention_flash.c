@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "cpu_internal.h"
 
@@ -159,80 +158,66 @@ static flash_scratch flash_carve(void *mem, int64_t D, int64_t N, int64_t mq, in
 #undef vh
 #undef MQ
 
-/* The bf16 pair-product path (attention_amx.c) is on, with its engine:
- * bf16 storage with a suitable d_head runs there, everything else on
- * `kernel` (AVX-512 whenever the pair path is on). */
-static rkv__task_fn bf16_task; /* NULL: off */
+/* An engine's tasks: bf16 storage with a suitable d_head runs on `bf16`
+ * (the pair path, attention_amx.c; NULL: off), everything else on `flash`
+ * (AVX-512 whenever the pair path is on). */
+typedef struct engine {
+    rkv__task_fn flash, bf16;
+} engine;
 
-/* The kernel for this CPU, chosen on first use; RKV_ISA=generic|avx2|avx512|
- * amx in the environment caps it (for tests and benchmarks). The AVX512-BF16
- * engine of the bf16 pair path is opt-in, RKV_ISA=avx512bf16: on the Intel
- * CPU it was written on it ran at 0.8x the f32 AVX-512 kernel (VDPBF16PS
- * issues no faster than two FMAs there); it is meant for CPUs whose
- * VDPBF16PS outruns their FMAs (AMD Zen 4 and later), not yet measured. */
-/* RKV_ISA as a known name (case-insensitive), or NULL: unset, empty, or
- * not a name -- the latter said once on stderr, since a typo would
- * otherwise silently cost 100x (the plain C kernel). */
-static const char *isa_cap(void) {
-    static const char *const names[] = {"generic", "avx2", "avx512", "avx512bf16", "amx"};
-    const char *env = getenv("RKV_ISA");
-    if (!env || !*env) return NULL;
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (!strcasecmp(env, names[i])) return names[i];
-    fprintf(stderr,
-            "ringkv: RKV_ISA=%s is not one of generic, avx2, avx512, avx512bf16, amx; "
-            "ignored (the best kernel for this CPU is used)\n",
-            env);
-    return NULL;
-}
-
-static const char *isa_requested; /* isa_cap() of the one pick_kernel call */
-
-static rkv__task_fn pick_kernel(const char **name) {
-    const char *cap = isa_requested = isa_cap();
+static engine engine_of(rkv__isa isa) {
+    switch (isa) {
 #if defined(__x86_64__) && defined(__GNUC__)
-    __builtin_cpu_init();
-    const bool want_amx = !cap || !strcmp(cap, "amx");
-    const bool want_dot = cap && !strcmp(cap, "avx512bf16");
-    const bool want512 = want_amx || want_dot || !strcmp(cap, "avx512");
-    const bool want2 = want512 || !strcmp(cap, "avx2");
-    if (want512 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-        __builtin_cpu_supports("fma")) {
-        if (want_amx && rkv__amx_available()) {
-            bf16_task = rkv__amx_task;
-            *name = "amx";
-        } else if (want_dot && rkv__bf16dot_available()) {
-            bf16_task = rkv__bf16dot_task;
-            *name = "avx512bf16";
-        } else {
-            *name = "avx512";
-        }
-        return flash_task_avx512;
-    }
-    if (want2 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-        *name = "avx2";
-        return flash_task_avx2;
-    }
+    case RKV__ISA_AMX: return (engine){flash_task_avx512, rkv__amx_task};
+    case RKV__ISA_AVX512BF16: return (engine){flash_task_avx512, rkv__bf16dot_task};
+    case RKV__ISA_AVX512: return (engine){flash_task_avx512, NULL};
+    case RKV__ISA_AVX2: return (engine){flash_task_avx2, NULL};
 #endif
-    (void)cap;
-    *name = "generic";
-    return flash_task_generic;
+    default: return (engine){flash_task_generic, NULL};
+    }
 }
 
-static rkv__task_fn kernel;
+/* The kernel for this CPU, chosen on first use by rkv__isa_pick (isa.h:
+ * the rule and its measurements) over this CPU's facts; RKV_ISA=generic|
+ * avx2|avx512|avx512bf16|amx in the environment caps it (for tests and
+ * benchmarks). */
+/* RKV_ISA as an engine (any case), or RKV__ISA_COUNT: unset, empty, or not
+ * a name -- the latter said once on stderr, since a typo would otherwise
+ * silently cost 100x (the plain C kernel). */
+static rkv__isa isa_cap(void) {
+    const char *env = getenv("RKV_ISA");
+    if (!env || !*env) return RKV__ISA_COUNT;
+    const rkv__isa cap = rkv__isa_parse(env);
+    if (cap == RKV__ISA_COUNT)
+        fprintf(stderr,
+                "ringkv: RKV_ISA=%s is not one of generic, avx2, avx512, avx512bf16, amx; "
+                "ignored (the best kernel for this CPU is used)\n",
+                env);
+    return cap;
+}
+
+static rkv__isa isa_requested; /* isa_cap() of the one pick_kernel call */
+
+static engine picked;
 static const char *kernel_name;
 static pthread_once_t kernel_once = PTHREAD_ONCE_INIT;
 /* Picks the kernel once; a kernel named by RKV_ISA that this CPU (or its
  * OS: AMX needs Linux's permission) does not offer is said once on stderr,
  * with the one that runs instead, as an unknown name is (isa_cap). */
 static void init_kernel(void) {
-    kernel = pick_kernel(&kernel_name);
-    if (isa_requested && strcmp(isa_requested, kernel_name))
+    const rkv__cpu cpu = rkv__cpu_read();
+    rkv__isa isa = rkv__isa_pick(&cpu, isa_requested = isa_cap());
+#if !(defined(__x86_64__) && defined(__GNUC__))
+    isa = RKV__ISA_GENERIC; /* the only kernel compiled here */
+#endif
+    picked = engine_of(isa);
+    kernel_name = rkv__isa_name(isa);
+    const char *asked = rkv__isa_name(isa_requested);
+    if (asked && strcmp(asked, kernel_name))
         fprintf(stderr,
                 "ringkv: RKV_ISA=%s asks for the %s kernel, which this CPU does not offer; "
                 "the %s kernel is used\n",
-                getenv("RKV_ISA"), isa_requested, kernel_name);
+                getenv("RKV_ISA"), asked, kernel_name);
 }
 
 const char *rkv_attention_isa(void) {
@@ -243,20 +228,16 @@ const char *rkv_attention_isa(void) {
 const char *rkv_layer_attention_isa(const rkv_layer *layer) {
     if (!layer) return NULL;
     pthread_once(&kernel_once, init_kernel);
-    return bf16_task && !rkv__amx_fits(layer) ? "avx512" : kernel_name;
+    return picked.bf16 && !rkv__amx_fits(layer) ? "avx512" : kernel_name;
 }
 
 rkv_status rkv_layer_attend(const rkv_layer *layer, const rkv_attention_args *args) {
     return rkv__attend(layer, args, "rkv_layer_attend");
 }
 
-rkv_status rkv__attend(const struct rkv_layer *layer, const rkv_attention_args *caller,
-                       const char *what) {
-    rkv_attention_args copy;
-    const rkv_attention_args *args = &copy;
-    rkv_status st = rkv__attention_take(layer, caller, what, &copy);
-    if (st != RKV_OK) return st;
-    pthread_once(&kernel_once, init_kernel);
+/* One attention call on engine e (args checked by the caller). */
+static rkv_status attend_on(const struct rkv_layer *layer, const rkv_attention_args *args,
+                            engine e, const char *what) {
     rkv_threadpool *pool = args->pool ? args->pool : rkv__default_pool();
     if (!pool) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: no thread pool", what);
     const int64_t D = layer->g.d_head;
@@ -267,10 +248,36 @@ rkv_status rkv__attend(const struct rkv_layer *layer, const rkv_attention_args *
         .tq = args->n_queries ? args->n_queries : layer->g.tokens_per_frame,
         .scale = args->scale != 0.0f ? args->scale : 1.0f / sqrtf((float)D),
     };
-    if (bf16_task && rkv__amx_fits(layer))
+    if (e.bf16 && rkv__amx_fits(layer))
         return rkv__parallel_for(pool, rkv__amx_tasks(&c),
-                                 rkv__amx_scratch_bytes(D, layer->total_slots), bf16_task, &c);
+                                 rkv__amx_scratch_bytes(D, layer->total_slots), e.bf16, &c);
     const int64_t tasks = rkv__attend_tasks(&c, MQ_MAX, flash_umax(D));
     return rkv__parallel_for(pool, tasks, flash_scratch_bytes(D, layer->total_slots, c.units),
-                             kernel, &c);
+                             e.flash, &c);
+}
+
+rkv_status rkv__attend(const struct rkv_layer *layer, const rkv_attention_args *caller,
+                       const char *what) {
+    rkv_attention_args copy;
+    rkv_status st = rkv__attention_take(layer, caller, what, &copy);
+    if (st != RKV_OK) return st;
+    pthread_once(&kernel_once, init_kernel);
+    return attend_on(layer, &copy, picked, what);
+}
+
+rkv_status rkv__attend_engine(const rkv_layer *layer, const rkv_attention_args *caller,
+                              rkv__isa isa) {
+    static const char what[] = "rkv__attend_engine";
+    const rkv__cpu cpu = rkv__cpu_read();
+    if ((unsigned)isa >= RKV__ISA_COUNT || rkv__isa_pick(&cpu, isa) != isa)
+        return rkv__fail(RKV_ERR_INVALID_ARG, "%s: this CPU has no %s engine", what,
+                         rkv__isa_name(isa) ? rkv__isa_name(isa) : "such");
+#if !(defined(__x86_64__) && defined(__GNUC__))
+    if (isa != RKV__ISA_GENERIC)
+        return rkv__fail(RKV_ERR_INVALID_ARG, "%s: only the generic kernel is built", what);
+#endif
+    rkv_attention_args copy;
+    rkv_status st = rkv__attention_take(layer, caller, what, &copy);
+    if (st != RKV_OK) return st;
+    return attend_on(layer, &copy, engine_of(isa), what);
 }

@@ -7,6 +7,7 @@
 #define RKV_CPU_INTERNAL_H
 
 #include "internal.h"
+#include "isa.h" /* the CPU's facts and the engine choice */
 #include "ringkv_cpu.h" /* the CPU backend's public calls, defined here */
 
 /* ---- attention (cpu/attention.c) ---- */
@@ -49,14 +50,11 @@ static inline int64_t rkv__attend_tasks(rkv__attend_ctx *c, int64_t mq, int64_t 
     return rows * ((per + u - 1) / u);
 }
 
-/* The bf16 pair-product attention (cpu/attention_amx.c): true when the CPU has
- * AMX-TILE, AMX-BF16 and AVX512-BF16 and the OS granted tile data (call
- * once); true when it has AVX512-F/BW/DQ/VL and AVX512-BF16; whether a layer
- * suits the path (bf16 storage, d_head a multiple of 32, <= 512); the
- * per-thread scratch; the task count; the task on the AMX engine and on the
- * AVX512-BF16 engine (ctx: a rkv__attend_ctx). */
-bool rkv__amx_available(void);
-bool rkv__bf16dot_available(void);
+/* The bf16 pair-product attention (cpu/attention_amx.c; whether the CPU
+ * has its engines: rkv__cpu_read, isa.h): whether a layer suits the path
+ * (bf16 storage, d_head a multiple of 32, <= 512); the per-thread scratch;
+ * the task count; the task on the AMX engine and on the AVX512-BF16 engine
+ * (ctx: a rkv__attend_ctx). */
 bool rkv__amx_fits(const struct rkv_layer *l);
 size_t rkv__amx_scratch_bytes(int64_t D, int64_t N);
 int64_t rkv__amx_tasks(rkv__attend_ctx *c);

@@ -5,10 +5,14 @@ processes and hosts.
   :class:`ringkv.ray.host.SessionHost`, ``num_cpus=0``) that owns a
   :class:`ringkv.Model` and steps its sessions; one per device, or one per
   process on the CPU.
-- :class:`SessionRouter`: places request ids on the least-loaded host, keeps
+- :class:`SessionRouter`: a handle on the one placement of its name (a
+  named, detached Ray actor, :class:`RouterCore`, rebuilt from the hosts
+  when it restarts): places request ids on the least-loaded host, keeps
   affinity, moves sessions (:meth:`~SessionRouter.migrate`: export, import,
   verify, release; bytes through Ray's object store), pages them out and
-  in, and restores the sessions of a dead host from their checkpoints.
+  in, and restores the sessions of a dead or restarted host from their
+  checkpoints, replayed to their last delivered frame (docs/migration.md,
+  "Faults").
 - :func:`init_loopback`: a local Ray cluster bound to 127.0.0.1 only.
 - :mod:`ringkv.ray.stream`: the deterministic token streams and digests.
 
@@ -20,8 +24,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__all__ = ["SessionHost", "SessionRouter", "MigrationError", "Recovery", "StepReport",
-           "Migration", "init_loopback", "make_hosts"]
+_ROUTER_NAMES = ("SessionRouter", "RouterCore", "MigrationError", "HostError",
+                 "RouterRestartedError", "Recovery", "StepReport", "Migration")
+__all__ = ["SessionHost", *_ROUTER_NAMES, "init_loopback", "make_hosts"]
 
 _cache: dict[str, Any] = {}
 
@@ -33,14 +38,14 @@ def __getattr__(name: str) -> Any:
             from .host import SessionHost as _Plain
             _cache[name] = ray.remote(num_cpus=0, max_restarts=0)(_Plain)
         return _cache[name]
-    if name in ("SessionRouter", "MigrationError", "Recovery", "StepReport", "Migration"):
+    if name in _ROUTER_NAMES:
         from . import router
         return getattr(router, name)
     raise AttributeError(f"module 'ringkv.ray' has no attribute {name!r}")
 
 
 def init_loopback(num_cpus: int = 2, object_store_memory: int | None = None,
-                  **kwargs: Any) -> Any:
+                  worker_niceness: int = 0, **kwargs: Any) -> Any:
     """Starts a local Ray cluster that binds to the loopback address only and
     sends nothing elsewhere: node address 127.0.0.1 (Ray otherwise resolves
     127.0.0.1 to the machine's routable address; RAY_ENABLE_WINDOWS_OR_OSX_
@@ -48,8 +53,13 @@ def init_loopback(num_cpus: int = 2, object_store_memory: int | None = None,
     usage statistics. The workers inherit this process's environment, to
     which this adds the folder holding ``ringkv`` (PYTHONPATH) and the
     loaded library (RINGKV_LIBRARY), so that they import the same ringkv.
-    Returns ``ray.init``'s context; end with ``ray.shutdown()``. Raises
-    RuntimeError (after shutting Ray down) if the node is not on 127.0.0.1."""
+    ``worker_niceness``: the nice value of Ray's workers, the actors
+    included (Ray's own default, 15, puts the session hosts and the router
+    below every other process of the machine: on a busy machine they
+    starve, measured: the Ray tests 5-8x slower with both cores busy); 0
+    here, as any other process. Returns ``ray.init``'s context; end with
+    ``ray.shutdown()``. Raises RuntimeError (after shutting Ray down) if
+    the node is not on 127.0.0.1."""
     import ringkv
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
@@ -62,8 +72,10 @@ def init_loopback(num_cpus: int = 2, object_store_memory: int | None = None,
     import ray
     from ray._private import ray_constants
     ray_constants.ENABLE_RAY_CLUSTER = False  # when ray was imported before the variable
+    system = {"worker_niceness": worker_niceness, **kwargs.pop("_system_config", {})}
     ctx = ray.init(num_cpus=num_cpus, _node_ip_address="127.0.0.1", include_dashboard=False,
-                   object_store_memory=object_store_memory, log_to_driver=False, **kwargs)
+                   object_store_memory=object_store_memory, log_to_driver=False,
+                   _system_config=system, **kwargs)
     addresses = {n["NodeManagerAddress"] for n in ray.nodes()}
     if addresses != {"127.0.0.1"}:
         ray.shutdown()
@@ -73,12 +85,15 @@ def init_loopback(num_cpus: int = 2, object_store_memory: int | None = None,
 
 
 def make_hosts(names: list[str], config: Any, checkpoint_dir: str | None = None,
-               checkpoint_every: int = 0) -> dict[str, Any]:
+               checkpoint_every: int = 0, max_restarts: int = 0) -> dict[str, Any]:
     """One :class:`SessionHost` actor per name, each with a model of
     ``config`` (a ringkv.ModelConfig or its fields as a dict), ready
-    (created and answering) when this returns."""
+    (created and answering) when this returns. ``max_restarts``: how often
+    Ray restarts a host that dies (-1: always); a restarted host is empty,
+    under a new incarnation token, and the router treats the restart as a
+    death of the host it knew."""
     import ray
-    host_cls = __getattr__("SessionHost")
+    host_cls = __getattr__("SessionHost").options(max_restarts=max_restarts)
     hosts = {n: host_cls.remote(n, config, checkpoint_dir, checkpoint_every) for n in names}
     ray.get([h.ping.remote() for h in hosts.values()])
     return hosts

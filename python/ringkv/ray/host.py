@@ -3,44 +3,184 @@ actor (one per device, or one per process on the CPU). Written as a plain
 class: :func:`ringkv.ray.SessionHost` is ``ray.remote`` of it, and it can
 be used without Ray (the tests of the migration protocol do both).
 
+The host is the authority for what is live on it (docs/migration.md,
+"Faults"): each session it holds carries its **incarnation** (a token the
+router draws at each ``open`` of a request id; the same through moves,
+page-outs and restores, retired by ``close``), and the host itself has an
+incarnation token (:attr:`SessionHost.token`, drawn by the constructor: a
+host that Ray restarted holds nothing of before and has another token).
+Every call from a router names the token it expects (``token=``; refused
+with :class:`StaleHostError` otherwise) and the incarnation of the session
+it means (``inc=``; refused otherwise), so that a call never acts on a
+session it did not mean.
+
 A session on a host is in one of these states:
 
 - **live**: held by the model and stepped by :meth:`step`;
 - **frozen**: held, exported for a migration, not stepped (until the
   migration commits, :meth:`release`, or fails, :meth:`thaw`);
 - **incoming**: a slot reserved for an import (:meth:`reserve`), not
-  stepped, not live until :meth:`commit`;
+  stepped, not live until :meth:`commit` (which takes only a slot whose
+  :meth:`fill` verified);
 - **paged out**: its image was handed out (:meth:`offload`), its request id
-  reserved by the model until :meth:`page_in`.
+  reserved by the model until :meth:`page_in` or :meth:`discard`;
+- **parked**: not held at all: a record (incarnation, last delivered frame)
+  of a session whose host died and that found no room yet, kept here so
+  that a router rebuilt from the hosts still knows it (:meth:`park`).
 
-:meth:`live` lists the live sessions only: a router that moves sessions
-keeps each request live on one host at a time.
+:meth:`live` lists the live sessions only; :meth:`inventory` lists every
+state with incarnations, clocks and last delivered frames (what a router
+rebuilds its placement from).
+
+Request ids are str or bytes (as ``Model.claim`` takes them) and are one
+id in either form: bytes are read as UTF-8 with ``surrogateescape``
+(:func:`request_key`, as ``SnapshotInfo.request_id`` and
+:func:`checkpoint_path` read them); every result is keyed by that str.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
+import inspect
 import os
+import resource
+import secrets
 import urllib.parse
-from typing import Any, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
 
 from .._args import as_int
-from ..model import LayerSpec, Model, ModelConfig
+from ..errors import RingKVRuntimeError, RingKVTypeError
+from ..model import LayerSpec, Model, ModelConfig, inspect_snapshot
+from .checkpoint import INCARNATION_KEY, read_checkpoint, tag_image, write_atomic
 from .stream import PASSES, frame_tokens, step_frame
 
-__all__ = ["SessionHost", "InjectedFailure"]
+__all__ = ["SessionHost", "InjectedFailure", "StaleHostError", "FAULT_POINTS", "FAULT_ACTIONS",
+           "request_key", "model_id", "new_incarnation", "checkpoint_path"]
 
 
 class InjectedFailure(RuntimeError):
     """A failure a test asked for (:meth:`SessionHost.inject`)."""
 
 
+class StaleHostError(RuntimeError):
+    """A call named another host incarnation's token than this host's: the
+    host restarted since the caller last saw it (it holds nothing of
+    before), so the caller must treat the host it knew as dead."""
+
+
+#: Methods a fault can be injected into (:meth:`SessionHost.inject`): each
+#: name is the point on entry (nothing changed yet); ``NAME.before_reply``
+#: is after the method's effect, before its reply; ``NAME.after_reply``
+#: arms a death on the host's next call of any kind (the reply went out,
+#: then the process died).
+FAULT_METHODS = ("open", "close", "step", "recover", "restore", "meta", "export", "thaw",
+                 "release", "reserve", "fill", "commit", "cancel", "offload", "page_in",
+                 "discard", "park", "unpark", "retire")
+#: Every named fault point: the method points above and the two inside a
+#: step, between the frame and its checkpoint writes
+#: (``step.before_checkpoint``) and after them (``step.after_checkpoint``).
+FAULT_POINTS = tuple(f"{m}{s}" for m in FAULT_METHODS
+                     for s in ("", ".before_reply", ".after_reply")) + \
+    ("step.before_checkpoint", "step.after_checkpoint")
+#: What a fault does: ``raise`` InjectedFailure; ``die`` (the process exits
+#: at once, as a crashed worker; with restarts left Ray restarts it empty);
+#: ``corrupt`` (``fill``: one byte of the data received is flipped;
+#: ``step.after_checkpoint``: one byte of the data of each checkpoint file
+#: just written); ``disk_full`` (``step.before_checkpoint``: the
+#: checkpoint writes of that step fail as on a full disk, for real: the
+#: process's file size limit, RLIMIT_FSIZE, is set to 4 KiB around them,
+#: so the write fails with EFBIG partway into the temporary file).
+FAULT_ACTIONS = ("raise", "die", "corrupt", "disk_full")
+
+
+def request_key(request_id: Any) -> str:
+    """The one str form of a request id: a str as it is, bytes decoded from
+    UTF-8 with ``surrogateescape`` (a byte that is not UTF-8 becomes a lone
+    surrogate, so two ids never read alike). RingKVTypeError otherwise."""
+    if isinstance(request_id, str):
+        return request_id
+    if isinstance(request_id, (bytes, bytearray, memoryview)):
+        return bytes(request_id).decode("utf-8", "surrogateescape")
+    raise RingKVTypeError(f"request id must be a str or bytes; got {request_id!r}")
+
+
+def model_id(key: str) -> str | bytes:
+    """What ``Model.claim`` takes for the key: the str itself, or its bytes
+    when it holds a surrogate-escaped byte (a str the model would refuse)."""
+    try:
+        key.encode("utf-8")
+        return key
+    except UnicodeEncodeError:
+        try:
+            return key.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            return key  # not an id: the model's claim refuses it, naming it
+
+
+def new_incarnation() -> str:
+    """A fresh incarnation token: 16 lowercase hex digits (64 random bits)."""
+    return secrets.token_hex(8)
+
+
+@dataclass
+class _Held:
+    """A session held by the model (live or frozen)."""
+    slot: int
+    inc: str
+    frozen: bool = False
+    delivered: int = -1       # the last frame the router said was delivered
+
+
+@dataclass
+class _Incoming:
+    """A slot reserved for an import; ``digest`` once its fill verified."""
+    slot: int
+    inc: str
+    digest: int | None = None
+
+
+def _entry(fn: Callable) -> Callable:
+    """A method a router calls: a death armed by an ``after_reply`` fault
+    happens first; ``token=`` (when given) must be this host's; then the
+    fault points ``NAME`` (on entry) and, after the effect,
+    ``NAME.before_reply`` and ``NAME.after_reply``."""
+    name = fn.__name__
+
+    @functools.wraps(fn)
+    def call(self: "SessionHost", *args: Any, token: str | None = None, **kwargs: Any) -> Any:
+        if self._die_next:
+            os._exit(1)
+        if token is not None and token != self.token:
+            raise StaleHostError(f"host {self.name}: the call names host incarnation {token}; "
+                                 f"this host is incarnation {self.token} (it restarted and "
+                                 "holds nothing of before)")
+        how = self._fault(name)
+        out = fn(self, *args, _how=how, **kwargs) if name == "fill" else fn(self, *args, **kwargs)
+        self._fault(f"{name}.before_reply")
+        if self._inject.pop(f"{name}.after_reply", None) is not None:
+            self._die_next = True
+        return out
+    # Ray checks a call's arguments against the method's signature, found
+    # by inspect.unwrap (so no __wrapped__ here): the method's own plus
+    # token, less the private _how
+    del call.__wrapped__  # type: ignore[attr-defined]
+    sig = inspect.signature(fn)
+    params = [p for n, p in sig.parameters.items() if n != "_how"]
+    call.__signature__ = sig.replace(parameters=params + [  # type: ignore[attr-defined]
+        inspect.Parameter("token", inspect.Parameter.KEYWORD_ONLY, default=None)])
+    return call
+
+
 class SessionHost:
     """Owns a :class:`ringkv.Model` of ``config`` (a ModelConfig or its
     fields as a dict) and steps its sessions with the deterministic streams
     of :mod:`ringkv.ray.stream`. ``checkpoint_dir``: where a session is
-    saved (a snapshot file per request, written atomically) after every
-    frame f with (f + 1) % ``checkpoint_every`` == 0; a directory all hosts
-    can read (one machine: any folder; a cluster: a shared file system)."""
+    saved (one snapshot file per request, :func:`checkpoint_path`, written
+    atomically, its incarnation in the metadata:
+    :mod:`ringkv.ray.checkpoint`) after every frame f with (f + 1) %
+    ``checkpoint_every`` == 0; a directory all hosts can read (one machine:
+    any folder; a cluster: a shared file system)."""
 
     def __init__(self, name: str, config: Any, checkpoint_dir: str | None = None,
                  checkpoint_every: int = 0):
@@ -51,261 +191,555 @@ class SessionHost:
         self.model = Model(config)
         self.checkpoint_dir = checkpoint_dir
         self.checkpoint_every = as_int(checkpoint_every, "checkpoint_every")
-        self.slots: dict[str, int] = {}      # live and frozen sessions
-        self.frozen: set[str] = set()
-        self.incoming: dict[str, int] = {}   # reserved for import
+        #: this host's incarnation: a restarted actor runs the constructor
+        #: again and gets another one
+        self.token = secrets.token_hex(8)
+        self.held: dict[str, _Held] = {}          # live and frozen sessions
+        self.incoming: dict[str, _Incoming] = {}  # reserved for import
+        self.paged: dict[str, tuple[str, int]] = {}    # paged out: (inc, delivered)
+        self.parked: dict[str, dict] = {}         # records of sessions not held anywhere
         self._inject: dict[str, str] = {}
+        self._die_next = False
 
     # ---- what the host holds ---------------------------------------------
+    @_entry
     def ping(self) -> str:
         return self.name
+
+    @_entry
+    def identity(self) -> str:
+        """This host's incarnation token (:attr:`token`)."""
+        return self.token
 
     def pid(self) -> int:
         return os.getpid()
 
     def live(self) -> dict[str, int | None]:
         """Live sessions (stepped by :meth:`step`) and their clocks."""
-        return {rid: self.model.clock(s) for rid, s in self.slots.items()
-                if rid not in self.frozen}
+        return {rid: self.model.clock(h.slot) for rid, h in self.held.items() if not h.frozen}
+
+    @_entry
+    def inventory(self) -> dict:
+        """Everything this host knows of its sessions: ``token``,
+        ``capacity`` (the model's sessions); ``held``
+        (request -> incarnation, clock, last delivered frame, frozen);
+        ``incoming`` (request -> incarnation, verified); ``paged`` (request
+        -> incarnation, last delivered frame); ``parked`` (request -> the
+        record :meth:`park` was given)."""
+        return {"token": self.token, "capacity": self.model.num_sessions,
+                "held": {r: {"inc": h.inc, "clock": self.model.clock(h.slot),
+                             "delivered": h.delivered, "frozen": h.frozen}
+                         for r, h in self.held.items()},
+                "incoming": {r: {"inc": i.inc, "verified": i.digest is not None}
+                             for r, i in self.incoming.items()},
+                "paged": {r: {"inc": inc, "delivered": d} for r, (inc, d) in self.paged.items()},
+                "parked": dict(self.parked)}
 
     def load(self) -> dict[str, int]:
         """``live``, ``frozen``, ``incoming``, ``paged_out`` counts, ``free``
         slots and ``capacity`` (the model's sessions)."""
-        busy = len(self.slots) + len(self.incoming)
-        return {"live": len(self.slots) - len(self.frozen), "frozen": len(self.frozen),
+        frozen = sum(1 for h in self.held.values() if h.frozen)
+        busy = len(self.held) + len(self.incoming)
+        return {"live": len(self.held) - frozen, "frozen": frozen,
                 "incoming": len(self.incoming), "paged_out": self.model.offloaded_count,
                 "free": self.model.num_sessions - busy, "capacity": self.model.num_sessions}
 
-    def session_digest(self, request_id: str) -> int:
+    @_entry
+    def status(self, request_id: Any = None) -> dict:
+        """:meth:`load` with this host's ``token`` and what it knows of
+        ``request_id`` (``state``: live, frozen, incoming, paged, parked or
+        None, and ``inc``; ``verified`` for a reserved slot whose fill
+        verified): one call for a router placing a request."""
+        out = {"token": self.token, **self.load(), "state": None, "inc": None}
+        if request_id is not None:
+            key = request_key(request_id)
+            if key in self.held:
+                h = self.held[key]
+                out.update(state="frozen" if h.frozen else "live", inc=h.inc)
+            elif key in self.incoming:
+                out.update(state="incoming", inc=self.incoming[key].inc,
+                           verified=self.incoming[key].digest is not None)
+            elif key in self.paged:
+                out.update(state="paged", inc=self.paged[key][0])
+            elif key in self.parked:
+                out.update(state="parked", inc=self.parked[key]["inc"])
+        return out
+
+    def session_digest(self, request_id: Any) -> int:
         """XXH3-64 of the session's regions (= its snapshot's data_xxh3)."""
-        return self.model.session_digest(self._slot(request_id))
+        return self.model.session_digest(self._held(request_id).slot)
 
-    def clock(self, request_id: str) -> int | None:
-        return self.model.clock(self._slot(request_id))
+    @_entry
+    def clock(self, request_id: Any) -> int | None:
+        """A held session's clock (None: no frame committed)."""
+        return self.model.clock(self._held(request_id).slot)
 
-    def _slot(self, request_id: str) -> int:
-        try:
-            return self.slots[request_id]
-        except KeyError:
-            raise KeyError(f"host {self.name}: no session holds request {request_id!r}") from None
+    def _held(self, request_id: Any, inc: str | None = None) -> _Held:
+        key = request_key(request_id)
+        h = self.held.get(key)
+        if h is None:
+            raise KeyError(f"host {self.name}: no session holds request {key!r}")
+        self._same(key, h.inc, inc)
+        return h
+
+    def _same(self, key: str, have: str, inc: str | None, what: str = "request") -> None:
+        """RingKVRuntimeError unless the caller's incarnation ``inc`` (None:
+        any) is the one held here."""
+        if inc is not None and have != inc:
+            raise RingKVRuntimeError(f"host {self.name}: {what} {key!r} is incarnation {have} "
+                                     f"here, not {inc}")
 
     # ---- faults, for tests -------------------------------------------------
-    def inject(self, step: str, how: str = "raise") -> None:
-        """The next call of ``step`` (a method name) fails: ``raise``s
-        InjectedFailure before it changes anything, ``die``s (the process
-        exits at once, as a crashed worker), or (``fill`` only) ``corrupt``s
-        one byte of the data received."""
-        self._inject[step] = how
+    def inject(self, point: str, how: str = "raise") -> None:
+        """The next time the host reaches fault point ``point`` (one of
+        :data:`FAULT_POINTS`; a method's name is its entry) it does ``how``
+        (one of :data:`FAULT_ACTIONS`). Deterministic: the point is a place
+        in the code, not a time. RingKVRuntimeError for an unknown point or
+        action (nothing armed)."""
+        if point not in FAULT_POINTS:
+            raise RingKVRuntimeError(f"host {self.name}: no fault point {point!r}; points: "
+                                     f"{', '.join(FAULT_POINTS)}")
+        if how not in FAULT_ACTIONS:
+            raise RingKVRuntimeError(f"host {self.name}: no fault action {how!r}; actions: "
+                                     f"{', '.join(FAULT_ACTIONS)}")
+        self._inject[point] = how
 
-    def _fault(self, step: str) -> str | None:
-        how = self._inject.pop(step, None)
+    def _fault(self, point: str) -> str | None:
+        how = self._inject.pop(point, None)
         if how == "raise":
-            raise InjectedFailure(f"host {self.name}: injected failure in {step}")
+            raise InjectedFailure(f"host {self.name}: injected failure in {point}")
         if how == "die":
             os._exit(1)
         return how
 
     # ---- sessions ------------------------------------------------------------
-    def open(self, request_id: str) -> int:
-        """Claims a session for a new request (clock none)."""
-        self._fault("open")
-        if request_id in self.slots or request_id in self.incoming:
-            raise RuntimeError(f"host {self.name}: request {request_id!r} is already here")
-        s = self.model.claim(request_id)
-        self.slots[request_id] = s
-        return s
+    def _claim(self, key: str, inc: str, delivered: int = -1) -> _Held:
+        if key in self.held or key in self.incoming or key in self.paged:
+            raise RingKVRuntimeError(f"host {self.name}: request {key!r} is already here")
+        h = _Held(self.model.claim(model_id(key)), inc, delivered=delivered)
+        self.held[key] = h
+        self.parked.pop(key, None)
+        return h
 
-    def close(self, request_id: str) -> None:
-        """Releases a session for good."""
-        s = self._slot(request_id)
-        self.model.release(s)
-        del self.slots[request_id]
-        self.frozen.discard(request_id)
+    @_entry
+    def open(self, request_id: Any, inc: str | None = None) -> int:
+        """Claims a session for a new request (clock none) as incarnation
+        ``inc`` (default: a new one); returns the slot."""
+        return self._claim(request_key(request_id), inc or new_incarnation()).slot
 
-    def step(self, request_ids: Sequence[str]) -> dict[str, dict]:
+    @_entry
+    def close(self, request_id: Any, inc: str | None = None) -> None:
+        """Releases a session for good and retires its incarnation: its
+        checkpoint file is removed (:meth:`retire`)."""
+        key = request_key(request_id)
+        h = self._held(key, inc)
+        self.model.release(h.slot)
+        del self.held[key]
+        self._retire(key, h.inc)
+
+    @_entry
+    def retire(self, request_id: Any, inc: str) -> bool:
+        """Removes the checkpoint file of ``request_id`` if it is incarnation
+        ``inc``'s (or carries none); returns whether one was removed. The
+        router retires this way a session it closes whose host died."""
+        key = request_key(request_id)
+        self.parked.pop(key, None)
+        return self._retire(key, inc)
+
+    def _retire(self, key: str, inc: str) -> bool:
+        if not self.checkpoint_dir:
+            return False
+        path = checkpoint_path(self.checkpoint_dir, key)
+        try:
+            _, _, meta = read_checkpoint(path)
+            if meta.get(INCARNATION_KEY, inc) != inc:
+                return False              # another incarnation's: not ours to remove
+        except FileNotFoundError:
+            return False
+        except (OSError, ValueError):
+            pass                          # damaged: of no use to anyone
+        try:
+            os.unlink(path)
+            return True
+        except FileNotFoundError:
+            return False
+
+    @_entry
+    def step(self, items: Sequence[Any]) -> dict[str, dict]:
         """One frame of each listed live session, as one batch: each at its
-        clock + 1 (0 without a clock). Returns per request ``frame``,
-        ``digest`` (of the frame's attention outputs), ``checkpoint``
-        (the frame saved after it, or None) and ``checkpoint_error`` (None,
-        or why the checkpoint due after this frame could not be saved,
-        e.g. a full disk: the frame itself is done and the previous
-        checkpoint file is left as it was, the saves being atomic). Raises
-        before any session steps when a request is not live here."""
-        self._fault("step")
-        rids = list(request_ids)
-        for rid in rids:
-            if rid not in self.slots or rid in self.frozen:
-                state = "frozen for a migration" if rid in self.frozen else "not live here"
-                raise RuntimeError(f"host {self.name}: request {rid!r} is {state}")
-        if not rids:
+        clock + 1 (0 without a clock). ``items``: request ids, or
+        ``(request id, incarnation, last delivered frame)`` triples (a
+        router's: the incarnation must be the session's; the frame is
+        recorded, for a router rebuilt later). Returns per request (str
+        key) ``frame``, ``digest`` (of the frame's attention outputs),
+        ``inc``, ``checkpoint`` (the frame saved after it, or None) and
+        ``checkpoint_error`` (None, or why the checkpoint due after this
+        frame could not be saved, e.g. a full disk: the frame itself is
+        done and the previous checkpoint file is left as it was, the saves
+        being atomic). Raises before any session steps when a request is
+        not live here or is another incarnation."""
+        rows = [(request_key(i), None, None) if not isinstance(i, (tuple, list)) else
+                (request_key(i[0]), i[1], i[2]) for i in items]
+        for key, inc, _ in rows:
+            h = self.held.get(key)
+            if h is None or h.frozen:
+                state = "frozen for a migration" if h is not None else "not live here"
+                raise RingKVRuntimeError(f"host {self.name}: request {key!r} is {state}")
+            self._same(key, h.inc, inc)
+        if not rows:
             return {}
-        slots = [self.slots[r] for r in rids]
+        for key, _, delivered in rows:
+            if delivered is not None:
+                self.held[key].delivered = max(self.held[key].delivered, delivered)
+        keys = [k for k, _, _ in rows]
+        slots = [self.held[k].slot for k in keys]
         frames = [(self.model.clock(s) if self.model.clock(s) is not None else -1) + 1
                   for s in slots]
         # Every checkpoint file name before the frame (a name cannot fail
         # after the clocks moved); checkpoint_path always gives one that fits.
-        paths = [checkpoint_path(self.checkpoint_dir, rid)
+        paths = [checkpoint_path(self.checkpoint_dir, k)
                  if self.checkpoint_dir and self.checkpoint_every > 0 and
                  (f + 1) % self.checkpoint_every == 0 else None
-                 for rid, f in zip(rids, frames)]
-        digests = step_frame(self.model, slots, rids, frames)
+                 for k, f in zip(keys, frames)]
+        digests = step_frame(self.model, slots, keys, frames)
+        how = self._fault("step.before_checkpoint")
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE) if how == "disk_full" else None
         out = {}
-        for rid, s, f, d, path in zip(rids, slots, frames, digests, paths):
-            saved, error = None, None
-            if path is not None:
-                try:
-                    self.model.save_session(s, path)
-                    saved = f
-                except Exception as exc:  # noqa: BLE001 - the frame is done: report, go on
-                    error = f"{type(exc).__name__}: {exc}"
-            out[rid] = {"frame": f, "digest": d, "checkpoint": saved, "checkpoint_error": error}
+        try:
+            if limit is not None:
+                resource.setrlimit(resource.RLIMIT_FSIZE, (4096, limit[1]))
+            for k, s, f, d, path in zip(keys, slots, frames, digests, paths):
+                saved, error = None, None
+                if path is not None:
+                    try:
+                        self._save(k, path)
+                        saved = f
+                    except Exception as exc:  # noqa: BLE001 - the frame is done: report, go on
+                        error = f"{type(exc).__name__}: {exc}"
+                out[k] = {"frame": f, "digest": d, "inc": self.held[k].inc, "checkpoint": saved,
+                          "checkpoint_error": error}
+        finally:
+            if limit is not None:
+                resource.setrlimit(resource.RLIMIT_FSIZE, limit)
+        if self._fault("step.after_checkpoint") == "corrupt":
+            for p in paths:
+                if p is not None and os.path.exists(p):
+                    _flip_last_byte(p)
         return out
 
-    def prefill(self, request_id: str, frames: int) -> int | None:
+    def _save(self, key: str, path: str) -> None:
+        """The checkpoint of held session ``key``, its incarnation in it."""
+        h = self.held[key]
+        write_atomic(path, tag_image(self.model.save_session_bytes(h.slot),
+                                     {INCARNATION_KEY: h.inc}))
+
+    def prefill(self, request_id: Any, frames: int) -> int | None:
         """Advances a live session by ``frames`` frames of the commit pass
         only, no attention, every layer fed layer 0's deterministic tokens:
         fills its rings quickly, for benchmarks (its digests then differ
         from :meth:`step`'s). Returns its clock."""
-        s = self._slot(request_id)
+        key = request_key(request_id)
+        s = self._held(key).slot
         cfg = self.model.config
         for _ in range(as_int(frames, "frames")):
             clock = self.model.clock(s)
             f = 0 if clock is None else clock + 1
             self.model.begin_frame([s], [f])
-            kv, _ = frame_tokens(cfg, request_id, f, PASSES - 1, 0)
+            kv, _ = frame_tokens(cfg, key, f, PASSES - 1, 0)
             for layer in range(cfg.n_layers):
                 self.model.upsert(layer, [s], kv, True)
         return self.model.clock(s)
 
-    def restore(self, request_id: str, path: str) -> int | None:
+    @_entry
+    def restore(self, request_id: Any, path: str, inc: str | None = None) -> int | None:
         """Claims a session for ``request_id`` and loads the checkpoint file
-        ``path`` into it (bit-exact, its clock); returns the clock. A
-        refused file leaves nothing claimed."""
-        self._fault("restore")
-        s = self.open(request_id)
+        ``path`` into it (bit-exact, its clock); returns the clock. The
+        file must name the request and an incarnation (``inc`` when given;
+        otherwise the session takes the file's). A refused file leaves
+        nothing claimed (RingKVValueError saying why)."""
+        key = request_key(request_id)
+        data, file_inc = _checked_checkpoint(path, key, inc)
+        h = self._claim(key, file_inc)
         try:
-            self.model.load_session(s, path)
+            self.model.load_session_bytes(h.slot, data)
         except BaseException:
-            self.close(request_id)
+            self._drop(key)
             raise
-        return self.model.clock(s)
+        return self.model.clock(h.slot)
+
+    @_entry
+    def recover(self, request_id: Any, inc: str, upto: int, image: Any = None,
+                digest: int | None = None) -> dict:
+        """Brings back incarnation ``inc`` of a request whose host died or
+        whose image is gone, up to frame ``upto`` (its last delivered frame;
+        -1: none): claims a slot, loads ``image`` (a snapshot image of the
+        session, e.g. its paged-out image) or else its checkpoint file when
+        the file is valid and of this incarnation (a damaged file, another
+        incarnation's or one without any is refused and named), or starts
+        empty; then replays the frames after that state up to ``upto``
+        (deterministic streams: the same frames, not delivered again).
+        ``digest``: frame ``upto``'s delivered digest, checked against the
+        replay's. Returns ``resumed_from`` (the frame of the state loaded,
+        None: empty), ``source`` (image, checkpoint, empty), ``refused``
+        (why the checkpoint was not used, or None), ``clock`` (afterwards:
+        max(upto, resumed_from)), ``replayed`` (frames recomputed) and
+        ``digest_ok`` (None when nothing to compare). Nothing stays claimed
+        on failure."""
+        key = request_key(request_id)
+        h = self._claim(key, inc, delivered=upto)
+        try:
+            source, refused = "empty", None
+            if image is not None:
+                info = inspect_snapshot(image)
+                if request_key(info.request_id_bytes) != key:
+                    raise RingKVRuntimeError(f"host {self.name}: the image is of request "
+                                             f"{info.request_id!r}, not {key!r}")
+                self.model.load_session_bytes(h.slot, image)
+                source = "image"
+            elif self.checkpoint_dir:
+                path = checkpoint_path(self.checkpoint_dir, key)
+                try:
+                    data, _ = _checked_checkpoint(path, key, inc)
+                    self.model.load_session_bytes(h.slot, data)
+                    source = "checkpoint"
+                except FileNotFoundError:
+                    pass
+                except (OSError, ValueError, RuntimeError) as exc:
+                    refused = f"{type(exc).__name__}: {exc}"
+            clock = self.model.clock(h.slot)
+            resumed = clock if source != "empty" else None
+            start = -1 if clock is None else clock
+            replayed = list(range(start + 1, upto + 1))
+            last = None
+            for f in replayed:
+                last = step_frame(self.model, [h.slot], [key], [f])[0]
+            ok = None if digest is None or last is None else last == digest
+        except BaseException:
+            self._drop(key)
+            raise
+        return {"resumed_from": resumed, "source": source, "refused": refused,
+                "clock": self.model.clock(h.slot), "replayed": replayed, "digest_ok": ok}
+
+    def _drop(self, key: str) -> None:
+        h = self.held.pop(key, None)
+        if h is not None:
+            self.model.release(h.slot)
+
+    @_entry
+    def park(self, request_id: Any, record: dict) -> None:
+        """Keeps the record of a session held nowhere (its host died, no
+        room anywhere yet): for a router rebuilt from the hosts."""
+        self.parked[request_key(request_id)] = dict(record)
+
+    @_entry
+    def unpark(self, request_id: Any) -> None:
+        self.parked.pop(request_key(request_id), None)
 
     # ---- migration: the source's side ------------------------------------------
-    def meta(self, request_id: str) -> bytes:
+    @_entry
+    def meta(self, request_id: Any, inc: str | None = None) -> bytes:
         """A live session's metadata (read only: the destination reserves a
         slot with it before the source freezes anything)."""
-        self._fault("meta")
-        return self.model.export_meta(self._slot(request_id))
+        return self.model.export_meta(self._held(request_id, inc).slot)
 
-    def export(self, request_id: str) -> tuple[bytes, int, list]:
+    @_entry
+    def export(self, request_id: Any, inc: str | None = None) -> tuple[bytes, int, list]:
         """Freezes a live session (no step until :meth:`release` or
         :meth:`thaw`) and returns its metadata, the digest of its regions
         and the regions' bytes (NumPy views of the model's memory; Ray
         copies them into its object store when this returns, as the third
         of ``num_returns=3`` results). Nothing changes on failure."""
-        self._fault("export")
-        s = self._slot(request_id)
-        if request_id in self.frozen:
-            raise RuntimeError(f"host {self.name}: request {request_id!r} is already being moved")
-        meta = self.model.export_meta(s)
-        digest = self.model.session_digest(s)
-        arrays = [r.array for r in self.model.session_regions(s)]
-        self.frozen.add(request_id)
+        key = request_key(request_id)
+        h = self._held(key, inc)
+        if h.frozen:
+            raise RingKVRuntimeError(f"host {self.name}: request {key!r} is already being moved")
+        meta = self.model.export_meta(h.slot)
+        digest = self.model.session_digest(h.slot)
+        arrays = [r.array for r in self.model.session_regions(h.slot)]
+        h.frozen = True
         return meta, digest, arrays
 
-    def thaw(self, request_id: str) -> None:
+    @_entry
+    def thaw(self, request_id: Any, inc: str | None = None) -> None:
         """A migration of this session failed: it is live here again."""
-        self._slot(request_id)
-        self.frozen.discard(request_id)
+        self._held(request_id, inc).frozen = False
 
-    def release(self, request_id: str) -> None:
+    @_entry
+    def release(self, request_id: Any, inc: str | None = None) -> None:
         """The migration committed at the destination: the frozen copy here is
-        released (zeroed, slot free)."""
-        self._fault("release")
-        if request_id not in self.frozen:
-            raise RuntimeError(f"host {self.name}: request {request_id!r} is not frozen for a "
-                               "migration; only an exported session is released this way")
-        self.close(request_id)
+        released (zeroed, slot free; the checkpoint file stays: the
+        incarnation lives on there)."""
+        key = request_key(request_id)
+        h = self._held(key, inc)
+        if not h.frozen:
+            raise RingKVRuntimeError(f"host {self.name}: request {key!r} is not frozen for a "
+                                     "migration; only an exported session is released this way")
+        self._drop(key)
 
     # ---- migration: the destination's side ---------------------------------------
-    def reserve(self, meta: bytes) -> int:
-        """Reserves a slot for the session ``meta`` describes (refused, with
-        nothing changed, when there is no room or it is here already)."""
-        self._fault("reserve")
+    @_entry
+    def reserve(self, meta: bytes, inc: str | None = None) -> int:
+        """Reserves a slot for the session ``meta`` describes, as incarnation
+        ``inc`` (refused, with nothing changed, when there is no room or it
+        is here already)."""
+        key = _request_id_of(meta)
+        if key in self.held or key in self.incoming or key in self.paged:
+            raise RingKVRuntimeError(f"host {self.name}: request {key!r} is already here")
         s = self.model.import_reserve(meta)
-        rid = _request_id_of(meta)
-        self.incoming[rid] = s
+        self.incoming[key] = _Incoming(s, inc or new_incarnation())
         return s
 
-    def fill(self, request_id: str, arrays: list, digest: int) -> int:
+    def _incoming(self, request_id: Any, inc: str | None) -> tuple[str, _Incoming]:
+        key = request_key(request_id)
+        i = self.incoming.get(key)
+        if i is None:
+            raise RingKVRuntimeError(f"host {self.name}: no slot is reserved for request {key!r}")
+        self._same(key, i.inc, inc, "the slot reserved for")
+        return key, i
+
+    @_entry
+    def fill(self, request_id: Any, arrays: list, digest: int, inc: str | None = None,
+             _how: str | None = None) -> int:
         """Copies the regions' bytes (from the object store) into the
         reserved slot, then verifies: the digest of the slot's regions must
-        equal the source's, and the import checks must pass. Returns the
-        bytes copied. Raises on a mismatch (the slot stays reserved)."""
-        how = self._fault("fill")
-        s = self.incoming[request_id]
-        regions = self.model.session_regions(s)
+        equal the source's. Returns the bytes copied. Raises on a mismatch
+        (the slot stays reserved, unverified: :meth:`commit` refuses it)."""
+        key, i = self._incoming(request_id, inc)
+        i.digest = None
+        regions = self.model.session_regions(i.slot)
         if len(arrays) != len(regions):
-            raise RuntimeError(f"host {self.name}: {len(arrays)} regions received for "
-                               f"{request_id!r}; the slot has {len(regions)}")
+            raise RingKVRuntimeError(f"host {self.name}: {len(arrays)} regions received for "
+                                     f"{key!r}; the slot has {len(regions)}")
         moved = 0
         for r, a in zip(regions, arrays):
             r.array[:] = a
             moved += r.nbytes
-        if how == "corrupt":
+        if _how == "corrupt":
             regions[0].array[0] ^= 0x01
-        got = self.model.session_digest(s)
+        got = self.model.session_digest(i.slot)
         if got != digest:
-            raise RuntimeError(f"host {self.name}: the regions of {request_id!r} arrived "
-                               f"damaged (digest {got:016x}, the source's {digest:016x})")
+            raise RingKVRuntimeError(f"host {self.name}: the regions of {key!r} arrived "
+                                     f"damaged (digest {got:016x}, the source's {digest:016x})")
+        i.digest = got
         return moved
 
-    def commit(self, request_id: str, meta: bytes) -> int | None:
+    @_entry
+    def commit(self, request_id: Any, meta: bytes, inc: str | None = None,
+               delivered: int = -1) -> int | None:
         """Imports the filled slot (its checks again): the session is live
-        here from now on. Returns its clock."""
-        self._fault("commit")
-        s = self.incoming[request_id]
-        self.model.import_session(s, meta)
-        del self.incoming[request_id]
-        self.slots[request_id] = s
-        return self.model.clock(s)
+        here from now on. Refused, nothing changed, unless the last
+        :meth:`fill` of the slot verified it (only fill writes a reserved
+        slot's regions). Returns its clock."""
+        key, i = self._incoming(request_id, inc)
+        if i.digest is None:
+            raise RingKVRuntimeError(f"host {self.name}: the slot reserved for {key!r} holds "
+                                     "no verified copy (its fill failed or never ran); "
+                                     "refusing to import it")
+        self.model.import_session(i.slot, meta)
+        del self.incoming[key]
+        self.held[key] = _Held(i.slot, i.inc, delivered=delivered)
+        self.parked.pop(key, None)
+        return self.model.clock(i.slot)
 
-    def cancel(self, request_id: str) -> None:
-        """Drops a reservation (the slot is zeroed and free)."""
-        s = self.incoming.pop(request_id, None)
-        if s is not None:
-            self.model.import_cancel(s)
+    @_entry
+    def cancel(self, request_id: Any, inc: str | None = None) -> None:
+        """Drops a reservation (the slot is zeroed and free); none: nothing."""
+        key = request_key(request_id)
+        i = self.incoming.get(key)
+        if i is not None and (inc is None or i.inc == inc):
+            del self.incoming[key]
+            self.model.import_cancel(i.slot)
 
     # ---- offload -------------------------------------------------------------------
-    def offload(self, request_id: str, path: str | None = None) -> bytearray | None:
-        """Pages a live session out: its image is returned (into Ray's object
-        store), or written to ``path``; its slot is free and its request id
-        reserved until :meth:`page_in` here."""
-        self._fault("offload")
-        s = self._slot(request_id)
-        if request_id in self.frozen:
-            raise RuntimeError(f"host {self.name}: request {request_id!r} is being moved")
+    @_entry
+    def offload(self, request_id: Any, path: str | None = None, inc: str | None = None
+                ) -> tuple[bytearray | None, int]:
+        """Pages a live session out: its image (into Ray's object store, the
+        first of ``num_returns=2`` results), or None when written to
+        ``path``, and its size in bytes; its slot is free and its request id
+        reserved until :meth:`page_in` here (or :meth:`discard`)."""
+        key = request_key(request_id)
+        h = self._held(key, inc)
+        if h.frozen:
+            raise RingKVRuntimeError(f"host {self.name}: request {key!r} is being moved")
         if path is None:
-            image = self.model.offload(s)
+            image = self.model.offload(h.slot)
+            nbytes = len(image)
         else:
-            self.model.offload_to_file(s, path)
-            image = None
-        del self.slots[request_id]
-        return image
+            self.model.offload_to_file(h.slot, path)
+            image, nbytes = None, os.path.getsize(path)
+        del self.held[key]
+        self.paged[key] = (h.inc, h.delivered)
+        return image, nbytes
 
-    def page_in(self, image: Any = None, path: str | None = None) -> str:
+    @_entry
+    def page_in(self, image: Any = None, path: str | None = None, request_id: Any = None,
+                inc: str | None = None) -> str:
         """Brings a paged-out session back (from its image or its file) into
-        a free slot; returns its request id. It is live again."""
-        self._fault("page_in")
+        a free slot; returns its request id (str key). It is live again.
+        With ``request_id`` / ``inc`` the image must be that request's,
+        paged out here as that incarnation (checked before anything
+        changes)."""
+        if request_id is not None:
+            key = request_key(request_id)
+            if key not in self.paged:
+                raise RingKVRuntimeError(f"host {self.name}: request {key!r} is not paged out "
+                                         "here")
+            self._same(key, self.paged[key][0], inc, "paged-out request")
+            got = request_key(inspect_snapshot(image if path is None else path).request_id_bytes)
+            if got != key:
+                raise RingKVRuntimeError(f"host {self.name}: the image is of request {got!r}, "
+                                         f"not {key!r}")
         s = self.model.page_in_file(path) if path is not None else self.model.page_in(image)
-        rid = _request_id_of(self.model.export_meta(s))
-        self.slots[rid] = s
-        return rid
+        key = _request_id_of(self.model.export_meta(s))
+        p_inc, delivered = self.paged.pop(key, (None, -1))
+        self.held[key] = _Held(s, p_inc or new_incarnation(), delivered=delivered)
+        return key
+
+    @_entry
+    def discard(self, request_id: Any, inc: str | None = None) -> bool:
+        """Gives a paged-out session's reservation up (its image is of no use
+        here any more); returns whether there was one."""
+        key = request_key(request_id)
+        if key not in self.paged or (inc is not None and self.paged[key][0] != inc):
+            return False
+        self.model.offload_discard(model_id(key))
+        del self.paged[key]
+        return True
+
+
+def _checked_checkpoint(path: str, key: str, inc: str | None) -> tuple[bytes, str]:
+    """The bytes and incarnation of checkpoint file ``path`` once it is valid
+    (the library's checks), of request ``key`` and of incarnation ``inc``
+    (any when None, but one it must name). RingKVValueError otherwise."""
+    from ..errors import RingKVValueError
+    data, info, meta = read_checkpoint(path)
+    if request_key(info.request_id_bytes) != key:
+        raise RingKVValueError(f"checkpoint {path!r} is of request {info.request_id!r}, not "
+                               f"{key!r}")
+    file_inc = meta.get(INCARNATION_KEY)
+    if file_inc is None:
+        raise RingKVValueError(f"checkpoint {path!r} names no incarnation (metadata "
+                               f"{INCARNATION_KEY!r}): written before incarnations, it cannot "
+                               "say whose it is; refused")
+    if inc is not None and file_inc != inc:
+        raise RingKVValueError(f"checkpoint {path!r} is of incarnation {file_inc} of "
+                               f"{key!r}, not the current {inc}; refused")
+    return data, file_inc
+
+
+def _flip_last_byte(path: str) -> None:
+    """Damages a file's last data byte in place (a fault, for tests)."""
+    with open(path, "r+b") as f:
+        f.seek(-1, os.SEEK_END)
+        b = f.read(1)
+        f.seek(-1, os.SEEK_END)
+        f.write(bytes([b[0] ^ 0x01]))
 
 
 def _request_id_of(meta: bytes) -> str:
-    """The request id stored in a session metadata blob (docs/migration.md:
-    256 bytes at offset 72, NUL-padded)."""
+    """The request id (str key) stored in a session metadata blob
+    (docs/migration.md: 256 bytes at offset 72, NUL-padded)."""
     return bytes(meta[72:72 + 256]).split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
 
 
@@ -322,14 +756,14 @@ def checkpoint_path(directory: str, request_id: str | bytes) -> str:
     a lone surrogate as the byte it escapes, as ``os.fsencode``; or bytes)
     percent-quoted (``urllib.parse.quote(raw, safe="")``) plus
     ``.safetensors``, when that name has at most CHECKPOINT_NAME_MAX (244)
-    characters (the names of earlier versions, so their checkpoints still
-    load). A longer one (ids of up to 255 bytes are valid; quoting can
+    characters. A longer one (ids of up to 255 bytes are valid; quoting can
     triple them) is named by the first 96 characters of the quoted id (cut
     before a ``%XX`` escape), ``%_``, the SHA-256 of the raw id (64 hex
     digits) and ``.safetensors``: 174 characters at most. Stable across
     processes and versions; two ids never share a name (quoting never
     writes ``%_``, so a hashed name is never a short one's, and two hashed
-    names differ by their hash)."""
+    names differ by their hash). One file per request id: each incarnation
+    of the id writes it (its metadata says which, :mod:`.checkpoint`)."""
     raw = request_id if isinstance(request_id, bytes) else \
         request_id.encode("utf-8", "surrogateescape")
     quoted = urllib.parse.quote(raw, safe="")

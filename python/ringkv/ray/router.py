@@ -1,28 +1,40 @@
 """``SessionRouter``: places request ids on :class:`~ringkv.ray.SessionHost`
 actors, steps them, moves them between hosts and brings back the sessions
-of a host that died (docs/migration.md).
+of a host that died (docs/migration.md, "Faults" has the guarantees).
 
-- **Placement**: a new request goes to the alive host with the fewest
-  sessions (and a free slot); a placed request stays there (affinity)
-  until it is moved.
-- **Migration** (:meth:`migrate`), between two frames: the destination
-  reserves a slot from the session's metadata (no room: refused before the
-  source gives anything up); the source freezes the session and its
-  regions travel through Ray's object store; the destination copies them
-  into its slot and verifies (digest of the regions against the source's,
-  and the import checks); it imports the session (now live there); the
-  source releases its frozen copy. A failure before the import leaves the
-  session live and unchanged at the source (the destination's slot is
-  cancelled); a session is live on one host at a time (a frozen copy is
-  never stepped).
-- **Checkpoints**: hosts save each session every N frames; when a host
-  dies, its sessions are restored on the others from their last checkpoint
-  and the frames after it are reported lost, by number (:meth:`step`
-  returns them; the next steps recompute them).
+**One owner of placement.** The placement lives in one named Ray actor per
+(namespace, name) (:class:`RouterCore`, created with ``get_if_exists`` and
+``lifetime="detached"``): every :class:`SessionRouter` of that name, in
+this driver or another one, is a handle on it, and Ray runs its calls one
+at a time, so no two of them can place one request id on two hosts. It
+asks the hosts for their free slots when it places a request (a slot taken
+by anyone counts). The hosts are the authority for what is live on them:
+Ray restarts the actor if it dies (``max_restarts=-1``), and a
+RouterCore that starts rebuilds its placement from the hosts' inventories
+(live ids, incarnations, clocks, last delivered frames).
 
-Written for Ray actor handles (``ray.remote(SessionHost)``); the router
-itself is a plain object (use it in the driver, or wrap it with
-``ray.remote`` as a controller actor).
+**Incarnations.** Each ``open`` of an id draws a new incarnation; a host
+refuses a call that names another one, checkpoints carry it in their
+metadata (:mod:`ringkv.ray.checkpoint`), ``close`` retires it and its file,
+and a restore takes only the current incarnation's checkpoint.
+
+**Delivered frames.** A frame is delivered when :meth:`SessionRouter.step`
+has returned its result to the caller (the client then acknowledges it
+with its next call). A recovery brings a session back to its last
+delivered frame (its checkpoint, then the frames after it replayed, not
+delivered again: the streams are deterministic) and reports as lost every
+frame after the last delivered one that will not be delivered (those
+inside a checkpoint newer than the last delivered frame); a step that
+finds a session ahead of its last delivered frame (a frame computed whose
+result never reached the caller) reports the frames skipped in
+``StepReport.lost``.
+
+**Host identity and errors.** Each host call names the host incarnation
+the router knows (a restarted host refuses it: a restart is a death, its
+sessions are recovered, and it is used again as a new, empty host). Every
+Ray error reaching the router is a :class:`HostError` (a
+:class:`ringkv.RingKVRuntimeError`) naming the host, the call and the
+request; one host's failure in a step never drops another host's results.
 
 Names are checked before anything is asked of a host, with the binding's
 classes (python/README.md, Errors): a request id the router does not know,
@@ -35,43 +47,71 @@ host stays a :class:`MigrationError` (step ``reserve``).
 """
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 import ray
-from ray.exceptions import RayActorError
+from ray.exceptions import ActorDiedError, GetTimeoutError, RayActorError, RayError
 
 from ..errors import RingKVKeyError, RingKVRuntimeError, python_calls
-from .host import checkpoint_path
+from .host import StaleHostError, new_incarnation, request_key
 
-__all__ = ["SessionRouter", "MigrationError", "Recovery", "StepReport", "Migration"]
+__all__ = ["SessionRouter", "RouterCore", "MigrationError", "HostError", "RouterRestartedError",
+           "Recovery", "StepReport", "Migration"]
 
-_DEAD = (RayActorError,)
+
+def _show(rid: Any) -> str:
+    return rid if isinstance(rid, str) else repr(rid)
 
 
-def _names(names: Iterable[str], limit: int = 16) -> str:
+def _names(names: Iterable[Any], limit: int = 16) -> str:
     """``a, b, c`` (sorted; the first ``limit`` and a count when longer);
-    ``none`` when empty."""
-    names = sorted(names)
+    ``none`` when empty. Bytes ids are shown as their repr."""
+    names = sorted(_show(n) for n in names)
     if not names:
         return "none"
     more = f", ... ({len(names)} in all)" if len(names) > limit else ""
     return ", ".join(names[:limit]) + more
 
 
-class MigrationError(RuntimeError):
+class HostError(RingKVRuntimeError):
+    """A host call that failed: ``host``, ``call`` (the host method),
+    ``request_id`` (None for a call about no request) and ``cause`` (the
+    host's exception, or Ray's). ``recovered``: sessions of hosts found dead
+    meanwhile, restored elsewhere (request -> :class:`Recovery`)."""
+
+    def __init__(self, message: str, host: str | None = None, call: str | None = None,
+                 request_id: Any = None, cause: BaseException | None = None):
+        super().__init__(message)
+        self.host, self.call, self.request_id, self.cause = host, call, request_id, cause
+        self.recovered: dict = {}
+
+
+def _host_error(host: str, call: str, request_id: Any, cause: BaseException,
+                what: str = "") -> HostError:
+    rq = "" if request_id is None else f", request {_show(request_id)!r}"
+    return HostError(f"host {host} ({call}{rq}){what}: {type(cause).__name__}: {cause}", host,
+                     call, request_id, cause)
+
+
+class RouterRestartedError(RingKVRuntimeError):
+    """The router actor died during the call: its effect is unknown. The
+    router was restarted (or created anew) and rebuilt its placement from
+    the hosts; call again (frames computed and never delivered are then
+    reported in ``StepReport.lost``)."""
+
+
+class MigrationError(RingKVRuntimeError):
     """A migration that did not happen: ``step`` names where it failed
     (``meta``, ``reserve``, ``export``, ``fill``, ``commit``), ``cause`` is
     the error. The session is live and unchanged where it was (``source``),
-    unless the source itself died (then :class:`Recovery` says where it
-    went)."""
+    unless the source itself died (then ``recovered`` says where it went)."""
 
-    def __init__(self, request_id: str, step: str, source: str, destination: str,
-                 cause: BaseException):
-        super().__init__(f"migrating {request_id!r} from {source} to {destination} failed at "
-                         f"{step}: {type(cause).__name__}: {cause}")
+    def __init__(self, message: str, request_id: Any = None, step: str | None = None,
+                 source: str | None = None, destination: str | None = None,
+                 cause: BaseException | None = None):
+        super().__init__(message)
         self.request_id, self.step, self.source = request_id, step, source
         self.destination, self.cause = destination, cause
         #: sessions of a host that died during the migration, restored
@@ -79,31 +119,55 @@ class MigrationError(RuntimeError):
         self.recovered: dict = {}
 
 
+def _migration_error(rid: Any, step: str, src: str, dst: str, cause: BaseException
+                     ) -> MigrationError:
+    return MigrationError(f"migrating {_show(rid)!r} from {src} to {dst} failed at {step}: "
+                          f"{type(cause).__name__}: {cause}", rid, step, src, dst, cause)
+
+
 @dataclass
 class Recovery:
-    """Where a session of a dead host went: ``host``, the checkpoint frame it
-    resumed from (``resumed_from``: None when there was no checkpoint, it
-    restarted empty) and the frames it had completed after that, now lost
-    (``lost_frames``; the next steps recompute them). ``host`` None: no
-    alive host had room; it waits in ``SessionRouter.waiting`` (restored by
-    :meth:`SessionRouter.restore_waiting` once there is room)."""
-    request_id: str
+    """Where a session went when its host died (or its page-out image was
+    gone): ``host`` (None: no alive host had room; it waits in
+    ``SessionRouter.waiting`` until :meth:`SessionRouter.restore_waiting`),
+    ``resumed_from`` (the frame of the state loaded: its checkpoint's or
+    image's; None: none was usable, it started empty), ``replayed`` (frames
+    recomputed after that state up to the last delivered frame: not
+    delivered again), ``lost_frames`` (frames after the last delivered one
+    that will not be delivered: inside a checkpoint newer than it),
+    ``source`` (``checkpoint``, ``image`` or ``empty``), ``refused`` (why a
+    checkpoint file was not used: damaged, another incarnation's, none
+    named), ``incarnation``, ``digest_ok`` (the replayed last delivered
+    frame's digest equals the delivered one; None: nothing compared) and
+    ``error`` (why it waits, when a host refused it)."""
+    request_id: Any
     dead_host: str
-    host: str
+    host: str | None
     resumed_from: int | None
     lost_frames: list[int]
+    replayed: list[int] = field(default_factory=list)
+    source: str = "empty"
+    refused: str | None = None
+    incarnation: str = ""
+    digest_ok: bool | None = None
+    error: str | None = None
 
 
 @dataclass
 class StepReport:
     """What one :meth:`SessionRouter.step` did: per request the frame, the
-    digest of its attention outputs and the checkpoint saved after it
-    (``results``), the sessions of hosts that died (``recovered``), and the
-    checkpoints due after this frame that could not be saved (request ->
-    why; ``checkpoint_errors``)."""
-    results: dict[str, dict] = field(default_factory=dict)
-    recovered: dict[str, Recovery] = field(default_factory=dict)
-    checkpoint_errors: dict[str, str] = field(default_factory=dict)
+    digest of its attention outputs, its incarnation and the checkpoint
+    saved after it (``results``: these frames are delivered); the sessions
+    of hosts that died, in this call or in an earlier call that had no
+    report to say it (``recovered``); the frames that will not be
+    delivered, found outside a recovery (``lost``: request -> frames, e.g.
+    computed by a host whose reply never came); and the checkpoints due
+    after this frame that could not be saved (request -> why;
+    ``checkpoint_errors``)."""
+    results: dict[Any, dict] = field(default_factory=dict)
+    recovered: dict[Any, Recovery] = field(default_factory=dict)
+    checkpoint_errors: dict[Any, str] = field(default_factory=dict)
+    lost: dict[Any, list[int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -113,7 +177,7 @@ class Migration:
     ``clock``, and whether the source's frozen copy was released
     (``released``; if not, :meth:`SessionRouter.release_stale` retries, or
     the source died: its other sessions are in ``recovered``)."""
-    request_id: str
+    request_id: Any
     source: str
     destination: str
     bytes: int
@@ -123,346 +187,1010 @@ class Migration:
     recovered: dict = field(default_factory=dict)
 
 
-@python_calls("SessionRouter")
-class SessionRouter:
-    """Routes request ids over ``hosts`` (name -> SessionHost actor handle).
-    ``checkpoint_dir`` is the hosts' checkpoint folder (for recovery)."""
+@dataclass
+class _Session:
+    """The router's record of one request (one incarnation)."""
+    rid: Any                    # as the caller gave it at open (reports use it)
+    inc: str
+    host: str | None            # live there (state live)
+    state: str = "live"         # live, paged, waiting, recovering
+    delivered: int = -1         # last frame delivered (acknowledged)
+    digest: int | None = None   # that frame's digest
+    reported: int = -1          # last frame returned to a caller or reported lost
+    checkpoint: int | None = None
+    paged: tuple | None = None  # (host, host token, image ref or None)
+    dead_host: str | None = None
+    parked_on: str | None = None
 
-    def __init__(self, hosts: dict[str, Any], checkpoint_dir: str | None = None):
-        self.hosts = dict(hosts)
+
+class _Down(Exception):
+    """Internal: the host incarnation the router knew is gone."""
+
+    def __init__(self, host: str):
+        super().__init__(host)
+        self.host = host
+
+
+#: RouterCore methods a client may call.
+_CALLS = {"attach", "open", "close", "step", "migrate", "offload", "page_in", "host_died",
+          "restore_waiting", "release_stale", "live", "inventory", "load", "alive", "state",
+          "incarnation"}
+
+
+class RouterCore:
+    """The placement of every request over ``hosts`` (name -> SessionHost
+    actor handle), as one Ray actor (:class:`SessionRouter` creates it:
+    named, detached, restarted by Ray when it dies). ``checkpoint_dir`` is
+    the hosts' checkpoint folder. ``call_timeout_s``: a host call that does
+    not answer within it counts as the host's death (the actor is killed;
+    Ray restarts it if it has restarts left); ``probe_timeout_s`` bounds
+    the wait for a host that died to come back restarted. Construction
+    rebuilds the placement from the hosts (:meth:`_rebuild`)."""
+
+    def __init__(self, hosts: dict[str, Any], checkpoint_dir: str | None = None,
+                 call_timeout_s: float = 600.0, probe_timeout_s: float = 120.0):
+        self.hosts: dict[str, Any] = {}
         self.checkpoint_dir = checkpoint_dir
+        self.call_timeout_s, self.probe_timeout_s = call_timeout_s, probe_timeout_s
+        self.tokens: dict[str, str] = {}
+        self.capacity: dict[str, int] = {}
         self.dead: set[str] = set()
-        self.where: dict[str, str] = {}             # request -> host (live there)
-        self.last_frame: dict[str, int] = {}        # last frame completed
-        self.last_checkpoint: dict[str, int] = {}   # last frame checkpointed
-        self.paged_out: dict[str, tuple[str, Any]] = {}  # request -> (host, image ref)
-        self.stale: dict[str, str] = {}             # request -> host holding a frozen copy
-        self.waiting: dict[str, str] = {}           # request -> its dead host, not yet restored
-        loads = ray.get([h.load.remote() for h in self.hosts.values()])
-        self.capacity = {n: l["capacity"] for n, l in zip(self.hosts, loads)}
+        self.sessions: dict[str, _Session] = {}
+        self.pending: list[tuple[str, str, str, str]] = []   # (op, host, key, inc) to retry
+        self.unreported: dict[Any, Recovery] = {}
+        self._probed: dict[str, str | None] = {}
+        self.rebuilt: dict[str, int] = {}
+        self._token = new_incarnation()
+        self._rebuild(hosts)
 
-    # ---- names ------------------------------------------------------------------
+    # ---- the client's entry ------------------------------------------------
+    def call(self, method: str, args: tuple, kwargs: dict, acks: dict) -> Any:
+        """Every client call: the client's acknowledgements first (request
+        key -> (incarnation, frame, digest) of the last frame it received),
+        then the retries left over by earlier calls, then ``method``."""
+        if method not in _CALLS:
+            raise RingKVKeyError(f"no router call {method!r}")
+        for key, (inc, frame, digest) in acks.items():
+            s = self.sessions.get(key)
+            if s is not None and s.inc == inc and frame > s.delivered:
+                s.delivered, s.digest = frame, digest
+        if method not in ("state", "live", "inventory", "alive", "incarnation"):
+            self._retry_pending()
+        return getattr(self, method)(*args, **kwargs)
+
+    def ready(self) -> bool:
+        return True
+
+    def identity(self) -> str:
+        """This router actor's incarnation token (a restart draws another)."""
+        return self._token
+
+    # ---- building the placement from the hosts ------------------------------
+    def attach(self, hosts: dict[str, Any] | None, checkpoint_dir: str | None) -> list[str]:
+        """A client's hosts: names not known yet are added (their sessions
+        adopted); a known name must be the same actor. Returns the hosts."""
+        for name, h in (hosts or {}).items():
+            if name in self.hosts:
+                if self.hosts[name]._actor_id != h._actor_id:
+                    raise RingKVRuntimeError(f"router host {name!r} is another actor; a router's "
+                                             "host names are fixed")
+                continue
+            self._rebuild({name: h})
+        if checkpoint_dir is not None and self.checkpoint_dir is None:
+            self.checkpoint_dir = checkpoint_dir
+        return sorted(self.hosts)
+
+    def _rebuild(self, hosts: dict[str, Any]) -> None:
+        """Adopts ``hosts`` and what they hold: live sessions (incarnation,
+        last delivered frame), paged-out ones (their image is not known
+        here: a page-in restores them from their checkpoint), parked ones
+        (waiting); a frozen copy whose session is live elsewhere is
+        released, one that is live nowhere is thawed; reservations are
+        cancelled (a migration the router did not finish)."""
+        refs = {n: h.inventory.remote() for n, h in hosts.items()}
+        invs = {}
+        for n, ref in refs.items():
+            self.hosts[n] = hosts[n]
+            for _ in range(2):            # a host restarting: once more when it answers
+                try:
+                    invs[n] = ray.get(ref, timeout=self.probe_timeout_s)
+                    break
+                except (RayActorError, GetTimeoutError):
+                    if self._probe(n) is None:
+                        break
+                    ref = hosts[n].inventory.remote()
+            if n not in invs:
+                self.dead.add(n)
+        for n, inv in invs.items():
+            self.tokens[n] = inv["token"]
+            self.capacity[n] = inv["capacity"]
+        live = {(n, k) for n, inv in invs.items() for k, v in inv["held"].items()
+                if not v["frozen"]}
+        for n, inv in invs.items():
+            for k, v in inv["held"].items():
+                if v["frozen"]:
+                    elsewhere = any(key == k for (m, key) in live if m != n)
+                    self.pending.append(("release" if elsewhere else "thaw", n, k, v["inc"]))
+                    if not elsewhere:
+                        self._adopt(k, v["inc"], n, v["delivered"])
+                elif k not in self.sessions:
+                    self._adopt(k, v["inc"], n, v["delivered"])
+            for k, v in inv["incoming"].items():
+                self.pending.append(("cancel", n, k, v["inc"]))
+            for k, v in inv["paged"].items():
+                if k not in self.sessions:
+                    s = self._adopt(k, v["inc"], None, v["delivered"])
+                    s.state, s.paged = "paged", (n, self.tokens[n], None)
+            for k, rec in inv["parked"].items():
+                if k not in self.sessions:
+                    s = self._adopt(k, rec["inc"], None, rec.get("delivered", -1))
+                    s.state, s.dead_host, s.parked_on = "waiting", rec.get("dead_host", n), n
+        self.rebuilt = {n: len(inv["held"]) for n, inv in invs.items()}
+
+    def _adopt(self, key: str, inc: str, host: str | None, delivered: int) -> _Session:
+        s = _Session(key, inc, host, delivered=delivered)
+        self.sessions[key] = s
+        return s
+
+    # ---- host calls ------------------------------------------------------------
+    def _get(self, host: str, ref: Any, call: str, key: Any = None) -> Any:
+        """ray.get of a host call: a Ray error for the host's death, its
+        restart (StaleHostError) or a timeout is _Down (after which
+        :meth:`_host_down` must run); any other failure is a HostError."""
+        try:
+            return ray.get(ref, timeout=self.call_timeout_s)
+        except GetTimeoutError:
+            ray.kill(self.hosts[host], no_restart=False)   # a hang counts as a death
+            return self._gone(host, call, key, None)
+        except RayActorError as exc:
+            return self._gone(host, call, key, exc)
+        except RayError as exc:
+            cause = getattr(exc, "cause", None) or exc
+            if isinstance(cause, StaleHostError):
+                return self._gone(host, call, key, cause)
+            raise _host_error(host, call, key, cause) from None
+
+    def _gone(self, host: str, call: str, key: Any, exc: BaseException | None) -> Any:
+        token = self._probe(host)
+        if token is not None and token == self.tokens.get(host):
+            raise _host_error(host, call, key, exc or RuntimeError("no answer"),
+                              " (the host is alive; the call's effect is unknown)")
+        self._probed[host] = token
+        raise _Down(host)
+
+    def _probe(self, host: str) -> str | None:
+        """The host's incarnation token once it answers (restarted: a new
+        one), or None when Ray says it died for good or it does not answer
+        within probe_timeout_s (it is then killed, so that it never acts
+        again)."""
+        h = self.hosts[host]
+        end = time.monotonic() + self.probe_timeout_s
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                ray.kill(h, no_restart=True)
+                return None
+            try:
+                return ray.get(h.identity.remote(), timeout=left)
+            except ActorDiedError:
+                return None
+            except (RayActorError, GetTimeoutError):
+                continue      # restarting: ask again until it answers or the deadline
+            except RayError:
+                return None
+
+    def _call(self, host: str, method: str, *args: Any, key: Any = None, **kwargs: Any) -> Any:
+        ref = getattr(self.hosts[host], method).remote(*args, token=self.tokens[host], **kwargs)
+        return self._get(host, ref, method, key)
+
+    def _alive(self) -> list[str]:
+        return [n for n in self.hosts if n not in self.dead]
+
+    # ---- deaths and recovery ------------------------------------------------------
+    def _host_down(self, host: str) -> dict[Any, Recovery]:
+        """The host incarnation the router knew is gone: the host is dead
+        (Ray says so, or it never answered) or was restarted (then it is
+        used again, empty, under its new token). Each of its live sessions
+        is recovered (:meth:`_recover`); its paged-out sessions keep their
+        images (a page-in restores them elsewhere); its leftover retries
+        are dropped; its parked records are parked elsewhere."""
+        if host in self.dead:
+            self._probed.pop(host, None)
+            return {}
+        token = self._probed.pop(host, None) if host in self._probed else self._probe(host)
+        if token is None:
+            self.dead.add(host)
+        elif token == self.tokens.get(host):
+            return {}
+        else:
+            self.tokens[host] = token
+        self.pending = [p for p in self.pending if p[1] != host]
+        victims = [k for k, s in self.sessions.items() if s.state == "live" and s.host == host]
+        for k in victims:
+            self.sessions[k].state = "recovering"
+        for s in self.sessions.values():
+            if s.state == "waiting" and s.parked_on == host:
+                s.parked_on = None
+                self._park(s)
+        out: dict[Any, Recovery] = {}
+        for k in victims:
+            out.update(self._recover(k, host))
+        self.unreported.update(out)
+        return out
+
+    def _recover(self, key: str, dead_host: str, image: Any = None) -> dict[Any, Recovery]:
+        """Brings session ``key`` back on the least-loaded alive host with
+        room (SessionHost.recover: its image or current-incarnation
+        checkpoint, then replayed to its last delivered frame); without
+        room it waits, parked."""
+        s = self.sessions[key]
+        last_error, refused = None, set()
+        for _ in range(3 * len(self.hosts) + 2):
+            try:
+                target = self._least_loaded(exclude=refused)
+            except RingKVRuntimeError:
+                break
+            try:
+                got = self._call(target, "recover", key, s.inc, s.delivered, image=image,
+                                 digest=s.digest, key=s.rid)
+            except _Down as d:
+                self._host_down(d.host)
+                continue
+            except HostError as exc:
+                if image is not None:      # the image could not be used: the checkpoint then
+                    image = None
+                    continue
+                last_error = str(exc)      # this host refused it: another one
+                refused.add(target)
+                continue
+            if s.parked_on is not None:
+                self._unpark(s)
+            s.state, s.host, s.dead_host, s.paged = "live", target, None, None
+            clock = got["clock"]
+            lost = list(range(s.delivered + 1, clock + 1)) if clock is not None else []
+            s.reported = max(s.delivered, -1 if clock is None else clock)
+            return {s.rid: Recovery(s.rid, dead_host, target, got["resumed_from"], lost,
+                                    got["replayed"], got["source"], got["refused"], s.inc,
+                                    got["digest_ok"])}
+        s.state, s.host, s.dead_host = "waiting", None, dead_host
+        self._park(s)
+        return {s.rid: Recovery(s.rid, dead_host, None, None, [], [], "", None, s.inc, None,
+                                last_error)}
+
+    def _park(self, s: _Session) -> None:
+        """Keeps a waiting session's record on an alive host (a router
+        rebuilt from the hosts then still knows it); none alive: here only."""
+        key = request_key(s.rid)
+        for n in self._alive():
+            try:
+                self._call(n, "park", key, {"inc": s.inc, "delivered": s.delivered,
+                                            "dead_host": s.dead_host}, key=s.rid)
+                s.parked_on = n
+                return
+            except (_Down, HostError):
+                continue
+
+    def _unpark(self, s: _Session) -> None:
+        n, s.parked_on = s.parked_on, None
+        if n in self.hosts and n not in self.dead:
+            try:
+                self._call(n, "unpark", request_key(s.rid), key=s.rid)
+            except _Down:
+                self._host_down(n)
+            except HostError:
+                pass
+
+    def _statuses(self, key: str | None = None) -> dict[str, dict]:
+        """Each alive host's status (SessionHost.status: free slots, what it
+        knows of ``key``); a host found gone is handled first."""
+        names = self._alive()
+        refs = {n: self.hosts[n].status.remote(key, token=self.tokens[n]) for n in names}
+        out, down = {}, []
+        for n, ref in refs.items():
+            try:
+                out[n] = self._get(n, ref, "status", key)
+            except _Down:
+                down.append(n)
+            except HostError:
+                pass
+        for n in down:
+            self._host_down(n)
+        return out
+
+    def _least_loaded(self, exclude: Iterable[str] = (), statuses: dict | None = None) -> str:
+        """The alive host with the fewest busy slots (as the hosts count
+        them: anyone's) and a free one; RingKVRuntimeError saying why there
+        is none."""
+        st = self._statuses() if statuses is None else statuses
+        alive = [n for n in self._alive() if n not in set(exclude) and n in st]
+        room = [n for n in alive if st[n]["free"] > 0]
+        if not room:
+            if not self._alive():
+                raise RingKVRuntimeError(f"no alive host: every host died "
+                                         f"({_names(self.dead)})")
+            full = ", ".join(f"{n} {st[n]['capacity'] - st[n]['free']}/{st[n]['capacity']}"
+                             for n in sorted(alive))
+            raise RingKVRuntimeError(f"no alive host has a free session slot ({full})")
+        return min(room, key=lambda n: (st[n]["capacity"] - st[n]["free"], n))
+
+    def _retry_pending(self) -> None:
+        """Retries what earlier calls left undone: releasing frozen copies,
+        thawing, cancelling reservations."""
+        todo, self.pending = self.pending, []
+        for op, host, key, inc in todo:
+            if host in self.dead:
+                continue
+            try:
+                if op == "thaw":
+                    s = self.sessions.get(key)
+                    if s is not None and s.host == host and s.inc == inc:
+                        self._call(host, "thaw", key, inc=inc, key=key)
+                elif op == "release":
+                    st = self._call(host, "status", key, key=key)
+                    if st["state"] == "frozen" and st["inc"] == inc:
+                        self._call(host, "release", key, inc=inc, key=key)
+                else:
+                    self._call(host, "cancel", key, inc=inc, key=key)
+            except _Down as d:
+                self._host_down(d.host)
+            except HostError:
+                self.pending.append((op, host, key, inc))
+
+    def _take_recovered(self) -> dict[Any, Recovery]:
+        out, self.unreported = self.unreported, {}
+        return out
+
+    # ---- names ---------------------------------------------------------------------
     def _host(self, host: str) -> str:
-        """``host`` if the router was given a host of that name (alive or
-        dead); RingKVKeyError naming the hosts otherwise."""
         if host not in self.hosts:
             raise RingKVKeyError(f"no host named {host!r}; hosts: {_names(self.hosts)}")
         return host
 
-    def _elsewhere(self, request_id: str) -> str | None:
-        """Why a request the router knows is not live on a host, or None."""
-        if request_id in self.paged_out:
-            return (f"request {request_id!r} is paged out (of host "
-                    f"{self.paged_out[request_id][0]}); SessionRouter.page_in brings it back")
-        if request_id in self.waiting:
-            return (f"request {request_id!r} is waiting for room since its host "
-                    f"{self.waiting[request_id]} died; SessionRouter.restore_waiting "
-                    "brings it back")
+    def _placed_names(self, state: str) -> list[Any]:
+        return [s.rid for s in self.sessions.values() if s.state == state]
+
+    def _elsewhere(self, s: _Session) -> str | None:
+        if s.state == "paged":
+            return (f"request {_show(s.rid)!r} is paged out (of host {s.paged[0]}); "
+                    "SessionRouter.page_in brings it back")
+        if s.state == "waiting":
+            return (f"request {_show(s.rid)!r} is waiting for room since its host "
+                    f"{s.dead_host} died; SessionRouter.restore_waiting brings it back")
+        if s.state == "recovering":
+            return f"request {_show(s.rid)!r} is being recovered"
         return None
 
-    def _placed(self, request_id: str) -> str:
-        """The host where ``request_id`` is live. RingKVRuntimeError when it
-        is paged out or waiting; RingKVKeyError naming the live ones when
-        the router does not know it."""
-        host = self.where.get(request_id)
-        if host is not None:
-            return host
-        why = self._elsewhere(request_id)
+    def _known(self, request_id: Any) -> tuple[str, _Session]:
+        key = request_key(request_id)
+        s = self.sessions.get(key)
+        if s is None:
+            also = "".join(f"; {what}: {_names(ids)}" for what, ids in
+                           (("paged out", self._placed_names("paged")),
+                            ("waiting", self._placed_names("waiting"))) if ids)
+            raise RingKVKeyError(f"no session with request id {_show(request_id)!r}; known: "
+                                 f"{_names(self._placed_names('live'))}{also}")
+        return key, s
+
+    def _live(self, request_id: Any) -> tuple[str, _Session]:
+        key, s = self._known(request_id)
+        why = self._elsewhere(s)
         if why is not None:
             raise RingKVRuntimeError(why)
-        also = "".join(f"; {what}: {_names(ids)}" for what, ids in
-                       (("paged out", self.paged_out), ("waiting", self.waiting)) if ids)
-        raise RingKVKeyError(f"no session with request id {request_id!r}; known: "
-                             f"{_names(self.where)}{also}")
+        return key, s
 
-    # ---- placement -------------------------------------------------------------
+    # ---- placement -------------------------------------------------------------------
     def alive(self) -> list[str]:
-        return [n for n in self.hosts if n not in self.dead]
+        return self._alive()
 
     def load(self, host: str) -> int:
-        """Slots the router has given out on ``host`` (RingKVKeyError for a
-        host it was never given)."""
+        """Busy slots of ``host`` as it counts them (held, reserved)."""
         self._host(host)
-        return sum(1 for h in self.where.values() if h == host)
+        if host in self.dead:
+            return 0
+        st = self._statuses().get(host)
+        return 0 if st is None else st["capacity"] - st["free"]
 
-    def _least_loaded(self, exclude: Iterable[str] = ()) -> str:
-        """The alive host with the fewest sessions and a free slot;
-        RingKVRuntimeError (a RuntimeError) saying why there is none."""
-        alive = [n for n in self.alive() if n not in set(exclude)]
-        room = [n for n in alive if self.load(n) < self.capacity[n]]
-        if not room:
-            if not alive:
-                raise RingKVRuntimeError(f"no alive host: every host died "
-                                         f"({_names(self.dead)})")
-            full = ", ".join(f"{n} {self.load(n)}/{self.capacity[n]}" for n in sorted(alive))
-            raise RingKVRuntimeError(f"no alive host has a free session slot ({full})")
-        return min(room, key=lambda n: (self.load(n), n))
+    def incarnation(self, request_id: Any) -> str:
+        return self._known(request_id)[1].inc
 
-    def open(self, request_id: str) -> str:
-        """Places a new request on the least-loaded host (a placed one stays
-        where it is: affinity) and returns the host's name. RingKVRuntimeError
-        for a request paged out or waiting (bring it back instead), or when
-        no alive host has room."""
-        if request_id in self.where:
-            return self.where[request_id]
-        why = self._elsewhere(request_id)
-        if why is not None:
-            raise RingKVRuntimeError(why)
-        host = self._least_loaded()
-        ray.get(self.hosts[host].open.remote(request_id))
-        self.where[request_id] = host
-        return host
+    def open(self, request_id: Any) -> str:
+        """Places a new request (a new incarnation) on the least-loaded host
+        as the hosts count their slots (a placed one stays where it is:
+        affinity); returns the host. A request live on a host that the
+        router did not place there (opened on the host itself) is adopted
+        where it is; held there otherwise (reserved, paged out) it is
+        refused."""
+        key = request_key(request_id)
+        s = self.sessions.get(key)
+        if s is not None:
+            why = self._elsewhere(s)
+            if why is not None:
+                raise RingKVRuntimeError(why)
+            return s.host
+        tried: set[str] = set()
+        while True:
+            st = self._statuses(key)
+            for n, v in st.items():
+                if v["state"] == "live":
+                    self.sessions[key] = _Session(request_id, v["inc"], n)
+                    return n
+                if v["state"] is not None:
+                    raise RingKVRuntimeError(f"request {_show(request_id)!r} is {v['state']} on "
+                                             f"host {n}, outside this router")
+            host = self._least_loaded(exclude=tried, statuses=st)
+            inc = new_incarnation()
+            try:
+                self._call(host, "open", key, inc, key=request_id)
+            except _Down as d:
+                self._host_down(d.host)
+                continue
+            except HostError as exc:
+                if "RKV_ERR_FULL" in str(exc):     # taken meanwhile: the next host
+                    tried.add(host)
+                    continue
+                raise
+            self.sessions[key] = _Session(request_id, inc, host)
+            return host
 
-    def close(self, request_id: str) -> None:
-        host = self._placed(request_id)
-        del self.where[request_id]
-        ray.get(self.hosts[host].close.remote(request_id))
-        self.last_frame.pop(request_id, None)
+    def close(self, request_id: Any) -> None:
+        """Releases a session for good and retires its incarnation (its
+        checkpoint file goes)."""
+        key, s = self._known(request_id)
+        if s.state == "recovering":
+            raise RingKVRuntimeError(self._elsewhere(s))
+        while s.state == "live":
+            try:
+                self._call(s.host, "close", key, inc=s.inc, key=s.rid)
+                break
+            except _Down as d:
+                self._host_down(d.host)      # it is recovered elsewhere (or waits)
+        if s.state == "paged":
+            home, token, _ = s.paged
+            if home not in self.dead and self.tokens.get(home) == token:
+                try:
+                    self._call(home, "discard", key, inc=s.inc, key=s.rid)
+                except _Down as d:
+                    self._host_down(d.host)
+        if s.state in ("paged", "waiting"):
+            if s.parked_on is not None:
+                self._unpark(s)
+            for n in self._alive():
+                try:
+                    self._call(n, "retire", key, s.inc, key=s.rid)
+                    break
+                except (_Down, HostError):
+                    continue
+        rec = self.unreported.get(s.rid)
+        if rec is not None and rec.incarnation == s.inc:
+            del self.unreported[s.rid]   # recovered on the way, then closed: no news
+        del self.sessions[key]
 
-    # ---- frames ----------------------------------------------------------------------
-    def step(self, request_ids: Iterable[str] | None = None) -> StepReport:
-        """One frame of each request (default: every placed one), each host
-        stepping its own as one batch, all hosts at once. A host found dead
-        is recovered (:meth:`host_died`); its sessions are not stepped this
-        time. Every request is checked (:meth:`_placed`) before any host
-        steps. A host that raises (not dead) does not stop the others: the
-        results of every other host are recorded first (``last_frame``,
-        ``last_checkpoint``), then the first such error is raised with the
-        report as its ``step_report``. A checkpoint a host could not save
-        is not an error of the step: it is in the report's
-        ``checkpoint_errors`` (``last_checkpoint`` keeps the frame of the
-        last file saved)."""
-        rids = list(self.where) if request_ids is None else list(request_ids)
+    # ---- frames ------------------------------------------------------------------------
+    def step(self, request_ids: Iterable[Any] | None = None) -> StepReport:
+        """One frame of each request (default: every live one), each host
+        stepping its own as one batch, all hosts at once (the module's
+        docstring says what is delivered and what is reported lost)."""
+        if request_ids is None:
+            keys = [k for k, s in self.sessions.items() if s.state == "live"]
+        else:
+            keys = [self._live(r)[0] for r in request_ids]
         by_host: dict[str, list[str]] = {}
-        for rid in rids:
-            by_host.setdefault(self._placed(rid), []).append(rid)
-        calls = {h: self.hosts[h].step.remote(r) for h, r in by_host.items()}
+        for k in keys:
+            by_host.setdefault(self.sessions[k].host, []).append(k)
+        calls = {h: self.hosts[h].step.remote(
+            [(k, self.sessions[k].inc, self.sessions[k].delivered) for k in ks],
+            token=self.tokens[h]) for h, ks in by_host.items()}
         report = StepReport()
         failed: dict[str, BaseException] = {}
-        stepped: list[str] = []  # hosts whose results are in
+        stepped: list[str] = []
+        down: list[str] = []
         for host, ref in calls.items():
             try:
-                got = ray.get(ref)
-            except _DEAD:
-                report.recovered.update(self.host_died(host))
+                got = self._get(host, ref, "step")
+            except _Down:
+                down.append(host)
                 continue
-            except Exception as exc:  # noqa: BLE001 - raised after every host's results are in
+            except HostError as exc:
+                exc.request_id = [self.sessions[k].rid for k in by_host[host]]
                 failed[host] = exc
                 continue
-            for rid, r in got.items():
-                self.last_frame[rid] = r["frame"]
+            for k, r in got.items():
+                s = self.sessions[k]
+                seen = max(s.delivered, s.reported)
+                if r["frame"] > seen + 1:
+                    report.lost[s.rid] = list(range(seen + 1, r["frame"]))
+                s.reported = r["frame"]
                 if r["checkpoint"] is not None:
-                    self.last_checkpoint[rid] = r["checkpoint"]
+                    s.checkpoint = r["checkpoint"]
                 if r.get("checkpoint_error") is not None:
-                    report.checkpoint_errors[rid] = r["checkpoint_error"]
-            report.results.update(got)
+                    report.checkpoint_errors[s.rid] = r["checkpoint_error"]
+                report.results[s.rid] = r
             stepped.append(host)
+        for host in down:
+            self._host_down(host)
+        report.recovered.update(self._take_recovered())
         if failed:
             exc = next(iter(failed.values()))
             note = (f"SessionRouter.step: host(s) {_names(failed)} raised; the results of "
                     f"the other hosts ({_names(stepped)}) are recorded, in "
                     "last_frame/last_checkpoint and in this exception's step_report")
-            if hasattr(exc, "add_note"):  # Python >= 3.11
-                exc.add_note(note)
+            exc.add_note(note)
             exc.step_report = report  # type: ignore[attr-defined]
             raise exc
         return report
 
-    # ---- failures -------------------------------------------------------------------
-    def host_died(self, host: str) -> dict[str, Recovery]:
-        """Marks ``host`` dead and restores each of its sessions on the
-        least-loaded alive host: from its last checkpoint when there is one,
-        else empty; the frames completed after that are reported lost.
-        RingKVKeyError for a host the router was never given."""
-        self.dead.add(self._host(host))
-        out = {}
-        for rid in [r for r, h in self.where.items() if h == host]:
-            del self.where[rid]
-            try:
-                target = self._least_loaded()
-            except RuntimeError:  # no room anywhere: it waits (host None)
-                last = self.last_frame.get(rid, -1)
-                ckpt = self.last_checkpoint.get(rid)
-                self.waiting[rid] = host
-                out[rid] = Recovery(rid, host, None, ckpt,
-                                    list(range((-1 if ckpt is None else ckpt) + 1, last + 1)))
-                continue
-            out.update(self._restore_one(rid, host, target))
-        return out
+    # ---- failures -----------------------------------------------------------------------
+    def host_died(self, host: str) -> dict[Any, Recovery]:
+        """Treats ``host``'s incarnation as gone (marks it dead unless it
+        answers restarted; kills it first, so that it never acts again)
+        and recovers its sessions."""
+        self._host(host)
+        if host in self.dead:
+            return {}
+        ray.kill(self.hosts[host], no_restart=False)
+        self._probed[host] = self._probe(host)
+        if self._probed[host] == self.tokens.get(host):
+            self._probed[host] = None
+        self._host_down(host)
+        return self._take_recovered()
 
-    def _restore_one(self, rid: str, dead_host: str, target: str | None = None
-                     ) -> dict[str, Recovery]:
-        """Restores request ``rid`` (placed on ``dead_host``) on ``target``
-        (default: the least-loaded alive host) from its last checkpoint."""
-        target = target or self._least_loaded()
-        ckpt = self.last_checkpoint.get(rid)
-        path = checkpoint_path(self.checkpoint_dir, rid) if self.checkpoint_dir else None
-        if ckpt is not None and path and os.path.exists(path):
-            clock = ray.get(self.hosts[target].restore.remote(rid, path))
-        else:
-            ray.get(self.hosts[target].open.remote(rid))
-            clock = None
-        last = self.last_frame.get(rid, -1)
-        start = -1 if clock is None else clock
-        self.where[rid] = target
-        if clock is None:
-            self.last_frame.pop(rid, None)
-        else:
-            self.last_frame[rid] = clock
-        return {rid: Recovery(rid, dead_host, target, clock, list(range(start + 1, last + 1)))}
-
-    def restore_waiting(self) -> dict[str, Recovery]:
+    def restore_waiting(self) -> dict[Any, Recovery]:
         """Restores the sessions of dead hosts that found no room before."""
         out = {}
-        for rid, dead_host in list(self.waiting.items()):
+        for k in [k for k, s in self.sessions.items() if s.state == "waiting"]:
             try:
                 self._least_loaded()
-            except RuntimeError:
+            except RingKVRuntimeError:
                 break
-            del self.waiting[rid]
-            out.update(self._restore_one(rid, dead_host))
+            s = self.sessions[k]
+            s.state = "recovering"
+            out.update(self._recover(k, s.dead_host or "?"))
         return out
 
-    def release_stale(self) -> dict[str, str]:
-        """Retries releasing frozen copies left by migrations whose last step
-        failed; returns those still left (request -> host)."""
-        for rid, host in list(self.stale.items()):
-            if host in self.dead:
-                del self.stale[rid]
-                continue
-            try:
-                ray.get(self.hosts[host].release.remote(rid))
-                del self.stale[rid]
-            except Exception:  # noqa: BLE001 - kept for the next try
-                pass
-        return dict(self.stale)
+    def release_stale(self) -> dict[Any, str]:
+        """Retries what failed migrations left (frozen copies to release or
+        thaw, reservations to cancel); returns the frozen copies still left
+        (request -> host)."""
+        self._retry_pending()
+        return {self.sessions[k].rid if k in self.sessions else k: h
+                for op, h, k, _ in self.pending if op == "release"}
 
-    # ---- migration --------------------------------------------------------------------
-    def migrate(self, request_id: str, host: str) -> Migration:
-        """Moves a session to ``host`` between two frames (the module's
-        docstring has the protocol). Raises MigrationError, with the
-        session live and unchanged at its source, when any step before the
-        import fails; before anything is asked of a host, RingKVKeyError for
-        an unknown request id or host name (RingKVRuntimeError for a request
-        paged out or waiting)."""
-        src_name, dst_name = self._placed(request_id), self._host(host)
+    # ---- migration -------------------------------------------------------------------------
+    def migrate(self, request_id: Any, host: str) -> Migration:
+        """Moves a session to ``host`` between two frames (docs/migration.md
+        has the protocol). Raises MigrationError, with the session live and
+        unchanged at its source, when any step before the import fails."""
+        key, s = self._live(request_id)
+        src_name, dst_name = s.host, self._host(host)
         if dst_name in self.dead:
-            raise MigrationError(request_id, "reserve", src_name, dst_name,
-                                 RuntimeError(f"host {dst_name} is not alive (alive: "
-                                              f"{_names(self.alive())})"))
+            raise _migration_error(s.rid, "reserve", src_name, dst_name,
+                                   RuntimeError(f"host {dst_name} is not alive (alive: "
+                                                f"{_names(self._alive())})"))
         if src_name == dst_name:
-            return Migration(request_id, src_name, dst_name, 0, 0.0,
-                             ray.get(self.hosts[src_name].clock.remote(request_id)), True)
+            try:
+                clock = self._call(src_name, "clock", key, key=s.rid)
+            except _Down as d:
+                self._host_down(d.host)
+                err = _migration_error(s.rid, "meta", src_name, dst_name,
+                                       RingKVRuntimeError(f"host {src_name} died"))
+                err.recovered = self._take_recovered()
+                raise err from None
+            return Migration(s.rid, src_name, dst_name, 0, 0.0, clock, True)
         src, dst = self.hosts[src_name], self.hosts[dst_name]
-        step, filled, reserved, exported, meta2 = "meta", False, False, False, None
+        src_token = self.tokens[src_name]
+        step, reserved, exported, verified, meta2 = "meta", False, False, False, None
         t0 = time.perf_counter()
         try:
-            meta = ray.get(src.meta.remote(request_id))
+            meta = self._call(src_name, "meta", key, inc=s.inc, key=s.rid)
             step = "reserve"
-            ray.get(dst.reserve.remote(meta))
+            self._call(dst_name, "reserve", meta, inc=s.inc, key=s.rid)
             reserved = True
             step, exported = "export", True
-            meta_ref, digest_ref, data_ref = src.export.options(num_returns=3).remote(request_id)
-            meta2, digest = ray.get([meta_ref, digest_ref])
+            meta_ref, digest_ref, data_ref = src.export.options(num_returns=3).remote(
+                key, inc=s.inc, token=self.tokens[src_name])
+            meta2, digest = self._get(src_name, [meta_ref, digest_ref], "export", s.rid)
             step = "fill"
-            moved = ray.get(dst.fill.remote(request_id, data_ref, digest))
-            filled = True
+            moved = self._get(dst_name, dst.fill.remote(key, data_ref, digest, inc=s.inc,
+                                                        token=self.tokens[dst_name]),
+                              "fill", s.rid)
+            verified = True
             del data_ref
             step = "commit"
-            clock = ray.get(dst.commit.remote(request_id, meta2))
-        except BaseException as exc:  # roll back, then say where it failed
-            recovered = self._roll_back(request_id, src_name, dst_name, reserved, exported,
-                                        meta2 if filled else None)
-            err = MigrationError(request_id, step, src_name, dst_name, exc)
-            err.recovered = recovered
-            raise err from exc
+            clock = self._call(dst_name, "commit", key, meta2, inc=s.inc, delivered=s.delivered,
+                               key=s.rid)
+        except (_Down, HostError) as exc:
+            cause: BaseException = exc
+            if isinstance(exc, _Down):
+                cause = RingKVRuntimeError(f"host {exc.host} died (or restarted) during "
+                                           f"{step}")
+            done = self._roll_back(key, s, src_name, dst_name, step, reserved, exported,
+                                   verified, meta2, exc)
+            if done is None:
+                err = _migration_error(s.rid, step, src_name, dst_name, cause)
+                err.recovered = self._take_recovered()
+                raise err from None
+            moved, clock = 0, done[0]
         pause = time.perf_counter() - t0
-        self.where[request_id] = dst_name
-        released, recovered = True, {}
-        try:
-            ray.get(src.release.remote(request_id))
-        except _DEAD:
-            recovered = self.host_died(src_name)
-            released = False
-        except Exception:  # noqa: BLE001 - a frozen copy is never stepped; retried later
-            self.stale[request_id] = src_name
-            released = False
-        return Migration(request_id, src_name, dst_name, int(moved), pause, clock, released,
-                         recovered)
-
-    def _roll_back(self, rid: str, src_name: str, dst_name: str, reserved: bool,
-                   exported: bool, verified_meta: bytes | None) -> dict[str, Recovery]:
-        """Undo a migration that failed: the destination's slot cancelled, the
-        source thawed (it may have frozen the session before failing). If
-        the source died and the destination holds a verified copy
-        (``verified_meta``: the fill passed), that copy is imported instead:
-        nothing is lost."""
-        src, dst = self.hosts[src_name], self.hosts[dst_name]
-        src_dead = False
-        try:
-            ray.get(src.thaw.remote(rid) if exported else src.ping.remote())
-        except _DEAD:
-            src_dead = True
-        except Exception:  # noqa: BLE001 - it was not frozen there: nothing to thaw
-            pass
-        recovered: dict[str, Recovery] = {}
-        if src_dead and verified_meta is not None:
+        s.host = dst_name
+        released = False
+        if src_name not in self.dead and self.tokens.get(src_name) == src_token:
             try:
-                ray.get(dst.commit.remote(rid, verified_meta))
-                self.where[rid] = dst_name
-                recovered.update(self.host_died(src_name))
-                return recovered
-            except Exception:  # noqa: BLE001 - then from its checkpoint, below
+                self._call(src_name, "release", key, inc=s.inc, key=s.rid)
+                released = True
+            except _Down as d:
+                self._host_down(d.host)
+            except HostError:
+                self.pending.append(("release", src_name, key, s.inc))
+        return Migration(s.rid, src_name, dst_name, int(moved), pause, clock, released,
+                         self._take_recovered())
+
+    def _roll_back(self, key: str, s: _Session, src_name: str, dst_name: str, step: str,
+                   reserved: bool, exported: bool, verified: bool, meta2: Any,
+                   exc: BaseException) -> tuple | None:
+        """Undoes a migration that failed; returns None when it is undone
+        (the session at its source; if the source died, restored
+        elsewhere), or ``(clock,)`` when it went through after all
+        (the commit happened at the destination, or the source died after
+        the destination verified its copy, which is then imported: nothing
+        lost)."""
+        down = {exc.host} if isinstance(exc, _Down) else set()
+        dst_ok = dst_name not in down
+        if step == "commit" and dst_ok:       # did the import happen before the failure?
+            try:
+                st = self._call(dst_name, "status", key, key=s.rid)
+                if st["state"] == "live" and st["inc"] == s.inc:
+                    return (self._call(dst_name, "clock", key, key=s.rid),)
+            except _Down:
+                down.add(dst_name)
+                dst_ok = False
+            except HostError:
                 pass
-        if reserved:
+        src_ok = src_name not in down
+        if src_ok and exported:
             try:
-                ray.get(dst.cancel.remote(rid))
-            except _DEAD:
-                recovered.update(self.host_died(dst_name))
-        if src_dead:
-            recovered.update(self.host_died(src_name))
-        return recovered
+                self._call(src_name, "thaw", key, inc=s.inc, key=s.rid)
+            except _Down:
+                down.add(src_name)
+                src_ok = False
+            except HostError:
+                self.pending.append(("thaw", src_name, key, s.inc))
+        elif src_ok:
+            try:
+                self._call(src_name, "status", None)
+            except _Down:
+                down.add(src_name)
+                src_ok = False
+            except HostError:
+                pass
+        if not src_ok and dst_ok and meta2 is not None and not verified:
+            try:                               # a fill that verified before its reply failed
+                st = self._call(dst_name, "status", key, key=s.rid)
+                verified = st["state"] == "incoming" and st.get("verified", False) and \
+                    st["inc"] == s.inc
+            except _Down:
+                down.add(dst_name)
+                dst_ok = False
+            except HostError:
+                pass
+        if not src_ok and verified and dst_ok and meta2 is not None:
+            try:                               # the destination's verified copy: nothing lost
+                clock = self._call(dst_name, "commit", key, meta2, inc=s.inc,
+                                   delivered=s.delivered, key=s.rid)
+                s.host = dst_name
+                self._host_down(src_name)
+                return (clock,)
+            except _Down:
+                down.add(dst_name)
+                dst_ok = False
+            except HostError:
+                pass
+        if reserved and dst_ok:
+            try:
+                self._call(dst_name, "cancel", key, inc=s.inc, key=s.rid)
+            except _Down:
+                down.add(dst_name)
+            except HostError:
+                self.pending.append(("cancel", dst_name, key, s.inc))
+        for h in (dst_name, src_name):
+            if h in down:
+                self._host_down(h)
+        return None
 
-    # ---- offload ----------------------------------------------------------------------
-    def offload(self, request_id: str) -> int:
+    # ---- offload -----------------------------------------------------------------------------
+    def offload(self, request_id: Any) -> int:
         """Pages a session out of its host: the image goes into Ray's object
-        store (the router keeps the reference), the slot is free; returns
+        store (this router owns the reference), the slot is free; returns
         the image's size in bytes."""
-        host = self._placed(request_id)
-        ref = self.hosts[host].offload.remote(request_id)
-        image = ray.get(ref)
-        del self.where[request_id]
-        self.paged_out[request_id] = (host, ref)
-        return len(image)
+        key, s = self._live(request_id)
+        host = s.host
+        image_ref, size_ref = self.hosts[host].offload.options(num_returns=2).remote(
+            key, inc=s.inc, token=self.tokens[host])
+        try:
+            nbytes = self._get(host, size_ref, "offload", s.rid)
+        except _Down as d:
+            self._host_down(d.host)
+            err = _host_error(host, "offload", s.rid, RuntimeError("the host died"),
+                              "; its sessions were recovered, this one is live again "
+                              "elsewhere (or waiting)")
+            err.recovered = self._take_recovered()
+            raise err from None
+        s.state, s.host, s.paged = "paged", None, (host, self.tokens[host], image_ref)
+        return int(nbytes)
 
-    def page_in(self, request_id: str) -> str:
-        """Brings a paged-out session back on the host that paged it out (its
-        request id is reserved there); returns the host. RingKVRuntimeError
-        for a request that is not paged out, or whose host died;
-        RingKVKeyError for one the router does not know."""
-        if request_id not in self.paged_out:
-            if request_id in self.where:
-                raise RingKVRuntimeError(f"request {request_id!r} is not paged out: it is live "
-                                         f"on host {self.where[request_id]}")
-            why = self._elsewhere(request_id)
-            if why is not None:
-                raise RingKVRuntimeError(why)
-            raise RingKVKeyError(f"no paged-out session with request id {request_id!r}; "
-                                 f"paged out: {_names(self.paged_out)}")
-        host, ref = self.paged_out[request_id]
-        if host in self.dead:
-            raise RingKVRuntimeError(f"request {request_id!r} was paged out of host {host}, "
-                                     "which is not alive")
-        got = ray.get(self.hosts[host].page_in.remote(ref))
-        if got != request_id:
-            raise RuntimeError(f"paging {request_id!r} in brought back {got!r}")
-        del self.paged_out[request_id]
-        self.where[request_id] = host
-        return host
+    def page_in(self, request_id: Any) -> str:
+        """Brings a paged-out session back: on the host that paged it out
+        (its id is reserved there), or, when that host died or restarted
+        (or the image is gone), on the least-loaded alive host from its
+        image (or its checkpoint, replayed to its last delivered frame).
+        Returns the host."""
+        key = request_key(request_id)
+        s = self.sessions.get(key)
+        if s is None:
+            raise RingKVKeyError(f"no paged-out session with request id {_show(request_id)!r}; "
+                                 f"paged out: {_names(self._placed_names('paged'))}")
+        if s.state != "paged":
+            if s.state == "live":
+                raise RingKVRuntimeError(f"request {_show(s.rid)!r} is not paged out: it is "
+                                         f"live on host {s.host}")
+            raise RingKVRuntimeError(self._elsewhere(s))
+        home, token, ref = s.paged
+        if home not in self.dead and self.tokens.get(home) == token and ref is not None:
+            try:
+                self._call(home, "page_in", ref, request_id=key, inc=s.inc, key=s.rid)
+                s.state, s.host, s.paged = "live", home, None
+                return home
+            except _Down as d:
+                self._host_down(d.host)
+        elif home not in self.dead and self.tokens.get(home) == token:
+            try:
+                self._call(home, "discard", key, inc=s.inc, key=s.rid)
+            except _Down as d:
+                self._host_down(d.host)
+        s.state = "recovering"
+        rec = self._recover(key, home, image=ref)
+        self.unreported.update(rec)
+        if s.state != "live":
+            raise RingKVRuntimeError(f"request {_show(s.rid)!r} could not be paged in: its "
+                                     f"host {home} is gone and no alive host has room; it "
+                                     "waits (SessionRouter.restore_waiting)")
+        return s.host
 
-    # ---- views -------------------------------------------------------------------------
-    def live(self) -> dict[str, dict[str, int | None]]:
+    # ---- views ---------------------------------------------------------------------------------
+    def live(self) -> dict[str, dict[Any, int | None]]:
         """Each alive host's live sessions and clocks (as the hosts see it)."""
-        names = self.alive()
-        got = ray.get([self.hosts[n].live.remote() for n in names])
-        return dict(zip(names, got))
+        rid = {k: s.rid for k, s in self.sessions.items()}
+        return {n: {rid.get(k, k): v["clock"] for k, v in inv["held"].items() if not v["frozen"]}
+                for n, inv in self.inventory().items()}
+
+    def inventory(self) -> dict[str, dict]:
+        """Each alive host's SessionHost.inventory. A host found gone is
+        handled first (its sessions recovered), then the hosts asked again."""
+        while True:
+            refs = {n: self.hosts[n].inventory.remote(token=self.tokens[n])
+                    for n in self._alive()}
+            out, down = {}, []
+            for n, ref in refs.items():
+                try:
+                    out[n] = self._get(n, ref, "inventory")
+                except _Down:
+                    down.append(n)
+                except HostError:
+                    continue
+            if not down:
+                return out
+            for n in down:
+                self._host_down(n)
+
+    def state(self) -> dict:
+        """The router's records: where each live request is, its last
+        delivered frame and last checkpoint, incarnation, paged out,
+        waiting, frozen copies left, dead hosts, hosts, capacity."""
+        ss = self.sessions.values()
+        return {"where": {s.rid: s.host for s in ss if s.state == "live"},
+                "last_frame": {s.rid: s.delivered for s in ss if s.delivered >= 0},
+                "last_checkpoint": {s.rid: s.checkpoint for s in ss if s.checkpoint is not None},
+                "incarnations": {s.rid: s.inc for s in ss},
+                "paged_out": {s.rid: s.paged[0] for s in ss if s.state == "paged"},
+                "waiting": {s.rid: s.dead_host for s in ss if s.state == "waiting"},
+                "stale": {self.sessions[k].rid if k in self.sessions else k: h
+                          for op, h, k, _ in self.pending if op == "release"},
+                "pending": list(self.pending),
+                "dead": set(self.dead), "hosts": dict(self.hosts),
+                "capacity": dict(self.capacity), "tokens": dict(self.tokens)}
+
+
+_core_cls: Any = None
+
+
+def _core_class() -> Any:
+    global _core_cls
+    if _core_cls is None:
+        _core_cls = ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)(RouterCore)
+    return _core_cls
+
+
+def _view(name: str, doc: str) -> property:
+    """A SessionRouter property: ``name`` of the router actor's state."""
+    return property(lambda self: self._state()[name], doc=doc)
+
+
+#: Client calls that only read: retried once on a restarted router.
+_VIEWS = {"state", "live", "inventory", "alive", "incarnation", "load"}
+
+
+@python_calls("SessionRouter")
+class SessionRouter:
+    """A handle on the router named ``name`` in Ray namespace ``namespace``
+    (:class:`RouterCore`, created on first use with ``hosts`` (name ->
+    SessionHost actor handle) and ``checkpoint_dir``, the hosts'
+    checkpoint folder): every SessionRouter of that name, in any driver of
+    the cluster, shares one placement. ``hosts`` None: the router must
+    exist (RingKVKeyError otherwise). Given to an existing router, hosts it
+    does not have are added. The handle acknowledges the frames it
+    received (the last one of each session) with each call."""
+
+    def __init__(self, hosts: dict[str, Any] | None = None, checkpoint_dir: str | None = None,
+                 *, name: str = "ringkv-router", namespace: str = "ringkv",
+                 call_timeout_s: float = 600.0, probe_timeout_s: float = 120.0):
+        self.name, self.namespace = name, namespace
+        self._hosts = dict(hosts) if hosts else None
+        self._args = (checkpoint_dir, call_timeout_s, probe_timeout_s)
+        self._acks: dict[str, tuple[str, int, int]] = {}
+        self._core = self._connect()
+        self._ask("attach", self._hosts, checkpoint_dir)
+
+    def _connect(self) -> Any:
+        if self._hosts is None:
+            try:
+                return ray.get_actor(self.name, namespace=self.namespace)
+            except ValueError:
+                raise RingKVKeyError(f"no router named {self.name!r} in namespace "
+                                     f"{self.namespace!r}; give its hosts to create it") from None
+        core = _core_class().options(name=self.name, namespace=self.namespace,
+                                     get_if_exists=True, lifetime="detached").remote(
+            self._hosts, *self._args)
+        return core
+
+    @property
+    def core(self) -> Any:
+        """The router actor's handle."""
+        return self._core
+
+    def _ack(self, report: StepReport | None) -> None:
+        for rid, r in (report.results if report is not None else {}).items():
+            self._acks[request_key(rid)] = (r["inc"], r["frame"], r["digest"])
+
+    def _ask(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        for attempt in (0, 1):
+            try:
+                return ray.get(self._core.call.remote(method, args, kwargs, dict(self._acks)))
+            except RayActorError as exc:
+                if isinstance(exc, ActorDiedError):
+                    self._core = self._connect()
+                if method in _VIEWS and attempt == 0:
+                    continue
+                raise RouterRestartedError(
+                    f"the router actor {self.name!r} died during {method}: its effect is "
+                    "unknown; the router was restarted and rebuilt its placement from the "
+                    f"hosts; call again ({type(exc).__name__})") from None
+            except RayError as exc:
+                cause = getattr(exc, "cause", None)
+                if not isinstance(cause, BaseException):   # Ray's own, not the router's
+                    raise HostError(f"the router actor {self.name!r} ({method}): "
+                                    f"{type(exc).__name__}: {exc}", None, method,
+                                    args[0] if args else None, exc) from None
+                self._ack(getattr(cause, "step_report", None))
+                raise cause from None
+        raise AssertionError("unreachable")
+
+    def _state(self) -> dict:
+        return self._ask("state")
+
+    # ---- views (each a fresh read of the router actor's records) -------------
+    where = _view("where", "Request -> the host where it is live.")
+    last_frame = _view("last_frame", "Request -> its last delivered frame.")
+    last_checkpoint = _view("last_checkpoint",
+                            "Request -> the frame of its last checkpoint a host reported.")
+    incarnations = _view("incarnations", "Request -> its incarnation.")
+    paged_out = _view("paged_out", "Request -> the host it was paged out of.")
+    waiting = _view("waiting", "Request -> its dead host, for sessions that found no room yet.")
+    stale = _view("stale", "Request -> the host holding a frozen copy left to release.")
+    dead = _view("dead", "Hosts dead for good.")
+    hosts = _view("hosts", "Host name -> actor handle.")
+    capacity = _view("capacity", "Host name -> its model's sessions.")
+
+    def alive(self) -> list[str]:
+        return self._ask("alive")
+
+    def load(self, host: str) -> int:
+        """Busy slots of ``host`` as it counts them (RingKVKeyError for a
+        host the router was never given)."""
+        return self._ask("load", host)
+
+    def live(self) -> dict[str, dict[Any, int | None]]:
+        """Each alive host's live sessions and clocks (as the hosts see it)."""
+        return self._ask("live")
+
+    def inventory(self) -> dict[str, dict]:
+        """Each alive host's SessionHost.inventory (keys: str request ids)."""
+        return self._ask("inventory")
+
+    def incarnation(self, request_id: Any) -> str:
+        return self._ask("incarnation", request_id)
+
+    # ---- calls ------------------------------------------------------------------
+    def open(self, request_id: Any) -> str:
+        """Places a new request on the least-loaded host (a placed one stays
+        where it is: affinity) and returns the host's name. RingKVRuntimeError
+        for a request paged out or waiting (bring it back instead), or when
+        no alive host has room."""
+        return self._ask("open", request_id)
+
+    def close(self, request_id: Any) -> None:
+        """Ends a session for good: its incarnation and checkpoint file are
+        retired (a later open of the id is a new session)."""
+        self._ask("close", request_id)
+        self._acks.pop(request_key(request_id), None)
+
+    def step(self, request_ids: Iterable[Any] | None = None) -> StepReport:
+        """One frame of each request (default: every live one), each host
+        stepping its own as one batch, all hosts at once. Every request is
+        checked before any host steps. A host found dead (or restarted) is
+        recovered (:class:`Recovery` in the report); its sessions are not
+        stepped this time. A host that raises (not dead) does not stop the
+        others: their results are recorded first, then its error (a
+        HostError) is raised with the report as its ``step_report``. A
+        checkpoint a host could not save is not an error of the step: it is
+        in the report's ``checkpoint_errors``."""
+        rids = None if request_ids is None else list(request_ids)
+        report = self._ask("step", rids)
+        self._ack(report)
+        return report
+
+    def migrate(self, request_id: Any, host: str) -> Migration:
+        """Moves a session to ``host`` between two frames (docs/migration.md).
+        Raises MigrationError, with the session live and unchanged at its
+        source, when any step before the import fails; before anything is
+        asked of a host, RingKVKeyError for an unknown request id or host
+        name (RingKVRuntimeError for a request paged out or waiting)."""
+        return self._ask("migrate", request_id, host)
+
+    def offload(self, request_id: Any) -> int:
+        """Pages a session out of its host (the image in Ray's object store,
+        owned by the router actor); returns the image's size in bytes."""
+        return self._ask("offload", request_id)
+
+    def page_in(self, request_id: Any) -> str:
+        """Brings a paged-out session back; returns its host (its own, or
+        another when that one died: from the image or the checkpoint)."""
+        return self._ask("page_in", request_id)
+
+    def host_died(self, host: str) -> dict[Any, Recovery]:
+        """Treats ``host`` as dead (it is killed) and recovers its sessions.
+        RingKVKeyError for a host the router was never given."""
+        return self._ask("host_died", host)
+
+    def restore_waiting(self) -> dict[Any, Recovery]:
+        """Restores the sessions of dead hosts that found no room before."""
+        return self._ask("restore_waiting")
+
+    def release_stale(self) -> dict[Any, str]:
+        """Retries what failed migrations left; returns the frozen copies
+        still left (request -> host)."""
+        return self._ask("release_stale")
+
+    def shutdown(self, deadline_s: float = 120.0) -> None:
+        """Kills the router actor (every handle of its name) and waits until
+        Ray reports it dead: the hosts keep their sessions; a new
+        SessionRouter of the name rebuilds the placement from them."""
+        ray.kill(self._core, no_restart=True)
+        end = time.monotonic() + deadline_s
+        while time.monotonic() < end:
+            try:
+                ray.get(self._core.ready.remote(), timeout=max(0.1, end - time.monotonic()))
+            except RayActorError:
+                return
+            except GetTimeoutError:
+                continue
+        raise RingKVRuntimeError(f"the router actor {self.name!r} still answers {deadline_s} s "
+                                 "after ray.kill")

@@ -17,15 +17,18 @@ import xxhash
 
 from ..model import Model, ModelConfig
 
-__all__ = ["PASSES", "frame_tokens", "step_frame", "reference_digests"]
+__all__ = ["PASSES", "frame_tokens", "step_frame", "reference_digests", "reference_states"]
 
 #: Passes of one frame: 4 denoising passes, then the commit pass.
 PASSES = 5
 
 
-def _rng(request_id: str, frame: int, pass_: int, layer: int) -> np.random.Generator:
+def _rng(request_id: str | bytes, frame: int, pass_: int, layer: int) -> np.random.Generator:
     # any str is a key (a lone surrogate too: no UnicodeEncodeError here;
-    # the model's claim refuses such an id with RingKVValueError)
+    # the model's claim refuses such an id with RingKVValueError); bytes
+    # are the same id as their surrogateescape str (ringkv.ray.host.request_key)
+    if isinstance(request_id, (bytes, bytearray, memoryview)):
+        request_id = bytes(request_id).decode("utf-8", "surrogateescape")
     key = f"{request_id}\x00{frame}\x00{pass_}\x00{layer}".encode("utf-8", "surrogatepass")
     return np.random.default_rng(xxhash.xxh3_64_intdigest(key))
 
@@ -81,7 +84,23 @@ def reference_digests(config: ModelConfig, request_id: str, frames: int) -> list
     """The digests of frames 0 .. frames-1 of one session that never left a
     fresh one-session model of ``config``'s geometry: what every other run
     of that session must match."""
+    return [d for d, _ in reference_states(config, request_id, frames)]
+
+
+def reference_states(config: ModelConfig, request_id: str | bytes, frames: int
+                     ) -> list[tuple[int, int]]:
+    """Per frame 0 .. frames-1 of a session that never left a fresh
+    one-session model of ``config``'s geometry: the digest of the frame's
+    attention outputs and the session digest (``Model.session_digest``,
+    XXH3-64 of its regions) after it: what a session moved, paged or
+    recovered must show at that frame."""
+    from .host import model_id, request_key
     cfg = ModelConfig(**{**config.__dict__, "num_sessions": 1})
     model = Model(cfg)
-    s = model.claim(request_id)
-    return [step_frame(model, [s], [request_id], [f])[0] for f in range(frames)]
+    key = request_key(request_id)
+    s = model.claim(model_id(key))
+    out = []
+    for f in range(frames):
+        d = step_frame(model, [s], [key], [f])[0]
+        out.append((d, model.session_digest(s)))
+    return out

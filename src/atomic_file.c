@@ -1,0 +1,218 @@
+/* Saving a file atomically (atomic_file.h): temporary file next to the
+ * target, every write checked, fsync, rename. Moved here from
+ * snapshot_file.c so that the rollout's picture and legend are saved the
+ * same way as the snapshots. */
+#define _POSIX_C_SOURCE 200809L /* fsync, mkstemp, fchmod, readlink, strndup */
+#include "atomic_file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+const char *rkv__file_kind(unsigned mode) {
+    const mode_t m = (mode_t)mode;
+    return S_ISDIR(m)    ? "a folder"
+           : S_ISCHR(m)  ? "a character device"
+           : S_ISBLK(m)  ? "a block device"
+           : S_ISFIFO(m) ? "a named pipe (FIFO)"
+           : S_ISSOCK(m) ? "a socket"
+           : S_ISLNK(m)  ? "a symbolic link"
+           : S_ISREG(m)  ? "a regular file"
+                         : "not a regular file";
+}
+
+rkv_status rkv__write_all(int fd, const void *p, size_t n, const char *what, const char *name,
+                          uint64_t *off) {
+    const uint8_t *q = p;
+    while (n) {
+        ssize_t put = write(fd, q, n);
+        if (put < 0 && errno == EINTR) continue;
+        if (put <= 0)
+            return rkv__fail(RKV_ERR_IO, "%s: writing %s failed at byte %llu: %s", what, name,
+                             (unsigned long long)*off, put < 0 ? strerror(errno) : "no progress");
+        q += put;
+        n -= (size_t)put;
+        *off += (uint64_t)put;
+    }
+    return RKV_OK;
+}
+
+/* fsync of the directory holding path, so that a rename is durable (best
+ * effort: some file systems refuse to fsync a directory). */
+static void sync_dir_of(const char *path) {
+    char *dir = strdup(path);
+    if (!dir) return;
+    char *slash = strrchr(dir, '/');
+    const char *d = slash ? (slash == dir ? "/" : (*slash = '\0', dir)) : ".";
+    int dfd = open(d, O_RDONLY | O_CLOEXEC);
+    if (dfd >= 0) {
+        (void)fsync(dfd);
+        close(dfd);
+    }
+    free(dir);
+}
+
+/* Links followed before a save gives up, as the kernel's own limit (ELOOP). */
+#define MAX_LINKS 40
+
+/* The path a save to `path` replaces: path itself, or, when it is a
+ * symbolic link, its final target (links followed as open(2) would, a
+ * relative target read from the link's folder), so that the link stays
+ * and its target receives the file. The target may not exist yet.
+ * *out: malloc'ed. RKV_ERR_IO for a loop or an unreadable link. */
+static rkv_status follow_links(const char *what, const char *path, char **out) {
+    char *p = strdup(path);
+    for (int hops = 0; p; hops++) {
+        struct stat sb;
+        if (lstat(p, &sb) != 0 || !S_ISLNK(sb.st_mode)) break; /* the end of the chain */
+        char target[4096];
+        const ssize_t n = hops < MAX_LINKS ? readlink(p, target, sizeof target - 1) : -1;
+        if (n < 0 || (size_t)n >= sizeof target - 1) {
+            rkv_status st = rkv__fail(RKV_ERR_IO, "%s: cannot save to '%s': link '%s': %s", what,
+                                      path, p,
+                                      hops >= MAX_LINKS ? "too many levels of symbolic links"
+                                      : n < 0           ? strerror(errno)
+                                                        : "target too long");
+            free(p);
+            return st;
+        }
+        target[n] = '\0';
+        const char *slash = target[0] == '/' ? NULL : strrchr(p, '/');
+        const size_t dir = slash ? (size_t)(slash - p) + 1 : 0; /* keep "folder/" */
+        char *next = malloc(dir + (size_t)n + 1);
+        if (next) {
+            memcpy(next, p, dir);
+            memcpy(next + dir, target, (size_t)n + 1);
+        }
+        free(p);
+        p = next;
+    }
+    if (!p) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", what);
+    *out = p;
+    return RKV_OK;
+}
+
+/* RKV_ERR_IO unless `target` (path, or the final target of the link path)
+ * is a regular file or a new name in an existing folder: not a folder (rename
+ * would fail only after the whole file went into a temporary one), not a
+ * device, named pipe or socket (rename would replace the node by a regular
+ * file), its folder present. Checked before anything is written. */
+static rkv_status check_save_path(const char *what, const char *path, const char *target) {
+    char via[4200] = "";
+    if (strcmp(path, target))
+        snprintf(via, sizeof via, " (a symbolic link to '%s')", target);
+    struct stat sb;
+    if (stat(target, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return rkv__fail(RKV_ERR_IO, "%s: '%s'%s is a folder; expected a file path", what, path,
+                         via);
+    if (stat(target, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return rkv__fail(RKV_ERR_IO,
+                         "%s: '%s'%s is %s, not a regular file; only a regular file or a new "
+                         "path is saved to",
+                         what, path, via, rkv__file_kind(sb.st_mode));
+    const char *slash = strrchr(target, '/');
+    char *dir =
+        slash ? strndup(target, slash == target ? 1 : (size_t)(slash - target)) : strdup(".");
+    if (!dir) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", what);
+    rkv_status st = RKV_OK;
+    if (stat(dir, &sb) != 0)
+        st = rkv__fail(RKV_ERR_IO, "%s: cannot save to '%s'%s: folder '%s': %s", what, path, via,
+                       dir, errno == ENOENT ? "does not exist" : strerror(errno));
+    else if (!S_ISDIR(sb.st_mode))
+        st = rkv__fail(RKV_ERR_IO, "%s: cannot save to '%s'%s: '%s' is not a folder", what, path,
+                       via, dir);
+    free(dir);
+    return st;
+}
+
+rkv_status rkv__atomic_begin(rkv__atomic_file *f, const char *what, const char *path) {
+    memset(f, 0, sizeof *f);
+    f->what = what;
+    f->fd = -1;
+    char *target = NULL;
+    rkv_status st = follow_links(what, path, &target);
+    if (st == RKV_OK) st = check_save_path(what, path, target);
+    /* the temporary file next to the file replaced, so that rename is
+     * atomic; a short name when NAME cannot take the suffix: every name
+     * the folder can hold can be saved to */
+    const size_t cap = st == RKV_OK ? strlen(target) + 32 : 0;
+    char *tmp = st == RKV_OK ? malloc(cap) : NULL;
+    if (st == RKV_OK && !tmp) st = rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", what);
+    if (st == RKV_OK) {
+        const char *slash = strrchr(target, '/');
+        const char *base = slash ? slash + 1 : target;
+        if (strlen(base) + sizeof ".tmp-XXXXXX" - 1 <= 255)
+            snprintf(tmp, cap, "%s.tmp-XXXXXX", target);
+        else
+            snprintf(tmp, cap, "%.*s.ringkv.tmp-XXXXXX", (int)(base - target), target);
+        if ((f->fd = mkstemp(tmp)) < 0)
+            st = rkv__fail(RKV_ERR_IO, "%s: cannot create a temporary file next to %s: %s", what,
+                           target, strerror(errno));
+    }
+    if (st != RKV_OK) {
+        free(tmp);
+        free(target);
+        f->fd = -1;
+        return st;
+    }
+    struct stat old;
+    (void)fchmod(f->fd, stat(target, &old) == 0 ? (old.st_mode & 07777) : 0644);
+    f->target = target;
+    f->tmp = tmp;
+    return RKV_OK;
+}
+
+rkv_status rkv__atomic_write(rkv__atomic_file *f, const void *p, size_t n) {
+    if (!f->tmp || f->fd < 0)
+        return rkv__fail(RKV_ERR_STATE, "%s: the temporary file is closed", f->what);
+    return rkv__write_all(f->fd, p, n, f->what, f->tmp, &f->off);
+}
+
+rkv_status rkv__atomic_finish(rkv__atomic_file *f) {
+    if (!f->tmp) return rkv__fail(RKV_ERR_STATE, "%s: no file being saved", f->what);
+    if (f->fd < 0) return RKV_OK; /* finished before */
+    rkv_status st = RKV_OK;
+    if (fsync(f->fd))
+        st = rkv__fail(RKV_ERR_IO, "%s: fsync of %s failed: %s", f->what, f->tmp,
+                       strerror(errno));
+    if (close(f->fd) && st == RKV_OK)
+        st = rkv__fail(RKV_ERR_IO, "%s: closing %s failed: %s", f->what, f->tmp,
+                       strerror(errno));
+    f->fd = -1;
+    return st;
+}
+
+static void release(rkv__atomic_file *f) {
+    free(f->tmp);
+    free(f->target);
+    f->tmp = f->target = NULL;
+}
+
+rkv_status rkv__atomic_commit(rkv__atomic_file *f) {
+    rkv_status st = rkv__atomic_finish(f);
+    if (st == RKV_OK && rename(f->tmp, f->target))
+        st = rkv__fail(RKV_ERR_IO, "%s: cannot rename %s to %s: %s", f->what, f->tmp, f->target,
+                       strerror(errno));
+    if (st != RKV_OK) {
+        rkv__atomic_abort(f);
+        return st;
+    }
+    sync_dir_of(f->target);
+    release(f);
+    return RKV_OK;
+}
+
+void rkv__atomic_abort(rkv__atomic_file *f) {
+    if (f->tmp) { /* fd is valid only while tmp is set: a zeroed f closes nothing */
+        if (f->fd >= 0) close(f->fd);
+        unlink(f->tmp);
+    }
+    f->fd = -1;
+    release(f);
+}
