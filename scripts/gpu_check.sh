@@ -1,15 +1,23 @@
 #!/usr/bin/env bash
-# The GPU check of the CUDA backend (issues 4, 9, 11), in one device call of
-# at most ~6 minutes: build (CMake + nvcc, the standalone tests/cuda project:
-# libringkv.so, libringkv_cuda.so, the GPU programs, the backend-parity
-# suite and the `ringkv` command), the fragment model, the differential test
-# CUDA vs CPU (mma, then wgmma), the backend-parity suite (a CUDA rkv_model
-# against the CPU reference engine), the whole-model frame in one CUDA graph
-# (test_cuda_graph), `ringkv rollout --backend cuda` (graph and pass by pass,
-# snapshots across backends), the GPU bench (`ringkv bench --backend cuda`,
-# its rows to h200.jsonl), the Python binding's tests on CPU and CUDA tensors,
-# the torch custom ops (torch_ops), the reference module and its peers side
-# by side, and a summary table last.
+# The GPU check of the CUDA backend (issues 4, 9, 11, 19, 21), in one device
+# call of at most ~6 minutes: build (CMake + nvcc, the standalone tests/cuda
+# project: libringkv.so, libringkv_cuda.so, the GPU programs, the
+# backend-parity suite and the `ringkv` command), the fragment model, the
+# differential test CUDA vs CPU (mma, then wgmma), the backend-parity suite
+# (a CUDA rkv_model against the CPU reference engine), the whole-model frame
+# in one CUDA graph (test_cuda_graph, with mma and with wgmma), `ringkv
+# rollout --backend cuda` (graph and pass by pass, snapshots across
+# backends), compute-sanitizer on the small wgmma case list the CPU executor
+# runs (tests/cuda_exec; where the machine's runtime lets it), the GPU bench
+# (`ringkv bench --backend cuda`, its rows to h200.jsonl), the reference
+# module and its peers side by side (a fixed slot, before the Python
+# steps), the Python binding's CUDA tests (pytest -k cuda) and the torch
+# custom ops, and a summary table last.
+# The library is built for sm_90a machine code and compute_90 PTX only
+# (RKV_CUDA_ARCHS=90a-real;90-virtual): no sm_90 machine code the driver
+# could load instead of the wgmma kernel's sm_90a one.
+# CUDA_MODULE_LOADING=EAGER (kernels loaded at start, not lazily inside the
+# first graph capture) is set for the C programs only.
 # Every step runs under its own time limit (the table in docs/cuda.md), none
 # past the run's deadline; a step that fails does not stop the others.
 #
@@ -31,7 +39,8 @@
 # Logs go to $OUT (or .gpu/out when OUT is unset): build.log (the
 # environment first), tests.log, bench.log, reference.log, h200.jsonl (the
 # bench's rows and the reference's, one JSON object per line: append it to
-# bench/gpu/h200.jsonl), status (each step's exit status), summary.txt.
+# bench/gpu/h200.jsonl), status (each step's exit status), summary.txt:
+# seven files ($OUT returns at most 8); every step appends to one of them.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 ROOT=$PWD
@@ -158,6 +167,7 @@ if [ -z "$DRY" ]; then
     cmake --version | head -1
     gcc --version | head -1
     nproc
+    ldd --version 2>&1 | head -1  # glibc: binaries carried from elsewhere need at most this one
     python3 -c 'import torch, numpy; print("torch", torch.__version__, "numpy", numpy.__version__)' || true
     ls -la .gpu || true
   } >"$OUTDIR/build.log" 2>&1
@@ -170,13 +180,13 @@ GEN=()
 command -v ninja >/dev/null && [ ! -f "$BUILD/CMakeCache.txt" ] && GEN=(-G Ninja)
 run_step configure 60 "$OUTDIR/build.log" \
   cmake -S tests/cuda -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_CUDA_COMPILER="$NVCC" -DRKV_CUDA_PTXAS_VERBOSE=ON
+  -DCMAKE_CUDA_COMPILER="$NVCC" -DRKV_CUDA_PTXAS_VERBOSE=ON "-DRKV_CUDA_ARCHS=90a-real;90-virtual"
 # (RKV_GPU_BUILD_SECONDS: a longer limit for a build on a small machine)
 run_step build "${RKV_GPU_BUILD_SECONDS:-170}" "$OUTDIR/build.log" cmake --build "$BUILD" -j "$(nproc)"
 if [ -z "$DRY" ]; then
   grep -E "ptxas info *: Used|spill" "$OUTDIR/build.log" | sort | uniq -c | sort -rn | head -12 || true
   # the tensor-core and shared-memory instructions made it into the machine code
-  for sm in sm_90a sm_90; do
+  for sm in sm_90a; do
     sass=$(mktemp)
     cuobjdump --gpu-architecture $sm --dump-sass "$BUILD"/libringkv_cuda.a >"$sass" 2>/dev/null
     echo "$sm: HGMMA $(grep -c HGMMA "$sass") HMMA $(grep -c HMMA "$sass")" \
@@ -193,19 +203,22 @@ missing() {
 
 # ---- tests ----
 want tests && run_step fragment_model 30 "$OUTDIR/tests.log" python3 tests/cuda/fragment_model.py
-# Kernels loaded at start (not lazily inside the first graph capture).
-export CUDA_MODULE_LOADING=EAGER
+# Kernels loaded at start (not lazily inside the first graph capture): the
+# C programs' environment only (the Python steps keep torch's default).
+EAGER=(env CUDA_MODULE_LOADING=EAGER)
 if want tests; then
   if have test_cuda_diff; then
     # The wgmma kernel's pass apart: a fault there must not lose the rest.
-    run_step cuda_diff 80 "$OUTDIR/tests.log" "$BUILD"/test_cuda_diff $QUICK --kernel mma
-    run_step cuda_diff_wgmma 45 "$OUTDIR/tests.log" "$BUILD"/test_cuda_diff $QUICK --kernel wgmma
+    run_step cuda_diff 80 "$OUTDIR/tests.log" "${EAGER[@]}" "$BUILD"/test_cuda_diff $QUICK --kernel mma
+    # (the wgmma pass fails if a call that should plan wgmma fell back to mma)
+    run_step cuda_diff_wgmma 45 "$OUTDIR/tests.log" "${EAGER[@]}" "$BUILD"/test_cuda_diff $QUICK \
+      --kernel wgmma
   else
     missing test_cuda_diff cuda_diff
   fi
   # a CUDA rkv_model against the CPU reference engine (after the CPU engines)
   if have test_backend_parity; then
-    run_step backend_parity 45 "$OUTDIR/tests.log" "$BUILD"/test_backend_parity
+    run_step backend_parity 45 "$OUTDIR/tests.log" "${EAGER[@]}" "$BUILD"/test_backend_parity
   else
     missing test_backend_parity backend_parity
   fi
@@ -213,13 +226,15 @@ if want tests; then
   # into pinned and pageable memory and paged in, its regions on the device,
   # an export into a second CUDA model (built with the snapshot files)
   if have test_cuda_offload; then
-    run_step cuda_offload 30 "$OUTDIR/tests.log" "$BUILD"/test_cuda_offload
+    run_step cuda_offload 30 "$OUTDIR/tests.log" "${EAGER[@]}" "$BUILD"/test_cuda_offload
   else
     missing test_cuda_offload cuda_offload
   fi
   # the whole-model frame recorded once in a graph, replayed 300 frames
   if have test_cuda_graph; then
-    run_step cuda_graph 45 "$OUTDIR/tests.log" "$BUILD"/test_cuda_graph --frames 300
+    run_step cuda_graph 45 "$OUTDIR/tests.log" "${EAGER[@]}" "$BUILD"/test_cuda_graph --frames 300
+    run_step cuda_graph_wgmma 30 "$OUTDIR/tests.log" "${EAGER[@]}" RKV_CUDA_ATTN_KERNEL=wgmma \
+      "$BUILD"/test_cuda_graph --frames 100
   else
     missing test_cuda_graph cuda_graph
   fi
@@ -232,6 +247,7 @@ if want tests; then
     missing ringkv rollout_backend
   fi
 fi
+
 
 # ---- the GPU bench: rows to h200.jsonl (stderr to bench.log) ----
 if want bench; then
@@ -249,9 +265,17 @@ if want bench; then
   fi
 fi
 
-# the Python binding on this machine's torch, CPU and CUDA layers and models:
-# golden traces, the differential test against the reference module (on the
-# CPU and on CUDA tensors), and test_cuda.py (zero-copy views, CUDA vs CPU
+# ---- the reference side by side: a fixed slot, before the Python steps ----
+# (the reference module with FlexAttention and a prebuilt mask, and cuDNN
+# attention on gathered keys: the anchors the bench's goals are ratios to)
+ref_budget=100
+want reference && PYTHONUNBUFFERED=1 run_step reference $((ref_budget + 15)) "$OUTDIR/reference.log" \
+  python3 bench/gpu/reference_bench.py --budget "$((ref_budget - 45))" \
+  --jsonl "$OUTDIR/h200.jsonl" $QUICK
+
+# the Python binding on this machine's torch, its GPU-relevant tests (-k
+# cuda; the CPU ones run in CI): the differential test against the
+# reference module on CUDA tensors, and test_cuda.py (zero-copy views, CUDA vs CPU
 # layers, device errors, graph capture, Model(device="cuda")). The libraries
 # are the build's own: libringkv.so and libringkv_cuda.so linked to it
 # (tests/cuda/CMakeLists.txt). Where torch sees a GPU the CUDA tests do not
@@ -261,7 +285,7 @@ if want tests && { [ -n "$DRY" ] || [ -d .gpu/shared/spec ]; }; then
     RINGKV_LIBRARY="$ROOT/$BUILD/libringkv.so" RINGKV_CUDA_LIBRARY="$ROOT/$BUILD/libringkv_cuda.so" \
       RKV_SHARED_DIR="$ROOT/.gpu/shared" \
       run_step python_binding 100 "$OUTDIR/tests.log" \
-      python3 -m pytest -q -rs -p no:cacheprovider python/tests/test_differential.py \
+      python3 -m pytest -q -rs -p no:cacheprovider -k cuda python/tests/test_differential.py \
         python/tests/test_golden.py python/tests/test_cuda.py
   else
     missing libringkv.so python_binding
@@ -276,23 +300,36 @@ if want tests && { [ -n "$DRY" ] || [ -d .gpu/shared/spec ]; }; then
     RINGKV_LIBRARY="$ROOT/$BUILD/libringkv.so" RINGKV_CUDA_LIBRARY="$ROOT/$BUILD/libringkv_cuda.so" \
       RKV_SHARED_DIR="$ROOT/.gpu/shared" \
       run_step torch_ops 90 "$OUTDIR/tests.log" \
-      python3 -m pytest -q -rs -p no:cacheprovider python/tests/test_torch_ops.py
+      python3 -m pytest -q -rs -p no:cacheprovider -k cuda python/tests/test_torch_ops.py
   else
     missing libringkv.so torch_ops
+  fi
+fi
+
+# compute-sanitizer (memcheck, then racecheck of shared memory) on the CPU
+# executor's small wgmma case list (test_cuda_diff --exec: tests/cuda_exec
+# runs it on every CI machine): bounds and races on the hardware, where the
+# executor checks them on the CPU; last, with what time is left. It works on
+# the Firecracker machines, not under gVisor ("Device not supported"): then
+# the steps fail and say so.
+if want tests; then
+  if have test_cuda_diff && { [ -n "$DRY" ] || command -v compute-sanitizer >/dev/null; }; then
+    run_step sanitizer_wgmma 45 "$OUTDIR/tests.log" "${EAGER[@]}" \
+      compute-sanitizer --tool memcheck --error-exitcode 9 \
+      "$BUILD"/test_cuda_diff --exec --kernel wgmma
+    run_step racecheck_wgmma 45 "$OUTDIR/tests.log" "${EAGER[@]}" \
+      compute-sanitizer --tool racecheck --error-exitcode 9 \
+      "$BUILD"/test_cuda_diff --exec --kernel wgmma
+  else
+    echo "gpu_check: no compute-sanitizer (or no test_cuda_diff): sanitizer steps not run" \
+      | tee -a "$OUTDIR/tests.log"
+    echo "sanitizer_wgmma skipped" >>"$OUTDIR/status"
   fi
 fi
 
 [ -z "$DRY" ] &&
   grep -E "FAIL|operation|^(upsert|visibility|attend|device|f64)|RESULT (test|cuda_)|case |PASS:|SKIP|no GPU" \
     "$OUTDIR/tests.log" 2>/dev/null | head -60
-
-# ---- the reference side by side (what time is left, at most 140 s) ----
-ref_budget=$(( $(left) - 20 ))
-[ $ref_budget -gt 140 ] && ref_budget=140
-[ -n "$DRY" ] && ref_budget=140
-want reference && PYTHONUNBUFFERED=1 run_step reference $((ref_budget + 15)) "$OUTDIR/reference.log" \
-  python3 bench/gpu/reference_bench.py --budget "$(( ref_budget > 60 ? ref_budget - 45 : 10 ))" \
-  --jsonl "$OUTDIR/h200.jsonl" $QUICK
 
 # ---- summary, last ----
 if [ -n "$DRY" ]; then

@@ -27,6 +27,13 @@
  * for byte with the reference's; every attention output within the
  * documented tolerance (norm-wise relative error: f32 1e-5, bf16 1e-2).
  *
+ * RKV_PARITY_CUDA_DTYPES (e.g. "bf16") limits the CUDA backend's scenarios
+ * to those storage dtypes, and RKV_PARITY_BACKENDS (e.g. "cuda") the
+ * backends under test (the reference engine always runs): the CPU
+ * executor's run (tests/cuda_exec), where the f32 scenario's generic kernel
+ * is the slow one and the CPU backend has its own entries, takes CUDA in
+ * bf16 only.
+ *
  * Plain C (no cmocka), so that the GPU check can build it beside the GPU
  * programs; the test library (tests/common/rkvt.h) gives the key mixing,
  * decoding, error norm and geometry description. Exit 0: passed; 1: a mismatch (the message says where). */
@@ -512,8 +519,21 @@ static void scenario(const backend *bk, rkv_dtype dt) {
 }
 
 static void run_backend(const backend *bk) {
-    scenario(bk, RKV_DTYPE_F32);
-    scenario(bk, RKV_DTYPE_BF16);
+    const char *backends = getenv("RKV_PARITY_BACKENDS");
+    if (backends && !strstr(backends, bk->name)) {
+        printf("  %-5s     : left out (RKV_PARITY_BACKENDS=%s)\n", bk->name, backends);
+        return;
+    }
+    const char *only = strcmp(bk->name, "cuda") ? NULL : getenv("RKV_PARITY_CUDA_DTYPES");
+    const rkv_dtype dts[2] = {RKV_DTYPE_F32, RKV_DTYPE_BF16};
+    for (int i = 0; i < 2; i++) {
+        if (only && !strstr(only, rkv_dtype_name(dts[i]))) {
+            printf("  %-5s %-4s: left out (RKV_PARITY_CUDA_DTYPES=%s)\n", bk->name,
+                   rkv_dtype_name(dts[i]), only);
+            continue;
+        }
+        scenario(bk, dts[i]);
+    }
 }
 
 int main(void) {

@@ -51,7 +51,7 @@ constexpr int kSimtDk = RKV__SIMT_MAX_D / 32;  // dims per lane
 // online softmax in f32 (expf), the same order as the CPU oracle.
 template <typename KT>
 __global__ void __launch_bounds__(32 * RKV__SIMT_WARPS) ring_attention_simt(const SimtParams p) {
-    extern __shared__ int64_t smem_rows[];
+    RKV_EXTERN_SHARED(int64_t, smem_rows);
     int64_t *s_sess = smem_rows, *s_fp = smem_rows + p.batch;
     if (!rkv__d_validate_rows(p.sess, p.visible ? nullptr : p.fp, p.batch, p.S, s_sess, s_fp,
                               p.err, RKV__OP_ATTEND))
@@ -80,8 +80,9 @@ __global__ void __launch_bounds__(32 * RKV__SIMT_WARPS) ring_attention_simt(cons
             if (d < p.D) part = fmaf(qv[k], to_f(kr[d]), part);
         }
 #pragma unroll
-        for (int off = 16; off > 0; off >>= 1) part += __shfl_xor_sync(0xffffffffu, part, off);
-        const float sc = __shfl_sync(0xffffffffu, part, 0) * p.scale;
+        for (int off = 16; off > 0; off >>= 1)
+            part += rkv_ptx::shfl_xor_sync(0xffffffffu, part, off);
+        const float sc = rkv_ptx::shfl_idx_sync(0xffffffffu, part, 0) * p.scale;
         const float mn = fmaxf(m, sc);  // finite unless a score is +inf (RKV__SOFTMAX_M0)
         const float corr = expf(m - mn), pe = expf(sc - mn);
         l = l * corr + pe;
@@ -124,15 +125,15 @@ void launch_combine(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p,
     const unsigned blocks = (unsigned)((n + 255) / 256);
     const size_t rows_smem = (size_t)p.batch * 2 * sizeof(int64_t);
     if (plan->out_f32)
-        rkv_attn::combine_splits<float><<<blocks, 256, rows_smem, s>>>(
+        RKV_LAUNCH(blocks, 256, rows_smem, s, rkv_attn::combine_splits<float>)(
             p.ws_o, p.ws_ml, static_cast<float *>(out), plan->splits, plan->total_rows,
             plan->d_head, p.sess, p.fp, p.batch, p.S, p.err);
     else if (dtype == RKV_DTYPE_BF16)
-        rkv_attn::combine_splits<__nv_bfloat16><<<blocks, 256, rows_smem, s>>>(
+        RKV_LAUNCH(blocks, 256, rows_smem, s, rkv_attn::combine_splits<__nv_bfloat16>)(
             p.ws_o, p.ws_ml, static_cast<__nv_bfloat16 *>(out), plan->splits,
             plan->total_rows, plan->d_head, p.sess, p.fp, p.batch, p.S, p.err);
     else
-        rkv_attn::combine_splits<__half><<<blocks, 256, rows_smem, s>>>(
+        RKV_LAUNCH(blocks, 256, rows_smem, s, rkv_attn::combine_splits<__half>)(
             p.ws_o, p.ws_ml, static_cast<__half *>(out), plan->splits, plan->total_rows,
             plan->d_head, p.sess, p.fp, p.batch, p.S, p.err);
 }
@@ -248,13 +249,13 @@ rkv_status launch_simt(const rkv_cuda_layer *l, const rkv_cuda_attention_args *a
     const dim3 grid((unsigned)plan.grid_x);
     switch (l->g.dtype) {
     case RKV_DTYPE_BF16:
-        ring_attention_simt<__nv_bfloat16><<<grid, plan.threads, plan.smem_bytes, s>>>(p);
+        RKV_LAUNCH(grid, plan.threads, plan.smem_bytes, s, ring_attention_simt<__nv_bfloat16>)(p);
         break;
     case RKV_DTYPE_F16:
-        ring_attention_simt<__half><<<grid, plan.threads, plan.smem_bytes, s>>>(p);
+        RKV_LAUNCH(grid, plan.threads, plan.smem_bytes, s, ring_attention_simt<__half>)(p);
         break;
     default:
-        ring_attention_simt<float><<<grid, plan.threads, plan.smem_bytes, s>>>(p);
+        RKV_LAUNCH(grid, plan.threads, plan.smem_bytes, s, ring_attention_simt<float>)(p);
         break;
     }
     return rkv__cuda_after_launch(what);

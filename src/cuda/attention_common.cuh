@@ -4,8 +4,7 @@
 // products (and so in their shared-memory layout and launch shape); what
 // they read, which keys they walk and what they write is here, once:
 //
-//   PTX wrappers     cp.async (16-byte global -> shared), ex2, shared-memory
-//                    addresses, the f32 -> 16-bit pair conversion (Cvt)
+//   Cvt              the f32 -> 16-bit pair conversion
 //   tile loads       load_tile_async: rows into an XOR-swizzled tile (chunk
 //                    c of row r at c ^ (r mod 8): conflict-free for
 //                    ldmatrix, and the 128-byte swizzle of a wgmma
@@ -24,9 +23,10 @@
 //                    attention.cu)
 //   host             allow_dynamic_smem (the shared-memory opt-in)
 //
-// The kernels' own files keep what is theirs: the mma.sync and ldmatrix
-// wrappers and the mma kernel (attention_mma.cuh), the wgmma wrappers,
-// descriptors and the Hopper kernel (attention_wgmma.cuh).
+// The kernels' own files keep what is theirs: the mma kernel
+// (attention_mma.cuh), the wgmma descriptors and the Hopper kernel
+// (attention_wgmma.cuh). Every PTX instruction and hardware intrinsic they
+// use is a wrapper of ptx.cuh.
 // tests/cuda/fragment_model.py models these pieces lane by lane.
 #ifndef RKV_CUDA_ATTENTION_COMMON_CUH
 #define RKV_CUDA_ATTENTION_COMMON_CUH
@@ -35,34 +35,14 @@
 #include <cuda_fp16.h>
 
 #include "attention.cuh"
+#include "ptx.cuh"
 
 namespace rkv_attn {
 
-// ---- PTX wrappers -------------------------------------------------------------
+using rkv_ptx::ex2_approx_ftz;
+using rkv_ptx::smem_addr;
 
-__device__ __forceinline__ uint32_t smem_addr(const void *p) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global -> shared, bypassing L1; src_bytes 0 fills zeros.
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)),
-                 "l"(src), "r"(src_bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-__device__ __forceinline__ float ex2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
+// ---- conversion -----------------------------------------------------------------
 
 // Two f32 values as a packed pair of the 16-bit type T (round to nearest):
 // the P fragments of the P V product, and the 16-bit output stores.
@@ -105,7 +85,8 @@ __device__ __forceinline__ void load_tile_async(T *dst, const T *src, int64_t va
     for (int k = 0; k < ROWS * CPR / THREADS; k++) {
         const int c = tid + k * THREADS, r = c / CPR, ch = c % CPR;
         const bool in = r < valid;
-        cp_async16(dst + swz<D>(r, ch), src + (in ? r * D + ch * 8 : 0), in ? 16 : 0);
+        rkv_ptx::cp_async_cg16(dst + swz<D>(r, ch), src + (in ? r * D + ch * 8 : 0),
+                               in ? 16 : 0);
     }
 }
 
@@ -153,7 +134,7 @@ __device__ __forceinline__ void build_frame_list(const RkvMmaParams &p, int64_t 
     for (int64_t r0 = 0; r0 < p.RF; r0 += 32) {
         const int64_t r = r0 + lane;
         const bool vis = r < p.RF && rkv__rule_frame_visible(w, p.T, hidden, r);
-        const unsigned m = __ballot_sync(0xffffffffu, vis);
+        const unsigned m = rkv_ptx::ballot_sync(0xffffffffu, vis);
         if (vis) list[n + __popc(m & ((1u << lane) - 1u))] = (int)r;
         n += __popc(m);
     }
@@ -182,22 +163,24 @@ __device__ __forceinline__ void online_softmax(float *s, float scale_log2, float
         mx0 = fmaxf(mx0, fmaxf(s[n8 * 4 + 0], s[n8 * 4 + 1]));
         mx1 = fmaxf(mx1, fmaxf(s[n8 * 4 + 2], s[n8 * 4 + 3]));
     }
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    mx0 = fmaxf(mx0, rkv_ptx::shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, rkv_ptx::shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, rkv_ptx::shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, rkv_ptx::shfl_xor_sync(0xffffffffu, mx1, 2));
     // m0/m1 start at RKV__SOFTMAX_M0 (-FLT_MAX), so mn0/mn1 are finite even
     // where every score so far is -inf: no -inf - -inf = NaN here (see
     // attention.cuh).
     const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-    const float c0 = ex2(m0 - mn0), c1 = ex2(m1 - mn1);
+    const float c0 = ex2_approx_ftz(m0 - mn0), c1 = ex2_approx_ftz(m1 - mn1);
     m0 = mn0;
     m1 = mn1;
     float ls0 = 0.f, ls1 = 0.f;
 #pragma unroll
     for (int n8 = 0; n8 < NT; n8++) {
-        const float p0 = ex2(s[n8 * 4 + 0] - mn0), p1 = ex2(s[n8 * 4 + 1] - mn0);
-        const float p2 = ex2(s[n8 * 4 + 2] - mn1), p3 = ex2(s[n8 * 4 + 3] - mn1);
+        const float p0 = ex2_approx_ftz(s[n8 * 4 + 0] - mn0);
+        const float p1 = ex2_approx_ftz(s[n8 * 4 + 1] - mn0);
+        const float p2 = ex2_approx_ftz(s[n8 * 4 + 2] - mn1);
+        const float p3 = ex2_approx_ftz(s[n8 * 4 + 3] - mn1);
         ls0 += p0 + p1;
         ls1 += p2 + p3;
         pa[n8 / 2][(n8 & 1) * 2 + 0] = Cvt<T>::pack(p0, p1);
@@ -226,10 +209,10 @@ __device__ __forceinline__ void store_m16(const RkvMmaParams &p, const float *o,
                                           int64_t qrow0, int split, int lane) {
     constexpr int DT = D / 8;
     const int t4 = lane & 3;
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    l0 += rkv_ptx::shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += rkv_ptx::shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += rkv_ptx::shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += rkv_ptx::shfl_xor_sync(0xffffffffu, l1, 2);
     const int64_t rb = ra + 8;
     const bool ina = ra < p.M, inb = rb < p.M;
     const int64_t ga = qrow0 + ra, gb = qrow0 + rb;  // global rows
@@ -319,7 +302,7 @@ __global__ void __launch_bounds__(256) combine_splits(const float *__restrict__ 
                                                       int splits, int64_t rows, int D,
                                                       const int64_t *sess, const int64_t *fp,
                                                       int batch, int64_t S, int *err) {
-    extern __shared__ int64_t smem_rows[];
+    RKV_EXTERN_SHARED(int64_t, smem_rows);
     if (!rkv__d_validate_rows(sess, fp, batch, S, smem_rows, smem_rows + batch, err,
                               RKV__OP_ATTEND))
         return;

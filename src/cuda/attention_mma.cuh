@@ -26,8 +26,8 @@
 // The pieces it shares with the Hopper kernel (sm_90a, D 64,
 // attention_wgmma.cuh: the same frame list, visibility rule, tiles, softmax,
 // store and split/combine, with the products on wgmma.mma_async) are in
-// attention_common.cuh; here: the mma.sync and ldmatrix wrappers, the kernel
-// and its launches.
+// attention_common.cuh; here: the kernel and its launches (its mma.sync and
+// ldmatrix are wrappers of ptx.cuh).
 //
 // TODO(wgmma), in attention_wgmma.cuh: K/V by TMA (cp.async.bulk.tensor on
 // mbarriers), a producer warp and consumer warpgroups (setmaxnreg), and the
@@ -42,48 +42,6 @@ namespace rkv_mma {
 
 using namespace rkv_attn;  // the shared pieces (attention_common.cuh)
 
-// ---- PTX wrappers -------------------------------------------------------------
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void *p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_addr(p)));
-}
-
-// mma.m16n8k16 for the 16-bit type T.
-template <typename T>
-struct Mma;
-
-template <>
-struct Mma<__nv_bfloat16> {
-    // c += a * b (16x16 row-major A, 16x8 col-major B, f32 accumulators)
-    static __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0,
-                                               uint32_t b1) {
-        asm volatile(
-            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-            "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    }
-};
-
-template <>
-struct Mma<__half> {
-    static __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0,
-                                               uint32_t b1) {
-        asm volatile(
-            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-            "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    }
-};
-
 template <typename T, int D, int MT, int WARPS, int BN, int STAGES, bool OUT_F32>
 __global__ void __launch_bounds__(WARPS * 32, 2) ring_attention_mma(const RkvMmaParams p) {
     constexpr int BM = 16 * MT * WARPS;
@@ -96,12 +54,12 @@ __global__ void __launch_bounds__(WARPS * 32, 2) ring_attention_mma(const RkvMma
     static_assert(BN % 16 == 0 && 128 % BN == 0, "BN must divide the 128-token block");
     static_assert((BN * CPR) % THREADS == 0 && (BM * CPR) % THREADS == 0, "tile loads");
 
-    extern __shared__ __align__(128) unsigned char smem_raw[];
+    RKV_EXTERN_SHARED_ALIGNED(128, unsigned char, smem_raw);
     T *sQ = reinterpret_cast<T *>(smem_raw);
     T *sK = sQ + BM * D;
     T *sV = sK + STAGES * BN * D;
     int *sList = reinterpret_cast<int *>(sV + STAGES * BN * D);
-    __shared__ int sNf;
+    RKV_SHARED(int, sNf);
 
     // 1. Device checks of every row (the staging aliases the K stages).
     int64_t *sSess = reinterpret_cast<int64_t *>(sK), *sFp = sSess + p.batch;
@@ -118,7 +76,7 @@ __global__ void __launch_bounds__(WARPS * 32, 2) ring_attention_mma(const RkvMma
     const int64_t row0 = (int64_t)mtile * BM;                                    // within M
     load_tile_async<T, D, BM, THREADS>(sQ, static_cast<const T *>(p.q) + (qrow0 + row0) * D,
                                        p.M - row0, tid);
-    cp_async_commit();
+    rkv_ptx::cp_async_commit_group();
 
     // 3. The row's visible frames (bits-and-clock rule), ascending, scratch last.
     if (warp == 0) build_frame_list(p, sess, f, lane, sList, &sNf);
@@ -134,9 +92,9 @@ __global__ void __launch_bounds__(WARPS * 32, 2) ring_attention_mma(const RkvMma
 #pragma unroll
     for (int i = 0; i < STAGES - 1; i++) {
         if (i < nt) load_tile(i, i);
-        cp_async_commit();
+        rkv_ptx::cp_async_commit_group();
     }
-    cp_async_wait<STAGES - 1>();  // Q landed (tiles may still be in flight)
+    rkv_ptx::cp_async_wait_group<STAGES - 1>();  // Q landed (tiles may still be in flight)
     __syncthreads();
 
     uint32_t qf[MT][KS][4];
@@ -145,7 +103,7 @@ __global__ void __launch_bounds__(WARPS * 32, 2) ring_attention_mma(const RkvMma
 #pragma unroll
         for (int kk = 0; kk < KS; kk++) {
             const int r = (warp * MT + mt) * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-            ldmatrix_x4(qf[mt][kk], sQ + swz<D>(r, kk * 2 + (lane >> 4)));
+            rkv_ptx::ldmatrix_x4(qf[mt][kk], sQ + swz<D>(r, kk * 2 + (lane >> 4)));
         }
 
     float o[MT][DT][4];
@@ -160,10 +118,10 @@ __global__ void __launch_bounds__(WARPS * 32, 2) ring_attention_mma(const RkvMma
 
     // 5. Main loop.
     for (int i = 0; i < nt; i++) {
-        cp_async_wait<STAGES - 2>();
+        rkv_ptx::cp_async_wait_group<STAGES - 2>();
         __syncthreads();  // tile i visible to all; tile i-1's stage is free
         if (i + STAGES - 1 < nt) load_tile(i + STAGES - 1, (i + STAGES - 1) % STAGES);
-        cp_async_commit();
+        rkv_ptx::cp_async_commit_group();
 
         const T *ks = sK + (i % STAGES) * BN * D;
         const T *vs = sV + (i % STAGES) * BN * D;
@@ -180,11 +138,11 @@ __global__ void __launch_bounds__(WARPS * 32, 2) ring_attention_mma(const RkvMma
             for (int np = 0; np < NT / 2; np++) {
                 uint32_t kb[4];
                 const int key = np * 16 + (lane & 7) + ((lane >> 4) << 3);
-                ldmatrix_x4(kb, ks + swz<D>(key, kk * 2 + ((lane >> 3) & 1)));
+                rkv_ptx::ldmatrix_x4(kb, ks + swz<D>(key, kk * 2 + ((lane >> 3) & 1)));
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
-                    Mma<T>::mma(s[mt][2 * np], qf[mt][kk], kb[0], kb[1]);
-                    Mma<T>::mma(s[mt][2 * np + 1], qf[mt][kk], kb[2], kb[3]);
+                    rkv_ptx::mma_m16n8k16<T>(s[mt][2 * np], qf[mt][kk], kb[0], kb[1]);
+                    rkv_ptx::mma_m16n8k16<T>(s[mt][2 * np + 1], qf[mt][kk], kb[2], kb[3]);
                 }
             }
 
@@ -203,15 +161,15 @@ __global__ void __launch_bounds__(WARPS * 32, 2) ring_attention_mma(const RkvMma
             for (int dp = 0; dp < DT / 2; dp++) {
                 uint32_t vb[4];
                 const int key = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-                ldmatrix_x4_trans(vb, vs + swz<D>(key, dp * 2 + (lane >> 4)));
+                rkv_ptx::ldmatrix_x4_trans(vb, vs + swz<D>(key, dp * 2 + (lane >> 4)));
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
-                    Mma<T>::mma(o[mt][2 * dp], pa[mt][kk], vb[0], vb[1]);
-                    Mma<T>::mma(o[mt][2 * dp + 1], pa[mt][kk], vb[2], vb[3]);
+                    rkv_ptx::mma_m16n8k16<T>(o[mt][2 * dp], pa[mt][kk], vb[0], vb[1]);
+                    rkv_ptx::mma_m16n8k16<T>(o[mt][2 * dp + 1], pa[mt][kk], vb[2], vb[3]);
                 }
             }
     }
-    cp_async_wait<0>();  // nothing may be left in flight at exit
+    rkv_ptx::cp_async_wait_group<0>();  // nothing may be left in flight at exit
 
     // 6. Epilogue.
 #pragma unroll
@@ -225,8 +183,8 @@ __global__ void __launch_bounds__(WARPS * 32, 2) ring_attention_mma(const RkvMma
 template <typename T, int D, int MT, int STAGES, bool OUT_F32>
 inline void launch_one(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p, cudaStream_t st) {
     const dim3 grid((unsigned)plan->grid_x, (unsigned)plan->grid_y, (unsigned)plan->grid_z);
-    ring_attention_mma<T, D, MT, RKV__MMA_WARPS, RKV__MMA_BN, STAGES, OUT_F32>
-        <<<grid, RKV__MMA_WARPS * 32, plan->smem_bytes, st>>>(p);
+    RKV_LAUNCH(grid, RKV__MMA_WARPS * 32, plan->smem_bytes, st,
+               ring_attention_mma<T, D, MT, RKV__MMA_WARPS, RKV__MMA_BN, STAGES, OUT_F32>)(p);
 }
 
 template <typename T, int D, int MT, int STAGES>

@@ -42,11 +42,8 @@
 
 #include "attention_common.cuh"
 
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define RKV_WGMMA_ENABLED 1
-#else
-#define RKV_WGMMA_ENABLED 0
-#endif
+// The kernel's body exists where wgmma does (ptx.cuh: sm_90a code).
+#define RKV_WGMMA_ENABLED RKV_PTX_HAS_WGMMA
 
 namespace rkv_wgmma {
 
@@ -55,46 +52,7 @@ using namespace rkv_attn;  // the shared pieces (attention_common.cuh)
 constexpr int D = 64;   // d_head (one 128-byte swizzle atom row per token)
 constexpr int BN = 64;  // keys per tile (divides the 128-token frame block)
 
-// ---- PTX wrappers (sm_90a) ------------------------------------------------------
-
-__device__ __forceinline__ void wg_fence() {
-#if RKV_WGMMA_ENABLED
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void wg_commit() {
-#if RKV_WGMMA_ENABLED
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void wg_wait_all() {
-#if RKV_WGMMA_ENABLED
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-#endif
-}
-// Orders this thread's generic-proxy shared-memory writes (cp.async, plain
-// stores) before later async-proxy reads (wgmma operands).
-__device__ __forceinline__ void fence_proxy_async() {
-#if RKV_WGMMA_ENABLED
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
-}
-
-// Register operand fences (CUTLASS's warpgroup_fence_operand): an empty asm
-// that reads and writes each register, so the compiler cannot move ordinary
-// accesses of accumulators or A fragments across wgmma.fence / wait_group
-// (PTX ISA: touching them between an in-flight wgmma and its wait is
-// undefined; ptxas would serialize the wgmmas where it notices).
-template <int N>
-__device__ __forceinline__ void fence_regs(float (&r)[N]) {
-#pragma unroll
-    for (int i = 0; i < N; i++) asm volatile("" : "+f"(r[i])::"memory");
-}
-template <int N>
-__device__ __forceinline__ void fence_regs(uint32_t (&r)[N]) {
-#pragma unroll
-    for (int i = 0; i < N; i++) asm volatile("" : "+r"(r[i])::"memory");
-}
+// ---- descriptors and register fences ---------------------------------------------
 
 // A shared-memory matrix descriptor, 128-byte swizzle: start address,
 // leading and stride byte offsets (all >> 4), base offset 0 (tiles are
@@ -107,66 +65,17 @@ __device__ __forceinline__ uint64_t desc_sw128(uint32_t saddr, uint32_t lbo, uin
     return d;
 }
 
-#define RKV_WG_D32                                                                          \
-    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
-    "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
-#define RKV_WG_OUT32(d)                                                                       \
-    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),       \
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]),            \
-        "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]),         \
-        "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),         \
-        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]),         \
-        "+f"(d[31])
-
-// d (+)= A B for m64n64k16, f32 accumulators. ss: A and B from shared memory
-// (both K-major); accumulate != 0 adds to d, 0 overwrites it. rs: A from
-// registers (4 x 32-bit per thread, the m16n8k16 A fragment of the thread's
-// warp's 16 rows), B from shared memory MN-major (transpose flag 1),
-// always accumulating.
-#if RKV_WGMMA_ENABLED
-#define RKV_WG_SS(TY)                                                                         \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                 \
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " RKV_WG_D32       \
-                 ", %32, %33, p, 1, 1, 0, 0;\n}\n"                                            \
-                 : RKV_WG_OUT32(d)                                                            \
-                 : "l"(da), "l"(db), "r"(accumulate))
-#define RKV_WG_RS(TY)                                                                         \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                 \
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " RKV_WG_D32       \
-                 ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"                              \
-                 : RKV_WG_OUT32(d)                                                            \
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1))
-#else
-#define RKV_WG_SS(TY) ((void)d, (void)da, (void)db, (void)accumulate)
-#define RKV_WG_RS(TY) ((void)d, (void)a, (void)db)
-#endif
-
-template <typename T>
-struct Wg;
-
-template <>
-struct Wg<__nv_bfloat16> {
-    static __device__ __forceinline__ void ss(float (&d)[32], uint64_t da, uint64_t db,
-                                              int accumulate) {
-        RKV_WG_SS("bf16");
-    }
-    static __device__ __forceinline__ void rs(float (&d)[32], const uint32_t (&a)[4],
-                                              uint64_t db) {
-        RKV_WG_RS("bf16");
-    }
-};
-
-template <>
-struct Wg<__half> {
-    static __device__ __forceinline__ void ss(float (&d)[32], uint64_t da, uint64_t db,
-                                              int accumulate) {
-        RKV_WG_SS("f16");
-    }
-    static __device__ __forceinline__ void rs(float (&d)[32], const uint32_t (&a)[4],
-                                              uint64_t db) {
-        RKV_WG_RS("f16");
-    }
-};
+// The register operand fences (ptx.cuh's fence_operand) of a whole array.
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&r)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) rkv_ptx::fence_operand(r[i]);
+}
+template <int N>
+__device__ __forceinline__ void fence_regs(uint32_t (&r)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) rkv_ptx::fence_operand(r[i]);
+}
 
 template <typename T, int NWG, int STAGES, bool OUT_F32>
 __global__ void __launch_bounds__(NWG * 128, 2) ring_attention_wgmma(const RkvMmaParams p) {
@@ -176,13 +85,13 @@ __global__ void __launch_bounds__(NWG * 128, 2) ring_attention_wgmma(const RkvMm
     constexpr int NT = BN / 8;  // n8 tiles of S
     constexpr int DT = D / 8;   // n8 tiles of O
 
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    RKV_EXTERN_SHARED_ALIGNED(1024, unsigned char, smem_raw);
     unsigned char *base = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
     T *sQ = reinterpret_cast<T *>(base);
     T *sK = sQ + BM * D;
     T *sV = sK + STAGES * BN * D;
     int *sList = reinterpret_cast<int *>(sV + STAGES * BN * D);
-    __shared__ int sNf;
+    RKV_SHARED(int, sNf);
 
     // 1. Device checks of every row (the staging aliases the K stages:
     // 16 * B <= 16 * 1024 bytes <= STAGES * BN * D * 2).
@@ -200,7 +109,7 @@ __global__ void __launch_bounds__(NWG * 128, 2) ring_attention_wgmma(const RkvMm
     const int64_t row0 = (int64_t)mtile * BM;
     load_tile_async<T, D, BM, THREADS>(sQ, static_cast<const T *>(p.q) + (qrow0 + row0) * D,
                                        p.M - row0, tid);
-    cp_async_commit();
+    rkv_ptx::cp_async_commit_group();
 
     // 3. The row's visible frames (bits-and-clock rule), ascending, scratch last.
     if (warp == 0) build_frame_list(p, sess, f, lane, sList, &sNf);
@@ -216,7 +125,7 @@ __global__ void __launch_bounds__(NWG * 128, 2) ring_attention_wgmma(const RkvMm
 #pragma unroll
     for (int i = 0; i < STAGES - 1; i++) {
         if (i < nt) load_tile(i, i);
-        cp_async_commit();
+        rkv_ptx::cp_async_commit_group();
     }
 
     float o[DT * 4];
@@ -227,11 +136,13 @@ __global__ void __launch_bounds__(NWG * 128, 2) ring_attention_wgmma(const RkvMm
 
     // 5. Main loop.
     for (int i = 0; i < nt; i++) {
-        cp_async_wait<STAGES - 2>();  // tile i (and Q) landed for this thread
-        fence_proxy_async();          // ... and is ordered before the tensor cores' reads
-        __syncthreads();              // by every thread; tile i-1's stage is free
+        // tile i (and Q) landed for this thread, is ordered before the tensor
+        // cores' reads, and by every thread; tile i-1's stage is free
+        rkv_ptx::cp_async_wait_group<STAGES - 2>();
+        rkv_ptx::fence_proxy_async_shared_cta();
+        __syncthreads();
         if (i + STAGES - 1 < nt) load_tile(i + STAGES - 1, (i + STAGES - 1) % STAGES);
-        cp_async_commit();
+        rkv_ptx::cp_async_commit_group();
 
         const uint32_t k_addr = smem_addr(sK + (i % STAGES) * BN * D);
         const uint32_t v_addr = smem_addr(sV + (i % STAGES) * BN * D);
@@ -241,13 +152,13 @@ __global__ void __launch_bounds__(NWG * 128, 2) ring_attention_wgmma(const RkvMm
 #pragma unroll
         for (int j = 0; j < NT * 4; j++) s[j] = 0.f;
         fence_regs(s);
-        wg_fence();
+        rkv_ptx::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < D / 16; kk++)
-            Wg<T>::ss(s, desc_sw128(q_addr + kk * 32, 16, 1024),
-                      desc_sw128(k_addr + kk * 32, 16, 1024), kk);
-        wg_commit();
-        wg_wait_all();
+            rkv_ptx::wgmma_m64n64k16_ss<T>(s, desc_sw128(q_addr + kk * 32, 16, 1024),
+                                           desc_sw128(k_addr + kk * 32, 16, 1024), kk);
+        rkv_ptx::wgmma_commit_group();
+        rkv_ptx::wgmma_wait_group<0>();
         fence_regs(s);
 
         // Online softmax of the tile (attention_common.cuh; one m16 tile per warp).
@@ -258,17 +169,18 @@ __global__ void __launch_bounds__(NWG * 128, 2) ring_attention_wgmma(const RkvMm
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++) fence_regs(pa[kk]);
         fence_regs(o);
-        wg_fence();
+        rkv_ptx::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++)
-            Wg<T>::rs(o, pa[kk], desc_sw128(v_addr + kk * 16 * D * 2, 64 * D * 2, 1024));
-        wg_commit();
-        wg_wait_all();
+            rkv_ptx::wgmma_m64n64k16_rs<T>(o, pa[kk],
+                                           desc_sw128(v_addr + kk * 16 * D * 2, 64 * D * 2, 1024));
+        rkv_ptx::wgmma_commit_group();
+        rkv_ptx::wgmma_wait_group<0>();
         fence_regs(o);
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++) fence_regs(pa[kk]);
     }
-    cp_async_wait<0>();  // nothing may be left in flight at exit
+    rkv_ptx::cp_async_wait_group<0>();  // nothing may be left in flight at exit
 
     // 6. Epilogue: one m16 tile per warp, rows 16 * wl of its warpgroup's 64.
     store_m16<T, D, OUT_F32>(p, o, m0, m1, l0, l1, row0 + wg * 64 + wl * 16 + (lane >> 2), qrow0,
@@ -276,7 +188,7 @@ __global__ void __launch_bounds__(NWG * 128, 2) ring_attention_wgmma(const RkvMm
 #else
     // Built without sm_90a: this code must never be planned; say so.
     if (threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0)
-        atomicCAS(p.err, 0, (RKV__OP_ATTEND << 24) | (RKV__DEVERR_ARCH << 16));
+        rkv_ptx::atomic_cas(p.err, 0, (RKV__OP_ATTEND << 24) | (RKV__DEVERR_ARCH << 16));
 #endif
 }
 
@@ -285,8 +197,8 @@ __global__ void __launch_bounds__(NWG * 128, 2) ring_attention_wgmma(const RkvMm
 template <typename T, bool OUT_F32>
 inline void launch_one(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p, cudaStream_t st) {
     const dim3 grid((unsigned)plan->grid_x, (unsigned)plan->grid_y, (unsigned)plan->grid_z);
-    ring_attention_wgmma<T, RKV__WGMMA_WARPGROUPS, RKV__WGMMA_STAGES, OUT_F32>
-        <<<grid, RKV__WGMMA_WARPGROUPS * 128, plan->smem_bytes, st>>>(p);
+    RKV_LAUNCH(grid, RKV__WGMMA_WARPGROUPS * 128, plan->smem_bytes, st,
+               ring_attention_wgmma<T, RKV__WGMMA_WARPGROUPS, RKV__WGMMA_STAGES, OUT_F32>)(p);
 }
 
 template <typename T>

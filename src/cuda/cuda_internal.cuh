@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "plan.h"
+#include "ptx.cuh"  // the PTX wrappers and hardware intrinsics
 #include "ring_rule.h"  // the ring rule (slot, write step, visibility), host and device
 #include "ringkv.h"
 #include "ringkv_backend.h"  // rkv_error_set: the core's public error setter
@@ -74,7 +75,7 @@ __device__ __forceinline__ bool rkv__d_validate_rows(const int64_t *__restrict__
                                                      const int64_t *__restrict__ fp, int B,
                                                      int64_t S, int64_t *s_sess, int64_t *s_fp,
                                                      int *err, int op) {
-    __shared__ int s_bad;
+    RKV_SHARED(int, s_bad);
     if (threadIdx.x == 0) s_bad = 0x7fffffff;
     for (int i = threadIdx.x; i < B; i += blockDim.x) {
         s_sess[i] = sess[i];
@@ -94,13 +95,13 @@ __device__ __forceinline__ bool rkv__d_validate_rows(const int64_t *__restrict__
                     kind = RKV__DEVERR_SESSION_DUP;
                     break;
                 }
-        if (kind) atomicMin(&s_bad, (i << 8) | kind);
+        if (kind) rkv_ptx::atomic_min(&s_bad, (i << 8) | kind);
     }
     __syncthreads();
     const int bad = s_bad;
     if (bad == 0x7fffffff) return true;
     if (threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0)
-        atomicCAS(err, 0, (op << 24) | ((bad & 0xff) << 16) | (bad >> 8));
+        rkv_ptx::atomic_cas(err, 0, (op << 24) | ((bad & 0xff) << 16) | (bad >> 8));
     return false;
 }
 

@@ -39,7 +39,7 @@ struct UpsertParams {
 // write the visibility row (B == 1), each byte by one thread, reading the
 // bits before writing them.
 __global__ void __launch_bounds__(kThreads) upsert_kernel(const UpsertParams p) {
-    extern __shared__ int64_t smem_rows[];
+    RKV_EXTERN_SHARED(int64_t, smem_rows);
     int64_t *s_sess = smem_rows, *s_fp = smem_rows + p.batch;
     if (!rkv__d_validate_rows(p.sess, p.fp, p.batch, p.S, s_sess, s_fp, p.err, RKV__OP_UPSERT))
         return;
@@ -319,7 +319,8 @@ extern "C" rkv_status rkv_cuda_layer_reset(rkv_cuda_layer *l, int64_t session, v
     p.blocks_per_row = plan.blocks_per_row;
     p.data_blocks = plan.data_blocks;
     p.bits_blocks = plan.bits_blocks;
-    reset_kernel<<<(unsigned)plan.total_blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(p);
+    RKV_LAUNCH((unsigned)plan.total_blocks, kThreads, 0, static_cast<cudaStream_t>(stream),
+               reset_kernel)(p);
     return rkv__cuda_after_launch(what);
 }
 
@@ -376,8 +377,8 @@ extern "C" rkv_status rkv_cuda_layer_upsert(rkv_cuda_layer *l, const void *kv, r
     if (plan.total_blocks > 0x7fffffff)
         return rkv_error_set(RKV_ERR_OVERFLOW, "%s: %lld blocks exceed the CUDA grid", what,
                          (long long)plan.total_blocks);
-    upsert_kernel<<<(unsigned)plan.total_blocks, kThreads, plan.smem_bytes,
-                    static_cast<cudaStream_t>(stream)>>>(p);
+    RKV_LAUNCH((unsigned)plan.total_blocks, kThreads, plan.smem_bytes,
+               static_cast<cudaStream_t>(stream), upsert_kernel)(p);
     return rkv__cuda_after_launch(what);
 }
 
@@ -389,8 +390,8 @@ extern "C" rkv_status rkv_cuda_clock_advance(int64_t *frame_pos, int64_t batch, 
         return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: batch = %lld; expected 1..%d", what,
                          (long long)batch, RKV_CUDA_MAX_BATCH);
     const unsigned blocks = (unsigned)((batch + 255) / 256);
-    clock_advance_kernel<<<blocks, 256, 0, static_cast<cudaStream_t>(stream)>>>(frame_pos, batch,
-                                                                                delta);
+    RKV_LAUNCH(blocks, 256, 0, static_cast<cudaStream_t>(stream), clock_advance_kernel)(
+        frame_pos, batch, delta);
     return rkv__cuda_after_launch(what);
 }
 

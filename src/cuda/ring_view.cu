@@ -32,7 +32,7 @@ __global__ void __launch_bounds__(kRowThreads)
     visible_row_kernel(const uint4 *written, uint4 *row, const int64_t *sess, const int64_t *fp,
                        int *err, int64_t S, int64_t T, int64_t C, int64_t N, int64_t RB,
                        int64_t PD) {
-    __shared__ int64_t s_rows[2];
+    RKV_SHARED(int64_t[2], s_rows);
     if (!rkv__d_validate_rows(sess, fp, 1, S, s_rows, s_rows + 1, err, RKV__OP_ROW)) return;
     const int64_t s = s_rows[0], f = s_rows[1];
     const int64_t lo = s * C, hi = lo + C;
@@ -174,7 +174,8 @@ extern "C" rkv_status rkv_cuda_ring_visible_row(const rkv_cuda_ring_view *ring,
     const int64_t vecs = l.total_slots / 16;
     int64_t blocks = (vecs + kRowThreads - 1) / kRowThreads;
     if (blocks > kRowMaxBlocks) blocks = kRowMaxBlocks;
-    visible_row_kernel<<<(unsigned)blocks, kRowThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+    RKV_LAUNCH((unsigned)blocks, kRowThreads, 0, static_cast<cudaStream_t>(stream),
+               visible_row_kernel)(
         reinterpret_cast<const uint4 *>(l.written), reinterpret_cast<uint4 *>(row), session_idx,
         frame_pos, l.err, l.g.num_sessions, l.g.tokens_per_frame, l.capacity, l.total_slots,
         l.g.ring_buckets, l.g.pinned_dilation);

@@ -25,7 +25,16 @@
  * before the layers are created): mma (mma.sync) and wgmma (Hopper; its
  * pass runs the cases it applies to, D 64 with 16-bit storage).
  *
- * Usage: test_cuda_diff [--quick] [--seed N] [--kernel mma|wgmma|both]
+ * --exec runs the CPU executor's own case list instead (k_exec_cases: the
+ * kernels' source on the CPU, tests/cuda_exec; small shapes that still
+ * cover partial tiles, rings wrapped twice, dilation 8, GQA, several
+ * sessions, key splits, resets and commits, and the special scores), with
+ * fewer attention calls per case and 37 queries per special-score call;
+ * --kernel generic runs only the cases and special scores the generic
+ * kernel serves (f32, D other than 64/128), and with --exec the mma pass
+ * leaves them to it.
+ *
+ * Usage: test_cuda_diff [--quick] [--exec] [--seed N] [--kernel generic|mma|wgmma|both]
  * Exit: 0 pass, 1 a check failed, 2 setup error, 77 no GPU (skipped).
  */
 #include "cuda_test_util.h"
@@ -52,6 +61,20 @@ static const diff_case k_cases[] = {
     {"bf16-d64-T384-S5", 5, 1, 3, 3, 64, 384, 1, RKV_DTYPE_BF16, 2, 8, 0},
     {"bf16-720p-global-like", 2, 16, 16, 16, 64, 512, 8, RKV_DTYPE_BF16, 32, 140, 1},
 };
+
+/* The executor's cases (--exec). */
+static const diff_case k_exec_cases[] = {
+    /* generic: PD 2, RB 2 over 10 frames: 5 ring writes, the ring wrapped twice */
+    {"exec-f32-d32-gqa2-pd2", 3, 1, 2, 2, 32, 128, 2, RKV_DTYPE_F32, 2, 10, 0},
+    {"exec-bf16-d80-pd2", 2, 1, 3, 2, 80, 128, 2, RKV_DTYPE_BF16, 2, 12, 0},
+    /* tensor cores (mma; wgmma for D 64): GQA 2 with 2 KV heads, PD 8 wrapped twice */
+    {"exec-bf16-d64-gqa2-pd8", 3, 2, 2, 2, 64, 128, 8, RKV_DTYPE_BF16, 4, 40, 0},
+    {"exec-f16-d64-rb2of3-pd2", 2, 1, 3, 2, 64, 128, 2, RKV_DTYPE_F16, 2, 12, 0},
+    {"exec-bf16-d128-gqa2", 2, 1, 2, 2, 128, 128, 1, RKV_DTYPE_BF16, 2, 8, 0},
+};
+static int g_exec = 0;
+/* the wgmma pass: a 16-bit D 64 call must plan wgmma (no silent fallback) */
+static int g_want_wgmma = 0;
 
 /* ---- per-operation statistics ------------------------------------------- */
 enum { OP_UPSERT, OP_VIS, OP_ATT_MMA_BF16, OP_ATT_MMA_F16, OP_ATT_MMA_SPLIT, OP_ATT_WG_BF16,
@@ -120,7 +143,11 @@ static void attend_both(ctx *x, int64_t B, const int64_t *sess, const int64_t *f
                         int64_t tq_force, const char *where) {
     const diff_case *c = x->c;
     const int64_t tq_choices[] = {0, 0, 1, 37, 100, c->T + 64};
-    int64_t tq = tq_force ? tq_force : tq_choices[rkvt_randint(&x->rng, 6)];
+    /* the executor: a full frame of queries, one, and a partial m tile */
+    const int64_t exec_choices[] = {0, 1, 37};
+    int64_t tq = tq_force ? tq_force
+                 : g_exec ? exec_choices[rkvt_randint(&x->rng, 3)]
+                          : tq_choices[rkvt_randint(&x->rng, 6)];
     const int64_t Tq = tq ? tq : c->T;
     rkv_dtype q_dt = c->dt;
     if (!explicit_vis && rkvt_randint(&x->rng, 8) == 0) q_dt = RKV_DTYPE_F32; /* mixed -> generic */
@@ -178,6 +205,12 @@ static void attend_both(ctx *x, int64_t B, const int64_t *sess, const int64_t *f
     const int wg = strncmp(plan, "wgmma", 5) == 0;
     const int mma = wg || strncmp(plan, "mma", 3) == 0;
     const double tol = tol_for(c->dt, out_dt, mma);
+    if (g_want_wgmma && mma && !wg) {
+        char why[400];
+        snprintf(why, sizeof why, "%s %s: the wgmma pass planned [%s]: the layer fell back to mma",
+                 c->name, where, plan);
+        record(OP_ATT_WG_BF16, 0, 1, why);
+    }
     const int split = strstr(plan, "splits 1 ") == NULL;
     int op = explicit_vis ? OP_ATT_EXPLICIT
              : !mma       ? OP_ATT_GENERIC
@@ -396,7 +429,8 @@ static void run_case(const diff_case *c, uint64_t seed, int quick) {
         for (int64_t b = 0; b < B; b++) sess[b] = perm[b], fp[b] = x->clock[perm[b]];
         CK(cudaMemcpy(x->d_sess, sess, (size_t)B * 8, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(x->d_fp, fp, (size_t)B * 8, cudaMemcpyHostToDevice));
-        const int attend_now = !c->fast_forward && (step % 2 == 0 || step == frames - 1);
+        const int attend_now = !c->fast_forward &&
+                               (step % (g_exec ? 4 : 2) == 0 || step == frames - 1);
         for (int pass = c->fast_forward ? 4 : 0; pass < 5; pass++) {
             const int commit = pass == 4;
             const int vis = B == 1 && rkvt_randint(&x->rng, 2);
@@ -420,6 +454,21 @@ static void run_case(const diff_case *c, uint64_t seed, int quick) {
                 CK(cudaMemcpy(x->h_vis_gpu, x->d_vis, (size_t)x->N, cudaMemcpyDeviceToHost));
                 const int ok = memcmp(x->h_vis_gpu, x->h_vis_cpu, (size_t)x->N) == 0;
                 record(OP_VIS, ok, ok ? 0 : 1, c->name);
+                /* the same state's row through the ring views (what the torch
+                 * ops call; visible_row_kernel) against the CPU's view */
+                rkv_ring_view cv;
+                rkv_cuda_ring_view gv;
+                OKR(rkv_layer_view(x->cpu, &cv));
+                OKR(rkv_cuda_layer_view(x->gpu, &gv));
+                OKR(rkv_ring_visible_row(&cv, sess[0], fp[0], x->h_vis_cpu));
+                CK(cudaMemset(x->d_vis, 0x77, (size_t)x->N));
+                OKR(rkv_cuda_ring_visible_row(&gv, x->d_sess, x->d_fp, x->d_vis,
+                                              (void *)x->stream));
+                CK(cudaStreamSynchronize(x->stream));
+                OKR(rkv_cuda_ring_check(&gv, (void *)x->stream));
+                CK(cudaMemcpy(x->h_vis_gpu, x->d_vis, (size_t)x->N, cudaMemcpyDeviceToHost));
+                const int vok = memcmp(x->h_vis_gpu, x->h_vis_cpu, (size_t)x->N) == 0;
+                record(OP_VIS, vok, vok ? 0 : 1, "ring view row");
             }
             if (attend_now && (pass == 0 || pass == 4)) {
                 attend_both(x, B, sess, fp, 0, 0, pass ? "after commit" : "pass 0");
@@ -429,6 +478,16 @@ static void run_case(const diff_case *c, uint64_t seed, int quick) {
         if (!checked_devices && step >= 2 && !c->fast_forward) {
             device_checks(x, B, sess, fp);
             checked_devices = 1;
+            /* the device clocks' advance (what a captured frame ends with;
+             * clock_advance_kernel): fp + 3 for the batch's rows, exactly */
+            int64_t adv[64];
+            CK(cudaMemcpy(x->d_fp, fp, (size_t)B * 8, cudaMemcpyHostToDevice));
+            OKR(rkv_cuda_clock_advance(x->d_fp, B, 3, (void *)x->stream));
+            CK(cudaStreamSynchronize(x->stream));
+            CK(cudaMemcpy(adv, x->d_fp, (size_t)B * 8, cudaMemcpyDeviceToHost));
+            int aok = 1;
+            for (int64_t b = 0; b < B; b++) aok &= adv[b] == fp[b] + 3;
+            record(OP_DEVCHECK, aok, aok ? 0 : 1, "rkv_cuda_clock_advance by 3");
         }
         last_s = sess[0];
         last_f = fp[0];
@@ -521,7 +580,9 @@ static void special_one(const sp_case *c, rkv_dtype dt, int64_t D, rkvt_rng *rng
     }
     OKR(rkv_cuda_layer_upload(gpu, rkv_layer_kv(cpu), rkv_layer_written(cpu)));
     const rkv_dtype q_dt = dt; /* the tensor-core kernel's condition */
-    const size_t nq = (size_t)(T * D);
+    /* a frame of queries (the executor: 37, a partial m tile) */
+    const int64_t Tq = g_exec ? 37 : T;
+    const size_t nq = (size_t)(Tq * D);
     float *qf = (float *)ct_malloc(nq * 4);
     for (size_t i = 0; i < nq; i++) qf[i] = i % (size_t)D ? 0.1f : c->q0;
     void *hq = ct_malloc(nq * 4), *hout = ct_malloc(nq * 4);
@@ -540,14 +601,14 @@ static void special_one(const sp_case *c, rkv_dtype dt, int64_t D, rkvt_rng *rng
     CK(cudaMemcpy(d_fp, &idx[1], 8, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d_vis, vis, (size_t)N, cudaMemcpyHostToDevice));
     const rkv_attention_args ca = {.struct_size = sizeof(rkv_attention_args),
-                                   .batch = 1, .n_q_heads = 1, .q = hq, .q_dtype = q_dt,
-                                   .out = ref, .out_dtype = RKV_DTYPE_F32,
+                                   .batch = 1, .n_q_heads = 1, .n_queries = Tq, .q = hq,
+                                   .q_dtype = q_dt, .out = ref, .out_dtype = RKV_DTYPE_F32,
                                    .session_idx = &idx[0], .frame_pos = &idx[1]};
     OKR(rkv_layer_attend(cpu, &ca));
     for (int mode = 0; mode < 3; mode++) { /* plain, workspace (splits), explicit row */
         rkv_cuda_attention_args ga = {.struct_size = sizeof(rkv_cuda_attention_args),
-                                      .batch = 1, .n_q_heads = 1, .q = d_q, .q_dtype = q_dt,
-                                      .out = d_out, .out_dtype = RKV_DTYPE_F32,
+                                      .batch = 1, .n_q_heads = 1, .n_queries = Tq, .q = d_q,
+                                      .q_dtype = q_dt, .out = d_out, .out_dtype = RKV_DTYPE_F32,
                                       .session_idx = d_sess, .frame_pos = d_fp,
                                       .visible = mode == 2 ? d_vis : NULL};
         if (mode == 1) {
@@ -558,6 +619,12 @@ static void special_one(const sp_case *c, rkv_dtype dt, int64_t D, rkvt_rng *rng
         }
         char plan[256];
         OKR(rkv_cuda_attention_describe(gpu, &ga, plan, sizeof plan));
+        if (g_want_wgmma && strncmp(plan, "mma", 3) == 0) {
+            char why[400];
+            snprintf(why, sizeof why, "%s, %s D %lld: the wgmma pass planned [%s]: fell back to mma",
+                     c->name, rkv_dtype_name(dt), (long long)D, plan);
+            record(OP_SPECIAL, 0, 1, why);
+        }
         CK(cudaMemset(d_out, 0x5a, nq * 4));
         OKR(rkv_cuda_layer_attend(gpu, &ga, NULL));
         CK(cudaDeviceSynchronize());
@@ -590,19 +657,32 @@ static void special_one(const sp_case *c, rkv_dtype dt, int64_t D, rkvt_rng *rng
     rkv_cuda_layer_destroy(gpu);
 }
 
-static void special_scores(uint64_t seed) {
+/* Whether the tensor-core kernels serve this storage (the others: generic). */
+static int tensor_core_case(rkv_dtype dt, int64_t D) {
+    return dt != RKV_DTYPE_F32 && (D == 64 || D == 128);
+}
+
+/* only_generic: the f32 combination only; wgmma: the D 64 ones only. The
+ * executor takes one 16-bit combination per kernel pass and every case. */
+static void special_scores(uint64_t seed, int only_generic, int skip_generic, int wgmma) {
     static const struct {
         rkv_dtype dt;
         int64_t D;
-    } st[] = {{RKV_DTYPE_BF16, 64}, {RKV_DTYPE_BF16, 128}, {RKV_DTYPE_F16, 64},
-              {RKV_DTYPE_F16, 128}, {RKV_DTYPE_F32, 64}};
+        int exec; /* in the executor's pass: 1 mma, 2 wgmma, 3 both */
+    } st[] = {{RKV_DTYPE_BF16, 64, 2}, {RKV_DTYPE_BF16, 128, 1}, {RKV_DTYPE_F16, 64, 3},
+              {RKV_DTYPE_F16, 128, 0}, {RKV_DTYPE_F32, 64, 1}};
     rkvt_rng rng = {seed ^ 0x5ca1ab1eull};
-    for (size_t k = 0; k < sizeof st / sizeof st[0]; k++)
+    for (size_t k = 0; k < sizeof st / sizeof st[0]; k++) {
+        const int tc = tensor_core_case(st[k].dt, st[k].D);
+        if ((only_generic && tc) || (skip_generic && !tc) || (wgmma && st[k].D != 64) ||
+            (g_exec && !(st[k].exec & (wgmma ? 2 : 1))))
+            continue;
         for (size_t i = 0; i < sizeof k_sp_cases / sizeof k_sp_cases[0]; i++) {
             /* f16 cannot hold 1e30 or -1e10: that case is bf16's and f32's */
             if (st[k].dt == RKV_DTYPE_F16 && k_sp_cases[i].q0 == -1e10f) continue;
             special_one(&k_sp_cases[i], st[k].dt, st[k].D, &rng);
         }
+    }
 }
 
 /* Host-side rejections need no GPU state beyond a layer. */
@@ -642,23 +722,32 @@ static void host_checks(void) {
 }
 
 int main(int argc, char **argv) {
-    int quick = 0;
+    int quick = 0, only_generic = 0;
     uint64_t seed = 20261130;
     const char *kernels = "both";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--exec")) g_exec = 1;
         else if (!strcmp(argv[i], "--verbose")) g_verbose = 1;
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 0);
         else if (!strcmp(argv[i], "--kernel") && i + 1 < argc &&
                  (!strcmp(argv[i + 1], "mma") || !strcmp(argv[i + 1], "wgmma") ||
-                  !strcmp(argv[i + 1], "both")))
+                  !strcmp(argv[i + 1], "both") || !strcmp(argv[i + 1], "generic")))
             kernels = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [--quick] [--verbose] [--seed N] [--kernel mma|wgmma|both]\n",
+            fprintf(stderr,
+                    "usage: %s [--quick] [--exec] [--verbose] [--seed N] "
+                    "[--kernel generic|mma|wgmma|both]\n",
                     argv[0]);
             return 2;
         }
     }
+    if (!strcmp(kernels, "generic")) only_generic = 1, kernels = "mma";
+    /* the executor runs the generic cases once, in their own pass */
+    const int skip_generic = g_exec && !only_generic;
+    const diff_case *cases = g_exec ? k_exec_cases : k_cases;
+    const size_t ncases = g_exec ? sizeof k_exec_cases / sizeof k_exec_cases[0]
+                                 : sizeof k_cases / sizeof k_cases[0];
     setvbuf(stdout, NULL, _IOLBF, 0);
     /* The CPU oracle in f32 everywhere: on a CPU with AMX the default bf16
      * path rounds queries and weights to bf16 (~2e-3), far above the 1e-5
@@ -672,11 +761,16 @@ int main(int argc, char **argv) {
         const char *kernel = k ? "wgmma" : "mma";
         if (strcmp(kernels, "both") && strcmp(kernels, kernel)) continue;
         setenv("RKV_CUDA_ATTN_KERNEL", kernel, 1);
-        special_scores(seed);
-        for (size_t i = 0; i < sizeof k_cases / sizeof k_cases[0]; i++) {
-            const diff_case *c = &k_cases[i];
+        g_want_wgmma = k;
+        const double ts = ct_now();
+        special_scores(seed, only_generic, skip_generic, k);
+        printf("  special scores              %6.1f s (%s)\n", ct_now() - ts, kernel);
+        for (size_t i = 0; i < ncases; i++) {
+            const diff_case *c = &cases[i];
             if (quick && c->fast_forward) continue;
             if (k && (c->D != 64 || c->dt == RKV_DTYPE_F32)) continue; /* no wgmma plan */
+            if (only_generic && tensor_core_case(c->dt, c->D)) continue;
+            if (skip_generic && !tensor_core_case(c->dt, c->D)) continue;
             run_case(c, seed + i, quick);
         }
     }
@@ -688,8 +782,11 @@ int main(int argc, char **argv) {
         fails += g_fail[op];
     }
     /* one RESULT name per kernel selection, so separate runs do not clash */
-    printf("RESULT test=cuda_diff%s status=%s fails=%ld seconds=%.1f\n",
-           !strcmp(kernels, "both") ? "" : !strcmp(kernels, "mma") ? "_mma" : "_wgmma",
+    printf("RESULT test=cuda_diff%s%s status=%s fails=%ld seconds=%.1f\n", g_exec ? "_exec" : "",
+           only_generic              ? "_generic"
+           : !strcmp(kernels, "both") ? ""
+           : !strcmp(kernels, "mma")  ? "_mma"
+                                      : "_wgmma",
            fails ? "FAIL" : "PASS",
            fails, ct_now() - t0);
     return fails ? 1 : 0;

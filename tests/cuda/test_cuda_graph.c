@@ -183,7 +183,8 @@ int main(int argc, char **argv) {
             h_kv[l][p] = ct_malloc(kv_elems * esz);
             h_q[l][p] = ct_malloc(q_elems[l] * esz);
             rkv_attention_args *a = &fc.args[l][p];
-            memset(a, 0, sizeof *a);
+            const rkv_attention_args init = RKV_ATTENTION_ARGS_INIT; /* struct_size set */
+            *a = init;
             a->n_q_heads = Hq;
             a->n_queries = Tq[l];
             a->q = d_q[l][p];

@@ -12,7 +12,11 @@
  * Prints RESULT lines with the times and rates (pinned vs pageable
  * offload and page-in, device-to-device export). Exit 0 passed, 1 a
  * mismatch, 2 a CUDA or library failure, 77 no GPU (skipped).
- * scripts/gpu_check.sh runs it (step cuda_offload). */
+ * scripts/gpu_check.sh runs it (step cuda_offload).
+ *
+ * Usage: test_cuda_offload [--small]
+ *   --small: a small session (2 layers, local and global-like, D 64, T 128)
+ *   instead of the 720P one: the CPU executor's size (tests/cuda_exec). */
 #include "cuda_test_util.h"
 
 #include "ringkv_backend.h"
@@ -57,19 +61,37 @@ static void round_trip(rkv_model *m, int64_t *s, void *buf, size_t n, double *t_
     *t_in = ct_now() - t;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    const int small = argc == 2 && !strcmp(argv[1], "--small");
+    if (argc > 2 || (argc == 2 && !small)) {
+        fprintf(stderr, "usage: %s [--small]\n", argv[0]);
+        return 2;
+    }
     if (rkv_cuda_device_count() < 1) {
         printf("test_cuda_offload: no CUDA device: skipped\n");
         return CT_SKIP;
     }
     rkv_model_config cfg = RKV_MODEL_CONFIG_INIT;
-    OKR(rkv_model_preset("waypoint-1.5-720p", 0, &cfg));
+    if (small) {
+        snprintf(cfg.name, sizeof cfg.name, "offload-small");
+        cfg.n_layers = 2;
+        cfg.layers[0] = (rkv_layer_spec){4, 4, 1};
+        cfg.layers[1] = (rkv_layer_spec){4, 3, 2};
+        cfg.n_q_heads = 4;
+        cfg.n_kv_heads = 2;
+        cfg.d_head = 64;
+        cfg.tokens_per_frame = 128;
+        cfg.dtype = RKV_DTYPE_BF16;
+    } else {
+        OKR(rkv_model_preset("waypoint-1.5-720p", 0, &cfg));
+    }
     cfg.num_sessions = 2;
     rkv_model *m = NULL, *m2 = NULL;
     OKR(rkv_model_create_cuda(&cfg, 0, NULL, &m));
     int64_t s = -1;
     OKR(rkv_model_claim(m, "offload", &s));
-    /* fill the rings: 17 frames of the commit pass */
+    /* fill the rings: 17 frames of the commit pass (more than every ring of
+     * either size holds) */
     const size_t kvn = (size_t)(2 * cfg.n_kv_heads * cfg.tokens_per_frame * cfg.d_head);
     uint16_t *kv = ct_malloc(kvn * 2);
     void *dkv = NULL;
@@ -161,8 +183,8 @@ int main(void) {
     printf("RESULT cuda_page_in_pageable_gbps %.2f (%.1f ms)\n", data / qi / 1e9, qi * 1e3);
     printf("RESULT cuda_export_import_gbps %.2f (%.1f ms, through a host buffer)\n",
            data / t_export / 1e9, t_export * 1e3);
-    printf("test_cuda_offload: passed (720P session, %llu bytes of regions)\n",
-           (unsigned long long)data);
+    printf("test_cuda_offload: passed (%s session, %llu bytes of regions)\n",
+           small ? "small" : "720P", (unsigned long long)data);
     free(meta), free(rg), free(ref), free(kv), free(pageable);
     rkv_model_host_free(m, pinned);
     CK(cudaFree(dkv));
