@@ -1,46 +1,8 @@
-/* Element types: sizes, names, and conversions between f32, f16 and bf16. */
+/* Element types: the dtype table (sizes, names, conversions to and from f32). */
 #include <math.h>
 #include <string.h>
 
 #include "internal.h"
-
-bool rkv__dtype_valid(rkv_dtype dtype) {
-    return dtype == RKV_DTYPE_F32 || dtype == RKV_DTYPE_F16 || dtype == RKV_DTYPE_BF16;
-}
-
-size_t rkv_dtype_size(rkv_dtype dtype) {
-    switch (dtype) {
-    case RKV_DTYPE_F32: return 4;
-    case RKV_DTYPE_F16: return 2;
-    case RKV_DTYPE_BF16: return 2;
-    }
-    return 0;
-}
-
-const char *rkv_dtype_name(rkv_dtype dtype) {
-    switch (dtype) {
-    case RKV_DTYPE_F32: return "f32";
-    case RKV_DTYPE_F16: return "f16";
-    case RKV_DTYPE_BF16: return "bf16";
-    }
-    return NULL;
-}
-
-rkv_status rkv_dtype_parse(const char *name, rkv_dtype *out) {
-    RKV__REQUIRE("rkv_dtype_parse", name);
-    RKV__REQUIRE("rkv_dtype_parse", out);
-    static const struct { const char *name; rkv_dtype dtype; } names[] = {
-        {"f32", RKV_DTYPE_F32},  {"float32", RKV_DTYPE_F32}, {"f16", RKV_DTYPE_F16},
-        {"float16", RKV_DTYPE_F16}, {"half", RKV_DTYPE_F16}, {"bf16", RKV_DTYPE_BF16},
-        {"bfloat16", RKV_DTYPE_BF16},
-    };
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (!strcmp(name, names[i].name)) {
-            *out = names[i].dtype;
-            return RKV_OK;
-        }
-    return rkv__fail(RKV_ERR_DTYPE, "unknown dtype '%s'; expected f32, f16 or bf16", name);
-}
 
 static inline uint32_t f32_bits(float f) {
     uint32_t u;
@@ -90,21 +52,60 @@ static inline uint16_t f32_to_f16(float f) {
     return sign | (uint16_t)((r - 0x38000000u) >> 13);
 }
 
+static float load_f32(const void *b, size_t i) { return ((const float *)b)[i]; }
+static float load_f16(const void *b, size_t i) { return f16_to_f32(((const uint16_t *)b)[i]); }
+static float load_bf16(const void *b, size_t i) { return bf16_to_f32(((const uint16_t *)b)[i]); }
+static void store_f32(void *b, size_t i, float v) { ((float *)b)[i] = v; }
+static void store_f16(void *b, size_t i, float v) { ((uint16_t *)b)[i] = f32_to_f16(v); }
+static void store_bf16(void *b, size_t i, float v) { ((uint16_t *)b)[i] = f32_to_bf16(v); }
+
+/* The dtype table: one row per rkv_dtype, indexed by its value. Every size,
+ * name and f32 conversion in the library (and in the snapshot format) is
+ * read from here; a new storage dtype is a row here, its enum value and
+ * RKV_DTYPE_NAMES in ringkv.h, and its kernels (docs/backends.md). */
+static const struct dtype_row {
+    size_t size;
+    const char *names[3];    /* rkv_dtype_name's, then other spellings parsed */
+    const char *safetensors; /* the snapshot's tensor dtype                  */
+    float (*load)(const void *base, size_t i);
+    void (*store)(void *base, size_t i, float v); /* round to nearest even */
+} rows[] = {
+    [RKV_DTYPE_F32] = {4, {"f32", "float32"}, "F32", load_f32, store_f32},
+    [RKV_DTYPE_F16] = {2, {"f16", "float16", "half"}, "F16", load_f16, store_f16},
+    [RKV_DTYPE_BF16] = {2, {"bf16", "bfloat16"}, "BF16", load_bf16, store_bf16},
+};
+#define N_ROWS (sizeof rows / sizeof rows[0])
+
+bool rkv__dtype_valid(rkv_dtype dtype) { return (unsigned)dtype < N_ROWS; }
+
+size_t rkv_dtype_size(rkv_dtype dtype) { return rkv__dtype_valid(dtype) ? rows[dtype].size : 0; }
+
+const char *rkv_dtype_name(rkv_dtype dtype) {
+    return rkv__dtype_valid(dtype) ? rows[dtype].names[0] : NULL;
+}
+
+const char *rkv__dtype_safetensors(rkv_dtype dtype) {
+    return rkv__dtype_valid(dtype) ? rows[dtype].safetensors : "?";
+}
+
+rkv_status rkv_dtype_parse(const char *name, rkv_dtype *out) {
+    RKV__REQUIRE("rkv_dtype_parse", name);
+    RKV__REQUIRE("rkv_dtype_parse", out);
+    for (size_t d = 0; d < N_ROWS; d++)
+        for (size_t k = 0; k < 3 && rows[d].names[k]; k++)
+            if (!strcmp(name, rows[d].names[k])) {
+                *out = (rkv_dtype)d;
+                return RKV_OK;
+            }
+    return rkv__fail(RKV_ERR_DTYPE, "unknown dtype '%s'; expected " RKV_DTYPE_NAMES, name);
+}
+
 float rkv__load(const void *base, rkv_dtype dtype, size_t i) {
-    switch (dtype) {
-    case RKV_DTYPE_F32: return ((const float *)base)[i];
-    case RKV_DTYPE_F16: return f16_to_f32(((const uint16_t *)base)[i]);
-    case RKV_DTYPE_BF16: return bf16_to_f32(((const uint16_t *)base)[i]);
-    }
-    return NAN;
+    return rkv__dtype_valid(dtype) ? rows[dtype].load(base, i) : NAN;
 }
 
 void rkv__store(void *base, rkv_dtype dtype, size_t i, float v) {
-    switch (dtype) {
-    case RKV_DTYPE_F32: ((float *)base)[i] = v; break;
-    case RKV_DTYPE_F16: ((uint16_t *)base)[i] = f32_to_f16(v); break;
-    case RKV_DTYPE_BF16: ((uint16_t *)base)[i] = f32_to_bf16(v); break;
-    }
+    if (rkv__dtype_valid(dtype)) rows[dtype].store(base, i, v);
 }
 
 rkv_status rkv_convert(const void *src, rkv_dtype src_dtype, void *dst, rkv_dtype dst_dtype,
@@ -129,6 +130,7 @@ rkv_status rkv_convert(const void *src, rkv_dtype src_dtype, void *dst, rkv_dtyp
     const rkv__buf out = {dst, dst_bytes, "dst"}, in = {src, bytes, "src"};
     rkv_status st = rkv__check_no_overlap("rkv_convert", &out, 1, &in, 1);
     if (st != RKV_OK) return st;
-    for (size_t i = 0; i < n; i++) rkv__store(dst, dst_dtype, i, rkv__load(src, src_dtype, i));
+    const struct dtype_row *from = &rows[src_dtype], *to = &rows[dst_dtype];
+    for (size_t i = 0; i < n; i++) to->store(dst, i, from->load(src, i));
     return RKV_OK;
 }

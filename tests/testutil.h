@@ -195,7 +195,7 @@ static inline int64_t tu_L(const rkv_geometry *g)
 }
 static inline size_t tu_esize(rkv_dtype dt)
 {
-    return dt == RKV_DTYPE_F32 ? 4 : 2;
+    return rkv_dtype_size(dt);
 }
 static inline int64_t tu_ceil_div(int64_t a, int64_t b)
 {
