@@ -52,12 +52,19 @@ static inline uint16_t f32_to_f16(float f) {
     return sign | (uint16_t)((r - 0x38000000u) >> 13);
 }
 
-static float load_f32(const void *b, size_t i) { return ((const float *)b)[i]; }
-static float load_f16(const void *b, size_t i) { return f16_to_f32(((const uint16_t *)b)[i]); }
-static float load_bf16(const void *b, size_t i) { return bf16_to_f32(((const uint16_t *)b)[i]); }
-static void store_f32(void *b, size_t i, float v) { ((float *)b)[i] = v; }
-static void store_f16(void *b, size_t i, float v) { ((uint16_t *)b)[i] = f32_to_f16(v); }
-static void store_bf16(void *b, size_t i, float v) { ((uint16_t *)b)[i] = f32_to_bf16(v); }
+/* n elements of one dtype to and from f32: tight loops the compiler
+ * vectorizes (rkv_convert runs them over chunks). */
+#define CONVERSIONS(NAME, T, TO_F32, FROM_F32)                                                    \
+    static void widen_##NAME(const void *src, float *dst, size_t n) {                            \
+        for (size_t i = 0; i < n; i++) dst[i] = TO_F32(((const T *)src)[i]);                      \
+    }                                                                                             \
+    static void narrow_##NAME(const float *src, void *dst, size_t n) {                          \
+        for (size_t i = 0; i < n; i++) ((T *)dst)[i] = FROM_F32(src[i]);                          \
+    }
+#define SAME(x) (x)
+CONVERSIONS(f32, float, SAME, SAME)
+CONVERSIONS(f16, uint16_t, f16_to_f32, f32_to_f16)
+CONVERSIONS(bf16, uint16_t, bf16_to_f32, f32_to_bf16)
 
 /* The dtype table: one row per rkv_dtype, indexed by its value. Every size,
  * name and f32 conversion in the library (and in the snapshot format) is
@@ -67,12 +74,12 @@ static const struct dtype_row {
     size_t size;
     const char *names[3];    /* rkv_dtype_name's, then other spellings parsed */
     const char *safetensors; /* the snapshot's tensor dtype                  */
-    float (*load)(const void *base, size_t i);
-    void (*store)(void *base, size_t i, float v); /* round to nearest even */
+    void (*widen)(const void *src, float *dst, size_t n);   /* n elements to f32   */
+    void (*narrow)(const float *src, void *dst, size_t n);  /* from f32, nearest even */
 } rows[] = {
-    [RKV_DTYPE_F32] = {4, {"f32", "float32"}, "F32", load_f32, store_f32},
-    [RKV_DTYPE_F16] = {2, {"f16", "float16", "half"}, "F16", load_f16, store_f16},
-    [RKV_DTYPE_BF16] = {2, {"bf16", "bfloat16"}, "BF16", load_bf16, store_bf16},
+    [RKV_DTYPE_F32] = {4, {"f32", "float32"}, "F32", widen_f32, narrow_f32},
+    [RKV_DTYPE_F16] = {2, {"f16", "float16", "half"}, "F16", widen_f16, narrow_f16},
+    [RKV_DTYPE_BF16] = {2, {"bf16", "bfloat16"}, "BF16", widen_bf16, narrow_bf16},
 };
 #define N_ROWS (sizeof rows / sizeof rows[0])
 
@@ -101,11 +108,13 @@ rkv_status rkv_dtype_parse(const char *name, rkv_dtype *out) {
 }
 
 float rkv__load(const void *base, rkv_dtype dtype, size_t i) {
-    return rkv__dtype_valid(dtype) ? rows[dtype].load(base, i) : NAN;
+    float v = NAN;
+    if (rkv__dtype_valid(dtype)) rows[dtype].widen((const char *)base + i * rows[dtype].size, &v, 1);
+    return v;
 }
 
 void rkv__store(void *base, rkv_dtype dtype, size_t i, float v) {
-    if (rkv__dtype_valid(dtype)) rows[dtype].store(base, i, v);
+    if (rkv__dtype_valid(dtype)) rows[dtype].narrow(&v, (char *)base + i * rows[dtype].size, 1);
 }
 
 rkv_status rkv_convert(const void *src, rkv_dtype src_dtype, void *dst, rkv_dtype dst_dtype,
@@ -131,6 +140,11 @@ rkv_status rkv_convert(const void *src, rkv_dtype src_dtype, void *dst, rkv_dtyp
     rkv_status st = rkv__check_no_overlap("rkv_convert", &out, 1, &in, 1);
     if (st != RKV_OK) return st;
     const struct dtype_row *from = &rows[src_dtype], *to = &rows[dst_dtype];
-    for (size_t i = 0; i < n; i++) to->store(dst, i, from->load(src, i));
+    float f32[512];
+    for (size_t i = 0, k; i < n; i += k) {
+        k = n - i < 512 ? n - i : 512;
+        from->widen((const char *)src + i * from->size, f32, k);
+        to->narrow(f32, (char *)dst + i * to->size, k);
+    }
     return RKV_OK;
 }
