@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/ring_oracle.h"
 #include "ringkv.h"
 
 #define S 3   /* sessions                */
@@ -121,11 +122,9 @@ static void ref_drop_clock(int64_t s, int64_t last) {
     if (R[s].row >= 0) ref_close_batch();
     R[s].last = last;
 }
-static int64_t slot_of(int layer, int64_t f) {
-    const int64_t PD = SPECS[layer].pinned_dilation, RB = SPECS[layer].ring_buckets;
-    return ((f + PD - 1) / PD) % RB;
+static int64_t hidden_of(int layer, int64_t f) {
+    return rkvt_rule_hidden(f, SPECS[layer].pinned_dilation, SPECS[layer].ring_buckets);
 }
-static int write_step(int layer, int64_t f) { return f % SPECS[layer].pinned_dilation == 0; }
 
 /* Checks every session's clock, slots and written bits against R. */
 static void verify_all(void) {
@@ -343,8 +342,8 @@ static void ref_upsert(int64_t layer, const float *tags, int commit) {
         const int64_t RF = SPECS[layer].ring_frames, f = RB.clocks[b];
         r->tag[layer][RF] = tags[b];
         if (!commit) continue;
-        if (write_step((int)layer, f)) {
-            const int64_t slot = slot_of((int)layer, f);
+        const int64_t slot = hidden_of((int)layer, f); /* the write step's slot */
+        if (slot >= 0) {
             r->tag[layer][slot] = tags[b];
             r->written[layer][slot] = 1;
         }
@@ -366,7 +365,7 @@ static void check_outputs(int64_t layer, const float *out) {
         const int64_t *rows = RB.rows;
         const ref_session *r = &R[rows[b]];
         const int64_t RF = SPECS[layer].ring_frames, f = RB.clocks[b];
-        const int64_t hidden = write_step((int)layer, f) ? slot_of((int)layer, f) : -1;
+        const int64_t hidden = hidden_of((int)layer, f);
         double sum = r->tag[layer][RF];
         int n = 1;
         for (int64_t k = 0; k < RF; k++)

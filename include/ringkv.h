@@ -146,18 +146,24 @@ RKV_API const char *rkv_last_error(void);
 /* Element types                                                            */
 /* ------------------------------------------------------------------------ */
 
+/* The storage and argument dtypes, numbered from 0 without gaps. Each has
+ * one row in src/dtype.c's table (size, names, safetensors name, f32
+ * conversions) and one in python/ringkv/_arrays.py's; docs/backends.md lists
+ * what adding one touches. */
 typedef enum rkv_dtype {
     RKV_DTYPE_F32 = 0,  /* IEEE binary32                                */
     RKV_DTYPE_F16 = 1,  /* IEEE binary16                                */
     RKV_DTYPE_BF16 = 2  /* bfloat16 (upper half of binary32)            */
 } rkv_dtype;
+/* The dtype names in enum order, for messages and --help texts. */
+#define RKV_DTYPE_NAMES "f32, f16 or bf16"
 
 /* Bytes per element (4, 2, 2); 0 for an unknown dtype. */
 RKV_API size_t rkv_dtype_size(rkv_dtype dtype);
-/* "f32", "f16", "bf16"; NULL for an unknown dtype. */
+/* "f32", "f16", "bf16" (static strings); NULL for an unknown dtype. */
 RKV_API const char *rkv_dtype_name(rkv_dtype dtype);
-/* Parses "f32"/"float32", "f16"/"float16"/"half", "bf16"/"bfloat16".
- * RKV_ERR_DTYPE for anything else; *out untouched then. */
+/* Parses a name or an alias: "f32"/"float32", "f16"/"float16"/"half",
+ * "bf16"/"bfloat16". RKV_ERR_DTYPE for anything else; *out untouched then. */
 RKV_API rkv_status rkv_dtype_parse(const char *name, rkv_dtype *out);
 
 /* Converts n elements between dtypes (round to nearest even when narrowing;

@@ -1,46 +1,8 @@
-/* Element types: sizes, names, and conversions between f32, f16 and bf16. */
+/* Element types: the dtype table (sizes, names, conversions to and from f32). */
 #include <math.h>
 #include <string.h>
 
 #include "internal.h"
-
-bool rkv__dtype_valid(rkv_dtype dtype) {
-    return dtype == RKV_DTYPE_F32 || dtype == RKV_DTYPE_F16 || dtype == RKV_DTYPE_BF16;
-}
-
-size_t rkv_dtype_size(rkv_dtype dtype) {
-    switch (dtype) {
-    case RKV_DTYPE_F32: return 4;
-    case RKV_DTYPE_F16: return 2;
-    case RKV_DTYPE_BF16: return 2;
-    }
-    return 0;
-}
-
-const char *rkv_dtype_name(rkv_dtype dtype) {
-    switch (dtype) {
-    case RKV_DTYPE_F32: return "f32";
-    case RKV_DTYPE_F16: return "f16";
-    case RKV_DTYPE_BF16: return "bf16";
-    }
-    return NULL;
-}
-
-rkv_status rkv_dtype_parse(const char *name, rkv_dtype *out) {
-    RKV__REQUIRE("rkv_dtype_parse", name);
-    RKV__REQUIRE("rkv_dtype_parse", out);
-    static const struct { const char *name; rkv_dtype dtype; } names[] = {
-        {"f32", RKV_DTYPE_F32},  {"float32", RKV_DTYPE_F32}, {"f16", RKV_DTYPE_F16},
-        {"float16", RKV_DTYPE_F16}, {"half", RKV_DTYPE_F16}, {"bf16", RKV_DTYPE_BF16},
-        {"bfloat16", RKV_DTYPE_BF16},
-    };
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (!strcmp(name, names[i].name)) {
-            *out = names[i].dtype;
-            return RKV_OK;
-        }
-    return rkv__fail(RKV_ERR_DTYPE, "unknown dtype '%s'; expected f32, f16 or bf16", name);
-}
 
 static inline uint32_t f32_bits(float f) {
     uint32_t u;
@@ -90,21 +52,69 @@ static inline uint16_t f32_to_f16(float f) {
     return sign | (uint16_t)((r - 0x38000000u) >> 13);
 }
 
-float rkv__load(const void *base, rkv_dtype dtype, size_t i) {
-    switch (dtype) {
-    case RKV_DTYPE_F32: return ((const float *)base)[i];
-    case RKV_DTYPE_F16: return f16_to_f32(((const uint16_t *)base)[i]);
-    case RKV_DTYPE_BF16: return bf16_to_f32(((const uint16_t *)base)[i]);
+/* n elements of one dtype to and from f32: tight loops the compiler
+ * vectorizes (rkv_convert runs them over chunks). */
+#define CONVERSIONS(NAME, T, TO_F32, FROM_F32)                                                    \
+    static void widen_##NAME(const void *src, float *dst, size_t n) {                            \
+        for (size_t i = 0; i < n; i++) dst[i] = TO_F32(((const T *)src)[i]);                      \
+    }                                                                                             \
+    static void narrow_##NAME(const float *src, void *dst, size_t n) {                          \
+        for (size_t i = 0; i < n; i++) ((T *)dst)[i] = FROM_F32(src[i]);                          \
     }
-    return NAN;
+#define SAME(x) (x)
+CONVERSIONS(f32, float, SAME, SAME)
+CONVERSIONS(f16, uint16_t, f16_to_f32, f32_to_f16)
+CONVERSIONS(bf16, uint16_t, bf16_to_f32, f32_to_bf16)
+
+/* The dtype table: one row per rkv_dtype, indexed by its value. Every size,
+ * name and f32 conversion in the library (and in the snapshot format) is
+ * read from here; a new storage dtype is a row here, its enum value and
+ * RKV_DTYPE_NAMES in ringkv.h, and its kernels (docs/backends.md). */
+static const struct dtype_row {
+    size_t size;
+    const char *names[3];    /* rkv_dtype_name's, then other spellings parsed */
+    const char *safetensors; /* the snapshot's tensor dtype                  */
+    void (*widen)(const void *src, float *dst, size_t n);   /* n elements to f32   */
+    void (*narrow)(const float *src, void *dst, size_t n);  /* from f32, nearest even */
+} rows[] = {
+    [RKV_DTYPE_F32] = {4, {"f32", "float32"}, "F32", widen_f32, narrow_f32},
+    [RKV_DTYPE_F16] = {2, {"f16", "float16", "half"}, "F16", widen_f16, narrow_f16},
+    [RKV_DTYPE_BF16] = {2, {"bf16", "bfloat16"}, "BF16", widen_bf16, narrow_bf16},
+};
+#define N_ROWS (sizeof rows / sizeof rows[0])
+
+bool rkv__dtype_valid(rkv_dtype dtype) { return (unsigned)dtype < N_ROWS; }
+
+size_t rkv_dtype_size(rkv_dtype dtype) { return rkv__dtype_valid(dtype) ? rows[dtype].size : 0; }
+
+const char *rkv_dtype_name(rkv_dtype dtype) {
+    return rkv__dtype_valid(dtype) ? rows[dtype].names[0] : NULL;
+}
+
+const char *rkv__dtype_safetensors(rkv_dtype dtype) {
+    return rkv__dtype_valid(dtype) ? rows[dtype].safetensors : "?";
+}
+
+rkv_status rkv_dtype_parse(const char *name, rkv_dtype *out) {
+    RKV__REQUIRE("rkv_dtype_parse", name);
+    RKV__REQUIRE("rkv_dtype_parse", out);
+    for (size_t d = 0; d < N_ROWS; d++)
+        for (size_t k = 0; k < 3 && rows[d].names[k]; k++)
+            if (!strcmp(name, rows[d].names[k])) {
+                *out = (rkv_dtype)d;
+                return RKV_OK;
+            }
+    return rkv__fail(RKV_ERR_DTYPE, "unknown dtype '%s'; expected " RKV_DTYPE_NAMES, name);
+}
+
+float rkv__load(const void *base, rkv_dtype dtype, size_t i) {
+    float v = NAN;
+    if (rkv__dtype_valid(dtype)) rows[dtype].widen((const char *)base + i * rows[dtype].size, &v, 1);
+    return v;
 }
 
 void rkv__store(void *base, rkv_dtype dtype, size_t i, float v) {
-    switch (dtype) {
-    case RKV_DTYPE_F32: ((float *)base)[i] = v; break;
-    case RKV_DTYPE_F16: ((uint16_t *)base)[i] = f32_to_f16(v); break;
-    case RKV_DTYPE_BF16: ((uint16_t *)base)[i] = f32_to_bf16(v); break;
-    }
+    if (rkv__dtype_valid(dtype)) rows[dtype].narrow(&v, (char *)base + i * rows[dtype].size, 1);
 }
 
 rkv_status rkv_convert(const void *src, rkv_dtype src_dtype, void *dst, rkv_dtype dst_dtype,
@@ -129,6 +139,12 @@ rkv_status rkv_convert(const void *src, rkv_dtype src_dtype, void *dst, rkv_dtyp
     const rkv__buf out = {dst, dst_bytes, "dst"}, in = {src, bytes, "src"};
     rkv_status st = rkv__check_no_overlap("rkv_convert", &out, 1, &in, 1);
     if (st != RKV_OK) return st;
-    for (size_t i = 0; i < n; i++) rkv__store(dst, dst_dtype, i, rkv__load(src, src_dtype, i));
+    const struct dtype_row *from = &rows[src_dtype], *to = &rows[dst_dtype];
+    float f32[512];
+    for (size_t i = 0, k; i < n; i += k) {
+        k = n - i < 512 ? n - i : 512;
+        from->widen((const char *)src + i * from->size, f32, k);
+        to->narrow(f32, (char *)dst + i * to->size, k);
+    }
     return RKV_OK;
 }

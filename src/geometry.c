@@ -21,7 +21,7 @@ rkv_status rkv__geometry_check_shared(const rkv_geometry *g) {
                          "block size %d (>= %d)",
                          (long long)g->tokens_per_frame, RKV_BLOCK_TOKENS, RKV_BLOCK_TOKENS);
     if (!rkv__dtype_valid(g->dtype))
-        return rkv__fail(RKV_ERR_DTYPE, "dtype %d is not f32 (0), f16 (1) or bf16 (2)",
+        return rkv__fail(RKV_ERR_DTYPE, "dtype %d is unknown; expected " RKV_DTYPE_NAMES " (0 up, in order)",
                          (int)g->dtype);
     return RKV_OK;
 }

@@ -99,8 +99,11 @@ rkv_status rkv__snapshot_info_check(const char *what, const rkv_snapshot_info *i
 /* Copies a filled info into the caller's, as far as its struct_size goes. */
 void rkv__snapshot_info_store(rkv_snapshot_info *dst, const rkv_snapshot_info *src);
 
-/* True when dtype is one of the enum's values. */
+/* True when dtype is one of the enum's values (a row of src/dtype.c's table). */
 bool rkv__dtype_valid(rkv_dtype dtype);
+/* The safetensors dtype of a snapshot tensor in dtype ("F32", "F16",
+ * "BF16"; static); "?" for an unknown dtype. */
+const char *rkv__dtype_safetensors(rkv_dtype dtype);
 /* Element i of a buffer in dtype, widened to float. */
 float rkv__load(const void *base, rkv_dtype dtype, size_t i);
 /* Writes v as element i of a buffer in dtype (round to nearest even). */

@@ -174,10 +174,8 @@ static rkv_status read_meta(const rkv_model *m, const char *what, const void *me
     if (get_u32(b + 12) != (uint32_t)m->cfg.dtype) {
         const uint32_t d = get_u32(b + 12);
         char theirs[40];
-        if (d <= RKV_DTYPE_BF16)
-            snprintf(theirs, sizeof theirs, "%s (%u)", rkv_dtype_name((rkv_dtype)d), (unsigned)d);
-        else
-            snprintf(theirs, sizeof theirs, "unknown (%u)", (unsigned)d);
+        const char *name = d <= INT32_MAX ? rkv_dtype_name((rkv_dtype)d) : NULL;
+        snprintf(theirs, sizeof theirs, "%s (%u)", name ? name : "unknown", (unsigned)d);
         return rkv__fail(RKV_ERR_FORMAT,
                          "%s: wrong geometry: the session has dtype %s, this model %s (%u)", what,
                          theirs, rkv_dtype_name(m->cfg.dtype), (unsigned)m->cfg.dtype);

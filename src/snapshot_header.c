@@ -129,15 +129,6 @@ static bool printable_ascii(const char *s) {
     return true;
 }
 
-static const char *st_dtype_name(rkv_dtype dt) {
-    switch (dt) {
-    case RKV_DTYPE_F32: return "F32";
-    case RKV_DTYPE_F16: return "F16";
-    case RKV_DTYPE_BF16: return "BF16";
-    }
-    return "?";
-}
-
 rkv__snap_sizes rkv__snap_sizes_of(const rkv_geometry *g) {
     rkv__snap_sizes z;
     z.C = (g->ring_frames + 1) * g->tokens_per_frame;
@@ -339,7 +330,7 @@ static rkv_status read_geometry(const rkv__snap_where *w, const json_t *meta,
     const char *dts = meta_str(meta, "dtype");
     if (!dts || rkv_dtype_parse(dts, &cfg->dtype) != RKV_OK ||
         strcmp(dts, rkv_dtype_name(cfg->dtype)))
-        return refuse(w, "corrupted header: metadata 'dtype' is %s%s%s; expected f32, f16 or bf16",
+        return refuse(w, "corrupted header: metadata 'dtype' is %s%s%s; expected " RKV_DTYPE_NAMES,
                       dts ? "'" : "", dts ? rkv__snap_escape(e, sizeof e, dts, 20) : "missing",
                       dts ? "'" : "");
     rkv_status st;
@@ -489,7 +480,7 @@ static rkv_status read_tensor(const rkv__snap_where *w, const char *name, const 
     rkv_model_config_layer_geometry(cfg, r->layer, &g);
     const rkv__snap_sizes z = rkv__snap_sizes_of(&g);
     const bool bits = r->kind == 2;
-    const char *want_dtype = bits ? "U8" : st_dtype_name(cfg->dtype);
+    const char *want_dtype = bits ? "U8" : rkv__dtype_safetensors(cfg->dtype);
     const uint64_t want3[3] = {(uint64_t)cfg->n_kv_heads, (uint64_t)z.C, (uint64_t)cfg->d_head};
     const uint64_t *want = bits ? want3 + 1 : want3, bytes = bits ? z.written : z.kv;
     const size_t rank = bits ? 1 : 3;
@@ -710,7 +701,7 @@ static bool add_tensors(json_t *root, const rkv_model_config *cfg, uint64_t *dat
             const uint64_t bytes = k == 2 ? z.written : z.kv, offs[2] = {at, at + bytes};
             json_t *t = json_object();
             if (!t || json_object_set_new(root, name, t) ||
-                !set_str(t, "dtype", k == 2 ? "U8" : st_dtype_name(g.dtype)) ||
+                !set_str(t, "dtype", k == 2 ? "U8" : rkv__dtype_safetensors(g.dtype)) ||
                 json_object_set_new(t, "shape", ints(k == 2 ? shape + 1 : shape, k == 2 ? 1 : 3)) ||
                 json_object_set_new(t, "data_offsets", ints(offs, 2)))
                 return false;

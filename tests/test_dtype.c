@@ -84,6 +84,20 @@ static void test_dtype_size_name(void **state)
     assert_null(rkv_dtype_name((rkv_dtype)-1));
 }
 
+/* RKV_DTYPE_NAMES, the list the messages and --help texts print, names
+ * every dtype of the table in enum order. */
+static void test_dtype_names_list_the_table(void **state)
+{
+    (void)state;
+    const char *at = RKV_DTYPE_NAMES;
+    int n = 0;
+    for (; rkv_dtype_name((rkv_dtype)n); n++) {
+        at = strstr(at, rkv_dtype_name((rkv_dtype)n));
+        assert_non_null(at);
+    }
+    assert_int_equal(n, 3);
+}
+
 static void test_dtype_parse(void **state)
 {
     (void)state;
@@ -286,6 +300,7 @@ int main(void)
         cmocka_unit_test(test_version),
         cmocka_unit_test(test_status_str),
         cmocka_unit_test(test_dtype_size_name),
+        cmocka_unit_test(test_dtype_names_list_the_table),
         cmocka_unit_test(test_dtype_parse),
         cmocka_unit_test(test_convert_bf16_rounding),
         cmocka_unit_test(test_convert_f16_rounding),

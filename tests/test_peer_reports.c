@@ -178,20 +178,11 @@ static void check_row(const rkv_layer *l, int64_t s, int64_t f, int64_t Hq, cons
 static int64_t expected_clocks(const rkv_geometry *g, int64_t start, int64_t f, int64_t *clocks)
 {
     int64_t PD = g->pinned_dilation, RB = g->ring_buckets, n = 0;
-    int64_t hidden = f % PD == 0 ? (f / PD) % RB : -1;
+    int64_t hidden = rkvt_rule_hidden(f, PD, RB);
     for (int64_t r = 0; r < RB; r++) {
-        if (r == hidden)
-            continue;
-        /* newest p < f, p >= start, p = PD*b, b mod RB == r */
-        int64_t best = -1;
-        if (f > 0) {
-            int64_t bmax = (f - 1) / PD; /* largest bucket index with PD*b < f */
-            int64_t b = bmax - (((bmax - r) % RB) + RB) % RB;
-            if (b >= 0 && b * PD >= start)
-                best = b * PD;
-        }
-        if (best >= 0)
-            clocks[n++] = best;
+        int64_t p = r == hidden ? -1 : rkvt_rule_holder(r, start, f, PD, RB);
+        if (p >= 0)
+            clocks[n++] = p;
     }
     return n;
 }
@@ -224,8 +215,7 @@ static void stream_and_check(const rkv_geometry *g, int64_t Hq, int64_t n_frames
                 /* the row: expected slots + scratch, nothing of another session */
                 memset(want, 0, (size_t)N);
                 for (int64_t i = 0; i < n; i++)
-                    memset(want + s * C + ((clocks[i] / g->pinned_dilation) % g->ring_buckets) * T,
-                           1, (size_t)T);
+                    memset(want + s * C + tu_slot(g, clocks[i]) * T, 1, (size_t)T);
                 memset(want + s * C + tu_L(g), 1, (size_t)T);
                 if (memcmp(row, want, (size_t)N)) {
                     tu_print_row("got", g, s, row);
@@ -234,7 +224,7 @@ static void stream_and_check(const rkv_geometry *g, int64_t Hq, int64_t n_frames
                              what, (long long)s, (long long)f, (long long)pass);
                 }
                 for (int64_t i = 0; i < n; i++) {
-                    int64_t slot = (clocks[i] / g->pinned_dilation) % g->ring_buckets;
+                    int64_t slot = tu_slot(g, clocks[i]);
                     if (!tu_slots_hold(l, s * C + slot * T, committed[s * n_frames + clocks[i]]))
                         fail_msg("%s: session %lld at clock %lld: ring slot %lld does not hold "
                                  "frame %lld", what, (long long)s, (long long)f, (long long)slot,
@@ -251,7 +241,7 @@ static void stream_and_check(const rkv_geometry *g, int64_t Hq, int64_t n_frames
                     check_row(l, s, f, Hq, q, frames, n + 1, what);
                     free(q);
                 }
-                if (pass == 4 && f % g->pinned_dilation == 0)
+                if (pass == 4 && tu_write_step(g, f))
                     committed[s * n_frames + f] = cur;
                 else
                     free(cur);
@@ -1039,8 +1029,7 @@ static void test_clock_near_int64_max(void **st)
                          (long long)layer, (long long)(INT64_MAX - f), (long long)n - 1,
                          (long long)want);
             for (int64_t i = 0; i < want; i++) {
-                int64_t b = clocks[i] / g->pinned_dilation + (clocks[i] % g->pinned_dilation != 0);
-                int64_t slot = b % g->ring_buckets, found = 0;
+                int64_t slot = tu_slot(g, clocks[i]), found = 0;
                 for (int64_t j = 0; j + 1 < n; j++)
                     found |= frames[j] == slot;
                 if (!found)

@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "ringkv.h"
+#include "ring_oracle.h"
 #include "rkvt.h"
 
 /* ------------------------------------------------------------------------ */
@@ -195,20 +196,16 @@ static inline int64_t tu_L(const rkv_geometry *g)
 }
 static inline size_t tu_esize(rkv_dtype dt)
 {
-    return dt == RKV_DTYPE_F32 ? 4 : 2;
+    return rkv_dtype_size(dt);
 }
-static inline int64_t tu_ceil_div(int64_t a, int64_t b)
-{
-    return (a + b - 1) / b;
-}
-/* SEM 3 step 1, written out here. */
+/* SEM 3 step 1: the test oracle's (ring_oracle.h) for geometry g. */
 static inline int64_t tu_slot(const rkv_geometry *g, int64_t f)
 {
-    return tu_ceil_div(f, g->pinned_dilation) % g->ring_buckets;
+    return rkvt_rule_slot(f, g->pinned_dilation, g->ring_buckets);
 }
 static inline int tu_write_step(const rkv_geometry *g, int64_t f)
 {
-    return f % g->pinned_dilation == 0;
+    return rkvt_rule_write_step(f, g->pinned_dilation);
 }
 
 static inline rkv_layer *tu_layer_new(const rkv_geometry *g)
@@ -459,14 +456,14 @@ static inline void tu_bits_rule_row(const rkv_geometry *g,
 static inline void tu_clock_rule_row(const rkv_geometry *g, int64_t s,
                                      int64_t f, uint8_t *row)
 {
-    int64_t C = tu_C(g), N = tu_N(g), T = g->tokens_per_frame;
-    int64_t PD = g->pinned_dilation, RB = g->ring_buckets;
-    memset(row, 0, (size_t)N);
-    for (int64_t q = 0; q < f; q += PD)
-        memset(row + s * C + ((q / PD) % RB) * T, 1, (size_t)T);
-    if (f % PD == 0)
-        memset(row + s * C + ((f / PD) % RB) * T, 0, (size_t)T);
-    memset(row + s * C + tu_L(g), 1, (size_t)T);
+    int64_t C = tu_C(g), T = g->tokens_per_frame;
+    int64_t *frames = (int64_t *)tu_xmalloc((size_t)(g->ring_frames + 1) * 8);
+    int64_t n = rkvt_rule_clock_frames(g->ring_frames, g->ring_buckets,
+                                       g->pinned_dilation, f, frames);
+    memset(row, 0, (size_t)tu_N(g));
+    for (int64_t i = 0; i < n; i++)
+        memset(row + s * C + frames[i] * T, 1, (size_t)T);
+    free(frames);
 }
 
 /* Row -> frame list (ascending ring frames, scratch = RF last). */

@@ -1,5 +1,5 @@
 /* `ringkv plan --preset NAME --memory-gib X [--full-global-ring]
- *              [--dtype f32|f16|bf16] [--json]`:
+ *              [--dtype TYPE] [--json]`:
  * the per-layer ring geometry of a model preset, the resident K/V bytes of one
  * session, and how many sessions fit in X GiB (floor(X * 2^30 / per_session)).
  * Everything comes from the library (rkv_model_preset,
@@ -33,7 +33,7 @@ typedef struct plan_opts {
 static void usage(FILE *f) {
     fprintf(f,
             "usage: ringkv plan --preset NAME --memory-gib X [--full-global-ring]\n"
-            "                   [--dtype f32|f16|bf16] [--json]\n\n"
+            "                   [--dtype TYPE] [--json]\n\n"
             "Per-layer ring geometry and K/V bytes of one session of a model preset,\n"
             "and how many sessions fit in X GiB (floor(X * 2^30 / bytes per session)).\n\n"
             "  --preset NAME        model preset:");
@@ -46,7 +46,7 @@ static void usage(FILE *f) {
             "  --full-global-ring   global layers allocate the full 128-frame ring; only\n"
             "                       16 buckets are addressed (SEMANTICS 7): memory grows,\n"
             "                       recall does not\n"
-            "  --dtype TYPE         storage dtype instead of the preset's\n"
+            "  --dtype TYPE         storage dtype instead of the preset's: " RKV_DTYPE_NAMES "\n"
             "  --json               print one JSON object instead of a table (docs/json.md)\n"
             "\nExit status: 0 done; 2 a bad option or an unknown preset; 1 out of memory.\n");
 }
@@ -58,7 +58,7 @@ static const cli_option OPTIONS[] = {
      "a number of GiB in 0..1048576: decimal digits, optionally '.' and more digits (16, 0.5)",
      0,
      MAX_MEMORY_GIB, NULL},
-    {"--dtype", 1, cli_set_dtype, OPT(dtype), "f32, f16 or bf16", 0, 0, NULL},
+    {"--dtype", 1, cli_set_dtype, OPT(dtype), RKV_DTYPE_NAMES, 0, 0, NULL},
     {"--full-global-ring", 0, cli_set_flag, OPT(full_global_ring), NULL, 0, 0, NULL},
     {"--json", 0, cli_set_flag, OPT(json), NULL, 0, 0, NULL},
 };

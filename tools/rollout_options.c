@@ -14,7 +14,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: ringkv rollout [--preset NAME] [--full-global-ring] [--sessions N]\n"
             "                      [--frames N] [--image PATH] [--out DIR] [--seed N]\n"
-            "                      [--dtype f32|f16|bf16] [--threads N] [--backend cpu|cuda]\n"
+            "                      [--dtype TYPE] [--threads N] [--backend cpu|cuda]\n"
             "                      [--snapshot-out FILE] [--resume FILE]\n"
             "                      [--migrate-every N] [--json]\n\n"
             "Streams N sessions through every layer of a model preset, frame by frame\n"
@@ -44,7 +44,7 @@ static void usage(FILE *f) {
             "                       %s (default %s; checked before the run)\n"
             "  --seed N             seed of the camera path and noise, 0..2^64-1, decimal\n"
             "                       (default %d)\n"
-            "  --dtype TYPE         storage dtype (default: the preset's)\n"
+            "  --dtype TYPE         storage dtype, " RKV_DTYPE_NAMES " (default: the preset's)\n"
             "  --threads N          attention threads, CPU backend, 1..1024 (default: the\n"
             "                       machine's cores)\n"
             "  --backend NAME       cpu (default) or cuda (GPU 0; builds with CUDA only; the\n"
@@ -97,7 +97,7 @@ static const cli_option OPTIONS[] = {
     {"--out", 1, cli_set_text, OPT(out), "a folder", 0, PATH_MAX_LEN, NULL},
     {"--seed", 1, cli_set_uint64, OPT(seed), "a decimal integer in 0..18446744073709551615", 0,
      0, NULL},
-    {"--dtype", 1, cli_set_dtype, OPT(dtype), "f32, f16 or bf16", 0, 0, NULL},
+    {"--dtype", 1, cli_set_dtype, OPT(dtype), RKV_DTYPE_NAMES, 0, 0, NULL},
     {"--threads", 1, cli_set_int, OPT(threads), "an integer in 1..1024", 1, 1024, NULL},
     {"--snapshot-out", 1, cli_set_text, OPT(snapshot_out), "a file", 0, PATH_MAX_LEN, NULL},
     {"--resume", 1, cli_set_text, OPT(resume), "a snapshot file", 0, 0, NULL},

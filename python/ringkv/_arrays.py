@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import operator
 import sys
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -34,12 +34,38 @@ from ._args import is_bool
 from ._handle import HandleOwner
 from .errors import RingKVArrayError, RingKVDeviceError, RingKVDtypeError, RingKVRuntimeError
 
-F32, F16, BF16 = 0, 1, 2
-DTYPE_NAMES = {F32: "f32", F16: "f16", BF16: "bf16"}
-_ALIASES = {"f32": F32, "float32": F32, "float": F32, "fp32": F32,
-            "f16": F16, "float16": F16, "half": F16, "fp16": F16,
-            "bf16": BF16, "bfloat16": BF16}
-_NUMPY_OF = {F32: np.dtype(np.float32), F16: np.dtype(np.float16), BF16: np.dtype(np.uint16)}
+
+class DType(NamedTuple):
+    """A row of the dtype table. ``real``: the torch dtype's name (and NumPy's
+    or ml_dtypes'); ``host``: the NumPy dtype holding it (its bits when NumPy
+    has no such type)."""
+    code: int  # rkv_dtype
+    name: str  # rkv_dtype_name
+    aliases: tuple[str, ...]  # other spellings parse_dtype takes
+    real: str
+    host: str
+
+    @property
+    def bits(self) -> bool:
+        return self.host != self.real
+
+
+# The Python dtype table, in C enum order (src/dtype.c has the C one): a new
+# storage dtype is a row here (docs/backends.md).
+DTYPES = (DType(0, "f32", ("float32", "float", "fp32"), "float32", "float32"),
+          DType(1, "f16", ("float16", "half", "fp16"), "float16", "float16"),
+          DType(2, "bf16", ("bfloat16",), "bfloat16", "uint16"))
+F32, F16, BF16 = (d.code for d in DTYPES[:3])
+DTYPE_NAMES = {d.code: d.name for d in DTYPES}
+_ALIASES = {n: d.code for d in DTYPES for n in (d.name, *d.aliases)}
+_OF_REAL = {d.real: d.code for d in DTYPES}
+
+
+def _either(words: list[str]) -> str:
+    return ", ".join(words[:-1]) + " or " + words[-1] if len(words) > 1 else words[0]
+
+
+REALS = _either([d.real for d in DTYPES])  # "float32, float16 or bfloat16", for messages
 
 NUMPY, TORCH = "numpy", "torch"
 
@@ -83,51 +109,50 @@ def parse_dtype(dtype: Any) -> int:
                                f"{', '.join(sorted(_ALIASES))}")
     if is_torch_dtype(dtype):
         name = str(dtype).removeprefix("torch.")
-        if name in ("float32", "float16", "bfloat16"):
-            return _ALIASES[name]
+        if name in _OF_REAL:
+            return _OF_REAL[name]
         raise RingKVDtypeError(
-            f"unsupported torch dtype {dtype}: ringkv stores K/V as torch.float32, "
-            "torch.float16 or torch.bfloat16 only (the reference class allocates any dtype; "
-            "this difference is listed in python/README.md): convert the frames, e.g. "
-            "x.to(torch.float32)")
+            f"unsupported torch dtype {dtype}: ringkv stores K/V as "
+            f"{_either(['torch.' + d.real for d in DTYPES])} only (the reference class allocates "
+            "any dtype; this difference is listed in python/README.md): convert the frames, "
+            "e.g. x.to(torch.float32)")
     try:
         nd = np.dtype(dtype)
     except TypeError:
         raise RingKVDtypeError(f"unknown dtype {dtype!r}") from None
-    if nd == np.float32:
-        return F32
-    if nd == np.float16:
-        return F16
-    if nd.name == "bfloat16" and nd.itemsize == 2:
-        return BF16
-    raise RingKVDtypeError(f"unsupported dtype {nd}; expected float32, float16 or bfloat16 "
-                           "(bf16 given as a string or a torch/ml_dtypes dtype)")
+    code = _numpy_code(nd, bits=False)
+    if code is not None:
+        return code
+    raise RingKVDtypeError(f"unsupported dtype {nd}; expected {REALS} (bf16 given as a string "
+                           "or a torch/ml_dtypes dtype)")
+
+
+def _numpy_code(nd: np.dtype, bits: bool) -> int | None:
+    """The code of NumPy dtype ``nd`` in native byte order (float32,
+    ``ml_dtypes.bfloat16``...), or of the bits NumPy holds a dtype in
+    (uint16: bf16) when ``bits``; None otherwise."""
+    for d in DTYPES:
+        if nd.isnative and (nd.name == d.real or bits and nd.name == d.host) and \
+                nd.itemsize == numpy_dtype(d.code).itemsize:
+            return d.code
+    return None
 
 
 def numpy_dtype(code: int) -> np.dtype:
     """The NumPy dtype holding ringkv dtype ``code`` (bf16: uint16 bits)."""
-    return _NUMPY_OF[code]
+    return np.dtype(DTYPES[code].host)
 
 
 def torch_dtype(code: int):
-    torch = torch_module()
-    return {F32: torch.float32, F16: torch.float16, BF16: torch.bfloat16}[code]
+    return getattr(torch_module(), DTYPES[code].real)
 
 
 def array_dtype_code(x: Any) -> int | None:
     """ringkv dtype code of an array's elements, None when it has none. A
-    NumPy ``uint16`` array is read as bf16 bits."""
+    NumPy array of a dtype's bits (``uint16``) is read as that dtype (bf16)."""
     if is_torch_tensor(x):
-        name = str(x.dtype).removeprefix("torch.")
-        return {"float32": F32, "float16": F16, "bfloat16": BF16}.get(name)
-    nd = x.dtype
-    if nd == np.float32:
-        return F32
-    if nd == np.float16:
-        return F16
-    if nd == np.uint16 or (nd.name == "bfloat16" and nd.itemsize == 2):
-        return BF16
-    return None
+        return _OF_REAL.get(str(x.dtype).removeprefix("torch."))
+    return _numpy_code(x.dtype, bits=True)
 
 
 class _Interface(HandleOwner):
@@ -154,11 +179,11 @@ def numpy_view(ptr: int, shape: tuple[int, ...], dtype: np.dtype, owner: Any) ->
 
 
 def to_torch(arr: np.ndarray, code: int | None = None):
-    """``arr`` as a torch CPU tensor sharing its memory. ``code`` BF16 turns
-    uint16 bits into ``torch.bfloat16``."""
+    """``arr`` as a torch CPU tensor sharing its memory. A ``code`` held as
+    bits (BF16) turns them into its torch dtype (``torch.bfloat16``)."""
     torch = torch_module()
-    if code == BF16 and arr.dtype == np.uint16:
-        return torch.from_numpy(arr.view(np.int16)).view(torch.bfloat16)
+    if code is not None and DTYPES[code].bits and arr.dtype == numpy_dtype(code):
+        return torch.from_numpy(arr.view(f"i{arr.itemsize}")).view(torch_dtype(code))
     return torch.from_numpy(arr)
 
 
@@ -198,7 +223,7 @@ def kv_mismatch(shape: tuple, code: int | None, keep: Any, expect: tuple,
                 f"{[expect[0]] + list(expect[2:])}; got {list(shape)}")
     if code != storage_code:
         name = DTYPE_NAMES[storage_code]
-        hint = (f"x.to(torch.{ {F32: 'float32', F16: 'float16', BF16: 'bfloat16'}[storage_code]})"
+        hint = (f"x.to(torch.{DTYPES[storage_code].real})"
                 if is_torch_tensor(keep) else f"ringkv.convert(x, {name!r})")
         return (f"kv dtype {keep.dtype} does not match the storage dtype {name} (convert it "
                 f"first: {hint})")
@@ -269,7 +294,9 @@ def int64_vector(x: Any, name: str, what: str,
 
 # ---- CUDA (torch) -------------------------------------------------------------
 
-_CUDA_TYPESTR = {F32: "<f4", F16: "<f2", BF16: "<i2", "bool": "|b1", "int32": "<i4"}
+_CUDA_TYPESTR = {"bool": "|b1", "int32": "<i4",
+                 **{d.code: np.dtype(f"i{numpy_dtype(d.code).itemsize}" if d.bits else d.host).str
+                    for d in DTYPES}}
 
 
 def cuda_array_interface(ptr: int, shape: tuple[int, ...], typestr: str) -> dict:
@@ -300,7 +327,8 @@ def cuda_view(ptr: int, shape: tuple[int, ...], code: Any, device_index: int, ow
     """A torch CUDA tensor over the DEVICE buffer at ``ptr`` on GPU
     ``device_index``, without copying; ``code`` a ringkv dtype code or "bool".
     bf16 goes through int16 (the interface has no bfloat16 typestr) and is
-    reinterpreted with ``.view(torch.bfloat16)``."""
+    reinterpreted with ``.view(torch.bfloat16)`` (any dtype NumPy holds as bits
+    likewise)."""
     if not ptr:
         raise RingKVRuntimeError("ringkv: the CUDA library returned a NULL device buffer")
     torch = torch_module()
@@ -309,7 +337,7 @@ def cuda_view(ptr: int, shape: tuple[int, ...], code: Any, device_index: int, ow
     if t.data_ptr() != int(ptr):  # as_tensor copies only across devices/dtypes
         raise RingKVRuntimeError(f"ringkv: torch copied the device buffer {ptr:#x} instead of "
                                  "viewing it")
-    return t.view(torch.bfloat16) if code == BF16 else t
+    return t.view(torch_dtype(code)) if isinstance(code, int) and DTYPES[code].bits else t
 
 
 def check_cuda_device(x: Any, name: str, device: Any) -> None:

@@ -93,7 +93,7 @@ def _check_q(qb: Any, d_head: int, batch: int, kv_heads: int | None = None,
     if q_heads is not None and Hq != q_heads:
         raise RingKVArrayError(f"q has n_q_heads = {Hq}; this model has {q_heads}")
     if qb.code is None:
-        raise RingKVArrayError(f"q dtype {qb.keep.dtype} is not float32, float16 or bf16")
+        raise RingKVArrayError(f"q dtype {qb.keep.dtype} is not {ar.REALS}")
 
 
 def _check_out(ob: Any, qb: Any, copied_msg: str) -> None:
@@ -102,7 +102,7 @@ def _check_out(ob: Any, qb: Any, copied_msg: str) -> None:
     if tuple(ob.shape) != tuple(qb.shape):
         raise RingKVArrayError(f"out has shape {ob.shape}; expected {qb.shape}")
     if ob.code is None:
-        raise RingKVArrayError(f"out dtype {ob.keep.dtype} is not float32, float16 or bf16")
+        raise RingKVArrayError(f"out dtype {ob.keep.dtype} is not {ar.REALS}")
 
 
 def _prepare(q: Any, d_head: int, total_slots: int, batch: int, out: Any, out_dtype: Any,

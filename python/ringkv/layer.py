@@ -905,7 +905,7 @@ class LayerRingCache(HandleOwner):
             if not out.is_contiguous():
                 raise RingKVArrayError("out must be C-contiguous (it is written in place)")
             if ar.array_dtype_code(out) is None:
-                raise RingKVArrayError(f"out dtype {out.dtype} is not float32, float16 or bf16")
+                raise RingKVArrayError(f"out dtype {out.dtype} is not {ar.REALS}")
             dt = out.dtype
         res = ops.attend(ring, written, q, si, fp, rows, self.geometry_list, _scale(scale), dt,
                          self.error_word)

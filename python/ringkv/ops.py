@@ -88,7 +88,7 @@ __all__ = ["upsert", "visible_row", "attend", "ring_scatter", "model_upsert", "m
 #: opcheck, FlexAttention's BlockMask.from_kv_blocks with seq_lengths).
 MIN_TORCH = (2, 6)
 
-_CODES = {torch.float32: ar.F32, torch.float16: ar.F16, torch.bfloat16: ar.BF16}
+_CODES = {ar.torch_dtype(d.code): d.code for d in ar.DTYPES}
 _P64 = ctypes.POINTER(ctypes.c_int64)
 _PU8 = ctypes.POINTER(ctypes.c_uint8)
 
@@ -111,8 +111,8 @@ def _geometry(geometry: list[int], dtype: torch.dtype) -> Geometry:
         raise RingKVValueError(f"geometry must be [S, H, RF, RB, D, T, PD] (7 ints); got "
                                f"{list(geometry)}")
     if dtype not in _CODES:
-        raise RingKVArrayError(f"ring storage dtype {dtype} is not one ringkv has (float32, "
-                               "float16, bfloat16)")
+        raise RingKVArrayError(f"ring storage dtype {dtype} is not one ringkv has "
+                               f"({ar.REALS})")
     return Geometry(*(int(x) for x in geometry), _CODES[dtype])
 
 
@@ -295,13 +295,13 @@ def _check_q(q: Tensor, g: Geometry, batch: int) -> None:
                                f"positive multiple of the layer's n_kv_heads = {g.n_kv_heads} "
                                "(GQA)")
     if q.dtype not in _CODES:
-        raise RingKVArrayError(f"q dtype {q.dtype} is not float32, float16 or bfloat16")
+        raise RingKVArrayError(f"q dtype {q.dtype} is not {ar.REALS}")
 
 
 def _out_dtype(q: Tensor, out_dtype: Optional[torch.dtype]) -> torch.dtype:
     dt = q.dtype if out_dtype is None else out_dtype
     if dt not in _CODES:
-        raise RingKVArrayError(f"out_dtype {dt} is not float32, float16 or bfloat16")
+        raise RingKVArrayError(f"out_dtype {dt} is not {ar.REALS}")
     return dt
 
 

@@ -167,6 +167,23 @@ def test_convert_rounds_to_nearest_even():
     assert ringkv.dtype_size("bf16") == 2 and ringkv.dtype_size(np.float32) == 4
 
 
+def test_dtype_table_matches_the_library():
+    """python/ringkv/_arrays.py's dtype table and src/dtype.c's agree: each
+    row's code has the library's name and element size, the library parses
+    the name, and the library has no dtype past the table's last."""
+    import ctypes
+
+    from ringkv import _arrays as ar
+    from ringkv._lib import lib
+    for d in ar.DTYPES:
+        assert lib.rkv_dtype_name(d.code).decode() == d.name
+        assert lib.rkv_dtype_size(d.code) == ar.numpy_dtype(d.code).itemsize
+        out = ctypes.c_int(-1)
+        assert lib.rkv_dtype_parse(d.name.encode(), ctypes.byref(out)) == 0 and out.value == d.code
+    assert [d.code for d in ar.DTYPES] == list(range(len(ar.DTYPES)))
+    assert lib.rkv_dtype_name(len(ar.DTYPES)) is None
+
+
 def test_visible_frames_from_clock_agrees_with_bits_rule():
     c = make(S=1, H=1, RF=5, RB=3, D=4, PD=2)
     for f in range(20):

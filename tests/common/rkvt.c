@@ -10,6 +10,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "ring_oracle.h"
+
 #define GAMMA 0x9E3779B97F4A7C15ull
 
 static uint64_t finalize(uint64_t z) {
@@ -156,13 +158,8 @@ void rkvt_describe_config(const rkv_model_config *c, char *out, size_t len) {
 int64_t rkvt_visible_frames(const rkv_geometry *g, const uint8_t *written, int64_t s, int64_t f,
                             int64_t *frames) {
     const int64_t T = g->tokens_per_frame, C = (g->ring_frames + 1) * T;
-    const int64_t PD = g->pinned_dilation, RB = g->ring_buckets;
-    const int64_t hidden = f % PD == 0 ? (f / PD) % RB : -1;
-    int64_t n = 0;
-    for (int64_t r = 0; r < g->ring_frames; r++)
-        if (r != hidden && written[s * C + r * T]) frames[n++] = r;
-    frames[n++] = g->ring_frames;
-    return n;
+    return rkvt_rule_frames(written + s * C, T, g->ring_frames, g->ring_buckets,
+                            g->pinned_dilation, f, frames);
 }
 
 void rkvt_attend_row(const rkv_geometry *g, const void *kv, int64_t kvh, const int64_t *slots,

@@ -77,11 +77,10 @@ void rkvt_describe_config(const rkv_model_config *c, char *out, size_t len);
 
 /* ---- oracles (SEMANTICS 4, 5) ------------------------------------------------------- */
 
-/* The visible frames of session s at clock f by the bits-and-clock rule,
- * from a host copy of the written bits [N] (a frame counts as written when
- * its first slot is): ring frames ascending, minus the slot ceil(f/PD) mod
- * RB on write steps (f mod PD == 0), the scratch (RF) last. frames holds
- * RF + 1; returns the count. */
+/* The visible frames of session s at clock f by the bits-and-clock rule
+ * (rkvt_rule_frames of ring_oracle.h, the tests' ring rule), from a host
+ * copy of the written bits [N]: ring frames ascending, minus the hidden
+ * one, the scratch (RF) last. frames holds RF + 1; returns the count. */
 int64_t rkvt_visible_frames(const rkv_geometry *g, const uint8_t *written, int64_t s, int64_t f,
                             int64_t *frames);
 

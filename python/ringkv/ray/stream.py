@@ -15,6 +15,7 @@ from typing import Sequence
 import numpy as np
 import xxhash
 
+from .. import convert
 from ..model import Model, ModelConfig
 
 __all__ = ["PASSES", "frame_tokens", "step_frame", "reference_digests", "reference_states"]
@@ -34,15 +35,9 @@ def _rng(request_id: str | bytes, frame: int, pass_: int, layer: int) -> np.rand
 
 
 def _storage(x: np.ndarray, dtype: str) -> np.ndarray:
-    """float32 values in the model's dtype (bf16: uint16 bits, rounded to
-    nearest even)."""
-    if dtype == "f32":
-        return x
-    if dtype == "f16":
-        return x.astype(np.float16)
-    bits = x.view(np.uint32)
-    rounded = bits + (0x7FFF + ((bits >> 16) & 1))
-    return (rounded >> 16).astype(np.uint16)
+    """float32 values in the model's dtype (bf16: uint16 bits), rounded to
+    nearest even by the library (:func:`ringkv.convert`)."""
+    return x if dtype == "f32" else convert(x, dtype)
 
 
 def frame_tokens(config: ModelConfig, request_id: str, frame: int, pass_: int,
