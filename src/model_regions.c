@@ -13,6 +13,7 @@
 #include <xxhash.h>
 
 #include "model_internal.h"
+#include "snapshot_header.h"
 
 /* ---- the metadata blob (RKV_SESSION_META_VERSION, little-endian: ringkv.h) ---- */
 
@@ -484,15 +485,8 @@ rkv_status rkv_model_transfer_session(const rkv_model *src, int64_t src_session,
     static const char what[] = "rkv_model_transfer_session";
     rkv_status st = rkv__model_check_between_frames(src, what, src_session);
     if (st != RKV_OK || (st = check_reserved(dst, what, dst_session)) != RKV_OK) return st;
-    /* one geometry: the source's metadata must read as the destination's */
-    uint8_t *meta = malloc(rkv_model_session_meta_bytes(src));
-    if (!meta) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", what);
-    const rkv__session_state *s = &src->sessions[src_session];
-    write_meta(src, s->request_id, s->last_committed, 0, meta);
-    meta_view v;
-    st = read_meta(dst, what, meta, rkv_model_session_meta_bytes(src), &v);
-    free(meta);
-    if (st != RKV_OK) return st;
+    if ((st = rkv__snap_geometry_check(what, NULL, "source model", &src->cfg, &dst->cfg)) != RKV_OK)
+        return st;
     if ((st = wait_idle(src, what)) != RKV_OK || (st = wait_idle(dst, what)) != RKV_OK) return st;
     uint8_t *bounce = NULL;
     for (int64_t i = 0; i < src->cfg.n_layers && st == RKV_OK; i++)

@@ -298,49 +298,6 @@ rkv_status rkv_snapshot_inspect_mem(const void *buf, size_t bytes, rkv_snapshot_
 /* Load                                                                      */
 /* ------------------------------------------------------------------------ */
 
-/* The snapshot's geometry against the model's: RKV_OK or "wrong geometry"
- * naming the first difference, and both models' names (a snapshot of
- * another preset is the usual cause). */
-static rkv_status check_geometry(const source *s, const rkv_model_config *snap,
-                                 const rkv_model_config *mine) {
-    char names[2 * 4 * RKV_MAX_NAME + 80], a[4 * RKV_MAX_NAME + 4], b[4 * RKV_MAX_NAME + 4];
-    names[0] = '\0'; /* the names only when they differ (the field differing is named) */
-    if (strncmp(snap->name, mine->name, RKV_MAX_NAME))
-        snprintf(names, sizeof names, " (the snapshot is of model '%s', this model is '%s')",
-                 rkv__snap_escape(a, sizeof a, snap->name, RKV_MAX_NAME),
-                 rkv__snap_escape(b, sizeof b, mine->name, RKV_MAX_NAME));
-#define DIFF(field, label)                                                                         \
-    if (snap->field != mine->field)                                                                \
-        return rkv__fail(RKV_ERR_FORMAT,                                                           \
-                         "%s: %s: wrong geometry%s: the snapshot has %s %lld, this model %lld",   \
-                         s->w.what, s->w.name, names, label, (long long)snap->field,              \
-                         (long long)mine->field);
-    DIFF(n_layers, "n_layers")
-    DIFF(n_kv_heads, "n_kv_heads")
-    DIFF(d_head, "d_head")
-    DIFF(tokens_per_frame, "tokens_per_frame")
-#undef DIFF
-    if (snap->dtype != mine->dtype)
-        return rkv__fail(RKV_ERR_FORMAT,
-                         "%s: %s: wrong geometry%s: the snapshot has dtype %s, this model %s",
-                         s->w.what, s->w.name, names, rkv_dtype_name(snap->dtype),
-                         rkv_dtype_name(mine->dtype));
-    for (int64_t i = 0; i < mine->n_layers; i++) {
-        const rkv_layer_spec *x = &snap->layers[i], *y = &mine->layers[i];
-        if (x->ring_frames != y->ring_frames || x->ring_buckets != y->ring_buckets ||
-            x->pinned_dilation != y->pinned_dilation)
-            return rkv__fail(RKV_ERR_FORMAT,
-                             "%s: %s: wrong geometry%s: layer %lld of the snapshot has "
-                             "ring_frames %lld, ring_buckets %lld, pinned_dilation %lld; this "
-                             "model's has %lld, %lld, %lld",
-                             s->w.what, s->w.name, names, (long long)i, (long long)x->ring_frames,
-                             (long long)x->ring_buckets, (long long)x->pinned_dilation,
-                             (long long)y->ring_frames, (long long)y->ring_buckets,
-                             (long long)y->pinned_dilation);
-    }
-    return RKV_OK;
-}
-
 /* Copies tensor r (one layer's K, V or written span of a session) from the
  * source into `session` of the model, one piece at a time (K or V of one
  * head, or the written bits) through the model's backend: straight from
@@ -510,7 +467,8 @@ static rkv_status load_source(const source *s, rkv_model *model, int64_t session
     struct rkv__snap_slot *k = s->mem ? slot_take(model, session) : NULL;
     rkv_status st = read_header_with(s, k && k->t.text ? &k->t : NULL, &p);
     if (st == RKV_OK) {
-        if ((st = check_geometry(s, &p.info.config, &model->cfg)) == RKV_OK &&
+        if ((st = rkv__snap_geometry_check(s->w.what, s->w.name, "snapshot", &p.info.config,
+                                             &model->cfg)) == RKV_OK &&
             (st = verify_data(s, &p)) == RKV_OK)
             st = install(s, &p, model, session);
         if (st == RKV_OK && !p.borrowed) learn_template(s, model, k, &p);
@@ -534,7 +492,8 @@ rkv_status rkv__snapshot_page_in(rkv_model *m, const char *what, const void *buf
     if ((st = read_header(&s, &p)) == RKV_OK) {
         int64_t got = -1;
         uint64_t digest = 0;
-        if ((st = check_geometry(&s, &p.info.config, &m->cfg)) == RKV_OK &&
+        if ((st = rkv__snap_geometry_check(what, s.w.name, "snapshot", &p.info.config, &m->cfg)) ==
+                RKV_OK &&
             (st = admit(arg, &p.info, &got)) == RKV_OK &&
             (st = install_pieces(&s, &p, m, got, &digest, true)) == RKV_OK &&
             digest != p.info.data_xxh3) {

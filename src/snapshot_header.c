@@ -363,6 +363,46 @@ static rkv_status read_geometry(const rkv__snap_where *w, const json_t *meta,
     return RKV_OK;
 }
 
+rkv_status rkv__snap_geometry_check(const char *what, const char *name, const char *noun,
+                                   const rkv_model_config *theirs, const rkv_model_config *mine) {
+    char names[2 * ESC(RKV_MAX_NAME) + 80], a[ESC(RKV_MAX_NAME)], b[ESC(RKV_MAX_NAME)];
+    names[0] = '\0'; /* the names only when they differ (the field differing is named) */
+    if (strncmp(theirs->name, mine->name, RKV_MAX_NAME))
+        snprintf(names, sizeof names, " (the %s is of model '%s', this model is '%s')", noun,
+                 rkv__snap_escape(a, sizeof a, theirs->name, RKV_MAX_NAME),
+                 rkv__snap_escape(b, sizeof b, mine->name, RKV_MAX_NAME));
+    const char *sep = name ? ": " : "";
+    name = name ? name : "";
+    if (theirs->n_layers != mine->n_layers)
+        return rkv__fail(RKV_ERR_FORMAT,
+                         "%s: %s%swrong geometry%s: the %s has n_layers %lld, this model %lld",
+                         what, name, sep, names, noun, (long long)theirs->n_layers,
+                         (long long)mine->n_layers);
+    for (int64_t i = 0; i < mine->n_layers; i++) {
+        rkv_geometry x, y;
+        rkv_model_config_layer_geometry(theirs, i, &x);
+        rkv_model_config_layer_geometry(mine, i, &y);
+        x.num_sessions = y.num_sessions; /* not geometry: a snapshot holds one session */
+        int64_t u, v;
+        const char *f = rkv__geometry_differs(&x, &y, &u, &v);
+        if (!f) continue;
+        if (!strcmp(f, "dtype"))
+            return rkv__fail(RKV_ERR_FORMAT,
+                             "%s: %s%swrong geometry%s: the %s has dtype %s, this model %s", what,
+                             name, sep, names, noun, rkv_dtype_name((rkv_dtype)u),
+                             rkv_dtype_name((rkv_dtype)v));
+        const bool own = !strcmp(f, "ring_frames") || !strcmp(f, "ring_buckets") ||
+                         !strcmp(f, "pinned_dilation"); /* a layer's own field */
+        char layer[40] = "";
+        if (own) snprintf(layer, sizeof layer, "layer %lld of ", (long long)i);
+        return rkv__fail(RKV_ERR_FORMAT,
+                         "%s: %s%swrong geometry%s: %sthe %s has %s %lld, this model%s %lld", what,
+                         name, sep, names, layer, noun, f, (long long)u, own ? "'s" : "",
+                         (long long)v);
+    }
+    return RKV_OK;
+}
+
 /* Text as the writer stores it: printable ASCII under `key`, or (when
  * hex_key) the lowercase hex of other bytes, none zero, under hex_key; at
  * most one of the two ("" when neither), fitting out[size] with its NUL. */

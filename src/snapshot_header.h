@@ -60,6 +60,13 @@ rkv_status rkv__snap_header_parse(const rkv__snap_where *w, const uint8_t first8
                                   rkv__snap_header *out);
 void rkv__snap_header_free(rkv__snap_header *p);
 
+/* RKV_OK, or "what: name: wrong geometry" (RKV_ERR_FORMAT; name may be
+ * NULL) naming the first difference (rkv__geometry_differs, layer by layer;
+ * num_sessions is not geometry) of theirs (the `noun`'s) from mine, with
+ * both models' names when they differ (another preset is the usual cause). */
+rkv_status rkv__snap_geometry_check(const char *what, const char *name, const char *noun,
+                                   const rkv_model_config *theirs, const rkv_model_config *mine);
+
 /* The header a writer emits, padded with spaces so that 8 + len is a
  * multiple of 8, both checksums "0000000000000000" until sealed. */
 typedef struct rkv__snap_text {
