@@ -679,7 +679,8 @@ static rkv_status write_image(const rkv_model *m, int64_t session, rkv__snap_tex
 static rkv_status build_header(const rkv_model *m, int64_t session, const char *what,
                                rkv__snap_text *out) {
     const rkv__session_state *ss = &m->sessions[session];
-    return rkv__snap_header_build(&m->cfg, session, ss->request_id, ss->last_committed, what, out);
+    return rkv__snap_header_build(&m->cfg, session, ss->request_id, ss->last_committed, NULL,
+                                  what, out);
 }
 
 /* The image in memory; its header padded to header_len bytes when that is

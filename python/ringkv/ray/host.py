@@ -52,7 +52,8 @@ from typing import Any, Callable, Sequence
 from .._args import as_int
 from ..errors import RingKVRuntimeError, RingKVTypeError
 from ..model import LayerSpec, Model, ModelConfig, inspect_snapshot
-from .checkpoint import INCARNATION_KEY, read_checkpoint, tag_image, write_atomic
+from .checkpoint import (INCARNATION_KEY, header_metadata, read_checkpoint, tag_image,
+                         write_atomic)
 from .stream import PASSES, frame_tokens, step_frame
 
 __all__ = ["SessionHost", "InjectedFailure", "StaleHostError", "FAULT_POINTS", "FAULT_ACTIONS",
@@ -581,12 +582,10 @@ class SessionHost:
     def reserve(self, meta: bytes, inc: str | None = None) -> int:
         """Reserves a slot for the session ``meta`` describes, as incarnation
         ``inc`` (refused, with nothing changed, when there is no room or it
-        is here already)."""
-        key = _request_id_of(meta)
-        if key in self.held or key in self.incoming or key in self.paged:
-            raise RingKVRuntimeError(f"host {self.name}: request {key!r} is already here")
+        is here already: held, paged out or reserved; the library checks
+        the bytes and the id first)."""
         s = self.model.import_reserve(meta)
-        self.incoming[key] = _Incoming(s, inc or new_incarnation())
+        self.incoming[_request_id_of(meta)] = _Incoming(s, inc or new_incarnation())
         return s
 
     def _incoming(self, request_id: Any, inc: str | None) -> tuple[str, _Incoming]:
@@ -738,9 +737,11 @@ def _flip_last_byte(path: str) -> None:
 
 
 def _request_id_of(meta: bytes) -> str:
-    """The request id (str key) stored in a session metadata blob
-    (docs/migration.md: 256 bytes at offset 72, NUL-padded)."""
-    return bytes(meta[72:72 + 256]).split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+    """The request id (str key) in session metadata: its snapshot header's
+    ``request_id`` or ``request_id_hex`` (docs/migration.md)."""
+    m = header_metadata(meta)
+    return request_key(bytes.fromhex(m["request_id_hex"]) if "request_id_hex" in m
+                       else m["request_id"])
 
 
 #: Longest checkpoint file name: NAME_MAX (255 bytes) less the ".tmp-XXXXXX"
