@@ -40,14 +40,24 @@ static rkv_status wait_idle(const rkv_model *m, const char *what) {
     return st == RKV_OK ? RKV_OK : rkv__model_backend_fail(st, what);
 }
 
-/* Region k of a session, in rkv_model_session_regions' order: per layer
- * K of each head, V of each head, the written bits. */
-static void region_at(const rkv_model *m, size_t k, int64_t *layer, rkv_span_part *part,
-                      int64_t *head) {
+void rkv__model_region_at(const rkv_model *m, size_t k, int64_t *layer, rkv_span_part *part,
+                          int64_t *head) {
     const size_t H = (size_t)m->cfg.n_kv_heads, r = k % (2 * H + 1);
     *layer = (int64_t)(k / (2 * H + 1));
     *part = r == 2 * H ? RKV_SPAN_WRITTEN : r < H ? RKV_SPAN_K : RKV_SPAN_V;
     *head = *part == RKV_SPAN_WRITTEN ? 0 : (int64_t)(r % H);
+}
+
+uint8_t *rkv__model_host_region(const rkv_model *m, int64_t layer, int64_t session,
+                                rkv_span_part part, int64_t head) {
+    void *ptr = NULL;
+    int device = 0;
+    if (!m->ops.span_region ||
+        m->ops.span_region(m->ctx, m->layers[layer], session, part, head, &ptr, &device) !=
+            RKV_OK ||
+        device >= 0)
+        return NULL;
+    return ptr;
 }
 
 /* XXH3-64 of the session's regions in order (only the written bits with
@@ -64,15 +74,10 @@ static rkv_status hash_regions(const rkv_model *m, const char *what, int64_t ses
     for (size_t k = 0; k < n && st == RKV_OK; k++) {
         int64_t i, h;
         rkv_span_part part;
-        region_at(m, k, &i, &part, &h);
+        rkv__model_region_at(m, k, &i, &part, &h);
         if (written_only && part != RKV_SPAN_WRITTEN) continue;
-        void *ptr = NULL;
-        int device = 0;
-        if (m->ops.span_region &&
-            (st = m->ops.span_region(m->ctx, m->layers[i], session, part, h, &ptr, &device)) !=
-                RKV_OK)
-            break;
-        if (!ptr || device >= 0) { /* device memory: through the host */
+        const uint8_t *ptr = rkv__model_host_region(m, i, session, part, h);
+        if (!ptr) { /* device memory: through the host */
             if (!bounce && !(bounce = malloc(rkv__model_max_span_bytes(m))))
                 return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", what);
             if ((st = rkv__model_span_read(m, i, session, part, h, bounce)) != RKV_OK) break;
@@ -200,7 +205,7 @@ rkv_status rkv_model_session_regions(rkv_model *model, int64_t session,
         rkv_span_part part;
         void *ptr = NULL;
         int device = -1;
-        region_at(model, k, &i, &part, &h);
+        rkv__model_region_at(model, k, &i, &part, &h);
         st = model->ops.span_region(model->ctx, model->layers[i], session, part, h, &ptr, &device);
         tmp[k] = (rkv_session_region){ptr, rkv__model_span_bytes(model, i, part), device, part, i, h};
     }
@@ -318,13 +323,10 @@ static rkv_status copy_region(const rkv_model *src, int64_t ss, rkv_model *dst, 
                               size_t k, uint8_t **bounce) {
     int64_t i, h;
     rkv_span_part part;
-    region_at(src, k, &i, &part, &h);
-    void *sp = NULL, *dp = NULL;
-    int sdev = 0, ddev = 0;
-    if (src->ops.span_region && dst->ops.span_region &&
-        src->ops.span_region(src->ctx, src->layers[i], ss, part, h, &sp, &sdev) == RKV_OK &&
-        dst->ops.span_region(dst->ctx, dst->layers[i], ds, part, h, &dp, &ddev) == RKV_OK &&
-        sdev < 0 && ddev < 0) {
+    rkv__model_region_at(src, k, &i, &part, &h);
+    uint8_t *sp = rkv__model_host_region(src, i, ss, part, h);
+    uint8_t *dp = sp ? rkv__model_host_region(dst, i, ds, part, h) : NULL;
+    if (dp) {
         memcpy(dp, sp, rkv__model_span_bytes(src, i, part));
         return RKV_OK;
     }
