@@ -68,9 +68,7 @@ def tag_image(image: Any, tags: dict[str, str]) -> bytes:
 
 def header_metadata(data: Any) -> dict[str, str]:
     """The ``__metadata__`` (str -> str) of the snapshot header that starts
-    ``data``: an image, a checkpoint file's bytes, or session metadata
-    (``Model.export_meta``: the session's snapshot header; docs/migration.md).
-    Read as it is: check the bytes with the library first."""
+    ``data`` (an image or ``Model.export_meta``'s bytes), unchecked."""
     n = int.from_bytes(bytes(data[:8]), "little")
     return json.loads(bytes(data[8:8 + n]))["__metadata__"]
 

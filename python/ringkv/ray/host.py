@@ -52,8 +52,7 @@ from typing import Any, Callable, Sequence
 from .._args import as_int
 from ..errors import RingKVRuntimeError, RingKVTypeError
 from ..model import LayerSpec, Model, ModelConfig, inspect_snapshot
-from .checkpoint import (INCARNATION_KEY, header_metadata, read_checkpoint, tag_image,
-                         write_atomic)
+from .checkpoint import INCARNATION_KEY, header_metadata, read_checkpoint, tag_image, write_atomic
 from .stream import PASSES, frame_tokens, step_frame
 
 __all__ = ["SessionHost", "InjectedFailure", "StaleHostError", "FAULT_POINTS", "FAULT_ACTIONS",
@@ -581,9 +580,8 @@ class SessionHost:
     @_entry
     def reserve(self, meta: bytes, inc: str | None = None) -> int:
         """Reserves a slot for the session ``meta`` describes, as incarnation
-        ``inc`` (refused, with nothing changed, when there is no room or it
-        is here already: held, paged out or reserved; the library checks
-        the bytes and the id first)."""
+        ``inc`` (the library refuses, with nothing changed, bad bytes, no room
+        or an id here already)."""
         s = self.model.import_reserve(meta)
         self.incoming[_request_id_of(meta)] = _Incoming(s, inc or new_incarnation())
         return s
@@ -737,11 +735,9 @@ def _flip_last_byte(path: str) -> None:
 
 
 def _request_id_of(meta: bytes) -> str:
-    """The request id (str key) in session metadata: its snapshot header's
-    ``request_id`` or ``request_id_hex`` (docs/migration.md)."""
-    m = header_metadata(meta)
-    return request_key(bytes.fromhex(m["request_id_hex"]) if "request_id_hex" in m
-                       else m["request_id"])
+    """The request id (str key) in session metadata (its snapshot header)."""
+    h = header_metadata(meta)
+    return request_key(h["request_id"] if "request_id" in h else bytes.fromhex(h["request_id_hex"]))
 
 
 #: Longest checkpoint file name: NAME_MAX (255 bytes) less the ".tmp-XXXXXX"
