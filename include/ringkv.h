@@ -1073,21 +1073,23 @@ RKV_API rkv_status rkv_model_session_regions(rkv_model *model, int64_t session,
                                              rkv_session_region *regions,
                                              size_t max_regions, size_t *count);
 
-/* The session metadata blob: what an importer checks before a session
- * becomes live. Version 2, little-endian, rkv_model_session_meta_bytes()
- * = 344 + 24 * n_layers bytes: magic "RKVSESS\0", u32 version, u32 dtype,
- * i64 n_layers, n_kv_heads, d_head, tokens_per_frame, last_committed,
- * u64 region count, data bytes (all regions), the request id (256 bytes,
- * NUL-padded), u64 XXH3-64 of the session's written bits (every layer's
- * written region in order: the importer checks the filled slot's against
- * it, so an unfilled slot is refused), per layer i64 ring_frames,
- * ring_buckets, pinned_dilation, then the XXH3-64 of everything before it
- * (docs/migration.md). Version 1 blobs (no written-bits digest) are
- * refused. */
-#define RKV_SESSION_META_VERSION 2
+/* The session metadata: what an importer checks before a session becomes
+ * live. Version 3: the session's snapshot header (docs/snapshot-format.md:
+ * the 8-byte header length and the JSON header with geometry, clock,
+ * request id and a tensor table whose byte ranges are the regions in
+ * order), padded to rkv_model_session_meta_bytes() - 8 bytes, data_xxh3
+ * 0000000000000000 (export does not hash K/V: rkv_model_session_digest
+ * does), and two more keys: "session_meta_version" ("3",
+ * RKV_SESSION_META_VERSION) and "written_xxh3" (XXH3-64 of the written
+ * bits, every layer's written region in order: an unfilled slot is refused
+ * at import). docs/migration.md. Version 2 (the binary "RKVSESS" blob) is
+ * refused. rkv_model_session_meta_bytes: its size for any session of this
+ * model; 0 for NULL or out of memory. */
+#define RKV_SESSION_META_VERSION 3
 RKV_API size_t rkv_model_session_meta_bytes(const rkv_model *model);
-/* Writes held session `session`'s metadata (between frames) into meta
- * (meta_bytes >= rkv_model_session_meta_bytes). Reads the model only, but
+/* Writes held session `session`'s metadata (between frames) into the
+ * first rkv_model_session_meta_bytes bytes of meta (meta_bytes >= that;
+ * host memory, the caller's). Reads the model only, but
  * reads its written bits through the backend to hash them: on the CUDA
  * backend it waits for the queued work and needs the model's device
  * current (not capture-safe).
@@ -1110,10 +1112,13 @@ RKV_API rkv_status rkv_model_session_digest(rkv_model *model, int64_t session,
 /* Reserves the lowest free slot for importing the session that `meta`
  * describes; *session receives it. The slot is neither held nor free:
  * claim does not hand it out, the request id is refused by claim
- * (RKV_ERR_STATE) until the import ends. Its regions are zeroed. Errors
- * (nothing changed): RKV_ERR_NULL, RKV_ERR_FORMAT (a blob that is not
- * metadata of version RKV_SESSION_META_VERSION (2), damaged (checksum), or
- * of another geometry: the field named), RKV_ERR_STATE (the request id is held, paged out or being
+ * (RKV_ERR_STATE) until the import ends. Its regions are zeroed. meta:
+ * the exporter's rkv_model_session_meta_bytes bytes (host memory; the
+ * exporter's size, which may differ from this model's). Errors (nothing
+ * changed): RKV_ERR_NULL, RKV_ERR_FORMAT (bytes that are not metadata of
+ * version RKV_SESSION_META_VERSION (3), damaged (the snapshot header's
+ * checks: JSON, header checksum, tensor table), or of another geometry:
+ * the field named), RKV_ERR_STATE (the request id is held, paged out or being
  * imported here), RKV_ERR_FULL (no free slot: a destination without room
  * refuses here, before the source gives anything up). */
 RKV_API rkv_status rkv_model_import_reserve(rkv_model *model, const void *meta,

@@ -99,3 +99,16 @@ const char *rkv__written_bad_what(const rkv_geometry *g, const uint8_t *w, int64
     }
     return buf;
 }
+
+const char *rkv__geometry_differs(const rkv_geometry *a, const rkv_geometry *b, int64_t *va,
+                                  int64_t *vb) {
+#define FIELD(f)                                                                                   \
+    if (a->f != b->f) {                                                                            \
+        *va = (int64_t)a->f, *vb = (int64_t)b->f;                                                  \
+        return #f;                                                                                 \
+    }
+    FIELD(num_sessions) FIELD(n_kv_heads) FIELD(ring_frames) FIELD(ring_buckets) FIELD(d_head)
+    FIELD(tokens_per_frame) FIELD(pinned_dilation) FIELD(dtype)
+#undef FIELD
+    return NULL;
+}

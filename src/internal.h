@@ -243,6 +243,16 @@ rkv_status rkv__check_sessions(const char *what, const int64_t *session_idx,
  * size). */
 rkv_status rkv__geometry_check_shared(const rkv_geometry *g);
 
+/* The one geometry comparison (issue 22): the first field, in rkv_geometry's
+ * order (num_sessions, n_kv_heads, ring_frames, ring_buckets, d_head,
+ * tokens_per_frame, pinned_dilation, dtype), in which a differs from b, its
+ * name returned and the two values in *va, *vb (a dtype as its rkv_dtype);
+ * NULL when they are equal. Snapshot loads and session imports compare
+ * configs layer by layer through it (rkv__snap_geometry_check), the ring
+ * views of src/model_ring.c a view with its layer. */
+const char *rkv__geometry_differs(const rkv_geometry *a, const rkv_geometry *b, int64_t *va,
+                                  int64_t *vb);
+
 /* Validates a model config (its own fields first, named as such; then every
  * layer's geometry, "layer i: ..."; GQA, name, total bytes); fills the
  * per-session and total K/V bytes when non-NULL. */

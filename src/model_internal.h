@@ -98,6 +98,15 @@ rkv_status rkv__model_span_read(const rkv_model *m, int64_t layer, int64_t sessi
                                 rkv_span_part part, int64_t head, void *buf);
 rkv_status rkv__model_span_write(rkv_model *m, int64_t layer, int64_t session,
                                  rkv_span_part part, int64_t head, const void *buf);
+/* Region k of a session (model_regions.c), in rkv_model_session_regions'
+ * order: per layer K of each head, V of each head, the written bits. */
+void rkv__model_region_at(const rkv_model *m, size_t k, int64_t *layer, rkv_span_part *part,
+                          int64_t *head);
+/* The host address of a piece of a session's span when the backend exposes
+ * it (rkv_backend_ops.span_region, host memory), else NULL: the piece is
+ * then copied through span_read / span_write. */
+uint8_t *rkv__model_host_region(const rkv_model *m, int64_t layer, int64_t session,
+                                rkv_span_part part, int64_t head);
 /* Bytes of every region of one session (= a snapshot's data section). */
 uint64_t rkv__model_session_data_bytes(const rkv_model *m);
 /* The largest piece over every layer and part: the bounce buffer a whole

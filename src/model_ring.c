@@ -26,21 +26,14 @@ static rkv_status check_ring(rkv_model *m, const char *what, int64_t layer,
     rkv_status st = rkv__view_layer(ring, what, true, view);
     if (st != RKV_OK) return st;
     const rkv_geometry layer_g = rkv__model_layer_geometry(m, layer);
-    const rkv_geometry *a = &layer_g, *b = &ring->g;
-    const char *field = a->num_sessions != b->num_sessions       ? "num_sessions"
-                        : a->n_kv_heads != b->n_kv_heads         ? "n_kv_heads"
-                        : a->ring_frames != b->ring_frames       ? "ring_frames"
-                        : a->ring_buckets != b->ring_buckets     ? "ring_buckets"
-                        : a->d_head != b->d_head                 ? "d_head"
-                        : a->tokens_per_frame != b->tokens_per_frame ? "tokens_per_frame"
-                        : a->pinned_dilation != b->pinned_dilation ? "pinned_dilation"
-                        : a->dtype != b->dtype                   ? "dtype"
-                                                                 : NULL;
+    int64_t va, vb;
+    const char *field = rkv__geometry_differs(&layer_g, &ring->g, &va, &vb);
     if (field)
         return rkv__fail(RKV_ERR_INVALID_ARG,
-                         "%s: the ring's geometry differs from layer %lld's in %s; the storage "
-                         "given must be that layer's (or a copy of it)",
-                         what, (long long)layer, field);
+                         "%s: the ring's geometry differs from layer %lld's in %s (the ring's "
+                         "%lld, the layer's %lld); the storage given must be that layer's (or a "
+                         "copy of it)",
+                         what, (long long)layer, field, (long long)vb, (long long)va);
     *out = (struct rkv_layer *)m->layers[layer]; /* the CPU table's layers are rkv_layer */
     return RKV_OK;
 }

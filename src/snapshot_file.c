@@ -31,21 +31,6 @@
 
 #define CHUNK_BYTES ((size_t)1 << 20)
 
-/* The host address of a piece of a session's span when the backend
- * exposes it (rkv_backend_ops.span_region, host memory), else NULL: the
- * piece is then copied through span_read / span_write. */
-static uint8_t *host_piece(const rkv_model *m, int64_t layer, int64_t session, rkv_span_part part,
-                           int64_t head) {
-    void *ptr = NULL;
-    int device = 0;
-    if (!m->ops.span_region ||
-        m->ops.span_region(m->ctx, m->layers[layer], session, part, head, &ptr, &device) !=
-            RKV_OK ||
-        device >= 0)
-        return NULL;
-    return ptr;
-}
-
 /* ------------------------------------------------------------------------ */
 /* The in-memory images' header, per session                                 */
 /* ------------------------------------------------------------------------ */
@@ -298,49 +283,6 @@ rkv_status rkv_snapshot_inspect_mem(const void *buf, size_t bytes, rkv_snapshot_
 /* Load                                                                      */
 /* ------------------------------------------------------------------------ */
 
-/* The snapshot's geometry against the model's: RKV_OK or "wrong geometry"
- * naming the first difference, and both models' names (a snapshot of
- * another preset is the usual cause). */
-static rkv_status check_geometry(const source *s, const rkv_model_config *snap,
-                                 const rkv_model_config *mine) {
-    char names[2 * 4 * RKV_MAX_NAME + 80], a[4 * RKV_MAX_NAME + 4], b[4 * RKV_MAX_NAME + 4];
-    names[0] = '\0'; /* the names only when they differ (the field differing is named) */
-    if (strncmp(snap->name, mine->name, RKV_MAX_NAME))
-        snprintf(names, sizeof names, " (the snapshot is of model '%s', this model is '%s')",
-                 rkv__snap_escape(a, sizeof a, snap->name, RKV_MAX_NAME),
-                 rkv__snap_escape(b, sizeof b, mine->name, RKV_MAX_NAME));
-#define DIFF(field, label)                                                                         \
-    if (snap->field != mine->field)                                                                \
-        return rkv__fail(RKV_ERR_FORMAT,                                                           \
-                         "%s: %s: wrong geometry%s: the snapshot has %s %lld, this model %lld",   \
-                         s->w.what, s->w.name, names, label, (long long)snap->field,              \
-                         (long long)mine->field);
-    DIFF(n_layers, "n_layers")
-    DIFF(n_kv_heads, "n_kv_heads")
-    DIFF(d_head, "d_head")
-    DIFF(tokens_per_frame, "tokens_per_frame")
-#undef DIFF
-    if (snap->dtype != mine->dtype)
-        return rkv__fail(RKV_ERR_FORMAT,
-                         "%s: %s: wrong geometry%s: the snapshot has dtype %s, this model %s",
-                         s->w.what, s->w.name, names, rkv_dtype_name(snap->dtype),
-                         rkv_dtype_name(mine->dtype));
-    for (int64_t i = 0; i < mine->n_layers; i++) {
-        const rkv_layer_spec *x = &snap->layers[i], *y = &mine->layers[i];
-        if (x->ring_frames != y->ring_frames || x->ring_buckets != y->ring_buckets ||
-            x->pinned_dilation != y->pinned_dilation)
-            return rkv__fail(RKV_ERR_FORMAT,
-                             "%s: %s: wrong geometry%s: layer %lld of the snapshot has "
-                             "ring_frames %lld, ring_buckets %lld, pinned_dilation %lld; this "
-                             "model's has %lld, %lld, %lld",
-                             s->w.what, s->w.name, names, (long long)i, (long long)x->ring_frames,
-                             (long long)x->ring_buckets, (long long)x->pinned_dilation,
-                             (long long)y->ring_frames, (long long)y->ring_buckets,
-                             (long long)y->pinned_dilation);
-    }
-    return RKV_OK;
-}
-
 /* Copies tensor r (one layer's K, V or written span of a session) from the
  * source into `session` of the model, one piece at a time (K or V of one
  * head, or the written bits) through the model's backend: straight from
@@ -394,7 +336,7 @@ static rkv__piece *host_pieces(const source *s, const rkv__snap_header *p, const
         const rkv_span_part part = (rkv_span_part)r->kind;
         const size_t bytes = rkv__model_span_bytes(m, r->layer, part);
         for (int64_t h = 0; h < (part == RKV_SPAN_WRITTEN ? 1 : m->cfg.n_kv_heads); h++) {
-            uint8_t *dst = host_piece(m, r->layer, session, part, h);
+            uint8_t *dst = rkv__model_host_region(m, r->layer, session, part, h);
             if (!dst) {
                 free(pc);
                 return NULL;
@@ -418,7 +360,7 @@ static rkv_status install_fresh_host(const source *s, const rkv__snap_header *p,
     *digest = XXH3_64bits_digest(&hs);
     for (int64_t i = 0; i < m->cfg.n_layers; i++) {
         const rkv_geometry g = rkv__model_layer_geometry(m, i);
-        const uint8_t *w = host_piece(m, i, session, RKV_SPAN_WRITTEN, 0);
+        const uint8_t *w = rkv__model_host_region(m, i, session, RKV_SPAN_WRITTEN, 0);
         const int64_t bad = rkv__written_span_check(&g, w);
         if (bad >= 0) {
             char why[160]; /* before the slot is zeroed again */
@@ -510,7 +452,8 @@ static rkv_status load_source(const source *s, rkv_model *model, int64_t session
     struct rkv__snap_slot *k = s->mem ? slot_take(model, session) : NULL;
     rkv_status st = read_header_with(s, k && k->t.text ? &k->t : NULL, &p);
     if (st == RKV_OK) {
-        if ((st = check_geometry(s, &p.info.config, &model->cfg)) == RKV_OK &&
+        if ((st = rkv__snap_geometry_check(s->w.what, s->w.name, "snapshot", &p.info.config,
+                                             &model->cfg)) == RKV_OK &&
             (st = verify_data(s, &p)) == RKV_OK)
             st = install(s, &p, model, session);
         if (st == RKV_OK && !p.borrowed) learn_template(s, model, k, &p);
@@ -534,7 +477,8 @@ rkv_status rkv__snapshot_page_in(rkv_model *m, const char *what, const void *buf
     if ((st = read_header(&s, &p)) == RKV_OK) {
         int64_t got = -1;
         uint64_t digest = 0;
-        if ((st = check_geometry(&s, &p.info.config, &m->cfg)) == RKV_OK &&
+        if ((st = rkv__snap_geometry_check(what, s.w.name, "snapshot", &p.info.config, &m->cfg)) ==
+                RKV_OK &&
             (st = admit(arg, &p.info, &got)) == RKV_OK &&
             (st = install_pieces(&s, &p, m, got, &digest, true)) == RKV_OK &&
             digest != p.info.data_xxh3) {
@@ -610,31 +554,31 @@ static rkv_status sink_write(sink *k, const void *p, size_t n) {
     return rkv__write_all(k->fd, p, n, k->what, k->name, &k->off);
 }
 
-/* Writes layer i's K, V and written spans of `session` (the tensors
- * layer.i.k, .v, .written), one piece at a time read through the model's
+/* Writes `session`'s regions in order (the tensors layer.i.k, .v,
+ * .written of each layer), one piece at a time read through the model's
  * backend, hashing them into hs: straight into a memory sink (each piece
  * hashed while it is in cache), or through the bounce buffer to a file. */
-static rkv_status write_layer_span(sink *k, const rkv_model *m, int64_t i, int64_t session,
-                                   XXH3_state_t *hs, uint8_t *bounce) {
+static rkv_status write_regions(sink *k, const rkv_model *m, int64_t session, XXH3_state_t *hs,
+                                uint8_t *bounce) {
     rkv_status st = RKV_OK;
-    for (int part = RKV_SPAN_K; part <= RKV_SPAN_WRITTEN && st == RKV_OK; part++) {
-        const size_t bytes = rkv__model_span_bytes(m, i, (rkv_span_part)part);
-        const int64_t heads = part == RKV_SPAN_WRITTEN ? 1 : m->cfg.n_kv_heads;
-        for (int64_t h = 0; h < heads && st == RKV_OK; h++) {
-            const uint8_t *region = host_piece(m, i, session, (rkv_span_part)part, h);
-            if (region) { /* to a file: straight from the storage */
-                XXH3_64bits_update(hs, region, bytes);
-                st = sink_write(k, region, bytes);
-                continue;
-            }
-            uint8_t *piece = k->mem ? k->mem + k->off : bounce;
-            if ((st = rkv__model_span_read(m, i, session, (rkv_span_part)part, h, piece)) !=
-                RKV_OK)
-                return rkv__model_backend_fail(st, k->what);
-            XXH3_64bits_update(hs, piece, bytes);
-            if (k->mem) k->off += bytes;
-            else st = sink_write(k, piece, bytes);
+    const size_t n = rkv_model_session_region_count(m);
+    for (size_t r = 0; r < n && st == RKV_OK; r++) {
+        int64_t i, h;
+        rkv_span_part part;
+        rkv__model_region_at(m, r, &i, &part, &h);
+        const size_t bytes = rkv__model_span_bytes(m, i, part);
+        const uint8_t *region = rkv__model_host_region(m, i, session, part, h);
+        if (region) { /* to a file: straight from the storage */
+            XXH3_64bits_update(hs, region, bytes);
+            st = sink_write(k, region, bytes);
+            continue;
         }
+        uint8_t *piece = k->mem ? k->mem + k->off : bounce;
+        if ((st = rkv__model_span_read(m, i, session, part, h, piece)) != RKV_OK)
+            return rkv__model_backend_fail(st, k->what);
+        XXH3_64bits_update(hs, piece, bytes);
+        if (k->mem) k->off += bytes;
+        else st = sink_write(k, piece, bytes);
     }
     return st;
 }
@@ -646,21 +590,21 @@ static rkv_status write_layer_span(sink *k, const rkv_model *m, int64_t i, int64
  * a new array; NULL when one is not in host memory. */
 static rkv__piece *image_pieces(const rkv_model *m, int64_t session, uint8_t *data, size_t *n,
                                 rkv__piece *into) {
-    rkv__piece *pc = into ? into : malloc(rkv_model_session_region_count(m) * sizeof *pc);
-    size_t k = 0, off = 0;
-    for (int64_t i = 0; pc && i < m->cfg.n_layers; i++)
-        for (int part = RKV_SPAN_K; part <= RKV_SPAN_WRITTEN; part++)
-            for (int64_t h = 0; h < (part == RKV_SPAN_WRITTEN ? 1 : m->cfg.n_kv_heads); h++) {
-                const uint8_t *src = host_piece(m, i, session, (rkv_span_part)part, h);
-                if (!src) {
-                    if (!into) free(pc);
-                    return NULL;
-                }
-                const size_t bytes = rkv__model_span_bytes(m, i, (rkv_span_part)part);
-                pc[k++] = (rkv__piece){data + off, src, bytes};
-                off += bytes;
-            }
-    *n = k;
+    const size_t count = rkv_model_session_region_count(m);
+    rkv__piece *pc = into ? into : malloc(count * sizeof *pc);
+    for (size_t k = 0, off = 0; pc && k < count; k++) {
+        int64_t i, h;
+        rkv_span_part part;
+        rkv__model_region_at(m, k, &i, &part, &h);
+        const uint8_t *src = rkv__model_host_region(m, i, session, part, h);
+        if (!src) {
+            if (!into) free(pc);
+            return NULL;
+        }
+        pc[k] = (rkv__piece){data + off, src, rkv__model_span_bytes(m, i, part)};
+        off += pc[k].bytes;
+    }
+    *n = count;
     return pc;
 }
 
@@ -707,8 +651,7 @@ static rkv_status write_image(const rkv_model *m, int64_t session, rkv__snap_tex
     } else {
         uint8_t *bounce = malloc(rkv__model_max_span_bytes(m));
         if (!bounce) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", k->what);
-        for (int64_t i = 0; i < m->cfg.n_layers && st == RKV_OK; i++)
-            st = write_layer_span(k, m, i, session, &hs, bounce);
+        st = write_regions(k, m, session, &hs, bounce);
         free(bounce);
     }
     if (st != RKV_OK) return st;
@@ -720,7 +663,8 @@ static rkv_status write_image(const rkv_model *m, int64_t session, rkv__snap_tex
 static rkv_status build_header(const rkv_model *m, int64_t session, const char *what,
                                rkv__snap_text *out) {
     const rkv__session_state *ss = &m->sessions[session];
-    return rkv__snap_header_build(&m->cfg, session, ss->request_id, ss->last_committed, what, out);
+    return rkv__snap_header_build(&m->cfg, session, ss->request_id, ss->last_committed, NULL,
+                                  what, out);
 }
 
 /* The image in memory; its header padded to header_len bytes when that is

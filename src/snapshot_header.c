@@ -34,6 +34,15 @@
 #define FORMAT_NAME "ringkv-snapshot"
 #define HASH_DIGITS 16
 #define ZERO_DIGITS "0000000000000000"
+/* session metadata (rkv_model_session_export_meta): the image's header and
+ * these two keys, compact JSON as the writer adds them */
+#define SESSION_META_KEY "session_meta_version"
+#define WRITTEN_KEY "written_xxh3"
+#define STR_(x) #x
+#define STR(x) STR_(x)
+#define META_KEYS                                                                                  \
+    ",\"" SESSION_META_KEY "\":\"" STR(RKV_SESSION_META_VERSION) "\",\"" WRITTEN_KEY "\":\"" ZERO_DIGITS  \
+    "\""
 #define ESC(n) (4 * (n) + 4) /* bytes of an escaped excerpt of n bytes */
 
 static const char *const KIND_NAMES[3] = {"k", "v", "written"};
@@ -198,7 +207,7 @@ static const char *meta_str(const json_t *meta, const char *key) {
 
 /* format and version: read before the checksum, so that a file of another
  * version (which may hash differently) is reported as such. */
-static rkv_status check_format(const rkv__snap_where *w, const json_t *meta,
+static rkv_status check_format(const rkv__snap_where *w, const json_t *meta, bool session,
                                rkv_snapshot_info *info) {
     char e[ESC(40)];
     const char *format = meta_str(meta, "format");
@@ -216,6 +225,14 @@ static rkv_status check_format(const rkv__snap_where *w, const json_t *meta,
                       version ? rkv__snap_escape(e, sizeof e, version, 20) : "(missing)",
                       rkv_version(), RKV_SNAPSHOT_VERSION);
     info->format_version = ver;
+    if (!session) return RKV_OK;
+    if (!(version = meta_str(meta, SESSION_META_KEY)))
+        return refuse(w, "not ringkv session metadata: __metadata__." SESSION_META_KEY " is "
+                         "missing (a snapshot image's header has none; "
+                         "rkv_model_session_export_meta writes it)");
+    if (!parse_i64n(version, strlen(version), &ver) || ver != RKV_SESSION_META_VERSION)
+        return refuse(w, "unsupported session metadata version %s; this ringkv reads version %d",
+                      rkv__snap_escape(e, sizeof e, version, 20), RKV_SESSION_META_VERSION);
     return RKV_OK;
 }
 
@@ -360,6 +377,46 @@ static rkv_status read_geometry(const rkv__snap_where *w, const json_t *meta,
     if (info->last_committed < -1)
         return refuse(w, "corrupted header: last_committed = %lld; expected >= -1",
                       (long long)info->last_committed);
+    return RKV_OK;
+}
+
+rkv_status rkv__snap_geometry_check(const char *what, const char *name, const char *noun,
+                                   const rkv_model_config *theirs, const rkv_model_config *mine) {
+    char names[2 * ESC(RKV_MAX_NAME) + 80], a[ESC(RKV_MAX_NAME)], b[ESC(RKV_MAX_NAME)];
+    names[0] = '\0'; /* the names only when they differ (the field differing is named) */
+    if (strncmp(theirs->name, mine->name, RKV_MAX_NAME))
+        snprintf(names, sizeof names, " (the %s is of model '%s', this model is '%s')", noun,
+                 rkv__snap_escape(a, sizeof a, theirs->name, RKV_MAX_NAME),
+                 rkv__snap_escape(b, sizeof b, mine->name, RKV_MAX_NAME));
+    const char *sep = name ? ": " : "";
+    name = name ? name : "";
+    if (theirs->n_layers != mine->n_layers)
+        return rkv__fail(RKV_ERR_FORMAT,
+                         "%s: %s%swrong geometry%s: the %s has n_layers %lld, this model %lld",
+                         what, name, sep, names, noun, (long long)theirs->n_layers,
+                         (long long)mine->n_layers);
+    for (int64_t i = 0; i < mine->n_layers; i++) {
+        rkv_geometry x, y;
+        rkv_model_config_layer_geometry(theirs, i, &x);
+        rkv_model_config_layer_geometry(mine, i, &y);
+        x.num_sessions = y.num_sessions; /* not geometry: a snapshot holds one session */
+        int64_t u, v;
+        const char *f = rkv__geometry_differs(&x, &y, &u, &v);
+        if (!f) continue;
+        if (!strcmp(f, "dtype"))
+            return rkv__fail(RKV_ERR_FORMAT,
+                             "%s: %s%swrong geometry%s: the %s has dtype %s, this model %s", what,
+                             name, sep, names, noun, rkv_dtype_name((rkv_dtype)u),
+                             rkv_dtype_name((rkv_dtype)v));
+        const bool own = !strcmp(f, "ring_frames") || !strcmp(f, "ring_buckets") ||
+                         !strcmp(f, "pinned_dilation"); /* a layer's own field */
+        char layer[40] = "";
+        if (own) snprintf(layer, sizeof layer, "layer %lld of ", (long long)i);
+        return rkv__fail(RKV_ERR_FORMAT,
+                         "%s: %s%swrong geometry%s: %sthe %s has %s %lld, this model%s %lld", what,
+                         name, sep, names, layer, noun, f, (long long)u, own ? "'s" : "",
+                         (long long)v);
+    }
     return RKV_OK;
 }
 
@@ -574,26 +631,35 @@ static rkv_status check_tiling(const rkv__snap_where *w, rkv__snap_tensor *t, in
 
 /* The stages after the JSON parse, in the documented order. */
 static rkv_status read_header(const rkv__snap_where *w, const uint8_t first8[8],
-                              const uint8_t *h, uint64_t n, const json_t *root,
+                              const uint8_t *h, uint64_t n, const json_t *root, bool session,
                               rkv__snap_header *out) {
     rkv_snapshot_info *info = &out->info;
     const json_t *meta = json_object_get(root, "__metadata__");
+    const char *wx = meta_str(meta, WRITTEN_KEY);
     rkv_status st;
-    if ((st = check_format(w, meta, info)) != RKV_OK ||
-        (st = check_checksums(w, first8, h, n, meta, info)) != RKV_OK ||
-        (st = check_meta_values(w, meta)) != RKV_OK ||
+    if ((st = check_format(w, meta, session, info)) != RKV_OK ||
+        (st = check_checksums(w, first8, h, n, meta, info)) != RKV_OK)
+        return st;
+    if (session && (!wx || !parse_hex16(wx, strlen(wx), &out->written_xxh3)))
+        return refuse(w, "corrupted header: metadata '" WRITTEN_KEY "' is missing or is not 16 "
+                         "lowercase hex digits");
+    if ((st = check_meta_values(w, meta)) != RKV_OK ||
         (st = read_geometry(w, meta, info)) != RKV_OK || (st = read_names(w, meta, info)) != RKV_OK)
         return st;
     const int64_t nt = info->config.n_layers * 3;
     if (!(out->t = calloc((size_t)nt, sizeof *out->t)))
         return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", w->what);
     if ((st = read_tensors(w, root, &info->config, out->t)) != RKV_OK) return st;
+    if (session) { /* the header alone: its data section is the regions */
+        info->data_bytes = 0;
+        for (int64_t i = 0; i < nt; i++) info->data_bytes += out->t[i].end - out->t[i].begin;
+        info->file_bytes = 8 + n + info->data_bytes;
+    }
     return check_tiling(w, out->t, nt, info->data_bytes, &out->order);
 }
 
-rkv_status rkv__snap_header_parse(const rkv__snap_where *w, const uint8_t first8[8],
-                                  const uint8_t *h, uint64_t n, uint64_t file_size,
-                                  rkv__snap_header *out) {
+static rkv_status parse(const rkv__snap_where *w, const uint8_t first8[8], const uint8_t *h,
+                        uint64_t n, uint64_t file_size, bool session, rkv__snap_header *out) {
     memset(out, 0, sizeof *out);
     out->data_offset = 8 + n;
     out->info.struct_size = sizeof out->info;
@@ -603,10 +669,30 @@ rkv_status rkv__snap_header_parse(const rkv__snap_where *w, const uint8_t first8
     out->info.data_bytes = file_size - 8 - n;
     json_t *root = NULL;
     rkv_status st = load_json(w, h, n, &root);
-    if (st == RKV_OK) st = read_header(w, first8, h, n, root, out);
+    if (st == RKV_OK) st = read_header(w, first8, h, n, root, session, out);
     json_decref(root);
     if (st != RKV_OK) rkv__snap_header_free(out);
     return st;
+}
+
+rkv_status rkv__snap_header_parse(const rkv__snap_where *w, const uint8_t first8[8],
+                                  const uint8_t *h, uint64_t n, uint64_t file_size,
+                                  rkv__snap_header *out) {
+    return parse(w, first8, h, n, file_size, false, out);
+}
+
+rkv_status rkv__snap_meta_parse(const rkv__snap_where *w, const uint8_t *meta, size_t bytes,
+                                rkv__snap_header *out) {
+    memset(out, 0, sizeof *out);
+    const uint64_t n = bytes >= 8 ? get_le64(meta) : 0;
+    if (bytes < 8 || n < 2 || n > RKV__SNAP_MAX_HEADER || n != bytes - 8)
+        return refuse(w,
+                      "not ringkv session metadata: %zu bytes, %s %llu; expected the 8-byte "
+                      "header length and the header alone (rkv_model_session_export_meta's "
+                      "bytes)",
+                      bytes, bytes >= 8 ? "the header length" : "short of the 8-byte length by",
+                      (unsigned long long)(bytes >= 8 ? n : 8 - bytes));
+    return parse(w, meta, meta + 8, n, bytes, true, out);
 }
 
 void rkv__snap_header_free(rkv__snap_header *p) {
@@ -658,7 +744,9 @@ static bool set_list(json_t *o, const char *key, const rkv_model_config *cfg, si
 }
 
 static json_t *build_meta(const rkv_model_config *cfg, int64_t session, const char *request_id,
-                          int64_t last_committed) {
+                          int64_t last_committed, const uint64_t *written_xxh3) {
+    char wx[HASH_DIGITS + 1] = {0};
+    if (written_xxh3) hex16(*written_xxh3, wx);
     json_t *m = json_object();
     bool ok = m && set_str(m, "format", FORMAT_NAME) &&
               set_int(m, "format_version", RKV_SNAPSHOT_VERSION) &&
@@ -672,7 +760,9 @@ static json_t *build_meta(const rkv_model_config *cfg, int64_t session, const ch
               set_list(m, "ring_buckets", cfg, offsetof(rkv_layer_spec, ring_buckets)) &&
               set_list(m, "pinned_dilation", cfg, offsetof(rkv_layer_spec, pinned_dilation)) &&
               set_int(m, "last_committed", last_committed) &&
-              set_str(m, "data_xxh3", ZERO_DIGITS) && set_str(m, "header_xxh3", ZERO_DIGITS);
+              set_str(m, "data_xxh3", ZERO_DIGITS) && set_str(m, "header_xxh3", ZERO_DIGITS) &&
+              (!written_xxh3 || (set_int(m, SESSION_META_KEY, RKV_SESSION_META_VERSION) &&
+                                 set_str(m, WRITTEN_KEY, wx)));
     if (!ok) json_decref(m);
     return ok ? m : NULL;
 }
@@ -714,10 +804,11 @@ static bool add_tensors(json_t *root, const rkv_model_config *cfg, uint64_t *dat
 
 rkv_status rkv__snap_header_build(const rkv_model_config *cfg, int64_t session,
                                   const char *request_id, int64_t last_committed,
-                                  const char *what, rkv__snap_text *out) {
+                                  const uint64_t *written_xxh3, const char *what,
+                                  rkv__snap_text *out) {
     memset(out, 0, sizeof *out);
     json_t *root = json_object();
-    json_t *meta = root ? build_meta(cfg, session, request_id, last_committed) : NULL;
+    json_t *meta = root ? build_meta(cfg, session, request_id, last_committed, written_xxh3) : NULL;
     char *json = NULL;
     /* json_object_set_new takes meta even when it fails */
     if (meta && !json_object_set_new(root, "__metadata__", meta) &&
@@ -742,6 +833,29 @@ rkv_status rkv__snap_header_build(const rkv_model_config *cfg, int64_t session,
     return RKV_OK;
 }
 
+size_t rkv__snap_meta_bytes(size_t longest) {
+    return longest ? 8 + longest + (sizeof META_KEYS - 1 + 7) / 8 * 8 : 0;
+}
+
+rkv_status rkv__snap_meta_write(const rkv_model_config *cfg, int64_t session,
+                                const char *request_id, int64_t last_committed,
+                                uint64_t written_xxh3, const char *what, uint8_t *out,
+                                size_t bytes) {
+    rkv__snap_text t;
+    rkv_status st =
+        rkv__snap_header_build(cfg, session, request_id, last_committed, &written_xxh3, what, &t);
+    if (st == RKV_OK && bytes < 8 + t.len)
+        st = rkv__fail(RKV_ERR_STATE, "%s: the metadata takes %zu bytes, more than the %zu "
+                                      "reckoned (a bug)", what, 8 + t.len, bytes);
+    if (st == RKV_OK && (st = rkv__snap_header_pad(&t, bytes - 8, what)) == RKV_OK) {
+        rkv__snap_header_seal(&t, 0);
+        rkv__snap_header_put_length(&t, out);
+        memcpy(out + 8, t.text, t.len);
+    }
+    free(t.text);
+    return st;
+}
+
 rkv_status rkv__snap_header_longest(const rkv_model_config *cfg, const char *what, size_t *len,
                                     uint64_t *data_bytes) {
     char id[RKV_MAX_REQUEST_ID];
@@ -751,7 +865,7 @@ rkv_status rkv__snap_header_longest(const rkv_model_config *cfg, const char *wha
         id[sizeof id - 1] = '\0';
         rkv__snap_text t;
         rkv_status st =
-            rkv__snap_header_build(cfg, cfg->num_sessions - 1, id, INT64_MAX, what, &t);
+            rkv__snap_header_build(cfg, cfg->num_sessions - 1, id, INT64_MAX, NULL, what, &t);
         if (st != RKV_OK) return st;
         if (t.len > *len) *len = t.len;
         *data_bytes = t.data_bytes;
@@ -804,7 +918,7 @@ rkv_status rkv__snap_template_build(const rkv_model_config *cfg, int64_t session
                                     rkv__snap_template *t) {
     memset(t, 0, sizeof *t);
     rkv__snap_text b;
-    rkv_status st = rkv__snap_header_build(cfg, session, request_id, 0, what, &b);
+    rkv_status st = rkv__snap_header_build(cfg, session, request_id, 0, NULL, what, &b);
     if (st != RKV_OK) return st;
     size_t len = b.len; /* the compact JSON: the padding off */
     while (len && b.text[len - 1] == ' ') len--;

@@ -40,6 +40,7 @@ typedef struct rkv__snap_header {
     rkv__snap_tensor **order; /* [3 * n_layers]: t by data_offsets, i.e.
                                  in file order                           */
     bool borrowed;          /* t and order belong to a template          */
+    uint64_t written_xxh3;  /* session metadata only: "written_xxh3"     */
 } rkv__snap_header;
 
 /* Stage 1: the header length from the first 8 bytes of an image of
@@ -60,6 +61,21 @@ rkv_status rkv__snap_header_parse(const rkv__snap_where *w, const uint8_t first8
                                   rkv__snap_header *out);
 void rkv__snap_header_free(rkv__snap_header *p);
 
+/* Session metadata (docs/migration.md): 8 length bytes and a header alone
+ * (its data section is the regions), with "session_meta_version" (read
+ * before the checksum) and "written_xxh3" (into *out). Checked as
+ * rkv__snap_header_parse checks an image's header; "not ringkv session
+ * metadata" for other bytes. Free *out with rkv__snap_header_free. */
+rkv_status rkv__snap_meta_parse(const rkv__snap_where *w, const uint8_t *meta, size_t bytes,
+                                rkv__snap_header *out);
+
+/* RKV_OK, or "what: name: wrong geometry" (RKV_ERR_FORMAT; name may be
+ * NULL) naming the first difference (rkv__geometry_differs, layer by layer;
+ * num_sessions is not geometry) of theirs (the `noun`'s) from mine, with
+ * both models' names when they differ (another preset is the usual cause). */
+rkv_status rkv__snap_geometry_check(const char *what, const char *name, const char *noun,
+                                   const rkv_model_config *theirs, const rkv_model_config *mine);
+
 /* The header a writer emits, padded with spaces so that 8 + len is a
  * multiple of 8, both checksums "0000000000000000" until sealed. */
 typedef struct rkv__snap_text {
@@ -72,10 +88,23 @@ typedef struct rkv__snap_text {
 } rkv__snap_text;
 
 /* Builds the header of one session: the model's config, the session's
- * index, request id and clock. RKV_ERR_NO_MEMORY (named after `what`). */
+ * index, request id and clock; with written_xxh3 (not NULL), session
+ * metadata's two keys too. RKV_ERR_NO_MEMORY (named after `what`). */
 rkv_status rkv__snap_header_build(const rkv_model_config *cfg, int64_t session,
                                   const char *request_id, int64_t last_committed,
-                                  const char *what, rkv__snap_text *out);
+                                  const uint64_t *written_xxh3, const char *what,
+                                  rkv__snap_text *out);
+
+/* Session metadata's size when the longest image header is `longest`
+ * (rkv__snap_header_longest): 8 + longest + the two keys, rounded up to 8. */
+size_t rkv__snap_meta_bytes(size_t longest);
+/* One session's metadata into out[bytes] (rkv__snap_meta_bytes): its
+ * header with the two keys, padded, sealed with data_xxh3 0, after its
+ * length. RKV_ERR_NO_MEMORY. */
+rkv_status rkv__snap_meta_write(const rkv_model_config *cfg, int64_t session,
+                                const char *request_id, int64_t last_committed,
+                                uint64_t written_xxh3, const char *what, uint8_t *out,
+                                size_t bytes);
 
 /* The longest header any session of this config can have, padded (*len),
  * and the data section's bytes (*data_bytes): the header of session

@@ -6,6 +6,7 @@
  * rkv_layer_create: test_geometry.c.) */
 #define _POSIX_C_SOURCE 200809L
 #include "testutil.h"
+#include "snapshot_edit.h" /* tsnap_find */
 
 #include <pthread.h>
 
@@ -1498,16 +1499,19 @@ static void test_offload_import_errors(void **state)
     TU_ERR(rkv_model_import_reserve(NULL, meta, mb, &r), RKV_ERR_NULL, "model");
     MODEL_ERR(dst, rkv_model_import_reserve(dst, NULL, mb, &r), RKV_ERR_NULL, "meta");
     MODEL_ERR(dst, rkv_model_import_reserve(dst, meta, mb, NULL), RKV_ERR_NULL, "session");
-    MODEL_ERR(dst, rkv_model_import_reserve(dst, meta, 0, &r), RKV_ERR_FORMAT, "magic");
+    MODEL_ERR(dst, rkv_model_import_reserve(dst, meta, 0, &r), RKV_ERR_FORMAT,
+              "not ringkv session metadata");
     MODEL_ERR(other, rkv_model_import_reserve(other, meta, mb, &r), RKV_ERR_FORMAT,
               "ring_buckets");
     unsigned char *bad = tu_xmalloc(mb);
+    static const char version[] = "\"session_meta_version\":\"3\"", clock[] = "\"last_committed\":\"";
     memcpy(bad, meta, mb);
-    bad[8] = 9; /* version */
+    tsnap_find(bad, mb, version, strlen(version))[strlen(version) - 2] = '9';
     MODEL_ERR(dst, rkv_model_import_reserve(dst, bad, mb, &r), RKV_ERR_FORMAT, "version 9");
     memcpy(bad, meta, mb);
-    bad[50] ^= 1; /* the clock: the checksum catches it */
-    MODEL_ERR(dst, rkv_model_import_reserve(dst, bad, mb, &r), RKV_ERR_FORMAT, "damaged");
+    tsnap_find(bad, mb, clock, strlen(clock))[strlen(clock)] ^= 1; /* the checksum catches it */
+    MODEL_ERR(dst, rkv_model_import_reserve(dst, bad, mb, &r), RKV_ERR_FORMAT,
+              "header checksum mismatch");
     assert_int_equal(r, -7);
     TU_OK(rkv_model_import_reserve(dst, meta, mb, &r));
     TU_ERR(rkv_model_import_check(NULL, r, meta, mb), RKV_ERR_NULL, "model");
@@ -1517,7 +1521,8 @@ static void test_offload_import_errors(void **state)
               "not reserved");
     MODEL_ERR(dst, rkv_model_session_import(dst, r + 1, meta, mb), RKV_ERR_STATE,
               "not reserved");
-    MODEL_ERR(dst, rkv_model_session_import(dst, r, bad, mb), RKV_ERR_FORMAT, "damaged");
+    MODEL_ERR(dst, rkv_model_session_import(dst, r, bad, mb), RKV_ERR_FORMAT,
+              "header checksum mismatch");
     TU_ERR(rkv_model_session_import(NULL, r, meta, mb), RKV_ERR_NULL, "model");
     TU_ERR(rkv_model_import_cancel(NULL, r), RKV_ERR_NULL, "model");
     MODEL_ERR(dst, rkv_model_import_cancel(dst, -2), RKV_ERR_RANGE, "-2");

@@ -7,6 +7,7 @@
  * input to these calls (status, message, nothing changed): test_errors.c. */
 #define _POSIX_C_SOURCE 200809L
 #include "testutil.h"
+#include "snapshot_edit.h" /* tsnap_find */
 
 #include <unistd.h>
 #include <xxhash.h>
@@ -406,10 +407,23 @@ static void migrate(int by_hand)
     TU_OK(rkv_model_claim(dst, "other", &other));
     for (int64_t f = 0; f < 5; f++) assert_true(frame(ref, r, 5, f) == frame(src, a, 5, f));
     frame(dst, other, 6, 0);
-    const size_t mb = rkv_model_session_meta_bytes(src);
-    assert_int_equal(mb, 344 + 24 * 2);
+    /* the metadata is the session's snapshot header (the image's bytes before
+     * its data) and two keys: 64 bytes more than the image's padded header */
+    const size_t mb = rkv_model_session_meta_bytes(src), nr = rkv_model_session_region_count(src);
+    rkv_session_region *rs = tu_xcalloc(nr, sizeof *rs);
+    size_t data = 0, c0;
+    TU_OK(rkv_model_session_regions(src, a, rs, nr, &c0));
+    for (size_t k = 0; k < nr; k++) data += rs[k].bytes;
+    free(rs);
+    assert_int_equal(mb, rkv_model_snapshot_bytes(src) - data + 64);
     unsigned char *meta = tu_xmalloc(mb);
     TU_OK(rkv_model_session_export_meta(src, a, meta, mb));
+    assert_int_equal(tsnap_header_len(meta, mb), mb - 8);
+    static const char *const keys[] = {"\"request_id\":\"m\"", "\"last_committed\":\"4\"",
+                                       "\"session_meta_version\":\"3\"", "\"written_xxh3\":\"",
+                                       "\"layer.1.written\":{", "\"data_xxh3\":\"0000000000000000\""};
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
+        if (!tsnap_find(meta, mb, keys[k], strlen(keys[k]))) fail_msg("no %s in the metadata", keys[k]);
     TU_OK(rkv_model_import_reserve(dst, meta, mb, &s));
     assert_int_equal(s, 1);
     int64_t got;
@@ -477,9 +491,39 @@ static void test_import_refusals(void **state)
     tu_model_state_free(&st);
     st = tu_model_save(dst);
     memcpy(bad, meta, mb);
-    bad[100] ^= 1; /* in the request id: the checksum catches it */
-    TU_ERR(rkv_model_import_reserve(dst, bad, mb, &s), RKV_ERR_FORMAT, "damaged");
+    tsnap_find(bad, mb, "\"request_id\":\"m", 15)[14] ^= 1; /* the checksum catches it */
+    TU_ERR(rkv_model_import_reserve(dst, bad, mb, &s), RKV_ERR_FORMAT, "header checksum mismatch");
     TU_ERR(rkv_model_import_reserve(dst, meta, mb - 1, &s), RKV_ERR_FORMAT, "bytes");
+    /* one parser reads images and metadata: an image is not metadata, nor is
+     * a header without the session keys (edited behind a valid checksum) */
+    size_t nb = 0, en = 0;
+    TU_OK(rkv_model_save_session_mem(src, a, NULL, 0, &nb));
+    unsigned char *image = tu_xmalloc(nb), *e;
+    TU_OK(rkv_model_save_session_mem(src, a, image, nb, &nb));
+    TU_ERR(rkv_model_import_reserve(dst, image, nb, &s), RKV_ERR_FORMAT,
+           "not ringkv session metadata");
+    TU_ERR(rkv_model_import_reserve(dst, image, tsnap_header_len(image, nb) + 8, &s),
+           RKV_ERR_FORMAT, "session_meta_version is missing");
+    e = tsnap_edit(meta, mb, "\"written_xxh3\"", "\"other_xxh3\"", 1, &en);
+    TU_ERR(rkv_model_import_reserve(dst, e, en, &s), RKV_ERR_FORMAT, "'written_xxh3' is missing");
+    free(e);
+    e = tsnap_edit(meta, mb, "\"session_meta_version\":\"3\"", "\"session_meta_version\":\"2\"", 0, &en);
+    TU_ERR(rkv_model_import_reserve(dst, e, en, &s), RKV_ERR_FORMAT,
+           "unsupported session metadata version 2; this ringkv reads version 3");
+    free(e), free(image);
+    /* the plain copy compares the geometries as an import does */
+    rkv_model *f16b = model_of(RKV_DTYPE_F16, 2, 0);
+    int64_t q, fs;
+    TU_OK(rkv_model_claim(f16b, "q", &q));
+    const size_t fb = rkv_model_session_meta_bytes(f16b); /* fewer digits: a smaller header */
+    assert_true(fb < mb);
+    TU_OK(rkv_model_session_export_meta(f16b, q, bad, fb));
+    TU_OK(rkv_model_import_reserve(f16, bad, fb, &fs));
+    TU_ERR(rkv_model_transfer_session(src, a, f16, fs), RKV_ERR_FORMAT,
+           "rkv_model_transfer_session: wrong geometry: the source model has dtype f32, this "
+           "model f16");
+    TU_OK(rkv_model_import_cancel(f16, fs));
+    rkv_model_destroy(f16b);
     TU_OK(rkv_model_claim(dst, "m", &h)); /* the id is held there already */
     tu_model_state_free(&st);
     st = tu_model_save(dst);

@@ -833,8 +833,8 @@ class Model(HandleOwner):
         return [SessionRegion(r, self._h) for r in arr[:count.value]]
 
     def export_meta(self, session: int) -> bytes:
-        """The session metadata blob (geometry, clock, request id, checksum)
-        that :meth:`import_reserve` and :meth:`import_session` check."""
+        """The session's snapshot header (docs/migration.md): the metadata that
+        :meth:`import_reserve` and :meth:`import_session` check."""
         require("rkv_model_session_export_meta")
         n = int(lib.rkv_model_session_meta_bytes(self._h.ptr))
         buf = ctypes.create_string_buffer(n)

@@ -3,6 +3,7 @@
 files): bound when the loaded library has them."""
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
@@ -187,35 +188,39 @@ def test_snapshot_files(tmp_path):
 
 def test_session_metadata_version_is_the_one_written():
     """Every statement of the session metadata's version (include/ringkv.h's
-    comments, docs/migration.md's layout, src/model_regions.c) is
-    RKV_SESSION_META_VERSION, the version export_meta writes at offset 8
-    and import_reserve requires (issue 20: import_reserve's comment and the
-    layout table said 1; the code writes and requires 2). An older version
-    is named only as refused."""
+    comments, docs/migration.md, src/model_regions.c) is
+    RKV_SESSION_META_VERSION, the version export_meta writes (its header's
+    ``session_meta_version``) and import_reserve requires (issue 20:
+    import_reserve's comment and the layout table said 1 where the code
+    wrote 2; issue 22: version 3 is the session's snapshot header). An
+    older version is named only as refused."""
     if not HEADER.exists():
         pytest.skip("no include/ringkv.h next to this package")
     header = HEADER.read_text()
     want = int(re.search(r"^#define RKV_SESSION_META_VERSION +([0-9]+)", header, re.M).group(1))
     m = ringkv.Model.from_preset("demo", num_sessions=2)
     meta = bytearray(m.export_meta(m.claim("a")))
-    assert int.from_bytes(meta[8:12], "little") == want
+    n = int.from_bytes(meta[:8], "little")
+    assert len(meta) == 8 + n
+    assert json.loads(meta[8:])["__metadata__"]["session_meta_version"] == str(want)
     texts = {"include/ringkv.h": header,
              "docs/migration.md": (REPO / "docs" / "migration.md").read_text(),
              "src/model_regions.c": (REPO / "src" / "model_regions.c").read_text()}
     claims = [r"version-([0-9]+) metadata", r"metadata(?: blob)?,? version ([0-9]+)",
               r"metadata of version RKV_SESSION_META_VERSION \(([0-9]+)\)",
-              r"u32 version \((?:`RKV_SESSION_META_VERSION`, )?([0-9]+)\)",
-              r"[Vv]ersion ([0-9]+), little-endian"]
+              r"[Vv]ersion ([0-9]+): the bytes", r"\"session_meta_version\" \(\"([0-9]+)\""]
     found = [(name, int(x)) for name, text in texts.items() for c in claims
              for x in re.findall(c, text)]
     assert {name for name, _ in found} >= {"include/ringkv.h", "docs/migration.md"}, found
     assert all(v == want for _, v in found), found
     older = [int(x) for text in texts.values()
-             for x in re.findall(r"[Vv]ersion ([0-9]+)(?: blobs \(no written-bits digest\) are "
-                                 r"refused| had no written-bits digest and is refused)", text)]
+             for x in re.findall(r"[Vv]ersion ([0-9]+) \(the\s+(?:\*\s+)?binary "
+                                 r"[\"`]RKVSESS[\"`] blob\) is refused", text)]
     assert older and all(v < want for v in older)
     # and the library refuses the older one (the version is read before the checksum)
-    meta[8:12] = (want - 1).to_bytes(4, "little")
+    field = f'"session_meta_version":"{want}"'.encode()
+    at = meta.index(field)
+    meta[at:at + len(field)] = f'"session_meta_version":"{want - 1}"'.encode()
     other = ringkv.Model.from_preset("demo", num_sessions=2)
     with pytest.raises(ringkv.RingKVValueError, match=f"version {want - 1}; this ringkv reads "
                                                        f"version {want}"):

@@ -27,7 +27,7 @@ from ..errors import RingKVOSError, RingKVValueError
 from ..model import SnapshotInfo, inspect_snapshot
 
 __all__ = ["INCARNATION_KEY", "TEMP_PREFIX", "tag_image", "read_checkpoint", "write_atomic",
-           "temp_files"]
+           "temp_files", "header_metadata"]
 
 #: The metadata key holding a checkpoint's incarnation (a printable ASCII
 #: token, :func:`ringkv.ray.host.new_incarnation`).
@@ -66,6 +66,13 @@ def tag_image(image: Any, tags: dict[str, str]) -> bytes:
     return b"".join((first8, text[:at], digits, text[at + 16:], data[8 + n:]))
 
 
+def header_metadata(data: Any) -> dict[str, str]:
+    """The ``__metadata__`` (str -> str) of the snapshot header that starts
+    ``data`` (an image or ``Model.export_meta``'s bytes), unchecked."""
+    n = int.from_bytes(bytes(data[:8]), "little")
+    return json.loads(bytes(data[8:8 + n]))["__metadata__"]
+
+
 def read_checkpoint(path: str) -> tuple[bytes, SnapshotInfo, dict[str, str]]:
     """Reads the file ``path`` once and checks it completely with the
     library (``inspect_snapshot`` on the bytes: both checksums, tensor
@@ -75,9 +82,7 @@ def read_checkpoint(path: str) -> tuple[bytes, SnapshotInfo, dict[str, str]]:
     with open(path, "rb") as f:
         data = f.read()
     info = inspect_snapshot(data)
-    n = int.from_bytes(data[:8], "little")
-    meta = json.loads(data[8:8 + n])["__metadata__"]
-    return data, info, meta
+    return data, info, header_metadata(data)
 
 
 def write_atomic(path: str, data: bytes) -> None:

@@ -52,7 +52,7 @@ from typing import Any, Callable, Sequence
 from .._args import as_int
 from ..errors import RingKVRuntimeError, RingKVTypeError
 from ..model import LayerSpec, Model, ModelConfig, inspect_snapshot
-from .checkpoint import INCARNATION_KEY, read_checkpoint, tag_image, write_atomic
+from .checkpoint import INCARNATION_KEY, header_metadata, read_checkpoint, tag_image, write_atomic
 from .stream import PASSES, frame_tokens, step_frame
 
 __all__ = ["SessionHost", "InjectedFailure", "StaleHostError", "FAULT_POINTS", "FAULT_ACTIONS",
@@ -580,13 +580,10 @@ class SessionHost:
     @_entry
     def reserve(self, meta: bytes, inc: str | None = None) -> int:
         """Reserves a slot for the session ``meta`` describes, as incarnation
-        ``inc`` (refused, with nothing changed, when there is no room or it
-        is here already)."""
-        key = _request_id_of(meta)
-        if key in self.held or key in self.incoming or key in self.paged:
-            raise RingKVRuntimeError(f"host {self.name}: request {key!r} is already here")
+        ``inc`` (the library refuses, with nothing changed, bad bytes, no room
+        or an id here already)."""
         s = self.model.import_reserve(meta)
-        self.incoming[key] = _Incoming(s, inc or new_incarnation())
+        self.incoming[_request_id_of(meta)] = _Incoming(s, inc or new_incarnation())
         return s
 
     def _incoming(self, request_id: Any, inc: str | None) -> tuple[str, _Incoming]:
@@ -738,9 +735,9 @@ def _flip_last_byte(path: str) -> None:
 
 
 def _request_id_of(meta: bytes) -> str:
-    """The request id (str key) stored in a session metadata blob
-    (docs/migration.md: 256 bytes at offset 72, NUL-padded)."""
-    return bytes(meta[72:72 + 256]).split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+    """The request id (str key) in session metadata (its snapshot header)."""
+    h = header_metadata(meta)
+    return request_key(h["request_id"] if "request_id" in h else bytes.fromhex(h["request_id_hex"]))
 
 
 #: Longest checkpoint file name: NAME_MAX (255 bytes) less the ".tmp-XXXXXX"
