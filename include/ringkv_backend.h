@@ -40,33 +40,65 @@
 extern "C" {
 #endif
 
-/* The version of rkv_backend_ops this header describes. A later version
- * only appends members; a table declares the version and the size it was
- * compiled with, and the core reads only what both know (members a table
- * lacks count as NULL). */
-#define RKV_BACKEND_ABI_VERSION 2
+/* The version of rkv_backend_ops this header describes. The core accepts
+ * tables of exactly this version (ringkv 0.2.0 changed the table: limits,
+ * storage at creation, one error check for many layers; CHANGELOG.md); a
+ * table declares the version and the size it was compiled with. */
+#define RKV_BACKEND_ABI_VERSION 3
 
+/* What a backend can run, asked once per model (limits) and applied by the
+ * core's checks above the table (one check per call). 0 means no limit. */
+typedef struct rkv_backend_limits {
+    int64_t max_batch;    /* largest B of one per-pass call (begin_frame
+                             refuses more); 0: num_sessions               */
+    int64_t max_d_head;   /* largest d_head an attention runs on          */
+    int64_t max_kv_heads; /* largest n_kv_heads an attention runs on      */
+    size_t align;         /* byte alignment of the BACKEND buffers of the
+                             per-pass calls (kv, q, out); 0: their element
+                             size                                         */
+} rkv_backend_limits;
+
+/* One layer's storage, in the layout of SEM 2 (BACKEND memory). */
+typedef struct rkv_backend_storage {
+    void *kv;         /* [2][H][N][D] in the storage dtype                 */
+    uint8_t *written; /* [N] 0/1                                           */
+    int32_t *error;   /* the word a backend that checks device values
+                         records the first bad row in (CUDA); NULL where the
+                         backend keeps none                                */
+} rkv_backend_storage;
+
+/* The contract of every operation below: UNCHECKED. The core (the public
+ * rkv_model_* calls) checks every argument once, above the table, before it
+ * calls an operation: layer, session and head indices in range, B within
+ * 1..limits.max_batch, sessions distinct and held, clocks >= 0, dtypes,
+ * alignment (limits.align), buffers that must not overlap, and the
+ * attention arguments (one check in the core: src/attention_check.c). An
+ * operation may assume all of that; it reports only what it alone can
+ * see: an allocation or a copy that fails, a launch failure, device memory
+ * that is not the current device's, and (check) a bad row its kernels
+ * found in device values. */
 typedef struct rkv_backend_ops {
     uint32_t abi_version; /* RKV_BACKEND_ABI_VERSION of the header the table
-                             was written for (1 .. the core's)            */
+                             was written for                              */
     uint32_t struct_size; /* sizeof(rkv_backend_ops) where it was compiled */
     const char *name;     /* "cpu", "cuda": static string                 */
-    int64_t max_batch;    /* largest B of one per-pass call; 0: no limit
-                             beyond num_sessions                          */
 
     /* Frees the backend context given to rkv_model_create_with_backend
      * (called once by rkv_model_destroy, after every layer and buffer was
      * freed). NULL: nothing to free. */
     void (*ctx_destroy)(void *ctx);
+    /* The backend's limits (into *out, zeroed by the caller). NULL: none. */
+    void (*limits)(void *ctx, rkv_backend_limits *out);
 
     /* ---- layers (not capture-safe) ---------------------------------------
-     * layer_create: a layer of geometry g with the CPU layout of SEM 2
-     * (K/V [2][H][N][D] zeroed, written bits: ring 0, scratch 1).
-     * layer_destroy: frees it (NULL is a no-op).
-     * layer_memory_bytes: its resident K/V bytes (2*H*N*D*sizeof(dtype)). */
-    rkv_status (*layer_create)(void *ctx, const rkv_geometry *g, void **layer);
+     * layer_create: a layer of geometry g (valid) with the layout of SEM 2
+     * (K/V [2][H][N][D] zeroed, written bits: ring 0, scratch 1); on return
+     * *storage holds its storage pointers (BACKEND memory, valid until
+     * layer_destroy).
+     * layer_destroy: frees it (NULL is a no-op). */
+    rkv_status (*layer_create)(void *ctx, const rkv_geometry *g, rkv_backend_storage *storage,
+                               void **layer);
     void (*layer_destroy)(void *ctx, void *layer);
-    size_t (*layer_memory_bytes)(void *ctx, const void *layer);
 
     /* ---- memory and stream (not capture-safe) -----------------------------
      * alloc: `bytes` (> 0) of BACKEND memory, 16-byte aligned, contents
@@ -78,34 +110,35 @@ typedef struct rkv_backend_ops {
      * in pinned memory and copies asynchronously on its stream).
      * synchronize: waits until every enqueued operation finished; reports
      * an asynchronous failure of one of them.
-     * check: reports (and clears) an error that a capture-safe call on
-     * `layer` found on the device since the last check (may synchronize);
-     * RKV_OK where the backend checks everything on the host. */
+     * check: reports (and clears) the errors that capture-safe calls on
+     * layers[0 .. n_layers) found in device values since the last check,
+     * reading every layer's word at once (the CUDA table: one copy and one
+     * wait for all of them); on failure *bad_layer is the index of the first
+     * layer with one, whose message is set. NULL where the backend checks
+     * everything on the host. */
     rkv_status (*alloc)(void *ctx, size_t bytes, void **ptr);
     void (*free)(void *ctx, void *ptr);
     rkv_status (*copy_in)(void *ctx, void *dst, const void *src, size_t bytes);
     rkv_status (*synchronize)(void *ctx);
-    rkv_status (*check)(void *ctx, void *layer);
+    rkv_status (*check)(void *ctx, void *const *layers, int64_t n_layers, int64_t *bad_layer);
 
     /* ---- per pass (capture-safe) ------------------------------------------
-     * upsert: rkv_layer_upsert's operation for B rows (visible = NULL); kv,
-     * frame_pos [B] and session_idx [B] in BACKEND memory (the model passes
-     * the batch buffers that rkv_model_begin_frame filled).
-     * attend_check: every host-side check of `attend` for these arguments,
-     * without running anything (a step checks both halves first).
-     * attend: rkv_layer_attend's operation; args->q/out/session_idx/
-     * frame_pos in BACKEND memory, args->visible NULL, args->batch = B;
-     * `workspace` (BACKEND memory of workspace_bytes, or NULL/0) is the
-     * model's, sized at creation by attend_workspace_bytes. */
-    rkv_status (*upsert)(void *ctx, void *layer, const void *kv, rkv_dtype kv_dtype,
-                         int64_t batch, const int64_t *frame_pos,
-                         const int64_t *session_idx, int commit);
-    rkv_status (*attend_check)(void *ctx, const void *layer, const rkv_attention_args *args);
+     * upsert: rkv_layer_upsert's operation for B rows (visible = NULL); kv
+     * (in the storage dtype), frame_pos [B] and session_idx [B] in BACKEND
+     * memory (the model passes the batch buffers that rkv_model_begin_frame
+     * filled).
+     * attend: rkv_layer_attend's operation; args (this library's layout,
+     * struct_size = sizeof) with q/out/session_idx/frame_pos in BACKEND
+     * memory, visible NULL, batch = B; `workspace` (BACKEND memory of
+     * workspace_bytes, or NULL/0) is the model's, sized at creation by
+     * attend_workspace_bytes. */
+    rkv_status (*upsert)(void *ctx, void *layer, const void *kv, int64_t batch,
+                         const int64_t *frame_pos, const int64_t *session_idx, int commit);
     rkv_status (*attend)(void *ctx, const void *layer, const rkv_attention_args *args,
                          void *workspace, size_t workspace_bytes);
     /* Workspace bytes `attend` can use on this layer for any batch of 1 ..
      * max_batch rows of n_q_heads query heads and tokens_per_frame queries
-     * (0: none needed). Host only. */
+     * (0: none needed). Host only. NULL: none. */
     size_t (*attend_workspace_bytes)(void *ctx, const void *layer, int64_t max_batch,
                                      int64_t n_q_heads);
 
@@ -114,25 +147,22 @@ typedef struct rkv_backend_ops {
      * span_read / span_write / span_copy: rkv_layer_read_span /
      * rkv_layer_write_span / rkv_layer_copy_span's operations (HOST dst /
      * src; ordered after enqueued work; read and write return when the host
-     * buffer may be used again). */
+     * buffer may be used again; written bits already checked).
+     * span_region: where piece (part, head) of `session`'s span lives in the
+     * layer's storage, without copying: *ptr (BACKEND memory, valid while
+     * the layer lives) and *device (-1: host memory, else the CUDA device
+     * ordinal); its bytes are those of span_read's piece. Host only. NULL:
+     * the backend exposes no regions (rkv_model_session_regions refuses;
+     * offload and snapshots still work through span_read / span_write).
+     * host_alloc / host_free: HOST memory for session images, 64-byte
+     * aligned, that span_read / span_write copy fastest to and from (CUDA:
+     * pinned, cudaMallocHost). NULL: the core uses aligned heap memory. */
     rkv_status (*reset)(void *ctx, void *layer, int64_t session);
     rkv_status (*span_read)(void *ctx, const void *layer, int64_t session, rkv_span_part part,
                             int64_t head, void *dst);
     rkv_status (*span_write)(void *ctx, void *layer, int64_t session, rkv_span_part part,
                              int64_t head, const void *src);
     rkv_status (*span_copy)(void *ctx, void *layer, int64_t src_session, int64_t dst_session);
-
-    /* ---- version 2: sessions that move (optional) --------------------------
-     * span_region: where piece (part, head) of `session`'s span lives in the
-     * layer's storage, without copying: *ptr (BACKEND memory, valid while
-     * the layer lives) and *device (-1: host memory, else the CUDA device
-     * ordinal); its bytes are those of span_read's piece. The same checks
-     * as span_read. Host only. NULL: the backend exposes no regions
-     * (rkv_model_session_regions refuses; offload and snapshots still
-     * work through span_read / span_write).
-     * host_alloc / host_free: HOST memory for session images, 64-byte
-     * aligned, that span_read / span_write copy fastest to and from (CUDA:
-     * pinned, cudaMallocHost). NULL: the core uses aligned heap memory. */
     rkv_status (*span_region)(void *ctx, const void *layer, int64_t session, rkv_span_part part,
                               int64_t head, void **ptr, int *device);
     rkv_status (*host_alloc)(void *ctx, size_t bytes, void **ptr);
@@ -154,9 +184,9 @@ RKV_API const rkv_backend_ops *rkv_backend_cpu(void);
  * its batch buffers (2 * num_sessions int64 of BACKEND memory) and the
  * attention workspace (the largest attend_workspace_bytes over its layers).
  * Errors: RKV_ERR_NULL (cfg, ops, out), an invalid config (as
- * rkv_model_create), RKV_ERR_INVALID_ARG (ops->abi_version 0 or newer than
- * RKV_BACKEND_ABI_VERSION, struct_size too small for that version, a
- * required member NULL, max_batch < 0), and whatever the table's layer_create
+ * rkv_model_create), RKV_ERR_INVALID_ARG (ops->abi_version other than
+ * RKV_BACKEND_ABI_VERSION, struct_size too small, a required member NULL,
+ * a negative limit), and whatever the table's layer_create
  * or alloc report (RKV_ERR_NO_MEMORY, ...); *out untouched on failure. */
 RKV_API rkv_status rkv_model_create_with_backend(const rkv_model_config *cfg,
                                                  const rkv_backend_ops *ops, void *ctx,

@@ -102,6 +102,7 @@ struct rkv_layer {
     size_t row_bytes;     /* D * elem_bytes: one slot of K  */
     uint8_t *kv;          /* [2][H][N][D] storage           */
     uint8_t *written;     /* [N] 0/1                        */
+    bool owns_storage;    /* kv and written are its own (freed) */
 };
 
 /* Byte address of slot `slot` of head h in half c (0 = K, 1 = V). */
@@ -184,11 +185,19 @@ rkv_status rkv__view_layer(const rkv_ring_view *ring, const char *what, bool nee
 rkv_status rkv__upsert(const struct rkv_layer *layer, const char *what, const void *kv,
                        rkv_dtype kv_dtype, int64_t batch, const int64_t *frame_pos,
                        const int64_t *session_idx, int commit, uint8_t *visible);
+/* Its operation on arguments already checked (the CPU table's upsert). */
+void rkv__upsert_run(const struct rkv_layer *layer, const void *kv, int64_t batch,
+                     const int64_t *frame_pos, const int64_t *session_idx, int commit,
+                     uint8_t *visible);
 /* The fast attention on a layer struct (rkv_layer_attend, rkv_ring_attend),
  * messages starting with `what` (cpu/attention_flash.c): the one call by
  * which the core (ring_view.c) reaches a CPU engine. */
 rkv_status rkv__attend(const struct rkv_layer *layer, const rkv_attention_args *args,
                        const char *what);
+/* The same on arguments already checked, in this library's layout (the CPU
+ * table's attend). */
+rkv_status rkv__attend_run(const struct rkv_layer *layer, const rkv_attention_args *args,
+                           const char *what);
 
 /* ---- host buffers that must not overlap (overlap.c) ---- */
 /* One host buffer a call reads or writes: [p, p + bytes), named for the
@@ -210,10 +219,16 @@ rkv_status rkv__check_no_overlap(const char *what, const rkv__buf *out, size_t n
 rkv_status rkv__upsert_overlap(const struct rkv_layer *l, const char *what, const void *kv,
                                int64_t batch, const int64_t *frame_pos,
                                const int64_t *session_idx, const uint8_t *visible);
-/* The attention's (arguments already checked): out against q, the storage,
- * the written bits, session_idx, frame_pos and visible. */
-rkv_status rkv__attend_overlap(const struct rkv_layer *l, const rkv_attention_args *a,
-                               const char *what);
+/* The one check of an attention call's arguments, on every backend
+ * (attention_check.c): `a` in this library's layout (struct_size loaded);
+ * g the layer's geometry; lim the backend's limits (NULL: none); storage
+ * the layer's K/V and written bits (out must not overlap them; NULL: not
+ * checked); host_rows: session_idx / frame_pos are host memory whose values
+ * (and B) are checked here (the layer calls), else the model's batch
+ * buffers, checked once at begin_frame. `what` names the call. */
+rkv_status rkv__attend_args_check(const rkv_geometry *g, const rkv_backend_limits *lim,
+                                  const rkv_backend_storage *storage,
+                                  const rkv_attention_args *a, bool host_rows, const char *what);
 
 /* Checks session indices: non-NULL, each in [0, num_sessions), distinct.
  * `what` names the call in the message. */

@@ -33,6 +33,7 @@ rkv_status rkv_layer_create(const rkv_geometry *g, rkv_layer **out) {
     l->total_slots = rkv_geometry_total_slots(g);
     l->elem_bytes = rkv_dtype_size(g->dtype);
     l->row_bytes = (size_t)g->d_head * l->elem_bytes;
+    l->owns_storage = true;
     l->kv = alloc_zeroed(rkv_geometry_memory_bytes(g));
     l->written = alloc_zeroed((size_t)l->total_slots);
     if (!l->kv || !l->written) {
@@ -47,8 +48,10 @@ rkv_status rkv_layer_create(const rkv_geometry *g, rkv_layer **out) {
 
 void rkv_layer_destroy(rkv_layer *layer) {
     if (!layer) return;
-    free(layer->kv);
-    free(layer->written);
+    if (layer->owns_storage) {
+        free(layer->kv);
+        free(layer->written);
+    }
     free(layer);
 }
 

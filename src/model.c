@@ -21,7 +21,7 @@ rkv_status rkv_model_create(const rkv_model_config *cfg, rkv_model **out) {
 /* The attention workspace: the largest any layer can use (0: none). */
 static size_t workspace_bytes(const rkv_model *m) {
     if (!m->ops.attend_workspace_bytes) return 0;
-    const int64_t S = m->cfg.num_sessions, cap = m->ops.max_batch;
+    const int64_t S = m->cfg.num_sessions, cap = m->limits.max_batch;
     const int64_t max_b = cap > 0 && cap < S ? cap : S;
     size_t most = 0;
     for (int64_t i = 0; i < m->cfg.n_layers; i++) {
@@ -41,6 +41,7 @@ static void free_model(rkv_model *m, bool destroy_ctx) {
     if (m->workspace) m->ops.free(m->ctx, m->workspace);
     if (destroy_ctx && m->ops.ctx_destroy) m->ops.ctx_destroy(m->ctx);
     free(m->layers);
+    free(m->store);
     free(m->sessions);
     free(m->batch.host);
     free(m->batch.stage);
@@ -137,7 +138,8 @@ rkv_status rkv__model_check_bufs(const rkv_model *m, const char *what, const rkv
 static size_t host_table_bytes(const rkv_model *m) {
     const size_t S = (size_t)m->cfg.num_sessions, nl = (size_t)m->cfg.n_layers;
     const size_t parts[][2] = {
-        {nl, sizeof *m->layers},          {S, sizeof *m->sessions},
+        {nl, sizeof *m->layers},          {nl, sizeof *m->store},
+        {S, sizeof *m->sessions},
         {2 * S, sizeof *m->batch.host},   {2 * S, sizeof *m->batch.stage},
         {nl, 1},                          {(size_t)m->offload_cap, sizeof *m->offloaded},
     };
@@ -153,7 +155,8 @@ rkv_status rkv_model_create_with_backend(const rkv_model_config *cfg, const rkv_
     static const char what[] = "rkv_model_create";
     if (!out) return rkv__fail(RKV_ERR_NULL, "%s: out is NULL", what);
     rkv_backend_ops adopted;
-    rkv_status st = rkv__backend_adopt(ops, what, &adopted);
+    rkv_backend_limits limits;
+    rkv_status st = rkv__backend_adopt(ops, ctx, what, &adopted, &limits);
     if (st != RKV_OK) return st;
     if (!cfg) return rkv__fail(RKV_ERR_NULL, "model config is NULL");
     rkv_model_config mine; /* the caller's config in this library's layout */
@@ -166,10 +169,12 @@ rkv_status rkv_model_create_with_backend(const rkv_model_config *cfg, const rkv_
     if (!m) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", what);
     m->cfg = mine;
     m->ops = adopted;
+    m->limits = limits;
     m->ops_id = ops;
     m->ctx = ctx;
     const int64_t S = cfg->num_sessions, nl = cfg->n_layers;
     m->layers = calloc((size_t)nl, sizeof *m->layers);
+    m->store = calloc((size_t)nl, sizeof *m->store);
     m->sessions = calloc((size_t)S, sizeof *m->sessions);
     m->batch.host = calloc(2 * (size_t)S, sizeof *m->batch.host);
     m->batch.stage = calloc(2 * (size_t)S, sizeof *m->batch.stage);
@@ -177,7 +182,7 @@ rkv_status rkv_model_create_with_backend(const rkv_model_config *cfg, const rkv_
     m->offload_cap = cfg->max_offloaded ? cfg->max_offloaded : RKV_DEFAULT_OFFLOADED(S);
     if (m->offload_cap > RKV_MAX_OFFLOADED) m->offload_cap = RKV_MAX_OFFLOADED;
     m->offloaded = calloc((size_t)m->offload_cap, sizeof *m->offloaded);
-    if (!m->layers || !m->sessions || !m->batch.host || !m->batch.stage || !m->batch.committed ||
+    if (!m->layers || !m->store || !m->sessions || !m->batch.host || !m->batch.stage || !m->batch.committed ||
         !m->offloaded) {
         st = rkv__fail(RKV_ERR_NO_MEMORY,
                        "%s: cannot allocate %zu bytes of host tables for %lld sessions and %lld "
@@ -191,7 +196,8 @@ rkv_status rkv_model_create_with_backend(const rkv_model_config *cfg, const rkv_
     }
     for (int64_t i = 0; i < nl; i++) {
         rkv_geometry g = rkv__model_layer_geometry(m, i);
-        if ((st = m->ops.layer_create(ctx, &g, &m->layers[i])) != RKV_OK) goto fail;
+        if ((st = m->ops.layer_create(ctx, &g, &m->store[i], &m->layers[i])) != RKV_OK)
+            goto fail;
     }
     if ((st = collect_storage(m, what)) != RKV_OK ||
         (st = rkv__snapshot_cache_create(m, what)) != RKV_OK)
@@ -238,8 +244,10 @@ rkv_layer *rkv_model_layer(rkv_model *model, int64_t layer) {
 size_t rkv_model_memory_bytes(const rkv_model *model) {
     size_t total = 0;
     if (model)
-        for (int64_t i = 0; i < model->cfg.n_layers; i++)
-            total += model->ops.layer_memory_bytes(model->ctx, model->layers[i]);
+        for (int64_t i = 0; i < model->cfg.n_layers; i++) {
+            const rkv_geometry g = rkv__model_layer_geometry(model, i);
+            total += rkv_geometry_memory_bytes(&g);
+        }
     return total;
 }
 

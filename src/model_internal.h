@@ -44,7 +44,9 @@ struct rkv_model {
     rkv_backend_ops ops;          /* the adopted table (backend.h)          */
     const rkv_backend_ops *ops_id; /* the pointer passed at creation        */
     void *ctx;                    /* the backend's context (owned)          */
+    rkv_backend_limits limits;    /* the table's limits (asked at creation) */
     void **layers;                /* [n_layers] backend layer handles       */
+    rkv_backend_storage *store;   /* [n_layers] their storage (BACKEND)     */
     rkv__session_state *sessions; /* [S]                                    */
     rkv__batch batch;
     void *workspace;              /* BACKEND attention workspace, or NULL   */

@@ -1,7 +1,7 @@
 /* Host buffers of one call that must not share a byte (internal.h, "host
  * buffers that must not overlap"): the check every host-memory entry point
- * makes before it writes, and the buffer lists of the upsert and the
- * attention. */
+ * makes before it writes, and the buffer list of the upsert (the
+ * attention's: attention_check.c). */
 #include "internal.h"
 
 /* Whether [a, a + an) and [b, b + bn) share a byte (empty ranges never). */
@@ -44,21 +44,4 @@ rkv_status rkv__upsert_overlap(const struct rkv_layer *l, const char *what, cons
         {session_idx, B * sizeof *session_idx, "session_idx"},
     };
     return rkv__check_no_overlap(what, out, 3, in, 3);
-}
-
-rkv_status rkv__attend_overlap(const struct rkv_layer *l, const rkv_attention_args *a,
-                               const char *what) {
-    const int64_t tq = a->n_queries ? a->n_queries : l->g.tokens_per_frame;
-    const size_t elems = (size_t)a->batch * (size_t)a->n_q_heads * (size_t)tq *
-                         (size_t)l->g.d_head, B = (size_t)a->batch;
-    const rkv__buf out[] = {{a->out, elems * rkv_dtype_size(a->out_dtype), "out"}};
-    const rkv__buf in[] = {
-        {a->q, elems * rkv_dtype_size(a->q_dtype), "q"},
-        {l->kv, rkv_geometry_memory_bytes(&l->g), "the ring's K/V storage"},
-        {l->written, (size_t)l->total_slots, "the ring's written bits"},
-        {a->session_idx, B * sizeof *a->session_idx, "session_idx"},
-        {a->visible ? NULL : a->frame_pos, B * sizeof *a->frame_pos, "frame_pos"},
-        {a->visible, B * (size_t)l->total_slots, "visible"},
-    };
-    return rkv__check_no_overlap(what, out, 1, in, 6);
 }

@@ -121,7 +121,13 @@ rkv_status rkv__upsert(const struct rkv_layer *layer, const char *what, const vo
     if ((st = rkv__upsert_overlap(layer, what, kv, batch, frame_pos, session_idx, visible)) !=
         RKV_OK)
         return st;
+    rkv__upsert_run(layer, kv, batch, frame_pos, session_idx, commit, visible);
+    return RKV_OK;
+}
 
+void rkv__upsert_run(const struct rkv_layer *layer, const void *kv, int64_t batch,
+                     const int64_t *frame_pos, const int64_t *session_idx, int commit,
+                     uint8_t *visible) {
     const rkv_geometry *g = &layer->g;
     const int64_t T = g->tokens_per_frame, C = layer->capacity, L = layer->ring_len;
     const uint8_t *src = kv;
@@ -142,7 +148,6 @@ rkv_status rkv__upsert(const struct rkv_layer *layer, const char *what, const vo
             copy_frame(layer, src, batch, b, dst);
             memset(layer->written + dst, 1, (size_t)T);
         }
-    return RKV_OK;
 }
 
 rkv_status rkv_ring_upsert(const rkv_ring_view *ring, const void *kv, rkv_dtype kv_dtype,

@@ -260,9 +260,13 @@ rkv_status rkv__attend(const struct rkv_layer *layer, const rkv_attention_args *
                        const char *what) {
     rkv_attention_args copy;
     rkv_status st = rkv__attention_take(layer, caller, what, &copy);
-    if (st != RKV_OK) return st;
+    return st == RKV_OK ? rkv__attend_run(layer, &copy, what) : st;
+}
+
+rkv_status rkv__attend_run(const struct rkv_layer *layer, const rkv_attention_args *args,
+                           const char *what) {
     pthread_once(&kernel_once, init_kernel);
-    return attend_on(layer, &copy, picked, what);
+    return attend_on(layer, args, picked, what);
 }
 
 rkv_status rkv__attend_engine(const rkv_layer *layer, const rkv_attention_args *caller,

@@ -8,20 +8,26 @@
 
 #include "cpu_internal.h"
 
-static rkv_status cpu_layer_create(void *ctx, const rkv_geometry *g, void **layer) {
+/* A layer of its own storage; *storage receives its pointers. */
+static rkv_status cpu_layer_create(void *ctx, const rkv_geometry *g, rkv_backend_storage *storage,
+                                   void **layer) {
     (void)ctx;
     rkv_layer *l = NULL;
     rkv_status st = rkv_layer_create(g, &l);
-    if (st == RKV_OK) *layer = l;
-    return st;
+    if (st != RKV_OK) return st;
+    storage->kv = l->kv;
+    storage->written = l->written;
+    storage->error = NULL;
+    *layer = l;
+    return RKV_OK;
 }
 static void cpu_layer_destroy(void *ctx, void *layer) {
     (void)ctx;
     rkv_layer_destroy(layer);
 }
-static size_t cpu_layer_memory_bytes(void *ctx, const void *layer) {
+static void cpu_limits(void *ctx, rkv_backend_limits *out) {
     (void)ctx;
-    return rkv_layer_memory_bytes(layer);
+    (void)out; /* none: any batch up to S, any d_head, element alignment */
 }
 
 static rkv_status cpu_alloc(void *ctx, size_t bytes, void **ptr) {
@@ -46,20 +52,18 @@ static rkv_status cpu_synchronize(void *ctx) {
     return RKV_OK;
 }
 
-static rkv_status cpu_upsert(void *ctx, void *layer, const void *kv, rkv_dtype kv_dtype,
-                             int64_t batch, const int64_t *frame_pos, const int64_t *session_idx,
-                             int commit) {
+/* The per-pass operations run the engines directly: the model checked
+ * every argument once (include/ringkv_backend.h). */
+static rkv_status cpu_upsert(void *ctx, void *layer, const void *kv, int64_t batch,
+                             const int64_t *frame_pos, const int64_t *session_idx, int commit) {
     (void)ctx;
-    return rkv_layer_upsert(layer, kv, kv_dtype, batch, frame_pos, session_idx, commit, NULL);
-}
-static rkv_status cpu_attend_check(void *ctx, const void *layer, const rkv_attention_args *a) {
-    (void)ctx;
-    return rkv__attention_check(layer, a, "rkv_layer_attend");
+    rkv__upsert_run(layer, kv, batch, frame_pos, session_idx, commit, NULL);
+    return RKV_OK;
 }
 static rkv_status cpu_attend(void *ctx, const void *layer, const rkv_attention_args *a,
                              void *workspace, size_t workspace_bytes) {
     (void)ctx, (void)workspace, (void)workspace_bytes;
-    return rkv_layer_attend(layer, a);
+    return rkv__attend_run(layer, a, "rkv_layer_attend");
 }
 
 static rkv_status cpu_reset(void *ctx, void *layer, int64_t session) {
@@ -100,18 +104,16 @@ static const rkv_backend_ops cpu_ops = {
     .abi_version = RKV_BACKEND_ABI_VERSION,
     .struct_size = sizeof(rkv_backend_ops),
     .name = "cpu",
-    .max_batch = 0,
     .ctx_destroy = NULL,
+    .limits = cpu_limits,
     .layer_create = cpu_layer_create,
     .layer_destroy = cpu_layer_destroy,
-    .layer_memory_bytes = cpu_layer_memory_bytes,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .copy_in = cpu_copy_in,
     .synchronize = cpu_synchronize,
     .check = NULL, /* everything is checked on the host */
     .upsert = cpu_upsert,
-    .attend_check = cpu_attend_check,
     .attend = cpu_attend,
     .attend_workspace_bytes = NULL, /* the thread pool keeps its own scratch */
     .reset = cpu_reset,

@@ -266,11 +266,21 @@ rkv_status launch_simt(const rkv_cuda_layer *l, const rkv_cuda_attention_args *a
 extern "C" rkv_status rkv_cuda_layer_attend(const rkv_cuda_layer *l,
                                             const rkv_cuda_attention_args *a, void *stream) {
     static const char what[] = "rkv_cuda_layer_attend";
+    rkv_status st = rkv__cuda_attention_check(l ? &l->g : nullptr, a);
+    return st == RKV_OK
+               ? rkv__cuda_attend_launch(l, a, static_cast<cudaStream_t>(stream), what)
+               : st;
+}
+
+rkv_status rkv__cuda_attend_launch(const rkv_cuda_layer *l, const rkv_cuda_attention_args *a,
+                                   cudaStream_t s, const char *what) {
     rkv__cuda_attn_plan plan;
-    rkv_status st = plan_for(l, a, 0, &plan);
+    rkv__cuda_attention_plan_make(&l->g, a, &l->dev, l->attn_stages, l->attn_kernel, 0, &plan);
+    if (plan.grid_x > 0x7fffffff)
+        return rkv_error_set(RKV_ERR_OVERFLOW, "%s: %lld blocks exceed the grid", what,
+                             (long long)plan.grid_x);
+    rkv_status st = rkv__cuda_check_device(l, what);
     if (st != RKV_OK) return st;
-    if ((st = rkv__cuda_check_device(l, what)) != RKV_OK) return st;
-    cudaStream_t s = static_cast<cudaStream_t>(stream);
     if (plan.kind == RKV__ATTN_MMA || plan.kind == RKV__ATTN_WGMMA)
         return launch_tensor_core(l, a, plan, s, what);
     return launch_simt(l, a, plan, s, what);

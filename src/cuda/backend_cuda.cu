@@ -15,6 +15,8 @@ namespace {
 // Staging slots for copy_in: begin_frame copies one slot per frame, so 8
 // slots let the host run 8 frames ahead of the GPU before it waits.
 constexpr int kStageSlots = 8;
+// Error words a context holds for its layers (a model's: RKV_MAX_LAYERS).
+constexpr int kErrWords = RKV_MAX_LAYERS;
 
 struct CudaCtx {
     int device;
@@ -25,6 +27,11 @@ struct CudaCtx {
     bool armed[kStageSlots];        // its event was recorded at least once
     bool made[kStageSlots];         // its event exists
     int next;                       // the slot of the next copy
+    // The layers' error words, side by side, so that one copy reads them
+    // all (check): a layer created on the context takes the next word.
+    int *err_pool;                  // DEVICE [kErrWords]
+    int *err_host;                  // pinned HOST [kErrWords]: check's copy
+    int err_used;                   // words handed out
 };
 
 CudaCtx *ctx_of(void *c) { return static_cast<CudaCtx *>(c); }
@@ -44,20 +51,38 @@ void ctx_destroy(void *vc) {
     for (int k = 0; k < kStageSlots; k++)
         if (c->made[k]) cudaEventDestroy(c->done[k]);
     if (c->stage) cudaFreeHost(c->stage);
+    if (c->err_host) cudaFreeHost(c->err_host);
+    if (c->err_pool) cudaFree(c->err_pool);
     (void)cudaGetLastError();
     free(c);
 }
 
-rkv_status layer_create(void *vc, const rkv_geometry *g, void **layer) {
+void limits(void *, rkv_backend_limits *out) {
+    out->max_batch = RKV_CUDA_MAX_BATCH;
+    out->max_d_head = RKV__SIMT_MAX_D;
+    out->max_kv_heads = 65535;  // the attention grid's y dimension
+    out->align = 16;            // the kernels' 16-byte vector loads
+}
+
+rkv_status layer_create(void *vc, const rkv_geometry *g, rkv_backend_storage *storage,
+                        void **layer) {
+    CudaCtx *c = ctx_of(vc);
     rkv_cuda_layer *l = nullptr;
-    rkv_status st = rkv_cuda_layer_create(g, ctx_of(vc)->device, &l);
-    if (st == RKV_OK) *layer = l;
-    return st;
+    rkv_status st = rkv_cuda_layer_create(g, c->device, &l);
+    if (st != RKV_OK) return st;
+    if (c->err_used < kErrWords) {  // its word moves into the context's pool
+        cudaFree(l->err);
+        (void)cudaGetLastError();
+        l->err = c->err_pool + c->err_used++;
+        l->own_err = false;
+    }
+    storage->kv = l->kv;
+    storage->written = l->written;
+    storage->error = l->err;
+    *layer = l;
+    return RKV_OK;
 }
 void layer_destroy(void *, void *layer) { rkv_cuda_layer_destroy(layer_of(layer)); }
-size_t layer_memory_bytes(void *, const void *layer) {
-    return rkv_cuda_layer_memory_bytes(layer_of(layer));
-}
 
 // An allocation by `alloc` (cudaMalloc, cudaMallocHost) on the model's
 // device, `what` naming it in the message.
@@ -134,28 +159,61 @@ rkv_status synchronize(void *vc) {
     cudaError_t e = cudaStreamSynchronize(c->stream);
     return e == cudaSuccess ? RKV_OK : rkv__cuda_fail(e, what);
 }
-rkv_status check(void *vc, void *layer) {
-    return rkv_cuda_layer_check(layer_of(layer), ctx_of(vc)->stream);
+// Every layer's error word with one copy and one wait when they all lie in
+// the context's pool (a model's layers), then the nonzero ones cleared
+// (enqueued: later work is ordered after the clear).
+rkv_status check(void *vc, void *const *layers, int64_t n, int64_t *bad) {
+    static const char what[] = "cuda backend: error check";
+    CudaCtx *c = ctx_of(vc);
+    bool pooled = true;
+    for (int64_t i = 0; i < n && pooled; i++) {
+        const int *w = layer_of(layers[i])->err;
+        pooled = w >= c->err_pool && w < c->err_pool + c->err_used;
+    }
+    if (!pooled) {  // layers of their own words: one check each
+        for (int64_t i = 0; i < n; i++) {
+            rkv_status st = rkv_cuda_layer_check(layer_of(layers[i]), c->stream);
+            if (st != RKV_OK) {
+                *bad = i;
+                return st;
+            }
+        }
+        return RKV_OK;
+    }
+    rkv_status st = check_current(c, what);
+    if (st != RKV_OK || c->err_used == 0) return st;
+    cudaError_t e = cudaMemcpyAsync(c->err_host, c->err_pool, (size_t)c->err_used * sizeof(int),
+                                    cudaMemcpyDeviceToHost, c->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream);
+    if (e != cudaSuccess) return rkv__cuda_fail(e, what);
+    rkv_status first = RKV_OK;
+    for (int64_t i = 0; i < n; i++) {
+        const rkv_cuda_layer *l = layer_of(layers[i]);
+        const int word = c->err_host[l->err - c->err_pool];
+        if (!word) continue;
+        if ((e = cudaMemsetAsync(l->err, 0, sizeof word, c->stream)) != cudaSuccess)
+            return rkv__cuda_fail(e, what);
+        if (first == RKV_OK) {
+            first = rkv__cuda_device_error_status(word, l->g.num_sessions);
+            *bad = i;
+        }
+    }
+    return first;
 }
 
-// ---- per pass (capture-safe) ---------------------------------------------------
+// ---- per pass (capture-safe; unchecked: the core checked everything) -----------
 
-rkv_status upsert(void *vc, void *layer, const void *kv, rkv_dtype kv_dtype, int64_t batch,
-                  const int64_t *frame_pos, const int64_t *session_idx, int commit) {
-    return rkv_cuda_layer_upsert(layer_of(layer), kv, kv_dtype, batch, frame_pos, session_idx,
-                                 commit, nullptr, ctx_of(vc)->stream);
-}
-rkv_status attend_check(void *, const void *layer, const rkv_attention_args *a) {
-    rkv_cuda_attention_args ca;
-    rkv__cuda_model_attention_args(a, nullptr, 0, &ca);
-    rkv__cuda_attn_plan plan;
-    return rkv__cuda_attention_plan_checked(layer_of(layer), &ca, 0, &plan);
+rkv_status upsert(void *vc, void *layer, const void *kv, int64_t batch, const int64_t *frame_pos,
+                  const int64_t *session_idx, int commit) {
+    return rkv__cuda_upsert_launch(layer_of(layer), kv, batch, frame_pos, session_idx, commit,
+                                   nullptr, ctx_of(vc)->stream, "cuda backend: upsert");
 }
 rkv_status attend(void *vc, const void *layer, const rkv_attention_args *a, void *workspace,
                   size_t workspace_bytes) {
     rkv_cuda_attention_args ca;
     rkv__cuda_model_attention_args(a, workspace, workspace_bytes, &ca);
-    return rkv_cuda_layer_attend(layer_of(layer), &ca, ctx_of(vc)->stream);
+    return rkv__cuda_attend_launch(layer_of(layer), &ca, ctx_of(vc)->stream,
+                                   "cuda backend: attend");
 }
 size_t attend_workspace_bytes(void *, const void *layer, int64_t max_batch, int64_t n_q_heads) {
     const rkv_cuda_layer *l = layer_of(layer);
@@ -214,18 +272,16 @@ rkv_backend_ops make_ops() {
     o.abi_version = RKV_BACKEND_ABI_VERSION;
     o.struct_size = sizeof o;
     o.name = "cuda";
-    o.max_batch = RKV_CUDA_MAX_BATCH;
     o.ctx_destroy = ctx_destroy;
+    o.limits = limits;
     o.layer_create = layer_create;
     o.layer_destroy = layer_destroy;
-    o.layer_memory_bytes = layer_memory_bytes;
     o.alloc = mem_alloc;
     o.free = mem_free;
     o.copy_in = copy_in;
     o.synchronize = synchronize;
     o.check = check;
     o.upsert = upsert;
-    o.attend_check = attend_check;
     o.attend = attend;
     o.attend_workspace_bytes = attend_workspace_bytes;
     o.reset = reset;
@@ -249,9 +305,15 @@ rkv_status ctx_create(int device, void *stream, int64_t num_sessions, CudaCtx **
     c->stream = static_cast<cudaStream_t>(stream);
     const int64_t rows = num_sessions < RKV_CUDA_MAX_BATCH ? num_sessions : RKV_CUDA_MAX_BATCH;
     c->slot_bytes = 2 * (size_t)rows * sizeof(int64_t);
-    void *stage = nullptr;
+    void *stage = nullptr, *err_host = nullptr, *err_pool = nullptr;
     cudaError_t e = cudaMallocHost(&stage, kStageSlots * c->slot_bytes);
     c->stage = static_cast<uint8_t *>(stage);
+    if (e == cudaSuccess && (e = cudaMallocHost(&err_host, kErrWords * sizeof(int))) == cudaSuccess)
+        c->err_host = static_cast<int *>(err_host);
+    if (e == cudaSuccess && (e = cudaMalloc(&err_pool, kErrWords * sizeof(int))) == cudaSuccess)
+        c->err_pool = static_cast<int *>(err_pool);
+    if (e == cudaSuccess) e = cudaMemset(c->err_pool, 0, kErrWords * sizeof(int));
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();
     for (int k = 0; e == cudaSuccess && k < kStageSlots; k++)
         if ((e = cudaEventCreateWithFlags(&c->done[k], cudaEventDisableTiming)) == cudaSuccess)
             c->made[k] = true;

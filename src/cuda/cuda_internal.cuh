@@ -29,6 +29,7 @@ struct rkv_cuda_layer {
     void *kv;             // DEVICE [2][H][N][D]
     uint8_t *written;     // DEVICE [N] (allocation rounded up to 16 bytes)
     int *err;             // DEVICE error word (see plan.h)
+    bool own_err;         // err is the layer's allocation (else a model's pool slot)
 };
 
 // A CUDA error as an rkv status with a message naming the call.
@@ -114,5 +115,15 @@ cudaError_t rkv__cuda_attention_prepare(rkv_cuda_layer *l);
 rkv_status rkv__cuda_attention_plan_checked(const rkv_cuda_layer *l,
                                             const rkv_cuda_attention_args *a, int preferred,
                                             rkv__cuda_attn_plan *plan);
+
+// The unchecked halves of the layer calls (the table's operations; the
+// public layer calls check first): the fused upsert's launch, the
+// attention's plan and launch.
+rkv_status rkv__cuda_upsert_launch(const rkv_cuda_layer *l, const void *kv, int64_t batch,
+                                   const int64_t *frame_pos, const int64_t *session_idx,
+                                   int commit, uint8_t *visible, cudaStream_t stream,
+                                   const char *what);
+rkv_status rkv__cuda_attend_launch(const rkv_cuda_layer *l, const rkv_cuda_attention_args *a,
+                                   cudaStream_t stream, const char *what);
 
 #endif

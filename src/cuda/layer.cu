@@ -179,6 +179,7 @@ extern "C" rkv_status rkv_cuda_layer_create(const rkv_geometry *g, int device,
     if (!l) return rkv_error_set(RKV_ERR_NO_MEMORY, "%s: out of host memory", what);
     l->g = *g;
     l->device = device;
+    l->own_err = true;
     l->dev.sm_count = prop.multiProcessorCount;
     l->dev.smem_optin = prop.sharedMemPerBlockOptin;
     l->dev.cc_major = prop.major;
@@ -236,7 +237,7 @@ extern "C" void rkv_cuda_layer_destroy(rkv_cuda_layer *l) {
     cudaDeviceSynchronize();
     cudaFree(l->kv);
     cudaFree(l->written);
-    cudaFree(l->err);
+    if (l->own_err) cudaFree(l->err);
     (void)cudaGetLastError();
     if (switched) cudaSetDevice(prev);
     free(l);
@@ -333,10 +334,7 @@ extern "C" rkv_status rkv_cuda_layer_check(rkv_cuda_layer *l, void *stream) {
     int word = 0;
     cudaError_t e = cudaMemcpyAsync(&word, l->err, sizeof word, cudaMemcpyDeviceToHost, s);
     if (e == cudaSuccess) e = cudaStreamSynchronize(s);
-    if (e == cudaSuccess && word) {
-        e = cudaMemsetAsync(l->err, 0, sizeof word, s);
-        if (e == cudaSuccess) e = cudaStreamSynchronize(s);
-    }
+    if (e == cudaSuccess && word) e = cudaMemsetAsync(l->err, 0, sizeof word, s);
     if (e != cudaSuccess) return rkv__cuda_fail(e, what);
     return word ? rkv__cuda_device_error_status(word, l->g.num_sessions) : RKV_OK;
 }
@@ -349,7 +347,16 @@ extern "C" rkv_status rkv_cuda_layer_upsert(rkv_cuda_layer *l, const void *kv, r
     rkv_status st = rkv__cuda_upsert_check(l ? &l->g : nullptr, kv, kv_dtype, batch, frame_pos,
                                            session_idx, visible);
     if (st != RKV_OK) return st;
-    if ((st = rkv__cuda_check_device(l, what)) != RKV_OK) return st;
+    return rkv__cuda_upsert_launch(l, kv, batch, frame_pos, session_idx, commit, visible,
+                                   static_cast<cudaStream_t>(stream), what);
+}
+
+rkv_status rkv__cuda_upsert_launch(const rkv_cuda_layer *l, const void *kv, int64_t batch,
+                                   const int64_t *frame_pos, const int64_t *session_idx,
+                                   int commit, uint8_t *visible, cudaStream_t stream,
+                                   const char *what) {
+    rkv_status st = rkv__cuda_check_device(l, what);
+    if (st != RKV_OK) return st;
     rkv__cuda_upsert_plan plan;
     rkv__cuda_upsert_plan_make(&l->g, batch, commit != 0, visible != nullptr, &plan);
     UpsertParams p;
@@ -377,8 +384,7 @@ extern "C" rkv_status rkv_cuda_layer_upsert(rkv_cuda_layer *l, const void *kv, r
     if (plan.total_blocks > 0x7fffffff)
         return rkv_error_set(RKV_ERR_OVERFLOW, "%s: %lld blocks exceed the CUDA grid", what,
                          (long long)plan.total_blocks);
-    RKV_LAUNCH((unsigned)plan.total_blocks, kThreads, plan.smem_bytes,
-               static_cast<cudaStream_t>(stream), upsert_kernel)(p);
+    RKV_LAUNCH((unsigned)plan.total_blocks, kThreads, plan.smem_bytes, stream, upsert_kernel)(p);
     return rkv__cuda_after_launch(what);
 }
 
