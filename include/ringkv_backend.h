@@ -23,8 +23,9 @@
  *  - "capture-safe": the operation only enqueues work on the backend's
  *    stream: it never allocates, frees, synchronizes or copies between host
  *    and backend memory, so that a CUDA graph can record it and replay it.
- *  - A layer handle is the backend's own (rkv_layer * for the CPU table,
- *    rkv_cuda_layer * for CUDA), passed back unchanged.
+ *  - A layer handle (the operations' `layer`) is the backend's own, behind
+ *    the public rkv_layer (rkv_layer_backend_handle), passed back
+ *    unchanged.
  * Every operation that returns rkv_status sets its message with
  * rkv_error_set on failure (read back through rkv_last_error()).
  */
@@ -54,8 +55,13 @@ typedef struct rkv_backend_limits {
     int64_t max_d_head;   /* largest d_head an attention runs on          */
     int64_t max_kv_heads; /* largest n_kv_heads an attention runs on      */
     size_t align;         /* byte alignment of the BACKEND buffers of the
-                             per-pass calls (kv, q, out); 0: their element
-                             size                                         */
+                             per-pass calls (kv, q, out, visibility rows);
+                             0: their element size                        */
+    int32_t host_memory;  /* nonzero: BACKEND memory is host memory, whose
+                             session ids and clocks the core reads and
+                             checks (the CPU); 0: device memory, whose
+                             values the kernels check (the check operation
+                             reports them)                                */
 } rkv_backend_limits;
 
 /* One layer's storage, in the layout of SEM 2 (BACKEND memory). */
@@ -72,7 +78,7 @@ typedef struct rkv_backend_storage {
  * calls an operation: layer, session and head indices in range, B within
  * 1..limits.max_batch, sessions distinct and held, clocks >= 0, dtypes,
  * alignment (limits.align), buffers that must not overlap, and the
- * attention arguments (one check in the core: src/attention_check.c). An
+ * attention arguments (one check in the core: src/attention_check.h). An
  * operation may assume all of that; it reports only what it alone can
  * see: an allocation or a copy that fails, a launch failure, device memory
  * that is not the current device's, and (check) a bad row its kernels
@@ -91,10 +97,13 @@ typedef struct rkv_backend_ops {
     void (*limits)(void *ctx, rkv_backend_limits *out);
 
     /* ---- layers (not capture-safe) ---------------------------------------
-     * layer_create: a layer of geometry g (valid) with the layout of SEM 2
-     * (K/V [2][H][N][D] zeroed, written bits: ring 0, scratch 1); on return
-     * *storage holds its storage pointers (BACKEND memory, valid until
-     * layer_destroy).
+     * layer_create: a layer of geometry g (valid) with the layout of SEM 2.
+     * storage->kv NULL: its own storage (K/V [2][H][N][D] zeroed, written
+     * bits: ring 0, scratch 1); else over the caller's storage->kv and
+     * ->written, as they are, never freed (rkv_layer_wrap; storage->error:
+     * the caller's error word, or NULL for one of the layer's own). On
+     * return *storage holds the layer's storage pointers (BACKEND memory,
+     * valid until layer_destroy).
      * layer_destroy: frees it (NULL is a no-op). */
     rkv_status (*layer_create)(void *ctx, const rkv_geometry *g, rkv_backend_storage *storage,
                                void **layer);
@@ -123,24 +132,30 @@ typedef struct rkv_backend_ops {
     rkv_status (*check)(void *ctx, void *const *layers, int64_t n_layers, int64_t *bad_layer);
 
     /* ---- per pass (capture-safe) ------------------------------------------
-     * upsert: rkv_layer_upsert's operation for B rows (visible = NULL); kv
-     * (in the storage dtype), frame_pos [B] and session_idx [B] in BACKEND
-     * memory (the model passes the batch buffers that rkv_model_begin_frame
-     * filled).
+     * upsert: rkv_layer_upsert's operation for B rows; kv (in the storage
+     * dtype), frame_pos [B], session_idx [B] and visible (NULL, or [N] with
+     * B = 1) in BACKEND memory (the model passes the batch buffers that
+     * rkv_model_begin_frame filled, and visible NULL).
+     * visible_row: rkv_layer_visible_row's operation (session_idx [1],
+     * frame_pos [1], row [N]: BACKEND memory).
      * attend: rkv_layer_attend's operation; args (this library's layout,
-     * struct_size = sizeof) with q/out/session_idx/frame_pos in BACKEND
-     * memory, visible NULL, batch = B; `workspace` (BACKEND memory of
-     * workspace_bytes, or NULL/0) is the model's, sized at creation by
-     * attend_workspace_bytes. */
+     * struct_size = sizeof) with q/out/session_idx/frame_pos/visible in
+     * BACKEND memory (the model's: visible NULL, batch = B); `workspace`
+     * (BACKEND memory of workspace_bytes, or NULL/0): the model's, sized at
+     * creation by attend_workspace_bytes, or the layer call's
+     * args->workspace. */
     rkv_status (*upsert)(void *ctx, void *layer, const void *kv, int64_t batch,
-                         const int64_t *frame_pos, const int64_t *session_idx, int commit);
+                         const int64_t *frame_pos, const int64_t *session_idx, int commit,
+                         uint8_t *visible);
+    rkv_status (*visible_row)(void *ctx, const void *layer, const int64_t *session_idx,
+                              const int64_t *frame_pos, uint8_t *row);
     rkv_status (*attend)(void *ctx, const void *layer, const rkv_attention_args *args,
                          void *workspace, size_t workspace_bytes);
-    /* Workspace bytes `attend` can use on this layer for any batch of 1 ..
-     * max_batch rows of n_q_heads query heads and tokens_per_frame queries
-     * (0: none needed). Host only. NULL: none. */
-    size_t (*attend_workspace_bytes)(void *ctx, const void *layer, int64_t max_batch,
-                                     int64_t n_q_heads);
+    /* Workspace bytes `attend` would use for these (checked) arguments on
+     * this layer to split the keys as it prefers (0: none needed). Host
+     * only. NULL: none. */
+    size_t (*attend_workspace_bytes)(void *ctx, const void *layer,
+                                     const rkv_attention_args *args);
 
     /* ---- sessions (not capture-safe) --------------------------------------
      * reset: rkv_layer_reset's operation (ordered after enqueued work).
@@ -196,9 +211,46 @@ RKV_API rkv_status rkv_model_create_with_backend(const rkv_model_config *cfg,
  * rkv_model_create_with_backend; rkv_backend_cpu() for rkv_model_create);
  * NULL for NULL. */
 RKV_API const rkv_backend_ops *rkv_model_backend(const rkv_model *model);
-/* The backend's handle of layer i (owned by the model); NULL when i is out
- * of range or model is NULL. */
-RKV_API void *rkv_model_backend_layer(const rkv_model *model, int64_t layer);
+
+/* ---- layers on a backend ------------------------------------------------
+ * An rkv_layer (ringkv.h) is one layer on any backend: rkv_layer_create
+ * makes one on the CPU backend; these make one on any table, with its own
+ * storage or over the caller's. Every rkv_layer_* call of ringkv.h works
+ * on it, with BACKEND memory where the call says so. `ops` must stay valid
+ * for the layer's life (a static table) and `ctx` too (the caller keeps
+ * owning it: ops->ctx_destroy(ctx) after the last layer on it is
+ * destroyed). ops NULL means the CPU table (ctx NULL). Not capture-safe
+ * except where a backend says so (CUDA: rkv_layer_wrap with an error word
+ * allocates host memory only). *out untouched on failure.
+ *  rkv_layer_create_on: the layer's own zeroed storage. Replaces
+ *    rkv_cuda_layer_create (ringkv_cuda.h: rkv_cuda_backend gives the
+ *    CUDA table and a context).
+ *  rkv_layer_wrap: a layer over the caller's storage (storage->kv:
+ *    BACKEND [2][H][N][D] in g->dtype, storage->written: BACKEND [N] 0/1
+ *    with every scratch slot 1 and frames whole -- not checked: other
+ *    contents give other visibility, never an access outside the buffers;
+ *    both aligned to the backend's limits.align, at least the element
+ *    size; storage->error: a BACKEND int32 error word, zeroed before first
+ *    use, or NULL: one of the layer's own (CUDA: allocated, not
+ *    capture-safe); ignored on the CPU). The layer reads and writes
+ *    exactly those buffers and never frees them. What a framework that
+ *    holds the memory itself (PyTorch tensors) uses. Replaces the ring
+ *    views (rkv_ring_view, rkv_layer_view, rkv_cuda_ring_view).
+ * Errors: RKV_ERR_NULL (g, out, storage or its kv / written), invalid
+ * geometry (rkv_geometry_check), an unusable table (as
+ * rkv_model_create_with_backend), RKV_ERR_INVALID_ARG (misaligned
+ * storage), and the backend's (RKV_ERR_NO_MEMORY, RKV_ERR_RANGE for a
+ * context on no device, ...). */
+RKV_API rkv_status rkv_layer_create_on(const rkv_backend_ops *ops, void *ctx,
+                                       const rkv_geometry *g, rkv_layer **out);
+RKV_API rkv_status rkv_layer_wrap(const rkv_backend_ops *ops, void *ctx, const rkv_geometry *g,
+                                  const rkv_backend_storage *storage, rkv_layer **out);
+/* The backend's own handle of a layer (what the table's operations take),
+ * with its table in *ops and context in *ctx (either may be NULL); NULL for
+ * NULL. For a backend's own calls on a layer (rkv_cuda_attention_describe).
+ * Replaces rkv_model_backend_layer and rkv_model_cuda_layer. */
+RKV_API void *rkv_layer_backend_handle(const rkv_layer *layer, const rkv_backend_ops **ops,
+                                       void **ctx);
 
 /* Records a message for rkv_last_error() on the calling thread (printf
  * format, truncated to 511 bytes) and returns `status`: the error reporting

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "attention_check.h"
 #include "model_internal.h"
 
 /* Row b's session and clock in the current batch (host copies). */
@@ -234,8 +235,8 @@ rkv_status rkv_model_synchronize(rkv_model *model) {
 /* The upsert's one check (the rows were checked at begin_frame): kv
  * present, in the storage dtype, aligned as the backend needs, and not
  * overlapping the layer's storage. */
-static rkv_status check_kv(const rkv_model *m, const char *what, int64_t layer, const void *kv,
-                           rkv_dtype kv_dtype) {
+static rkv_status check_kv(const rkv_model *m, const char *what, int64_t layer,
+                           const rkv_layer *on, const void *kv, rkv_dtype kv_dtype) {
     if (!kv) return rkv__fail(RKV_ERR_NULL, "%s: kv is NULL", what);
     if (kv_dtype != m->cfg.dtype)
         return rkv__fail(RKV_ERR_DTYPE, "%s: kv dtype %d (%s) does not match the storage dtype %s",
@@ -247,7 +248,7 @@ static rkv_status check_kv(const rkv_model *m, const char *what, int64_t layer, 
     if ((uintptr_t)kv % align)
         return rkv__fail(RKV_ERR_INVALID_ARG, "%s: kv %p is not %zu-byte aligned", what, kv,
                          align);
-    const rkv_backend_storage *st = &m->store[layer];
+    const rkv_backend_storage *st = on ? &on->store : &m->store[layer];
     const size_t N = (size_t)(m->cfg.num_sessions * (m->cfg.layers[layer].ring_frames + 1) *
                               m->cfg.tokens_per_frame);
     const rkv__buf out[] = {
@@ -268,7 +269,8 @@ static rkv_status check_kv(const rkv_model *m, const char *what, int64_t layer, 
  * rule; Hq the model's; then the core's attention check with the backend's
  * limits (rkv__attend_args_check). */
 static rkv_status attention_args(const rkv_model *m, const char *what, int64_t layer,
-                                 const rkv_attention_args *args, rkv_attention_args *out) {
+                                 const rkv_layer *on, const rkv_attention_args *args,
+                                 rkv_attention_args *out) {
     if (!args) return rkv__fail(RKV_ERR_NULL, "%s: args is NULL", what);
     rkv_status st = rkv__attention_args_load(what, args, out);
     if (st != RKV_OK) return st;
@@ -280,49 +282,51 @@ static rkv_status attention_args(const rkv_model *m, const char *what, int64_t l
     out->frame_pos = dev_clocks(m);
     out->visible = NULL;
     const rkv_geometry g = rkv__model_layer_geometry(m, layer);
-    return rkv__attend_args_check(&g, &m->limits, &m->store[layer], out, false, what);
+    return rkv__attend_args_check(&g, &m->limits, on ? &on->store : &m->store[layer], out, false,
+                                  what);
 }
 
-/* The upsert of a checked call. */
-static rkv_status do_upsert(rkv_model *m, const char *what, int64_t layer, const void *kv,
-                            rkv_dtype kv_dtype, int commit) {
-    (void)kv_dtype; /* checked: the storage dtype */
-    rkv_status st = m->ops.upsert(m->ctx, m->layers[layer], kv, m->batch.n, dev_clocks(m),
-                                  dev_sessions(m), commit);
+/* The upsert of a checked call, on layer `layer`'s storage or on `on`'s
+ * (a layer over the caller's copy of it: rkv_model_upsert_ring). */
+static rkv_status do_upsert(rkv_model *m, const char *what, int64_t layer, const rkv_layer *on,
+                            const void *kv, int commit) {
+    rkv_status st = m->ops.upsert(m->ctx, on ? on->impl : m->layers[layer], kv, m->batch.n,
+                                  dev_clocks(m), dev_sessions(m), commit, NULL);
     if (st != RKV_OK) return rkv__model_backend_fail(st, what);
     if (commit) mark_committed(m, layer);
     return RKV_OK;
 }
 
-static rkv_status do_attend(rkv_model *m, const char *what, int64_t layer,
+static rkv_status do_attend(rkv_model *m, const char *what, int64_t layer, const rkv_layer *on,
                             const rkv_attention_args *a) {
-    rkv_status st = m->ops.attend(m->ctx, m->layers[layer], a, m->workspace, m->workspace_bytes);
+    rkv_status st = m->ops.attend(m->ctx, on ? on->impl : m->layers[layer], a, m->workspace,
+                                  m->workspace_bytes);
     return st == RKV_OK ? RKV_OK : rkv__model_backend_fail(st, what);
 }
 
-static rkv_status frame_upsert(rkv_model *m, const char *what, int64_t layer, const void *kv,
-                               rkv_dtype kv_dtype, int commit) {
-    rkv_status st = check_kv(m, what, layer, kv, kv_dtype);
-    return st == RKV_OK ? do_upsert(m, what, layer, kv, kv_dtype, commit) : st;
+static rkv_status frame_upsert(rkv_model *m, const char *what, int64_t layer, const rkv_layer *on,
+                               const void *kv, rkv_dtype kv_dtype, int commit) {
+    rkv_status st = check_kv(m, what, layer, on, kv, kv_dtype);
+    return st == RKV_OK ? do_upsert(m, what, layer, on, kv, commit) : st;
 }
 
-static rkv_status frame_attend(rkv_model *m, const char *what, int64_t layer,
+static rkv_status frame_attend(rkv_model *m, const char *what, int64_t layer, const rkv_layer *on,
                                const rkv_attention_args *args) {
     rkv_attention_args a;
-    rkv_status st = attention_args(m, what, layer, args, &a);
-    return st == RKV_OK ? do_attend(m, what, layer, &a) : st;
+    rkv_status st = attention_args(m, what, layer, on, args, &a);
+    return st == RKV_OK ? do_attend(m, what, layer, on, &a) : st;
 }
 
 static rkv_status frame_step(rkv_model *m, const char *what, int64_t layer, const void *kv,
                              rkv_dtype kv_dtype, int commit, const rkv_attention_args *args) {
     rkv_attention_args a;
-    rkv_status st = attention_args(m, what, layer, args, &a);
-    if (st == RKV_OK) st = check_kv(m, what, layer, kv, kv_dtype);
+    rkv_status st = attention_args(m, what, layer, NULL, args, &a);
+    if (st == RKV_OK) st = check_kv(m, what, layer, NULL, kv, kv_dtype);
     if (st != RKV_OK) return st;
     /* Every argument the upsert and the attention check is valid now:
      * neither can refuse them, so a refused step writes nothing. */
-    if ((st = do_upsert(m, what, layer, kv, kv_dtype, commit)) != RKV_OK) return st;
-    return do_attend(m, what, layer, &a);
+    if ((st = do_upsert(m, what, layer, NULL, kv, commit)) != RKV_OK) return st;
+    return do_attend(m, what, layer, NULL, &a);
 }
 
 rkv_status rkv_model_frame_upsert(rkv_model *model, int64_t layer, const void *kv,
@@ -331,7 +335,7 @@ rkv_status rkv_model_frame_upsert(rkv_model *model, int64_t layer, const void *k
     rkv_status st = check_layer(model, what, layer);
     if (st != RKV_OK) return st;
     if (!model->batch.open) return no_open_frame(model, what);
-    return frame_upsert(model, what, layer, kv, kv_dtype, commit);
+    return frame_upsert(model, what, layer, NULL, kv, kv_dtype, commit);
 }
 
 rkv_status rkv_model_frame_attend(rkv_model *model, int64_t layer,
@@ -340,7 +344,7 @@ rkv_status rkv_model_frame_attend(rkv_model *model, int64_t layer,
     rkv_status st = check_layer(model, what, layer);
     if (st != RKV_OK) return st;
     if (model->batch.n == 0) return no_open_frame(model, what);
-    return frame_attend(model, what, layer, args);
+    return frame_attend(model, what, layer, NULL, args);
 }
 
 rkv_status rkv_model_frame_step(rkv_model *model, int64_t layer, const void *kv,
@@ -352,19 +356,31 @@ rkv_status rkv_model_frame_step(rkv_model *model, int64_t layer, const void *kv,
     return frame_step(model, what, layer, kv, kv_dtype, commit, args);
 }
 
+rkv_status rkv__model_upsert_on(rkv_model *model, int64_t layer, const rkv_layer *on,
+                                int64_t batch, const int64_t *session_idx, const void *kv,
+                                rkv_dtype kv_dtype, int commit) {
+    static const char what[] = "rkv_model_upsert";
+    rkv_status st = check_batch_rows(model, what, layer, batch, session_idx, true);
+    return st == RKV_OK ? frame_upsert(model, what, layer, on, kv, kv_dtype, commit) : st;
+}
+
+rkv_status rkv__model_attend_on(rkv_model *model, int64_t layer, const rkv_layer *on,
+                                int64_t batch, const int64_t *session_idx,
+                                const rkv_attention_args *args) {
+    static const char what[] = "rkv_model_attend";
+    rkv_status st = check_batch_rows(model, what, layer, batch, session_idx, false);
+    return st == RKV_OK ? frame_attend(model, what, layer, on, args) : st;
+}
+
 rkv_status rkv_model_upsert(rkv_model *model, int64_t layer, int64_t batch,
                             const int64_t *session_idx, const void *kv, rkv_dtype kv_dtype,
                             int commit) {
-    static const char what[] = "rkv_model_upsert";
-    rkv_status st = check_batch_rows(model, what, layer, batch, session_idx, true);
-    return st == RKV_OK ? frame_upsert(model, what, layer, kv, kv_dtype, commit) : st;
+    return rkv__model_upsert_on(model, layer, NULL, batch, session_idx, kv, kv_dtype, commit);
 }
 
 rkv_status rkv_model_attend(rkv_model *model, int64_t layer, int64_t batch,
                             const int64_t *session_idx, const rkv_attention_args *args) {
-    static const char what[] = "rkv_model_attend";
-    rkv_status st = check_batch_rows(model, what, layer, batch, session_idx, false);
-    return st == RKV_OK ? frame_attend(model, what, layer, args) : st;
+    return rkv__model_attend_on(model, layer, NULL, batch, session_idx, args);
 }
 
 rkv_status rkv_model_step(rkv_model *model, int64_t layer, int64_t batch,

@@ -111,14 +111,15 @@ static rkv_status k_span_copy(void *ctx, void *l, int64_t a, int64_t b) {
     return cpu()->span_copy(ctx, l, a, b);
 }
 static rkv_status k_upsert(void *ctx, void *layer, const void *kv, int64_t B, const int64_t *fp,
-                           const int64_t *sess, int commit) {
+                           const int64_t *sess, int commit, uint8_t *visible) {
+    (void)visible; /* the model passes NULL */
     K.upserts++;
     if (K.recording) {
         assert_true(K.n_rec < 64);
         record r = {0, layer, kv, RKV_DTYPE_F32, B, fp, sess, commit, {0}, NULL, 0};
         K.rec[K.n_rec++] = r;
     }
-    return cpu()->upsert(ctx, layer, kv, B, fp, sess, commit);
+    return cpu()->upsert(ctx, layer, kv, B, fp, sess, commit, NULL);
 }
 static rkv_status k_attend(void *ctx, const void *layer, const rkv_attention_args *a, void *ws,
                            size_t wsb) {
@@ -170,7 +171,7 @@ static void replay(void) {
             TU_OK(cpu()->attend(NULL, r->layer, &r->args, r->ws, r->ws_bytes));
         else
             TU_OK(cpu()->upsert(NULL, r->layer, r->kv, r->batch, r->frame_pos,
-                                r->session_idx, r->commit));
+                                r->session_idx, r->commit, NULL));
     }
 }
 
@@ -284,8 +285,11 @@ static void test_per_pass_calls_enqueue_only(void **state) {
     assert_int_equal(K.alloc, 1); /* the batch buffers (no workspace on the CPU) */
     assert_string_equal(rkv_model_backend_name(m), "counting");
     assert_ptr_equal(rkv_model_backend(m), &OPS);
-    assert_null(rkv_model_layer(m, 0)); /* not the CPU table: no rkv_layer */
-    assert_non_null(rkv_model_backend_layer(m, 1));
+    /* a layer on any table: its handle, the backend's own layer and table */
+    const rkv_backend_ops *lops = NULL;
+    assert_non_null(rkv_layer_backend_handle(rkv_model_layer(m, 1), &lops, NULL));
+    assert_ptr_equal(lops, &OPS);
+    assert_null(rkv_model_layer(m, 2));
     int64_t a, b;
     TU_OK(rkv_model_claim(m, "a", &a));
     TU_OK(rkv_model_claim(m, "b", &b));

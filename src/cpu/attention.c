@@ -1,10 +1,11 @@
 /* Attention over the ring: argument checks and the visible-slot list shared
  * by the CPU implementations (SEMANTICS 4, 5). */
+#include "../attention_check.h"
 #include "cpu_internal.h"
 
 /* Visible slots of one row, ascending: from the caller's row, or from the
  * bits-and-clock rule (ring frames ascending, scratch last). */
-int64_t rkv__gather_visible_slots(const struct rkv_layer *l, const rkv_attention_args *a,
+int64_t rkv__gather_visible_slots(const struct rkv__cpu_layer *l, const rkv_attention_args *a,
                                     int64_t b, int64_t *slots) {
     int64_t n = 0;
     if (a->visible) {
@@ -23,7 +24,7 @@ int64_t rkv__gather_visible_slots(const struct rkv_layer *l, const rkv_attention
     return n;
 }
 
-rkv_status rkv__attention_take(const struct rkv_layer *l, const rkv_attention_args *caller,
+rkv_status rkv__attention_take(const struct rkv__cpu_layer *l, const rkv_attention_args *caller,
                                const char *what, rkv_attention_args *copy) {
     if (!l) return rkv__fail(RKV_ERR_NULL, "%s: layer is NULL", what);
     if (!caller) return rkv__fail(RKV_ERR_NULL, "%s: args is NULL", what);
@@ -31,7 +32,7 @@ rkv_status rkv__attention_take(const struct rkv_layer *l, const rkv_attention_ar
     return st == RKV_OK ? rkv__attention_check(l, copy, what) : st;
 }
 
-rkv_status rkv__attention_check(const struct rkv_layer *l, const rkv_attention_args *a,
+rkv_status rkv__attention_check(const struct rkv__cpu_layer *l, const rkv_attention_args *a,
                                 const char *what) {
     const rkv_backend_storage storage = {l->kv, l->written, NULL};
     return rkv__attend_args_check(&l->g, NULL, &storage, a, true, what);

@@ -11,7 +11,7 @@
 #include "cpu_internal.h"
 
 /* dst[j][:] = half c (K or V), head h, slot slots[j], widened to f32. */
-static void widen_rows(const struct rkv_layer *l, int c, int64_t h, const int64_t *slots,
+static void widen_rows(const struct rkv__cpu_layer *l, int c, int64_t h, const int64_t *slots,
                        int64_t n, float *dst) {
     const int64_t D = l->g.d_head;
     for (int64_t j = 0; j < n; j++) {
@@ -30,10 +30,13 @@ static float dot(const float *x, const float *y, int64_t n) {
     return s;
 }
 
-rkv_status rkv_layer_attend_reference(const rkv_layer *layer, const rkv_attention_args *caller) {
+rkv_status rkv_layer_attend_reference(const rkv_layer *pub, const rkv_attention_args *caller) {
+    static const char what[] = "rkv_layer_attend_reference";
+    const struct rkv__cpu_layer *layer = rkv__cpu_layer_of(pub, what);
+    if (!layer) return pub ? RKV_ERR_INVALID_ARG : RKV_ERR_NULL;
     rkv_attention_args copy;
     const rkv_attention_args *args = &copy;
-    rkv_status st = rkv__attention_take(layer, caller, "rkv_layer_attend_reference", &copy);
+    rkv_status st = rkv__attention_take(layer, caller, what, &copy);
     if (st != RKV_OK) return st;
     const rkv_geometry *g = &layer->g;
     const int64_t D = g->d_head, Hq = args->n_q_heads, group = Hq / g->n_kv_heads;

@@ -1,19 +1,23 @@
-/* The CPU backend's table: the model's layers are rkv_layer in host memory
- * (layer.c, cpu/attention*.c), so every operation is a direct call, memory
- * is malloc'd, copies are memcpy and there is nothing to wait for. (The
- * check of a table handed to rkv_model_create_with_backend is the core's:
+/* The CPU backend's table: layers are struct rkv__cpu_layer in host memory
+ * (cpu/layer_cpu.c, cpu/attention*.c), so every operation is a direct
+ * call, memory is malloc'd, copies are memcpy and there is nothing to wait
+ * for. Every operation is unchecked (include/ringkv_backend.h): the core
+ * checked the arguments once. (The check of a table handed to the core is
  * src/backend.c.) */
 #include <stdlib.h>
 #include <string.h>
 
 #include "cpu_internal.h"
 
-/* A layer of its own storage; *storage receives its pointers. */
+typedef struct rkv__cpu_layer cpu_layer;
+
+/* A layer of its own storage, or over the caller's (storage->kv set);
+ * *storage receives its pointers. */
 static rkv_status cpu_layer_create(void *ctx, const rkv_geometry *g, rkv_backend_storage *storage,
                                    void **layer) {
     (void)ctx;
-    rkv_layer *l = NULL;
-    rkv_status st = rkv_layer_create(g, &l);
+    cpu_layer *l = NULL;
+    rkv_status st = rkv__cpu_layer_create(g, storage->kv, storage->written, &l);
     if (st != RKV_OK) return st;
     storage->kv = l->kv;
     storage->written = l->written;
@@ -23,11 +27,11 @@ static rkv_status cpu_layer_create(void *ctx, const rkv_geometry *g, rkv_backend
 }
 static void cpu_layer_destroy(void *ctx, void *layer) {
     (void)ctx;
-    rkv_layer_destroy(layer);
+    rkv__cpu_layer_destroy(layer);
 }
 static void cpu_limits(void *ctx, rkv_backend_limits *out) {
     (void)ctx;
-    (void)out; /* none: any batch up to S, any d_head, element alignment */
+    out->host_memory = 1; /* no other limit: any batch up to S, any d_head */
 }
 
 static rkv_status cpu_alloc(void *ctx, size_t bytes, void **ptr) {
@@ -52,12 +56,17 @@ static rkv_status cpu_synchronize(void *ctx) {
     return RKV_OK;
 }
 
-/* The per-pass operations run the engines directly: the model checked
- * every argument once (include/ringkv_backend.h). */
 static rkv_status cpu_upsert(void *ctx, void *layer, const void *kv, int64_t batch,
-                             const int64_t *frame_pos, const int64_t *session_idx, int commit) {
+                             const int64_t *frame_pos, const int64_t *session_idx, int commit,
+                             uint8_t *visible) {
     (void)ctx;
-    rkv__upsert_run(layer, kv, batch, frame_pos, session_idx, commit, NULL);
+    rkv__upsert_run(layer, kv, batch, frame_pos, session_idx, commit, visible);
+    return RKV_OK;
+}
+static rkv_status cpu_visible_row(void *ctx, const void *layer, const int64_t *session_idx,
+                                  const int64_t *frame_pos, uint8_t *row) {
+    (void)ctx;
+    rkv__cpu_visible_row(layer, session_idx[0], frame_pos[0], row);
     return RKV_OK;
 }
 static rkv_status cpu_attend(void *ctx, const void *layer, const rkv_attention_args *a,
@@ -68,34 +77,35 @@ static rkv_status cpu_attend(void *ctx, const void *layer, const rkv_attention_a
 
 static rkv_status cpu_reset(void *ctx, void *layer, int64_t session) {
     (void)ctx;
-    return rkv_layer_reset(layer, session);
+    rkv__cpu_reset(layer, session);
+    return RKV_OK;
 }
 static rkv_status cpu_span_read(void *ctx, const void *layer, int64_t session,
                                 rkv_span_part part, int64_t head, void *dst) {
     (void)ctx;
-    return rkv_layer_read_span(layer, session, part, head, dst);
+    const cpu_layer *l = layer;
+    memcpy(dst, rkv__cpu_span_at(l, session, part, head),
+           part == RKV_SPAN_WRITTEN ? (size_t)l->capacity : (size_t)l->capacity * l->row_bytes);
+    return RKV_OK;
 }
 static rkv_status cpu_span_write(void *ctx, void *layer, int64_t session, rkv_span_part part,
                                  int64_t head, const void *src) {
     (void)ctx;
-    return rkv_layer_write_span(layer, session, part, head, src);
+    const cpu_layer *l = layer;
+    memcpy(rkv__cpu_span_at(l, session, part, head), src,
+           part == RKV_SPAN_WRITTEN ? (size_t)l->capacity : (size_t)l->capacity * l->row_bytes);
+    return RKV_OK;
 }
 static rkv_status cpu_span_copy(void *ctx, void *layer, int64_t src_session,
                                 int64_t dst_session) {
     (void)ctx;
-    return rkv_layer_copy_span(layer, src_session, dst_session);
+    rkv__cpu_copy_span(layer, src_session, dst_session);
+    return RKV_OK;
 }
-
 static rkv_status cpu_span_region(void *ctx, const void *layer, int64_t session,
                                   rkv_span_part part, int64_t head, void **ptr, int *device) {
     (void)ctx;
-    const rkv_layer *l = layer;
-    size_t offset = 0, bytes = 0;
-    bool in_written = false;
-    rkv_status st = rkv__span_piece(&l->g, "cpu backend: span_region", session, part, head,
-                                    &offset, &bytes, &in_written);
-    if (st != RKV_OK) return st;
-    *ptr = (in_written ? l->written : l->kv) + offset;
+    *ptr = rkv__cpu_span_at(layer, session, part, head);
     *device = -1;
     return RKV_OK;
 }
@@ -114,6 +124,7 @@ static const rkv_backend_ops cpu_ops = {
     .synchronize = cpu_synchronize,
     .check = NULL, /* everything is checked on the host */
     .upsert = cpu_upsert,
+    .visible_row = cpu_visible_row,
     .attend = cpu_attend,
     .attend_workspace_bytes = NULL, /* the thread pool keeps its own scratch */
     .reset = cpu_reset,

@@ -1,24 +1,38 @@
 /* The one check of an attention call's arguments (SEMANTICS 5), above
- * every backend's table: the layer calls (rkv_layer_attend and the CPU
- * engines) and the model's per-pass calls run it once, then the engine or
- * the table's unchecked `attend` (include/ringkv_backend.h). */
+ * every backend's table: the layer calls (rkv_layer_attend, the CPU
+ * engines), the model's per-pass calls and the CUDA backend's describe run
+ * it once, then the engine or the table's unchecked `attend`
+ * (include/ringkv_backend.h). Inline, as rkv__span_piece: the CUDA library
+ * runs it too and links only the core's public symbols (docs/backends.md).
+ *
+ * `a` in this library's layout (struct_size loaded); g the layer's
+ * geometry; lim the backend's limits (NULL: none); storage the layer's K/V
+ * and written bits (out must not overlap them; NULL: not checked);
+ * host_rows: session_idx / frame_pos are host memory whose values are
+ * checked here (the layer calls on the CPU), else device memory or the
+ * model's batch buffers, checked by the kernels or once at begin_frame.
+ * `what` names the call. */
+#ifndef RKV_ATTENTION_CHECK_H
+#define RKV_ATTENTION_CHECK_H
+
 #include <math.h>
 
 #include "internal.h"
 
-static bool misaligned(const void *p, size_t to) { return to > 1 && (uintptr_t)p % to != 0; }
+static inline bool rkv__misaligned(const void *p, size_t to) {
+    return to > 1 && (uintptr_t)p % to != 0;
+}
 
-rkv_status rkv__attend_args_check(const rkv_geometry *g, const rkv_backend_limits *lim,
+static inline rkv_status rkv__attend_args_check(const rkv_geometry *g, const rkv_backend_limits *lim,
                                   const rkv_backend_storage *storage,
                                   const rkv_attention_args *a, bool host_rows, const char *what) {
-    static const rkv_backend_limits none = {0, 0, 0, 0};
+    static const rkv_backend_limits none = {0, 0, 0, 0, 0};
     if (!lim) lim = &none;
     const int64_t S = g->num_sessions;
-    /* the model's rows were checked at begin_frame (host_rows false) */
-    if (host_rows && a->batch < 1)
+    if (a->batch < 1)
         return rkv__fail(RKV_ERR_INVALID_ARG, "%s: batch B = %lld; expected >= 1", what,
                          (long long)a->batch);
-    if (host_rows && lim->max_batch > 0 && a->batch > lim->max_batch)
+    if (lim->max_batch > 0 && a->batch > lim->max_batch)
         return rkv__fail(RKV_ERR_INVALID_ARG, "%s: batch B = %lld; expected 1..%lld", what,
                          (long long)a->batch, (long long)lim->max_batch);
     if (a->n_q_heads < 1 || a->n_q_heads % g->n_kv_heads)
@@ -36,7 +50,7 @@ rkv_status rkv__attend_args_check(const rkv_geometry *g, const rkv_backend_limit
                          (long long)a->n_queries);
     if (!a->q || !a->out)
         return rkv__fail(RKV_ERR_NULL, "%s: %s is NULL", what, a->q ? "out" : "q");
-    if (!rkv__dtype_valid(a->q_dtype) || !rkv__dtype_valid(a->out_dtype))
+    if (!rkv_dtype_name(a->q_dtype) || !rkv_dtype_name(a->out_dtype))
         return rkv__fail(RKV_ERR_DTYPE, "%s: unknown dtype (q %d, out %d)", what,
                          (int)a->q_dtype, (int)a->out_dtype);
     if (!isfinite(a->scale))
@@ -44,9 +58,9 @@ rkv_status rkv__attend_args_check(const rkv_geometry *g, const rkv_backend_limit
     if (lim->max_d_head > 0 && g->d_head > lim->max_d_head)
         return rkv__fail(RKV_ERR_INVALID_ARG, "%s: d_head = %lld; the backend takes at most %lld",
                          what, (long long)g->d_head, (long long)lim->max_d_head);
-    if (misaligned(a->q, lim->align) || misaligned(a->out, lim->align))
+    if (rkv__misaligned(a->q, lim->align) || rkv__misaligned(a->out, lim->align))
         return rkv__fail(RKV_ERR_INVALID_ARG, "%s: %s is not %zu-byte aligned", what,
-                         misaligned(a->q, lim->align) ? "q" : "out", lim->align);
+                         rkv__misaligned(a->q, lim->align) ? "q" : "out", lim->align);
     /* attention only reads, so a session may appear in several rows */
     RKV__REQUIRE(what, a->session_idx);
     if (!a->visible && !a->frame_pos)
@@ -88,3 +102,5 @@ rkv_status rkv__attend_args_check(const rkv_geometry *g, const rkv_backend_limit
     };
     return rkv__check_no_overlap(what, out, 1, in, 6);
 }
+
+#endif
