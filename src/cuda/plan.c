@@ -75,31 +75,13 @@ rkv_status rkv__cuda_attention_check(const rkv_geometry *g, const rkv_cuda_atten
     if (a->workspace && misaligned(a->workspace, 16))
         return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: workspace is not 16-byte aligned", what);
     /* then the core's one attention check, with this backend's limits */
-    rkv_attention_args c = RKV_ATTENTION_ARGS_INIT;
-    rkv__cuda_core_args(a, &c);
     const rkv_backend_limits lim = RKV__CUDA_LIMITS;
-    if ((st = rkv__attend_args_check(g, &lim, NULL, &c, false, what)) != RKV_OK) return st;
+    if ((st = rkv__attend_args_check(g, &lim, NULL, a, false, what)) != RKV_OK) return st;
     const int64_t tq = a->n_queries ? a->n_queries : g->tokens_per_frame;
     if (a->batch * a->n_q_heads * tq / RKV__SIMT_WARPS >= INT32_MAX)
         return rkv_error_set(RKV_ERR_OVERFLOW, "%s: B*Hq*Tq = %lld*%lld*%lld is too large", what,
                              (long long)a->batch, (long long)a->n_q_heads, (long long)tq);
     return RKV_OK;
-}
-
-void rkv__cuda_core_args(const rkv_cuda_attention_args *a, rkv_attention_args *out) {
-    out->batch = a->batch;
-    out->n_q_heads = a->n_q_heads;
-    out->n_queries = a->n_queries;
-    out->q = a->q;
-    out->q_dtype = a->q_dtype;
-    out->out = a->out;
-    out->out_dtype = a->out_dtype;
-    out->session_idx = a->session_idx;
-    out->frame_pos = a->frame_pos;
-    out->visible = a->visible;
-    out->scale = a->scale;
-    out->workspace = a->workspace;
-    out->workspace_bytes = a->workspace_bytes;
 }
 
 size_t rkv__cuda_split_workspace_bytes(int splits, int64_t total_rows, int d_head) {
@@ -290,19 +272,8 @@ rkv_status rkv__cuda_model_args_check(const char *what, const rkv_attention_args
 
 void rkv__cuda_model_attention_args(const rkv_attention_args *a, void *workspace,
                                     size_t workspace_bytes, rkv_cuda_attention_args *out) {
-    memset(out, 0, sizeof *out);
+    *out = *a;
     out->struct_size = sizeof *out;
-    out->batch = a->batch;
-    out->n_q_heads = a->n_q_heads;
-    out->n_queries = a->n_queries;
-    out->q = a->q;
-    out->q_dtype = a->q_dtype;
-    out->out = a->out;
-    out->out_dtype = a->out_dtype;
-    out->session_idx = a->session_idx;
-    out->frame_pos = a->frame_pos;
-    out->visible = a->visible;
-    out->scale = a->scale;
     out->workspace = workspace;
     out->workspace_bytes = workspace ? workspace_bytes : 0;
 }

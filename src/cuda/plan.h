@@ -17,25 +17,10 @@ extern "C" {
 #endif
 
 /* The arguments of one attention launch: the core's rkv_attention_args
- * (ringkv.h) in the planner's terms, with the workspace (the model's, or
- * the layer call's args->workspace). */
-typedef struct rkv_cuda_attention_args {
-    size_t struct_size; /* sizeof(rkv_cuda_attention_args)                */
-    int64_t batch;
-    int64_t n_q_heads;
-    int64_t n_queries;
-    const void *q;
-    rkv_dtype q_dtype;
-    void *out;
-    rkv_dtype out_dtype;
-    const int64_t *session_idx;
-    const int64_t *frame_pos;
-    const uint8_t *visible;
-    float scale;
-    void *workspace;
-    size_t workspace_bytes;
-} rkv_cuda_attention_args;
-#define RKV_CUDA_ATTENTION_ARGS_INIT RKV__SIZED_INIT(rkv_cuda_attention_args)
+ * (ringkv.h, version 2: with the workspace), read by the planner as they
+ * are (pool unused). */
+typedef rkv_attention_args rkv_cuda_attention_args;
+#define RKV_CUDA_ATTENTION_ARGS_INIT RKV_ATTENTION_ARGS_INIT
 
 /* The backend's limits (its table's `limits`): the kernels check rows of
  * one launch against RKV_CUDA_MAX_BATCH, the generic kernel takes D up to
@@ -146,8 +131,7 @@ typedef struct rkv__cuda_attn_plan {
  * limits, plus B <= min(S, RKV_CUDA_MAX_BATCH), the workspace's alignment
  * and the generic kernel's grid. */
 rkv_status rkv__cuda_attention_check(const rkv_geometry *g, const rkv_cuda_attention_args *a);
-/* a as the core's rkv_attention_args (members copied; struct_size kept). */
-void rkv__cuda_core_args(const rkv_cuda_attention_args *a, rkv_attention_args *out);
+
 /* The plan for valid args. `stages` is the cp.async pipeline depth of the
  * mma kernel (2 or 3; anything else means 2). `kernel` is RKV__KERNEL_MMA or
  * RKV__KERNEL_WGMMA (the latter where it applies: D 64, dev->cc_major 9).

@@ -454,6 +454,17 @@ static void run_case(const diff_case *c, uint64_t seed, int quick) {
                 CK(cudaMemcpy(x->h_vis_gpu, x->d_vis, (size_t)x->N, cudaMemcpyDeviceToHost));
                 const int ok = memcmp(x->h_vis_gpu, x->h_vis_cpu, (size_t)x->N) == 0;
                 record(OP_VIS, ok, ok ? 0 : 1, c->name);
+                /* the same state's row on its own (rkv_layer_visible_row, what
+                 * the torch ops call; visible_row_kernel) against the CPU's */
+                const int64_t s0 = sess[0], f0 = fp[0];
+                OKR(rkv_layer_visible_row(x->cpu, &s0, &f0, x->h_vis_cpu));
+                CK(cudaMemset(x->d_vis, 0x77, (size_t)x->N));
+                OKR(rkv_layer_visible_row(x->gpu, x->d_sess, x->d_fp, x->d_vis));
+                CK(cudaStreamSynchronize(x->stream));
+                OKR(rkv_layer_check(x->gpu));
+                CK(cudaMemcpy(x->h_vis_gpu, x->d_vis, (size_t)x->N, cudaMemcpyDeviceToHost));
+                const int vok = memcmp(x->h_vis_gpu, x->h_vis_cpu, (size_t)x->N) == 0;
+                record(OP_VIS, vok, vok ? 0 : 1, "visible row");
             }
             if (attend_now && (pass == 0 || pass == 4)) {
                 attend_both(x, B, sess, fp, 0, 0, pass ? "after commit" : "pass 0");
@@ -463,6 +474,16 @@ static void run_case(const diff_case *c, uint64_t seed, int quick) {
         if (!checked_devices && step >= 2 && !c->fast_forward) {
             device_checks(x, B, sess, fp);
             checked_devices = 1;
+            /* the device clocks' advance (what a captured frame ends with;
+             * clock_advance_kernel): fp + 3 for the batch's rows, exactly */
+            int64_t adv[64];
+            CK(cudaMemcpy(x->d_fp, fp, (size_t)B * 8, cudaMemcpyHostToDevice));
+            OKR(rkv_cuda_clock_advance(x->d_fp, B, 3, (void *)x->stream));
+            CK(cudaStreamSynchronize(x->stream));
+            CK(cudaMemcpy(adv, x->d_fp, (size_t)B * 8, cudaMemcpyDeviceToHost));
+            int aok = 1;
+            for (int64_t b = 0; b < B; b++) aok &= adv[b] == fp[b] + 3;
+            record(OP_DEVCHECK, aok, aok ? 0 : 1, "rkv_cuda_clock_advance by 3");
         }
         last_s = sess[0];
         last_f = fp[0];

@@ -703,6 +703,11 @@ void run_launch(rkvx::Launch *l) {
     if (g_sticky) return;
     ensure_runtime();
     g_stats.launches++;
+    // RKVX_TRACE=1: one stderr line per launch run (which kernels a test ran)
+    static const bool trace = getenv("RKVX_TRACE") && *getenv("RKVX_TRACE") == '1';
+    if (trace)
+        fprintf(stderr, "rkvx: launch %s grid (%u,%u,%u) block (%u,%u,%u) smem %zu\n", l->name,
+                l->grid.x, l->grid.y, l->grid.z, l->block.x, l->block.y, l->block.z, l->smem);
     g_launch = l;
     g_blk.grid_dim = l->grid;
     g_blk.block_dim = l->block;
@@ -1529,16 +1534,24 @@ void enqueue_launch(Launch *l, cudaStream_t stream) {
 // =============================================================================================
 namespace {
 
+// A plain access's place, as a Site's text: one string per code address,
+// kept for the program's life, because the shadow of shared memory records
+// the writer's Site (site_id compares the pointer) and a later message
+// prints it. (From msg_buf's ring, every address shared 16 buffers: a race
+// or proxy message named whatever code last reused the buffer, or nothing.)
 const char *pc_str(void *pc) {
+    static std::map<void *, std::string> known;
+    auto it = known.find(pc);
+    if (it != known.end()) return it->second.c_str();
     Dl_info info;
-    char *buf = msg_buf();
+    char buf[512];
     if (pc && dladdr(pc, &info) && info.dli_fname)
-        snprintf(buf, 512, "code at %s+0x%lx (addr2line -f -C -e %s 0x%lx)",
+        snprintf(buf, sizeof buf, "code at %s+0x%lx (addr2line -f -C -e %s 0x%lx)",
                  base_name(info.dli_fname), (unsigned long)((char *)pc - (char *)info.dli_fbase),
                  info.dli_fname, (unsigned long)((char *)pc - (char *)info.dli_fbase));
     else
-        snprintf(buf, 512, "code at %p", pc);
-    return buf;
+        snprintf(buf, sizeof buf, "code at %p", pc);
+    return known.emplace(pc, buf).first->second.c_str();
 }
 
 // `pc`: the hook's return address, the access's place when the hooks are

@@ -81,6 +81,18 @@ __global__ void k_cp_async(const CpArgs a) {
     rkv_ptx::cp_async_wait_group<0>();
     a.out[t] = tile[t * 16];
 }
+// 4: the copy's source changed (a plain store to global) before the wait
+// that completes it; 8: cvta.to.shared of a global pointer.
+__global__ void k_cp_source(const CpArgs a) {
+    RKV_EXTERN_SHARED_ALIGNED(16, unsigned char, tile);
+    const int t = threadIdx.x;
+    rkv_ptx::cp_async_cg16(tile + t * 16, a.out + t * 16, 16);
+    rkv_ptx::cp_async_commit_group();
+    if (a.bad == 4) a.out[t * 16] ^= 1;
+    rkv_ptx::cp_async_wait_group<0>();
+    __syncthreads();
+    a.out[4096 + t] = tile[t * 16] + (unsigned char)(a.bad == 8 ? rkv_ptx::smem_addr(a.out) : 0);
+}
 // ldmatrix of rows written by cp.async: 5: before the wait; 6: a misaligned
 // row address (lane 5); 7: another warp overwrites the rows between the
 // same barriers (a race of cp.async with the ldmatrix reads).
@@ -220,6 +232,11 @@ void launch_converge(int bad) {
     PlainArgs a{g_buf, kBuf, bad};
     RKV_LAUNCH(1, 64, 0, nullptr, k_converge)(a);
 }
+void launch_cp_source(int bad) {
+    CpArgs a{g_buf, g_buf + 32768, bad};
+    RKV_LAUNCH(1, 32, 512, nullptr, k_cp_source)(a);
+}
+void launch_grid(int bad) { RKV_LAUNCH(dim3(1, bad ? 65536 : 65535, 1), 1, 0, nullptr, k_plain)(g_buf); }
 void launch_static(int bad) { RKV_LAUNCH(1, 64, 0, nullptr, k_static)(bad ? 1500 : 512, g_buf); }
 void launch_block(int bad) { RKV_LAUNCH(1, bad ? 2048 : 1024, 0, nullptr, k_plain)(g_buf); }
 void launch_dyn(int bad) {
@@ -241,9 +258,12 @@ const Case kCases[] = {
     {"static __shared__ over the static region", RKVX_RULE_STATIC_SMEM, false, launch_static, 1},
     {"64 KB dynamic without the attribute", RKVX_RULE_SMEM_ATTRIBUTE, false, launch_dyn, 1},
     {"2048 threads per block", RKVX_RULE_BLOCK_SIZE, false, launch_block, 1},
+    {"a grid 65536 blocks high", RKVX_RULE_GRID_SIZE, false, launch_grid, 1},
     {"cp.async source not 16-byte aligned", RKVX_RULE_CP_ASYNC_ALIGN, false, launch_cp, 1},
     {"cp.async destination not 16-byte aligned", RKVX_RULE_CP_ASYNC_ALIGN, false, launch_cp, 2},
     {"cp.async destination read (plain) before its wait", RKVX_RULE_CP_ASYNC_WAIT, true, launch_cp, 3},
+    {"cp.async source stored to before the wait", RKVX_RULE_CP_ASYNC_SOURCE, false, launch_cp_source, 4},
+    {"cvta.to.shared of a global pointer", RKVX_RULE_CVTA, false, launch_cp_source, 8},
     {"ldmatrix of cp.async rows before the wait", RKVX_RULE_CP_ASYNC_WAIT, false, launch_ld, 5},
     {"ldmatrix row address not 16-byte aligned", RKVX_RULE_LDMATRIX_ALIGN, false, launch_ld, 6},
     {"cp.async over rows another warp reads, no barrier", RKVX_RULE_RACE, false, launch_ld, 7},
