@@ -48,13 +48,17 @@ RKV_API int rkv_threadpool_size(const rkv_threadpool *pool);
  * online softmax ("flash", Dao et al. 2022) over the visible keys only,
  * vectorized (AMX bf16 tiles for bf16 storage / AVX-512 / AVX2+FMA chosen
  * on first use, plain C elsewhere; see rkv_attention_isa) and spread over
- * args->pool. rkv_layer_attend_reference is the simple, exact
- * implementation kept as the test oracle (single thread, two-pass softmax;
- * args->pool is ignored), with rkv_layer_attend's arguments, checks and
- * errors, on a layer of the CPU backend (RKV_ERR_INVALID_ARG for another
- * backend's). */
-RKV_API rkv_status rkv_layer_attend_reference(const rkv_layer *layer,
-                                              const rkv_attention_args *args);
+ * args->pool.
+ *
+ * rkv_backend_cpu_reference: the CPU backend's reference table (static):
+ * the CPU table -- the same layers, storage, upsert and spans -- whose
+ * attention is the simple, exact implementation kept as the test oracle
+ * (single thread, two-pass softmax; args->pool is ignored). The oracle on a
+ * layer's bytes: wrap its storage on this table (rkv_layer_wrap(
+ * rkv_backend_cpu_reference(), NULL, geometry, &{kv, written, NULL}, &ref),
+ * ringkv_backend.h) and call rkv_layer_attend(ref, args): the same
+ * arguments, checks and errors. Replaces rkv_layer_attend_reference. */
+RKV_API const struct rkv_backend_ops *rkv_backend_cpu_reference(void);
 
 /* Instruction set rkv_layer_attend uses on this CPU: "amx", "avx512",
  * "avx2" or "generic" (static string), best first, or "avx512bf16" when

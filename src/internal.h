@@ -216,6 +216,10 @@ void rkv__cpu_visible_row(const struct rkv__cpu_layer *l, int64_t s, int64_t f, 
 void rkv__upsert_run(const struct rkv__cpu_layer *layer, const void *kv, int64_t batch,
                      const int64_t *frame_pos, const int64_t *session_idx, int commit,
                      uint8_t *visible);
+/* The reference attention (the test oracle) on arguments already checked
+ * (the reference table's attend; cpu/attention_reference.c). */
+rkv_status rkv__attend_reference_run(const struct rkv__cpu_layer *layer,
+                                     const rkv_attention_args *args);
 /* The fast attention on arguments already checked, in this library's
  * layout (the CPU table's attend; cpu/attention_flash.c). */
 rkv_status rkv__attend_run(const struct rkv__cpu_layer *layer, const rkv_attention_args *args,

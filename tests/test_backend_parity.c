@@ -3,7 +3,7 @@
  * the CPU reference engine.
  *
  *  - The reference: a model on a backend table that is the CPU table with
- *    its attention replaced by rkv_layer_attend_reference (the simple, exact
+ *    its attention the reference's (rkv_backend_cpu_reference: the simple, exact
  *    oracle), driven through the calls that spell the batch out
  *    (rkv_model_upsert/_attend/_step).
  *  - The backends under test, driven through the per-pass calls
@@ -76,49 +76,9 @@ static void *xmalloc(size_t n) {
 
 /* ---- the reference backend: the CPU table, attention by the oracle -------- */
 
-/* The table's operations take the backend's own layers; the oracle is a
- * call on a public layer: each layer the table makes is remembered with a
- * layer that wraps its storage (rkv_layer_wrap), on which the oracle runs. */
-#define REF_MAX 64
-static struct {
-    const void *impl;
-    rkv_layer *wrap;
-} ref_layers[REF_MAX];
-static rkv_status ref_layer_create(void *ctx, const rkv_geometry *g, rkv_backend_storage *st,
-                                   void **layer) {
-    rkv_status s = rkv_backend_cpu()->layer_create(ctx, g, st, layer);
-    if (s != RKV_OK) return s;
-    for (int i = 0; i < REF_MAX; i++)
-        if (!ref_layers[i].impl) {
-            ref_layers[i].impl = *layer;
-            return rkv_layer_wrap(NULL, NULL, g, st, &ref_layers[i].wrap);
-        }
-    FAIL("the reference backend keeps %d layers at most", REF_MAX);
-    return RKV_ERR_STATE;
-}
-static void ref_layer_destroy(void *ctx, void *layer) {
-    for (int i = 0; i < REF_MAX; i++)
-        if (ref_layers[i].impl == layer) {
-            rkv_layer_destroy(ref_layers[i].wrap);
-            ref_layers[i].impl = NULL;
-        }
-    rkv_backend_cpu()->layer_destroy(ctx, layer);
-}
-static rkv_status ref_attend(void *ctx, const void *layer, const rkv_attention_args *a,
-                             void *ws, size_t ws_bytes) {
-    (void)ctx, (void)ws, (void)ws_bytes;
-    for (int i = 0; i < REF_MAX; i++)
-        if (ref_layers[i].impl == layer) return rkv_layer_attend_reference(ref_layers[i].wrap, a);
-    FAIL("the reference backend's attend on a layer it did not make");
-    return RKV_ERR_STATE;
-}
 static rkv_backend_ops ref_ops;
 static rkv_status create_ref(const rkv_model_config *cfg, rkv_model **m) {
-    ref_ops = *rkv_backend_cpu();
-    ref_ops.name = "cpu-reference";
-    ref_ops.attend = ref_attend;
-    ref_ops.layer_create = ref_layer_create;
-    ref_ops.layer_destroy = ref_layer_destroy;
+    ref_ops = *rkv_backend_cpu_reference(); /* the CPU table, attention by the oracle */
     return rkv_model_create_with_backend(cfg, &ref_ops, NULL, m);
 }
 

@@ -604,7 +604,7 @@ static void test_attend_errors(void **state)
 static void test_attend_reference_errors(void **state)
 {
     (void)state;
-    attend_errors_with(rkv_layer_attend_reference);
+    attend_errors_with(rkvt_attend_reference);
 }
 
 static void test_threadpool_errors(void **state)
@@ -704,7 +704,7 @@ static void test_overlapping_buffers_refused(void **state)
     a.out_dtype = RKV_DTYPE_BF16;
     a.out = store;
     LAYER_ERR(l, rkv_layer_attend(l, &a), RKV_ERR_INVALID_ARG, "the ring's K/V storage");
-    LAYER_ERR(l, rkv_layer_attend_reference(l, &a), RKV_ERR_INVALID_ARG, "overlaps");
+    LAYER_ERR(l, rkvt_attend_reference(l, &a), RKV_ERR_INVALID_ARG, "overlaps");
     assert_memory_equal(qo, before, 2 * qn * 4);
     a.out_dtype = RKV_DTYPE_F32;
     a.out = qo + qn;

@@ -178,7 +178,7 @@ _OPTIONAL = {
     "rkv_threadpool_create": (c_status, [c_int, POINTER(c_void_p)]),
     "rkv_threadpool_destroy": (None, [c_void_p]),
     "rkv_threadpool_size": (c_int, [c_void_p]),
-    "rkv_layer_attend_reference": (c_status, [c_void_p, POINTER(AttentionArgs)]),
+    "rkv_backend_cpu_reference": (c_void_p, []),
     "rkv_attention_isa": (c_char_p, []),
     "rkv_layer_attention_isa": (c_char_p, [c_void_p]),
     "rkv_model_save_session": (c_status, [c_void_p, c_int64, c_char_p]),

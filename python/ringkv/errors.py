@@ -212,7 +212,6 @@ PYTHON_NAMES = {
     "rkv_layer_upsert": f"{_L}.upsert",
     "rkv_layer_attend": f"{_L}.attend",
     "rkv_layer_attend_workspace_bytes": f"{_L}.attend",
-    "rkv_layer_attend_reference": f"{_L}.attend(reference=True)",
     "rkv_layer_visible_frames": f"{_L}.visible_frames",
     "rkv_visible_row_from_frames": f"{_L}.visible_row",
     # the row upsert(build_visibility=True) returns, reached from the

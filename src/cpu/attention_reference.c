@@ -1,5 +1,6 @@
 /* Attention over the ring on the CPU (SEMANTICS 5): the simple, exact
- * implementation kept as the test oracle (rkv_layer_attend_reference). For each session row it gathers
+ * implementation kept as the test oracle (the reference table's attend,
+ * rkv_backend_cpu_reference). For each session row it gathers
  * the visible slots (from an explicit row, or from the written bits and the
  * row's clock), widens them to f32 once per KV head, and runs a two-pass
  * softmax per query with f32 accumulation. No causal mask; GQA maps query
@@ -30,14 +31,8 @@ static float dot(const float *x, const float *y, int64_t n) {
     return s;
 }
 
-rkv_status rkv_layer_attend_reference(const rkv_layer *pub, const rkv_attention_args *caller) {
-    static const char what[] = "rkv_layer_attend_reference";
-    const struct rkv__cpu_layer *layer = rkv__cpu_layer_of(pub, what);
-    if (!layer) return pub ? RKV_ERR_INVALID_ARG : RKV_ERR_NULL;
-    rkv_attention_args copy;
-    const rkv_attention_args *args = &copy;
-    rkv_status st = rkv__attention_take(layer, caller, what, &copy);
-    if (st != RKV_OK) return st;
+rkv_status rkv__attend_reference_run(const struct rkv__cpu_layer *layer,
+                                     const rkv_attention_args *args) {
     const rkv_geometry *g = &layer->g;
     const int64_t D = g->d_head, Hq = args->n_q_heads, group = Hq / g->n_kv_heads;
     const int64_t Tq = args->n_queries ? args->n_queries : g->tokens_per_frame;

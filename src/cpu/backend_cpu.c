@@ -75,6 +75,12 @@ static rkv_status cpu_attend(void *ctx, const void *layer, const rkv_attention_a
     return rkv__attend_run(layer, a, "rkv_layer_attend");
 }
 
+static rkv_status cpu_attend_reference(void *ctx, const void *layer, const rkv_attention_args *a,
+                                       void *workspace, size_t workspace_bytes) {
+    (void)ctx, (void)workspace, (void)workspace_bytes;
+    return rkv__attend_reference_run(layer, a);
+}
+
 static rkv_status cpu_reset(void *ctx, void *layer, int64_t session) {
     (void)ctx;
     rkv__cpu_reset(layer, session);
@@ -110,30 +116,25 @@ static rkv_status cpu_span_region(void *ctx, const void *layer, int64_t session,
     return RKV_OK;
 }
 
-static const rkv_backend_ops cpu_ops = {
-    .abi_version = RKV_BACKEND_ABI_VERSION,
-    .struct_size = sizeof(rkv_backend_ops),
-    .name = "cpu",
-    .ctx_destroy = NULL,
-    .limits = cpu_limits,
-    .layer_create = cpu_layer_create,
-    .layer_destroy = cpu_layer_destroy,
-    .alloc = cpu_alloc,
-    .free = cpu_free,
-    .copy_in = cpu_copy_in,
-    .synchronize = cpu_synchronize,
-    .check = NULL, /* everything is checked on the host */
-    .upsert = cpu_upsert,
-    .visible_row = cpu_visible_row,
-    .attend = cpu_attend,
-    .attend_workspace_bytes = NULL, /* the thread pool keeps its own scratch */
-    .reset = cpu_reset,
-    .span_read = cpu_span_read,
-    .span_write = cpu_span_write,
-    .span_copy = cpu_span_copy,
-    .span_region = cpu_span_region,
-    .host_alloc = NULL, /* the core's aligned heap memory */
-    .host_free = NULL,
-};
+#define CPU_TABLE(NAME, ATTEND)                                                      \
+    {                                                                                \
+        .abi_version = RKV_BACKEND_ABI_VERSION, .struct_size = sizeof(rkv_backend_ops), \
+        .name = NAME, .ctx_destroy = NULL, .limits = cpu_limits,                     \
+        .layer_create = cpu_layer_create, .layer_destroy = cpu_layer_destroy,        \
+        .alloc = cpu_alloc, .free = cpu_free, .copy_in = cpu_copy_in,                \
+        .synchronize = cpu_synchronize, .check = NULL, .upsert = cpu_upsert,         \
+        .visible_row = cpu_visible_row, .attend = ATTEND,                            \
+        .attend_workspace_bytes = NULL, .reset = cpu_reset,                          \
+        .span_read = cpu_span_read, .span_write = cpu_span_write,                    \
+        .span_copy = cpu_span_copy, .span_region = cpu_span_region,                  \
+        .host_alloc = NULL, .host_free = NULL,                                       \
+    }
+/* check NULL: everything is checked on the host; attend_workspace_bytes
+ * NULL: the thread pool keeps its own scratch; host_alloc NULL: the core's
+ * aligned heap memory. The reference table is the same but its attention,
+ * the oracle's. */
+static const rkv_backend_ops cpu_ops = CPU_TABLE("cpu", cpu_attend);
+static const rkv_backend_ops cpu_reference_ops = CPU_TABLE("cpu-reference", cpu_attend_reference);
 
 const rkv_backend_ops *rkv_backend_cpu(void) { return &cpu_ops; }
+const rkv_backend_ops *rkv_backend_cpu_reference(void) { return &cpu_reference_ops; }
