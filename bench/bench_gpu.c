@@ -179,9 +179,9 @@ static int restart(gpu_bench *g, rkv_model *m) {
     OKR(rkv_model_abandon_frame(m), "rkv_model_abandon_frame");
     for (int64_t s = 0; s < SESSIONS; s++) OKR(rkv_model_reset(m, s), "rkv_model_reset");
     for (int64_t i = 0; i < cfg->n_layers; i++) {
-        rkv_cuda_layer *l = rkv_model_cuda_layer(m, i);
-        if (fill_random(g, rkv_cuda_layer_kv(l), rkv_cuda_layer_memory_bytes(l))) return -1;
-        CK(cudaMemsetAsync(rkv_cuda_layer_written(l), 1, (size_t)rkv_cuda_layer_total_slots(l),
+        rkv_layer *l = rkv_model_layer(m, i);
+        if (fill_random(g, (void *)rkv_layer_kv(l), rkv_layer_memory_bytes(l))) return -1;
+        CK(cudaMemsetAsync((void *)rkv_layer_written(l), 1, (size_t)rkv_layer_total_slots(l),
                            g->st),
            "cudaMemsetAsync (written bits)");
     }
@@ -364,12 +364,12 @@ typedef struct att_case {
 static int spot_check(gpu_bench *g, rkv_model *m, int64_t layer, int64_t clock, const void *d_q,
                       const void *d_out, double *err) {
     const rkv_model_config *cfg = rkv_model_get_config(m);
-    const rkv_cuda_layer *l = rkv_model_cuda_layer(m, layer);
-    const rkv_geometry *geo = rkv_cuda_layer_geometry(l);
+    rkv_layer *l = rkv_model_layer(m, layer);
+    const rkv_geometry *geo = rkv_layer_geometry(l);
     const int64_t Hq = cfg->n_q_heads, H = geo->n_kv_heads, T = geo->tokens_per_frame,
                   D = geo->d_head, RF = geo->ring_frames, C = (RF + 1) * T;
     const size_t nq = (size_t)(Hq * T * D); /* row 0 only */
-    const size_t span = rkv_cuda_layer_span_bytes(l, RKV_SPAN_K);
+    const size_t span = rkv_layer_span_bytes(l, RKV_SPAN_K);
     uint16_t *q = malloc(nq * 2), *out = malloc(nq * 2), *k = malloc(span), *v = malloc(span);
     uint8_t *written = malloc((size_t)C);
     float *kf = malloc((size_t)(C * D) * sizeof(float)), *vf = malloc((size_t)(C * D) * sizeof(float));
@@ -385,7 +385,7 @@ static int spot_check(gpu_bench *g, rkv_model *m, int64_t layer, int64_t clock, 
         goto done;
     if (rkv_convert(q, RKV_DTYPE_BF16, qf, RKV_DTYPE_F32, nq) != RKV_OK ||
         rkv_convert(out, RKV_DTYPE_BF16, of, RKV_DTYPE_F32, nq) != RKV_OK ||
-        rkv_cuda_layer_read_span(l, 0, RKV_SPAN_WRITTEN, 0, written, g->st) != RKV_OK) {
+        rkv_layer_read_span(l, 0, RKV_SPAN_WRITTEN, 0, written) != RKV_OK) {
         lib_fail(g, "the spot check's reads");
         goto done;
     }
@@ -401,8 +401,8 @@ static int spot_check(gpu_bench *g, rkv_model *m, int64_t layer, int64_t clock, 
         const int64_t i = (int64_t)((x >> 33) % (uint64_t)T);
         const int64_t kvh = h / (Hq / H);
         if (kvh != loaded_head) {
-            if (rkv_cuda_layer_read_span(l, 0, RKV_SPAN_K, kvh, k, g->st) != RKV_OK ||
-                rkv_cuda_layer_read_span(l, 0, RKV_SPAN_V, kvh, v, g->st) != RKV_OK ||
+            if (rkv_layer_read_span(l, 0, RKV_SPAN_K, kvh, k) != RKV_OK ||
+                rkv_layer_read_span(l, 0, RKV_SPAN_V, kvh, v) != RKV_OK ||
                 rkv_convert(k, RKV_DTYPE_BF16, kf, RKV_DTYPE_F32, (size_t)(C * D)) != RKV_OK ||
                 rkv_convert(v, RKV_DTYPE_BF16, vf, RKV_DTYPE_F32, (size_t)(C * D)) != RKV_OK) {
                 lib_fail(g, "the spot check's span reads");

@@ -18,3 +18,11 @@ foreach(part MAJOR MINOR PATCH)
   endif()
 endforeach()
 set(RKV_VERSION "${RKV_VERSION_MAJOR}.${RKV_VERSION_MINOR}.${RKV_VERSION_PATCH}")
+# The shared library's SOVERSION: at 0.x every minor version may break the
+# ABI (0.2.0 did: CHANGELOG.md), so the soname carries MAJOR.MINOR
+# (libringkv.so.0.2); from 1.0 on, MAJOR alone.
+if(RKV_VERSION_MAJOR EQUAL 0)
+  set(RKV_SOVERSION "${RKV_VERSION_MAJOR}.${RKV_VERSION_MINOR}")
+else()
+  set(RKV_SOVERSION "${RKV_VERSION_MAJOR}")
+endif()

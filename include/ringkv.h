@@ -68,7 +68,7 @@ extern "C" {
  * rkv_version() returns the library's RKV_VERSION_STRING (tests/test_dtype.c
  * checks that all of these agree). */
 #define RKV_VERSION_MAJOR 0
-#define RKV_VERSION_MINOR 1
+#define RKV_VERSION_MINOR 2
 #define RKV_VERSION_PATCH 0
 #define RKV__STRINGIFY_(x) #x
 #define RKV__STRINGIFY(x) RKV__STRINGIFY_(x)
@@ -105,7 +105,7 @@ RKV_API const char *rkv_version(void);
  * larger than the library's own (a program built with a newer header than
  * the library it runs with).
  * Every other struct is frozen: rkv_geometry, rkv_layer_spec,
- * rkv_ring_view, rkv_session_region, rkv_cuda_ring_view. Their layout never
+ * rkv_session_region, rkv_backend_limits, rkv_backend_storage. Their layout never
  * changes; a new member would come as a new type named *_v2 with calls of
  * its own, the old ones kept. Each struct's comment says which it is. */
 #ifdef __cplusplus
@@ -222,8 +222,11 @@ RKV_API int rkv_is_write_step(const rkv_geometry *g, int64_t frame_pos);
 /* ------------------------------------------------------------------------ */
 
 /* Opaque handles, owned by the caller from *_create to *_destroy:
- *  rkv_layer:      one layer's ring in host memory (layer storage below;
- *                  the CPU backend's layer);
+ *  rkv_layer:      one layer's ring on any backend (layer storage below):
+ *                  in host memory (rkv_layer_create, the CPU backend), on
+ *                  another backend's memory (rkv_layer_create_on,
+ *                  ringkv_backend.h), or over the caller's storage
+ *                  (rkv_layer_wrap);
  *  rkv_model:      a whole model over a backend (the model below);
  *  rkv_threadpool: CPU worker threads (ringkv_cpu.h), named in the
  *                  attention arguments. */
@@ -280,14 +283,26 @@ RKV_API rkv_status rkv_layer_block_mask(const rkv_layer *layer, int64_t session,
                                         int32_t *kv_indices);
 
 /* ------------------------------------------------------------------------ */
-/* Layer storage: one layer's ring in host memory (SEM 2, 3)               */
+/* Layer storage: one layer's ring on any backend (SEM 2, 3)                */
 /* ------------------------------------------------------------------------ */
 
-/* Allocates a layer: K/V storage [2][H][N][D] in g->dtype, zeroed, and the
- * written bitmap [N] (ring slots 0, scratch slots 1). *out receives the
- * handle (owned by the caller; free with rkv_layer_destroy). Errors:
- * invalid geometry (see rkv_geometry_check), RKV_ERR_NULL, RKV_ERR_NO_MEMORY;
- * *out is untouched on failure. */
+/* One set of calls whatever the backend: each checks its arguments once
+ * and runs the backend's operation (ringkv_backend.h). Pointers marked
+ * BACKEND are memory of the layer's backend: host memory on the CPU,
+ * device memory of the layer's GPU on CUDA (where the calls run on the
+ * context's stream and the device must be current). On a backend whose
+ * memory is not the host's, session ids and clocks in BACKEND arrays are
+ * checked by its kernels: a bad row makes the call write nothing and is
+ * reported by rkv_layer_check.
+ *
+ * rkv_layer_create allocates a layer on the CPU backend: K/V storage
+ * [2][H][N][D] in g->dtype, zeroed, and the written bitmap [N] (ring slots
+ * 0, scratch slots 1). *out receives the handle (owned by the caller; free
+ * with rkv_layer_destroy). Errors: invalid geometry (see
+ * rkv_geometry_check), RKV_ERR_NULL, RKV_ERR_NO_MEMORY; *out is untouched
+ * on failure. Other backends and caller storage: rkv_layer_create_on and
+ * rkv_layer_wrap (ringkv_backend.h). Destroying a layer of a model
+ * (rkv_model_layer) is a no-op: the model frees it. */
 RKV_API rkv_status rkv_layer_create(const rkv_geometry *g, rkv_layer **out);
 RKV_API void rkv_layer_destroy(rkv_layer *layer);
 
@@ -299,8 +314,9 @@ RKV_API int64_t rkv_layer_total_slots(const rkv_layer *layer);
 /* 2*H*N*D*sizeof(dtype): resident K/V bytes, all sessions (SEM 2). */
 RKV_API size_t rkv_layer_memory_bytes(const rkv_layer *layer);
 
-/* Read access without copying (host pointers owned by the layer, valid until
- * rkv_layer_destroy; contents change with every upsert/reset).
+/* Read access without copying (BACKEND pointers owned by the layer -- or
+ * the caller's, for a wrapped layer --, valid until rkv_layer_destroy;
+ * contents change with every upsert/reset).
  *  rkv_layer_kv:      [2][H][N][D] in the storage dtype, index 0 = K, 1 = V.
  *  rkv_layer_k / _v:  [H][N][D] (the two halves of rkv_layer_kv).
  *  rkv_layer_written: [N] bytes, 1 = written, 0 = not. */
@@ -319,7 +335,9 @@ RKV_API rkv_status rkv_layer_session_span(const rkv_layer *layer, int64_t sessio
 RKV_API rkv_status rkv_layer_reset(rkv_layer *layer, int64_t session);
 
 /* One session's span, piece by piece: what forks, snapshots and snapshot
- * files copy (every backend has the same calls; ringkv_cuda.h). A session's
+ * files copy (HOST buffers on every backend; on CUDA the copies are
+ * ordered after the context stream's work and done when the call returns,
+ * copy_span only enqueued). A session's
  * span is C = (RF+1)*T slots: RKV_SPAN_K / RKV_SPAN_V of one KV head are
  * [C][D] elements in the storage dtype (the head's slots
  * [session*C, session*C + C) of K or V), RKV_SPAN_WRITTEN is the [C] written
@@ -358,94 +376,61 @@ RKV_API rkv_status rkv_layer_copy_span(rkv_layer *layer, int64_t src_session,
 
 /* One upsert of SEM 3 for B >= 1 session rows, in the reference's order:
  * scratch write, visibility, commit.
- *  kv:          [2][H][B*T][D] host buffer in kv_dtype, tokens ordered
- *               (row b, token t); kv_dtype must equal the storage dtype.
- *  frame_pos:   [B] clocks, each >= 0.
- *  session_idx: [B] sessions, each in [0, S) and distinct within the call.
+ *  kv:          BACKEND [2][H][B*T][D] in kv_dtype, tokens ordered (row b,
+ *               token t); kv_dtype must equal the storage dtype; aligned
+ *               as the backend needs (CUDA: 16 bytes).
+ *  frame_pos:   BACKEND [B] clocks, each >= 0.
+ *  session_idx: BACKEND [B] sessions, each in [0, S) and distinct within
+ *               the call.
  *  commit:      nonzero: write the frame into ring slot
  *               ceil(f/PD) mod RB on write steps (f mod PD == 0), else
  *               rewrite the scratch; mark the destination written.
- *  visible:     NULL, or (B == 1 only) a caller-owned [N] byte buffer that
- *               receives the reference's visibility row: written AND slot of
- *               the row's session, with the T slots of the ring frame cleared
- *               on write steps, computed before the commit. Unlike the
- *               reference (whose row aliases layer scratch), the row belongs
- *               to the caller and is never overwritten by the layer.
+ *  visible:     NULL, or (B == 1 only) a caller-owned BACKEND [N] byte
+ *               buffer that receives the reference's visibility row:
+ *               written AND slot of the row's session, with the T slots of
+ *               the ring frame cleared on write steps, computed before the
+ *               commit. Unlike the reference (whose row aliases layer
+ *               scratch), the row belongs to the caller and is never
+ *               overwritten by the layer.
  * kv, frame_pos and session_idx must not overlap the layer's storage
  * (K/V and written bits) nor visible, nor visible the storage: checked
  * (RKV_ERR_INVALID_ARG "... overlaps ...", naming both buffers).
  * Errors (nothing written): RKV_ERR_NULL, RKV_ERR_INVALID_ARG (B < 1 or
- * B > S, visible with B > 1, frame_pos < 0, a session repeated within the
- * batch, overlapping buffers), RKV_ERR_RANGE (session out of range),
- * RKV_ERR_DTYPE. */
+ * B > S or the backend's largest batch, visible with B > 1, frame_pos < 0,
+ * a session repeated within the batch, overlapping buffers, misaligned
+ * buffers), RKV_ERR_RANGE (session out of range), RKV_ERR_DTYPE, and the
+ * backend's (CUDA: a launch failure, the wrong current device).
+ * Capture-safe on CUDA. */
 RKV_API rkv_status rkv_layer_upsert(rkv_layer *layer, const void *kv,
                                     rkv_dtype kv_dtype, int64_t batch,
                                     const int64_t *frame_pos,
                                     const int64_t *session_idx, int commit,
                                     uint8_t *visible);
 
-/* ---- Rings over caller-owned storage: views (SEM 2-5) ------------------ */
+/* The reference's visibility row of one row at its clock, exactly the row
+ * rkv_layer_upsert returns in `visible` (computed as before that call's
+ * commit): row[j] = written[j] for the session's slots [s*C, (s+1)*C), 0
+ * elsewhere, and 0 for the T slots of ring frame ceil(f/PD) mod RB when
+ * f mod PD == 0. session_idx, frame_pos: BACKEND [1] int64; row: BACKEND
+ * [N] bytes, written whole (0/1), not overlapping the written bits.
+ * Replaces rkv_ring_visible_row and rkv_cuda_ring_visible_row. Errors (row
+ * untouched): RKV_ERR_NULL, RKV_ERR_RANGE (session not in [0, S)),
+ * RKV_ERR_INVALID_ARG (frame_pos < 0, row overlapping the written bits,
+ * misaligned buffers); a bad session or clock is checked and worded as
+ * rkv_layer_upsert's row 0, the session first ("session_idx[0] = 3 is out
+ * of range; expected 0..S-1", "frame_pos[0] = -1; expected >= 0"); on CUDA
+ * they are device values (rkv_layer_check). Capture-safe on CUDA. */
+RKV_API rkv_status rkv_layer_visible_row(const rkv_layer *layer, const int64_t *session_idx,
+                                         const int64_t *frame_pos, uint8_t *row);
 
-/* A ring whose storage the caller owns and passes in on every call: the
- * layout of an rkv_layer's (SEM 2), described by its geometry and two HOST
- * pointers. It is how a framework that holds the memory itself calls
- * ringkv -- a PyTorch custom op handed the K/V and written tensors (or,
- * under torch.compile's functionalization, copies of them): every view call
- * reads and writes exactly the buffers its view names, never a layer's own.
- *  g:       the geometry; each call checks it as rkv_geometry_check does.
- *  kv:      HOST [2][H][N][D] in g.dtype (index 0 = K, 1 = V), aligned to
- *           the element size (4 bytes f32, 2 f16/bf16); caller-owned, never
- *           freed or kept by ringkv.
- *  written: HOST [N] bytes, caller-owned. The calls expect what
- *           rkv_layer_create and the upserts maintain (each byte 0 or 1,
- *           every scratch slot 1, a ring frame's T bytes all equal); this is
- *           not checked (it would cost a pass over N bytes per call): other
- *           contents give other visibility, never an access outside the
- *           buffers.
- * A view holds no state and allocates nothing: build one on the stack for
- * each call. Calls that write (rkv_ring_upsert) need the caller's exclusive
- * use of the buffers during the call; readers may run concurrently, as for
- * a layer (docs/thread-safety.md). rkv_layer_upsert and rkv_layer_attend are
- * these calls on the view of the layer's own storage (rkv_layer_view). */
-/* Frozen (a later change is rkv_ring_view_v2). */
-typedef struct rkv_ring_view {
-    rkv_geometry g;
-    void *kv;
-    uint8_t *written;
-} rkv_ring_view;
-
-/* Fills *out with the view of `layer`'s own storage: its geometry,
- * rkv_layer_kv and rkv_layer_written (pointers valid until
- * rkv_layer_destroy). Errors: RKV_ERR_NULL (layer, out). */
-RKV_API rkv_status rkv_layer_view(rkv_layer *layer, rkv_ring_view *out);
-
-/* rkv_layer_upsert on a view: the same arguments, order (scratch write,
- * visibility row, commit), checks and effects, on ring->kv and
- * ring->written; messages name "rkv_ring_upsert". kv (the input frame) must
- * not overlap the storage, nor ring->kv ring->written (both checked, as
- * rkv_layer_upsert's buffers). Errors (nothing written): those of
- * rkv_layer_upsert, plus RKV_ERR_NULL (ring, ring->kv, ring->written),
- * invalid geometry (rkv_geometry_check's status and message) and
- * RKV_ERR_INVALID_ARG (ring->kv not aligned to its element size). */
-RKV_API rkv_status rkv_ring_upsert(const rkv_ring_view *ring, const void *kv, rkv_dtype kv_dtype,
-                                   int64_t batch, const int64_t *frame_pos,
-                                   const int64_t *session_idx, int commit, uint8_t *visible);
-
-/* The reference's visibility row of session `session` at clock `frame_pos`,
- * exactly the row rkv_ring_upsert/rkv_layer_upsert return in `visible`
- * (computed as before that call's commit): row[j] = written[j] for the
- * session's slots [s*C, (s+1)*C), 0 elsewhere, and 0 for the T slots of
- * ring frame ceil(f/PD) mod RB when f mod PD == 0. Reads ring->written
- * only (ring->kv may be NULL). row: caller-owned HOST [N] bytes, written
- * whole (0/1), not overlapping ring->written. Errors (row untouched):
- * RKV_ERR_NULL (ring, ring->written, row), invalid geometry, RKV_ERR_RANGE
- * (session not in [0, S)), RKV_ERR_INVALID_ARG (frame_pos < 0, misaligned
- * ring->kv, row overlapping ring->written); a bad session or clock is
- * checked and worded as rkv_ring_upsert's row 0, the session first
- * ("session_idx[0] = 3 is out of range; expected 0..S-1", "frame_pos[0] =
- * -1; expected >= 0"). */
-RKV_API rkv_status rkv_ring_visible_row(const rkv_ring_view *ring, int64_t session, int64_t frame_pos,
-                                        uint8_t *row);
+/* Reports (and clears) what the layer's kernels found in device values
+ * since the last check: RKV_OK when none (always on the CPU, which checks
+ * on the host); else the first one recorded: RKV_ERR_RANGE (session out of
+ * range), RKV_ERR_INVALID_ARG (a session twice in one call, clock < 0),
+ * the call and row in rkv_last_error(). Waits for the layer's work (CUDA:
+ * one copy and one wait; not capture-safe). Replaces rkv_cuda_layer_check
+ * and rkv_cuda_ring_check. */
+RKV_API rkv_status rkv_layer_check(rkv_layer *layer);
 
 /* ------------------------------------------------------------------------ */
 /* The model: layers, sessions, clocks, attention, frames (SEM 6, 7)        */
@@ -535,10 +520,9 @@ RKV_API void rkv_model_destroy(rkv_model *model);
 RKV_API const rkv_model_config *rkv_model_get_config(const rkv_model *model);
 /* The backend's name: "cpu", "cuda", ... (static string); NULL for NULL. */
 RKV_API const char *rkv_model_backend_name(const rkv_model *model);
-/* Layer i of a CPU-backend model (owned by the model). NULL when i is out of
- * range, and for a model on another backend, whose layers are not
- * rkv_layer (rkv_model_cuda_layer in ringkv_cuda.h gives a CUDA model's).
- * Mutating it directly bypasses the model's clock checks. */
+/* Layer i of a model on any backend (owned by the model: rkv_layer_destroy
+ * on it is a no-op). NULL when i is out of range. Every rkv_layer_* call
+ * works on it; mutating it directly bypasses the model's clock checks. */
 RKV_API rkv_layer *rkv_model_layer(rkv_model *model, int64_t layer);
 /* Resident K/V bytes of every layer (on the backend's memory). */
 RKV_API size_t rkv_model_memory_bytes(const rkv_model *model);
@@ -609,6 +593,16 @@ typedef struct rkv_attention_args {
     float scale;        /* softmax scale (finite); 0 means 1/sqrt(D)      */
     rkv_threadpool *pool; /* threads to run on; NULL: a process-wide pool
                              sized to the machine's cores, made on first use */
+    /* (version 2) */
+    void *workspace;      /* BACKEND scratch the attention may split the keys
+                             of a row into (CUDA: several blocks per row when
+                             the grid would leave the GPU idle), or NULL; see
+                             rkv_layer_attend_workspace_bytes. A smaller (or
+                             NULL) workspace only means fewer splits. Not to
+                             be used by two calls in flight at once. The
+                             model's calls use the model's own and ignore
+                             this. CPU: ignored.                          */
+    size_t workspace_bytes;
 } rkv_attention_args;
 #define RKV_ATTENTION_ARGS_INIT RKV__SIZED_INIT(rkv_attention_args)
 
@@ -622,10 +616,28 @@ typedef struct rkv_attention_args {
  * the slot order; a row whose every visible key scores -inf gives 0, as a
  * row with no visible slot (the one case defined here: float64 math would
  * give 0/0). A +inf or NaN score (or a NaN reaching a score) makes the row
- * NaN. The model's attention (rkv_model_frame_attend and the calls below)
- * computes this on every backend; ringkv_cpu.h has the CPU engines
- * (rkv_layer_attend) and ringkv_cuda.h the CUDA kernels for the same
- * definition. */
+ * NaN. rkv_layer_attend and the model's attention (rkv_model_frame_attend
+ * and the calls below) compute this on every backend (docs/cpu.md: the CPU
+ * engines; docs/cuda.md: the CUDA kernels).
+ *
+ * rkv_layer_attend: this attention on one layer. args: q [B][Hq][Tq][D] and
+ * out [B][Hq][Tq][D] (written whole) in BACKEND memory (on CUDA 16-byte
+ * aligned), session_idx [B] and frame_pos [B] (or visible [B][N] rows) in
+ * BACKEND memory, workspace as above. out must not overlap q, the layer's
+ * storage, session_idx, frame_pos or visible (checked: RKV_ERR_INVALID_ARG
+ * "out (...) overlaps ..."). Errors (out untouched): RKV_ERR_NULL,
+ * RKV_ERR_INVALID_ARG (B, Hq, Tq, scale, alignment, the backend's limits:
+ * CUDA d_head <= 256), RKV_ERR_RANGE (a session, host memory),
+ * RKV_ERR_DTYPE, RKV_ERR_OVERFLOW, RKV_ERR_NO_MEMORY (the CPU thread pool's
+ * scratch), the backend's. Capture-safe on CUDA. Replaces
+ * rkv_ring_attend, rkv_cuda_layer_attend and rkv_cuda_ring_attend.
+ * rkv_layer_attend_workspace_bytes: the workspace bytes that let it split
+ * the keys as it prefers for these arguments (0: none; invalid arguments
+ * or the CPU); host only. Replaces rkv_cuda_attention_workspace_bytes and
+ * rkv_cuda_ring_attention_workspace_bytes. */
+RKV_API rkv_status rkv_layer_attend(const rkv_layer *layer, const rkv_attention_args *args);
+RKV_API size_t rkv_layer_attend_workspace_bytes(const rkv_layer *layer,
+                                                const rkv_attention_args *args);
 
 /* ---- Frames: the batch is set once ---------------------------------------
  * A frame of B sessions is: rkv_model_begin_frame (the batch: which
@@ -774,6 +786,30 @@ RKV_API rkv_status rkv_model_step(rkv_model *model, int64_t layer, int64_t batch
                                   const int64_t *session_idx, const void *kv,
                                   rkv_dtype kv_dtype, int commit,
                                   const rkv_attention_args *args);
+
+/* rkv_model_upsert and rkv_model_attend on storage the caller gives: the
+ * same checks (layer, the rows of the current batch, an open frame for the
+ * upsert, the batch's clocks), the same bookkeeping (a commit marks the
+ * layer committed; the frame ends once every layer has committed) and the
+ * same messages ("rkv_model_upsert: ...", "rkv_model_attend: ..."), but the
+ * K/V and written bits read and written are ring's (a layer that wraps the
+ * caller's copy of layer `layer`'s storage, rkv_layer_wrap, on the model's
+ * backend) instead of the layer's own, which is neither read nor written.
+ * On rkv_model_layer(model, layer) itself they are exactly rkv_model_upsert
+ * and rkv_model_attend. This is how a framework that may run the call on a
+ * copy of the layer's storage (PyTorch's functionalization under
+ * torch.compile, which writes a clone and copies it back) keeps the model's
+ * clocks and still writes only the buffers it passed. Errors (nothing
+ * written, no state changed): theirs, plus RKV_ERR_NULL (ring),
+ * RKV_ERR_INVALID_ARG (a geometry other than the layer's, naming the first
+ * field that differs), RKV_ERR_STATE (ring on another backend than the
+ * model's). Both are writers of the model (docs/thread-safety.md). */
+RKV_API rkv_status rkv_model_upsert_ring(rkv_model *model, int64_t layer, const rkv_layer *ring,
+                                         int64_t batch, const int64_t *session_idx,
+                                         const void *kv, rkv_dtype kv_dtype, int commit);
+RKV_API rkv_status rkv_model_attend_ring(rkv_model *model, int64_t layer, const rkv_layer *ring,
+                                         int64_t batch, const int64_t *session_idx,
+                                         const rkv_attention_args *args);
 
 /* ------------------------------------------------------------------------ */
 /* Snapshots: files and in-memory images (docs/snapshot-format.md)          */

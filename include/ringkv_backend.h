@@ -23,8 +23,9 @@
  *  - "capture-safe": the operation only enqueues work on the backend's
  *    stream: it never allocates, frees, synchronizes or copies between host
  *    and backend memory, so that a CUDA graph can record it and replay it.
- *  - A layer handle is the backend's own (rkv_layer * for the CPU table,
- *    rkv_cuda_layer * for CUDA), passed back unchanged.
+ *  - A layer handle (the operations' `layer`) is the backend's own, behind
+ *    the public rkv_layer (rkv_layer_backend_handle), passed back
+ *    unchanged.
  * Every operation that returns rkv_status sets its message with
  * rkv_error_set on failure (read back through rkv_last_error()).
  */
@@ -40,33 +41,73 @@
 extern "C" {
 #endif
 
-/* The version of rkv_backend_ops this header describes. A later version
- * only appends members; a table declares the version and the size it was
- * compiled with, and the core reads only what both know (members a table
- * lacks count as NULL). */
-#define RKV_BACKEND_ABI_VERSION 2
+/* The version of rkv_backend_ops this header describes. The core accepts
+ * tables of exactly this version (ringkv 0.2.0 changed the table: limits,
+ * storage at creation, one error check for many layers; CHANGELOG.md); a
+ * table declares the version and the size it was compiled with. */
+#define RKV_BACKEND_ABI_VERSION 3
 
+/* What a backend can run, asked once per model (limits) and applied by the
+ * core's checks above the table (one check per call). 0 means no limit. */
+typedef struct rkv_backend_limits {
+    int64_t max_batch;    /* largest B of one per-pass call (begin_frame
+                             refuses more); 0: num_sessions               */
+    int64_t max_d_head;   /* largest d_head an attention runs on          */
+    int64_t max_kv_heads; /* largest n_kv_heads an attention runs on      */
+    size_t align;         /* byte alignment of the BACKEND buffers of the
+                             per-pass calls (kv, q, out, visibility rows);
+                             0: their element size                        */
+    int32_t host_memory;  /* nonzero: BACKEND memory is host memory, whose
+                             session ids and clocks the core reads and
+                             checks (the CPU); 0: device memory, whose
+                             values the kernels check (the check operation
+                             reports them)                                */
+} rkv_backend_limits;
+
+/* One layer's storage, in the layout of SEM 2 (BACKEND memory). */
+typedef struct rkv_backend_storage {
+    void *kv;         /* [2][H][N][D] in the storage dtype                 */
+    uint8_t *written; /* [N] 0/1                                           */
+    int32_t *error;   /* the word a backend that checks device values
+                         records the first bad row in (CUDA); NULL where the
+                         backend keeps none                                */
+} rkv_backend_storage;
+
+/* The contract of every operation below: UNCHECKED. The core (the public
+ * rkv_model_* calls) checks every argument once, above the table, before it
+ * calls an operation: layer, session and head indices in range, B within
+ * 1..limits.max_batch, sessions distinct and held, clocks >= 0, dtypes,
+ * alignment (limits.align), buffers that must not overlap, and the
+ * attention arguments (one check in the core: src/attention_check.h). An
+ * operation may assume all of that; it reports only what it alone can
+ * see: an allocation or a copy that fails, a launch failure, device memory
+ * that is not the current device's, and (check) a bad row its kernels
+ * found in device values. */
 typedef struct rkv_backend_ops {
     uint32_t abi_version; /* RKV_BACKEND_ABI_VERSION of the header the table
-                             was written for (1 .. the core's)            */
+                             was written for                              */
     uint32_t struct_size; /* sizeof(rkv_backend_ops) where it was compiled */
     const char *name;     /* "cpu", "cuda": static string                 */
-    int64_t max_batch;    /* largest B of one per-pass call; 0: no limit
-                             beyond num_sessions                          */
 
     /* Frees the backend context given to rkv_model_create_with_backend
      * (called once by rkv_model_destroy, after every layer and buffer was
      * freed). NULL: nothing to free. */
     void (*ctx_destroy)(void *ctx);
+    /* The backend's limits (into *out, zeroed by the caller). NULL: none. */
+    void (*limits)(void *ctx, rkv_backend_limits *out);
 
     /* ---- layers (not capture-safe) ---------------------------------------
-     * layer_create: a layer of geometry g with the CPU layout of SEM 2
-     * (K/V [2][H][N][D] zeroed, written bits: ring 0, scratch 1).
-     * layer_destroy: frees it (NULL is a no-op).
-     * layer_memory_bytes: its resident K/V bytes (2*H*N*D*sizeof(dtype)). */
-    rkv_status (*layer_create)(void *ctx, const rkv_geometry *g, void **layer);
+     * layer_create: a layer of geometry g (valid) with the layout of SEM 2.
+     * storage->kv NULL: its own storage (K/V [2][H][N][D] zeroed, written
+     * bits: ring 0, scratch 1); else over the caller's storage->kv and
+     * ->written, as they are, never freed (rkv_layer_wrap; storage->error:
+     * the caller's error word, or NULL for one of the layer's own). On
+     * return *storage holds the layer's storage pointers (BACKEND memory,
+     * valid until layer_destroy).
+     * layer_destroy: frees it (NULL is a no-op). */
+    rkv_status (*layer_create)(void *ctx, const rkv_geometry *g, rkv_backend_storage *storage,
+                               void **layer);
     void (*layer_destroy)(void *ctx, void *layer);
-    size_t (*layer_memory_bytes)(void *ctx, const void *layer);
 
     /* ---- memory and stream (not capture-safe) -----------------------------
      * alloc: `bytes` (> 0) of BACKEND memory, 16-byte aligned, contents
@@ -78,61 +119,65 @@ typedef struct rkv_backend_ops {
      * in pinned memory and copies asynchronously on its stream).
      * synchronize: waits until every enqueued operation finished; reports
      * an asynchronous failure of one of them.
-     * check: reports (and clears) an error that a capture-safe call on
-     * `layer` found on the device since the last check (may synchronize);
-     * RKV_OK where the backend checks everything on the host. */
+     * check: reports (and clears) the errors that capture-safe calls on
+     * layers[0 .. n_layers) found in device values since the last check,
+     * reading every layer's word at once (the CUDA table: one copy and one
+     * wait for all of them); on failure *bad_layer is the index of the first
+     * layer with one, whose message is set. NULL where the backend checks
+     * everything on the host. */
     rkv_status (*alloc)(void *ctx, size_t bytes, void **ptr);
     void (*free)(void *ctx, void *ptr);
     rkv_status (*copy_in)(void *ctx, void *dst, const void *src, size_t bytes);
     rkv_status (*synchronize)(void *ctx);
-    rkv_status (*check)(void *ctx, void *layer);
+    rkv_status (*check)(void *ctx, void *const *layers, int64_t n_layers, int64_t *bad_layer);
 
     /* ---- per pass (capture-safe) ------------------------------------------
-     * upsert: rkv_layer_upsert's operation for B rows (visible = NULL); kv,
-     * frame_pos [B] and session_idx [B] in BACKEND memory (the model passes
-     * the batch buffers that rkv_model_begin_frame filled).
-     * attend_check: every host-side check of `attend` for these arguments,
-     * without running anything (a step checks both halves first).
-     * attend: rkv_layer_attend's operation; args->q/out/session_idx/
-     * frame_pos in BACKEND memory, args->visible NULL, args->batch = B;
-     * `workspace` (BACKEND memory of workspace_bytes, or NULL/0) is the
-     * model's, sized at creation by attend_workspace_bytes. */
-    rkv_status (*upsert)(void *ctx, void *layer, const void *kv, rkv_dtype kv_dtype,
-                         int64_t batch, const int64_t *frame_pos,
-                         const int64_t *session_idx, int commit);
-    rkv_status (*attend_check)(void *ctx, const void *layer, const rkv_attention_args *args);
+     * upsert: rkv_layer_upsert's operation for B rows; kv (in the storage
+     * dtype), frame_pos [B], session_idx [B] and visible (NULL, or [N] with
+     * B = 1) in BACKEND memory (the model passes the batch buffers that
+     * rkv_model_begin_frame filled, and visible NULL).
+     * visible_row: rkv_layer_visible_row's operation (session_idx [1],
+     * frame_pos [1], row [N]: BACKEND memory).
+     * attend: rkv_layer_attend's operation; args (this library's layout,
+     * struct_size = sizeof) with q/out/session_idx/frame_pos/visible in
+     * BACKEND memory (the model's: visible NULL, batch = B); `workspace`
+     * (BACKEND memory of workspace_bytes, or NULL/0): the model's, sized at
+     * creation by attend_workspace_bytes, or the layer call's
+     * args->workspace. */
+    rkv_status (*upsert)(void *ctx, void *layer, const void *kv, int64_t batch,
+                         const int64_t *frame_pos, const int64_t *session_idx, int commit,
+                         uint8_t *visible);
+    rkv_status (*visible_row)(void *ctx, const void *layer, const int64_t *session_idx,
+                              const int64_t *frame_pos, uint8_t *row);
     rkv_status (*attend)(void *ctx, const void *layer, const rkv_attention_args *args,
                          void *workspace, size_t workspace_bytes);
-    /* Workspace bytes `attend` can use on this layer for any batch of 1 ..
-     * max_batch rows of n_q_heads query heads and tokens_per_frame queries
-     * (0: none needed). Host only. */
-    size_t (*attend_workspace_bytes)(void *ctx, const void *layer, int64_t max_batch,
-                                     int64_t n_q_heads);
+    /* Workspace bytes `attend` would use for these (checked) arguments on
+     * this layer to split the keys as it prefers (0: none needed). Host
+     * only. NULL: none. */
+    size_t (*attend_workspace_bytes)(void *ctx, const void *layer,
+                                     const rkv_attention_args *args);
 
     /* ---- sessions (not capture-safe) --------------------------------------
      * reset: rkv_layer_reset's operation (ordered after enqueued work).
      * span_read / span_write / span_copy: rkv_layer_read_span /
      * rkv_layer_write_span / rkv_layer_copy_span's operations (HOST dst /
      * src; ordered after enqueued work; read and write return when the host
-     * buffer may be used again). */
+     * buffer may be used again; written bits already checked).
+     * span_region: where piece (part, head) of `session`'s span lives in the
+     * layer's storage, without copying: *ptr (BACKEND memory, valid while
+     * the layer lives) and *device (-1: host memory, else the CUDA device
+     * ordinal); its bytes are those of span_read's piece. Host only. NULL:
+     * the backend exposes no regions (rkv_model_session_regions refuses;
+     * offload and snapshots still work through span_read / span_write).
+     * host_alloc / host_free: HOST memory for session images, 64-byte
+     * aligned, that span_read / span_write copy fastest to and from (CUDA:
+     * pinned, cudaMallocHost). NULL: the core uses aligned heap memory. */
     rkv_status (*reset)(void *ctx, void *layer, int64_t session);
     rkv_status (*span_read)(void *ctx, const void *layer, int64_t session, rkv_span_part part,
                             int64_t head, void *dst);
     rkv_status (*span_write)(void *ctx, void *layer, int64_t session, rkv_span_part part,
                              int64_t head, const void *src);
     rkv_status (*span_copy)(void *ctx, void *layer, int64_t src_session, int64_t dst_session);
-
-    /* ---- version 2: sessions that move (optional) --------------------------
-     * span_region: where piece (part, head) of `session`'s span lives in the
-     * layer's storage, without copying: *ptr (BACKEND memory, valid while
-     * the layer lives) and *device (-1: host memory, else the CUDA device
-     * ordinal); its bytes are those of span_read's piece. The same checks
-     * as span_read. Host only. NULL: the backend exposes no regions
-     * (rkv_model_session_regions refuses; offload and snapshots still
-     * work through span_read / span_write).
-     * host_alloc / host_free: HOST memory for session images, 64-byte
-     * aligned, that span_read / span_write copy fastest to and from (CUDA:
-     * pinned, cudaMallocHost). NULL: the core uses aligned heap memory. */
     rkv_status (*span_region)(void *ctx, const void *layer, int64_t session, rkv_span_part part,
                               int64_t head, void **ptr, int *device);
     rkv_status (*host_alloc)(void *ctx, size_t bytes, void **ptr);
@@ -154,9 +199,9 @@ RKV_API const rkv_backend_ops *rkv_backend_cpu(void);
  * its batch buffers (2 * num_sessions int64 of BACKEND memory) and the
  * attention workspace (the largest attend_workspace_bytes over its layers).
  * Errors: RKV_ERR_NULL (cfg, ops, out), an invalid config (as
- * rkv_model_create), RKV_ERR_INVALID_ARG (ops->abi_version 0 or newer than
- * RKV_BACKEND_ABI_VERSION, struct_size too small for that version, a
- * required member NULL, max_batch < 0), and whatever the table's layer_create
+ * rkv_model_create), RKV_ERR_INVALID_ARG (ops->abi_version other than
+ * RKV_BACKEND_ABI_VERSION, struct_size too small, a required member NULL,
+ * a negative limit), and whatever the table's layer_create
  * or alloc report (RKV_ERR_NO_MEMORY, ...); *out untouched on failure. */
 RKV_API rkv_status rkv_model_create_with_backend(const rkv_model_config *cfg,
                                                  const rkv_backend_ops *ops, void *ctx,
@@ -166,9 +211,46 @@ RKV_API rkv_status rkv_model_create_with_backend(const rkv_model_config *cfg,
  * rkv_model_create_with_backend; rkv_backend_cpu() for rkv_model_create);
  * NULL for NULL. */
 RKV_API const rkv_backend_ops *rkv_model_backend(const rkv_model *model);
-/* The backend's handle of layer i (owned by the model); NULL when i is out
- * of range or model is NULL. */
-RKV_API void *rkv_model_backend_layer(const rkv_model *model, int64_t layer);
+
+/* ---- layers on a backend ------------------------------------------------
+ * An rkv_layer (ringkv.h) is one layer on any backend: rkv_layer_create
+ * makes one on the CPU backend; these make one on any table, with its own
+ * storage or over the caller's. Every rkv_layer_* call of ringkv.h works
+ * on it, with BACKEND memory where the call says so. `ops` must stay valid
+ * for the layer's life (a static table) and `ctx` too (the caller keeps
+ * owning it: ops->ctx_destroy(ctx) after the last layer on it is
+ * destroyed). ops NULL means the CPU table (ctx NULL). Not capture-safe
+ * except where a backend says so (CUDA: rkv_layer_wrap with an error word
+ * allocates host memory only). *out untouched on failure.
+ *  rkv_layer_create_on: the layer's own zeroed storage. Replaces
+ *    rkv_cuda_layer_create (ringkv_cuda.h: rkv_cuda_backend gives the
+ *    CUDA table and a context).
+ *  rkv_layer_wrap: a layer over the caller's storage (storage->kv:
+ *    BACKEND [2][H][N][D] in g->dtype, storage->written: BACKEND [N] 0/1
+ *    with every scratch slot 1 and frames whole -- not checked: other
+ *    contents give other visibility, never an access outside the buffers;
+ *    both aligned to the backend's limits.align, at least the element
+ *    size; storage->error: a BACKEND int32 error word, zeroed before first
+ *    use, or NULL: one of the layer's own (CUDA: allocated, not
+ *    capture-safe); ignored on the CPU). The layer reads and writes
+ *    exactly those buffers and never frees them. What a framework that
+ *    holds the memory itself (PyTorch tensors) uses. Replaces the ring
+ *    views (rkv_ring_view, rkv_layer_view, rkv_cuda_ring_view).
+ * Errors: RKV_ERR_NULL (g, out, storage or its kv / written), invalid
+ * geometry (rkv_geometry_check), an unusable table (as
+ * rkv_model_create_with_backend), RKV_ERR_INVALID_ARG (misaligned
+ * storage), and the backend's (RKV_ERR_NO_MEMORY, RKV_ERR_RANGE for a
+ * context on no device, ...). */
+RKV_API rkv_status rkv_layer_create_on(const rkv_backend_ops *ops, void *ctx,
+                                       const rkv_geometry *g, rkv_layer **out);
+RKV_API rkv_status rkv_layer_wrap(const rkv_backend_ops *ops, void *ctx, const rkv_geometry *g,
+                                  const rkv_backend_storage *storage, rkv_layer **out);
+/* The backend's own handle of a layer (what the table's operations take),
+ * with its table in *ops and context in *ctx (either may be NULL); NULL for
+ * NULL. For a backend's own calls on a layer (rkv_cuda_attention_describe).
+ * Replaces rkv_model_backend_layer and rkv_model_cuda_layer. */
+RKV_API void *rkv_layer_backend_handle(const rkv_layer *layer, const rkv_backend_ops **ops,
+                                       void **ctx);
 
 /* Records a message for rkv_last_error() on the calling thread (printf
  * format, truncated to 511 bytes) and returns `status`: the error reporting

@@ -5,11 +5,12 @@
 
 #include "internal.h"
 
-/* Copies the members of `ops` that both its version and this core know
- * into *out (the rest zeroed) after checking the table: version, size,
- * the required members (every operation but ctx_destroy, check and
- * attend_workspace_bytes), max_batch >= 0. `what` names the call. */
-rkv_status rkv__backend_adopt(const rkv_backend_ops *ops, const char *what,
-                              rkv_backend_ops *out);
+/* Copies `ops` into *out after checking the table: version, size, the
+ * required members (every operation but ctx_destroy, limits, check,
+ * attend_workspace_bytes, span_region, host_alloc and host_free); then asks
+ * its limits (ctx) into *limits and checks them (>= 0). `what` names the
+ * call. */
+rkv_status rkv__backend_adopt(const rkv_backend_ops *ops, void *ctx, const char *what,
+                              rkv_backend_ops *out, rkv_backend_limits *limits);
 
 #endif

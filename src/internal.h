@@ -109,8 +109,34 @@ float rkv__load(const void *base, rkv_dtype dtype, size_t i);
 /* Writes v as element i of a buffer in dtype (round to nearest even). */
 void rkv__store(void *base, rkv_dtype dtype, size_t i, float v);
 
-/* The layer's state; one struct, owned by rkv_layer_create/destroy. */
+/* A layer on any backend (the public rkv_layer, layer.c): the geometry, the
+ * backend's table, context and own layer, and the layer's storage. Every
+ * public layer call checks its arguments here once and calls the table. */
 struct rkv_layer {
+    rkv_geometry g;
+    int64_t ring_len;             /* L = RF*T                          */
+    int64_t capacity;             /* C = L + T                         */
+    int64_t total_slots;          /* N = S*C                           */
+    rkv_backend_ops ops;          /* the adopted table                 */
+    const rkv_backend_ops *ops_id; /* the table passed at creation     */
+    rkv_backend_limits limits;
+    void *ctx;                    /* the backend's context (not owned) */
+    void *impl;                   /* the backend's layer               */
+    rkv_backend_storage store;    /* its storage (BACKEND memory)      */
+    bool owns_impl;               /* false: a model's layer            */
+};
+/* Fills *l for a model's layer (borrowed: rkv_layer_destroy never sees it;
+ * the model frees impl). */
+void rkv__layer_borrow(struct rkv_layer *l, const rkv_backend_ops *ops,
+                       const rkv_backend_ops *ops_id, const rkv_backend_limits *limits, void *ctx,
+                       const rkv_geometry *g, void *impl, const rkv_backend_storage *store);
+/* The CPU backend's layer behind `layer` (the calls of ringkv_cpu.h); NULL
+ * with RKV_ERR_NULL / RKV_ERR_INVALID_ARG set (naming `what`) for a NULL
+ * layer or one on another backend. */
+const struct rkv__cpu_layer *rkv__cpu_layer_of(const rkv_layer *layer, const char *what);
+
+/* The CPU backend's layer (src/cpu/layer_cpu.c): host storage. */
+struct rkv__cpu_layer {
     rkv_geometry g;
     int64_t ring_len;     /* L = RF*T                      */
     int64_t capacity;     /* C = L + T                      */
@@ -119,10 +145,11 @@ struct rkv_layer {
     size_t row_bytes;     /* D * elem_bytes: one slot of K  */
     uint8_t *kv;          /* [2][H][N][D] storage           */
     uint8_t *written;     /* [N] 0/1                        */
+    bool owns_storage;    /* kv and written are its own (freed) */
 };
 
 /* Byte address of slot `slot` of head h in half c (0 = K, 1 = V). */
-static inline uint8_t *rkv__slot_ptr(const struct rkv_layer *l, int c, int64_t h,
+static inline uint8_t *rkv__slot_ptr(const struct rkv__cpu_layer *l, int c, int64_t h,
                                      int64_t slot) {
     return l->kv + ((size_t)(c * l->g.n_kv_heads + h) * (size_t)l->total_slots +
                     (size_t)slot) * l->row_bytes;
@@ -189,23 +216,31 @@ static inline rkv_status rkv__span_piece(const rkv_geometry *g, const char *what
     return RKV_OK;
 }
 
-/* ---- views (ring_view.c) ---- */
-/* A layer struct over a view's buffers (no allocation; valid while the
- * view's buffers are), after checking the view: non-NULL pointers (kv may
- * be NULL unless need_kv), the geometry, kv aligned to its element size.
- * `what` names the call. */
-rkv_status rkv__view_layer(const rkv_ring_view *ring, const char *what, bool need_kv,
-                           struct rkv_layer *out);
-/* The upsert of SEM 3 on a layer struct (rkv_layer_upsert, rkv_ring_upsert):
- * every argument checked first, messages starting with `what`. */
-rkv_status rkv__upsert(const struct rkv_layer *layer, const char *what, const void *kv,
-                       rkv_dtype kv_dtype, int64_t batch, const int64_t *frame_pos,
-                       const int64_t *session_idx, int commit, uint8_t *visible);
-/* The fast attention on a layer struct (rkv_layer_attend, rkv_ring_attend),
- * messages starting with `what` (cpu/attention_flash.c): the one call by
- * which the core (ring_view.c) reaches a CPU engine. */
-rkv_status rkv__attend(const struct rkv_layer *layer, const rkv_attention_args *args,
-                       const char *what);
+/* ---- the CPU backend's layers (cpu/layer_cpu.c; unchecked) ---- */
+/* A layer of geometry g (valid): its own zeroed storage (kv NULL) or the
+ * caller's kv and written (kept as they are, never freed). */
+rkv_status rkv__cpu_layer_create(const rkv_geometry *g, void *kv, uint8_t *written,
+                                 struct rkv__cpu_layer **out);
+void rkv__cpu_layer_destroy(struct rkv__cpu_layer *l);
+void rkv__cpu_reset(struct rkv__cpu_layer *l, int64_t session);
+/* The address of a (valid) span piece. */
+uint8_t *rkv__cpu_span_at(const struct rkv__cpu_layer *l, int64_t session, rkv_span_part part,
+                          int64_t head);
+void rkv__cpu_copy_span(struct rkv__cpu_layer *l, int64_t src_session, int64_t dst_session);
+/* The reference's visibility row of session s at clock f into row [N]. */
+void rkv__cpu_visible_row(const struct rkv__cpu_layer *l, int64_t s, int64_t f, uint8_t *row);
+/* The upsert of SEM 3 (the CPU table's upsert). */
+void rkv__upsert_run(const struct rkv__cpu_layer *layer, const void *kv, int64_t batch,
+                     const int64_t *frame_pos, const int64_t *session_idx, int commit,
+                     uint8_t *visible);
+/* The reference attention (the test oracle) on arguments already checked
+ * (the reference table's attend; cpu/attention_reference.c). */
+rkv_status rkv__attend_reference_run(const struct rkv__cpu_layer *layer,
+                                     const rkv_attention_args *args);
+/* The fast attention on arguments already checked, in this library's
+ * layout (the CPU table's attend; cpu/attention_flash.c). */
+rkv_status rkv__attend_run(const struct rkv__cpu_layer *layer, const rkv_attention_args *args,
+                           const char *what);
 
 /* ---- host buffers that must not overlap (overlap.c) ---- */
 /* One host buffer a call reads or writes: [p, p + bytes), named for the
@@ -218,20 +253,33 @@ typedef struct rkv__buf {
 /* RKV_ERR_INVALID_ARG "WHAT: A (..., written) overlaps B (...); expected
  * separate buffers" for the first buffer written (out[]) that shares a byte
  * with another one written or with one read (in[]); RKV_OK otherwise. Made
- * before the call writes anything. */
-rkv_status rkv__check_no_overlap(const char *what, const rkv__buf *out, size_t n_out,
-                                 const rkv__buf *in, size_t n_in);
-/* The upsert's buffers (rkv__upsert, arguments already checked): the
+ * before the call writes anything. Inline: the CUDA library's attention
+ * check uses it (attention_check.h). */
+static inline bool rkv__shares(const rkv__buf *a, const rkv__buf *b) {
+    if (!a->p || !b->p || !a->bytes || !b->bytes) return false;
+    const uintptr_t a0 = (uintptr_t)a->p, b0 = (uintptr_t)b->p;
+    return a0 < b0 + b->bytes && b0 < a0 + a->bytes;
+}
+static inline rkv_status rkv__check_no_overlap(const char *what, const rkv__buf *out,
+                                               size_t n_out, const rkv__buf *in, size_t n_in) {
+    for (size_t i = 0; i < n_out; i++)
+        for (size_t j = i + 1; j < n_out + n_in; j++) {
+            const rkv__buf *o = j < n_out ? &out[j] : &in[j - n_out];
+            if (rkv__shares(&out[i], o))
+                return rkv__fail(RKV_ERR_INVALID_ARG,
+                                 "%s: %s (%p, %zu bytes, written) overlaps %s (%p, %zu bytes); "
+                                 "expected separate buffers",
+                                 what, out[i].name, out[i].p, out[i].bytes, o->name, o->p,
+                                 o->bytes);
+        }
+    return RKV_OK;
+}
+/* The upsert's buffers (rkv_layer_upsert, arguments already checked): the
  * storage, its written bits and visible (written) against kv, frame_pos
  * and session_idx (read). */
 rkv_status rkv__upsert_overlap(const struct rkv_layer *l, const char *what, const void *kv,
                                int64_t batch, const int64_t *frame_pos,
                                const int64_t *session_idx, const uint8_t *visible);
-/* The attention's (arguments already checked): out against q, the storage,
- * the written bits, session_idx, frame_pos and visible. */
-rkv_status rkv__attend_overlap(const struct rkv_layer *l, const rkv_attention_args *a,
-                               const char *what);
-
 /* Checks session indices: non-NULL, each in [0, num_sessions), distinct.
  * `what` names the call in the message. */
 rkv_status rkv__check_sessions(const char *what, const int64_t *session_idx,

@@ -4,6 +4,7 @@
  * images) in snapshot_file.c; layer storage is reached only through the
  * backend table (include/ringkv_backend.h). */
 #define _POSIX_C_SOURCE 200809L /* strnlen */
+#include <stdalign.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,13 +22,22 @@ rkv_status rkv_model_create(const rkv_model_config *cfg, rkv_model **out) {
 /* The attention workspace: the largest any layer can use (0: none). */
 static size_t workspace_bytes(const rkv_model *m) {
     if (!m->ops.attend_workspace_bytes) return 0;
-    const int64_t S = m->cfg.num_sessions, cap = m->ops.max_batch;
+    const int64_t S = m->cfg.num_sessions, cap = m->limits.max_batch;
     const int64_t max_b = cap > 0 && cap < S ? cap : S;
+    /* B = 1 .. max_b rows of n_q_heads heads and tokens_per_frame queries,
+     * q and out in the storage dtype (placeholders: the query plans only) */
+    alignas(64) static int64_t placeholder[8];
+    rkv_attention_args a = RKV_ATTENTION_ARGS_INIT;
+    a.n_q_heads = m->cfg.n_q_heads;
+    a.q = a.out = placeholder;
+    a.q_dtype = a.out_dtype = m->cfg.dtype;
+    a.session_idx = a.frame_pos = placeholder;
     size_t most = 0;
-    for (int64_t i = 0; i < m->cfg.n_layers; i++) {
-        size_t b = m->ops.attend_workspace_bytes(m->ctx, m->layers[i], max_b, m->cfg.n_q_heads);
-        if (b > most) most = b;
-    }
+    for (int64_t i = 0; i < m->cfg.n_layers; i++)
+        for (a.batch = 1; a.batch <= max_b; a.batch++) {
+            size_t b = m->ops.attend_workspace_bytes(m->ctx, m->layers[i], &a);
+            if (b > most) most = b;
+        }
     return most;
 }
 
@@ -41,6 +51,8 @@ static void free_model(rkv_model *m, bool destroy_ctx) {
     if (m->workspace) m->ops.free(m->ctx, m->workspace);
     if (destroy_ctx && m->ops.ctx_destroy) m->ops.ctx_destroy(m->ctx);
     free(m->layers);
+    free(m->store);
+    free(m->handles);
     free(m->sessions);
     free(m->batch.host);
     free(m->batch.stage);
@@ -137,7 +149,9 @@ rkv_status rkv__model_check_bufs(const rkv_model *m, const char *what, const rkv
 static size_t host_table_bytes(const rkv_model *m) {
     const size_t S = (size_t)m->cfg.num_sessions, nl = (size_t)m->cfg.n_layers;
     const size_t parts[][2] = {
-        {nl, sizeof *m->layers},          {S, sizeof *m->sessions},
+        {nl, sizeof *m->layers},          {nl, sizeof *m->store},
+        {nl, sizeof *m->handles},
+        {S, sizeof *m->sessions},
         {2 * S, sizeof *m->batch.host},   {2 * S, sizeof *m->batch.stage},
         {nl, 1},                          {(size_t)m->offload_cap, sizeof *m->offloaded},
     };
@@ -153,7 +167,8 @@ rkv_status rkv_model_create_with_backend(const rkv_model_config *cfg, const rkv_
     static const char what[] = "rkv_model_create";
     if (!out) return rkv__fail(RKV_ERR_NULL, "%s: out is NULL", what);
     rkv_backend_ops adopted;
-    rkv_status st = rkv__backend_adopt(ops, what, &adopted);
+    rkv_backend_limits limits;
+    rkv_status st = rkv__backend_adopt(ops, ctx, what, &adopted, &limits);
     if (st != RKV_OK) return st;
     if (!cfg) return rkv__fail(RKV_ERR_NULL, "model config is NULL");
     rkv_model_config mine; /* the caller's config in this library's layout */
@@ -166,10 +181,13 @@ rkv_status rkv_model_create_with_backend(const rkv_model_config *cfg, const rkv_
     if (!m) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", what);
     m->cfg = mine;
     m->ops = adopted;
+    m->limits = limits;
     m->ops_id = ops;
     m->ctx = ctx;
     const int64_t S = cfg->num_sessions, nl = cfg->n_layers;
     m->layers = calloc((size_t)nl, sizeof *m->layers);
+    m->store = calloc((size_t)nl, sizeof *m->store);
+    m->handles = calloc((size_t)nl, sizeof *m->handles);
     m->sessions = calloc((size_t)S, sizeof *m->sessions);
     m->batch.host = calloc(2 * (size_t)S, sizeof *m->batch.host);
     m->batch.stage = calloc(2 * (size_t)S, sizeof *m->batch.stage);
@@ -177,7 +195,7 @@ rkv_status rkv_model_create_with_backend(const rkv_model_config *cfg, const rkv_
     m->offload_cap = cfg->max_offloaded ? cfg->max_offloaded : RKV_DEFAULT_OFFLOADED(S);
     if (m->offload_cap > RKV_MAX_OFFLOADED) m->offload_cap = RKV_MAX_OFFLOADED;
     m->offloaded = calloc((size_t)m->offload_cap, sizeof *m->offloaded);
-    if (!m->layers || !m->sessions || !m->batch.host || !m->batch.stage || !m->batch.committed ||
+    if (!m->layers || !m->store || !m->handles || !m->sessions || !m->batch.host || !m->batch.stage || !m->batch.committed ||
         !m->offloaded) {
         st = rkv__fail(RKV_ERR_NO_MEMORY,
                        "%s: cannot allocate %zu bytes of host tables for %lld sessions and %lld "
@@ -191,7 +209,10 @@ rkv_status rkv_model_create_with_backend(const rkv_model_config *cfg, const rkv_
     }
     for (int64_t i = 0; i < nl; i++) {
         rkv_geometry g = rkv__model_layer_geometry(m, i);
-        if ((st = m->ops.layer_create(ctx, &g, &m->layers[i])) != RKV_OK) goto fail;
+        if ((st = m->ops.layer_create(ctx, &g, &m->store[i], &m->layers[i])) != RKV_OK)
+            goto fail;
+        rkv__layer_borrow(&m->handles[i], &m->ops, ops, &m->limits, ctx, &g, m->layers[i],
+                          &m->store[i]);
     }
     if ((st = collect_storage(m, what)) != RKV_OK ||
         (st = rkv__snapshot_cache_create(m, what)) != RKV_OK)
@@ -225,21 +246,18 @@ const rkv_backend_ops *rkv_model_backend(const rkv_model *model) {
     return model ? model->ops_id : NULL;
 }
 
-void *rkv_model_backend_layer(const rkv_model *model, int64_t layer) {
-    if (!model || layer < 0 || layer >= model->cfg.n_layers) return NULL;
-    return model->layers[layer];
-}
-
 rkv_layer *rkv_model_layer(rkv_model *model, int64_t layer) {
-    if (!model || model->ops_id != rkv_backend_cpu()) return NULL;
-    return rkv_model_backend_layer(model, layer);
+    if (!model || layer < 0 || layer >= model->cfg.n_layers) return NULL;
+    return &model->handles[layer];
 }
 
 size_t rkv_model_memory_bytes(const rkv_model *model) {
     size_t total = 0;
     if (model)
-        for (int64_t i = 0; i < model->cfg.n_layers; i++)
-            total += model->ops.layer_memory_bytes(model->ctx, model->layers[i]);
+        for (int64_t i = 0; i < model->cfg.n_layers; i++) {
+            const rkv_geometry g = rkv__model_layer_geometry(model, i);
+            total += rkv_geometry_memory_bytes(&g);
+        }
     return total;
 }
 

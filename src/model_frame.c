@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "attention_check.h"
 #include "model_internal.h"
 
 /* Row b's session and clock in the current batch (host copies). */
@@ -78,7 +79,7 @@ static rkv_status check_layer(const rkv_model *m, const char *what, int64_t laye
  * max_batch), in range, distinct, held. */
 static rkv_status check_held_rows(const rkv_model *m, const char *what, int64_t batch,
                                   const int64_t *session_idx, bool max_batch) {
-    const int64_t S = m->cfg.num_sessions, cap = m->ops.max_batch;
+    const int64_t S = m->cfg.num_sessions, cap = m->limits.max_batch;
     const int64_t most = max_batch && cap > 0 && cap < S ? cap : S;
     if (batch < 1 || batch > most)
         return rkv__fail(RKV_ERR_INVALID_ARG, "%s: batch B = %lld; expected 1..%lld%s", what,
@@ -218,35 +219,58 @@ rkv_status rkv_model_synchronize(rkv_model *model) {
     rkv_status st = model->ops.synchronize(model->ctx);
     if (st != RKV_OK) return rkv__model_backend_fail(st, what);
     if (!model->ops.check) return RKV_OK;
-    /* every layer's error word is read (and cleared); the first is said */
-    rkv_status first = RKV_OK;
-    char msg[512] = "";
-    for (int64_t i = 0; i < model->cfg.n_layers; i++)
-        if ((st = model->ops.check(model->ctx, model->layers[i])) != RKV_OK && first == RKV_OK) {
-            first = st;
-            snprintf(msg, sizeof msg, "%s: layer %lld: %s", what, (long long)i, rkv_last_error());
-        }
-    return first == RKV_OK ? RKV_OK : rkv__fail(first, "%s", msg);
+    /* every layer's error word, read (and cleared) at once; the first said */
+    int64_t bad = -1;
+    if ((st = model->ops.check(model->ctx, model->layers, model->cfg.n_layers, &bad)) != RKV_OK) {
+        if (bad < 0) return rkv__model_backend_fail(st, what);
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", rkv_last_error());
+        return rkv__fail(st, "%s: layer %lld: %s", what, (long long)bad, msg);
+    }
+    return RKV_OK;
 }
 
 /* ---- per-pass calls --------------------------------------------------------- */
 
-static rkv_status check_kv(const rkv_model *m, const char *what, const void *kv,
-                           rkv_dtype kv_dtype) {
+/* The upsert's one check (the rows were checked at begin_frame): kv
+ * present, in the storage dtype, aligned as the backend needs, and not
+ * overlapping the layer's storage. */
+static rkv_status check_kv(const rkv_model *m, const char *what, int64_t layer,
+                           const rkv_layer *on, const void *kv, rkv_dtype kv_dtype) {
     if (!kv) return rkv__fail(RKV_ERR_NULL, "%s: kv is NULL", what);
     if (kv_dtype != m->cfg.dtype)
         return rkv__fail(RKV_ERR_DTYPE, "%s: kv dtype %d (%s) does not match the storage dtype %s",
                          what, (int)kv_dtype,
                          rkv_dtype_name(kv_dtype) ? rkv_dtype_name(kv_dtype) : "unknown",
                          rkv_dtype_name(m->cfg.dtype));
-    return RKV_OK;
+    const size_t esz = rkv_dtype_size(m->cfg.dtype);
+    const size_t align = m->limits.align > esz ? m->limits.align : esz;
+    if ((uintptr_t)kv % align)
+        return rkv__fail(RKV_ERR_INVALID_ARG, "%s: kv %p is not %zu-byte aligned", what, kv,
+                         align);
+    const rkv_backend_storage *st = on ? &on->store : &m->store[layer];
+    const size_t N = (size_t)(m->cfg.num_sessions * (m->cfg.layers[layer].ring_frames + 1) *
+                              m->cfg.tokens_per_frame);
+    const rkv__buf out[] = {
+        {st->kv, 2 * (size_t)m->cfg.n_kv_heads * N * (size_t)m->cfg.d_head * esz,
+         "the ring's K/V storage"},
+        {st->written, N, "the ring's written bits"},
+    };
+    const rkv__buf in[] = {{kv,
+                            2 * (size_t)m->cfg.n_kv_heads * (size_t)m->batch.n *
+                                (size_t)m->cfg.tokens_per_frame * (size_t)m->cfg.d_head * esz,
+                            "kv"}};
+    return rkv__check_no_overlap(what, out, 2, in, 1);
 }
 
-/* The layer-level attention arguments of a model call: the caller's q, out,
- * dtypes, n_queries, scale and pool; the batch's rows and clocks (BACKEND
- * buffers) and the bits-and-clock rule. Checks Hq against the model's. */
-static rkv_status attention_args(const rkv_model *m, const char *what,
-                                 const rkv_attention_args *args, rkv_attention_args *out) {
+/* The layer-level attention arguments of a model call, checked once: the
+ * caller's q, out, dtypes, n_queries, scale and pool; the batch's rows and
+ * clocks (BACKEND buffers, checked at begin_frame) and the bits-and-clock
+ * rule; Hq the model's; then the core's attention check with the backend's
+ * limits (rkv__attend_args_check). */
+static rkv_status attention_args(const rkv_model *m, const char *what, int64_t layer,
+                                 const rkv_layer *on, const rkv_attention_args *args,
+                                 rkv_attention_args *out) {
     if (!args) return rkv__fail(RKV_ERR_NULL, "%s: args is NULL", what);
     rkv_status st = rkv__attention_args_load(what, args, out);
     if (st != RKV_OK) return st;
@@ -257,50 +281,52 @@ static rkv_status attention_args(const rkv_model *m, const char *what,
     out->session_idx = dev_sessions(m);
     out->frame_pos = dev_clocks(m);
     out->visible = NULL;
-    return RKV_OK;
+    const rkv_geometry g = rkv__model_layer_geometry(m, layer);
+    return rkv__attend_args_check(&g, &m->limits, on ? &on->store : &m->store[layer], out, false,
+                                  what);
 }
 
-/* The upsert of a checked call. */
-static rkv_status do_upsert(rkv_model *m, const char *what, int64_t layer, const void *kv,
-                            rkv_dtype kv_dtype, int commit) {
-    rkv_status st = m->ops.upsert(m->ctx, m->layers[layer], kv, kv_dtype, m->batch.n,
-                                  dev_clocks(m), dev_sessions(m), commit);
+/* The upsert of a checked call, on layer `layer`'s storage or on `on`'s
+ * (a layer over the caller's copy of it: rkv_model_upsert_ring). */
+static rkv_status do_upsert(rkv_model *m, const char *what, int64_t layer, const rkv_layer *on,
+                            const void *kv, int commit) {
+    rkv_status st = m->ops.upsert(m->ctx, on ? on->impl : m->layers[layer], kv, m->batch.n,
+                                  dev_clocks(m), dev_sessions(m), commit, NULL);
     if (st != RKV_OK) return rkv__model_backend_fail(st, what);
     if (commit) mark_committed(m, layer);
     return RKV_OK;
 }
 
-static rkv_status do_attend(rkv_model *m, const char *what, int64_t layer,
+static rkv_status do_attend(rkv_model *m, const char *what, int64_t layer, const rkv_layer *on,
                             const rkv_attention_args *a) {
-    rkv_status st = m->ops.attend(m->ctx, m->layers[layer], a, m->workspace, m->workspace_bytes);
+    rkv_status st = m->ops.attend(m->ctx, on ? on->impl : m->layers[layer], a, m->workspace,
+                                  m->workspace_bytes);
     return st == RKV_OK ? RKV_OK : rkv__model_backend_fail(st, what);
 }
 
-static rkv_status frame_upsert(rkv_model *m, const char *what, int64_t layer, const void *kv,
-                               rkv_dtype kv_dtype, int commit) {
-    rkv_status st = check_kv(m, what, kv, kv_dtype);
-    return st == RKV_OK ? do_upsert(m, what, layer, kv, kv_dtype, commit) : st;
+static rkv_status frame_upsert(rkv_model *m, const char *what, int64_t layer, const rkv_layer *on,
+                               const void *kv, rkv_dtype kv_dtype, int commit) {
+    rkv_status st = check_kv(m, what, layer, on, kv, kv_dtype);
+    return st == RKV_OK ? do_upsert(m, what, layer, on, kv, commit) : st;
 }
 
-static rkv_status frame_attend(rkv_model *m, const char *what, int64_t layer,
+static rkv_status frame_attend(rkv_model *m, const char *what, int64_t layer, const rkv_layer *on,
                                const rkv_attention_args *args) {
     rkv_attention_args a;
-    rkv_status st = attention_args(m, what, args, &a);
-    return st == RKV_OK ? do_attend(m, what, layer, &a) : st;
+    rkv_status st = attention_args(m, what, layer, on, args, &a);
+    return st == RKV_OK ? do_attend(m, what, layer, on, &a) : st;
 }
 
 static rkv_status frame_step(rkv_model *m, const char *what, int64_t layer, const void *kv,
                              rkv_dtype kv_dtype, int commit, const rkv_attention_args *args) {
     rkv_attention_args a;
-    rkv_status st = attention_args(m, what, args, &a);
-    if (st == RKV_OK && (st = m->ops.attend_check(m->ctx, m->layers[layer], &a)) != RKV_OK)
-        return rkv__model_backend_fail(st, what);
-    if (st == RKV_OK) st = check_kv(m, what, kv, kv_dtype);
+    rkv_status st = attention_args(m, what, layer, NULL, args, &a);
+    if (st == RKV_OK) st = check_kv(m, what, layer, NULL, kv, kv_dtype);
     if (st != RKV_OK) return st;
     /* Every argument the upsert and the attention check is valid now:
      * neither can refuse them, so a refused step writes nothing. */
-    if ((st = do_upsert(m, what, layer, kv, kv_dtype, commit)) != RKV_OK) return st;
-    return do_attend(m, what, layer, &a);
+    if ((st = do_upsert(m, what, layer, NULL, kv, commit)) != RKV_OK) return st;
+    return do_attend(m, what, layer, NULL, &a);
 }
 
 rkv_status rkv_model_frame_upsert(rkv_model *model, int64_t layer, const void *kv,
@@ -309,7 +335,7 @@ rkv_status rkv_model_frame_upsert(rkv_model *model, int64_t layer, const void *k
     rkv_status st = check_layer(model, what, layer);
     if (st != RKV_OK) return st;
     if (!model->batch.open) return no_open_frame(model, what);
-    return frame_upsert(model, what, layer, kv, kv_dtype, commit);
+    return frame_upsert(model, what, layer, NULL, kv, kv_dtype, commit);
 }
 
 rkv_status rkv_model_frame_attend(rkv_model *model, int64_t layer,
@@ -318,7 +344,7 @@ rkv_status rkv_model_frame_attend(rkv_model *model, int64_t layer,
     rkv_status st = check_layer(model, what, layer);
     if (st != RKV_OK) return st;
     if (model->batch.n == 0) return no_open_frame(model, what);
-    return frame_attend(model, what, layer, args);
+    return frame_attend(model, what, layer, NULL, args);
 }
 
 rkv_status rkv_model_frame_step(rkv_model *model, int64_t layer, const void *kv,
@@ -330,19 +356,31 @@ rkv_status rkv_model_frame_step(rkv_model *model, int64_t layer, const void *kv,
     return frame_step(model, what, layer, kv, kv_dtype, commit, args);
 }
 
+rkv_status rkv__model_upsert_on(rkv_model *model, int64_t layer, const rkv_layer *on,
+                                int64_t batch, const int64_t *session_idx, const void *kv,
+                                rkv_dtype kv_dtype, int commit) {
+    static const char what[] = "rkv_model_upsert";
+    rkv_status st = check_batch_rows(model, what, layer, batch, session_idx, true);
+    return st == RKV_OK ? frame_upsert(model, what, layer, on, kv, kv_dtype, commit) : st;
+}
+
+rkv_status rkv__model_attend_on(rkv_model *model, int64_t layer, const rkv_layer *on,
+                                int64_t batch, const int64_t *session_idx,
+                                const rkv_attention_args *args) {
+    static const char what[] = "rkv_model_attend";
+    rkv_status st = check_batch_rows(model, what, layer, batch, session_idx, false);
+    return st == RKV_OK ? frame_attend(model, what, layer, on, args) : st;
+}
+
 rkv_status rkv_model_upsert(rkv_model *model, int64_t layer, int64_t batch,
                             const int64_t *session_idx, const void *kv, rkv_dtype kv_dtype,
                             int commit) {
-    static const char what[] = "rkv_model_upsert";
-    rkv_status st = check_batch_rows(model, what, layer, batch, session_idx, true);
-    return st == RKV_OK ? frame_upsert(model, what, layer, kv, kv_dtype, commit) : st;
+    return rkv__model_upsert_on(model, layer, NULL, batch, session_idx, kv, kv_dtype, commit);
 }
 
 rkv_status rkv_model_attend(rkv_model *model, int64_t layer, int64_t batch,
                             const int64_t *session_idx, const rkv_attention_args *args) {
-    static const char what[] = "rkv_model_attend";
-    rkv_status st = check_batch_rows(model, what, layer, batch, session_idx, false);
-    return st == RKV_OK ? frame_attend(model, what, layer, args) : st;
+    return rkv__model_attend_on(model, layer, NULL, batch, session_idx, args);
 }
 
 rkv_status rkv_model_step(rkv_model *model, int64_t layer, int64_t batch,

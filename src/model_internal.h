@@ -44,7 +44,11 @@ struct rkv_model {
     rkv_backend_ops ops;          /* the adopted table (backend.h)          */
     const rkv_backend_ops *ops_id; /* the pointer passed at creation        */
     void *ctx;                    /* the backend's context (owned)          */
+    rkv_backend_limits limits;    /* the table's limits (asked at creation) */
     void **layers;                /* [n_layers] backend layer handles       */
+    rkv_backend_storage *store;   /* [n_layers] their storage (BACKEND)     */
+    struct rkv_layer *handles;    /* [n_layers] the public handles over them
+                                     (rkv_model_layer; borrowed)            */
     rkv__session_state *sessions; /* [S]                                    */
     rkv__batch batch;
     void *workspace;              /* BACKEND attention workspace, or NULL   */
@@ -87,6 +91,17 @@ void rkv__model_set_clock(rkv_model *m, int64_t session, int64_t last_committed)
 /* Closes the current batch (model_frame.c): its rows leave it; an open
  * frame is abandoned (no clock changes). */
 void rkv__model_close_batch(rkv_model *m);
+
+/* rkv_model_upsert / rkv_model_attend on layer `layer`, acting on `on`'s
+ * storage (a layer of that geometry on the model's backend, over the
+ * caller's copy of the layer's storage: rkv_model_upsert_ring) or, with on
+ * NULL, on the layer's own (model_frame.c). */
+rkv_status rkv__model_upsert_on(rkv_model *model, int64_t layer, const rkv_layer *on,
+                                int64_t batch, const int64_t *session_idx, const void *kv,
+                                rkv_dtype kv_dtype, int commit);
+rkv_status rkv__model_attend_on(rkv_model *model, int64_t layer, const rkv_layer *on,
+                                int64_t batch, const int64_t *session_idx,
+                                const rkv_attention_args *args);
 
 /* Geometry of layer i (valid: the config was checked at creation). */
 rkv_geometry rkv__model_layer_geometry(const rkv_model *m, int64_t layer);

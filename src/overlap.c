@@ -1,64 +1,22 @@
-/* Host buffers of one call that must not share a byte (internal.h, "host
- * buffers that must not overlap"): the check every host-memory entry point
- * makes before it writes, and the buffer lists of the upsert and the
- * attention. */
+/* The upsert's buffers that must not share a byte (internal.h, "host
+ * buffers that must not overlap"; the check itself is inline there, the
+ * attention's list attention_check.h). */
 #include "internal.h"
-
-/* Whether [a, a + an) and [b, b + bn) share a byte (empty ranges never). */
-static bool shares(const rkv__buf *a, const rkv__buf *b) {
-    if (!a->p || !b->p || !a->bytes || !b->bytes) return false;
-    const uintptr_t a0 = (uintptr_t)a->p, b0 = (uintptr_t)b->p;
-    return a0 < b0 + b->bytes && b0 < a0 + a->bytes;
-}
-
-static rkv_status overlap(const char *what, const rkv__buf *w, const rkv__buf *o) {
-    return rkv__fail(RKV_ERR_INVALID_ARG,
-                     "%s: %s (%p, %zu bytes, written) overlaps %s (%p, %zu bytes); expected "
-                     "separate buffers",
-                     what, w->name, w->p, w->bytes, o->name, o->p, o->bytes);
-}
-
-rkv_status rkv__check_no_overlap(const char *what, const rkv__buf *out, size_t n_out,
-                                 const rkv__buf *in, size_t n_in) {
-    for (size_t i = 0; i < n_out; i++) {
-        for (size_t j = i + 1; j < n_out; j++)
-            if (shares(&out[i], &out[j])) return overlap(what, &out[i], &out[j]);
-        for (size_t j = 0; j < n_in; j++)
-            if (shares(&out[i], &in[j])) return overlap(what, &out[i], &in[j]);
-    }
-    return RKV_OK;
-}
 
 rkv_status rkv__upsert_overlap(const struct rkv_layer *l, const char *what, const void *kv,
                                int64_t batch, const int64_t *frame_pos,
                                const int64_t *session_idx, const uint8_t *visible) {
     const size_t B = (size_t)batch, T = (size_t)l->g.tokens_per_frame;
     const rkv__buf out[] = {
-        {l->kv, rkv_geometry_memory_bytes(&l->g), "the ring's K/V storage"},
-        {l->written, (size_t)l->total_slots, "the ring's written bits"},
+        {l->store.kv, rkv_geometry_memory_bytes(&l->g), "the ring's K/V storage"},
+        {l->store.written, (size_t)l->total_slots, "the ring's written bits"},
         {visible, visible ? (size_t)l->total_slots : 0, "visible"},
     };
     const rkv__buf in[] = {
-        {kv, 2 * (size_t)l->g.n_kv_heads * B * T * l->row_bytes, "kv"},
+        {kv, 2 * (size_t)l->g.n_kv_heads * B * T * (size_t)l->g.d_head * rkv_dtype_size(l->g.dtype),
+         "kv"},
         {frame_pos, B * sizeof *frame_pos, "frame_pos"},
         {session_idx, B * sizeof *session_idx, "session_idx"},
     };
     return rkv__check_no_overlap(what, out, 3, in, 3);
-}
-
-rkv_status rkv__attend_overlap(const struct rkv_layer *l, const rkv_attention_args *a,
-                               const char *what) {
-    const int64_t tq = a->n_queries ? a->n_queries : l->g.tokens_per_frame;
-    const size_t elems = (size_t)a->batch * (size_t)a->n_q_heads * (size_t)tq *
-                         (size_t)l->g.d_head, B = (size_t)a->batch;
-    const rkv__buf out[] = {{a->out, elems * rkv_dtype_size(a->out_dtype), "out"}};
-    const rkv__buf in[] = {
-        {a->q, elems * rkv_dtype_size(a->q_dtype), "q"},
-        {l->kv, rkv_geometry_memory_bytes(&l->g), "the ring's K/V storage"},
-        {l->written, (size_t)l->total_slots, "the ring's written bits"},
-        {a->session_idx, B * sizeof *a->session_idx, "session_idx"},
-        {a->visible ? NULL : a->frame_pos, B * sizeof *a->frame_pos, "frame_pos"},
-        {a->visible, B * (size_t)l->total_slots, "visible"},
-    };
-    return rkv__check_no_overlap(what, out, 1, in, 6);
 }

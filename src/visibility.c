@@ -2,9 +2,31 @@
  * clock-only rule (both ring_rule.h's, checked here), per-slot rows and
  * FlexAttention block lists. Visibility is frame-granular: a list of frame
  * slots, ring frames ascending, scratch last. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
+
+/* Session s's written bits [C] on the host into *w: in place when the
+ * layer's storage is host memory, else read through its table into a
+ * buffer the caller frees (*owned). */
+static rkv_status session_bits(const rkv_layer *l, const char *what, int64_t s,
+                               const uint8_t **w, uint8_t **owned) {
+    *owned = NULL;
+    if (l->limits.host_memory) {
+        *w = l->store.written + s * l->capacity;
+        return RKV_OK;
+    }
+    uint8_t *buf = malloc((size_t)l->capacity);
+    if (!buf) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", what);
+    rkv_status st = l->ops.span_read(l->ctx, l->impl, s, RKV_SPAN_WRITTEN, 0, buf);
+    if (st != RKV_OK) {
+        free(buf);
+        return st;
+    }
+    *w = *owned = buf;
+    return RKV_OK;
+}
 
 static rkv_status check_clock(const char *what, int64_t frame_pos) {
     if (frame_pos < 0)
@@ -23,8 +45,13 @@ rkv_status rkv_layer_visible_frames(const rkv_layer *layer, int64_t session, int
     if (st != RKV_OK) return st;
     if ((st = check_clock("rkv_layer_visible_frames", frame_pos)) != RKV_OK) return st;
     const rkv_geometry *g = &layer->g;
-    *count = rkv__rule_visible_frames(layer->written + lo, g->tokens_per_frame, g->ring_frames,
-                                      g->ring_buckets, g->pinned_dilation, frame_pos, frames);
+    uint8_t *owned = NULL;
+    const uint8_t *w = NULL;
+    if ((st = session_bits(layer, "rkv_layer_visible_frames", session, &w, &owned)) != RKV_OK)
+        return st;
+    *count = rkv__rule_visible_frames(w, g->tokens_per_frame, g->ring_frames, g->ring_buckets,
+                                      g->pinned_dilation, frame_pos, frames);
+    free(owned);
     return RKV_OK;
 }
 
@@ -81,13 +108,18 @@ rkv_status rkv_layer_block_mask(const rkv_layer *layer, int64_t session, int64_t
     const int64_t per_frame = g->tokens_per_frame / RKV_BLOCK_TOKENS;
     const int64_t first = lo / RKV_BLOCK_TOKENS;
     const int64_t hidden = rkv__rule_hidden_frame(frame_pos, g->pinned_dilation, g->ring_buckets);
+    uint8_t *owned = NULL;
+    const uint8_t *w = NULL;
+    if ((st = session_bits(layer, "rkv_layer_block_mask", session, &w, &owned)) != RKV_OK)
+        return st;
     int32_t *row0 = kv_indices;
     memset(row0, 0, (size_t)kv_blocks * sizeof *row0);
     int64_t n = 0;
     for (int64_t r = 0; r <= g->ring_frames; r++) /* r == RF: the scratch, always visible */
         if (r == g->ring_frames ||
-            rkv__rule_frame_visible(layer->written + lo, g->tokens_per_frame, hidden, r))
+            rkv__rule_frame_visible(w, g->tokens_per_frame, hidden, r))
             for (int64_t k = 0; k < per_frame; k++) row0[n++] = (int32_t)(first + r * per_frame + k);
+    free(owned);
     for (int64_t qb = 0; qb < q_blocks; qb++) {
         kv_num_blocks[qb] = (int32_t)n;
         if (qb) memcpy(kv_indices + qb * kv_blocks, row0, (size_t)kv_blocks * sizeof *row0);

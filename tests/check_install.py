@@ -12,7 +12,7 @@ header, which must be the README's lines but for the file names. No system
 .pc file is visible (PKG_CONFIG_LIBDIR is an empty folder: no cJSON or
 xxHash .pc) and LD_LIBRARY_PATH is unset. Asserts:
   - every line exits 0 and each program runs (1 frame) and says so;
-  - the shared programs need libringkv.so.0 and find it by their RUNPATH in
+  - the shared programs need libringkv.so.0.2 and find it by their RUNPATH in
     PREFIX/lib; the static ones do not need libringkv at all;
   - `pkg-config --cflags ringkv` is exactly -I PREFIX/include (no cJSON
     path), `--libs` exactly -L PREFIX/lib -lringkv, `--variable=libdir` a
@@ -149,12 +149,12 @@ def main():
                                 f"stderr {p.stderr[-500:]!r}")
             dyn = subprocess.run(["readelf", "-d", path], stdout=subprocess.PIPE,
                                  text=True).stdout
-            needs = "libringkv.so.0" in dyn
+            needs = "libringkv.so.0.2" in dyn
             runpath = re.search(r"\((?:RUNPATH|RPATH)\).*\[(.*)\]", dyn)
             if static and needs:
-                failures.append(f"{prog}: linked statically, but needs libringkv.so.0")
+                failures.append(f"{prog}: linked statically, but needs libringkv.so.0.2")
             if not static and (not needs or not runpath or lib not in runpath.group(1).split(":")):
-                failures.append(f"{prog}: NEEDED libringkv.so.0 {needs}, run path "
+                failures.append(f"{prog}: NEEDED libringkv.so.0.2 {needs}, run path "
                                 f"{runpath.group(1) if runpath else None!r} (expected {lib!r})")
             if not failures:
                 print(f"  ok: {prog} runs ({'static' if static else 'shared, RUNPATH ' + lib})")

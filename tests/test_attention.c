@@ -4,7 +4,8 @@
 #include "testutil.h"
 
 /* Every test runs twice: on rkv_layer_attend (the fast path) and on
- * rkv_layer_attend_reference (the oracle kept in the library). */
+ * rkvt_attend_reference (the oracle kept in the library: rkv_layer_attend on
+ * the layer's storage wrapped on rkv_backend_cpu_reference). */
 typedef rkv_status (*attend_fn)(const rkv_layer *,
                                 const rkv_attention_args *);
 static attend_fn g_attend = rkv_layer_attend;
@@ -955,7 +956,7 @@ static void test_special_scores(void **state)
             if (c.want == WANT_FINITE) {
                 expect_close(rkv_layer_geometry(l), out, RKV_DTYPE_F32, ref, n, tol, what);
                 if (g_attend == rkv_layer_attend) { /* and the library's reference */
-                    g_attend = rkv_layer_attend_reference;
+                    g_attend = rkvt_attend_reference;
                     special_attend(l, &c, other, ref2);
                     g_attend = rkv_layer_attend;
                     for (size_t i = 0; i < n; i++)
@@ -1081,7 +1082,7 @@ static void thread_count_case(rkv_geometry g, int64_t Hq, int64_t T, int64_t D)
     /* the reference agrees */
     a.pool = NULL;
     a.out = o;
-    TU_OK(rkv_layer_attend_reference(fx.l, &a));
+    TU_OK(rkvt_attend_reference(fx.l, &a));
     double *ref = tu_xmalloc(n * 8);
     for (size_t i = 0; i < n; i++)
         ref[i] = o[i];
@@ -1193,7 +1194,7 @@ static int use_fast(void **state)
 static int use_reference(void **state)
 {
     (void)state;
-    g_attend = rkv_layer_attend_reference;
+    g_attend = rkvt_attend_reference;
     return 0;
 }
 

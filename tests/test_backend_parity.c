@@ -3,7 +3,7 @@
  * the CPU reference engine.
  *
  *  - The reference: a model on a backend table that is the CPU table with
- *    its attention replaced by rkv_layer_attend_reference (the simple, exact
+ *    its attention the reference's (rkv_backend_cpu_reference: the simple, exact
  *    oracle), driven through the calls that spell the batch out
  *    (rkv_model_upsert/_attend/_step).
  *  - The backends under test, driven through the per-pass calls
@@ -76,16 +76,9 @@ static void *xmalloc(size_t n) {
 
 /* ---- the reference backend: the CPU table, attention by the oracle -------- */
 
-static rkv_status ref_attend(void *ctx, const void *layer, const rkv_attention_args *a,
-                             void *ws, size_t ws_bytes) {
-    (void)ctx, (void)ws, (void)ws_bytes;
-    return rkv_layer_attend_reference(layer, a);
-}
 static rkv_backend_ops ref_ops;
 static rkv_status create_ref(const rkv_model_config *cfg, rkv_model **m) {
-    ref_ops = *rkv_backend_cpu();
-    ref_ops.name = "cpu-reference";
-    ref_ops.attend = ref_attend;
+    ref_ops = *rkv_backend_cpu_reference(); /* the CPU table, attention by the oracle */
     return rkv_model_create_with_backend(cfg, &ref_ops, NULL, m);
 }
 

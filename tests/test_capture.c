@@ -52,10 +52,11 @@ static void k_ctx_destroy(void *ctx) {
     (void)ctx;
     K.ctx_destroyed++;
 }
-static rkv_status k_layer_create(void *ctx, const rkv_geometry *g, void **l) {
+static rkv_status k_layer_create(void *ctx, const rkv_geometry *g, rkv_backend_storage *st,
+                                 void **l) {
     K.layers++;
     FORBIDDEN("layer_create");
-    return cpu()->layer_create(ctx, g, l);
+    return cpu()->layer_create(ctx, g, st, l);
 }
 static void k_layer_destroy(void *ctx, void *l) {
     if (K.in_pass) K.violations++;
@@ -81,8 +82,8 @@ static rkv_status k_sync(void *ctx) {
     FORBIDDEN("synchronize");
     return cpu()->synchronize(ctx);
 }
-static rkv_status k_check(void *ctx, void *layer) {
-    (void)ctx, (void)layer;
+static rkv_status k_check(void *ctx, void *const *layers, int64_t n, int64_t *bad) {
+    (void)ctx, (void)layers, (void)n, (void)bad;
     K.check++;
     FORBIDDEN("check");
     return RKV_OK;
@@ -109,15 +110,16 @@ static rkv_status k_span_copy(void *ctx, void *l, int64_t a, int64_t b) {
     FORBIDDEN("span_copy");
     return cpu()->span_copy(ctx, l, a, b);
 }
-static rkv_status k_upsert(void *ctx, void *layer, const void *kv, rkv_dtype dt, int64_t B,
-                           const int64_t *fp, const int64_t *sess, int commit) {
+static rkv_status k_upsert(void *ctx, void *layer, const void *kv, int64_t B, const int64_t *fp,
+                           const int64_t *sess, int commit, uint8_t *visible) {
+    (void)visible; /* the model passes NULL */
     K.upserts++;
     if (K.recording) {
         assert_true(K.n_rec < 64);
-        record r = {0, layer, kv, dt, B, fp, sess, commit, {0}, NULL, 0};
+        record r = {0, layer, kv, RKV_DTYPE_F32, B, fp, sess, commit, {0}, NULL, 0};
         K.rec[K.n_rec++] = r;
     }
-    return cpu()->upsert(ctx, layer, kv, dt, B, fp, sess, commit);
+    return cpu()->upsert(ctx, layer, kv, B, fp, sess, commit, NULL);
 }
 static rkv_status k_attend(void *ctx, const void *layer, const rkv_attention_args *a, void *ws,
                            size_t wsb) {
@@ -128,6 +130,16 @@ static rkv_status k_attend(void *ctx, const void *layer, const rkv_attention_arg
         K.rec[K.n_rec++] = r;
     }
     return cpu()->attend(ctx, layer, a, ws, wsb);
+}
+
+/* Limits of a table: a negative one (refused), one row per call. */
+static void k_limits_negative(void *ctx, rkv_backend_limits *out) {
+    (void)ctx;
+    out->max_batch = -1;
+}
+static void k_limits_one(void *ctx, rkv_backend_limits *out) {
+    (void)ctx;
+    out->max_batch = 1;
 }
 
 static rkv_backend_ops counting_ops(void) {
@@ -158,8 +170,8 @@ static void replay(void) {
         if (r->attend)
             TU_OK(cpu()->attend(NULL, r->layer, &r->args, r->ws, r->ws_bytes));
         else
-            TU_OK(cpu()->upsert(NULL, r->layer, r->kv, r->kv_dtype, r->batch, r->frame_pos,
-                                r->session_idx, r->commit));
+            TU_OK(cpu()->upsert(NULL, r->layer, r->kv, r->batch, r->frame_pos,
+                                r->session_idx, r->commit, NULL));
     }
 }
 
@@ -273,8 +285,11 @@ static void test_per_pass_calls_enqueue_only(void **state) {
     assert_int_equal(K.alloc, 1); /* the batch buffers (no workspace on the CPU) */
     assert_string_equal(rkv_model_backend_name(m), "counting");
     assert_ptr_equal(rkv_model_backend(m), &OPS);
-    assert_null(rkv_model_layer(m, 0)); /* not the CPU table: no rkv_layer */
-    assert_non_null(rkv_model_backend_layer(m, 1));
+    /* a layer on any table: its handle, the backend's own layer and table */
+    const rkv_backend_ops *lops = NULL;
+    assert_non_null(rkv_layer_backend_handle(rkv_model_layer(m, 1), &lops, NULL));
+    assert_ptr_equal(lops, &OPS);
+    assert_null(rkv_model_layer(m, 2));
     int64_t a, b;
     TU_OK(rkv_model_claim(m, "a", &a));
     TU_OK(rkv_model_claim(m, "b", &b));
@@ -404,7 +419,7 @@ static void test_bad_tables_refused(void **state) {
     o.span_copy = NULL;
     TU_ERR(rkv_model_create_with_backend(&c, &o, NULL, &m), RKV_ERR_INVALID_ARG, "span_copy");
     o = counting_ops();
-    o.max_batch = -1;
+    o.limits = k_limits_negative;
     TU_ERR(rkv_model_create_with_backend(&c, &o, NULL, &m), RKV_ERR_INVALID_ARG, "max_batch");
     /* a failing layer_create: the layers made so far are freed, the context
      * is the caller's */
@@ -416,7 +431,7 @@ static void test_bad_tables_refused(void **state) {
     assert_int_equal(K.ctx_destroyed, 0);
     /* max_batch caps begin_frame's B */
     o = counting_ops();
-    o.max_batch = 1;
+    o.limits = k_limits_one;
     TU_OK(rkv_model_create_with_backend(&c, &o, NULL, &m));
     int64_t a, b;
     TU_OK(rkv_model_claim(m, "a", &a));

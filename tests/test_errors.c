@@ -5,6 +5,7 @@
  * (rkv_dtype_parse / rkv_convert: test_dtype.c; rkv_geometry_check and
  * rkv_layer_create: test_geometry.c.) */
 #define _POSIX_C_SOURCE 200809L
+#include "ringkv_backend.h"
 #include "testutil.h"
 #include "snapshot_edit.h" /* tsnap_find */
 
@@ -529,7 +530,7 @@ static void attend_errors_with(attend_fn fn)
     a = in.a; a.struct_size = 0; /* zero-initialized without it */
     attn_expect(fn, l, &in, a, RKV_ERR_INVALID_ARG, "args->struct_size is 0",
                 "struct_size 0");
-    a = in.a; a.struct_size = sizeof a - 8; /* below version 1 */
+    a = in.a; a.struct_size = offsetof(rkv_attention_args, pool); /* below version 1 */
     attn_expect(fn, l, &in, a, RKV_ERR_INVALID_ARG, "smaller than the first version",
                 "struct_size too small");
     a = in.a; a.struct_size = sizeof a + 8; /* a newer header's */
@@ -604,7 +605,7 @@ static void test_attend_errors(void **state)
 static void test_attend_reference_errors(void **state)
 {
     (void)state;
-    attend_errors_with(rkv_layer_attend_reference);
+    attend_errors_with(rkvt_attend_reference);
 }
 
 static void test_threadpool_errors(void **state)
@@ -704,24 +705,26 @@ static void test_overlapping_buffers_refused(void **state)
     a.out_dtype = RKV_DTYPE_BF16;
     a.out = store;
     LAYER_ERR(l, rkv_layer_attend(l, &a), RKV_ERR_INVALID_ARG, "the ring's K/V storage");
-    LAYER_ERR(l, rkv_layer_attend_reference(l, &a), RKV_ERR_INVALID_ARG, "overlaps");
+    LAYER_ERR(l, rkvt_attend_reference(l, &a), RKV_ERR_INVALID_ARG, "overlaps");
     assert_memory_equal(qo, before, 2 * qn * 4);
     a.out_dtype = RKV_DTYPE_F32;
     a.out = qo + qn;
     TU_OK(rkv_layer_attend(l, &a));
     assert_memory_equal(qo, before, qn * 4);
 
-    /* views: written bits inside the K/V buffer; a row over the written bits */
-    rkv_ring_view v;
-    TU_OK(rkv_layer_view(l, &v));
-    v.written = store + 64;
-    LAYER_ERR(l, rkv_ring_upsert(&v, fr, RKV_DTYPE_F32, 1, &f, &s, 1, NULL),
+    /* wrapped storage: written bits inside the K/V buffer; a row over the
+     * written bits; an output over the storage */
+    rkv_layer *w = NULL;
+    const rkv_backend_storage bad = {store, store + 64, NULL};
+    TU_OK(rkv_layer_wrap(NULL, NULL, rkv_layer_geometry(l), &bad, &w));
+    LAYER_ERR(l, rkv_layer_upsert(w, fr, RKV_DTYPE_F32, 1, &f, &s, 1, NULL),
               RKV_ERR_INVALID_ARG, "overlaps");
-    TU_OK(rkv_layer_view(l, &v));
-    LAYER_ERR(l, rkv_ring_visible_row(&v, 0, 3, written + 5), RKV_ERR_INVALID_ARG,
+    rkv_layer_destroy(w);
+    const int64_t s0 = 0, f3 = 3;
+    LAYER_ERR(l, rkv_layer_visible_row(l, &s0, &f3, written + 5), RKV_ERR_INVALID_ARG,
               "row (");
-    a.out = v.kv;
-    LAYER_ERR(l, rkv_ring_attend(&v, &a), RKV_ERR_INVALID_ARG, "overlaps");
+    a.out = store;
+    LAYER_ERR(l, rkv_layer_attend(l, &a), RKV_ERR_INVALID_ARG, "overlaps");
 
     /* span copies over the layer itself */
     LAYER_ERR(l, rkv_layer_read_span(l, 0, RKV_SPAN_V, 1, store + 8), RKV_ERR_INVALID_ARG,
@@ -1688,7 +1691,7 @@ static void *fail_on_thread(void *arg)
 }
 
 /* Growing structs (ringkv.h, "Structs that grow") at the calls not
- * covered above: attention on a view, and rkv_snapshot_info, an output
+ * covered above: attention on a wrapped layer, and rkv_snapshot_info, an output
  * struct whose size is checked before anything is read or written. */
 static void test_struct_size_refused(void **state)
 {
@@ -1696,13 +1699,16 @@ static void test_struct_size_refused(void **state)
     rkv_layer *l = hist_layer();
     attn_in in;
     attn_in_init(&in, l);
-    rkv_ring_view v;
-    TU_OK(rkv_layer_view(l, &v));
+    rkv_layer *v = NULL;
+    const rkv_backend_storage own = {(void *)rkv_layer_kv(l), (uint8_t *)rkv_layer_written(l),
+                                     NULL};
+    TU_OK(rkv_layer_wrap(NULL, NULL, rkv_layer_geometry(l), &own, &v));
     rkv_attention_args a = in.a;
     a.struct_size = 0;
-    TU_ERR(rkv_ring_attend(&v, &a), RKV_ERR_INVALID_ARG,
-           "rkv_ring_attend: args->struct_size is 0; set it to sizeof(rkv_attention_args)");
+    TU_ERR(rkv_layer_attend(v, &a), RKV_ERR_INVALID_ARG,
+           "rkv_layer_attend: args->struct_size is 0; set it to sizeof(rkv_attention_args)");
     assert_memory_equal(in.out, in.pattern, in.n * 4);
+    rkv_layer_destroy(v);
     attn_in_free(&in);
     rkv_layer_destroy(l);
 

@@ -184,7 +184,7 @@ static void test_attend_engine(void **state) {
     rkv_attention_args a = RKV_ATTENTION_ARGS_INIT;
     a.batch = 1, a.n_q_heads = Hq, a.n_queries = Tq, a.q = q, a.q_dtype = RKV_DTYPE_F32;
     a.out = ref, a.out_dtype = RKV_DTYPE_F32, a.session_idx = &s, a.visible = row;
-    TU_OK(rkv_layer_attend_reference(l, &a));
+    TU_OK(rkvt_attend_reference(l, &a));
     a.out = out;
     int ran = 0;
     for (int e = 0; e < RKV__ISA_COUNT; e++) {

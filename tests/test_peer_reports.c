@@ -134,7 +134,7 @@ static rkv_status attend_dt(const rkv_layer *l, int64_t B, const int64_t *sess, 
     a.visible = visible;
     a.scale = scale;
     a.pool = pool;
-    return reference ? rkv_layer_attend_reference(l, &a) : rkv_layer_attend(l, &a);
+    return reference ? rkvt_attend_reference(l, &a) : rkv_layer_attend(l, &a);
 }
 
 /* attend_dt with f32 queries and output. */

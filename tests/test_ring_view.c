@@ -1,42 +1,48 @@
-/* Rings over caller-owned storage (rkv_ring_view): upsert, visibility row
- * and attention on buffers the caller holds give exactly what the layer
- * calls give on the layer's own storage, touch nothing else, and refuse bad
- * views with a message; the model's *_ring calls keep the model's clocks
- * while writing only the given buffers. */
+/* Layers over caller-owned storage (rkv_layer_wrap): upsert, visibility
+ * row and attention on buffers the caller holds give exactly what the
+ * layer calls give on the layer's own storage, touch nothing else, and
+ * refuse bad storage with a message; the model's *_ring calls keep the
+ * model's clocks while writing only the given buffers. */
 #include "ringkv_backend.h"
 #include "testutil.h"
 
-/* A caller-owned copy of a layer's storage, as a view. */
+/* A caller-owned copy of a layer's storage, and a layer that wraps it. */
 typedef struct {
-    rkv_ring_view v;
+    rkv_geometry g;
+    void *kv;
+    uint8_t *written;
+    rkv_layer *l;
     size_t kv_bytes, n;
 } own_ring;
 
 static own_ring own_copy(const rkv_layer *l)
 {
     own_ring r;
-    r.v.g = *rkv_layer_geometry(l);
+    r.g = *rkv_layer_geometry(l);
     r.kv_bytes = rkv_layer_memory_bytes(l);
     r.n = (size_t)rkv_layer_total_slots(l);
-    r.v.kv = tu_xmalloc(r.kv_bytes);
-    r.v.written = tu_xmalloc(r.n);
-    memcpy(r.v.kv, rkv_layer_kv(l), r.kv_bytes);
-    memcpy(r.v.written, rkv_layer_written(l), r.n);
+    r.kv = tu_xmalloc(r.kv_bytes);
+    r.written = tu_xmalloc(r.n);
+    memcpy(r.kv, rkv_layer_kv(l), r.kv_bytes);
+    memcpy(r.written, rkv_layer_written(l), r.n);
+    const rkv_backend_storage st = {r.kv, r.written, NULL};
+    TU_OK(rkv_layer_wrap(NULL, NULL, &r.g, &st, &r.l));
     return r;
 }
 
 static void own_free(own_ring *r)
 {
-    free(r->v.kv);
-    free(r->v.written);
+    rkv_layer_destroy(r->l);
+    free(r->kv);
+    free(r->written);
 }
 
 /* The copy holds the same bytes as the layer's storage. */
 static void assert_same_storage(const own_ring *r, const rkv_layer *l, const char *when)
 {
-    if (memcmp(r->v.kv, rkv_layer_kv(l), r->kv_bytes))
+    if (memcmp(r->kv, rkv_layer_kv(l), r->kv_bytes))
         fail_msg("%s: the view's K/V differ from the layer's", when);
-    if (memcmp(r->v.written, rkv_layer_written(l), r->n))
+    if (memcmp(r->written, rkv_layer_written(l), r->n))
         fail_msg("%s: the view's written bits differ from the layer's", when);
 }
 
@@ -80,11 +86,11 @@ static void test_upsert_and_row_match_the_layer(void **state)
             void *kv = frame_in(&g, B, (uint64_t)step);
             uint8_t *vl = B == 1 ? row_l : NULL, *vv = B == 1 ? row_v : NULL;
             if (B == 1) {
-                TU_OK(rkv_ring_visible_row(&r.v, si[0], fp[0], row_pre));
+                TU_OK(rkv_layer_visible_row(r.l, si, fp, row_pre));
                 if (rkv_is_write_step(&g, fp[0]) && fp[0] > 0) hidden_rows++;
             }
             TU_OK(rkv_layer_upsert(l, kv, g.dtype, B, fp, si, commit, vl));
-            TU_OK(rkv_ring_upsert(&r.v, kv, g.dtype, B, fp, si, commit, vv));
+            TU_OK(rkv_layer_upsert(r.l, kv, g.dtype, B, fp, si, commit, vv));
             assert_same_storage(&r, l, "after an upsert");
             if (B == 1) {
                 assert_memory_equal(row_l, row_v, (size_t)N);
@@ -103,7 +109,7 @@ static void test_upsert_and_row_match_the_layer(void **state)
     }
 }
 
-/* A view of another buffer writes that buffer only: the layer whose
+/* A layer over another buffer writes that buffer only: the layer whose
  * storage was copied stays as it was. */
 static void test_view_writes_only_its_buffers(void **state)
 {
@@ -113,24 +119,22 @@ static void test_view_writes_only_its_buffers(void **state)
     own_ring before = own_copy(l), r = own_copy(l);
     void *kv = frame_in(&g, 1, 3);
     int64_t s = 1, f = 0;
-    TU_OK(rkv_ring_upsert(&r.v, kv, g.dtype, 1, &f, &s, 1, NULL));
+    TU_OK(rkv_layer_upsert(r.l, kv, g.dtype, 1, &f, &s, 1, NULL));
     assert_same_storage(&before, l, "the layer after an upsert on a copy");
     /* ... and the copy did change: the frame is in ring slot 0 of session 1 */
-    const float *k = r.v.kv;
+    const float *k = r.kv;
     assert_memory_equal(k + (size_t)tu_C(&g) * 4, kv, 128 * 4 * sizeof(float));
-    assert_int_equal(r.v.written[tu_C(&g)], 1);
-    /* rkv_layer_view names the layer's own buffers */
-    rkv_ring_view lv;
-    TU_OK(rkv_layer_view(l, &lv));
-    assert_ptr_equal(lv.kv, rkv_layer_kv(l));
-    assert_ptr_equal(lv.written, rkv_layer_written(l));
-    assert_true(tu_geom_equal(&lv.g, &g));
+    assert_int_equal(r.written[tu_C(&g)], 1);
+    /* the wrapped layer names the caller's buffers */
+    assert_ptr_equal(rkv_layer_kv(r.l), r.kv);
+    assert_ptr_equal(rkv_layer_written(r.l), r.written);
+    assert_true(tu_geom_equal(rkv_layer_geometry(r.l), &g));
     free(kv);
     own_free(&before), own_free(&r);
     rkv_layer_destroy(l);
 }
 
-/* Attention on a view is bit-identical to the layer's on the same bytes,
+/* Attention on a wrapped layer is bit-identical to the layer's on the same bytes,
  * by the clock rule and with explicit rows. */
 static void test_attend_matches_the_layer(void **state)
 {
@@ -157,30 +161,30 @@ static void test_attend_matches_the_layer(void **state)
     TU_OK(rkv_layer_attend(l, &a));
     a.out = o2;
     memset(o2, 0xff, nq * 4);
-    TU_OK(rkv_ring_attend(&r.v, &a));
+    TU_OK(rkv_layer_attend(r.l, &a));
     assert_memory_equal(o1, o2, nq * 4);
     /* explicit rows */
     const int64_t N = tu_N(&g);
     uint8_t *rows = tu_xcalloc((size_t)(2 * N), 1);
-    TU_OK(rkv_ring_visible_row(&r.v, 0, 6, rows));
-    TU_OK(rkv_ring_visible_row(&r.v, 1, 5, rows + N));
+    TU_OK(rkv_layer_visible_row(r.l, &si[0], &fp[0], rows));
+    TU_OK(rkv_layer_visible_row(r.l, &si[1], &fp[1], rows + N));
     a.frame_pos = NULL;
     a.visible = rows;
     a.out = o1;
     TU_OK(rkv_layer_attend(l, &a));
     a.out = o2;
-    TU_OK(rkv_ring_attend(&r.v, &a));
+    TU_OK(rkv_layer_attend(r.l, &a));
     assert_memory_equal(o1, o2, nq * 4);
-    /* a view over other contents gives another result: it reads its own bytes */
-    memset(r.v.kv, 0, r.kv_bytes);
-    TU_OK(rkv_ring_attend(&r.v, &a));
+    /* a layer over other contents gives another result: it reads its own bytes */
+    memset(r.kv, 0, r.kv_bytes);
+    TU_OK(rkv_layer_attend(r.l, &a));
     assert_true(memcmp(o1, o2, nq * 4) != 0);
     free(q), free(o1), free(o2), free(rows);
     own_free(&r);
     rkv_layer_destroy(l);
 }
 
-/* Bad views and bad arguments: the status, a message naming the call, and
+/* Bad storage and bad arguments: the status, a message naming the call, and
  * nothing written. */
 static void test_bad_views_refused(void **state)
 {
@@ -189,46 +193,43 @@ static void test_bad_views_refused(void **state)
     rkv_layer *l = tu_layer_new(&g);
     own_ring r = own_copy(l), before = own_copy(l);
     void *kv = frame_in(&g, 1, 1);
-    int64_t s = 0, f = 0, bad_s = 1, bad_f = -1;
+    int64_t s = 0, f = 0, bad_s = 1, bad_f = -1, neg = -2;
     uint8_t *row = tu_xmalloc((size_t)tu_N(&g));
-    TU_ERR(rkv_ring_upsert(NULL, kv, g.dtype, 1, &f, &s, 1, NULL), RKV_ERR_NULL,
-           "rkv_ring_upsert: ring is NULL");
-    rkv_ring_view v = r.v;
-    v.kv = NULL;
-    TU_ERR(rkv_ring_upsert(&v, kv, g.dtype, 1, &f, &s, 1, NULL), RKV_ERR_NULL, "ring->kv");
-    TU_OK(rkv_ring_visible_row(&v, 0, 0, row)); /* the row reads the bits only */
-    assert_int_equal(row[tu_L(&g)], 1);         /* the scratch */
-    v = r.v;
-    v.written = NULL;
-    TU_ERR(rkv_ring_visible_row(&v, 0, 0, row), RKV_ERR_NULL, "ring->written");
-    v = r.v;
-    v.kv = (uint8_t *)r.v.kv + 1;
-    TU_ERR(rkv_ring_upsert(&v, kv, g.dtype, 1, &f, &s, 1, NULL), RKV_ERR_INVALID_ARG,
-           "not aligned to its element size (4 bytes, f32)");
-    v = r.v;
-    v.g.tokens_per_frame = 100;
-    TU_ERR(rkv_ring_upsert(&v, kv, g.dtype, 1, &f, &s, 1, NULL), RKV_ERR_INVALID_ARG,
-           "tokens_per_frame");
-    TU_ERR(rkv_ring_upsert(&r.v, kv, g.dtype, 1, &f, &bad_s, 1, NULL), RKV_ERR_RANGE,
-           "rkv_ring_upsert: session_idx[0] = 1 is out of range");
-    TU_ERR(rkv_ring_upsert(&r.v, kv, g.dtype, 1, &bad_f, &s, 1, NULL), RKV_ERR_INVALID_ARG,
-           "rkv_ring_upsert: frame_pos[0] = -1");
-    TU_ERR(rkv_ring_upsert(&r.v, kv, RKV_DTYPE_BF16, 1, &f, &s, 1, NULL), RKV_ERR_DTYPE,
-           "rkv_ring_upsert: kv dtype");
-    /* worded as rkv_ring_upsert's row 0, the session checked first */
-    TU_ERR(rkv_ring_visible_row(&r.v, 1, 0, row), RKV_ERR_RANGE,
-           "rkv_ring_visible_row: session_idx[0] = 1 is out of range; expected 0..0");
-    TU_ERR(rkv_ring_visible_row(&r.v, 0, -2, row), RKV_ERR_INVALID_ARG,
-           "rkv_ring_visible_row: frame_pos[0] = -2; expected >= 0");
-    TU_ERR(rkv_ring_visible_row(&r.v, 1, -2, row), RKV_ERR_RANGE, "session_idx[0] = 1");
-    TU_ERR(rkv_ring_visible_row(&r.v, 0, 0, NULL), RKV_ERR_NULL, "row");
+    rkv_layer *w = (rkv_layer *)(uintptr_t)0x77;
+    TU_ERR(rkv_layer_upsert(NULL, kv, g.dtype, 1, &f, &s, 1, NULL), RKV_ERR_NULL,
+           "rkv_layer_upsert: layer is NULL");
+    rkv_backend_storage st = {NULL, r.written, NULL};
+    TU_ERR(rkv_layer_wrap(NULL, NULL, &g, &st, &w), RKV_ERR_NULL, "storage->kv");
+    st = (rkv_backend_storage){r.kv, NULL, NULL};
+    TU_ERR(rkv_layer_wrap(NULL, NULL, &g, &st, &w), RKV_ERR_NULL, "storage->written");
+    TU_ERR(rkv_layer_wrap(NULL, NULL, &g, NULL, &w), RKV_ERR_NULL, "storage");
+    st = (rkv_backend_storage){(uint8_t *)r.kv + 1, r.written, NULL};
+    TU_ERR(rkv_layer_wrap(NULL, NULL, &g, &st, &w), RKV_ERR_INVALID_ARG,
+           "not 4-byte aligned (the cpu backend's alignment, at least the element size of f32)");
+    rkv_geometry bad_g = g;
+    bad_g.tokens_per_frame = 100;
+    st = (rkv_backend_storage){r.kv, r.written, NULL};
+    TU_ERR(rkv_layer_wrap(NULL, NULL, &bad_g, &st, &w), RKV_ERR_INVALID_ARG, "tokens_per_frame");
+    assert_ptr_equal(w, (rkv_layer *)(uintptr_t)0x77); /* untouched */
+    TU_ERR(rkv_layer_upsert(r.l, kv, g.dtype, 1, &f, &bad_s, 1, NULL), RKV_ERR_RANGE,
+           "rkv_layer_upsert: session_idx[0] = 1 is out of range");
+    TU_ERR(rkv_layer_upsert(r.l, kv, g.dtype, 1, &bad_f, &s, 1, NULL), RKV_ERR_INVALID_ARG,
+           "rkv_layer_upsert: frame_pos[0] = -1");
+    TU_ERR(rkv_layer_upsert(r.l, kv, RKV_DTYPE_BF16, 1, &f, &s, 1, NULL), RKV_ERR_DTYPE,
+           "rkv_layer_upsert: kv dtype");
+    /* worded as rkv_layer_upsert's row 0, the session checked first */
+    TU_ERR(rkv_layer_visible_row(r.l, &bad_s, &f, row), RKV_ERR_RANGE,
+           "rkv_layer_visible_row: session_idx[0] = 1 is out of range; expected 0..0");
+    TU_ERR(rkv_layer_visible_row(r.l, &s, &neg, row), RKV_ERR_INVALID_ARG,
+           "rkv_layer_visible_row: frame_pos[0] = -2; expected >= 0");
+    TU_ERR(rkv_layer_visible_row(r.l, &bad_s, &neg, row), RKV_ERR_RANGE, "session_idx[0] = 1");
+    TU_ERR(rkv_layer_visible_row(r.l, &s, &f, NULL), RKV_ERR_NULL, "row");
     rkv_attention_args a = {.struct_size = sizeof(rkv_attention_args),
                             .batch = 1, .n_q_heads = 1, .q = kv, .out = row,
                             .session_idx = &bad_s, .frame_pos = &f};
-    TU_ERR(rkv_ring_attend(&r.v, &a), RKV_ERR_RANGE, "rkv_ring_attend: session_idx[0]");
-    TU_ERR(rkv_layer_view(NULL, &v), RKV_ERR_NULL, "rkv_layer_view");
-    assert_memory_equal(r.v.kv, before.v.kv, r.kv_bytes);
-    assert_memory_equal(r.v.written, before.v.written, r.n);
+    TU_ERR(rkv_layer_attend(r.l, &a), RKV_ERR_RANGE, "rkv_layer_attend: session_idx[0]");
+    assert_memory_equal(r.kv, before.kv, r.kv_bytes);
+    assert_memory_equal(r.written, before.written, r.n);
     free(kv), free(row);
     own_free(&r), own_free(&before);
     rkv_layer_destroy(l);
@@ -266,14 +267,14 @@ static void test_model_ring_calls(void **state)
         TU_OK(rkv_model_begin_frame(twin, 1, &s2, &f));
         for (int pass = 0; pass < 5; pass++)
             for (int64_t i = 0; i < nl; i++) {
-                void *kv = frame_in(&rings[i].v.g, 1, (uint64_t)(f * 100 + pass * 10 + i));
+                void *kv = frame_in(&rings[i].g, 1, (uint64_t)(f * 100 + pass * 10 + i));
                 tu_fill_uniform(q, nq, &rng);
-                TU_OK(rkv_model_upsert_ring(m, i, &rings[i].v, 1, &s, kv, cfg.dtype, pass == 4));
+                TU_OK(rkv_model_upsert_ring(m, i, rings[i].l, 1, &s, kv, cfg.dtype, pass == 4));
                 TU_OK(rkv_model_upsert(twin, i, 1, &s2, kv, cfg.dtype, pass == 4));
                 rkv_attention_args a = {.struct_size = sizeof(rkv_attention_args),
                                         .n_q_heads = Hq, .q = q, .q_dtype = RKV_DTYPE_F32,
                                         .out = o1, .out_dtype = RKV_DTYPE_F32};
-                TU_OK(rkv_model_attend_ring(m, i, &rings[i].v, 1, &s, &a));
+                TU_OK(rkv_model_attend_ring(m, i, rings[i].l, 1, &s, &a));
                 a.out = o2;
                 TU_OK(rkv_model_attend(twin, i, 1, &s2, &a));
                 assert_memory_equal(o1, o2, nq * 4);
@@ -282,7 +283,7 @@ static void test_model_ring_calls(void **state)
         int64_t c1, c2;
         TU_OK(rkv_model_clock(m, s, &c1));
         TU_OK(rkv_model_clock(twin, s2, &c2));
-        assert_int_equal(c1, f); /* the frame ended on the model given views */
+        assert_int_equal(c1, f); /* the frame ended on the model given copies */
         assert_int_equal(c2, f);
     }
     for (int64_t i = 0; i < nl; i++) {
@@ -293,23 +294,23 @@ static void test_model_ring_calls(void **state)
      * another layer's geometry; nothing changes */
     int64_t skip = 20;
     TU_ERR(rkv_model_begin_frame(m, 1, &s, &skip), RKV_ERR_CLOCK, "expected 12");
-    void *kv = frame_in(&rings[0].v.g, 1, 1);
-    TU_ERR(rkv_model_upsert_ring(m, 0, &rings[0].v, 1, &s, kv, cfg.dtype, 0), RKV_ERR_STATE,
+    void *kv = frame_in(&rings[0].g, 1, 1);
+    TU_ERR(rkv_model_upsert_ring(m, 0, rings[0].l, 1, &s, kv, cfg.dtype, 0), RKV_ERR_STATE,
            "rkv_model_upsert: frame 11 of session 0 was committed on every layer");
-    TU_ERR(rkv_model_upsert_ring(m, nl, &rings[0].v, 1, &s, kv, cfg.dtype, 0), RKV_ERR_RANGE,
+    TU_ERR(rkv_model_upsert_ring(m, nl, rings[0].l, 1, &s, kv, cfg.dtype, 0), RKV_ERR_RANGE,
            "rkv_model_upsert: layer 2 out of range");
-    TU_ERR(rkv_model_upsert_ring(m, 1, &rings[0].v, 1, &s, kv, cfg.dtype, 0),
+    TU_ERR(rkv_model_upsert_ring(m, 1, rings[0].l, 1, &s, kv, cfg.dtype, 0),
            RKV_ERR_INVALID_ARG, "differs from layer 1's in pinned_dilation");
     rkv_attention_args a = {.struct_size = sizeof(rkv_attention_args),
                             .n_q_heads = Hq, .q = q, .out = o1};
     TU_ERR(rkv_model_attend_ring(m, 0, NULL, 1, &s, &a), RKV_ERR_NULL,
            "rkv_model_attend: ring is NULL");
-    /* a model on another backend: its layers are not host rkv_layer */
+    /* a model on another backend table than the ring's layer */
     rkv_backend_ops other = *rkv_backend_cpu();
     other.name = "other";
     rkv_model *m2;
     TU_OK(rkv_model_create_with_backend(&cfg, &other, NULL, &m2));
-    TU_ERR(rkv_model_upsert_ring(m2, 0, &rings[0].v, 1, &s, kv, cfg.dtype, 0), RKV_ERR_STATE,
+    TU_ERR(rkv_model_upsert_ring(m2, 0, rings[0].l, 1, &s, kv, cfg.dtype, 0), RKV_ERR_STATE,
            "runs on the other backend");
     rkv_model_destroy(m2);
     for (int64_t i = 0; i < nl; i++) {

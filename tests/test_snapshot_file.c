@@ -1078,7 +1078,8 @@ static void test_messages_escape_file_bytes(void **state)
         const char *from, *to, *needle;
     } cases[] = {
         {"\"format\":\"ringkv-snapshot\"", "\"format\":\"" CLS "\"", "format is '\\x1b[2J'"},
-        {"\"ringkv_version\":\"0.1.0\"", "\"ringkv_version\":\"0.1" CLS "\"", "'0.1\\x1b[2J'"},
+        {"\"ringkv_version\":\"" RKV_VERSION_STRING "\"", "\"ringkv_version\":\"0.1" CLS "\"",
+         "'0.1\\x1b[2J'"},
         {"\"model\":\"test\"", "\"model\":\"" CLS "test\"", "'model' = '\\x1b[2Jtest'"},
         {"\"request_id\":\"source\"", "\"request_id\":\"so" CLS "\"", "'so\\x1b[2J'"},
         {"\"request_id\":\"source\"", "\"request_id\":\"caf\\u00e9\"", "'caf\\xc3\\xa9'"},
@@ -1144,7 +1145,7 @@ static void test_text_fields(void **state)
     accepted_edit(good, n, "\"model\":\"test\",", "", &info);
     assert_string_equal(info.config.name, "");
     assert_string_equal(info.request_id, "source");
-    assert_string_equal(info.ringkv_version, "0.1.0");
+    assert_string_equal(info.ringkv_version, RKV_VERSION_STRING);
 
     char big[600], to[700];
     memset(big, 'a', 256);
@@ -1162,7 +1163,7 @@ static void test_text_fields(void **state)
     big[64] = '\0';
     snprintf(to, sizeof to, "\"model\":\"%s\"", big);
     refused_edit(&v, good, n, "\"model\":\"test\"", to, "'model' has 64 bytes", NULL, 0);
-    refused_edit(&v, good, n, "\"ringkv_version\":\"0.1.0\"",
+    refused_edit(&v, good, n, "\"ringkv_version\":\"" RKV_VERSION_STRING "\"",
                  "\"ringkv_version\":\"0.1.0-a-long-build\"", "'ringkv_version' has 18", NULL, 0);
     const char *const bad_hex[] = {"1B5B", "1b5", "1b00", "zz", "1b 5b"};
     for (size_t i = 0; i < sizeof bad_hex / sizeof bad_hex[0]; i++) {

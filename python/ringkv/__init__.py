@@ -77,7 +77,7 @@ def version() -> str:
     return _clib.rkv_version().decode()
 
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 @_python_call("ringkv.dtype_size")

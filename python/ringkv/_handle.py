@@ -1,6 +1,6 @@
 """``HandleOwner``: the base of every class whose instances hold a C handle.
 
-A C handle (an ``rkv_layer*``, ``rkv_model*``, ``rkv_cuda_layer*``,
+A C handle (an ``rkv_layer*``, ``rkv_model*``,
 ``rkv_threadpool*``, as an int) is an address valid in one process for one
 owner. Python's generic copy and pickle machinery copies attributes, so it
 would give two objects one handle (both free it: a double free; writes

@@ -4,7 +4,7 @@ The library is looked up, in order:
 
 1. the path in the environment variable ``RINGKV_LIBRARY`` (a build tree:
    ``RINGKV_LIBRARY=build/libringkv.so``);
-2. ``libringkv.so`` (or ``libringkv.so.0``, ``libringkv.dylib``) next to this
+2. ``libringkv.so`` (or ``libringkv.so.0.2``, ``libringkv.dylib``) next to this
    file, where ``pip install ./python`` puts it (see ``python/README.md``);
 3. the system's library path (``ctypes.util.find_library("ringkv")``), for a
    library installed with ``cmake --install``.
@@ -30,8 +30,8 @@ from ctypes import (POINTER, Structure, c_char, c_char_p, c_float, c_int, c_int3
 
 __all__ = ["lib", "library_path", "RKV_MAX_LAYERS", "RKV_MAX_NAME", "RKV_MAX_REQUEST_ID",
            "RKV_BLOCK_TOKENS", "RKV_CUDA_MAX_BATCH", "Geometry", "LayerSpec",
-           "ModelConfigStruct", "SessionRegion", "AttentionArgs", "CudaAttentionArgs", "SnapshotInfo",
-           "RingView", "CudaRingView", "has",
+           "ModelConfigStruct", "SessionRegion", "AttentionArgs", "SnapshotInfo",
+           "BackendStorage", "has",
            "require", "cuda", "cuda_library_path", "cuda_device_count"]
 
 RKV_BLOCK_TOKENS = 128
@@ -88,29 +88,15 @@ class AttentionArgs(_Sized):
                 ("q", c_void_p), ("q_dtype", c_dtype), ("out", c_void_p),
                 ("out_dtype", c_dtype), ("session_idx", POINTER(c_int64)),
                 ("frame_pos", POINTER(c_int64)), ("visible", POINTER(c_uint8)),
-                ("scale", c_float), ("pool", c_void_p)]
+                ("scale", c_float), ("pool", c_void_p),
+                # version 2: the layer call's workspace (BACKEND memory)
+                ("workspace", c_void_p), ("workspace_bytes", c_size_t)]
 
 
-class CudaAttentionArgs(_Sized):
-    """``rkv_cuda_attention_args`` (include/ringkv_cuda.h); every pointer is a
-    DEVICE pointer of the layer's GPU."""
-    _fields_ = [("struct_size", c_size_t), ("batch", c_int64), ("n_q_heads", c_int64), ("n_queries", c_int64),
-                ("q", c_void_p), ("q_dtype", c_dtype), ("out", c_void_p),
-                ("out_dtype", c_dtype), ("session_idx", c_void_p), ("frame_pos", c_void_p),
-                ("visible", c_void_p), ("scale", c_float), ("workspace", c_void_p),
-                ("workspace_bytes", c_size_t)]
-
-
-class RingView(Structure):
-    """``rkv_ring_view``: a ring over caller-owned HOST storage."""
-    _fields_ = [("g", Geometry), ("kv", c_void_p), ("written", c_void_p)]
-
-
-class CudaRingView(Structure):
-    """``rkv_cuda_ring_view`` (include/ringkv_cuda.h): DEVICE pointers of GPU
-    ``device``."""
-    _fields_ = [("g", Geometry), ("device", c_int), ("kv", c_void_p), ("written", c_void_p),
-                ("error", c_void_p)]
+class BackendStorage(Structure):
+    """``rkv_backend_storage`` (include/ringkv_backend.h): a layer's storage
+    in its backend's memory (what ``rkv_layer_wrap`` wraps)."""
+    _fields_ = [("kv", c_void_p), ("written", c_void_p), ("error", c_void_p)]
 
 
 class SnapshotInfo(_Sized):
@@ -192,7 +178,7 @@ _OPTIONAL = {
     "rkv_threadpool_create": (c_status, [c_int, POINTER(c_void_p)]),
     "rkv_threadpool_destroy": (None, [c_void_p]),
     "rkv_threadpool_size": (c_int, [c_void_p]),
-    "rkv_layer_attend_reference": (c_status, [c_void_p, POINTER(AttentionArgs)]),
+    "rkv_backend_cpu_reference": (c_void_p, []),
     "rkv_attention_isa": (c_char_p, []),
     "rkv_layer_attention_isa": (c_char_p, [c_void_p]),
     "rkv_model_save_session": (c_status, [c_void_p, c_int64, c_char_p]),
@@ -240,70 +226,38 @@ _OPTIONAL = {
     "rkv_model_transfer_session": (c_status, [c_void_p, c_int64, c_void_p, c_int64]),
     "rkv_model_host_alloc": (c_status, [c_void_p, c_size_t, POINTER(c_void_p)]),
     "rkv_model_host_free": (None, [c_void_p, c_void_p]),
-    # rings over caller-owned storage: what the torch custom ops call (ops.py)
-    "rkv_layer_view": (c_status, [c_void_p, POINTER(RingView)]),
-    "rkv_ring_upsert": (c_status, [POINTER(RingView), c_void_p, c_dtype, c_int64, c_void_p,
-                                   c_void_p, c_int, c_void_p]),
-    "rkv_ring_visible_row": (c_status, [POINTER(RingView), c_int64, c_int64, c_void_p]),
-    "rkv_ring_attend": (c_status, [POINTER(RingView), POINTER(AttentionArgs)]),
-    "rkv_model_upsert_ring": (c_status, [c_void_p, c_int64, POINTER(RingView), c_int64, c_void_p,
+    # layers over caller-owned storage, on any backend: what the torch
+    # custom ops call (ops.py)
+    "rkv_layer_wrap": (c_status, [c_void_p, c_void_p, _GEOM, POINTER(BackendStorage),
+                                  POINTER(c_void_p)]),
+    "rkv_layer_create_on": (c_status, [c_void_p, c_void_p, _GEOM, POINTER(c_void_p)]),
+    "rkv_layer_backend_handle": (c_void_p, [c_void_p, POINTER(c_void_p), POINTER(c_void_p)]),
+    "rkv_layer_visible_row": (c_status, [c_void_p, c_void_p, c_void_p, c_void_p]),
+    "rkv_layer_check": (c_status, [c_void_p]),
+    "rkv_layer_attend_workspace_bytes": (c_size_t, [c_void_p, c_void_p]),
+    "rkv_model_upsert_ring": (c_status, [c_void_p, c_int64, c_void_p, c_int64, c_void_p,
                                          c_void_p, c_dtype, c_int]),
-    "rkv_model_attend_ring": (c_status, [c_void_p, c_int64, POINTER(RingView), c_int64,
+    "rkv_model_attend_ring": (c_status, [c_void_p, c_int64, c_void_p, c_int64,
                                          c_void_p, POINTER(AttentionArgs)]),
 }
 
-# include/ringkv_cuda.h. Layers are opaque handles (c_void_p); `void *stream`
-# is a cudaStream_t passed as an integer (torch's Stream.cuda_stream).
-_CUDA_ARGS = POINTER(CudaAttentionArgs)
+# include/ringkv_cuda.h: what is CUDA's own (a CUDA layer is an rkv_layer,
+# driven by the core's rkv_layer_* calls). `void *stream` is a cudaStream_t
+# passed as an integer (torch's Stream.cuda_stream).
 _CUDA_PROTOTYPES = {
     "rkv_cuda_device_count": (c_int, []),
-    "rkv_cuda_layer_create": (c_status, [_GEOM, c_int, POINTER(c_void_p)]),
-    "rkv_cuda_layer_destroy": (None, [c_void_p]),
-    "rkv_cuda_layer_geometry": (_GEOM, [c_void_p]),
-    "rkv_cuda_layer_device": (c_int, [c_void_p]),
-    "rkv_cuda_layer_total_slots": (c_int64, [c_void_p]),
-    "rkv_cuda_layer_memory_bytes": (c_size_t, [c_void_p]),
-    "rkv_cuda_layer_kv": (c_void_p, [c_void_p]),
-    "rkv_cuda_layer_written": (c_void_p, [c_void_p]),
-    "rkv_cuda_layer_upload": (c_status, [c_void_p, c_void_p, c_void_p]),
-    "rkv_cuda_layer_download": (c_status, [c_void_p, c_void_p, c_void_p]),
-    "rkv_cuda_layer_reset": (c_status, [c_void_p, c_int64, c_void_p]),
-    "rkv_cuda_layer_check": (c_status, [c_void_p, c_void_p]),
-    "rkv_cuda_layer_upsert": (c_status, [c_void_p, c_void_p, c_dtype, c_int64, c_void_p,
-                                         c_void_p, c_int, c_void_p, c_void_p]),
-    "rkv_cuda_layer_attend": (c_status, [c_void_p, _CUDA_ARGS, c_void_p]),
-    "rkv_cuda_attention_workspace_bytes": (c_size_t, [c_void_p, _CUDA_ARGS]),
-    "rkv_cuda_attention_describe": (c_status, [c_void_p, _CUDA_ARGS, c_void_p, c_size_t]),
+    "rkv_cuda_backend": (c_status, [c_int, c_void_p, POINTER(c_void_p), POINTER(c_void_p)]),
+    "rkv_cuda_attention_describe": (c_status, [c_void_p, POINTER(AttentionArgs), c_void_p,
+                                               c_size_t]),
     "rkv_cuda_clock_advance": (c_status, [c_void_p, c_int64, c_int64, c_void_p]),
     # a whole rkv_model on the GPU (issue 11): created here, then driven by
     # the core's rkv_model_* calls like any model
     "rkv_model_create_cuda": (c_status, [_CFG, c_int, c_void_p, POINTER(c_void_p)]),
-    "rkv_model_cuda_layer": (c_void_p, [c_void_p, c_int64]),
 }
-# Ring views over caller-owned device storage (the torch custom ops, ops.py):
-# bound when the library has them.
-_CUDA_VIEW = POINTER(CudaRingView)
-_CUDA_OPTIONAL = {
-    "rkv_cuda_ring_prepare": (c_status, [c_int]),
-    "rkv_cuda_layer_view": (c_status, [c_void_p, _CUDA_VIEW]),
-    "rkv_cuda_ring_upsert": (c_status, [_CUDA_VIEW, c_void_p, c_dtype, c_int64, c_void_p,
-                                        c_void_p, c_int, c_void_p, c_void_p]),
-    "rkv_cuda_ring_visible_row": (c_status, [_CUDA_VIEW, c_void_p, c_void_p, c_void_p,
-                                             c_void_p]),
-    "rkv_cuda_ring_attend": (c_status, [_CUDA_VIEW, _CUDA_ARGS, c_void_p]),
-    "rkv_cuda_ring_attention_workspace_bytes": (c_size_t, [_CUDA_VIEW, _CUDA_ARGS]),
-    "rkv_cuda_ring_check": (c_status, [_CUDA_VIEW, c_void_p]),
-    # one session's span of a CUDA layer (issue 11)
-    "rkv_cuda_layer_span_bytes": (c_size_t, [c_void_p, c_int]),
-    "rkv_cuda_layer_read_span": (c_status, [c_void_p, c_int64, c_int, c_int64, c_void_p,
-                                            c_void_p]),
-    "rkv_cuda_layer_write_span": (c_status, [c_void_p, c_int64, c_int, c_int64, c_void_p,
-                                             c_void_p]),
-    "rkv_cuda_layer_copy_span": (c_status, [c_void_p, c_int64, c_int64, c_void_p]),
-}
+_CUDA_OPTIONAL: dict = {}
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_BUNDLED = ("libringkv.so", "libringkv.so.0", "libringkv.dylib")
+_BUNDLED = ("libringkv.so", "libringkv.so.0.2", "libringkv.dylib")
 
 
 def _candidates() -> list[str]:
@@ -424,12 +378,12 @@ def cuda() -> ctypes.CDLL:
         if handle is None:
             continue
         # One error message for both libraries: a failed host check of the
-        # CUDA library (no CUDA call is made: the layer is NULL) must be what
+        # CUDA library (no CUDA call is made: ops is NULL) must be what
         # rkv_last_error() of the loaded libringkv reports. It is not when
         # libringkv_cuda.so was linked against, or found, another libringkv.
-        status = handle.rkv_cuda_layer_upsert(None, None, 0, 1, None, None, 0, None, None)
+        status = handle.rkv_cuda_backend(0, None, None, None)
         message = lib.rkv_last_error() or b""
-        if status == 0 or not message.startswith(b"rkv_cuda_layer_upsert"):
+        if status == 0 or not message.startswith(b"rkv_cuda_backend"):
             errors.append(f"{path}: its errors are not reported by the loaded libringkv "
                           f"({library_path}); it must link that same library (build both "
                           "from one tree and keep them side by side)")

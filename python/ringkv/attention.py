@@ -21,7 +21,8 @@ Shapes and dtypes:
   C-contiguous and is written whole.
 - ``pool``: a :class:`ringkv.ThreadPool` to run on (default: the library's
   process-wide pool).
-- ``reference=True`` (layers only) runs ``rkv_layer_attend_reference``, the
+- ``reference=True`` (layers only) runs the reference table's attention
+  (``rkv_backend_cpu_reference``), the
   simple single-thread implementation kept as the test oracle.
 
 Torch tensors (CPU, and CUDA layers) take the custom op ``ringkv::attend``
@@ -128,17 +129,35 @@ def _prepare(q: Any, d_head: int, total_slots: int, batch: int, out: Any, out_dt
     return args, out, [qb, ob, pool]
 
 
+def _attend_reference(layer_ptr: int, args: Any) -> int:
+    """The oracle on a layer's bytes: its storage wrapped on the reference
+    table, then rkv_layer_attend (its status)."""
+    from ._lib import BackendStorage
+    st = BackendStorage(lib.rkv_layer_kv(layer_ptr), lib.rkv_layer_written(layer_ptr), None)
+    ref = ctypes.c_void_p()
+    status = lib.rkv_layer_wrap(lib.rkv_backend_cpu_reference(), None,
+                                lib.rkv_layer_geometry(layer_ptr), ctypes.byref(st),
+                                ctypes.byref(ref))
+    if status:
+        return status
+    try:
+        return lib.rkv_layer_attend(ref, args)
+    finally:
+        lib.rkv_layer_destroy(ref)
+
+
 def attend_layer(layer_ptr: int, d_head: int, total_slots: int, q: Any, session_idx: Any,
                  frame_pos: Any = None, *, visible: Any = None, scale: float | None = None,
                  out: Any = None, out_dtype: Any = None, pool: Any = None,
                  reference: bool = False, kv_heads: int | None = None) -> Any:
-    """``rkv_layer_attend`` (or ``rkv_layer_attend_reference``) on one layer
-    handle (``kv_heads``: its n_kv_heads, for the GQA check); see the module
-    docstring."""
+    """``rkv_layer_attend`` on one layer handle, or with ``reference`` on its
+    storage wrapped on the reference table (``rkv_backend_cpu_reference``,
+    the oracle); ``kv_heads``: its n_kv_heads, for the GQA check; see the
+    module docstring."""
     fn = lib.rkv_layer_attend
     if reference:
-        require("rkv_layer_attend_reference")
-        fn = lib.rkv_layer_attend_reference
+        require("rkv_backend_cpu_reference")
+        fn = _attend_reference
     si = _sessions(session_idx)
     args, out, keep = _prepare(q, d_head, total_slots, si.shape[0], out, out_dtype, scale, pool,
                                kv_heads=kv_heads)

@@ -202,32 +202,24 @@ PYTHON_NAMES = {
     "rkv_model_preset": "ringkv.preset",
     "rkv_model_config_layer_geometry": "ModelConfig.layer_geometry",
     "rkv_model_config_memory": "ModelConfig.memory",
-    # one layer (CPU, torch-op and CUDA forms alike)
+    # one layer (CPU, torch-op and CUDA forms alike: one set of calls)
     "rkv_layer_create": _L,
-    "rkv_cuda_layer_create": f'{_L}(device="cuda")',
-    "rkv_cuda_layer_view": f'{_L}(device="cuda")',
+    "rkv_layer_create_on": f'{_L}(device="cuda")',
+    "rkv_layer_wrap": _L,
+    "rkv_cuda_backend": f'{_L}(device="cuda")',
     "rkv_layer_session_span": f"{_L}.session_span",
-    "rkv_cuda_layer_reset": f"{_L}.reset",
+    "rkv_layer_reset": f"{_L}.reset",
     "rkv_layer_upsert": f"{_L}.upsert",
-    "rkv_ring_upsert": f"{_L}.upsert",
-    "rkv_cuda_layer_upsert": f"{_L}.upsert",
-    "rkv_cuda_ring_upsert": f"{_L}.upsert",
     "rkv_layer_attend": f"{_L}.attend",
-    "rkv_ring_attend": f"{_L}.attend",
-    "rkv_cuda_layer_attend": f"{_L}.attend",
-    "rkv_cuda_ring_attend": f"{_L}.attend",
-    "rkv_cuda_ring_attention_workspace_bytes": f"{_L}.attend",
-    "rkv_layer_attend_reference": f"{_L}.attend(reference=True)",
+    "rkv_layer_attend_workspace_bytes": f"{_L}.attend",
     "rkv_layer_visible_frames": f"{_L}.visible_frames",
     "rkv_visible_row_from_frames": f"{_L}.visible_row",
     # the row upsert(build_visibility=True) returns, reached from the
     # drop-in through upsert only (visible_row reads rkv_layer_visible_frames;
-    # a CUDA layer has no visible_row): a CUDA device check of it says upsert
-    "rkv_ring_visible_row": f"{_L}.upsert",
-    "rkv_cuda_ring_visible_row": f"{_L}.upsert",
+    # a CUDA layer has no visible_row): a device check of it says upsert
+    "rkv_layer_visible_row": f"{_L}.upsert",
     "rkv_layer_block_mask": f"{_L}.block_mask",
-    "rkv_cuda_layer_check": f"{_L}.check",
-    "rkv_cuda_ring_check": f"{_L}.check",
+    "rkv_layer_check": f"{_L}.check",
     # a model
     "rkv_model_create": f'{_M}(device="cpu")',
     "rkv_model_create_cuda": f'{_M}(device="cuda")',

@@ -32,7 +32,7 @@ layer's storage tensors, so that ``torch.compile(fullgraph=True)`` traces
 
 Devices. ``device="cpu"`` (the default) runs the CPU backend
 (``rkv_layer_*``) on host memory. ``device="cuda"``, ``"cuda:1"`` or a
-``torch.device("cuda", i)`` creates an ``rkv_cuda_layer`` on that GPU
+``torch.device("cuda", i)`` creates an ``rkv_layer`` on that GPU
 (``include/ringkv_cuda.h``, loaded from ``libringkv_cuda.so`` on first use,
 see :func:`ringkv._lib.cuda`): its storage is device memory, its views are
 torch CUDA tensors, its inputs torch CUDA tensors on the same GPU, and every
@@ -51,7 +51,6 @@ import numpy as np
 from . import _arrays as ar
 from ._args import as_flag, as_instance, as_int, as_session
 from ._handle import HandleOwner, check_state, copy_extras, extras, malformed_state
-from ._lib import CudaRingView
 from ._lib import Geometry as _GeometryStruct
 from ._lib import cuda as _cuda_lib
 from ._lib import lib
@@ -137,15 +136,15 @@ class _LayerHandle(HandleOwner):
 
 
 class _CudaLayerHandle(HandleOwner):
-    """Owns an ``rkv_cuda_layer*`` (``destroy`` the library's
-    ``rkv_cuda_layer_destroy``), or borrows one from a CUDA model (``destroy``
+    """Owns an ``rkv_layer*`` on the CUDA backend (``destroy``
+    ``rkv_layer_destroy``), or borrows one from a CUDA model (``destroy``
     None; ``owner`` keeps the model alive). An owned layer is freed
-    (``rkv_cuda_layer_destroy``: it synchronizes the device, then frees) when
+    (``rkv_layer_destroy``: it synchronizes the device, then frees) when
     the cache object and every view of its storage are gone; do not let that
     happen inside a CUDA graph capture. Never copied or pickled (see
     LayerRingCache's copies)."""
 
-    _copy_hint = ("it holds an rkv_cuda_layer* (an address in this process); copy the "
+    _copy_hint = ("it holds an rkv_layer* on the GPU (an address in this process); copy the "
                   "LayerRingCache instead")
 
     __slots__ = ("ptr", "device_index", "_destroy", "owner")
@@ -199,10 +198,10 @@ def _cuda_context(device: Any, index: int | None) -> tuple[Any, Any, int]:
         raise RingKVRuntimeError(f"ringkv: CUDA layers run through the torch custom ops "
                                  f"(ringkv.ops), which need torch >= 2.6; this is "
                                  f"{torch.__version__}")
-    if not hasattr(clib, "rkv_cuda_layer_view"):
+    if not hasattr(clib, "rkv_cuda_backend"):
         from ._lib import cuda_library_path
-        raise RingKVRuntimeError(f"ringkv: the loaded {cuda_library_path()} lacks the ring-view "
-                                 "calls (rkv_cuda_ring_*, rkv_cuda_layer_view); rebuild it from "
+        raise RingKVRuntimeError(f"ringkv: the loaded {cuda_library_path()} lacks "
+                                 "rkv_cuda_backend (an older libringkv_cuda); rebuild it from "
                                  "this tree")
     if index is None:
         index = torch.cuda.current_device()
@@ -213,15 +212,16 @@ def _cuda_context(device: Any, index: int | None) -> tuple[Any, Any, int]:
 
 
 def _create_cuda_layer(g: _GeometryStruct, device: Any, index: int | None):
-    """The checks before anything is allocated, then rkv_cuda_layer_create on
-    GPU ``index`` (torch's current device when None). The current device is
-    restored afterwards (the C call makes the layer's device current)."""
+    """The checks before anything is allocated, then rkv_layer_create_on on
+    GPU ``index`` (torch's current device when None), on the context of the
+    current stream (ringkv.ops). The current device is restored afterwards."""
     clib, torch, index = _cuda_context(device, index)
     check(lib.rkv_geometry_check(ctypes.byref(g)))  # geometry errors before any CUDA call
     ptr = ctypes.c_void_p()
     with torch.cuda.device(index):
-        check(clib.rkv_cuda_layer_create(ctypes.byref(g), index, ctypes.byref(ptr)))
-    return _CudaLayerHandle(ptr.value, index, clib.rkv_cuda_layer_destroy), clib, torch
+        ops, ctx, _ = _torch_ops()._cuda(torch.device("cuda", index))
+        check(lib.rkv_layer_create_on(ops, ctx, ctypes.byref(g), ctypes.byref(ptr)))
+    return _CudaLayerHandle(ptr.value, index, lib.rkv_layer_destroy), clib, torch
 
 
 # The reference's messages stay as they are; a call name one carries is the
@@ -272,11 +272,11 @@ class LayerRingCache(HandleOwner):
       ``libringkv_cuda.so`` is not found or sees no GPU
       (``rkv_cuda_device_count() == 0``), or when torch has no CUDA;
       IndexError for a device index the runtime does not have. It allocates
-      (``rkv_cuda_layer_create``: K/V zeroed, written bits armed; it
+      (``rkv_layer_create_on``: K/V zeroed, written bits armed; it
       synchronizes) and leaves torch's current device as it was.
     - ``kv`` ([2, 1, H, N, D]), ``written`` ([N] torch.bool) and the ``k``,
       ``v`` that ``upsert`` returns are torch CUDA tensors that VIEW the
-      layer's device memory (``kv.data_ptr()`` is ``rkv_cuda_layer_kv``);
+      layer's device memory (``kv.data_ptr()`` is ``rkv_layer_kv``);
       each keeps the layer alive. ``array_kind`` is always "torch".
     - Inputs must be torch CUDA tensors on the layer's GPU (``kv``, ``q``,
       ``out``); host arrays or another GPU's tensors raise
@@ -333,10 +333,10 @@ class LayerRingCache(HandleOwner):
     @classmethod
     def _borrow_cuda(cls, ptr: int, owner: Any, clib: Any, torch: Any,
                      device_index: int) -> "LayerRingCache":
-        """A LayerRingCache over an ``rkv_cuda_layer*`` owned by a CUDA model
-        (``rkv_model_cuda_layer``; kept alive by ``owner``, never freed here)."""
+        """A LayerRingCache over an ``rkv_layer*`` owned by a CUDA model
+        (``rkv_model_layer``; kept alive by ``owner``, never freed here)."""
         if not ptr:
-            raise RingKVRuntimeError("ringkv: rkv_model_cuda_layer returned NULL for a CUDA model")
+            raise RingKVRuntimeError("ringkv: rkv_model_layer returned NULL for a CUDA model")
         self = cls.__new__(cls)
         self._init_cuda(_CudaLayerHandle(ptr, device_index, None, owner), clib, torch)
         return self
@@ -374,24 +374,22 @@ class LayerRingCache(HandleOwner):
         self._h = handle
         self._cuda = clib
         self._torch = torch
-        g = clib.rkv_cuda_layer_geometry(handle.ptr).contents
+        g = lib.rkv_layer_geometry(handle.ptr).contents
         self._set_geometry(g)
         self.capacity = self.ring_len + self.tokens_per_frame
-        self.total_slots = int(clib.rkv_cuda_layer_total_slots(handle.ptr))
+        self.total_slots = int(lib.rkv_layer_total_slots(handle.ptr))
         self._tdevice = torch.device("cuda", handle.device_index)
         self.device = str(self._tdevice)
         self.array_kind = ar.TORCH
         H, N, D = self.n_kv_heads, self.total_slots, self.d_head
         with torch.cuda.device(handle.device_index):
-            t_kv = ar.cuda_view(clib.rkv_cuda_layer_kv(handle.ptr), (2, 1, H, N, D), self._code,
+            t_kv = ar.cuda_view(lib.rkv_layer_kv(handle.ptr), (2, 1, H, N, D), self._code,
                                 handle.device_index, handle)
-            t_written = ar.cuda_view(clib.rkv_cuda_layer_written(handle.ptr), (N,), "bool",
+            t_written = ar.cuda_view(lib.rkv_layer_written(handle.ptr), (N,), "bool",
                                      handle.device_index, handle)
-            # The layer's own device error word (rkv_cuda_layer_view): the
-            # ops record invalid rows there, and check() reads it.
-            view = CudaRingView()
-            check(clib.rkv_cuda_layer_view(handle.ptr, ctypes.byref(view)))
-            self._error = ar.cuda_view(view.error, (4,), "int32", handle.device_index, handle)
+            # The cache's device error word: the ops on its storage record
+            # invalid rows there, and check() reads it.
+            self._error = torch.zeros(4, dtype=torch.int32, device=self._tdevice)
         self._views = {ar.TORCH: (t_kv, t_kv[0], t_kv[1], t_written)}
         with torch.cuda.device(handle.device_index):
             self._last_row = {ar.TORCH: torch.zeros(N, dtype=torch.bool, device=self._tdevice)}
@@ -504,8 +502,6 @@ class LayerRingCache(HandleOwner):
     def memory_bytes(self) -> int:
         """Resident bytes of K/V storage, all sessions: 2*H*N*D*sizeof(dtype)
         (device memory for a CUDA layer)."""
-        if self._cuda is not None:
-            return int(self._cuda.rkv_cuda_layer_memory_bytes(self._h.ptr))
         return int(lib.rkv_layer_memory_bytes(self._h.ptr))
 
     def __repr__(self) -> str:
@@ -538,7 +534,7 @@ class LayerRingCache(HandleOwner):
         """A new layer on the same device with its own C handle and views and
         this one's geometry, array kind, K/V and written bits. A layer
         borrowed from a Model copies into a standalone (owned) layer. A CUDA
-        layer: a new ``rkv_cuda_layer`` on the same GPU (it synchronizes, as
+        layer: a new ``rkv_layer`` on the same GPU (it synchronizes, as
         any construction), filled by device-to-device copies enqueued on the
         current stream (after this layer's pending kernels); its pending
         device errors (:meth:`check`) are not copied."""
@@ -576,7 +572,7 @@ class LayerRingCache(HandleOwner):
         if self._cuda is not None:
             raise RingKVTypeError(
                 f"cannot pickle a ringkv.LayerRingCache on {self.device}: its storage is device "
-                "memory held through an rkv_cuda_layer* of this process. copy.deepcopy works "
+                "memory held through an rkv_layer* of this process. copy.deepcopy works "
                 "(a new layer on the same GPU); for a byte stream pickle cache.kv.cpu() and "
                 "cache.written.cpu(), or keep the cache on a CPU layer")
         np_kv, _, _, np_written = self._views[ar.NUMPY]
@@ -604,17 +600,20 @@ class LayerRingCache(HandleOwner):
     def reset(self, session_idx: int) -> None:
         """Drops ONE session's state (K/V zeroed, ring slots unwritten) and
         re-arms its scratch tail. IndexError when out of range. A CUDA layer:
-        ``rkv_cuda_layer_reset`` enqueued on the current stream (capture-safe,
-        no synchronization; ``session_idx`` is a host int)."""
+        ``rkv_layer_reset`` on a layer over its storage enqueued on the current
+        stream (capture-safe, no synchronization; ``session_idx`` is a host
+        int)."""
         if self._cuda is not None:
             s = as_session(session_idx)
+            ring, _, _, written = self.views(ar.TORCH)
             with self._on_device():
-                check(self._cuda.rkv_cuda_layer_reset(self._h.ptr, s, self._stream()))
+                with _torch_ops()._Wrapped(ring, written, self._error, self._g) as (h, _):
+                    check(lib.rkv_layer_reset(h, s))
             return
         check(lib.rkv_layer_reset(self._h.ptr, as_session(session_idx)))
 
     def check(self) -> None:
-        """Reports the device errors of a CUDA layer: ``rkv_cuda_layer_check``
+        """Reports the device errors of a CUDA layer: ``rkv_layer_check``
         reads and clears the error word the kernels set when a call's session
         ids or clocks (device values, not checked by the host) were invalid;
         such a call wrote nothing. Raises IndexError (a session out of range)
@@ -624,8 +623,9 @@ class LayerRingCache(HandleOwner):
         checks everything before writing, so this is a no-op there."""
         if self._cuda is None:
             return
+        _, _, _, written = self.views(ar.TORCH)
         with self._on_device():
-            check(self._cuda.rkv_cuda_layer_check(self._h.ptr, self._stream()))
+            _torch_ops().check_error(written, self._error, self.geometry_list)
 
     # ---- upsert -----------------------------------------------------------
     def upsert(self, kv: Any, frame_pos: Any, commit: bool, session_idx: Any, *,
@@ -677,7 +677,7 @@ class LayerRingCache(HandleOwner):
         Torch ``kv``: the ops ``ringkv::visible_row`` (with
         ``build_visibility``) then ``ringkv::upsert`` on :attr:`kv` and
         :attr:`written` (traceable by torch.compile). A CUDA layer: their
-        kernels (``rkv_cuda_ring_visible_row``, ``rkv_cuda_ring_upsert``) on
+        kernels (``rkv_layer_visible_row``, ``rkv_layer_upsert``) on
         ``torch.cuda.current_stream(device)``, not synchronized; ``k``, ``v``
         are views of its device memory and ``visible`` a new torch.bool
         CUDA tensor (written by the kernel). The host checks above raise as
@@ -850,7 +850,7 @@ class LayerRingCache(HandleOwner):
 
         Torch ``q`` (without ``pool``/``reference``): the op
         ``ringkv::attend`` (traceable by torch.compile); a given ``out``
-        receives its result. A CUDA layer: ``rkv_cuda_ring_attend`` on the
+        receives its result. A CUDA layer: ``rkv_layer_attend`` on the
         current stream (no sync); ``q`` and ``out`` are torch CUDA tensors
         on its GPU;
         ``session_idx``, ``frame_pos`` and ``visible`` CUDA tensors there (or

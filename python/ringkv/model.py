@@ -295,7 +295,7 @@ class Model(HandleOwner):
                             for i in range(self.config.n_layers)]
         else:
             p = self._place
-            self._layers = [LayerRingCache._borrow_cuda(p.clib.rkv_model_cuda_layer(self._h.ptr, i),
+            self._layers = [LayerRingCache._borrow_cuda(lib.rkv_model_layer(self._h.ptr, i),
                                                         self._h, p.clib, p.torch, p.index)
                             for i in range(self.config.n_layers)]
         LIVE_MODELS[self._h.ptr] = self  # the key the model ops take (ringkv.ops.model_key)

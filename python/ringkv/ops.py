@@ -2,10 +2,11 @@
 and CUDA graphs. Needs torch >= 2.6; imported on first use of torch tensors
 (``import ringkv`` never imports torch).
 
-Every op acts on the tensors it is given and on nothing else: the C entry
-points it calls (``rkv_ring_*`` of ``include/ringkv.h``,
-``rkv_cuda_ring_*`` of ``include/ringkv_cuda.h``) take the storage and the
-written bits from the op's arguments, never from a handle on the side. So
+Every op acts on the tensors it is given and on nothing else: each call
+wraps the storage and the written bits it was given in a layer
+(``rkv_layer_wrap`` of ``include/ringkv_backend.h``: host memory only, no
+copy) and runs the one set of ``rkv_layer_*`` calls of ``include/ringkv.h``
+on it, whatever the device, never a handle on the side. So
 ``torch.compile``'s functionalization, ``torch.library.opcheck`` and CUDA
 graph capture all see what the op reads and writes. ``LayerRingCache`` and
 ``Model`` pass their own storage (torch tensors over ringkv's memory, no
@@ -61,9 +62,10 @@ through torch's caching allocator (the visibility row, the attention's
 output and split workspace) and never synchronize or copy from the host:
 with every argument a tensor on the GPU they can be captured by
 ``torch.cuda.graph``. The first call on a GPU prepares it
-(``rkv_cuda_ring_prepare``: device properties, kernel limits; not
-capture-safe): a CUDA ``LayerRingCache`` does that at construction; for
-other tensors, run the op once before capturing (the usual warm-up does).
+(``rkv_cuda_backend``: device properties, kernel limits, a context per
+stream; not capture-safe): a CUDA ``LayerRingCache`` does that at
+construction; for other tensors, run the op once before capturing (the
+usual warm-up does).
 """
 from __future__ import annotations
 
@@ -75,8 +77,7 @@ import torch
 from torch import Tensor
 
 from . import _arrays as ar
-from ._lib import (AttentionArgs, CudaAttentionArgs, CudaRingView, Geometry, RingView, lib,
-                   require)
+from ._lib import AttentionArgs, BackendStorage, Geometry, lib, require
 from ._lib import cuda as _cuda_lib
 from .errors import (RingKVArrayError, RingKVDeviceError, RingKVIndexError, RingKVRuntimeError,
                      RingKVTypeError, RingKVValueError, check)
@@ -165,24 +166,27 @@ def _aligned(x: Tensor) -> Tensor:
     return x.clone(memory_format=torch.contiguous_format)
 
 
-# ---- the C views ----------------------------------------------------------------
+# ---- the op's tensors as a layer ------------------------------------------------
 
-def _host_view(ring: Tensor | None, written: Tensor, g: Geometry) -> RingView:
-    require("rkv_ring_upsert")
-    return RingView(g, None if ring is None else ring.data_ptr(), written.data_ptr())
+# CUDA contexts (rkv_cuda_backend) by (device index, stream): a layer's calls
+# run on its context's stream, and the ops run on torch's current stream.
+_CUDA_CONTEXTS: dict = {}
 
 
 def _cuda(device: torch.device):
-    """(libringkv_cuda, its device index, the current stream's handle) for a
-    call on GPU ``device``; prepares the GPU for views (C returns at once
-    after the first time)."""
+    """(the CUDA table, a context on GPU ``device`` for torch's current
+    stream, the device index); the context is made once per stream."""
     clib = _cuda_lib()
-    if not hasattr(clib, "rkv_cuda_ring_upsert"):
-        raise RingKVRuntimeError("ringkv: the loaded libringkv_cuda.so lacks the ring-view calls "
-                                 "(rkv_cuda_ring_*); rebuild it from this tree")
     index = device.index if device.index is not None else torch.cuda.current_device()
-    check(clib.rkv_cuda_ring_prepare(index))
-    return clib, index, torch.cuda.current_stream(device).cuda_stream
+    stream = torch.cuda.current_stream(device).cuda_stream
+    key = (index, stream)
+    if key not in _CUDA_CONTEXTS:
+        ops, ctx = ctypes.c_void_p(), ctypes.c_void_p()
+        with torch.cuda.device(index):
+            check(clib.rkv_cuda_backend(index, stream, ctypes.byref(ops), ctypes.byref(ctx)))
+        _CUDA_CONTEXTS[key] = (ops.value, ctx.value)
+    ops, ctx = _CUDA_CONTEXTS[key]
+    return ops, ctx, index
 
 
 def _check_error(error: Tensor, written: Tensor) -> None:
@@ -193,10 +197,39 @@ def _check_error(error: Tensor, written: Tensor) -> None:
                                f"{tuple(error.shape)} {error.dtype} on {error.device}")
 
 
-def _device_view(ring: Tensor | None, written: Tensor, error: Tensor, g: Geometry,
-                 index: int) -> CudaRingView:
-    return CudaRingView(g, index, None if ring is None else ring.data_ptr(), written.data_ptr(),
-                        error.data_ptr())
+class _Wrapped:
+    """``with _Wrapped(ring, written, error, g) as (h, index):`` the op's
+    tensors as a layer (``rkv_layer_wrap``; ring None: a call that reads the
+    written bits only, which then stand in for the K/V pointer too), on the
+    CPU or on a context of the current stream's; destroyed on exit."""
+
+    def __init__(self, ring: Tensor | None, written: Tensor, error: Tensor | None, g: Geometry):
+        self.g = g
+        kv = written.data_ptr() if ring is None else ring.data_ptr()
+        self.storage = BackendStorage(kv, written.data_ptr(),
+                                      None if error is None else error.data_ptr())
+        self.device = written.device
+        self.index = None
+        self.h = ctypes.c_void_p()
+
+    def __enter__(self):
+        ops = ctx = None
+        if self.device.type != "cpu":
+            ops, ctx, self.index = _cuda(self.device)
+        check(lib.rkv_layer_wrap(ops, ctx, ctypes.byref(self.g), ctypes.byref(self.storage),
+                                 ctypes.byref(self.h)))
+        return self.h.value, self.index
+
+    def __exit__(self, *exc):
+        lib.rkv_layer_destroy(self.h.value)
+        return False
+
+
+def _on(index: int | None):
+    """The GPU ``index`` as the current device for a call (a no-op context
+    on the CPU)."""
+    import contextlib
+    return contextlib.nullcontext() if index is None else torch.cuda.device(index)
 
 
 # ---- upsert ---------------------------------------------------------------------
@@ -205,7 +238,7 @@ def _device_view(ring: Tensor | None, written: Tensor, error: Tensor, g: Geometr
 def upsert(ring: Tensor, written: Tensor, kv: Tensor, frame_pos: Tensor, session_idx: Tensor,
            geometry: list[int], commit: bool, error: Tensor) -> None:
     """One upsert of SEMANTICS 3 for B rows, in place on ``ring`` and
-    ``written`` (``rkv_ring_upsert`` / ``rkv_cuda_ring_upsert``). Errors as
+    ``written`` (``rkv_layer_upsert`` on a layer over them). Errors as
     ``LayerRingCache.upsert``; nothing is written when it raises."""
     _tensors("upsert", ring=ring, written=written, kv=kv, frame_pos=frame_pos,
              session_idx=session_idx, error=error)
@@ -222,17 +255,10 @@ def upsert(ring: Tensor, written: Tensor, kv: Tensor, frame_pos: Tensor, session
     src = _kv_input(kv, g, B, ring.dtype)
     if B == 0:  # an empty batch writes nothing, as the reference's (the C calls take B >= 1)
         return
-    if ring.device.type == "cpu":
-        view = _host_view(ring, written, g)
-        check(lib.rkv_ring_upsert(ctypes.byref(view), src.data_ptr(), g.dtype, B, fp.data_ptr(),
-                                  si.data_ptr(), 1 if commit else 0, None))
-        return
-    clib, index, stream = _cuda(ring.device)
-    view = _device_view(ring, written, error, g, index)
-    with torch.cuda.device(index):
-        check(clib.rkv_cuda_ring_upsert(ctypes.byref(view), src.data_ptr(), g.dtype, B,
-                                        fp.data_ptr(), si.data_ptr(), 1 if commit else 0, None,
-                                        stream))
+    with _Wrapped(ring, written, error, g) as (h, index):
+        with _on(index):
+            check(lib.rkv_layer_upsert(h, src.data_ptr(), g.dtype, B, fp.data_ptr(),
+                                       si.data_ptr(), 1 if commit else 0, None))
 
 
 @upsert.register_fake
@@ -248,8 +274,7 @@ def visible_row(written: Tensor, frame_pos: Tensor, session_idx: Tensor, geometr
     """The reference's visibility row ``[N]`` bool of one row (``frame_pos``
     and ``session_idx`` of shape [1]) from the bits as they are: written AND
     the session's slots, minus the ring frame a write step overwrites
-    (``rkv_ring_visible_row`` / ``rkv_cuda_ring_visible_row``). A new tensor
-    the caller owns."""
+    (``rkv_layer_visible_row``). A new tensor the caller owns."""
     _tensors("visible_row", written=written, frame_pos=frame_pos, session_idx=session_idx,
              error=error)
     g = _geometry(geometry, torch.float32)  # the row does not depend on the storage dtype
@@ -262,16 +287,9 @@ def visible_row(written: Tensor, frame_pos: Tensor, session_idx: Tensor, geometr
         raise RingKVRuntimeError("ring cache's fallback visibility row only supports B == 1; "
                                  "the engine path passes build_visibility=False.")
     row = torch.empty(written.shape[0], dtype=torch.bool, device=written.device)
-    if written.device.type == "cpu":
-        view = _host_view(None, written, g)
-        check(lib.rkv_ring_visible_row(ctypes.byref(view), int(si[0]), int(fp[0]),
-                                       row.data_ptr()))
-        return row
-    clib, index, stream = _cuda(written.device)
-    view = _device_view(None, written, error, g, index)
-    with torch.cuda.device(index):
-        check(clib.rkv_cuda_ring_visible_row(ctypes.byref(view), si.data_ptr(), fp.data_ptr(),
-                                             row.data_ptr(), stream))
+    with _Wrapped(None, written, error, g) as (h, index):
+        with _on(index):
+            check(lib.rkv_layer_visible_row(h, si.data_ptr(), fp.data_ptr(), row.data_ptr()))
     return row
 
 
@@ -321,8 +339,7 @@ def attend(ring: Tensor, written: Tensor, q: Tensor, session_idx: Tensor,
            scale: float, out_dtype: Optional[torch.dtype], error: Tensor) -> Tensor:
     """Attention of ``q`` over the ring (SEMANTICS 5): visibility from the
     bits and ``frame_pos``, or from the rows ``visible``. Returns a new
-    ``[B, Hq, Tq, D]`` tensor (``rkv_ring_attend`` /
-    ``rkv_cuda_ring_attend``)."""
+    ``[B, Hq, Tq, D]`` tensor (``rkv_layer_attend``)."""
     _tensors("attend", ring=ring, written=written, q=q, session_idx=session_idx, error=error,
              **({} if frame_pos is None else {"frame_pos": frame_pos}),
              **({} if visible is None else {"visible": visible}))
@@ -350,33 +367,22 @@ def attend(ring: Tensor, written: Tensor, q: Tensor, session_idx: Tensor,
             raise RingKVArrayError(f"frame_pos has {fp.shape[0]} rows; session_idx has {B}")
     if not math.isfinite(scale):
         raise RingKVValueError(f"scale must be finite; got {scale}")
-    if ring.device.type == "cpu":
-        view = _host_view(ring, written, g)
-        args = AttentionArgs(batch=B, n_q_heads=Hq, n_queries=Tq, q=qc.data_ptr(),
-                             q_dtype=_CODES[q.dtype], out=out.data_ptr(),
-                             out_dtype=_CODES[out.dtype], scale=scale)
-        args.session_idx = ctypes.cast(si.data_ptr(), _P64)
-        if fp is not None:
-            args.frame_pos = ctypes.cast(fp.data_ptr(), _P64)
-        if rows is not None:
-            args.visible = ctypes.cast(rows.data_ptr(), _PU8)
-        check(lib.rkv_ring_attend(ctypes.byref(view), ctypes.byref(args)))
-        return out
-    clib, index, stream = _cuda(ring.device)
-    view = _device_view(ring, written, error, g, index)
-    args = CudaAttentionArgs(batch=B, n_q_heads=Hq, n_queries=Tq, q=qc.data_ptr(),
-                             q_dtype=_CODES[q.dtype], out=out.data_ptr(),
-                             out_dtype=_CODES[out.dtype], session_idx=si.data_ptr(),
-                             frame_pos=None if fp is None else fp.data_ptr(),
-                             visible=None if rows is None else rows.data_ptr(), scale=scale)
-    with torch.cuda.device(index):
-        ws_bytes = int(clib.rkv_cuda_ring_attention_workspace_bytes(ctypes.byref(view),
-                                                                    ctypes.byref(args)))
-        ws = None
-        if ws_bytes:  # the caching allocator: capture-safe, ordered by the stream
-            ws = torch.empty(ws_bytes, dtype=torch.uint8, device=q.device)
-            args.workspace, args.workspace_bytes = ws.data_ptr(), ws_bytes
-        check(clib.rkv_cuda_ring_attend(ctypes.byref(view), ctypes.byref(args), stream))
+    args = AttentionArgs(batch=B, n_q_heads=Hq, n_queries=Tq, q=qc.data_ptr(),
+                         q_dtype=_CODES[q.dtype], out=out.data_ptr(),
+                         out_dtype=_CODES[out.dtype], scale=scale)
+    args.session_idx = ctypes.cast(si.data_ptr(), _P64)
+    if fp is not None:
+        args.frame_pos = ctypes.cast(fp.data_ptr(), _P64)
+    if rows is not None:
+        args.visible = ctypes.cast(rows.data_ptr(), _PU8)
+    with _Wrapped(ring, written, error, g) as (h, index):
+        with _on(index):
+            ws = None
+            ws_bytes = int(lib.rkv_layer_attend_workspace_bytes(h, ctypes.byref(args)))
+            if ws_bytes:  # the caching allocator: capture-safe, ordered by the stream
+                ws = torch.empty(ws_bytes, dtype=torch.uint8, device=q.device)
+                args.workspace, args.workspace_bytes = ws.data_ptr(), ws_bytes
+            check(lib.rkv_layer_attend(h, ctypes.byref(args)))
     return out
 
 
@@ -429,7 +435,7 @@ def _model_ptr(model: int) -> int:
     return model
 
 
-def _model_layer_view(ring: Tensor, written: Tensor, model: int, layer: int) -> RingView:
+def _model_layer_geometry(ring: Tensor, written: Tensor, model: int, layer: int) -> Geometry:
     if ring.device.type != "cpu":
         raise RingKVDeviceError(f"ringkv: ring is a tensor on {ring.device}, but a Model's "
                                 "layers are on cpu")
@@ -442,7 +448,7 @@ def _model_layer_view(ring: Tensor, written: Tensor, model: int, layer: int) -> 
     if _CODES.get(ring.dtype) != g.dtype:
         raise RingKVArrayError(f"ring dtype {ring.dtype} is not the model's "
                                f"{ar.DTYPE_NAMES[g.dtype]}")
-    return _host_view(ring, written, g)
+    return g
 
 
 @torch.library.custom_op("ringkv::model_upsert", mutates_args=("ring", "written"))
@@ -453,14 +459,14 @@ def model_upsert(ring: Tensor, written: Tensor, kv: Tensor, session_idx: Tensor,
     a frame) and clocks; a commit marks the layer, and the frame ends once
     every layer has committed."""
     _tensors("model_upsert", ring=ring, written=written, kv=kv, session_idx=session_idx)
-    view = _model_layer_view(ring, written, _model_ptr(model), layer)
+    g = _model_layer_geometry(ring, written, _model_ptr(model), layer)
     si = _i64(session_idx, "session_idx")
     _same_device(kv, "kv", ring.device)
     _same_device(si, "session_idx", ring.device)
-    src = _kv_input(kv, view.g, si.shape[0], ring.dtype)
-    check(lib.rkv_model_upsert_ring(model, layer, ctypes.byref(view), si.shape[0],
-                                    si.data_ptr(), src.data_ptr(), view.g.dtype,
-                                    1 if commit else 0))
+    src = _kv_input(kv, g, si.shape[0], ring.dtype)
+    with _Wrapped(ring, written, None, g) as (h, _):
+        check(lib.rkv_model_upsert_ring(model, layer, h, si.shape[0], si.data_ptr(),
+                                        src.data_ptr(), g.dtype, 1 if commit else 0))
 
 
 @model_upsert.register_fake
@@ -476,12 +482,12 @@ def model_attend(ring: Tensor, written: Tensor, q: Tensor, session_idx: Tensor, 
     (``rkv_model_attend_ring``): the sessions' declared clocks, the
     bits-and-clock rule. Returns ``[B, Hq, Tq, D]``."""
     _tensors("model_attend", ring=ring, written=written, q=q, session_idx=session_idx)
-    view = _model_layer_view(ring, written, _model_ptr(model), layer)
+    g = _model_layer_geometry(ring, written, _model_ptr(model), layer)
     si = _i64(session_idx, "session_idx")
     _same_device(q, "q", ring.device)
     _same_device(si, "session_idx", ring.device)
     B = si.shape[0]
-    _check_q(q, view.g, B)
+    _check_q(q, g, B)
     if not math.isfinite(scale):
         raise RingKVValueError(f"scale must be finite; got {scale}")
     _, Hq, Tq, _ = q.shape
@@ -490,8 +496,8 @@ def model_attend(ring: Tensor, written: Tensor, q: Tensor, session_idx: Tensor, 
     args = AttentionArgs(batch=B, n_q_heads=Hq, n_queries=Tq, q=qc.data_ptr(),
                          q_dtype=_CODES[q.dtype], out=out.data_ptr(),
                          out_dtype=_CODES[out.dtype], scale=scale)
-    check(lib.rkv_model_attend_ring(model, layer, ctypes.byref(view), B, si.data_ptr(),
-                                    ctypes.byref(args)))
+    with _Wrapped(ring, written, None, g) as (h, _):
+        check(lib.rkv_model_attend_ring(model, layer, h, B, si.data_ptr(), ctypes.byref(args)))
     return out
 
 
@@ -510,7 +516,7 @@ def error_word(device: Any) -> Tensor:
 
 def check_error(written: Tensor, error: Tensor, geometry: list[int]) -> None:
     """Reads and clears the device error word ``error`` of the ops on the
-    CUDA ring whose written bits are ``written`` (``rkv_cuda_ring_check``:
+    CUDA ring whose written bits are ``written`` (``rkv_layer_check``:
     synchronizes the current stream; not capture-safe). Raises the
     IndexError / ValueError class of the first invalid row recorded (the
     call wrote nothing). A no-op for CPU tensors, which the library checks
@@ -521,7 +527,6 @@ def check_error(written: Tensor, error: Tensor, geometry: list[int]) -> None:
     g = _geometry(geometry, torch.float32)
     _check_storage(None, written, g)
     _check_error(error, written)
-    clib, index, stream = _cuda(written.device)
-    view = _device_view(None, written, error, g, index)
-    with torch.cuda.device(index):
-        check(clib.rkv_cuda_ring_check(ctypes.byref(view), stream))
+    with _Wrapped(None, written, error, g) as (h, index):
+        with _on(index):
+            check(lib.rkv_layer_check(h))

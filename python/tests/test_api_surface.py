@@ -26,7 +26,8 @@ def api_text() -> str:
 MIRRORS = {"rkv_geometry": _lib.Geometry, "rkv_layer_spec": _lib.LayerSpec,
            "rkv_model_config": _lib.ModelConfigStruct, "rkv_attention_args": _lib.AttentionArgs,
            "rkv_snapshot_info": _lib.SnapshotInfo, "rkv_session_region": _lib.SessionRegion,
-           "rkv_ring_view": _lib.RingView}
+           "rkv_backend_storage": _lib.BackendStorage}
+BACKEND_HEADER = REPO / "include" / "ringkv_backend.h"  # rkv_backend_storage (rkv_layer_wrap)
 
 
 def header_fields(text: str, name: str) -> list[str] | None:
@@ -46,7 +47,8 @@ def header_fields(text: str, name: str) -> list[str] | None:
 def test_structs_mirror_the_header(name):
     if not HEADER.exists():
         pytest.skip("no include/ringkv.h next to this package")
-    fields = header_fields(api_text(), name)
+    fields = header_fields(api_text() + (BACKEND_HEADER.read_text()
+                                         if BACKEND_HEADER.exists() else ""), name)
     if fields is None:
         pytest.skip(f"{name} is not in this header")
     assert [f[0] for f in MIRRORS[name]._fields_] == fields, \
@@ -246,7 +248,7 @@ def test_growing_structs_carry_their_size():
     with struct_size, set on construction; the library refuses 0 and a
     size it does not know, with the struct named."""
     import ctypes
-    for cls in (_lib.AttentionArgs, _lib.CudaAttentionArgs, _lib.ModelConfigStruct,
+    for cls in (_lib.AttentionArgs, _lib.ModelConfigStruct,
                 _lib.SnapshotInfo):
         assert cls._fields_[0][0] == "struct_size"
         assert cls().struct_size == ctypes.sizeof(cls)

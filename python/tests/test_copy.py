@@ -102,7 +102,7 @@ def test_copying_classes_implement_all_three_and_refusing_ones_none():
 
 def test_ctypes_structs_with_pointers_refuse_pickling():
     """The argument structs hold addresses; ctypes refuses to pickle them."""
-    for struct in (_lib.AttentionArgs, _lib.CudaAttentionArgs):
+    for struct in (_lib.AttentionArgs, _lib.BackendStorage):
         with pytest.raises(ValueError, match="pointers cannot be pickled"):
             pickle.dumps(struct())
 

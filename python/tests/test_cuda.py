@@ -89,14 +89,20 @@ def test_cuda_library_loads_and_reports_through_libringkv():
     clib = _cuda_library_or_skip()
     assert _lib.cuda_library_path() and os.path.exists(_lib.cuda_library_path())
     g = _lib.Geometry(1, 1, 4, 4, 8, 128, 1, 0)
-    assert clib.rkv_cuda_layer_create(ctypes.byref(g), 0, None) == -2  # RKV_ERR_NULL
-    assert _lib.lib.rkv_last_error() == b"rkv_cuda_layer_create: out is NULL"
-    assert clib.rkv_cuda_layer_reset(None, 0, None) == -2
-    assert _lib.lib.rkv_last_error() == b"rkv_cuda_layer_reset: layer is NULL"
-    # bad geometry: the core's own check, reached through the CUDA library
-    g.ring_buckets = 5
-    assert clib.rkv_cuda_layer_create(ctypes.byref(g), 0, ctypes.byref(ctypes.c_void_p())) == -1
-    assert b"ring_buckets" in _lib.lib.rkv_last_error()
+    assert clib.rkv_cuda_backend(0, None, None, None) == -2  # RKV_ERR_NULL
+    assert _lib.lib.rkv_last_error() == b"rkv_cuda_backend: ops is NULL"
+    assert clib.rkv_cuda_attention_describe(None, None, None, 0) == -2
+    assert _lib.lib.rkv_last_error() == b"rkv_cuda_attention_describe: layer is NULL"
+    ops, ctx = ctypes.c_void_p(), ctypes.c_void_p()
+    if clib.rkv_cuda_device_count() == 0:  # the CUDA library's own check, no CUDA call made
+        assert clib.rkv_cuda_backend(0, None, ctypes.byref(ops), ctypes.byref(ctx)) == -3
+        assert b"sees 0 device" in _lib.lib.rkv_last_error()
+    else:  # bad geometry: the core's own check, for a layer on the CUDA table
+        assert clib.rkv_cuda_backend(0, None, ctypes.byref(ops), ctypes.byref(ctx)) == 0
+        g.ring_buckets = 5
+        assert _lib.lib.rkv_layer_create_on(ops, ctx, ctypes.byref(g),
+                                            ctypes.byref(ctypes.c_void_p())) == -1
+        assert b"ring_buckets" in _lib.lib.rkv_last_error()
     assert clib.rkv_cuda_device_count() >= 0
     assert ringkv.cuda_device_count() == clib.rkv_cuda_device_count()
 
@@ -176,8 +182,8 @@ def test_views_are_the_layers_device_memory(torch):
     N = c.total_slots
     assert c.kv.is_cuda and c.kv.device == dev and c.kv.shape == (2, 1, 2, N, 64)
     assert c.kv.dtype == c.dtype == torch.bfloat16 and c.written.dtype == torch.bool
-    assert c.kv.data_ptr() == clib.rkv_cuda_layer_kv(c._h.ptr)
-    assert c.written.data_ptr() == clib.rkv_cuda_layer_written(c._h.ptr)
+    assert c.kv.data_ptr() == _lib.lib.rkv_layer_kv(c._h.ptr)
+    assert c.written.data_ptr() == _lib.lib.rkv_layer_written(c._h.ptr)
     assert c.memory_bytes == c.kv.numel() * c.kv.element_size()
     assert c.session_span(1) == (c.capacity, 2 * c.capacity)
     assert torch.equal(c.frame_offsets, torch.arange(128, device=dev))
@@ -300,7 +306,7 @@ def test_device_errors_come_from_check(torch):
     x = torch.ones(2, 1, 1, 128, 64, device=dev, dtype=torch.bfloat16)
     x2 = torch.ones(2, 1, 1, 256, 64, device=dev, dtype=torch.bfloat16)
     written0 = c.written.clone()
-    up = r"LayerRingCache\.upsert \(device check\): "  # rkv_cuda_layer_upsert, named as Python
+    up = r"LayerRingCache\.upsert \(device check\): "  # rkv_layer_upsert, named as Python
     cases = [((x, i64(torch, 0), True, i64(torch, 2)), IndexError,
               up + r"session_idx\[0\] out of range for 2 sessions"),
              ((x, i64(torch, -1), True, i64(torch, 0)), ValueError, up + r"frame_pos\[0\] < 0"),
@@ -314,7 +320,7 @@ def test_device_errors_come_from_check(torch):
         assert not c.kv.any() and torch.equal(c.written, written0)  # nothing written
         c.check()  # the error word was cleared
     # build_visibility (the default) runs the row kernel first: its device
-    # check names the call made as well (rkv_cuda_ring_visible_row: upsert)
+    # check names the call made as well (rkv_layer_visible_row: upsert)
     c.upsert(x, i64(torch, 0), True, i64(torch, 2))
     with pytest.raises(IndexError, match=up + r"session_idx\[0\] out of range for 2 sessions"):
         c.check()
@@ -465,7 +471,7 @@ def test_cuda_model_entry_points_without_a_device():
     bad.n_kv_heads = 3  # Hq 4 is not a multiple: the core's own config check
     assert clib.rkv_model_create_cuda(ctypes.byref(bad), 0, None, ctypes.byref(out)) == -1
     assert out.value is None
-    assert clib.rkv_model_cuda_layer(None, 0) is None
+    assert _lib.lib.rkv_model_layer(None, 0) is None
     with pytest.raises(ValueError, match="torch CUDA tensors"):
         ringkv.Model(_model_config(), device="cuda", array_kind="numpy")
     if ringkv.cuda_device_count() == 0:
@@ -501,7 +507,7 @@ def test_cuda_model_matches_cpu_model(torch):
     cpu = ringkv.Model(cfg, array_kind="torch")
     assert gpu.device.startswith("cuda") and gpu.array_kind == "torch" and cpu.stream is None
     assert gpu.layer(0).kv.is_cuda and gpu.layer(0).kv.data_ptr() == \
-        gpu._place.clib.rkv_cuda_layer_kv(gpu.layer(0)._h.ptr)
+        _lib.lib.rkv_layer_kv(gpu.layer(0)._h.ptr)
     dev = gpu.layer(0).kv.device
     for rid in ("a", "b", "c"):
         assert gpu.claim(rid) == cpu.claim(rid)

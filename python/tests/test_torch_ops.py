@@ -697,14 +697,10 @@ def test_example_block_compiled_equals_eager_and_reference(torch, reference):
 # ---- CUDA -------------------------------------------------------------------------------
 
 def test_cuda_header_is_bound():
-    """Every function of include/ringkv_cuda.h is declared for ctypes and the
-    view struct mirrors the header (no GPU needed)."""
-    from test_api_surface import header_fields
+    """Every function of include/ringkv_cuda.h is declared for ctypes (no GPU
+    needed; a CUDA layer is an rkv_layer, its calls the core's)."""
     header = REPO / "include" / "ringkv_cuda.h"
     text = header.read_text()
-    assert [f[0] for f in _lib.CudaRingView._fields_] == header_fields(text, "rkv_cuda_ring_view")
-    assert [f[0] for f in _lib.CudaAttentionArgs._fields_] == \
-        header_fields(text, "rkv_cuda_attention_args")
     names = set(re.findall(r"\b(rkv_cuda_[a-z0-9_]+)\s*\(", re.sub(r"/\*.*?\*/", "", text,
                                                                    flags=re.S)))
     assert sorted(names - set(_lib._CUDA_PROTOTYPES) - set(_lib._CUDA_OPTIONAL)) == []

@@ -76,7 +76,7 @@ size_t rkv__amx_scratch_bytes(int64_t D, int64_t N) {
  * all of them (the split: rkv__attend_tasks). */
 int64_t rkv__amx_tasks(rkv__attend_ctx *c) { return rkv__attend_tasks(c, MQ, UMAX); }
 
-bool rkv__amx_fits(const struct rkv_layer *l) {
+bool rkv__amx_fits(const struct rkv__cpu_layer *l) {
     return l->g.dtype == RKV_DTYPE_BF16 && l->g.d_head % 32 == 0 && l->g.d_head <= 512;
 }
 
@@ -461,7 +461,7 @@ DOT_TARGET static void store_out(const rkv_attention_args *a, size_t qbase, floa
 
 /* The chunk's key and value rows: the visible slots j0.. (nk of them), the
  * zero row past them up to KB. */
-static void chunk_rows(const struct rkv_layer *l, int64_t kvh, const int64_t *slots, int64_t nk,
+static void chunk_rows(const struct rkv__cpu_layer *l, int64_t kvh, const int64_t *slots, int64_t nk,
                        const uint32_t *krow[KB], const uint16_t *vrow[KB]) {
     static const uint16_t zero_row[512]; /* padding keys (rkv__amx_fits: D <= 512) */
     for (int64_t j = 0; j < KB; j++) {
@@ -490,7 +490,7 @@ DOT_TARGET static inline __m512 dead_weights(__m512 s) {
 /* ---- the AMX engine's task ---------------------------------------------- */
 
 AMX_TARGET static void amx_body(const rkv__attend_ctx *c, const pair_task *t) {
-    const struct rkv_layer *l = c->layer;
+    const struct rkv__cpu_layer *l = c->layer;
     const rkv_attention_args *a = c->args;
     const int64_t D = l->g.d_head, n = t->n;
     const size_t d = (size_t)D;
@@ -761,7 +761,7 @@ DOT_TARGET static bool dot_fused(const uint32_t *const *krow, const uint32_t *qt
 }
 
 DOT_TARGET static void dot_body(const rkv__attend_ctx *c, const pair_task *t) {
-    const struct rkv_layer *l = c->layer;
+    const struct rkv__cpu_layer *l = c->layer;
     const int64_t D = l->g.d_head, n = t->n;
     const size_t d = (size_t)D;
     uint32_t *qtall = t->q, *pp = t->p, *vp = t->vp;

@@ -225,18 +225,16 @@ const char *rkv_attention_isa(void) {
     return kernel_name;
 }
 
-const char *rkv_layer_attention_isa(const rkv_layer *layer) {
+const char *rkv_layer_attention_isa(const rkv_layer *pub) {
+    if (!pub) return NULL;
+    const struct rkv__cpu_layer *layer = rkv__cpu_layer_of(pub, "rkv_layer_attention_isa");
     if (!layer) return NULL;
     pthread_once(&kernel_once, init_kernel);
     return picked.bf16 && !rkv__amx_fits(layer) ? "avx512" : kernel_name;
 }
 
-rkv_status rkv_layer_attend(const rkv_layer *layer, const rkv_attention_args *args) {
-    return rkv__attend(layer, args, "rkv_layer_attend");
-}
-
 /* One attention call on engine e (args checked by the caller). */
-static rkv_status attend_on(const struct rkv_layer *layer, const rkv_attention_args *args,
+static rkv_status attend_on(const struct rkv__cpu_layer *layer, const rkv_attention_args *args,
                             engine e, const char *what) {
     rkv_threadpool *pool = args->pool ? args->pool : rkv__default_pool();
     if (!pool) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: no thread pool", what);
@@ -256,18 +254,17 @@ static rkv_status attend_on(const struct rkv_layer *layer, const rkv_attention_a
                              e.flash, &c);
 }
 
-rkv_status rkv__attend(const struct rkv_layer *layer, const rkv_attention_args *caller,
-                       const char *what) {
-    rkv_attention_args copy;
-    rkv_status st = rkv__attention_take(layer, caller, what, &copy);
-    if (st != RKV_OK) return st;
+rkv_status rkv__attend_run(const struct rkv__cpu_layer *layer, const rkv_attention_args *args,
+                           const char *what) {
     pthread_once(&kernel_once, init_kernel);
-    return attend_on(layer, &copy, picked, what);
+    return attend_on(layer, args, picked, what);
 }
 
-rkv_status rkv__attend_engine(const rkv_layer *layer, const rkv_attention_args *caller,
+rkv_status rkv__attend_engine(const rkv_layer *pub, const rkv_attention_args *caller,
                               rkv__isa isa) {
     static const char what[] = "rkv__attend_engine";
+    const struct rkv__cpu_layer *layer = rkv__cpu_layer_of(pub, what);
+    if (!layer) return pub ? RKV_ERR_INVALID_ARG : RKV_ERR_NULL;
     const rkv__cpu cpu = rkv__cpu_read();
     if ((unsigned)isa >= RKV__ISA_COUNT || rkv__isa_pick(&cpu, isa) != isa)
         return rkv__fail(RKV_ERR_INVALID_ARG, "%s: this CPU has no %s engine", what,

@@ -1,5 +1,6 @@
 /* Attention over the ring on the CPU (SEMANTICS 5): the simple, exact
- * implementation kept as the test oracle (rkv_layer_attend_reference). For each session row it gathers
+ * implementation kept as the test oracle (the reference table's attend,
+ * rkv_backend_cpu_reference). For each session row it gathers
  * the visible slots (from an explicit row, or from the written bits and the
  * row's clock), widens them to f32 once per KV head, and runs a two-pass
  * softmax per query with f32 accumulation. No causal mask; GQA maps query
@@ -11,7 +12,7 @@
 #include "cpu_internal.h"
 
 /* dst[j][:] = half c (K or V), head h, slot slots[j], widened to f32. */
-static void widen_rows(const struct rkv_layer *l, int c, int64_t h, const int64_t *slots,
+static void widen_rows(const struct rkv__cpu_layer *l, int c, int64_t h, const int64_t *slots,
                        int64_t n, float *dst) {
     const int64_t D = l->g.d_head;
     for (int64_t j = 0; j < n; j++) {
@@ -30,11 +31,8 @@ static float dot(const float *x, const float *y, int64_t n) {
     return s;
 }
 
-rkv_status rkv_layer_attend_reference(const rkv_layer *layer, const rkv_attention_args *caller) {
-    rkv_attention_args copy;
-    const rkv_attention_args *args = &copy;
-    rkv_status st = rkv__attention_take(layer, caller, "rkv_layer_attend_reference", &copy);
-    if (st != RKV_OK) return st;
+rkv_status rkv__attend_reference_run(const struct rkv__cpu_layer *layer,
+                                     const rkv_attention_args *args) {
     const rkv_geometry *g = &layer->g;
     const int64_t D = g->d_head, Hq = args->n_q_heads, group = Hq / g->n_kv_heads;
     const int64_t Tq = args->n_queries ? args->n_queries : g->tokens_per_frame;

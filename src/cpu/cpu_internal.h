@@ -13,19 +13,19 @@
 /* ---- attention (cpu/attention.c) ---- */
 /* The caller's args of an attention call in this library's layout (*copy;
  * src/args.c), every argument checked; `what` names the call. */
-rkv_status rkv__attention_take(const struct rkv_layer *l, const rkv_attention_args *caller,
+rkv_status rkv__attention_take(const struct rkv__cpu_layer *l, const rkv_attention_args *caller,
                                const char *what, rkv_attention_args *copy);
 /* Checks every argument of an attention call; `what` names the call. */
-rkv_status rkv__attention_check(const struct rkv_layer *l, const rkv_attention_args *a,
+rkv_status rkv__attention_check(const struct rkv__cpu_layer *l, const rkv_attention_args *a,
                                 const char *what);
 /* Visible slots of row b, ascending (explicit row, or the bits-and-clock
  * rule: ring frames ascending, scratch last) into slots[N]; returns count. */
-int64_t rkv__gather_visible_slots(const struct rkv_layer *l, const rkv_attention_args *a,
+int64_t rkv__gather_visible_slots(const struct rkv__cpu_layer *l, const rkv_attention_args *a,
                                   int64_t b, int64_t *slots);
 
 /* One rkv_layer_attend call, shared by its task functions. */
 typedef struct rkv__attend_ctx {
-    const struct rkv_layer *layer;
+    const struct rkv__cpu_layer *layer;
     const rkv_attention_args *args;
     rkv_threadpool *pool;
     int64_t tq;  /* queries per row */
@@ -55,7 +55,7 @@ static inline int64_t rkv__attend_tasks(rkv__attend_ctx *c, int64_t mq, int64_t 
  * (bf16 storage, d_head a multiple of 32, <= 512); the per-thread scratch;
  * the task count; the task on the AMX engine and on the AVX512-BF16 engine
  * (ctx: a rkv__attend_ctx). */
-bool rkv__amx_fits(const struct rkv_layer *l);
+bool rkv__amx_fits(const struct rkv__cpu_layer *l);
 size_t rkv__amx_scratch_bytes(int64_t D, int64_t N);
 int64_t rkv__amx_tasks(rkv__attend_ctx *c);
 void rkv__amx_task(void *ctx, int64_t task, int thread);

@@ -139,13 +139,15 @@ void launch_combine(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p,
 }
 
 rkv_status plan_for(const rkv_cuda_layer *l, const rkv_cuda_attention_args *a, int preferred,
-                    rkv__cuda_attn_plan *plan) {
-    rkv_status st = rkv__cuda_attention_check(l ? &l->g : nullptr, a);
-    if (st != RKV_OK) return st;
+                    int checked, rkv__cuda_attn_plan *plan) {
+    if (checked) {
+        rkv_status st = rkv__cuda_attention_check(l ? &l->g : nullptr, a);
+        if (st != RKV_OK) return st;
+    }
     rkv__cuda_attention_plan_make(&l->g, a, &l->dev, l->attn_stages, l->attn_kernel, preferred,
                                   plan);
     if (plan->grid_x > 0x7fffffff)
-        return rkv_error_set(RKV_ERR_OVERFLOW, "rkv_cuda_layer_attend: %lld blocks exceed the grid",
+        return rkv_error_set(RKV_ERR_OVERFLOW, "rkv_layer_attend: %lld blocks exceed the grid",
                          (long long)plan->grid_x);
     return RKV_OK;
 }
@@ -154,11 +156,11 @@ rkv_status plan_for(const rkv_cuda_layer *l, const rkv_cuda_attention_args *a, i
 
 rkv_status rkv__cuda_attention_plan_checked(const rkv_cuda_layer *l,
                                             const rkv_cuda_attention_args *a, int preferred,
-                                            rkv__cuda_attn_plan *plan) {
-    return plan_for(l, a, preferred, plan);
+                                            int checked, rkv__cuda_attn_plan *plan) {
+    return plan_for(l, a, preferred, checked, plan);
 }
 
-cudaError_t rkv__cuda_attention_prepare(rkv_cuda_layer *l) {
+cudaError_t rkv__cuda_attention_prepare(rkv__cuda_device *l) {
     cudaError_t e;
     if ((e = rkv__prepare_mma_bf16(l->dev.smem_optin)) != cudaSuccess ||
         (e = rkv__prepare_mma_f16(l->dev.smem_optin)) != cudaSuccess)
@@ -263,34 +265,16 @@ rkv_status launch_simt(const rkv_cuda_layer *l, const rkv_cuda_attention_args *a
 
 }  // namespace
 
-extern "C" rkv_status rkv_cuda_layer_attend(const rkv_cuda_layer *l,
-                                            const rkv_cuda_attention_args *a, void *stream) {
-    static const char what[] = "rkv_cuda_layer_attend";
+rkv_status rkv__cuda_attend_launch(const rkv_cuda_layer *l, const rkv_cuda_attention_args *a,
+                                   cudaStream_t s, const char *what) {
     rkv__cuda_attn_plan plan;
-    rkv_status st = plan_for(l, a, 0, &plan);
+    rkv__cuda_attention_plan_make(&l->g, a, &l->dev, l->attn_stages, l->attn_kernel, 0, &plan);
+    if (plan.grid_x > 0x7fffffff)
+        return rkv_error_set(RKV_ERR_OVERFLOW, "%s: %lld blocks exceed the grid", what,
+                             (long long)plan.grid_x);
+    rkv_status st = rkv__cuda_check_device(l, what);
     if (st != RKV_OK) return st;
-    if ((st = rkv__cuda_check_device(l, what)) != RKV_OK) return st;
-    cudaStream_t s = static_cast<cudaStream_t>(stream);
     if (plan.kind == RKV__ATTN_MMA || plan.kind == RKV__ATTN_WGMMA)
         return launch_tensor_core(l, a, plan, s, what);
     return launch_simt(l, a, plan, s, what);
-}
-
-extern "C" size_t rkv_cuda_attention_workspace_bytes(const rkv_cuda_layer *l,
-                                                     const rkv_cuda_attention_args *a) {
-    rkv__cuda_attn_plan plan;
-    if (plan_for(l, a, 1, &plan) != RKV_OK) return 0;
-    return plan.workspace_bytes;
-}
-
-extern "C" rkv_status rkv_cuda_attention_describe(const rkv_cuda_layer *l,
-                                                  const rkv_cuda_attention_args *a, char *buf,
-                                                  size_t buf_size) {
-    rkv__cuda_attn_plan plan;
-    rkv_status st = plan_for(l, a, 0, &plan);
-    if (st != RKV_OK) return st;
-    if (!buf || !buf_size)
-        return rkv_error_set(RKV_ERR_NULL, "rkv_cuda_attention_describe: buf is NULL or empty");
-    rkv__cuda_attention_plan_describe(&plan, buf, buf_size);
-    return RKV_OK;
 }

@@ -1,10 +1,12 @@
-// The CUDA backend's table for rkv_model (include/ringkv_backend.h): the
-// model's layers are rkv_cuda_layer, BACKEND memory is device memory of the
-// model's GPU, and every operation is enqueued on the model's stream. The
-// per-pass operations are the layer calls of ringkv_cuda.h (capture-safe);
-// begin_frame's batch copy goes through a small ring of pinned staging
-// slots so that it stays asynchronous. Registered with the core through
-// the public rkv_model_create_with_backend (docs/backends.md).
+// The CUDA backend's table (include/ringkv_backend.h) and its context: the
+// layers are rkv_cuda_layer, BACKEND memory is device memory of the
+// context's GPU, and every operation is enqueued on the context's stream.
+// The operations are unchecked (the core checked every argument once) and
+// capture-safe where the table says so; begin_frame's batch copy goes
+// through a small ring of pinned staging slots so that it stays
+// asynchronous. Registered with the core through the public
+// rkv_layer_create_on / rkv_layer_wrap / rkv_model_create_with_backend
+// (docs/backends.md).
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,9 +17,12 @@ namespace {
 // Staging slots for copy_in: begin_frame copies one slot per frame, so 8
 // slots let the host run 8 frames ahead of the GPU before it waits.
 constexpr int kStageSlots = 8;
+// Error words a context holds for its layers (a model's: RKV_MAX_LAYERS).
+constexpr int kErrWords = RKV_MAX_LAYERS;
 
 struct CudaCtx {
     int device;
+    rkv__cuda_device dev;           // the GPU's properties and kernel choice
     cudaStream_t stream;
     size_t slot_bytes;              // bytes of one staging slot
     uint8_t *stage;                 // pinned HOST [kStageSlots][slot_bytes]
@@ -25,6 +30,11 @@ struct CudaCtx {
     bool armed[kStageSlots];        // its event was recorded at least once
     bool made[kStageSlots];         // its event exists
     int next;                       // the slot of the next copy
+    // The layers' error words, side by side, so that one copy reads them
+    // all (check): a layer created on the context takes the next word.
+    int *err_pool;                  // DEVICE [kErrWords]
+    int *err_host;                  // pinned HOST [kErrWords]: check's copy
+    int err_used;                   // words handed out
 };
 
 CudaCtx *ctx_of(void *c) { return static_cast<CudaCtx *>(c); }
@@ -44,20 +54,37 @@ void ctx_destroy(void *vc) {
     for (int k = 0; k < kStageSlots; k++)
         if (c->made[k]) cudaEventDestroy(c->done[k]);
     if (c->stage) cudaFreeHost(c->stage);
+    if (c->err_host) cudaFreeHost(c->err_host);
+    if (c->err_pool) cudaFree(c->err_pool);
     (void)cudaGetLastError();
     free(c);
 }
 
-rkv_status layer_create(void *vc, const rkv_geometry *g, void **layer) {
+void limits(void *, rkv_backend_limits *out) {
+    out->max_batch = RKV_CUDA_MAX_BATCH;
+    out->max_d_head = RKV__SIMT_MAX_D;
+    out->max_kv_heads = 65535;  // the attention grid's y dimension
+    out->align = 16;            // the kernels' 16-byte vector loads
+}
+
+rkv_status layer_create(void *vc, const rkv_geometry *g, rkv_backend_storage *storage,
+                        void **layer) {
+    CudaCtx *c = ctx_of(vc);
+    const bool pooled = !storage->kv && c->err_used < kErrWords;
     rkv_cuda_layer *l = nullptr;
-    rkv_status st = rkv_cuda_layer_create(g, ctx_of(vc)->device, &l);
-    if (st == RKV_OK) *layer = l;
-    return st;
+    rkv_status st = rkv__cuda_layer_create(g, &c->dev, storage, &l);
+    if (st != RKV_OK) return st;
+    if (pooled) {  // its word moves into the context's pool (check reads all at once)
+        cudaFree(l->err);
+        (void)cudaGetLastError();
+        l->err = c->err_pool + c->err_used++;
+        l->own_err = false;
+        storage->error = reinterpret_cast<int32_t *>(l->err);
+    }
+    *layer = l;
+    return RKV_OK;
 }
-void layer_destroy(void *, void *layer) { rkv_cuda_layer_destroy(layer_of(layer)); }
-size_t layer_memory_bytes(void *, const void *layer) {
-    return rkv_cuda_layer_memory_bytes(layer_of(layer));
-}
+void layer_destroy(void *, void *layer) { rkv__cuda_layer_destroy(layer_of(layer)); }
 
 // An allocation by `alloc` (cudaMalloc, cudaMallocHost) on the model's
 // device, `what` naming it in the message.
@@ -134,53 +161,89 @@ rkv_status synchronize(void *vc) {
     cudaError_t e = cudaStreamSynchronize(c->stream);
     return e == cudaSuccess ? RKV_OK : rkv__cuda_fail(e, what);
 }
-rkv_status check(void *vc, void *layer) {
-    return rkv_cuda_layer_check(layer_of(layer), ctx_of(vc)->stream);
+// Every layer's error word with one copy and one wait when they all lie in
+// the context's pool (a model's layers), then the nonzero ones cleared
+// (enqueued: later work is ordered after the clear).
+rkv_status check(void *vc, void *const *layers, int64_t n, int64_t *bad) {
+    static const char what[] = "cuda backend: error check";
+    CudaCtx *c = ctx_of(vc);
+    bool pooled = true;
+    for (int64_t i = 0; i < n && pooled; i++) {
+        const int *w = layer_of(layers[i])->err;
+        pooled = w >= c->err_pool && w < c->err_pool + c->err_used;
+    }
+    if (!pooled) {  // layers of their own words: one check each
+        for (int64_t i = 0; i < n; i++) {
+            rkv_status st = rkv__cuda_check(layer_of(layers[i]), c->stream);
+            if (st != RKV_OK) {
+                *bad = i;
+                return st;
+            }
+        }
+        return RKV_OK;
+    }
+    rkv_status st = check_current(c, what);
+    if (st != RKV_OK || c->err_used == 0) return st;
+    cudaError_t e = cudaMemcpyAsync(c->err_host, c->err_pool, (size_t)c->err_used * sizeof(int),
+                                    cudaMemcpyDeviceToHost, c->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream);
+    if (e != cudaSuccess) return rkv__cuda_fail(e, what);
+    rkv_status first = RKV_OK;
+    for (int64_t i = 0; i < n; i++) {
+        const rkv_cuda_layer *l = layer_of(layers[i]);
+        const int word = c->err_host[l->err - c->err_pool];
+        if (!word) continue;
+        if ((e = cudaMemsetAsync(l->err, 0, sizeof word, c->stream)) != cudaSuccess)
+            return rkv__cuda_fail(e, what);
+        if (first == RKV_OK) {
+            first = rkv__cuda_device_error_status(word, l->g.num_sessions);
+            *bad = i;
+        }
+    }
+    return first;
 }
 
-// ---- per pass (capture-safe) ---------------------------------------------------
+// ---- per pass (capture-safe; unchecked: the core checked everything) -----------
 
-rkv_status upsert(void *vc, void *layer, const void *kv, rkv_dtype kv_dtype, int64_t batch,
-                  const int64_t *frame_pos, const int64_t *session_idx, int commit) {
-    return rkv_cuda_layer_upsert(layer_of(layer), kv, kv_dtype, batch, frame_pos, session_idx,
-                                 commit, nullptr, ctx_of(vc)->stream);
+rkv_status upsert(void *vc, void *layer, const void *kv, int64_t batch, const int64_t *frame_pos,
+                  const int64_t *session_idx, int commit, uint8_t *visible) {
+    return rkv__cuda_upsert_launch(layer_of(layer), kv, batch, frame_pos, session_idx, commit,
+                                   visible, ctx_of(vc)->stream, "rkv_layer_upsert");
 }
-rkv_status attend_check(void *, const void *layer, const rkv_attention_args *a) {
-    rkv_cuda_attention_args ca;
-    rkv__cuda_model_attention_args(a, nullptr, 0, &ca);
-    rkv__cuda_attn_plan plan;
-    return rkv__cuda_attention_plan_checked(layer_of(layer), &ca, 0, &plan);
+rkv_status visible_row(void *vc, const void *layer, const int64_t *session_idx,
+                       const int64_t *frame_pos, uint8_t *row) {
+    return rkv__cuda_visible_row_launch(layer_of(layer), session_idx, frame_pos, row,
+                                        ctx_of(vc)->stream);
 }
 rkv_status attend(void *vc, const void *layer, const rkv_attention_args *a, void *workspace,
                   size_t workspace_bytes) {
     rkv_cuda_attention_args ca;
     rkv__cuda_model_attention_args(a, workspace, workspace_bytes, &ca);
-    return rkv_cuda_layer_attend(layer_of(layer), &ca, ctx_of(vc)->stream);
+    return rkv__cuda_attend_launch(layer_of(layer), &ca, ctx_of(vc)->stream, "rkv_layer_attend");
 }
-size_t attend_workspace_bytes(void *, const void *layer, int64_t max_batch, int64_t n_q_heads) {
-    const rkv_cuda_layer *l = layer_of(layer);
-    return rkv__cuda_model_workspace_bytes(&l->g, &l->dev, l->attn_stages, l->attn_kernel,
-                                           max_batch, n_q_heads);
+size_t attend_workspace_bytes(void *, const void *layer, const rkv_attention_args *a) {
+    rkv_cuda_attention_args ca;
+    rkv__cuda_model_attention_args(a, nullptr, 0, &ca);
+    rkv__cuda_attn_plan plan;
+    if (rkv__cuda_attention_plan_checked(layer_of(layer), &ca, 1, 0, &plan) != RKV_OK) return 0;
+    return plan.workspace_bytes;
 }
 
 // ---- sessions ------------------------------------------------------------------
 
 rkv_status reset(void *vc, void *layer, int64_t session) {
-    return rkv_cuda_layer_reset(layer_of(layer), session, ctx_of(vc)->stream);
+    return rkv__cuda_reset(layer_of(layer), session, ctx_of(vc)->stream);
 }
 rkv_status span_read(void *vc, const void *layer, int64_t session, rkv_span_part part,
                      int64_t head, void *dst) {
-    return rkv_cuda_layer_read_span(layer_of(layer), session, part, head, dst,
-                                    ctx_of(vc)->stream);
+    return rkv__cuda_span_read(layer_of(layer), session, part, head, dst, ctx_of(vc)->stream);
 }
 rkv_status span_write(void *vc, void *layer, int64_t session, rkv_span_part part, int64_t head,
                       const void *src) {
-    return rkv_cuda_layer_write_span(layer_of(layer), session, part, head, src,
-                                     ctx_of(vc)->stream);
+    return rkv__cuda_span_write(layer_of(layer), session, part, head, src, ctx_of(vc)->stream);
 }
 rkv_status span_copy(void *vc, void *layer, int64_t src_session, int64_t dst_session) {
-    return rkv_cuda_layer_copy_span(layer_of(layer), src_session, dst_session,
-                                    ctx_of(vc)->stream);
+    return rkv__cuda_span_copy(layer_of(layer), src_session, dst_session, ctx_of(vc)->stream);
 }
 
 // Where a piece lives in device memory (host arithmetic, no CUDA call).
@@ -214,18 +277,17 @@ rkv_backend_ops make_ops() {
     o.abi_version = RKV_BACKEND_ABI_VERSION;
     o.struct_size = sizeof o;
     o.name = "cuda";
-    o.max_batch = RKV_CUDA_MAX_BATCH;
     o.ctx_destroy = ctx_destroy;
+    o.limits = limits;
     o.layer_create = layer_create;
     o.layer_destroy = layer_destroy;
-    o.layer_memory_bytes = layer_memory_bytes;
     o.alloc = mem_alloc;
     o.free = mem_free;
     o.copy_in = copy_in;
     o.synchronize = synchronize;
     o.check = check;
     o.upsert = upsert;
-    o.attend_check = attend_check;
+    o.visible_row = visible_row;
     o.attend = attend;
     o.attend_workspace_bytes = attend_workspace_bytes;
     o.reset = reset;
@@ -242,16 +304,28 @@ const rkv_backend_ops cuda_ops = make_ops();
 
 // The backend's context: the device, the stream, the pinned staging ring.
 rkv_status ctx_create(int device, void *stream, int64_t num_sessions, CudaCtx **out) {
-    static const char what[] = "rkv_model_create_cuda";
+    static const char what[] = "rkv_cuda_backend";
+    rkv__cuda_device dev;
+    rkv_status st = rkv__cuda_prepare(device, &dev);
+    if (st != RKV_OK) return st;
+    cudaError_t e0 = cudaSetDevice(device);
+    if (e0 != cudaSuccess) return rkv__cuda_fail(e0, what);
     CudaCtx *c = static_cast<CudaCtx *>(calloc(1, sizeof *c));
     if (!c) return rkv_error_set(RKV_ERR_NO_MEMORY, "%s: out of host memory", what);
     c->device = device;
+    c->dev = dev;
     c->stream = static_cast<cudaStream_t>(stream);
     const int64_t rows = num_sessions < RKV_CUDA_MAX_BATCH ? num_sessions : RKV_CUDA_MAX_BATCH;
     c->slot_bytes = 2 * (size_t)rows * sizeof(int64_t);
-    void *stage = nullptr;
+    void *stage = nullptr, *err_host = nullptr, *err_pool = nullptr;
     cudaError_t e = cudaMallocHost(&stage, kStageSlots * c->slot_bytes);
     c->stage = static_cast<uint8_t *>(stage);
+    if (e == cudaSuccess && (e = cudaMallocHost(&err_host, kErrWords * sizeof(int))) == cudaSuccess)
+        c->err_host = static_cast<int *>(err_host);
+    if (e == cudaSuccess && (e = cudaMalloc(&err_pool, kErrWords * sizeof(int))) == cudaSuccess)
+        c->err_pool = static_cast<int *>(err_pool);
+    if (e == cudaSuccess) e = cudaMemset(c->err_pool, 0, kErrWords * sizeof(int));
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();
     for (int k = 0; e == cudaSuccess && k < kStageSlots; k++)
         if ((e = cudaEventCreateWithFlags(&c->done[k], cudaEventDisableTiming)) == cudaSuccess)
             c->made[k] = true;
@@ -271,6 +345,18 @@ rkv_status ctx_create(int device, void *stream, int64_t num_sessions, CudaCtx **
 
 }  // namespace
 
+extern "C" rkv_status rkv_cuda_backend(int device, void *stream, const rkv_backend_ops **ops,
+                                       void **ctx) {
+    static const char what[] = "rkv_cuda_backend";
+    if (!ops || !ctx) return rkv_error_set(RKV_ERR_NULL, "%s: %s is NULL", what, ops ? "ctx" : "ops");
+    CudaCtx *c = nullptr;
+    rkv_status st = ctx_create(device, stream, RKV_CUDA_MAX_BATCH, &c);
+    if (st != RKV_OK) return st;
+    *ops = &cuda_ops;
+    *ctx = c;
+    return RKV_OK;
+}
+
 extern "C" rkv_status rkv_model_create_cuda(const rkv_model_config *cfg, int device, void *stream,
                                             rkv_model **out) {
     static const char what[] = "rkv_model_create_cuda";
@@ -287,8 +373,6 @@ extern "C" rkv_status rkv_model_create_cuda(const rkv_model_config *cfg, int dev
                              ndev == 0 ? " (no GPU, or no driver: use rkv_model_create for the "
                                          "CPU backend)"
                                        : "");
-    cudaError_t e = cudaSetDevice(device);
-    if (e != cudaSuccess) return rkv__cuda_fail(e, what);
     CudaCtx *c = nullptr;
     if ((st = ctx_create(device, stream, cfg->num_sessions, &c)) != RKV_OK) return st;
     rkv_model *m = nullptr;
@@ -300,9 +384,44 @@ extern "C" rkv_status rkv_model_create_cuda(const rkv_model_config *cfg, int dev
     return RKV_OK;
 }
 
-extern "C" rkv_cuda_layer *rkv_model_cuda_layer(const rkv_model *model, int64_t layer) {
-    if (rkv_model_backend(model) != &cuda_ops) return nullptr;
-    return static_cast<rkv_cuda_layer *>(rkv_model_backend_layer(model, layer));
+namespace {
+// The CUDA layer behind a public handle; NULL (message set) for another backend's.
+const rkv_cuda_layer *cuda_layer_of(const rkv_layer *layer, const char *what) {
+    const rkv_backend_ops *ops = nullptr;
+    void *impl = rkv_layer_backend_handle(layer, &ops, nullptr);
+    if (!layer) {
+        rkv_error_set(RKV_ERR_NULL, "%s: layer is NULL", what);
+        return nullptr;
+    }
+    if (ops != &cuda_ops) {
+        rkv_error_set(RKV_ERR_INVALID_ARG, "%s: the layer is on the %s backend, not cuda", what,
+                      ops && ops->name ? ops->name : "(unnamed)");
+        return nullptr;
+    }
+    return layer_of(impl);
+}
+}  // namespace
+
+extern "C" rkv_status rkv_cuda_attention_describe(const rkv_layer *layer,
+                                                  const rkv_attention_args *args, char *buf,
+                                                  size_t buf_size) {
+    static const char what[] = "rkv_cuda_attention_describe";
+    const rkv_cuda_layer *l = cuda_layer_of(layer, what);
+    if (!l) return layer ? RKV_ERR_INVALID_ARG : RKV_ERR_NULL;
+    if (!args) return rkv_error_set(RKV_ERR_NULL, "%s: args is NULL", what);
+    if (!buf || !buf_size) return rkv_error_set(RKV_ERR_NULL, "%s: buf is NULL or empty", what);
+    rkv_status st = rkv__cuda_model_args_check(what, args);
+    if (st != RKV_OK) return st;
+    rkv_attention_args a;  // the caller's, in this library's layout
+    memset(&a, 0, sizeof a);
+    memcpy(&a, args, args->struct_size);
+    a.struct_size = sizeof a;
+    rkv_cuda_attention_args ca;
+    rkv__cuda_model_attention_args(&a, a.workspace, a.workspace_bytes, &ca);
+    rkv__cuda_attn_plan plan;
+    if ((st = rkv__cuda_attention_plan_checked(l, &ca, 0, 1, &plan)) != RKV_OK) return st;
+    rkv__cuda_attention_plan_describe(&plan, buf, buf_size);
+    return RKV_OK;
 }
 
 extern "C" rkv_status rkv_model_cuda_attention_describe(const rkv_model *model, int64_t layer,
@@ -333,11 +452,20 @@ extern "C" rkv_status rkv_model_cuda_attention_describe(const rkv_model *model, 
         return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: args->n_q_heads = %lld; this model has %lld",
                              what, (long long)args->n_q_heads, (long long)cfg->n_q_heads);
     size_t ws_bytes = 0;
-    for (int64_t i = 0; i < cfg->n_layers; i++) {
-        const size_t b = attend_workspace_bytes(nullptr, rkv_model_backend_layer(model, i), max_b,
-                                                cfg->n_q_heads);
-        if (b > ws_bytes) ws_bytes = b;
-    }
+    for (int64_t i = 0; i < cfg->n_layers; i++)
+        for (int64_t b = 1; b <= max_b; b++) {
+            rkv_attention_args wa;
+            memset(&wa, 0, sizeof wa);
+            wa.struct_size = sizeof wa;
+            wa.batch = b;
+            wa.n_q_heads = cfg->n_q_heads;
+            wa.q_dtype = wa.out_dtype = cfg->dtype;
+            const size_t n = attend_workspace_bytes(
+                nullptr, rkv_layer_backend_handle(rkv_model_layer((rkv_model *)model, i), nullptr,
+                                                  nullptr),
+                &wa);
+            if (n > ws_bytes) ws_bytes = n;
+        }
     // The plan reads no memory: the batch's device buffers and the workspace
     // only need to be valid pointers for the host checks (non-NULL, aligned).
     alignas(16) static const int64_t placeholder[2] = {0, 0};
@@ -348,9 +476,10 @@ extern "C" rkv_status rkv_model_cuda_attention_describe(const rkv_model *model, 
     a.visible = nullptr;
     rkv_cuda_attention_args ca;
     rkv__cuda_model_attention_args(&a, ws_bytes ? (void *)placeholder : nullptr, ws_bytes, &ca);
-    const rkv_cuda_layer *l = layer_of(rkv_model_backend_layer(model, layer));
+    const rkv_cuda_layer *l = layer_of(
+        rkv_layer_backend_handle(rkv_model_layer((rkv_model *)model, layer), nullptr, nullptr));
     rkv__cuda_attn_plan plan;
-    if ((st = rkv__cuda_attention_plan_checked(l, &ca, 0, &plan)) != RKV_OK) return st;
+    if ((st = rkv__cuda_attention_plan_checked(l, &ca, 0, 1, &plan)) != RKV_OK) return st;
     rkv__cuda_attention_plan_describe(&plan, buf, buf_size);
     return RKV_OK;
 }

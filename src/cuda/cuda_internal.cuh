@@ -16,6 +16,16 @@
 // a shared library beside libringkv.so, whose private symbols are hidden;
 // docs/backends.md): messages go through rkv_error_set.
 
+// What a context knows of its GPU (read once per process and device:
+// rkv__cuda_prepare, ring_view.cu).
+struct rkv__cuda_device {
+    int device;
+    rkv__cuda_device_info dev;
+    int attn_stages;  // cp.async depth of the mma kernel (RKV_CUDA_ATTN_STAGES)
+    int attn_kernel;  // RKV__KERNEL_MMA or _WGMMA (RKV_CUDA_ATTN_KERNEL)
+};
+
+// One layer on the GPU: the CUDA table's layer behind an rkv_layer.
 struct rkv_cuda_layer {
     rkv_geometry g;
     int device;
@@ -29,6 +39,8 @@ struct rkv_cuda_layer {
     void *kv;             // DEVICE [2][H][N][D]
     uint8_t *written;     // DEVICE [N] (allocation rounded up to 16 bytes)
     int *err;             // DEVICE error word (see plan.h)
+    bool own_err;         // err is the layer's allocation (else a context's pool slot)
+    bool own_storage;     // kv and written are the layer's (else the caller's: wrapped)
 };
 
 // A CUDA error as an rkv status with a message naming the call.
@@ -107,12 +119,44 @@ __device__ __forceinline__ bool rkv__d_validate_rows(const int64_t *__restrict__
 
 // Attention entry points (attention.cu) and their per-dtype parts.
 // Raises the tensor-core kernels' dynamic shared memory limits (once per
-// layer creation; not capture-safe).
-cudaError_t rkv__cuda_attention_prepare(rkv_cuda_layer *l);
-// The host checks of rkv_cuda_layer_attend and its plan (preferred: plan
-// the preferred key split, ignoring a->workspace; for the workspace query).
+// device: rkv__cuda_prepare; not capture-safe); may fall back from wgmma.
+cudaError_t rkv__cuda_attention_prepare(rkv__cuda_device *d);
+// The plan of a launch (preferred: plan the preferred key split, ignoring
+// a->workspace; for the workspace query), after rkv__cuda_attention_check
+// when `checked` (rkv_cuda_attention_describe).
 rkv_status rkv__cuda_attention_plan_checked(const rkv_cuda_layer *l,
                                             const rkv_cuda_attention_args *a, int preferred,
-                                            rkv__cuda_attn_plan *plan);
+                                            int checked, rkv__cuda_attn_plan *plan);
+
+// The table's operations (unchecked: the core checked the arguments once;
+// layer.cu, ring_view.cu, attention.cu). Each needs the layer's device
+// current (RKV_ERR_STATE otherwise) and enqueues on `stream`.
+// Reads the GPU's properties and raises the attention kernels' shared
+// memory limits, once per process and device (thread-safe).
+rkv_status rkv__cuda_prepare(int device, rkv__cuda_device *out);
+// A layer of its own storage (storage->kv NULL) or over the caller's;
+// *storage receives its pointers. Not capture-safe (allocates, except a
+// wrap with an error word).
+rkv_status rkv__cuda_layer_create(const rkv_geometry *g, const rkv__cuda_device *d,
+                                  rkv_backend_storage *storage, rkv_cuda_layer **out);
+void rkv__cuda_layer_destroy(rkv_cuda_layer *l);
+rkv_status rkv__cuda_reset(const rkv_cuda_layer *l, int64_t session, cudaStream_t stream);
+// Reads and clears the layer's error word (one copy and one wait).
+rkv_status rkv__cuda_check(const rkv_cuda_layer *l, cudaStream_t stream);
+rkv_status rkv__cuda_span_read(const rkv_cuda_layer *l, int64_t session, rkv_span_part part,
+                               int64_t head, void *dst, cudaStream_t stream);
+rkv_status rkv__cuda_span_write(const rkv_cuda_layer *l, int64_t session, rkv_span_part part,
+                                int64_t head, const void *src, cudaStream_t stream);
+rkv_status rkv__cuda_span_copy(const rkv_cuda_layer *l, int64_t src_session,
+                               int64_t dst_session, cudaStream_t stream);
+rkv_status rkv__cuda_visible_row_launch(const rkv_cuda_layer *l, const int64_t *session_idx,
+                                        const int64_t *frame_pos, uint8_t *row,
+                                        cudaStream_t stream);
+rkv_status rkv__cuda_upsert_launch(const rkv_cuda_layer *l, const void *kv, int64_t batch,
+                                   const int64_t *frame_pos, const int64_t *session_idx,
+                                   int commit, uint8_t *visible, cudaStream_t stream,
+                                   const char *what);
+rkv_status rkv__cuda_attend_launch(const rkv_cuda_layer *l, const rkv_cuda_attention_args *a,
+                                   cudaStream_t stream, const char *what);
 
 #endif

@@ -159,150 +159,83 @@ extern "C" int rkv_cuda_device_count(void) {
     return n;
 }
 
-extern "C" rkv_status rkv_cuda_layer_create(const rkv_geometry *g, int device,
-                                            rkv_cuda_layer **out) {
-    static const char what[] = "rkv_cuda_layer_create";
-    if (!out) return rkv_error_set(RKV_ERR_NULL, "%s: out is NULL", what);
-    rkv_status st = rkv_geometry_check(g);
+rkv_status rkv__cuda_layer_create(const rkv_geometry *g, const rkv__cuda_device *d,
+                                  rkv_backend_storage *storage, rkv_cuda_layer **out) {
+    static const char what[] = "rkv_layer_create";
+    rkv_status st = rkv__cuda_check_current(d->device, "context", what);
     if (st != RKV_OK) return st;
-    const int ndev = rkv_cuda_device_count();
-    if (device < 0 || device >= ndev)
-        return rkv_error_set(RKV_ERR_RANGE, "%s: device %d; the CUDA runtime sees %d device(s)", what,
-                         device, ndev);
-    cudaError_t e = cudaSetDevice(device);
-    if (e != cudaSuccess) return rkv__cuda_fail(e, what);
-    cudaDeviceProp prop;
-    e = cudaGetDeviceProperties(&prop, device);
-    if (e != cudaSuccess) return rkv__cuda_fail(e, what);
-
     rkv_cuda_layer *l = static_cast<rkv_cuda_layer *>(calloc(1, sizeof *l));
     if (!l) return rkv_error_set(RKV_ERR_NO_MEMORY, "%s: out of host memory", what);
     l->g = *g;
-    l->device = device;
-    l->dev.sm_count = prop.multiProcessorCount;
-    l->dev.smem_optin = prop.sharedMemPerBlockOptin;
-    l->dev.cc_major = prop.major;
-    const char *env = getenv("RKV_CUDA_ATTN_STAGES");
-    l->attn_stages = env && atoi(env) == 3 ? 3 : 2;
-    /* The wgmma kernel is opt-in until it has passed the GPU check. */
-    env = getenv("RKV_CUDA_ATTN_KERNEL");
-    l->attn_kernel = env && strcmp(env, "wgmma") == 0 ? RKV__KERNEL_WGMMA : RKV__KERNEL_MMA;
+    l->device = d->device;
+    l->dev = d->dev;
+    l->attn_stages = d->attn_stages;
+    l->attn_kernel = d->attn_kernel;
     l->ring_len = rkv_geometry_ring_len(g);
     l->capacity = rkv_geometry_capacity(g);
     l->total_slots = rkv_geometry_total_slots(g);
     l->memory_bytes = rkv_geometry_memory_bytes(g);
-
-    const size_t nbits = ((size_t)l->total_slots + 15) & ~(size_t)15;
-    uint8_t *bits = static_cast<uint8_t *>(malloc(nbits));
-    if (!bits) {
-        free(l);
-        return rkv_error_set(RKV_ERR_NO_MEMORY, "%s: out of host memory", what);
-    }
-    memset(bits, 0, nbits);
-    arm_bits(l, bits);
-    if ((e = cudaMalloc(&l->kv, l->memory_bytes)) != cudaSuccess ||
-        (e = cudaMalloc(reinterpret_cast<void **>(&l->written), nbits)) != cudaSuccess ||
-        (e = cudaMalloc(reinterpret_cast<void **>(&l->err), 16)) != cudaSuccess ||
-        (e = cudaMemset(l->kv, 0, l->memory_bytes)) != cudaSuccess ||
-        (e = cudaMemcpy(l->written, bits, nbits, cudaMemcpyHostToDevice)) != cudaSuccess ||
-        (e = cudaMemset(l->err, 0, 16)) != cudaSuccess ||
-        (e = cudaDeviceSynchronize()) != cudaSuccess) {
+    cudaError_t e = cudaSuccess;
+    if (storage->kv) {  // the caller's storage, as it is (rkv_layer_wrap)
+        l->kv = storage->kv;
+        l->written = storage->written;
+        l->err = reinterpret_cast<int *>(storage->error);
+        if (!l->err) {
+            l->own_err = true;
+            if ((e = cudaMalloc(reinterpret_cast<void **>(&l->err), 16)) == cudaSuccess)
+                e = cudaMemset(l->err, 0, 16);
+        }
+    } else {
+        l->own_storage = l->own_err = true;
+        const size_t nbits = ((size_t)l->total_slots + 15) & ~(size_t)15;
+        uint8_t *bits = static_cast<uint8_t *>(calloc(nbits, 1));
+        if (!bits) {
+            free(l);
+            return rkv_error_set(RKV_ERR_NO_MEMORY, "%s: out of host memory", what);
+        }
+        arm_bits(l, bits);
+        if ((e = cudaMalloc(&l->kv, l->memory_bytes)) == cudaSuccess &&
+            (e = cudaMalloc(reinterpret_cast<void **>(&l->written), nbits)) == cudaSuccess &&
+            (e = cudaMalloc(reinterpret_cast<void **>(&l->err), 16)) == cudaSuccess &&
+            (e = cudaMemset(l->kv, 0, l->memory_bytes)) == cudaSuccess &&
+            (e = cudaMemcpy(l->written, bits, nbits, cudaMemcpyHostToDevice)) == cudaSuccess &&
+            (e = cudaMemset(l->err, 0, 16)) == cudaSuccess)
+            e = cudaDeviceSynchronize();
         free(bits);
-        rkv_cuda_layer_destroy(l);
+    }
+    if (e != cudaSuccess) {
+        rkv__cuda_layer_destroy(l);
         if (e == cudaErrorMemoryAllocation)
             return rkv_error_set(RKV_ERR_NO_MEMORY,
-                             "%s: cannot allocate %zu bytes of K/V on device %d (%s)", what,
-                             rkv_geometry_memory_bytes(g), device, cudaGetErrorString(e));
+                                 "%s: cannot allocate %zu bytes of K/V on device %d (%s)", what,
+                                 rkv_geometry_memory_bytes(g), d->device, cudaGetErrorString(e));
         return rkv__cuda_fail(e, what);
     }
-    free(bits);
-    if ((e = rkv__cuda_attention_prepare(l)) != cudaSuccess) {
-        cudaGetLastError(); /* clear it: the failure is reported here */
-        rkv_cuda_layer_destroy(l);
-        return rkv_error_set(RKV_ERR_STATE,
-                         "%s: cannot raise the attention kernels' shared memory limit to %zu "
-                         "bytes minus their static shared memory: CUDA error %s (%s)",
-                         what, l->dev.smem_optin, cudaGetErrorName(e), cudaGetErrorString(e));
-    }
+    storage->kv = l->kv;
+    storage->written = l->written;
+    storage->error = reinterpret_cast<int32_t *>(l->err);
     *out = l;
     return RKV_OK;
 }
 
-extern "C" void rkv_cuda_layer_destroy(rkv_cuda_layer *l) {
+void rkv__cuda_layer_destroy(rkv_cuda_layer *l) {
     if (!l) return;
     int prev = -1;
     const bool switched = cudaGetDevice(&prev) == cudaSuccess && prev != l->device &&
                           cudaSetDevice(l->device) == cudaSuccess;
-    cudaDeviceSynchronize();
-    cudaFree(l->kv);
-    cudaFree(l->written);
-    cudaFree(l->err);
+    if (l->own_storage || l->own_err) cudaDeviceSynchronize();
+    if (l->own_storage) {
+        cudaFree(l->kv);
+        cudaFree(l->written);
+    }
+    if (l->own_err) cudaFree(l->err);
     (void)cudaGetLastError();
     if (switched) cudaSetDevice(prev);
     free(l);
 }
 
-extern "C" const rkv_geometry *rkv_cuda_layer_geometry(const rkv_cuda_layer *l) {
-    return l ? &l->g : nullptr;
-}
-extern "C" int rkv_cuda_layer_device(const rkv_cuda_layer *l) { return l ? l->device : -1; }
-extern "C" int64_t rkv_cuda_layer_total_slots(const rkv_cuda_layer *l) {
-    return l ? l->total_slots : 0;
-}
-extern "C" size_t rkv_cuda_layer_memory_bytes(const rkv_cuda_layer *l) {
-    return l ? l->memory_bytes : 0;
-}
-extern "C" void *rkv_cuda_layer_kv(const rkv_cuda_layer *l) { return l ? l->kv : nullptr; }
-extern "C" uint8_t *rkv_cuda_layer_written(const rkv_cuda_layer *l) {
-    return l ? l->written : nullptr;
-}
-
-extern "C" rkv_status rkv_cuda_layer_upload(rkv_cuda_layer *l, const void *kv,
-                                            const uint8_t *written) {
-    static const char what[] = "rkv_cuda_layer_upload";
-    if (!l) return rkv_error_set(RKV_ERR_NULL, "%s: layer is NULL", what);
-    if (!kv && !written) return rkv_error_set(RKV_ERR_NULL, "%s: kv and written are both NULL", what);
-    rkv_status st = rkv__cuda_check_device(l, what);
-    if (st != RKV_OK) return st;
-    // Whole-device synchronization before and after: the copies run on the
-    // legacy stream, which does not order itself with non-blocking streams,
-    // and a pageable host-to-device copy may return before its DMA is done.
-    cudaError_t e = cudaDeviceSynchronize();
-    if (e == cudaSuccess && kv) e = cudaMemcpy(l->kv, kv, l->memory_bytes, cudaMemcpyHostToDevice);
-    if (e == cudaSuccess && written) {
-        /* stored as 0/1, as the header promises (the bits feed bool rows) */
-        uint8_t *bits = static_cast<uint8_t *>(malloc((size_t)l->total_slots));
-        if (!bits) return rkv_error_set(RKV_ERR_NO_MEMORY, "%s: out of host memory", what);
-        for (int64_t i = 0; i < l->total_slots; i++) bits[i] = written[i] != 0;
-        e = cudaMemcpy(l->written, bits, (size_t)l->total_slots, cudaMemcpyHostToDevice);
-        free(bits);
-    }
-    if (e == cudaSuccess) e = cudaDeviceSynchronize();
-    return e == cudaSuccess ? RKV_OK : rkv__cuda_fail(e, what);
-}
-
-extern "C" rkv_status rkv_cuda_layer_download(const rkv_cuda_layer *l, void *kv,
-                                              uint8_t *written) {
-    static const char what[] = "rkv_cuda_layer_download";
-    if (!l) return rkv_error_set(RKV_ERR_NULL, "%s: layer is NULL", what);
-    if (!kv && !written) return rkv_error_set(RKV_ERR_NULL, "%s: kv and written are both NULL", what);
-    rkv_status st = rkv__cuda_check_device(l, what);
-    if (st != RKV_OK) return st;
-    // Synchronize the whole device first: work queued on non-blocking
-    // streams is not ordered before a legacy-stream copy.
-    cudaError_t e = cudaDeviceSynchronize();
-    if (e == cudaSuccess && kv) e = cudaMemcpy(kv, l->kv, l->memory_bytes, cudaMemcpyDeviceToHost);
-    if (e == cudaSuccess && written)
-        e = cudaMemcpy(written, l->written, (size_t)l->total_slots, cudaMemcpyDeviceToHost);
-    return e == cudaSuccess ? RKV_OK : rkv__cuda_fail(e, what);
-}
-
-extern "C" rkv_status rkv_cuda_layer_reset(rkv_cuda_layer *l, int64_t session, void *stream) {
-    static const char what[] = "rkv_cuda_layer_reset";
-    if (!l) return rkv_error_set(RKV_ERR_NULL, "%s: layer is NULL", what);
-    if (session < 0 || session >= l->g.num_sessions)
-        return rkv_error_set(RKV_ERR_RANGE, "%s: session %lld out of range for %lld sessions", what,
-                         (long long)session, (long long)l->g.num_sessions);
+rkv_status rkv__cuda_reset(const rkv_cuda_layer *l, int64_t session, cudaStream_t stream) {
+    static const char what[] = "rkv_layer_reset";
     rkv_status st = rkv__cuda_check_device(l, what);
     if (st != RKV_OK) return st;
     rkv__cuda_reset_plan plan;
@@ -319,37 +252,28 @@ extern "C" rkv_status rkv_cuda_layer_reset(rkv_cuda_layer *l, int64_t session, v
     p.blocks_per_row = plan.blocks_per_row;
     p.data_blocks = plan.data_blocks;
     p.bits_blocks = plan.bits_blocks;
-    RKV_LAUNCH((unsigned)plan.total_blocks, kThreads, 0, static_cast<cudaStream_t>(stream),
-               reset_kernel)(p);
+    RKV_LAUNCH((unsigned)plan.total_blocks, kThreads, 0, stream, reset_kernel)(p);
     return rkv__cuda_after_launch(what);
 }
 
-extern "C" rkv_status rkv_cuda_layer_check(rkv_cuda_layer *l, void *stream) {
-    static const char what[] = "rkv_cuda_layer_check";
-    if (!l) return rkv_error_set(RKV_ERR_NULL, "%s: layer is NULL", what);
+rkv_status rkv__cuda_check(const rkv_cuda_layer *l, cudaStream_t s) {
+    static const char what[] = "rkv_layer_check";
     rkv_status st = rkv__cuda_check_device(l, what);
     if (st != RKV_OK) return st;
-    cudaStream_t s = static_cast<cudaStream_t>(stream);
     int word = 0;
     cudaError_t e = cudaMemcpyAsync(&word, l->err, sizeof word, cudaMemcpyDeviceToHost, s);
     if (e == cudaSuccess) e = cudaStreamSynchronize(s);
-    if (e == cudaSuccess && word) {
-        e = cudaMemsetAsync(l->err, 0, sizeof word, s);
-        if (e == cudaSuccess) e = cudaStreamSynchronize(s);
-    }
+    if (e == cudaSuccess && word) e = cudaMemsetAsync(l->err, 0, sizeof word, s);
     if (e != cudaSuccess) return rkv__cuda_fail(e, what);
     return word ? rkv__cuda_device_error_status(word, l->g.num_sessions) : RKV_OK;
 }
 
-extern "C" rkv_status rkv_cuda_layer_upsert(rkv_cuda_layer *l, const void *kv, rkv_dtype kv_dtype,
-                                            int64_t batch, const int64_t *frame_pos,
-                                            const int64_t *session_idx, int commit,
-                                            uint8_t *visible, void *stream) {
-    static const char what[] = "rkv_cuda_layer_upsert";
-    rkv_status st = rkv__cuda_upsert_check(l ? &l->g : nullptr, kv, kv_dtype, batch, frame_pos,
-                                           session_idx, visible);
+rkv_status rkv__cuda_upsert_launch(const rkv_cuda_layer *l, const void *kv, int64_t batch,
+                                   const int64_t *frame_pos, const int64_t *session_idx,
+                                   int commit, uint8_t *visible, cudaStream_t stream,
+                                   const char *what) {
+    rkv_status st = rkv__cuda_check_device(l, what);
     if (st != RKV_OK) return st;
-    if ((st = rkv__cuda_check_device(l, what)) != RKV_OK) return st;
     rkv__cuda_upsert_plan plan;
     rkv__cuda_upsert_plan_make(&l->g, batch, commit != 0, visible != nullptr, &plan);
     UpsertParams p;
@@ -377,8 +301,7 @@ extern "C" rkv_status rkv_cuda_layer_upsert(rkv_cuda_layer *l, const void *kv, r
     if (plan.total_blocks > 0x7fffffff)
         return rkv_error_set(RKV_ERR_OVERFLOW, "%s: %lld blocks exceed the CUDA grid", what,
                          (long long)plan.total_blocks);
-    RKV_LAUNCH((unsigned)plan.total_blocks, kThreads, plan.smem_bytes,
-               static_cast<cudaStream_t>(stream), upsert_kernel)(p);
+    RKV_LAUNCH((unsigned)plan.total_blocks, kThreads, plan.smem_bytes, stream, upsert_kernel)(p);
     return rkv__cuda_after_launch(what);
 }
 
@@ -395,89 +318,49 @@ extern "C" rkv_status rkv_cuda_clock_advance(int64_t *frame_pos, int64_t batch, 
     return rkv__cuda_after_launch(what);
 }
 
-// ---- one session's span, piece by piece --------------------------------------
-
-extern "C" size_t rkv_cuda_layer_span_bytes(const rkv_cuda_layer *l, rkv_span_part part) {
-    if (!l) return 0;
-    size_t offset = 0, bytes = 0;
-    int in_written = 0;
-    // A valid piece of session 0 (head 0) has the size of every piece of
-    // that part; any failure here is an unknown part.
-    const rkv_status st = rkv__cuda_span_check(&l->g, "rkv_cuda_layer_span_bytes", 0, part, 0,
-                                               &offset, &bytes, &in_written);
-    return st == RKV_OK ? bytes : 0;
-}
+// ---- one session's span, piece by piece (arguments checked by the core) ------
 
 namespace {
-// The device address and bytes of a piece, after the host checks; `src`
-// (a write's host data) non-NULL for a write, whose written bits are checked.
-rkv_status span_place(const rkv_cuda_layer *l, const char *what, int64_t session,
-                      rkv_span_part part, int64_t head, const void *host, bool write,
-                      uint8_t **at, size_t *bytes) {
-    if (!l) return rkv_error_set(RKV_ERR_NULL, "%s: layer is NULL", what);
+// The device address of a (valid) piece and its bytes.
+uint8_t *span_at(const rkv_cuda_layer *l, int64_t session, rkv_span_part part, int64_t head,
+                 size_t *bytes) {
     size_t offset = 0;
     int in_written = 0;
-    rkv_status st = rkv__cuda_span_check(&l->g, what, session, part, head, &offset, bytes,
-                                         &in_written);
-    if (st != RKV_OK) return st;
-    if (!host) return rkv_error_set(RKV_ERR_NULL, "%s: %s is NULL", what, write ? "src" : "dst");
-    if (write && in_written &&
-        (st = rkv__cuda_written_check(&l->g, what, static_cast<const uint8_t *>(host))) != RKV_OK)
-        return st;
-    if ((st = rkv__cuda_check_device(l, what)) != RKV_OK) return st;
-    *at = (in_written ? l->written : static_cast<uint8_t *>(l->kv)) + offset;
-    return RKV_OK;
+    rkv__cuda_span_check(&l->g, "cuda backend", session, part, head, &offset, bytes, &in_written);
+    return (in_written ? l->written : static_cast<uint8_t *>(l->kv)) + offset;
 }
 
 // One copy between a piece and a host buffer, finished before returning
 // (the host buffer is the caller's again).
-rkv_status span_copy_host(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
-                          void *stream, const char *what) {
-    cudaStream_t s = static_cast<cudaStream_t>(stream);
+rkv_status span_copy_host(const rkv_cuda_layer *l, void *dst, const void *src, size_t bytes,
+                          cudaMemcpyKind kind, cudaStream_t s, const char *what) {
+    rkv_status st = rkv__cuda_check_device(l, what);
+    if (st != RKV_OK) return st;
     cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, s);
     if (e == cudaSuccess) e = cudaStreamSynchronize(s);
     return e == cudaSuccess ? RKV_OK : rkv__cuda_fail(e, what);
 }
 }  // namespace
 
-extern "C" rkv_status rkv_cuda_layer_read_span(const rkv_cuda_layer *l, int64_t session,
-                                               rkv_span_part part, int64_t head, void *dst,
-                                               void *stream) {
-    static const char what[] = "rkv_cuda_layer_read_span";
-    uint8_t *at = nullptr;
+rkv_status rkv__cuda_span_read(const rkv_cuda_layer *l, int64_t session, rkv_span_part part,
+                               int64_t head, void *dst, cudaStream_t s) {
     size_t bytes = 0;
-    rkv_status st = span_place(l, what, session, part, head, dst, false, &at, &bytes);
-    return st == RKV_OK ? span_copy_host(dst, at, bytes, cudaMemcpyDeviceToHost, stream, what)
-                        : st;
+    const uint8_t *at = span_at(l, session, part, head, &bytes);
+    return span_copy_host(l, dst, at, bytes, cudaMemcpyDeviceToHost, s, "rkv_layer_read_span");
 }
 
-extern "C" rkv_status rkv_cuda_layer_write_span(rkv_cuda_layer *l, int64_t session,
-                                                rkv_span_part part, int64_t head,
-                                                const void *src, void *stream) {
-    static const char what[] = "rkv_cuda_layer_write_span";
-    uint8_t *at = nullptr;
+rkv_status rkv__cuda_span_write(const rkv_cuda_layer *l, int64_t session, rkv_span_part part,
+                                int64_t head, const void *src, cudaStream_t s) {
     size_t bytes = 0;
-    rkv_status st = span_place(l, what, session, part, head, src, true, &at, &bytes);
-    return st == RKV_OK ? span_copy_host(at, src, bytes, cudaMemcpyHostToDevice, stream, what)
-                        : st;
+    uint8_t *at = span_at(l, session, part, head, &bytes);
+    return span_copy_host(l, at, src, bytes, cudaMemcpyHostToDevice, s, "rkv_layer_write_span");
 }
 
-extern "C" rkv_status rkv_cuda_layer_copy_span(rkv_cuda_layer *l, int64_t src_session,
-                                               int64_t dst_session, void *stream) {
-    static const char what[] = "rkv_cuda_layer_copy_span";
-    if (!l) return rkv_error_set(RKV_ERR_NULL, "%s: layer is NULL", what);
-    const int64_t S = l->g.num_sessions;
-    if (src_session < 0 || src_session >= S || dst_session < 0 || dst_session >= S)
-        return rkv_error_set(RKV_ERR_RANGE, "%s: session %lld out of range; expected 0..%lld",
-                             what,
-                             (long long)(src_session < 0 || src_session >= S ? src_session
-                                                                             : dst_session),
-                             (long long)(S - 1));
+rkv_status rkv__cuda_span_copy(const rkv_cuda_layer *l, int64_t src_session, int64_t dst_session,
+                               cudaStream_t s) {
+    static const char what[] = "rkv_layer_copy_span";
     rkv_status st = rkv__cuda_check_device(l, what);
-    if (st != RKV_OK || src_session == dst_session) return st;
-    cudaStream_t s = static_cast<cudaStream_t>(stream);
-    size_t so = 0, doff = 0, bytes = 0;
-    int in_written = 0;
+    if (st != RKV_OK) return st;
     cudaError_t e = cudaSuccess;
     // K and V of every head, then the written bits: 2H + 1 pieces.
     for (int64_t piece = 0; piece <= 2 * l->g.n_kv_heads && e == cudaSuccess; piece++) {
@@ -485,10 +368,10 @@ extern "C" rkv_status rkv_cuda_layer_copy_span(rkv_cuda_layer *l, int64_t src_se
         const rkv_span_part part =
             bits ? RKV_SPAN_WRITTEN : piece < l->g.n_kv_heads ? RKV_SPAN_K : RKV_SPAN_V;
         const int64_t head = bits ? 0 : piece % l->g.n_kv_heads;
-        rkv__cuda_span_check(&l->g, what, src_session, part, head, &so, &bytes, &in_written);
-        rkv__cuda_span_check(&l->g, what, dst_session, part, head, &doff, &bytes, &in_written);
-        uint8_t *base = bits ? l->written : static_cast<uint8_t *>(l->kv);
-        e = cudaMemcpyAsync(base + doff, base + so, bytes, cudaMemcpyDeviceToDevice, s);
+        size_t bytes = 0;
+        const uint8_t *from = span_at(l, src_session, part, head, &bytes);
+        uint8_t *to = span_at(l, dst_session, part, head, &bytes);
+        e = cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, s);
     }
     return e == cudaSuccess ? RKV_OK : rkv__cuda_fail(e, what);
 }

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../internal.h"
+#include "../attention_check.h"
 
 static int64_t ceil_div64(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -19,39 +19,6 @@ static int64_t max_batch_of(const rkv_geometry *g) {
 }
 
 /* ---- upsert --------------------------------------------------------------- */
-
-rkv_status rkv__cuda_upsert_check(const rkv_geometry *g, const void *kv, rkv_dtype kv_dtype,
-                                  int64_t batch, const int64_t *frame_pos,
-                                  const int64_t *session_idx, const uint8_t *visible) {
-    static const char what[] = "rkv_cuda_layer_upsert";
-    if (!g) return rkv_error_set(RKV_ERR_NULL, "%s: layer is NULL", what);
-    if (!kv) return rkv_error_set(RKV_ERR_NULL, "%s: kv is NULL", what);
-    if (!frame_pos) return rkv_error_set(RKV_ERR_NULL, "%s: frame_pos is NULL", what);
-    if (!session_idx) return rkv_error_set(RKV_ERR_NULL, "%s: session_idx is NULL", what);
-    if (batch < 1 || batch > max_batch_of(g))
-        return rkv_error_set(RKV_ERR_INVALID_ARG,
-                         "%s: batch B = %lld; expected 1..%lld (one frame per distinct session, "
-                         "at most %d per call)",
-                         what, (long long)batch, (long long)max_batch_of(g), RKV_CUDA_MAX_BATCH);
-    if (kv_dtype != g->dtype)
-        return rkv_error_set(RKV_ERR_DTYPE, "%s: kv dtype %s does not match the storage dtype %s", what,
-                         rkv_dtype_name(kv_dtype) ? rkv_dtype_name(kv_dtype) : "(unknown)",
-                         rkv_dtype_name(g->dtype));
-    if (visible && batch != 1)
-        return rkv_error_set(RKV_ERR_INVALID_ARG,
-                         "%s: the visibility row only supports B == 1; got B = %lld (the engine "
-                         "path passes visible = NULL)",
-                         what, (long long)batch);
-    if (misaligned(kv, 16))
-        return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: kv %p is not 16-byte aligned", what, kv);
-    if (visible && misaligned(visible, 16))
-        return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: visible %p is not 16-byte aligned", what,
-                         (const void *)visible);
-    if (misaligned(frame_pos, 8) || misaligned(session_idx, 8))
-        return rkv_error_set(RKV_ERR_INVALID_ARG,
-                         "%s: frame_pos / session_idx must be 8-byte aligned int64 arrays", what);
-    return RKV_OK;
-}
 
 void rkv__cuda_upsert_plan_make(const rkv_geometry *g, int64_t batch, int commit, int with_visible,
                                 rkv__cuda_upsert_plan *p) {
@@ -91,13 +58,8 @@ void rkv__cuda_reset_plan_make(const rkv_geometry *g, rkv__cuda_reset_plan *p) {
 
 /* ---- attention ------------------------------------------------------------ */
 
-static int ranges_overlap(const void *a, size_t na, const void *b, size_t nb) {
-    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-    return x < y + nb && y < x + na;
-}
-
 rkv_status rkv__cuda_attention_check(const rkv_geometry *g, const rkv_cuda_attention_args *a) {
-    static const char what[] = "rkv_cuda_layer_attend";
+    static const char what[] = "rkv_cuda_attention_describe";
     if (!g) return rkv_error_set(RKV_ERR_NULL, "%s: layer is NULL", what);
     if (!a) return rkv_error_set(RKV_ERR_NULL, "%s: args is NULL", what);
     /* one version so far: every member is the caller's (ringkv.h, "Structs
@@ -106,55 +68,19 @@ rkv_status rkv__cuda_attention_check(const rkv_geometry *g, const rkv_cuda_atten
         what, "args", "rkv_cuda_attention_args", "RKV_CUDA_ATTENTION_ARGS_INIT", a->struct_size,
         RKV__SIZE_V1(rkv_cuda_attention_args, workspace_bytes), sizeof *a);
     if (st != RKV_OK) return st;
-    if (a->batch < 1 || a->batch > max_batch_of(g))
+    /* the rows of one launch: at most min(S, RKV_CUDA_MAX_BATCH) */
+    if (a->batch > max_batch_of(g))
         return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: batch B = %lld; expected 1..%lld", what,
-                         (long long)a->batch, (long long)max_batch_of(g));
-    if (a->n_q_heads < 1 || a->n_q_heads % g->n_kv_heads)
-        return rkv_error_set(RKV_ERR_INVALID_ARG,
-                         "%s: n_q_heads = %lld; expected a positive multiple of n_kv_heads "
-                         "(%lld) for GQA",
-                         what, (long long)a->n_q_heads, (long long)g->n_kv_heads);
-    if (g->n_kv_heads > 65535)
-        return rkv_error_set(RKV_ERR_INVALID_ARG,
-                         "%s: n_kv_heads = %lld; the CUDA grid takes at most 65535", what,
-                         (long long)g->n_kv_heads);
-    if (a->n_queries < 0)
-        return rkv_error_set(RKV_ERR_INVALID_ARG,
-                         "%s: n_queries = %lld; expected >= 0 (0 = tokens_per_frame)", what,
-                         (long long)a->n_queries);
-    if (!a->q || !a->out)
-        return rkv_error_set(RKV_ERR_NULL, "%s: %s is NULL", what, a->q ? "out" : "q");
-    if (!a->session_idx) return rkv_error_set(RKV_ERR_NULL, "%s: session_idx is NULL", what);
-    if (!a->visible && !a->frame_pos)
-        return rkv_error_set(RKV_ERR_NULL, "%s: frame_pos is NULL (needed when visible is NULL)",
-                         what);
-    if (!rkv_dtype_name(a->q_dtype) || !rkv_dtype_name(a->out_dtype))
-        return rkv_error_set(RKV_ERR_DTYPE, "%s: unknown dtype (q %d, out %d)", what,
-                         (int)a->q_dtype, (int)a->out_dtype);
-    if (!isfinite(a->scale)) return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: scale is not finite", what);
-    if (g->d_head > RKV__SIMT_MAX_D)
-        return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: d_head = %lld; the CUDA backend takes at most %d",
-                         what, (long long)g->d_head, RKV__SIMT_MAX_D);
-    if (misaligned(a->q, 16) || misaligned(a->out, 16))
-        return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: %s is not 16-byte aligned", what,
-                         misaligned(a->q, 16) ? "q" : "out");
-    if (misaligned(a->session_idx, 8) || (a->frame_pos && misaligned(a->frame_pos, 8)))
-        return rkv_error_set(RKV_ERR_INVALID_ARG,
-                         "%s: frame_pos / session_idx must be 8-byte aligned int64 arrays", what);
+                             (long long)a->batch, (long long)max_batch_of(g));
     if (a->workspace && misaligned(a->workspace, 16))
         return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: workspace is not 16-byte aligned", what);
+    /* then the core's one attention check, with this backend's limits */
+    const rkv_backend_limits lim = RKV__CUDA_LIMITS;
+    if ((st = rkv__attend_args_check(g, &lim, NULL, a, false, what)) != RKV_OK) return st;
     const int64_t tq = a->n_queries ? a->n_queries : g->tokens_per_frame;
-    int64_t rows, elems;
-    if (!rkv__mul_i64(a->batch, a->n_q_heads, &rows) || !rkv__mul_i64(rows, tq, &rows) ||
-        !rkv__mul_i64(rows, g->d_head, &elems) || !rkv__mul_i64(elems, 4, &elems) ||
-        rows / RKV__SIMT_WARPS >= INT32_MAX)
-        return rkv_error_set(RKV_ERR_OVERFLOW, "%s: B*Hq*Tq*D = %lld*%lld*%lld*%lld is too large", what,
-                         (long long)a->batch, (long long)a->n_q_heads, (long long)tq,
-                         (long long)g->d_head);
-    const size_t qb = (size_t)(rows * g->d_head) * rkv_dtype_size(a->q_dtype);
-    const size_t ob = (size_t)(rows * g->d_head) * rkv_dtype_size(a->out_dtype);
-    if (ranges_overlap(a->q, qb, a->out, ob))
-        return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: out overlaps q", what);
+    if (a->batch * a->n_q_heads * tq / RKV__SIMT_WARPS >= INT32_MAX)
+        return rkv_error_set(RKV_ERR_OVERFLOW, "%s: B*Hq*Tq = %lld*%lld*%lld is too large", what,
+                             (long long)a->batch, (long long)a->n_q_heads, (long long)tq);
     return RKV_OK;
 }
 
@@ -346,28 +272,17 @@ rkv_status rkv__cuda_model_args_check(const char *what, const rkv_attention_args
 
 void rkv__cuda_model_attention_args(const rkv_attention_args *a, void *workspace,
                                     size_t workspace_bytes, rkv_cuda_attention_args *out) {
-    memset(out, 0, sizeof *out);
+    *out = *a;
     out->struct_size = sizeof *out;
-    out->batch = a->batch;
-    out->n_q_heads = a->n_q_heads;
-    out->n_queries = a->n_queries;
-    out->q = a->q;
-    out->q_dtype = a->q_dtype;
-    out->out = a->out;
-    out->out_dtype = a->out_dtype;
-    out->session_idx = a->session_idx;
-    out->frame_pos = a->frame_pos;
-    out->visible = NULL;
-    out->scale = a->scale;
     out->workspace = workspace;
     out->workspace_bytes = workspace ? workspace_bytes : 0;
 }
 
 rkv_status rkv__cuda_device_error_status(int word, int64_t num_sessions) {
     const int op = (word >> 24) & 0xff, kind = (word >> 16) & 0xff, row = word & 0xffff;
-    const char *what = op == RKV__OP_UPSERT   ? "rkv_cuda_layer_upsert"
-                       : op == RKV__OP_ATTEND ? "rkv_cuda_layer_attend"
-                       : op == RKV__OP_ROW    ? "rkv_cuda_ring_visible_row"
+    const char *what = op == RKV__OP_UPSERT   ? "rkv_layer_upsert"
+                       : op == RKV__OP_ATTEND ? "rkv_layer_attend"
+                       : op == RKV__OP_ROW    ? "rkv_layer_visible_row"
                                               : "a CUDA call";
     switch (kind) {
     case RKV__DEVERR_SESSION_RANGE:

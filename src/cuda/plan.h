@@ -16,6 +16,18 @@
 extern "C" {
 #endif
 
+/* The arguments of one attention launch: the core's rkv_attention_args
+ * (ringkv.h, version 2: with the workspace), read by the planner as they
+ * are (pool unused). */
+typedef rkv_attention_args rkv_cuda_attention_args;
+#define RKV_CUDA_ATTENTION_ARGS_INIT RKV_ATTENTION_ARGS_INIT
+
+/* The backend's limits (its table's `limits`): the kernels check rows of
+ * one launch against RKV_CUDA_MAX_BATCH, the generic kernel takes D up to
+ * RKV__SIMT_MAX_D, the grid's y dimension 65535 KV heads, and every
+ * per-pass buffer is read in 16-byte vectors. */
+#define RKV__CUDA_LIMITS {RKV_CUDA_MAX_BATCH, 256, 65535, 16, 0}
+
 /* What the planner needs to know about the GPU (read once at layer
  * creation with cudaGetDeviceProperties). */
 typedef struct rkv__cuda_device_info {
@@ -45,11 +57,7 @@ typedef struct rkv__cuda_upsert_plan {
     size_t smem_bytes;       /* B rows' (session, clock) staged for checks   */
 } rkv__cuda_upsert_plan;
 
-/* Host checks of rkv_cuda_layer_upsert (everything but the device values),
- * then the plan. `what` names the call in messages. */
-rkv_status rkv__cuda_upsert_check(const rkv_geometry *g, const void *kv, rkv_dtype kv_dtype,
-                                  int64_t batch, const int64_t *frame_pos,
-                                  const int64_t *session_idx, const uint8_t *visible);
+/* The plan of one fused upsert (arguments checked by the core). */
 void rkv__cuda_upsert_plan_make(const rkv_geometry *g, int64_t batch, int commit, int with_visible,
                                 rkv__cuda_upsert_plan *out);
 
@@ -118,8 +126,12 @@ typedef struct rkv__cuda_attn_plan {
     float scale;             /* resolved softmax scale                        */
 } rkv__cuda_attn_plan;
 
-/* Host checks of rkv_cuda_layer_attend (everything but device values). */
+/* The host checks of a launch's arguments (rkv_cuda_attention_describe's):
+ * the core's one attention check (attention_check.h) with this backend's
+ * limits, plus B <= min(S, RKV_CUDA_MAX_BATCH), the workspace's alignment
+ * and the generic kernel's grid. */
 rkv_status rkv__cuda_attention_check(const rkv_geometry *g, const rkv_cuda_attention_args *a);
+
 /* The plan for valid args. `stages` is the cp.async pipeline depth of the
  * mma kernel (2 or 3; anything else means 2). `kernel` is RKV__KERNEL_MMA or
  * RKV__KERNEL_WGMMA (the latter where it applies: D 64, dev->cc_major 9).
@@ -134,8 +146,7 @@ size_t rkv__cuda_split_workspace_bytes(int splits, int64_t total_rows, int d_hea
 void rkv__cuda_attention_plan_describe(const rkv__cuda_attn_plan *p, char *buf, size_t n);
 
 /* ---- spans and the model's table (layer.cu, backend_cuda.cu) ------------
- * Host checks of rkv_cuda_layer_read_span / _write_span (`what` names the
- * call): the piece (session, part, head) and its place, a byte offset from
+ * A span piece's place (`what` names the call): the piece (session, part, head) and its place, a byte offset from
  * the K/V storage or (*in_written) from the written bits, and its bytes. */
 rkv_status rkv__cuda_span_check(const rkv_geometry *g, const char *what, int64_t session,
                                 rkv_span_part part, int64_t head, size_t *offset, size_t *bytes,
@@ -154,14 +165,14 @@ size_t rkv__cuda_model_workspace_bytes(const rkv_geometry *g, const rkv__cuda_de
  * grow"): RKV_ERR_INVALID_ARG named after `what` unless this library knows
  * it. */
 rkv_status rkv__cuda_model_args_check(const char *what, const rkv_attention_args *a);
-/* The layer-level arguments of a model's attention: a's batch, heads,
- * queries, pointers, dtypes, scale, rows and clocks (the model's device
- * buffers), no visibility rows, and the model's workspace. */
+/* The launch arguments of the core's (checked) args: a's batch, heads,
+ * queries, pointers, dtypes, scale, rows, clocks and visibility rows, and
+ * the workspace given. */
 void rkv__cuda_model_attention_args(const rkv_attention_args *a, void *workspace,
                                     size_t workspace_bytes, rkv_cuda_attention_args *out);
 
 /* Device error word: op << 24 | kind << 16 | row. */
-enum { RKV__OP_UPSERT = 1, RKV__OP_ATTEND = 2, RKV__OP_ROW = 3 /* rkv_cuda_ring_visible_row */ };
+enum { RKV__OP_UPSERT = 1, RKV__OP_ATTEND = 2, RKV__OP_ROW = 3 /* rkv_layer_visible_row */ };
 enum { RKV__DEVERR_SESSION_RANGE = 1, RKV__DEVERR_SESSION_DUP = 2, RKV__DEVERR_CLOCK = 3,
        RKV__DEVERR_ARCH = 4 /* a kernel ran from a build without its architecture */ };
 /* Turns a nonzero device error word into a status and a message. */

@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "ringkv.h"
+#include "ringkv_backend.h"
 
 /* ---- random inputs ---------------------------------------------------------- */
 
@@ -115,5 +116,20 @@ int rkvt_sanitized(void);
  * RKV_ISA once per process): call this first in main(), before anything
  * picks a kernel. */
 int rkvt_isa_entry_redundant(char *why, size_t n);
+
+/* The reference attention (the oracle, ringkv_cpu.h) on layer l's bytes:
+ * l's storage wrapped on the reference table, then rkv_layer_attend, the
+ * same checks and errors (a NULL layer: rkv_layer_attend's refusal). */
+static inline rkv_status rkvt_attend_reference(const rkv_layer *l, const rkv_attention_args *a) {
+    if (!l) return rkv_layer_attend(NULL, a);
+    const rkv_backend_storage st = {(void *)rkv_layer_kv(l), (uint8_t *)rkv_layer_written(l), NULL};
+    rkv_layer *ref = NULL;
+    rkv_status s = rkv_layer_wrap(rkv_backend_cpu_reference(), NULL, rkv_layer_geometry(l), &st,
+                                  &ref);
+    if (s != RKV_OK) return s;
+    s = rkv_layer_attend(ref, a);
+    rkv_layer_destroy(ref);
+    return s;
+}
 
 #endif

@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "ringkv.h"
+#include "ringkv_backend.h"
 #include "ringkv_cuda.h"
 #include "rkvt.h"
 
@@ -60,6 +61,45 @@ static inline void *ct_malloc(size_t n) {
         exit(2);
     }
     return p;
+}
+
+/* A layer on GPU 0 whose calls run on `stream`, on a context of its own
+ * (rkv_cuda_backend + rkv_layer_create_on); ct_layer_destroy frees both.
+ * *out untouched on failure (the context freed). */
+static inline rkv_status ct_layer_create(const rkv_geometry *g, cudaStream_t stream,
+                                         rkv_layer **out) {
+    const rkv_backend_ops *ops = NULL;
+    void *ctx = NULL;
+    rkv_status st = rkv_cuda_backend(0, (void *)stream, &ops, &ctx);
+    if (st != RKV_OK) return st;
+    if ((st = rkv_layer_create_on(ops, ctx, g, out)) != RKV_OK) ops->ctx_destroy(ctx);
+    return st;
+}
+static inline void ct_layer_destroy(rkv_layer *l) {
+    const rkv_backend_ops *ops = NULL;
+    void *ctx = NULL;
+    if (!rkv_layer_backend_handle(l, &ops, &ctx)) return;
+    rkv_layer_destroy(l);
+    ops->ctx_destroy(ctx);
+}
+/* Whole-layer copies of a GPU layer's storage (kv or written may be NULL),
+ * after the whole device's work. */
+static inline void ct_layer_download(const rkv_layer *l, void *kv, uint8_t *written) {
+    CK(cudaDeviceSynchronize());
+    if (kv) CK(cudaMemcpy(kv, rkv_layer_kv(l), rkv_layer_memory_bytes(l), cudaMemcpyDeviceToHost));
+    if (written)
+        CK(cudaMemcpy(written, rkv_layer_written(l), (size_t)rkv_layer_total_slots(l),
+                      cudaMemcpyDeviceToHost));
+}
+static inline void ct_layer_upload(rkv_layer *l, const void *kv, const uint8_t *written) {
+    CK(cudaDeviceSynchronize());
+    if (kv)
+        CK(cudaMemcpy((void *)rkv_layer_kv(l), kv, rkv_layer_memory_bytes(l),
+                      cudaMemcpyHostToDevice));
+    if (written)
+        CK(cudaMemcpy((void *)rkv_layer_written(l), written, (size_t)rkv_layer_total_slots(l),
+                      cudaMemcpyHostToDevice));
+    CK(cudaDeviceSynchronize());
 }
 
 static inline void *ct_dmalloc(size_t n) {

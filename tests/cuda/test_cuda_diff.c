@@ -17,7 +17,7 @@
  *     a score is +inf or NaN, on the GPU and the CPU alike
  *   device checks                          an invalid session/clock in device
  *     memory: the call writes nothing (state and output unchanged) and
- *     rkv_cuda_layer_check reports RKV_ERR_RANGE / RKV_ERR_INVALID_ARG
+ *     rkv_layer_check reports RKV_ERR_RANGE / RKV_ERR_INVALID_ARG
  * plus a float64 spot check of a few rows of the 720P-like case (both
  * backends against an oracle written from SEMANTICS).
  *
@@ -103,7 +103,7 @@ typedef struct ctx {
     const diff_case *c;
     rkv_geometry g;
     rkv_layer *cpu;
-    rkv_cuda_layer *gpu;
+    rkv_layer *gpu;
     cudaStream_t stream;
     int64_t N, C, L;
     size_t esz, kv_bytes, frame_bytes;
@@ -123,7 +123,7 @@ typedef struct ctx {
 static int64_t max_tq(const ctx *x) { return x->c->T + 64; }
 
 static void compare_state(ctx *x, const char *what) {
-    OKR(rkv_cuda_layer_download(x->gpu, x->h_state, x->h_written));
+    ct_layer_download(x->gpu, x->h_state, x->h_written);
     const int kv_ok = memcmp(x->h_state, rkv_layer_kv(x->cpu), x->kv_bytes) == 0;
     const int w_ok = memcmp(x->h_written, rkv_layer_written(x->cpu), (size_t)x->N) == 0;
     char buf[256];
@@ -163,7 +163,7 @@ static void attend_both(ctx *x, int64_t B, const int64_t *sess, const int64_t *f
     CK(cudaMemcpy(x->d_sess, sess, (size_t)B * 8, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(x->d_fp, fp, (size_t)B * 8, cudaMemcpyHostToDevice));
 
-    rkv_cuda_attention_args ga = RKV_CUDA_ATTENTION_ARGS_INIT;
+    rkv_attention_args ga = RKV_ATTENTION_ARGS_INIT;
     ga.batch = B;
     ga.n_q_heads = c->Hq;
     ga.n_queries = tq;
@@ -179,9 +179,9 @@ static void attend_both(ctx *x, int64_t B, const int64_t *sess, const int64_t *f
     ga.workspace_bytes = use_ws ? x->ws_bytes : 0;
     char plan[256];
     OKR(rkv_cuda_attention_describe(x->gpu, &ga, plan, sizeof plan));
-    OKR(rkv_cuda_layer_attend(x->gpu, &ga, (void *)x->stream));
+    OKR(rkv_layer_attend(x->gpu, &ga));
     CK(cudaStreamSynchronize(x->stream));
-    OKR(rkv_cuda_layer_check(x->gpu, (void *)x->stream));
+    OKR(rkv_layer_check(x->gpu));
     CK(cudaMemcpy(x->h_out, x->d_out, nq * rkv_dtype_size(out_dt), cudaMemcpyDeviceToHost));
 
     rkv_attention_args ca = RKV_ATTENTION_ARGS_INIT;
@@ -225,7 +225,7 @@ static void attend_both(ctx *x, int64_t B, const int64_t *sess, const int64_t *f
     record(op, err <= tol, err, buf);
     if (!(err <= tol) && !explicit_vis && g_fail[op] <= 3) {
         /* who is off? a few rows of both against the float64 oracle */
-        OKR(rkv_cuda_layer_download(x->gpu, x->h_state, x->h_written));
+        ct_layer_download(x->gpu, x->h_state, x->h_written);
         double *row = (double *)ct_malloc((size_t)c->D * sizeof(double));
         for (int k = 0; k < 3; k++) {
             const int64_t b = rkvt_randint(&x->rng, B), h = rkvt_randint(&x->rng, c->Hq);
@@ -263,9 +263,9 @@ static void device_checks(ctx *x, int64_t B, const int64_t *sess, const int64_t 
         CK(cudaMemcpy(x->d_fp, bf, (size_t)B * 8, cudaMemcpyHostToDevice));
         ct_fill(x->h_kv_in, c->dt, x->frame_bytes * (size_t)B / x->esz, 1.0f, &x->rng);
         CK(cudaMemcpy(x->d_kv_in, x->h_kv_in, x->frame_bytes * (size_t)B, cudaMemcpyHostToDevice));
-        OKR(rkv_cuda_layer_upsert(x->gpu, x->d_kv_in, c->dt, B, x->d_fp, x->d_sess, 1,
-                                  B == 1 ? x->d_vis : NULL, (void *)x->stream));
-        rkv_status st = rkv_cuda_layer_check(x->gpu, (void *)x->stream);
+        OKR(rkv_layer_upsert(x->gpu, x->d_kv_in, c->dt, B, x->d_fp, x->d_sess, 1,
+                             B == 1 ? x->d_vis : NULL));
+        rkv_status st = rkv_layer_check(x->gpu);
         char buf[256];
         snprintf(buf, sizeof buf, "%s upsert kind %d: status %s (%s)", c->name, kind,
                  rkv_status_str(st), rkv_last_error());
@@ -273,7 +273,7 @@ static void device_checks(ctx *x, int64_t B, const int64_t *sess, const int64_t 
         compare_state(x, "after a rejected upsert");
 
         /* attention: output must stay poisoned */
-        rkv_cuda_attention_args ga = RKV_CUDA_ATTENTION_ARGS_INIT;
+        rkv_attention_args ga = RKV_ATTENTION_ARGS_INIT;
         ga.batch = B;
         ga.n_q_heads = c->Hq;
         ga.q = x->d_q;
@@ -286,8 +286,8 @@ static void device_checks(ctx *x, int64_t B, const int64_t *sess, const int64_t 
         ga.workspace_bytes = x->ws_bytes;
         const size_t nout = (size_t)(B * c->Hq * c->T * c->D) * x->esz;
         CK(cudaMemset(x->d_out, 0xa5, nout));
-        OKR(rkv_cuda_layer_attend(x->gpu, &ga, (void *)x->stream));
-        st = rkv_cuda_layer_check(x->gpu, (void *)x->stream);
+        OKR(rkv_layer_attend(x->gpu, &ga));
+        st = rkv_layer_check(x->gpu);
         unsigned char *h = (unsigned char *)ct_malloc(nout);
         CK(cudaMemcpy(h, x->d_out, nout, cudaMemcpyDeviceToHost));
         size_t touched = 0;
@@ -310,7 +310,7 @@ static void oracle_rows(ctx *x, int64_t s, int64_t f) {
     CK(cudaMemcpy(x->d_sess, &s, 8, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(x->d_fp, &f, 8, cudaMemcpyHostToDevice));
     for (int pass = 0; pass < 2; pass++) {
-        rkv_cuda_attention_args ga = RKV_CUDA_ATTENTION_ARGS_INIT;
+        rkv_attention_args ga = RKV_ATTENTION_ARGS_INIT;
         ga.batch = B;
         ga.n_q_heads = c->Hq;
         ga.q = x->d_q;
@@ -323,12 +323,12 @@ static void oracle_rows(ctx *x, int64_t s, int64_t f) {
         ga.workspace_bytes = pass ? x->ws_bytes : 0;
         char plan[256];
         OKR(rkv_cuda_attention_describe(x->gpu, &ga, plan, sizeof plan));
-        OKR(rkv_cuda_layer_attend(x->gpu, &ga, (void *)x->stream));
+        OKR(rkv_layer_attend(x->gpu, &ga));
         CK(cudaStreamSynchronize(x->stream));
-        OKR(rkv_cuda_layer_check(x->gpu, (void *)x->stream));
+        OKR(rkv_layer_check(x->gpu));
         float *out = (float *)ct_malloc(nq * 4);
         CK(cudaMemcpy(out, x->d_out, nq * 4, cudaMemcpyDeviceToHost));
-        OKR(rkv_cuda_layer_download(x->gpu, x->h_state, x->h_written));
+        ct_layer_download(x->gpu, x->h_state, x->h_written);
         double num = 0, den = 0, *row = (double *)ct_malloc((size_t)c->D * sizeof(double));
         const int rows = 12;
         for (int k = 0; k < rows; k++) {
@@ -368,8 +368,8 @@ static void run_case(const diff_case *c, uint64_t seed, int quick) {
     g->pinned_dilation = c->PD;
     g->dtype = c->dt;
     OKR(rkv_layer_create(g, &x->cpu));
-    OKR(rkv_cuda_layer_create(g, 0, &x->gpu));
     CK(cudaStreamCreate(&x->stream)); /* blocking: ordered after the legacy-stream copies and memsets */
+    OKR(ct_layer_create(g, x->stream, &x->gpu));
     x->C = rkv_geometry_capacity(g);
     x->L = rkv_geometry_ring_len(g);
     x->N = rkv_geometry_total_slots(g);
@@ -387,7 +387,7 @@ static void run_case(const diff_case *c, uint64_t seed, int quick) {
     /* the largest preferred workspace over B and Tq */
     for (int64_t B = 1; B <= S; B++)
         for (int k = 0; k < 2; k++) {
-            rkv_cuda_attention_args a = RKV_CUDA_ATTENTION_ARGS_INIT;
+            rkv_attention_args a = RKV_ATTENTION_ARGS_INIT;
             a.batch = B;
             a.n_q_heads = c->Hq;
             a.n_queries = k ? max_tq(x) : 0;
@@ -397,7 +397,7 @@ static void run_case(const diff_case *c, uint64_t seed, int quick) {
             a.out_dtype = RKV_DTYPE_F32;
             a.session_idx = x->d_sess;
             a.frame_pos = x->d_fp;
-            size_t w = rkv_cuda_attention_workspace_bytes(x->gpu, &a);
+            size_t w = rkv_layer_attend_workspace_bytes(x->gpu, &a);
             if (w > x->ws_bytes) x->ws_bytes = w;
         }
     x->d_ws = x->ws_bytes ? ct_dmalloc(x->ws_bytes) : NULL;
@@ -440,10 +440,10 @@ static void run_case(const diff_case *c, uint64_t seed, int quick) {
             if (vis) CK(cudaMemset(x->d_vis, 0x77, (size_t)x->N));
             OKR(rkv_layer_upsert(x->cpu, x->h_kv_in, c->dt, B, fp, sess, commit,
                                  vis ? x->h_vis_cpu : NULL));
-            OKR(rkv_cuda_layer_upsert(x->gpu, x->d_kv_in, c->dt, B, x->d_fp, x->d_sess, commit,
-                                      vis ? x->d_vis : NULL, (void *)x->stream));
+            OKR(rkv_layer_upsert(x->gpu, x->d_kv_in, c->dt, B, x->d_fp, x->d_sess, commit,
+                                 vis ? x->d_vis : NULL));
             CK(cudaStreamSynchronize(x->stream));
-            OKR(rkv_cuda_layer_check(x->gpu, (void *)x->stream));
+            OKR(rkv_layer_check(x->gpu));
             if (!c->fast_forward || step % 16 == 15 || step == frames - 1) {
                 char what[128];
                 snprintf(what, sizeof what, "%s step %d pass %d B %lld", c->name, step, pass,
@@ -454,21 +454,17 @@ static void run_case(const diff_case *c, uint64_t seed, int quick) {
                 CK(cudaMemcpy(x->h_vis_gpu, x->d_vis, (size_t)x->N, cudaMemcpyDeviceToHost));
                 const int ok = memcmp(x->h_vis_gpu, x->h_vis_cpu, (size_t)x->N) == 0;
                 record(OP_VIS, ok, ok ? 0 : 1, c->name);
-                /* the same state's row through the ring views (what the torch
-                 * ops call; visible_row_kernel) against the CPU's view */
-                rkv_ring_view cv;
-                rkv_cuda_ring_view gv;
-                OKR(rkv_layer_view(x->cpu, &cv));
-                OKR(rkv_cuda_layer_view(x->gpu, &gv));
-                OKR(rkv_ring_visible_row(&cv, sess[0], fp[0], x->h_vis_cpu));
+                /* the same state's row on its own (rkv_layer_visible_row, what
+                 * the torch ops call; visible_row_kernel) against the CPU's */
+                const int64_t s0 = sess[0], f0 = fp[0];
+                OKR(rkv_layer_visible_row(x->cpu, &s0, &f0, x->h_vis_cpu));
                 CK(cudaMemset(x->d_vis, 0x77, (size_t)x->N));
-                OKR(rkv_cuda_ring_visible_row(&gv, x->d_sess, x->d_fp, x->d_vis,
-                                              (void *)x->stream));
+                OKR(rkv_layer_visible_row(x->gpu, x->d_sess, x->d_fp, x->d_vis));
                 CK(cudaStreamSynchronize(x->stream));
-                OKR(rkv_cuda_ring_check(&gv, (void *)x->stream));
+                OKR(rkv_layer_check(x->gpu));
                 CK(cudaMemcpy(x->h_vis_gpu, x->d_vis, (size_t)x->N, cudaMemcpyDeviceToHost));
                 const int vok = memcmp(x->h_vis_gpu, x->h_vis_cpu, (size_t)x->N) == 0;
-                record(OP_VIS, vok, vok ? 0 : 1, "ring view row");
+                record(OP_VIS, vok, vok ? 0 : 1, "visible row");
             }
             if (attend_now && (pass == 0 || pass == 4)) {
                 attend_both(x, B, sess, fp, 0, 0, pass ? "after commit" : "pass 0");
@@ -496,7 +492,7 @@ static void run_case(const diff_case *c, uint64_t seed, int quick) {
         if (!c->fast_forward && rkvt_randint(&x->rng, 9) == 0) {
             const int64_t s = rkvt_randint(&x->rng, S);
             OKR(rkv_layer_reset(x->cpu, s));
-            OKR(rkv_cuda_layer_reset(x->gpu, s, (void *)x->stream));
+            OKR(rkv_layer_reset(x->gpu, s));
             CK(cudaStreamSynchronize(x->stream));
             x->clock[s] = rkvt_randint(&x->rng, 40);
             compare_state(x, "after reset");
@@ -516,7 +512,7 @@ static void run_case(const diff_case *c, uint64_t seed, int quick) {
     fflush(stdout);
 
     rkv_layer_destroy(x->cpu);
-    rkv_cuda_layer_destroy(x->gpu);
+    ct_layer_destroy(x->gpu);
     CK(cudaStreamDestroy(x->stream));
     cudaFree(x->d_kv_in), cudaFree(x->d_q), cudaFree(x->d_out), cudaFree(x->d_fp);
     cudaFree(x->d_sess), cudaFree(x->d_vis), cudaFree(x->d_ws);
@@ -561,9 +557,9 @@ static void special_one(const sp_case *c, rkv_dtype dt, int64_t D, rkvt_rng *rng
     const int64_t T = c->T, N = 5 * T;
     rkv_geometry g = {1, 1, 4, 4, D, T, 1, dt};
     rkv_layer *cpu = NULL;
-    rkv_cuda_layer *gpu = NULL;
+    rkv_layer *gpu = NULL;
     OKR(rkv_layer_create(&g, &cpu));
-    OKR(rkv_cuda_layer_create(&g, 0, &gpu));
+    OKR(ct_layer_create(&g, NULL, &gpu));
     const size_t half = (size_t)(T * D), fn = 2 * half, esz = rkv_dtype_size(dt);
     float *fr = (float *)ct_malloc(fn * 4);
     void *kv = ct_malloc(fn * esz);
@@ -578,7 +574,7 @@ static void special_one(const sp_case *c, rkv_dtype dt, int64_t D, rkvt_rng *rng
         const int64_t s = 0;
         OKR(rkv_layer_upsert(cpu, kv, dt, 1, &f, &s, f < 2, NULL));
     }
-    OKR(rkv_cuda_layer_upload(gpu, rkv_layer_kv(cpu), rkv_layer_written(cpu)));
+    ct_layer_upload(gpu, rkv_layer_kv(cpu), rkv_layer_written(cpu));
     const rkv_dtype q_dt = dt; /* the tensor-core kernel's condition */
     /* a frame of queries (the executor: 37, a partial m tile) */
     const int64_t Tq = g_exec ? 37 : T;
@@ -606,13 +602,13 @@ static void special_one(const sp_case *c, rkv_dtype dt, int64_t D, rkvt_rng *rng
                                    .session_idx = &idx[0], .frame_pos = &idx[1]};
     OKR(rkv_layer_attend(cpu, &ca));
     for (int mode = 0; mode < 3; mode++) { /* plain, workspace (splits), explicit row */
-        rkv_cuda_attention_args ga = {.struct_size = sizeof(rkv_cuda_attention_args),
+        rkv_attention_args ga = {.struct_size = sizeof(rkv_attention_args),
                                       .batch = 1, .n_q_heads = 1, .n_queries = Tq, .q = d_q,
                                       .q_dtype = q_dt, .out = d_out, .out_dtype = RKV_DTYPE_F32,
                                       .session_idx = d_sess, .frame_pos = d_fp,
                                       .visible = mode == 2 ? d_vis : NULL};
         if (mode == 1) {
-            ga.workspace_bytes = rkv_cuda_attention_workspace_bytes(gpu, &ga);
+            ga.workspace_bytes = rkv_layer_attend_workspace_bytes(gpu, &ga);
             if (!ga.workspace_bytes) continue; /* this plan does not split */
             d_ws = d_ws ? d_ws : ct_dmalloc(ga.workspace_bytes);
             ga.workspace = d_ws;
@@ -626,9 +622,9 @@ static void special_one(const sp_case *c, rkv_dtype dt, int64_t D, rkvt_rng *rng
             record(OP_SPECIAL, 0, 1, why);
         }
         CK(cudaMemset(d_out, 0x5a, nq * 4));
-        OKR(rkv_cuda_layer_attend(gpu, &ga, NULL));
+        OKR(rkv_layer_attend(gpu, &ga));
         CK(cudaDeviceSynchronize());
-        OKR(rkv_cuda_layer_check(gpu, NULL));
+        OKR(rkv_layer_check(gpu));
         CK(cudaMemcpy(hout, d_out, nq * 4, cudaMemcpyDeviceToHost));
         const float *got = (const float *)hout;
         double err = 0;
@@ -654,7 +650,7 @@ static void special_one(const sp_case *c, rkv_dtype dt, int64_t D, rkvt_rng *rng
     cudaFree(d_vis);
     free(fr), free(kv), free(qf), free(hq), free(hout), free(ref), free(vis);
     rkv_layer_destroy(cpu);
-    rkv_cuda_layer_destroy(gpu);
+    ct_layer_destroy(gpu);
 }
 
 /* Whether the tensor-core kernels serve this storage (the others: generic). */
@@ -688,22 +684,32 @@ static void special_scores(uint64_t seed, int only_generic, int skip_generic, in
 /* Host-side rejections need no GPU state beyond a layer. */
 static void host_checks(void) {
     rkv_geometry g = {2, 1, 2, 2, 64, 128, 1, RKV_DTYPE_BF16};
-    rkv_cuda_layer *l = NULL;
-    OKR(rkv_cuda_layer_create(&g, 0, &l));
+    rkv_layer *l = NULL;
+    OKR(ct_layer_create(&g, NULL, &l));
     int64_t *d = (int64_t *)ct_dmalloc(64);
     void *kv = ct_dmalloc(1 << 20);
     struct {
         rkv_status got, want;
         const char *what;
     } t[] = {
-        {rkv_cuda_layer_upsert(l, NULL, g.dtype, 1, d, d, 0, NULL, NULL), RKV_ERR_NULL, "kv NULL"},
-        {rkv_cuda_layer_upsert(l, kv, RKV_DTYPE_F16, 1, d, d, 0, NULL, NULL), RKV_ERR_DTYPE, "dtype"},
-        {rkv_cuda_layer_upsert(l, kv, g.dtype, 3, d, d, 0, NULL, NULL), RKV_ERR_INVALID_ARG, "B > S"},
-        {rkv_cuda_layer_upsert(l, kv, g.dtype, 2, d, d, 0, (uint8_t *)kv, NULL), RKV_ERR_INVALID_ARG,
+        {rkv_layer_upsert(l, NULL, g.dtype, 1, d, d, 0, NULL), RKV_ERR_NULL, "kv NULL"},
+        {rkv_layer_upsert(l, kv, RKV_DTYPE_F16, 1, d, d, 0, NULL), RKV_ERR_DTYPE, "dtype"},
+        {rkv_layer_upsert(l, kv, g.dtype, 3, d, d, 0, NULL), RKV_ERR_INVALID_ARG, "B > S"},
+        {rkv_layer_upsert(l, kv, g.dtype, 2, d, d, 0, (uint8_t *)kv), RKV_ERR_INVALID_ARG,
          "visible with B 2"},
-        {rkv_cuda_layer_upsert(l, (char *)kv + 2, g.dtype, 1, d, d, 0, NULL, NULL),
+        {rkv_layer_upsert(l, (char *)kv + 2, g.dtype, 1, d, d, 0, NULL),
          RKV_ERR_INVALID_ARG, "misaligned kv"},
-        {rkv_cuda_layer_reset(l, 2, NULL), RKV_ERR_RANGE, "reset session 2"},
+        /* the backend's limits, checked once by the core (were plan.c's) */
+        {rkv_layer_upsert(l, kv, g.dtype, 1, NULL, d, 0, NULL), RKV_ERR_NULL, "frame_pos NULL"},
+        {rkv_layer_upsert(l, kv, g.dtype, 1, d, NULL, 0, NULL), RKV_ERR_NULL, "session_idx NULL"},
+        {rkv_layer_upsert(l, kv, g.dtype, 0, d, d, 0, NULL), RKV_ERR_INVALID_ARG, "B = 0"},
+        {rkv_layer_upsert(l, (char *)kv + 8, g.dtype, 1, d, d, 0, NULL), RKV_ERR_INVALID_ARG,
+         "kv 8 bytes off 16"},
+        {rkv_layer_upsert(l, kv, g.dtype, 1, d, d, 0, (uint8_t *)kv + (1 << 19) + 4),
+         RKV_ERR_INVALID_ARG, "visible off 16"},
+        {rkv_layer_upsert(l, kv, g.dtype, 1, (const int64_t *)((char *)d + 4), d, 0, NULL),
+         RKV_ERR_INVALID_ARG, "frame_pos off 8"},
+        {rkv_layer_reset(l, 2), RKV_ERR_RANGE, "reset session 2"},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         char buf[256];
@@ -712,13 +718,13 @@ static void host_checks(void) {
     }
     rkv_geometry bad = g;
     bad.tokens_per_frame = 100;
-    rkv_cuda_layer *l2 = NULL;
-    rkv_status st = rkv_cuda_layer_create(&bad, 0, &l2);
+    rkv_layer *l2 = NULL;
+    rkv_status st = ct_layer_create(&bad, NULL, &l2);
     record(OP_DEVCHECK, st == RKV_ERR_INVALID_ARG && !l2, st == RKV_ERR_INVALID_ARG ? 0 : 1,
            "create with T = 100");
     cudaFree(d);
     cudaFree(kv);
-    rkv_cuda_layer_destroy(l);
+    ct_layer_destroy(l);
 }
 
 int main(int argc, char **argv) {

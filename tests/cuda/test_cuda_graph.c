@@ -29,6 +29,9 @@
  * Exit: 0 pass, 1 a check failed, 2 setup error, 77 no GPU (skipped).
  */
 #include "cuda_test_util.h"
+#ifdef RKV_CUDA_EXEC_PROGRAM
+#include "rkvx_api.h" /* the executor's counters (tests/cuda_exec) */
+#endif
 
 #define NL 2
 #define NP 5
@@ -109,6 +112,69 @@ static rkv_status record(const frame_calls *fc) {
     return RKV_OK;
 }
 
+#ifdef RKV_CUDA_EXEC_PROGRAM
+/* Host syncs per frame on the executor (issue 22: at most 3 in the library):
+ * a 24-layer CUDA model (the 720P preset's layer count, small rings), 12
+ * frames of begin_frame, a committing upsert and an attention on every
+ * layer, then rkv_model_synchronize (which reads every layer's error word:
+ * one copy for all of them). Counted by the executor's runtime around each
+ * frame's library calls; the test's own copies are outside the count. */
+static int check_host_syncs(void) {
+    enum { L = 24, FRAMES = 12 };
+    rkv_model_config c = RKV_MODEL_CONFIG_INIT;
+    snprintf(c.name, sizeof c.name, "syncs");
+    c.n_layers = L;
+    for (int l = 0; l < L; l++) c.layers[l] = (rkv_layer_spec){2, 2, 1};
+    c.num_sessions = 1;
+    c.n_q_heads = 1;
+    c.n_kv_heads = 1;
+    c.d_head = 64;
+    c.tokens_per_frame = 128;
+    c.dtype = RKV_DTYPE_BF16;
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    rkv_model *m = NULL;
+    OKR(rkv_model_create_cuda(&c, 0, (void *)st, &m));
+    int64_t s = -1;
+    OKR(rkv_model_claim(m, "syncs", &s));
+    const size_t kv_bytes = 2 * 128 * 64 * 2, q_bytes = 128 * 64 * 2;
+    void *kv = NULL, *q = NULL, *out = NULL;
+    CK(cudaMalloc(&kv, kv_bytes));
+    CK(cudaMalloc(&q, q_bytes));
+    CK(cudaMalloc(&out, q_bytes));
+    CK(cudaMemset(kv, 0, kv_bytes));
+    CK(cudaMemset(q, 0, q_bytes));
+    rkv_attention_args a = RKV_ATTENTION_ARGS_INIT;
+    a.n_q_heads = 1;
+    a.q = q;
+    a.q_dtype = RKV_DTYPE_BF16;
+    a.out = out;
+    a.out_dtype = RKV_DTYPE_BF16;
+    long long worst = 0;
+    for (int64_t f = 0; f < FRAMES; f++) {
+        rkvx_stats before, after;
+        rkvx_get_stats(&before);
+        OKR(rkv_model_begin_frame(m, 1, &s, &f));
+        for (int l = 0; l < L; l++) OKR(rkv_model_frame_step(m, l, kv, RKV_DTYPE_BF16, 1, &a));
+        OKR(rkv_model_synchronize(m));
+        rkvx_get_stats(&after);
+        const long long n = after.host_syncs - before.host_syncs;
+        if (n > worst) worst = n;
+    }
+    printf("host syncs per frame (%d layers, %d frames): at most %lld\n", L, FRAMES, worst);
+    rkv_model_destroy(m);
+    CK(cudaFree(kv));
+    CK(cudaFree(q));
+    CK(cudaFree(out));
+    CK(cudaStreamDestroy(st));
+    if (worst > 3 || worst < 1) {
+        printf("FAIL: %lld host syncs in one frame; expected 1..3 (issue 22)\n", worst);
+        return 1;
+    }
+    return 0;
+}
+#endif
+
 int main(int argc, char **argv) {
     int frames = 300;
     uint64_t seed = 7;
@@ -123,6 +189,9 @@ int main(int argc, char **argv) {
     if (frames < 1) frames = 1;
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (!ct_have_gpu("test_cuda_graph")) return CT_SKIP;
+#ifdef RKV_CUDA_EXEC_PROGRAM
+    if (check_host_syncs()) return 1;
+#endif
     const double t_start = ct_now();
     rkvt_rng rng = {seed};
     const rkv_dtype dt = RKV_DTYPE_BF16;
@@ -148,8 +217,11 @@ int main(int argc, char **argv) {
     rkv_model *gm = NULL, *cm = NULL;
     OKR(rkv_model_create_cuda(&cfg, 0, (void *)st, &gm));
     OKR(rkv_model_create(&cfg, &cm));
-    if (strcmp(rkv_model_backend_name(gm), "cuda") || rkv_model_layer(gm, 0) ||
-        !rkv_model_cuda_layer(gm, 0) || rkv_model_cuda_layer(cm, 0)) {
+    const rkv_backend_ops *gops = NULL, *cops = NULL;
+    if (strcmp(rkv_model_backend_name(gm), "cuda") || !rkv_model_layer(gm, 0) ||
+        !rkv_layer_backend_handle(rkv_model_layer(gm, 0), &gops, NULL) ||
+        !rkv_layer_backend_handle(rkv_model_layer(cm, 0), &cops, NULL) ||
+        gops != rkv_model_backend(gm) || cops != rkv_backend_cpu()) {
         printf("FAIL: backend accessors (name %s)\n", rkv_model_backend_name(gm));
         return 1;
     }
@@ -312,7 +384,7 @@ int main(int argc, char **argv) {
 
         /* ---- storage, bits and clocks: exact ---- */
         for (int l = 0; l < NL; l++) {
-            OKR(rkv_cuda_layer_download(rkv_model_cuda_layer(gm, l), h_state, h_written));
+            ct_layer_download(rkv_model_layer(gm, l), h_state, h_written);
             checks++;
             fails += compare_layer(&g[l], l, f, h_state, h_written, rkv_model_layer(cm, l));
         }

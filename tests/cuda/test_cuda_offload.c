@@ -144,12 +144,12 @@ int main(int argc, char **argv) {
     size_t count = 0;
     OKR(rkv_model_session_regions(m, s, rg, nr, &count));
     for (size_t i = 0; i < count; i++) {
-        const rkv_cuda_layer *l = rkv_model_cuda_layer(m, rg[i].layer);
-        const uint8_t *lo = rg[i].part == RKV_SPAN_WRITTEN ? rkv_cuda_layer_written(l)
-                                                            : rkv_cuda_layer_kv(l);
+        const rkv_layer *l = rkv_model_layer(m, rg[i].layer);
+        const uint8_t *lo = rg[i].part == RKV_SPAN_WRITTEN ? rkv_layer_written(l)
+                                                            : (const uint8_t *)rkv_layer_kv(l);
         const size_t span = rg[i].part == RKV_SPAN_WRITTEN
-                                ? (size_t)rkv_cuda_layer_total_slots(l)
-                                : rkv_cuda_layer_memory_bytes(l);
+                                ? (size_t)rkv_layer_total_slots(l)
+                                : rkv_layer_memory_bytes(l);
         const uint8_t *p = rg[i].ptr;
         if (rg[i].device != 0 || p < lo || p + rg[i].bytes > lo + span)
             FAILX("region %zu (layer %lld part %d head %lld) is not in GPU 0's layer storage",

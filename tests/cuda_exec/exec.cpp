@@ -1716,6 +1716,7 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int device) {
 cudaError_t cudaDeviceSynchronize(void) {
     LOCK;
     if (capture_forbids("cudaDeviceSynchronize")) return fail(cudaErrorStreamCaptureUnsupported);
+    g_stats.host_syncs++;
     run_all();
     return fail(g_sticky);
 }
@@ -1807,16 +1808,21 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
         o.use_snap = true;
     }
     if ((e = enqueue(s, std::move(o))) != cudaSuccess) return fail(e);
-    if (pageable_dst) run_until(s, g_seq);  // ... and returns after a copy to pageable memory
+    if (pageable_dst) {  // ... and returns after a copy to pageable memory
+        run_until(s, g_seq);
+        g_stats.host_syncs++;
+    }
     return fail(g_sticky);
 }
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind) {
     LOCK;
     if (capture_forbids("cudaMemcpy (a synchronous copy on the legacy stream)"))
         return fail(cudaErrorStreamCaptureImplicit);
+    const long long syncs = g_stats.host_syncs;
     cudaError_t e = cudaMemcpyAsync(dst, src, n, kind, nullptr);
     if (e != cudaSuccess) return e;
     run_until(&g_legacy_stream, g_seq);
+    g_stats.host_syncs = syncs + 1;  // one wait, whatever the async half counted
     return fail(g_sticky);
 }
 cudaError_t cudaMemsetAsync(void *ptr, int value, size_t n, cudaStream_t stream) {
@@ -1867,8 +1873,17 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
     delete stream;
     return cudaSuccess;
 }
+static cudaError_t stream_wait(cudaStream_t stream);
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
     LOCK;
+    g_stats.host_syncs++;
+    return stream_wait(stream);
+}
+cudaError_t cudaStreamQuery(cudaStream_t stream) {
+    LOCK;
+    return stream_wait(stream);
+}
+static cudaError_t stream_wait(cudaStream_t stream) {
     if (!stream_known(stream)) return fail(cudaErrorInvalidResourceHandle);
     CUstream_st *s = stream_of(stream);
     if (s->capturing) {
@@ -1883,7 +1898,6 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
     run_until(s, g_seq);
     return fail(g_sticky);
 }
-cudaError_t cudaStreamQuery(cudaStream_t stream) { return cudaStreamSynchronize(stream); }
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
     LOCK;
     if (!stream_known(stream) || !event) return fail(cudaErrorInvalidResourceHandle);
@@ -1917,8 +1931,17 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
     o.event = event;
     return fail(enqueue(stream_of(stream), std::move(o)));
 }
+static cudaError_t event_wait(cudaEvent_t event);
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
     LOCK;
+    g_stats.host_syncs++;
+    return event_wait(event);
+}
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+    LOCK;
+    return event_wait(event);
+}
+static cudaError_t event_wait(cudaEvent_t event) {
     if (!event) return fail(cudaErrorInvalidResourceHandle);
     if (event->recorded && !event->done) {
         if (event->stream && event->stream->capturing) return fail(cudaErrorStreamCaptureUnsupported);
@@ -1926,7 +1949,6 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
     }
     return fail(g_sticky);
 }
-cudaError_t cudaEventQuery(cudaEvent_t event) { return cudaEventSynchronize(event); }
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
     LOCK;
     if (!ms || !start || !end) return fail(cudaErrorInvalidValue);

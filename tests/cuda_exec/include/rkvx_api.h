@@ -54,6 +54,12 @@ void rkvx_reset(void);
 typedef struct rkvx_stats {
     long long launches, blocks, threads, switches;
     long long plain_accesses; /* loads and stores seen through the instrumentation */
+    long long host_syncs;     /* calls that made the host wait for the device:
+                                 cudaDeviceSynchronize, cudaStreamSynchronize,
+                                 cudaEventSynchronize, cudaMemcpy, and
+                                 cudaMemcpyAsync into pageable host memory
+                                 (cudaStreamQuery / cudaEventQuery are not
+                                 counted: on a GPU they do not wait)      */
 } rkvx_stats;
 void rkvx_get_stats(rkvx_stats *out);
 
