@@ -148,3 +148,10 @@ rkv_status rkv_convert(const void *src, rkv_dtype src_dtype, void *dst, rkv_dtyp
     }
     return RKV_OK;
 }
+
+rkv_status rkv__check_kv_dtype(const char *what, rkv_dtype got, rkv_dtype want) {
+    if (got == want) return RKV_OK;
+    return rkv__fail(RKV_ERR_DTYPE, "%s: kv dtype %d (%s) does not match the storage dtype %s",
+                     what, (int)got, rkv_dtype_name(got) ? rkv_dtype_name(got) : "unknown",
+                     rkv_dtype_name(want));
+}

@@ -101,6 +101,10 @@ void rkv__snapshot_info_store(rkv_snapshot_info *dst, const rkv_snapshot_info *s
 
 /* True when dtype is one of the enum's values (a row of src/dtype.c's table). */
 bool rkv__dtype_valid(rkv_dtype dtype);
+/* RKV_OK when the input dtype `got` is the storage dtype `want`; else
+ * RKV_ERR_DTYPE with a message naming both ("<what>: kv dtype ..."). The one
+ * kv-dtype check of the layer and model upserts. */
+rkv_status rkv__check_kv_dtype(const char *what, rkv_dtype got, rkv_dtype want);
 /* The safetensors dtype of a snapshot tensor in dtype ("F32", "F16",
  * "BF16"; static); "?" for an unknown dtype. */
 const char *rkv__dtype_safetensors(rkv_dtype dtype);

@@ -256,11 +256,8 @@ rkv_status rkv_layer_upsert(rkv_layer *layer, const void *kv, rkv_dtype kv_dtype
                          cap > 0 && cap < S ? ", the backend's largest batch" : "");
     if (!kv) return rkv__fail(RKV_ERR_NULL, "%s: kv is NULL", what);
     if (!frame_pos) return rkv__fail(RKV_ERR_NULL, "%s: frame_pos is NULL", what);
-    if (kv_dtype != layer->g.dtype)
-        return rkv__fail(RKV_ERR_DTYPE, "%s: kv dtype %d (%s) does not match the storage dtype %s",
-                         what, (int)kv_dtype,
-                         rkv_dtype_name(kv_dtype) ? rkv_dtype_name(kv_dtype) : "unknown",
-                         rkv_dtype_name(layer->g.dtype));
+    rkv_status dst = rkv__check_kv_dtype(what, kv_dtype, layer->g.dtype);
+    if (dst != RKV_OK) return dst;
     if (visible && batch != 1)
         return rkv__fail(RKV_ERR_INVALID_ARG,
                          "%s: the visibility row only supports B == 1; got B = %lld (the engine "

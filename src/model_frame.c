@@ -238,11 +238,8 @@ rkv_status rkv_model_synchronize(rkv_model *model) {
 static rkv_status check_kv(const rkv_model *m, const char *what, int64_t layer,
                            const rkv_layer *on, const void *kv, rkv_dtype kv_dtype) {
     if (!kv) return rkv__fail(RKV_ERR_NULL, "%s: kv is NULL", what);
-    if (kv_dtype != m->cfg.dtype)
-        return rkv__fail(RKV_ERR_DTYPE, "%s: kv dtype %d (%s) does not match the storage dtype %s",
-                         what, (int)kv_dtype,
-                         rkv_dtype_name(kv_dtype) ? rkv_dtype_name(kv_dtype) : "unknown",
-                         rkv_dtype_name(m->cfg.dtype));
+    rkv_status dst = rkv__check_kv_dtype(what, kv_dtype, m->cfg.dtype);
+    if (dst != RKV_OK) return dst;
     const size_t esz = rkv_dtype_size(m->cfg.dtype);
     const size_t align = m->limits.align > esz ? m->limits.align : esz;
     if ((uintptr_t)kv % align)
