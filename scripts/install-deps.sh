@@ -36,6 +36,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq "${missing[@]}"
+else
+  echo "install-deps.sh: the ${#pkgs[@]} Debian packages are already installed"
 fi
 
 [ "$cli_only" -eq 1 ] && exit 0
@@ -69,3 +71,4 @@ if ! python3 -c 'import ray, xxhash' 2>/dev/null; then
   python3 -m pip install -q ray xxhash \
     || python3 -m pip install -q --break-system-packages ray xxhash
 fi
+echo "install-deps.sh: everything is installed (numpy, pytest, torch, ray, xxhash for $(command -v python3))"

@@ -23,7 +23,8 @@ how long anything takes), and the words:
     the default image missing (a copy of the binary elsewhere): says so and
     suggests --image;
   - --frames beyond INT32_MAX names the range 1..2147483647;
-  - an unknown preset: rollout and plan print the same (library) message;
+  - an unknown preset: rollout and plan print the same (library) message,
+    each with the pointer to its --help;
   - --help: plan states the --memory-gib range, both explain --full-global-ring;
   - an input not of its kind is refused with exit 2 before any work (replay
     of a text that is not a trace, of binary data, of JSON without "cases" or
@@ -37,6 +38,9 @@ how long anything takes), and the words:
     minutes only; the process is then stopped); a 5,000,000-frame run gets
     there with no more memory (peak RSS) than a 50,000-frame one: the camera
     path is computed frame by frame, not built ahead;
+  - SIGTERM while the frames run: the run says "stopped by SIGTERM after N
+    of M frames; nothing written", removes the --out folders it made, and
+    dies of the signal;
   - a picture or legend in an existing --out that is a symbolic link to where
     nothing can be saved (dangling, or through a file) is refused with exit
     2 before any frame, naming the link and its target, the link kept;
@@ -86,6 +90,7 @@ import random
 import re
 import select
 import shutil
+import signal
 import stat
 import struct
 import subprocess
@@ -595,7 +600,8 @@ def main():
         # images
         p, s = run([ringkv, "rollout", "--frames", "5", "--out", os.path.join(tmp, "o2"),
                     "--image", os.path.join(tmp, "nonexistent.png")])
-        expect(failures, "--image of a missing file", p, s, 2, ["nonexistent.png", "no such file"])
+        expect(failures, "--image of a missing file", p, s, 2, ["nonexistent.png", "no such file",
+                                                               "(see 'ringkv rollout --help')"])
         if "fopen" in p.stderr:
             failures.append(f"--image of a missing file: stb's words leak: {p.stderr!r}")
         p, s = run([ringkv, "rollout", "--frames", "5", "--out", os.path.join(tmp, "o2"),
@@ -632,9 +638,10 @@ def main():
         expect(failures, "--frames 2^63-1", p, s, 2, ["1..2147483647"])
         pr, _ = run([ringkv, "rollout", "--preset", "nope"])
         pp, _ = run([ringkv, "plan", "--preset", "nope", "--memory-gib", "1"])
-        mr = pr.stderr.strip().replace("ringkv rollout: ", "", 1)
-        mp = pp.stderr.strip().replace("ringkv plan: ", "", 1)
-        if pr.returncode != 2 or pp.returncode != 2 or mr != mp or "nope" not in mr:
+        mr = pr.stderr.strip().replace("ringkv rollout: ", "", 1).replace("rollout --help", "CMD --help")
+        mp = pp.stderr.strip().replace("ringkv plan: ", "", 1).replace("plan --help", "CMD --help")
+        if (pr.returncode != 2 or pp.returncode != 2 or mr != mp or "nope" not in mr
+                or "(see 'ringkv CMD --help')" not in mr):
             failures.append(f"unknown preset: rollout {pr.returncode} {pr.stderr.strip()!r}, "
                             f"plan {pp.returncode} {pp.stderr.strip()!r} (expected 2, same words)")
         else:
@@ -880,6 +887,34 @@ def main():
         else:
             print(f"  ok: peak memory at the estimate: {runs[50000]['hwm_kib']} KiB for 50,000 "
                   f"frames, {runs[5000000]['hwm_kib']} KiB for 5,000,000")
+
+        # SIGTERM in the frame loop (the loop runs once the estimate is on
+        # stderr): the run says so, leaves no folder of its own making, and
+        # dies of the signal
+        out = os.path.join(tmp, "o4t", "sub")
+        proc = subprocess.Popen([ringkv, "rollout", "--frames", "500000", "--out", out] + img,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                errors="replace")
+        guard = threading.Timer(HANG_GUARD_S, proc.kill)
+        guard.start()
+        try:
+            seen = any("should take about" in line for line in proc.stderr)  # EOF: it exited
+            made = os.path.isdir(out)
+            proc.send_signal(signal.SIGTERM)
+            rest = proc.stderr.read()
+            proc.wait()
+        finally:
+            guard.cancel()
+            proc.kill()
+            proc.stderr.close()
+        if (not seen or not made or proc.returncode != -signal.SIGTERM
+                or "stopped by SIGTERM after" not in rest or "nothing written" not in rest
+                or os.path.exists(os.path.join(tmp, "o4t"))):
+            failures.append(f"SIGTERM: loop reached {seen}, --out made {made}, status "
+                            f"{proc.returncode} (expected {-signal.SIGTERM}), stderr {rest!r}, "
+                            f"folder left: {os.path.exists(os.path.join(tmp, 'o4t'))}")
+        else:
+            print(f"  ok: SIGTERM: {rest.strip()[:120]}; no folder left")
 
         # a short run: picture, legend, labelled dimensions
         out = os.path.join(tmp, "o5")

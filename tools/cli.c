@@ -196,8 +196,7 @@ int cli_set_dtype(const cli_option *d, const char *val, void *opts, char *why, s
 
 const char *const CLI_BACKENDS[] = {"cpu", "cuda", NULL};
 
-/* Prints "ringkv CMD: MESSAGE" and the pointer to --help; returns 2. */
-static int refuse(const char *cmd, const char *fmt, ...) {
+int cli_refuse(const char *cmd, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     fprintf(stderr, "ringkv %s: ", cmd);
@@ -240,28 +239,28 @@ int cli_parse_options(const char *cmd, int argc, char **argv, const cli_option *
             continue;
         }
         if (options_end || a[0] != '-' || a[1] == '\0') {
-            if (!positional) return refuse(cmd, "unexpected argument '%s'", rkv_tool_shown(a));
+            if (!positional) return cli_refuse(cmd, "unexpected argument '%s'", rkv_tool_shown(a));
             positional[(*n_positional)++] = a;
             continue;
         }
         const int k = n <= 64 ? find_option(table, n, a, &val) : -1;
-        if (k < 0) return refuse(cmd, "unknown option '%s'", rkv_tool_shown(a));
+        if (k < 0) return cli_refuse(cmd, "unknown option '%s'", rkv_tool_shown(a));
         const cli_option *d = &table[k];
         if (given >> k & 1)
-            return refuse(cmd, "%s given twice (give each option once)",
+            return cli_refuse(cmd, "%s given twice (give each option once)",
                           d->name);
         given |= (uint64_t)1 << k;
         if (!d->takes_value && val)
-            return refuse(cmd, "%s takes no value, got '%s'", d->name, rkv_tool_shown(a));
+            return cli_refuse(cmd, "%s takes no value, got '%s'", d->name, rkv_tool_shown(a));
         if (d->takes_value && !val) {
             if (i + 1 >= argc)
-                return refuse(cmd, "%s needs a value (%s)", d->name,
+                return cli_refuse(cmd, "%s needs a value (%s)", d->name,
                               d->expects ? d->expects : "see --help");
             val = argv[++i];
         }
         char why[128] = "";
         if (d->set(d, val, opts, why, sizeof why))
-            return refuse(cmd, "%s expects %s, got '%s'%s%s%s", d->name,
+            return cli_refuse(cmd, "%s expects %s, got '%s'%s%s%s", d->name,
                           d->expects ? d->expects : "a value", rkv_tool_shown(val),
                           why[0] ? " (" : "", why,
                           why[0] ? ")" : "");

@@ -52,6 +52,11 @@ extern const char CLI_EXIT_RULE[];
  * escape theirs. */
 const char *cli_lib_detail(const char *path);
 
+/* A refusal of the command line (exit status 2, CLI_EXIT_USAGE): prints
+ * "ringkv CMD: MESSAGE" (printf-style) and the pointer to 'ringkv CMD --help'
+ * on stderr; returns CLI_EXIT_USAGE. */
+int cli_refuse(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* An input file named on the command line (`what` names it for the user,
  * e.g. "--resume" or "snapshot"): it exists, is a regular file (after
  * symbolic links) and can be opened for reading; never blocks (a named pipe

@@ -134,9 +134,9 @@ int rkv_cmd_plan(int argc, char **argv) {
         return 1;
     }
     if (rkv_model_preset(o.preset, o.full_global_ring, cfg) != RKV_OK) {
-        fprintf(stderr, "ringkv plan: %s\n", cli_lib_detail(NULL)); /* as rollout says it */
+        cli_refuse("plan", "%s", cli_lib_detail(NULL)); /* as rollout says it */
         free(cfg);
-        return 2;
+        return CLI_EXIT_USAGE;
     }
     cfg->num_sessions = 1;
     if (o.dtype.given) cfg->dtype = o.dtype.dtype;

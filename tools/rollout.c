@@ -33,6 +33,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -412,7 +413,7 @@ static int check_resume_file(run *r) {
     const char *path = r->o.resume;
     if (cli_check_input_file("--resume", path, "a snapshot file", r->err, sizeof r->err) ||
         cli_check_snapshot_kind("--resume", path, r->err, sizeof r->err)) {
-        fprintf(stderr, "ringkv rollout: %s\n", r->err);
+        cli_refuse("rollout", "%s", r->err);
         return -1;
     }
     r->snap_info = (rkv_snapshot_info)RKV_SNAPSHOT_INFO_INIT;
@@ -445,10 +446,7 @@ static int check_model(run *r) {
     }
     /* ---- the preset ---- */
     st = rkv_model_preset(r->o.preset, r->o.full_global_ring, &r->cfg);
-    if (st != RKV_OK) {
-        fprintf(stderr, "ringkv rollout: %s\n", cli_lib_detail(NULL));
-        return CLI_EXIT_USAGE;
-    }
+    if (st != RKV_OK) return cli_refuse("rollout", "%s", cli_lib_detail(NULL));
     r->cfg.num_sessions = r->o.sessions;
     if (r->o.dtype.given) r->cfg.dtype = r->o.dtype.dtype;
     if (!r->o.frames) r->o.frames = rollout_default_frames(r->o.preset);
@@ -479,10 +477,8 @@ static int check_paths(run *r) {
     }
     if (rollout_check_out_folder(r->o.out, r->err, sizeof r->err) ||
         (r->o.snapshot_out &&
-         rollout_check_output_file("--snapshot-out", r->o.snapshot_out, r->err, sizeof r->err))) {
-        fprintf(stderr, "ringkv rollout: %s\n", r->err);
-        return 2;
-    }
+         rollout_check_output_file("--snapshot-out", r->o.snapshot_out, r->err, sizeof r->err)))
+        return cli_refuse("rollout", "%s", r->err);
     if (r->o.resume && check_resume_file(r)) return CLI_EXIT_USAGE;
     return 0;
 }
@@ -511,10 +507,8 @@ static void note_shape(run *r) {
  * 2 with a message. */
 static int load_world(run *r) {
     r->view = camera_view_for_tokens(r->T);
-    if (world_load(&r->world, r->image, r->err, sizeof r->err)) {
-        fprintf(stderr, "ringkv rollout: %s\n", r->err);
-        return 2;
-    }
+    if (world_load(&r->world, r->image, r->err, sizeof r->err))
+        return cli_refuse("rollout", "%s", r->err);
     if (r->world.cols < r->view.cols || r->world.rows < r->view.rows) {
         fprintf(stderr,
                 "ringkv rollout: the map of '%s' is %lld cols x %lld rows of 8 x 8-pixel "
@@ -1160,6 +1154,23 @@ static int finish_run(run *r, double loop_s) {
     return snap_err[0] || !r->pictured ? CLI_EXIT_FAILURE : rc;
 }
 
+/* SIGINT / SIGTERM during a run: the number of the signal, read between
+ * frames. The run stops there, writes nothing more, removes the --out
+ * folders it made while they are still empty, says so, and then dies of
+ * the same signal (exit status 128 + N for a shell), as an uncaught one
+ * would, minus the empty folder. */
+static volatile sig_atomic_t g_stop_signal;
+static void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+static void catch_stop_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    (void)sigaction(SIGINT, &sa, NULL);
+    (void)sigaction(SIGTERM, &sa, NULL);
+}
+
 int rkv_cmd_rollout(int argc, char **argv) {
     run R;
     memset(&R, 0, sizeof R);
@@ -1171,6 +1182,7 @@ int rkv_cmd_rollout(int argc, char **argv) {
     R.cpu_start = cli_cpu_seconds();
     cli_load_read(&R.load); /* before this run adds to it */
 
+    catch_stop_signals();
     if ((rc = check_run(&R)) != 0 || (rc = setup_run(&R)) != 0) goto done;
 
     /* ---- the frame loop ---- */
@@ -1179,6 +1191,15 @@ int rkv_cmd_rollout(int argc, char **argv) {
     R.loop_start = now_s();
     R.last_note = R.first_done = R.loop_start;
     for (int64_t f = R.first; f < R.end; f++) {
+        if (g_stop_signal) {
+            if (R.progress) fprintf(stderr, "\r%*s\r", 79, "");
+            fprintf(stderr,
+                    "ringkv rollout: stopped by %s after %lld of %lld frames; nothing written\n",
+                    g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", (long long)(f - R.first),
+                    (long long)(R.end - R.first));
+            rc = CLI_EXIT_FAILURE;
+            goto done;
+        }
         if ((rc = run_frame(&R, f)) != 0) goto done;
         note_progress(&R, f);
         if (R.o.migrate_every && f + 1 < R.end && (f - R.first + 1) % R.o.migrate_every == 0) {
@@ -1210,5 +1231,10 @@ done:
      * its own making behind (only empty folders are removed) */
     if (!R.pictured && R.out_made >= 0) rollout_remove_made_dirs(R.o.out, R.out_made);
     run_free(&R);
+    if (g_stop_signal) { /* die of it, as if it had not been caught */
+        const int sig = g_stop_signal;
+        signal(sig, SIG_DFL);
+        raise(sig);
+    }
     return rc;
 }
