@@ -993,10 +993,12 @@ RKV_API rkv_status rkv_model_restore(rkv_model *model, int64_t session,
  * rkv_model_save_session_mem; docs/snapshot-format.md) and whose slot was
  * freed for another request. The model keeps its request id reserved in a
  * table of config.max_offloaded entries (0: RKV_DEFAULT_OFFLOADED), with
- * the image's header checksum: rkv_model_claim refuses the id
- * (RKV_ERR_STATE) until the session is paged in again or discarded, and
- * only that image pages it in (an older image of the same request, or one
- * of another model, is refused). Host only; not capture-safe. */
+ * the image's clock and data checksum (data_xxh3): rkv_model_claim refuses
+ * the id (RKV_ERR_STATE) until the session is paged in again or discarded,
+ * and only an image of that state pages it in (an older image of the same
+ * request is refused; metadata keys a tool added to the image's header,
+ * such as ringkv.ray's incarnation, do not matter). Host only; not
+ * capture-safe. */
 
 /* Entries of the table (the resolved max_offloaded) and how many are used;
  * 0 for NULL. */
@@ -1034,7 +1036,8 @@ RKV_API rkv_status rkv_model_offload_file(rkv_model *model, int64_t session,
  * *session receives the slot. The id's reservation is dropped. Everything
  * is checked before the session becomes held: header and geometry, the
  * request id (reserved here: RKV_ERR_NOT_FOUND otherwise), the image (the
- * one offloaded: RKV_ERR_STATE for an older image of the same request),
+ * state offloaded, its clock and data_xxh3: RKV_ERR_STATE for an older
+ * image of the same request),
  * a free slot (RKV_ERR_FULL), then the data checksum and written bits,
  * which are checked while the data is copied into the free slot (one pass
  * over the image): a mismatch zeroes that slot again and reports

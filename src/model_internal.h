@@ -24,7 +24,9 @@ typedef struct rkv__session_state {
 typedef struct rkv__offloaded {
     char request_id[RKV_MAX_REQUEST_ID];
     int64_t last_committed;
-    uint64_t header_xxh3; /* of the image rkv_model_offload wrote */
+    uint64_t data_xxh3;   /* of the image rkv_model_offload wrote: with the
+                             clock, what page-in requires of an image (its
+                             header may carry keys a tool added) */
 } rkv__offloaded;
 
 /* The current batch (ringkv.h, "Frames"). n == 0: none. */
@@ -176,12 +178,12 @@ void rkv__snapshot_cache_free(rkv_model *m);
 
 /* ---- snapshot images (snapshot_file.c) for offload and page-in ----
  * rkv_model_save_session_mem / rkv_model_save_session with `what` naming
- * the call, and the image's header checksum in *header_xxh3 (not NULL). */
+ * the call, and the image's data checksum in *data_xxh3 (not NULL). */
 rkv_status rkv__snapshot_save_mem(const rkv_model *model, int64_t session, const char *what,
                                   void *buf, size_t buf_bytes, size_t *file_bytes,
-                                  uint64_t *header_xxh3);
+                                  uint64_t *data_xxh3);
 rkv_status rkv__snapshot_save_file(const rkv_model *model, int64_t session, const char *what,
-                                   const char *path, uint64_t *header_xxh3);
+                                   const char *path, uint64_t *data_xxh3);
 /* Page-in's reading: the image in memory (buf, bytes) or the file `path`
  * (when not NULL), its header and geometry checked; then admit(arg, info,
  * &slot) decides (reservation, a free slot), then the data is copied into

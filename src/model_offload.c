@@ -1,6 +1,6 @@
 /* The offload table (ringkv.h, "Sessions that leave"; docs/migration.md):
  * the request ids of paged-out sessions, with their images' clocks and
- * header checksums, which claim and lookup consult; and host memory for
+ * data checksums, which claim and lookup consult; and host memory for
  * images, from the backend (pinned on CUDA). Offload and page-in
  * themselves, which go through snapshot images, are model_page.c. */
 #include <stdio.h>

@@ -1,9 +1,10 @@
 /* Offload and page-in (ringkv.h, "Sessions that leave"; docs/migration.md):
  * a held session's state goes out as a snapshot image (snapshot_file.c
  * writes it), its slot is freed and its request id stays reserved in the
- * model's offload table (model_offload.c) with the image's clock and header
+ * model's offload table (model_offload.c) with the image's clock and data
  * checksum; the image comes back into any free slot, checked and copied in
- * one pass. (Apart from the table because it needs the snapshot-file code:
+ * one pass (an image with that clock and data: keys a tool added to its
+ * header, such as ringkv.ray's incarnation, do not matter). (Apart from the table because it needs the snapshot-file code:
  * a build without Jansson and xxHash leaves this file out.) */
 #include <stdio.h>
 #include <string.h>
@@ -26,12 +27,12 @@ static rkv_status check_offload(const rkv_model *m, const char *what, int64_t se
 
 /* The image is out: the slot is released, the id reserved. */
 static rkv_status finish_offload(rkv_model *m, const char *what, int64_t session,
-                                 uint64_t header_xxh3) {
+                                 uint64_t data_xxh3) {
     rkv__session_state *ss = &m->sessions[session];
     rkv__offloaded *e = &m->offloaded[m->offload_used++];
     memcpy(e->request_id, ss->request_id, RKV_MAX_REQUEST_ID);
     e->last_committed = ss->last_committed;
-    e->header_xxh3 = header_xxh3;
+    e->data_xxh3 = data_xxh3;
     rkv_status st = rkv__model_clear_session(m, session);
     ss->held = false;
     memset(ss->request_id, 0, RKV_MAX_REQUEST_ID);
@@ -48,22 +49,22 @@ rkv_status rkv_model_offload(rkv_model *model, int64_t session, void *buf, size_
                             {image_bytes, sizeof *image_bytes, "image_bytes"}};
     if (st == RKV_OK) st = rkv__model_check_bufs(model, what, out, 2, NULL, 0, false);
     if (st != RKV_OK) return st;
-    uint64_t header_xxh3 = 0;
+    uint64_t data_xxh3 = 0;
     size_t n = 0;
-    st = rkv__snapshot_save_mem(model, session, what, buf, buf_bytes, &n, &header_xxh3);
+    st = rkv__snapshot_save_mem(model, session, what, buf, buf_bytes, &n, &data_xxh3);
     if (st != RKV_OK) return st;
     *image_bytes = n;
-    return buf ? finish_offload(model, what, session, header_xxh3) : RKV_OK;
+    return buf ? finish_offload(model, what, session, data_xxh3) : RKV_OK;
 }
 
 rkv_status rkv_model_offload_file(rkv_model *model, int64_t session, const char *path) {
     static const char what[] = "rkv_model_offload_file";
     rkv_status st = check_offload(model, what, session);
     if (st != RKV_OK) return st;
-    uint64_t header_xxh3 = 0;
-    if ((st = rkv__snapshot_save_file(model, session, what, path, &header_xxh3)) != RKV_OK)
+    uint64_t data_xxh3 = 0;
+    if ((st = rkv__snapshot_save_file(model, session, what, path, &data_xxh3)) != RKV_OK)
         return st;
-    return finish_offload(model, what, session, header_xxh3);
+    return finish_offload(model, what, session, data_xxh3);
 }
 
 /* ---- page-in ---------------------------------------------------------------- */
@@ -75,7 +76,10 @@ typedef struct admit_arg {
 } admit_arg;
 
 /* After the image's header and geometry: its request id must be paged out
- * of this model with this very image, and a slot must be free. */
+ * of this model, the image must be the state offloaded (its clock and its
+ * data checksum, which the copy then verifies: the rest of the header is
+ * information, and a tool may have added keys to it, as ringkv.ray adds
+ * the session's incarnation), and a slot must be free. */
 static rkv_status admit(void *varg, const rkv_snapshot_info *info, int64_t *slot) {
     admit_arg *a = varg;
     const rkv_model *m = a->m;
@@ -94,13 +98,13 @@ static rkv_status admit(void *varg, const rkv_snapshot_info *info, int64_t *slot
                          a->what, info->request_id, (long long)m->offload_used);
     }
     const rkv__offloaded *e = &m->offloaded[i];
-    if (e->header_xxh3 != info->header_xxh3)
+    if (e->data_xxh3 != info->data_xxh3 || e->last_committed != info->last_committed)
         return rkv__fail(RKV_ERR_STATE,
-                         "%s: the image of request '%s' is not the one offloaded (header_xxh3 "
+                         "%s: the image of request '%s' is not the one offloaded (data_xxh3 "
                          "%016llx, clock %lld; the offloaded image has %016llx, clock %lld): an "
                          "older image of the same request, or one written elsewhere",
-                         a->what, info->request_id, (unsigned long long)info->header_xxh3,
-                         (long long)info->last_committed, (unsigned long long)e->header_xxh3,
+                         a->what, info->request_id, (unsigned long long)info->data_xxh3,
+                         (long long)info->last_committed, (unsigned long long)e->data_xxh3,
                          (long long)e->last_committed);
     const int64_t s = rkv__model_free_slot(m);
     if (s < 0)

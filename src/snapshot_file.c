@@ -628,12 +628,12 @@ static rkv_status rewrite_header(sink *k, const rkv__snap_text *hd) {
 }
 
 /* Writes the whole image: length, header (checksums zero), data (hashed),
- * then the header again with both checksums filled in (*header_xxh3: its
- * checksum, when not NULL). pieces: rkv_model_session_region_count entries
+ * then the header again with both checksums filled in (*data_xxh3: the
+ * data checksum, when not NULL). pieces: rkv_model_session_region_count entries
  * for the copy's
  * list, or NULL (allocated here). */
 static rkv_status write_image(const rkv_model *m, int64_t session, rkv__snap_text *hd, sink *k,
-                              uint64_t *header_xxh3, rkv__piece *pieces) {
+                              uint64_t *data_xxh3, rkv__piece *pieces) {
     uint8_t first8[8];
     rkv__snap_header_put_length(hd, first8);
     rkv_status st;
@@ -655,8 +655,9 @@ static rkv_status write_image(const rkv_model *m, int64_t session, rkv__snap_tex
         free(bounce);
     }
     if (st != RKV_OK) return st;
-    const uint64_t sealed = rkv__snap_header_seal(hd, XXH3_64bits_digest(&hs));
-    if (header_xxh3) *header_xxh3 = sealed;
+    const uint64_t data = XXH3_64bits_digest(&hs);
+    rkv__snap_header_seal(hd, data);
+    if (data_xxh3) *data_xxh3 = data;
     return rewrite_header(k, hd);
 }
 
@@ -671,7 +672,7 @@ static rkv_status build_header(const rkv_model *m, int64_t session, const char *
  * not 0 (rkv_model_snapshot: every image of the model one size). */
 static rkv_status save_mem(const rkv_model *model, int64_t session, const char *what, void *buf,
                            size_t buf_bytes, size_t header_len, size_t *file_bytes,
-                           uint64_t *header_xxh3) {
+                           uint64_t *data_xxh3) {
     rkv_status st = rkv__model_check_between_frames(model, what, session);
     if (st != RKV_OK) return st;
     if (!file_bytes) return rkv__fail(RKV_ERR_NULL, "%s: file_bytes is NULL", what);
@@ -695,7 +696,7 @@ static rkv_status save_mem(const rkv_model *model, int64_t session, const char *
         st = rkv__model_check_bufs(model, what, out, buf ? 2 : 1, NULL, 0, false);
         if (st == RKV_OK && buf) {
             sink k = {what, "(memory)", -1, buf, 0};
-            st = write_image(model, session, &hd, &k, header_xxh3, NULL);
+            st = write_image(model, session, &hd, &k, data_xxh3, NULL);
         }
     }
     free(hd.text);
@@ -705,8 +706,8 @@ static rkv_status save_mem(const rkv_model *model, int64_t session, const char *
 
 rkv_status rkv__snapshot_save_mem(const rkv_model *model, int64_t session, const char *what,
                                   void *buf, size_t buf_bytes, size_t *file_bytes,
-                                  uint64_t *header_xxh3) {
-    return save_mem(model, session, what, buf, buf_bytes, 0, file_bytes, header_xxh3);
+                                  uint64_t *data_xxh3) {
+    return save_mem(model, session, what, buf, buf_bytes, 0, file_bytes, data_xxh3);
 }
 
 rkv_status rkv_model_save_session_mem(const rkv_model *model, int64_t session, void *buf,
@@ -785,7 +786,7 @@ rkv_status rkv_model_save_session(const rkv_model *model, int64_t session, const
 }
 
 rkv_status rkv__snapshot_save_file(const rkv_model *model, int64_t session, const char *what,
-                                   const char *path, uint64_t *header_xxh3) {
+                                   const char *path, uint64_t *data_xxh3) {
     rkv_status st = rkv__model_check_between_frames(model, what, session);
     if (st != RKV_OK) return st;
     if (!path) return rkv__fail(RKV_ERR_NULL, "%s: path is NULL", what);
@@ -797,7 +798,7 @@ rkv_status rkv__snapshot_save_file(const rkv_model *model, int64_t session, cons
     rkv__snap_text hd = {0};
     if ((st = build_header(model, session, what, &hd)) == RKV_OK) {
         sink k = {what, f.tmp, rkv__atomic_fd(&f), NULL, 0};
-        st = write_image(model, session, &hd, &k, header_xxh3, NULL);
+        st = write_image(model, session, &hd, &k, data_xxh3, NULL);
     }
     if (st == RKV_OK) st = rkv__atomic_commit(&f);
     else rkv__atomic_abort(&f);

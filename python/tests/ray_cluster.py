@@ -196,10 +196,11 @@ def router_name() -> str:
 
 
 @contextlib.contextmanager
-def checked_cluster(ray, request, names, config, folder, every, **kwargs):
+def checked_cluster(ray, request, names, config, folder, every, router_kwargs=None, **kwargs):
     """SessionHosts ``names`` (make_hosts: ``config``, checkpoints every
     ``every`` frames into ``folder``; ``kwargs`` such as max_restarts) and a
-    router of its own over them, wrapped in the invariant checker
+    router of its own over them (``router_kwargs`` such as call_timeout_s:
+    SessionRouter's), wrapped in the invariant checker
     (ray_invariants.Checked): yields (hosts, checked router). When the test
     passed, every invariant is checked at the end; the router and the
     actors are then killed."""
@@ -209,7 +210,7 @@ def checked_cluster(ray, request, names, config, folder, every, **kwargs):
     hs = rr.make_hosts(names, config, str(folder), every, **kwargs)
     router = None
     try:
-        router = rr.SessionRouter(hs, str(folder), name=router_name())
+        router = rr.SessionRouter(hs, str(folder), name=router_name(), **(router_kwargs or {}))
         checked = Checked(router, hs, config, str(folder))
         yield hs, checked
         if request.session.testsfailed == failed:   # a failed test's state is no news

@@ -81,6 +81,31 @@ def test_offload_to_file_and_stale_images(tmp_path):
     assert model.claim("a") >= 0
 
 
+def test_page_in_takes_the_state_offloaded_whatever_keys_its_header_has():
+    """The offload table pins the image's clock and data checksum, not its
+    header: the image with a metadata key a tool added (the header
+    checksum recomputed, as ringkv.ray adds the incarnation) pages in; an
+    older image with the same added key is still refused, nothing changed."""
+    pytest.importorskip("xxhash")
+    from ringkv.ray.checkpoint import tag_image
+    from ringkv.ray.stream import step_frame
+    model, s, _ = _streamed(3)
+    before = model.session_digest(s)
+    old = tag_image(model.offload(s), {"tool": "x"})
+    s = model.page_in(old)
+    assert model.clock(s) == 2 and model.session_digest(s) == before
+    step_frame(model, [s], ["a"], [3])
+    image = model.offload(s)
+    tagged = tag_image(image, {"tool": "y"})
+    assert ringkv.inspect_snapshot(tagged).header_xxh3 != ringkv.inspect_snapshot(image).header_xxh3
+    with pytest.raises(RuntimeError, match=r"not the one offloaded \(data_xxh3 [0-9a-f]{16}, "
+                       r"clock 2; the offloaded image has [0-9a-f]{16}, clock 3\)"):
+        model.page_in(old)
+    assert model.offloaded_count == 1 and model.lookup("neighbour") >= 0
+    s = model.page_in(tagged)
+    assert model.clock(s) == 3 and model.offloaded_count == 0
+
+
 def test_regions_and_import_between_models():
     pytest.importorskip("xxhash")
     src, s, _ = _streamed(5)

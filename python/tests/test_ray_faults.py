@@ -350,6 +350,141 @@ def test_full_disk_keeps_the_last_checkpoint(ray_cluster, hosts, tmp_path):
                for r in mine)
 
 
+def test_offload_image_says_whose_it_is(tmp_path):
+    """An offload image, in memory or as a file, names (request id,
+    incarnation, frame) in its snapshot header (read back from the bytes or
+    the file alone, checked by the library); page-in takes only the
+    incarnation that was paged out: the image of a closed incarnation (the
+    same clock and data: deterministic streams) and an image naming none
+    (the library's own) are refused with IncarnationError, nothing changed;
+    a file that cannot be written leaves the session live."""
+    pytest.importorskip("xxhash")
+    from ringkv.ray.checkpoint import IncarnationError, whose
+    from ringkv.ray.host import SessionHost
+    h = SessionHost("A", CONFIG)
+    inc1, inc2 = "1111111111111111", "2222222222222222"
+    h.open("p", inc1)
+    for _ in range(3):
+        h.step(["p"])
+    raw = h.model.save_session_bytes(h.held["p"].slot)    # the library's: no incarnation
+    image, nbytes = h.offload("p")
+    assert nbytes == len(image) and whose(image) == ("p", inc1, 2)
+    assert ringkv.inspect_snapshot(image).data_xxh3 == ringkv.inspect_snapshot(raw).data_xxh3
+    assert whose(raw) == ("p", None, 2)
+    before = (h.inventory(), h.load(), h.model.offloaded_count)
+    with pytest.raises(IncarnationError, match=r"host A: the image of request 'p' names no "
+                       r"incarnation \(metadata 'ringkv_ray_incarnation'\).*refused, nothing"):
+        h.page_in(raw)
+    assert (h.inventory(), h.load(), h.model.offloaded_count) == before
+    assert h.page_in(image, request_id="p", inc=inc1) == "p"
+    assert h.inventory()["held"]["p"]["inc"] == inc1 and h.live() == {"p": 2}
+    path = str(tmp_path / "p.safetensors")
+    assert h.offload("p", path=path) == (None, os.path.getsize(path))
+    assert whose(path) == ("p", inc1, 2)                  # the file alone
+    old = open(path, "rb").read()
+    assert h.page_in(path=path) == "p" and h.live() == {"p": 2}
+    # closed: the reservation given up, the id opened again, streamed to the same state
+    h.offload("p")
+    assert h.discard("p", inc1)
+    h.open("p", inc2)
+    for _ in range(3):
+        h.step(["p"])
+    new, _ = h.offload("p")
+    assert whose(new) == ("p", inc2, 2)
+    assert ringkv.inspect_snapshot(new).data_xxh3 == ringkv.inspect_snapshot(old).data_xxh3
+    before = (h.inventory(), h.load(), h.model.offloaded_count)
+    with pytest.raises(IncarnationError, match=f"host A: the image of request 'p' is of "
+                       f"incarnation {inc1}, not {inc2}; refused, nothing changed"):
+        h.page_in(old)
+    assert (h.inventory(), h.load(), h.model.offloaded_count) == before
+    assert h.page_in(new) == "p" and h.inventory()["held"]["p"]["inc"] == inc2
+    with pytest.raises(ringkv.RingKVOSError, match="does not exist"):
+        h.offload("p", path=str(tmp_path / "missing" / "p.safetensors"))
+    assert h.live() == {"p": 2} and h.model.offloaded_count == 0 and not h.paged
+    assert h.session_digest("p") == ringkv.inspect_snapshot(new).data_xxh3
+
+
+def test_region_metadata_says_whose_it_is():
+    """Region metadata names (request id, incarnation, frame) in its
+    snapshot header; the destination reserves and commits only the
+    incarnation the metadata names (and the caller's, when named): another
+    incarnation's metadata (a closed one's, the same clock) or the
+    library's own (none named) is refused with IncarnationError, no slot
+    reserved or state changed."""
+    pytest.importorskip("xxhash")
+    from ringkv.ray.checkpoint import INCARNATION_KEY, IncarnationError, header_metadata
+    from ringkv.ray.host import SessionHost
+    a, b = SessionHost("A", CONFIG), SessionHost("B", CONFIG)
+    inc1, inc2 = "1111111111111111", "2222222222222222"
+    a.open("m", inc1)
+    for _ in range(3):
+        a.step(["m"])
+    old = a.meta("m")
+    h = header_metadata(old)
+    assert (h["request_id"], h[INCARNATION_KEY], h["last_committed"]) == ("m", inc1, "2")
+    raw = a.model.export_meta(a.held["m"].slot)           # the library's: no incarnation
+    empty = (b.inventory(), b.load())
+    with pytest.raises(IncarnationError, match="region metadata of request 'm' names no "
+                       "incarnation"):
+        b.reserve(raw)
+    with pytest.raises(IncarnationError, match=f"is of incarnation {inc1}, not {inc2}"):
+        b.reserve(old, inc=inc2)
+    assert (b.inventory(), b.load()) == empty             # no slot taken
+    a.close("m")
+    a.open("m", inc2)
+    for _ in range(3):
+        a.step(["m"])
+    new = a.meta("m")
+    assert header_metadata(new)[INCARNATION_KEY] == inc2
+    with pytest.raises(IncarnationError, match=f"is of incarnation {inc1}, not {inc2}"):
+        b.reserve(old, inc=inc2)                          # the closed incarnation's
+    assert (b.inventory(), b.load()) == empty
+    b.reserve(new, inc=inc2)
+    meta, digest, arrays = a.export("m", inc=inc2)
+    assert meta == new
+    b.fill("m", arrays, digest, inc=inc2)
+    for bad, why in ((old, f"is of incarnation {inc1}, not {inc2}"),
+                     (raw, "names no incarnation")):
+        with pytest.raises(IncarnationError, match=why):
+            b.commit("m", bad, inc=inc2)
+        assert b.inventory()["incoming"] == {"m": {"inc": inc2, "verified": True}}
+    assert b.commit("m", meta, inc=inc2) == 2
+    assert b.inventory()["held"]["m"]["inc"] == inc2
+    assert b.session_digest("m") == a.session_digest("m")
+
+
+def test_call_timeout_is_a_death_named(ray_cluster, tmp_path, request):
+    """A host call that never answers (the host hangs at the offload's
+    fault point, blocked until killed) counts as a death after the
+    router's call_timeout_s: the host is killed and marked dead, the call
+    raises HostError (a RingKVRuntimeError) naming host, call, request and
+    the timeout, the session is recovered on the other host (nothing
+    lost), and the invariants hold."""
+    from ringkv.ray import HostError
+    with checked_cluster(ray_cluster, request, ["A", "B"], CONFIG, tmp_path, 3,
+                         router_kwargs={"call_timeout_s": 8.0}) as (hs, router):
+        assert ray_cluster.get([h.ping.remote() for h in hs.values()]) == ["A", "B"]
+        _opened(router, 4, ["t0", "t1"])                  # frames 0-3, checkpoint 2
+        victim = router.where["t0"]
+        mine = sorted(r for r in ["t0", "t1"] if router.where[r] == victim)
+        ray_cluster.get(hs[victim].inject.remote("offload", "hang"))
+        with pytest.raises(ringkv.RingKVRuntimeError) as e:
+            router.offload("t0")
+        assert isinstance(e.value, HostError)
+        assert (e.value.host, e.value.call, e.value.request_id) == (victim, "offload", "t0")
+        assert str(e.value) == (
+            f"SessionRouter.offload: host {victim} (offload, request 't0'); its sessions were "
+            "recovered, this one is live again elsewhere (or waiting): RuntimeError: the host "
+            "died (no answer within call_timeout_s = 8 s: killed)")
+        assert sorted(e.value.recovered) == mine and router.dead == {victim}
+        for r in mine:
+            rec = e.value.recovered[r]
+            assert (rec.resumed_from, rec.replayed, rec.lost_frames) == (2, [3], [])
+            assert rec.host != victim and router.where[r] == rec.host
+        rep = router.step()
+        assert all(rep.results[r]["frame"] == 4 for r in ["t0", "t1"])
+
+
 # ---- every fault point of a step -----------------------------------------------------------------
 
 # (point, action, what the victim's sessions show: (resumed_from, replayed, lost) of the

@@ -1,8 +1,11 @@
-"""Checkpoint files of :mod:`ringkv.ray` (docs/migration.md, "Faults"):
-snapshot files (docs/snapshot-format.md) whose ``__metadata__`` also names
-the session's **incarnation**, so that a file alone says whose it is:
-``request_id`` (the C writer's, or ``request_id_hex``), ``last_committed``
-(the frame) and :data:`INCARNATION_KEY` (added here).
+"""Checkpoint files, offload images and region metadata of
+:mod:`ringkv.ray` (docs/migration.md, "Faults"): snapshot headers
+(docs/snapshot-format.md) whose ``__metadata__`` also names the session's
+**incarnation**, so that a file (or image, or metadata) alone says whose
+it is: ``request_id`` (the C writer's, or ``request_id_hex``),
+``last_committed`` (the frame) and :data:`INCARNATION_KEY` (added here);
+:func:`whose` reads the three back. A receiver refuses bytes of another
+incarnation, or of none, with :class:`IncarnationError`.
 
 The format lets a tool add metadata keys of its own ("Unknown metadata keys
 (with string values) are ignored"); no C call writes one, so this module
@@ -23,11 +26,18 @@ from typing import Any
 
 import xxhash
 
-from ..errors import RingKVOSError, RingKVValueError
+from ..errors import RingKVOSError, RingKVRuntimeError, RingKVValueError
 from ..model import SnapshotInfo, inspect_snapshot
 
-__all__ = ["INCARNATION_KEY", "TEMP_PREFIX", "tag_image", "read_checkpoint", "write_atomic",
-           "temp_files", "header_metadata"]
+__all__ = ["INCARNATION_KEY", "TEMP_PREFIX", "IncarnationError", "tag_image", "read_checkpoint",
+           "write_atomic", "temp_files", "header_metadata", "incarnation_of", "whose"]
+
+
+class IncarnationError(RingKVRuntimeError):
+    """Bytes (an offload image or file, region metadata) refused by their
+    receiver because their snapshot header names another incarnation of the
+    request than the one the receiver holds it as, or none (written by the
+    library alone, or before incarnations): nothing changed."""
 
 #: The metadata key holding a checkpoint's incarnation (a printable ASCII
 #: token, :func:`ringkv.ray.host.new_incarnation`).
@@ -71,6 +81,32 @@ def header_metadata(data: Any) -> dict[str, str]:
     ``data`` (an image or ``Model.export_meta``'s bytes), unchecked."""
     n = int.from_bytes(bytes(data[:8]), "little")
     return json.loads(bytes(data[8:8 + n]))["__metadata__"]
+
+
+def incarnation_of(data: Any) -> str | None:
+    """The incarnation (:data:`INCARNATION_KEY`) the snapshot header that
+    starts ``data`` names; None when it names none or cannot be read as a
+    header at all (the library's own checks then say why)."""
+    try:
+        value = header_metadata(data).get(INCARNATION_KEY)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return value if isinstance(value, str) else None
+
+
+def whose(source: Any) -> tuple[str, str | None, int | None]:
+    """Whose a snapshot file (a path) or image (bytes-like) is, from it
+    alone: ``(request id, incarnation, frame)``, after the library checked
+    it completely (``ringkv.inspect_snapshot`` on the bytes, read once):
+    the request id as ``SnapshotInfo.request_id``, the incarnation or None
+    (none named) and the frame (``last_committed``; None: no frame).
+    OSError, or RingKVValueError (a ValueError) for a damaged or foreign
+    file."""
+    if isinstance(source, (str, os.PathLike)):
+        with open(source, "rb") as f:
+            source = f.read()
+    info = inspect_snapshot(source)
+    return info.request_id, incarnation_of(source), info.last_committed
 
 
 def read_checkpoint(path: str) -> tuple[bytes, SnapshotInfo, dict[str, str]]:

@@ -45,6 +45,7 @@ import inspect
 import os
 import resource
 import secrets
+import threading
 import urllib.parse
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -52,11 +53,13 @@ from typing import Any, Callable, Sequence
 from .._args import as_int
 from ..errors import RingKVRuntimeError, RingKVTypeError
 from ..model import LayerSpec, Model, ModelConfig, inspect_snapshot
-from .checkpoint import INCARNATION_KEY, header_metadata, read_checkpoint, tag_image, write_atomic
+from .checkpoint import (INCARNATION_KEY, IncarnationError, header_metadata, incarnation_of,
+                         read_checkpoint, tag_image, write_atomic)
 from .stream import PASSES, frame_tokens, step_frame
 
-__all__ = ["SessionHost", "InjectedFailure", "StaleHostError", "FAULT_POINTS", "FAULT_ACTIONS",
-           "request_key", "model_id", "new_incarnation", "checkpoint_path"]
+__all__ = ["SessionHost", "InjectedFailure", "StaleHostError", "IncarnationError",
+           "FAULT_POINTS", "FAULT_ACTIONS", "request_key", "model_id", "new_incarnation",
+           "checkpoint_path"]
 
 
 class InjectedFailure(RuntimeError):
@@ -90,8 +93,13 @@ FAULT_POINTS = tuple(f"{m}{s}" for m in FAULT_METHODS
 #: just written); ``disk_full`` (``step.before_checkpoint``: the
 #: checkpoint writes of that step fail as on a full disk, for real: the
 #: process's file size limit, RLIMIT_FSIZE, is set to 4 KiB around them,
-#: so the write fails with EFBIG partway into the temporary file).
-FAULT_ACTIONS = ("raise", "die", "corrupt", "disk_full")
+#: so the write fails with EFBIG partway into the temporary file); ``hang``
+#: (the call blocks there, answering nothing, until the process is killed:
+#: a router's ``call_timeout_s`` then fires; after HANG_LIMIT_S unkilled it
+#: raises InjectedFailure, so that a test gone wrong leaves no process).
+FAULT_ACTIONS = ("raise", "die", "corrupt", "disk_full", "hang")
+#: Seconds a ``hang`` fault blocks when nothing kills the process.
+HANG_LIMIT_S = 600.0
 
 
 def request_key(request_id: Any) -> str:
@@ -283,11 +291,31 @@ class SessionHost:
         return h
 
     def _same(self, key: str, have: str, inc: str | None, what: str = "request") -> None:
-        """RingKVRuntimeError unless the caller's incarnation ``inc`` (None:
-        any) is the one held here."""
+        """IncarnationError (a RingKVRuntimeError) unless the caller's
+        incarnation ``inc`` (None: any) is the one held here."""
         if inc is not None and have != inc:
-            raise RingKVRuntimeError(f"host {self.name}: {what} {key!r} is incarnation {have} "
-                                     f"here, not {inc}")
+            raise IncarnationError(f"host {self.name}: {what} {key!r} is incarnation {have} "
+                                   f"here, not {inc}")
+
+    def _named(self, key: str, data: Any, want: str | None, what: str) -> str:
+        """The incarnation that ``data`` (an image or region metadata of
+        request ``key``) names in its snapshot header, which must be ``want``
+        (None: any, but one): IncarnationError otherwise, before anything
+        changes."""
+        got = incarnation_of(data)
+        if got is None:
+            raise IncarnationError(f"host {self.name}: the {what} of request {key!r} names no "
+                                   f"incarnation (metadata {INCARNATION_KEY!r}): written by the "
+                                   "library alone or before incarnations, it cannot say whose "
+                                   "it is; refused, nothing changed")
+        if want is not None and got != want:
+            raise IncarnationError(f"host {self.name}: the {what} of request {key!r} is of "
+                                   f"incarnation {got}, not {want}; refused, nothing changed")
+        return got
+
+    def _tagged(self, data: Any, inc: str) -> bytes:
+        """An image or region metadata with incarnation ``inc`` in its header."""
+        return tag_image(data, {INCARNATION_KEY: inc})
 
     # ---- faults, for tests -------------------------------------------------
     def inject(self, point: str, how: str = "raise") -> None:
@@ -310,6 +338,10 @@ class SessionHost:
             raise InjectedFailure(f"host {self.name}: injected failure in {point}")
         if how == "die":
             os._exit(1)
+        if how == "hang":
+            threading.Event().wait(HANG_LIMIT_S)      # nothing sets it: until killed
+            raise InjectedFailure(f"host {self.name}: hung in {point} for {HANG_LIMIT_S:g} s "
+                                  "and was not killed")
         return how
 
     # ---- sessions ------------------------------------------------------------
@@ -430,8 +462,7 @@ class SessionHost:
     def _save(self, key: str, path: str) -> None:
         """The checkpoint of held session ``key``, its incarnation in it."""
         h = self.held[key]
-        write_atomic(path, tag_image(self.model.save_session_bytes(h.slot),
-                                     {INCARNATION_KEY: h.inc}))
+        write_atomic(path, self._tagged(self.model.save_session_bytes(h.slot), h.inc))
 
     def prefill(self, request_id: Any, frames: int) -> int | None:
         """Advances a live session by ``frames`` frames of the commit pass
@@ -494,6 +525,7 @@ class SessionHost:
                 if request_key(info.request_id_bytes) != key:
                     raise RingKVRuntimeError(f"host {self.name}: the image is of request "
                                              f"{info.request_id!r}, not {key!r}")
+                self._named(key, image, inc, "image")
                 self.model.load_session_bytes(h.slot, image)
                 source = "image"
             elif self.checkpoint_dir:
@@ -539,8 +571,10 @@ class SessionHost:
     @_entry
     def meta(self, request_id: Any, inc: str | None = None) -> bytes:
         """A live session's metadata (read only: the destination reserves a
-        slot with it before the source freezes anything)."""
-        return self.model.export_meta(self._held(request_id, inc).slot)
+        slot with it before the source freezes anything): its snapshot
+        header, which names request, frame and (added here) incarnation."""
+        h = self._held(request_id, inc)
+        return self._tagged(self.model.export_meta(h.slot), h.inc)
 
     @_entry
     def export(self, request_id: Any, inc: str | None = None) -> tuple[bytes, int, list]:
@@ -548,12 +582,13 @@ class SessionHost:
         :meth:`thaw`) and returns its metadata, the digest of its regions
         and the regions' bytes (NumPy views of the model's memory; Ray
         copies them into its object store when this returns, as the third
-        of ``num_returns=3`` results). Nothing changes on failure."""
+        of ``num_returns=3`` results); the metadata names its incarnation,
+        as :meth:`meta`'s. Nothing changes on failure."""
         key = request_key(request_id)
         h = self._held(key, inc)
         if h.frozen:
             raise RingKVRuntimeError(f"host {self.name}: request {key!r} is already being moved")
-        meta = self.model.export_meta(h.slot)
+        meta = self._tagged(self.model.export_meta(h.slot), h.inc)
         digest = self.model.session_digest(h.slot)
         arrays = [r.array for r in self.model.session_regions(h.slot)]
         h.frozen = True
@@ -579,11 +614,21 @@ class SessionHost:
     # ---- migration: the destination's side ---------------------------------------
     @_entry
     def reserve(self, meta: bytes, inc: str | None = None) -> int:
-        """Reserves a slot for the session ``meta`` describes, as incarnation
-        ``inc`` (the library refuses, with nothing changed, bad bytes, no room
-        or an id here already)."""
+        """Reserves a slot for the session ``meta`` describes (a source's
+        :meth:`meta`), as the incarnation ``meta`` names, which must be
+        ``inc`` when given (IncarnationError for metadata of another
+        incarnation or of none; the library refuses bad bytes, no room or an
+        id here already; nothing changed either way)."""
+        try:
+            key = _request_id_of(meta)
+        except (ValueError, KeyError, TypeError):
+            key = None                    # not a readable header: the library says why
+        named = self._named(key, meta, inc, "region metadata") if key is not None else ""
         s = self.model.import_reserve(meta)
-        self.incoming[_request_id_of(meta)] = _Incoming(s, inc or new_incarnation())
+        if key is None:                   # bytes the library took and this cannot read
+            self.model.import_cancel(s)
+            raise RingKVRuntimeError(f"host {self.name}: unreadable region metadata")
+        self.incoming[key] = _Incoming(s, named)
         return s
 
     def _incoming(self, request_id: Any, inc: str | None) -> tuple[str, _Incoming]:
@@ -628,6 +673,7 @@ class SessionHost:
         :meth:`fill` of the slot verified it (only fill writes a reserved
         slot's regions). Returns its clock."""
         key, i = self._incoming(request_id, inc)
+        self._named(key, meta, i.inc, "region metadata")
         if i.digest is None:
             raise RingKVRuntimeError(f"host {self.name}: the slot reserved for {key!r} holds "
                                      "no verified copy (its fill failed or never ran); "
@@ -650,47 +696,57 @@ class SessionHost:
     # ---- offload -------------------------------------------------------------------
     @_entry
     def offload(self, request_id: Any, path: str | None = None, inc: str | None = None
-                ) -> tuple[bytearray | None, int]:
+                ) -> tuple[bytes | None, int]:
         """Pages a live session out: its image (into Ray's object store, the
         first of ``num_returns=2`` results), or None when written to
-        ``path``, and its size in bytes; its slot is free and its request id
-        reserved until :meth:`page_in` here (or :meth:`discard`)."""
+        ``path`` (atomically, :func:`write_atomic`), and its size in bytes;
+        its slot is free and its request id reserved until :meth:`page_in`
+        here (or :meth:`discard`). The image's header names request, frame
+        and (added here) incarnation, so that the image or file alone says
+        whose it is (:func:`ringkv.ray.checkpoint.whose`). A file that
+        cannot be written leaves the session live here (paged back in from
+        the image: the same state) and raises RingKVOSError."""
         key = request_key(request_id)
         h = self._held(key, inc)
         if h.frozen:
             raise RingKVRuntimeError(f"host {self.name}: request {key!r} is being moved")
-        if path is None:
-            image = self.model.offload(h.slot)
-            nbytes = len(image)
-        else:
-            self.model.offload_to_file(h.slot, path)
-            image, nbytes = None, os.path.getsize(path)
+        image = self._tagged(self.model.offload(h.slot), h.inc)
+        if path is not None:
+            try:
+                write_atomic(path, image)
+            except BaseException:
+                h.slot = self.model.page_in(image)     # back, as it was
+                raise
         del self.held[key]
         self.paged[key] = (h.inc, h.delivered)
-        return image, nbytes
+        return (image if path is None else None), len(image)
 
     @_entry
     def page_in(self, image: Any = None, path: str | None = None, request_id: Any = None,
                 inc: str | None = None) -> str:
-        """Brings a paged-out session back (from its image or its file) into
-        a free slot; returns its request id (str key). It is live again.
-        With ``request_id`` / ``inc`` the image must be that request's,
-        paged out here as that incarnation (checked before anything
-        changes)."""
-        if request_id is not None:
-            key = request_key(request_id)
-            if key not in self.paged:
-                raise RingKVRuntimeError(f"host {self.name}: request {key!r} is not paged out "
-                                         "here")
-            self._same(key, self.paged[key][0], inc, "paged-out request")
-            got = request_key(inspect_snapshot(image if path is None else path).request_id_bytes)
-            if got != key:
-                raise RingKVRuntimeError(f"host {self.name}: the image is of request {got!r}, "
-                                         f"not {key!r}")
-        s = self.model.page_in_file(path) if path is not None else self.model.page_in(image)
-        key = _request_id_of(self.model.export_meta(s))
-        p_inc, delivered = self.paged.pop(key, (None, -1))
-        self.held[key] = _Held(s, p_inc or new_incarnation(), delivered=delivered)
+        """Brings a paged-out session back (from its image or its file, read
+        once) into a free slot; returns its request id (str key). It is live
+        again, as the incarnation it was paged out as. Checked before
+        anything changes: the image (the library's checks), its request (one
+        paged out here; ``request_id`` when given), the incarnation its
+        header names, which must be the one paged out (IncarnationError for
+        another incarnation's image, e.g. of a closed one, or one naming
+        none) and ``inc`` when given."""
+        if path is not None:
+            with open(path, "rb") as f:
+                image = f.read()
+        key = request_key(inspect_snapshot(image).request_id_bytes)
+        if request_id is not None and request_key(request_id) != key:
+            raise RingKVRuntimeError(f"host {self.name}: the image is of request {key!r}, "
+                                     f"not {request_key(request_id)!r}")
+        if key not in self.paged:
+            raise RingKVRuntimeError(f"host {self.name}: request {key!r} is not paged out here")
+        p_inc, delivered = self.paged[key]
+        self._same(key, p_inc, inc, "paged-out request")
+        self._named(key, image, p_inc, "image")
+        s = self.model.page_in(image)
+        del self.paged[key]
+        self.held[key] = _Held(s, p_inc, delivered=delivered)
         return key
 
     @_entry

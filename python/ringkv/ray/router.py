@@ -204,11 +204,12 @@ class _Session:
 
 
 class _Down(Exception):
-    """Internal: the host incarnation the router knew is gone."""
+    """Internal: the host incarnation the router knew is gone; ``why``: how
+    the router found out, when it was not Ray telling it (a timeout)."""
 
-    def __init__(self, host: str):
+    def __init__(self, host: str, why: str | None = None):
         super().__init__(host)
-        self.host = host
+        self.host, self.why = host, why
 
 
 #: RouterCore methods a client may call.
@@ -341,7 +342,9 @@ class RouterCore:
             return ray.get(ref, timeout=self.call_timeout_s)
         except GetTimeoutError:
             ray.kill(self.hosts[host], no_restart=False)   # a hang counts as a death
-            return self._gone(host, call, key, None)
+            return self._gone(host, call, key, None,
+                              f"no answer within call_timeout_s = {self.call_timeout_s:g} s: "
+                              "killed")
         except RayActorError as exc:
             return self._gone(host, call, key, exc)
         except RayError as exc:
@@ -350,13 +353,14 @@ class RouterCore:
                 return self._gone(host, call, key, cause)
             raise _host_error(host, call, key, cause) from None
 
-    def _gone(self, host: str, call: str, key: Any, exc: BaseException | None) -> Any:
+    def _gone(self, host: str, call: str, key: Any, exc: BaseException | None,
+              why: str | None = None) -> Any:
         token = self._probe(host)
         if token is not None and token == self.tokens.get(host):
-            raise _host_error(host, call, key, exc or RuntimeError("no answer"),
+            raise _host_error(host, call, key, exc or RuntimeError(why or "no answer"),
                               " (the host is alive; the call's effect is unknown)")
         self._probed[host] = token
-        raise _Down(host)
+        raise _Down(host, why)
 
     def _probe(self, host: str) -> str | None:
         """The host's incarnation token once it answers (restarted: a new
@@ -909,7 +913,8 @@ class RouterCore:
             nbytes = self._get(host, size_ref, "offload", s.rid)
         except _Down as d:
             self._host_down(d.host)
-            err = _host_error(host, "offload", s.rid, RuntimeError("the host died"),
+            died = "the host died" + (f" ({d.why})" if d.why else "")
+            err = _host_error(host, "offload", s.rid, RuntimeError(died),
                               "; its sessions were recovered, this one is live again "
                               "elsewhere (or waiting)")
             err.recovered = self._take_recovered()
