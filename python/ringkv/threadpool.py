@@ -8,8 +8,8 @@ import ctypes
 
 from ._args import as_int
 from ._handle import HandleOwner
-from ._lib import lib, require
-from .errors import RingKVValueError, check, python_calls
+from ._lib import check, lib, require
+from .errors import RingKVValueError, python_calls
 
 __all__ = ["ThreadPool", "attention_isa"]
 
