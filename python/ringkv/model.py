@@ -482,12 +482,15 @@ class Model(HandleOwner):
             rows = rows.cpu()
         return ar.int64_vector(rows, name, f"{name} must be a [B] int64 array; got {{got}}")
 
-    def _kv_input(self, lay: LayerRingCache, si: np.ndarray, kv: Any) -> Any:
-        """``kv`` as the buffer the C call reads (on the model's device),
-        checked against ``lay`` for the B rows of ``si``."""
-        buf = ar.CBuffer(kv, "kv", device=self._place and self._place.tdevice)
-        expect = (2, 1, lay.n_kv_heads, si.shape[0] * lay.tokens_per_frame, lay.d_head)
-        msg = ar.kv_mismatch(buf.shape, buf.code, buf.keep, expect, lay._code)
+    def _kv_input(self, lay: LayerRingCache, B: int, kv: Any, op: bool = False) -> Any:
+        """``kv`` checked against ``lay`` for B rows: with ``op`` the op
+        route's torch tensor as it is (nothing torch.compile cannot trace),
+        else the buffer the C call reads, on the model's device."""
+        buf = None if op else ar.CBuffer(kv, "kv", device=self._place and self._place.tdevice)
+        shape, code, keep = ((tuple(kv.shape), ar.array_dtype_code(kv), kv) if op
+                             else (buf.shape, buf.code, buf.keep))
+        expect = (2, 1, lay.n_kv_heads, B * lay.tokens_per_frame, lay.d_head)
+        msg = ar.kv_mismatch(shape, code, keep, expect, lay._code)
         if msg:
             raise RingKVArrayError(msg)
         return buf
@@ -514,14 +517,11 @@ class Model(HandleOwner):
                                 "session_idx must be a [B] int64 array; got {got}",
                                 written.device)
             ar.check_device(kv, "kv", written.device)
-            expect = (2, 1, lay.n_kv_heads, si.shape[0] * lay.tokens_per_frame, lay.d_head)
-            msg = ar.kv_mismatch(tuple(kv.shape), ar.array_dtype_code(kv), kv, expect, lay._code)
-            if msg:
-                raise RingKVArrayError(msg)
+            self._kv_input(lay, si.shape[0], kv, op=True)
             ops.model_upsert(ring, written, kv, si, self._h.ptr, layer, commit)
             return k, v
         si = self._rows(session_idx)
-        buf = self._kv_input(lay, si, kv)
+        buf = self._kv_input(lay, si.shape[0], kv)
         if self._place is not None:
             self._place.check_stream("upsert")
         self._call(lib.rkv_model_upsert, layer, si.shape[0], si.ctypes.data, buf.ptr, lay._code,
@@ -584,7 +584,7 @@ class Model(HandleOwner):
         if pool is not None and device is not None:
             raise RingKVValueError(f"pool is a CPU-backend option; this model is on {self.device}")
         si = self._rows(session_idx)
-        step_kv = None if kv is None else (self._kv_input(lay, si, kv).ptr, lay._code)
+        step_kv = None if kv is None else (self._kv_input(lay, si.shape[0], kv).ptr, lay._code)
         if device is not None:
             self._place.check_stream("attend" if kv is None else "step")
         with self._on_device():

@@ -3,39 +3,34 @@ and CUDA graphs. Needs torch >= 2.6; imported on first use of torch tensors
 (``import ringkv`` never imports torch).
 
 Every op acts on the tensors it is given and on nothing else: each call
-wraps the storage and the written bits it was given in a layer
-(``rkv_layer_wrap`` of ``include/ringkv_backend.h``: no copy; on a GPU on
-the context of torch's current stream) and runs the one set of ``rkv_layer_*`` calls of ``include/ringkv.h``
-on it, whatever the device, never a handle on the side. So
-``torch.compile``'s functionalization, ``torch.library.opcheck`` and CUDA
-graph capture all see what the op reads and writes. ``LayerRingCache`` and
-``Model`` pass their own storage (torch tensors over ringkv's memory, no
-copy); under Inductor the writes stay in place (no copy of the ring: the
-pitfall of SEMANTICS section 8).
+wraps them in a layer (:func:`wrapped`: ``rkv_layer_wrap``, no copy) and
+runs the one set of ``rkv_layer_*`` calls of ``include/ringkv.h`` on it,
+whatever the device, so that ``torch.compile``'s functionalization,
+``torch.library.opcheck`` and CUDA graph capture see what the op reads and
+writes. ``LayerRingCache`` and ``Model`` pass their own storage (torch
+tensors over ringkv's memory); under Inductor the writes stay in place (no
+copy of the ring: the pitfall of SEMANTICS section 8).
 
 The ops (``torch.ops.ringkv.*``; each has a fake implementation giving the
 shapes and dtypes, and passes ``torch.library.opcheck``):
 
 - ``upsert(ring!, written!, kv, frame_pos, session_idx, geometry, commit,
-  error!) -> ()``: SEMANTICS 3 (scratch write, commit and written bits),
-  in place on ``ring`` and ``written``.
+  error!) -> ()``: SEMANTICS 3, in place on ``ring`` and ``written``.
 - ``visible_row(written, frame_pos, session_idx, geometry, error!) ->
   Tensor``: the reference's ``[N]`` bool visibility row of one row (B = 1),
   as an upsert at that clock computes it before its commit.
 - ``attend(ring, written, q, session_idx, frame_pos, visible, geometry,
   scale, out_dtype, error!) -> Tensor``: SEMANTICS 5, ``[B, Hq, Tq, D]``.
 - ``ring_scatter(cache!, written!, dst, kv, mark) -> ()``: the reference's
-  ``mstar::ring_scatter`` with its signature and semantics
-  (``cache.index_copy_(3, dst, kv)``, then ``written.index_fill_(0, dst,
-  True)`` when ``mark``), for any tensors of the reference's shapes and
-  dtypes on any device.
+  ``mstar::ring_scatter`` (``cache.index_copy_(3, dst, kv)``, then
+  ``written.index_fill_(0, dst, True)`` when ``mark``), any device.
 - ``model_upsert(ring!, written!, kv, session_idx, model, layer, commit) ->
   ()`` and ``model_attend(ring, written, q, session_idx, model, layer, scale,
-  out_dtype) -> Tensor``: a :class:`ringkv.Model`'s upsert and attention
-  (its clock checks and bookkeeping; CPU models), on the given storage of
-  layer ``layer``; ``model`` is the model's key (:func:`model_key`).
+  out_dtype) -> Tensor``: a CPU :class:`ringkv.Model`'s upsert and attention
+  (its checks and clocks) on the given storage of layer ``layer``;
+  ``model`` is the model's key (:func:`model_key`).
 
-Arguments:
+Arguments, all on the storage's device:
 
 - ``ring``: the K/V storage ``[2, 1, H, N, D]`` (or ``[2, H, N, D]``),
   float32, float16 or bfloat16, C-contiguous; ``written``: ``[N]`` bool (or
@@ -46,26 +41,23 @@ Arguments:
   ``q``: ``[B, Hq, Tq, D]``; ``frame_pos``, ``session_idx``: ``[B]`` int64;
   ``visible``: ``[B, N]`` or ``[N]`` bool/uint8 rows (then ``frame_pos`` may
   be None); ``scale`` 0.0 means ``1/sqrt(D)``; ``out_dtype`` None means
-  ``q``'s. All on the storage's device.
-- ``error``: a zeroed int32 tensor of at least one element on the
-  storage's device (:func:`error_word`; a cache's own: ``cache.error_word``).
-  On CUDA the kernels record there the first invalid session id or clock
-  (device values; such a call writes nothing): :func:`check_error` or
-  ``LayerRingCache.check()`` reads and clears it. On the CPU it is never
-  written: the library checks every value before writing and raises at
-  once. (It is a required argument, declared as mutated, on every device:
-  Inductor mishandles an optional mutated argument passed as None in an op
-  that returns a tensor.)
+  ``q``'s.
+- ``error``: a zeroed int32 tensor of at least one element
+  (:func:`error_word`; a cache's own: ``cache.error_word``). On CUDA the
+  kernels record there the first invalid session id or clock (such a call
+  writes nothing): :func:`check_error` or ``LayerRingCache.check()`` reads
+  and clears it. The CPU never writes it (the library checks before
+  writing). Required and declared mutated on every device: Inductor
+  mishandles an optional mutated argument passed as None in an op that
+  returns a tensor.
 
 On CUDA (not yet run on a GPU) the ops enqueue on
-``torch.cuda.current_stream()``, allocate only
-through torch's caching allocator (the visibility row, the attention's
-output and split workspace) and never synchronize or copy from the host:
-with every argument a tensor on the GPU they can be captured by
-``torch.cuda.graph``. The first call on a stream prepares it
-(:func:`context`; not capture-safe): a CUDA ``LayerRingCache`` does that at
-construction; for other tensors and streams, run the op once before
-capturing (the usual warm-up does).
+``torch.cuda.current_stream()``, allocate only through torch's caching
+allocator and never synchronize or copy from the host: with every argument
+a tensor on the GPU they can be captured by ``torch.cuda.graph``. The first
+call on a stream makes its context (:func:`context`; not capture-safe): a
+CUDA ``LayerRingCache`` does that at construction; otherwise run the op
+once before capturing (the usual warm-up does).
 """
 from __future__ import annotations
 
