@@ -193,15 +193,6 @@ def as_kind(arr: np.ndarray, kind: str):
     return to_torch(arr) if kind == TORCH else arr
 
 
-def _check_cpu(x: Any, name: str) -> None:
-    """A CPU layer or model takes host memory only (RingKVDeviceError)."""
-    if x.device.type != "cpu":
-        raise RingKVDeviceError(
-            f"ringkv: {name} is a tensor on {x.device}, but the layer is on cpu (the CPU "
-            f"backend reads host memory): pass a CPU tensor ({name}.cpu()), or create the "
-            "LayerRingCache with device='cuda' to run on the GPU")
-
-
 def kv_mismatch(shape: tuple, code: int | None, keep: Any, expect: tuple,
                 storage_code: int) -> str | None:
     """The message for an upsert's ``kv`` that is not ``expect``
@@ -233,11 +224,8 @@ class CBuffer(HandleOwner):
 
     def __init__(self, x: Any, name: str, *, np_dtype: Any = None, device: Any = None):
         self.kind = TORCH if is_torch_tensor(x) else NUMPY
-        if device is not None:
-            check_cuda_device(x, name, device)
+        check_device(x, name, device)
         if self.kind == TORCH:
-            if device is None:
-                _check_cpu(x, name)
             self.copied = not x.is_contiguous() or (device is not None and x.data_ptr() % 16 != 0)
             if self.copied:
                 x = x.clone(memory_format=torch_module().contiguous_format)
@@ -262,7 +250,7 @@ def int64_vector(x: Any, name: str, what: str, error: type = RingKVArrayError) -
     (RingKVArrayError, a RuntimeError as the reference's ``torch._check``
     and a ValueError) with ``what``."""
     if is_torch_tensor(x):
-        _check_cpu(x, name)
+        check_device(x, name)
         if x.ndim != 1 or str(x.dtype) != "torch.int64":
             raise error(what.format(got=f"{tuple(x.shape)} {x.dtype}"))
         return np.ascontiguousarray(x.detach().numpy())
@@ -323,9 +311,18 @@ def cuda_view(ptr: int, shape: tuple[int, ...], code: Any, device: str, owner: A
     return t.view(torch_dtype(code)) if isinstance(code, int) and DTYPES[code].bits else t
 
 
-def check_cuda_device(x: Any, name: str, device: Any) -> None:
-    """RingKVDeviceError unless ``x`` is a torch tensor on ``device`` (a
-    ``torch.device("cuda", i)``): the layer's GPU."""
+def check_device(x: Any, name: str, device: Any = None) -> None:
+    """RingKVDeviceError unless ``x`` is where the layer reads it: ``device``
+    None or a CPU ``torch.device``, host memory (a NumPy array or a CPU
+    tensor: the CPU backend); a CUDA ``torch.device``, a torch tensor on
+    that GPU (a CUDA layer reads device memory of its own GPU only)."""
+    if device is None or device.type == "cpu":
+        if is_torch_tensor(x) and x.device.type != "cpu":
+            raise RingKVDeviceError(
+                f"ringkv: {name} is a tensor on {x.device}, but the layer is on cpu (the CPU "
+                f"backend reads host memory): pass a CPU tensor ({name}.cpu()), or create the "
+                "LayerRingCache with device='cuda' to run on the GPU")
+        return
     if is_torch_tensor(x) and x.device == device:
         return
     where = (str(x.device) if is_torch_tensor(x) else "host memory (a NumPy array)"
@@ -337,17 +334,6 @@ def check_cuda_device(x: Any, name: str, device: Any) -> None:
 
 
 # ---- the torch route (custom ops, ringkv.ops) ----------------------------------
-
-def check_device(x: Any, name: str, device: Any) -> None:
-    """RingKVDeviceError unless the tensor ``x`` is on ``device`` (the
-    layer's: ``torch.device("cpu")`` or a CUDA device), with the messages of
-    the direct calls."""
-    if x.device == device:
-        return
-    if device.type == "cpu":
-        _check_cpu(x, name)
-    check_cuda_device(x, name, device)
-
 
 def torch_index(x: Any, name: str, what: str, device: Any,
                 error: type = RingKVArrayError) -> Any:

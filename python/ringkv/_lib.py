@@ -34,7 +34,7 @@ __all__ = ["lib", "library_path", "RKV_MAX_LAYERS", "RKV_MAX_NAME", "RKV_MAX_REQ
            "RKV_BLOCK_TOKENS", "RKV_CUDA_MAX_BATCH", "Geometry", "LayerSpec",
            "ModelConfigStruct", "SessionRegion", "AttentionArgs", "SnapshotInfo",
            "BackendStorage", "has",
-           "require", "cuda", "cuda_library_path", "cuda_device_count", "check", "error_for"]
+           "cuda", "cuda_library_path", "cuda_device_count", "check", "error_for"]
 
 RKV_BLOCK_TOKENS = 128
 RKV_MAX_LAYERS = 256
@@ -174,7 +174,7 @@ _PROTOTYPES = {
 }
 
 # Later additions to the API: bound when the loaded library has them; a
-# call of one it lacks raises NotImplementedError (_Missing, require()).
+# call of one it lacks raises NotImplementedError (_Missing).
 _OPTIONAL = {
     "rkv_threadpool_create": (c_status, [c_int, POINTER(c_void_p)]),
     "rkv_threadpool_destroy": (None, [c_void_p]),
@@ -300,7 +300,7 @@ def _bind(path: str, required: dict, optional: dict, older: str,
 
 class _Missing:
     """An optional C function the loaded library lacks: calling it raises
-    NotImplementedError (what :func:`require` raises)."""
+    NotImplementedError."""
 
     def __init__(self, name: str, path: str):
         self.name, self.path = name, path
@@ -331,12 +331,6 @@ lib, library_path = _load()
 def has(name: str) -> bool:
     """Whether the loaded library exports the C function ``name``."""
     return not isinstance(getattr(lib, name, _Missing), (_Missing, type))
-
-
-def require(name: str) -> None:
-    """NotImplementedError unless the loaded library exports ``name``."""
-    if not has(name):
-        _Missing(name, library_path)()
 
 
 # ---- the CUDA backend: libringkv_cuda.so, loaded on first use ---------------

@@ -408,7 +408,7 @@ class LayerRingCache(HandleOwner):
         if options:
             raise RingKVValueError("pool and reference=True are CPU-backend options; this "
                                    f"layer is on {self.device}")
-        ar.check_cuda_device(x, name, self.views()[3].device)
+        ar.check_device(x, name, self.views()[3].device)
 
     def _host_only(self, what: str) -> None:
         if self.device != "cpu":
@@ -729,11 +729,9 @@ class LayerRingCache(HandleOwner):
         if visible is not None:
             rows = visible if ar.is_torch_tensor(visible) else \
                 ar.torch_module().from_numpy(np.ascontiguousarray(visible))
-            if rows.device != dev:
-                if rows.device.type == "cpu" and dev.type == "cuda":
-                    rows = rows.to(dev)  # host rows: one copy (not capture-safe)
-                else:
-                    ar.check_device(rows, "visible", dev)
+            if rows.device.type == "cpu" and dev.type == "cuda":
+                rows = rows.to(dev)  # host rows: one copy (not capture-safe)
+            ar.check_device(rows, "visible", dev)
         elif frame_pos is not None:
             fp = ar.torch_index(frame_pos, "frame_pos",
                                 "frame_pos must be a [B] int64 array or tensor; got {got}", dev)
