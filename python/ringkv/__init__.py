@@ -92,7 +92,7 @@ def convert(array: Any, to_dtype: Any, *, from_dtype: Any = None) -> np.ndarray:
     rounding (nearest even; NaN stays NaN). bf16 is uint16 bits on either
     side; ``from_dtype`` overrides the array's own (e.g. "bf16" for uint16).
     Returns a new C-contiguous array of the same shape."""
-    from .errors import check
+    from ._lib import check
     src = np.ascontiguousarray(array)
     src_code = (_ar.parse_dtype(from_dtype) if from_dtype is not None
                 else _ar.array_dtype_code(src))

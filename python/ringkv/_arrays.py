@@ -13,14 +13,15 @@ NumPy has no bfloat16: bf16 data appears as ``uint16`` bit patterns (an
 ``ml_dtypes.bfloat16`` array is accepted too); with torch it is
 ``torch.bfloat16``. torch is imported only when a torch object is seen.
 
-CUDA layers (see :mod:`ringkv.layer`): inputs are torch CUDA tensors on the
-layer's device, passed by ``data_ptr()`` (copied once on the device only when
-not C-contiguous or not 16-byte aligned); outputs are torch CUDA tensors over
-the library's device memory, built from an ``__cuda_array_interface__``
-(version 3) that keeps the owning handle alive (:func:`cuda_view`). An array
-on another device raises :class:`RingKVDeviceError`; nothing is copied
-between host and device except the small int64 vectors and visibility rows
-given as host data (:func:`torch_index`).
+On a GPU (CUDA layers and models; not yet run on a GPU): inputs are torch
+CUDA tensors on the layer's device, passed by ``data_ptr()`` (copied once on
+the device only when not C-contiguous or not 16-byte aligned); the views
+are torch CUDA tensors over the library's device memory, built from an
+``__cuda_array_interface__`` (version 3) that keeps the owning handle alive
+(:func:`cuda_view`). An array on another device raises
+:class:`RingKVDeviceError`; nothing is copied between host and device except
+the small int64 vectors and visibility rows given as host data
+(:func:`torch_index`).
 """
 from __future__ import annotations
 
@@ -187,30 +188,9 @@ def to_torch(arr: np.ndarray, code: int | None = None):
     return torch.from_numpy(arr)
 
 
-def as_kind(arr: np.ndarray, kind: str, code: int | None = None):
+def as_kind(arr: np.ndarray, kind: str):
     """``arr`` (a NumPy view) as the requested kind of array, without copying."""
-    return to_torch(arr, code) if kind == TORCH else arr
-
-
-def kind_of(x: Any) -> str:
-    return TORCH if is_torch_tensor(x) else NUMPY
-
-
-def _device_name(x: Any) -> str:
-    """Where an array lives, for messages: "cpu", "cuda:0", "meta", or
-    "host memory (a NumPy array)"."""
-    if is_torch_tensor(x):
-        return str(x.device)
-    return "host memory (a NumPy array)" if isinstance(x, np.ndarray) else "host memory"
-
-
-def _check_cpu(x: Any, name: str) -> None:
-    """A CPU layer or model takes host memory only (RingKVDeviceError)."""
-    if x.device.type != "cpu":
-        raise RingKVDeviceError(
-            f"ringkv: {name} is a tensor on {x.device}, but the layer is on cpu (the CPU "
-            f"backend reads host memory): pass a CPU tensor ({name}.cpu()), or create the "
-            "LayerRingCache with device='cuda' to run on the GPU")
+    return to_torch(arr) if kind == TORCH else arr
 
 
 def kv_mismatch(shape: tuple, code: int | None, keep: Any, expect: tuple,
@@ -232,51 +212,48 @@ def kv_mismatch(shape: tuple, code: int | None, keep: Any, expect: tuple,
 
 class CBuffer(HandleOwner):
     """A contiguous input buffer handed to C: ``ptr``, ``shape``, ``code``
-    (ringkv dtype or None), ``kind`` and a reference keeping it alive. A
-    call's temporary: never copied or pickled (it holds an address)."""
+    (ringkv dtype or None), ``kind``, ``copied`` (it had to be copied) and
+    a reference keeping it alive (``keep``). ``device`` None: host memory (a
+    NumPy array or a CPU tensor); a CUDA ``torch.device``: a torch tensor
+    there, 16-byte aligned (RingKVDeviceError otherwise; not yet run on a
+    GPU). A call's temporary: never copied or pickled (it holds an address)."""
 
     _copy_hint = "it holds the address of an input array for one library call"
 
     __slots__ = ("ptr", "shape", "code", "kind", "keep", "copied")
 
-    def __init__(self, x: Any, name: str, *, np_dtype: Any = None):
-        self.kind = kind_of(x)
-        self.copied = False
+    def __init__(self, x: Any, name: str, *, np_dtype: Any = None, device: Any = None):
+        self.kind = TORCH if is_torch_tensor(x) else NUMPY
+        check_device(x, name, device)
         if self.kind == TORCH:
-            _check_cpu(x, name)
-            if not x.is_contiguous():
-                x = x.contiguous()
-                self.copied = True
-            self.code = array_dtype_code(x)
-            self.shape = tuple(x.shape)
-            self.keep = x
+            self.copied = not x.is_contiguous() or (device is not None and x.data_ptr() % 16 != 0)
+            if self.copied:
+                x = x.clone(memory_format=torch_module().contiguous_format)
             self.ptr = x.data_ptr()
         else:
-            arr = np.asarray(x, dtype=np_dtype)
-            if not arr.flags.c_contiguous:
-                arr = np.ascontiguousarray(arr)
-                self.copied = True
-            self.code = array_dtype_code(arr)
-            self.shape = arr.shape
-            self.keep = arr
-            self.ptr = arr.ctypes.data
+            x = np.asarray(x, dtype=np_dtype)
+            self.copied = not x.flags.c_contiguous
+            if self.copied:
+                x = np.ascontiguousarray(x)
+            self.ptr = x.ctypes.data
+        self.code = array_dtype_code(x)
+        self.shape = tuple(x.shape)
+        self.keep = x
 
 
-def int64_vector(x: Any, name: str, what: str,
-                 error: type = RingKVArrayError) -> tuple[np.ndarray, str]:
+def int64_vector(x: Any, name: str, what: str, error: type = RingKVArrayError) -> np.ndarray:
     """A 1-D int64 NumPy array of ``x`` (no copy for a contiguous int64 CPU
-    array or tensor) and a description of what was given, for messages.
+    array or tensor).
     Lists and tuples of integers are converted (not of bools, floats or
     strings, which NumPy would turn into 0/1, truncate or parse); arrays and
     tensors must already be int64 (as in the reference). Raises ``error``
     (RingKVArrayError, a RuntimeError as the reference's ``torch._check``
     and a ValueError) with ``what``."""
     if is_torch_tensor(x):
-        _check_cpu(x, name)
-        desc = f"{tuple(x.shape)} {x.dtype}"
+        check_device(x, name)
         if x.ndim != 1 or str(x.dtype) != "torch.int64":
-            raise error(what.format(got=desc))
-        return np.ascontiguousarray(x.detach().numpy()), desc
+            raise error(what.format(got=f"{tuple(x.shape)} {x.dtype}"))
+        return np.ascontiguousarray(x.detach().numpy())
     if isinstance(x, (list, tuple)):
         try:
             if any(is_bool(v) for v in x):
@@ -286,10 +263,9 @@ def int64_vector(x: Any, name: str, what: str,
             raise error(what.format(got=repr(x))) from None
     else:
         arr = np.asarray(x)
-    desc = f"{tuple(arr.shape)} {arr.dtype}"
     if arr.ndim != 1 or arr.dtype != np.int64:
-        raise error(what.format(got=desc))
-    return np.ascontiguousarray(arr), desc
+        raise error(what.format(got=f"{tuple(arr.shape)} {arr.dtype}"))
+    return np.ascontiguousarray(arr)
 
 
 # ---- CUDA (torch) -------------------------------------------------------------
@@ -297,15 +273,6 @@ def int64_vector(x: Any, name: str, what: str,
 _CUDA_TYPESTR = {"bool": "|b1", "int32": "<i4",
                  **{d.code: np.dtype(f"i{numpy_dtype(d.code).itemsize}" if d.bits else d.host).str
                     for d in DTYPES}}
-
-
-def cuda_array_interface(ptr: int, shape: tuple[int, ...], typestr: str) -> dict:
-    """The ``__cuda_array_interface__`` (version 3) of a C-contiguous DEVICE
-    buffer: ``data`` (ptr, writable), no strides (C order), no stream (the
-    producer has no work in flight that the consumer must wait for: the
-    library's kernels are ordered by the caller's stream)."""
-    return {"version": 3, "shape": tuple(int(s) for s in shape), "typestr": typestr,
-            "data": (int(ptr), False), "strides": None, "stream": None}
 
 
 class CudaInterface(HandleOwner):
@@ -319,13 +286,17 @@ class CudaInterface(HandleOwner):
     __slots__ = ("__cuda_array_interface__", "owner")
 
     def __init__(self, ptr: int, shape: tuple[int, ...], typestr: str, owner: Any):
-        self.__cuda_array_interface__ = cuda_array_interface(ptr, shape, typestr)
+        # version 3, C order (no strides), no stream: the library's kernels are
+        # ordered by the caller's stream, nothing is in flight for the consumer
+        self.__cuda_array_interface__ = {"version": 3, "shape": tuple(int(s) for s in shape),
+                                         "typestr": typestr, "data": (int(ptr), False),
+                                         "strides": None, "stream": None}
         self.owner = owner
 
 
-def cuda_view(ptr: int, shape: tuple[int, ...], code: Any, device_index: int, owner: Any):
+def cuda_view(ptr: int, shape: tuple[int, ...], code: Any, device: str, owner: Any):
     """A torch CUDA tensor over the DEVICE buffer at ``ptr`` on GPU
-    ``device_index``, without copying; ``code`` a ringkv dtype code or "bool".
+    ``device`` ("cuda:i"), without copying; ``code`` a ringkv dtype code or "bool".
     bf16 goes through int16 (the interface has no bfloat16 typestr) and is
     reinterpreted with ``.view(torch.bfloat16)`` (any dtype NumPy holds as bits
     likewise)."""
@@ -333,19 +304,29 @@ def cuda_view(ptr: int, shape: tuple[int, ...], code: Any, device_index: int, ow
         raise RingKVRuntimeError("ringkv: the CUDA library returned a NULL device buffer")
     torch = torch_module()
     t = torch.as_tensor(CudaInterface(ptr, shape, _CUDA_TYPESTR[code], owner),
-                        device=torch.device("cuda", device_index))
+                        device=torch.device(device))
     if t.data_ptr() != int(ptr):  # as_tensor copies only across devices/dtypes
         raise RingKVRuntimeError(f"ringkv: torch copied the device buffer {ptr:#x} instead of "
                                  "viewing it")
     return t.view(torch_dtype(code)) if isinstance(code, int) and DTYPES[code].bits else t
 
 
-def check_cuda_device(x: Any, name: str, device: Any) -> None:
-    """RingKVDeviceError unless ``x`` is a torch tensor on ``device`` (a
-    ``torch.device("cuda", i)``): the layer's GPU."""
+def check_device(x: Any, name: str, device: Any = None) -> None:
+    """RingKVDeviceError unless ``x`` is where the layer reads it: ``device``
+    None or a CPU ``torch.device``, host memory (a NumPy array or a CPU
+    tensor: the CPU backend); a CUDA ``torch.device``, a torch tensor on
+    that GPU (a CUDA layer reads device memory of its own GPU only)."""
+    if device is None or device.type == "cpu":
+        if is_torch_tensor(x) and x.device.type != "cpu":
+            raise RingKVDeviceError(
+                f"ringkv: {name} is a tensor on {x.device}, but the layer is on cpu (the CPU "
+                f"backend reads host memory): pass a CPU tensor ({name}.cpu()), or create the "
+                "LayerRingCache with device='cuda' to run on the GPU")
+        return
     if is_torch_tensor(x) and x.device == device:
         return
-    where = _device_name(x)
+    where = (str(x.device) if is_torch_tensor(x) else "host memory (a NumPy array)"
+             if isinstance(x, np.ndarray) else "host memory")
     hint = (f"copy it there first ({name}.to('{device}'))" if is_torch_tensor(x) or
             isinstance(x, np.ndarray) else f"pass a torch tensor on {device}")
     raise RingKVDeviceError(f"ringkv: {name} is on {where}, but the layer is on {device} (a CUDA "
@@ -353,17 +334,6 @@ def check_cuda_device(x: Any, name: str, device: Any) -> None:
 
 
 # ---- the torch route (custom ops, ringkv.ops) ----------------------------------
-
-def check_device(x: Any, name: str, device: Any) -> None:
-    """RingKVDeviceError unless the tensor ``x`` is on ``device`` (the
-    layer's: ``torch.device("cpu")`` or a CUDA device), with the messages of
-    the direct calls."""
-    if x.device == device:
-        return
-    if device.type == "cpu":
-        _check_cpu(x, name)
-    check_cuda_device(x, name, device)
-
 
 def torch_index(x: Any, name: str, what: str, device: Any,
                 error: type = RingKVArrayError) -> Any:
@@ -381,8 +351,7 @@ def torch_index(x: Any, name: str, what: str, device: Any,
         return x if x.device == device else x.to(device)
     if isinstance(x, (list, tuple)) and torch.compiler.is_compiling():
         return _traced_index_list(torch, x, what, device, error)
-    arr, _ = int64_vector(x, name, what, error)
-    t = torch.from_numpy(arr)
+    t = torch.from_numpy(int64_vector(x, name, what, error))
     return t if device.type == "cpu" else t.to(device)
 
 

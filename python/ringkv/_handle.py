@@ -26,14 +26,20 @@ this base, and for a subclass it has no copy/pickle case for
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from .errors import RingKVTypeError, RingKVValueError
 
-__all__ = ["HandleOwner", "HANDLE_CLASSES", "copy_extras", "extras", "malformed_state",
-           "check_state"]
+__all__ = ["HandleOwner", "HANDLE_CLASSES", "LIVE_MODELS", "copy_extras", "extras",
+           "malformed_state", "check_state"]
 
 HANDLE_CLASSES: list[type] = []
+
+#: Live models by their rkv_model* (an int): the key the model ops take
+#: (ringkv.ops.model_key), registered by ringkv.Model; a key no live model
+#: holds is refused there. Here, below both, so neither imports the other.
+LIVE_MODELS: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
 
 
 class HandleOwner:

@@ -28,11 +28,13 @@ import os
 from ctypes import (POINTER, Structure, c_char, c_char_p, c_float, c_int, c_int32,
                     c_int64, c_size_t, c_uint8, c_uint64, c_void_p, sizeof)
 
+from .errors import CLASS_OF, STATUS_NAMES, RingKVError, RingKVRuntimeError, python_message
+
 __all__ = ["lib", "library_path", "RKV_MAX_LAYERS", "RKV_MAX_NAME", "RKV_MAX_REQUEST_ID",
            "RKV_BLOCK_TOKENS", "RKV_CUDA_MAX_BATCH", "Geometry", "LayerSpec",
            "ModelConfigStruct", "SessionRegion", "AttentionArgs", "SnapshotInfo",
            "BackendStorage", "has",
-           "require", "cuda", "cuda_library_path", "cuda_device_count"]
+           "cuda", "cuda_library_path", "cuda_device_count", "check", "error_for"]
 
 RKV_BLOCK_TOKENS = 128
 RKV_MAX_LAYERS = 256
@@ -171,9 +173,8 @@ _PROTOTYPES = {
     "rkv_model_restore": (c_status, [c_void_p, c_int64, c_void_p, c_size_t]),
 }
 
-# Later additions to the API: bound when the loaded library has them; the
-# Python methods that need one raise NotImplementedError otherwise (see
-# require()).
+# Later additions to the API: bound when the loaded library has them; a
+# call of one it lacks raises NotImplementedError (_Missing).
 _OPTIONAL = {
     "rkv_threadpool_create": (c_status, [c_int, POINTER(c_void_p)]),
     "rkv_threadpool_destroy": (None, [c_void_p]),
@@ -292,7 +293,21 @@ def _bind(path: str, required: dict, optional: dict, older: str,
         fn = getattr(handle, name)
         fn.restype = restype
         fn.argtypes = argtypes
+    for name in optional.keys() - protos.keys():
+        setattr(handle, name, _Missing(name, path))
     return handle
+
+
+class _Missing:
+    """An optional C function the loaded library lacks: calling it raises
+    NotImplementedError."""
+
+    def __init__(self, name: str, path: str):
+        self.name, self.path = name, path
+
+    def __call__(self, *args):
+        raise NotImplementedError(f"ringkv: the loaded libringkv ({self.path}) lacks "
+                                  f"{self.name}; rebuild the library from a newer tree")
 
 
 def _load() -> tuple[ctypes.CDLL, str]:
@@ -315,14 +330,7 @@ lib, library_path = _load()
 
 def has(name: str) -> bool:
     """Whether the loaded library exports the C function ``name``."""
-    return hasattr(lib, name)
-
-
-def require(name: str) -> None:
-    """NotImplementedError unless the loaded library exports ``name``."""
-    if not hasattr(lib, name):
-        raise NotImplementedError(f"ringkv: the loaded libringkv ({library_path}) lacks {name}; "
-                                  "rebuild the library from a newer tree")
+    return not isinstance(getattr(lib, name, _Missing), (_Missing, type))
 
 
 # ---- the CUDA backend: libringkv_cuda.so, loaded on first use ---------------
@@ -357,7 +365,6 @@ def cuda() -> ctypes.CDLL:
     handle = _cuda_state.get("lib")
     if handle is not None:
         return handle
-    from .errors import RingKVRuntimeError  # errors imports this module
     env = os.environ.get("RINGKV_CUDA_LIBRARY")
     candidates = [c for c in _cuda_candidates() if os.sep not in c or os.path.exists(c)]
     if not candidates:
@@ -406,9 +413,26 @@ def cuda_device_count() -> int:
     ``torch.cuda.device_count()``; ``LayerRingCache(..., device="cuda")``
     then says why). The CUDA backend has not yet run on a GPU (no GPU run
     is recorded)."""
-    from .errors import RingKVRuntimeError  # errors imports this module
     try:
         clib = cuda()
     except RingKVRuntimeError:
         return 0
     return int(clib.rkv_cuda_device_count())
+
+
+# ---- statuses as exceptions (the classes: ringkv.errors) ----------------------
+
+def error_for(status: int) -> RingKVError:
+    """The exception for a failed status, with ``rkv_last_error()``'s message
+    (read at once: it is thread-local and replaced by the next failure), its
+    C calls named as the Python calls (:func:`ringkv.errors.python_message`)."""
+    message = python_message((lib.rkv_last_error() or b"").decode("utf-8", "replace"))
+    name = STATUS_NAMES.get(status, f"status {status}")
+    cls = CLASS_OF.get(status, RingKVRuntimeError)
+    return cls(f"{message} [{name}]" if message else name, status)
+
+
+def check(status: int) -> None:
+    """Raises :func:`error_for` ``(status)`` unless ``status`` is ``RKV_OK`` (0)."""
+    if status:
+        raise error_for(status)

@@ -1,6 +1,7 @@
 """Attention over a ring (SEMANTICS 5): ``rkv_layer_attend`` and
-``rkv_model_attend`` (CPU backend), for NumPy arrays and for torch tensors
-with ``pool=`` or ``reference=True`` (or a torch older than 2.6).
+``rkv_model_attend``, for NumPy arrays and for torch tensors with ``pool=``
+or ``reference=True`` (or a torch older than 2.6), and a CUDA model's torch
+CUDA tensors (not yet run on a GPU).
 
 ``out[b, h, i, :] = softmax_j(scale * q[b, h, i, :] . K[h // (Hq // H), j, :]) V[...]``
 over the visible slots ``j`` of row ``b``'s session; no causal mask; f32
@@ -9,7 +10,8 @@ accumulation; GQA maps query head ``h`` to KV head ``h // (Hq // H)``.
 Shapes and dtypes:
 
 - ``q``: ``[B, Hq, Tq, D]``, float32, float16 or bf16 (NumPy: float32,
-  float16, or uint16 bf16 bits; torch: float32, float16, bfloat16), on the CPU.
+  float16, or uint16 bf16 bits; torch: float32, float16, bfloat16), on the
+  CPU (a CUDA model: on its GPU).
 - ``session_idx``: ``[B]`` int64 (list, NumPy array or tensor), distinct.
 - ``frame_pos``: ``[B]`` int64 row clocks: visibility from the written bits
   and the clock (the engine path; no mask is built).
@@ -32,15 +34,16 @@ instead (:mod:`ringkv.ops`, through ``LayerRingCache.attend``), except with
 from __future__ import annotations
 
 import ctypes
+import math
 from typing import Any
 
 import numpy as np
 
 from . import _arrays as ar
 from ._args import as_instance
-from ._lib import AttentionArgs, lib, require
+from ._lib import AttentionArgs, BackendStorage, check, lib
 from .threadpool import ThreadPool
-from .errors import RingKVArrayError, RingKVTypeError, RingKVValueError, check
+from .errors import RingKVArrayError, RingKVTypeError, RingKVValueError
 
 __all__ = ["attend_layer", "attend_model"]
 
@@ -49,9 +52,8 @@ _PU8 = ctypes.POINTER(ctypes.c_uint8)
 
 
 def _sessions(session_idx: Any) -> np.ndarray:
-    arr, _ = ar.int64_vector(session_idx, "session_idx",
-                             "session_idx must be a [B] int64 array or tensor; got {got}")
-    return arr
+    return ar.int64_vector(session_idx, "session_idx",
+                           "session_idx must be a [B] int64 array or tensor; got {got}")
 
 
 def _pool_ptr(pool: Any) -> int | None:
@@ -72,55 +74,57 @@ def _scale(scale: Any) -> float:
     return float(scale)
 
 
-def _check_q(qb: Any, d_head: int, batch: int, kv_heads: int | None = None,
-             q_heads: int | None = None) -> None:
-    """RingKVArrayError unless ``q`` is ``[batch, Hq, Tq, d_head]`` with Hq a
+def check_q(shape: tuple, code: int | None, dtype: Any, d_head: int, batch: int,
+            kv_heads: int | None = None, q_heads: int | None = None) -> None:
+    """RingKVArrayError unless ``q`` (of ``shape``, ringkv dtype ``code``:
+    None for another ``dtype``) is ``[batch, Hq, Tq, d_head]`` with Hq a
     multiple of ``kv_heads`` (a layer) or equal to ``q_heads`` (a model), in
     a supported dtype (the library checks the heads too, as
     RKV_ERR_INVALID_ARG: checked here so that every shape mistake of q has
-    one class)."""
-    if len(qb.shape) != 4:
-        raise RingKVArrayError(f"q must be [B, Hq, Tq, D]; got shape {qb.shape}")
-    B, Hq, Tq, D = qb.shape
+    one class). The direct calls and the ops (ringkv.ops) alike."""
+    if len(shape) != 4:
+        raise RingKVArrayError(f"q must be [B, Hq, Tq, D]; got shape {shape}")
+    B, Hq, Tq, D = shape
     if B != batch:
         raise RingKVArrayError(f"q has B = {B} rows but session_idx has {batch}")
     if D != d_head:
         raise RingKVArrayError(f"q has d_head {D}; the layer's is {d_head}")
     if Tq < 1 or Hq < 1:
-        raise RingKVArrayError(f"q must have at least one head and one query; got shape {qb.shape}")
+        raise RingKVArrayError(f"q must have at least one head and one query; got shape {shape}")
     if kv_heads is not None and Hq % kv_heads:
         raise RingKVArrayError(f"q has n_q_heads = {Hq}; expected a positive multiple of the "
                                f"layer's n_kv_heads = {kv_heads} (GQA)")
     if q_heads is not None and Hq != q_heads:
         raise RingKVArrayError(f"q has n_q_heads = {Hq}; this model has {q_heads}")
-    if qb.code is None:
-        raise RingKVArrayError(f"q dtype {qb.keep.dtype} is not {ar.REALS}")
+    if code is None:
+        raise RingKVArrayError(f"q dtype {dtype} is not {ar.REALS}")
 
 
-def _check_out(ob: Any, qb: Any, copied_msg: str) -> None:
-    if ob.copied:
-        raise RingKVArrayError(copied_msg)
-    if tuple(ob.shape) != tuple(qb.shape):
-        raise RingKVArrayError(f"out has shape {ob.shape}; expected {qb.shape}")
-    if ob.code is None:
-        raise RingKVArrayError(f"out dtype {ob.keep.dtype} is not {ar.REALS}")
-
-
-def _prepare(q: Any, d_head: int, total_slots: int, batch: int, out: Any, out_dtype: Any,
-             scale: float | None, pool: Any = None, kv_heads: int | None = None,
-             q_heads: int | None = None) -> tuple[AttentionArgs, Any, list]:
-    qb = ar.CBuffer(q, "q")
-    _check_q(qb, d_head, batch, kv_heads, q_heads)
+def _prepare(q: Any, d_head: int, batch: int, out: Any, out_dtype: Any, scale: float | None,
+             pool: Any = None, kv_heads: int | None = None, q_heads: int | None = None,
+             device: Any = None) -> tuple[AttentionArgs, Any, list]:
+    """The attention arguments over ``q`` and ``out`` (made when None: of
+    ``q``'s kind and device), checked; ``device`` a CUDA model's
+    (:class:`ringkv._arrays.CBuffer`)."""
+    qb = ar.CBuffer(q, "q", device=device)
+    check_q(qb.shape, qb.code, qb.keep.dtype, d_head, batch, kv_heads, q_heads)
     B, Hq, Tq, _ = qb.shape
     if out is None:
         out_code = qb.code if out_dtype is None else ar.parse_dtype(out_dtype)
         if qb.kind == ar.TORCH:
-            torch = ar.torch_module()
-            out = torch.empty(qb.shape, dtype=ar.torch_dtype(out_code))
+            out = ar.torch_module().empty(qb.shape, dtype=ar.torch_dtype(out_code),
+                                          device=qb.keep.device)
         else:
             out = np.empty(qb.shape, dtype=ar.numpy_dtype(out_code))
-    ob = ar.CBuffer(out, "out")
-    _check_out(ob, qb, "out must be C-contiguous (it is written in place)")
+    ob = ar.CBuffer(out, "out", device=device)
+    if ob.copied:
+        raise RingKVArrayError("out must be C-contiguous (it is written in place)" if device is None
+                               else "out must be C-contiguous and 16-byte aligned (it is written "
+                               "in place)")
+    if tuple(ob.shape) != tuple(qb.shape):
+        raise RingKVArrayError(f"out has shape {ob.shape}; expected {qb.shape}")
+    if ob.code is None:
+        raise RingKVArrayError(f"out dtype {ob.keep.dtype} is not {ar.REALS}")
     if ob.kind == ar.NUMPY and not ob.keep.flags.writeable:
         raise RingKVArrayError("out is read-only")
     args = AttentionArgs(batch=B, n_q_heads=Hq, n_queries=Tq, q=qb.ptr, q_dtype=qb.code,
@@ -132,7 +136,6 @@ def _prepare(q: Any, d_head: int, total_slots: int, batch: int, out: Any, out_dt
 def _attend_reference(layer_ptr: int, args: Any) -> int:
     """The oracle on a layer's bytes: its storage wrapped on the reference
     table, then rkv_layer_attend (its status)."""
-    from ._lib import BackendStorage
     st = BackendStorage(lib.rkv_layer_kv(layer_ptr), lib.rkv_layer_written(layer_ptr), None)
     ref = ctypes.c_void_p()
     status = lib.rkv_layer_wrap(lib.rkv_backend_cpu_reference(), None,
@@ -154,39 +157,28 @@ def attend_layer(layer_ptr: int, d_head: int, total_slots: int, q: Any, session_
     storage wrapped on the reference table (``rkv_backend_cpu_reference``,
     the oracle); ``kv_heads``: its n_kv_heads, for the GQA check; see the
     module docstring."""
-    fn = lib.rkv_layer_attend
-    if reference:
-        require("rkv_backend_cpu_reference")
-        fn = _attend_reference
+    fn = _attend_reference if reference else lib.rkv_layer_attend
     si = _sessions(session_idx)
-    args, out, keep = _prepare(q, d_head, total_slots, si.shape[0], out, out_dtype, scale, pool,
+    args, out, keep = _prepare(q, d_head, si.shape[0], out, out_dtype, scale, pool,
                                kv_heads=kv_heads)
     args.session_idx = ctypes.cast(si.ctypes.data, _P64)
     if visible is None:
         if frame_pos is None:
             raise RingKVValueError("attend needs frame_pos (the bits-and-clock rule) or visible "
                                    "(explicit per-slot rows)")
-        fp, _ = ar.int64_vector(frame_pos, "frame_pos",
-                                "frame_pos must be a [B] int64 array or tensor; got {got}")
+        fp = ar.int64_vector(frame_pos, "frame_pos",
+                             "frame_pos must be a [B] int64 array or tensor; got {got}")
         if fp.shape != si.shape:
             raise RingKVArrayError(f"frame_pos has {fp.shape[0]} rows; session_idx has "
                                    f"{si.shape[0]}")
         keep.append(fp)
         args.frame_pos = ctypes.cast(fp.ctypes.data, _P64)
     else:
-        if ar.is_torch_tensor(visible):
-            vb = ar.CBuffer(visible.reshape(-1) if visible.is_contiguous() else
-                            visible.contiguous().reshape(-1), "visible")
-            vdt = str(visible.dtype)
-            ok = vdt in ("torch.bool", "torch.uint8")
-        else:
-            varr = np.asarray(visible)
-            ok = varr.dtype in (np.bool_, np.uint8)
-            vb = ar.CBuffer(varr.reshape(-1), "visible")
-        if not ok:
+        vb = ar.CBuffer(visible, "visible")
+        if str(vb.keep.dtype).removeprefix("torch.") not in ("bool", "uint8"):
             raise RingKVArrayError("visible must be a bool or uint8 array of rows [B, N]")
-        if vb.shape[0] != si.shape[0] * total_slots:
-            raise RingKVArrayError(f"visible has {vb.shape[0]} entries; expected B*N = "
+        if math.prod(vb.shape) != si.shape[0] * total_slots:
+            raise RingKVArrayError(f"visible has {math.prod(vb.shape)} entries; expected B*N = "
                                    f"{si.shape[0]}*{total_slots}")
         keep.append(vb)
         args.visible = ctypes.cast(vb.ptr, _PU8)
@@ -194,21 +186,20 @@ def attend_layer(layer_ptr: int, d_head: int, total_slots: int, q: Any, session_
     return out
 
 
-def attend_model(model_ptr: int, layer: int, d_head: int, total_slots: int, q: Any,
-                 session_idx: Any, *, scale: float | None = None, out: Any = None,
-                 out_dtype: Any = None, pool: Any = None, step_kv: Any = None,
-                 commit: bool = False, q_heads: int | None = None) -> Any:
-    """``rkv_model_attend``: the sessions' declared clocks, bits-and-clock
-    rule. With ``step_kv`` (a checked ``(ptr, dtype code)`` of the upsert
-    input), ``rkv_model_step``: the upsert and then the attention in one call."""
-    si = _sessions(session_idx)
-    args, out, keep = _prepare(q, d_head, total_slots, si.shape[0], out, out_dtype, scale, pool,
-                               q_heads=q_heads)
+def attend_model(model_ptr: int, layer: int, d_head: int, q: Any, si: np.ndarray, *,
+                 scale: float | None = None, out: Any = None, out_dtype: Any = None,
+                 pool: Any = None, step_kv: Any = None, commit: bool = False,
+                 q_heads: int | None = None, device: Any = None) -> Any:
+    """``rkv_model_attend`` for the ``[B]`` int64 sessions ``si``: their
+    declared clocks, bits-and-clock rule. With ``step_kv`` (a checked
+    ``(ptr, dtype code)`` of the upsert input), ``rkv_model_step``: the upsert
+    and then the attention in one call. ``device``: a CUDA model's."""
+    args, out, keep = _prepare(q, d_head, si.shape[0], out, out_dtype, scale, pool,
+                               q_heads=q_heads, device=device)
     if step_kv is None:
         check(lib.rkv_model_attend(model_ptr, layer, si.shape[0], si.ctypes.data,
                                    ctypes.byref(args)))
     else:
-        require("rkv_model_step")
         check(lib.rkv_model_step(model_ptr, layer, si.shape[0], si.ctypes.data, step_kv[0],
                                  step_kv[1], 1 if commit else 0, ctypes.byref(args)))
     return out

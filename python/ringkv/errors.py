@@ -7,43 +7,8 @@ caller expects; where the reference ``LayerRingCache``
 (``shared/spec/seed_ring_cache.py``) raises for the same mistake, that
 built-in type too. A mistake has ONE class whichever function or method
 finds it (``LayerRingCache``, ``Model``, the CUDA layer, ``convert``...):
-
-==========================================  =====================  =====================
-mistake                                     class                  is also
-==========================================  =====================  =====================
-an argument of the wrong Python type (a     RingKVTypeError        TypeError
-non-integer or bool index, size or
-clock; a flag such as ``commit`` that is
-not a bool; a
-``pool`` that is not a ThreadPool; a
-request id that is not str/bytes); copying
-or pickling an object that cannot be
-(:mod:`ringkv._handle`)
-an unknown or unsupported dtype spec        RingKVDtypeError       ValueError, TypeError
-(``dtype=``, ``out_dtype=``, ``convert``)
-an unknown device, or an array on another   RingKVDeviceError      ValueError, RuntimeError
-device than the layer's
-an array argument whose shape, dtype or     RingKVArrayError       ValueError, RuntimeError
-layout is not what the call takes (``kv``,
-``q``, ``out``, ``visible``, ``frame_pos``,
-``session_idx``; rows that do not match)
-a session or layer index out of range       RingKVIndexError       IndexError
-a bad value: geometry or config, a          RingKVValueError       ValueError
-session twice in one batch, a clock < 0,
-an empty request id, a malformed snapshot
-or pickle; a string argument (a path, a
-request id, a preset or model name) that
-is empty where a name is needed, holds a
-NUL byte or cannot be encoded (as
-``open()`` refuses such a path)
-an unknown preset or request id             RingKVKeyError         KeyError
-a call in the wrong state: the clock rule,  RingKVRuntimeError     RuntimeError
-every session held, a session inside a
-frame or not claimed, ``B != 1`` with
-``build_visibility``, a missing library
-allocation failed                           RingKVMemoryError      MemoryError
-file input/output failed                    RingKVOSError          OSError
-==========================================  =====================  =====================
+each class's docstring below says which mistakes are its own, and
+python/README.md ("Errors") has the table of mistakes and classes.
 
 The dual classes keep both readings true: the reference raises
 ``RuntimeError`` (``torch._check``, ``index_copy_``) for a wrong ``kv`` and
@@ -78,10 +43,11 @@ A CUDA layer's device errors (session ids and clocks checked by the
 kernels) come from ``LayerRingCache.check()`` with the statuses above.
 
 The library's messages name C calls ("rkv_model_claim: ... page it in with
-rkv_model_page_in"); :func:`error_for` names the Python call that does the
+rkv_model_page_in"); ``ringkv._lib.error_for`` names the Python call that does the
 same instead (:data:`PYTHON_NAMES`: "Model.claim: ... page it in with
 Model.page_in"), the message otherwise unchanged. C names with no Python
-counterpart stay as they are.
+counterpart stay as they are. This module imports nothing of ringkv's
+(``ringkv._lib`` turns statuses into these exceptions: ``check``).
 """
 from __future__ import annotations
 
@@ -91,13 +57,11 @@ import re
 import sys
 from typing import Any, Callable, TypeVar
 
-from ._lib import lib
-
 F = TypeVar("F", bound=Callable[..., Any])
 
 __all__ = ["RingKVError", "RingKVValueError", "RingKVIndexError", "RingKVKeyError",
            "RingKVRuntimeError", "RingKVMemoryError", "RingKVOSError", "RingKVTypeError",
-           "RingKVDtypeError", "RingKVDeviceError", "RingKVArrayError", "check", "error_for",
+           "RingKVDtypeError", "RingKVDeviceError", "RingKVArrayError",
            "python_message", "python_call", "python_calls", "called_as", "PYTHON_NAMES",
            "STATUS_NAMES"]
 
@@ -178,7 +142,7 @@ class RingKVArrayError(RingKVValueError, RingKVRuntimeError):
     the reference's ``torch._check`` and ``index_copy_`` raise."""
 
 
-_CLASS_OF = {
+CLASS_OF = {  # the class of each failed status
     -1: RingKVValueError, -2: RingKVValueError, -4: RingKVValueError, -6: RingKVArrayError,
     -11: RingKVValueError, -3: RingKVIndexError, -9: RingKVKeyError, -7: RingKVRuntimeError,
     -8: RingKVRuntimeError, -10: RingKVRuntimeError, -5: RingKVMemoryError, -12: RingKVOSError,
@@ -246,22 +210,6 @@ def python_message(message: str) -> str:
     """``message`` with each C call of :data:`PYTHON_NAMES` replaced by its
     Python call; nothing else changes."""
     return _C_NAME.sub(lambda m: PYTHON_NAMES.get(m.group(0), m.group(0)), message)
-
-
-def error_for(status: int) -> RingKVError:
-    """The exception for a failed status, with ``rkv_last_error()``'s message
-    (read at once: it is thread-local and replaced by the next failure), its
-    C calls named as the Python calls (:func:`python_message`)."""
-    message = python_message((lib.rkv_last_error() or b"").decode("utf-8", "replace"))
-    name = STATUS_NAMES.get(status, f"status {status}")
-    cls = _CLASS_OF.get(status, RingKVRuntimeError)
-    return cls(f"{message} [{name}]" if message else name, status)
-
-
-def check(status: int) -> None:
-    """Raises :func:`error_for` ``(status)`` unless ``status`` is ``RKV_OK``."""
-    if status != RKV_OK:
-        raise error_for(status)
 
 
 # A call name leading a message: a Python call ("Model.claim",

@@ -8,37 +8,22 @@ slot of every session; GQA when Hq > H: ``enable_gqa=True``)::
     bm = ringkv.flex_block_mask(cache, session, frame_pos)
     out = flex_attention(q, cache.kv[0], cache.kv[1], block_mask=bm, enable_gqa=True)
 
-It is right under eager FlexAttention and under compiled FlexAttention
-alike, equal to ``cache.attend(q, [session], [frame_pos])`` and to the
-reference's visibility row:
+It is right under eager and compiled FlexAttention alike, equal to
+``cache.attend(q, [session], [frame_pos])`` and to the reference's
+visibility row (python/README.md, "FlexAttention"): its block lists are the
+blocks of the frames of the bits-and-clock rule as FULL blocks (T is a
+multiple of 128: no partial block, so compiled FlexAttention skips the mask
+function and every invisible block), and its mask function encodes the
+same ``[N]`` row, because eager FlexAttention evaluates it over the whole
+``[Tq, N]`` grid. The mask is a snapshot of the bits at the call: build it
+after the pass's upserts and use it for that pass.
 
-- its block lists are the blocks of the frames of the bits-and-clock rule
-  (those of ``cache.visible_frames``: the visible ring frames, then the
-  scratch), ascending, as FULL blocks: visibility is frame-granular and T is a multiple of 128, so
-  no block is partial and compiled FlexAttention skips the mask function
-  and every invisible block (no dense pass over the ring, as
-  ``create_block_mask`` would make);
-- its mask function encodes the same visibility (``row[kv_idx]``, the
-  ``[N]`` row of those frames), because eager FlexAttention does not skip
-  blocks: it evaluates the mask function over the whole ``[Tq, N]`` grid.
-  (A mask function that lets everything through, as with ringkv's raw
-  ``block_mask()`` lists, is right compiled and wrong eager.)
-
-The mask is a snapshot of the bits at the call: build it after the
-upserts of the pass (or before the commit pass's upsert, whose scratch
-holds the same frame) and use it for that pass, as the reference's
-consumer does with its row.
-
-It is built from torch operations on the cache's own tensors: the row is
-the op ``ringkv::visible_row`` (the reference's row, what an upsert at that
-clock builds before its commit: the same frames as ``visible_frames``), the
-block lists come from it by sorting and counting (static shapes, no host
-read). So ``flex_block_mask`` can be called inside a region
-``torch.compile(fullgraph=True)`` traces (mstar's pattern builds the mask
-in its compiled step), with ``session`` and ``frame_pos`` Python ints
-(SymInts there) or int64 tensors of one element, and on a CUDA layer it
-runs on the device (the row kernel on the current stream; no copy of the
-bits to the host).
+It is torch operations on the cache's own tensors (the row from the op
+``ringkv::visible_row``, the block lists by sorting and counting: static
+shapes, no host read), so it can be called inside a region
+``torch.compile(fullgraph=True)`` traces, with ``session`` and
+``frame_pos`` ints (SymInts there) or int64 tensors of one element, and on
+a CUDA layer it runs on the device (not yet run on a GPU).
 """
 from __future__ import annotations
 

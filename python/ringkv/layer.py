@@ -7,38 +7,26 @@ index 0 = K, 1 = V) owned by the library. ``kv``, ``written`` and the
 with every upsert/reset and stay valid while any of them is alive (each view
 keeps the library's buffer alive).
 
-Differences from the reference (all deliberate, see SEMANTICS.md):
+The deliberate differences from the reference (arguments checked completely
+before anything is written, sessions and clocks checked, T >= 128, the
+visibility row a new array per ``build_visibility`` call, dtypes and devices)
+are listed in python/README.md with their reasons.
 
-- arguments are validated completely before anything is written: a failed
-  ``upsert`` changes nothing (the reference writes the scratch before its
-  ``B == 1`` check);
-- sessions must be in range and distinct within a batch, and ``frame_pos``
-  must be >= 0 (``IndexError`` / ``ValueError``; the reference does not check);
-- ``tokens_per_frame`` must be >= 128 (the reference lets 0 through);
-- the visibility row is a new array per ``build_visibility`` call, not the
-  layer's scratch; with ``build_visibility=False`` it is the last row built
-  itself, the same object every call until the next row is built (the
-  reference returns its row buffer, stale; a change made to that row shows
-  in those returns): no per-call work that grows with the ring;
-- storage dtypes float32, float16, bfloat16 only, devices cpu and cuda only
-  (float64, int8, "meta" are refused). python/README.md lists every
-  difference with its reason.
-
-Torch tensors (torch >= 2.6) go through the custom ops of :mod:`ringkv.ops`
+One layer handle, one code path. A cache holds one ``rkv_layer*`` whatever
+its backend: ``rkv_layer_create`` (the CPU backend, host memory) or, for
+``device="cuda"`` / ``"cuda:N"`` / ``torch.device("cuda", N)``,
+``rkv_layer_create_on`` the CUDA backend's table (``libringkv_cuda.so``,
+loaded on first use, see :func:`ringkv._lib.cuda`; device memory). Torch
+tensors (torch >= 2.6) go through the custom ops of :mod:`ringkv.ops`
 (``ringkv::visible_row``, ``ringkv::upsert``, ``ringkv::attend``) on the
-layer's storage tensors, so that ``torch.compile(fullgraph=True)`` traces
-``upsert`` and ``attend`` and CUDA graphs capture them; NumPy arrays (and
-``attend(pool=..., reference=True)``) take the direct C calls.
-
-Devices. ``device="cpu"`` (the default) runs the CPU backend
-(``rkv_layer_*``) on host memory. ``device="cuda"``, ``"cuda:1"`` or a
-``torch.device("cuda", i)`` creates an ``rkv_layer`` on that GPU
-(``include/ringkv_cuda.h``, loaded from ``libringkv_cuda.so`` on first use,
-see :func:`ringkv._lib.cuda`): its storage is device memory, its views are
-torch CUDA tensors, its inputs torch CUDA tensors on the same GPU, and every
-call runs on ``torch.cuda.current_stream(device)`` without synchronizing
-(see :class:`LayerRingCache`). The CUDA backend has not yet run on a GPU (no
-GPU run is recorded).
+layer's storage tensors on either device, so that
+``torch.compile(fullgraph=True)`` traces ``upsert`` and ``attend`` and CUDA
+graphs capture them; NumPy arrays (and ``attend(pool=..., reference=True)``)
+take the direct C calls, which read host memory. What differs by device is
+the storage's views (NumPy over host memory, torch CUDA tensors over device
+memory) and the backend a layer is created on; python/README.md ("CUDA
+devices") has the CUDA contract. The CUDA backend has not yet run on a GPU
+(no GPU run is recorded).
 """
 from __future__ import annotations
 
@@ -52,11 +40,10 @@ from . import _arrays as ar
 from ._args import as_flag, as_instance, as_int, as_session
 from ._handle import HandleOwner, check_state, copy_extras, extras, malformed_state
 from ._lib import Geometry as _GeometryStruct
-from ._lib import cuda as _cuda_lib
-from ._lib import lib
+from ._lib import check, cuda as _cuda_lib, cuda_library_path, lib
 from .attention import _scale, attend_layer
 from .errors import (RingKVArrayError, RingKVDeviceError, RingKVIndexError, RingKVRuntimeError,
-                     RingKVTypeError, RingKVValueError, check, python_call, python_calls)
+                     RingKVTypeError, RingKVValueError, python_call, python_calls)
 
 __all__ = ["LayerRingCache", "LayerGeometry", "visible_frames_from_clock"]
 
@@ -72,9 +59,7 @@ class LayerGeometry(NamedTuple):
     dtype: str
 
     def _struct(self) -> _GeometryStruct:
-        return _GeometryStruct(self.num_sessions, self.n_kv_heads, self.ring_frames,
-                               self.ring_buckets, self.d_head, self.tokens_per_frame,
-                               self.pinned_dilation, ar.parse_dtype(self.dtype))
+        return _GeometryStruct(*self[:7], ar.parse_dtype(self.dtype))
 
     def check(self) -> None:
         """Raises ValueError naming the first rule the geometry breaks."""
@@ -91,14 +76,10 @@ def _parse_device(device: Any) -> tuple[str, int | None]:
         kind, index = device.type, device.index
     elif isinstance(device, str):
         kind, _, idx = device.strip().partition(":")
-        index = None
-        if idx:
-            if not idx.isdigit():
-                raise RingKVDeviceError(f"unknown device {device!r}; expected 'cpu', 'cuda' or "
-                                       "'cuda:N'")
-            index = int(idx)
-        if kind == "cpu" and idx:
-            index = None if index == 0 else -1
+        if idx and not idx.isdigit():
+            raise RingKVDeviceError(f"unknown device {device!r}; expected 'cpu', 'cuda' or "
+                                   "'cuda:N'")
+        index = int(idx) if idx else None
     else:
         raise RingKVDeviceError(f"unknown device {device!r}; expected 'cpu', 'cuda', 'cuda:N' or "
                                "a torch.device")
@@ -115,58 +96,18 @@ def _parse_device(device: Any) -> tuple[str, int | None]:
                            "torch.device of those")
 
 
-class _LayerHandle(HandleOwner):
-    """Owns an ``rkv_layer*`` (``owner`` None) or borrows one from a model
-    (``owner`` keeps the model alive). Never copied or pickled: the
-    LayerRingCache over it copies its contents into a new layer."""
-
-    _copy_hint = ("it holds an rkv_layer* (an address in this process); copy or pickle the "
-                  "LayerRingCache instead")
-
-    __slots__ = ("ptr", "owner")
-
-    def __init__(self, ptr: int, owner: Any = None):
-        self.ptr = ptr
-        self.owner = owner
-
-    def __del__(self):
-        if self.owner is None and self.ptr and lib is not None:
-            lib.rkv_layer_destroy(self.ptr)
-            self.ptr = None
-
-
-class _CudaLayerHandle(HandleOwner):
-    """Owns an ``rkv_layer*`` on the CUDA backend (``destroy``
-    ``rkv_layer_destroy``), or borrows one from a CUDA model (``destroy``
-    None; ``owner`` keeps the model alive). An owned layer is freed
-    (``rkv_layer_destroy``: it synchronizes the device, then frees) when
-    the cache object and every view of its storage are gone; do not let that
-    happen inside a CUDA graph capture. Never copied or pickled (see
-    LayerRingCache's copies)."""
-
-    _copy_hint = ("it holds an rkv_layer* on the GPU (an address in this process); copy the "
-                  "LayerRingCache instead")
-
-    __slots__ = ("ptr", "device_index", "_destroy", "owner")
-
-    def __init__(self, ptr: int, device_index: int, destroy: Any, owner: Any = None):
-        self.ptr = ptr
-        self.device_index = device_index
-        self._destroy = destroy  # held here: module globals may be gone at exit
-        self.owner = owner
-
-    def __del__(self):
-        if self.ptr and self._destroy is not None:
-            try:
-                self._destroy(self.ptr)
-            except Exception:  # noqa: BLE001 - interpreter shutdown
-                pass
-            self.ptr = None
-
-
-def _cuda_torch():
-    """torch, which CUDA layers need (their views and inputs are torch CUDA
-    tensors); RuntimeError when it is missing or has no CUDA."""
+def _cuda_device(device: Any, index: int | None) -> str:
+    """"cuda:i" for a CUDA layer or model (i: torch's current device when
+    ``index`` is None), after the checks made before anything is allocated:
+    RuntimeError without libringkv_cuda.so, a GPU it sees, torch with CUDA,
+    or torch >= 2.6 (the ops); IndexError for a device the runtime lacks."""
+    n = int(_cuda_lib().rkv_cuda_device_count())  # RuntimeError: no libringkv_cuda.so
+    if n == 0:
+        raise RingKVRuntimeError(
+            f"ringkv: device {str(device)!r} asked for, but the CUDA backend "
+            f"({cuda_library_path()}) sees no CUDA device: rkv_cuda_device_count() == 0 (no GPU, "
+            "no NVIDIA driver, or a driver older than the CUDA runtime the library was built "
+            "with). Use device='cpu'.")
     torch = ar.torch_module()
     if torch is None:
         raise RingKVRuntimeError("ringkv: CUDA layers need torch (their inputs and views are "
@@ -176,52 +117,63 @@ def _cuda_torch():
             f"ringkv: the CUDA backend sees a GPU but this torch ({torch.__version__}) cannot use "
             "CUDA (a CPU-only build, or its CUDA runtime is newer than the driver); CUDA layers "
             "take and return torch CUDA tensors")
-    return torch
-
-
-def _cuda_context(device: Any, index: int | None) -> tuple[Any, Any, int]:
-    """What a CUDA layer or model needs before anything is allocated:
-    ``(libringkv_cuda, torch, device index)``, the index torch's current
-    device when None. RuntimeError without libringkv_cuda.so, a GPU it sees,
-    or torch with CUDA; IndexError for a device the runtime lacks."""
-    clib = _cuda_lib()  # RuntimeError: no libringkv_cuda.so
-    n = int(clib.rkv_cuda_device_count())
-    if n == 0:
-        from ._lib import cuda_library_path
-        raise RingKVRuntimeError(
-            f"ringkv: device {str(device)!r} asked for, but the CUDA backend "
-            f"({cuda_library_path()}) sees no CUDA device: rkv_cuda_device_count() == 0 (no GPU, "
-            "no NVIDIA driver, or a driver older than the CUDA runtime the library was built "
-            "with). Use device='cpu'.")
-    torch = _cuda_torch()
     if _torch_ops() is None:
         raise RingKVRuntimeError(f"ringkv: CUDA layers run through the torch custom ops "
                                  f"(ringkv.ops), which need torch >= 2.6; this is "
                                  f"{torch.__version__}")
-    if not hasattr(clib, "rkv_cuda_backend"):
-        from ._lib import cuda_library_path
-        raise RingKVRuntimeError(f"ringkv: the loaded {cuda_library_path()} lacks "
-                                 "rkv_cuda_backend (an older libringkv_cuda); rebuild it from "
-                                 "this tree")
-    if index is None:
-        index = torch.cuda.current_device()
+    index = torch.cuda.current_device() if index is None else index
     if index >= n:
         raise RingKVIndexError(f"ringkv: device cuda:{index}; the CUDA runtime sees {n} "
                                "device(s)")
-    return clib, torch, index
+    return f"cuda:{index}"
 
 
-def _create_cuda_layer(g: _GeometryStruct, device: Any, index: int | None):
-    """The checks before anything is allocated, then rkv_layer_create_on on
-    GPU ``index`` (torch's current device when None), on the context of the
-    current stream (ringkv.ops). The current device is restored afterwards."""
-    clib, torch, index = _cuda_context(device, index)
-    check(lib.rkv_geometry_check(ctypes.byref(g)))  # geometry errors before any CUDA call
+class _LayerHandle(HandleOwner):
+    """Owns an ``rkv_layer*`` (``free`` frees it: ``rkv_layer_destroy``; on a
+    GPU it holds the backend context too) or borrows one from a
+    model (``free`` None; ``owner`` keeps the model alive). A layer on a GPU
+    is freed (it synchronizes the device first) once the cache and every
+    view of its storage are gone: not inside a CUDA graph capture. Never
+    copied or pickled: the LayerRingCache over it copies its contents into
+    a new layer."""
+
+    _copy_hint = ("it holds an rkv_layer* (an address in this process); copy or pickle the "
+                  "LayerRingCache instead")
+
+    __slots__ = ("ptr", "owner", "_free")
+
+    def __init__(self, ptr: int, owner: Any = None, free: Any = None):
+        self.ptr = ptr
+        self.owner = owner
+        self._free = free  # held here: module globals may be gone at exit
+
+    def __del__(self):
+        if self.ptr and self._free is not None:
+            try:
+                self._free(self.ptr)
+            except Exception:  # noqa: BLE001 - interpreter shutdown
+                pass
+            self.ptr = None
+
+
+def _create(g: _GeometryStruct, device: str) -> _LayerHandle:
+    """A new layer of geometry ``g`` (checked before anything is allocated)
+    on ``device``: "cpu", ``rkv_layer_create``; "cuda:i",
+    ``rkv_layer_create_on`` the CUDA table and the context of torch's
+    current stream there (``ringkv.ops.context``, kept alive by the layer;
+    K/V zeroed, written bits armed; it synchronizes), torch's current device
+    left as it was. Not yet run on a GPU."""
     ptr = ctypes.c_void_p()
-    with torch.cuda.device(index):
-        ops, ctx, _ = _torch_ops()._cuda(torch.device("cuda", index))
-        check(lib.rkv_layer_create_on(ops, ctx, ctypes.byref(g), ctypes.byref(ptr)))
-    return _CudaLayerHandle(ptr.value, index, lib.rkv_layer_destroy), clib, torch
+    if device == "cpu":
+        check(lib.rkv_layer_create(ctypes.byref(g), ctypes.byref(ptr)))
+        return _LayerHandle(ptr.value, free=lib.rkv_layer_destroy)
+    check(lib.rkv_geometry_check(ctypes.byref(g)))  # geometry errors before any CUDA call
+    torch = ar.torch_module()
+    with torch.cuda.device(device):
+        ctx = _OPS.context(device)
+        check(lib.rkv_layer_create_on(ctx.table, ctx.ptr, ctypes.byref(g), ctypes.byref(ptr)))
+    destroy = lib.rkv_layer_destroy
+    return _LayerHandle(ptr.value, free=lambda p, ctx=ctx: destroy(p))  # then ctx may go
 
 
 # The reference's messages stay as they are; a call name one carries is the
@@ -265,40 +217,18 @@ class LayerRingCache(HandleOwner):
     by value (a CUDA layer raises TypeError). See :meth:`_clone` and
     :meth:`__reduce__`.
 
-    **CUDA layers** (``device`` a CUDA device; needs ``libringkv_cuda.so``
-    and torch with CUDA):
-
-    - Construction raises RuntimeError, before anything is allocated, when
-      ``libringkv_cuda.so`` is not found or sees no GPU
-      (``rkv_cuda_device_count() == 0``), or when torch has no CUDA;
-      IndexError for a device index the runtime does not have. It allocates
-      (``rkv_layer_create_on``: K/V zeroed, written bits armed; it
-      synchronizes) and leaves torch's current device as it was.
-    - ``kv`` ([2, 1, H, N, D]), ``written`` ([N] torch.bool) and the ``k``,
-      ``v`` that ``upsert`` returns are torch CUDA tensors that VIEW the
-      layer's device memory (``kv.data_ptr()`` is ``rkv_layer_kv``);
-      each keeps the layer alive. ``array_kind`` is always "torch".
-    - Inputs must be torch CUDA tensors on the layer's GPU (``kv``, ``q``,
-      ``out``); host arrays or another GPU's tensors raise
-      :class:`ringkv.RingKVDeviceError` (a ValueError and a RuntimeError).
-      ``frame_pos``, ``session_idx`` and ``visible`` may also be host data,
-      copied to the device once per call (not capture-safe).
-    - ``upsert``, ``attend`` and ``reset`` enqueue kernels on
-      ``torch.cuda.current_stream(device)`` and return without
-      synchronizing; they run with the layer's GPU as the current device
-      (set for the call, then restored). Given device tensors for every
-      argument they are capture-safe (``torch.cuda.graph``): no host copy,
-      no synchronization; temporaries (the visibility row, attention output
-      and workspace) come from torch's caching allocator.
-    - Session ids and clocks on the device are checked by the kernels, not
-      by the host: an invalid row makes the whole call write nothing and
-      records a device error that :meth:`check` raises later (it
-      synchronizes the stream).
-    - ``session_span`` and ``memory_bytes`` are host arithmetic.
-      ``visible_frames``, ``visible_row`` and ``block_mask`` raise
-      NotImplementedError (they need the written bits on the host); use the
-      row ``upsert(..., build_visibility=True)`` returns, or
-      :func:`visible_frames_from_clock` for the clock-only rule.
+    **CUDA layers** (python/README.md, "CUDA devices"; not yet run on a
+    GPU): RuntimeError at construction, before anything is allocated,
+    without ``libringkv_cuda.so``, a GPU it sees or torch with CUDA;
+    IndexError for a device the runtime lacks. Views (``kv``, ``written``,
+    ``upsert``'s ``k``, ``v``) are torch CUDA tensors over the layer's
+    device memory; inputs torch CUDA tensors on its GPU (RingKVDeviceError
+    otherwise; ``frame_pos``, ``session_idx`` and ``visible`` may be host
+    data, copied once: not capture-safe). ``upsert``, ``attend`` and
+    ``reset`` enqueue on ``torch.cuda.current_stream(device)`` without
+    synchronizing; session ids and clocks there are the kernels' to check
+    (:meth:`check`). ``visible_frames``, ``visible_row`` and ``block_mask``
+    raise NotImplementedError (they read the written bits on the host).
     """
 
     def __init__(self, num_sessions: int, n_kv_heads: int, ring_frames: int, ring_buckets: int,
@@ -310,123 +240,68 @@ class LayerRingCache(HandleOwner):
                      ring_buckets=ring_buckets, d_head=d_head, tokens_per_frame=tokens_per_frame,
                      pinned_dilation=pinned_dilation)
         g = _GeometryStruct(*(as_int(v, k) for k, v in sizes.items()), code)
-        if kind == "cuda":
-            if array_kind not in (None, ar.TORCH):
-                raise RingKVValueError(f"array_kind {array_kind!r}: a CUDA layer's views are "
-                                       "torch CUDA tensors (array_kind 'torch')")
-            self._init_cuda(*_create_cuda_layer(g, device, index))
-            return
-        ptr = ctypes.c_void_p()
-        check(lib.rkv_layer_create(ctypes.byref(g), ctypes.byref(ptr)))
+        if kind == "cuda" and array_kind not in (None, ar.TORCH):
+            raise RingKVValueError(f"array_kind {array_kind!r}: a CUDA layer's views are "
+                                   "torch CUDA tensors (array_kind 'torch')")
+        where = "cpu" if kind == "cpu" else _cuda_device(device, index)
         if array_kind is None:
-            torchy = ar.is_torch_dtype(dtype) or type(device).__module__.startswith("torch")
+            torchy = (kind == "cuda" or ar.is_torch_dtype(dtype)
+                      or type(device).__module__.startswith("torch"))
             array_kind = ar.TORCH if torchy else ar.NUMPY
-        self._init(_LayerHandle(ptr.value), array_kind)
+        self._init(_create(g, where), array_kind, where)
 
     @classmethod
-    def _borrow(cls, ptr: int, owner: Any, array_kind: str) -> "LayerRingCache":
-        """A LayerRingCache over a layer owned by a model (kept alive by ``owner``)."""
-        self = cls.__new__(cls)
-        self._init(_LayerHandle(ptr, owner), array_kind)
-        return self
-
-    @classmethod
-    def _borrow_cuda(cls, ptr: int, owner: Any, clib: Any, torch: Any,
-                     device_index: int) -> "LayerRingCache":
-        """A LayerRingCache over an ``rkv_layer*`` owned by a CUDA model
-        (``rkv_model_layer``; kept alive by ``owner``, never freed here)."""
+    def _borrow(cls, ptr: int, owner: Any, array_kind: str,
+                device: str = "cpu") -> "LayerRingCache":
+        """A LayerRingCache over a layer owned by a model (``rkv_model_layer``;
+        kept alive by ``owner``, never freed here) on ``device``."""
         if not ptr:
-            raise RingKVRuntimeError("ringkv: rkv_model_layer returned NULL for a CUDA model")
+            raise RingKVRuntimeError("ringkv: rkv_model_layer returned NULL")
         self = cls.__new__(cls)
-        self._init_cuda(_CudaLayerHandle(ptr, device_index, None, owner), clib, torch)
+        self._init(_LayerHandle(ptr, owner), array_kind, device)
         return self
 
-    def _init(self, handle: _LayerHandle, array_kind: str) -> None:
+    def _init(self, handle: _LayerHandle, array_kind: str, device: str = "cpu") -> None:
+        """The cache over ``handle``: its geometry and views. ``device``:
+        where its storage is ("cpu": host memory, NumPy views and torch
+        views over them; "cuda:i": device memory, torch CUDA tensors only,
+        not yet run on a GPU)."""
         if array_kind not in (ar.NUMPY, ar.TORCH):
             raise RingKVValueError(f"array_kind must be 'numpy' or 'torch'; got {array_kind!r}")
         if array_kind == ar.TORCH and ar.torch_module() is None:
             raise RingKVValueError("array_kind 'torch' needs torch, which is not importable")
         self._h = handle
-        self._cuda = None  # the CUDA library for CUDA layers (see _init_cuda)
         g = lib.rkv_layer_geometry(handle.ptr).contents
-        self._set_geometry(g)
-        self.capacity = int(lib.rkv_layer_capacity(handle.ptr))
-        self.total_slots = int(lib.rkv_layer_total_slots(handle.ptr))
-        self.device = "cpu"
-        self.array_kind = array_kind
-        H, N, D = self.n_kv_heads, self.total_slots, self.d_head
-        np_kv = ar.numpy_view(lib.rkv_layer_kv(handle.ptr), (2, 1, H, N, D),
-                              ar.numpy_dtype(self._code), handle)
-        np_written = ar.numpy_view(lib.rkv_layer_written(handle.ptr), (N,), np.bool_, handle)
-        self._views = {ar.NUMPY: (np_kv, np_kv[0], np_kv[1], np_written)}
-        self._error = None  # the device error word the ops take (CUDA layers)
-        # The last visibility row built, by array kind (see _row_result):
-        # all False until upsert builds one (calloc: no page touched here).
-        self._keep_row(np.zeros(N, dtype=np.bool_), ar.NUMPY)
-        if "torch" in sys.modules:  # ready for the torch route (traced code cannot make them)
-            self.views(ar.TORCH)
-            if _OPS is None:
-                _load_ops()
-            if _OPS:  # the ops' error word (never written on the CPU)
-                self._error = _OPS.error_word("cpu")
-
-    def _init_cuda(self, handle: _CudaLayerHandle, clib: Any, torch: Any) -> None:
-        self._h = handle
-        self._cuda = clib
-        self._torch = torch
-        g = lib.rkv_layer_geometry(handle.ptr).contents
-        self._set_geometry(g)
-        self.capacity = self.ring_len + self.tokens_per_frame
-        self.total_slots = int(lib.rkv_layer_total_slots(handle.ptr))
-        self._tdevice = torch.device("cuda", handle.device_index)
-        self.device = str(self._tdevice)
-        self.array_kind = ar.TORCH
-        H, N, D = self.n_kv_heads, self.total_slots, self.d_head
-        with torch.cuda.device(handle.device_index):
-            t_kv = ar.cuda_view(lib.rkv_layer_kv(handle.ptr), (2, 1, H, N, D), self._code,
-                                handle.device_index, handle)
-            t_written = ar.cuda_view(lib.rkv_layer_written(handle.ptr), (N,), "bool",
-                                     handle.device_index, handle)
-            # The cache's device error word: the ops on its storage record
-            # invalid rows there, and check() reads it.
-            self._error = torch.zeros(4, dtype=torch.int32, device=self._tdevice)
-        self._views = {ar.TORCH: (t_kv, t_kv[0], t_kv[1], t_written)}
-        with torch.cuda.device(handle.device_index):
-            self._last_row = {ar.TORCH: torch.zeros(N, dtype=torch.bool, device=self._tdevice)}
-
-    def _set_geometry(self, g: Any) -> None:
-        self.num_sessions = int(g.num_sessions)
-        self.n_kv_heads = int(g.n_kv_heads)
-        self.ring_frames = int(g.ring_frames)
-        self.ring_buckets = int(g.ring_buckets)
-        self.d_head = int(g.d_head)
-        self.tokens_per_frame = int(g.tokens_per_frame)
-        self.pinned_dilation = int(g.pinned_dilation)
+        self._g = _GeometryStruct.from_buffer_copy(g)
+        for name, _ in _GeometryStruct._fields_[:7]:
+            setattr(self, name, int(getattr(g, name)))
         self._code = int(g.dtype)
         self.dtype_name = ar.DTYPE_NAMES[self._code]
         self.ring_len = self.ring_frames * self.tokens_per_frame
-        self._g = _GeometryStruct(g.num_sessions, g.n_kv_heads, g.ring_frames, g.ring_buckets,
-                                  g.d_head, g.tokens_per_frame, g.pinned_dilation, g.dtype)
-
-    # ---- the CUDA backend's call context ----------------------------------
-    def _stream(self) -> int:
-        """``torch.cuda.current_stream(device).cuda_stream``: the cudaStream_t
-        (as an int; 0 is the legacy default stream) every call enqueues on."""
-        return self._torch.cuda.current_stream(self._tdevice).cuda_stream
-
-    def _on_device(self):
-        """The layer's GPU as the current device for one call (the C calls
-        require it and never change it); the previous one is restored."""
-        return self._torch.cuda.device(self._h.device_index)
-
-    def _cuda_only_host(self, what: str) -> None:
-        if self._cuda is not None:
-            raise NotImplementedError(
-                f"ringkv: {what} is not available for a CUDA layer ({self.device}): it needs the "
-                "written bits on the host. Use the visibility row upsert(..., "
-                "build_visibility=True) returns (a CUDA tensor), "
-                "ringkv.visible_frames_from_clock(cache.geometry, frame_pos) for the clock-only "
-                "rule, or replay the same operations on a CPU layer.")
+        self.capacity = self.ring_len + self.tokens_per_frame
+        self.total_slots = self.num_sessions * self.capacity
+        self.device = device
+        self.array_kind = array_kind
+        H, N, D = self.n_kv_heads, self.total_slots, self.d_head
+        kv, written = lib.rkv_layer_kv(handle.ptr), lib.rkv_layer_written(handle.ptr)
+        if self.device == "cpu":
+            np_kv = ar.numpy_view(kv, (2, 1, H, N, D), ar.numpy_dtype(self._code), handle)
+            self._views = {ar.NUMPY: (np_kv, np_kv[0], np_kv[1],
+                                      ar.numpy_view(written, (N,), np.bool_, handle))}
+            self._keep_row(np.zeros(N, dtype=np.bool_), ar.NUMPY)  # calloc: no page touched
+        else:  # device memory: torch CUDA tensors over it (not yet run on a GPU)
+            t_kv = ar.cuda_view(kv, (2, 1, H, N, D), self._code, self.device, handle)
+            t_written = ar.cuda_view(written, (N,), "bool", self.device, handle)
+            self._views = {ar.TORCH: (t_kv, t_kv[0], t_kv[1], t_written)}
+            self._keep_row(t_written.new_zeros(N), ar.TORCH)
+        # the error word the ops take: the kernels' on a GPU (check() reads
+        # it), never written on the CPU. The torch views are made now: code
+        # torch.compile traces cannot make them.
+        self._error = None
+        if "torch" in sys.modules:
+            self.views(ar.TORCH)
+            if _torch_ops():
+                self._error = _OPS.error_word(self.views(ar.TORCH)[3].device)
 
     # ---- views ----------------------------------------------------------
     def views(self, kind: str | None = None) -> tuple[Any, Any, Any, Any]:
@@ -435,13 +310,12 @@ class LayerRingCache(HandleOwner):
         CUDA layer: torch CUDA tensors over its device memory, "torch" only)."""
         kind = kind or self.array_kind
         v = self._views.get(kind)
-        if v is None and self._cuda is not None:
-            raise RingKVValueError(f"kind {kind!r}: a CUDA layer's storage is device memory; its "
-                                   "views are torch CUDA tensors only (kind 'torch'; copy to the "
-                                   "host with .cpu())")
         if v is None:
             if kind != ar.TORCH:
-                raise RingKVValueError(f"kind must be 'numpy' or 'torch'; got {kind!r}")
+                raise RingKVValueError(
+                    f"kind must be 'numpy' or 'torch'; got {kind!r}" if kind != ar.NUMPY else
+                    f"kind {kind!r}: a CUDA layer's storage is device memory; its views are "
+                    "torch CUDA tensors only (kind 'torch'; copy to the host with .cpu())")
             np_kv, _, _, np_written = self._views[ar.NUMPY]
             t_kv = ar.to_torch(np_kv, self._code)
             v = (t_kv, t_kv[0], t_kv[1], ar.to_torch(np_written))
@@ -468,19 +342,17 @@ class LayerRingCache(HandleOwner):
 
     @property
     def frame_offsets(self) -> Any:
-        """``arange(tokens_per_frame)`` as int64 (the reference's attribute; on
-        the layer's GPU for a CUDA layer)."""
-        if self._cuda is not None:
-            return self._torch.arange(self.tokens_per_frame, dtype=self._torch.int64,
-                                      device=self._tdevice)
-        arr = np.arange(self.tokens_per_frame, dtype=np.int64)
-        return ar.as_kind(arr, self.array_kind)
+        """``arange(tokens_per_frame)`` as int64 (the reference's attribute),
+        on the layer's device."""
+        if self.array_kind == ar.TORCH:
+            torch = ar.torch_module()
+            return torch.arange(self.tokens_per_frame, dtype=torch.int64,
+                                device=self.views()[3].device)
+        return np.arange(self.tokens_per_frame, dtype=np.int64)
 
     @property
     def geometry(self) -> LayerGeometry:
-        return LayerGeometry(self.num_sessions, self.n_kv_heads, self.ring_frames,
-                             self.ring_buckets, self.d_head, self.tokens_per_frame,
-                             self.pinned_dilation, self.dtype_name)
+        return LayerGeometry(*self.geometry_list, self.dtype_name)
 
     @property
     def error_word(self) -> Any:
@@ -510,17 +382,51 @@ class LayerRingCache(HandleOwner):
                 f"{g.n_kv_heads}, ring_frames={g.ring_frames}, ring_buckets={g.ring_buckets}, "
                 f"d_head={g.d_head}, tokens_per_frame={g.tokens_per_frame}, pinned_dilation="
                 f"{g.pinned_dilation}, dtype={g.dtype!r}"
-                + (f", device={self.device!r})" if self._cuda is not None else ")"))
+                + (")" if self.device == "cpu" else f", device={self.device!r})"))
+
+    # ---- the calls on the layer ------------------------------------------
+    def _call(self, fn: Any, *args: Any) -> None:
+        """``fn(layer, *args)``, checked: on this layer's own handle when its
+        storage is host memory; on a GPU on a layer over the same storage
+        and error word on the context of torch's current stream, that GPU
+        current (``ringkv.ops.wrapped``, as the ops do; not yet run on a
+        GPU), so that the call is ordered with the ops."""
+        if self.device == "cpu":
+            check(fn(self._h.ptr, *args))
+            return
+        ring, _, _, written = self._views[ar.TORCH]
+        with _OPS.wrapped(ring, written, self._error, self._g) as h:
+            check(fn(h, *args))
+
+    def _host(self, x: Any, name: str, options: bool = False) -> None:
+        """The direct C calls (NumPy arrays; ``pool`` and ``reference``,
+        ``options``) read host memory: on a CUDA layer they raise
+        RingKVValueError (options) or RingKVDeviceError (``x`` not a torch
+        tensor on its GPU). Nothing on the CPU."""
+        if self.device == "cpu":
+            return
+        if options:
+            raise RingKVValueError("pool and reference=True are CPU-backend options; this "
+                                   f"layer is on {self.device}")
+        ar.check_device(x, name, self.views()[3].device)
+
+    def _host_only(self, what: str) -> None:
+        if self.device != "cpu":
+            raise NotImplementedError(
+                f"ringkv: {what} is not available for a CUDA layer ({self.device}): it needs the "
+                "written bits on the host. Use the visibility row upsert(..., "
+                "build_visibility=True) returns (a CUDA tensor), "
+                "ringkv.visible_frames_from_clock(cache.geometry, frame_pos) for the clock-only "
+                "rule, or replay the same operations on a CPU layer.")
 
     # ---- copies and pickles ------------------------------------------------
-    # What _init / _init_cuda set. A copy rebuilds these for its own handle;
-    # any other instance attribute (one the caller added) is copied as
-    # copy.copy / copy.deepcopy / pickle would copy it.
+    # What _init sets. A copy rebuilds these for its own handle; any other
+    # instance attribute (one the caller added) is copied as copy.copy /
+    # copy.deepcopy / pickle would copy it.
     _OWN_ATTRS = frozenset({
-        "_h", "_cuda", "_torch", "_tdevice", "_views", "_code", "_g", "num_sessions",
-        "n_kv_heads", "ring_frames", "ring_buckets", "d_head", "tokens_per_frame",
-        "pinned_dilation", "dtype_name", "ring_len", "capacity", "total_slots", "device",
-        "array_kind", "_error", "_last_row"})
+        "_h", "_views", "_code", "_g", "num_sessions", "n_kv_heads", "ring_frames",
+        "ring_buckets", "d_head", "tokens_per_frame", "pinned_dilation", "dtype_name", "ring_len",
+        "capacity", "total_slots", "device", "array_kind", "_error", "_last_row"})
 
     def __copy__(self) -> "LayerRingCache":
         """A new, independent layer with equal contents (see :meth:`_clone`):
@@ -542,22 +448,10 @@ class LayerRingCache(HandleOwner):
         new = cls.__new__(cls)
         if memo is not None:
             memo[id(self)] = new
-        if self._cuda is not None:
-            new._init_cuda(*_create_cuda_layer(self._g, self.device, self._h.device_index))
-            kind = ar.TORCH
-        else:
-            ptr = ctypes.c_void_p()
-            check(lib.rkv_layer_create(ctypes.byref(self._g), ctypes.byref(ptr)))
-            new._init(_LayerHandle(ptr.value), self.array_kind)
-            kind = ar.NUMPY
-        (src_kv, _, _, src_w), (dst_kv, _, _, dst_w) = self._views[kind], new._views[kind]
-        if self._cuda is not None:
-            with self._on_device():
-                dst_kv.copy_(src_kv)
-                dst_w.copy_(src_w)
-        else:
-            np.copyto(dst_kv, src_kv)
-            np.copyto(dst_w, src_w)
+        new._init(_create(self._g, self.device), self.array_kind, self.device)
+        kind = next(iter(self._views))  # the storage's own kind (NumPy on the host)
+        for src, dst in zip(self._views[kind][::3], new._views[kind][::3]):
+            dst[...] = src  # K/V, then the written bits
         kind, row = next(iter(self._last_row.items()))
         new._keep_row(row.copy() if isinstance(row, np.ndarray) else row.clone(), kind)
         copy_extras(self, new, self._OWN_ATTRS, memo)
@@ -569,7 +463,7 @@ class LayerRingCache(HandleOwner):
         attributes the caller added; unpickling creates a new layer (owned,
         also for a layer borrowed from a Model). A CUDA layer refuses
         (RingKVTypeError): its storage is device memory."""
-        if self._cuda is not None:
+        if self.device != "cpu":
             raise RingKVTypeError(
                 f"cannot pickle a ringkv.LayerRingCache on {self.device}: its storage is device "
                 "memory held through an rkv_layer* of this process. copy.deepcopy works "
@@ -585,13 +479,7 @@ class LayerRingCache(HandleOwner):
     # ---- sessions ---------------------------------------------------------
     def session_span(self, session_idx: int) -> tuple[int, int]:
         """``[lo, hi)`` token slots owned by ``session_idx``; IndexError when it
-        is not in ``[0, num_sessions)``."""
-        if self._cuda is not None:  # host arithmetic, as the reference and rkv_layer_session_span
-            s = as_session(session_idx)
-            if not 0 <= s < self.num_sessions:
-                raise RingKVIndexError(f"session_idx {s} out of range for {self.num_sessions} "
-                                       "sessions")
-            return s * self.capacity, (s + 1) * self.capacity
+        is not in ``[0, num_sessions)`` (host arithmetic on every backend)."""
         lo, hi = ctypes.c_int64(), ctypes.c_int64()
         check(lib.rkv_layer_session_span(self._h.ptr, as_session(session_idx), ctypes.byref(lo),
                                          ctypes.byref(hi)))
@@ -600,17 +488,9 @@ class LayerRingCache(HandleOwner):
     def reset(self, session_idx: int) -> None:
         """Drops ONE session's state (K/V zeroed, ring slots unwritten) and
         re-arms its scratch tail. IndexError when out of range. A CUDA layer:
-        ``rkv_layer_reset`` on a layer over its storage enqueued on the current
-        stream (capture-safe, no synchronization; ``session_idx`` is a host
-        int)."""
-        if self._cuda is not None:
-            s = as_session(session_idx)
-            ring, _, _, written = self.views(ar.TORCH)
-            with self._on_device():
-                with _torch_ops()._Wrapped(ring, written, self._error, self._g) as (h, _):
-                    check(lib.rkv_layer_reset(h, s))
-            return
-        check(lib.rkv_layer_reset(self._h.ptr, as_session(session_idx)))
+        enqueued on the current stream (capture-safe, no synchronization;
+        ``session_idx`` is a host int)."""
+        self._call(lib.rkv_layer_reset, as_session(session_idx))
 
     def check(self) -> None:
         """Reports the device errors of a CUDA layer: ``rkv_layer_check``
@@ -621,11 +501,7 @@ class LayerRingCache(HandleOwner):
         operation and row, for the first such call since the last check.
         Synchronizes the current stream: not capture-safe. A CPU layer
         checks everything before writing, so this is a no-op there."""
-        if self._cuda is None:
-            return
-        _, _, _, written = self.views(ar.TORCH)
-        with self._on_device():
-            _torch_ops().check_error(written, self._error, self.geometry_list)
+        self._call(lib.rkv_layer_check)
 
     # ---- upsert -----------------------------------------------------------
     def upsert(self, kv: Any, frame_pos: Any, commit: bool, session_idx: Any, *,
@@ -645,10 +521,8 @@ class LayerRingCache(HandleOwner):
           ``frame_pos % pinned_dilation == 0``; else the scratch again) and
           mark it written.
         - ``session_idx``: ``[B]`` int64, each in range, distinct. A CUDA
-          layer reads ``frame_pos`` and ``session_idx`` on the device: int64
-          CUDA tensors on its GPU are used as they are (capture-safe); host
-          data (lists, NumPy, CPU tensors) is copied there once (not
-          capture-safe).
+          layer reads ``frame_pos`` and ``session_idx`` on the device (host
+          data is copied there once: not capture-safe).
         - ``build_visibility``: also compute the reference's visibility row
           (B == 1 only), before the commit.
 
@@ -657,48 +531,37 @@ class LayerRingCache(HandleOwner):
         torch ``kv``); ``visible`` is a new ``[N]`` bool array/tensor per
         ``build_visibility`` call (``written AND slot of the session``, minus
         the ring frame about to be overwritten on a write step); without
-        ``build_visibility``, the last row built on this layer itself (the
-        same object on every such call until a row is built again, and the
-        very object that call returned: a change made to it shows in these
-        returns, so copy a row before changing it; all False before the
-        first; no copy, so the call's cost does not grow with the ring), as
-        the reference returns its (stale) row buffer: engines ignore it
-        (``k, v, _ = cache.upsert(..., build_visibility=False)``).
+        ``build_visibility``, the last row built itself (:meth:`_row_result`;
+        engines ignore it: ``k, v, _ = cache.upsert(...,
+        build_visibility=False)``).
 
         Raises RingKVArrayError (a RuntimeError, as the reference's
         ``torch._check`` and ``index_copy_``, and a ValueError) for frame_pos
         not a [B] int64, a token count != B*T, session_idx not matching, or a
         kv shape or dtype not the storage's; RuntimeError for B != 1 with
         build_visibility (the reference's); IndexError for a session out of
-        range; ValueError for frame_pos < 0 or a session twice in one batch.
+        range; ValueError for frame_pos < 0 or a session twice in one batch;
+        RingKVDeviceError for an array on another device than the layer's.
         RingKVTypeError (a TypeError) for ``commit`` or ``build_visibility``
-        not a bool. Nothing is written when it raises.
+        not a bool. Nothing is written when it raises (on a CUDA layer the
+        session range, duplicates and negative clocks are the kernel's:
+        :meth:`check` raises them later).
 
         Torch ``kv``: the ops ``ringkv::visible_row`` (with
         ``build_visibility``) then ``ringkv::upsert`` on :attr:`kv` and
-        :attr:`written` (traceable by torch.compile). A CUDA layer: their
-        kernels (``rkv_layer_visible_row``, ``rkv_layer_upsert``) on
-        ``torch.cuda.current_stream(device)``, not synchronized; ``k``, ``v``
-        are views of its device memory and ``visible`` a new torch.bool
-        CUDA tensor (written by the kernel). The host checks above raise as
-        on the CPU (plus RingKVDeviceError for a tensor on another device);
-        session range, duplicate sessions and negative clocks are checked by
-        the kernel: such a call writes nothing and :meth:`check` raises the
-        IndexError / ValueError later.
+        :attr:`written` (traceable by torch.compile), whatever the device.
         """
         commit = as_flag(commit, "commit")
         build_visibility = as_flag(build_visibility, "build_visibility")
         ops = _torch_ops() if ar.is_torch_tensor(kv) else None
         if ops is not None:
             return self._upsert_op(ops, kv, frame_pos, commit, session_idx, build_visibility)
-        if self._cuda is not None:  # a CUDA layer reads torch CUDA tensors only
-            ar.check_cuda_device(kv, "kv", self._tdevice)
-        fp, _ = ar.int64_vector(frame_pos, "frame_pos", _FRAME_POS_MSG)
-        B = fp.shape[0]
+        self._host(kv, "kv")
+        fp = ar.int64_vector(frame_pos, "frame_pos", _FRAME_POS_MSG)
         buf = ar.CBuffer(kv, "kv")
-        self._check_tokens(buf.shape, B)
-        si = self._session_vector(session_idx, fp.shape)
-        self._check_upsert(buf.shape, buf.code, buf.keep, B, build_visibility)
+        si = self._check_upsert(buf.shape, buf.code, buf.keep, fp.shape, session_idx,
+                                build_visibility)
+        B = fp.shape[0]
         if B == 0:  # an empty batch writes nothing, as the reference's (no C call: B >= 1)
             _, k, v, _ = self.views(buf.kind)
             return k, v, self._row_result(None, buf.kind)
@@ -708,6 +571,53 @@ class LayerRingCache(HandleOwner):
                                    None if visible is None else visible.ctypes.data))
         _, k, v, _ = self.views(buf.kind)
         return k, v, self._row_result(visible, buf.kind)
+
+    def _upsert_op(self, ops: Any, kv: Any, frame_pos: Any, commit: bool, session_idx: Any,
+                   build_visibility: bool) -> tuple[Any, Any, Any]:
+        """upsert with a torch ``kv``: the host checks, then the custom ops
+        (``ringkv::visible_row`` before ``ringkv::upsert``) on this layer's
+        storage tensors. Traceable by torch.compile (fullgraph); on a CUDA
+        layer, kernels on the current stream, no synchronization."""
+        ring, k, v, written = self.views(ar.TORCH)
+        dev = written.device
+        fp = ar.torch_index(frame_pos, "frame_pos", _FRAME_POS_MSG, dev)
+        ar.check_device(kv, "kv", dev)
+        si = self._check_upsert(tuple(kv.shape), ar.array_dtype_code(kv), kv, fp.shape,
+                                session_idx, build_visibility, dev)
+        geometry, err = self.geometry_list, self.error_word
+        row = ops.visible_row(written, fp, si, geometry, err) if build_visibility else None
+        ops.upsert(ring, written, kv, fp, si, geometry, commit, err)
+        return k, v, self._row_result(row, ar.TORCH)
+
+    def _check_upsert(self, shape: tuple, code: int | None, keep: Any, fp_shape: Any,
+                      session_idx: Any, build_visibility: bool, device: Any = None) -> Any:
+        """The host checks of upsert, in the reference's order and with its
+        messages (torch._check in seed_ring_cache.py), on both routes; the
+        ``[B]`` int64 sessions (NumPy; a tensor on ``device`` when given)."""
+        B, T = fp_shape[0], self.tokens_per_frame
+        if len(shape) not in (4, 5):
+            raise RingKVArrayError(f"kv must be [2, 1, H, B*T, D]; got shape {shape}")
+        if shape[-2] != B * T:
+            raise RingKVArrayError("ring cache expects exactly one frame per session; got "
+                                   f"{shape[-2]} tokens for B={B}")
+        try:
+            si = (ar.int64_vector(session_idx, "session_idx", "{got}") if device is None
+                  else ar.torch_index(session_idx, "session_idx", "{got}", device))
+        except RingKVArrayError:  # not RingKVDeviceError: a device mismatch says so
+            si = None
+        if si is None or tuple(si.shape) != tuple(fp_shape):
+            desc = (f"{tuple(session_idx.shape)} {session_idx.dtype}"
+                    if hasattr(session_idx, "shape") else repr(session_idx))
+            raise RingKVArrayError(f"session_idx must be a {list(fp_shape)} int64 tensor "
+                                   f"matching frame_pos; got {desc}")
+        if build_visibility and B != 1:
+            raise RingKVRuntimeError("ring cache's fallback visibility row only supports B == 1; "
+                                     "the engine path passes build_visibility=False.")
+        expect = (2, 1, self.n_kv_heads, B * T, self.d_head)
+        msg = ar.kv_mismatch(shape, code, keep, expect, self._code)
+        if msg:  # a RuntimeError as the reference's index_copy_, and a ValueError
+            raise RingKVArrayError(msg)
+        return si
 
     def _row_result(self, row: Any, kind: str) -> Any:
         """The third value of upsert. ``row`` (a new row, of ``kind``) is
@@ -734,76 +644,12 @@ class LayerRingCache(HandleOwner):
         if kind == ar.NUMPY and "torch" in sys.modules:
             self._last_row[ar.TORCH] = ar.to_torch(row)
 
-    # The host checks of upsert, in the reference's order and with its
-    # messages (torch._check in seed_ring_cache.py), shared by both backends.
-    def _check_tokens(self, shape: tuple, B: int) -> None:
-        if len(shape) not in (4, 5):
-            raise RingKVArrayError(f"kv must be [2, 1, H, B*T, D]; got shape {shape}")
-        if shape[-2] != B * self.tokens_per_frame:
-            raise RingKVArrayError("ring cache expects exactly one frame per session; got "
-                                     f"{shape[-2]} tokens for B={B}")
-
-    def _session_vector(self, session_idx: Any, fp_shape: tuple) -> Any:
-        si_desc = (f"{tuple(session_idx.shape)} {session_idx.dtype}"
-                   if hasattr(session_idx, "shape") else repr(session_idx))
-        try:
-            si, _ = ar.int64_vector(session_idx, "session_idx", "{got}")
-        except RingKVArrayError:  # not RingKVDeviceError: a device mismatch says so
-            si = None
-        if si is None or tuple(si.shape) != tuple(fp_shape):
-            raise RingKVArrayError(f"session_idx must be a {list(fp_shape)} int64 tensor "
-                                     f"matching frame_pos; got {si_desc}")
-        return si
-
-    def _check_upsert(self, shape: tuple, code: int | None, keep: Any, B: int,
-                      build_visibility: bool) -> None:
-        T = self.tokens_per_frame
-        if build_visibility and B != 1:
-            raise RingKVRuntimeError("ring cache's fallback visibility row only supports B == 1; "
-                                     "the engine path passes build_visibility=False.")
-        expect = (2, 1, self.n_kv_heads, B * T, self.d_head)
-        msg = ar.kv_mismatch(shape, code, keep, expect, self._code)
-        if msg:  # a RuntimeError as the reference's index_copy_, and a ValueError
-            raise RingKVArrayError(msg)
-
-    def _upsert_op(self, ops: Any, kv: Any, frame_pos: Any, commit: bool, session_idx: Any,
-                   build_visibility: bool) -> tuple[Any, Any, Any]:
-        """upsert with a torch ``kv``: the host checks, then the custom ops
-        (``ringkv::visible_row`` before ``ringkv::upsert``) on this layer's
-        storage tensors. Traceable by torch.compile (fullgraph); on a CUDA
-        layer, kernels on the current stream, no synchronization."""
-        ring, k, v, written = self.views(ar.TORCH)
-        dev = written.device
-        fp = ar.torch_index(frame_pos, "frame_pos", _FRAME_POS_MSG, dev)
-        B = fp.shape[0]
-        ar.check_device(kv, "kv", dev)
-        self._check_tokens(tuple(kv.shape), B)
-        si = self._session_tensor(session_idx, fp.shape, dev)
-        self._check_upsert(tuple(kv.shape), ar.array_dtype_code(kv), kv, B, build_visibility)
-        geometry = self.geometry_list
-        err = self.error_word
-        row = ops.visible_row(written, fp, si, geometry, err) if build_visibility else None
-        ops.upsert(ring, written, kv, fp, si, geometry, commit, err)
-        return k, v, self._row_result(row, ar.TORCH)
-
-    def _session_tensor(self, session_idx: Any, fp_shape: Any, device: Any) -> Any:
-        try:
-            si = ar.torch_index(session_idx, "session_idx", "{got}", device)
-        except RingKVArrayError:  # not RingKVDeviceError: a device mismatch says so
-            si = None
-        if si is None or tuple(si.shape) != tuple(fp_shape):
-            desc = (f"{tuple(session_idx.shape)} {session_idx.dtype}"
-                    if hasattr(session_idx, "shape") else repr(session_idx))
-            raise RingKVArrayError(f"session_idx must be a {list(fp_shape)} int64 tensor "
-                                   f"matching frame_pos; got {desc}")
-        return si
-
-    # ---- visibility -------------------------------------------------------
+    # ---- visibility (host memory) ------------------------------------------
     def visible_frames(self, session_idx: int, frame_pos: int) -> list[int]:
         """Visible frame slots of a session at clock ``frame_pos`` by the
         bits-and-clock rule (SEMANTICS 4): ring frames ascending, then
         ``ring_frames`` (the scratch)."""
-        self._cuda_only_host("visible_frames")
+        self._host_only("visible_frames")
         frames = (ctypes.c_int64 * (self.ring_frames + 1))()
         count = ctypes.c_int64()
         check(lib.rkv_layer_visible_frames(self._h.ptr, as_session(session_idx),
@@ -814,7 +660,7 @@ class LayerRingCache(HandleOwner):
     def visible_row(self, session_idx: int, frame_pos: int) -> Any:
         """``[N]`` bool row of the bits-and-clock rule (the reference's row
         format), in this cache's array kind."""
-        self._cuda_only_host("visible_row")
+        self._host_only("visible_row")
         frames = self.visible_frames(session_idx, frame_pos)
         arr = (ctypes.c_int64 * max(1, len(frames)))(*frames)
         row = np.empty(self.total_slots, dtype=np.bool_)
@@ -826,7 +672,7 @@ class LayerRingCache(HandleOwner):
         """FlexAttention BlockMask data of one session row (SEMANTICS 5):
         ``kv_num_blocks`` ``[T/128]`` int32 and ``kv_indices``
         ``[T/128, N/128]`` int32 (visible key blocks ascending, padded with 0)."""
-        self._cuda_only_host("block_mask")
+        self._host_only("block_mask")
         qb, kb = self.tokens_per_frame // 128, self.total_slots // 128
         num = np.empty(qb, dtype=np.int32)
         idx = np.empty((qb, kb), dtype=np.int32)
@@ -849,26 +695,21 @@ class LayerRingCache(HandleOwner):
         ``reference=True``: the single-thread oracle. See :mod:`ringkv.attention`.
 
         Torch ``q`` (without ``pool``/``reference``): the op
-        ``ringkv::attend`` (traceable by torch.compile); a given ``out``
-        receives its result. A CUDA layer: ``rkv_layer_attend`` on the
-        current stream (no sync); ``q`` and ``out`` are torch CUDA tensors
-        on its GPU;
-        ``session_idx``, ``frame_pos`` and ``visible`` CUDA tensors there (or
-        host data, copied once: not capture-safe); ``pool`` and
-        ``reference`` do not apply. Invalid session ids or clocks on the
-        device make it write nothing: :meth:`check` reports them.
+        ``ringkv::attend`` (traceable by torch.compile), on either device; a
+        given ``out`` receives its result. A CUDA layer: ``q`` and ``out``
+        torch CUDA tensors on its GPU, ``session_idx``, ``frame_pos`` and
+        ``visible`` there too (or host data, copied once: not capture-safe);
+        ``pool`` and ``reference`` do not apply (ValueError). Invalid session
+        ids or clocks on the device make it write nothing: :meth:`check`
+        reports them.
         """
         reference = as_flag(reference, "reference")
-        if self._cuda is not None and (pool is not None or reference):
-            raise RingKVValueError("pool and reference=True are CPU-backend options; this "
-                                   f"layer is on {self.device}")
+        self._host(q, "q", pool is not None or reference)
         ops = (_torch_ops() if ar.is_torch_tensor(q) and pool is None and not reference
                else None)
         if ops is not None:
             return self._attend_op(ops, q, session_idx, frame_pos, visible, scale, out,
                                    out_dtype)
-        if self._cuda is not None:  # a CUDA layer reads torch CUDA tensors only
-            ar.check_cuda_device(q, "q", self._tdevice)
         return attend_layer(self._h.ptr, self.d_head, self.total_slots, q, session_idx,
                             frame_pos, visible=visible, scale=scale, out=out,
                             out_dtype=out_dtype, pool=pool, reference=reference,
@@ -888,11 +729,9 @@ class LayerRingCache(HandleOwner):
         if visible is not None:
             rows = visible if ar.is_torch_tensor(visible) else \
                 ar.torch_module().from_numpy(np.ascontiguousarray(visible))
-            if rows.device != dev:
-                if rows.device.type == "cpu" and dev.type == "cuda":
-                    rows = rows.to(dev)  # host rows: one copy (not capture-safe)
-                else:
-                    ar.check_device(rows, "visible", dev)
+            if rows.device.type == "cpu" and dev.type == "cuda":
+                rows = rows.to(dev)  # host rows: one copy (not capture-safe)
+            ar.check_device(rows, "visible", dev)
         elif frame_pos is not None:
             fp = ar.torch_index(frame_pos, "frame_pos",
                                 "frame_pos must be a [B] int64 array or tensor; got {got}", dev)
@@ -926,20 +765,16 @@ def _torch_ops() -> Any:
     than they need (then torch CPU tensors take the direct C calls). Loaded
     at the first LayerRingCache made while torch is imported (so that code
     torch.compile traces only reads this module's global)."""
-    if _OPS is None:
-        _load_ops()
-    return _OPS or None
-
-
-def _load_ops() -> None:
     global _OPS
-    torch = ar.torch_module()
-    version = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
-    if version < (2, 6):
-        _OPS = False
-        return
-    from . import ops
-    _OPS = ops
+    if _OPS is None:
+        torch = ar.torch_module()
+        version = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
+        if version < (2, 6):
+            _OPS = False
+        else:
+            from . import ops
+            _OPS = ops
+    return _OPS or None
 
 
 _LAYER_FORMAT, _LAYER_VERSION = "ringkv.LayerRingCache", 1
@@ -957,11 +792,8 @@ def _layer_from_state(cls: type, state: Any) -> LayerRingCache:
         array_kind = state["array_kind"]
     except (KeyError, TypeError) as exc:
         raise malformed_state(_LAYER_FORMAT, f"{type(exc).__name__}: {exc}") from None
-    g = geometry._struct()
-    ptr = ctypes.c_void_p()
-    check(lib.rkv_layer_create(ctypes.byref(g), ctypes.byref(ptr)))
     self = cls.__new__(cls)
-    self._init(_LayerHandle(ptr.value), array_kind)
+    self._init(_create(geometry._struct(), "cpu"), array_kind)
     np_kv, _, _, np_written = self._views[ar.NUMPY]
     if len(kv_bytes) != np_kv.nbytes or len(written_bytes) != np_written.nbytes:
         raise malformed_state(_LAYER_FORMAT, f"{len(kv_bytes)} K/V bytes and {len(written_bytes)} "

@@ -13,21 +13,15 @@ A frame for B sessions::
 ``[B, Hq, T, D]``, NumPy arrays or CPU torch tensors, in the model's dtype
 for ``kv`` (NumPy bf16: uint16 bits).
 
-``Model(config, device="cuda")`` is the same model on a GPU (issue 11):
-``rkv_model_create_cuda`` through ``libringkv_cuda.so``, every call the same
-``rkv_model_*`` call as on the CPU (sessions, clocks, frames, snapshots,
-forks; a session saved on one backend loads on the other); ``kv``, ``q`` and
-``out`` are torch CUDA tensors on its GPU, ``session_idx`` and ``frame_pos``
-host data. See :class:`Model`. The CUDA backend has not yet run on a GPU (no
-GPU run is recorded).
+``Model(config, device="cuda")`` is the same model on a GPU, through the
+same ``rkv_model_*`` calls (see :class:`Model`; not yet run on a GPU).
 """
 from __future__ import annotations
 
 import contextlib
 import ctypes
 import os
-import weakref
-from dataclasses import dataclass
+from dataclasses import asdict, astuple, dataclass
 from typing import Any
 
 import numpy as np
@@ -37,15 +31,14 @@ from ._lib import RKV_MAX_LAYERS, LayerSpec as _LayerSpecStruct, ModelConfigStru
 from ._lib import Geometry as _GeometryStruct
 from ._lib import SessionRegion as _RegionStruct
 from ._lib import SnapshotInfo as _SnapshotInfoStruct
-from ._lib import AttentionArgs, require
-from .attention import _check_out, _check_q, _scale, attend_model
+from ._lib import check, cuda as _cuda_lib, error_for
+from .attention import _scale, attend_model
 from ._args import (as_bytes, as_flag, as_instance, as_int, as_path, as_request_id, as_session,
                     as_text)
-from ._handle import HandleOwner, check_state, copy_extras, extras, malformed_state
+from ._handle import LIVE_MODELS, HandleOwner, check_state, copy_extras, extras, malformed_state
 from .errors import (RingKVArrayError, RingKVDeviceError, RingKVIndexError, RingKVRuntimeError,
-                     RingKVTypeError, RingKVValueError, check, error_for, python_call,
-                     python_calls)
-from .layer import LayerGeometry, LayerRingCache, _cuda_context, _parse_device, _torch_ops
+                     RingKVTypeError, RingKVValueError, python_call, python_calls)
+from .layer import LayerGeometry, LayerRingCache, _cuda_device, _parse_device, _torch_ops
 
 __all__ = ["LayerSpec", "ModelConfig", "Model", "SessionRegion", "SnapshotInfo", "preset",
            "preset_names", "inspect_snapshot"]
@@ -181,17 +174,17 @@ class _ModelHandle(HandleOwner):
 
 
 class _CudaPlace:
-    """Where a CUDA model runs: GPU ``index`` (``tdevice``), the torch stream
-    its calls are enqueued on (``stream``; ``stream_id`` its cudaStream_t as
-    an int), the CUDA library and torch. Holds no C handle (the stream is
-    torch's)."""
+    """Where a CUDA model runs: GPU ``tdevice``, the torch stream its calls
+    are enqueued on (``stream``; ``stream_id`` its cudaStream_t as an int)
+    and torch. Holds no C handle (the stream is torch's). Not yet run on a
+    GPU."""
 
-    __slots__ = ("clib", "torch", "index", "tdevice", "stream", "stream_id")
+    __slots__ = ("torch", "tdevice", "stream", "stream_id")
 
     def __init__(self, device: Any, index: int | None, stream: Any):
-        self.clib, self.torch, self.index = _cuda_context(device, index)
-        torch = self.torch
-        self.tdevice = torch.device("cuda", self.index)
+        where = _cuda_device(device, index)  # RuntimeError without torch, CUDA or a GPU
+        self.torch = torch = ar.torch_module()
+        self.tdevice = torch.device(where)
         if stream is None:
             stream = torch.cuda.current_stream(self.tdevice)
         elif not isinstance(stream, torch.cuda.Stream):
@@ -227,30 +220,19 @@ class Model(HandleOwner):
     ``device``: "cpu" (default), or "cuda", "cuda:N" or a
     ``torch.device("cuda", N)``: the same model on that GPU
     (``rkv_model_create_cuda``, needs ``libringkv_cuda.so`` and torch with
-    CUDA; the CUDA backend has not yet run on a GPU: no GPU run is
-    recorded). On a GPU:
-
-    - every call is the library's same ``rkv_model_*`` call: claims,
-      clocks, ``begin_frame``, snapshots (host ``bytearray`` images), files,
-      forks, copies and pickles (a session saved on one backend loads on the
-      other, bit-exact);
-    - ``kv``, ``q`` and ``out`` are torch CUDA tensors on the model's GPU;
-      ``session_idx`` and ``frame_pos`` are host data (lists, NumPy, CPU
-      tensors; a CUDA tensor is copied to the host, which waits for it);
-      ``pool`` does not apply; the layers' views are torch CUDA tensors
-      (``array_kind`` "torch");
-    - the work is enqueued on ``stream`` (a ``torch.cuda.Stream`` of that
-      GPU; default: torch's current stream there at creation) and the calls
-      return without waiting; ``upsert``, ``attend`` and ``step`` must be
-      made while that stream is torch's current one (``with
-      torch.cuda.stream(model.stream):``), since their tensors are ordered
-      by it; read ``out`` in that stream's order. Given a stream other than
-      the legacy default one, a frame's per-pass calls can be captured in
-      ``torch.cuda.graph(g, stream=model.stream)`` after ``begin_frame`` (the
-      capture contract of ringkv.h; ``begin_frame`` itself refuses to run
-      inside a capture);
-    - :meth:`synchronize` waits for the stream and raises what the kernels
-      recorded on the device.
+    CUDA; not yet run on a GPU: no GPU run is recorded; python/README.md,
+    "A whole model on the GPU"). Every call is the same ``rkv_model_*``
+    call as on the CPU (a session saved on one backend loads on the other,
+    bit-exact); ``kv``, ``q`` and ``out`` are torch CUDA tensors on its GPU,
+    ``session_idx`` and ``frame_pos`` host data (a CUDA tensor is copied to
+    the host, which waits for it); ``pool`` does not apply; the layers'
+    views are torch CUDA tensors. The work is enqueued on ``stream`` (a
+    ``torch.cuda.Stream`` of that GPU; default: torch's current stream
+    there at creation) without waiting; ``upsert``, ``attend`` and ``step``
+    must be made while it is torch's current stream (RuntimeError
+    otherwise); a frame's per-pass calls can be captured in
+    ``torch.cuda.graph(g, stream=model.stream)`` after ``begin_frame``;
+    :meth:`synchronize` waits and raises what the kernels recorded.
 
     ``copy.copy``, ``copy.deepcopy`` and ``pickle`` give a new model with
     equal contents (config, claim table, each held session's K/V, written
@@ -268,36 +250,27 @@ class Model(HandleOwner):
         kind, index = _parse_device(device)
         cfg = config._struct()
         ptr = ctypes.c_void_p()
-        self._place = None
-        if kind == "cuda":
+        self._place = place = None
+        if kind == "cuda":  # rkv_model_create_cuda: not yet run on a GPU
             if array_kind not in (None, ar.TORCH):
                 raise RingKVValueError(f"array_kind {array_kind!r}: a CUDA model's views are "
                                        "torch CUDA tensors (array_kind 'torch')")
-            place = _CudaPlace(device, index, stream)
-            with place.torch.cuda.device(place.index):
-                check(place.clib.rkv_model_create_cuda(ctypes.byref(cfg), place.index,
-                                                       place.stream_id, ctypes.byref(ptr)))
-            self._h = _ModelHandle(ptr.value, place.stream)
-            self._place = place
+            self._place = place = _CudaPlace(device, index, stream)
+            with place.torch.cuda.device(place.tdevice):
+                check(_cuda_lib().rkv_model_create_cuda(ctypes.byref(cfg), place.tdevice.index,
+                                                        place.stream_id, ctypes.byref(ptr)))
             array_kind = ar.TORCH
+        elif stream is not None:
+            raise RingKVValueError("stream applies to a CUDA model (device='cuda')")
         else:
-            if stream is not None:
-                raise RingKVValueError("stream applies to a CUDA model (device='cuda')")
             check(lib.rkv_model_create(ctypes.byref(cfg), ctypes.byref(ptr)))
-            self._h = _ModelHandle(ptr.value)
-            array_kind = ar.NUMPY if array_kind is None else array_kind
+        self._h = _ModelHandle(ptr.value, place and place.stream)
         self.config = ModelConfig._from_struct(lib.rkv_model_get_config(self._h.ptr).contents)
-        self.array_kind = array_kind
-        self.device = "cpu" if self._place is None else str(self._place.tdevice)
-        if self._place is None:
-            self._layers = [LayerRingCache._borrow(lib.rkv_model_layer(self._h.ptr, i), self._h,
-                                                   array_kind)
-                            for i in range(self.config.n_layers)]
-        else:
-            p = self._place
-            self._layers = [LayerRingCache._borrow_cuda(lib.rkv_model_layer(self._h.ptr, i),
-                                                        self._h, p.clib, p.torch, p.index)
-                            for i in range(self.config.n_layers)]
+        self.array_kind = array_kind = ar.NUMPY if array_kind is None else array_kind
+        self.device = "cpu" if place is None else str(place.tdevice)
+        self._layers = [LayerRingCache._borrow(lib.rkv_model_layer(self._h.ptr, i), self._h,
+                                               array_kind, self.device)
+                        for i in range(self.config.n_layers)]
         LIVE_MODELS[self._h.ptr] = self  # the key the model ops take (ringkv.ops.model_key)
 
     @classmethod
@@ -318,16 +291,25 @@ class Model(HandleOwner):
         calls require it and never change it); nothing on the CPU."""
         if self._place is None:
             return contextlib.nullcontext()
-        return self._place.torch.cuda.device(self._place.index)
+        return self._place.torch.cuda.device(self._place.tdevice)
+
+    def _call(self, fn: Any, *args: Any) -> None:
+        """``fn(model, *args)``, checked, with the model's GPU current."""
+        with self._on_device():
+            check(fn(self._h.ptr, *args))
+
+    def _out(self, fn: Any, *args: Any, ctype: Any = ctypes.c_int64) -> int:
+        """``fn(model, *args, &out)``, checked (:meth:`_call`): ``out``'s value."""
+        out = ctype()
+        self._call(fn, *args, ctypes.byref(out))
+        return out.value
 
     def synchronize(self) -> None:
         """Waits until the model's work has run, then raises what its kernels
         recorded on the device since the last call (``rkv_model_synchronize``:
         IndexError / ValueError for a refused row, RuntimeError for a CUDA
         failure). A CPU model checks everything before it writes: no-op."""
-        require("rkv_model_synchronize")
-        with self._on_device():
-            check(lib.rkv_model_synchronize(self._h.ptr))
+        self._call(lib.rkv_model_synchronize)
 
     @property
     def n_layers(self) -> int:
@@ -420,12 +402,7 @@ class Model(HandleOwner):
             sessions.append((s, info.request_id, image))  # c_char array: the raw id bytes
         config = ModelConfig._from_struct(lib.rkv_model_get_config(self._h.ptr).contents)
         return {"format": _MODEL_FORMAT, "version": _MODEL_VERSION,
-                "config": {"name": config.name, "num_sessions": config.num_sessions,
-                           "n_q_heads": config.n_q_heads, "n_kv_heads": config.n_kv_heads,
-                           "d_head": config.d_head, "tokens_per_frame": config.tokens_per_frame,
-                           "dtype": config.dtype, "max_offloaded": config.max_offloaded,
-                           "layers": [(spec.ring_frames, spec.ring_buckets, spec.pinned_dilation)
-                                      for spec in config.layers]},
+                "config": {**asdict(config), "layers": [astuple(x) for x in config.layers]},
                 "array_kind": self.array_kind, "device": self.device, "sessions": sessions}
 
     def _reserved_for_import(self, session: int) -> bool:
@@ -442,32 +419,25 @@ class Model(HandleOwner):
     def claim(self, request_id: str) -> int:
         """A free session for ``request_id`` (the same one if it already holds
         one). RuntimeError when every session is held (no eviction)."""
-        s = ctypes.c_int64()
-        check(lib.rkv_model_claim(self._h.ptr, as_request_id(request_id), ctypes.byref(s)))
-        return s.value
+        return self._out(lib.rkv_model_claim, as_request_id(request_id))
 
     def lookup(self, request_id: str) -> int:
         """The session held by ``request_id``; KeyError when none."""
-        s = ctypes.c_int64()
-        check(lib.rkv_model_lookup(self._h.ptr, as_request_id(request_id), ctypes.byref(s)))
-        return s.value
+        return self._out(lib.rkv_model_lookup, as_request_id(request_id))
 
     def release(self, session: int) -> None:
         """Zeroes a held session in every layer, drops its clock, frees it."""
-        with self._on_device():
-            check(lib.rkv_model_release(self._h.ptr, as_session(session)))
+        self._call(lib.rkv_model_release, as_session(session))
 
     def reset(self, session: int) -> None:
         """Zeroes a held session in every layer and drops its clock: the next
         frame may start anywhere. The session stays claimed."""
-        with self._on_device():
-            check(lib.rkv_model_reset(self._h.ptr, as_session(session)))
+        self._call(lib.rkv_model_reset, as_session(session))
 
     def clock(self, session: int) -> int | None:
         """Last committed frame of a held session, None when it has no clock."""
-        f = ctypes.c_int64()
-        check(lib.rkv_model_clock(self._h.ptr, as_session(session), ctypes.byref(f)))
-        return None if f.value < 0 else f.value
+        f = self._out(lib.rkv_model_clock, as_session(session))
+        return None if f < 0 else f
 
     # ---- frames -----------------------------------------------------------
     def begin_frame(self, session_idx: Any, frame_pos: Any) -> None:
@@ -476,10 +446,7 @@ class Model(HandleOwner):
         restore without clock). RuntimeError (RKV_ERR_CLOCK / _STATE) otherwise,
         ValueError for a clock < 0 (as every call that takes clocks);
         nothing changes then."""
-        si, _ = ar.int64_vector(self._host(session_idx), "session_idx",
-                                "session_idx must be a [B] int64 array; got {got}")
-        fp, _ = ar.int64_vector(self._host(frame_pos), "frame_pos",
-                                "frame_pos must be a [B] int64 array; got {got}")
+        si, fp = self._rows(session_idx), self._rows(frame_pos, "frame_pos")
         if si.shape != fp.shape:
             raise RingKVArrayError(f"session_idx has {si.shape[0]} rows; frame_pos has "
                                    f"{fp.shape[0]}")
@@ -500,43 +467,33 @@ class Model(HandleOwner):
         (``rkv_model_end_frame``). How a frame replayed from a CUDA graph
         ends: the host does not see the replayed commits. Host only.
         RuntimeError when no frame was begun."""
-        require("rkv_model_end_frame")
         check(lib.rkv_model_end_frame(self._h.ptr))
 
     def abandon_frame(self) -> None:
         """Closes the current batch; an open frame is abandoned (no clock
         changes: every row may begin the same frame again). Host only."""
-        require("rkv_model_abandon_frame")
         check(lib.rkv_model_abandon_frame(self._h.ptr))
 
-    def _host(self, rows: Any) -> Any:
-        """A CUDA model's host arguments (session ids, clocks): a CUDA
-        tensor is copied to the host (which waits for it). Unchanged on the
-        CPU (a CPU model refuses device tensors)."""
+    def _rows(self, rows: Any, name: str = "session_idx") -> np.ndarray:
+        """``[B]`` int64 host rows (session ids, clocks). A CUDA model's may
+        be a CUDA tensor, copied to the host (which waits for it); a CPU
+        model refuses device tensors."""
         if self._place is not None and ar.is_torch_tensor(rows) and rows.device.type != "cpu":
-            return rows.cpu()
-        return rows
+            rows = rows.cpu()
+        return ar.int64_vector(rows, name, f"{name} must be a [B] int64 array; got {{got}}")
 
-    def _kv_input(self, layer: int, session_idx: Any, kv: Any):
-        lay = self.layer(as_int(layer, "layer"))
-        si, _ = ar.int64_vector(self._host(session_idx), "session_idx",
-                                "session_idx must be a [B] int64 array; got {got}")
-        B, T = si.shape[0], lay.tokens_per_frame
-        buf = ar.CBuffer(kv, "kv") if self._place is None else ar.CudaBuffer(
-            kv, "kv", self._place.tdevice)
-        expect = (2, 1, lay.n_kv_heads, B * T, lay.d_head)
-        msg = ar.kv_mismatch(buf.shape, buf.code, buf.keep, expect, lay._code)
+    def _kv_input(self, lay: LayerRingCache, B: int, kv: Any, op: bool = False) -> Any:
+        """``kv`` checked against ``lay`` for B rows: with ``op`` the op
+        route's torch tensor as it is (nothing torch.compile cannot trace),
+        else the buffer the C call reads, on the model's device."""
+        buf = None if op else ar.CBuffer(kv, "kv", device=self._place and self._place.tdevice)
+        shape, code, keep = ((tuple(kv.shape), ar.array_dtype_code(kv), kv) if op
+                             else (buf.shape, buf.code, buf.keep))
+        expect = (2, 1, lay.n_kv_heads, B * lay.tokens_per_frame, lay.d_head)
+        msg = ar.kv_mismatch(shape, code, keep, expect, lay._code)
         if msg:
             raise RingKVArrayError(msg)
-        return lay, si, buf
-
-    def _op_rows(self, layer: int, session_idx: Any) -> tuple[LayerRingCache, Any]:
-        """The torch route's layer and ``[B]`` int64 CPU session tensor."""
-        lay = self.layer(layer)
-        si = ar.torch_index(session_idx, "session_idx",
-                            "session_idx must be a [B] int64 array; got {got}",
-                            lay.views(ar.TORCH)[3].device)
-        return lay, si
+        return buf
 
     def upsert(self, layer: int, session_idx: Any, kv: Any, commit: bool) -> tuple[Any, Any]:
         """One upsert on ``layer`` for B sessions inside a frame, at their
@@ -551,26 +508,24 @@ class Model(HandleOwner):
         outside the compiled function: it is host bookkeeping). A CUDA
         model: one kernel on the model's stream (see :class:`Model`)."""
         layer = as_int(layer, "layer")
-        commit = as_flag(commit, "commit")
+        lay, commit = self.layer(layer), as_flag(commit, "commit")
         # (a CUDA model makes its direct calls: the ops take CPU-backend models)
         ops = _torch_ops() if self._place is None and ar.is_torch_tensor(kv) else None
         if ops is not None:
-            lay, si = self._op_rows(layer, session_idx)
             ring, k, v, written = lay.views(ar.TORCH)
+            si = ar.torch_index(session_idx, "session_idx",
+                                "session_idx must be a [B] int64 array; got {got}",
+                                written.device)
             ar.check_device(kv, "kv", written.device)
-            B, T = si.shape[0], lay.tokens_per_frame
-            expect = (2, 1, lay.n_kv_heads, B * T, lay.d_head)
-            msg = ar.kv_mismatch(tuple(kv.shape), ar.array_dtype_code(kv), kv, expect, lay._code)
-            if msg:
-                raise RingKVArrayError(msg)
+            self._kv_input(lay, si.shape[0], kv, op=True)
             ops.model_upsert(ring, written, kv, si, self._h.ptr, layer, commit)
             return k, v
-        lay, si, buf = self._kv_input(layer, session_idx, kv)
+        si = self._rows(session_idx)
+        buf = self._kv_input(lay, si.shape[0], kv)
         if self._place is not None:
             self._place.check_stream("upsert")
-        with self._on_device():
-            check(lib.rkv_model_upsert(self._h.ptr, layer, si.shape[0], si.ctypes.data, buf.ptr,
-                                       lay._code, 1 if commit else 0))
+        self._call(lib.rkv_model_upsert, layer, si.shape[0], si.ctypes.data, buf.ptr, lay._code,
+                   1 if commit else 0)
         _, k, v, _ = lay.views(buf.kind)
         return k, v
 
@@ -582,24 +537,15 @@ class Model(HandleOwner):
         :class:`ringkv.ThreadPool` (default: the library's). A CUDA model:
         ``q`` and ``out`` torch CUDA tensors, the kernels on its stream."""
         layer = as_int(layer, "layer")
+        lay = self.layer(layer)
         ops = (_torch_ops() if self._place is None and ar.is_torch_tensor(q) and pool is None
                and out is None else None)
-        if ops is not None:
-            return self._attend_op(ops, layer, session_idx, q, scale, out_dtype)
-        lay = self.layer(layer)
-        if self._place is not None:
-            return self._pass_cuda("attend", layer, session_idx, None, False, q, scale, out,
-                                   out_dtype, pool)
-        return attend_model(self._h.ptr, layer, lay.d_head, lay.total_slots, q, session_idx,
-                            scale=scale, out=out, out_dtype=out_dtype, pool=pool,
-                            q_heads=self.config.n_q_heads)
-
-    def _attend_op(self, ops: Any, layer: int, session_idx: Any, q: Any, scale: Any,
-                   out_dtype: Any) -> Any:
-        """attend with a torch ``q``: ``ringkv::model_attend`` on the layer's
-        storage tensors (traceable by torch.compile)."""
-        lay, si = self._op_rows(layer, session_idx)
+        if ops is None:
+            return self._attend(lay, layer, session_idx, None, False, q, scale, out, out_dtype,
+                                pool)
         ring, _, _, written = lay.views(ar.TORCH)
+        si = ar.torch_index(session_idx, "session_idx",
+                            "session_idx must be a [B] int64 array; got {got}", written.device)
         ar.check_device(q, "q", written.device)
         if q.ndim == 4 and q.shape[1] != self.config.n_q_heads:
             raise RingKVArrayError(f"q has n_q_heads = {q.shape[1]}; this model has "
@@ -614,8 +560,7 @@ class Model(HandleOwner):
         in eager and compiled FlexAttention over ``model.layer(layer).kv``'s
         K/V views)."""
         from .flex import flex_block_mask
-        return flex_block_mask(self.layer(as_int(layer, "layer")), session, frame_pos,
-                               n_queries=n_queries)
+        return flex_block_mask(self.layer(layer), session, frame_pos, n_queries=n_queries)
 
     def step(self, layer: int, session_idx: Any, kv: Any, commit: bool, q: Any, *,
              scale: float | None = None, out: Any = None, out_dtype: Any = None,
@@ -625,53 +570,27 @@ class Model(HandleOwner):
         (``rkv_model_step``; everything is checked before anything is
         written). Returns ``out``."""
         layer = as_int(layer, "layer")
-        commit = as_flag(commit, "commit")
-        if self._place is not None:
-            return self._pass_cuda("step", layer, session_idx, kv, commit, q, scale, out,
-                                   out_dtype, pool)
-        lay, si, buf = self._kv_input(layer, session_idx, kv)
-        return attend_model(self._h.ptr, layer, lay.d_head, lay.total_slots, q, si, scale=scale,
-                            out=out, out_dtype=out_dtype, pool=pool,
-                            step_kv=(buf.ptr, lay._code), commit=commit,
-                            q_heads=self.config.n_q_heads)
+        lay, commit = self.layer(layer), as_flag(commit, "commit")
+        return self._attend(lay, layer, session_idx, kv, commit, q, scale, out, out_dtype, pool)
 
-    def _pass_cuda(self, what: str, layer: int, session_idx: Any, kv: Any, commit: bool, q: Any,
-                   scale: Any, out: Any, out_dtype: Any, pool: Any) -> Any:
-        """attend (kv None) or step of a CUDA model: ``rkv_model_attend`` /
-        ``rkv_model_step`` with q and out on its GPU (out allocated there,
-        through torch's caching allocator, when not given), enqueued on its
-        stream. Host errors raise before anything is enqueued."""
-        p = self._place
-        if pool is not None:
+    def _attend(self, lay: LayerRingCache, layer: int, session_idx: Any, kv: Any, commit: bool,
+                q: Any, scale: Any, out: Any, out_dtype: Any, pool: Any) -> Any:
+        """The direct attend (``kv`` None: ``rkv_model_attend``) or step
+        (``rkv_model_step``) on either device: a CUDA model's ``q``, ``kv``
+        and ``out`` on its GPU (``out`` made there, through torch's caching
+        allocator, when not given), enqueued on its stream; host errors
+        raise before anything is enqueued (not yet run on a GPU)."""
+        device = None if self._place is None else self._place.tdevice
+        if pool is not None and device is not None:
             raise RingKVValueError(f"pool is a CPU-backend option; this model is on {self.device}")
-        if kv is None:
-            lay = self.layer(layer)
-            si, _ = ar.int64_vector(self._host(session_idx), "session_idx",
-                                    "session_idx must be a [B] int64 array; got {got}")
-            buf = None
-        else:
-            lay, si, buf = self._kv_input(layer, session_idx, kv)
-        B = si.shape[0]
-        qb = ar.CudaBuffer(q, "q", p.tdevice)
-        _check_q(qb, lay.d_head, B, q_heads=self.config.n_q_heads)
-        if out is None:
-            code = qb.code if out_dtype is None else ar.parse_dtype(out_dtype)
-            out = p.torch.empty(qb.shape, dtype=ar.torch_dtype(code), device=p.tdevice)
-        ob = ar.CudaBuffer(out, "out", p.tdevice)
-        _check_out(ob, qb, "out must be C-contiguous and 16-byte aligned (it is written in place)")
-        _, Hq, Tq, _ = qb.shape
-        args = AttentionArgs(batch=B, n_q_heads=Hq, n_queries=Tq, q=qb.ptr, q_dtype=qb.code,
-                             out=ob.ptr, out_dtype=ob.code, scale=_scale(scale))
-        p.check_stream(what)
+        si = self._rows(session_idx)
+        step_kv = None if kv is None else (self._kv_input(lay, si.shape[0], kv).ptr, lay._code)
+        if device is not None:
+            self._place.check_stream("attend" if kv is None else "step")
         with self._on_device():
-            if buf is None:
-                check(lib.rkv_model_attend(self._h.ptr, layer, B, si.ctypes.data,
-                                           ctypes.byref(args)))
-            else:
-                require("rkv_model_step")
-                check(lib.rkv_model_step(self._h.ptr, layer, B, si.ctypes.data, buf.ptr,
-                                         lay._code, 1 if commit else 0, ctypes.byref(args)))
-        return out
+            return attend_model(self._h.ptr, layer, lay.d_head, q, si, scale=scale, out=out,
+                                out_dtype=out_dtype, pool=pool, step_kv=step_kv, commit=commit,
+                                q_heads=self.config.n_q_heads, device=device)
 
     # ---- snapshots --------------------------------------------------------
     @property
@@ -684,8 +603,7 @@ class Model(HandleOwner):
         geometry and the clock (not inside a frame: RuntimeError)."""
         buf = bytearray(self.snapshot_bytes)
         cbuf = (ctypes.c_char * len(buf)).from_buffer(buf)
-        with self._on_device():
-            check(lib.rkv_model_snapshot(self._h.ptr, as_session(session), cbuf, len(buf)))
+        self._call(lib.rkv_model_snapshot, as_session(session), cbuf, len(buf))
         return buf
 
     def restore(self, session: int, snapshot: Any) -> None:
@@ -696,16 +614,13 @@ class Model(HandleOwner):
         if data.readonly:
             data = memoryview(bytearray(data))
         cbuf = (ctypes.c_char * len(data)).from_buffer(data)
-        with self._on_device():
-            check(lib.rkv_model_restore(self._h.ptr, as_session(session), cbuf, len(data)))
+        self._call(lib.rkv_model_restore, as_session(session), cbuf, len(data))
 
     def fork(self, src_session: int, dst_session: int) -> None:
         """Copies held session ``src_session``'s whole state (every layer and
         its clock) into held session ``dst_session``, bit-exact; both between
         frames. ValueError when src == dst."""
-        require("rkv_model_fork")
-        with self._on_device():
-            check(lib.rkv_model_fork(self._h.ptr, as_session(src_session), as_session(dst_session)))
+        self._call(lib.rkv_model_fork, as_session(src_session), as_session(dst_session))
 
     # ---- snapshot files (safetensors layout, docs/snapshot-format.md) ---
     def save_session(self, session: int, path: str | bytes) -> None:
@@ -714,21 +629,16 @@ class Model(HandleOwner):
         link kept); OSError on input/output failure and for a ``path`` that
         exists and is not a regular file (a device, named pipe or socket:
         refused before anything is written; docs/snapshot-format.md)."""
-        require("rkv_model_save_session")
-        with self._on_device():
-            check(lib.rkv_model_save_session(self._h.ptr, as_session(session), as_path(path)))
+        self._call(lib.rkv_model_save_session, as_session(session), as_path(path))
 
     def load_session(self, session: int, path: str | bytes) -> None:
         """Loads a snapshot file into a held session: bit-exact, saved clock
         installed. ValueError (RKV_ERR_FORMAT) for a truncated, corrupted or
         foreign file or another geometry; nothing changes then."""
-        require("rkv_model_load_session")
-        with self._on_device():
-            check(lib.rkv_model_load_session(self._h.ptr, as_session(session), as_path(path)))
+        self._call(lib.rkv_model_load_session, as_session(session), as_path(path))
 
     def save_session_bytes(self, session: int) -> bytearray:
         """The snapshot file's image in memory."""
-        require("rkv_model_save_session_mem")
         s = as_session(session)
         with self._on_device():
             return _filled(lambda buf, n, size: lib.rkv_model_save_session_mem(self._h.ptr, s, buf,
@@ -736,22 +646,18 @@ class Model(HandleOwner):
 
     def load_session_bytes(self, session: int, image: Any) -> None:
         """:meth:`load_session` from an image in memory (bytes-like)."""
-        require("rkv_model_load_session_mem")
         data = bytes(as_bytes(image, "image"))
-        with self._on_device():
-            check(lib.rkv_model_load_session_mem(self._h.ptr, as_session(session), data, len(data)))
+        self._call(lib.rkv_model_load_session_mem, as_session(session), data, len(data))
 
     # ---- sessions that leave: offload and page-in (issue 13) --------------
     @property
     def offload_capacity(self) -> int:
         """Entries of the offload table (the resolved ``max_offloaded``)."""
-        require("rkv_model_offload_capacity")
         return int(lib.rkv_model_offload_capacity(self._h.ptr))
 
     @property
     def offloaded_count(self) -> int:
         """Sessions paged out of this model (their ids reserved)."""
-        require("rkv_model_offloaded_count")
         return int(lib.rkv_model_offloaded_count(self._h.ptr))
 
     def offload(self, session: int) -> bytearray:
@@ -761,7 +667,6 @@ class Model(HandleOwner):
         (``claim`` of that id raises RuntimeError meanwhile). RuntimeError
         (RKV_ERR_FULL) when the offload table is full; nothing changes on
         any error."""
-        require("rkv_model_offload")
         s = as_session(session)
         with self._on_device():
             return _filled(lambda buf, n, size: lib.rkv_model_offload(self._h.ptr, s, buf, n,
@@ -770,9 +675,7 @@ class Model(HandleOwner):
     def offload_to_file(self, session: int, path: str | bytes) -> None:
         """:meth:`offload` into a snapshot file (written atomically; the slot
         is freed once the file is in place). OSError on input/output."""
-        require("rkv_model_offload_file")
-        with self._on_device():
-            check(lib.rkv_model_offload_file(self._h.ptr, as_session(session), as_path(path)))
+        self._call(lib.rkv_model_offload_file, as_session(session), as_path(path))
 
     def page_in(self, image: Any) -> int:
         """Brings a paged-out session back from the image :meth:`offload`
@@ -780,38 +683,26 @@ class Model(HandleOwner):
         and clock; returns the slot. KeyError when its request is not paged
         out of this model, RuntimeError for an older image of it or no free
         slot, ValueError for a damaged image; nothing held changes then."""
-        require("rkv_model_page_in")
         data = as_bytes(image, "image")
         if data.readonly:
             data = memoryview(bytearray(data))
         cbuf = (ctypes.c_char * len(data)).from_buffer(data)
-        s = ctypes.c_int64()
-        with self._on_device():
-            check(lib.rkv_model_page_in(self._h.ptr, cbuf, len(data), ctypes.byref(s)))
-        return s.value
+        return self._out(lib.rkv_model_page_in, cbuf, len(data))
 
     def page_in_file(self, path: str | bytes) -> int:
         """:meth:`page_in` from a file written by :meth:`offload_to_file`."""
-        require("rkv_model_page_in_file")
-        s = ctypes.c_int64()
-        with self._on_device():
-            check(lib.rkv_model_page_in_file(self._h.ptr, as_path(path), ctypes.byref(s)))
-        return s.value
+        return self._out(lib.rkv_model_page_in_file, as_path(path))
 
     def offloaded_clock(self, request_id: str) -> int | None:
         """The clock of a paged-out request (None: it had none); KeyError when
         ``request_id`` is not paged out of this model."""
-        require("rkv_model_offloaded_clock")
-        f = ctypes.c_int64()
-        check(lib.rkv_model_offloaded_clock(self._h.ptr, as_request_id(request_id),
-                                            ctypes.byref(f)))
-        return None if f.value < 0 else f.value
+        f = self._out(lib.rkv_model_offloaded_clock, as_request_id(request_id))
+        return None if f < 0 else f
 
     def offload_discard(self, request_id: str) -> None:
         """Drops a paged-out request's reservation (its image no longer pages
         in here; ``claim`` may reuse the id). KeyError when it is not paged
         out."""
-        require("rkv_model_offload_discard")
         check(lib.rkv_model_offload_discard(self._h.ptr, as_request_id(request_id)))
 
     # ---- sessions that move: regions, export and import (issue 13) --------
@@ -823,34 +714,25 @@ class Model(HandleOwner):
         view ``array`` of the memory (host regions; it keeps the model
         alive) and its address for a transfer engine. They hold the session
         until it is stepped, released or imported."""
-        require("rkv_model_session_regions")
         n = int(lib.rkv_model_session_region_count(self._h.ptr))
         arr = (_RegionStruct * n)()
         count = ctypes.c_size_t()
-        with self._on_device():
-            check(lib.rkv_model_session_regions(self._h.ptr, as_session(session), arr, n,
-                                                ctypes.byref(count)))
+        self._call(lib.rkv_model_session_regions, as_session(session), arr, n, ctypes.byref(count))
         return [SessionRegion(r, self._h) for r in arr[:count.value]]
 
     def export_meta(self, session: int) -> bytes:
         """The session's snapshot header (docs/migration.md): the metadata that
         :meth:`import_reserve` and :meth:`import_session` check."""
-        require("rkv_model_session_export_meta")
         n = int(lib.rkv_model_session_meta_bytes(self._h.ptr))
         buf = ctypes.create_string_buffer(n)
-        with self._on_device():  # hashes the written bits through the backend
-            check(lib.rkv_model_session_export_meta(self._h.ptr, as_session(session), buf, n))
+        self._call(lib.rkv_model_session_export_meta, as_session(session), buf, n)
         return buf.raw
 
     def session_digest(self, session: int) -> int:
         """XXH3-64 of the session's regions in order (= the data_xxh3 of its
         snapshot image), of a held session or a reserved slot."""
-        require("rkv_model_session_digest")
-        d = ctypes.c_uint64()
-        with self._on_device():
-            check(lib.rkv_model_session_digest(self._h.ptr, as_session(session),
-                                               ctypes.byref(d)))
-        return d.value
+        return self._out(lib.rkv_model_session_digest, as_session(session),
+                         ctype=ctypes.c_uint64)
 
     def import_reserve(self, meta: Any) -> int:
         """Reserves a free slot for the session ``meta`` describes and returns
@@ -858,47 +740,35 @@ class Model(HandleOwner):
         ValueError for metadata of another geometry or damaged, RuntimeError
         when the request is already here or there is no free slot (nothing
         changes)."""
-        require("rkv_model_import_reserve")
         data = bytes(as_bytes(meta, "meta"))
-        s = ctypes.c_int64()
-        check(lib.rkv_model_import_reserve(self._h.ptr, data, len(data), ctypes.byref(s)))
-        return s.value
+        return self._out(lib.rkv_model_import_reserve, data, len(data))
 
     def import_check(self, session: int, meta: Any) -> None:
         """Everything :meth:`import_session` checks, changing nothing."""
-        require("rkv_model_import_check")
         data = bytes(as_bytes(meta, "meta"))
-        with self._on_device():
-            check(lib.rkv_model_import_check(self._h.ptr, as_session(session), data, len(data)))
+        self._call(lib.rkv_model_import_check, as_session(session), data, len(data))
 
     def import_session(self, session: int, meta: Any) -> None:
         """Makes a reserved, filled slot live: held by the request id with
         the metadata's clock. A refused import changes nothing."""
-        require("rkv_model_session_import")
         data = bytes(as_bytes(meta, "meta"))
-        with self._on_device():
-            check(lib.rkv_model_session_import(self._h.ptr, as_session(session), data,
-                                               len(data)))
+        self._call(lib.rkv_model_session_import, as_session(session), data, len(data))
 
     def transfer_session(self, session: int, dst: "Model", dst_session: int) -> None:
         """The plain copy of a held session's regions into slot
         ``dst_session`` of ``dst``, reserved by ``dst.import_reserve``
         (``rkv_model_transfer_session``); reads this model only."""
-        require("rkv_model_transfer_session")
         as_instance(dst, Model, "dst")
         if dst.device != self.device:
             raise RingKVDeviceError(f"transfer_session: the models are on {self.device} and "
                                     f"{dst.device}; the plain copy moves between models of one "
                                     "device (use the regions and a transfer engine across)")
-        with self._on_device():
-            check(lib.rkv_model_transfer_session(self._h.ptr, as_session(session), dst._h.ptr,
-                                                 as_session(dst_session)))
+        self._call(lib.rkv_model_transfer_session, as_session(session), dst._h.ptr,
+                   as_session(dst_session))
 
     def import_cancel(self, session: int) -> None:
         """Cancels a reservation: the slot is zeroed and free again."""
-        require("rkv_model_import_cancel")
-        with self._on_device():
-            check(lib.rkv_model_import_cancel(self._h.ptr, as_session(session)))
+        self._call(lib.rkv_model_import_cancel, as_session(session))
 
 
 def _filled(call: Any) -> bytearray:
@@ -937,10 +807,6 @@ class SessionRegion(HandleOwner):
     def __repr__(self) -> str:
         return (f"SessionRegion(layer={self.layer}, part={self.part!r}, head={self.head}, "
                 f"nbytes={self.nbytes}, device={self.device})")
-
-#: Live models by their rkv_model* (an int): the key the model ops take
-#: (ringkv.ops.model_key); a key no live model holds is refused there.
-LIVE_MODELS: "weakref.WeakValueDictionary[int, Model]" = weakref.WeakValueDictionary()
 
 _RKV_ERR_CLOCK, _RKV_ERR_STATE = -7, -10
 _MODEL_FORMAT, _MODEL_VERSION = "ringkv.Model", 1
@@ -1028,10 +894,8 @@ def inspect_snapshot(source: Any) -> SnapshotInfo:
     (RKV_ERR_FORMAT) or OSError otherwise."""
     info = _SnapshotInfoStruct()
     if isinstance(source, (str, os.PathLike)):
-        require("rkv_snapshot_inspect")
         check(lib.rkv_snapshot_inspect(as_path(source, "source"), ctypes.byref(info)))
     else:
-        require("rkv_snapshot_inspect_mem")
         try:
             data = bytes(as_bytes(source, "source"))
         except RingKVTypeError:  # neither form: name both

@@ -3,39 +3,34 @@ and CUDA graphs. Needs torch >= 2.6; imported on first use of torch tensors
 (``import ringkv`` never imports torch).
 
 Every op acts on the tensors it is given and on nothing else: each call
-wraps the storage and the written bits it was given in a layer
-(``rkv_layer_wrap`` of ``include/ringkv_backend.h``: host memory only, no
-copy) and runs the one set of ``rkv_layer_*`` calls of ``include/ringkv.h``
-on it, whatever the device, never a handle on the side. So
-``torch.compile``'s functionalization, ``torch.library.opcheck`` and CUDA
-graph capture all see what the op reads and writes. ``LayerRingCache`` and
-``Model`` pass their own storage (torch tensors over ringkv's memory, no
-copy); under Inductor the writes stay in place (no copy of the ring: the
-pitfall of SEMANTICS section 8).
+wraps them in a layer (:func:`wrapped`: ``rkv_layer_wrap``, no copy) and
+runs the one set of ``rkv_layer_*`` calls of ``include/ringkv.h`` on it,
+whatever the device, so that ``torch.compile``'s functionalization,
+``torch.library.opcheck`` and CUDA graph capture see what the op reads and
+writes. ``LayerRingCache`` and ``Model`` pass their own storage (torch
+tensors over ringkv's memory); under Inductor the writes stay in place (no
+copy of the ring: the pitfall of SEMANTICS section 8).
 
 The ops (``torch.ops.ringkv.*``; each has a fake implementation giving the
 shapes and dtypes, and passes ``torch.library.opcheck``):
 
 - ``upsert(ring!, written!, kv, frame_pos, session_idx, geometry, commit,
-  error!) -> ()``: SEMANTICS 3 (scratch write, commit and written bits),
-  in place on ``ring`` and ``written``.
+  error!) -> ()``: SEMANTICS 3, in place on ``ring`` and ``written``.
 - ``visible_row(written, frame_pos, session_idx, geometry, error!) ->
   Tensor``: the reference's ``[N]`` bool visibility row of one row (B = 1),
   as an upsert at that clock computes it before its commit.
 - ``attend(ring, written, q, session_idx, frame_pos, visible, geometry,
   scale, out_dtype, error!) -> Tensor``: SEMANTICS 5, ``[B, Hq, Tq, D]``.
 - ``ring_scatter(cache!, written!, dst, kv, mark) -> ()``: the reference's
-  ``mstar::ring_scatter`` with its signature and semantics
-  (``cache.index_copy_(3, dst, kv)``, then ``written.index_fill_(0, dst,
-  True)`` when ``mark``), for any tensors of the reference's shapes and
-  dtypes on any device.
+  ``mstar::ring_scatter`` (``cache.index_copy_(3, dst, kv)``, then
+  ``written.index_fill_(0, dst, True)`` when ``mark``), any device.
 - ``model_upsert(ring!, written!, kv, session_idx, model, layer, commit) ->
   ()`` and ``model_attend(ring, written, q, session_idx, model, layer, scale,
-  out_dtype) -> Tensor``: a :class:`ringkv.Model`'s upsert and attention
-  (its clock checks and bookkeeping; CPU models), on the given storage of
-  layer ``layer``; ``model`` is the model's key (:func:`model_key`).
+  out_dtype) -> Tensor``: a CPU :class:`ringkv.Model`'s upsert and attention
+  (its checks and clocks) on the given storage of layer ``layer``;
+  ``model`` is the model's key (:func:`model_key`).
 
-Arguments:
+Arguments, all on the storage's device:
 
 - ``ring``: the K/V storage ``[2, 1, H, N, D]`` (or ``[2, H, N, D]``),
   float32, float16 or bfloat16, C-contiguous; ``written``: ``[N]`` bool (or
@@ -46,29 +41,28 @@ Arguments:
   ``q``: ``[B, Hq, Tq, D]``; ``frame_pos``, ``session_idx``: ``[B]`` int64;
   ``visible``: ``[B, N]`` or ``[N]`` bool/uint8 rows (then ``frame_pos`` may
   be None); ``scale`` 0.0 means ``1/sqrt(D)``; ``out_dtype`` None means
-  ``q``'s. All on the storage's device.
-- ``error``: a zeroed int32 tensor of at least one element on the
-  storage's device (:func:`error_word`; a cache's own: ``cache.error_word``).
-  On CUDA the kernels record there the first invalid session id or clock
-  (device values; such a call writes nothing): :func:`check_error` or
-  ``LayerRingCache.check()`` reads and clears it. On the CPU it is never
-  written: the library checks every value before writing and raises at
-  once. (It is a required argument, declared as mutated, on every device:
-  Inductor mishandles an optional mutated argument passed as None in an op
-  that returns a tensor.)
+  ``q``'s.
+- ``error``: a zeroed int32 tensor of at least one element
+  (:func:`error_word`; a cache's own: ``cache.error_word``). On CUDA the
+  kernels record there the first invalid session id or clock (such a call
+  writes nothing): :func:`check_error` or ``LayerRingCache.check()`` reads
+  and clears it. The CPU never writes it (the library checks before
+  writing). Required and declared mutated on every device: Inductor
+  mishandles an optional mutated argument passed as None in an op that
+  returns a tensor.
 
-On CUDA the ops enqueue on ``torch.cuda.current_stream()``, allocate only
-through torch's caching allocator (the visibility row, the attention's
-output and split workspace) and never synchronize or copy from the host:
-with every argument a tensor on the GPU they can be captured by
-``torch.cuda.graph``. The first call on a GPU prepares it
-(``rkv_cuda_backend``: device properties, kernel limits, a context per
-stream; not capture-safe): a CUDA ``LayerRingCache`` does that at
-construction; for other tensors, run the op once before capturing (the
-usual warm-up does).
+On CUDA (not yet run on a GPU) the ops enqueue on
+``torch.cuda.current_stream()``, allocate only through torch's caching
+allocator and never synchronize or copy from the host: with every argument
+a tensor on the GPU they can be captured by ``torch.cuda.graph``. The first
+call on a stream makes its context (:func:`context`; not capture-safe): a
+CUDA ``LayerRingCache`` does that at construction; otherwise run the op
+once before capturing (the usual warm-up does).
 """
 from __future__ import annotations
 
+import atexit
+import contextlib
 import ctypes
 import math
 from typing import Any, Optional
@@ -77,10 +71,12 @@ import torch
 from torch import Tensor
 
 from . import _arrays as ar
-from ._lib import AttentionArgs, BackendStorage, Geometry, lib, require
+from ._handle import LIVE_MODELS, HandleOwner
+from ._lib import AttentionArgs, BackendStorage, Geometry, check, lib
 from ._lib import cuda as _cuda_lib
+from .attention import check_q
 from .errors import (RingKVArrayError, RingKVDeviceError, RingKVIndexError, RingKVRuntimeError,
-                     RingKVTypeError, RingKVValueError, check)
+                     RingKVTypeError, RingKVValueError)
 
 __all__ = ["upsert", "visible_row", "attend", "ring_scatter", "model_upsert", "model_attend",
            "error_word", "check_error", "model_key", "MIN_TORCH"]
@@ -137,10 +133,28 @@ def _check_storage(ring: Tensor | None, written: Tensor, g: Geometry) -> None:
                                f"{list(written.shape)} {written.dtype}")
 
 
-def _same_device(x: Tensor | None, name: str, device: torch.device) -> None:
-    if x is not None and x.device != device:
-        raise RingKVDeviceError(f"ringkv: {name} is a tensor on {x.device}, but the ring is on "
-                                f"{device}: pass it on {device}")
+def _storage(ring: Tensor | None, written: Tensor, error: Tensor | None, geometry: Any,
+             **inputs: Any) -> Geometry:
+    """An op's storage checks: the geometry (a list, or a model layer's
+    Geometry) against ``ring`` and ``written``, every tensor of ``inputs``
+    (None: absent) on their device, and the error word (None: a model op's,
+    which has none). The Geometry."""
+    g = geometry if isinstance(geometry, Geometry) else \
+        _geometry(geometry, torch.float32 if ring is None else ring.dtype)
+    _check_storage(ring, written, g)
+    if ring is not None and _CODES.get(ring.dtype) != g.dtype:  # a model layer's
+        raise RingKVArrayError(f"ring dtype {ring.dtype} is not the model's "
+                               f"{ar.DTYPE_NAMES[g.dtype]}")
+    for name, x in inputs.items():
+        if x is not None and x.device != written.device:
+            raise RingKVDeviceError(f"ringkv: {name} is a tensor on {x.device}, but the ring is "
+                                    f"on {written.device}: pass it on {written.device}")
+    if error is not None and (error.device != written.device or error.dtype != torch.int32
+                              or error.numel() < 1 or not error.is_contiguous()):
+        raise RingKVArrayError(f"error must be a contiguous int32 tensor of at least one element "
+                               f"on {written.device} (ringkv.ops.error_word(device)); got "
+                               f"{tuple(error.shape)} {error.dtype} on {error.device}")
+    return g
 
 
 def _i64(x: Tensor, name: str) -> Tensor:
@@ -168,68 +182,79 @@ def _aligned(x: Tensor) -> Tensor:
 
 # ---- the op's tensors as a layer ------------------------------------------------
 
-# CUDA contexts (rkv_cuda_backend) by (device index, stream): a layer's calls
-# run on its context's stream, and the ops run on torch's current stream.
-_CUDA_CONTEXTS: dict = {}
+class _TableHead(ctypes.Structure):
+    """The first members of ``rkv_backend_ops`` (include/ringkv_backend.h),
+    down to ``ctx_destroy``: how a context made here is freed."""
+    _fields_ = [("abi_version", ctypes.c_uint32), ("struct_size", ctypes.c_uint32),
+                ("name", ctypes.c_char_p), ("ctx_destroy", ctypes.CFUNCTYPE(None, ctypes.c_void_p))]
 
 
-def _cuda(device: torch.device):
-    """(the CUDA table, a context on GPU ``device`` for torch's current
-    stream, the device index); the context is made once per stream."""
-    clib = _cuda_lib()
-    index = device.index if device.index is not None else torch.cuda.current_device()
+class _Context(HandleOwner):
+    """A CUDA backend context (``rkv_cuda_backend``) on one GPU for one
+    stream: its ``table`` and ``ptr``, freed (the table's ``ctx_destroy``)
+    with the last object holding it: the per-stream cache until exit, each
+    layer created on it for the layer's life. Not yet run on a GPU."""
+
+    _copy_hint = "it holds a CUDA backend context (an address in this process)"
+
+    __slots__ = ("table", "ptr", "_destroy")
+
+    def __init__(self, table: int, ptr: int, destroy: Any):
+        self.table, self.ptr, self._destroy = table, ptr, destroy
+
+    def __del__(self):
+        if self.ptr and self._destroy:
+            try:
+                self._destroy(self.ptr)
+            except Exception:  # noqa: BLE001 - interpreter shutdown
+                pass
+            self.ptr = None
+
+
+# The contexts by (device index, stream): the ops run on torch's current
+# stream. The cache lets go of them at exit (a layer keeps its own).
+_CONTEXTS: dict = {}
+atexit.register(_CONTEXTS.clear)
+
+
+def context(device: Any) -> _Context:
+    """The context for torch's current stream on the CUDA ``device``, made
+    once per stream (device properties, kernel limits, pinned staging
+    memory: not capture-safe; a CUDA LayerRingCache makes its stream's at
+    construction), torch's current device left as it was."""
+    device = torch.device(device)
     stream = torch.cuda.current_stream(device).cuda_stream
-    key = (index, stream)
-    if key not in _CUDA_CONTEXTS:
-        ops, ctx = ctypes.c_void_p(), ctypes.c_void_p()
-        with torch.cuda.device(index):
-            check(clib.rkv_cuda_backend(index, stream, ctypes.byref(ops), ctypes.byref(ctx)))
-        _CUDA_CONTEXTS[key] = (ops.value, ctx.value)
-    ops, ctx = _CUDA_CONTEXTS[key]
-    return ops, ctx, index
+    ctx = _CONTEXTS.get((device.index, stream))
+    if ctx is None:
+        table, ptr = ctypes.c_void_p(), ctypes.c_void_p()
+        with torch.cuda.device(device):
+            check(_cuda_lib().rkv_cuda_backend(device.index, stream, ctypes.byref(table),
+                                               ctypes.byref(ptr)))
+        head = ctypes.cast(table.value, ctypes.POINTER(_TableHead)).contents
+        ctx = _Context(table.value, ptr.value, head.ctx_destroy or None)
+        _CONTEXTS[device.index, stream] = ctx
+    return ctx
 
 
-def _check_error(error: Tensor, written: Tensor) -> None:
-    if (error.device != written.device or error.dtype != torch.int32 or error.numel() < 1
-            or not error.is_contiguous()):
-        raise RingKVArrayError(f"error must be a contiguous int32 tensor of at least one element "
-                               f"on {written.device} (ringkv.ops.error_word(device)); got "
-                               f"{tuple(error.shape)} {error.dtype} on {error.device}")
-
-
-class _Wrapped:
-    """``with _Wrapped(ring, written, error, g) as (h, index):`` the op's
-    tensors as a layer (``rkv_layer_wrap``; ring None: a call that reads the
-    written bits only, which then stand in for the K/V pointer too), on the
-    CPU or on a context of the current stream's; destroyed on exit."""
-
-    def __init__(self, ring: Tensor | None, written: Tensor, error: Tensor | None, g: Geometry):
-        self.g = g
-        kv = written.data_ptr() if ring is None else ring.data_ptr()
-        self.storage = BackendStorage(kv, written.data_ptr(),
-                                      None if error is None else error.data_ptr())
-        self.device = written.device
-        self.index = None
-        self.h = ctypes.c_void_p()
-
-    def __enter__(self):
-        ops = ctx = None
-        if self.device.type != "cpu":
-            ops, ctx, self.index = _cuda(self.device)
-        check(lib.rkv_layer_wrap(ops, ctx, ctypes.byref(self.g), ctypes.byref(self.storage),
-                                 ctypes.byref(self.h)))
-        return self.h.value, self.index
-
-    def __exit__(self, *exc):
-        lib.rkv_layer_destroy(self.h.value)
-        return False
-
-
-def _on(index: int | None):
-    """The GPU ``index`` as the current device for a call (a no-op context
-    on the CPU)."""
-    import contextlib
-    return contextlib.nullcontext() if index is None else torch.cuda.device(index)
+@contextlib.contextmanager
+def wrapped(ring: Tensor | None, written: Tensor, error: Tensor | None, g: Geometry):
+    """``with wrapped(ring, written, error, g) as h:`` the tensors as a layer
+    (``rkv_layer_wrap``, no copy; ring None: a call that reads the written
+    bits only, which then stand in for the K/V pointer too), destroyed on
+    exit: on the CPU table, or for CUDA tensors on the context of torch's
+    current stream (:func:`context`), their GPU current for the call."""
+    dev = written.device
+    ctx = None if dev.type == "cpu" else context(dev)  # not yet run on a GPU
+    storage = BackendStorage(written.data_ptr() if ring is None else ring.data_ptr(),
+                             written.data_ptr(), None if error is None else error.data_ptr())
+    h = ctypes.c_void_p()
+    with contextlib.nullcontext() if ctx is None else torch.cuda.device(dev):
+        check(lib.rkv_layer_wrap(ctx and ctx.table, ctx and ctx.ptr, ctypes.byref(g),
+                                 ctypes.byref(storage), ctypes.byref(h)))
+        try:
+            yield h.value
+        finally:
+            lib.rkv_layer_destroy(h.value)
 
 
 # ---- upsert ---------------------------------------------------------------------
@@ -242,11 +267,8 @@ def upsert(ring: Tensor, written: Tensor, kv: Tensor, frame_pos: Tensor, session
     ``LayerRingCache.upsert``; nothing is written when it raises."""
     _tensors("upsert", ring=ring, written=written, kv=kv, frame_pos=frame_pos,
              session_idx=session_idx, error=error)
-    g = _geometry(geometry, ring.dtype)
-    _check_storage(ring, written, g)
-    for x, name in ((kv, "kv"), (frame_pos, "frame_pos"), (session_idx, "session_idx")):
-        _same_device(x, name, ring.device)
-    _check_error(error, written)
+    g = _storage(ring, written, error, geometry, kv=kv, frame_pos=frame_pos,
+                 session_idx=session_idx)
     fp, si = _i64(frame_pos, "frame_pos"), _i64(session_idx, "session_idx")
     if si.shape != fp.shape:
         raise RingKVArrayError(f"session_idx must be a {list(fp.shape)} int64 tensor matching "
@@ -255,10 +277,9 @@ def upsert(ring: Tensor, written: Tensor, kv: Tensor, frame_pos: Tensor, session
     src = _kv_input(kv, g, B, ring.dtype)
     if B == 0:  # an empty batch writes nothing, as the reference's (the C calls take B >= 1)
         return
-    with _Wrapped(ring, written, error, g) as (h, index):
-        with _on(index):
-            check(lib.rkv_layer_upsert(h, src.data_ptr(), g.dtype, B, fp.data_ptr(),
-                                       si.data_ptr(), 1 if commit else 0, None))
+    with wrapped(ring, written, error, g) as h:
+        check(lib.rkv_layer_upsert(h, src.data_ptr(), g.dtype, B, fp.data_ptr(), si.data_ptr(),
+                                   1 if commit else 0, None))
 
 
 @upsert.register_fake
@@ -277,19 +298,14 @@ def visible_row(written: Tensor, frame_pos: Tensor, session_idx: Tensor, geometr
     (``rkv_layer_visible_row``). A new tensor the caller owns."""
     _tensors("visible_row", written=written, frame_pos=frame_pos, session_idx=session_idx,
              error=error)
-    g = _geometry(geometry, torch.float32)  # the row does not depend on the storage dtype
-    _check_storage(None, written, g)
-    for x, name in ((frame_pos, "frame_pos"), (session_idx, "session_idx")):
-        _same_device(x, name, written.device)
-    _check_error(error, written)
+    g = _storage(None, written, error, geometry, frame_pos=frame_pos, session_idx=session_idx)
     fp, si = _i64(frame_pos, "frame_pos"), _i64(session_idx, "session_idx")
     if fp.shape[0] != 1 or si.shape[0] != 1:
         raise RingKVRuntimeError("ring cache's fallback visibility row only supports B == 1; "
                                  "the engine path passes build_visibility=False.")
     row = torch.empty(written.shape[0], dtype=torch.bool, device=written.device)
-    with _Wrapped(None, written, error, g) as (h, index):
-        with _on(index):
-            check(lib.rkv_layer_visible_row(h, si.data_ptr(), fp.data_ptr(), row.data_ptr()))
+    with wrapped(None, written, error, g) as h:
+        check(lib.rkv_layer_visible_row(h, si.data_ptr(), fp.data_ptr(), row.data_ptr()))
     return row
 
 
@@ -300,37 +316,22 @@ def _visible_row_fake(written, frame_pos, session_idx, geometry, error):
 
 # ---- attention ------------------------------------------------------------------
 
-def _check_q(q: Tensor, g: Geometry, batch: int) -> None:
-    if q.ndim != 4:
-        raise RingKVArrayError(f"q must be [B, Hq, Tq, D]; got shape {tuple(q.shape)}")
-    B, Hq, Tq, D = q.shape
-    if B != batch:
-        raise RingKVArrayError(f"q has B = {B} rows but session_idx has {batch}")
-    if D != g.d_head:
-        raise RingKVArrayError(f"q has d_head {D}; the layer's is {g.d_head}")
-    if Tq < 1 or Hq < 1 or Hq % g.n_kv_heads:
-        raise RingKVArrayError(f"q has n_q_heads = {Hq}, Tq = {Tq}; expected Tq >= 1 and a "
-                               f"positive multiple of the layer's n_kv_heads = {g.n_kv_heads} "
-                               "(GQA)")
-    if q.dtype not in _CODES:
-        raise RingKVArrayError(f"q dtype {q.dtype} is not {ar.REALS}")
-
-
-def _out_dtype(q: Tensor, out_dtype: Optional[torch.dtype]) -> torch.dtype:
+def _attention(q: Tensor, g: Geometry, batch: int, scale: float,
+               out_dtype: Optional[torch.dtype]) -> tuple[AttentionArgs, Tensor, Tensor]:
+    """The checked ``q`` (C-contiguous, aligned), a new ``out`` and the
+    attention arguments over them (session rows and visibility to set)."""
+    check_q(tuple(q.shape), _CODES.get(q.dtype), q.dtype, g.d_head, batch, kv_heads=g.n_kv_heads)
+    if not math.isfinite(scale):
+        raise RingKVValueError(f"scale must be finite; got {scale}")
     dt = q.dtype if out_dtype is None else out_dtype
     if dt not in _CODES:
         raise RingKVArrayError(f"out_dtype {dt} is not {ar.REALS}")
-    return dt
-
-
-def _rows(visible: Tensor, batch: int, total: int) -> Tensor:
-    if visible.dtype not in (torch.bool, torch.uint8):
-        raise RingKVArrayError("visible must be a bool or uint8 array of rows [B, N]")
-    rows = _aligned(visible.reshape(-1))
-    if rows.shape[0] != batch * total:
-        raise RingKVArrayError(f"visible has {rows.shape[0]} entries; expected B*N = "
-                               f"{batch}*{total}")
-    return rows
+    qc = _aligned(q)
+    out = torch.empty(q.shape, dtype=dt, device=q.device)
+    args = AttentionArgs(batch=batch, n_q_heads=q.shape[1], n_queries=q.shape[2],
+                         q=qc.data_ptr(), q_dtype=_CODES[q.dtype], out=out.data_ptr(),
+                         out_dtype=_CODES[dt], scale=scale)
+    return args, qc, out
 
 
 @torch.library.custom_op("ringkv::attend", mutates_args=("error",))
@@ -343,21 +344,20 @@ def attend(ring: Tensor, written: Tensor, q: Tensor, session_idx: Tensor,
     _tensors("attend", ring=ring, written=written, q=q, session_idx=session_idx, error=error,
              **({} if frame_pos is None else {"frame_pos": frame_pos}),
              **({} if visible is None else {"visible": visible}))
-    g = _geometry(geometry, ring.dtype)
-    _check_storage(ring, written, g)
-    for x, name in ((q, "q"), (session_idx, "session_idx"), (frame_pos, "frame_pos"),
-                    (visible, "visible")):
-        _same_device(x, name, ring.device)
-    _check_error(error, written)
+    g = _storage(ring, written, error, geometry, q=q, session_idx=session_idx,
+                 frame_pos=frame_pos, visible=visible)
     si = _i64(session_idx, "session_idx")
     B = si.shape[0]
-    _check_q(q, g, B)
-    _, Hq, Tq, _ = q.shape
-    qc = _aligned(q)
-    out = torch.empty(q.shape, dtype=_out_dtype(q, out_dtype), device=q.device)
-    fp = rows = None
+    args, qc, out = _attention(q, g, B, scale, out_dtype)
+    args.session_idx = ctypes.cast(si.data_ptr(), _P64)
     if visible is not None:
-        rows = _rows(visible, B, written.shape[0])
+        if visible.dtype not in (torch.bool, torch.uint8):
+            raise RingKVArrayError("visible must be a bool or uint8 array of rows [B, N]")
+        rows = _aligned(visible.reshape(-1))
+        if rows.shape[0] != B * written.shape[0]:
+            raise RingKVArrayError(f"visible has {rows.shape[0]} entries; expected B*N = "
+                                   f"{B}*{written.shape[0]}")
+        args.visible = ctypes.cast(rows.data_ptr(), _PU8)
     elif frame_pos is None:
         raise RingKVValueError("attend needs frame_pos (the bits-and-clock rule) or visible "
                                "(explicit per-slot rows)")
@@ -365,24 +365,13 @@ def attend(ring: Tensor, written: Tensor, q: Tensor, session_idx: Tensor,
         fp = _i64(frame_pos, "frame_pos")
         if fp.shape != si.shape:
             raise RingKVArrayError(f"frame_pos has {fp.shape[0]} rows; session_idx has {B}")
-    if not math.isfinite(scale):
-        raise RingKVValueError(f"scale must be finite; got {scale}")
-    args = AttentionArgs(batch=B, n_q_heads=Hq, n_queries=Tq, q=qc.data_ptr(),
-                         q_dtype=_CODES[q.dtype], out=out.data_ptr(),
-                         out_dtype=_CODES[out.dtype], scale=scale)
-    args.session_idx = ctypes.cast(si.data_ptr(), _P64)
-    if fp is not None:
         args.frame_pos = ctypes.cast(fp.data_ptr(), _P64)
-    if rows is not None:
-        args.visible = ctypes.cast(rows.data_ptr(), _PU8)
-    with _Wrapped(ring, written, error, g) as (h, index):
-        with _on(index):
-            ws = None
-            ws_bytes = int(lib.rkv_layer_attend_workspace_bytes(h, ctypes.byref(args)))
-            if ws_bytes:  # the caching allocator: capture-safe, ordered by the stream
-                ws = torch.empty(ws_bytes, dtype=torch.uint8, device=q.device)
-                args.workspace, args.workspace_bytes = ws.data_ptr(), ws_bytes
-            check(lib.rkv_layer_attend(h, ctypes.byref(args)))
+    with wrapped(ring, written, error, g) as h:
+        ws_bytes = int(lib.rkv_layer_attend_workspace_bytes(h, ctypes.byref(args)))
+        if ws_bytes:  # the caching allocator: capture-safe, ordered by the stream
+            ws = torch.empty(ws_bytes, dtype=torch.uint8, device=q.device)
+            args.workspace, args.workspace_bytes = ws.data_ptr(), ws_bytes
+        check(lib.rkv_layer_attend(h, ctypes.byref(args)))
     return out
 
 
@@ -417,25 +406,23 @@ def _ring_scatter_fake(cache, written, dst, kv, mark):
 
 def model_key(model: Any) -> int:
     """The int that names ``model`` (a :class:`ringkv.Model`) in the model
-    ops: its ``rkv_model*``, registered (ringkv.model.LIVE_MODELS) while the
-    model lives; the ops refuse a key that names no live model."""
-    from ._args import as_instance
-    from .model import LIVE_MODELS, Model
-    key = int(as_instance(model, Model, "model")._h.ptr)
-    if LIVE_MODELS.get(key) is not model:
-        raise RingKVValueError(f"{model!r} is not a live ringkv.Model")
-    return key
+    ops: its ``rkv_model*``, registered (ringkv._handle.LIVE_MODELS) while
+    the model lives; the ops refuse a key that names no live model.
+    RingKVTypeError for anything but a live Model."""
+    key = getattr(getattr(model, "_h", None), "ptr", None)
+    if key is None or LIVE_MODELS.get(key) is not model:
+        shown = repr(model) if len(repr(model)) <= 80 else repr(model)[:77] + "..."
+        raise RingKVTypeError(f"model must be a ringkv.Model; got {shown} "
+                              f"({type(model).__name__})")
+    return int(key)
 
 
-def _model_ptr(model: int) -> int:
-    from .model import LIVE_MODELS
+def _model_layer(ring: Tensor, written: Tensor, model: int, layer: int) -> Geometry:
+    """The geometry of layer ``layer`` of the live model ``model`` (a key of
+    :func:`model_key`) against the storage given (CPU models)."""
     if LIVE_MODELS.get(model) is None:
         raise RingKVValueError(f"ringkv: model key {model:#x} names no live ringkv.Model "
                                "(ringkv.ops.model_key(model) gives a model's key)")
-    return model
-
-
-def _model_layer_geometry(ring: Tensor, written: Tensor, model: int, layer: int) -> Geometry:
     if ring.device.type != "cpu":
         raise RingKVDeviceError(f"ringkv: ring is a tensor on {ring.device}, but a Model's "
                                 "layers are on cpu")
@@ -444,10 +431,6 @@ def _model_layer_geometry(ring: Tensor, written: Tensor, model: int, layer: int)
     if not 0 <= layer < cfg.n_layers:
         raise RingKVIndexError(f"layer {layer} out of range; expected 0..{cfg.n_layers - 1}")
     check(lib.rkv_model_config_layer_geometry(ctypes.byref(cfg), layer, ctypes.byref(g)))
-    _check_storage(ring, written, g)
-    if _CODES.get(ring.dtype) != g.dtype:
-        raise RingKVArrayError(f"ring dtype {ring.dtype} is not the model's "
-                               f"{ar.DTYPE_NAMES[g.dtype]}")
     return g
 
 
@@ -459,12 +442,11 @@ def model_upsert(ring: Tensor, written: Tensor, kv: Tensor, session_idx: Tensor,
     a frame) and clocks; a commit marks the layer, and the frame ends once
     every layer has committed."""
     _tensors("model_upsert", ring=ring, written=written, kv=kv, session_idx=session_idx)
-    g = _model_layer_geometry(ring, written, _model_ptr(model), layer)
+    g = _storage(ring, written, None, _model_layer(ring, written, model, layer), kv=kv,
+                 session_idx=session_idx)
     si = _i64(session_idx, "session_idx")
-    _same_device(kv, "kv", ring.device)
-    _same_device(si, "session_idx", ring.device)
     src = _kv_input(kv, g, si.shape[0], ring.dtype)
-    with _Wrapped(ring, written, None, g) as (h, _):
+    with wrapped(ring, written, None, g) as h:
         check(lib.rkv_model_upsert_ring(model, layer, h, si.shape[0], si.data_ptr(),
                                         src.data_ptr(), g.dtype, 1 if commit else 0))
 
@@ -482,22 +464,13 @@ def model_attend(ring: Tensor, written: Tensor, q: Tensor, session_idx: Tensor, 
     (``rkv_model_attend_ring``): the sessions' declared clocks, the
     bits-and-clock rule. Returns ``[B, Hq, Tq, D]``."""
     _tensors("model_attend", ring=ring, written=written, q=q, session_idx=session_idx)
-    g = _model_layer_geometry(ring, written, _model_ptr(model), layer)
+    g = _storage(ring, written, None, _model_layer(ring, written, model, layer), q=q,
+                 session_idx=session_idx)
     si = _i64(session_idx, "session_idx")
-    _same_device(q, "q", ring.device)
-    _same_device(si, "session_idx", ring.device)
-    B = si.shape[0]
-    _check_q(q, g, B)
-    if not math.isfinite(scale):
-        raise RingKVValueError(f"scale must be finite; got {scale}")
-    _, Hq, Tq, _ = q.shape
-    qc = q.contiguous()
-    out = torch.empty(q.shape, dtype=_out_dtype(q, out_dtype))
-    args = AttentionArgs(batch=B, n_q_heads=Hq, n_queries=Tq, q=qc.data_ptr(),
-                         q_dtype=_CODES[q.dtype], out=out.data_ptr(),
-                         out_dtype=_CODES[out.dtype], scale=scale)
-    with _Wrapped(ring, written, None, g) as (h, _):
-        check(lib.rkv_model_attend_ring(model, layer, h, B, si.data_ptr(), ctypes.byref(args)))
+    args, qc, out = _attention(q, g, si.shape[0], scale, out_dtype)
+    with wrapped(ring, written, None, g) as h:
+        check(lib.rkv_model_attend_ring(model, layer, h, si.shape[0], si.data_ptr(),
+                                        ctypes.byref(args)))
     return out
 
 
@@ -524,9 +497,5 @@ def check_error(written: Tensor, error: Tensor, geometry: list[int]) -> None:
     _tensors("check_error", written=written, error=error)
     if written.device.type == "cpu":
         return
-    g = _geometry(geometry, torch.float32)
-    _check_storage(None, written, g)
-    _check_error(error, written)
-    with _Wrapped(None, written, error, g) as (h, index):
-        with _on(index):
-            check(lib.rkv_layer_check(h))
+    with wrapped(None, written, error, _storage(None, written, error, geometry)) as h:
+        check(lib.rkv_layer_check(h))

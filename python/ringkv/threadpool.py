@@ -8,8 +8,8 @@ import ctypes
 
 from ._args import as_int
 from ._handle import HandleOwner
-from ._lib import lib, require
-from .errors import RingKVValueError, check, python_calls
+from ._lib import check, lib
+from .errors import RingKVValueError, python_calls
 
 __all__ = ["ThreadPool", "attention_isa"]
 
@@ -30,7 +30,6 @@ class ThreadPool(HandleOwner):
 
     def __init__(self, n_threads: int = 0):
         self._ptr = None
-        require("rkv_threadpool_create")
         n = as_int(n_threads, "n_threads")
         if not 0 <= n <= 1024:  # checked here too: ctypes would truncate to a C int
             raise RingKVValueError(f"n_threads = {n}; expected 0 (the machine's cores) to 1024")
@@ -70,5 +69,4 @@ def attention_isa() -> str:
     otherwise; AMD CPUs with AVX512-BF16, or RKV_ISA=avx512bf16), "avx512",
     "avx2" or "generic"; the environment variable RKV_ISA caps it
     (RKV_ISA=avx512: the AVX-512 kernel, bf16 widened to f32)."""
-    require("rkv_attention_isa")
     return lib.rkv_attention_isa().decode()

@@ -34,10 +34,11 @@ from conftest import requires_cuda, run_python, torch_or_skip
 from copy_workload import layer_stream, model_stream, storage
 
 import ringkv
+import ringkv.ops  # noqa: F401 - its _Context holds a handle
 from ringkv import _arrays as ar
 from ringkv import _lib
 from ringkv._handle import HANDLE_CLASSES, HandleOwner
-from ringkv.layer import _CudaLayerHandle, _LayerHandle, _layer_from_state
+from ringkv.layer import _LayerHandle, _layer_from_state
 from ringkv.model import _ModelHandle, _model_from_state
 
 
@@ -70,7 +71,7 @@ def _holds_handle(cls: type) -> bool:
 
 # Every HandleOwner subclass of the package, and what its instances do.
 COPIES_AND_PICKLES = {ringkv.LayerRingCache, ringkv.Model}
-REFUSES = {ringkv.ThreadPool, _LayerHandle, _ModelHandle, _CudaLayerHandle, ar._Interface,
+REFUSES = {ringkv.ThreadPool, _LayerHandle, _ModelHandle, ringkv.ops._Context, ar._Interface,
            ar.CudaInterface, ar.CBuffer, ringkv.SessionRegion}
 
 
@@ -114,7 +115,7 @@ def _refusing_instances():
     yield layer._h                                  # owned
     yield model.layer(0)._h                         # borrowed
     yield model._h
-    yield _CudaLayerHandle(0, 0, None)              # ptr 0: frees nothing
+    yield ringkv.ops._Context(0, 0, None)           # ptr 0: frees nothing
     yield ar._Interface(layer.kv.ctypes.data, (4,), np.float32, layer._h)
     yield ar.CudaInterface(0, (4,), "<f4", None)
     yield ar.CBuffer(np.zeros(4, np.float32), "x")
