@@ -905,7 +905,7 @@ std::map<const void *, KernelAttr> g_attrs;
 // .maxntid / .minnctapersm of the kernel's PTX .entry. The CUDA build keeps
 // its PTX and the build copies those into the launch-bounds table
 // (bounds_table.h); here its mangled names are demangled and spelled as
-// kernel_name spells a launch's kernel, so that a launch finds its own
+// rkvx::KernelName spells a launch's kernel, so that a launch finds its own
 // kernel's bound: the one source is the kernel's __launch_bounds__ as the
 // real compiler evaluated it (templates instantiated).
 
@@ -1609,9 +1609,9 @@ void enqueue_launch(Launch *l, cudaStream_t stream) {
         fail(cudaErrorInvalidConfiguration);
         return;
     }
-    // The kernel's own __launch_bounds__ (nvcc's .maxntid): a GPU refuses a
-    // larger block (the function's maxThreadsPerBlock) with "too many
-    // resources requested for launch".
+    // The kernel's own __launch_bounds__ (nvcc's .maxntid): a larger block
+    // than the function's maxThreadsPerBlock is "too many resources requested
+    // for launch" on a GPU, by the CUDA documentation (not yet seen on one).
     if (rkvx_entry_bounds_n >= 0) {
         const Bound *b = bound_of(l->name);
         if (!b && l->bounds_strict) {

@@ -190,7 +190,7 @@ void fence_proxy_async(Site site);
 // ---- launches ------------------------------------------------------------------------------
 struct Launch {
     const void *func;
-    const char *name;    // the kernel's name (kernel_name: the instantiation, qualified)
+    const char *name;    // the kernel's name (KernelName: the instantiation, qualified)
     bool bounds_strict;  // a kernel of the backend (src/cuda): it must be in the
                          // launch-bounds table when the build has one
     dim3 grid, block;
@@ -213,7 +213,7 @@ struct LaunchOf final : Launch {
 void enqueue_launch(Launch *l, cudaStream_t stream);
 
 // The name of kernel F as the compiler spells the instantiation, qualified
-// ("rkv_mma::ring_attention_mma<__nv_bfloat16, 64, 4, 4, 64, 2, false>",
+// ("rkv_mma::ring_attention_mma<__nv_bfloat16, 64, 2, 4, 64, 2, false>",
 // "{anonymous}::upsert_kernel"): what messages name, and the key of the
 // launch-bounds table (exec.cpp matches it against nvcc's PTX entries,
 // demangled). register_kernel takes __PRETTY_FUNCTION__ of kernel_pretty<F>,
