@@ -42,6 +42,16 @@ set_target_properties(ringkv_cuda_objs PROPERTIES
   COMPILE_OPTIONS "")
 target_compile_options(ringkv_cuda_objs PRIVATE
   $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo -Xcompiler=-Wall,-Wextra -Xptxas=-warn-spills,-warn-lmem-usage>)
+# RKV_CUDA_PTX_DIR (optional; the top-level build sets it for the CPU
+# executor's launch-bounds table, tests/cuda_exec/bounds_table.cmake): nvcc
+# keeps its intermediate files there (--keep; the PTX among them, whose
+# .maxntid are the kernels' __launch_bounds__ as compiled). The same
+# compilation, no second pass; the objects do not change.
+if(RKV_CUDA_PTX_DIR)
+  file(MAKE_DIRECTORY ${RKV_CUDA_PTX_DIR})
+  target_compile_options(ringkv_cuda_objs PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--keep>
+                         $<$<COMPILE_LANGUAGE:CUDA>:--keep-dir=${RKV_CUDA_PTX_DIR}>)
+endif()
 if(RKV_CUDA_PTXAS_VERBOSE)
   target_compile_options(ringkv_cuda_objs PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xptxas=-v>)
 endif()

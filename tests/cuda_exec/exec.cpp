@@ -5,6 +5,7 @@
 // sanitizer instrumentation of its own in the Release build (its __tsan_*
 // functions receive the kernels' accesses), with ASan in the sanitizer
 // build (whose reports it annotates with the kernel, block and thread).
+#include <cxxabi.h>
 #include <dlfcn.h>
 #include <math.h>
 #include <stdarg.h>
@@ -23,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "bounds_table.h"
 #include "cuda_runtime_api.h"
 #include "rkvx.h"
 #include "rkvx_api.h"
@@ -898,6 +900,99 @@ struct KernelAttr {
 };
 std::map<const void *, KernelAttr> g_attrs;
 
+// ---- the kernels' names and launch bounds ------------------------------------------------
+// A host compiler keeps no __launch_bounds__ on a function; nvcc does, as the
+// .maxntid / .minnctapersm of the kernel's PTX .entry. The CUDA build keeps
+// its PTX and the build copies those into the launch-bounds table
+// (bounds_table.h); here its mangled names are demangled and spelled as
+// rkvx::KernelName spells a launch's kernel, so that a launch finds its own
+// kernel's bound: the one source is the kernel's __launch_bounds__ as the
+// real compiler evaluated it (templates instantiated).
+
+// One spelling of a qualified kernel name for both sides: "{anonymous}" for
+// an unnamed namespace (GCC's __PRETTY_FUNCTION__; the demangler and Clang
+// write "(anonymous namespace)"), no leading '&' (Clang's function pointer
+// template arguments).
+std::string canonical_name(std::string s) {
+    static const std::string anon = "(anonymous namespace)";
+    for (size_t at; (at = s.find(anon)) != std::string::npos;) s.replace(at, anon.size(), "{anonymous}");
+    if (!s.empty() && s[0] == '&') s.erase(0, 1);
+    return s;
+}
+
+// A demangled PTX entry ("void ns::k<float, 4>(ns::P)") as a kernel name
+// ("ns::k<float, 4>"): no parameter list, no return type (a kernel's is void,
+// written for template instantiations only).
+std::string entry_kernel_name(const char *mangled) {
+    int status = 0;
+    char *d = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
+    std::string s = canonical_name(status == 0 && d ? d : mangled);
+    free(d);
+    if (!s.empty() && s.back() == ')') {
+        int depth = 0;
+        for (size_t i = s.size(); i-- > 0;) {
+            if (s[i] == ')') depth++;
+            if (s[i] == '(' && --depth == 0) {
+                s.erase(i);
+                break;
+            }
+        }
+    }
+    if (s.compare(0, 5, "void ") == 0) s.erase(0, 5);
+    return s;
+}
+
+struct Bound {
+    unsigned threads;      // .maxntid's product (the device's 1,024 when the entry has none)
+    unsigned dims[3];      // .maxntid itself (0, 0, 0: none)
+    unsigned min_blocks;   // .minnctapersm (0: none)
+};
+// The table by kernel name (built on first use; empty without a table). Two
+// entries of one name with different bounds cannot be told apart by the
+// name a launch has: a loud stop.
+const std::map<std::string, Bound> &bounds_table() {
+    static const std::map<std::string, Bound> table = [] {
+        std::map<std::string, Bound> t;
+        for (int i = 0; i < rkvx_entry_bounds_n; i++) {
+            const rkvx_entry_bound &e = rkvx_entry_bounds[i];
+            Bound b{(unsigned)kMaxThreads, {e.maxntid[0], e.maxntid[1], e.maxntid[2]},
+                    e.minnctapersm};
+            if (e.maxntid[0]) b.threads = e.maxntid[0] * e.maxntid[1] * e.maxntid[2];
+            const std::string name = entry_kernel_name(e.mangled);
+            auto it = t.find(name);
+            if (it != t.end() && (it->second.threads != b.threads ||
+                                  it->second.min_blocks != b.min_blocks)) {
+                fprintf(stderr,
+                        "rkvx: the launch-bounds table has two entries named %s with different "
+                        "bounds (%u and %u threads): a launch cannot tell them apart\n",
+                        name.c_str(), it->second.threads, b.threads);
+                abort();
+            }
+            t[name] = b;
+        }
+        return t;
+    }();
+    return table;
+}
+const Bound *bound_of(const char *name) {
+    if (!name) return nullptr;
+    const auto &t = bounds_table();
+    auto it = t.find(name);
+    return it == t.end() ? nullptr : &it->second;
+}
+
+// The names of the kernels the program launches (rkvx::register_kernel, at
+// start-up), by function.
+std::map<const void *, std::string> &kernel_names() {
+    static std::map<const void *, std::string> names;
+    return names;
+}
+const char *kernel_name_of(const void *func) {
+    auto &n = kernel_names();
+    auto it = n.find(func);
+    return it == n.end() ? nullptr : it->second.c_str();
+}
+
 Op clone_op(const Op &o) {
     Op c;
     c.kind = o.kind;
@@ -1471,6 +1566,19 @@ void wgmma_wait(int n, Site site) {
     g_cur_live = !t->live.empty();
 }
 
+// At start-up (KernelName's initialization; one thread, no lock): the name
+// after "F = " in kernel_pretty<F>'s "... [with auto F = ns::k<float>]".
+const char *register_kernel(const void *func, const char *pretty) {
+    std::string s = pretty;
+    const size_t at = s.find("F = ");
+    if (at != std::string::npos) s = s.substr(at + 4);
+    if (!s.empty() && s.back() == ']') s.pop_back();
+    auto &names = kernel_names();
+    auto it = names.find(func);
+    if (it == names.end()) it = names.emplace(func, canonical_name(s)).first;
+    return it->second.c_str();
+}
+
 void enqueue_launch(Launch *l, cudaStream_t stream) {
     LOCK;
     std::unique_ptr<Launch> own(l);
@@ -1500,6 +1608,33 @@ void enqueue_launch(Launch *l, cudaStream_t stream) {
         note_violation(msg);
         fail(cudaErrorInvalidConfiguration);
         return;
+    }
+    // The kernel's own __launch_bounds__ (nvcc's .maxntid): a larger block
+    // than the function's maxThreadsPerBlock is "too many resources requested
+    // for launch" on a GPU, by the CUDA documentation (not yet seen on one).
+    if (rkvx_entry_bounds_n >= 0) {
+        const Bound *b = bound_of(l->name);
+        if (!b && l->bounds_strict) {
+            snprintf(msg, sizeof msg,
+                     "rkvx: RULE %s: kernel %s: no entry of that name in the launch-bounds table "
+                     "(%d PTX entries; %s): a kernel the CUDA build did not compile, or a name "
+                     "spelled differently from its demangled PTX entry",
+                     RKVX_RULE_LAUNCH_BOUNDS, l->name, rkvx_entry_bounds_n,
+                     rkvx_entry_bounds_origin);
+            note_violation(msg);
+            fail(cudaErrorInvalidDeviceFunction);
+            return;
+        }
+        if (b && threads > b->threads) {
+            snprintf(msg, sizeof msg,
+                     "rkvx: RULE %s: kernel %s: launch of blocks (%u,%u,%u): %llu threads; its "
+                     "__launch_bounds__ allow %u (.maxntid %u, %u, %u of its PTX entry)",
+                     RKVX_RULE_LAUNCH_BOUNDS, l->name, l->block.x, l->block.y, l->block.z,
+                     threads, b->threads, b->dims[0], b->dims[1], b->dims[2]);
+            note_violation(msg);
+            fail(cudaErrorLaunchOutOfResources);
+            return;
+        }
     }
     const KernelAttr &ka = g_attrs[l->func];
     if (l->smem > (size_t)ka.max_dyn) {
@@ -2034,7 +2169,10 @@ cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *attr, const void *f
     if (!attr || !func) return fail(cudaErrorInvalidDeviceFunction);
     memset(attr, 0, sizeof *attr);
     attr->sharedSizeBytes = kStatic;
-    attr->maxThreadsPerBlock = kMaxThreads;
+    // the kernel's __launch_bounds__ where the table has it, as the device
+    // answers (64 registers x 1,024 threads fit the register file)
+    const Bound *b = bound_of(kernel_name_of(func));
+    attr->maxThreadsPerBlock = b ? (int)b->threads : kMaxThreads;
     attr->numRegs = kNumRegs;
     attr->ptxVersion = 90;
     attr->binaryVersion = 90;
@@ -2046,11 +2184,14 @@ cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, 
     if (!func) return fail(cudaErrorInvalidDeviceFunction);
     if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaSuccess;
     if (value < 0 || (size_t)value + kStatic > kOptin) {
-        char msg[512];
+        char msg[1024];
+        const char *name = kernel_name_of(func);
         snprintf(msg, sizeof msg,
-                 "rkvx: RULE %s: cudaFuncSetAttribute(MaxDynamicSharedMemorySize, %d): static "
-                 "(%zu) + dynamic shared memory over the device's %zu bytes per block",
-                 RKVX_RULE_SMEM_LIMIT, value, kStatic, kOptin);
+                 "rkvx: RULE %s: kernel %s: cudaFuncSetAttribute(MaxDynamicSharedMemorySize, "
+                 "%d): static (%zu) + dynamic shared memory over the device's %zu bytes per "
+                 "block",
+                 RKVX_RULE_SMEM_LIMIT, name ? name : "(a function no launch names)", value,
+                 kStatic, kOptin);
         note_violation(msg);
         return fail(cudaErrorInvalidValue);
     }
@@ -2059,6 +2200,10 @@ cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, 
 }
 
 // ---- the test interface ------------------------------------------------------------------------
+int rkvx_launch_bounds_entries(const char **origin) {
+    if (origin) *origin = rkvx_entry_bounds_origin;
+    return rkvx_entry_bounds_n;
+}
 int rkvx_violations(void) { return g_violations; }
 const char *rkvx_last_violation(void) { return g_last_violation.c_str(); }
 void rkvx_reset(void) {

@@ -5,9 +5,13 @@
 // Built as a kernel translation unit (RKV_CUDA_EXEC). The cases that need
 // the kernels' plain loads and stores observed (the Release build's
 // instrumentation) are skipped, with a line saying so, in the sanitizer
-// build, where ASan itself checks those accesses' bounds.
+// build, where ASan itself checks those accesses' bounds; the launch-bounds
+// case, whose bounds are nvcc's, in a build without a CUDA compiler.
 //
-// Usage: exec_rules [--list] [NAME...]    exit 0: every case as expected
+// Usage: exec_rules [--list] [NAME...] [--not NAME...]
+//            the cases whose names contain a NAME (all without), less those
+//            after --not; exit 0: every case as expected, 77: every case
+//            asked for was skipped (this build cannot check it)
 //        exec_rules --breach NAME          runs one breach, unchecked
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +22,8 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include "cuda_test_util.h"  // CK
+#include "attention_common.cuh"  // combine_splits: a kernel of the backend, launched as is
+#include "cuda_test_util.h"       // CK
 #include "ptx.cuh"
 #include "rkvx_api.h"
 
@@ -204,13 +209,18 @@ __global__ void k_converge(const PlainArgs a) {
 }
 
 // ---- the cases ----------------------------------------------------------------------------------
+// What a case needs of the build: nothing, the instrumentation of plain
+// accesses (the Release build's), or the launch-bounds table (a build with
+// a CUDA compiler: the bounds are nvcc's).
+enum Needs { kAny, kPlain, kTable };
 struct Case {
     const char *name;
     const char *rule;  // the RULE the breach must be refused with
-    bool plain;        // needs the instrumentation of plain accesses
+    Needs needs;
     void (*run)(int bad);
     int bad;
 };
+int g_check_fails = 0;  // checks of a clean variant beyond "no violation"
 
 void launch_cp(int bad) {
     CpArgs a{g_buf, g_buf + 32768, bad};
@@ -245,6 +255,33 @@ void launch_dyn(int bad) {
     RKV_LAUNCH(1, 32, 65536, nullptr, k_plain)(g_buf);
     CK(cudaFuncSetAttribute(k_plain, cudaFuncAttributeMaxDynamicSharedMemorySize, 49152));
 }
+// The backend's split combine, rkv_attn::combine_splits<float>
+// (attention_common.cuh: __launch_bounds__(256)), as attention.cu launches
+// it: one session, one split of 64 rows of D 16 (256 threads, one block), on
+// zeroed buffers. With 512 threads it is over its own bound: refused, as the
+// GPU refuses it; the bound the executor holds is nvcc's (.maxntid 256 of
+// the kernel's PTX entry), and cudaFuncGetAttributes reports it.
+unsigned char *g_zero = nullptr;  // 16 KB of zeros
+void launch_combine(int bad) {
+    const float *ws_o = reinterpret_cast<const float *>(g_zero);           // 64 x 16 floats
+    const float *ws_ml = reinterpret_cast<const float *>(g_zero + 4096);   // 64 x (m, l)
+    float *out = reinterpret_cast<float *>(g_zero + 8192);                  // 64 x 16 floats
+    const int64_t *sess = reinterpret_cast<const int64_t *>(g_zero + 12288);  // session 0
+    int *err = reinterpret_cast<int *>(g_zero + 12544);
+    const int64_t *no_clock = nullptr;
+    RKV_LAUNCH(1, bad ? 512 : 256, 2 * sizeof(int64_t), nullptr, rkv_attn::combine_splits<float>)(
+        ws_o, ws_ml, out, 1, (int64_t)64, 16, sess, no_clock, 1, (int64_t)1, err);
+    if (!bad) {
+        cudaFuncAttributes fa;
+        CK(cudaFuncGetAttributes(&fa, rkv_attn::combine_splits<float>));
+        if (fa.maxThreadsPerBlock != 256) {
+            printf("     cudaFuncGetAttributes(combine_splits<float>).maxThreadsPerBlock = %d, "
+                   "not its __launch_bounds__' 256\n",
+                   fa.maxThreadsPerBlock);
+            g_check_fails++;
+        }
+    }
+}
 void set_limit(int bad) {
     // static (the executor's 1,024) + dynamic over 232,448: refused
     const cudaError_t e = cudaFuncSetAttribute(k_plain, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -254,35 +291,36 @@ void set_limit(int bad) {
 }
 
 const Case kCases[] = {
-    {"shared memory over the device's limit", RKVX_RULE_SMEM_LIMIT, false, set_limit, 1},
-    {"static __shared__ over the static region", RKVX_RULE_STATIC_SMEM, false, launch_static, 1},
-    {"64 KB dynamic without the attribute", RKVX_RULE_SMEM_ATTRIBUTE, false, launch_dyn, 1},
-    {"2048 threads per block", RKVX_RULE_BLOCK_SIZE, false, launch_block, 1},
-    {"a grid 65536 blocks high", RKVX_RULE_GRID_SIZE, false, launch_grid, 1},
-    {"cp.async source not 16-byte aligned", RKVX_RULE_CP_ASYNC_ALIGN, false, launch_cp, 1},
-    {"cp.async destination not 16-byte aligned", RKVX_RULE_CP_ASYNC_ALIGN, false, launch_cp, 2},
-    {"cp.async destination read (plain) before its wait", RKVX_RULE_CP_ASYNC_WAIT, true, launch_cp, 3},
-    {"cp.async source stored to before the wait", RKVX_RULE_CP_ASYNC_SOURCE, false, launch_cp_source, 4},
-    {"cvta.to.shared of a global pointer", RKVX_RULE_CVTA, false, launch_cp_source, 8},
-    {"ldmatrix of cp.async rows before the wait", RKVX_RULE_CP_ASYNC_WAIT, false, launch_ld, 5},
-    {"ldmatrix row address not 16-byte aligned", RKVX_RULE_LDMATRIX_ALIGN, false, launch_ld, 6},
-    {"cp.async over rows another warp reads, no barrier", RKVX_RULE_RACE, false, launch_ld, 7},
-    {"wgmma descriptor off the 1,024-byte swizzle pattern", RKVX_RULE_WGMMA_DESC, false, launch_wg, 10},
-    {"wgmma descriptor stride byte offset 512", RKVX_RULE_WGMMA_DESC, false, launch_wg, 11},
-    {"wgmma reads cp.async data without fence.proxy.async", RKVX_RULE_PROXY_FENCE, false, launch_wg, 12},
-    {"wgmma reads plain stores without fence.proxy.async", RKVX_RULE_PROXY_FENCE, true, launch_wg, 13},
-    {"wgmma accumulator read before the wait", RKVX_RULE_WGMMA_WAIT, true, launch_wg, 14},
-    {"mma_async without wgmma.fence", RKVX_RULE_WGMMA_FENCE, false, launch_wg, 15},
-    {"cp.async into a wgmma operand before the wait", RKVX_RULE_WGMMA_SMEM, false, launch_wg, 16},
-    {"wgmma descriptors differ across the warpgroup", RKVX_RULE_WGMMA_UNIFORM, false, launch_wg, 17},
-    {"a store past a device allocation", RKVX_RULE_OOB_GLOBAL, true, launch_plain, 20},
-    {"a store past the dynamic shared memory", RKVX_RULE_OOB_SHARED, true, launch_plain, 21},
-    {"two threads write one shared word, no barrier", RKVX_RULE_RACE, true, launch_plain, 22},
-    {"a read of another thread's store, no barrier", RKVX_RULE_RACE, true, launch_plain, 23},
-    {"a read of shared memory nothing wrote", RKVX_RULE_UNINIT_SHARED, true, launch_plain, 24},
-    {"half a warp at another shfl.sync", RKVX_RULE_CONVERGENCE, false, launch_converge, 30},
-    {"two __syncthreads sites", RKVX_RULE_BARRIER, false, launch_converge, 31},
-    {"a lane exits before the warp's ballot", RKVX_RULE_EXITED, false, launch_converge, 32},
+    {"shared memory over the device's limit", RKVX_RULE_SMEM_LIMIT, kAny, set_limit, 1},
+    {"static __shared__ over the static region", RKVX_RULE_STATIC_SMEM, kAny, launch_static, 1},
+    {"64 KB dynamic without the attribute", RKVX_RULE_SMEM_ATTRIBUTE, kAny, launch_dyn, 1},
+    {"2048 threads per block", RKVX_RULE_BLOCK_SIZE, kAny, launch_block, 1},
+    {"a src/cuda kernel over its __launch_bounds__", RKVX_RULE_LAUNCH_BOUNDS, kTable, launch_combine, 1},
+    {"a grid 65536 blocks high", RKVX_RULE_GRID_SIZE, kAny, launch_grid, 1},
+    {"cp.async source not 16-byte aligned", RKVX_RULE_CP_ASYNC_ALIGN, kAny, launch_cp, 1},
+    {"cp.async destination not 16-byte aligned", RKVX_RULE_CP_ASYNC_ALIGN, kAny, launch_cp, 2},
+    {"cp.async destination read (plain) before its wait", RKVX_RULE_CP_ASYNC_WAIT, kPlain, launch_cp, 3},
+    {"cp.async source stored to before the wait", RKVX_RULE_CP_ASYNC_SOURCE, kAny, launch_cp_source, 4},
+    {"cvta.to.shared of a global pointer", RKVX_RULE_CVTA, kAny, launch_cp_source, 8},
+    {"ldmatrix of cp.async rows before the wait", RKVX_RULE_CP_ASYNC_WAIT, kAny, launch_ld, 5},
+    {"ldmatrix row address not 16-byte aligned", RKVX_RULE_LDMATRIX_ALIGN, kAny, launch_ld, 6},
+    {"cp.async over rows another warp reads, no barrier", RKVX_RULE_RACE, kAny, launch_ld, 7},
+    {"wgmma descriptor off the 1,024-byte swizzle pattern", RKVX_RULE_WGMMA_DESC, kAny, launch_wg, 10},
+    {"wgmma descriptor stride byte offset 512", RKVX_RULE_WGMMA_DESC, kAny, launch_wg, 11},
+    {"wgmma reads cp.async data without fence.proxy.async", RKVX_RULE_PROXY_FENCE, kAny, launch_wg, 12},
+    {"wgmma reads plain stores without fence.proxy.async", RKVX_RULE_PROXY_FENCE, kPlain, launch_wg, 13},
+    {"wgmma accumulator read before the wait", RKVX_RULE_WGMMA_WAIT, kPlain, launch_wg, 14},
+    {"mma_async without wgmma.fence", RKVX_RULE_WGMMA_FENCE, kAny, launch_wg, 15},
+    {"cp.async into a wgmma operand before the wait", RKVX_RULE_WGMMA_SMEM, kAny, launch_wg, 16},
+    {"wgmma descriptors differ across the warpgroup", RKVX_RULE_WGMMA_UNIFORM, kAny, launch_wg, 17},
+    {"a store past a device allocation", RKVX_RULE_OOB_GLOBAL, kPlain, launch_plain, 20},
+    {"a store past the dynamic shared memory", RKVX_RULE_OOB_SHARED, kPlain, launch_plain, 21},
+    {"two threads write one shared word, no barrier", RKVX_RULE_RACE, kPlain, launch_plain, 22},
+    {"a read of another thread's store, no barrier", RKVX_RULE_RACE, kPlain, launch_plain, 23},
+    {"a read of shared memory nothing wrote", RKVX_RULE_UNINIT_SHARED, kPlain, launch_plain, 24},
+    {"half a warp at another shfl.sync", RKVX_RULE_CONVERGENCE, kAny, launch_converge, 30},
+    {"two __syncthreads sites", RKVX_RULE_BARRIER, kAny, launch_converge, 31},
+    {"a lane exits before the warp's ballot", RKVX_RULE_EXITED, kAny, launch_converge, 32},
 };
 
 // Runs one variant; returns the violation count and fills `msg`.
@@ -308,6 +346,8 @@ int main(int argc, char **argv) {
     }
     CK(cudaMalloc((void **)&g_buf, kBuf));
     CK(cudaMemset(g_buf, 0x3c, kBuf));  // bf16 1.0-ish: finite products
+    CK(cudaMalloc((void **)&g_zero, 16384));
+    CK(cudaMemset(g_zero, 0, 16384));
     if (argc == 3 && !strcmp(argv[1], "--breach")) {
         // the breach alone, unchecked here: in the sanitizer build ASan
         // reports the plain-access cases (and stops the program)
@@ -324,23 +364,36 @@ int main(int argc, char **argv) {
     int fails = 0, ran = 0, skipped = 0;
     for (size_t i = 0; i < ncases; i++) {
         const Case &c = kCases[i];
-        if (argc > 1) {
-            bool want = false;
-            for (int k = 1; k < argc; k++) want |= strstr(c.name, argv[k]) != nullptr;
-            if (!want) continue;
+        bool named = false, match = false, excluded = false;
+        for (int k = 1; k < argc; k++) {
+            if (!strcmp(argv[k], "--not") && k + 1 < argc) {
+                excluded |= strstr(c.name, argv[++k]) != nullptr;
+            } else {
+                named = true;
+                match |= strstr(c.name, argv[k]) != nullptr;
+            }
         }
-        if (c.plain && !kPlainObserved) {
+        if (excluded || (named && !match)) continue;
+        if (c.needs == kPlain && !kPlainObserved) {
             printf("SKIP %-52s (plain accesses: the Release build's instrumentation)\n", c.name);
+            skipped++;
+            continue;
+        }
+        const char *origin = "";
+        if (c.needs == kTable && rkvx_launch_bounds_entries(&origin) < 0) {
+            printf("SKIP %-52s (%s)\n", c.name, origin);
             skipped++;
             continue;
         }
         ran++;
         std::string broken, clean;
+        const int checks = g_check_fails;
         const int nb = run_variant(c, c.bad, broken);
         const int nc = run_variant(c, 0, clean);
         char want[96];
-        snprintf(want, sizeof want, "RULE %s:", c.rule);
-        const bool ok = nb > 0 && broken.find(want) != std::string::npos && nc == 0;
+        snprintf(want, sizeof want, "RULE %s: kernel ", c.rule);  // every refusal names the kernel
+        const bool ok = nb > 0 && broken.find(want) != std::string::npos && nc == 0 &&
+                        g_check_fails == checks;
         printf("%s %-52s %s\n", ok ? "PASS" : "FAIL", c.name, ok ? c.rule : "");
         if (!ok) {
             fails++;
@@ -348,8 +401,10 @@ int main(int argc, char **argv) {
             printf("     the clean variant gave %d: %s\n", nc, clean.c_str());
         }
     }
+    CK(cudaFree(g_zero));
     CK(cudaFree(g_buf));
     printf("RESULT test=cuda_exec_rules status=%s cases=%d fails=%d skipped=%d\n",
-           fails ? "FAIL" : "PASS", ran, fails, skipped);
-    return fails ? 1 : 0;
+           fails ? "FAIL" : (ran ? "PASS" : "SKIP"), ran, fails, skipped);
+    // 77 (ctest's SKIP_RETURN_CODE): every case asked for was skipped
+    return fails ? 1 : ran == 0 && skipped > 0 ? 77 : 0;
 }

@@ -1,8 +1,9 @@
 // The CPU executor's stand-in for cuda_runtime.h (test-only, tests/cuda_exec):
 // the runtime API (cuda_runtime_api.h) and, in C++, the CUDA C++ words the
 // backend's .cu files use, for a host compiler: the function qualifiers (no
-// meaning on the host), __launch_bounds__ (none either: the executor checks
-// block sizes against the device's limits), the vector types and index
+// meaning on the host), __launch_bounds__ (none either: the bound the
+// executor enforces is nvcc's, the .maxntid of the kernel's PTX entry, from
+// the launch-bounds table; exec.cpp), the vector types and index
 // variables (rkvx.h), __syncthreads, the cache-hinted load __ldcs (a plain
 // load: the hint has no semantics), __popc and __cvta_generic_to_shared.
 // Shuffles, votes, atomics and every PTX instruction go through

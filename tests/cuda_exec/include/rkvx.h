@@ -190,7 +190,9 @@ void fence_proxy_async(Site site);
 // ---- launches ------------------------------------------------------------------------------
 struct Launch {
     const void *func;
-    const char *name;
+    const char *name;    // the kernel's name (KernelName: the instantiation, qualified)
+    bool bounds_strict;  // a kernel of the backend (src/cuda): it must be in the
+                         // launch-bounds table when the build has one
     dim3 grid, block;
     size_t smem;
     virtual void run_thread() = 0;  // the kernel body, for the current thread
@@ -210,28 +212,50 @@ struct LaunchOf final : Launch {
 // cudaGetLastError, as on the device.
 void enqueue_launch(Launch *l, cudaStream_t stream);
 
-template <class F>
+// The name of kernel F as the compiler spells the instantiation, qualified
+// ("rkv_mma::ring_attention_mma<__nv_bfloat16, 64, 2, 4, 64, 2, false>",
+// "{anonymous}::upsert_kernel"): what messages name, and the key of the
+// launch-bounds table (exec.cpp matches it against nvcc's PTX entries,
+// demangled). register_kernel takes __PRETTY_FUNCTION__ of kernel_pretty<F>,
+// keeps the name for `func` (so that cudaFuncGetAttributes and
+// cudaFuncSetAttribute, which get a pointer, know it) and returns it.
+const char *register_kernel(const void *func, const char *pretty);
+template <auto F>
+const char *kernel_pretty() {
+    return __PRETTY_FUNCTION__;
+}
+// Every kernel a translation unit launches is registered when the program
+// starts (the dynamic initialization of this member, instantiated by the
+// launch), before any cudaFuncGetAttributes of it.
+template <auto F>
+struct KernelName {
+    static const char *const name;
+};
+template <auto F>
+const char *const KernelName<F>::name =
+    register_kernel(reinterpret_cast<const void *>(F), kernel_pretty<F>());
+
+template <auto F>
 struct Launcher {
-    F f;
-    const char *name;
     dim3 grid, block;
     size_t smem;
     cudaStream_t stream;
+    bool strict;
     template <class... A>
     void operator()(A &&...a) const {
-        auto *l = new LaunchOf<F, std::decay_t<A>...>(f, std::forward<A>(a)...);
-        l->func = reinterpret_cast<const void *>(f);
-        l->name = name;
+        auto *l = new LaunchOf<decltype(F), std::decay_t<A>...>(F, std::forward<A>(a)...);
+        l->func = reinterpret_cast<const void *>(F);
+        l->name = KernelName<F>::name;
+        l->bounds_strict = strict;
         l->grid = grid;
         l->block = block;
         l->smem = smem;
         enqueue_launch(l, stream);
     }
 };
-template <class F>
-Launcher<F> make_launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, const char *name,
-                        F f) {
-    return Launcher<F>{f, name, grid, block, smem, stream};
+template <auto F>
+Launcher<F> make_launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool strict) {
+    return Launcher<F>{grid, block, smem, stream, strict};
 }
 
 }  // namespace rkvx
@@ -246,7 +270,15 @@ Launcher<F> make_launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
         &rkvx_key_##name, sizeof(::rkv_type_t<type>), alignof(::rkv_type_t<type>), #name))
 #define RKVX_EXTERN_SHARED(align, type, name) \
     type *const name = static_cast<type *>(::rkvx::shared_dynamic(align, #name))
+// The kernel is a template argument (its name: KernelName). The backend's
+// own translation units (tests/cuda_exec/CMakeLists.txt: RKVX_BACKEND_KERNELS)
+// launch strictly: a kernel missing from the launch-bounds table is refused.
+#if defined(RKVX_BACKEND_KERNELS)
+#define RKVX_LAUNCH_STRICT true
+#else
+#define RKVX_LAUNCH_STRICT false
+#endif
 #define RKVX_LAUNCH(grid, block, smem, stream, ...) \
-    ::rkvx::make_launch((grid), (block), (smem), (stream), #__VA_ARGS__, __VA_ARGS__)
+    ::rkvx::make_launch<__VA_ARGS__>((grid), (block), (smem), (stream), RKVX_LAUNCH_STRICT)
 
 #endif

@@ -16,6 +16,7 @@ extern "C" {
 
 /* launch configuration (cudaGetLastError after the launch) */
 #define RKVX_RULE_BLOCK_SIZE "block-size"          /* block dims / threads over the device's limits */
+#define RKVX_RULE_LAUNCH_BOUNDS "launch-bounds"    /* threads over the kernel's __launch_bounds__    */
 #define RKVX_RULE_GRID_SIZE "grid-size"            /* grid dims over the device's limits            */
 #define RKVX_RULE_SMEM_LIMIT "shared-memory-limit" /* static + dynamic over the opt-in limit        */
 #define RKVX_RULE_SMEM_ATTRIBUTE "dynamic-smem-attribute" /* > 48 KB dynamic without the attribute */
@@ -41,6 +42,12 @@ extern "C" {
 #define RKVX_RULE_WGMMA_SMEM "wgmma-operand-overwritten" /* smem written while a wgmma reads it     */
 #define RKVX_RULE_PROXY_FENCE "async-proxy-fence"  /* generic writes read by wgmma, no fence+barrier */
 #define RKVX_RULE_NOT_MODELED "not-modeled"        /* an instruction form the executor does not model */
+
+/* The launch-bounds table (the kernels' own __launch_bounds__, as nvcc
+ * compiled them: the .maxntid of each PTX entry of the CUDA build): its
+ * entries, or -1 where the build has none (no CUDA compiler); *origin (when
+ * origin is not NULL) says where it came from, or why there is none. */
+int rkvx_launch_bounds_entries(const char **origin);
 
 /* Launches that broke a rule since the last rkvx_reset (0: none). */
 int rkvx_violations(void);
