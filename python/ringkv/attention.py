@@ -205,7 +205,7 @@ def attend_model(model_ptr: int, layer: int, d_head: int, total_slots: int, q: A
     args, out, keep = _prepare(q, d_head, total_slots, si.shape[0], out, out_dtype, scale, pool,
                                q_heads=q_heads)
     if step_kv is None:
-        check(lib.rkv_model_attend(model_ptr, layer, si.shape[0], si.ctypes.data,
+        check(lib.rkv_model_attend(model_ptr, layer, None, si.shape[0], si.ctypes.data,
                                    ctypes.byref(args)))
     else:
         require("rkv_model_step")

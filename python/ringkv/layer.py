@@ -350,8 +350,8 @@ class LayerRingCache(HandleOwner):
         self._cuda = None  # the CUDA library for CUDA layers (see _init_cuda)
         g = lib.rkv_layer_geometry(handle.ptr).contents
         self._set_geometry(g)
-        self.capacity = int(lib.rkv_layer_capacity(handle.ptr))
-        self.total_slots = int(lib.rkv_layer_total_slots(handle.ptr))
+        self.capacity = int(lib.rkv_geometry_capacity(lib.rkv_layer_geometry(handle.ptr)))
+        self.total_slots = int(lib.rkv_geometry_total_slots(lib.rkv_layer_geometry(handle.ptr)))
         self.device = "cpu"
         self.array_kind = array_kind
         H, N, D = self.n_kv_heads, self.total_slots, self.d_head
@@ -377,7 +377,7 @@ class LayerRingCache(HandleOwner):
         g = lib.rkv_layer_geometry(handle.ptr).contents
         self._set_geometry(g)
         self.capacity = self.ring_len + self.tokens_per_frame
-        self.total_slots = int(lib.rkv_layer_total_slots(handle.ptr))
+        self.total_slots = int(lib.rkv_geometry_total_slots(lib.rkv_layer_geometry(handle.ptr)))
         self._tdevice = torch.device("cuda", handle.device_index)
         self.device = str(self._tdevice)
         self.array_kind = ar.TORCH
@@ -502,7 +502,7 @@ class LayerRingCache(HandleOwner):
     def memory_bytes(self) -> int:
         """Resident bytes of K/V storage, all sessions: 2*H*N*D*sizeof(dtype)
         (device memory for a CUDA layer)."""
-        return int(lib.rkv_layer_memory_bytes(self._h.ptr))
+        return int(lib.rkv_geometry_memory_bytes(lib.rkv_layer_geometry(self._h.ptr)))
 
     def __repr__(self) -> str:
         g = self.geometry

@@ -340,7 +340,7 @@ class Model(HandleOwner):
     @property
     def memory_bytes(self) -> int:
         """Resident K/V bytes of every layer, all sessions."""
-        return int(lib.rkv_model_memory_bytes(self._h.ptr))
+        return self.config.memory()[1]
 
     def layer(self, i: int) -> LayerRingCache:
         """Layer ``i``'s ring (owned by the model). Mutating it directly
@@ -416,7 +416,7 @@ class Model(HandleOwner):
                     f"{action} it between frames, after the commit pass of every layer",
                     exc.status) from None
             info = _SnapshotInfoStruct()
-            check(lib.rkv_snapshot_inspect_mem(image, len(image), ctypes.byref(info)))
+            check(lib.rkv_snapshot_inspect(None, image, len(image), ctypes.byref(info)))
             sessions.append((s, info.request_id, image))  # c_char array: the raw id bytes
         config = ModelConfig._from_struct(lib.rkv_model_get_config(self._h.ptr).contents)
         return {"format": _MODEL_FORMAT, "version": _MODEL_VERSION,
@@ -569,8 +569,8 @@ class Model(HandleOwner):
         if self._place is not None:
             self._place.check_stream("upsert")
         with self._on_device():
-            check(lib.rkv_model_upsert(self._h.ptr, layer, si.shape[0], si.ctypes.data, buf.ptr,
-                                       lay._code, 1 if commit else 0))
+            check(lib.rkv_model_upsert(self._h.ptr, layer, None, si.shape[0], si.ctypes.data,
+                                       buf.ptr, lay._code, 1 if commit else 0))
         _, k, v, _ = lay.views(buf.kind)
         return k, v
 
@@ -665,7 +665,7 @@ class Model(HandleOwner):
         p.check_stream(what)
         with self._on_device():
             if buf is None:
-                check(lib.rkv_model_attend(self._h.ptr, layer, B, si.ctypes.data,
+                check(lib.rkv_model_attend(self._h.ptr, layer, None, B, si.ctypes.data,
                                            ctypes.byref(args)))
             else:
                 require("rkv_model_step")
@@ -736,10 +736,10 @@ class Model(HandleOwner):
 
     def load_session_bytes(self, session: int, image: Any) -> None:
         """:meth:`load_session` from an image in memory (bytes-like)."""
-        require("rkv_model_load_session_mem")
+        require("rkv_model_restore")
         data = bytes(as_bytes(image, "image"))
         with self._on_device():
-            check(lib.rkv_model_load_session_mem(self._h.ptr, as_session(session), data, len(data)))
+            check(lib.rkv_model_restore(self._h.ptr, as_session(session), data, len(data)))
 
     # ---- sessions that leave: offload and page-in (issue 13) --------------
     @property
@@ -1029,9 +1029,9 @@ def inspect_snapshot(source: Any) -> SnapshotInfo:
     info = _SnapshotInfoStruct()
     if isinstance(source, (str, os.PathLike)):
         require("rkv_snapshot_inspect")
-        check(lib.rkv_snapshot_inspect(as_path(source, "source"), ctypes.byref(info)))
+        check(lib.rkv_snapshot_inspect(as_path(source, "source"), None, 0, ctypes.byref(info)))
     else:
-        require("rkv_snapshot_inspect_mem")
+        require("rkv_snapshot_inspect")
         try:
             data = bytes(as_bytes(source, "source"))
         except RingKVTypeError:  # neither form: name both
@@ -1045,7 +1045,7 @@ def inspect_snapshot(source: Any) -> SnapshotInfo:
                 f"({shown!r}): not a snapshot image (its first 8 bytes are the header length, "
                 "little-endian); bytes are always an image here: to inspect a file, pass "
                 "its path as a str or os.PathLike (os.fsdecode(path) for a bytes path)")
-        check(lib.rkv_snapshot_inspect_mem(data, len(data), ctypes.byref(info)))
+        check(lib.rkv_snapshot_inspect(None, data, len(data), ctypes.byref(info)))
     return SnapshotInfo(int(info.format_version), info.ringkv_version.decode(),
                         info.request_id.decode("utf-8", "surrogateescape"),
                         int(info.source_session),

@@ -455,7 +455,7 @@ def _model_layer_geometry(ring: Tensor, written: Tensor, model: int, layer: int)
 def model_upsert(ring: Tensor, written: Tensor, kv: Tensor, session_idx: Tensor, model: int,
                  layer: int, commit: bool) -> None:
     """``Model.upsert`` on the given storage of layer ``layer``
-    (``rkv_model_upsert_ring``): the model's checks (sessions held and inside
+    (``rkv_model_upsert`` with a ring): the model's checks (sessions held and inside
     a frame) and clocks; a commit marks the layer, and the frame ends once
     every layer has committed."""
     _tensors("model_upsert", ring=ring, written=written, kv=kv, session_idx=session_idx)
@@ -465,8 +465,8 @@ def model_upsert(ring: Tensor, written: Tensor, kv: Tensor, session_idx: Tensor,
     _same_device(si, "session_idx", ring.device)
     src = _kv_input(kv, g, si.shape[0], ring.dtype)
     with _Wrapped(ring, written, None, g) as (h, _):
-        check(lib.rkv_model_upsert_ring(model, layer, h, si.shape[0], si.data_ptr(),
-                                        src.data_ptr(), g.dtype, 1 if commit else 0))
+        check(lib.rkv_model_upsert(model, layer, h, si.shape[0], si.data_ptr(),
+                                   src.data_ptr(), g.dtype, 1 if commit else 0))
 
 
 @model_upsert.register_fake
@@ -479,7 +479,7 @@ def model_attend(ring: Tensor, written: Tensor, q: Tensor, session_idx: Tensor, 
                  layer: int, scale: float = 0.0,
                  out_dtype: Optional[torch.dtype] = None) -> Tensor:
     """``Model.attend`` on the given storage of layer ``layer``
-    (``rkv_model_attend_ring``): the sessions' declared clocks, the
+    (``rkv_model_attend`` with a ring): the sessions' declared clocks, the
     bits-and-clock rule. Returns ``[B, Hq, Tq, D]``."""
     _tensors("model_attend", ring=ring, written=written, q=q, session_idx=session_idx)
     g = _model_layer_geometry(ring, written, _model_ptr(model), layer)
@@ -497,7 +497,7 @@ def model_attend(ring: Tensor, written: Tensor, q: Tensor, session_idx: Tensor, 
                          q_dtype=_CODES[q.dtype], out=out.data_ptr(),
                          out_dtype=_CODES[out.dtype], scale=scale)
     with _Wrapped(ring, written, None, g) as (h, _):
-        check(lib.rkv_model_attend_ring(model, layer, h, B, si.data_ptr(), ctypes.byref(args)))
+        check(lib.rkv_model_attend(model, layer, h, B, si.data_ptr(), ctypes.byref(args)))
     return out
 
 

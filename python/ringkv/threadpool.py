@@ -71,4 +71,4 @@ def attention_isa() -> str:
     "avx2" or "generic"; the environment variable RKV_ISA caps it
     (RKV_ISA=avx512: the AVX-512 kernel, bf16 widened to f32)."""
     require("rkv_attention_isa")
-    return lib.rkv_attention_isa().decode()
+    return lib.rkv_attention_isa(None).decode()
