@@ -912,13 +912,12 @@ RKV_API rkv_status rkv_model_save_session_mem(const rkv_model *model, int64_t se
 RKV_API rkv_status rkv_model_load_session(rkv_model *model, int64_t session,
                                           const char *path);
 
-
 /* Validates a snapshot completely (everything load checks but the model's
  * geometry: both checksums, tensor table, written bits) and, when info !=
  * NULL, fills *info (untouched on failure). The snapshot is the file `path`
  * when path != NULL (buf must then be NULL), else the image buf of `bytes`
  * bytes (host memory, caller-owned, read only; replaces
- * rkv_snapshot_inspect). Errors as rkv_model_load_session
+ * rkv_snapshot_inspect_mem). Errors as rkv_model_load_session
  * (RKV_ERR_FORMAT with the class, RKV_ERR_IO for a file, RKV_ERR_NULL:
  * neither path nor buf), RKV_ERR_INVALID_ARG for both path and buf, and
  * for an info->struct_size that is 0 or of no version this library knows
@@ -934,8 +933,8 @@ RKV_API rkv_status rkv_snapshot_inspect(const char *path, const void *buf, size_
  * with its JSON header padded with spaces to the longest header any session
  * of the model can have, so that every image of the model is
  * rkv_model_snapshot_bytes long; rkv_snapshot_inspect, `ringkv inspect`
- * (once written to a file) and rkv_model_restore read it. For a fast copy within one model use
- * rkv_model_fork (no image at all).
+ * (once written to a file) and rkv_model_restore read it. For a fast copy
+ * within one model use rkv_model_fork (no image at all).
  *  rkv_model_snapshot_bytes: the image's size for this model (8 + the
  *    longest header + the data: every layer's K/V span and written bits);
  *    0 for NULL (or a size beyond size_t).

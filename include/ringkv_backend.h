@@ -193,11 +193,12 @@ RKV_API const rkv_backend_ops *rkv_backend_cpu(void);
 /* Creates a model whose layers live in `ops`'s backend. `ops` must stay
  * valid for the model's life (a static table); the model keeps a copy of
  * the members both sides know, and the pointer as the backend's identity
- * (what rkv_layer_backend_handle gives for each rkv_model_layer). On success the model owns `ctx` and calls
- * ops->ctx_destroy(ctx) from rkv_model_destroy; on failure the caller still
- * owns it. At creation the model allocates, through the table, every layer,
- * its batch buffers (2 * num_sessions int64 of BACKEND memory) and the
- * attention workspace (the largest attend_workspace_bytes over its layers).
+ * (what rkv_layer_backend_handle gives for each rkv_model_layer). On
+ * success the model owns `ctx` and calls ops->ctx_destroy(ctx) from
+ * rkv_model_destroy; on failure the caller still owns it. At creation the
+ * model allocates, through the table, every layer, its batch buffers
+ * (2 * num_sessions int64 of BACKEND memory) and the attention workspace
+ * (the largest attend_workspace_bytes over its layers).
  * Errors: RKV_ERR_NULL (cfg, ops, out), an invalid config (as
  * rkv_model_create), RKV_ERR_INVALID_ARG (ops->abi_version other than
  * RKV_BACKEND_ABI_VERSION, struct_size too small, a required member NULL,
