@@ -168,7 +168,7 @@ static void measure_attention(const bench_opts *o, rkv_threadpool *pool, rkv_dty
         exit(1);
     }
     time_attend(l, &a); /* warm-up */
-    x->other = dt == RKV_DTYPE_BF16 ? other_engine(rkv_layer_attention_isa(l)) : RKV__ISA_COUNT;
+    x->other = dt == RKV_DTYPE_BF16 ? other_engine(rkv_attention_isa(l)) : RKV__ISA_COUNT;
     if (x->other != RKV__ISA_COUNT) time_attend_on(l, &a, x->other);
     x->best = x->blas = x->other_best = 1e30;
     for (int r = 0; r < rounds; r++) {
@@ -200,7 +200,7 @@ static void measure_attention(const bench_opts *o, rkv_threadpool *pool, rkv_dty
         if (t < x->ref) x->ref = t;
     }
     rkv_layer_destroy(ref);
-    x->isa = rkv_layer_attention_isa(l);
+    x->isa = rkv_attention_isa(l);
     free(q), free(out), free(kv);
     rkv_layer_destroy(l);
 }
@@ -266,14 +266,16 @@ static void bench_attention(const bench_opts *o, rkv_threadpool *pool) {
 static void memcpy_as_upsert(const rkv_layer *l, const uint8_t *src, int64_t B,
                              const int64_t *sess, const int64_t *fpos, int commit) {
     const rkv_geometry *g = rkv_layer_geometry(l);
-    const int64_t T = g->tokens_per_frame, H = g->n_kv_heads, N = rkv_layer_total_slots(l);
-    const int64_t C = rkv_layer_capacity(l), L = C - T;
+    const int64_t T = g->tokens_per_frame, H = g->n_kv_heads, N = rkv_geometry_total_slots(rkv_layer_geometry(l));
+    const int64_t C = rkv_geometry_capacity(rkv_layer_geometry(l)), L = C - T;
     const size_t row = (size_t)g->d_head * rkv_dtype_size(g->dtype), chunk = (size_t)T * row;
     uint8_t *kv = (uint8_t *)rkv_layer_kv(l); /* the bench writes what the upsert would */
     for (int pass = 0; pass < (commit ? 2 : 1); pass++)
         for (int64_t b = 0; b < B; b++) {
             int64_t dst = sess[b] * C + L;
-            if (pass && rkv_is_write_step(g, fpos[b])) dst = sess[b] * C + rkv_ring_slot(g, fpos[b]) * T;
+            int write;
+            const int64_t slot = rkv_ring_slot(g, fpos[b], &write);
+            if (pass && write) dst = sess[b] * C + slot * T;
             for (int64_t ch = 0; ch < 2 * H; ch++)
                 memcpy(kv + ((size_t)ch * (size_t)N + (size_t)dst) * row,
                        src + ((size_t)ch * (size_t)B + (size_t)b) * chunk, chunk);
@@ -376,14 +378,14 @@ static void bench_rollout(const bench_opts *o, rkv_threadpool *pool) {
         check(rkv_model_begin_frame(m, 1, &s, &f), "begin_frame");
         if (f < warm) {
             for (int64_t layer = 0; layer < cfg.n_layers; layer++)
-                check(rkv_model_upsert(m, layer, 1, &s, kv, RKV_DTYPE_BF16, 1), "upsert");
+                check(rkv_model_upsert(m, layer, NULL, 1, &s, kv, RKV_DTYPE_BF16, 1), "upsert");
             continue;
         }
         if (f == warm) t0 = now_s();
         for (int pass = 0; pass < 5 && !out_of_time; pass++)
             for (int64_t layer = 0; layer < cfg.n_layers && !out_of_time; layer++) {
-                check(rkv_model_upsert(m, layer, 1, &s, kv, RKV_DTYPE_BF16, pass == 4), "upsert");
-                check(rkv_model_attend(m, layer, 1, &s, &a), "attend");
+                check(rkv_model_upsert(m, layer, NULL, 1, &s, kv, RKV_DTYPE_BF16, pass == 4), "upsert");
+                check(rkv_model_attend(m, layer, NULL, 1, &s, &a), "attend");
                 steps++;
                 out_of_time = now_s() - t0 > budget;
             }

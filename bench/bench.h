@@ -19,7 +19,7 @@ typedef struct bench_machine {
     char cpu_model[128];        /* CPUID brand string, else /proc/cpuinfo's "model name" */
     char blas_core[64];         /* openblas_get_corename(): the kernel OpenBLAS runs */
     char openblas_coretype[64]; /* OPENBLAS_CORETYPE from the environment; "" when unset */
-    const char *isa;            /* rkv_attention_isa(): the library's kernel (static) */
+    const char *isa;            /* rkv_attention_isa(NULL): the library's kernel (static) */
     bool fma_avx2;              /* CPU + OS: AVX2 and FMA */
     bool avx512;                /* AVX-512 F/BW/DQ/VL */
     bool avx512bf16;            /* and AVX512-BF16 (VDPBF16PS) */

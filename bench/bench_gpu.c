@@ -180,8 +180,8 @@ static int restart(gpu_bench *g, rkv_model *m) {
     for (int64_t s = 0; s < SESSIONS; s++) OKR(rkv_model_reset(m, s), "rkv_model_reset");
     for (int64_t i = 0; i < cfg->n_layers; i++) {
         rkv_layer *l = rkv_model_layer(m, i);
-        if (fill_random(g, (void *)rkv_layer_kv(l), rkv_layer_memory_bytes(l))) return -1;
-        CK(cudaMemsetAsync((void *)rkv_layer_written(l), 1, (size_t)rkv_layer_total_slots(l),
+        if (fill_random(g, (void *)rkv_layer_kv(l), rkv_geometry_memory_bytes(rkv_layer_geometry(l)))) return -1;
+        CK(cudaMemsetAsync((void *)rkv_layer_written(l), 1, (size_t)rkv_geometry_total_slots(rkv_layer_geometry(l)),
                            g->st),
            "cudaMemsetAsync (written bits)");
     }
@@ -369,7 +369,7 @@ static int spot_check(gpu_bench *g, rkv_model *m, int64_t layer, int64_t clock, 
     const int64_t Hq = cfg->n_q_heads, H = geo->n_kv_heads, T = geo->tokens_per_frame,
                   D = geo->d_head, RF = geo->ring_frames, C = (RF + 1) * T;
     const size_t nq = (size_t)(Hq * T * D); /* row 0 only */
-    const size_t span = rkv_layer_span_bytes(l, RKV_SPAN_K);
+    const size_t span = (size_t)(C * D) * rkv_dtype_size(geo->dtype); /* one head's K */
     uint16_t *q = malloc(nq * 2), *out = malloc(nq * 2), *k = malloc(span), *v = malloc(span);
     uint8_t *written = malloc((size_t)C);
     float *kf = malloc((size_t)(C * D) * sizeof(float)), *vf = malloc((size_t)(C * D) * sizeof(float));

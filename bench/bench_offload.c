@@ -145,7 +145,7 @@ void bench_offload(const bench_opts *o) {
         for (size_t i = 0; i < kvn; i++) kv[i] = (uint16_t)(0x3c00 + ((i * 31 + (size_t)f) & 0xff));
         ok(rkv_model_begin_frame(src, 1, &s, &f), "begin_frame");
         for (int64_t layer = 0; layer < cfg.n_layers; layer++)
-            ok(rkv_model_upsert(src, layer, 1, &s, kv, RKV_DTYPE_BF16, 1), "upsert");
+            ok(rkv_model_upsert(src, layer, NULL, 1, &s, kv, RKV_DTYPE_BF16, 1), "upsert");
     }
     free(kv);
     size_t n = 0;
@@ -193,7 +193,7 @@ static void fill_rings(rkv_model *m, int64_t s) {
         for (size_t i = 0; i < kvn * es; i++) kv[i] = (uint8_t)((i * 31 + (size_t)f) & 0x3f);
         ok(rkv_model_begin_frame(m, 1, &s, &f), "begin_frame");
         for (int64_t layer = 0; layer < cfg->n_layers; layer++)
-            ok(rkv_model_upsert(m, layer, 1, &s, kv, cfg->dtype, 1), "upsert");
+            ok(rkv_model_upsert(m, layer, NULL, 1, &s, kv, cfg->dtype, 1), "upsert");
     }
     free(kv);
 }

@@ -71,7 +71,7 @@ int blas_attention(const rkv_layer *layer, int64_t session, int64_t frame_pos, i
         return -1;
     /* merge adjacent visible frames into runs of slots */
     int64_t run_lo[1024], run_len[1024], runs = 0, keys = 0;
-    const int64_t T = g->tokens_per_frame, lo = session * rkv_layer_capacity(layer);
+    const int64_t T = g->tokens_per_frame, lo = session * rkv_geometry_capacity(rkv_layer_geometry(layer));
     for (int64_t i = 0; i < count; i++) {
         const int64_t start = lo + frames[i] * T;
         if (runs && run_lo[runs - 1] + run_len[runs - 1] == start) run_len[runs - 1] += T;
@@ -79,7 +79,7 @@ int blas_attention(const rkv_layer *layer, int64_t session, int64_t frame_pos, i
         keys += T;
     }
     const float *kv = rkv_layer_kv(layer);
-    const int64_t N = rkv_layer_total_slots(layer);
+    const int64_t N = rkv_geometry_total_slots(rkv_layer_geometry(layer));
     openblas_set_num_threads(1);
     pthread_t tid[64];
     blas_job jobs[64];

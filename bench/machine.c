@@ -70,7 +70,7 @@ void bench_machine_read(bench_machine *m) {
     trim_copy(m->blas_core, sizeof m->blas_core, core && *core ? core : "unknown");
     const char *ct = getenv("OPENBLAS_CORETYPE");
     if (ct && *ct) trim_copy(m->openblas_coretype, sizeof m->openblas_coretype, ct);
-    m->isa = rkv_attention_isa();
+    m->isa = rkv_attention_isa(NULL);
     const rkv__cpu cpu = rkv__cpu_read();
     m->fma_avx2 = cpu.avx2_fma;
     m->avx512 = cpu.avx512;

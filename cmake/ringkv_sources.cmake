@@ -21,7 +21,6 @@ set(RKV_SOURCES
   src/model_page.c
   src/copy_hash.c
   src/model_regions.c
-  src/model_ring.c
   src/presets.c
   src/snapshot_header.c
   src/snapshot_file.c

@@ -67,8 +67,10 @@ int main(int argc, char **argv) {
     }
     int64_t last;
     CHECK(rkv_model_clock(model, s, &last));
+    size_t per_session, model_bytes;
+    CHECK(rkv_model_config_memory(rkv_model_get_config(model), &per_session, &model_bytes));
     printf("session %lld committed frames 0..%lld in %lld layers (%zu bytes of K/V)\n",
-           (long long)s, (long long)last, (long long)cfg.n_layers, rkv_model_memory_bytes(model));
+           (long long)s, (long long)last, (long long)cfg.n_layers, model_bytes);
     CHECK(rkv_model_release(model, s));
     rkv_model_destroy(model);
     free(kv), free(q), free(out);

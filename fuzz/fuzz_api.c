@@ -408,9 +408,9 @@ static void op_upsert_attend(cursor *c, int kind, int frame) {
     rkv_status st, want = ref_check_rows(layer, B, frame ? NULL : rows, kind != 1);
     if (kind == 0)
         st = frame ? rkv_model_frame_upsert(M, layer, kv, RKV_DTYPE_F32, commit)
-                   : rkv_model_upsert(M, layer, B, rows, kv, RKV_DTYPE_F32, commit);
+                   : rkv_model_upsert(M, layer, NULL, B, rows, kv, RKV_DTYPE_F32, commit);
     else if (kind == 1)
-        st = frame ? rkv_model_frame_attend(M, layer, &a) : rkv_model_attend(M, layer, B, rows, &a);
+        st = frame ? rkv_model_frame_attend(M, layer, &a) : rkv_model_attend(M, layer, NULL, B, rows, &a);
     else
         st = frame ? rkv_model_frame_step(M, layer, kv, RKV_DTYPE_F32, commit, &a)
                    : rkv_model_step(M, layer, B, rows, kv, RKV_DTYPE_F32, commit, &a);
@@ -471,12 +471,12 @@ static void op_restore(cursor *c, int file) {
             image_buf[k][pos] ^= (uint8_t)(1u << (damage & 7));
             if (want == RKV_OK) want = RKV_ERR_FORMAT;
         }
-        st = rkv_model_load_session_mem(M, s, image_buf[k], image_len[k]);
+        st = rkv_model_restore(M, s, image_buf[k], image_len[k]);
         if (damaged) image_buf[k][pos] = old;
     } else {
         st = rkv_model_restore(M, s, snap_buf[k], snap_bytes);
     }
-    EXPECT(st, want, file ? "load_session_mem" : "restore");
+    EXPECT(st, want, "restore");
     if (want != RKV_OK) return;
     memcpy(R[s].tag, sn->s.tag, sizeof R[s].tag);
     memcpy(R[s].written, sn->s.written, sizeof R[s].written);

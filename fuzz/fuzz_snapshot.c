@@ -1,5 +1,5 @@
-/* libFuzzer target: the snapshot-file loader (rkv_model_load_session_mem,
- * rkv_snapshot_inspect_mem) on arbitrary bytes.
+/* libFuzzer target: the snapshot-file loader (rkv_model_restore,
+ * rkv_snapshot_inspect on an image in memory) on arbitrary bytes.
  *
  * Checked for every input: no crash or sanitizer report; a refused load
  * leaves the whole model byte-identical (K/V, written bits, clocks); a load
@@ -62,7 +62,7 @@ static void setup(void) {
         for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) kv[i] = (float)(f * 1000 + (int64_t)i);
         if (rkv_model_begin_frame(M, 1, &s0, &f)) abort();
         for (int64_t l = 0; l < 2; l++)
-            if (rkv_model_upsert(M, l, 1, &s0, kv, RKV_DTYPE_F32, 1)) abort();
+            if (rkv_model_upsert(M, l, NULL, 1, &s0, kv, RKV_DTYPE_F32, 1)) abort();
     }
     snap_bytes = rkv_model_snapshot_bytes(M);
     base_snap = malloc(snap_bytes);
@@ -80,8 +80,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (data[0] & 1) tsnap_reseal(img, n);
 
     rkv_snapshot_info info = RKV_SNAPSHOT_INFO_INIT;
-    const rkv_status ist = rkv_snapshot_inspect_mem(img, n, &info);
-    const rkv_status st = rkv_model_load_session_mem(M, 0, img, n);
+    const rkv_status ist = rkv_snapshot_inspect(NULL, img, n, &info);
+    const rkv_status st = rkv_model_restore(M, 0, img, n);
     if (st != RKV_OK) {
         CHECK(st == RKV_ERR_FORMAT || st == RKV_ERR_NO_MEMORY, "load returned %s",
               rkv_status_str(st));
@@ -102,7 +102,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         CHECK(rkv_model_save_session_mem(M, 0, NULL, 0, &len) == RKV_OK, "size of a save");
         uint8_t *again = malloc(len);
         CHECK(rkv_model_save_session_mem(M, 0, again, len, &len) == RKV_OK, "save");
-        CHECK(rkv_model_load_session_mem(M, 1, again, len) == RKV_OK, "reload of a save");
+        CHECK(rkv_model_restore(M, 1, again, len) == RKV_OK, "reload of a save");
         free(again);
         if (rkv_model_snapshot(M, 0, cur_snap, snap_bytes) ||
             rkv_model_snapshot(M, 1, other_snap, snap_bytes))

@@ -58,7 +58,7 @@ static int malformed_seeds(const char *dir, const uint8_t *img, size_t n) {
                     EDITS[i].from);
             return -1;
         }
-        const int valid = rkv_snapshot_inspect_mem(e, m, NULL) == RKV_OK;
+        const int valid = rkv_snapshot_inspect(NULL, e, m, NULL) == RKV_OK;
         if (valid != EDITS[i].valid)
             fprintf(stderr, "gen_seeds: %s: expected %s, got %s\n", EDITS[i].name,
                     EDITS[i].valid ? "a valid image" : "a refusal",
@@ -83,7 +83,7 @@ static int seeds_for(const char *dir, const char *tag, rkv_model_config *cfg, in
         if (rkv_convert(x, RKV_DTYPE_F32, kv, cfg->dtype, fr) || rkv_model_begin_frame(m, 1, &s, &f))
             return -1;
         for (int64_t l = 0; l < cfg->n_layers; l++)
-            if (rkv_model_upsert(m, l, 1, &s, kv, cfg->dtype, 1)) return -1;
+            if (rkv_model_upsert(m, l, NULL, 1, &s, kv, cfg->dtype, 1)) return -1;
     }
     size_t n = 0;
     if (rkv_model_save_session_mem(m, s, NULL, 0, &n)) return -1;

@@ -198,24 +198,26 @@ typedef struct rkv_geometry {
  * rkv_last_error() naming it. */
 RKV_API rkv_status rkv_geometry_check(const rkv_geometry *g);
 
-/* Derived sizes of a (valid) geometry, in slots (tokens):
- * ring_len L = RF*T, capacity C = L + T (one session, scratch included),
- * total_slots N = S*C. memory_bytes = 2*H*N*D*sizeof(dtype) (SEM 2). */
-RKV_API int64_t rkv_geometry_ring_len(const rkv_geometry *g);
+/* Derived sizes of a (valid) geometry, in slots (tokens): capacity
+ * C = RF*T + T (one session: its ring of RF*T slots, then the scratch),
+ * total_slots N = S*C. memory_bytes = 2*H*N*D*sizeof(dtype) (SEM 2). Of a
+ * layer: these on rkv_layer_geometry(layer) (replaces rkv_layer_capacity,
+ * rkv_layer_total_slots and rkv_layer_memory_bytes; rkv_geometry_ring_len
+ * is C - T). */
 RKV_API int64_t rkv_geometry_capacity(const rkv_geometry *g);
 RKV_API int64_t rkv_geometry_total_slots(const rkv_geometry *g);
 RKV_API size_t rkv_geometry_memory_bytes(const rkv_geometry *g);
 
 /* Slot arithmetic of SEM 3 step 1 for clock f >= 0 (no checks: the caller
- * passes a valid geometry and f >= 0):
- * bucket = ceil(f / PD), ring frame slot = bucket mod RB,
- * write step = (f mod PD == 0).
+ * passes a valid geometry and f >= 0): returns the ring frame slot
+ * bucket mod RB, bucket = ceil(f / PD), and stores in *write_step (when
+ * not NULL) whether f is a write step, f mod PD == 0 (1 or 0; replaces
+ * rkv_is_write_step).
  * The bucket is the reference's int64 (f + PD - 1) // PD: where f + PD - 1
  * exceeds INT64_MAX (the top PD - 1 clocks) the sum wraps to a negative
  * value, floor-divided, and the slot is its floor modulo RB (in [0, RB)),
  * as torch computes it; every other clock gets ceil(f / PD) mod RB. */
-RKV_API int64_t rkv_ring_slot(const rkv_geometry *g, int64_t frame_pos);
-RKV_API int rkv_is_write_step(const rkv_geometry *g, int64_t frame_pos);
+RKV_API int64_t rkv_ring_slot(const rkv_geometry *g, int64_t frame_pos, int *write_step);
 
 /* ------------------------------------------------------------------------ */
 /* Handles                                                                  */
@@ -306,23 +308,20 @@ RKV_API rkv_status rkv_layer_block_mask(const rkv_layer *layer, int64_t session,
 RKV_API rkv_status rkv_layer_create(const rkv_geometry *g, rkv_layer **out);
 RKV_API void rkv_layer_destroy(rkv_layer *layer);
 
-/* Getters. Each returns 0 (or NULL) for a NULL layer. */
-/* The layer's geometry (pointer valid for the layer's lifetime). */
+/* Getters. Each returns NULL for a NULL layer. */
+/* The layer's geometry (pointer valid for the layer's lifetime); its sizes
+ * (capacity C, total slots N, memory bytes) are the rkv_geometry_* calls
+ * on it. */
 RKV_API const rkv_geometry *rkv_layer_geometry(const rkv_layer *layer);
-RKV_API int64_t rkv_layer_capacity(const rkv_layer *layer);
-RKV_API int64_t rkv_layer_total_slots(const rkv_layer *layer);
-/* 2*H*N*D*sizeof(dtype): resident K/V bytes, all sessions (SEM 2). */
-RKV_API size_t rkv_layer_memory_bytes(const rkv_layer *layer);
 
 /* Read access without copying (BACKEND pointers owned by the layer -- or
  * the caller's, for a wrapped layer --, valid until rkv_layer_destroy;
  * contents change with every upsert/reset).
- *  rkv_layer_kv:      [2][H][N][D] in the storage dtype, index 0 = K, 1 = V.
- *  rkv_layer_k / _v:  [H][N][D] (the two halves of rkv_layer_kv).
+ *  rkv_layer_kv:      [2][H][N][D] in the storage dtype, index 0 = K, 1 = V
+ *                     (V starts rkv_geometry_memory_bytes / 2 bytes in;
+ *                     replaces rkv_layer_k and rkv_layer_v).
  *  rkv_layer_written: [N] bytes, 1 = written, 0 = not. */
 RKV_API const void *rkv_layer_kv(const rkv_layer *layer);
-RKV_API const void *rkv_layer_k(const rkv_layer *layer);
-RKV_API const void *rkv_layer_v(const rkv_layer *layer);
 RKV_API const uint8_t *rkv_layer_written(const rkv_layer *layer);
 
 /* [lo, hi) slots owned by session (lo = session*C, hi = lo + C).
@@ -348,18 +347,16 @@ typedef enum rkv_span_part {
     RKV_SPAN_WRITTEN = 2
 } rkv_span_part;
 
-/* Bytes of one piece: C*D*sizeof(dtype) for K or V, C for the written bits;
- * 0 for a NULL layer or an unknown part. */
-RKV_API size_t rkv_layer_span_bytes(const rkv_layer *layer, rkv_span_part part);
 /* Copies a piece of `session`'s span into dst (caller-owned host buffer of
- * rkv_layer_span_bytes(layer, part) bytes, not overlapping the layer).
+ * the piece's bytes, not overlapping the layer: C*D*rkv_dtype_size(dtype)
+ * for K or V, C for the written bits; replaces rkv_layer_span_bytes).
  * Reads the layer only. Errors (dst untouched): RKV_ERR_NULL, RKV_ERR_RANGE
  * (session, or head outside [0, H) for K/V), RKV_ERR_INVALID_ARG (unknown
  * part, head != 0 for the written bits, dst overlapping the layer's K/V or
  * written bits). */
 RKV_API rkv_status rkv_layer_read_span(const rkv_layer *layer, int64_t session,
                                        rkv_span_part part, int64_t head, void *dst);
-/* Overwrites a piece of `session`'s span from src (host, span_bytes bytes,
+/* Overwrites a piece of `session`'s span from src (host, the piece's bytes,
  * not overlapping that piece: RKV_ERR_INVALID_ARG).
  * Written bits must keep the layer's invariant: every byte 0 or 1, every
  * scratch slot 1, the T bits of a ring frame all equal (frames are written
@@ -498,7 +495,9 @@ RKV_API const char *const *rkv_model_preset_names(void);
  * checked. */
 RKV_API rkv_status rkv_model_config_layer_geometry(const rkv_model_config *cfg,
                                                    int64_t layer, rkv_geometry *out);
-/* Resident K/V bytes of one session over all layers, and of the model. */
+/* Resident K/V bytes of one session over all layers, and of the model
+ * (of a model: on rkv_model_get_config(model); replaces
+ * rkv_model_memory_bytes). */
 RKV_API rkv_status rkv_model_config_memory(const rkv_model_config *cfg,
                                            size_t *per_session_bytes,
                                            size_t *total_bytes);
@@ -524,8 +523,6 @@ RKV_API const char *rkv_model_backend_name(const rkv_model *model);
  * on it is a no-op). NULL when i is out of range. Every rkv_layer_* call
  * works on it; mutating it directly bypasses the model's clock checks. */
 RKV_API rkv_layer *rkv_model_layer(rkv_model *model, int64_t layer);
-/* Resident K/V bytes of every layer (on the backend's memory). */
-RKV_API size_t rkv_model_memory_bytes(const rkv_model *model);
 
 /* Claims a free session for request_id (a NUL-terminated string of 1 to
  * RKV_MAX_REQUEST_ID-1 bytes). Claiming an id that already holds a session
@@ -775,41 +772,34 @@ RKV_API rkv_status rkv_model_synchronize(rkv_model *model);
  * differ); then they are rkv_model_frame_upsert, _attend and _step. Their
  * other checks come first, in the order: model, layer (RKV_ERR_RANGE), B
  * (1..S), every row's session (range, distinct, claimed). kv, q and out as
- * the frame calls (BACKEND memory). Capture-safe as the frame calls. */
-RKV_API rkv_status rkv_model_upsert(rkv_model *model, int64_t layer, int64_t batch,
-                                    const int64_t *session_idx, const void *kv,
+ * the frame calls (BACKEND memory). Capture-safe as the frame calls.
+ *
+ * ring (rkv_model_upsert and rkv_model_attend): NULL, or storage the caller
+ * gives: a layer that wraps the caller's copy of layer `layer`'s storage
+ * (rkv_layer_wrap, on the model's backend; the layer's geometry). Then the
+ * same checks, bookkeeping (a commit marks the layer committed; the frame
+ * ends once every layer has committed) and messages, but the K/V and
+ * written bits read and written are ring's instead of the layer's own,
+ * which is neither read nor written; ring == rkv_model_layer(model, layer)
+ * is the layer itself. This is how a framework that may run the call on a
+ * copy of the layer's storage (PyTorch's functionalization under
+ * torch.compile, which writes a clone and copies it back) keeps the model's
+ * clocks and still writes only the buffers it passed. Errors with a ring
+ * (nothing written, no state changed), after the layer's: RKV_ERR_STATE
+ * (ring on another backend than the model's), RKV_ERR_INVALID_ARG (a
+ * geometry other than the layer's, naming the first field that differs).
+ * Replaces rkv_model_upsert_ring and rkv_model_attend_ring. Writers of the
+ * model (docs/thread-safety.md). */
+RKV_API rkv_status rkv_model_upsert(rkv_model *model, int64_t layer, const rkv_layer *ring,
+                                    int64_t batch, const int64_t *session_idx, const void *kv,
                                     rkv_dtype kv_dtype, int commit);
-RKV_API rkv_status rkv_model_attend(rkv_model *model, int64_t layer, int64_t batch,
-                                    const int64_t *session_idx,
+RKV_API rkv_status rkv_model_attend(rkv_model *model, int64_t layer, const rkv_layer *ring,
+                                    int64_t batch, const int64_t *session_idx,
                                     const rkv_attention_args *args);
 RKV_API rkv_status rkv_model_step(rkv_model *model, int64_t layer, int64_t batch,
                                   const int64_t *session_idx, const void *kv,
                                   rkv_dtype kv_dtype, int commit,
                                   const rkv_attention_args *args);
-
-/* rkv_model_upsert and rkv_model_attend on storage the caller gives: the
- * same checks (layer, the rows of the current batch, an open frame for the
- * upsert, the batch's clocks), the same bookkeeping (a commit marks the
- * layer committed; the frame ends once every layer has committed) and the
- * same messages ("rkv_model_upsert: ...", "rkv_model_attend: ..."), but the
- * K/V and written bits read and written are ring's (a layer that wraps the
- * caller's copy of layer `layer`'s storage, rkv_layer_wrap, on the model's
- * backend) instead of the layer's own, which is neither read nor written.
- * On rkv_model_layer(model, layer) itself they are exactly rkv_model_upsert
- * and rkv_model_attend. This is how a framework that may run the call on a
- * copy of the layer's storage (PyTorch's functionalization under
- * torch.compile, which writes a clone and copies it back) keeps the model's
- * clocks and still writes only the buffers it passed. Errors (nothing
- * written, no state changed): theirs, plus RKV_ERR_NULL (ring),
- * RKV_ERR_INVALID_ARG (a geometry other than the layer's, naming the first
- * field that differs), RKV_ERR_STATE (ring on another backend than the
- * model's). Both are writers of the model (docs/thread-safety.md). */
-RKV_API rkv_status rkv_model_upsert_ring(rkv_model *model, int64_t layer, const rkv_layer *ring,
-                                         int64_t batch, const int64_t *session_idx,
-                                         const void *kv, rkv_dtype kv_dtype, int commit);
-RKV_API rkv_status rkv_model_attend_ring(rkv_model *model, int64_t layer, const rkv_layer *ring,
-                                         int64_t batch, const int64_t *session_idx,
-                                         const rkv_attention_args *args);
 
 /* ------------------------------------------------------------------------ */
 /* Snapshots: files and in-memory images (docs/snapshot-format.md)          */
@@ -832,7 +822,7 @@ RKV_API rkv_status rkv_model_attend_ring(rkv_model *model, int64_t layer, const 
 #define RKV_SNAPSHOT_FORMAT "ringkv-snapshot"
 #define RKV_SNAPSHOT_VERSION 1
 
-/* What a valid snapshot holds (filled by rkv_snapshot_inspect*).
+/* What a valid snapshot holds (filled by rkv_snapshot_inspect).
  * Texts: ringkv_version is printable ASCII; request_id and config.name are
  * the bytes the saved session and model had (any bytes but NUL: the file
  * stores other than printable ASCII hex-coded, as request_id_hex and
@@ -840,7 +830,7 @@ RKV_API rkv_status rkv_model_attend_ring(rkv_model *model, int64_t layer, const 
  * inspect` shows bytes outside printable ASCII as \xNN). A plain-text field
  * holding other bytes is refused at load, as ringkv never writes one.
  * Grows: struct_size first ("Structs that grow" above). The caller sets it
- * (RKV_SNAPSHOT_INFO_INIT) before rkv_snapshot_inspect*, which fill the
+ * (RKV_SNAPSHOT_INFO_INIT) before rkv_snapshot_inspect, which fill the
  * members it covers; config is filled with struct_size =
  * sizeof(rkv_model_config). It embeds an rkv_model_config: when the config
  * grows, this struct's later members move, so it grows with it and the
@@ -922,22 +912,19 @@ RKV_API rkv_status rkv_model_save_session_mem(const rkv_model *model, int64_t se
 RKV_API rkv_status rkv_model_load_session(rkv_model *model, int64_t session,
                                           const char *path);
 
-/* The same from an image in memory (buf: `bytes` bytes, caller-owned, read
- * only; e.g. received over the network). Same validation and errors
- * (no RKV_ERR_IO). */
-RKV_API rkv_status rkv_model_load_session_mem(rkv_model *model, int64_t session,
-                                              const void *buf, size_t bytes);
-
-/* Validates the snapshot file `path` completely (everything load checks but
- * the model's geometry: both checksums, tensor table, written bits) and,
- * when info != NULL, fills *info (untouched on failure). Errors as
- * rkv_model_load_session (RKV_ERR_FORMAT with the class, RKV_ERR_IO,
- * RKV_ERR_NULL), and RKV_ERR_INVALID_ARG for an info->struct_size that is 0
- * or of no version this library knows (checked first: the file is not
- * read then). Reads the file only. */
-RKV_API rkv_status rkv_snapshot_inspect(const char *path, rkv_snapshot_info *info);
-RKV_API rkv_status rkv_snapshot_inspect_mem(const void *buf, size_t bytes,
-                                            rkv_snapshot_info *info);
+/* Validates a snapshot completely (everything load checks but the model's
+ * geometry: both checksums, tensor table, written bits) and, when info !=
+ * NULL, fills *info (untouched on failure). The snapshot is the file `path`
+ * when path != NULL (buf must then be NULL), else the image buf of `bytes`
+ * bytes (host memory, caller-owned, read only; replaces
+ * rkv_snapshot_inspect_mem). Errors as rkv_model_load_session
+ * (RKV_ERR_FORMAT with the class, RKV_ERR_IO for a file, RKV_ERR_NULL:
+ * neither path nor buf), RKV_ERR_INVALID_ARG for both path and buf, and
+ * for an info->struct_size that is 0 or of no version this library knows
+ * (checked first: the snapshot is not read then). Reads the snapshot
+ * only. */
+RKV_API rkv_status rkv_snapshot_inspect(const char *path, const void *buf, size_t bytes,
+                                        rkv_snapshot_info *info);
 
 /* In-memory images: a session's snapshot in a buffer of one size per model,
  * for keeping and restoring sessions within a program (undo, copies across
@@ -945,10 +932,9 @@ RKV_API rkv_status rkv_snapshot_inspect_mem(const void *buf, size_t bytes,
  * above: portable, checksummed, what rkv_model_save_session_mem writes),
  * with its JSON header padded with spaces to the longest header any session
  * of the model can have, so that every image of the model is
- * rkv_model_snapshot_bytes long; rkv_snapshot_inspect_mem,
- * rkv_model_load_session_mem, `ringkv inspect` (once written to a file) and
- * rkv_model_restore read it. For a fast copy within one model use
- * rkv_model_fork (no image at all).
+ * rkv_model_snapshot_bytes long; rkv_snapshot_inspect, `ringkv inspect`
+ * (once written to a file) and rkv_model_restore read it. For a fast copy
+ * within one model use rkv_model_fork (no image at all).
  *  rkv_model_snapshot_bytes: the image's size for this model (8 + the
  *    longest header + the data: every layer's K/V span and written bits);
  *    0 for NULL (or a size beyond size_t).
@@ -958,14 +944,15 @@ RKV_API rkv_status rkv_snapshot_inspect_mem(const void *buf, size_t bytes,
  *    RKV_ERR_RANGE, RKV_ERR_STATE (not claimed, inside a frame),
  *    RKV_ERR_INVALID_ARG (buf_bytes too small; nothing written),
  *    RKV_ERR_NO_MEMORY, the backend's copy errors.
- *  rkv_model_restore: rkv_model_load_session_mem under its own name: any
- *    valid snapshot image of buf_bytes bytes (this model's images, or a
- *    file's bytes) into held session `session` of a model of the image's
- *    geometry, bit-exact, with its clock (the next frame is the saved
- *    clock + 1); the session keeps its request id. Everything is checked
- *    first, as rkv_model_load_session_mem does (RKV_ERR_FORMAT "truncated",
- *    "corrupted header", "corrupted data", "wrong geometry", ...), and a
- *    refused image changes nothing.
+ *  rkv_model_restore: rkv_model_load_session from an image in memory (buf:
+ *    buf_bytes bytes, caller-owned, read only: this model's images, a
+ *    file's bytes, one received over the network; replaces
+ *    rkv_model_load_session_mem) into held session `session` of a model
+ *    of the image's geometry, bit-exact, with its clock (the next frame is
+ *    the saved clock + 1); the session keeps its request id. Everything is
+ *    checked first, as rkv_model_load_session does (RKV_ERR_FORMAT
+ *    "truncated", "corrupted header", "corrupted data", "wrong geometry",
+ *    ...; no RKV_ERR_IO), and a refused image changes nothing.
  * Heap: once a session's first image of a request id has been written or
  * read, neither call allocates (an undo every frame, issue 20): the model
  * keeps that session's header, built once (JSON, Jansson), writes it with
@@ -973,7 +960,7 @@ RKV_API rkv_status rkv_snapshot_inspect_mem(const void *buf, size_t bytes,
  * is that one byte for byte outside the clock's digits and the checksums'
  * without parsing it again (every check still made: the clock canonical
  * and >= -1, both checksums, the data's size and written bits); any other
- * header is parsed in full, as rkv_model_load_session_mem does. Two
+ * header is parsed in full, as rkv_model_load_session does. Two
  * snapshots of one session at once: the second takes the allocating path.
  * Cost per call: bench/RESULTS.md (`ringkv bench`'s snapshot_us /
  * restore_us rows). */
@@ -1012,7 +999,7 @@ RKV_API int64_t rkv_model_offloaded_count(const rkv_model *model);
  * its slot free) and its request id reserved with the image's clock.
  * *image_bytes receives the image's exact size; with buf == NULL only the
  * size is computed and nothing changes. The image is a snapshot file's
- * bytes: rkv_snapshot_inspect_mem, rkv_model_load_session_mem and `ringkv
+ * bytes: rkv_snapshot_inspect, rkv_model_restore and `ringkv
  * inspect` read it. Errors (nothing changed, the session still held):
  * RKV_ERR_NULL (model, image_bytes), RKV_ERR_RANGE, RKV_ERR_STATE (not
  * claimed, inside a frame), RKV_ERR_INVALID_ARG (buf_bytes too small),
@@ -1042,7 +1029,7 @@ RKV_API rkv_status rkv_model_offload_file(rkv_model *model, int64_t session,
  * which are checked while the data is copied into the free slot (one pass
  * over the image): a mismatch zeroes that slot again and reports
  * RKV_ERR_FORMAT; nothing held changes, the reservation stays. Errors:
- * RKV_ERR_NULL, RKV_ERR_FORMAT (as rkv_model_load_session_mem), the ones
+ * RKV_ERR_NULL, RKV_ERR_FORMAT (as rkv_model_restore), the ones
  * above, RKV_ERR_NO_MEMORY, the backend's. */
 RKV_API rkv_status rkv_model_page_in(rkv_model *model, const void *buf, size_t bytes,
                                      int64_t *session);

@@ -193,11 +193,12 @@ RKV_API const rkv_backend_ops *rkv_backend_cpu(void);
 /* Creates a model whose layers live in `ops`'s backend. `ops` must stay
  * valid for the model's life (a static table); the model keeps a copy of
  * the members both sides know, and the pointer as the backend's identity
- * (rkv_model_backend). On success the model owns `ctx` and calls
- * ops->ctx_destroy(ctx) from rkv_model_destroy; on failure the caller still
- * owns it. At creation the model allocates, through the table, every layer,
- * its batch buffers (2 * num_sessions int64 of BACKEND memory) and the
- * attention workspace (the largest attend_workspace_bytes over its layers).
+ * (what rkv_layer_backend_handle gives for each rkv_model_layer). On
+ * success the model owns `ctx` and calls ops->ctx_destroy(ctx) from
+ * rkv_model_destroy; on failure the caller still owns it. At creation the
+ * model allocates, through the table, every layer, its batch buffers
+ * (2 * num_sessions int64 of BACKEND memory) and the attention workspace
+ * (the largest attend_workspace_bytes over its layers).
  * Errors: RKV_ERR_NULL (cfg, ops, out), an invalid config (as
  * rkv_model_create), RKV_ERR_INVALID_ARG (ops->abi_version other than
  * RKV_BACKEND_ABI_VERSION, struct_size too small, a required member NULL,
@@ -206,11 +207,6 @@ RKV_API const rkv_backend_ops *rkv_backend_cpu(void);
 RKV_API rkv_status rkv_model_create_with_backend(const rkv_model_config *cfg,
                                                  const rkv_backend_ops *ops, void *ctx,
                                                  rkv_model **out);
-
-/* The table the model was created with (the pointer passed to
- * rkv_model_create_with_backend; rkv_backend_cpu() for rkv_model_create);
- * NULL for NULL. */
-RKV_API const rkv_backend_ops *rkv_model_backend(const rkv_model *model);
 
 /* ---- layers on a backend ------------------------------------------------
  * An rkv_layer (ringkv.h) is one layer on any backend: rkv_layer_create
@@ -248,7 +244,10 @@ RKV_API rkv_status rkv_layer_wrap(const rkv_backend_ops *ops, void *ctx, const r
 /* The backend's own handle of a layer (what the table's operations take),
  * with its table in *ops and context in *ctx (either may be NULL); NULL for
  * NULL. For a backend's own calls on a layer (rkv_cuda_attention_describe).
- * Replaces rkv_model_backend_layer and rkv_model_cuda_layer. */
+ * On a model's layer (rkv_model_layer) *ops is the table the model was
+ * created with (the pointer passed to rkv_model_create_with_backend;
+ * rkv_backend_cpu() for rkv_model_create). Replaces rkv_model_backend_layer,
+ * rkv_model_cuda_layer and rkv_model_backend. */
 RKV_API void *rkv_layer_backend_handle(const rkv_layer *layer, const rkv_backend_ops **ops,
                                        void **ctx);
 

@@ -70,13 +70,13 @@ RKV_API const struct rkv_backend_ops *rkv_backend_cpu_reference(void);
  * case), read once, caps the choice (RKV_ISA=avx512: no bf16 pairs); empty
  * counts as unset, an unknown name is ignored with one line on stderr, and
  * a name this CPU (or its OS) does not offer runs the best kernel below it,
- * said in one line on stderr naming both; "avx512bf16" is chosen only when RKV_ISA names it (docs/cpu.md says why). */
-RKV_API const char *rkv_attention_isa(void);
-/* The instruction set rkv_layer_attend uses for this layer: as
- * rkv_attention_isa, but "avx512" where the CPU's choice is "amx" or
- * "avx512bf16" and the layer's dtype or d_head does not suit the bf16 pair
- * path. NULL for NULL and for a layer of another backend. */
-RKV_API const char *rkv_layer_attention_isa(const rkv_layer *layer);
+ * said in one line on stderr naming both; "avx512bf16" is chosen only when
+ * RKV_ISA names it (docs/cpu.md says why).
+ * layer NULL: the CPU's choice. A layer: the set rkv_layer_attend uses for
+ * it, "avx512" where the CPU's choice is "amx" or "avx512bf16" and the
+ * layer's dtype or d_head does not suit the bf16 pair path; NULL for a
+ * layer of another backend (replaces rkv_layer_attention_isa). */
+RKV_API const char *rkv_attention_isa(const rkv_layer *layer);
 
 
 #ifdef __cplusplus

@@ -58,10 +58,8 @@ rkv_status rkv_geometry_check(const rkv_geometry *g) {
     return RKV_OK;
 }
 
-int64_t rkv_geometry_ring_len(const rkv_geometry *g) { return g->ring_frames * g->tokens_per_frame; }
-
 int64_t rkv_geometry_capacity(const rkv_geometry *g) {
-    return rkv_geometry_ring_len(g) + g->tokens_per_frame;
+    return (g->ring_frames + 1) * g->tokens_per_frame;
 }
 
 int64_t rkv_geometry_total_slots(const rkv_geometry *g) {
@@ -74,12 +72,9 @@ size_t rkv_geometry_memory_bytes(const rkv_geometry *g) {
 }
 
 /* The rule itself is ring_rule.h's. */
-int64_t rkv_ring_slot(const rkv_geometry *g, int64_t frame_pos) {
+int64_t rkv_ring_slot(const rkv_geometry *g, int64_t frame_pos, int *write_step) {
+    if (write_step) *write_step = rkv__rule_write_step(frame_pos, g->pinned_dilation);
     return rkv__rule_slot(frame_pos, g->pinned_dilation, g->ring_buckets);
-}
-
-int rkv_is_write_step(const rkv_geometry *g, int64_t frame_pos) {
-    return rkv__rule_write_step(frame_pos, g->pinned_dilation);
 }
 
 const char *rkv__written_bad_what(const rkv_geometry *g, const uint8_t *w, int64_t bad,

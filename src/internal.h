@@ -300,8 +300,8 @@ rkv_status rkv__geometry_check_shared(const rkv_geometry *g);
  * tokens_per_frame, pinned_dilation, dtype), in which a differs from b, its
  * name returned and the two values in *va, *vb (a dtype as its rkv_dtype);
  * NULL when they are equal. Snapshot loads and session imports compare
- * configs layer by layer through it (rkv__snap_geometry_check), the ring
- * views of src/model_ring.c a view with its layer. */
+ * configs layer by layer through it (rkv__snap_geometry_check), the
+ * model's upsert / attend a caller's ring with its layer (model_frame.c). */
 const char *rkv__geometry_differs(const rkv_geometry *a, const rkv_geometry *b, int64_t *va,
                                   int64_t *vb);
 

@@ -11,7 +11,7 @@
 
 static void fill(struct rkv_layer *l, const rkv_geometry *g) {
     l->g = *g;
-    l->ring_len = rkv_geometry_ring_len(g);
+    l->ring_len = g->ring_frames * g->tokens_per_frame;
     l->capacity = rkv_geometry_capacity(g);
     l->total_slots = rkv_geometry_total_slots(g);
 }
@@ -122,17 +122,7 @@ const struct rkv__cpu_layer *rkv__cpu_layer_of(const rkv_layer *layer, const cha
 
 /* Getters: NULL in, 0 or NULL out. */
 const rkv_geometry *rkv_layer_geometry(const rkv_layer *layer) { return layer ? &layer->g : NULL; }
-int64_t rkv_layer_capacity(const rkv_layer *layer) { return layer ? layer->capacity : 0; }
-int64_t rkv_layer_total_slots(const rkv_layer *layer) { return layer ? layer->total_slots : 0; }
-size_t rkv_layer_memory_bytes(const rkv_layer *layer) {
-    return layer ? rkv_geometry_memory_bytes(&layer->g) : 0;
-}
 const void *rkv_layer_kv(const rkv_layer *layer) { return layer ? layer->store.kv : NULL; }
-const void *rkv_layer_k(const rkv_layer *layer) { return layer ? layer->store.kv : NULL; }
-const void *rkv_layer_v(const rkv_layer *layer) {
-    return layer ? (const uint8_t *)layer->store.kv + rkv_geometry_memory_bytes(&layer->g) / 2
-                 : NULL;
-}
 const uint8_t *rkv_layer_written(const rkv_layer *layer) {
     return layer ? layer->store.written : NULL;
 }
@@ -164,17 +154,6 @@ rkv_status rkv_layer_check(rkv_layer *layer) {
 }
 
 /* ---- one session's span, piece by piece (forks, snapshots) ---------------- */
-
-size_t rkv_layer_span_bytes(const rkv_layer *layer, rkv_span_part part) {
-    if (!layer) return 0;
-    const size_t row = (size_t)layer->g.d_head * rkv_dtype_size(layer->g.dtype);
-    switch (part) {
-    case RKV_SPAN_K:
-    case RKV_SPAN_V: return (size_t)layer->capacity * row;
-    case RKV_SPAN_WRITTEN: return (size_t)layer->capacity;
-    }
-    return 0;
-}
 
 /* The piece's checks, and the host buffer against the layer's storage
  * (where that is host memory). */

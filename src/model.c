@@ -242,23 +242,9 @@ const char *rkv_model_backend_name(const rkv_model *model) {
     return model ? model->ops.name : NULL;
 }
 
-const rkv_backend_ops *rkv_model_backend(const rkv_model *model) {
-    return model ? model->ops_id : NULL;
-}
-
 rkv_layer *rkv_model_layer(rkv_model *model, int64_t layer) {
     if (!model || layer < 0 || layer >= model->cfg.n_layers) return NULL;
     return &model->handles[layer];
-}
-
-size_t rkv_model_memory_bytes(const rkv_model *model) {
-    size_t total = 0;
-    if (model)
-        for (int64_t i = 0; i < model->cfg.n_layers; i++) {
-            const rkv_geometry g = rkv__model_layer_geometry(model, i);
-            total += rkv_geometry_memory_bytes(&g);
-        }
-    return total;
 }
 
 rkv_geometry rkv__model_layer_geometry(const rkv_model *m, int64_t layer) {

@@ -96,9 +96,33 @@ static rkv_status check_held_rows(const rkv_model *m, const char *what, int64_t 
 
 /* The calls that spell the batch out: layer, rows, then the rows must be
  * the current batch (open when need_open), as begun. */
+/* Checks a caller's ring (rkv_model_upsert / _attend; NULL: none) against
+ * layer `layer`'s backend and geometry. */
+static rkv_status check_ring(const rkv_model *m, const char *what, int64_t layer,
+                             const rkv_layer *ring) {
+    if (!ring) return RKV_OK;
+    if (ring->ops_id != m->ops_id)
+        return rkv__fail(RKV_ERR_STATE,
+                         "%s: the model runs on the %s backend and the ring's layer on the %s "
+                         "backend; the storage given must be a layer of the model's backend",
+                         what, m->ops.name, ring->ops.name);
+    const rkv_geometry layer_g = rkv__model_layer_geometry(m, layer);
+    int64_t va, vb;
+    const char *field = rkv__geometry_differs(&layer_g, &ring->g, &va, &vb);
+    if (field)
+        return rkv__fail(RKV_ERR_INVALID_ARG,
+                         "%s: the ring's geometry differs from layer %lld's in %s (the ring's "
+                         "%lld, the layer's %lld); the storage given must be that layer's (or a "
+                         "copy of it)",
+                         what, (long long)layer, field, (long long)vb, (long long)va);
+    return RKV_OK;
+}
+
 static rkv_status check_batch_rows(const rkv_model *m, const char *what, int64_t layer,
-                                   int64_t batch, const int64_t *session_idx, bool need_open) {
+                                   const rkv_layer *ring, int64_t batch,
+                                   const int64_t *session_idx, bool need_open) {
     rkv_status st = check_layer(m, what, layer);
+    if (st == RKV_OK) st = check_ring(m, what, layer, ring);
     if (st == RKV_OK) st = check_held_rows(m, what, batch, session_idx, false);
     if (st != RKV_OK) return st;
     for (int64_t b = 0; b < batch; b++) {
@@ -284,7 +308,7 @@ static rkv_status attention_args(const rkv_model *m, const char *what, int64_t l
 }
 
 /* The upsert of a checked call, on layer `layer`'s storage or on `on`'s
- * (a layer over the caller's copy of it: rkv_model_upsert_ring). */
+ * (a layer over the caller's copy of it: rkv_model_upsert's ring). */
 static rkv_status do_upsert(rkv_model *m, const char *what, int64_t layer, const rkv_layer *on,
                             const void *kv, int commit) {
     rkv_status st = m->ops.upsert(m->ctx, on ? on->impl : m->layers[layer], kv, m->batch.n,
@@ -353,37 +377,26 @@ rkv_status rkv_model_frame_step(rkv_model *model, int64_t layer, const void *kv,
     return frame_step(model, what, layer, kv, kv_dtype, commit, args);
 }
 
-rkv_status rkv__model_upsert_on(rkv_model *model, int64_t layer, const rkv_layer *on,
-                                int64_t batch, const int64_t *session_idx, const void *kv,
-                                rkv_dtype kv_dtype, int commit) {
+rkv_status rkv_model_upsert(rkv_model *model, int64_t layer, const rkv_layer *ring,
+                            int64_t batch, const int64_t *session_idx, const void *kv,
+                            rkv_dtype kv_dtype, int commit) {
     static const char what[] = "rkv_model_upsert";
-    rkv_status st = check_batch_rows(model, what, layer, batch, session_idx, true);
-    return st == RKV_OK ? frame_upsert(model, what, layer, on, kv, kv_dtype, commit) : st;
+    rkv_status st = check_batch_rows(model, what, layer, ring, batch, session_idx, true);
+    return st == RKV_OK ? frame_upsert(model, what, layer, ring, kv, kv_dtype, commit) : st;
 }
 
-rkv_status rkv__model_attend_on(rkv_model *model, int64_t layer, const rkv_layer *on,
-                                int64_t batch, const int64_t *session_idx,
-                                const rkv_attention_args *args) {
+rkv_status rkv_model_attend(rkv_model *model, int64_t layer, const rkv_layer *ring,
+                            int64_t batch, const int64_t *session_idx,
+                            const rkv_attention_args *args) {
     static const char what[] = "rkv_model_attend";
-    rkv_status st = check_batch_rows(model, what, layer, batch, session_idx, false);
-    return st == RKV_OK ? frame_attend(model, what, layer, on, args) : st;
-}
-
-rkv_status rkv_model_upsert(rkv_model *model, int64_t layer, int64_t batch,
-                            const int64_t *session_idx, const void *kv, rkv_dtype kv_dtype,
-                            int commit) {
-    return rkv__model_upsert_on(model, layer, NULL, batch, session_idx, kv, kv_dtype, commit);
-}
-
-rkv_status rkv_model_attend(rkv_model *model, int64_t layer, int64_t batch,
-                            const int64_t *session_idx, const rkv_attention_args *args) {
-    return rkv__model_attend_on(model, layer, NULL, batch, session_idx, args);
+    rkv_status st = check_batch_rows(model, what, layer, ring, batch, session_idx, false);
+    return st == RKV_OK ? frame_attend(model, what, layer, ring, args) : st;
 }
 
 rkv_status rkv_model_step(rkv_model *model, int64_t layer, int64_t batch,
                           const int64_t *session_idx, const void *kv, rkv_dtype kv_dtype,
                           int commit, const rkv_attention_args *args) {
     static const char what[] = "rkv_model_step";
-    rkv_status st = check_batch_rows(model, what, layer, batch, session_idx, true);
+    rkv_status st = check_batch_rows(model, what, layer, NULL, batch, session_idx, true);
     return st == RKV_OK ? frame_step(model, what, layer, kv, kv_dtype, commit, args) : st;
 }

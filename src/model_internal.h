@@ -94,16 +94,6 @@ void rkv__model_set_clock(rkv_model *m, int64_t session, int64_t last_committed)
  * frame is abandoned (no clock changes). */
 void rkv__model_close_batch(rkv_model *m);
 
-/* rkv_model_upsert / rkv_model_attend on layer `layer`, acting on `on`'s
- * storage (a layer of that geometry on the model's backend, over the
- * caller's copy of the layer's storage: rkv_model_upsert_ring) or, with on
- * NULL, on the layer's own (model_frame.c). */
-rkv_status rkv__model_upsert_on(rkv_model *model, int64_t layer, const rkv_layer *on,
-                                int64_t batch, const int64_t *session_idx, const void *kv,
-                                rkv_dtype kv_dtype, int commit);
-rkv_status rkv__model_attend_on(rkv_model *model, int64_t layer, const rkv_layer *on,
-                                int64_t batch, const int64_t *session_idx,
-                                const rkv_attention_args *args);
 
 /* Geometry of layer i (valid: the config was checked at creation). */
 rkv_geometry rkv__model_layer_geometry(const rkv_model *m, int64_t layer);

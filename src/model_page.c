@@ -94,7 +94,7 @@ static rkv_status admit(void *varg, const rkv_snapshot_info *info, int64_t *slot
         return rkv__fail(RKV_ERR_NOT_FOUND,
                          "%s: the image's request '%s' is not paged out of this model (%lld "
                          "paged-out sessions; an image of another model loads with "
-                         "rkv_model_load_session_mem into a claimed session)",
+                         "rkv_model_restore into a claimed session)",
                          a->what, info->request_id, (long long)m->offload_used);
     }
     const rkv__offloaded *e = &m->offloaded[i];

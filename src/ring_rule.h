@@ -7,7 +7,7 @@
  * cpu/attention.c, through internal.h), the CUDA kernels (host and device
  * code: under nvcc every function is __host__ __device__) and
  * tools/replay_vectors.c. The public functions
- * rkv_ring_slot, rkv_is_write_step, rkv_layer_visible_frames and
+ * rkv_ring_slot, rkv_layer_visible_frames and
  * rkv_visible_frames_from_clock are thin wrappers over it. Plain int64
  * values and pointers, no library type, nothing beyond <stdint.h> and
  * <stdbool.h>; the callers check their arguments (clock f >= 0, PD >= 1,

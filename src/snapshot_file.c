@@ -261,22 +261,23 @@ static rkv_status inspect_source(const source *s, rkv_snapshot_info *info) {
     return st;
 }
 
-rkv_status rkv_snapshot_inspect(const char *path, rkv_snapshot_info *info) {
+rkv_status rkv_snapshot_inspect(const char *path, const void *buf, size_t bytes,
+                                rkv_snapshot_info *info) {
+    static const char what[] = "rkv_snapshot_inspect";
+    if (!path && !buf) return rkv__fail(RKV_ERR_NULL, "%s: path and buf are NULL", what);
+    if (path && buf)
+        return rkv__fail(RKV_ERR_INVALID_ARG, "%s: both path and buf given; pass one", what);
+    rkv_status st = info ? rkv__snapshot_info_check(what, info) : RKV_OK;
+    if (st != RKV_OK) return st;
     source s;
-    rkv_status st = info ? rkv__snapshot_info_check("rkv_snapshot_inspect", info) : RKV_OK;
-    if (st != RKV_OK || (st = src_open(&s, "rkv_snapshot_inspect", path)) != RKV_OK) return st;
+    if (!path) {
+        src_mem(&s, what, buf, bytes);
+        return inspect_source(&s, info);
+    }
+    if ((st = src_open(&s, what, path)) != RKV_OK) return st;
     st = inspect_source(&s, info);
     close(s.fd);
     return st;
-}
-
-rkv_status rkv_snapshot_inspect_mem(const void *buf, size_t bytes, rkv_snapshot_info *info) {
-    if (!buf && bytes) return rkv__fail(RKV_ERR_NULL, "rkv_snapshot_inspect_mem: buf is NULL");
-    rkv_status st = info ? rkv__snapshot_info_check("rkv_snapshot_inspect_mem", info) : RKV_OK;
-    if (st != RKV_OK) return st;
-    source s;
-    src_mem(&s, "rkv_snapshot_inspect_mem", buf ? buf : "", bytes);
-    return inspect_source(&s, info);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -510,9 +511,9 @@ rkv_status rkv_model_load_session(rkv_model *model, int64_t session, const char 
     return st;
 }
 
-/* An image in memory (rkv_model_load_session_mem, rkv_model_restore). */
-static rkv_status load_mem(rkv_model *model, int64_t session, const char *what, const void *buf,
-                           size_t bytes) {
+/* An image in memory. */
+rkv_status rkv_model_restore(rkv_model *model, int64_t session, const void *buf, size_t bytes) {
+    static const char what[] = "rkv_model_restore";
     rkv_status st = rkv__model_check_between_frames(model, what, session);
     if (st != RKV_OK) return st;
     if (!buf && bytes) return rkv__fail(RKV_ERR_NULL, "%s: buf is NULL", what);
@@ -521,16 +522,6 @@ static rkv_status load_mem(rkv_model *model, int64_t session, const char *what, 
     source s;
     src_mem(&s, what, buf ? buf : "", bytes);
     return load_source(&s, model, session);
-}
-
-rkv_status rkv_model_load_session_mem(rkv_model *model, int64_t session, const void *buf,
-                                      size_t bytes) {
-    return load_mem(model, session, "rkv_model_load_session_mem", buf, bytes);
-}
-
-rkv_status rkv_model_restore(rkv_model *model, int64_t session, const void *buf,
-                             size_t buf_bytes) {
-    return load_mem(model, session, "rkv_model_restore", buf, buf_bytes);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -281,8 +281,8 @@ static void pair_frame(pair *p, int64_t B, const int64_t *rows, uint64_t seed) {
             if (pass == 0) {
                 OK(rkv_model_frame_upsert(p->t, l, dkv, c->dtype, 0));
                 OK(rkv_model_frame_attend(p->t, l, &a));
-                OK(rkv_model_upsert(p->r, l, B, rows, kv, c->dtype, 0));
-                OK(rkv_model_attend(p->r, l, B, rows, &ar));
+                OK(rkv_model_upsert(p->r, l, NULL, B, rows, kv, c->dtype, 0));
+                OK(rkv_model_attend(p->r, l, NULL, B, rows, &ar));
             } else {
                 OK(rkv_model_frame_step(p->t, l, dkv, c->dtype, 1, &a));
                 OK(rkv_model_step(p->r, l, B, rows, kv, c->dtype, 1, &ar));
@@ -537,7 +537,7 @@ int main(void) {
         return 77;
     }
     printf("backend parity against the CPU reference engine\n");
-    printf("  cpu engine: %s\n", rkv_attention_isa());
+    printf("  cpu engine: %s\n", rkv_attention_isa(NULL));
     run_backend(&CPU);
 #ifdef RKV_HAVE_CUDA
     if (rkv_cuda_device_count() > 0) {

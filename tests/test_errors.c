@@ -402,7 +402,7 @@ static void test_block_mask_errors(void **state)
 {
     (void)state;
     rkv_layer *l = hist_layer();
-    int64_t KB = rkv_layer_total_slots(l) / 128;
+    int64_t KB = rkv_geometry_total_slots(rkv_layer_geometry(l)) / 128;
     int32_t nb[1] = {-9};
     int32_t *idx = tu_xmalloc((size_t)KB * 4);
     for (int64_t i = 0; i < KB; i++)
@@ -443,7 +443,7 @@ static void attn_in_init(attn_in *inp, const rkv_layer *l)
 {
 #define in (*inp)
     memset(&in, 0, sizeof in);
-    int64_t N = rkv_layer_total_slots(l);
+    int64_t N = rkv_geometry_total_slots(rkv_layer_geometry(l));
     in.n = (size_t)(3 * 4 * 300 * 4); /* room for the largest variant */
     in.q = tu_xmalloc(in.n * 4);
     in.out = tu_xmalloc(in.n * 4);
@@ -643,14 +643,14 @@ static rkv_model *busy_model(int64_t *sa, int64_t *sb)
             for (int64_t li = 0; li < 2; li++) {
                 tu_gen_frame(fr, rkv_layer_geometry(rkv_model_layer(m, li)),
                              tu_key(li, f, (uint64_t)pass));
-                TU_OK(rkv_model_upsert(m, li, 1, sa, fr, RKV_DTYPE_F32,
+                TU_OK(rkv_model_upsert(m, li, NULL, 1, sa, fr, RKV_DTYPE_F32,
                                        pass == 4));
             }
     }
     int64_t f0 = 0;
     TU_OK(rkv_model_begin_frame(m, 1, sb, &f0));
     tu_gen_frame(fr, rkv_layer_geometry(rkv_model_layer(m, 0)), 5);
-    TU_OK(rkv_model_upsert(m, 0, 1, sb, fr, RKV_DTYPE_F32, 1));
+    TU_OK(rkv_model_upsert(m, 0, NULL, 1, sb, fr, RKV_DTYPE_F32, 1));
     free(fr);
     return m;
 }
@@ -733,7 +733,7 @@ static void test_overlapping_buffers_refused(void **state)
               "the layer's written bits");
     LAYER_ERR(l, rkv_layer_write_span(l, 0, RKV_SPAN_K, 0, store + 4), RKV_ERR_INVALID_ARG,
               "overlaps src");
-    const size_t piece = rkv_layer_span_bytes(l, RKV_SPAN_K);
+    const size_t piece = tu_span_bytes(l, RKV_SPAN_K);
     TU_OK(rkv_layer_write_span(l, 0, RKV_SPAN_K, 0, store + piece)); /* another piece */
     assert_memory_equal(store, store + piece, piece);
 
@@ -755,14 +755,14 @@ static void test_overlapping_buffers_refused(void **state)
     rkv_model *m = busy_model(&sa, &sb);
     const void *layer1 = rkv_layer_kv(rkv_model_layer(m, 1));
     int64_t rows[1] = {sb};
-    MODEL_ERR(m, rkv_model_upsert(m, 1, 1, rows, layer1, RKV_DTYPE_F32, 0),
+    MODEL_ERR(m, rkv_model_upsert(m, 1, NULL, 1, rows, layer1, RKV_DTYPE_F32, 0),
               RKV_ERR_INVALID_ARG, "rkv_model_upsert: ");
     a.n_q_heads = 4;
     const size_t mq = (size_t)(4 * 128 * 4);
     float *mqo = tu_xmalloc(2 * mq * 4);
     tu_fill_uniform(mqo, 2 * mq, &(tu_rng){73});
     a.q = a.out = mqo;
-    MODEL_ERR(m, rkv_model_attend(m, 0, 1, rows, &a), RKV_ERR_INVALID_ARG, "overlaps q");
+    MODEL_ERR(m, rkv_model_attend(m, 0, NULL, 1, rows, &a), RKV_ERR_INVALID_ARG, "overlaps q");
     /* the step checks the attention before its upsert: nothing written */
     MODEL_ERR(m, rkv_model_step(m, 1, 1, rows, fr, RKV_DTYPE_F32, 1, &a), RKV_ERR_INVALID_ARG,
               "overlaps q");
@@ -1058,7 +1058,7 @@ static void test_begin_frame_errors(void **state)
     /* the good row was not begun: an upsert on it is refused */
     size_t fn = (size_t)(2 * 2 * 128 * 4);
     float *kv = tu_xcalloc(fn, 4);
-    MODEL_ERR(m, rkv_model_upsert(m, 0, 1, s1, kv, RKV_DTYPE_F32, 0),
+    MODEL_ERR(m, rkv_model_upsert(m, 0, NULL, 1, s1, kv, RKV_DTYPE_F32, 0),
               RKV_ERR_STATE, NULL);
     free(kv);
     rkv_model_destroy(m);
@@ -1074,41 +1074,41 @@ static void test_model_upsert_errors(void **state)
     tu_rng r = {51};
     tu_fill_uniform(kv, fn * 3, &r);
     int64_t s[1] = {sb};
-    TU_ERR(rkv_model_upsert(NULL, 1, 1, s, kv, RKV_DTYPE_F32, 0),
+    TU_ERR(rkv_model_upsert(NULL, 1, NULL, 1, s, kv, RKV_DTYPE_F32, 0),
            RKV_ERR_NULL, NULL);
-    MODEL_ERR(m, rkv_model_upsert(m, 1, 1, NULL, kv, RKV_DTYPE_F32, 0),
+    MODEL_ERR(m, rkv_model_upsert(m, 1, NULL, 1, NULL, kv, RKV_DTYPE_F32, 0),
               RKV_ERR_NULL, NULL);
-    MODEL_ERR(m, rkv_model_upsert(m, 1, 1, s, NULL, RKV_DTYPE_F32, 0),
+    MODEL_ERR(m, rkv_model_upsert(m, 1, NULL, 1, s, NULL, RKV_DTYPE_F32, 0),
               RKV_ERR_NULL, NULL);
-    MODEL_ERR(m, rkv_model_upsert(m, 2, 1, s, kv, RKV_DTYPE_F32, 0),
+    MODEL_ERR(m, rkv_model_upsert(m, 2, NULL, 1, s, kv, RKV_DTYPE_F32, 0),
               RKV_ERR_RANGE, "2");
-    MODEL_ERR(m, rkv_model_upsert(m, -1, 1, s, kv, RKV_DTYPE_F32, 0),
+    MODEL_ERR(m, rkv_model_upsert(m, -1, NULL, 1, s, kv, RKV_DTYPE_F32, 0),
               RKV_ERR_RANGE, "-1");
-    MODEL_ERR(m, rkv_model_upsert(m, 1, 0, s, kv, RKV_DTYPE_F32, 0),
+    MODEL_ERR(m, rkv_model_upsert(m, 1, NULL, 0, s, kv, RKV_DTYPE_F32, 0),
               RKV_ERR_INVALID_ARG, "0");
     int64_t sr[1] = {3};
-    MODEL_ERR(m, rkv_model_upsert(m, 1, 1, sr, kv, RKV_DTYPE_F32, 1),
+    MODEL_ERR(m, rkv_model_upsert(m, 1, NULL, 1, sr, kv, RKV_DTYPE_F32, 1),
               RKV_ERR_RANGE, "3");
-    MODEL_ERR(m, rkv_model_upsert(m, 1, 1, s, kv, RKV_DTYPE_BF16, 1),
+    MODEL_ERR(m, rkv_model_upsert(m, 1, NULL, 1, s, kv, RKV_DTYPE_BF16, 1),
               RKV_ERR_DTYPE, "bf16");
-    MODEL_ERR(m, rkv_model_upsert(m, 1, 1, s, kv, (rkv_dtype)4, 1),
+    MODEL_ERR(m, rkv_model_upsert(m, 1, NULL, 1, s, kv, (rkv_dtype)4, 1),
               RKV_ERR_DTYPE, NULL);
     /* not inside a frame: "a" (between frames) and session 2 (not held) */
     int64_t sna[1] = {sa}, snh[1] = {2};
-    MODEL_ERR(m, rkv_model_upsert(m, 1, 1, sna, kv, RKV_DTYPE_F32, 1),
+    MODEL_ERR(m, rkv_model_upsert(m, 1, NULL, 1, sna, kv, RKV_DTYPE_F32, 1),
               RKV_ERR_STATE, NULL);
-    MODEL_FAILS(m, rkv_model_upsert(m, 1, 1, snh, kv, RKV_DTYPE_F32, 1),
+    MODEL_FAILS(m, rkv_model_upsert(m, 1, NULL, 1, snh, kv, RKV_DTYPE_F32, 1),
                 NULL);
     /* a batch with one row inside a frame and one not: nothing written */
     int64_t mix[2] = {sb, sa};
-    MODEL_ERR(m, rkv_model_upsert(m, 1, 2, mix, kv, RKV_DTYPE_F32, 1),
+    MODEL_ERR(m, rkv_model_upsert(m, 1, NULL, 2, mix, kv, RKV_DTYPE_F32, 1),
               RKV_ERR_STATE, NULL);
     /* repeated session */
     int64_t dup[2] = {sb, sb};
-    MODEL_FAILS(m, rkv_model_upsert(m, 1, 2, dup, kv, RKV_DTYPE_F32, 1),
+    MODEL_FAILS(m, rkv_model_upsert(m, 1, NULL, 2, dup, kv, RKV_DTYPE_F32, 1),
                 NULL);
     /* and "b"'s frame still ends normally afterwards */
-    TU_OK(rkv_model_upsert(m, 1, 1, s, kv, RKV_DTYPE_F32, 1));
+    TU_OK(rkv_model_upsert(m, 1, NULL, 1, s, kv, RKV_DTYPE_F32, 1));
     int64_t c = -5;
     TU_OK(rkv_model_clock(m, sb, &c));
     assert_int_equal(c, 0);
@@ -1137,36 +1137,36 @@ static void test_model_attend_errors(void **state)
     a.out = out;
     a.out_dtype = RKV_DTYPE_F32;
     int64_t s[1] = {sb};
-    TU_ERR(rkv_model_attend(NULL, 0, 1, s, &a), RKV_ERR_NULL, NULL);
-    MODEL_ERR(m, rkv_model_attend(m, 0, 1, NULL, &a), RKV_ERR_NULL,
+    TU_ERR(rkv_model_attend(NULL, 0, NULL, 1, s, &a), RKV_ERR_NULL, NULL);
+    MODEL_ERR(m, rkv_model_attend(m, 0, NULL, 1, NULL, &a), RKV_ERR_NULL,
               NULL);
-    MODEL_ERR(m, rkv_model_attend(m, 0, 1, s, NULL), RKV_ERR_NULL, NULL);
-    MODEL_ERR(m, rkv_model_attend(m, 2, 1, s, &a), RKV_ERR_RANGE, "2");
-    MODEL_ERR(m, rkv_model_attend(m, -1, 1, s, &a), RKV_ERR_RANGE, "-1");
-    MODEL_ERR(m, rkv_model_attend(m, 0, 0, s, &a), RKV_ERR_INVALID_ARG,
+    MODEL_ERR(m, rkv_model_attend(m, 0, NULL, 1, s, NULL), RKV_ERR_NULL, NULL);
+    MODEL_ERR(m, rkv_model_attend(m, 2, NULL, 1, s, &a), RKV_ERR_RANGE, "2");
+    MODEL_ERR(m, rkv_model_attend(m, -1, NULL, 1, s, &a), RKV_ERR_RANGE, "-1");
+    MODEL_ERR(m, rkv_model_attend(m, 0, NULL, 0, s, &a), RKV_ERR_INVALID_ARG,
               "0");
     int64_t sr[1] = {7};
-    MODEL_ERR(m, rkv_model_attend(m, 0, 1, sr, &a), RKV_ERR_RANGE, "7");
+    MODEL_ERR(m, rkv_model_attend(m, 0, NULL, 1, sr, &a), RKV_ERR_RANGE, "7");
     rkv_attention_args b = a;
     b.n_q_heads = 3; /* H = 2 */
-    MODEL_ERR(m, rkv_model_attend(m, 0, 1, s, &b), RKV_ERR_INVALID_ARG,
+    MODEL_ERR(m, rkv_model_attend(m, 0, NULL, 1, s, &b), RKV_ERR_INVALID_ARG,
               "3");
     b.n_q_heads = 2 * Hq; /* a multiple of H, but not this model's Hq */
-    MODEL_ERR(m, rkv_model_attend(m, 0, 1, s, &b), RKV_ERR_INVALID_ARG,
+    MODEL_ERR(m, rkv_model_attend(m, 0, NULL, 1, s, &b), RKV_ERR_INVALID_ARG,
               "8");
     b = a;
     b.q = NULL;
-    MODEL_ERR(m, rkv_model_attend(m, 0, 1, s, &b), RKV_ERR_NULL, NULL);
+    MODEL_ERR(m, rkv_model_attend(m, 0, NULL, 1, s, &b), RKV_ERR_NULL, NULL);
     b = a;
     b.struct_size = 0;
-    MODEL_ERR(m, rkv_model_attend(m, 0, 1, s, &b), RKV_ERR_INVALID_ARG,
+    MODEL_ERR(m, rkv_model_attend(m, 0, NULL, 1, s, &b), RKV_ERR_INVALID_ARG,
               "rkv_model_attend: args->struct_size is 0");
     /* not inside a frame (session 2: not held) */
     int64_t snh[1] = {2};
-    MODEL_FAILS(m, rkv_model_attend(m, 0, 1, snh, &a), NULL);
+    MODEL_FAILS(m, rkv_model_attend(m, 0, NULL, 1, snh, &a), NULL);
     assert_memory_equal(out, pat, n * 4);
     /* the valid call works */
-    TU_OK(rkv_model_attend(m, 0, 1, s, &a));
+    TU_OK(rkv_model_attend(m, 0, NULL, 1, s, &a));
     assert_true(memcmp(out, pat, n * 4) != 0);
     free(q);
     free(out);
@@ -1277,13 +1277,8 @@ static void test_span_errors(void **state)
 {
     (void)state;
     rkv_layer *l = hist_layer(); /* S 3, H 2, RF 4, T 128, D 4, PD 2 */
-    const size_t kb = rkv_layer_span_bytes(l, RKV_SPAN_K);
     const int64_t C = 5 * 128;
-    assert_int_equal(kb, (size_t)C * 4 * 4);
-    assert_int_equal(rkv_layer_span_bytes(l, RKV_SPAN_V), kb);
-    assert_int_equal(rkv_layer_span_bytes(l, RKV_SPAN_WRITTEN), (size_t)C);
-    assert_int_equal(rkv_layer_span_bytes(l, (rkv_span_part)3), 0);
-    assert_int_equal(rkv_layer_span_bytes(NULL, RKV_SPAN_K), 0);
+    const size_t kb = (size_t)C * 4 * 4; /* one head's K or V: C*D f32 */
     unsigned char *buf = tu_xmalloc(kb), *pat = tu_xmalloc(kb);
     memset(buf, 0xA5, kb);
     memcpy(pat, buf, kb);
@@ -1579,7 +1574,7 @@ static void test_messages_name_the_argument(void **state)
     upsert_in in = upsert_in_new(l);
     const rkv_dtype F = RKV_DTYPE_F32;
     int64_t lo, hi, fr[5], n, s = 0, f = 3;
-    int32_t nb[1], *idx = tu_xmalloc((size_t)rkv_layer_total_slots(l) * 4);
+    int32_t nb[1], *idx = tu_xmalloc((size_t)rkv_geometry_total_slots(rkv_layer_geometry(l)) * 4);
     uint8_t *row = tu_xmalloc((size_t)tu_N(&g));
 
     MSG(rkv_layer_session_span(NULL, 0, &lo, &hi), RKV_ERR_NULL, "layer");
@@ -1664,7 +1659,7 @@ static void test_messages_name_the_argument(void **state)
     MSG(rkv_model_restore(m, s, NULL, rkv_model_snapshot_bytes(m)),
         RKV_ERR_NULL, "buf");
     TU_OK(rkv_model_begin_frame(m, 1, &s, &f));
-    MSG(rkv_model_upsert(m, 0, 1, &s, NULL, F, 0), RKV_ERR_NULL, "kv");
+    MSG(rkv_model_upsert(m, 0, NULL, 1, &s, NULL, F, 0), RKV_ERR_NULL, "kv");
     (void)clk;
     rkv_model_destroy(m);
     MSG(rkv_threadpool_create(2, NULL), RKV_ERR_NULL, "out");
@@ -1726,14 +1721,14 @@ static void test_struct_size_refused(void **state)
         memset(&info, 0x3C, sizeof info);
         info.struct_size = sizes[i];
         before = info;
-        TU_ERR(rkv_snapshot_inspect_mem(img, n, &info), RKV_ERR_INVALID_ARG, says[i]);
+        TU_ERR(rkv_snapshot_inspect(NULL, img, n, &info), RKV_ERR_INVALID_ARG, says[i]);
         /* checked first: a missing file is not even opened */
-        TU_ERR(rkv_snapshot_inspect("/nonexistent/ringkv.safetensors", &info),
+        TU_ERR(rkv_snapshot_inspect("/nonexistent/ringkv.safetensors", NULL, 0, &info),
                RKV_ERR_INVALID_ARG, says[i]);
         assert_memory_equal(&info, &before, sizeof info);
     }
     info = (rkv_snapshot_info)RKV_SNAPSHOT_INFO_INIT;
-    TU_OK(rkv_snapshot_inspect_mem(img, n, &info));
+    TU_OK(rkv_snapshot_inspect(NULL, img, n, &info));
     assert_int_equal(info.struct_size, sizeof info);
     assert_int_equal(info.config.struct_size, sizeof info.config);
     assert_int_equal(info.last_committed, 4);

@@ -4,12 +4,19 @@
 
 #define MiB ((size_t)1 << 20)
 
+/* rkv_ring_slot's write-step output (1 or 0). */
+static int write_step(const rkv_geometry *g, int64_t f)
+{
+    int w = -1;
+    (void)rkv_ring_slot(g, f, &w);
+    return w;
+}
+
 static void test_derived_sizes_small(void **state)
 {
     (void)state;
     rkv_geometry g = tu_geom(3, 2, 4, 3, 8, 256, 2, RKV_DTYPE_F32);
     TU_OK(rkv_geometry_check(&g));
-    assert_int_equal(rkv_geometry_ring_len(&g), 4 * 256);
     assert_int_equal(rkv_geometry_capacity(&g), 5 * 256);
     assert_int_equal(rkv_geometry_total_slots(&g), 3 * 5 * 256);
     assert_int_equal(rkv_geometry_memory_bytes(&g),
@@ -37,7 +44,6 @@ static void test_derived_sizes_minimal(void **state)
     (void)state;
     rkv_geometry g = tu_geom(1, 1, 1, 1, 1, 128, 1, RKV_DTYPE_BF16);
     TU_OK(rkv_geometry_check(&g));
-    assert_int_equal(rkv_geometry_ring_len(&g), 128);
     assert_int_equal(rkv_geometry_capacity(&g), 256);
     assert_int_equal(rkv_geometry_total_slots(&g), 256);
     assert_int_equal(rkv_geometry_memory_bytes(&g), (size_t)2 * 256 * 2);
@@ -103,12 +109,12 @@ static void test_slot_arithmetic_global(void **state)
         {136, 1, 1}, {1000, 13, 1}, {1001, 14, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        if (rkv_ring_slot(&g, cases[i].f) != cases[i].slot)
+        if (rkv_ring_slot(&g, cases[i].f, NULL) != cases[i].slot)
             fail_msg("ring_slot(f=%lld) = %lld, expected %lld",
                      (long long)cases[i].f,
-                     (long long)rkv_ring_slot(&g, cases[i].f),
+                     (long long)rkv_ring_slot(&g, cases[i].f, NULL),
                      (long long)cases[i].slot);
-        assert_int_equal(rkv_is_write_step(&g, cases[i].f) != 0,
+        assert_int_equal(write_step(&g, cases[i].f) != 0,
                          cases[i].write);
     }
 }
@@ -120,8 +126,8 @@ static void test_slot_arithmetic_worked_example(void **state)
     rkv_geometry g = tu_geom(1, 1, 4, 3, 4, 128, 2, RKV_DTYPE_F32);
     static const int64_t slot[] = {0, 1, 1, 2, 2, 0, 0, 1, 1};
     for (int64_t f = 0; f < 9; f++) {
-        assert_int_equal(rkv_ring_slot(&g, f), slot[f]);
-        assert_int_equal(rkv_is_write_step(&g, f) != 0, f % 2 == 0);
+        assert_int_equal(rkv_ring_slot(&g, f, NULL), slot[f]);
+        assert_int_equal(write_step(&g, f) != 0, f % 2 == 0);
     }
 }
 
@@ -136,14 +142,14 @@ static void test_slot_arithmetic_sweep(void **state)
                                  geo[i][2], RKV_DTYPE_F32);
         TU_OK(rkv_geometry_check(&g));
         for (int64_t f = 0; f < 400; f++) {
-            assert_int_equal(rkv_ring_slot(&g, f), tu_slot(&g, f));
-            assert_true(rkv_ring_slot(&g, f) < g.ring_buckets);
-            assert_int_equal(rkv_is_write_step(&g, f) != 0, tu_write_step(&g, f));
+            assert_int_equal(rkv_ring_slot(&g, f, NULL), tu_slot(&g, f));
+            assert_true(rkv_ring_slot(&g, f, NULL) < g.ring_buckets);
+            assert_int_equal(write_step(&g, f) != 0, tu_write_step(&g, f));
         }
         /* large clocks short of the reference's wrap: ceil(f/PD), no overflow */
         int64_t big = INT64_MAX - (g.pinned_dilation - 1) - 3;
-        assert_int_equal(rkv_ring_slot(&g, big), tu_slot(&g, big));
-        assert_int_equal(rkv_is_write_step(&g, big) != 0, tu_write_step(&g, big));
+        assert_int_equal(rkv_ring_slot(&g, big, NULL), tu_slot(&g, big));
+        assert_int_equal(write_step(&g, big) != 0, tu_write_step(&g, big));
     }
 }
 
@@ -176,8 +182,8 @@ static void test_slot_at_int64_top_matches_reference(void **state)
     for (size_t i = 0; i < sizeof ref / sizeof ref[0]; i++) {
         rkv_geometry g = tu_geom(1, 1, ref[i].rb, ref[i].rb, 4, 128, ref[i].pd, RKV_DTYPE_F32);
         TU_OK(rkv_geometry_check(&g));
-        assert_int_equal(rkv_ring_slot(&g, ref[i].f), ref[i].slot);
-        assert_int_equal(rkv_is_write_step(&g, ref[i].f) != 0, ref[i].write);
+        assert_int_equal(rkv_ring_slot(&g, ref[i].f, NULL), ref[i].slot);
+        assert_int_equal(write_step(&g, ref[i].f) != 0, ref[i].write);
     }
 }
 
@@ -337,11 +343,11 @@ static void test_layer_reports_geometry(void **state)
     const rkv_geometry *lg = rkv_layer_geometry(l);
     assert_non_null(lg);
     assert_true(tu_geom_equal(lg, &g));
-    assert_int_equal(rkv_layer_capacity(l), 6 * 256);
-    assert_int_equal(rkv_layer_total_slots(l), 3 * 6 * 256);
-    assert_int_equal(rkv_layer_memory_bytes(l),
+    assert_int_equal(rkv_geometry_capacity(rkv_layer_geometry(l)), 6 * 256);
+    assert_int_equal(rkv_geometry_total_slots(rkv_layer_geometry(l)), 3 * 6 * 256);
+    assert_int_equal(rkv_geometry_memory_bytes(rkv_layer_geometry(l)),
                      (size_t)2 * 2 * 3 * 6 * 256 * 6 * 2);
-    assert_int_equal(rkv_layer_memory_bytes(l),
+    assert_int_equal(rkv_geometry_memory_bytes(rkv_layer_geometry(l)),
                      rkv_geometry_memory_bytes(&g));
     /* the layer keeps its own copy of the geometry */
     g.num_sessions = 99;

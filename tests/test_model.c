@@ -132,6 +132,14 @@ static void test_preset_names(void **state)
 }
 
 /* A model built from a preset has the preset's layers and memory. */
+/* Resident K/V bytes of a model: rkv_model_config_memory's total on its config. */
+static size_t model_bytes(const rkv_model *m)
+{
+    size_t per_session = 0, total = 0;
+    TU_OK(rkv_model_config_memory(rkv_model_get_config(m), &per_session, &total));
+    return total;
+}
+
 static void test_model_from_preset(void **state)
 {
     (void)state;
@@ -139,7 +147,7 @@ static void test_model_from_preset(void **state)
     TU_OK(rkv_model_preset("waypoint-1.5-360p", 0, &c));
     rkv_model *m = NULL;
     TU_OK(rkv_model_create(&c, &m));
-    assert_int_equal(rkv_model_memory_bytes(m), 204 * MiB);
+    assert_int_equal(model_bytes(m), 204 * MiB);
     const rkv_model_config *mc = rkv_model_get_config(m);
     assert_non_null(mc);
     assert_int_equal(mc->n_layers, 24);
@@ -150,7 +158,7 @@ static void test_model_from_preset(void **state)
         rkv_geometry g;
         TU_OK(rkv_model_config_layer_geometry(&c, i, &g));
         assert_true(tu_geom_equal(rkv_layer_geometry(l), &g));
-        assert_int_equal(rkv_layer_memory_bytes(l), 17 * MiB / 2);
+        assert_int_equal(rkv_geometry_memory_bytes(rkv_layer_geometry(l)), 17 * MiB / 2);
     }
     rkv_model_destroy(m);
 
@@ -159,7 +167,7 @@ static void test_model_from_preset(void **state)
     TU_OK(rkv_model_create(&c, &m));
     size_t ps, tot;
     TU_OK(rkv_model_config_memory(&c, &ps, &tot));
-    assert_int_equal(rkv_model_memory_bytes(m), tot);
+    assert_int_equal(model_bytes(m), tot);
     assert_int_equal(tot, 3 * ps);
     /* the model keeps its own copy of the config */
     c.num_sessions = 99;
@@ -203,7 +211,7 @@ static void run_frame(rkv_model *m, int64_t B, const int64_t *sess,
             }
             tu_pack(packed, (const float *const *)rows, B, g0);
             void *kv = tu_to_dtype(packed, fn * (size_t)B, c->dtype);
-            TU_OK(rkv_model_upsert(m, li, B, sess, kv, c->dtype,
+            TU_OK(rkv_model_upsert(m, li, NULL, B, sess, kv, c->dtype,
                                    pass == 4));
             free(kv);
             for (int64_t b = 0; b < B; b++)
@@ -289,7 +297,7 @@ static void test_release(void **state)
     /* b untouched */
     for (int64_t li = 0; li < 3; li++) {
         rkv_layer *l = rkv_model_layer(m, li);
-        int64_t C = rkv_layer_capacity(l);
+        int64_t C = rkv_geometry_capacity(rkv_layer_geometry(l));
         const rkv_geometry *g = rkv_layer_geometry(l);
         int64_t N = tu_N(g), D = g->d_head;
         for (int64_t ch = 0; ch < 2 * g->n_kv_heads; ch++)
@@ -361,7 +369,7 @@ static void test_clock_refusals_name_session_and_request(void **state)
     /* the per-pass calls and the between-frames calls name both too */
     size_t fn = (size_t)(2 * 2 * 128 * 4);
     float *kv = tu_xcalloc(fn, 4);
-    TU_ERR(rkv_model_upsert(m, 0, 1, &a, kv, RKV_DTYPE_F32, 0), RKV_ERR_STATE,
+    TU_ERR(rkv_model_upsert(m, 0, NULL, 1, &a, kv, RKV_DTYPE_F32, 0), RKV_ERR_STATE,
            "session 0 (request 'cam-7/left', row 0) has no frame begun: it is not in "
            "the current batch");
     free(kv);
@@ -402,9 +410,9 @@ static void test_clock_rules(void **state)
         /* neither session is inside a frame now */
         size_t fn = (size_t)(2 * 2 * 128 * 4);
         float *kv = tu_xcalloc(fn, 4);
-        TU_ERR(rkv_model_upsert(m, 0, 1, &a, kv, RKV_DTYPE_F32, 0),
+        TU_ERR(rkv_model_upsert(m, 0, NULL, 1, &a, kv, RKV_DTYPE_F32, 0),
                RKV_ERR_STATE, NULL);
-        TU_ERR(rkv_model_upsert(m, 0, 1, &b, kv, RKV_DTYPE_F32, 0),
+        TU_ERR(rkv_model_upsert(m, 0, NULL, 1, &b, kv, RKV_DTYPE_F32, 0),
                RKV_ERR_STATE, NULL);
         free(kv);
     }
@@ -447,12 +455,12 @@ static void test_frame_ends_after_last_layer(void **state)
     /* 4 denoising passes: nothing ends */
     for (int pass = 0; pass < 4; pass++)
         for (int64_t li = 0; li < 3; li++)
-            TU_OK(rkv_model_upsert(m, li, 1, &a, kv, RKV_DTYPE_F32, 0));
+            TU_OK(rkv_model_upsert(m, li, NULL, 1, &a, kv, RKV_DTYPE_F32, 0));
     TU_OK(rkv_model_clock(m, a, &x));
     assert_int_equal(x, 0);
     /* commit on layers 2 and 0 (out of order): still inside the frame */
-    TU_OK(rkv_model_upsert(m, 2, 1, &a, kv, RKV_DTYPE_F32, 1));
-    TU_OK(rkv_model_upsert(m, 0, 1, &a, kv, RKV_DTYPE_F32, 1));
+    TU_OK(rkv_model_upsert(m, 2, NULL, 1, &a, kv, RKV_DTYPE_F32, 1));
+    TU_OK(rkv_model_upsert(m, 0, NULL, 1, &a, kv, RKV_DTYPE_F32, 1));
     TU_OK(rkv_model_clock(m, a, &x));
     assert_int_equal(x, 0);
     TU_ERR2(rkv_model_begin_frame(m, 1, &a, &f2), RKV_ERR_CLOCK,
@@ -462,15 +470,15 @@ static void test_frame_ends_after_last_layer(void **state)
     void *buf = tu_xmalloc(nb);
     TU_ERR(rkv_model_snapshot(m, a, buf, nb), RKV_ERR_STATE, NULL);
     /* a non-committing upsert of the last layer does not end it */
-    TU_OK(rkv_model_upsert(m, 1, 1, &a, kv, RKV_DTYPE_F32, 0));
+    TU_OK(rkv_model_upsert(m, 1, NULL, 1, &a, kv, RKV_DTYPE_F32, 0));
     TU_OK(rkv_model_clock(m, a, &x));
     assert_int_equal(x, 0);
     /* the last layer's commit ends it */
-    TU_OK(rkv_model_upsert(m, 1, 1, &a, kv, RKV_DTYPE_F32, 1));
+    TU_OK(rkv_model_upsert(m, 1, NULL, 1, &a, kv, RKV_DTYPE_F32, 1));
     TU_OK(rkv_model_clock(m, a, &x));
     assert_int_equal(x, 1);
     /* now outside the frame: upserts refused, next frame is 2 */
-    TU_ERR(rkv_model_upsert(m, 0, 1, &a, kv, RKV_DTYPE_F32, 0),
+    TU_ERR(rkv_model_upsert(m, 0, NULL, 1, &a, kv, RKV_DTYPE_F32, 0),
            RKV_ERR_STATE, NULL);
     TU_OK(rkv_model_snapshot(m, a, buf, nb));
     TU_ERR(rkv_model_begin_frame(m, 1, &a, &f), RKV_ERR_CLOCK, NULL);
@@ -511,7 +519,7 @@ static void test_model_matches_layers(void **state)
                                  tu_key(sess[i] + 10 * li, fp[i],
                                         (uint64_t)pass));
                 tu_pack(packed, (const float *const *)rows, 2, g0);
-                TU_OK(rkv_model_upsert(m, li, 2, sess, packed,
+                TU_OK(rkv_model_upsert(m, li, NULL, 2, sess, packed,
                                        RKV_DTYPE_F32, pass == 4));
                 TU_OK(rkv_layer_upsert(ref[li], packed, RKV_DTYPE_F32, 2,
                                        fp, sess, pass == 4, NULL));
@@ -559,7 +567,7 @@ static void test_model_attend(void **state)
     args.out_dtype = RKV_DTYPE_F32;
     for (int pass = 0; pass < 5; pass++)
         for (int64_t li = 0; li < 3; li++) {
-            TU_OK(rkv_model_upsert(m, li, 2, sess, kv, RKV_DTYPE_F32,
+            TU_OK(rkv_model_upsert(m, li, NULL, 2, sess, kv, RKV_DTYPE_F32,
                                    pass == 4));
             /* model: session_idx/frame_pos/visible of args are ignored */
             int64_t junk_s[2] = {7, 7}, junk_f[2] = {-3, -3};
@@ -570,7 +578,7 @@ static void test_model_attend(void **state)
             args.out = o1;
             for (size_t i = 0; i < n; i++)
                 o1[i] = NAN;
-            TU_OK(rkv_model_attend(m, li, 2, sess, &args));
+            TU_OK(rkv_model_attend(m, li, NULL, 2, sess, &args));
             args.session_idx = sess;
             args.frame_pos = fp;
             args.visible = NULL;
@@ -613,7 +621,7 @@ static void test_reset_drops_clock(void **state)
     assert_int_equal(x, 4);
     /* b's span in layer 1 unchanged */
     rkv_layer *l1 = rkv_model_layer(m, 1);
-    int64_t C = rkv_layer_capacity(l1);
+    int64_t C = rkv_geometry_capacity(rkv_layer_geometry(l1));
     assert_memory_equal(keep.written + b * C, rkv_layer_written(l1) + b * C,
                         (size_t)C);
     tu_layer_state_free(&keep);
@@ -635,7 +643,7 @@ static void span_bytes_equal(rkv_model *m1, int64_t s1, rkv_model *m2,
     const rkv_model_config *c = rkv_model_get_config(m1);
     for (int64_t li = 0; li < c->n_layers; li++) {
         rkv_layer *l1 = rkv_model_layer(m1, li), *l2 = rkv_model_layer(m2, li);
-        int64_t C = rkv_layer_capacity(l1);
+        int64_t C = rkv_geometry_capacity(rkv_layer_geometry(l1));
         size_t n1, n2;
         unsigned char *a = tu_copy_span(l1, s1 * C, (s1 + 1) * C, &n1);
         unsigned char *b = tu_copy_span(l2, s2 * C, (s2 + 1) * C, &n2);
@@ -667,7 +675,7 @@ static void test_snapshot_restore_roundtrip(void **state)
     size_t kvb = 0;
     for (int64_t li = 0; li < 3; li++) {
         rkv_layer *l = rkv_model_layer(m, li);
-        kvb += rkv_layer_memory_bytes(l) / 3 + (size_t)rkv_layer_capacity(l) / 8;
+        kvb += rkv_geometry_memory_bytes(rkv_layer_geometry(l)) / 3 + (size_t)rkv_geometry_capacity(rkv_layer_geometry(l)) / 8;
     }
     assert_true(nb >= kvb);
     unsigned char *buf = tu_xmalloc(nb), *buf2 = tu_xmalloc(nb);
@@ -712,7 +720,7 @@ static void test_snapshot_restore_roundtrip(void **state)
         span_bytes_equal(m, a, m2, same, "continued after restore");
     for (int64_t li = 0; li < 3; li++) {
         rkv_layer *l1 = rkv_model_layer(m, li), *l2 = rkv_model_layer(m2, li);
-        int64_t C = rkv_layer_capacity(l1);
+        int64_t C = rkv_geometry_capacity(rkv_layer_geometry(l1));
         assert_memory_equal(rkv_layer_written(l1) + a * C,
                             rkv_layer_written(l2) + z1 * C, (size_t)C);
         assert_memory_equal(rkv_layer_written(l1) + a * C,
@@ -873,7 +881,7 @@ static void test_reset_release_inside_frame(void **state)
     args.n_q_heads = Hq;
     args.q = q;
     args.out = out;
-    TU_FAILS(rkv_model_attend(m, 0, 1, &a, &args), NULL);
+    TU_FAILS(rkv_model_attend(m, 0, NULL, 1, &a, &args), NULL);
     for (size_t i = 0; i < n; i++)
         assert_true(out[i] == 9.0f);
     float *kv = tu_xcalloc(fn, 4);
@@ -882,7 +890,7 @@ static void test_reset_release_inside_frame(void **state)
         run_frame(m, 1, &a, &f);
         f = 1;
         TU_OK(rkv_model_begin_frame(m, 1, &a, &f));
-        TU_OK(rkv_model_upsert(m, 0, 1, &a, kv, RKV_DTYPE_F32, 1));
+        TU_OK(rkv_model_upsert(m, 0, NULL, 1, &a, kv, RKV_DTYPE_F32, 1));
         if (k == 0) {
             TU_OK(rkv_model_reset(m, a));
         } else {
@@ -893,12 +901,12 @@ static void test_reset_release_inside_frame(void **state)
         assert_int_equal(x, -1);
         expect_session_zero(m, a);
         /* not inside a frame any more */
-        TU_ERR(rkv_model_upsert(m, 1, 1, &a, kv, RKV_DTYPE_F32, 1),
+        TU_ERR(rkv_model_upsert(m, 1, NULL, 1, &a, kv, RKV_DTYPE_F32, 1),
                RKV_ERR_STATE, NULL);
         f = 500;
         TU_OK(rkv_model_begin_frame(m, 1, &a, &f));
         for (int64_t li = 0; li < 3; li++)
-            TU_OK(rkv_model_upsert(m, li, 1, &a, kv, RKV_DTYPE_F32, 1));
+            TU_OK(rkv_model_upsert(m, li, NULL, 1, &a, kv, RKV_DTYPE_F32, 1));
         TU_OK(rkv_model_clock(m, a, &x));
         assert_int_equal(x, 500);
         TU_OK(rkv_model_reset(m, a));
@@ -962,13 +970,13 @@ static void test_one_batch_at_a_time(void **state)
     tu_model_assert_same(&st, m, "second begin_frame");
     tu_model_state_free(&st);
     /* the wrappers: a row outside the batch, a subset, another order */
-    TU_ERR(rkv_model_upsert(m, 0, 1, &c, kv1, RKV_DTYPE_F32, 0), RKV_ERR_STATE,
+    TU_ERR(rkv_model_upsert(m, 0, NULL, 1, &c, kv1, RKV_DTYPE_F32, 0), RKV_ERR_STATE,
            "not in the current batch");
-    TU_ERR(rkv_model_upsert(m, 0, 1, &a, kv1, RKV_DTYPE_F32, 0), RKV_ERR_INVALID_ARG,
+    TU_ERR(rkv_model_upsert(m, 0, NULL, 1, &a, kv1, RKV_DTYPE_F32, 0), RKV_ERR_INVALID_ARG,
            "the current batch has 2");
-    TU_ERR(rkv_model_upsert(m, 0, 2, ba, kv2, RKV_DTYPE_F32, 0), RKV_ERR_INVALID_ARG,
+    TU_ERR(rkv_model_upsert(m, 0, NULL, 2, ba, kv2, RKV_DTYPE_F32, 0), RKV_ERR_INVALID_ARG,
            "begin_frame order");
-    TU_OK(rkv_model_upsert(m, 0, 2, ab, kv2, RKV_DTYPE_F32, 0));
+    TU_OK(rkv_model_upsert(m, 0, NULL, 2, ab, kv2, RKV_DTYPE_F32, 0));
     /* end_frame without the commit pass (as after a graph replay): the
      * clocks become committed; the batch stays current for attention */
     TU_OK(rkv_model_end_frame(m));
@@ -987,10 +995,10 @@ static void test_one_batch_at_a_time(void **state)
     args.q = q;
     args.out = out;
     TU_OK(rkv_model_frame_attend(m, 1, &args));
-    TU_OK(rkv_model_attend(m, 1, 2, ab, &args));
+    TU_OK(rkv_model_attend(m, 1, NULL, 2, ab, &args));
     /* the next batch may be anything */
     TU_OK(rkv_model_begin_frame(m, 1, &c, &fc));
-    TU_ERR(rkv_model_attend(m, 1, 2, ab, &args), RKV_ERR_STATE, "no frame begun");
+    TU_ERR(rkv_model_attend(m, 1, NULL, 2, ab, &args), RKV_ERR_STATE, "no frame begun");
     /* abandoning: no clock moves, the same frame may begin again */
     TU_OK(rkv_model_frame_upsert(m, 1, kv1, RKV_DTYPE_F32, 1));
     TU_OK(rkv_model_abandon_frame(m));
@@ -1075,10 +1083,10 @@ static void test_committed_frame_message(void **state)
     float *kv1 = batch_kv(1, 5), *kv2 = batch_kv(2, 6);
     int64_t f = 41;
     TU_OK(rkv_model_begin_frame(m, 1, &a, &f));
-    TU_OK(rkv_model_upsert(m, 0, 1, &a, kv1, RKV_DTYPE_F32, 1)); /* pass 0 commits */
-    TU_ERR(rkv_model_upsert(m, 0, 1, &a, kv1, RKV_DTYPE_F32, 1), RKV_ERR_STATE,
+    TU_OK(rkv_model_upsert(m, 0, NULL, 1, &a, kv1, RKV_DTYPE_F32, 1)); /* pass 0 commits */
+    TU_ERR(rkv_model_upsert(m, 0, NULL, 1, &a, kv1, RKV_DTYPE_F32, 1), RKV_ERR_STATE,
            "frame 41 of session 0 was committed on every layer");
-    TU_ERR(rkv_model_upsert(m, 0, 1, &a, kv1, RKV_DTYPE_F32, 0), RKV_ERR_STATE,
+    TU_ERR(rkv_model_upsert(m, 0, NULL, 1, &a, kv1, RKV_DTYPE_F32, 0), RKV_ERR_STATE,
            "call rkv_model_begin_frame with frame 42 next");
     TU_ERR(rkv_model_frame_upsert(m, 0, kv1, RKV_DTYPE_F32, 0), RKV_ERR_STATE,
            "call rkv_model_begin_frame with frame 42 next");
@@ -1086,14 +1094,14 @@ static void test_committed_frame_message(void **state)
            "frame 41 of session 0 was committed");
     f = 42;
     TU_OK(rkv_model_begin_frame(m, 1, &a, &f));
-    TU_OK(rkv_model_upsert(m, 0, 1, &a, kv1, RKV_DTYPE_F32, 1));
+    TU_OK(rkv_model_upsert(m, 0, NULL, 1, &a, kv1, RKV_DTYPE_F32, 1));
     /* a batch: row 0 is named, and each row's frame + 1 */
     const int64_t ab[2] = {b, a}, fab[2] = {7, 43};
     TU_OK(rkv_model_begin_frame(m, 2, ab, fab));
     TU_OK(rkv_model_frame_upsert(m, 0, kv2, RKV_DTYPE_F32, 1));
     TU_ERR(rkv_model_frame_upsert(m, 0, kv2, RKV_DTYPE_F32, 1), RKV_ERR_STATE,
            "frame 7 of session 1 (row 0 of the batch) was committed");
-    TU_ERR(rkv_model_upsert(m, 0, 2, ab, kv2, RKV_DTYPE_F32, 1), RKV_ERR_STATE,
+    TU_ERR(rkv_model_upsert(m, 0, NULL, 2, ab, kv2, RKV_DTYPE_F32, 1), RKV_ERR_STATE,
            "with frame 8 (each row's frame + 1) next");
     free(kv1);
     free(kv2);

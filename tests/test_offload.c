@@ -70,7 +70,7 @@ static void same_session(rkv_model *m1, int64_t s1, rkv_model *m2, int64_t s2, c
     const rkv_model_config *c = rkv_model_get_config(m1);
     for (int64_t li = 0; li < c->n_layers; li++) {
         rkv_layer *l1 = rkv_model_layer(m1, li), *l2 = rkv_model_layer(m2, li);
-        const int64_t C = rkv_layer_capacity(l1);
+        const int64_t C = rkv_geometry_capacity(rkv_layer_geometry(l1));
         size_t n1, n2;
         unsigned char *a = tu_copy_span(l1, s1 * C, (s1 + 1) * C, &n1);
         unsigned char *b = tu_copy_span(l2, s2 * C, (s2 + 1) * C, &n2);
@@ -120,7 +120,7 @@ static void offload_roundtrip(rkv_dtype dt)
     assert_int_equal(clock, 5);
     /* the image is a snapshot image: inspect reads it */
     rkv_snapshot_info info = RKV_SNAPSHOT_INFO_INIT;
-    TU_OK(rkv_snapshot_inspect_mem(img, n, &info));
+    TU_OK(rkv_snapshot_inspect(NULL, img, n, &info));
     assert_string_equal(info.request_id, "a");
     assert_int_equal(info.last_committed, 5);
     /* the id is reserved, the slot free (and zeroed) */
@@ -185,7 +185,7 @@ static void test_offload_file(void **state)
     TU_OK(rkv_model_offload_file(m, a, path));
     TU_ERR(rkv_model_claim(m, "a", &a), RKV_ERR_STATE, "paged out");
     rkv_snapshot_info info = RKV_SNAPSHOT_INFO_INIT;
-    TU_OK(rkv_snapshot_inspect(path, &info));
+    TU_OK(rkv_snapshot_inspect(path, NULL, 0, &info));
     assert_int_equal(info.last_committed, 6);
     int64_t s = -1;
     TU_OK(rkv_model_page_in_file(m, path, &s));
@@ -311,7 +311,7 @@ static void test_offload_large_session(void **state)
     unsigned char *img = offload_mem(m, a, &n);
     assert_true(n > ((size_t)32 << 20));
     rkv_snapshot_info info = RKV_SNAPSHOT_INFO_INIT;
-    TU_OK(rkv_snapshot_inspect_mem(img, n, &info));
+    TU_OK(rkv_snapshot_inspect(NULL, img, n, &info));
     unsigned char *bad = tu_xmalloc(n);
     memcpy(bad, img, n);
     const size_t data_at = n - (size_t)info.data_bytes;
@@ -386,7 +386,7 @@ static void test_regions_layout(void **state)
         off += rg[k].bytes;
     }
     rkv_snapshot_info info = RKV_SNAPSHOT_INFO_INIT;
-    TU_OK(rkv_snapshot_inspect_mem(img, img_n, &info));
+    TU_OK(rkv_snapshot_inspect(NULL, img, img_n, &info));
     uint64_t d = 0;
     TU_OK(rkv_model_session_digest(m, b, &d));
     assert_true(d == info.data_xxh3);
@@ -578,13 +578,13 @@ static unsigned char *state_bytes(rkv_model *m, size_t *n)
     size_t total = 0;
     for (int64_t i = 0; i < rkv_model_get_config(m)->n_layers; i++) {
         const rkv_layer *l = rkv_model_layer(m, i);
-        total += rkv_layer_memory_bytes(l) + (size_t)rkv_layer_geometry(l)->num_sessions *
+        total += rkv_geometry_memory_bytes(rkv_layer_geometry(l)) + (size_t)rkv_layer_geometry(l)->num_sessions *
                                                  (size_t)rkv_geometry_capacity(rkv_layer_geometry(l));
     }
     unsigned char *b = tu_xmalloc(total), *p = b;
     for (int64_t i = 0; i < rkv_model_get_config(m)->n_layers; i++) {
         const rkv_layer *l = rkv_model_layer(m, i);
-        const size_t kv = rkv_layer_memory_bytes(l),
+        const size_t kv = rkv_geometry_memory_bytes(rkv_layer_geometry(l)),
                      w = (size_t)rkv_layer_geometry(l)->num_sessions *
                          (size_t)rkv_geometry_capacity(rkv_layer_geometry(l));
         memcpy(p, rkv_layer_kv(l), kv), p += kv;
@@ -610,7 +610,7 @@ static void test_buffers_in_storage_refused(void **state)
     TU_OK(rkv_model_snapshot(m, a, image, nb));
     rkv_layer *l0 = rkv_model_layer(m, 0), *l1 = rkv_model_layer(m, 1);
     unsigned char *kv0 = (unsigned char *)rkv_layer_kv(l0);
-    assert_true(rkv_layer_memory_bytes(l0) > nb / 2);
+    assert_true(rkv_geometry_memory_bytes(rkv_layer_geometry(l0)) > nb / 2);
     unsigned char *before = state_bytes(m, &ns);
     const size_t mb = rkv_model_session_meta_bytes(m);
     unsigned char *meta = tu_xmalloc(mb);
@@ -638,7 +638,7 @@ static void test_buffers_in_storage_refused(void **state)
     REFUSED(rkv_model_offload(m, a, image, nb, (size_t *)(void *)kv0), "rkv_model_offload");
     /* the image put into storage would change it: point at storage as it is */
     REFUSED(rkv_model_restore(m, b, kv0, nb), "rkv_model_restore");
-    REFUSED(rkv_model_load_session_mem(m, b, kv0 + 8, nb - 8), "rkv_model_load_session_mem");
+    REFUSED(rkv_model_restore(m, b, kv0 + 8, nb - 8), "rkv_model_restore");
     REFUSED(rkv_model_page_in(m, kv0, nb, &got), "rkv_model_page_in");
     REFUSED(rkv_model_page_in(m, image, nb, (int64_t *)(void *)bits1), "rkv_model_page_in");
     REFUSED(rkv_model_session_export_meta(m, a, bits1, mb), "rkv_model_session_export_meta");

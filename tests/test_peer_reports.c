@@ -724,7 +724,7 @@ static int spans_equal(rkv_model *a, int64_t sa, rkv_model *b, int64_t sb)
         rkv_layer *la = rkv_model_layer(a, i), *lb = rkv_model_layer(b, i);
         for (int part = 0; part < 3; part++)
             for (int64_t h = 0; h < (part == 2 ? 1 : c->n_kv_heads); h++) {
-                size_t n = rkv_layer_span_bytes(la, (rkv_span_part)part);
+                size_t n = tu_span_bytes(la, (rkv_span_part)part);
                 unsigned char *x = tu_xmalloc(n), *y = tu_xmalloc(n);
                 TU_OK(rkv_layer_read_span(la, sa, (rkv_span_part)part, h, x));
                 TU_OK(rkv_layer_read_span(lb, sb, (rkv_span_part)part, h, y));

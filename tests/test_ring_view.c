@@ -19,8 +19,8 @@ static own_ring own_copy(const rkv_layer *l)
 {
     own_ring r;
     r.g = *rkv_layer_geometry(l);
-    r.kv_bytes = rkv_layer_memory_bytes(l);
-    r.n = (size_t)rkv_layer_total_slots(l);
+    r.kv_bytes = rkv_geometry_memory_bytes(rkv_layer_geometry(l));
+    r.n = (size_t)rkv_geometry_total_slots(rkv_layer_geometry(l));
     r.kv = tu_xmalloc(r.kv_bytes);
     r.written = tu_xmalloc(r.n);
     memcpy(r.kv, rkv_layer_kv(l), r.kv_bytes);
@@ -87,7 +87,7 @@ static void test_upsert_and_row_match_the_layer(void **state)
             uint8_t *vl = B == 1 ? row_l : NULL, *vv = B == 1 ? row_v : NULL;
             if (B == 1) {
                 TU_OK(rkv_layer_visible_row(r.l, si, fp, row_pre));
-                if (rkv_is_write_step(&g, fp[0]) && fp[0] > 0) hidden_rows++;
+                if (tu_write_step(&g, fp[0]) && fp[0] > 0) hidden_rows++;
             }
             TU_OK(rkv_layer_upsert(l, kv, g.dtype, B, fp, si, commit, vl));
             TU_OK(rkv_layer_upsert(r.l, kv, g.dtype, B, fp, si, commit, vv));
@@ -269,14 +269,14 @@ static void test_model_ring_calls(void **state)
             for (int64_t i = 0; i < nl; i++) {
                 void *kv = frame_in(&rings[i].g, 1, (uint64_t)(f * 100 + pass * 10 + i));
                 tu_fill_uniform(q, nq, &rng);
-                TU_OK(rkv_model_upsert_ring(m, i, rings[i].l, 1, &s, kv, cfg.dtype, pass == 4));
-                TU_OK(rkv_model_upsert(twin, i, 1, &s2, kv, cfg.dtype, pass == 4));
+                TU_OK(rkv_model_upsert(m, i, rings[i].l, 1, &s, kv, cfg.dtype, pass == 4));
+                TU_OK(rkv_model_upsert(twin, i, NULL, 1, &s2, kv, cfg.dtype, pass == 4));
                 rkv_attention_args a = {.struct_size = sizeof(rkv_attention_args),
                                         .n_q_heads = Hq, .q = q, .q_dtype = RKV_DTYPE_F32,
                                         .out = o1, .out_dtype = RKV_DTYPE_F32};
-                TU_OK(rkv_model_attend_ring(m, i, rings[i].l, 1, &s, &a));
+                TU_OK(rkv_model_attend(m, i, rings[i].l, 1, &s, &a));
                 a.out = o2;
-                TU_OK(rkv_model_attend(twin, i, 1, &s2, &a));
+                TU_OK(rkv_model_attend(twin, i, NULL, 1, &s2, &a));
                 assert_memory_equal(o1, o2, nq * 4);
                 free(kv);
             }
@@ -295,22 +295,21 @@ static void test_model_ring_calls(void **state)
     int64_t skip = 20;
     TU_ERR(rkv_model_begin_frame(m, 1, &s, &skip), RKV_ERR_CLOCK, "expected 12");
     void *kv = frame_in(&rings[0].g, 1, 1);
-    TU_ERR(rkv_model_upsert_ring(m, 0, rings[0].l, 1, &s, kv, cfg.dtype, 0), RKV_ERR_STATE,
+    TU_ERR(rkv_model_upsert(m, 0, rings[0].l, 1, &s, kv, cfg.dtype, 0), RKV_ERR_STATE,
            "rkv_model_upsert: frame 11 of session 0 was committed on every layer");
-    TU_ERR(rkv_model_upsert_ring(m, nl, rings[0].l, 1, &s, kv, cfg.dtype, 0), RKV_ERR_RANGE,
+    TU_ERR(rkv_model_upsert(m, nl, rings[0].l, 1, &s, kv, cfg.dtype, 0), RKV_ERR_RANGE,
            "rkv_model_upsert: layer 2 out of range");
-    TU_ERR(rkv_model_upsert_ring(m, 1, rings[0].l, 1, &s, kv, cfg.dtype, 0),
+    TU_ERR(rkv_model_upsert(m, 1, rings[0].l, 1, &s, kv, cfg.dtype, 0),
            RKV_ERR_INVALID_ARG, "differs from layer 1's in pinned_dilation");
     rkv_attention_args a = {.struct_size = sizeof(rkv_attention_args),
                             .n_q_heads = Hq, .q = q, .out = o1};
-    TU_ERR(rkv_model_attend_ring(m, 0, NULL, 1, &s, &a), RKV_ERR_NULL,
-           "rkv_model_attend: ring is NULL");
+    TU_OK(rkv_model_attend(m, 0, NULL, 1, &s, &a)); /* NULL: the layer's own storage */
     /* a model on another backend table than the ring's layer */
     rkv_backend_ops other = *rkv_backend_cpu();
     other.name = "other";
     rkv_model *m2;
     TU_OK(rkv_model_create_with_backend(&cfg, &other, NULL, &m2));
-    TU_ERR(rkv_model_upsert_ring(m2, 0, rings[0].l, 1, &s, kv, cfg.dtype, 0), RKV_ERR_STATE,
+    TU_ERR(rkv_model_upsert(m2, 0, rings[0].l, 1, &s, kv, cfg.dtype, 0), RKV_ERR_STATE,
            "runs on the other backend");
     rkv_model_destroy(m2);
     for (int64_t i = 0; i < nl; i++) {

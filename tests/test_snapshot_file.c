@@ -202,7 +202,7 @@ static void run_frame(rkv_model *m, int64_t s, int64_t f, uint64_t seed, float *
             tu_fill_uniform(q, qn, &r);
         }
         for (int64_t i = 0; i < cfg->n_layers; i++) {
-            TU_OK(rkv_model_upsert(m, i, 1, &s, kv, cfg->dtype, pass == 4));
+            TU_OK(rkv_model_upsert(m, i, NULL, 1, &s, kv, cfg->dtype, pass == 4));
             if (out) {
                 rkv_attention_args a = RKV_ATTENTION_ARGS_INIT;
                 a.n_q_heads = cfg->n_q_heads;
@@ -210,7 +210,7 @@ static void run_frame(rkv_model *m, int64_t s, int64_t f, uint64_t seed, float *
                 a.q_dtype = RKV_DTYPE_F32;
                 a.out = out + (size_t)i * qn;
                 a.out_dtype = RKV_DTYPE_F32;
-                TU_OK(rkv_model_attend(m, i, 1, &s, &a));
+                TU_OK(rkv_model_attend(m, i, NULL, 1, &s, &a));
             }
         }
         free(kv);
@@ -286,7 +286,7 @@ static void roundtrip_dtype(rkv_dtype dt)
     rkv_snapshot_info info;
     memset(&info, 0xAB, sizeof info); /* every member must be written */
     info.struct_size = sizeof info;
-    TU_OK(rkv_snapshot_inspect(path, &info));
+    TU_OK(rkv_snapshot_inspect(path, NULL, 0, &info));
     assert_int_equal(info.format_version, RKV_SNAPSHOT_VERSION);
     assert_int_equal(info.last_committed, 10);
     assert_string_equal(info.request_id, "beta");
@@ -302,7 +302,7 @@ static void roundtrip_dtype(rkv_dtype dt)
     assert_int_equal(8 + info.header_bytes + info.data_bytes, n);
     assert_int_equal((8 + info.header_bytes) % 8, 0);
     rkv_snapshot_info info2 = RKV_SNAPSHOT_INFO_INIT;
-    TU_OK(rkv_snapshot_inspect_mem(img, n, &info2));
+    TU_OK(rkv_snapshot_inspect(NULL, img, n, &info2));
     assert_int_equal(info2.data_xxh3, info.data_xxh3);
     assert_int_equal(info2.data_xxh3, XXH3_64bits(img + 8 + info.header_bytes, info.data_bytes));
 
@@ -325,7 +325,7 @@ static void roundtrip_dtype(rkv_dtype dt)
     /* and from memory, into a fresh model */
     rkv_model *C = new_model(&cfg);
     int64_t c = claim(C, "c");
-    TU_OK(rkv_model_load_session_mem(C, c, img, n));
+    TU_OK(rkv_model_restore(C, c, img, n));
     assert_true(sessions_equal(A, a, C, c));
 
     free(file);
@@ -453,7 +453,7 @@ static void test_roundtrip_360p_bf16(void **state)
     const char *path = tmp_path("360p.safetensors");
     TU_OK(rkv_model_save_session(m, a, path));
     rkv_snapshot_info info = RKV_SNAPSHOT_INFO_INIT;
-    TU_OK(rkv_snapshot_inspect(path, &info));
+    TU_OK(rkv_snapshot_inspect(path, NULL, 0, &info));
     size_t per_session = 0, total = 0;
     TU_OK(rkv_model_config_memory(&cfg, &per_session, &total));
     assert_int_equal(info.config.n_layers, 24);
@@ -571,10 +571,10 @@ static void assert_message_printable(const char *what)
 static void expect_refused(victim *v, const unsigned char *img, size_t n, const char *needle,
                            int file, const char *what)
 {
-    TU_ERR(rkv_model_load_session_mem(v->m, v->s, img, n), RKV_ERR_FORMAT, needle);
+    TU_ERR(rkv_model_restore(v->m, v->s, img, n), RKV_ERR_FORMAT, needle);
     assert_message_printable(what);
     tu_model_assert_same(&v->before, v->m, what);
-    TU_ERR(rkv_snapshot_inspect_mem(img, n, NULL), RKV_ERR_FORMAT, needle);
+    TU_ERR(rkv_snapshot_inspect(NULL, img, n, NULL), RKV_ERR_FORMAT, needle);
     assert_message_printable(what);
     if (file) {
         const char *p = tmp_path("damaged.safetensors");
@@ -585,7 +585,7 @@ static void expect_refused(victim *v, const unsigned char *img, size_t n, const 
         rkv_snapshot_info info;
         memset(&info, 0x5A, sizeof info);
         info.struct_size = sizeof info;
-        TU_ERR(rkv_snapshot_inspect(p, &info), RKV_ERR_FORMAT, needle);
+        TU_ERR(rkv_snapshot_inspect(p, NULL, 0, &info), RKV_ERR_FORMAT, needle);
         assert_message_printable(what);
         unlink(p);
     }
@@ -724,7 +724,7 @@ static void test_data_damage_refused(void **state)
     uint64_t hl;
     unsigned char *img = good_image(&n, &hl);
     rkv_snapshot_info info = RKV_SNAPSHOT_INFO_INIT;
-    TU_OK(rkv_snapshot_inspect_mem(img, n, &info));
+    TU_OK(rkv_snapshot_inspect(NULL, img, n, &info));
     const size_t d0 = 8 + (size_t)hl;
     size_t bounds[32], nb = 0;
     size_t at = 0;
@@ -775,7 +775,7 @@ static void test_semantic_damage_refused(void **state)
     unsigned char *good = good_image(&n, &hl);
     unsigned char *img = tu_xmalloc(n);
     rkv_snapshot_info info = RKV_SNAPSHOT_INFO_INIT;
-    TU_OK(rkv_snapshot_inspect_mem(good, n, &info));
+    TU_OK(rkv_snapshot_inspect(NULL, good, n, &info));
     rkv_geometry g0;
     TU_OK(rkv_model_config_layer_geometry(&info.config, 0, &g0));
     const size_t w0 = 8 + (size_t)hl + 2 * (size_t)(tu_C(&g0) * g0.d_head * 2); /* layer.0.written */
@@ -813,9 +813,9 @@ static void test_semantic_damage_refused(void **state)
         size_t m, m2;
         unsigned char *e = edit_image(good, n, "\"__metadata__\":{",
                                       "\"__metadata__\":{\"comment\":\"from a tool\",", 1, &m);
-        TU_OK(rkv_snapshot_inspect_mem(e, m, NULL));
+        TU_OK(rkv_snapshot_inspect(NULL, e, m, NULL));
         unsigned char *e2 = edit_image(e, m, "\"header_xxh3\":\"", "\"header_xxh3\" :  \"", 1, &m2);
-        TU_OK(rkv_snapshot_inspect_mem(e2, m2, NULL));
+        TU_OK(rkv_snapshot_inspect(NULL, e2, m2, NULL));
         free(e);
         free(e2);
     }
@@ -843,7 +843,7 @@ static void test_semantic_damage_refused(void **state)
     memcpy(img, good, n);
     reseal(img, n);
     assert_memory_equal(img, good, n);
-    TU_OK(rkv_snapshot_inspect_mem(img, n, NULL));
+    TU_OK(rkv_snapshot_inspect(NULL, img, n, NULL));
     free(img);
     free(good);
     free_victim(&v);
@@ -862,7 +862,7 @@ static void refused_edit(victim *v, const unsigned char *good, size_t n, const c
     unsigned char *e = edit_image(good, n, from, to, 1, &m);
     expect_refused(v, e, m, needle, file, to);
     if (needle2)
-        TU_ERR(rkv_snapshot_inspect_mem(e, m, NULL), RKV_ERR_FORMAT, needle2);
+        TU_ERR(rkv_snapshot_inspect(NULL, e, m, NULL), RKV_ERR_FORMAT, needle2);
     free(e);
 }
 
@@ -872,7 +872,7 @@ static void accepted_edit(const unsigned char *good, size_t n, const char *from,
 {
     size_t m;
     unsigned char *e = edit_image(good, n, from, to, 1, &m);
-    if (rkv_snapshot_inspect_mem(e, m, info) != RKV_OK)
+    if (rkv_snapshot_inspect(NULL, e, m, info) != RKV_OK)
         fail_msg("'%s' -> '%s' refused: %s", from, to, rkv_last_error());
     free(e);
 }
@@ -895,7 +895,7 @@ static void test_issue_inputs_refused(void **state)
     TU_OK(rkv_model_save_session_mem(m, s, good, n, &n));
     victim v = {m, s, tu_model_save(m)};
     rkv_snapshot_info info = RKV_SNAPSHOT_INFO_INIT;
-    TU_OK(rkv_snapshot_inspect_mem(good, n, &info));
+    TU_OK(rkv_snapshot_inspect(NULL, good, n, &info));
     assert_int_equal(info.last_committed, 23);
 
     refused_edit(&v, good, n, "\"last_committed\":\"23\"",
@@ -1055,7 +1055,7 @@ static void test_non_integers_refused(void **state)
     /* and a load installs the clock read */
     size_t m;
     unsigned char *e = edit_image(good, n, "\"last_committed\":\"8\"", "\"last_committed\":\"5\"", 1, &m);
-    TU_OK(rkv_model_load_session_mem(v.m, v.s, e, m));
+    TU_OK(rkv_model_restore(v.m, v.s, e, m));
     assert_int_equal(clock_of(v.m, v.s), 5);
     free(e);
     free(good);
@@ -1117,7 +1117,7 @@ static void test_messages_escape_file_bytes(void **state)
     snprintf(other.name, sizeof other.name, "mine\x1b[2J");
     rkv_model *om = new_model(&other);
     int64_t os = claim(om, "x");
-    TU_ERR(rkv_model_load_session_mem(om, os, e, m), RKV_ERR_FORMAT,
+    TU_ERR(rkv_model_restore(om, os, e, m), RKV_ERR_FORMAT,
            "model '\\x1b[2J', this model is 'mine\\x1b[2J'");
     assert_message_printable("wrong geometry");
     rkv_model_destroy(om);
@@ -1192,7 +1192,7 @@ static void check_v1_file(const char *file, const char *model, const char *reque
     size_t n;
     unsigned char *img = read_all(path, &n);
     rkv_snapshot_info info = RKV_SNAPSHOT_INFO_INIT;
-    TU_OK(rkv_snapshot_inspect(path, &info));
+    TU_OK(rkv_snapshot_inspect(path, NULL, 0, &info));
     assert_string_equal(info.config.name, model);
     assert_string_equal(info.request_id, request_id);
     assert_int_equal(info.last_committed, clock);
@@ -1257,7 +1257,7 @@ static void test_wrong_geometry_refused(void **state)
         run_frames(m, s, 0, 2, 5);
         const char *p = tmp_path("geom.safetensors");
         TU_OK(rkv_model_save_session(m, s, p));
-        TU_OK(rkv_snapshot_inspect(p, NULL)); /* a valid file ... */
+        TU_OK(rkv_snapshot_inspect(p, NULL, 0, NULL)); /* a valid file ... */
         TU_ERR(rkv_model_load_session(v.m, v.s, p), RKV_ERR_FORMAT, "wrong geometry");
         TU_ERR(rkv_model_load_session(v.m, v.s, p), RKV_ERR_FORMAT, needles[i]);
         tu_model_assert_same(&v.before, v.m, needles[i]);
@@ -1283,9 +1283,9 @@ static void test_argument_errors(void **state)
            "missing.safetensors");
     TU_ERR(rkv_model_load_session(v.m, v.s, g_dir), RKV_ERR_IO, "regular file");
     TU_ERR(rkv_model_load_session(v.m, v.s, NULL), RKV_ERR_NULL, "path");
-    TU_ERR(rkv_model_load_session_mem(v.m, v.s, NULL, 10), RKV_ERR_NULL, "buf");
-    TU_ERR(rkv_model_load_session_mem(v.m, v.s, NULL, 0), RKV_ERR_FORMAT, "truncated");
-    TU_ERR(rkv_snapshot_inspect(NULL, NULL), RKV_ERR_NULL, "path");
+    TU_ERR(rkv_model_restore(v.m, v.s, NULL, 10), RKV_ERR_NULL, "buf");
+    TU_ERR(rkv_model_restore(v.m, v.s, NULL, 0), RKV_ERR_FORMAT, "truncated");
+    TU_ERR(rkv_snapshot_inspect(NULL, NULL, 0, NULL), RKV_ERR_NULL, "path");
     TU_ERR(rkv_model_save_session(v.m, 0, tmp_path("no/such/dir.safetensors")), RKV_ERR_IO,
            "does not exist");
     tu_model_assert_same(&v.before, v.m, "argument errors");
@@ -1353,7 +1353,7 @@ static void test_atomic_save(void **state)
     assert_int_equal(n0, n1);
     assert_memory_equal(before, after, n0);
     assert_int_equal(count_files(".tmp-"), 0);
-    TU_OK(rkv_snapshot_inspect(p, NULL));
+    TU_OK(rkv_snapshot_inspect(p, NULL, 0, NULL));
 
     /* a successful overwrite replaces it and keeps its permission bits */
     TU_OK(rkv_model_save_session(m, b, p));
@@ -1361,7 +1361,7 @@ static void test_atomic_save(void **state)
     assert_int_equal(stat(p, &sb), 0);
     assert_int_equal(sb.st_mode & 0777, 0600);
     rkv_snapshot_info info = RKV_SNAPSHOT_INFO_INIT;
-    TU_OK(rkv_snapshot_inspect(p, &info));
+    TU_OK(rkv_snapshot_inspect(p, NULL, 0, &info));
     assert_int_equal(info.last_committed, 5);
     assert_string_equal(info.request_id, "b");
     free(before);
@@ -1434,7 +1434,7 @@ static void test_save_target_kinds(void **state)
     TU_OK(rkv_model_lookup(m, "a", &again)); /* not paged out */
     assert_int_equal(again, a);
     TU_ERR(rkv_model_load_session(m, b, fifo), RKV_ERR_IO, "named pipe");
-    TU_ERR(rkv_snapshot_inspect(link_fifo, NULL), RKV_ERR_IO, "named pipe");
+    TU_ERR(rkv_snapshot_inspect(link_fifo, NULL, 0, NULL), RKV_ERR_IO, "named pipe");
     int64_t s_in = -1;
     TU_ERR(rkv_model_page_in_file(m, fifo, &s_in), RKV_ERR_IO, "named pipe");
     alarm(0);
@@ -1467,7 +1467,7 @@ static void test_save_target_kinds(void **state)
     assert_int_equal(stat(target, &sb), 0);
     assert_true(S_ISREG(sb.st_mode));
     assert_int_equal(sb.st_mode & 0777, 0640);
-    TU_OK(rkv_snapshot_inspect(target, &info));
+    TU_OK(rkv_snapshot_inspect(target, NULL, 0, &info));
     assert_string_equal(info.request_id, "b");
     assert_int_equal(info.last_committed, 5);
     assert_int_equal(count_files(".tmp-"), 0);
@@ -1479,7 +1479,7 @@ static void test_save_target_kinds(void **state)
     TU_OK(rkv_model_save_session(m, a, dangling));
     assert_int_equal(lstat(dangling, &sb), 0);
     assert_true(S_ISLNK(sb.st_mode));
-    TU_OK(rkv_snapshot_inspect(tmp_path("new.safetensors"), &info));
+    TU_OK(rkv_snapshot_inspect(tmp_path("new.safetensors"), NULL, 0, &info));
     assert_string_equal(info.request_id, "a");
 
     /* a loop of links: refused, nothing written */
@@ -1557,11 +1557,11 @@ static void test_memory_image_is_the_file_image(void **state)
 
     /* a snapshot file's image: inspected, its header the padded one */
     rkv_snapshot_info info = RKV_SNAPSHOT_INFO_INIT;
-    TU_OK(rkv_snapshot_inspect_mem(img, n, &info));
+    TU_OK(rkv_snapshot_inspect(NULL, img, n, &info));
     assert_string_equal(info.request_id, "a");
     assert_int_equal(info.last_committed, 4);
     assert_int_equal(info.file_bytes, n);
-    TU_OK(rkv_snapshot_inspect_mem(imz, n, &info));
+    TU_OK(rkv_snapshot_inspect(NULL, imz, n, &info));
     assert_memory_equal(info.request_id, long_id, sizeof long_id);
     /* the same data section as the unpadded file image */
     size_t fn = 0;
@@ -1586,7 +1586,7 @@ static void test_memory_image_is_the_file_image(void **state)
     write_all(p, img, n);
     TU_OK(rkv_model_load_session(m, b, p));
     assert_true(sessions_equal(m, a, m, b));
-    TU_OK(rkv_model_load_session_mem(m, b, imz, n));
+    TU_OK(rkv_model_restore(m, b, imz, n));
     assert_true(sessions_equal(m, z, m, b));
 
     /* bad images: the loader's classes, named; nothing changed */
@@ -1629,7 +1629,7 @@ static void test_odd_request_id(void **state)
     const char *p = tmp_path("odd.safetensors");
     TU_OK(rkv_model_save_session(m, s, p));
     rkv_snapshot_info info = RKV_SNAPSHOT_INFO_INIT;
-    TU_OK(rkv_snapshot_inspect(p, &info));
+    TU_OK(rkv_snapshot_inspect(p, NULL, 0, &info));
     assert_string_equal(info.request_id, id);
     rkv_model_destroy(m);
     unlink(p);
@@ -1763,7 +1763,7 @@ static void test_batched_step(void **state)
     tu_model_state pre = tu_model_save(m);
     TU_ERR(rkv_model_begin_frame(m, 3, rows, wrong), RKV_ERR_CLOCK, "session 0");
     void *dummy = frame_kv(&cfg, 1, 0, 0);
-    TU_ERR(rkv_model_upsert(m, 0, 1, &rows[0], dummy, cfg.dtype, 0), RKV_ERR_STATE, "no frame");
+    TU_ERR(rkv_model_upsert(m, 0, NULL, 1, &rows[0], dummy, cfg.dtype, 0), RKV_ERR_STATE, "no frame");
     tu_model_assert_same(&pre, m, "refused begin_frame");
     TU_OK(rkv_model_begin_frame(m, 3, rows, clocks));
 
@@ -1846,14 +1846,14 @@ static void test_batched_step(void **state)
             tu_rng r = {rkvt_mix(seeds[b] ^ ((uint64_t)clocks[b] << 20) ^ (uint64_t)pass)};
             tu_fill_uniform(q, qn, &r);
             for (int64_t i = 0; i < nl; i++) {
-                TU_OK(rkv_model_upsert(ref, i, 1, &rows[b], rowkv, cfg.dtype, pass == 4));
+                TU_OK(rkv_model_upsert(ref, i, NULL, 1, &rows[b], rowkv, cfg.dtype, pass == 4));
                 rkv_attention_args ra = RKV_ATTENTION_ARGS_INIT;
                 ra.n_q_heads = Hq;
                 ra.q = q;
                 ra.q_dtype = RKV_DTYPE_F32;
                 ra.out = out_ref;
                 ra.out_dtype = RKV_DTYPE_F32;
-                TU_OK(rkv_model_attend(ref, i, 1, &rows[b], &ra));
+                TU_OK(rkv_model_attend(ref, i, NULL, 1, &rows[b], &ra));
                 assert_memory_equal(outs + ((size_t)(pass * nl + i) * 3 + (size_t)b) * qn,
                                     out_ref, qn * sizeof(float));
             }
@@ -1934,7 +1934,7 @@ static void test_10000_cycles_memory_flat(void **state)
         snprintf(id, sizeof id, "request-%d", i);
         int64_t s = claim(m, id), f = i;
         TU_OK(rkv_model_begin_frame(m, 1, &s, &f));
-        TU_OK(rkv_model_upsert(m, 0, 1, &s, kv, cfg.dtype, 1));
+        TU_OK(rkv_model_upsert(m, 0, NULL, 1, &s, kv, cfg.dtype, 1));
         TU_OK(rkv_model_save_session(m, s, p));
         int64_t t = claim(m, "restore-target");
         TU_OK(rkv_model_load_session(m, t, p));
@@ -1943,7 +1943,7 @@ static void test_10000_cycles_memory_flat(void **state)
         TU_OK(rkv_model_restore(m, s, mem, mem_bytes));
         if (i % 100 == 0) {
             rkv_snapshot_info info = RKV_SNAPSHOT_INFO_INIT;
-            TU_OK(rkv_snapshot_inspect(p, &info));
+            TU_OK(rkv_snapshot_inspect(p, NULL, 0, &info));
             assert_int_equal(info.last_committed, i);
             TU_OK(rkv_model_fork(m, s, t));
         }

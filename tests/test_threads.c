@@ -159,8 +159,8 @@ static void *stream_worker(void *arg)
     }
     for (int64_t l = 0; l < cfg.n_layers; l++) {
         const rkv_layer *ly = rkv_model_layer(m, l);
-        s->digest = digest_add(s->digest, rkv_layer_kv(ly), rkv_layer_memory_bytes(ly));
-        s->digest = digest_add(s->digest, rkv_layer_written(ly), (size_t)rkv_layer_total_slots(ly));
+        s->digest = digest_add(s->digest, rkv_layer_kv(ly), rkv_geometry_memory_bytes(rkv_layer_geometry(ly)));
+        s->digest = digest_add(s->digest, rkv_layer_written(ly), (size_t)rkv_geometry_total_slots(rkv_layer_geometry(ly)));
     }
     s->st = RKV_OK;
 out:
@@ -325,7 +325,7 @@ static void *model_reader(void *arg)
         void *img = malloc(bytes);
         j->failures += rkv_model_save_session_mem(j->m, s, img, bytes, &bytes) != RKV_OK;
         rkv_snapshot_info info = RKV_SNAPSHOT_INFO_INIT;
-        j->failures += rkv_snapshot_inspect_mem(img, bytes, &info) != RKV_OK;
+        j->failures += rkv_snapshot_inspect(NULL, img, bytes, &info) != RKV_OK;
         j->digest = digest_add(j->digest, &info.data_xxh3, sizeof info.data_xxh3);
         int64_t clock = -5;
         j->failures += rkv_model_clock(j->m, s, &clock) != RKV_OK || clock != 9;
@@ -356,7 +356,7 @@ static void test_readers_in_parallel(void **state)
                          (uint64_t)(s * 100 + f));
             TU_OK(rkv_model_begin_frame(m, 1, &got, &f));
             for (int64_t l = 0; l < cfg.n_layers; l++)
-                TU_OK(rkv_model_upsert(m, l, 1, &got, kv, RKV_DTYPE_F32, 1));
+                TU_OK(rkv_model_upsert(m, l, NULL, 1, &got, kv, RKV_DTYPE_F32, 1));
         }
     }
     free(kv);
@@ -402,10 +402,10 @@ static void *loader(void *arg)
     memcpy(bad, j->img, j->n);
     bad[20 + j->id] ^= 0x01; /* inside the JSON header */
     for (int round = 0; round < 30; round++) {
-        j->failures += rkv_model_load_session_mem(m, s, j->img, j->n) != RKV_OK;
-        j->failures += rkv_model_load_session_mem(m, s, bad, j->n) != RKV_ERR_FORMAT;
-        j->failures += rkv_snapshot_inspect_mem(bad, j->n, NULL) != RKV_ERR_FORMAT;
-        j->failures += strstr(rkv_last_error(), "rkv_snapshot_inspect_mem") == NULL;
+        j->failures += rkv_model_restore(m, s, j->img, j->n) != RKV_OK;
+        j->failures += rkv_model_restore(m, s, bad, j->n) != RKV_ERR_FORMAT;
+        j->failures += rkv_snapshot_inspect(NULL, bad, j->n, NULL) != RKV_ERR_FORMAT;
+        j->failures += strstr(rkv_last_error(), "rkv_snapshot_inspect") == NULL;
     }
     int64_t clock = -5;
     j->failures += rkv_model_clock(m, s, &clock) != RKV_OK || clock != 3;
@@ -428,7 +428,7 @@ static void test_loads_in_parallel(void **state)
         kv[0] = (float)f;
         TU_OK(rkv_model_begin_frame(m, 1, &s, &f));
         for (int64_t l = 0; l < cfg.n_layers; l++)
-            TU_OK(rkv_model_upsert(m, l, 1, &s, kv, RKV_DTYPE_F32, 1));
+            TU_OK(rkv_model_upsert(m, l, NULL, 1, &s, kv, RKV_DTYPE_F32, 1));
     }
     free(kv);
     size_t n = 0;

@@ -474,7 +474,7 @@ static void test_bits_rule_restored_snapshot(void **state)
             for (int64_t li = 0; li < 3; li++) {
                 tu_gen_frame(fr, rkv_layer_geometry(rkv_model_layer(m, li)),
                              tu_key(li, f, (uint64_t)pass));
-                TU_OK(rkv_model_upsert(m, li, 1, &a, fr, RKV_DTYPE_F32,
+                TU_OK(rkv_model_upsert(m, li, NULL, 1, &a, fr, RKV_DTYPE_F32,
                                        pass == 4));
             }
     }

@@ -198,6 +198,12 @@ static inline size_t tu_esize(rkv_dtype dt)
 {
     return rkv_dtype_size(dt);
 }
+/* Bytes of one span piece of layer l: C*D elements for K or V, C written bits. */
+static inline size_t tu_span_bytes(const rkv_layer *l, rkv_span_part part)
+{
+    const rkv_geometry *g = rkv_layer_geometry(l);
+    return (size_t)tu_C(g) * (part == RKV_SPAN_WRITTEN ? 1 : (size_t)g->d_head * tu_esize(g->dtype));
+}
 /* SEM 3 step 1: the test oracle's (ring_oracle.h) for geometry g. */
 static inline int64_t tu_slot(const rkv_geometry *g, int64_t f)
 {
@@ -400,8 +406,8 @@ typedef struct tu_layer_state {
 static inline tu_layer_state tu_layer_save(const rkv_layer *l)
 {
     tu_layer_state s;
-    s.kv_bytes = rkv_layer_memory_bytes(l);
-    s.n = rkv_layer_total_slots(l);
+    s.kv_bytes = rkv_geometry_memory_bytes(rkv_layer_geometry(l));
+    s.n = rkv_geometry_total_slots(rkv_layer_geometry(l));
     s.kv = (unsigned char *)tu_xmalloc(s.kv_bytes);
     s.written = (uint8_t *)tu_xmalloc((size_t)s.n);
     memcpy(s.kv, rkv_layer_kv(l), s.kv_bytes);
@@ -410,8 +416,8 @@ static inline tu_layer_state tu_layer_save(const rkv_layer *l)
 }
 static inline int tu_layer_same(const tu_layer_state *s, const rkv_layer *l)
 {
-    return rkv_layer_memory_bytes(l) == s->kv_bytes &&
-           rkv_layer_total_slots(l) == s->n &&
+    return rkv_geometry_memory_bytes(rkv_layer_geometry(l)) == s->kv_bytes &&
+           rkv_geometry_total_slots(rkv_layer_geometry(l)) == s->n &&
            memcmp(s->kv, rkv_layer_kv(l), s->kv_bytes) == 0 &&
            memcmp(s->written, rkv_layer_written(l), (size_t)s->n) == 0;
 }
@@ -425,12 +431,12 @@ static inline void tu_layer_state_free(tu_layer_state *s)
 /* Two layers of the same geometry hold identical bytes. */
 static inline int tu_layers_equal(const rkv_layer *a, const rkv_layer *b)
 {
-    size_t n = rkv_layer_memory_bytes(a);
-    return n == rkv_layer_memory_bytes(b) &&
-           rkv_layer_total_slots(a) == rkv_layer_total_slots(b) &&
+    size_t n = rkv_geometry_memory_bytes(rkv_layer_geometry(a));
+    return n == rkv_geometry_memory_bytes(rkv_layer_geometry(b)) &&
+           rkv_geometry_total_slots(rkv_layer_geometry(a)) == rkv_geometry_total_slots(rkv_layer_geometry(b)) &&
            memcmp(rkv_layer_kv(a), rkv_layer_kv(b), n) == 0 &&
            memcmp(rkv_layer_written(a), rkv_layer_written(b),
-                  (size_t)rkv_layer_total_slots(a)) == 0;
+                  (size_t)rkv_geometry_total_slots(rkv_layer_geometry(a))) == 0;
 }
 
 /* ------------------------------------------------------------------------ */

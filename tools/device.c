@@ -265,7 +265,7 @@ int device_attention_plan(device *d, const rkv_model *m, int64_t layer, int64_t 
 #else
     (void)d, (void)batch, (void)a;
 #endif
-    const char *isa = rkv_layer_attention_isa(rkv_model_layer((rkv_model *)m, layer));
+    const char *isa = rkv_attention_isa(rkv_model_layer((rkv_model *)m, layer));
     snprintf(buf, buf_len, "%s", isa ? isa : "?");
     return isa ? 0 : -1;
 }

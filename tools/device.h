@@ -74,7 +74,7 @@ int device_sync(device *d, rkv_model *model, char *err, size_t err_len);
 /* The attention plan rkv_model_frame_attend runs on `layer` for a batch of
  * B rows with the arguments `a` (BACKEND q and out): on the GPU the plan
  * string of rkv_model_cuda_attention_describe ("mma bf16 d64 ... splits 2"),
- * on the CPU the layer's instruction set (rkv_layer_attention_isa). */
+ * on the CPU the layer's instruction set (rkv_attention_isa(layer)). */
 int device_attention_plan(device *d, const rkv_model *m, int64_t layer, int64_t batch,
                           const rkv_attention_args *a, char *buf, size_t buf_len);
 

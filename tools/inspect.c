@@ -169,7 +169,7 @@ int rkv_cmd_inspect(int argc, char **argv) {
     for (int i = 0; i < n_files && rc < 0; i++) {
         const char *path = files[i];
         rkv_snapshot_info info = RKV_SNAPSHOT_INFO_INIT;
-        rkv_status st = rkv_snapshot_inspect(path, &info);
+        rkv_status st = rkv_snapshot_inspect(path, NULL, 0, &info);
         if (st != RKV_OK) {
             fprintf(stderr, "ringkv inspect: %s: invalid: %s\n", rkv_tool_shown(path),
                     cli_lib_detail(path));

@@ -449,7 +449,7 @@ static int run_case(const attn_case *c, rkv_dtype dt, char *msg, size_t size, ch
                            size))
         goto done;
     snprintf(detail, dsize, "vis row: %.2g vs f64, %.2g vs flex; session+clock: %.2g vs f64, "
-             "%.2g vs flex; kernel %s", a64, aflex, b64, bflex, rkv_layer_attention_isa(layer));
+             "%.2g vs flex; kernel %s", a64, aflex, b64, bflex, rkv_attention_isa(layer));
     rc = 0;
 done:
     free(out);

@@ -417,7 +417,7 @@ static int check_resume_file(run *r) {
         return -1;
     }
     r->snap_info = (rkv_snapshot_info)RKV_SNAPSHOT_INFO_INIT;
-    if (rkv_snapshot_inspect(path, &r->snap_info) != RKV_OK) {
+    if (rkv_snapshot_inspect(path, NULL, 0, &r->snap_info) != RKV_OK) {
         fprintf(stderr, "ringkv rollout: --resume '%s' is not a valid snapshot: %s\n",
                 rkv_tool_shown(path),
                 cli_lib_detail(path));
@@ -1098,7 +1098,7 @@ static rollout_result run_result(const run *r) {
         .migrated_bytes = r->migrated_bytes,
         .migrate_s = r->migrate_s,
         .pool = r->pool,
-        .isa = rkv_layer_attention_isa(rkv_model_layer(r->model, 0)), /* CPU only */
+        .isa = rkv_attention_isa(rkv_model_layer(r->model, 0)), /* CPU only */
         .plan = {r->plan[0], r->plan[1]},
         .card = device_card(r->dev),
         .pic = &r->pic,
@@ -1143,7 +1143,8 @@ static int finish_run(run *r, double loop_s) {
     result.loop_s = loop_s;
     result.total_s = now_s() - r->t_start;
     result.cpu_s = cli_cpu_seconds() - r->cpu_start;
-    result.model_bytes = rkv_model_memory_bytes(r->model);
+    size_t per_session = 0;
+    rkv_model_config_memory(rkv_model_get_config(r->model), &per_session, &result.model_bytes);
     result.digest_hex = digest_hex;
     result.picture = r->pictured ? picture : NULL;
     result.legend = r->pictured ? legend : NULL;

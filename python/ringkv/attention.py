@@ -197,7 +197,7 @@ def attend_model(model_ptr: int, layer: int, d_head: int, q: Any, si: np.ndarray
     args, out, keep = _prepare(q, d_head, si.shape[0], out, out_dtype, scale, pool,
                                q_heads=q_heads, device=device)
     if step_kv is None:
-        check(lib.rkv_model_attend(model_ptr, layer, si.shape[0], si.ctypes.data,
+        check(lib.rkv_model_attend(model_ptr, layer, None, si.shape[0], si.ctypes.data,
                                    ctypes.byref(args)))
     else:
         check(lib.rkv_model_step(model_ptr, layer, si.shape[0], si.ctypes.data, step_kv[0],

@@ -374,7 +374,7 @@ class LayerRingCache(HandleOwner):
     def memory_bytes(self) -> int:
         """Resident bytes of K/V storage, all sessions: 2*H*N*D*sizeof(dtype)
         (device memory for a CUDA layer)."""
-        return int(lib.rkv_layer_memory_bytes(self._h.ptr))
+        return int(lib.rkv_geometry_memory_bytes(lib.rkv_layer_geometry(self._h.ptr)))
 
     def __repr__(self) -> str:
         g = self.geometry

@@ -322,7 +322,7 @@ class Model(HandleOwner):
     @property
     def memory_bytes(self) -> int:
         """Resident K/V bytes of every layer, all sessions."""
-        return int(lib.rkv_model_memory_bytes(self._h.ptr))
+        return self.config.memory()[1]
 
     def layer(self, i: int) -> LayerRingCache:
         """Layer ``i``'s ring (owned by the model). Mutating it directly
@@ -398,7 +398,7 @@ class Model(HandleOwner):
                     f"{action} it between frames, after the commit pass of every layer",
                     exc.status) from None
             info = _SnapshotInfoStruct()
-            check(lib.rkv_snapshot_inspect_mem(image, len(image), ctypes.byref(info)))
+            check(lib.rkv_snapshot_inspect(None, image, len(image), ctypes.byref(info)))
             sessions.append((s, info.request_id, image))  # c_char array: the raw id bytes
         config = ModelConfig._from_struct(lib.rkv_model_get_config(self._h.ptr).contents)
         return {"format": _MODEL_FORMAT, "version": _MODEL_VERSION,
@@ -524,7 +524,7 @@ class Model(HandleOwner):
         buf = self._kv_input(lay, si.shape[0], kv)
         if self._place is not None:
             self._place.check_stream("upsert")
-        self._call(lib.rkv_model_upsert, layer, si.shape[0], si.ctypes.data, buf.ptr, lay._code,
+        self._call(lib.rkv_model_upsert, layer, None, si.shape[0], si.ctypes.data, buf.ptr, lay._code,
                    1 if commit else 0)
         _, k, v, _ = lay.views(buf.kind)
         return k, v
@@ -647,7 +647,7 @@ class Model(HandleOwner):
     def load_session_bytes(self, session: int, image: Any) -> None:
         """:meth:`load_session` from an image in memory (bytes-like)."""
         data = bytes(as_bytes(image, "image"))
-        self._call(lib.rkv_model_load_session_mem, as_session(session), data, len(data))
+        self._call(lib.rkv_model_restore, as_session(session), data, len(data))
 
     # ---- sessions that leave: offload and page-in (issue 13) --------------
     @property
@@ -894,7 +894,7 @@ def inspect_snapshot(source: Any) -> SnapshotInfo:
     (RKV_ERR_FORMAT) or OSError otherwise."""
     info = _SnapshotInfoStruct()
     if isinstance(source, (str, os.PathLike)):
-        check(lib.rkv_snapshot_inspect(as_path(source, "source"), ctypes.byref(info)))
+        check(lib.rkv_snapshot_inspect(as_path(source, "source"), None, 0, ctypes.byref(info)))
     else:
         try:
             data = bytes(as_bytes(source, "source"))
@@ -909,7 +909,7 @@ def inspect_snapshot(source: Any) -> SnapshotInfo:
                 f"({shown!r}): not a snapshot image (its first 8 bytes are the header length, "
                 "little-endian); bytes are always an image here: to inspect a file, pass "
                 "its path as a str or os.PathLike (os.fsdecode(path) for a bytes path)")
-        check(lib.rkv_snapshot_inspect_mem(data, len(data), ctypes.byref(info)))
+        check(lib.rkv_snapshot_inspect(None, data, len(data), ctypes.byref(info)))
     return SnapshotInfo(int(info.format_version), info.ringkv_version.decode(),
                         info.request_id.decode("utf-8", "surrogateescape"),
                         int(info.source_session),

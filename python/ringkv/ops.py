@@ -438,7 +438,7 @@ def _model_layer(ring: Tensor, written: Tensor, model: int, layer: int) -> Geome
 def model_upsert(ring: Tensor, written: Tensor, kv: Tensor, session_idx: Tensor, model: int,
                  layer: int, commit: bool) -> None:
     """``Model.upsert`` on the given storage of layer ``layer``
-    (``rkv_model_upsert_ring``): the model's checks (sessions held and inside
+    (``rkv_model_upsert`` with a ring): the model's checks (sessions held and inside
     a frame) and clocks; a commit marks the layer, and the frame ends once
     every layer has committed."""
     _tensors("model_upsert", ring=ring, written=written, kv=kv, session_idx=session_idx)
@@ -447,8 +447,8 @@ def model_upsert(ring: Tensor, written: Tensor, kv: Tensor, session_idx: Tensor,
     si = _i64(session_idx, "session_idx")
     src = _kv_input(kv, g, si.shape[0], ring.dtype)
     with wrapped(ring, written, None, g) as h:
-        check(lib.rkv_model_upsert_ring(model, layer, h, si.shape[0], si.data_ptr(),
-                                        src.data_ptr(), g.dtype, 1 if commit else 0))
+        check(lib.rkv_model_upsert(model, layer, h, si.shape[0], si.data_ptr(),
+                                   src.data_ptr(), g.dtype, 1 if commit else 0))
 
 
 @model_upsert.register_fake
@@ -461,7 +461,7 @@ def model_attend(ring: Tensor, written: Tensor, q: Tensor, session_idx: Tensor, 
                  layer: int, scale: float = 0.0,
                  out_dtype: Optional[torch.dtype] = None) -> Tensor:
     """``Model.attend`` on the given storage of layer ``layer``
-    (``rkv_model_attend_ring``): the sessions' declared clocks, the
+    (``rkv_model_attend`` with a ring): the sessions' declared clocks, the
     bits-and-clock rule. Returns ``[B, Hq, Tq, D]``."""
     _tensors("model_attend", ring=ring, written=written, q=q, session_idx=session_idx)
     g = _storage(ring, written, None, _model_layer(ring, written, model, layer), q=q,
@@ -469,8 +469,8 @@ def model_attend(ring: Tensor, written: Tensor, q: Tensor, session_idx: Tensor, 
     si = _i64(session_idx, "session_idx")
     args, qc, out = _attention(q, g, si.shape[0], scale, out_dtype)
     with wrapped(ring, written, None, g) as h:
-        check(lib.rkv_model_attend_ring(model, layer, h, si.shape[0], si.data_ptr(),
-                                        ctypes.byref(args)))
+        check(lib.rkv_model_attend(model, layer, h, si.shape[0], si.data_ptr(),
+                                   ctypes.byref(args)))
     return out
 
 

@@ -69,4 +69,4 @@ def attention_isa() -> str:
     otherwise; AMD CPUs with AVX512-BF16, or RKV_ISA=avx512bf16), "avx512",
     "avx2" or "generic"; the environment variable RKV_ISA caps it
     (RKV_ISA=avx512: the AVX-512 kernel, bf16 widened to f32)."""
-    return lib.rkv_attention_isa().decode()
+    return lib.rkv_attention_isa(None).decode()

@@ -801,7 +801,7 @@ def test_readme_names_every_exception_class():
 # C names in library messages that no Python call does, so they stay: why.
 C_ONLY = {
     "rkv_dtype_parse": "the binding parses dtypes itself",
-    "rkv_layer_attention_isa": "C API only (the binding's isa is rkv_attention_isa)",
+    "rkv_attention_isa": "C API only on a layer (the binding's isa is rkv_attention_isa(NULL))",
     "rkv_layer_read_span": "C API only (the binding copies through views)",
     "rkv_layer_write_span": "C API only",
     "rkv_layer_copy_span": "C API only",

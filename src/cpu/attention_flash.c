@@ -220,17 +220,11 @@ static void init_kernel(void) {
                 getenv("RKV_ISA"), asked, kernel_name);
 }
 
-const char *rkv_attention_isa(void) {
+const char *rkv_attention_isa(const rkv_layer *pub) {
+    const struct rkv__cpu_layer *layer = NULL;
+    if (pub && !(layer = rkv__cpu_layer_of(pub, "rkv_attention_isa"))) return NULL;
     pthread_once(&kernel_once, init_kernel);
-    return kernel_name;
-}
-
-const char *rkv_layer_attention_isa(const rkv_layer *pub) {
-    if (!pub) return NULL;
-    const struct rkv__cpu_layer *layer = rkv__cpu_layer_of(pub, "rkv_layer_attention_isa");
-    if (!layer) return NULL;
-    pthread_once(&kernel_once, init_kernel);
-    return picked.bf16 && !rkv__amx_fits(layer) ? "avx512" : kernel_name;
+    return layer && picked.bf16 && !rkv__amx_fits(layer) ? "avx512" : kernel_name;
 }
 
 /* One attention call on engine e (args checked by the caller). */

@@ -30,7 +30,7 @@ rkv_status rkv__cpu_layer_create(const rkv_geometry *g, void *kv, uint8_t *writt
     struct rkv__cpu_layer *l = calloc(1, sizeof *l);
     if (!l) return rkv__fail(RKV_ERR_NO_MEMORY, "rkv_layer_create: out of memory");
     l->g = *g;
-    l->ring_len = rkv_geometry_ring_len(g);
+    l->ring_len = g->ring_frames * g->tokens_per_frame;
     l->capacity = rkv_geometry_capacity(g);
     l->total_slots = rkv_geometry_total_slots(g);
     l->elem_bytes = rkv_dtype_size(g->dtype);
@@ -97,9 +97,9 @@ void rkv__cpu_visible_row(const struct rkv__cpu_layer *l, int64_t s, int64_t f, 
     const int64_t C = l->capacity, lo = s * C;
     memset(row, 0, (size_t)l->total_slots);
     memcpy(row + lo, l->written + lo, (size_t)C);
-    if (rkv_is_write_step(&l->g, f))
-        memset(row + lo + rkv_ring_slot(&l->g, f) * l->g.tokens_per_frame, 0,
-               (size_t)l->g.tokens_per_frame);
+    int write;
+    const int64_t slot = rkv_ring_slot(&l->g, f, &write);
+    if (write) memset(row + lo + slot * l->g.tokens_per_frame, 0, (size_t)l->g.tokens_per_frame);
 }
 
 /* Copies row b's frame (T slots of every head, K and V) from the upsert input
@@ -132,10 +132,9 @@ void rkv__upsert_run(const struct rkv__cpu_layer *layer, const void *kv, int64_t
     /* 3. commit: ring slot on write steps, scratch (again) otherwise */
     if (commit)
         for (int64_t b = 0; b < batch; b++) {
-            const int64_t base = session_idx[b] * C;
-            const int64_t dst = rkv_is_write_step(g, frame_pos[b])
-                                    ? base + rkv_ring_slot(g, frame_pos[b]) * T
-                                    : base + L;
+            int write;
+            const int64_t slot = rkv_ring_slot(g, frame_pos[b], &write);
+            const int64_t dst = session_idx[b] * C + (write ? slot * T : L);
             copy_frame(layer, src, batch, b, dst);
             memset(layer->written + dst, 1, (size_t)T);
         }

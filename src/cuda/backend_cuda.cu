@@ -432,7 +432,9 @@ extern "C" rkv_status rkv_model_cuda_attention_describe(const rkv_model *model, 
     if (!model) return rkv_error_set(RKV_ERR_NULL, "%s: model is NULL", what);
     if (!args) return rkv_error_set(RKV_ERR_NULL, "%s: args is NULL", what);
     if (!buf || !buf_size) return rkv_error_set(RKV_ERR_NULL, "%s: buf is NULL or empty", what);
-    if (rkv_model_backend(model) != &cuda_ops)
+    const rkv_backend_ops *ops = nullptr;
+    rkv_layer_backend_handle(rkv_model_layer((rkv_model *)model, 0), &ops, nullptr);
+    if (ops != &cuda_ops)
         return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: the model runs on the %s backend, not cuda",
                              what, rkv_model_backend_name(model));
     const rkv_model_config *cfg = rkv_model_get_config(model);

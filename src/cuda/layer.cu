@@ -171,7 +171,7 @@ rkv_status rkv__cuda_layer_create(const rkv_geometry *g, const rkv__cuda_device 
     l->dev = d->dev;
     l->attn_stages = d->attn_stages;
     l->attn_kernel = d->attn_kernel;
-    l->ring_len = rkv_geometry_ring_len(g);
+    l->ring_len = g->ring_frames * g->tokens_per_frame;
     l->capacity = rkv_geometry_capacity(g);
     l->total_slots = rkv_geometry_total_slots(g);
     l->memory_bytes = rkv_geometry_memory_bytes(g);

@@ -213,7 +213,7 @@ static void default_isa(char *out, size_t n) {
     if (pid == 0) {
         close(fd[0]);
         unsetenv("RKV_ISA");
-        const char *isa = rkv_attention_isa();
+        const char *isa = rkv_attention_isa(NULL);
         const ssize_t w = write(fd[1], isa, strlen(isa));
         _exit(w < 0 ? 1 : 0);
     }
@@ -236,7 +236,7 @@ int rkvt_isa_entry_redundant(char *why, size_t n) {
     char dflt[32];
     default_isa(dflt, sizeof dflt);
     if (!dflt[0]) return 0;
-    const char *isa = rkv_attention_isa();
+    const char *isa = rkv_attention_isa(NULL);
     if (strcasecmp(isa, want) != 0) { /* RKV_ISA is read in any case */
         if (!strcmp(isa, dflt))
             snprintf(why, n,

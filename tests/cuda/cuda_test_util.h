@@ -86,18 +86,18 @@ static inline void ct_layer_destroy(rkv_layer *l) {
  * after the whole device's work. */
 static inline void ct_layer_download(const rkv_layer *l, void *kv, uint8_t *written) {
     CK(cudaDeviceSynchronize());
-    if (kv) CK(cudaMemcpy(kv, rkv_layer_kv(l), rkv_layer_memory_bytes(l), cudaMemcpyDeviceToHost));
+    if (kv) CK(cudaMemcpy(kv, rkv_layer_kv(l), rkv_geometry_memory_bytes(rkv_layer_geometry(l)), cudaMemcpyDeviceToHost));
     if (written)
-        CK(cudaMemcpy(written, rkv_layer_written(l), (size_t)rkv_layer_total_slots(l),
+        CK(cudaMemcpy(written, rkv_layer_written(l), (size_t)rkv_geometry_total_slots(rkv_layer_geometry(l)),
                       cudaMemcpyDeviceToHost));
 }
 static inline void ct_layer_upload(rkv_layer *l, const void *kv, const uint8_t *written) {
     CK(cudaDeviceSynchronize());
     if (kv)
-        CK(cudaMemcpy((void *)rkv_layer_kv(l), kv, rkv_layer_memory_bytes(l),
+        CK(cudaMemcpy((void *)rkv_layer_kv(l), kv, rkv_geometry_memory_bytes(rkv_layer_geometry(l)),
                       cudaMemcpyHostToDevice));
     if (written)
-        CK(cudaMemcpy((void *)rkv_layer_written(l), written, (size_t)rkv_layer_total_slots(l),
+        CK(cudaMemcpy((void *)rkv_layer_written(l), written, (size_t)rkv_geometry_total_slots(rkv_layer_geometry(l)),
                       cudaMemcpyHostToDevice));
     CK(cudaDeviceSynchronize());
 }

@@ -371,7 +371,7 @@ static void run_case(const diff_case *c, uint64_t seed, int quick) {
     CK(cudaStreamCreate(&x->stream)); /* blocking: ordered after the legacy-stream copies and memsets */
     OKR(ct_layer_create(g, x->stream, &x->gpu));
     x->C = rkv_geometry_capacity(g);
-    x->L = rkv_geometry_ring_len(g);
+    x->L = g->ring_frames * g->tokens_per_frame;
     x->N = rkv_geometry_total_slots(g);
     x->esz = rkv_dtype_size(c->dt);
     x->kv_bytes = rkv_geometry_memory_bytes(g);
@@ -759,7 +759,7 @@ int main(int argc, char **argv) {
      * path rounds queries and weights to bf16 (~2e-3), far above the 1e-5
      * the generic GPU kernel is held to. (Set before the first attend.) */
     setenv("RKV_ISA", "avx512", 0);
-    printf("CPU oracle: %s kernel\n", rkv_attention_isa());
+    printf("CPU oracle: %s kernel\n", rkv_attention_isa(NULL));
     if (!ct_have_gpu("test_cuda_diff")) return CT_SKIP;
     const double t0 = ct_now();
     host_checks();

@@ -148,8 +148,8 @@ int main(int argc, char **argv) {
         const uint8_t *lo = rg[i].part == RKV_SPAN_WRITTEN ? rkv_layer_written(l)
                                                             : (const uint8_t *)rkv_layer_kv(l);
         const size_t span = rg[i].part == RKV_SPAN_WRITTEN
-                                ? (size_t)rkv_layer_total_slots(l)
-                                : rkv_layer_memory_bytes(l);
+                                ? (size_t)rkv_geometry_total_slots(rkv_layer_geometry(l))
+                                : rkv_geometry_memory_bytes(rkv_layer_geometry(l));
         const uint8_t *p = rg[i].ptr;
         if (rg[i].device != 0 || p < lo || p + rg[i].bytes > lo + span)
             FAILX("region %zu (layer %lld part %d head %lld) is not in GPU 0's layer storage",
