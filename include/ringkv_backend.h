@@ -184,7 +184,7 @@ typedef struct rkv_backend_ops {
     void (*host_free)(void *ctx, void *ptr);
 } rkv_backend_ops;
 
-/* The CPU backend's table (static; layers are rkv_layer, BACKEND memory is
+/* The CPU backend's table (static; its layers are struct rkv__cpu_layer, BACKEND memory is
  * host memory, copy_in is memcpy, synchronize and check return RKV_OK). Its
  * context is NULL. rkv_model_create(cfg, out) is
  * rkv_model_create_with_backend(cfg, rkv_backend_cpu(), NULL, out). */

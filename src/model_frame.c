@@ -94,8 +94,6 @@ static rkv_status check_held_rows(const rkv_model *m, const char *what, int64_t 
     return RKV_OK;
 }
 
-/* The calls that spell the batch out: layer, rows, then the rows must be
- * the current batch (open when need_open), as begun. */
 /* Checks a caller's ring (rkv_model_upsert / _attend; NULL: none) against
  * layer `layer`'s backend and geometry. */
 static rkv_status check_ring(const rkv_model *m, const char *what, int64_t layer,
@@ -118,6 +116,8 @@ static rkv_status check_ring(const rkv_model *m, const char *what, int64_t layer
     return RKV_OK;
 }
 
+/* The calls that spell the batch out: layer, rows, then the rows must be
+ * the current batch (open when need_open), as begun. */
 static rkv_status check_batch_rows(const rkv_model *m, const char *what, int64_t layer,
                                    const rkv_layer *ring, int64_t batch,
                                    const int64_t *session_idx, bool need_open) {

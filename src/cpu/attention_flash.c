@@ -165,6 +165,8 @@ typedef struct engine {
     rkv__task_fn flash, bf16;
 } engine;
 
+/* flash_task_avx512 / _avx2 / _generic are defined by attention_flash_kernel.inc,
+ * included once per ISA above (FN(flash_task, FLASH_NAME)). */
 static engine engine_of(rkv__isa isa) {
     switch (isa) {
 #if defined(__x86_64__) && defined(__GNUC__)

@@ -2,7 +2,7 @@
  * the attention engines, the thread pool, the backend table). The core
  * (the files directly in src/) never includes this header: it reaches the
  * CPU engines through the public calls (rkv_layer_attend, ...) and
- * rkv__attend (internal.h). */
+ * rkv__attend_run (internal.h). */
 #ifndef RKV_CPU_INTERNAL_H
 #define RKV_CPU_INTERNAL_H
 
@@ -31,7 +31,7 @@ typedef struct rkv__attend_ctx {
     int64_t tq;  /* queries per row */
     float scale; /* softmax scale    */
     int64_t units; /* (query head, query tile) units per task: set by rkv__amx_tasks on
-                    * the bf16 pair path, by rkv__attend on the flash kernel */
+                    * the bf16 pair path, by rkv__attend_run on the flash kernel */
 } rkv__attend_ctx;
 
 /* The task split of both CPU attention engines: a task takes up to `umax`

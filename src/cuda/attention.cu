@@ -162,20 +162,20 @@ rkv_status rkv__cuda_attention_plan_checked(const rkv_cuda_layer *l,
 
 cudaError_t rkv__cuda_attention_prepare(rkv__cuda_device *l) {
     cudaError_t e;
-    if ((e = rkv__prepare_mma_bf16(l->dev.smem_optin)) != cudaSuccess ||
-        (e = rkv__prepare_mma_f16(l->dev.smem_optin)) != cudaSuccess)
+    if ((e = rkv_mma::prepare<__nv_bfloat16>(l->dev.smem_optin)) != cudaSuccess ||
+        (e = rkv_mma::prepare<__half>(l->dev.smem_optin)) != cudaSuccess)
         return e;
     if (l->dev.cc_major != 9) return cudaSuccess;
     /* The wgmma kernel only where the driver runs its sm_90a code: asked for
      * on a layer whose GPU loaded the stub, the layer runs the mma kernel
      * (the plan string says which). */
     if (l->attn_kernel == RKV__KERNEL_WGMMA &&
-        !(rkv__wgmma_loaded_bf16() && rkv__wgmma_loaded_f16())) {
+        !(rkv_wgmma::loaded_is_sm90a<__nv_bfloat16>() && rkv_wgmma::loaded_is_sm90a<__half>())) {
         l->attn_kernel = RKV__KERNEL_MMA;
         return cudaSuccess;
     }
-    if ((e = rkv__prepare_wgmma_bf16(l->dev.smem_optin)) != cudaSuccess ||
-        (e = rkv__prepare_wgmma_f16(l->dev.smem_optin)) != cudaSuccess)
+    if ((e = rkv_wgmma::prepare<__nv_bfloat16>(l->dev.smem_optin)) != cudaSuccess ||
+        (e = rkv_wgmma::prepare<__half>(l->dev.smem_optin)) != cudaSuccess)
         return e;
     return cudaSuccess;
 }
@@ -229,9 +229,9 @@ rkv_status launch_tensor_core(const rkv_cuda_layer *l, const rkv_cuda_attention_
     p.scale_log2 = plan.scale * 1.4426950408889634f;
     const bool bf16 = g->dtype == RKV_DTYPE_BF16;
     if (plan.kind == RKV__ATTN_WGMMA)
-        bf16 ? rkv__launch_wgmma_bf16(&plan, p, s) : rkv__launch_wgmma_f16(&plan, p, s);
+        bf16 ? rkv_wgmma::launch<__nv_bfloat16>(&plan, p, s) : rkv_wgmma::launch<__half>(&plan, p, s);
     else
-        bf16 ? rkv__launch_mma_bf16(&plan, p, s) : rkv__launch_mma_f16(&plan, p, s);
+        bf16 ? rkv_mma::launch<__nv_bfloat16>(&plan, p, s) : rkv_mma::launch<__half>(&plan, p, s);
     rkv_status st = rkv__cuda_after_launch(what);
     if (st != RKV_OK || plan.splits <= 1) return st;
     launch_combine(&plan, p, g->dtype, a->out, s);

@@ -37,27 +37,30 @@ struct RkvMmaParams {
     float scale_log2;        // scale * log2(e)
 };
 
-// Launch the mma kernel for a plan (dtype, d_head, stages, out_f32 from it);
-// defined per dtype in attention_mma_bf16.cu / attention_mma_f16.cu.
-void rkv__launch_mma_bf16(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p,
-                          cudaStream_t stream);
-void rkv__launch_mma_f16(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p,
-                         cudaStream_t stream);
-// Raise the dynamic shared memory limit of every mma instantiation to what
+// The tensor-core kernels' host side, templates on the storage element type
+// T (__nv_bfloat16 or __half): defined beside their kernels (attention_mma.cuh,
+// attention_wgmma.cuh) and instantiated once per T, the bf16 and f16 halves
+// in their own files for parallel builds (attention_mma_bf16.cu, _f16.cu,
+// attention_wgmma_bf16.cu, _f16.cu: instantiations only).
+namespace rkv_mma {
+// Launches the mma kernel of a plan (d_head, stages, out_f32 from it).
+template <typename T>
+void launch(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p, cudaStream_t st);
+// Raises the dynamic shared memory limit of every mma instantiation to what
 // the device allows beside the kernel's static shared memory.
-cudaError_t rkv__prepare_mma_bf16(size_t smem_optin);
-cudaError_t rkv__prepare_mma_f16(size_t smem_optin);
-// The same for the Hopper kernel (attention_wgmma.cuh; plan kind
-// RKV__ATTN_WGMMA), defined in attention_wgmma_bf16.cu / _f16.cu.
-void rkv__launch_wgmma_bf16(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p,
-                            cudaStream_t stream);
-void rkv__launch_wgmma_f16(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p,
-                           cudaStream_t stream);
-cudaError_t rkv__prepare_wgmma_bf16(size_t smem_optin);
-cudaError_t rkv__prepare_wgmma_f16(size_t smem_optin);
+template <typename T>
+cudaError_t prepare(size_t smem_optin);
+}  // namespace rkv_mma
+namespace rkv_wgmma {
+// The same for the Hopper kernel (plan kind RKV__ATTN_WGMMA).
+template <typename T>
+void launch(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p, cudaStream_t st);
+template <typename T>
+cudaError_t prepare(size_t smem_optin);
 // True when the driver loaded the sm_90a code of the wgmma kernel (not the
 // sm_90 / PTX stub); the dispatcher never plans it otherwise.
-bool rkv__wgmma_loaded_bf16(void);
-bool rkv__wgmma_loaded_f16(void);
+template <typename T>
+bool loaded_is_sm90a();
+}  // namespace rkv_wgmma
 
 #endif

@@ -196,7 +196,7 @@ inline void launch_out(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p, c
 }
 
 template <typename T>
-inline void launch(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p, cudaStream_t st) {
+void launch(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p, cudaStream_t st) {
     if (plan->d_head == 64) {
         if (plan->stages == 3)
             launch_out<T, 64, RKV__MMA_D64_MT, 3>(plan, p, st);
@@ -214,7 +214,7 @@ inline cudaError_t prepare_one(size_t smem_optin) {
 }
 
 template <typename T>
-inline cudaError_t prepare(size_t smem_optin) {
+cudaError_t prepare(size_t smem_optin) {
     cudaError_t e;
     if ((e = prepare_one<T, 64, RKV__MMA_D64_MT, 2, false>(smem_optin)) != cudaSuccess ||
         (e = prepare_one<T, 64, RKV__MMA_D64_MT, 2, true>(smem_optin)) != cudaSuccess ||

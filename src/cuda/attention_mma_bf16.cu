@@ -1,11 +1,7 @@
-// The tensor-core ring attention, bf16 instantiations (see attention_mma.cuh).
+// The tensor-core ring attention's bf16 instantiations (attention_mma.cuh; the
+// f16 ones are in their own file for parallel builds).
 #include "attention_mma.cuh"
 
-void rkv__launch_mma_bf16(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p,
-                          cudaStream_t stream) {
-    rkv_mma::launch<__nv_bfloat16>(plan, p, stream);
-}
-
-cudaError_t rkv__prepare_mma_bf16(size_t smem_optin) {
-    return rkv_mma::prepare<__nv_bfloat16>(smem_optin);
-}
+template void rkv_mma::launch<__nv_bfloat16>(const rkv__cuda_attn_plan *, const RkvMmaParams &,
+                                      cudaStream_t);
+template cudaError_t rkv_mma::prepare<__nv_bfloat16>(size_t);

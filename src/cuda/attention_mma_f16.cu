@@ -1,11 +1,7 @@
-// The tensor-core ring attention, f16 instantiations (see attention_mma.cuh).
+// The tensor-core ring attention's f16 instantiations (attention_mma.cuh; the
+// bf16 ones are in their own file for parallel builds).
 #include "attention_mma.cuh"
 
-void rkv__launch_mma_f16(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p,
-                         cudaStream_t stream) {
-    rkv_mma::launch<__half>(plan, p, stream);
-}
-
-cudaError_t rkv__prepare_mma_f16(size_t smem_optin) {
-    return rkv_mma::prepare<__half>(smem_optin);
-}
+template void rkv_mma::launch<__half>(const rkv__cuda_attn_plan *, const RkvMmaParams &,
+                                      cudaStream_t);
+template cudaError_t rkv_mma::prepare<__half>(size_t);

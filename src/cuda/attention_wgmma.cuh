@@ -202,7 +202,7 @@ inline void launch_one(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p, c
 }
 
 template <typename T>
-inline void launch(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p, cudaStream_t st) {
+void launch(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p, cudaStream_t st) {
     if (plan->out_f32)
         launch_one<T, true>(plan, p, st);
     else
@@ -215,7 +215,7 @@ inline void launch(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p, cudaS
 // RKV__DEVERR_ARCH). The stub uses a handful of registers and no shared
 // memory; the real kernel over a hundred and 1,024 static bytes.
 template <typename T>
-inline bool loaded_is_sm90a() {
+bool loaded_is_sm90a() {
     cudaFuncAttributes fa;
     if (cudaFuncGetAttributes(&fa, ring_attention_wgmma<T, RKV__WGMMA_WARPGROUPS,
                                                         RKV__WGMMA_STAGES, false>) != cudaSuccess) {
@@ -226,7 +226,7 @@ inline bool loaded_is_sm90a() {
 }
 
 template <typename T>
-inline cudaError_t prepare(size_t smem_optin) {
+cudaError_t prepare(size_t smem_optin) {
     cudaError_t e = allow_dynamic_smem(
         ring_attention_wgmma<T, RKV__WGMMA_WARPGROUPS, RKV__WGMMA_STAGES, true>, smem_optin);
     if (e != cudaSuccess) return e;

@@ -1,13 +1,8 @@
-// The Hopper ring attention, bf16 instantiations (see attention_wgmma.cuh).
+// The Hopper ring attention's bf16 instantiations (attention_wgmma.cuh; the
+// f16 ones are in their own file for parallel builds).
 #include "attention_wgmma.cuh"
 
-void rkv__launch_wgmma_bf16(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p,
-                          cudaStream_t stream) {
-    rkv_wgmma::launch<__nv_bfloat16>(plan, p, stream);
-}
-
-bool rkv__wgmma_loaded_bf16(void) { return rkv_wgmma::loaded_is_sm90a<__nv_bfloat16>(); }
-
-cudaError_t rkv__prepare_wgmma_bf16(size_t smem_optin) {
-    return rkv_wgmma::prepare<__nv_bfloat16>(smem_optin);
-}
+template void rkv_wgmma::launch<__nv_bfloat16>(const rkv__cuda_attn_plan *, const RkvMmaParams &,
+                                        cudaStream_t);
+template cudaError_t rkv_wgmma::prepare<__nv_bfloat16>(size_t);
+template bool rkv_wgmma::loaded_is_sm90a<__nv_bfloat16>();

@@ -1,13 +1,8 @@
-// The Hopper ring attention, f16 instantiations (see attention_wgmma.cuh).
+// The Hopper ring attention's f16 instantiations (attention_wgmma.cuh; the
+// bf16 ones are in their own file for parallel builds).
 #include "attention_wgmma.cuh"
 
-void rkv__launch_wgmma_f16(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p,
-                          cudaStream_t stream) {
-    rkv_wgmma::launch<__half>(plan, p, stream);
-}
-
-bool rkv__wgmma_loaded_f16(void) { return rkv_wgmma::loaded_is_sm90a<__half>(); }
-
-cudaError_t rkv__prepare_wgmma_f16(size_t smem_optin) {
-    return rkv_wgmma::prepare<__half>(smem_optin);
-}
+template void rkv_wgmma::launch<__half>(const rkv__cuda_attn_plan *, const RkvMmaParams &,
+                                        cudaStream_t);
+template cudaError_t rkv_wgmma::prepare<__half>(size_t);
+template bool rkv_wgmma::loaded_is_sm90a<__half>();
