@@ -381,6 +381,10 @@ def test_offload_image_says_whose_it_is(tmp_path):
     path = str(tmp_path / "p.safetensors")
     assert h.offload("p", path=path) == (None, os.path.getsize(path))
     assert whose(path) == ("p", inc1, 2)                  # the file alone
+    for bad, why in ((tmp_path / "none.safetensors", "cannot open .*: No such file"),
+                     (tmp_path, "a folder, not a regular file")):
+        with pytest.raises(ringkv.RingKVOSError, match=f"inspect_snapshot: .*{why}"):
+            whose(bad)                                    # the library's error, not a bare OSError
     old = open(path, "rb").read()
     assert h.page_in(path=path) == "p" and h.live() == {"p": 2}
     # closed: the reservation given up, the id opened again, streamed to the same state
@@ -410,9 +414,10 @@ def test_region_metadata_says_whose_it_is():
     incarnation the metadata names (and the caller's, when named): another
     incarnation's metadata (a closed one's, the same clock) or the
     library's own (none named) is refused with IncarnationError, no slot
-    reserved or state changed."""
+    reserved or state changed. ``whose`` reads the three from metadata
+    alone (its header checksum checked), as from a file or image."""
     pytest.importorskip("xxhash")
-    from ringkv.ray.checkpoint import INCARNATION_KEY, IncarnationError, header_metadata
+    from ringkv.ray.checkpoint import INCARNATION_KEY, IncarnationError, header_metadata, whose
     from ringkv.ray.host import SessionHost
     a, b = SessionHost("A", CONFIG), SessionHost("B", CONFIG)
     inc1, inc2 = "1111111111111111", "2222222222222222"
@@ -423,6 +428,14 @@ def test_region_metadata_says_whose_it_is():
     h = header_metadata(old)
     assert (h["request_id"], h[INCARNATION_KEY], h["last_committed"]) == ("m", inc1, "2")
     raw = a.model.export_meta(a.held["m"].slot)           # the library's: no incarnation
+    assert (whose(old), whose(raw)) == (("m", inc1, 2), ("m", None, 2))
+    bad = bytearray(old)
+    bad[old.index(b'"request_id":"m"') + 14] ^= 1          # "m" read as "l"
+    with pytest.raises(ringkv.RingKVValueError, match="whose: region metadata: header checksum "
+                       "mismatch"):
+        whose(bytes(bad))
+    with pytest.raises(ringkv.RingKVValueError, match="truncated"):
+        whose(old[:-8])                                   # not metadata: the library says why
     empty = (b.inventory(), b.load())
     with pytest.raises(IncarnationError, match="region metadata of request 'm' names no "
                        "incarnation"):

@@ -53,7 +53,7 @@ from typing import Any, Callable, Sequence
 from .._args import as_int
 from ..errors import RingKVRuntimeError, RingKVTypeError
 from ..model import LayerSpec, Model, ModelConfig, inspect_snapshot
-from .checkpoint import (INCARNATION_KEY, IncarnationError, header_metadata, incarnation_of,
+from .checkpoint import (INCARNATION_KEY, IncarnationError, header_request_id, incarnation_of,
                          read_checkpoint, tag_image, write_atomic)
 from .stream import PASSES, frame_tokens, step_frame
 
@@ -620,7 +620,7 @@ class SessionHost:
         incarnation or of none; the library refuses bad bytes, no room or an
         id here already; nothing changed either way)."""
         try:
-            key = _request_id_of(meta)
+            key = header_request_id(meta)
         except (ValueError, KeyError, TypeError):
             key = None                    # not a readable header: the library says why
         named = self._named(key, meta, inc, "region metadata") if key is not None else ""
@@ -788,12 +788,6 @@ def _flip_last_byte(path: str) -> None:
         b = f.read(1)
         f.seek(-1, os.SEEK_END)
         f.write(bytes([b[0] ^ 0x01]))
-
-
-def _request_id_of(meta: bytes) -> str:
-    """The request id (str key) in session metadata (its snapshot header)."""
-    h = header_metadata(meta)
-    return request_key(h["request_id"] if "request_id" in h else bytes.fromhex(h["request_id_hex"]))
 
 
 #: Longest checkpoint file name: NAME_MAX (255 bytes) less the ".tmp-XXXXXX"
