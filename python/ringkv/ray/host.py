@@ -304,10 +304,8 @@ class SessionHost:
         changes."""
         got = incarnation_of(data)
         if got is None:
-            raise IncarnationError(f"host {self.name}: the {what} of request {key!r} names no "
-                                   f"incarnation (metadata {INCARNATION_KEY!r}): written by the "
-                                   "library alone or before incarnations, it cannot say whose "
-                                   "it is; refused, nothing changed")
+            raise IncarnationError(f"host {self.name}: the {what} of request {key!r} "
+                                   f"{_NO_INCARNATION}, nothing changed")
         if want is not None and got != want:
             raise IncarnationError(f"host {self.name}: the {what} of request {key!r} is of "
                                    f"incarnation {got}, not {want}; refused, nothing changed")
@@ -761,6 +759,12 @@ class SessionHost:
         return True
 
 
+#: Why bytes naming no incarnation (a checkpoint, image or region metadata)
+#: are refused: the one wording of recover, restore, page-in and import.
+_NO_INCARNATION = (f"names no incarnation (metadata {INCARNATION_KEY!r}): written by the library "
+                   "alone or before incarnations, it cannot say whose it is; refused")
+
+
 def _checked_checkpoint(path: str, key: str, inc: str | None) -> tuple[bytes, str]:
     """The bytes and incarnation of checkpoint file ``path`` once it is valid
     (the library's checks), of request ``key`` and of incarnation ``inc``
@@ -772,9 +776,7 @@ def _checked_checkpoint(path: str, key: str, inc: str | None) -> tuple[bytes, st
                                f"{key!r}")
     file_inc = meta.get(INCARNATION_KEY)
     if file_inc is None:
-        raise RingKVValueError(f"checkpoint {path!r} names no incarnation (metadata "
-                               f"{INCARNATION_KEY!r}): written before incarnations, it cannot "
-                               "say whose it is; refused")
+        raise RingKVValueError(f"checkpoint {path!r} {_NO_INCARNATION}")
     if inc is not None and file_inc != inc:
         raise RingKVValueError(f"checkpoint {path!r} is of incarnation {file_inc} of "
                                f"{key!r}, not the current {inc}; refused")
