@@ -144,8 +144,12 @@ def whose(source: Any) -> tuple[str, str | None, int | None]:
     if meta is None:
         info = inspect_snapshot(source)
         return info.request_id, incarnation_of(source), info.last_committed
-    frame = int(meta["last_committed"])
-    return header_request_id(source), incarnation_of(source), frame if frame >= 0 else None
+    try:
+        key, frame = header_request_id(source), int(meta["last_committed"])
+    except (KeyError, ValueError) as exc:
+        raise RingKVValueError(f"whose: region metadata names no request id or frame ({exc})"
+                               ) from None
+    return key, incarnation_of(source), frame if frame >= 0 else None
 
 
 def _region_metadata(data: Any) -> dict[str, str] | None:
