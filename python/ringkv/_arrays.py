@@ -222,9 +222,10 @@ class CBuffer(HandleOwner):
 
     __slots__ = ("ptr", "shape", "code", "kind", "keep", "copied")
 
-    def __init__(self, x: Any, name: str, *, np_dtype: Any = None, device: Any = None):
+    def __init__(self, x: Any, name: str, *, np_dtype: Any = None, device: Any = None,
+                 owner: str = "LayerRingCache"):
         self.kind = TORCH if is_torch_tensor(x) else NUMPY
-        check_device(x, name, device)
+        check_device(x, name, device, owner)
         if self.kind == TORCH:
             self.copied = not x.is_contiguous() or (device is not None and x.data_ptr() % 16 != 0)
             if self.copied:
@@ -241,7 +242,8 @@ class CBuffer(HandleOwner):
         self.keep = x
 
 
-def int64_vector(x: Any, name: str, what: str, error: type = RingKVArrayError) -> np.ndarray:
+def int64_vector(x: Any, name: str, what: str, error: type = RingKVArrayError,
+                 owner: str = "LayerRingCache") -> np.ndarray:
     """A 1-D int64 NumPy array of ``x`` (no copy for a contiguous int64 CPU
     array or tensor).
     Lists and tuples of integers are converted (not of bools, floats or
@@ -250,7 +252,7 @@ def int64_vector(x: Any, name: str, what: str, error: type = RingKVArrayError) -
     (RingKVArrayError, a RuntimeError as the reference's ``torch._check``
     and a ValueError) with ``what``."""
     if is_torch_tensor(x):
-        check_device(x, name)
+        check_device(x, name, owner=owner)
         if x.ndim != 1 or str(x.dtype) != "torch.int64":
             raise error(what.format(got=f"{tuple(x.shape)} {x.dtype}"))
         return np.ascontiguousarray(x.detach().numpy())
@@ -311,17 +313,19 @@ def cuda_view(ptr: int, shape: tuple[int, ...], code: Any, device: str, owner: A
     return t.view(torch_dtype(code)) if isinstance(code, int) and DTYPES[code].bits else t
 
 
-def check_device(x: Any, name: str, device: Any = None) -> None:
+def check_device(x: Any, name: str, device: Any = None, owner: str = "LayerRingCache") -> None:
     """RingKVDeviceError unless ``x`` is where the layer reads it: ``device``
     None or a CPU ``torch.device``, host memory (a NumPy array or a CPU
     tensor: the CPU backend); a CUDA ``torch.device``, a torch tensor on
-    that GPU (a CUDA layer reads device memory of its own GPU only)."""
+    that GPU (a CUDA layer reads device memory of its own GPU only).
+    ``owner``: the class the caller holds, which the hint says to create
+    on the GPU ("LayerRingCache", "Model")."""
     if device is None or device.type == "cpu":
         if is_torch_tensor(x) and x.device.type != "cpu":
             raise RingKVDeviceError(
                 f"ringkv: {name} is a tensor on {x.device}, but the layer is on cpu (the CPU "
                 f"backend reads host memory): pass a CPU tensor ({name}.cpu()), or create the "
-                "LayerRingCache with device='cuda' to run on the GPU")
+                f"{owner} with device='cuda' to run on the GPU")
         return
     if is_torch_tensor(x) and x.device == device:
         return
@@ -336,7 +340,7 @@ def check_device(x: Any, name: str, device: Any = None) -> None:
 # ---- the torch route (custom ops, ringkv.ops) ----------------------------------
 
 def torch_index(x: Any, name: str, what: str, device: Any,
-                error: type = RingKVArrayError) -> Any:
+                error: type = RingKVArrayError, owner: str = "LayerRingCache") -> Any:
     """A ``[B]`` int64 torch tensor on ``device`` for ``x`` (the clocks and
     sessions an op reads). A tensor must already be 1-D int64 (``error``
     with ``what`` otherwise) and on ``device``; on a CUDA device a CPU tensor
@@ -347,11 +351,11 @@ def torch_index(x: Any, name: str, what: str, device: Any,
         if x.ndim != 1 or x.dtype != torch.int64:
             raise error(what.format(got=f"{tuple(x.shape)} {x.dtype}"))
         if x.device != device and not (device.type == "cuda" and x.device.type == "cpu"):
-            check_device(x, name, device)
+            check_device(x, name, device, owner)
         return x if x.device == device else x.to(device)
     if isinstance(x, (list, tuple)) and torch.compiler.is_compiling():
         return _traced_index_list(torch, x, what, device, error)
-    t = torch.from_numpy(int64_vector(x, name, what, error))
+    t = torch.from_numpy(int64_vector(x, name, what, error, owner))
     return t if device.type == "cpu" else t.to(device)
 
 

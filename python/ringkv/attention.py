@@ -102,11 +102,12 @@ def check_q(shape: tuple, code: int | None, dtype: Any, d_head: int, batch: int,
 
 def _prepare(q: Any, d_head: int, batch: int, out: Any, out_dtype: Any, scale: float | None,
              pool: Any = None, kv_heads: int | None = None, q_heads: int | None = None,
-             device: Any = None) -> tuple[AttentionArgs, Any, list]:
+             device: Any = None, owner: str = "LayerRingCache"
+             ) -> tuple[AttentionArgs, Any, list]:
     """The attention arguments over ``q`` and ``out`` (made when None: of
     ``q``'s kind and device), checked; ``device`` a CUDA model's
     (:class:`ringkv._arrays.CBuffer`)."""
-    qb = ar.CBuffer(q, "q", device=device)
+    qb = ar.CBuffer(q, "q", device=device, owner=owner)
     check_q(qb.shape, qb.code, qb.keep.dtype, d_head, batch, kv_heads, q_heads)
     B, Hq, Tq, _ = qb.shape
     if out is None:
@@ -116,7 +117,7 @@ def _prepare(q: Any, d_head: int, batch: int, out: Any, out_dtype: Any, scale: f
                                           device=qb.keep.device)
         else:
             out = np.empty(qb.shape, dtype=ar.numpy_dtype(out_code))
-    ob = ar.CBuffer(out, "out", device=device)
+    ob = ar.CBuffer(out, "out", device=device, owner=owner)
     if ob.copied:
         raise RingKVArrayError("out must be C-contiguous (it is written in place)" if device is None
                                else "out must be C-contiguous and 16-byte aligned (it is written "
@@ -195,7 +196,7 @@ def attend_model(model_ptr: int, layer: int, d_head: int, q: Any, si: np.ndarray
     ``(ptr, dtype code)`` of the upsert input), ``rkv_model_step``: the upsert
     and then the attention in one call. ``device``: a CUDA model's."""
     args, out, keep = _prepare(q, d_head, si.shape[0], out, out_dtype, scale, pool,
-                               q_heads=q_heads, device=device)
+                               q_heads=q_heads, device=device, owner="Model")
     if step_kv is None:
         check(lib.rkv_model_attend(model_ptr, layer, None, si.shape[0], si.ctypes.data,
                                    ctypes.byref(args)))

@@ -480,13 +480,15 @@ class Model(HandleOwner):
         model refuses device tensors."""
         if self._place is not None and ar.is_torch_tensor(rows) and rows.device.type != "cpu":
             rows = rows.cpu()
-        return ar.int64_vector(rows, name, f"{name} must be a [B] int64 array; got {{got}}")
+        return ar.int64_vector(rows, name, f"{name} must be a [B] int64 array; got {{got}}",
+                               owner="Model")
 
     def _kv_input(self, lay: LayerRingCache, B: int, kv: Any, op: bool = False) -> Any:
         """``kv`` checked against ``lay`` for B rows: with ``op`` the op
         route's torch tensor as it is (nothing torch.compile cannot trace),
         else the buffer the C call reads, on the model's device."""
-        buf = None if op else ar.CBuffer(kv, "kv", device=self._place and self._place.tdevice)
+        buf = None if op else ar.CBuffer(kv, "kv", device=self._place and self._place.tdevice,
+                                         owner="Model")
         shape, code, keep = ((tuple(kv.shape), ar.array_dtype_code(kv), kv) if op
                              else (buf.shape, buf.code, buf.keep))
         expect = (2, 1, lay.n_kv_heads, B * lay.tokens_per_frame, lay.d_head)
@@ -515,8 +517,8 @@ class Model(HandleOwner):
             ring, k, v, written = lay.views(ar.TORCH)
             si = ar.torch_index(session_idx, "session_idx",
                                 "session_idx must be a [B] int64 array; got {got}",
-                                written.device)
-            ar.check_device(kv, "kv", written.device)
+                                written.device, owner="Model")
+            ar.check_device(kv, "kv", written.device, "Model")
             self._kv_input(lay, si.shape[0], kv, op=True)
             ops.model_upsert(ring, written, kv, si, self._h.ptr, layer, commit)
             return k, v
@@ -545,8 +547,9 @@ class Model(HandleOwner):
                                 pool)
         ring, _, _, written = lay.views(ar.TORCH)
         si = ar.torch_index(session_idx, "session_idx",
-                            "session_idx must be a [B] int64 array; got {got}", written.device)
-        ar.check_device(q, "q", written.device)
+                            "session_idx must be a [B] int64 array; got {got}", written.device,
+                            owner="Model")
+        ar.check_device(q, "q", written.device, "Model")
         if q.ndim == 4 and q.shape[1] != self.config.n_q_heads:
             raise RingKVArrayError(f"q has n_q_heads = {q.shape[1]}; this model has "
                                    f"{self.config.n_q_heads}")

@@ -13,6 +13,7 @@ router's own probe after a host's ``die`` fault point); no test sleeps."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -317,12 +318,14 @@ def test_checkpoint_carries_request_incarnation_and_frame(tmp_path):
     old.mkdir()
     h.model.save_session(h.held["k"].slot, checkpoint_path(str(old), "k"))   # no incarnation
     g = SessionHost("B", CONFIG, str(old), 2)
-    with pytest.raises(ringkv.RingKVValueError, match="names no incarnation"):
+    why = ("names no incarnation (metadata 'ringkv_ray_incarnation'): written by the library "
+           "alone or before incarnations, it cannot say whose it is; refused")  # as page-in's
+    with pytest.raises(ringkv.RingKVValueError, match=re.escape(why)):
         g.restore("k", checkpoint_path(str(old), "k"))
     assert g.live() == {}
     got = g.recover("k", "00ff00ff00ff00ff", 1)
     assert (got["source"], got["replayed"], got["clock"]) == ("empty", [0, 1], 1)
-    assert "names no incarnation" in got["refused"]
+    assert why in got["refused"]
     assert g.session_digest("k") == h.session_digest("k")
     with pytest.raises(ringkv.RingKVValueError, match="is of request 'k', not 'j'"):
         g.restore("j", path)
@@ -381,6 +384,10 @@ def test_offload_image_says_whose_it_is(tmp_path):
     path = str(tmp_path / "p.safetensors")
     assert h.offload("p", path=path) == (None, os.path.getsize(path))
     assert whose(path) == ("p", inc1, 2)                  # the file alone
+    for bad, why in ((tmp_path / "none.safetensors", "cannot open .*: No such file"),
+                     (tmp_path, "a folder, not a regular file")):
+        with pytest.raises(ringkv.RingKVOSError, match=f"inspect_snapshot: .*{why}"):
+            whose(bad)                                    # the library's error, not a bare OSError
     old = open(path, "rb").read()
     assert h.page_in(path=path) == "p" and h.live() == {"p": 2}
     # closed: the reservation given up, the id opened again, streamed to the same state
@@ -410,9 +417,10 @@ def test_region_metadata_says_whose_it_is():
     incarnation the metadata names (and the caller's, when named): another
     incarnation's metadata (a closed one's, the same clock) or the
     library's own (none named) is refused with IncarnationError, no slot
-    reserved or state changed."""
+    reserved or state changed. ``whose`` reads the three from metadata
+    alone (its header checksum checked), as from a file or image."""
     pytest.importorskip("xxhash")
-    from ringkv.ray.checkpoint import INCARNATION_KEY, IncarnationError, header_metadata
+    from ringkv.ray.checkpoint import INCARNATION_KEY, IncarnationError, header_metadata, whose
     from ringkv.ray.host import SessionHost
     a, b = SessionHost("A", CONFIG), SessionHost("B", CONFIG)
     inc1, inc2 = "1111111111111111", "2222222222222222"
@@ -423,6 +431,14 @@ def test_region_metadata_says_whose_it_is():
     h = header_metadata(old)
     assert (h["request_id"], h[INCARNATION_KEY], h["last_committed"]) == ("m", inc1, "2")
     raw = a.model.export_meta(a.held["m"].slot)           # the library's: no incarnation
+    assert (whose(old), whose(raw)) == (("m", inc1, 2), ("m", None, 2))
+    bad = bytearray(old)
+    bad[old.index(b'"request_id":"m"') + 14] ^= 1          # "m" read as "l"
+    with pytest.raises(ringkv.RingKVValueError, match="whose: region metadata: header checksum "
+                       "mismatch"):
+        whose(bytes(bad))
+    with pytest.raises(ringkv.RingKVValueError, match="truncated"):
+        whose(old[:-8])                                   # not metadata: the library says why
     empty = (b.inventory(), b.load())
     with pytest.raises(IncarnationError, match="region metadata of request 'm' names no "
                        "incarnation"):

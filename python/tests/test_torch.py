@@ -91,6 +91,33 @@ def test_non_cpu_tensors_raise(torch):
             c.upsert(good.cuda(), i64(torch, 0), True, i64(torch, 0))
 
 
+def test_device_hint_names_the_class_held(torch):
+    """The CPU-device refusal's hint says to create on the GPU the class the
+    caller holds: "the LayerRingCache" for a layer, "the Model" for a model
+    (op route, direct route, session rows and attention inputs alike)."""
+    meta = {"device": "meta"}
+    c = ringkv.LayerRingCache(1, 1, 4, 4, 8, 128, 1, "f32")
+    with pytest.raises(ringkv.RingKVDeviceError, match=r"^ringkv: kv is a tensor "
+                       r"on meta, .*create the LayerRingCache with device='cuda' to run"):
+        c.upsert(torch.empty(2, 1, 1, 128, 8, **meta), i64(torch, 0), True, i64(torch, 0))
+    m = ringkv.Model.from_preset("demo", num_sessions=1)
+    s = m.claim("a")
+    kv, q = np.zeros((2, 1, 1, 128, 64), np.float32), np.zeros((1, 1, 128, 64), np.float32)
+    written = m.layer(0).written.copy()
+    for call, name in ((lambda: m.upsert(0, [s], torch.empty(2, 1, 1, 128, 64, **meta), True),
+                        "upsert: kv"),
+                       (lambda: m.upsert(0, i64(torch, s).to("meta"), kv, True),
+                        "upsert: session_idx"),
+                       (lambda: m.attend(0, [s], torch.empty(1, 1, 128, 64, **meta)), "attend: q"),
+                       (lambda: m.attend(0, [s], torch.empty(1, 1, 128, 64, **meta), out=q),
+                        "attend: q")):
+        with pytest.raises(ringkv.RingKVDeviceError, match=rf"^Model.{name} is a tensor on meta, "
+                           r".*: pass a CPU tensor \(\w+.cpu\(\)\), or create the Model with "
+                           r"device='cuda' to run on the GPU"):
+            call()
+    assert m.clock(s) is None and np.array_equal(m.layer(0).written, written)  # nothing written
+
+
 def test_reference_check_messages(torch):
     c = ringkv.LayerRingCache(1, 1, 4, 4, 8, 128, 1, torch.float32, "cpu")
     x = torch.zeros(2, 1, 1, 128, 8)

@@ -30,7 +30,8 @@ from ..errors import RingKVOSError, RingKVRuntimeError, RingKVValueError
 from ..model import SnapshotInfo, inspect_snapshot
 
 __all__ = ["INCARNATION_KEY", "TEMP_PREFIX", "IncarnationError", "tag_image", "read_checkpoint",
-           "write_atomic", "temp_files", "header_metadata", "incarnation_of", "whose"]
+           "write_atomic", "temp_files", "header_metadata", "header_request_id", "incarnation_of",
+           "whose"]
 
 
 class IncarnationError(RingKVRuntimeError):
@@ -46,6 +47,9 @@ INCARNATION_KEY = "ringkv_ray_incarnation"
 TEMP_PREFIX = ".ringkv-ray.tmp-"
 
 _ZEROS = b"0" * 16
+_FIELD = b'"header_xxh3":"'
+#: The key region metadata (``Model.export_meta``) has and a file's header lacks.
+_META_VERSION_KEY = "session_meta_version"
 
 
 def tag_image(image: Any, tags: dict[str, str]) -> bytes:
@@ -70,10 +74,18 @@ def tag_image(image: Any, tags: dict[str, str]) -> bytes:
     text = json.dumps(head, separators=(",", ":"), ensure_ascii=True).encode("ascii")
     text += b" " * (-len(text) % 8)
     first8 = len(text).to_bytes(8, "little")
-    field = b'"header_xxh3":"' + _ZEROS + b'"'
-    at = text.index(field) + len(b'"header_xxh3":"')
-    digits = xxhash.xxh3_64_hexdigest(first8 + text).encode("ascii")
+    at = text.index(_FIELD) + len(_FIELD)
+    digits = _header_digest(first8, text).encode("ascii")
     return b"".join((first8, text[:at], digits, text[at + 16:], data[8 + n:]))
+
+
+def _header_digest(first8: bytes, text: bytes) -> str:
+    """``header_xxh3`` (16 hex digits) of a header ``text`` after its 8
+    length bytes ``first8``: XXH3-64 of both, the digits of the header's
+    own ``"header_xxh3":"`` field read as ``0`` (ValueError: no such
+    field)."""
+    at = text.index(_FIELD) + len(_FIELD)
+    return xxhash.xxh3_64_hexdigest(first8 + text[:at] + _ZEROS + text[at + 16:])
 
 
 def header_metadata(data: Any) -> dict[str, str]:
@@ -94,19 +106,72 @@ def incarnation_of(data: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def header_request_id(data: Any) -> str:
+    """The request id (str: UTF-8 with ``surrogateescape``, as
+    ``SnapshotInfo.request_id``) that the snapshot header starting ``data``
+    names (``request_id``, or ``request_id_hex`` for an id that is not
+    UTF-8), unchecked; KeyError, ValueError or TypeError when it names none
+    or is not a header."""
+    h = header_metadata(data)
+    return h["request_id"] if "request_id" in h else \
+        bytes.fromhex(h["request_id_hex"]).decode("utf-8", "surrogateescape")
+
+
 def whose(source: Any) -> tuple[str, str | None, int | None]:
-    """Whose a snapshot file (a path) or image (bytes-like) is, from it
-    alone: ``(request id, incarnation, frame)``, after the library checked
-    it completely (``ringkv.inspect_snapshot`` on the bytes, read once):
-    the request id as ``SnapshotInfo.request_id``, the incarnation or None
-    (none named) and the frame (``last_committed``; None: no frame).
-    OSError, or RingKVValueError (a ValueError) for a damaged or foreign
-    file."""
+    """Whose a snapshot file (a path), image or region metadata (bytes-like:
+    ``Model.save_session_bytes``, ``SessionHost.offload`` or
+    ``SessionHost.meta`` bytes) is, from it alone: ``(request id,
+    incarnation, frame)``: the request id as ``SnapshotInfo.request_id``,
+    the incarnation or None (none named) and the frame (``last_committed``;
+    None: no frame). A file or image is checked completely by the library
+    first (``ringkv.inspect_snapshot`` on the bytes, read once). Region
+    metadata (a snapshot header without a data section, with
+    ``session_meta_version``: docs/migration.md) is read as
+    ``SessionHost.reserve`` reads it, its header checksum checked here;
+    the library checks the rest against the model that reserves it
+    (``rkv_model_import_reserve``). RingKVOSError (an OSError:
+    ``inspect_snapshot``'s own, saying why) when the file cannot be read;
+    RingKVValueError (a ValueError) for damaged or foreign bytes."""
     if isinstance(source, (str, os.PathLike)):
-        with open(source, "rb") as f:
-            source = f.read()
-    info = inspect_snapshot(source)
-    return info.request_id, incarnation_of(source), info.last_committed
+        try:
+            with open(source, "rb") as f:
+                source = f.read()
+        except OSError as exc:
+            inspect_snapshot(source)      # the library's RingKVOSError says why, as for a path
+            raise RingKVOSError(f"whose: cannot read {os.fsdecode(source)}: "
+                                f"{exc.strerror or exc}") from exc
+    meta = _region_metadata(source)
+    if meta is None:
+        info = inspect_snapshot(source)
+        return info.request_id, incarnation_of(source), info.last_committed
+    try:
+        key, frame = header_request_id(source), int(meta["last_committed"])
+    except (KeyError, ValueError) as exc:
+        raise RingKVValueError(f"whose: region metadata names no request id or frame ({exc})"
+                               ) from None
+    return key, incarnation_of(source), frame if frame >= 0 else None
+
+
+def _region_metadata(data: Any) -> dict[str, str] | None:
+    """The ``__metadata__`` of ``data`` when it is region metadata (names
+    :data:`_META_VERSION_KEY`, nothing after its header), once its header
+    checksum matches (RingKVValueError otherwise); None for anything else
+    (an image, or bytes whose refusal ``inspect_snapshot`` then explains)."""
+    try:
+        view = memoryview(data).cast("B")
+        n, meta = int.from_bytes(view[:8], "little"), header_metadata(view)
+    except (ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(meta, dict) or _META_VERSION_KEY not in meta or len(view) != 8 + n:
+        return None
+    try:
+        ok = _header_digest(bytes(view[:8]), bytes(view[8:])) == meta.get("header_xxh3")
+    except ValueError:
+        ok = False
+    if not ok:
+        raise RingKVValueError("whose: region metadata: header checksum mismatch (damaged, or "
+                               "not written by ringkv)")
+    return meta
 
 
 def read_checkpoint(path: str) -> tuple[bytes, SnapshotInfo, dict[str, str]]:

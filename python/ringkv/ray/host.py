@@ -53,7 +53,7 @@ from typing import Any, Callable, Sequence
 from .._args import as_int
 from ..errors import RingKVRuntimeError, RingKVTypeError
 from ..model import LayerSpec, Model, ModelConfig, inspect_snapshot
-from .checkpoint import (INCARNATION_KEY, IncarnationError, header_metadata, incarnation_of,
+from .checkpoint import (INCARNATION_KEY, IncarnationError, header_request_id, incarnation_of,
                          read_checkpoint, tag_image, write_atomic)
 from .stream import PASSES, frame_tokens, step_frame
 
@@ -304,10 +304,8 @@ class SessionHost:
         changes."""
         got = incarnation_of(data)
         if got is None:
-            raise IncarnationError(f"host {self.name}: the {what} of request {key!r} names no "
-                                   f"incarnation (metadata {INCARNATION_KEY!r}): written by the "
-                                   "library alone or before incarnations, it cannot say whose "
-                                   "it is; refused, nothing changed")
+            raise IncarnationError(f"host {self.name}: the {what} of request {key!r} "
+                                   f"{_NO_INCARNATION}, nothing changed")
         if want is not None and got != want:
             raise IncarnationError(f"host {self.name}: the {what} of request {key!r} is of "
                                    f"incarnation {got}, not {want}; refused, nothing changed")
@@ -620,7 +618,7 @@ class SessionHost:
         incarnation or of none; the library refuses bad bytes, no room or an
         id here already; nothing changed either way)."""
         try:
-            key = _request_id_of(meta)
+            key = header_request_id(meta)
         except (ValueError, KeyError, TypeError):
             key = None                    # not a readable header: the library says why
         named = self._named(key, meta, inc, "region metadata") if key is not None else ""
@@ -761,6 +759,12 @@ class SessionHost:
         return True
 
 
+#: Why bytes naming no incarnation (a checkpoint, image or region metadata)
+#: are refused: the one wording of recover, restore, page-in and import.
+_NO_INCARNATION = (f"names no incarnation (metadata {INCARNATION_KEY!r}): written by the library "
+                   "alone or before incarnations, it cannot say whose it is; refused")
+
+
 def _checked_checkpoint(path: str, key: str, inc: str | None) -> tuple[bytes, str]:
     """The bytes and incarnation of checkpoint file ``path`` once it is valid
     (the library's checks), of request ``key`` and of incarnation ``inc``
@@ -772,9 +776,7 @@ def _checked_checkpoint(path: str, key: str, inc: str | None) -> tuple[bytes, st
                                f"{key!r}")
     file_inc = meta.get(INCARNATION_KEY)
     if file_inc is None:
-        raise RingKVValueError(f"checkpoint {path!r} names no incarnation (metadata "
-                               f"{INCARNATION_KEY!r}): written before incarnations, it cannot "
-                               "say whose it is; refused")
+        raise RingKVValueError(f"checkpoint {path!r} {_NO_INCARNATION}")
     if inc is not None and file_inc != inc:
         raise RingKVValueError(f"checkpoint {path!r} is of incarnation {file_inc} of "
                                f"{key!r}, not the current {inc}; refused")
@@ -788,12 +790,6 @@ def _flip_last_byte(path: str) -> None:
         b = f.read(1)
         f.seek(-1, os.SEEK_END)
         f.write(bytes([b[0] ^ 0x01]))
-
-
-def _request_id_of(meta: bytes) -> str:
-    """The request id (str key) in session metadata (its snapshot header)."""
-    h = header_metadata(meta)
-    return request_key(h["request_id"] if "request_id" in h else bytes.fromhex(h["request_id_hex"]))
 
 
 #: Longest checkpoint file name: NAME_MAX (255 bytes) less the ".tmp-XXXXXX"
