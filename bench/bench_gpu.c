@@ -45,7 +45,7 @@
 
 int bench_cuda_run(const bench_opts *o) {
     (void)o;
-    fprintf(stderr, "ringkv bench: --backend cuda: ringkv was built without CUDA\n");
+    fprintf(stderr, "ringkv bench: --backend cuda: %s\n", DEVICE_NO_CUDA);
     return 2;
 }
 

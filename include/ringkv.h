@@ -495,9 +495,12 @@ RKV_API const char *const *rkv_model_preset_names(void);
  * checked. */
 RKV_API rkv_status rkv_model_config_layer_geometry(const rkv_model_config *cfg,
                                                    int64_t layer, rkv_geometry *out);
-/* Resident K/V bytes of one session over all layers, and of the model
- * (of a model: on rkv_model_get_config(model); replaces
- * rkv_model_memory_bytes). */
+/* Resident K/V bytes of one session over all layers (*per_session_bytes),
+ * and of the model (*total_bytes); either output may be NULL, to ask for
+ * the other alone (of a model: on rkv_model_get_config(model); with
+ * per_session_bytes NULL it replaces rkv_model_memory_bytes). Errors:
+ * RKV_ERR_NULL (cfg), the config's (RKV_ERR_INVALID_ARG, RKV_ERR_OVERFLOW);
+ * nothing is written on failure. */
 RKV_API rkv_status rkv_model_config_memory(const rkv_model_config *cfg,
                                            size_t *per_session_bytes,
                                            size_t *total_bytes);
@@ -905,6 +908,7 @@ RKV_API rkv_status rkv_model_save_session_mem(const rkv_model *model, int64_t se
  *    copy); if it changes between the reads (another writer replacing it in
  *    place; ringkv's own saves never do), the session is reset to empty with
  *    no clock and RKV_ERR_IO says so;
+ *  - RKV_ERR_INVALID_ARG: `path` is empty ("path is empty");
  *  - RKV_ERR_NULL, RKV_ERR_RANGE, RKV_ERR_STATE (not claimed, or inside a
  *    frame), RKV_ERR_NO_MEMORY.
  * Memory: a 1 MiB read buffer, the header, and one head's span of the
@@ -915,11 +919,12 @@ RKV_API rkv_status rkv_model_load_session(rkv_model *model, int64_t session,
 /* Validates a snapshot completely (everything load checks but the model's
  * geometry: both checksums, tensor table, written bits) and, when info !=
  * NULL, fills *info (untouched on failure). The snapshot is the file `path`
- * when path != NULL (buf must then be NULL), else the image buf of `bytes`
- * bytes (host memory, caller-owned, read only; replaces
+ * when path != NULL (buf must then be NULL and bytes 0), else the image buf
+ * of `bytes` bytes (host memory, caller-owned, read only; replaces
  * rkv_snapshot_inspect_mem). Errors as rkv_model_load_session
  * (RKV_ERR_FORMAT with the class, RKV_ERR_IO for a file, RKV_ERR_NULL:
- * neither path nor buf), RKV_ERR_INVALID_ARG for both path and buf, and
+ * neither path nor buf), RKV_ERR_INVALID_ARG for both path and buf, a
+ * nonzero bytes with a path, an empty path, and
  * for an info->struct_size that is 0 or of no version this library knows
  * (checked first: the snapshot is not read then). Reads the snapshot
  * only. */

@@ -74,8 +74,10 @@ RKV_API const struct rkv_backend_ops *rkv_backend_cpu_reference(void);
  * RKV_ISA names it (docs/cpu.md says why).
  * layer NULL: the CPU's choice. A layer: the set rkv_layer_attend uses for
  * it, "avx512" where the CPU's choice is "amx" or "avx512bf16" and the
- * layer's dtype or d_head does not suit the bf16 pair path; NULL for a
- * layer of another backend (replaces rkv_layer_attention_isa). */
+ * layer's dtype or d_head does not suit the bf16 pair path; "reference"
+ * for a layer on rkv_backend_cpu_reference() (its attention is the oracle,
+ * not a kernel of this list); NULL for a layer of another backend (replaces
+ * rkv_layer_attention_isa). */
 RKV_API const char *rkv_attention_isa(const rkv_layer *layer);
 
 

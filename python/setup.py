@@ -51,7 +51,7 @@ class BuildPyWithLibrary(build_py):
             os.makedirs(os.path.dirname(dest), exist_ok=True)
             shutil.copyfile(lib, dest)
         print(f"ringkv: bundled {lib} as {dest}")
-        # libringkv_cuda.so needs libringkv.so.0, which is the bundled
+        # libringkv_cuda.so needs libringkv.so.0.2, which is the bundled
         # libringkv.so (its SONAME), already loaded when the binding loads it
         cuda = _cuda_library(lib)
         if cuda is not None:

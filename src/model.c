@@ -15,8 +15,16 @@ typedef rkv__session_state session_state;
 
 /* ---- creation ------------------------------------------------------------ */
 
+static rkv_status model_create(const char *what, const rkv_model_config *cfg,
+                               const rkv_backend_ops *ops, void *ctx, rkv_model **out);
+
+/* Both creations are one; each names itself in its messages. */
 rkv_status rkv_model_create(const rkv_model_config *cfg, rkv_model **out) {
-    return rkv_model_create_with_backend(cfg, rkv_backend_cpu(), NULL, out);
+    return model_create("rkv_model_create", cfg, rkv_backend_cpu(), NULL, out);
+}
+rkv_status rkv_model_create_with_backend(const rkv_model_config *cfg, const rkv_backend_ops *ops,
+                                         void *ctx, rkv_model **out) {
+    return model_create("rkv_model_create_with_backend", cfg, ops, ctx, out);
 }
 
 /* The attention workspace: the largest any layer can use (0: none). */
@@ -162,15 +170,14 @@ static size_t host_table_bytes(const rkv_model *m) {
     return sum;
 }
 
-rkv_status rkv_model_create_with_backend(const rkv_model_config *cfg, const rkv_backend_ops *ops,
-                                         void *ctx, rkv_model **out) {
-    static const char what[] = "rkv_model_create";
+static rkv_status model_create(const char *what, const rkv_model_config *cfg,
+                               const rkv_backend_ops *ops, void *ctx, rkv_model **out) {
     if (!out) return rkv__fail(RKV_ERR_NULL, "%s: out is NULL", what);
     rkv_backend_ops adopted;
     rkv_backend_limits limits;
     rkv_status st = rkv__backend_adopt(ops, ctx, what, &adopted, &limits);
     if (st != RKV_OK) return st;
-    if (!cfg) return rkv__fail(RKV_ERR_NULL, "model config is NULL");
+    if (!cfg) return rkv__fail(RKV_ERR_NULL, "%s: cfg (the model config) is NULL", what);
     rkv_model_config mine; /* the caller's config in this library's layout */
     size_t kv_bytes = 0;
     if ((st = rkv__model_config_load(what, cfg, &mine)) != RKV_OK ||

@@ -124,6 +124,7 @@ static rkv_status src_open(source *s, const char *what, const char *path) {
     s->w.what = what;
     s->fd = -1;
     if (!path) return rkv__fail(RKV_ERR_NULL, "%s: path is NULL", what);
+    if (!*path) return rkv__fail(RKV_ERR_INVALID_ARG, "%s: path is empty", what);
     s->w.name = RKV__SHOW_PATH(s->name_buf, path);
     /* O_NONBLOCK: the open of a named pipe without a writer would block;
      * it is refused below, as every file that is not a regular one */
@@ -267,6 +268,10 @@ rkv_status rkv_snapshot_inspect(const char *path, const void *buf, size_t bytes,
     if (!path && !buf) return rkv__fail(RKV_ERR_NULL, "%s: path and buf are NULL", what);
     if (path && buf)
         return rkv__fail(RKV_ERR_INVALID_ARG, "%s: both path and buf given; pass one", what);
+    if (path && bytes)
+        return rkv__fail(RKV_ERR_INVALID_ARG,
+                         "%s: bytes is %zu with a path; bytes is the size of buf, 0 for a file",
+                         what, bytes);
     rkv_status st = info ? rkv__snapshot_info_check(what, info) : RKV_OK;
     if (st != RKV_OK) return st;
     source s;

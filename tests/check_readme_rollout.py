@@ -51,6 +51,10 @@ def main(argv):
         if proc.returncode != 0:
             raise SystemExit(f"FAIL: ringkv rollout exited {proc.returncode}: {proc.stderr[-2000:]}")
         got = comparable(proc.stdout.splitlines(), out)
+        # the comparison strips line ends; the report itself has no trailing blanks
+        padded = [line for line in proc.stdout.splitlines() if line != line.rstrip()]
+        if padded:
+            raise SystemExit(f"FAIL: {len(padded)} report line(s) end in blanks: {padded[:3]!r}")
     if got != want:
         diff = [f"  README: {w!r}\n  run:    {g!r}" for w, g in zip(want, got) if w != g]
         raise SystemExit(f"FAIL: README's sample output differs from the run ({len(want)} vs "

@@ -41,7 +41,7 @@ import subprocess
 import sys
 import tempfile
 
-NO_CUDA = "ringkv was built without CUDA"
+NO_CUDA = "ringkv was built without CUDA: rebuild with nvcc on PATH"
 NO_GPU = "the CUDA runtime sees 0 device(s)"
 # What two runs of the same frames must share (timings and paths aside).
 SAME_KEYS = ("last_frame", "output_digest", "recall_rate", "recall_psnr_db", "recall_patches",
@@ -173,7 +173,8 @@ def main(argv):
         for name, p in (("rollout", r), ("bench", b)) if bench else (("rollout", r),):
             err = p.stderr.strip()
             if not built:
-                if p.returncode != 2 or NO_CUDA not in err or len(err.splitlines()) != 1:
+                if (p.returncode != 2 or NO_CUDA not in err or "--backend cpu" not in err
+                        or len(err.splitlines()) != 1):
                     failures.append(f"{name} --backend cuda without CUDA: status {p.returncode}, "
                                     f"stderr {err!r} (expected 2 and one line, {NO_CUDA!r})")
                 else:

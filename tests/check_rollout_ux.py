@@ -474,6 +474,31 @@ def main():
         os.chmod(locked, 0o755)
         os.chmod(tmp, 0o700)
 
+        # a folder access() calls writable where no file can be created (root
+        # in /proc): refused before any frame (2, nothing on stdout, where a
+        # run prints its header before its first frame), as the save would
+        # fail only after the frames; the check creates a file there for real
+        def refuses_files(folder):
+            try:
+                fd, name = tempfile.mkstemp(dir=folder)
+            except OSError:
+                return True
+            os.close(fd)
+            os.unlink(name)
+            return False
+        if os.path.isdir("/proc") and refuses_files("/proc"):
+            for what, extra, needles in (
+                    ("--out /proc", ["--out", "/proc"], ["--out", "'/proc'"]),
+                    ("--snapshot-out /proc/y", ["--out", os.path.join(tmp, "o-proc"),
+                                                "--snapshot-out", "/proc/y"],
+                     ["--snapshot-out", "'/proc'"])):
+                p, s = run([ringkv, "rollout", "--frames", "2"] + extra + img)
+                expect(failures, f"{what} (no file can be created there)", p, s, 2, needles)
+            if os.path.exists(os.path.join(tmp, "o-proc")):
+                failures.append("--snapshot-out /proc/y refused: the --out folder it made is left")
+        else:
+            print("  skip: /proc accepts files here (not root?): the /proc cases")
+
         # file names and arguments from the command line are printed escaped
         # (\xNN: an ESC or BEL would drive the terminal), as texts from files
         evil = "\x1b]0;pwned\x07"

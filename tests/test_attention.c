@@ -1027,6 +1027,13 @@ static void test_isa(void **state)
     assert_string_equal(rkv_attention_isa(l16), isa);
     const int pairs = !strcmp(isa, "amx") || !strcmp(isa, "avx512bf16");
     assert_string_equal(rkv_attention_isa(l32), pairs ? "avx512" : isa);
+    /* the same storage on the reference table: its attention is the oracle */
+    const rkv_backend_storage st = {(void *)rkv_layer_kv(l32), (uint8_t *)rkv_layer_written(l32),
+                                    NULL};
+    rkv_layer *ref = NULL;
+    assert_int_equal(rkv_layer_wrap(rkv_backend_cpu_reference(), NULL, &g32, &st, &ref), RKV_OK);
+    assert_string_equal(rkv_attention_isa(ref), "reference");
+    rkv_layer_destroy(ref);
     rkv_layer_destroy(l32);
     rkv_layer_destroy(l16);
 }

@@ -412,6 +412,12 @@ static void test_bad_tables_refused(void **state) {
     TU_ERR(rkv_model_create_with_backend(&c, &o, NULL, NULL), RKV_ERR_NULL, "out");
     o.abi_version = 0;
     TU_ERR(rkv_model_create_with_backend(&c, &o, NULL, &m), RKV_ERR_INVALID_ARG, "version 0");
+    /* the message names the call made, not rkv_model_create */
+    o.abi_version = 2;
+    TU_ERR(rkv_model_create_with_backend(&c, &o, NULL, &m), RKV_ERR_INVALID_ARG,
+           "rkv_model_create_with_backend: backend table of ABI version 2");
+    o.abi_version = 0;
+    TU_ERR(rkv_model_create(NULL, &m), RKV_ERR_NULL, "rkv_model_create: cfg");
     o.abi_version = RKV_BACKEND_ABI_VERSION + 1;
     TU_ERR(rkv_model_create_with_backend(&c, &o, NULL, &m), RKV_ERR_INVALID_ARG, "newer");
     o = counting_ops();

@@ -10,6 +10,8 @@
 #include "snapshot_edit.h" /* tsnap_find */
 
 #include <pthread.h>
+#include <stdlib.h> /* mkstemp */
+#include <unistd.h> /* write, close, unlink */
 
 /* The call fails as expected and the layer is byte-identical. */
 #define LAYER_ERR(l, expr, expected, needle)                                   \
@@ -838,6 +840,13 @@ static void test_config_errors(void **state)
     /* a config that says it is this header's is accepted */
     TU_OK(rkv_model_config_memory(&cfg, &ps, &tot));
     assert_true(ps > 0 && tot == ps * (size_t)cfg.num_sessions);
+    /* either output alone (the total: rkv_model_memory_bytes's replacement) */
+    size_t tot2 = 0, ps2 = 0;
+    TU_OK(rkv_model_config_memory(&cfg, NULL, &tot2));
+    assert_int_equal(tot2, tot);
+    TU_OK(rkv_model_config_memory(&cfg, &ps2, NULL));
+    assert_int_equal(ps2, ps);
+    TU_OK(rkv_model_config_memory(&cfg, NULL, NULL));
 }
 
 static void test_model_create_errors(void **state)
@@ -1376,6 +1385,24 @@ static void test_snapshot_restore_errors(void **state)
     MODEL_ERR(m, rkv_model_restore(m, sa, bad, nb), RKV_ERR_FORMAT, NULL);
     free(bad);
     TU_OK(rkv_model_restore(m, sa, buf, nb));
+
+    /* a path: bytes must be 0, the path not empty; info untouched */
+    rkv_snapshot_info info = {.struct_size = sizeof info}, info0;
+    memcpy(&info0, &info, sizeof info);
+    char path[] = "/tmp/rkv-test-errors-XXXXXX";
+    const int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, buf, nb), (ssize_t)nb);
+    close(fd);
+    TU_ERR(rkv_snapshot_inspect(path, NULL, 5, &info), RKV_ERR_INVALID_ARG,
+           "bytes is 5 with a path");
+    TU_ERR(rkv_snapshot_inspect("", NULL, 0, &info), RKV_ERR_INVALID_ARG, "path is empty");
+    assert_memory_equal(&info, &info0, sizeof info);
+    TU_OK(rkv_snapshot_inspect(path, NULL, 0, &info));
+    assert_int_equal(info.file_bytes, nb);
+    MODEL_ERR(m, rkv_model_load_session(m, sa, ""), RKV_ERR_INVALID_ARG, "path is empty");
+    MODEL_ERR(m, rkv_model_save_session(m, sa, ""), RKV_ERR_INVALID_ARG, "path is empty");
+    unlink(path);
     free(buf);
     rkv_model_destroy(m);
 }

@@ -124,7 +124,7 @@ int device_cuda_count(void) { return 0; }
 device *device_open(device_kind kind, char *err, size_t err_len) {
 #ifndef RKV_HAVE_CUDA
     if (kind == DEVICE_CUDA) {
-        snprintf(err, err_len, "ringkv was built without CUDA");
+        snprintf(err, err_len, "%s", DEVICE_NO_CUDA);
         return NULL;
     }
 #endif

@@ -31,6 +31,13 @@ typedef struct device_graph device_graph;
 
 /* 1 when this build has the CUDA backend, else 0. */
 int device_cuda_built(void);
+
+/* What `--backend cuda` says in a build without CUDA, with what to change
+ * (one line; tests/check_rollout_backend.py and docs/rollout.md quote it). */
+#define DEVICE_NO_CUDA                                                              \
+    "ringkv was built without CUDA: rebuild with nvcc on PATH (CMake option "     \
+    "RKV_CUDA=ON, the default; the CUDA backend has not yet run on a GPU), or run " \
+    "with --backend cpu"
 /* GPUs the CUDA runtime sees (rkv_cuda_device_count); 0 without CUDA in
  * this build, without a GPU or without a driver. */
 int device_cuda_count(void);

@@ -577,6 +577,7 @@ static int check_run(run *r) {
      * in it), the snapshot's folder; a refusal removes the folders created
      * (rkv_cmd_rollout) ---- */
     if (rollout_make_dirs(r->o.out, &r->out_made, r->err, sizeof r->err) ||
+        rollout_check_out_files(r->o.out, r->err, sizeof r->err) ||
         (r->o.snapshot_out &&
          rollout_check_saved_file("--snapshot-out", r->o.snapshot_out, r->err, sizeof r->err))) {
         fprintf(stderr, "ringkv rollout: %s\n", r->err);

@@ -70,8 +70,28 @@ static void folder_of(const char *path, char *dir, size_t n) {
     else *slash = '\0';
 }
 
-/* Checks that a file can be written in the existing folder `dir`. 0, or -1
- * with a message. */
+/* Whether a file can really be created in the folder `dir`: one is created
+ * there and removed (access() says yes to root for /proc or /sys, where no
+ * file can be made, and knows nothing of read-only mounts). 0, or -1 with
+ * errno. */
+static int probe_create(const char *dir) {
+    char probe[PATH_MAX_LEN + 64];
+    const int k = snprintf(probe, sizeof probe, "%s%s.ringkv-probe-XXXXXX", dir,
+                           dir[0] && dir[strlen(dir) - 1] == '/' ? "" : "/");
+    if (k < 0 || (size_t)k >= sizeof probe) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    const int fd = mkstemp(probe);
+    if (fd < 0) return -1;
+    close(fd);
+    unlink(probe);
+    return 0;
+}
+
+/* Checks that a file can be written in the existing folder `dir`: it is a
+ * folder, access() allows it and a probe file can be created there
+ * (probe_create). 0, or -1 with a message. */
 static int check_folder_writable(const char *what, const char *dir, char *err, size_t n) {
     struct stat st;
     if (stat(dir, &st) != 0) {
@@ -86,6 +106,11 @@ static int check_folder_writable(const char *what, const char *dir, char *err, s
     if (access(dir, W_OK | X_OK) != 0) {
         snprintf(err, n, "%s: cannot write in folder '%s': %s", what, rkv_tool_shown(dir),
                  strerror(errno));
+        return -1;
+    }
+    if (probe_create(dir) != 0) {
+        snprintf(err, n, "%s: cannot create a file in folder '%s': %s", what,
+                 rkv_tool_shown(dir), strerror(errno));
         return -1;
     }
     return 0;
@@ -182,12 +207,12 @@ static int out_dangling_link(const char *path, const char *part, char *err, size
 }
 
 /* --out DIR before the run: an existing folder we can write in (and its
- * picture and legend savable: rollout_check_saved_file), or a path mkdir -p can create (the
- * nearest existing folder above it writable). Creates nothing. 0, or -1 with
- * a message. */
+ * picture and legend savable: rollout_check_saved_file, which creates and
+ * removes a probe file there), or a path mkdir -p can create (the nearest
+ * existing folder above it writable by access(); rollout_check_out_files
+ * probes it once made). Leaves nothing behind. 0, or -1 with a message. */
 int rollout_check_out_folder(const char *path, char *err, size_t n) {
     struct stat st;
-    char file[PATH_MAX_LEN + 64];
     if (stat(path, &st) == 0) {
         if (!S_ISDIR(st.st_mode)) {
             snprintf(err, n,
@@ -204,10 +229,7 @@ int rollout_check_out_folder(const char *path, char *err, size_t n) {
         /* the picture and the legend as the save will write them: a link
          * among them (dangling or not) to where nothing can be saved is
          * refused now, not after the frames */
-        snprintf(file, sizeof file, "%s/%s", path, PICTURE_NAME);
-        if (rollout_check_saved_file("--out", file, err, n)) return -1;
-        snprintf(file, sizeof file, "%s/%s", path, LEGEND_NAME);
-        return rollout_check_saved_file("--out", file, err, n);
+        return rollout_check_out_files(path, err, n);
     }
     if (errno != ENOENT) {
         snprintf(err, n, "--out '%s': %s", rkv_tool_shown(path),
@@ -253,6 +275,14 @@ int rollout_check_out_folder(const char *path, char *err, size_t n) {
         return -1;
     }
     return 0;
+}
+
+int rollout_check_out_files(const char *path, char *err, size_t n) {
+    char file[PATH_MAX_LEN + 64];
+    snprintf(file, sizeof file, "%s/%s", path, PICTURE_NAME);
+    if (rollout_check_saved_file("--out", file, err, n)) return -1;
+    snprintf(file, sizeof file, "%s/%s", path, LEGEND_NAME);
+    return rollout_check_saved_file("--out", file, err, n);
 }
 
 int rollout_make_dirs(const char *path, int64_t *made, char *err, size_t err_len) {

@@ -29,11 +29,17 @@ const char *rollout_default_image(char *buf, size_t n, char *exe, size_t exe_n);
 int rollout_check_output_file(const char *what, const char *path, char *err, size_t n);
 
 /* --out DIR before the run: an existing folder we can write in, with its
- * picture and legend files savable (rollout_check_saved_file: a link among
- * them to a missing folder, dangling or not, is refused), or a path mkdir -p
- * can create (the nearest existing folder above it writable). Creates
- * nothing. 0, or -1 with a message. */
+ * picture and legend files savable (rollout_check_out_files), or a path
+ * mkdir -p can create (the nearest existing folder above it writable by
+ * access(); once made, rollout_check_out_files). Leaves nothing behind. 0,
+ * or -1 with a message. */
 int rollout_check_out_folder(const char *path, char *err, size_t n);
+
+/* The picture and the legend in the existing folder --out `path`, savable
+ * (rollout_check_saved_file: a link among them to a missing folder, dangling
+ * or not, is refused; a file is really created and removed in the folder
+ * they go in). 0, or -1 with a message. */
+int rollout_check_out_files(const char *path, char *err, size_t n);
 
 /* mkdir -p of path. *made: set to the length of path's prefix that names
  * the first (topmost) folder created, when one is; left as it is when
@@ -47,7 +53,8 @@ void rollout_remove_made_dirs(const char *path, int64_t made);
 
 /* A file the run will save (--snapshot-out FILE; the picture and legend in
  * --out), before the run: not a folder nor any other file that is not a
- * regular one, in a folder we can write in (the save writes FILE.tmp-XXXXXX
+ * regular one, in a folder we can write in (a probe file is created there
+ * and removed: access() says yes to root in /proc or /sys; the save writes FILE.tmp-XXXXXX
  * there and renames it, src/atomic_file.c; for a symbolic link, dangling or
  * not, next to its final target: "WHAT 'FILE' (a link to 'TARGET'): folder
  * 'DIR': no such folder"). `what` names the option. 0, or -1 with a

@@ -118,7 +118,7 @@ int rollout_parse_args(int argc, char **argv, rollout_opts *o) {
                                      sizeof OPTIONS / sizeof OPTIONS[0], o, NULL, NULL, usage);
     if (rc >= 0) return rc;
     if (o->backend == BACKEND_CUDA && !device_cuda_built()) {
-        fprintf(stderr, "ringkv rollout: --backend cuda: ringkv was built without CUDA\n");
+        fprintf(stderr, "ringkv rollout: --backend cuda: %s\n", DEVICE_NO_CUDA);
         return 2;
     }
     if (o->resume && o->sessions != 1) {

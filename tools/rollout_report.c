@@ -353,7 +353,7 @@ static void report_text(const rollout_result *res, const figures *fig) {
     printf("memory:  %zu bytes per session (%.1f MiB), %zu in total (%.1f MiB)\n", res->mem_session,
            res->mem_session / 1048576.0, res->mem_total, res->mem_total / 1048576.0);
     printf("recall on first passes (textured patches; rate = share recalled at PSNR >= 30 dB):\n");
-    printf("  %-7s  %-20s  %-20s  %-20s\n", "", "near (1-15)", "mid (16-127)", "far (>=128)");
+    printf("  %-7s  %-20s  %-20s  %s\n", "", "near (1-15)", "mid (16-127)", "far (>=128)");
     printf("  %-7s", "");
     for (int b = 0; b < RECALL_BANDS; b++) printf("  %5s %7s %6s", "rate", "mean dB", "count");
     printf("\n");

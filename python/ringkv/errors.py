@@ -186,6 +186,8 @@ PYTHON_NAMES = {
     # a model
     "rkv_model_create": f'{_M}(device="cpu")',
     "rkv_model_create_cuda": f'{_M}(device="cuda")',
+    # rkv_model_create_cuda's config and table checks run in it
+    "rkv_model_create_with_backend": f'{_M}(device="cuda")',
     "rkv_model_synchronize": f"{_M}.synchronize",
     "rkv_model_save_session": f"{_M}.save_session",
     "rkv_model_load_session": f"{_M}.load_session",

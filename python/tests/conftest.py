@@ -31,7 +31,7 @@ PYTHON_DIR = Path(__file__).resolve().parents[1]
 REPO = PYTHON_DIR.parent
 sys.path.insert(0, str(PYTHON_DIR))
 if not os.environ.get("RINGKV_LIBRARY"):
-    bundled = any((PYTHON_DIR / "ringkv" / n).exists() for n in ("libringkv.so", "libringkv.so.0"))
+    bundled = any((PYTHON_DIR / "ringkv" / n).exists() for n in ("libringkv.so", "libringkv.so.0.2"))
     default = REPO / "build" / "libringkv.so"
     if not bundled and default.exists():
         os.environ["RINGKV_LIBRARY"] = str(default)

@@ -225,6 +225,8 @@ static void init_kernel(void) {
 const char *rkv_attention_isa(const rkv_layer *pub) {
     const struct rkv__cpu_layer *layer = NULL;
     if (pub && !(layer = rkv__cpu_layer_of(pub, "rkv_attention_isa"))) return NULL;
+    /* a layer on the reference table: rkv_layer_attend runs the oracle */
+    if (pub && pub->ops.attend == rkv_backend_cpu_reference()->attend) return "reference";
     pthread_once(&kernel_once, init_kernel);
     return layer && picked.bf16 && !rkv__amx_fits(layer) ? "avx512" : kernel_name;
 }

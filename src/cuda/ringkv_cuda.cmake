@@ -81,7 +81,7 @@ target_compile_definitions(ringkv_cuda INTERFACE RKV_HAVE_CUDA=1)
 # backend SPI of ringkv_backend.h, the geometry calls), so hiding the core's
 # private symbols cannot break it (docs/backends.md; the ctest
 # cuda_so_public_symbols checks it). The CUDA runtime is linked statically
-# (nothing else to ship); the rpath $ORIGIN finds libringkv.so.0 beside it
+# (nothing else to ship); the rpath $ORIGIN finds libringkv.so.0.2 beside it
 # (installed side by side).
 if(DEFINED RKV_CUDA_CORE_SHARED_TARGET AND TARGET ${RKV_CUDA_CORE_SHARED_TARGET})
   add_library(ringkv_cuda_shared SHARED $<TARGET_OBJECTS:ringkv_cuda_objs>

@@ -8,11 +8,15 @@
 // build, where ASan itself checks those accesses' bounds; the launch-bounds
 // case, whose bounds are nvcc's, in a build without a CUDA compiler.
 //
-// Usage: exec_rules [--list] [NAME...] [--not NAME...]
-//            the cases whose names contain a NAME (all without), less those
-//            after --not; exit 0: every case as expected, 77: every case
-//            asked for was skipped (this build cannot check it)
+// Usage: exec_rules [NAME...] [--not NAME...]
+//            the cases whose names contain a NAME or whose rule (--list's
+//            second column) contains it (all without), less those after
+//            --not; exit 0: every case as expected, 77: every case asked
+//            for was skipped (this build cannot check it), 2: a NAME that
+//            matches no case (the list is printed), a bad option
+//        exec_rules --list                 the cases: name, rule
 //        exec_rules --breach NAME          runs one breach, unchecked
+//        exec_rules --help                 this usage
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -338,11 +342,66 @@ int run_variant(const Case &c, int bad, std::string &msg) {
 
 }  // namespace
 
+namespace {
+const char kUsage[] =
+    "usage: exec_rules [NAME...] [--not NAME...]\n"
+    "         runs the cases whose name or rule contains a NAME (all without), less\n"
+    "         those after --not; exit 0: every case as expected, 1: a failure,\n"
+    "         77: every case asked for was skipped, 2: a NAME matching no case\n"
+    "       exec_rules --list           the cases (name, rule)\n"
+    "       exec_rules --breach NAME    runs one case's breach, unchecked\n"
+    "       exec_rules --help           this text\n";
+
+void list_cases(FILE *f) {
+    for (const Case &c : kCases) fprintf(f, "%-52s %s\n", c.name, c.rule);
+}
+
+// A filter NAME takes a case whose name or rule contains it.
+bool filter_takes(const Case &c, const char *name) {
+    return strstr(c.name, name) != nullptr || strstr(c.rule, name) != nullptr;
+}
+
+// Every NAME (and --not NAME) matches a case, and --not has its NAME: else
+// 2 with a message and the list (a typo in a ctest entry must not pass
+// running nothing). -1 to go on.
+int check_filters(int argc, char **argv) {
+    for (int k = 1; k < argc; k++) {
+        const bool exclude = !strcmp(argv[k], "--not");
+        if (exclude && ++k == argc) {
+            fprintf(stderr, "exec_rules: --not needs a NAME\n%s", kUsage);
+            return 2;
+        }
+        if (!exclude && !strncmp(argv[k], "--", 2)) {
+            fprintf(stderr, "exec_rules: unknown option '%s'\n%s", argv[k], kUsage);
+            return 2;
+        }
+        bool any = false;
+        for (const Case &c : kCases) any |= filter_takes(c, argv[k]);
+        if (!any) {
+            fprintf(stderr,
+                    "exec_rules: '%s' matches no case name nor rule; the cases (name, rule):\n",
+                    argv[k]);
+            list_cases(stderr);
+            return 2;
+        }
+    }
+    return -1;
+}
+}  // namespace
+
 int main(int argc, char **argv) {
     const size_t ncases = sizeof kCases / sizeof kCases[0];
-    if (argc == 2 && !strcmp(argv[1], "--list")) {
-        for (const Case &c : kCases) printf("%-52s %s\n", c.name, c.rule);
+    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        fputs(kUsage, stdout);
         return 0;
+    }
+    if (argc == 2 && !strcmp(argv[1], "--list")) {
+        list_cases(stdout);
+        return 0;
+    }
+    if (argc != 3 || strcmp(argv[1], "--breach")) {
+        const int rc = check_filters(argc, argv);
+        if (rc >= 0) return rc;
     }
     CK(cudaMalloc((void **)&g_buf, kBuf));
     CK(cudaMemset(g_buf, 0x3c, kBuf));  // bf16 1.0-ish: finite products
@@ -367,10 +426,10 @@ int main(int argc, char **argv) {
         bool named = false, match = false, excluded = false;
         for (int k = 1; k < argc; k++) {
             if (!strcmp(argv[k], "--not") && k + 1 < argc) {
-                excluded |= strstr(c.name, argv[++k]) != nullptr;
+                excluded |= filter_takes(c, argv[++k]);
             } else {
                 named = true;
-                match |= strstr(c.name, argv[k]) != nullptr;
+                match |= filter_takes(c, argv[k]);
             }
         }
         if (excluded || (named && !match)) continue;
