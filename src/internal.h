@@ -113,6 +113,12 @@ float rkv__load(const void *base, rkv_dtype dtype, size_t i);
 /* Writes v as element i of a buffer in dtype (round to nearest even). */
 void rkv__store(void *base, rkv_dtype dtype, size_t i, float v);
 
+/* Copies `ops` into *out after checking the table (backend.c): version,
+ * size, the members every table has (its list); then asks its limits
+ * (ctx) into *limits and checks them (>= 0). */
+rkv_status rkv__backend_adopt(const rkv_backend_ops *ops, void *ctx, const char *what,
+                              rkv_backend_ops *out, rkv_backend_limits *limits);
+
 /* A layer on any backend (the public rkv_layer, layer.c): the geometry, the
  * backend's table, context and own layer, and the layer's storage. Every
  * public layer call checks its arguments here once and calls the table. */
@@ -246,7 +252,7 @@ rkv_status rkv__attend_reference_run(const struct rkv__cpu_layer *layer,
 rkv_status rkv__attend_run(const struct rkv__cpu_layer *layer, const rkv_attention_args *args,
                            const char *what);
 
-/* ---- host buffers that must not overlap (overlap.c) ---- */
+/* ---- host buffers that must not overlap ---- */
 /* One host buffer a call reads or writes: [p, p + bytes), named for the
  * message. NULL or 0 bytes: none. */
 typedef struct rkv__buf {
@@ -278,9 +284,9 @@ static inline rkv_status rkv__check_no_overlap(const char *what, const rkv__buf 
         }
     return RKV_OK;
 }
-/* The upsert's buffers (rkv_layer_upsert, arguments already checked): the
- * storage, its written bits and visible (written) against kv, frame_pos
- * and session_idx (read). */
+/* The upsert's buffers (layer.c; arguments already checked): the layer's
+ * storage and visible (written) against kv, frame_pos and session_idx
+ * (read; any may be NULL). */
 rkv_status rkv__upsert_overlap(const struct rkv_layer *l, const char *what, const void *kv,
                                int64_t batch, const int64_t *frame_pos,
                                const int64_t *session_idx, const uint8_t *visible);

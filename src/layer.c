@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "attention_check.h"
-#include "backend.h"
 
 static void fill(struct rkv_layer *l, const rkv_geometry *g) {
     l->g = *g;
@@ -217,7 +216,25 @@ rkv_status rkv_layer_copy_span(rkv_layer *layer, int64_t src_session, int64_t ds
 
 /* ---- upsert, visibility row, attention (SEM 3-5) --------------------------- */
 
-static bool misaligned(const void *p, size_t to) { return to > 1 && (uintptr_t)p % to != 0; }
+#define misaligned rkv__misaligned
+
+rkv_status rkv__upsert_overlap(const struct rkv_layer *l, const char *what, const void *kv,
+                               int64_t batch, const int64_t *frame_pos,
+                               const int64_t *session_idx, const uint8_t *visible) {
+    const size_t B = (size_t)batch, T = (size_t)l->g.tokens_per_frame, N = (size_t)l->total_slots;
+    const rkv__buf out[] = {
+        {l->store.kv, rkv_geometry_memory_bytes(&l->g), "the ring's K/V storage"},
+        {l->store.written, N, "the ring's written bits"},
+        {visible, visible ? N : 0, "visible"},
+    };
+    const rkv__buf in[] = {
+        {kv, 2 * (size_t)l->g.n_kv_heads * B * T * (size_t)l->g.d_head * rkv_dtype_size(l->g.dtype),
+         "kv"},
+        {frame_pos, B * sizeof *frame_pos, "frame_pos"},
+        {session_idx, B * sizeof *session_idx, "session_idx"},
+    };
+    return rkv__check_no_overlap(what, out, 3, in, 3);
+}
 
 rkv_status rkv_layer_upsert(rkv_layer *layer, const void *kv, rkv_dtype kv_dtype, int64_t batch,
                             const int64_t *frame_pos, const int64_t *session_idx, int commit,

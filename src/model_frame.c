@@ -269,19 +269,8 @@ static rkv_status check_kv(const rkv_model *m, const char *what, int64_t layer,
     if ((uintptr_t)kv % align)
         return rkv__fail(RKV_ERR_INVALID_ARG, "%s: kv %p is not %zu-byte aligned", what, kv,
                          align);
-    const rkv_backend_storage *st = on ? &on->store : &m->store[layer];
-    const size_t N = (size_t)(m->cfg.num_sessions * (m->cfg.layers[layer].ring_frames + 1) *
-                              m->cfg.tokens_per_frame);
-    const rkv__buf out[] = {
-        {st->kv, 2 * (size_t)m->cfg.n_kv_heads * N * (size_t)m->cfg.d_head * esz,
-         "the ring's K/V storage"},
-        {st->written, N, "the ring's written bits"},
-    };
-    const rkv__buf in[] = {{kv,
-                            2 * (size_t)m->cfg.n_kv_heads * (size_t)m->batch.n *
-                                (size_t)m->cfg.tokens_per_frame * (size_t)m->cfg.d_head * esz,
-                            "kv"}};
-    return rkv__check_no_overlap(what, out, 2, in, 1);
+    return rkv__upsert_overlap(on ? on : &m->handles[layer], what, kv, m->batch.n, NULL, NULL,
+                               NULL);
 }
 
 /* The layer-level attention arguments of a model call, checked once: the

@@ -1,13 +1,13 @@
 /* Private: the model's state, shared by model.c (layers, sessions, forks,
  * in-memory snapshots), model_frame.c (the batch and the per-pass calls)
  * and snapshot_file.c (snapshot files). Layer storage is reached only
- * through the backend table (backend.h). */
+ * through the backend table. */
 #ifndef RKV_MODEL_INTERNAL_H
 #define RKV_MODEL_INTERNAL_H
 
 #include <stdatomic.h>
 
-#include "backend.h"
+#include "internal.h"
 
 typedef struct rkv__session_state {
     bool held;
@@ -43,7 +43,7 @@ typedef struct rkv__batch {
 
 struct rkv_model {
     rkv_model_config cfg;
-    rkv_backend_ops ops;          /* the adopted table (backend.h)          */
+    rkv_backend_ops ops;          /* the adopted table (rkv__backend_adopt) */
     const rkv_backend_ops *ops_id; /* the pointer passed at creation        */
     void *ctx;                    /* the backend's context (owned)          */
     rkv_backend_limits limits;    /* the table's limits (asked at creation) */
