@@ -124,8 +124,9 @@ rkv_status rkv_convert(const void *src, rkv_dtype src_dtype, void *dst, rkv_dtyp
                          (int)src_dtype, (int)dst_dtype);
     if (n == 0) return RKV_OK;
     if (!src || !dst) return rkv__fail(RKV_ERR_NULL, "rkv_convert: src or dst is NULL");
-    size_t bytes;
-    if (!rkv__mul_size(n, rkv_dtype_size(src_dtype), &bytes))
+    size_t bytes, dst_bytes;
+    if (!rkv__mul_size(n, rkv_dtype_size(src_dtype), &bytes) ||
+        !rkv__mul_size(n, rkv_dtype_size(dst_dtype), &dst_bytes))
         return rkv__fail(RKV_ERR_OVERFLOW, "rkv_convert: %zu elements overflow size_t", n);
     if (src_dtype == dst_dtype) {
         if (src != dst) memmove(dst, src, bytes);
@@ -133,9 +134,6 @@ rkv_status rkv_convert(const void *src, rkv_dtype src_dtype, void *dst, rkv_dtyp
     }
     /* element by element: a destination over the source would be read after
      * it was written */
-    size_t dst_bytes;
-    if (!rkv__mul_size(n, rkv_dtype_size(dst_dtype), &dst_bytes))
-        return rkv__fail(RKV_ERR_OVERFLOW, "rkv_convert: %zu elements overflow size_t", n);
     const rkv__buf out = {dst, dst_bytes, "dst"}, in = {src, bytes, "src"};
     rkv_status st = rkv__check_no_overlap("rkv_convert", &out, 1, &in, 1);
     if (st != RKV_OK) return st;

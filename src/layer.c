@@ -218,6 +218,19 @@ rkv_status rkv_layer_copy_span(rkv_layer *layer, int64_t src_session, int64_t ds
 
 #define misaligned rkv__misaligned
 
+/* Rows in host memory (the CPU): sessions before clocks, since a session
+ * out of range is the reference's IndexError also when a clock is negative
+ * (which it lets through); B > S rows hold one out of range or a repeat. */
+static rkv_status host_rows(const char *what, const int64_t *session_idx,
+                            const int64_t *frame_pos, int64_t batch, int64_t S) {
+    rkv_status st = rkv__check_sessions(what, session_idx, batch, S);
+    for (int64_t b = 0; st == RKV_OK && b < batch; b++)
+        if (frame_pos[b] < 0)
+            st = rkv__fail(RKV_ERR_INVALID_ARG, "%s: frame_pos[%lld] = %lld; expected >= 0", what,
+                           (long long)b, (long long)frame_pos[b]);
+    return st;
+}
+
 rkv_status rkv__upsert_overlap(const struct rkv_layer *l, const char *what, const void *kv,
                                int64_t batch, const int64_t *frame_pos,
                                const int64_t *session_idx, const uint8_t *visible) {
@@ -272,15 +285,8 @@ rkv_status rkv_layer_upsert(rkv_layer *layer, const void *kv, rkv_dtype kv_dtype
             return rkv__fail(RKV_ERR_INVALID_ARG,
                              "%s: frame_pos / session_idx must be 8-byte aligned int64 arrays",
                              what);
-    } else {
-        /* Sessions before clocks: a session out of range is the reference's
-         * IndexError also when a clock is negative (which it lets through);
-         * B > S rows hold one out of range (IndexError) or a repeat. */
-        if ((st = rkv__check_sessions(what, session_idx, batch, S)) != RKV_OK) return st;
-        for (int64_t b = 0; b < batch; b++)
-            if (frame_pos[b] < 0)
-                return rkv__fail(RKV_ERR_INVALID_ARG, "%s: frame_pos[%lld] = %lld; expected >= 0",
-                                 what, (long long)b, (long long)frame_pos[b]);
+    } else if ((st = host_rows(what, session_idx, frame_pos, batch, S)) != RKV_OK) {
+        return st;
     }
     if ((st = rkv__upsert_overlap(layer, what, kv, batch, frame_pos, session_idx, visible)) !=
         RKV_OK)
@@ -301,15 +307,11 @@ rkv_status rkv_layer_visible_row(const rkv_layer *layer, const int64_t *session_
                          layer->ops.name);
     rkv_status st;
     if (layer->limits.host_memory) {
-        /* the upsert's checks and messages for its one row (B = 1, row 0), in
-         * its order (the session, then the clock): the torch route of an
-         * upsert (this row, then the upsert) reports a bad row as the
+        /* the upsert's checks and messages for its row 0: the torch route of
+         * an upsert (this row, then the upsert) reports a bad row as the
          * one-call route does */
-        if ((st = rkv__check_sessions(what, session_idx, 1, layer->g.num_sessions)) != RKV_OK)
+        if ((st = host_rows(what, session_idx, frame_pos, 1, layer->g.num_sessions)) != RKV_OK)
             return st;
-        if (*frame_pos < 0)
-            return rkv__fail(RKV_ERR_INVALID_ARG, "%s: frame_pos[0] = %lld; expected >= 0", what,
-                             (long long)*frame_pos);
     } else if (misaligned(row, align_of(layer, 1)) || misaligned(session_idx, 8) ||
                misaligned(frame_pos, 8)) {
         return rkv__fail(RKV_ERR_INVALID_ARG,

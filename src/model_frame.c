@@ -292,8 +292,8 @@ static rkv_status attention_args(const rkv_model *m, const char *what, int64_t l
     out->frame_pos = dev_clocks(m);
     out->visible = NULL;
     const rkv_geometry g = rkv__model_layer_geometry(m, layer);
-    return rkv__attend_args_check(&g, &m->limits, on ? &on->store : &m->store[layer], out, false,
-                                  what);
+    return rkv__attend_args_check(&g, &m->limits, &(on ? on : &m->handles[layer])->store, out,
+                                  false, what);
 }
 
 /* The upsert of a checked call, on layer `layer`'s storage or on `on`'s
