@@ -482,21 +482,18 @@ RKV_API rkv_status rkv_model_clock(const rkv_model *model, int64_t session,
                                    int64_t *last_committed);
 
 /* Forks: copies held session src_session's whole state (every layer's K/V
- * span and written bits, and its clock) into held session dst_session of
- * the same model, bit-exact: a branch of the same world. Both must be
- * between frames; dst keeps its request id, its old contents are replaced,
- * and its next frame must be src's last committed + 1 (any frame when src
- * has no clock). The two then evolve independently.
- * Errors: RKV_ERR_RANGE, RKV_ERR_STATE (not claimed, or inside a frame),
+ * span and written bits, and its clock) over held session dst_session,
+ * bit-exact: a branch of the same world. Both between frames; dst keeps
+ * its request id, its next frame is src's last committed + 1 (any frame
+ * when src has no clock); the two then evolve independently. Errors: RKV_ERR_RANGE, RKV_ERR_STATE (not claimed, or inside a frame),
  * RKV_ERR_INVALID_ARG (src == dst). */
 RKV_API rkv_status rkv_model_fork(rkv_model *model, int64_t src_session,
                                   int64_t dst_session);
 
 /* ---- Attention arguments (every backend) ------------------------------- */
 
-/* Grows: struct_size first ("Structs that grow" above). Start from
- * RKV_ATTENTION_ARGS_INIT (or {.struct_size = sizeof(rkv_attention_args),
- * ...}) and set what you need; members left 0 take their defaults. */
+/* Grows ("Structs that grow" above): start from RKV_ATTENTION_ARGS_INIT
+ * and set what you need; members left 0 take their defaults. */
 typedef struct rkv_attention_args {
     size_t struct_size; /* sizeof(rkv_attention_args)                    */
     int64_t batch;      /* B >= 1 session rows                            */
@@ -513,11 +510,10 @@ typedef struct rkv_attention_args {
     const int64_t *frame_pos;   /* [B] row clocks (>= 0); ignored, may be
                                    NULL, when visible != NULL             */
     const uint8_t *visible;     /* NULL: the bits-and-clock rule of SEM 4
-                                   per row (the engine path; no mask is
-                                   built). Else [B][N] per-slot rows (the
-                                   reference's fallback consumer): row b
-                                   attends to every slot with a nonzero
-                                   byte, whatever session owns it.        */
+                                   per row (no mask is built). Else [B][N]
+                                   per-slot rows (the reference's fallback
+                                   consumer): row b attends to every slot
+                                   with a nonzero byte, of any session.   */
     float scale;        /* softmax scale (finite); 0 means 1/sqrt(D)      */
     rkv_threadpool *pool; /* threads to run on; NULL: a process-wide pool
                              sized to the machine's cores, made on first use */
@@ -533,27 +529,23 @@ typedef struct rkv_attention_args {
 #define RKV_ATTENTION_ARGS_INIT RKV__SIZED_INIT(rkv_attention_args)
 
 /* out[b,h,i,:] = sum_j softmax_j(scale * q[b,h,i,:] . K[kvh,j,:]) V[kvh,j,:]
- * over the visible slots j of row b; no causal mask; f32 accumulation.
- * A row with no visible slot is impossible on the bits rule (the scratch is
- * always visible); with an explicit all-zero row the output is 0.
- * Scores that are not plain numbers, as float64 math treats them: a score of
- * -inf (a key holding +inf against a query of the other sign, or an f32
- * overflow such as 1e30 x -1e10) weighs 0, wherever its key lies in
- * the slot order; a row whose every visible key scores -inf gives 0, as a
- * row with no visible slot (the one case defined here: float64 math would
- * give 0/0). A +inf or NaN score (or a NaN reaching a score) makes the row
- * NaN. rkv_layer_attend and the model's attention (rkv_model_frame_attend
- * and the calls below) compute this on every backend (docs/cpu.md: the CPU
- * engines; docs/cuda.md: the CUDA kernels).
+ * over the visible slots j of row b; no causal mask; f32 accumulation;
+ * computed so on every backend (docs/cpu.md, docs/cuda.md) by
+ * rkv_layer_attend and the model's attention calls. Scores that are not
+ * plain numbers, as float64 math treats them: -inf (a key holding +inf
+ * against a query of the other sign, an f32 overflow such as 1e30 x -1e10)
+ * weighs 0 wherever its key lies; a row whose every visible key scores
+ * -inf, or (an explicit all-zero visible row) that has no visible slot,
+ * gives 0 (float64 would give 0/0); a +inf or NaN score (or a NaN reaching
+ * one) makes the row NaN.
  *
- * rkv_layer_attend: this attention on one layer. args: q [B][Hq][Tq][D] and
- * out [B][Hq][Tq][D] (written whole) in BACKEND memory (on CUDA 16-byte
- * aligned), session_idx [B] and frame_pos [B] (or visible [B][N] rows) in
- * BACKEND memory, workspace as above. out must not overlap q, the layer's
- * storage, session_idx, frame_pos or visible (checked: RKV_ERR_INVALID_ARG
- * "out (...) overlaps ..."). Errors (out untouched): RKV_ERR_NULL,
- * RKV_ERR_INVALID_ARG (B, Hq, Tq, scale, alignment, the backend's limits:
- * CUDA d_head <= 256), RKV_ERR_RANGE (a session, host memory),
+ * rkv_layer_attend: this attention on one layer. args: q, out, session_idx,
+ * frame_pos (or visible) and workspace in BACKEND memory (q and out on
+ * CUDA 16-byte aligned); out must not overlap q, the layer's storage,
+ * session_idx, frame_pos or visible (RKV_ERR_INVALID_ARG "out (...)
+ * overlaps ..."). Errors: RKV_ERR_INVALID_ARG (B, Hq, Tq, scale,
+ * alignment, the backend's limits: CUDA d_head <= 256), RKV_ERR_RANGE (a
+ * session, host memory),
  * RKV_ERR_DTYPE, RKV_ERR_OVERFLOW, RKV_ERR_NO_MEMORY (the CPU thread pool's
  * scratch), the backend's. Capture-safe on CUDA.
  * rkv_layer_attend_workspace_bytes: the workspace bytes that let it split
@@ -791,15 +783,12 @@ RKV_API rkv_status rkv_model_save_session_mem(const rkv_model *model, int64_t se
                                               void *buf, size_t buf_bytes,
                                               size_t *file_bytes);
 
-/* Loads the snapshot file `path` into held session `session` of `model`
- * (not inside a frame). The model must have the snapshot's geometry: the
- * same dtype, n_layers, n_kv_heads, d_head, tokens_per_frame and per-layer
- * ring_frames / ring_buckets / pinned_dilation (num_sessions, n_q_heads and
- * the name may differ). The restore is bit-exact (K/V and written bits of
- * every layer) and installs the saved clock: the next frame must be
- * last_committed + 1 (any frame when the snapshot had no clock). The
- * session keeps its request id. Everything is validated before the session
- * changes, and a refused file changes nothing; the message says which:
+/* Loads the snapshot file `path` into held session `session` (not inside a
+ * frame) of a model of the snapshot's geometry (dtype, n_layers,
+ * n_kv_heads, d_head, tokens_per_frame, per-layer RF / RB / PD; the name,
+ * num_sessions and n_q_heads may differ): bit-exact, with the saved clock
+ * (the next frame is last_committed + 1, any when none); the session keeps
+ * its request id. Everything is validated first; the message says which:
  *  - RKV_ERR_FORMAT "truncated" (file shorter than its header or tensors
  *    say), "corrupted header length", "corrupted header" (not strict JSON,
  *    a key twice in an object, bad metadata or tensor table, a number that
@@ -1016,29 +1005,25 @@ RKV_API rkv_status rkv_model_session_export_meta(const rkv_model *model,
 RKV_API rkv_status rkv_model_session_digest(rkv_model *model, int64_t session,
                                             uint64_t *xxh3);
 
-/* Reserves the lowest free slot for importing the session that `meta`
- * describes; *session receives it. The slot is neither held nor free:
- * claim does not hand it out, the request id is refused by claim
- * (RKV_ERR_STATE) until the import ends. Its regions are zeroed. meta:
- * the exporter's rkv_model_session_meta_bytes bytes (host memory; the
- * exporter's size, which may differ from this model's). Errors:
- * RKV_ERR_FORMAT (bytes that are not metadata of
- * version RKV_SESSION_META_VERSION (3), damaged (the snapshot header's
- * checks: JSON, header checksum, tensor table), or of another geometry:
- * the field named), RKV_ERR_STATE (the request id is held, paged out or being
- * imported here), RKV_ERR_FULL (no free slot: a destination without room
- * refuses here, before the source gives anything up). */
+/* Reserves the lowest free slot, its regions zeroed, for importing the
+ * session that `meta` describes; *session receives it. Until the import
+ * ends claim neither hands the slot out nor accepts the request id
+ * (RKV_ERR_STATE). meta: the exporter's rkv_model_session_meta_bytes bytes
+ * (its size may differ from this model's). Errors: RKV_ERR_FORMAT (not
+ * metadata of version RKV_SESSION_META_VERSION, damaged -- the snapshot
+ * header's checks --, or of another geometry: the field named),
+ * RKV_ERR_STATE (the request id is held, paged out or being imported
+ * here), RKV_ERR_FULL (no free slot: refused before the source gives
+ * anything up). */
 RKV_API rkv_status rkv_model_import_reserve(rkv_model *model, const void *meta,
                                             size_t meta_bytes, int64_t *session);
 /* Everything rkv_model_session_import checks, without changing anything:
  * the slot is reserved, meta is valid and the one it was reserved with,
- * the written bits in its regions keep the layer's invariant (0/1,
- * scratch 1, whole frames; RKV_ERR_FORMAT naming layer and slot) and are
- * the exporter's (their XXH3-64 is meta's: a slot never filled, or filled
- * with a session whose written pattern differs, is RKV_ERR_FORMAT; another
- * session at the same clock, or any whose ring is full, has the same bits
- * and is not told apart). K/V bytes are not hashed:
- * rkv_model_session_digest against the source's checks them. */
+ * the written bits in its regions keep the layer's invariant
+ * (RKV_ERR_FORMAT naming layer and slot) and hash to meta's written_xxh3
+ * (a slot never filled, or with another written pattern, is RKV_ERR_FORMAT;
+ * a session with the same bits is not told apart). K/V bytes are not
+ * hashed: compare rkv_model_session_digest with the source's. */
 RKV_API rkv_status rkv_model_import_check(const rkv_model *model, int64_t session,
                                           const void *meta, size_t meta_bytes);
 /* Makes the reserved slot live: checked as rkv_model_import_check, then

@@ -116,8 +116,7 @@ rkv_status rkv__backend_adopt(const rkv_backend_ops *ops, void *ctx, const char 
  * public layer call checks its arguments here once and calls the table. */
 struct rkv_layer {
     rkv_geometry g;
-    int64_t ring_len;             /* L = RF*T                          */
-    int64_t capacity;             /* C = L + T                         */
+    int64_t capacity;             /* C = (RF+1)*T                      */
     int64_t total_slots;          /* N = S*C                           */
     rkv_backend_ops ops;          /* the adopted table                 */
     const rkv_backend_ops *ops_id; /* the table passed at creation     */

@@ -10,7 +10,6 @@
 
 static void fill(struct rkv_layer *l, const rkv_geometry *g) {
     l->g = *g;
-    l->ring_len = g->ring_frames * g->tokens_per_frame;
     l->capacity = rkv_geometry_capacity(g);
     l->total_slots = rkv_geometry_total_slots(g);
 }
