@@ -598,11 +598,10 @@ RKV_API size_t rkv_layer_attend_workspace_bytes(const rkv_layer *layer,
  * and makes it the current batch. Errors: RKV_ERR_CLOCK (a skipped,
  * repeated or negative clock), RKV_ERR_STATE (not claimed, inside a frame,
  * another batch open; on CUDA a stream being captured), RKV_ERR_RANGE,
- * RKV_ERR_INVALID_ARG (B outside 1..S, or
- * beyond the backend's limit: 1024 on CUDA; a repeated session). Order of
- * the checks: B, then every row's session (range, distinct, claimed), then
- * row by row its frame state and clock, then the open batch; the first
- * failure is reported. Not capture-safe. */
+ * RKV_ERR_INVALID_ARG (B outside 1..S or beyond the backend's limit, 1024
+ * on CUDA; a repeated session). Checked in this order, the first failure
+ * reported: B, every row's session (range, distinct, claimed), row by row
+ * its frame state and clock, the open batch. Not capture-safe. */
 RKV_API rkv_status rkv_model_begin_frame(rkv_model *model, int64_t batch,
                                          const int64_t *session_idx,
                                          const int64_t *frame_pos);
@@ -675,15 +674,12 @@ RKV_API rkv_status rkv_model_abandon_frame(rkv_model *model);
  * (RKV_ERR_STATE, RKV_ERR_RANGE, RKV_ERR_INVALID_ARG). */
 RKV_API rkv_status rkv_model_synchronize(rkv_model *model);
 
-/* The per-pass calls with the batch spelled out, kept for callers written
- * before the batch was stored (and as a check): session_idx must list the
- * current batch exactly, in its begin_frame order (RKV_ERR_STATE when a row
- * is not in the current batch or its frame is not open/current;
- * RKV_ERR_INVALID_ARG when the sessions are the batch's but B or the order
- * differ); then they are rkv_model_frame_upsert, _attend and _step. Their
- * other checks come first, in the order: model, layer (RKV_ERR_RANGE), B
- * (1..S), every row's session (range, distinct, claimed). kv, q and out as
- * the frame calls (BACKEND memory). Capture-safe as the frame calls.
+/* The per-pass calls with the batch spelled out (and checked): after the
+ * model, layer (RKV_ERR_RANGE), B (1..S) and every row's session (range,
+ * distinct, claimed), session_idx must list the current batch exactly, in
+ * its begin_frame order (RKV_ERR_STATE for a row not in it or a frame not
+ * open / current; RKV_ERR_INVALID_ARG for another B or order); then they
+ * are rkv_model_frame_upsert, _attend and _step, capture-safe as those.
  *
  * ring (rkv_model_upsert and rkv_model_attend): NULL, or a layer that wraps
  * the caller's copy of layer `layer`'s storage (rkv_layer_wrap, on the

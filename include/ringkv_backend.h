@@ -102,18 +102,16 @@ typedef struct rkv_backend_ops {
      * alloc: `bytes` (> 0) of BACKEND memory, 16-byte aligned, contents
      * undefined, into *ptr. free: releases it (NULL is a no-op; waits for
      * work that may still use it).
-     * copy_in: copies `bytes` from HOST `src` to BACKEND `dst`, ordered after
-     * the work already enqueued and before the work enqueued later; `src`
-     * may be reused as soon as the call returns (the CUDA table stages it
-     * in pinned memory and copies asynchronously on its stream).
-     * synchronize: waits until every enqueued operation finished; reports
-     * an asynchronous failure of one of them.
+     * copy_in: copies `bytes` from HOST `src` to BACKEND `dst`, in stream
+     * order; `src` may be reused when the call returns (CUDA: staged in
+     * pinned memory, copied asynchronously).
+     * synchronize: waits for every enqueued operation; reports an
+     * asynchronous failure of one.
      * check: reports (and clears) the errors that capture-safe calls on
      * layers[0 .. n_layers) found in device values since the last check,
-     * reading every layer's word at once (the CUDA table: one copy and one
-     * wait for all of them); on failure *bad_layer is the index of the first
-     * layer with one, whose message is set. NULL where the backend checks
-     * everything on the host. */
+     * reading every layer's word at once (CUDA: one copy, one wait); on
+     * failure *bad_layer is the first such layer, whose message is set.
+     * NULL where the backend checks everything on the host. */
     rkv_status (*alloc)(void *ctx, size_t bytes, void **ptr);
     void (*free)(void *ctx, void *ptr);
     rkv_status (*copy_in)(void *ctx, void *dst, const void *src, size_t bytes);
@@ -121,18 +119,12 @@ typedef struct rkv_backend_ops {
     rkv_status (*check)(void *ctx, void *const *layers, int64_t n_layers, int64_t *bad_layer);
 
     /* ---- per pass (capture-safe) ------------------------------------------
-     * upsert: rkv_layer_upsert's operation for B rows; kv (in the storage
-     * dtype), frame_pos [B], session_idx [B] and visible (NULL, or [N] with
-     * B = 1) in BACKEND memory (the model passes the batch buffers that
-     * rkv_model_begin_frame filled, and visible NULL).
-     * visible_row: rkv_layer_visible_row's operation (session_idx [1],
-     * frame_pos [1], row [N]: BACKEND memory).
-     * attend: rkv_layer_attend's operation; args (this library's layout,
-     * struct_size = sizeof) with q/out/session_idx/frame_pos/visible in
-     * BACKEND memory (the model's: visible NULL, batch = B); `workspace`
-     * (BACKEND memory of workspace_bytes, or NULL/0): the model's, sized at
-     * creation by attend_workspace_bytes, or the layer call's
-     * args->workspace. */
+     * upsert, visible_row, attend: the operations of rkv_layer_upsert,
+     * rkv_layer_visible_row and rkv_layer_attend, their arguments as there
+     * (BACKEND memory; the model passes its batch buffers and visible NULL;
+     * args in this library's layout, struct_size = sizeof). `workspace`
+     * (BACKEND, workspace_bytes, or NULL/0): the model's, sized at creation
+     * by attend_workspace_bytes, or the layer call's args->workspace. */
     rkv_status (*upsert)(void *ctx, void *layer, const void *kv, int64_t batch,
                          const int64_t *frame_pos, const int64_t *session_idx, int commit,
                          uint8_t *visible);
@@ -140,9 +132,8 @@ typedef struct rkv_backend_ops {
                               const int64_t *frame_pos, uint8_t *row);
     rkv_status (*attend)(void *ctx, const void *layer, const rkv_attention_args *args,
                          void *workspace, size_t workspace_bytes);
-    /* Workspace bytes `attend` would use for these (checked) arguments on
-     * this layer to split the keys as it prefers (0: none needed). Host
-     * only. NULL: none. */
+    /* Workspace bytes `attend` would use for these (checked) arguments to
+     * split the keys as it prefers (0: none). Host only. NULL: none. */
     size_t (*attend_workspace_bytes)(void *ctx, const void *layer,
                                      const rkv_attention_args *args);
 

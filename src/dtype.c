@@ -66,10 +66,8 @@ CONVERSIONS(f32, float, SAME, SAME)
 CONVERSIONS(f16, uint16_t, f16_to_f32, f32_to_f16)
 CONVERSIONS(bf16, uint16_t, bf16_to_f32, f32_to_bf16)
 
-/* The dtype table: one row per rkv_dtype, indexed by its value. Every size,
- * name and f32 conversion in the library (and in the snapshot format) is
- * read from here; a new storage dtype is a row here, its enum value and
- * RKV_DTYPE_NAMES in ringkv.h, and its kernels (docs/backends.md). */
+/* The dtype table: one row per rkv_dtype, indexed by its value; every size,
+ * name and f32 conversion of the library and the snapshot format. */
 static const struct dtype_row {
     size_t size;
     const char *names[3];    /* rkv_dtype_name's, then other spellings parsed */

@@ -111,9 +111,8 @@ void rkv__store(void *base, rkv_dtype dtype, size_t i, float v);
 rkv_status rkv__backend_adopt(const rkv_backend_ops *ops, void *ctx, const char *what,
                               rkv_backend_ops *out, rkv_backend_limits *limits);
 
-/* A layer on any backend (the public rkv_layer, layer.c): the geometry, the
- * backend's table, context and own layer, and the layer's storage. Every
- * public layer call checks its arguments here once and calls the table. */
+/* A layer on any backend (the public rkv_layer, layer.c): its geometry,
+ * the backend's table, context and own layer, and its storage. */
 struct rkv_layer {
     rkv_geometry g;
     int64_t capacity;             /* C = (RF+1)*T                      */

@@ -1,8 +1,6 @@
-/* One layer on any backend (SEMANTICS 2-5): the public rkv_layer_* calls.
- * Each checks its arguments once, here, and calls the backend's table
- * (include/ringkv_backend.h: unchecked operations); the CPU backend's
- * storage and memcpy upsert are src/cpu/layer_cpu.c, the CUDA backend's
- * src/cuda/layer.cu. */
+/* One layer on any backend (SEMANTICS 2-5): the public rkv_layer_* calls,
+ * each checking its arguments once before the table's unchecked operation
+ * (src/cpu/layer_cpu.c, src/cuda/layer.cu). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -215,8 +213,6 @@ rkv_status rkv_layer_copy_span(rkv_layer *layer, int64_t src_session, int64_t ds
 
 /* ---- upsert, visibility row, attention (SEM 3-5) --------------------------- */
 
-#define misaligned rkv__misaligned
-
 /* Rows in host memory (the CPU): sessions before clocks, since a session
  * out of range is the reference's IndexError also when a clock is negative
  * (which it lets through); B > S rows hold one out of range or a repeat. */
@@ -272,15 +268,15 @@ rkv_status rkv_layer_upsert(rkv_layer *layer, const void *kv, rkv_dtype kv_dtype
                          "path passes visible = NULL)",
                          what, (long long)batch);
     const size_t a = align_of(layer, rkv_dtype_size(layer->g.dtype));
-    if (misaligned(kv, a) || misaligned(visible, align_of(layer, 1)))
+    if (rkv__misaligned(kv, a) || rkv__misaligned(visible, align_of(layer, 1)))
         return rkv__fail(RKV_ERR_INVALID_ARG, "%s: %s %p is not %zu-byte aligned", what,
-                         misaligned(kv, a) ? "kv" : "visible",
-                         misaligned(kv, a) ? kv : (void *)visible,
-                         misaligned(kv, a) ? a : align_of(layer, 1));
+                         rkv__misaligned(kv, a) ? "kv" : "visible",
+                         rkv__misaligned(kv, a) ? kv : (void *)visible,
+                         rkv__misaligned(kv, a) ? a : align_of(layer, 1));
     rkv_status st;
     if (!host) { /* device values: the kernels check them (rkv_layer_check) */
         if (!session_idx) return rkv__fail(RKV_ERR_NULL, "%s: session_idx is NULL", what);
-        if (misaligned(frame_pos, 8) || misaligned(session_idx, 8))
+        if (rkv__misaligned(frame_pos, 8) || rkv__misaligned(session_idx, 8))
             return rkv__fail(RKV_ERR_INVALID_ARG,
                              "%s: frame_pos / session_idx must be 8-byte aligned int64 arrays",
                              what);
@@ -311,8 +307,8 @@ rkv_status rkv_layer_visible_row(const rkv_layer *layer, const int64_t *session_
          * one-call route does */
         if ((st = host_rows(what, session_idx, frame_pos, 1, layer->g.num_sessions)) != RKV_OK)
             return st;
-    } else if (misaligned(row, align_of(layer, 1)) || misaligned(session_idx, 8) ||
-               misaligned(frame_pos, 8)) {
+    } else if (rkv__misaligned(row, align_of(layer, 1)) || rkv__misaligned(session_idx, 8) ||
+               rkv__misaligned(frame_pos, 8)) {
         return rkv__fail(RKV_ERR_INVALID_ARG,
                          "%s: row must be %zu-byte aligned and session_idx / frame_pos 8-byte "
                          "aligned",
@@ -331,7 +327,7 @@ static rkv_status take_args(const rkv_layer *layer, const rkv_attention_args *ca
     if (!caller) return rkv__fail(RKV_ERR_NULL, "%s: args is NULL", what);
     rkv_status st = rkv__attention_args_load(what, caller, a);
     if (st != RKV_OK) return st;
-    if (a->workspace && misaligned(a->workspace, 16))
+    if (a->workspace && rkv__misaligned(a->workspace, 16))
         return rkv__fail(RKV_ERR_INVALID_ARG, "%s: workspace is not 16-byte aligned", what);
     return rkv__attend_args_check(&layer->g, &layer->limits, &layer->store, a,
                                   layer->limits.host_memory != 0, what);

@@ -1,8 +1,6 @@
-/* A whole model (SEMANTICS 6) on any backend: one backend layer per
- * transformer layer, sessions claimed by request id, forks. The batch and
- * the per-pass calls are in model_frame.c, snapshots (files and in-memory
- * images) in snapshot_file.c; layer storage is reached only through the
- * backend table (include/ringkv_backend.h). */
+/* A whole model (SEMANTICS 6) on any backend table: one backend layer per
+ * transformer layer, sessions claimed by request id, forks (the batch and
+ * per-pass calls: model_frame.c; snapshots: snapshot_file.c). */
 #define _POSIX_C_SOURCE 200809L /* strnlen */
 #include <stdalign.h>
 #include <stdio.h>
@@ -10,8 +8,6 @@
 #include <string.h>
 
 #include "model_internal.h"
-
-typedef rkv__session_state session_state;
 
 /* ---- creation ------------------------------------------------------------ */
 
@@ -351,7 +347,6 @@ rkv_status rkv__model_id_unused(const rkv_model *m, const char *what, const char
     return id_not_away(m, what, id);
 }
 
-/* A held session index, or an error naming what is wrong. */
 rkv_status rkv__model_check_held(const rkv_model *m, const char *what, int64_t session) {
     if (!m) return rkv__fail(RKV_ERR_NULL, "%s: model is NULL", what);
     if (session < 0 || session >= m->cfg.num_sessions)
@@ -382,7 +377,6 @@ rkv_status rkv__model_check_between_frames(const rkv_model *m, const char *what,
     return RKV_OK;
 }
 
-/* Zeroes a session in every layer and drops its clock. */
 rkv_status rkv__model_clear_session(rkv_model *m, int64_t s) {
     rkv_status first = RKV_OK;
     char msg[512] = "";

@@ -1,7 +1,5 @@
-/* Visibility over the ring (SEMANTICS 4, 5): the bits-and-clock rule, the
- * clock-only rule (both ring_rule.h's, checked here), per-slot rows and
- * FlexAttention block lists. Visibility is frame-granular: a list of frame
- * slots, ring frames ascending, scratch last. */
+/* Visibility over the ring (SEMANTICS 4, 5): ring_rule.h's two rules with
+ * their arguments checked, per-slot rows and FlexAttention block lists. */
 #include <stdlib.h>
 #include <string.h>
 
