@@ -382,9 +382,8 @@ typedef struct rkv_layer_spec {
     int64_t pinned_dilation;
 } rkv_layer_spec;
 
-/* Grows: struct_size first ("Structs that grow" above). Start from
- * RKV_MODEL_CONFIG_INIT or rkv_model_preset. Every call that reads a config
- * (rkv_model_create*, rkv_model_config_*) checks struct_size first. */
+/* Grows ("Structs that grow" above): start from RKV_MODEL_CONFIG_INIT or
+ * rkv_model_preset. */
 typedef struct rkv_model_config {
     size_t struct_size;                    /* sizeof(rkv_model_config)   */
     char name[RKV_MAX_NAME];
