@@ -12,7 +12,6 @@ set(RKV_SOURCES
   src/geometry.c
   src/layer.c
   src/cpu/layer_cpu.c
-  src/overlap.c
   src/visibility.c
   src/backend.c
   src/model.c

@@ -3,37 +3,26 @@
  *
  * The behaviour reproduces the reference PyTorch module LayerRingCache
  * (shared/spec/seed_ring_cache.py) as specified in shared/spec/SEMANTICS.md;
- * section numbers below ("SEM 3") refer to that text.
+ * "SEM 3" below is its section 3. This header is the contract: status codes,
+ * dtypes, a ring's geometry, visibility, layers, the model, snapshots. The
+ * CPU backend's own calls are in ringkv_cpu.h (included at the end), the
+ * CUDA backend's in ringkv_cuda.h, the backend table (SPI) in
+ * ringkv_backend.h; design, measurements and what has not run yet are in
+ * docs/ and bench/RESULTS.md.
  *
- * This header is the contract, grouped by concept:
- *   version and RKV_API; status codes; element types; geometry of a ring;
- *   the handles; visibility; layer storage (a layer, views over caller
- *   storage); the model (config, sessions, attention arguments, frames);
- *   snapshots (files, in-memory images, offload and page-in, export and
- *   import).
- * The CPU backend's own calls (attention on a layer or a view, the thread
- * pool, the instruction-set choice, the model calls over caller storage)
- * are in ringkv_cpu.h, which this header includes at its end so that
- * programs written before the split still compile; new code includes
- * ringkv_cpu.h itself where it uses them. The CUDA backend is
- * ringkv_cuda.h, the backend table (SPI) ringkv_backend.h. Measurements,
- * design history and what is not yet run are in docs/ and bench/RESULTS.md,
- * not here.
- *
- * Conventions (docs/ and the README describe the design):
- *  - Every function returning rkv_status validates all of its arguments before
- *    it changes anything: a failed call leaves every handle byte-identical.
- *    The message of the last failed call on the calling thread is returned by
- *    rkv_last_error() (thread-local, like dlerror()).
- *  - All pointers in this header are HOST pointers, except those a model's
- *    per-pass calls hand to its backend's kernels, marked BACKEND memory (host
- *    memory on the CPU backend, device memory on CUDA). Buffers the caller
- *    passes in stay owned by the caller; handles are owned by the caller
- *    from *_create until *_destroy (NULL is a no-op there).
- *  - Sizes are element counts unless the name ends in _bytes.
- *  - Session indices and frame clocks are int64_t, as in the reference.
- *  - A model runs on a backend (ringkv_backend.h: the table of operations;
- *    the CPU one here, the CUDA one in ringkv_cuda.h; docs/backends.md).
+ * Conventions, for every declaration below:
+ *  - A function returning rkv_status validates all of its arguments before
+ *    it changes anything: a failed call writes no output and leaves every
+ *    handle byte-identical. rkv_last_error() (thread-local, like dlerror())
+ *    gives the message, naming the bad value. RKV_ERR_NULL is any required
+ *    pointer that is NULL, even where "Errors:" does not list it.
+ *  - Pointers are HOST pointers, except those marked BACKEND memory: the
+ *    memory of the layer's or model's backend (host memory on the CPU,
+ *    device memory of its GPU on CUDA). Buffers the caller passes stay the
+ *    caller's; handles are the caller's from *_create until *_destroy (NULL
+ *    is a no-op there).
+ *  - Sizes are element counts unless the name ends in _bytes; session
+ *    indices and frame clocks are int64_t, as in the reference.
  */
 #ifndef RINGKV_H
 #define RINGKV_H
@@ -41,15 +30,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* RKV_API marks every function of the public API (this header,
- * ringkv_cpu.h, ringkv_backend.h, ringkv_cuda.h), as SQLite's SQLITE_API and
- * libuv's UV_EXTERN do. The libraries are built with -fvisibility=hidden, so
- * these functions are the only symbols libringkv.so and libringkv_cuda.so
- * export: private functions (rkv__*) cannot be linked against by accident,
- * and a shared library's symbol list is the API (the ctest exported_symbols
- * checks it against the declarations). Under GCC and Clang it is
- * visibility("default"); elsewhere empty. A program may define RKV_API
- * before including the header (to add, say, a calling convention). */
+/* RKV_API marks every public function (of every include/ header), as
+ * SQLite's SQLITE_API does. The libraries are built with -fvisibility=hidden,
+ * so these are the only symbols they export (the ctest exported_symbols
+ * checks it): private rkv__* functions cannot be linked against. GCC and
+ * Clang: visibility("default"); elsewhere empty; a program may define it
+ * first (to add, say, a calling convention). */
 #ifndef RKV_API
 #if defined(__GNUC__) || defined(__clang__)
 #define RKV_API __attribute__((visibility("default")))
@@ -62,11 +48,8 @@
 extern "C" {
 #endif
 
-/* The version: these three macros are the one place it is written.
- * CMakeLists.txt reads them for the project version (the shared library's
- * file name, ringkv.pc's Version), RKV_VERSION_STRING spells them, and
- * rkv_version() returns the library's RKV_VERSION_STRING (tests/test_dtype.c
- * checks that all of these agree). */
+/* The version, written only here: CMakeLists.txt reads these macros (the
+ * library's file name, ringkv.pc), tests/test_dtype.c checks they agree. */
 #define RKV_VERSION_MAJOR 0
 #define RKV_VERSION_MINOR 2
 #define RKV_VERSION_PATCH 0
@@ -86,28 +69,20 @@ RKV_API const char *rkv_version(void);
 /* Structs that grow, and structs that are frozen                           */
 /* ------------------------------------------------------------------------ */
 
-/* A struct that later versions extend carries its own size as its first
- * member, `size_t struct_size`, as SQLite's iVersion and the Windows API's
- * cbSize do: rkv_attention_args, rkv_model_config and rkv_snapshot_info
- * here, rkv_cuda_attention_args in ringkv_cuda.h (rkv_backend_ops, in
- * ringkv_backend.h, has its own abi_version and struct_size). The caller
- * sets struct_size to sizeof the struct its header declares: start from
- * RKV_ATTENTION_ARGS_INIT, RKV_MODEL_CONFIG_INIT or RKV_SNAPSHOT_INFO_INIT
- * (or set .struct_size = sizeof(type) in a designated initializer);
- * rkv_model_preset fills it in. A later version only appends members: the
- * library reads (or, for rkv_snapshot_info, writes) the members the
- * caller's size covers, and members beyond it take their defaults (the
- * value 0 means the default for every member). Refused with
- * RKV_ERR_INVALID_ARG, before anything changes, and the message saying
- * which: struct_size 0 (a struct zero-initialized without it: no silent
- * default, since a program that forgot it would get an older layout's
- * meaning without knowing), a size below the first version's, or a size
- * larger than the library's own (a program built with a newer header than
- * the library it runs with).
- * Every other struct is frozen: rkv_geometry, rkv_layer_spec,
- * rkv_session_region, rkv_backend_limits, rkv_backend_storage. Their layout never
- * changes; a new member would come as a new type named *_v2 with calls of
- * its own, the old ones kept. Each struct's comment says which it is. */
+/* A struct that later versions extend ("Grows") carries its size as its
+ * first member, `size_t struct_size`, as the Windows API's cbSize does:
+ * rkv_attention_args, rkv_model_config, rkv_snapshot_info and
+ * rkv_cuda_attention_args (rkv_backend_ops has its own abi_version). The
+ * caller sets it to sizeof the struct its header declares (start from
+ * RKV_ATTENTION_ARGS_INIT, RKV_MODEL_CONFIG_INIT, RKV_SNAPSHOT_INFO_INIT,
+ * or rkv_model_preset). Later versions only append: the library reads (for
+ * rkv_snapshot_info, writes) the members the caller's size covers; the rest
+ * take their defaults (0 is every member's default). RKV_ERR_INVALID_ARG,
+ * saying which, for struct_size 0 (forgotten: no silent older layout), a
+ * size below the first version's, or one above the library's (a newer
+ * header than the library). Every other struct is frozen ("Frozen"): its
+ * layout never changes; a change comes as a new *_v2 type with its own
+ * calls. */
 #ifdef __cplusplus
 #define RKV__SIZED_INIT(type) {sizeof(type)}
 #else
@@ -194,44 +169,31 @@ typedef struct rkv_geometry {
 } rkv_geometry;
 
 /* Checks a geometry against SEM 2 and ringkv's extra rules (T >= 128, H >= 1,
- * D >= 1, byte counts that fit int64_t and size_t). RKV_OK or the first violation, with
- * rkv_last_error() naming it. */
+ * D >= 1, byte counts that fit int64_t and size_t): the first violation. */
 RKV_API rkv_status rkv_geometry_check(const rkv_geometry *g);
 
 /* Derived sizes of a (valid) geometry, in slots (tokens): capacity
  * C = RF*T + T (one session: its ring of RF*T slots, then the scratch),
- * total_slots N = S*C. memory_bytes = 2*H*N*D*sizeof(dtype) (SEM 2). Of a
- * layer: these on rkv_layer_geometry(layer) (replaces rkv_layer_capacity,
- * rkv_layer_total_slots and rkv_layer_memory_bytes; rkv_geometry_ring_len
- * is C - T). */
+ * total_slots N = S*C; memory_bytes = 2*H*N*D*sizeof(dtype) (SEM 2). */
 RKV_API int64_t rkv_geometry_capacity(const rkv_geometry *g);
 RKV_API int64_t rkv_geometry_total_slots(const rkv_geometry *g);
 RKV_API size_t rkv_geometry_memory_bytes(const rkv_geometry *g);
 
-/* Slot arithmetic of SEM 3 step 1 for clock f >= 0 (no checks: the caller
- * passes a valid geometry and f >= 0): returns the ring frame slot
- * bucket mod RB, bucket = ceil(f / PD), and stores in *write_step (when
- * not NULL) whether f is a write step, f mod PD == 0 (1 or 0; replaces
- * rkv_is_write_step).
- * The bucket is the reference's int64 (f + PD - 1) // PD: where f + PD - 1
- * exceeds INT64_MAX (the top PD - 1 clocks) the sum wraps to a negative
- * value, floor-divided, and the slot is its floor modulo RB (in [0, RB)),
- * as torch computes it; every other clock gets ceil(f / PD) mod RB. */
+/* SEM 3 step 1 for clock f >= 0 (unchecked: a valid geometry and f >= 0):
+ * returns the ring frame slot bucket mod RB, bucket = ceil(f / PD), and
+ * stores in *write_step (when not NULL) whether f mod PD == 0 (1 or 0).
+ * The bucket is the reference's int64 (f + PD - 1) // PD: for the top
+ * PD - 1 clocks the sum wraps negative, as in torch, and the slot is its
+ * floor modulo RB (in [0, RB)). */
 RKV_API int64_t rkv_ring_slot(const rkv_geometry *g, int64_t frame_pos, int *write_step);
 
 /* ------------------------------------------------------------------------ */
 /* Handles                                                                  */
 /* ------------------------------------------------------------------------ */
 
-/* Opaque handles, owned by the caller from *_create to *_destroy:
- *  rkv_layer:      one layer's ring on any backend (layer storage below):
- *                  in host memory (rkv_layer_create, the CPU backend), on
- *                  another backend's memory (rkv_layer_create_on,
- *                  ringkv_backend.h), or over the caller's storage
- *                  (rkv_layer_wrap);
- *  rkv_model:      a whole model over a backend (the model below);
- *  rkv_threadpool: CPU worker threads (ringkv_cpu.h), named in the
- *                  attention arguments. */
+/* Opaque handles: rkv_layer, one layer's ring on any backend (below);
+ * rkv_model, a whole model over a backend; rkv_threadpool, CPU worker
+ * threads (ringkv_cpu.h) named in the attention arguments. */
 typedef struct rkv_layer rkv_layer;
 typedef struct rkv_model rkv_model;
 typedef struct rkv_threadpool rkv_threadpool;
@@ -246,29 +208,27 @@ typedef struct rkv_threadpool rkv_threadpool;
 #define RKV_SCRATCH_FRAME(g) ((g)->ring_frames)
 
 /* The rule from the written bits and the clock (SEM 4, any history):
- * ring frame r of the session is visible when its slots are written and it is
- * not slot ceil(f/PD) mod RB while f mod PD == 0; the scratch always is.
- * frames: caller buffer of RF + 1 entries; *count receives the length.
- * (Frames are always written whole, so a frame's first slot stands for all.)
- * Errors: RKV_ERR_NULL, RKV_ERR_RANGE (session), RKV_ERR_INVALID_ARG (f<0). */
+ * ring frame r of the session is visible when written (frames are written
+ * whole) and not slot ceil(f/PD) mod RB while f mod PD == 0; the scratch
+ * always is. frames: [RF + 1]; *count receives the length.
+ * Errors: RKV_ERR_RANGE (session), RKV_ERR_INVALID_ARG (f < 0). */
 RKV_API rkv_status rkv_layer_visible_frames(const rkv_layer *layer, int64_t session,
                                             int64_t frame_pos, int64_t *frames,
                                             int64_t *count);
 
 /* The rule from the clock alone (SEM 4), for a session that committed frames
  * 0..f-1 in order from 0: ring slots {(g/PD) mod RB : g = 0, PD, 2PD, .. < f}
- * minus slot (f/PD) mod RB when f mod PD == 0, plus the scratch. Same output
- * convention as rkv_layer_visible_frames. Depends only on the geometry.
- * Errors: RKV_ERR_NULL, invalid geometry, RKV_ERR_INVALID_ARG (f < 0). */
+ * minus slot (f/PD) mod RB when f mod PD == 0, plus the scratch; output as
+ * rkv_layer_visible_frames. Errors: invalid geometry, RKV_ERR_INVALID_ARG
+ * (f < 0). */
 RKV_API rkv_status rkv_visible_frames_from_clock(const rkv_geometry *g,
                                                  int64_t frame_pos, int64_t *frames,
                                                  int64_t *count);
 
-/* Expands a frame list into a per-slot row [N] (1 visible, 0 not) of the
- * given session, the reference's row format; every byte of row is written
- * (slots of other sessions are 0). Errors: RKV_ERR_NULL, invalid geometry,
- * RKV_ERR_RANGE (session, or a frame outside [0, RF]), RKV_ERR_INVALID_ARG
- * (count outside [0, RF + 1]). */
+/* Expands a frame list into the reference's per-slot row [N] bytes (1
+ * visible, 0 not, every byte written; other sessions' slots 0). Errors:
+ * invalid geometry, RKV_ERR_RANGE (session, or a frame outside [0, RF]),
+ * RKV_ERR_INVALID_ARG (count outside [0, RF + 1]). */
 RKV_API rkv_status rkv_visible_row_from_frames(const rkv_geometry *g, int64_t session,
                                                const int64_t *frames, int64_t count,
                                                uint8_t *row);
@@ -278,8 +238,8 @@ RKV_API rkv_status rkv_visible_row_from_frames(const rkv_geometry *g, int64_t se
  *  kv_num_blocks: [QB] int32, visible key blocks per query block.
  *  kv_indices:    [QB][KB] int32, visible key block ids ascending, the rest
  *                 padded with 0. Every query block gets the same list.
- * Errors: RKV_ERR_NULL, RKV_ERR_RANGE (session), RKV_ERR_INVALID_ARG (f < 0),
- * RKV_ERR_OVERFLOW (more than INT32_MAX key blocks). */
+ * Errors: RKV_ERR_RANGE (session), RKV_ERR_INVALID_ARG (f < 0),
+ * RKV_ERR_OVERFLOW (more than INT32_MAX key blocks), RKV_ERR_NO_MEMORY. */
 RKV_API rkv_status rkv_layer_block_mask(const rkv_layer *layer, int64_t session,
                                         int64_t frame_pos, int32_t *kv_num_blocks,
                                         int32_t *kv_indices);
@@ -289,38 +249,29 @@ RKV_API rkv_status rkv_layer_block_mask(const rkv_layer *layer, int64_t session,
 /* ------------------------------------------------------------------------ */
 
 /* One set of calls whatever the backend: each checks its arguments once
- * and runs the backend's operation (ringkv_backend.h). Pointers marked
- * BACKEND are memory of the layer's backend: host memory on the CPU,
- * device memory of the layer's GPU on CUDA (where the calls run on the
- * context's stream and the device must be current). On a backend whose
- * memory is not the host's, session ids and clocks in BACKEND arrays are
- * checked by its kernels: a bad row makes the call write nothing and is
- * reported by rkv_layer_check.
+ * and runs the backend's operation (ringkv_backend.h); on CUDA they run on
+ * the context's stream, with its device current. Where BACKEND memory is
+ * not the host's, session ids and clocks in BACKEND arrays are checked by
+ * the kernels: a bad row makes the call write nothing and is reported by
+ * rkv_layer_check.
  *
  * rkv_layer_create allocates a layer on the CPU backend: K/V storage
  * [2][H][N][D] in g->dtype, zeroed, and the written bitmap [N] (ring slots
- * 0, scratch slots 1). *out receives the handle (owned by the caller; free
- * with rkv_layer_destroy). Errors: invalid geometry (see
- * rkv_geometry_check), RKV_ERR_NULL, RKV_ERR_NO_MEMORY; *out is untouched
- * on failure. Other backends and caller storage: rkv_layer_create_on and
- * rkv_layer_wrap (ringkv_backend.h). Destroying a layer of a model
- * (rkv_model_layer) is a no-op: the model frees it. */
+ * 0, scratch slots 1). Errors: invalid geometry (rkv_geometry_check),
+ * RKV_ERR_NO_MEMORY. Other backends and caller storage: rkv_layer_create_on
+ * and rkv_layer_wrap (ringkv_backend.h). rkv_layer_destroy on a model's
+ * layer (rkv_model_layer) is a no-op: the model frees it. */
 RKV_API rkv_status rkv_layer_create(const rkv_geometry *g, rkv_layer **out);
 RKV_API void rkv_layer_destroy(rkv_layer *layer);
 
-/* Getters. Each returns NULL for a NULL layer. */
-/* The layer's geometry (pointer valid for the layer's lifetime); its sizes
- * (capacity C, total slots N, memory bytes) are the rkv_geometry_* calls
- * on it. */
+/* Getters; NULL for a NULL layer. The geometry (valid for the layer's
+ * lifetime; its sizes are the rkv_geometry_* calls on it). */
 RKV_API const rkv_geometry *rkv_layer_geometry(const rkv_layer *layer);
 
-/* Read access without copying (BACKEND pointers owned by the layer -- or
- * the caller's, for a wrapped layer --, valid until rkv_layer_destroy;
- * contents change with every upsert/reset).
- *  rkv_layer_kv:      [2][H][N][D] in the storage dtype, index 0 = K, 1 = V
- *                     (V starts rkv_geometry_memory_bytes / 2 bytes in;
- *                     replaces rkv_layer_k and rkv_layer_v).
- *  rkv_layer_written: [N] bytes, 1 = written, 0 = not. */
+/* The storage without copying (BACKEND, the layer's or for a wrapped layer
+ * the caller's, valid until rkv_layer_destroy; changed by upsert / reset):
+ * rkv_layer_kv [2][H][N][D] in the storage dtype, 0 = K, 1 = V (V starts
+ * rkv_geometry_memory_bytes / 2 bytes in); rkv_layer_written [N] 0/1. */
 RKV_API const void *rkv_layer_kv(const rkv_layer *layer);
 RKV_API const uint8_t *rkv_layer_written(const rkv_layer *layer);
 
@@ -333,41 +284,35 @@ RKV_API rkv_status rkv_layer_session_span(const rkv_layer *layer, int64_t sessio
  * unwritten, its scratch re-armed (marked written). RKV_ERR_RANGE. */
 RKV_API rkv_status rkv_layer_reset(rkv_layer *layer, int64_t session);
 
-/* One session's span, piece by piece: what forks, snapshots and snapshot
- * files copy (HOST buffers on every backend; on CUDA the copies are
- * ordered after the context stream's work and done when the call returns,
- * copy_span only enqueued). A session's
- * span is C = (RF+1)*T slots: RKV_SPAN_K / RKV_SPAN_V of one KV head are
- * [C][D] elements in the storage dtype (the head's slots
- * [session*C, session*C + C) of K or V), RKV_SPAN_WRITTEN is the [C] written
- * bytes (head 0 only). */
+/* One session's span, piece by piece: what forks and snapshots copy (HOST
+ * buffers on every backend; on CUDA ordered after the stream's work and
+ * done when the call returns; copy_span only enqueued). The span is
+ * C = (RF+1)*T slots: RKV_SPAN_K / _V of one KV head are [C][D] elements
+ * in the storage dtype (its slots [session*C, session*C + C)),
+ * RKV_SPAN_WRITTEN the [C] written bytes (head 0). */
 typedef enum rkv_span_part {
     RKV_SPAN_K = 0,
     RKV_SPAN_V = 1,
     RKV_SPAN_WRITTEN = 2
 } rkv_span_part;
 
-/* Copies a piece of `session`'s span into dst (caller-owned host buffer of
- * the piece's bytes, not overlapping the layer: C*D*rkv_dtype_size(dtype)
- * for K or V, C for the written bits; replaces rkv_layer_span_bytes).
- * Reads the layer only. Errors (dst untouched): RKV_ERR_NULL, RKV_ERR_RANGE
- * (session, or head outside [0, H) for K/V), RKV_ERR_INVALID_ARG (unknown
- * part, head != 0 for the written bits, dst overlapping the layer's K/V or
- * written bits). */
+/* Copies a piece of `session`'s span into dst (the piece's bytes:
+ * C*D*rkv_dtype_size(dtype) for K or V, C for the written bits). Reads the
+ * layer only. Errors: RKV_ERR_RANGE (session, or head outside [0, H) for
+ * K/V), RKV_ERR_INVALID_ARG (unknown part, head != 0 for the written bits,
+ * dst overlapping the layer's storage). */
 RKV_API rkv_status rkv_layer_read_span(const rkv_layer *layer, int64_t session,
                                        rkv_span_part part, int64_t head, void *dst);
-/* Overwrites a piece of `session`'s span from src (host, the piece's bytes,
- * not overlapping that piece: RKV_ERR_INVALID_ARG).
- * Written bits must keep the layer's invariant: every byte 0 or 1, every
- * scratch slot 1, the T bits of a ring frame all equal (frames are written
- * whole); RKV_ERR_INVALID_ARG names the first bad slot otherwise. Errors
- * (nothing written) as rkv_layer_read_span, plus that one. */
+/* Overwrites a piece of `session`'s span from src (the piece's bytes, not
+ * overlapping it). Written bits must keep the layer's invariant: every
+ * byte 0 or 1, every scratch slot 1, a ring frame's T bits equal (frames
+ * are written whole). Errors as rkv_layer_read_span, and
+ * RKV_ERR_INVALID_ARG for an overlap or naming the first bad slot. */
 RKV_API rkv_status rkv_layer_write_span(rkv_layer *layer, int64_t session,
                                         rkv_span_part part, int64_t head,
                                         const void *src);
 /* Copies session src_session's whole span (K, V, written bits) over
- * dst_session's, bit-exact. src == dst is a no-op. Errors: RKV_ERR_NULL,
- * RKV_ERR_RANGE. */
+ * dst_session's, bit-exact; src == dst is a no-op. Errors: RKV_ERR_RANGE. */
 RKV_API rkv_status rkv_layer_copy_span(rkv_layer *layer, int64_t src_session,
                                        int64_t dst_session);
 
@@ -382,22 +327,17 @@ RKV_API rkv_status rkv_layer_copy_span(rkv_layer *layer, int64_t src_session,
  *  commit:      nonzero: write the frame into ring slot
  *               ceil(f/PD) mod RB on write steps (f mod PD == 0), else
  *               rewrite the scratch; mark the destination written.
- *  visible:     NULL, or (B == 1 only) a caller-owned BACKEND [N] byte
- *               buffer that receives the reference's visibility row:
- *               written AND slot of the row's session, with the T slots of
- *               the ring frame cleared on write steps, computed before the
- *               commit. Unlike the reference (whose row aliases layer
- *               scratch), the row belongs to the caller and is never
- *               overwritten by the layer.
- * kv, frame_pos and session_idx must not overlap the layer's storage
- * (K/V and written bits) nor visible, nor visible the storage: checked
- * (RKV_ERR_INVALID_ARG "... overlaps ...", naming both buffers).
- * Errors (nothing written): RKV_ERR_NULL, RKV_ERR_INVALID_ARG (B < 1 or
- * B > S or the backend's largest batch, visible with B > 1, frame_pos < 0,
- * a session repeated within the batch, overlapping buffers, misaligned
- * buffers), RKV_ERR_RANGE (session out of range), RKV_ERR_DTYPE, and the
- * backend's (CUDA: a launch failure, the wrong current device).
- * Capture-safe on CUDA. */
+ *  visible:     NULL, or (B == 1 only) BACKEND [N] bytes that receive the
+ *               reference's visibility row (rkv_layer_visible_row, before
+ *               the commit); unlike the reference's (which aliases layer
+ *               scratch), it is the caller's and never overwritten.
+ * No two of kv, frame_pos, session_idx, visible and the layer's storage
+ * may overlap (RKV_ERR_INVALID_ARG "... overlaps ...", naming both).
+ * Errors: RKV_ERR_INVALID_ARG (B < 1 or B > S or the backend's largest
+ * batch, visible with B > 1, frame_pos < 0, a session repeated, overlap,
+ * misalignment), RKV_ERR_RANGE (session), RKV_ERR_DTYPE, the backend's
+ * (CUDA: a launch failure, the wrong current device). Capture-safe on
+ * CUDA. */
 RKV_API rkv_status rkv_layer_upsert(rkv_layer *layer, const void *kv,
                                     rkv_dtype kv_dtype, int64_t batch,
                                     const int64_t *frame_pos,
@@ -410,13 +350,12 @@ RKV_API rkv_status rkv_layer_upsert(rkv_layer *layer, const void *kv,
  * elsewhere, and 0 for the T slots of ring frame ceil(f/PD) mod RB when
  * f mod PD == 0. session_idx, frame_pos: BACKEND [1] int64; row: BACKEND
  * [N] bytes, written whole (0/1), not overlapping the written bits.
- * Replaces rkv_ring_visible_row and rkv_cuda_ring_visible_row. Errors (row
- * untouched): RKV_ERR_NULL, RKV_ERR_RANGE (session not in [0, S)),
- * RKV_ERR_INVALID_ARG (frame_pos < 0, row overlapping the written bits,
- * misaligned buffers); a bad session or clock is checked and worded as
- * rkv_layer_upsert's row 0, the session first ("session_idx[0] = 3 is out
- * of range; expected 0..S-1", "frame_pos[0] = -1; expected >= 0"); on CUDA
- * they are device values (rkv_layer_check). Capture-safe on CUDA. */
+ * Errors: RKV_ERR_RANGE (session not in [0, S)), RKV_ERR_INVALID_ARG
+ * (frame_pos < 0, overlap, misalignment); a bad session or clock is
+ * checked and worded as rkv_layer_upsert's row 0, the session first
+ * ("session_idx[0] = 3 is out of range; expected 0..S-1", "frame_pos[0] =
+ * -1; expected >= 0"); on CUDA they are device values (rkv_layer_check).
+ * Capture-safe on CUDA. */
 RKV_API rkv_status rkv_layer_visible_row(const rkv_layer *layer, const int64_t *session_idx,
                                          const int64_t *frame_pos, uint8_t *row);
 
@@ -425,8 +364,7 @@ RKV_API rkv_status rkv_layer_visible_row(const rkv_layer *layer, const int64_t *
  * on the host); else the first one recorded: RKV_ERR_RANGE (session out of
  * range), RKV_ERR_INVALID_ARG (a session twice in one call, clock < 0),
  * the call and row in rkv_last_error(). Waits for the layer's work (CUDA:
- * one copy and one wait; not capture-safe). Replaces rkv_cuda_layer_check
- * and rkv_cuda_ring_check. */
+ * one copy and one wait; not capture-safe). */
 RKV_API rkv_status rkv_layer_check(rkv_layer *layer);
 
 /* ------------------------------------------------------------------------ */
@@ -444,9 +382,8 @@ typedef struct rkv_layer_spec {
     int64_t pinned_dilation;
 } rkv_layer_spec;
 
-/* Grows: struct_size first ("Structs that grow" above). Start from
- * RKV_MODEL_CONFIG_INIT or rkv_model_preset. Every call that reads a config
- * (rkv_model_create*, rkv_model_config_*) checks struct_size first. */
+/* Grows ("Structs that grow" above): start from RKV_MODEL_CONFIG_INIT or
+ * rkv_model_preset. */
 typedef struct rkv_model_config {
     size_t struct_size;                    /* sizeof(rkv_model_config)   */
     char name[RKV_MAX_NAME];
@@ -458,12 +395,10 @@ typedef struct rkv_model_config {
     int64_t d_head;
     int64_t tokens_per_frame;
     rkv_dtype dtype;
-    int64_t max_offloaded;                 /* paged-out sessions the model
-        keeps a request id reserved for (rkv_model_offload), 0 ..
-        RKV_MAX_OFFLOADED; 0 means RKV_DEFAULT_OFFLOADED(num_sessions), so
-        that a config zero-initialized or made by rkv_model_preset pages out
-        without setting it. Not geometry: snapshot files neither store nor
-        compare it (a snapshot's config has 0 here).                       */
+    int64_t max_offloaded;                 /* paged-out sessions whose
+        request id the model keeps reserved (rkv_model_offload), 0 ..
+        RKV_MAX_OFFLOADED; 0: RKV_DEFAULT_OFFLOADED(num_sessions). Not
+        geometry: snapshots neither store nor compare it (0 there).        */
 } rkv_model_config;
 #define RKV_MODEL_CONFIG_INIT RKV__SIZED_INIT(rkv_model_config)
 
@@ -481,39 +416,32 @@ typedef struct rkv_model_config {
  *  "waypoint-1.5-360p": the same with T 128.
  *  "demo": 2 layers, local (16/16/1) then global (RB 16, PD 8; RF 16 or
  *     128), Hq 1, H 1, D 64, T 128, f32.
- * num_sessions is set to 1, struct_size to sizeof(rkv_model_config);
- * change fields after the call as needed. RKV_ERR_NOT_FOUND for an unknown
- * name. */
+ * num_sessions 1, struct_size sizeof(rkv_model_config); change fields
+ * after the call as needed. RKV_ERR_NOT_FOUND for an unknown name. */
 RKV_API rkv_status rkv_model_preset(const char *name, int full_global_ring,
                                     rkv_model_config *out);
 /* Names of the presets, NULL-terminated static array. */
 RKV_API const char *const *rkv_model_preset_names(void);
 
-/* Geometry of layer i of a config (S, H, D, T, dtype from the config).
- * Errors: RKV_ERR_NULL, RKV_ERR_INVALID_ARG (cfg->struct_size, n_layers
- * outside 1..RKV_MAX_LAYERS), RKV_ERR_RANGE (layer). The geometry is not
- * checked. */
+/* Geometry of layer i of a config (S, H, D, T, dtype from the config; not
+ * checked). Errors: RKV_ERR_INVALID_ARG (cfg->struct_size, n_layers outside
+ * 1..RKV_MAX_LAYERS), RKV_ERR_RANGE (layer). */
 RKV_API rkv_status rkv_model_config_layer_geometry(const rkv_model_config *cfg,
                                                    int64_t layer, rkv_geometry *out);
-/* Resident K/V bytes of one session over all layers (*per_session_bytes),
- * and of the model (*total_bytes); either output may be NULL, to ask for
- * the other alone (of a model: on rkv_model_get_config(model); with
- * per_session_bytes NULL it replaces rkv_model_memory_bytes). Errors:
- * RKV_ERR_NULL (cfg), the config's (RKV_ERR_INVALID_ARG, RKV_ERR_OVERFLOW);
- * nothing is written on failure. */
+/* Resident K/V bytes of one session over all layers (*per_session_bytes)
+ * and of the model (*total_bytes; of a model: on rkv_model_get_config);
+ * either output may be NULL. Errors: the config's (RKV_ERR_INVALID_ARG,
+ * RKV_ERR_OVERFLOW). */
 RKV_API rkv_status rkv_model_config_memory(const rkv_model_config *cfg,
                                            size_t *per_session_bytes,
                                            size_t *total_bytes);
 
 /* Creates a model on the CPU backend: one rkv_layer per transformer layer,
  * in host memory. Errors: invalid config (each layer's geometry checked),
- * RKV_ERR_NO_MEMORY. The same model on another backend:
- * rkv_model_create_cuda (ringkv_cuda.h), or any backend table through
- * rkv_model_create_with_backend (ringkv_backend.h). Every rkv_model_* call
- * works on every backend; where a call takes buffers the kernels read or
- * write, they are BACKEND memory: host memory on the CPU backend, device
- * memory of the model's GPU on CUDA. The backend is not part of the config
- * nor of snapshots: a session saved from one backend loads into another. */
+ * RKV_ERR_NO_MEMORY. Other backends: rkv_model_create_cuda (ringkv_cuda.h)
+ * or rkv_model_create_with_backend (ringkv_backend.h); every rkv_model_*
+ * call works on each. The backend is not part of the config nor of
+ * snapshots: a session saved from one backend loads into another. */
 RKV_API rkv_status rkv_model_create(const rkv_model_config *cfg, rkv_model **out);
 /* Frees the layers, buffers and the backend's context (a CUDA model waits
  * for its stream first). NULL is a no-op. */
@@ -528,21 +456,20 @@ RKV_API const char *rkv_model_backend_name(const rkv_model *model);
 RKV_API rkv_layer *rkv_model_layer(rkv_model *model, int64_t layer);
 
 /* Claims a free session for request_id (a NUL-terminated string of 1 to
- * RKV_MAX_REQUEST_ID-1 bytes). Claiming an id that already holds a session
- * returns that session. RKV_ERR_FULL when every session is held (no
- * eviction); RKV_ERR_INVALID_ARG for an empty or overlong id; RKV_ERR_NULL.
- * The new session starts zeroed with no clock. */
+ * RKV_MAX_REQUEST_ID-1 bytes), zeroed with no clock; an id that holds a
+ * session gets that session. Errors: RKV_ERR_FULL (every session held; no
+ * eviction), RKV_ERR_INVALID_ARG (empty or overlong id), RKV_ERR_STATE
+ * (the id is paged out or being imported). */
 RKV_API rkv_status rkv_model_claim(rkv_model *model, const char *request_id,
                                    int64_t *session);
 /* The session held by request_id; RKV_ERR_NOT_FOUND, RKV_ERR_INVALID_ARG
- * (empty or overlong id), RKV_ERR_NULL. */
+ * (empty or overlong id). */
 RKV_API rkv_status rkv_model_lookup(const rkv_model *model, const char *request_id,
                                     int64_t *session);
 /* Releases a held session: zeroed in every layer, clock dropped, id freed.
  * Allowed at any time. When the session is a row of the current batch, the
  * batch is closed; if its frame was open, that frame is abandoned for every
- * row (see "Frames" below). RKV_ERR_RANGE, RKV_ERR_STATE (not held),
- * RKV_ERR_NULL. */
+ * row (see "Frames" below). RKV_ERR_RANGE, RKV_ERR_STATE (not held). */
 RKV_API rkv_status rkv_model_release(rkv_model *model, int64_t session);
 /* Resets a held session in every layer and drops its clock (SEM 6): the next
  * frame may start anywhere. The session stays claimed. Inside a frame: as
@@ -554,21 +481,18 @@ RKV_API rkv_status rkv_model_clock(const rkv_model *model, int64_t session,
                                    int64_t *last_committed);
 
 /* Forks: copies held session src_session's whole state (every layer's K/V
- * span and written bits, and its clock) into held session dst_session of
- * the same model, bit-exact: a branch of the same world. Both must be
- * between frames; dst keeps its request id, its old contents are replaced,
- * and its next frame must be src's last committed + 1 (any frame when src
- * has no clock). The two then evolve independently.
- * Errors (nothing changed): RKV_ERR_NULL, RKV_ERR_RANGE, RKV_ERR_STATE (not
- * claimed, or inside a frame), RKV_ERR_INVALID_ARG (src == dst). */
+ * span and written bits, and its clock) over held session dst_session,
+ * bit-exact: a branch of the same world. Both between frames; dst keeps
+ * its request id, its next frame is src's last committed + 1 (any frame
+ * when src has no clock); the two then evolve independently. Errors: RKV_ERR_RANGE, RKV_ERR_STATE (not claimed, or inside a frame),
+ * RKV_ERR_INVALID_ARG (src == dst). */
 RKV_API rkv_status rkv_model_fork(rkv_model *model, int64_t src_session,
                                   int64_t dst_session);
 
 /* ---- Attention arguments (every backend) ------------------------------- */
 
-/* Grows: struct_size first ("Structs that grow" above). Start from
- * RKV_ATTENTION_ARGS_INIT (or {.struct_size = sizeof(rkv_attention_args),
- * ...}) and set what you need; members left 0 take their defaults. */
+/* Grows ("Structs that grow" above): start from RKV_ATTENTION_ARGS_INIT
+ * and set what you need; members left 0 take their defaults. */
 typedef struct rkv_attention_args {
     size_t struct_size; /* sizeof(rkv_attention_args)                    */
     int64_t batch;      /* B >= 1 session rows                            */
@@ -585,67 +509,57 @@ typedef struct rkv_attention_args {
     const int64_t *frame_pos;   /* [B] row clocks (>= 0); ignored, may be
                                    NULL, when visible != NULL             */
     const uint8_t *visible;     /* NULL: the bits-and-clock rule of SEM 4
-                                   per row (the engine path; no mask is
-                                   built). Else [B][N] per-slot rows (the
-                                   reference's fallback consumer): row b
-                                   attends to every slot with a nonzero
-                                   byte, whatever session owns it.        */
+                                   per row (no mask is built). Else [B][N]
+                                   per-slot rows (the reference's fallback
+                                   consumer): row b attends to every slot
+                                   with a nonzero byte, of any session.   */
     float scale;        /* softmax scale (finite); 0 means 1/sqrt(D)      */
     rkv_threadpool *pool; /* threads to run on; NULL: a process-wide pool
                              sized to the machine's cores, made on first use */
     /* (version 2) */
-    void *workspace;      /* BACKEND scratch the attention may split the keys
-                             of a row into (CUDA: several blocks per row when
-                             the grid would leave the GPU idle), or NULL; see
-                             rkv_layer_attend_workspace_bytes. A smaller (or
-                             NULL) workspace only means fewer splits. Not to
-                             be used by two calls in flight at once. The
-                             model's calls use the model's own and ignore
-                             this. CPU: ignored.                          */
+    void *workspace;      /* BACKEND scratch to split a row's keys into
+                             (CUDA: several blocks per row), or NULL: see
+                             rkv_layer_attend_workspace_bytes; smaller only
+                             means fewer splits. One call in flight at a
+                             time. Ignored by the CPU and by the model's
+                             calls (which use the model's own).           */
     size_t workspace_bytes;
 } rkv_attention_args;
 #define RKV_ATTENTION_ARGS_INIT RKV__SIZED_INIT(rkv_attention_args)
 
 /* out[b,h,i,:] = sum_j softmax_j(scale * q[b,h,i,:] . K[kvh,j,:]) V[kvh,j,:]
- * over the visible slots j of row b; no causal mask; f32 accumulation.
- * A row with no visible slot is impossible on the bits rule (the scratch is
- * always visible); with an explicit all-zero row the output is 0.
- * Scores that are not plain numbers, as float64 math treats them: a score of
- * -inf (a key holding +inf against a query of the other sign, or an f32
- * overflow such as 1e30 x -1e10) weighs 0, wherever its key lies in
- * the slot order; a row whose every visible key scores -inf gives 0, as a
- * row with no visible slot (the one case defined here: float64 math would
- * give 0/0). A +inf or NaN score (or a NaN reaching a score) makes the row
- * NaN. rkv_layer_attend and the model's attention (rkv_model_frame_attend
- * and the calls below) compute this on every backend (docs/cpu.md: the CPU
- * engines; docs/cuda.md: the CUDA kernels).
+ * over the visible slots j of row b; no causal mask; f32 accumulation;
+ * computed so on every backend (docs/cpu.md, docs/cuda.md) by
+ * rkv_layer_attend and the model's attention calls. Scores that are not
+ * plain numbers, as float64 math treats them: -inf (a key holding +inf
+ * against a query of the other sign, an f32 overflow such as 1e30 x -1e10)
+ * weighs 0 wherever its key lies; a row whose every visible key scores
+ * -inf, or (an explicit all-zero visible row) that has no visible slot,
+ * gives 0 (float64 would give 0/0); a +inf or NaN score (or a NaN reaching
+ * one) makes the row NaN.
  *
- * rkv_layer_attend: this attention on one layer. args: q [B][Hq][Tq][D] and
- * out [B][Hq][Tq][D] (written whole) in BACKEND memory (on CUDA 16-byte
- * aligned), session_idx [B] and frame_pos [B] (or visible [B][N] rows) in
- * BACKEND memory, workspace as above. out must not overlap q, the layer's
- * storage, session_idx, frame_pos or visible (checked: RKV_ERR_INVALID_ARG
- * "out (...) overlaps ..."). Errors (out untouched): RKV_ERR_NULL,
- * RKV_ERR_INVALID_ARG (B, Hq, Tq, scale, alignment, the backend's limits:
- * CUDA d_head <= 256), RKV_ERR_RANGE (a session, host memory),
+ * rkv_layer_attend: this attention on one layer. args: q, out, session_idx,
+ * frame_pos (or visible) and workspace in BACKEND memory (q and out on
+ * CUDA 16-byte aligned); out must not overlap q, the layer's storage,
+ * session_idx, frame_pos or visible (RKV_ERR_INVALID_ARG "out (...)
+ * overlaps ..."). Errors: RKV_ERR_INVALID_ARG (B, Hq, Tq, scale,
+ * alignment, the backend's limits: CUDA d_head <= 256), RKV_ERR_RANGE (a
+ * session, host memory),
  * RKV_ERR_DTYPE, RKV_ERR_OVERFLOW, RKV_ERR_NO_MEMORY (the CPU thread pool's
- * scratch), the backend's. Capture-safe on CUDA. Replaces
- * rkv_ring_attend, rkv_cuda_layer_attend and rkv_cuda_ring_attend.
+ * scratch), the backend's. Capture-safe on CUDA.
  * rkv_layer_attend_workspace_bytes: the workspace bytes that let it split
  * the keys as it prefers for these arguments (0: none; invalid arguments
- * or the CPU); host only. Replaces rkv_cuda_attention_workspace_bytes and
- * rkv_cuda_ring_attention_workspace_bytes. */
+ * or the CPU); host only. */
 RKV_API rkv_status rkv_layer_attend(const rkv_layer *layer, const rkv_attention_args *args);
 RKV_API size_t rkv_layer_attend_workspace_bytes(const rkv_layer *layer,
                                                 const rkv_attention_args *args);
 
 /* ---- Frames: the batch is set once ---------------------------------------
  * A frame of B sessions is: rkv_model_begin_frame (the batch: which
- * sessions, in which rows, at which clocks; checked on the host), then the
- * per-pass calls on every layer (rkv_model_frame_upsert / _attend / _step;
- * Waypoint runs 4 denoising passes and a commit pass), then the end of the
- * frame. The per-pass calls take only K/V, queries and outputs and act on
- * every row of the batch.
+ * sessions, in which rows, at which clocks; checked on the host), the
+ * per-pass calls on every layer (rkv_model_frame_upsert / _attend / _step,
+ * on every row; Waypoint runs 4 denoising passes and a commit pass), then
+ * the end of the frame.
  *
  * The model has at most one current batch. It is OPEN from begin_frame
  * until its frame ends: when upserts with commit set have gone through every
@@ -665,18 +579,14 @@ RKV_API size_t rkv_layer_attend_workspace_bytes(const rkv_layer *layer,
  *    batch (RKV_ERR_STATE) and accept every other held session.
  *
  * Capture contract (CUDA graphs; ringkv_cuda.h). The per-pass calls are
- * capture-safe: they enqueue the backend's kernels on the model's stream
- * and never allocate, free, synchronize or copy from the host; they read
- * the batch (session ids, clocks) from the model's buffers and use the
- * model's own attention workspace. A whole frame (every layer, every pass)
- * can thus be recorded once and replayed frame after frame, each frame
- * being: rkv_model_begin_frame (host checks; an asynchronous copy of the
- * batch into the SAME buffers), a replay, rkv_model_end_frame (host: the
- * clocks become committed). Between replays only the clock VALUES may
- * change: the same B sessions in the same rows (begin_frame cannot see a
- * graph, so this is the caller's rule). Not capture-safe: every other call
- * (begin_frame's copy must be a real one, end_frame and abandon_frame are
- * host bookkeeping, the rest allocate, copy or synchronize). */
+ * capture-safe (ringkv_backend.h): they read the batch from the model's
+ * buffers and use its own attention workspace. A whole frame can thus be
+ * recorded once and replayed frame after frame, each frame being
+ * rkv_model_begin_frame (host checks; an asynchronous copy of the batch
+ * into the SAME buffers), a replay, rkv_model_end_frame. Between replays
+ * only the clock VALUES may change: the same B sessions in the same rows
+ * (the caller's rule: begin_frame cannot see a graph). Every other call is
+ * not capture-safe. */
 
 /* Begins a frame for B held sessions (checked on the host for every row
  * before any state changes): each frame_pos must be >= 0 and equal the
@@ -684,14 +594,13 @@ RKV_API size_t rkv_layer_attend_workspace_bytes(const rkv_layer *layer,
  * session must not be inside a frame already, and no other batch may be
  * open. Stores the batch (session_idx, frame_pos: host arrays, read during
  * the call only) in the model's BACKEND buffers with one asynchronous copy
- * and makes it the current batch. Errors (nothing changed): RKV_ERR_CLOCK (a
- * skipped, repeated or negative clock), RKV_ERR_STATE (not claimed, inside a
- * frame, another batch open; on CUDA also a stream being captured),
- * RKV_ERR_NULL, RKV_ERR_RANGE, RKV_ERR_INVALID_ARG (B outside 1..S, or
- * beyond the backend's limit: 1024 on CUDA; a repeated session). Order of
- * the checks: B, then every row's session (range, distinct, claimed), then
- * row by row its frame state and clock, then the open batch; the first
- * failure is reported. Not capture-safe. */
+ * and makes it the current batch. Errors: RKV_ERR_CLOCK (a skipped,
+ * repeated or negative clock), RKV_ERR_STATE (not claimed, inside a frame,
+ * another batch open; on CUDA a stream being captured), RKV_ERR_RANGE,
+ * RKV_ERR_INVALID_ARG (B outside 1..S or beyond the backend's limit, 1024
+ * on CUDA; a repeated session). Checked in this order, the first failure
+ * reported: B, every row's session (range, distinct, claimed), row by row
+ * its frame state and clock, the open batch. Not capture-safe. */
 RKV_API rkv_status rkv_model_begin_frame(rkv_model *model, int64_t batch,
                                          const int64_t *session_idx,
                                          const int64_t *frame_pos);
@@ -704,13 +613,12 @@ RKV_API rkv_status rkv_model_begin_frame(rkv_model *model, int64_t batch,
  *          layer has committed, the frame ends (the batch's clocks become
  *          committed) and further upserts are refused until the next
  *          begin_frame.
- * Errors (nothing enqueued): RKV_ERR_NULL, RKV_ERR_RANGE (layer),
- * RKV_ERR_DTYPE, RKV_ERR_STATE (no open batch: never begun, abandoned, or
- * its frame already committed -- the message says which and, for a
- * committed frame, that the next call is rkv_model_begin_frame with each
- * row's frame + 1), and the backend's errors (CUDA: a misaligned kv is
- * RKV_ERR_INVALID_ARG; CPU: a kv overlapping the layer's storage, as
- * rkv_layer_upsert). Capture-safe. */
+ * Errors: RKV_ERR_RANGE (layer), RKV_ERR_DTYPE, RKV_ERR_STATE (no open
+ * batch: never begun, abandoned, or its frame already committed -- the
+ * message says which and, for a committed frame, that the next call is
+ * rkv_model_begin_frame with each row's frame + 1), RKV_ERR_INVALID_ARG (a
+ * misaligned kv, or one overlapping the layer's storage), the backend's.
+ * Capture-safe. */
 RKV_API rkv_status rkv_model_frame_upsert(rkv_model *model, int64_t layer,
                                           const void *kv, rkv_dtype kv_dtype,
                                           int commit);
@@ -724,11 +632,10 @@ RKV_API rkv_status rkv_model_frame_upsert(rkv_model *model, int64_t layer,
  * the batch's rows and clocks are used. On CUDA the model's workspace lets
  * the keys of a row split over several blocks (sized at creation for
  * n_queries = tokens_per_frame; other n_queries may split less).
- * Errors (out untouched): RKV_ERR_NULL, RKV_ERR_RANGE (layer),
- * RKV_ERR_STATE (no current batch), RKV_ERR_INVALID_ARG (heads, queries,
- * scale, alignment; on the CPU backend, out overlapping q or the layer's
- * storage), RKV_ERR_DTYPE, RKV_ERR_OVERFLOW, RKV_ERR_NO_MEMORY (CPU: the
- * thread pool's scratch). Capture-safe. */
+ * Errors: RKV_ERR_RANGE (layer), RKV_ERR_STATE (no current batch),
+ * RKV_ERR_INVALID_ARG (heads, queries, scale, alignment, out overlapping
+ * q or the layer's storage), RKV_ERR_DTYPE, RKV_ERR_OVERFLOW,
+ * RKV_ERR_NO_MEMORY (CPU: the thread pool's scratch). Capture-safe. */
 RKV_API rkv_status rkv_model_frame_attend(rkv_model *model, int64_t layer,
                                           const rkv_attention_args *args);
 
@@ -745,54 +652,46 @@ RKV_API rkv_status rkv_model_frame_step(rkv_model *model, int64_t layer,
 
 /* Ends the current frame: every row's clock becomes its frame_pos, as when
  * the commit pass has gone through every layer. This is how a frame
- * replayed from a CUDA graph ends (the host does not see the replayed
- * commits): call it after enqueuing a replay whose commit pass runs on
- * every layer (the model cannot see inside a replay; ending a frame whose
- * commit did not run leaves the rings without it, as a skipped commit
- * would). Host only (enqueues nothing, waits for nothing). The batch stays
- * current for attention. A batch whose frame already ended: RKV_OK, nothing
- * changes. Errors: RKV_ERR_NULL, RKV_ERR_STATE (no current batch). */
+ * replayed from a CUDA graph ends: call it after enqueuing a replay whose
+ * commit pass runs on every layer (the model cannot see inside a replay;
+ * a commit that did not run is missing from the rings, as a skipped one).
+ * Host only (enqueues and waits for nothing). The batch stays current for
+ * attention; one whose frame already ended: RKV_OK, nothing changes.
+ * Errors: RKV_ERR_STATE (no current batch). */
 RKV_API rkv_status rkv_model_end_frame(rkv_model *model);
 
 /* Closes the current batch. An open frame is abandoned: no clock changes,
  * every row may begin the same frame again (what its passes wrote is
  * rewritten then; see "Frames" above). RKV_OK also when there is no
- * current batch. Host only. Errors: RKV_ERR_NULL. */
+ * current batch. Host only. */
 RKV_API rkv_status rkv_model_abandon_frame(rkv_model *model);
 
 /* Waits until everything the model enqueued has run, then reports the
  * first failure recorded on the device since the last call (CUDA: an
  * asynchronous launch failure, or a row a kernel refused; the message
- * names it). CPU: RKV_OK at once. Not capture-safe. Errors: RKV_ERR_NULL,
- * the backend's (RKV_ERR_STATE, RKV_ERR_RANGE, RKV_ERR_INVALID_ARG). */
+ * names it). CPU: RKV_OK at once. Not capture-safe. Errors: the backend's
+ * (RKV_ERR_STATE, RKV_ERR_RANGE, RKV_ERR_INVALID_ARG). */
 RKV_API rkv_status rkv_model_synchronize(rkv_model *model);
 
-/* The per-pass calls with the batch spelled out, kept for callers written
- * before the batch was stored (and as a check): session_idx must list the
- * current batch exactly, in its begin_frame order (RKV_ERR_STATE when a row
- * is not in the current batch or its frame is not open/current;
- * RKV_ERR_INVALID_ARG when the sessions are the batch's but B or the order
- * differ); then they are rkv_model_frame_upsert, _attend and _step. Their
- * other checks come first, in the order: model, layer (RKV_ERR_RANGE), B
- * (1..S), every row's session (range, distinct, claimed). kv, q and out as
- * the frame calls (BACKEND memory). Capture-safe as the frame calls.
+/* The per-pass calls with the batch spelled out (and checked): after the
+ * model, layer (RKV_ERR_RANGE), B (1..S) and every row's session (range,
+ * distinct, claimed), session_idx must list the current batch exactly, in
+ * its begin_frame order (RKV_ERR_STATE for a row not in it or a frame not
+ * open / current; RKV_ERR_INVALID_ARG for another B or order); then they
+ * are rkv_model_frame_upsert, _attend and _step, capture-safe as those.
  *
- * ring (rkv_model_upsert and rkv_model_attend): NULL, or storage the caller
- * gives: a layer that wraps the caller's copy of layer `layer`'s storage
- * (rkv_layer_wrap, on the model's backend; the layer's geometry). Then the
- * same checks, bookkeeping (a commit marks the layer committed; the frame
- * ends once every layer has committed) and messages, but the K/V and
- * written bits read and written are ring's instead of the layer's own,
- * which is neither read nor written; ring == rkv_model_layer(model, layer)
- * is the layer itself. This is how a framework that may run the call on a
- * copy of the layer's storage (PyTorch's functionalization under
- * torch.compile, which writes a clone and copies it back) keeps the model's
- * clocks and still writes only the buffers it passed. Errors with a ring
- * (nothing written, no state changed), after the layer's: RKV_ERR_STATE
- * (ring on another backend than the model's), RKV_ERR_INVALID_ARG (a
- * geometry other than the layer's, naming the first field that differs).
- * Replaces rkv_model_upsert_ring and rkv_model_attend_ring. Writers of the
- * model (docs/thread-safety.md). */
+ * ring (rkv_model_upsert and rkv_model_attend): NULL, or a layer that wraps
+ * the caller's copy of layer `layer`'s storage (rkv_layer_wrap, on the
+ * model's backend, the layer's geometry): the same checks, bookkeeping and
+ * messages, but ring's K/V and written bits are read and written instead
+ * of the layer's own (ring == rkv_model_layer(model, layer) is the layer
+ * itself). So a framework that runs the call on a copy of the storage
+ * (PyTorch's functionalization under torch.compile writes a clone and
+ * copies it back) keeps the model's clocks and writes only its buffers.
+ * Errors with a ring, after the layer's: RKV_ERR_STATE (ring on another
+ * backend than the model's), RKV_ERR_INVALID_ARG (a geometry other than
+ * the layer's, naming the first field that differs). Writers of the model
+ * (docs/thread-safety.md). */
 RKV_API rkv_status rkv_model_upsert(rkv_model *model, int64_t layer, const rkv_layer *ring,
                                     int64_t batch, const int64_t *session_idx, const void *kv,
                                     rkv_dtype kv_dtype, int commit);
@@ -827,17 +726,14 @@ RKV_API rkv_status rkv_model_step(rkv_model *model, int64_t layer, int64_t batch
 
 /* What a valid snapshot holds (filled by rkv_snapshot_inspect).
  * Texts: ringkv_version is printable ASCII; request_id and config.name are
- * the bytes the saved session and model had (any bytes but NUL: the file
- * stores other than printable ASCII hex-coded, as request_id_hex and
- * model_hex), so a program that prints them escapes them first (`ringkv
- * inspect` shows bytes outside printable ASCII as \xNN). A plain-text field
- * holding other bytes is refused at load, as ringkv never writes one.
- * Grows: struct_size first ("Structs that grow" above). The caller sets it
- * (RKV_SNAPSHOT_INFO_INIT) before rkv_snapshot_inspect, which fill the
- * members it covers; config is filled with struct_size =
- * sizeof(rkv_model_config). It embeds an rkv_model_config: when the config
- * grows, this struct's later members move, so it grows with it and the
- * library keeps writing the older layouts it knows, member by member. */
+ * the saved bytes (any but NUL; the file hex-codes other than printable
+ * ASCII as request_id_hex and model_hex), so a program escapes them before
+ * printing (`ringkv inspect` shows \xNN). A plain-text field holding other
+ * bytes is refused at load (ringkv never writes one).
+ * Grows ("Structs that grow" above): the caller sets struct_size
+ * (RKV_SNAPSHOT_INFO_INIT); config is filled with struct_size =
+ * sizeof(rkv_model_config). When the embedded config grows, the later
+ * members move: the library keeps writing the older layouts it knows. */
 typedef struct rkv_snapshot_info {
     size_t struct_size;                   /* sizeof(rkv_snapshot_info)   */
     int64_t format_version;               /* RKV_SNAPSHOT_VERSION        */
@@ -858,43 +754,36 @@ typedef struct rkv_snapshot_info {
 #define RKV_SNAPSHOT_INFO_INIT RKV__SIZED_INIT(rkv_snapshot_info)
 
 /* Saves held session `session` (between frames) to the file `path`,
- * atomically: the image is written to a temporary file "PATH.tmp-XXXXXX" in
- * the same directory (".ringkv.tmp-XXXXXX" there when PATH's last component
- * is too long to take the suffix: over 244 bytes), fsync'ed and renamed over
- * `path` (an existing file
- * keeps its permission bits; new files get 0644), then the directory is
- * fsync'ed (best effort: a failure there is not reported). A crash or error at any point leaves an existing `path` intact;
- * on error the temporary file is removed. Reads the model only.
- * Errors: RKV_ERR_NULL (model, path), RKV_ERR_INVALID_ARG (empty path),
- * RKV_ERR_RANGE, RKV_ERR_STATE (not claimed, or inside a frame),
- * A `path` that is a symbolic link is followed to its final target, which
- * receives the image (the temporary file goes next to it; the link stays).
- * RKV_ERR_IO (refused before anything is written: `path`, or its link's
- * target, a folder, or an existing file that is not a regular file -- a
- * device, named pipe or socket, the kind named -- or its folder missing, or
- * a loop of links; then create, write, file fsync, rename: the message has
+ * atomically: the image goes to a temporary file "PATH.tmp-XXXXXX" in the
+ * same directory (".ringkv.tmp-XXXXXX" when PATH's last component is over
+ * 244 bytes), fsync'ed and renamed over `path` (an existing file keeps its
+ * permission bits; new files get 0644), then the directory is fsync'ed
+ * (best effort, not reported). A crash or error leaves an existing `path`
+ * intact; on error the temporary file is removed. A symbolic link is
+ * followed to its final target, which receives the image (the link stays).
+ * Reads the model only. Errors: RKV_ERR_INVALID_ARG (empty path),
+ * RKV_ERR_RANGE, RKV_ERR_STATE (not claimed, or inside a frame), RKV_ERR_IO
+ * (before anything is written: `path` or its target a folder or an
+ * existing file that is not a regular file -- the kind named --, its
+ * folder missing, a loop of links; then create, write, fsync, rename, with
  * strerror), RKV_ERR_NO_MEMORY. docs/snapshot-format.md "Atomic save". */
 RKV_API rkv_status rkv_model_save_session(const rkv_model *model, int64_t session,
                                           const char *path);
 
-/* The same image in memory. *file_bytes receives its exact size. With
- * buf == NULL only the size is computed (RKV_OK); otherwise buf (caller-
- * owned, buf_bytes long) receives the image. Errors as above, plus
- * RKV_ERR_NULL (file_bytes) and RKV_ERR_INVALID_ARG (buf_bytes too small;
- * nothing written then), RKV_ERR_OVERFLOW (an image larger than size_t). */
+/* The same image in memory: *file_bytes receives its exact size; with
+ * buf == NULL only the size is computed, else buf (buf_bytes long)
+ * receives the image. Errors as above, plus RKV_ERR_INVALID_ARG (buf_bytes
+ * too small), RKV_ERR_OVERFLOW (an image larger than size_t). */
 RKV_API rkv_status rkv_model_save_session_mem(const rkv_model *model, int64_t session,
                                               void *buf, size_t buf_bytes,
                                               size_t *file_bytes);
 
-/* Loads the snapshot file `path` into held session `session` of `model`
- * (not inside a frame). The model must have the snapshot's geometry: the
- * same dtype, n_layers, n_kv_heads, d_head, tokens_per_frame and per-layer
- * ring_frames / ring_buckets / pinned_dilation (num_sessions, n_q_heads and
- * the name may differ). The restore is bit-exact (K/V and written bits of
- * every layer) and installs the saved clock: the next frame must be
- * last_committed + 1 (any frame when the snapshot had no clock). The
- * session keeps its request id. Everything is validated before the session
- * changes, and a refused file changes nothing; the message says which:
+/* Loads the snapshot file `path` into held session `session` (not inside a
+ * frame) of a model of the snapshot's geometry (dtype, n_layers,
+ * n_kv_heads, d_head, tokens_per_frame, per-layer RF / RB / PD; the name,
+ * num_sessions and n_q_heads may differ): bit-exact, with the saved clock
+ * (the next frame is last_committed + 1, any when none); the session keeps
+ * its request id. Everything is validated first; the message says which:
  *  - RKV_ERR_FORMAT "truncated" (file shorter than its header or tensors
  *    say), "corrupted header length", "corrupted header" (not strict JSON,
  *    a key twice in an object, bad metadata or tensor table, a number that
@@ -904,13 +793,12 @@ RKV_API rkv_status rkv_model_save_session_mem(const rkv_model *model, int64_t se
  *    version", "wrong geometry" (naming the field). Bytes of the file in a
  *    message are escaped (\xNN), never echoed raw;
  *  - RKV_ERR_IO: cannot open or read, or `path` is not a regular file (a
- *    named pipe is refused at once, not waited on). The file is read twice (verify, then
+ *    named pipe is refused at once). The file is read twice (verify, then
  *    copy); if it changes between the reads (another writer replacing it in
- *    place; ringkv's own saves never do), the session is reset to empty with
- *    no clock and RKV_ERR_IO says so;
- *  - RKV_ERR_INVALID_ARG: `path` is empty ("path is empty");
- *  - RKV_ERR_NULL, RKV_ERR_RANGE, RKV_ERR_STATE (not claimed, or inside a
- *    frame), RKV_ERR_NO_MEMORY.
+ *    place; ringkv's saves never do), the session is reset to empty with no
+ *    clock and RKV_ERR_IO says so;
+ *  - RKV_ERR_INVALID_ARG ("path is empty"), RKV_ERR_RANGE, RKV_ERR_STATE
+ *    (not claimed, or inside a frame), RKV_ERR_NO_MEMORY.
  * Memory: a 1 MiB read buffer, the header, and one head's span of the
  * largest layer (C*D elements) through which the data reaches the backend. */
 RKV_API rkv_status rkv_model_load_session(rkv_model *model, int64_t session,
@@ -920,55 +808,43 @@ RKV_API rkv_status rkv_model_load_session(rkv_model *model, int64_t session,
  * geometry: both checksums, tensor table, written bits) and, when info !=
  * NULL, fills *info (untouched on failure). The snapshot is the file `path`
  * when path != NULL (buf must then be NULL and bytes 0), else the image buf
- * of `bytes` bytes (host memory, caller-owned, read only; replaces
- * rkv_snapshot_inspect_mem). Errors as rkv_model_load_session
+ * of `bytes` bytes (read only). Errors as rkv_model_load_session
  * (RKV_ERR_FORMAT with the class, RKV_ERR_IO for a file, RKV_ERR_NULL:
- * neither path nor buf), RKV_ERR_INVALID_ARG for both path and buf, a
- * nonzero bytes with a path, an empty path, and
- * for an info->struct_size that is 0 or of no version this library knows
- * (checked first: the snapshot is not read then). Reads the snapshot
- * only. */
+ * neither path nor buf), RKV_ERR_INVALID_ARG (both path and buf, nonzero
+ * bytes with a path, an empty path, and -- checked first, before reading
+ * -- an info->struct_size that is 0 or of no version this library knows). */
 RKV_API rkv_status rkv_snapshot_inspect(const char *path, const void *buf, size_t bytes,
                                         rkv_snapshot_info *info);
 
-/* In-memory images: a session's snapshot in a buffer of one size per model,
- * for keeping and restoring sessions within a program (undo, copies across
- * models of one geometry). The image is the snapshot file's (the format
- * above: portable, checksummed, what rkv_model_save_session_mem writes),
- * with its JSON header padded with spaces to the longest header any session
- * of the model can have, so that every image of the model is
- * rkv_model_snapshot_bytes long; rkv_snapshot_inspect, `ringkv inspect`
- * (once written to a file) and rkv_model_restore read it. For a fast copy
- * within one model use rkv_model_fork (no image at all).
- *  rkv_model_snapshot_bytes: the image's size for this model (8 + the
- *    longest header + the data: every layer's K/V span and written bits);
- *    0 for NULL (or a size beyond size_t).
+/* In-memory images: a session's snapshot in a buffer of one size per model
+ * (undo, copies across models of one geometry). The image is the snapshot
+ * file's format (what rkv_model_save_session_mem writes) with its JSON
+ * header padded with spaces to the longest header any session of the model
+ * can have, so every image is rkv_model_snapshot_bytes long;
+ * rkv_snapshot_inspect, `ringkv inspect` (from a file) and
+ * rkv_model_restore read it. A copy within one model: rkv_model_fork.
+ *  rkv_model_snapshot_bytes: the image's size (8 + the longest header +
+ *    every layer's K/V span and written bits); 0 for NULL or beyond size_t.
  *  rkv_model_snapshot: writes held session `session`'s image (between
- *    frames; reads the model only) into buf, caller-owned HOST memory of
- *    buf_bytes >= rkv_model_snapshot_bytes. Errors: RKV_ERR_NULL,
- *    RKV_ERR_RANGE, RKV_ERR_STATE (not claimed, inside a frame),
- *    RKV_ERR_INVALID_ARG (buf_bytes too small; nothing written),
+ *    frames; reads the model only) into buf (buf_bytes >=
+ *    rkv_model_snapshot_bytes). Errors: RKV_ERR_RANGE, RKV_ERR_STATE (not
+ *    claimed, inside a frame), RKV_ERR_INVALID_ARG (buf_bytes too small),
  *    RKV_ERR_NO_MEMORY, the backend's copy errors.
  *  rkv_model_restore: rkv_model_load_session from an image in memory (buf:
- *    buf_bytes bytes, caller-owned, read only: this model's images, a
- *    file's bytes, one received over the network; replaces
- *    rkv_model_load_session_mem) into held session `session` of a model
- *    of the image's geometry, bit-exact, with its clock (the next frame is
- *    the saved clock + 1); the session keeps its request id. Everything is
- *    checked first, as rkv_model_load_session does (RKV_ERR_FORMAT
- *    "truncated", "corrupted header", "corrupted data", "wrong geometry",
- *    ...; no RKV_ERR_IO), and a refused image changes nothing.
- * Heap: once a session's first image of a request id has been written or
- * read, neither call allocates (an undo every frame, issue 20): the model
- * keeps that session's header, built once (JSON, Jansson), writes it with
- * the clock and checksums of each image, and reads an image whose header
- * is that one byte for byte outside the clock's digits and the checksums'
- * without parsing it again (every check still made: the clock canonical
- * and >= -1, both checksums, the data's size and written bits); any other
- * header is parsed in full, as rkv_model_load_session does. Two
- * snapshots of one session at once: the second takes the allocating path.
- * Cost per call: bench/RESULTS.md (`ringkv bench`'s snapshot_us /
- * restore_us rows). */
+ *    buf_bytes bytes, read only: this model's images, a file's bytes, one
+ *    received over the network) into held session `session`, bit-exact,
+ *    with its clock, as rkv_model_load_session does: the same checks first
+ *    and errors (RKV_ERR_FORMAT "truncated", "corrupted header", "corrupted
+ *    data", "wrong geometry", ...; no RKV_ERR_IO).
+ * Heap: after a session's first image of a request id, neither call
+ * allocates (an undo every frame, issue 20): the model keeps the session's
+ * header, built once (JSON, Jansson), writes it with each image's clock and
+ * checksums, and reads an image whose header is that one byte for byte
+ * outside those digits without parsing it again (every check still made:
+ * the clock canonical and >= -1, both checksums, the data's size and
+ * written bits); any other header is parsed in full. Two snapshots of one
+ * session at once: the second allocates. Cost: bench/RESULTS.md
+ * (snapshot_us / restore_us). */
 RKV_API size_t rkv_model_snapshot_bytes(const rkv_model *model);
 RKV_API rkv_status rkv_model_snapshot(const rkv_model *model, int64_t session,
                                       void *buf, size_t buf_bytes);
@@ -979,18 +855,15 @@ RKV_API rkv_status rkv_model_restore(rkv_model *model, int64_t session,
 /* Sessions that leave: offload and page-in (docs/migration.md)             */
 /* ------------------------------------------------------------------------ */
 
-/* A paged-out session is one whose whole state (every layer's K/V span and
- * written bits, its clock and request id) was moved out of the model into a
- * snapshot image (the portable, checksummed format of
- * rkv_model_save_session_mem; docs/snapshot-format.md) and whose slot was
- * freed for another request. The model keeps its request id reserved in a
- * table of config.max_offloaded entries (0: RKV_DEFAULT_OFFLOADED), with
- * the image's clock and data checksum (data_xxh3): rkv_model_claim refuses
- * the id (RKV_ERR_STATE) until the session is paged in again or discarded,
- * and only an image of that state pages it in (an older image of the same
- * request is refused; metadata keys a tool added to the image's header,
- * such as ringkv.ray's incarnation, do not matter). Host only; not
- * capture-safe. */
+/* A paged-out session's whole state (every layer's K/V span and written
+ * bits, its clock and request id) was moved into a snapshot image (the
+ * format of rkv_model_save_session_mem) and its slot freed. The model keeps
+ * its request id reserved in a table of config.max_offloaded entries, with
+ * the image's clock and data_xxh3: rkv_model_claim refuses the id
+ * (RKV_ERR_STATE) until it is paged in or discarded, and only an image of
+ * that state pages it in (an older image of the same request is refused;
+ * header keys a tool added, such as ringkv.ray's incarnation, do not
+ * matter). Host only; not capture-safe. */
 
 /* Entries of the table (the resolved max_offloaded) and how many are used;
  * 0 for NULL. */
@@ -998,21 +871,16 @@ RKV_API int64_t rkv_model_offload_capacity(const rkv_model *model);
 RKV_API int64_t rkv_model_offloaded_count(const rkv_model *model);
 
 /* Moves held session `session` (between frames) out of the model: its
- * image goes into buf (caller-owned HOST memory of buf_bytes; for a CUDA
- * model use rkv_model_host_alloc, pinned memory that the span copies reach
- * by DMA; any host memory works), then the session is released (zeroed,
- * its slot free) and its request id reserved with the image's clock.
- * *image_bytes receives the image's exact size; with buf == NULL only the
- * size is computed and nothing changes. The image is a snapshot file's
- * bytes: rkv_snapshot_inspect, rkv_model_restore and `ringkv
- * inspect` read it. Errors (nothing changed, the session still held):
- * RKV_ERR_NULL (model, image_bytes), RKV_ERR_RANGE, RKV_ERR_STATE (not
- * claimed, inside a frame), RKV_ERR_INVALID_ARG (buf_bytes too small),
- * RKV_ERR_FULL (the table is full: page a session in or discard one, or
- * create the model with a larger max_offloaded), RKV_ERR_NO_MEMORY, the
- * backend's copy errors. A backend failure while zeroing the freed slot
- * (CUDA) is reported after the offload stands (image written, id
- * reserved), as rkv_model_release does. */
+ * image (a snapshot file's bytes) goes into buf (buf_bytes; any host
+ * memory, fastest from rkv_model_host_alloc), then the session is released
+ * and its request id reserved with the image's clock. *image_bytes
+ * receives the image's exact size; with buf == NULL only the size is
+ * computed. Errors (the session still held): RKV_ERR_RANGE, RKV_ERR_STATE
+ * (not claimed, inside a frame), RKV_ERR_INVALID_ARG (buf_bytes too
+ * small), RKV_ERR_FULL (the table is full: page in or discard one, or a
+ * larger max_offloaded), RKV_ERR_NO_MEMORY, the backend's copy errors. A
+ * backend failure while zeroing the freed slot (CUDA) is reported after
+ * the offload stands, as rkv_model_release does. */
 RKV_API rkv_status rkv_model_offload(rkv_model *model, int64_t session, void *buf,
                                      size_t buf_bytes, size_t *image_bytes);
 /* The same into the file `path`, written as rkv_model_save_session does
@@ -1022,20 +890,17 @@ RKV_API rkv_status rkv_model_offload(rkv_model *model, int64_t session, void *bu
 RKV_API rkv_status rkv_model_offload_file(rkv_model *model, int64_t session,
                                           const char *path);
 
-/* Brings a paged-out session back from its image (buf: `bytes` bytes of
- * host memory, read only) into the lowest free slot, bit-exact, with its
- * request id and clock (the next frame is the image's last_committed + 1);
- * *session receives the slot. The id's reservation is dropped. Everything
- * is checked before the session becomes held: header and geometry, the
- * request id (reserved here: RKV_ERR_NOT_FOUND otherwise), the image (the
- * state offloaded, its clock and data_xxh3: RKV_ERR_STATE for an older
- * image of the same request),
- * a free slot (RKV_ERR_FULL), then the data checksum and written bits,
- * which are checked while the data is copied into the free slot (one pass
- * over the image): a mismatch zeroes that slot again and reports
- * RKV_ERR_FORMAT; nothing held changes, the reservation stays. Errors:
- * RKV_ERR_NULL, RKV_ERR_FORMAT (as rkv_model_restore), the ones
- * above, RKV_ERR_NO_MEMORY, the backend's. */
+/* Brings a paged-out session back from its image (buf: `bytes` bytes,
+ * read only) into the lowest free slot, bit-exact, with its request id
+ * and clock; *session receives the slot and the reservation is dropped.
+ * Checked before the session becomes held: header and geometry, the
+ * request id (reserved here: RKV_ERR_NOT_FOUND otherwise), the image's
+ * clock and data_xxh3 (RKV_ERR_STATE for an older image of the request), a
+ * free slot (RKV_ERR_FULL), then, while the data is copied into that slot
+ * (one pass), the data checksum and written bits: a mismatch zeroes the
+ * slot again, keeps the reservation and reports RKV_ERR_FORMAT. Errors:
+ * those, RKV_ERR_FORMAT (as rkv_model_restore), RKV_ERR_NO_MEMORY, the
+ * backend's. */
 RKV_API rkv_status rkv_model_page_in(rkv_model *model, const void *buf, size_t bytes,
                                      int64_t *session);
 /* The same from the file `path` (read once); plus RKV_ERR_IO. */
@@ -1043,20 +908,20 @@ RKV_API rkv_status rkv_model_page_in_file(rkv_model *model, const char *path,
                                           int64_t *session);
 
 /* Whether request_id is paged out of this model: RKV_OK with its clock in
- * *last_committed (-1: none), else RKV_ERR_NOT_FOUND. RKV_ERR_NULL,
- * RKV_ERR_INVALID_ARG (empty or overlong id). */
+ * *last_committed (-1: none), else RKV_ERR_NOT_FOUND; RKV_ERR_INVALID_ARG
+ * (empty or overlong id). */
 RKV_API rkv_status rkv_model_offloaded_clock(const rkv_model *model,
                                              const char *request_id,
                                              int64_t *last_committed);
 /* Drops the reservation of a paged-out request (its image is then of no use
  * to this model, and claim may reuse the id). RKV_ERR_NOT_FOUND when it is
- * not paged out; RKV_ERR_NULL, RKV_ERR_INVALID_ARG. */
+ * not paged out; RKV_ERR_INVALID_ARG. */
 RKV_API rkv_status rkv_model_offload_discard(rkv_model *model, const char *request_id);
 
 /* Host memory for images: pinned (page-locked, cudaMallocHost) on a CUDA
  * model, 64-byte aligned heap memory on the CPU backend; contents
  * undefined. Free with rkv_model_host_free on the same model (NULL is a
- * no-op). Errors: RKV_ERR_NULL, RKV_ERR_INVALID_ARG (bytes 0),
+ * no-op). Errors: RKV_ERR_INVALID_ARG (bytes 0),
  * RKV_ERR_NO_MEMORY, the backend's (CUDA: wrong current device). */
 RKV_API rkv_status rkv_model_host_alloc(rkv_model *model, size_t bytes, void **ptr);
 RKV_API void rkv_model_host_free(rkv_model *model, void *ptr);
@@ -1091,15 +956,13 @@ RKV_API size_t rkv_model_session_region_count(const rkv_model *model);
 
 /* Lists the regions of `session`: a held session between frames (the
  * source) or a slot reserved for import (the destination). regions:
- * caller array of max_regions entries (at least
- * rkv_model_session_region_count); *count receives the number. Waits for
- * the model's enqueued work first (rkv_model_synchronize's wait), so the
- * regions hold the session's committed state. They stay valid, and the
+ * caller array of max_regions (>= rkv_model_session_region_count) entries;
+ * *count receives the number. Waits for the model's enqueued work first,
+ * so the regions hold the committed state; they stay valid, and the
  * session unchanged, until the caller steps, releases, resets, restores or
- * imports it: the caller keeps the session out of frames while an engine
- * reads or writes them. Errors: RKV_ERR_NULL, RKV_ERR_RANGE, RKV_ERR_STATE
- * (neither held nor reserved; inside a frame; a backend that exposes no
- * regions), RKV_ERR_INVALID_ARG (max_regions too small; nothing written). */
+ * imports it (keep it out of frames while an engine uses them). Errors:
+ * RKV_ERR_RANGE, RKV_ERR_STATE (neither held nor reserved; inside a frame;
+ * a backend that exposes no regions), RKV_ERR_INVALID_ARG (max_regions). */
 RKV_API rkv_status rkv_model_session_regions(rkv_model *model, int64_t session,
                                              rkv_session_region *regions,
                                              size_t max_regions, size_t *count);
@@ -1119,15 +982,12 @@ RKV_API rkv_status rkv_model_session_regions(rkv_model *model, int64_t session,
 #define RKV_SESSION_META_VERSION 3
 RKV_API size_t rkv_model_session_meta_bytes(const rkv_model *model);
 /* Writes held session `session`'s metadata (between frames) into the
- * first rkv_model_session_meta_bytes bytes of meta (meta_bytes >= that;
- * host memory, the caller's). Reads the model only, but
- * reads its written bits through the backend to hash them: on the CUDA
- * backend it waits for the queued work and needs the model's device
- * current (not capture-safe).
- * Errors: RKV_ERR_NULL, RKV_ERR_RANGE, RKV_ERR_STATE (not claimed, inside
- * a frame), RKV_ERR_INVALID_ARG (meta_bytes too small, or meta inside the
- * model's storage; nothing written), RKV_ERR_NO_MEMORY, and the backend's
- * errors (CUDA). */
+ * first rkv_model_session_meta_bytes bytes of meta (meta_bytes >= that).
+ * Reads the model only, its written bits through the backend (CUDA: waits
+ * for the queued work, needs the device current; not capture-safe).
+ * Errors: RKV_ERR_RANGE, RKV_ERR_STATE (not claimed, inside a frame),
+ * RKV_ERR_INVALID_ARG (meta_bytes too small, or meta inside the model's
+ * storage), RKV_ERR_NO_MEMORY, the backend's. */
 RKV_API rkv_status rkv_model_session_export_meta(const rkv_model *model,
                                                  int64_t session, void *meta,
                                                  size_t meta_bytes);
@@ -1140,42 +1000,38 @@ RKV_API rkv_status rkv_model_session_export_meta(const rkv_model *model,
 RKV_API rkv_status rkv_model_session_digest(rkv_model *model, int64_t session,
                                             uint64_t *xxh3);
 
-/* Reserves the lowest free slot for importing the session that `meta`
- * describes; *session receives it. The slot is neither held nor free:
- * claim does not hand it out, the request id is refused by claim
- * (RKV_ERR_STATE) until the import ends. Its regions are zeroed. meta:
- * the exporter's rkv_model_session_meta_bytes bytes (host memory; the
- * exporter's size, which may differ from this model's). Errors (nothing
- * changed): RKV_ERR_NULL, RKV_ERR_FORMAT (bytes that are not metadata of
- * version RKV_SESSION_META_VERSION (3), damaged (the snapshot header's
- * checks: JSON, header checksum, tensor table), or of another geometry:
- * the field named), RKV_ERR_STATE (the request id is held, paged out or being
- * imported here), RKV_ERR_FULL (no free slot: a destination without room
- * refuses here, before the source gives anything up). */
+/* Reserves the lowest free slot, its regions zeroed, for importing the
+ * session that `meta` describes; *session receives it. Until the import
+ * ends claim neither hands the slot out nor accepts the request id
+ * (RKV_ERR_STATE). meta: the exporter's rkv_model_session_meta_bytes bytes
+ * (its size may differ from this model's). Errors: RKV_ERR_FORMAT (not
+ * metadata of version RKV_SESSION_META_VERSION, damaged -- the snapshot
+ * header's checks --, or of another geometry: the field named),
+ * RKV_ERR_STATE (the request id is held, paged out or being imported
+ * here), RKV_ERR_FULL (no free slot: refused before the source gives
+ * anything up). */
 RKV_API rkv_status rkv_model_import_reserve(rkv_model *model, const void *meta,
                                             size_t meta_bytes, int64_t *session);
 /* Everything rkv_model_session_import checks, without changing anything:
  * the slot is reserved, meta is valid and the one it was reserved with,
- * the written bits in its regions keep the layer's invariant (0/1,
- * scratch 1, whole frames; RKV_ERR_FORMAT naming layer and slot) and are
- * the exporter's (their XXH3-64 is meta's: a slot never filled, or filled
- * with a session whose written pattern differs, is RKV_ERR_FORMAT; another
- * session at the same clock, or any whose ring is full, has the same bits
- * and is not told apart). K/V bytes are not hashed:
- * rkv_model_session_digest against the source's checks them. */
+ * the written bits in its regions keep the layer's invariant
+ * (RKV_ERR_FORMAT naming layer and slot) and hash to meta's written_xxh3
+ * (a slot never filled, or with another written pattern, is RKV_ERR_FORMAT;
+ * a session with the same bits is not told apart). K/V bytes are not
+ * hashed: compare rkv_model_session_digest with the source's. */
 RKV_API rkv_status rkv_model_import_check(const rkv_model *model, int64_t session,
                                           const void *meta, size_t meta_bytes);
 /* Makes the reserved slot live: checked as rkv_model_import_check, then
  * held by the request id with meta's clock (next frame last_committed + 1).
  * A refused import changes nothing (the slot stays reserved: fill it again,
- * or cancel). Errors: RKV_ERR_NULL, RKV_ERR_RANGE, RKV_ERR_STATE (not
- * reserved), RKV_ERR_FORMAT, the backend's (reading the written bits). */
+ * or cancel). Errors: RKV_ERR_RANGE, RKV_ERR_STATE (not reserved),
+ * RKV_ERR_FORMAT, the backend's (reading the written bits). */
 RKV_API rkv_status rkv_model_session_import(rkv_model *model, int64_t session,
                                             const void *meta, size_t meta_bytes);
 /* Cancels a reservation: the slot is zeroed and free again, the request id
- * no longer reserved. Errors: RKV_ERR_NULL, RKV_ERR_RANGE, RKV_ERR_STATE
- * (not reserved); a backend failure while zeroing is reported after the
- * slot is freed. */
+ * no longer reserved. Errors: RKV_ERR_RANGE, RKV_ERR_STATE (not
+ * reserved); a backend failure while zeroing is reported after the slot
+ * is freed. */
 RKV_API rkv_status rkv_model_import_cancel(rkv_model *model, int64_t session);
 
 /* The plain copy an engine would do, within one process: every region of
@@ -1184,7 +1040,7 @@ RKV_API rkv_status rkv_model_import_cancel(rkv_model *model, int64_t session);
  * any backends: host regions are copied with memcpy, others through a
  * host buffer by the backends' span copies). Reads src only; writes only
  * the reserved slot. Then rkv_model_session_import(dst, dst_session, meta)
- * with src's metadata makes it live. Errors: RKV_ERR_NULL, RKV_ERR_RANGE,
+ * with src's metadata makes it live. Errors: RKV_ERR_RANGE,
  * RKV_ERR_STATE (src not held or inside a frame, dst not reserved),
  * RKV_ERR_FORMAT (geometries differ), RKV_ERR_NO_MEMORY, the backends'. */
 RKV_API rkv_status rkv_model_transfer_session(const rkv_model *src, int64_t src_session,
@@ -1194,8 +1050,8 @@ RKV_API rkv_status rkv_model_transfer_session(const rkv_model *src, int64_t src_
 }
 #endif
 
-/* The CPU backend's calls, for programs written before they moved to
- * their own header (ringkv_cpu.h includes this one; either order works). */
+/* The CPU backend's calls (ringkv_cpu.h includes this one; either order
+ * works). */
 #include "ringkv_cpu.h"
 
 #endif /* RINGKV_H */

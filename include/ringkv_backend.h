@@ -1,21 +1,15 @@
 /*
  * ringkv backend SPI: how a backend library plugs its layers into rkv_model.
  *
- * A model (ringkv.h, "A whole model") keeps the sessions, request ids and
- * frame clocks on the host, and reaches layer storage only through a table
- * of operations, the way SQLite reaches files through an sqlite3_vfs and
- * ggml reaches devices through a backend interface. The core library
- * (libringkv) brings the CPU table (rkv_backend_cpu); libringkv_cuda brings
- * the CUDA one and registers it by passing it to
- * rkv_model_create_with_backend (rkv_model_create_cuda does that). Every
- * name in this header is public and exported, so a backend built as its own
- * shared library links against the core's public symbols only (nothing
- * private crosses the library boundary; docs/backends.md).
- *
- * Data walks one way: the model checks sessions and clocks on the host and
- * hands the table session indices and clocks that are already valid; below
- * the table nothing knows request ids, above it nothing knows the backend's
- * memory (docs/backends.md).
+ * A model or layer keeps sessions, request ids and clocks on the host and
+ * reaches layer storage only through a table of operations, as SQLite
+ * reaches files through an sqlite3_vfs and ggml devices through a backend
+ * interface: below the table nothing knows request ids, above it nothing
+ * knows the backend's memory. libringkv brings the CPU table
+ * (rkv_backend_cpu), libringkv_cuda the CUDA one (rkv_model_create_cuda
+ * passes it to rkv_model_create_with_backend). Every name here is public
+ * and exported: a backend in its own shared library links against the
+ * core's public symbols only (docs/backends.md).
  *
  * Terms used below:
  *  - BACKEND memory: memory the backend's kernels read (host memory for the
@@ -41,10 +35,8 @@
 extern "C" {
 #endif
 
-/* The version of rkv_backend_ops this header describes. The core accepts
- * tables of exactly this version (ringkv 0.2.0 changed the table: limits,
- * storage at creation, one error check for many layers; CHANGELOG.md); a
- * table declares the version and the size it was compiled with. */
+/* The version of rkv_backend_ops this header describes; the core accepts
+ * tables of exactly this version (CHANGELOG.md: 0.2.0 changed it). */
 #define RKV_BACKEND_ABI_VERSION 3
 
 /* What a backend can run, asked once per model (limits) and applied by the
@@ -74,24 +66,21 @@ typedef struct rkv_backend_storage {
 } rkv_backend_storage;
 
 /* The contract of every operation below: UNCHECKED. The core (the public
- * rkv_model_* calls) checks every argument once, above the table, before it
- * calls an operation: layer, session and head indices in range, B within
- * 1..limits.max_batch, sessions distinct and held, clocks >= 0, dtypes,
- * alignment (limits.align), buffers that must not overlap, and the
- * attention arguments (one check in the core: src/attention_check.h). An
- * operation may assume all of that; it reports only what it alone can
- * see: an allocation or a copy that fails, a launch failure, device memory
- * that is not the current device's, and (check) a bad row its kernels
- * found in device values. */
+ * rkv_layer_* / rkv_model_* calls) checks every argument once, above the
+ * table: indices in range, B within 1..limits.max_batch, sessions distinct
+ * and held, clocks >= 0 (host values), dtypes, alignment, buffers that must
+ * not overlap, the attention arguments (src/attention_check.h). An
+ * operation reports only what it alone can see: a failed allocation, copy
+ * or launch, device memory that is not the current device's, and (check)
+ * a bad row its kernels found in device values. */
 typedef struct rkv_backend_ops {
     uint32_t abi_version; /* RKV_BACKEND_ABI_VERSION of the header the table
                              was written for                              */
     uint32_t struct_size; /* sizeof(rkv_backend_ops) where it was compiled */
     const char *name;     /* "cpu", "cuda": static string                 */
 
-    /* Frees the backend context given to rkv_model_create_with_backend
-     * (called once by rkv_model_destroy, after every layer and buffer was
-     * freed). NULL: nothing to free. */
+    /* Frees the context given to rkv_model_create_with_backend (once, by
+     * rkv_model_destroy, after its layers and buffers). NULL: nothing. */
     void (*ctx_destroy)(void *ctx);
     /* The backend's limits (into *out, zeroed by the caller). NULL: none. */
     void (*limits)(void *ctx, rkv_backend_limits *out);
@@ -113,18 +102,16 @@ typedef struct rkv_backend_ops {
      * alloc: `bytes` (> 0) of BACKEND memory, 16-byte aligned, contents
      * undefined, into *ptr. free: releases it (NULL is a no-op; waits for
      * work that may still use it).
-     * copy_in: copies `bytes` from HOST `src` to BACKEND `dst`, ordered after
-     * the work already enqueued and before the work enqueued later; `src`
-     * may be reused as soon as the call returns (the CUDA table stages it
-     * in pinned memory and copies asynchronously on its stream).
-     * synchronize: waits until every enqueued operation finished; reports
-     * an asynchronous failure of one of them.
+     * copy_in: copies `bytes` from HOST `src` to BACKEND `dst`, in stream
+     * order; `src` may be reused when the call returns (CUDA: staged in
+     * pinned memory, copied asynchronously).
+     * synchronize: waits for every enqueued operation; reports an
+     * asynchronous failure of one.
      * check: reports (and clears) the errors that capture-safe calls on
      * layers[0 .. n_layers) found in device values since the last check,
-     * reading every layer's word at once (the CUDA table: one copy and one
-     * wait for all of them); on failure *bad_layer is the index of the first
-     * layer with one, whose message is set. NULL where the backend checks
-     * everything on the host. */
+     * reading every layer's word at once (CUDA: one copy, one wait); on
+     * failure *bad_layer is the first such layer, whose message is set.
+     * NULL where the backend checks everything on the host. */
     rkv_status (*alloc)(void *ctx, size_t bytes, void **ptr);
     void (*free)(void *ctx, void *ptr);
     rkv_status (*copy_in)(void *ctx, void *dst, const void *src, size_t bytes);
@@ -132,18 +119,12 @@ typedef struct rkv_backend_ops {
     rkv_status (*check)(void *ctx, void *const *layers, int64_t n_layers, int64_t *bad_layer);
 
     /* ---- per pass (capture-safe) ------------------------------------------
-     * upsert: rkv_layer_upsert's operation for B rows; kv (in the storage
-     * dtype), frame_pos [B], session_idx [B] and visible (NULL, or [N] with
-     * B = 1) in BACKEND memory (the model passes the batch buffers that
-     * rkv_model_begin_frame filled, and visible NULL).
-     * visible_row: rkv_layer_visible_row's operation (session_idx [1],
-     * frame_pos [1], row [N]: BACKEND memory).
-     * attend: rkv_layer_attend's operation; args (this library's layout,
-     * struct_size = sizeof) with q/out/session_idx/frame_pos/visible in
-     * BACKEND memory (the model's: visible NULL, batch = B); `workspace`
-     * (BACKEND memory of workspace_bytes, or NULL/0): the model's, sized at
-     * creation by attend_workspace_bytes, or the layer call's
-     * args->workspace. */
+     * upsert, visible_row, attend: the operations of rkv_layer_upsert,
+     * rkv_layer_visible_row and rkv_layer_attend, their arguments as there
+     * (BACKEND memory; the model passes its batch buffers and visible NULL;
+     * args in this library's layout, struct_size = sizeof). `workspace`
+     * (BACKEND, workspace_bytes, or NULL/0): the model's, sized at creation
+     * by attend_workspace_bytes, or the layer call's args->workspace. */
     rkv_status (*upsert)(void *ctx, void *layer, const void *kv, int64_t batch,
                          const int64_t *frame_pos, const int64_t *session_idx, int commit,
                          uint8_t *visible);
@@ -151,9 +132,8 @@ typedef struct rkv_backend_ops {
                               const int64_t *frame_pos, uint8_t *row);
     rkv_status (*attend)(void *ctx, const void *layer, const rkv_attention_args *args,
                          void *workspace, size_t workspace_bytes);
-    /* Workspace bytes `attend` would use for these (checked) arguments on
-     * this layer to split the keys as it prefers (0: none needed). Host
-     * only. NULL: none. */
+    /* Workspace bytes `attend` would use for these (checked) arguments to
+     * split the keys as it prefers (0: none). Host only. NULL: none. */
     size_t (*attend_workspace_bytes)(void *ctx, const void *layer,
                                      const rkv_attention_args *args);
 
@@ -184,9 +164,8 @@ typedef struct rkv_backend_ops {
     void (*host_free)(void *ctx, void *ptr);
 } rkv_backend_ops;
 
-/* The CPU backend's table (static; its layers are struct rkv__cpu_layer, BACKEND memory is
- * host memory, copy_in is memcpy, synchronize and check return RKV_OK). Its
- * context is NULL. rkv_model_create(cfg, out) is
+/* The CPU backend's table (static; context NULL; BACKEND memory is host
+ * memory, copy_in is memcpy, no check). rkv_model_create(cfg, out) is
  * rkv_model_create_with_backend(cfg, rkv_backend_cpu(), NULL, out). */
 RKV_API const rkv_backend_ops *rkv_backend_cpu(void);
 
@@ -194,16 +173,15 @@ RKV_API const rkv_backend_ops *rkv_backend_cpu(void);
  * valid for the model's life (a static table); the model keeps a copy of
  * the members both sides know, and the pointer as the backend's identity
  * (what rkv_layer_backend_handle gives for each rkv_model_layer). On
- * success the model owns `ctx` and calls ops->ctx_destroy(ctx) from
- * rkv_model_destroy; on failure the caller still owns it. At creation the
- * model allocates, through the table, every layer, its batch buffers
+ * success the model owns `ctx` (ops->ctx_destroy(ctx) from
+ * rkv_model_destroy); on failure the caller still does. The model
+ * allocates, through the table, every layer, its batch buffers
  * (2 * num_sessions int64 of BACKEND memory) and the attention workspace
- * (the largest attend_workspace_bytes over its layers).
- * Errors: RKV_ERR_NULL (cfg, ops, out), an invalid config (as
- * rkv_model_create), RKV_ERR_INVALID_ARG (ops->abi_version other than
- * RKV_BACKEND_ABI_VERSION, struct_size too small, a required member NULL,
- * a negative limit), and whatever the table's layer_create
- * or alloc report (RKV_ERR_NO_MEMORY, ...); *out untouched on failure. */
+ * (the largest attend_workspace_bytes over its layers). Errors: an invalid
+ * config (as rkv_model_create), RKV_ERR_INVALID_ARG (ops->abi_version
+ * other than RKV_BACKEND_ABI_VERSION, struct_size too small, a required
+ * member NULL, a negative limit), the table's layer_create or alloc
+ * (RKV_ERR_NO_MEMORY, ...). */
 RKV_API rkv_status rkv_model_create_with_backend(const rkv_model_config *cfg,
                                                  const rkv_backend_ops *ops, void *ctx,
                                                  rkv_model **out);
@@ -217,10 +195,9 @@ RKV_API rkv_status rkv_model_create_with_backend(const rkv_model_config *cfg,
  * owning it: ops->ctx_destroy(ctx) after the last layer on it is
  * destroyed). ops NULL means the CPU table (ctx NULL). Not capture-safe
  * except where a backend says so (CUDA: rkv_layer_wrap with an error word
- * allocates host memory only). *out untouched on failure.
- *  rkv_layer_create_on: the layer's own zeroed storage. Replaces
- *    rkv_cuda_layer_create (ringkv_cuda.h: rkv_cuda_backend gives the
- *    CUDA table and a context).
+ * allocates host memory only).
+ *  rkv_layer_create_on: the layer's own zeroed storage (CUDA's table and a
+ *    context: rkv_cuda_backend, ringkv_cuda.h).
  *  rkv_layer_wrap: a layer over the caller's storage (storage->kv:
  *    BACKEND [2][H][N][D] in g->dtype, storage->written: BACKEND [N] 0/1
  *    with every scratch slot 1 and frames whole -- not checked: other
@@ -229,9 +206,8 @@ RKV_API rkv_status rkv_model_create_with_backend(const rkv_model_config *cfg,
  *    size; storage->error: a BACKEND int32 error word, zeroed before first
  *    use, or NULL: one of the layer's own (CUDA: allocated, not
  *    capture-safe); ignored on the CPU). The layer reads and writes
- *    exactly those buffers and never frees them. What a framework that
- *    holds the memory itself (PyTorch tensors) uses. Replaces the ring
- *    views (rkv_ring_view, rkv_layer_view, rkv_cuda_ring_view).
+ *    exactly those buffers and never frees them: what a framework that
+ *    holds the memory itself (PyTorch tensors) uses.
  * Errors: RKV_ERR_NULL (g, out, storage or its kv / written), invalid
  * geometry (rkv_geometry_check), an unusable table (as
  * rkv_model_create_with_backend), RKV_ERR_INVALID_ARG (misaligned
@@ -246,8 +222,7 @@ RKV_API rkv_status rkv_layer_wrap(const rkv_backend_ops *ops, void *ctx, const r
  * NULL. For a backend's own calls on a layer (rkv_cuda_attention_describe).
  * On a model's layer (rkv_model_layer) *ops is the table the model was
  * created with (the pointer passed to rkv_model_create_with_backend;
- * rkv_backend_cpu() for rkv_model_create). Replaces rkv_model_backend_layer,
- * rkv_model_cuda_layer and rkv_model_backend. */
+ * rkv_backend_cpu() for rkv_model_create). */
 RKV_API void *rkv_layer_backend_handle(const rkv_layer *layer, const rkv_backend_ops **ops,
                                        void **ctx);
 

@@ -1,12 +1,6 @@
-/* Structs that grow (ringkv.h, "Structs that grow"): each carries its
- * struct_size first. The library checks it at every public call that takes
- * the struct and works on a copy in its own layout: the members the
- * caller's size covers, the rest 0 (their defaults). Today each struct has
- * one version, so the copy is the whole struct; a member appended later is
- * read only from callers whose struct_size covers it. rkv_snapshot_info
- * embeds an rkv_model_config: when the config grows, the members after it
- * move, so the info then gets a version whose older layout the library
- * writes member by member (not by the prefix copy below). */
+/* Structs that grow (ringkv.h): the struct_size check, and the copy in this
+ * library's layout that the calls work on (a prefix copy while each struct
+ * has one version; rkv_snapshot_info's later ones will need more). */
 #include <string.h>
 
 #include "internal.h"

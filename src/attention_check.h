@@ -1,17 +1,12 @@
 /* The one check of an attention call's arguments (SEMANTICS 5), above
- * every backend's table: the layer calls (rkv_layer_attend, the CPU
- * engines), the model's per-pass calls and the CUDA backend's describe run
- * it once, then the engine or the table's unchecked `attend`
- * (include/ringkv_backend.h). Inline, as rkv__span_piece: the CUDA library
- * runs it too and links only the core's public symbols (docs/backends.md).
- *
+ * every backend's table (the layer and model calls, the CPU engines, the
+ * CUDA backend's describe). Inline: the CUDA library runs it too and links
+ * only the core's public symbols (docs/backends.md).
  * `a` in this library's layout (struct_size loaded); g the layer's
- * geometry; lim the backend's limits (NULL: none); storage the layer's K/V
- * and written bits (out must not overlap them; NULL: not checked);
- * host_rows: session_idx / frame_pos are host memory whose values are
- * checked here (the layer calls on the CPU), else device memory or the
- * model's batch buffers, checked by the kernels or once at begin_frame.
- * `what` names the call. */
+ * geometry; lim the backend's limits (NULL: none); storage the layer's
+ * (out must not overlap it; NULL: not checked); host_rows: session_idx /
+ * frame_pos values are checked here (host memory), else by the kernels or
+ * at begin_frame. `what` names the call. */
 #ifndef RKV_ATTENTION_CHECK_H
 #define RKV_ATTENTION_CHECK_H
 

@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "backend.h"
+#include "internal.h"
 
 /* The size of the table this core knows: up to and including host_free. */
 #define V3_SIZE (offsetof(rkv_backend_ops, host_free) + sizeof(((rkv_backend_ops *)0)->host_free))

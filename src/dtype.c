@@ -66,10 +66,8 @@ CONVERSIONS(f32, float, SAME, SAME)
 CONVERSIONS(f16, uint16_t, f16_to_f32, f32_to_f16)
 CONVERSIONS(bf16, uint16_t, bf16_to_f32, f32_to_bf16)
 
-/* The dtype table: one row per rkv_dtype, indexed by its value. Every size,
- * name and f32 conversion in the library (and in the snapshot format) is
- * read from here; a new storage dtype is a row here, its enum value and
- * RKV_DTYPE_NAMES in ringkv.h, and its kernels (docs/backends.md). */
+/* The dtype table: one row per rkv_dtype, indexed by its value; every size,
+ * name and f32 conversion of the library and the snapshot format. */
 static const struct dtype_row {
     size_t size;
     const char *names[3];    /* rkv_dtype_name's, then other spellings parsed */
@@ -124,8 +122,9 @@ rkv_status rkv_convert(const void *src, rkv_dtype src_dtype, void *dst, rkv_dtyp
                          (int)src_dtype, (int)dst_dtype);
     if (n == 0) return RKV_OK;
     if (!src || !dst) return rkv__fail(RKV_ERR_NULL, "rkv_convert: src or dst is NULL");
-    size_t bytes;
-    if (!rkv__mul_size(n, rkv_dtype_size(src_dtype), &bytes))
+    size_t bytes, dst_bytes;
+    if (!rkv__mul_size(n, rkv_dtype_size(src_dtype), &bytes) ||
+        !rkv__mul_size(n, rkv_dtype_size(dst_dtype), &dst_bytes))
         return rkv__fail(RKV_ERR_OVERFLOW, "rkv_convert: %zu elements overflow size_t", n);
     if (src_dtype == dst_dtype) {
         if (src != dst) memmove(dst, src, bytes);
@@ -133,9 +132,6 @@ rkv_status rkv_convert(const void *src, rkv_dtype src_dtype, void *dst, rkv_dtyp
     }
     /* element by element: a destination over the source would be read after
      * it was written */
-    size_t dst_bytes;
-    if (!rkv__mul_size(n, rkv_dtype_size(dst_dtype), &dst_bytes))
-        return rkv__fail(RKV_ERR_OVERFLOW, "rkv_convert: %zu elements overflow size_t", n);
     const rkv__buf out = {dst, dst_bytes, "dst"}, in = {src, bytes, "src"};
     rkv_status st = rkv__check_no_overlap("rkv_convert", &out, 1, &in, 1);
     if (st != RKV_OK) return st;

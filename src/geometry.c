@@ -4,17 +4,19 @@
 
 #include "internal.h"
 
+/* RKV_ERR_INVALID_ARG naming field `name` unless v >= 1. */
+static rkv_status positive(const char *name, int64_t v) {
+    if (v >= 1) return RKV_OK;
+    return rkv__fail(RKV_ERR_INVALID_ARG, "%s must be >= 1; got %lld", name, (long long)v);
+}
+
 rkv_status rkv__geometry_check_shared(const rkv_geometry *g) {
     if (!g) return rkv__fail(RKV_ERR_NULL, "geometry is NULL");
-    if (g->num_sessions < 1)
-        return rkv__fail(RKV_ERR_INVALID_ARG, "num_sessions must be >= 1; got %lld",
-                         (long long)g->num_sessions);
-    if (g->n_kv_heads < 1)
-        return rkv__fail(RKV_ERR_INVALID_ARG, "n_kv_heads must be >= 1; got %lld",
-                         (long long)g->n_kv_heads);
-    if (g->d_head < 1)
-        return rkv__fail(RKV_ERR_INVALID_ARG, "d_head must be >= 1; got %lld",
-                         (long long)g->d_head);
+    rkv_status st;
+    if ((st = positive("num_sessions", g->num_sessions)) != RKV_OK ||
+        (st = positive("n_kv_heads", g->n_kv_heads)) != RKV_OK ||
+        (st = positive("d_head", g->d_head)) != RKV_OK)
+        return st;
     if (g->tokens_per_frame < RKV_BLOCK_TOKENS || g->tokens_per_frame % RKV_BLOCK_TOKENS)
         return rkv__fail(RKV_ERR_INVALID_ARG,
                          "tokens_per_frame (%lld) must be a positive multiple of the attention "
@@ -28,18 +30,13 @@ rkv_status rkv__geometry_check_shared(const rkv_geometry *g) {
 
 rkv_status rkv_geometry_check(const rkv_geometry *g) {
     rkv_status st = rkv__geometry_check_shared(g);
-    if (st != RKV_OK) return st;
-    if (g->ring_frames < 1)
-        return rkv__fail(RKV_ERR_INVALID_ARG, "ring_frames must be >= 1; got %lld",
-                         (long long)g->ring_frames);
+    if (st != RKV_OK || (st = positive("ring_frames", g->ring_frames)) != RKV_OK) return st;
     if (g->ring_buckets < 1 || g->ring_buckets > g->ring_frames)
         return rkv__fail(RKV_ERR_INVALID_ARG,
                          "ring_buckets (%lld) must be in [1, ring_frames (%lld)]; the addressable "
                          "slots have to fit inside the allocated ring",
                          (long long)g->ring_buckets, (long long)g->ring_frames);
-    if (g->pinned_dilation < 1)
-        return rkv__fail(RKV_ERR_INVALID_ARG, "pinned_dilation must be >= 1; got %lld",
-                         (long long)g->pinned_dilation);
+    if ((st = positive("pinned_dilation", g->pinned_dilation)) != RKV_OK) return st;
     /* N = S*(RF+1)*T slots; bytes = 2*H*N*D*elem must fit size_t and int64. */
     int64_t cap, n, bytes;
     bool fits = g->ring_frames < INT64_MAX &&
@@ -71,7 +68,6 @@ size_t rkv_geometry_memory_bytes(const rkv_geometry *g) {
            rkv_dtype_size(g->dtype);
 }
 
-/* The rule itself is ring_rule.h's. */
 int64_t rkv_ring_slot(const rkv_geometry *g, int64_t frame_pos, int *write_step) {
     if (write_step) *write_step = rkv__rule_write_step(frame_pos, g->pinned_dilation);
     return rkv__rule_slot(frame_pos, g->pinned_dilation, g->ring_buckets);

@@ -16,17 +16,14 @@
 #define RKV__PRINTF(a, b)
 #endif
 
-/* Records a formatted message for rkv_last_error() and returns status: the
- * public rkv_error_set (ringkv_backend.h), which backends in other shared
- * libraries call too, so that there is one message per thread. */
+/* Records a message for rkv_last_error() and returns status (the public
+ * rkv_error_set, ringkv_backend.h: one message per thread for all libraries). */
 #define rkv__fail rkv_error_set
 
-/* Text a message shows that came from outside the library (a string from a
- * file, a file path the caller gave): bytes outside printable ASCII as
- * \xNN, a backslash as \\, at most `max` input bytes (then "..."). Writes
- * into buf[size] (size >= RKV__ESC(max) holds it all) and returns buf.
- * (src/snapshot_header.c; the `ringkv` command's rkv_tool_escape is the same
- * rule for what it prints itself.) */
+/* Text from outside the library for a message (a string from a file, a
+ * caller's path): bytes outside printable ASCII as \xNN, a backslash as
+ * \\, at most `max` input bytes (then "..."), into buf[size] (size >=
+ * RKV__ESC(max) holds it all); returns buf (src/snapshot_header.c). */
 const char *rkv__snap_escape(char *buf, size_t size, const char *s, size_t max);
 #define RKV__ESC(n) (4 * (n) + 4)
 /* The longest part of a file path a message shows (messages are cut at 511
@@ -43,8 +40,8 @@ typedef char rkv__path_shown[RKV__ESC(RKV__PATH_SHOWN)];
     } while (0)
 
 /* a * b into *out; false when the product overflows (or a, b < 0).
- * Inline: the CUDA library's host code uses them too, and it may link only
- * the core's public symbols (docs/backends.md). */
+ * Inline, as the helpers below the CUDA library uses: it links only the
+ * core's public symbols (docs/backends.md). */
 static inline bool rkv__mul_i64(int64_t a, int64_t b, int64_t *out) {
     if (a < 0 || b < 0) return false;
     return !__builtin_mul_overflow(a, b, out);
@@ -53,20 +50,16 @@ static inline bool rkv__mul_size(size_t a, size_t b, size_t *out) {
     return !__builtin_mul_overflow(a, b, out);
 }
 
-/* ---- structs that grow (ringkv.h, "Structs that grow"; args.c) ---- */
-/* The first version's size of each growing struct: the end of its last
- * version-1 member, which appending members never moves (sizeof grows;
- * these do not). */
+/* ---- structs that grow (ringkv.h, "Structs that grow"; args.c) ----
+ * The first version's size of each: the end of its last version-1 member. */
 #define RKV__SIZE_V1(type, last) (offsetof(type, last) + sizeof(((type *)0)->last))
 #define RKV__ATTENTION_ARGS_V1 RKV__SIZE_V1(rkv_attention_args, pool)
 #define RKV__MODEL_CONFIG_V1 RKV__SIZE_V1(rkv_model_config, max_offloaded)
 #define RKV__SNAPSHOT_INFO_V1 RKV__SIZE_V1(rkv_snapshot_info, data_xxh3)
 
-/* Checks the struct_size `got` of a growing struct (argument `arg` of the
- * call `what`, of C type `type`, whose initializer macro is `init`) against
- * the first version's size and this library's: 0, smaller or larger is
- * RKV_ERR_INVALID_ARG, named. Inline: the CUDA library checks
- * rkv_cuda_attention_args with it (src/cuda/plan.c). */
+/* Checks the struct_size `got` of argument `arg` (C type `type`, initializer
+ * `init`) of the call `what` against the first version's size and this
+ * library's: 0, smaller or larger is RKV_ERR_INVALID_ARG, named. */
 static inline rkv_status rkv__struct_size_check(const char *what, const char *arg,
                                                 const char *type, const char *init,
                                                 size_t got, size_t first, size_t mine) {
@@ -102,8 +95,7 @@ void rkv__snapshot_info_store(rkv_snapshot_info *dst, const rkv_snapshot_info *s
 /* True when dtype is one of the enum's values (a row of src/dtype.c's table). */
 bool rkv__dtype_valid(rkv_dtype dtype);
 /* RKV_OK when the input dtype `got` is the storage dtype `want`; else
- * RKV_ERR_DTYPE with a message naming both ("<what>: kv dtype ..."). The one
- * kv-dtype check of the layer and model upserts. */
+ * RKV_ERR_DTYPE naming both ("<what>: kv dtype ..."): the upserts' check. */
 rkv_status rkv__check_kv_dtype(const char *what, rkv_dtype got, rkv_dtype want);
 /* The safetensors dtype of a snapshot tensor in dtype ("F32", "F16",
  * "BF16"; static); "?" for an unknown dtype. */
@@ -113,13 +105,17 @@ float rkv__load(const void *base, rkv_dtype dtype, size_t i);
 /* Writes v as element i of a buffer in dtype (round to nearest even). */
 void rkv__store(void *base, rkv_dtype dtype, size_t i, float v);
 
-/* A layer on any backend (the public rkv_layer, layer.c): the geometry, the
- * backend's table, context and own layer, and the layer's storage. Every
- * public layer call checks its arguments here once and calls the table. */
+/* Copies `ops` into *out after checking the table (backend.c): version,
+ * size, the members every table has (its list); then asks its limits
+ * (ctx) into *limits and checks them (>= 0). */
+rkv_status rkv__backend_adopt(const rkv_backend_ops *ops, void *ctx, const char *what,
+                              rkv_backend_ops *out, rkv_backend_limits *limits);
+
+/* A layer on any backend (the public rkv_layer, layer.c): its geometry,
+ * the backend's table, context and own layer, and its storage. */
 struct rkv_layer {
     rkv_geometry g;
-    int64_t ring_len;             /* L = RF*T                          */
-    int64_t capacity;             /* C = L + T                         */
+    int64_t capacity;             /* C = (RF+1)*T                      */
     int64_t total_slots;          /* N = S*C                           */
     rkv_backend_ops ops;          /* the adopted table                 */
     const rkv_backend_ops *ops_id; /* the table passed at creation     */
@@ -159,11 +155,9 @@ static inline uint8_t *rkv__slot_ptr(const struct rkv__cpu_layer *l, int c, int6
                     (size_t)slot) * l->row_bytes;
 }
 
-/* Checks one session's written bits of a layer of geometry g ([C] bytes):
- * every byte 0 or 1, every scratch slot 1, and each ring frame's T bits all
- * equal (frames are written whole). Returns -1 when valid, else the index
- * of the first bad slot. Inline: the CUDA layer's span writes check the
- * same (src/cuda/plan.c). */
+/* Checks one session's written bits [C] of geometry g: every byte 0 or 1,
+ * every scratch slot 1, each ring frame's T bits equal (frames are written
+ * whole). -1 when valid, else the first bad slot. */
 static inline int64_t rkv__written_span_check(const rkv_geometry *g, const uint8_t *w) {
     const int64_t T = g->tokens_per_frame, L = g->ring_frames * T, C = L + T;
     for (int64_t j = 0; j < C; j++) {
@@ -181,11 +175,10 @@ static inline int64_t rkv__written_span_check(const rkv_geometry *g, const uint8
 const char *rkv__written_bad_what(const rkv_geometry *g, const uint8_t *w, int64_t bad,
                                   char *buf, size_t n);
 
-/* One piece of a session's span (rkv_layer_read_span and friends, on every
- * backend): checks session, part and head against g and gives the piece's
- * byte offset from the start of the K/V storage (K/V; *in_written = false)
- * or of the written bits (*in_written = true), and its bytes. `what` names
- * the call. Inline for the same reason as rkv__written_span_check. */
+/* One piece of a session's span (rkv_layer_read_span and friends): checks
+ * session, part and head against g and gives the piece's byte offset from
+ * the start of the K/V storage (*in_written = false) or of the written bits
+ * (true), and its bytes. `what` names the call. */
 static inline rkv_status rkv__span_piece(const rkv_geometry *g, const char *what,
                                          int64_t session, rkv_span_part part, int64_t head,
                                          size_t *offset, size_t *bytes, bool *in_written) {
@@ -246,7 +239,7 @@ rkv_status rkv__attend_reference_run(const struct rkv__cpu_layer *layer,
 rkv_status rkv__attend_run(const struct rkv__cpu_layer *layer, const rkv_attention_args *args,
                            const char *what);
 
-/* ---- host buffers that must not overlap (overlap.c) ---- */
+/* ---- host buffers that must not overlap ---- */
 /* One host buffer a call reads or writes: [p, p + bytes), named for the
  * message. NULL or 0 bytes: none. */
 typedef struct rkv__buf {
@@ -256,9 +249,7 @@ typedef struct rkv__buf {
 } rkv__buf;
 /* RKV_ERR_INVALID_ARG "WHAT: A (..., written) overlaps B (...); expected
  * separate buffers" for the first buffer written (out[]) that shares a byte
- * with another one written or with one read (in[]); RKV_OK otherwise. Made
- * before the call writes anything. Inline: the CUDA library's attention
- * check uses it (attention_check.h). */
+ * with another one written or with one read (in[]); RKV_OK otherwise. */
 static inline bool rkv__shares(const rkv__buf *a, const rkv__buf *b) {
     if (!a->p || !b->p || !a->bytes || !b->bytes) return false;
     const uintptr_t a0 = (uintptr_t)a->p, b0 = (uintptr_t)b->p;
@@ -278,9 +269,9 @@ static inline rkv_status rkv__check_no_overlap(const char *what, const rkv__buf 
         }
     return RKV_OK;
 }
-/* The upsert's buffers (rkv_layer_upsert, arguments already checked): the
- * storage, its written bits and visible (written) against kv, frame_pos
- * and session_idx (read). */
+/* The upsert's buffers (layer.c; arguments already checked): the layer's
+ * storage and visible (written) against kv, frame_pos and session_idx
+ * (read; any may be NULL). */
 rkv_status rkv__upsert_overlap(const struct rkv_layer *l, const char *what, const void *kv,
                                int64_t batch, const int64_t *frame_pos,
                                const int64_t *session_idx, const uint8_t *visible);
@@ -289,19 +280,14 @@ rkv_status rkv__upsert_overlap(const struct rkv_layer *l, const char *what, cons
 rkv_status rkv__check_sessions(const char *what, const int64_t *session_idx,
                                int64_t batch, int64_t num_sessions);
 
-/* The part of rkv_geometry_check on the fields a model config sets once for
- * all its layers: num_sessions, n_kv_heads, d_head, tokens_per_frame, dtype
- * (rkv_geometry_check: these first, then the layer's own fields and the
- * size). */
+/* rkv_geometry_check's first part: the fields a model config sets once for
+ * all its layers (num_sessions, n_kv_heads, d_head, tokens_per_frame, dtype). */
 rkv_status rkv__geometry_check_shared(const rkv_geometry *g);
 
-/* The one geometry comparison (issue 22): the first field, in rkv_geometry's
- * order (num_sessions, n_kv_heads, ring_frames, ring_buckets, d_head,
- * tokens_per_frame, pinned_dilation, dtype), in which a differs from b, its
- * name returned and the two values in *va, *vb (a dtype as its rkv_dtype);
- * NULL when they are equal. Snapshot loads and session imports compare
- * configs layer by layer through it (rkv__snap_geometry_check), the
- * model's upsert / attend a caller's ring with its layer (model_frame.c). */
+/* The one geometry comparison: the name of the first field, in
+ * rkv_geometry's order, in which a differs from b, with the two values in
+ * *va, *vb (a dtype as its rkv_dtype); NULL when equal. Snapshot loads,
+ * imports and the model's calls with a caller's ring use it. */
 const char *rkv__geometry_differs(const rkv_geometry *a, const rkv_geometry *b, int64_t *va,
                                   int64_t *vb);
 

@@ -1,17 +1,13 @@
-/* One layer on any backend (SEMANTICS 2-5): the public rkv_layer_* calls.
- * Each checks its arguments once, here, and calls the backend's table
- * (include/ringkv_backend.h: unchecked operations); the CPU backend's
- * storage and memcpy upsert are src/cpu/layer_cpu.c, the CUDA backend's
- * src/cuda/layer.cu. */
+/* One layer on any backend (SEMANTICS 2-5): the public rkv_layer_* calls,
+ * each checking its arguments once before the table's unchecked operation
+ * (src/cpu/layer_cpu.c, src/cuda/layer.cu). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "attention_check.h"
-#include "backend.h"
 
 static void fill(struct rkv_layer *l, const rkv_geometry *g) {
     l->g = *g;
-    l->ring_len = g->ring_frames * g->tokens_per_frame;
     l->capacity = rkv_geometry_capacity(g);
     l->total_slots = rkv_geometry_total_slots(g);
 }
@@ -217,7 +213,36 @@ rkv_status rkv_layer_copy_span(rkv_layer *layer, int64_t src_session, int64_t ds
 
 /* ---- upsert, visibility row, attention (SEM 3-5) --------------------------- */
 
-static bool misaligned(const void *p, size_t to) { return to > 1 && (uintptr_t)p % to != 0; }
+/* Rows in host memory (the CPU): sessions before clocks, since a session
+ * out of range is the reference's IndexError also when a clock is negative
+ * (which it lets through); B > S rows hold one out of range or a repeat. */
+static rkv_status host_rows(const char *what, const int64_t *session_idx,
+                            const int64_t *frame_pos, int64_t batch, int64_t S) {
+    rkv_status st = rkv__check_sessions(what, session_idx, batch, S);
+    for (int64_t b = 0; st == RKV_OK && b < batch; b++)
+        if (frame_pos[b] < 0)
+            st = rkv__fail(RKV_ERR_INVALID_ARG, "%s: frame_pos[%lld] = %lld; expected >= 0", what,
+                           (long long)b, (long long)frame_pos[b]);
+    return st;
+}
+
+rkv_status rkv__upsert_overlap(const struct rkv_layer *l, const char *what, const void *kv,
+                               int64_t batch, const int64_t *frame_pos,
+                               const int64_t *session_idx, const uint8_t *visible) {
+    const size_t B = (size_t)batch, T = (size_t)l->g.tokens_per_frame, N = (size_t)l->total_slots;
+    const rkv__buf out[] = {
+        {l->store.kv, rkv_geometry_memory_bytes(&l->g), "the ring's K/V storage"},
+        {l->store.written, N, "the ring's written bits"},
+        {visible, visible ? N : 0, "visible"},
+    };
+    const rkv__buf in[] = {
+        {kv, 2 * (size_t)l->g.n_kv_heads * B * T * (size_t)l->g.d_head * rkv_dtype_size(l->g.dtype),
+         "kv"},
+        {frame_pos, B * sizeof *frame_pos, "frame_pos"},
+        {session_idx, B * sizeof *session_idx, "session_idx"},
+    };
+    return rkv__check_no_overlap(what, out, 3, in, 3);
+}
 
 rkv_status rkv_layer_upsert(rkv_layer *layer, const void *kv, rkv_dtype kv_dtype, int64_t batch,
                             const int64_t *frame_pos, const int64_t *session_idx, int commit,
@@ -243,27 +268,20 @@ rkv_status rkv_layer_upsert(rkv_layer *layer, const void *kv, rkv_dtype kv_dtype
                          "path passes visible = NULL)",
                          what, (long long)batch);
     const size_t a = align_of(layer, rkv_dtype_size(layer->g.dtype));
-    if (misaligned(kv, a) || misaligned(visible, align_of(layer, 1)))
+    if (rkv__misaligned(kv, a) || rkv__misaligned(visible, align_of(layer, 1)))
         return rkv__fail(RKV_ERR_INVALID_ARG, "%s: %s %p is not %zu-byte aligned", what,
-                         misaligned(kv, a) ? "kv" : "visible",
-                         misaligned(kv, a) ? kv : (void *)visible,
-                         misaligned(kv, a) ? a : align_of(layer, 1));
+                         rkv__misaligned(kv, a) ? "kv" : "visible",
+                         rkv__misaligned(kv, a) ? kv : (void *)visible,
+                         rkv__misaligned(kv, a) ? a : align_of(layer, 1));
     rkv_status st;
     if (!host) { /* device values: the kernels check them (rkv_layer_check) */
         if (!session_idx) return rkv__fail(RKV_ERR_NULL, "%s: session_idx is NULL", what);
-        if (misaligned(frame_pos, 8) || misaligned(session_idx, 8))
+        if (rkv__misaligned(frame_pos, 8) || rkv__misaligned(session_idx, 8))
             return rkv__fail(RKV_ERR_INVALID_ARG,
                              "%s: frame_pos / session_idx must be 8-byte aligned int64 arrays",
                              what);
-    } else {
-        /* Sessions before clocks: a session out of range is the reference's
-         * IndexError also when a clock is negative (which it lets through);
-         * B > S rows hold one out of range (IndexError) or a repeat. */
-        if ((st = rkv__check_sessions(what, session_idx, batch, S)) != RKV_OK) return st;
-        for (int64_t b = 0; b < batch; b++)
-            if (frame_pos[b] < 0)
-                return rkv__fail(RKV_ERR_INVALID_ARG, "%s: frame_pos[%lld] = %lld; expected >= 0",
-                                 what, (long long)b, (long long)frame_pos[b]);
+    } else if ((st = host_rows(what, session_idx, frame_pos, batch, S)) != RKV_OK) {
+        return st;
     }
     if ((st = rkv__upsert_overlap(layer, what, kv, batch, frame_pos, session_idx, visible)) !=
         RKV_OK)
@@ -284,17 +302,13 @@ rkv_status rkv_layer_visible_row(const rkv_layer *layer, const int64_t *session_
                          layer->ops.name);
     rkv_status st;
     if (layer->limits.host_memory) {
-        /* the upsert's checks and messages for its one row (B = 1, row 0), in
-         * its order (the session, then the clock): the torch route of an
-         * upsert (this row, then the upsert) reports a bad row as the
+        /* the upsert's checks and messages for its row 0: the torch route of
+         * an upsert (this row, then the upsert) reports a bad row as the
          * one-call route does */
-        if ((st = rkv__check_sessions(what, session_idx, 1, layer->g.num_sessions)) != RKV_OK)
+        if ((st = host_rows(what, session_idx, frame_pos, 1, layer->g.num_sessions)) != RKV_OK)
             return st;
-        if (*frame_pos < 0)
-            return rkv__fail(RKV_ERR_INVALID_ARG, "%s: frame_pos[0] = %lld; expected >= 0", what,
-                             (long long)*frame_pos);
-    } else if (misaligned(row, align_of(layer, 1)) || misaligned(session_idx, 8) ||
-               misaligned(frame_pos, 8)) {
+    } else if (rkv__misaligned(row, align_of(layer, 1)) || rkv__misaligned(session_idx, 8) ||
+               rkv__misaligned(frame_pos, 8)) {
         return rkv__fail(RKV_ERR_INVALID_ARG,
                          "%s: row must be %zu-byte aligned and session_idx / frame_pos 8-byte "
                          "aligned",
@@ -313,7 +327,7 @@ static rkv_status take_args(const rkv_layer *layer, const rkv_attention_args *ca
     if (!caller) return rkv__fail(RKV_ERR_NULL, "%s: args is NULL", what);
     rkv_status st = rkv__attention_args_load(what, caller, a);
     if (st != RKV_OK) return st;
-    if (a->workspace && misaligned(a->workspace, 16))
+    if (a->workspace && rkv__misaligned(a->workspace, 16))
         return rkv__fail(RKV_ERR_INVALID_ARG, "%s: workspace is not 16-byte aligned", what);
     return rkv__attend_args_check(&layer->g, &layer->limits, &layer->store, a,
                                   layer->limits.host_memory != 0, what);

@@ -1,8 +1,6 @@
-/* A whole model (SEMANTICS 6) on any backend: one backend layer per
- * transformer layer, sessions claimed by request id, forks. The batch and
- * the per-pass calls are in model_frame.c, snapshots (files and in-memory
- * images) in snapshot_file.c; layer storage is reached only through the
- * backend table (include/ringkv_backend.h). */
+/* A whole model (SEMANTICS 6) on any backend table: one backend layer per
+ * transformer layer, sessions claimed by request id, forks (the batch and
+ * per-pass calls: model_frame.c; snapshots: snapshot_file.c). */
 #define _POSIX_C_SOURCE 200809L /* strnlen */
 #include <stdalign.h>
 #include <stdio.h>
@@ -11,21 +9,7 @@
 
 #include "model_internal.h"
 
-typedef rkv__session_state session_state;
-
 /* ---- creation ------------------------------------------------------------ */
-
-static rkv_status model_create(const char *what, const rkv_model_config *cfg,
-                               const rkv_backend_ops *ops, void *ctx, rkv_model **out);
-
-/* Both creations are one; each names itself in its messages. */
-rkv_status rkv_model_create(const rkv_model_config *cfg, rkv_model **out) {
-    return model_create("rkv_model_create", cfg, rkv_backend_cpu(), NULL, out);
-}
-rkv_status rkv_model_create_with_backend(const rkv_model_config *cfg, const rkv_backend_ops *ops,
-                                         void *ctx, rkv_model **out) {
-    return model_create("rkv_model_create_with_backend", cfg, ops, ctx, out);
-}
 
 /* The attention workspace: the largest any layer can use (0: none). */
 static size_t workspace_bytes(const rkv_model *m) {
@@ -59,7 +43,6 @@ static void free_model(rkv_model *m, bool destroy_ctx) {
     if (m->workspace) m->ops.free(m->ctx, m->workspace);
     if (destroy_ctx && m->ops.ctx_destroy) m->ops.ctx_destroy(m->ctx);
     free(m->layers);
-    free(m->store);
     free(m->handles);
     free(m->sessions);
     free(m->batch.host);
@@ -157,8 +140,7 @@ rkv_status rkv__model_check_bufs(const rkv_model *m, const char *what, const rkv
 static size_t host_table_bytes(const rkv_model *m) {
     const size_t S = (size_t)m->cfg.num_sessions, nl = (size_t)m->cfg.n_layers;
     const size_t parts[][2] = {
-        {nl, sizeof *m->layers},          {nl, sizeof *m->store},
-        {nl, sizeof *m->handles},
+        {nl, sizeof *m->layers},          {nl, sizeof *m->handles},
         {S, sizeof *m->sessions},
         {2 * S, sizeof *m->batch.host},   {2 * S, sizeof *m->batch.stage},
         {nl, 1},                          {(size_t)m->offload_cap, sizeof *m->offloaded},
@@ -193,7 +175,6 @@ static rkv_status model_create(const char *what, const rkv_model_config *cfg,
     m->ctx = ctx;
     const int64_t S = cfg->num_sessions, nl = cfg->n_layers;
     m->layers = calloc((size_t)nl, sizeof *m->layers);
-    m->store = calloc((size_t)nl, sizeof *m->store);
     m->handles = calloc((size_t)nl, sizeof *m->handles);
     m->sessions = calloc((size_t)S, sizeof *m->sessions);
     m->batch.host = calloc(2 * (size_t)S, sizeof *m->batch.host);
@@ -202,8 +183,8 @@ static rkv_status model_create(const char *what, const rkv_model_config *cfg,
     m->offload_cap = cfg->max_offloaded ? cfg->max_offloaded : RKV_DEFAULT_OFFLOADED(S);
     if (m->offload_cap > RKV_MAX_OFFLOADED) m->offload_cap = RKV_MAX_OFFLOADED;
     m->offloaded = calloc((size_t)m->offload_cap, sizeof *m->offloaded);
-    if (!m->layers || !m->store || !m->handles || !m->sessions || !m->batch.host || !m->batch.stage || !m->batch.committed ||
-        !m->offloaded) {
+    if (!m->layers || !m->handles || !m->sessions || !m->batch.host || !m->batch.stage ||
+        !m->batch.committed || !m->offloaded) {
         st = rkv__fail(RKV_ERR_NO_MEMORY,
                        "%s: cannot allocate %zu bytes of host tables for %lld sessions and %lld "
                        "layers (the layers' K/V would take %zu bytes more)",
@@ -216,10 +197,9 @@ static rkv_status model_create(const char *what, const rkv_model_config *cfg,
     }
     for (int64_t i = 0; i < nl; i++) {
         rkv_geometry g = rkv__model_layer_geometry(m, i);
-        if ((st = m->ops.layer_create(ctx, &g, &m->store[i], &m->layers[i])) != RKV_OK)
-            goto fail;
-        rkv__layer_borrow(&m->handles[i], &m->ops, ops, &m->limits, ctx, &g, m->layers[i],
-                          &m->store[i]);
+        rkv_backend_storage store = {NULL, NULL, NULL};
+        if ((st = m->ops.layer_create(ctx, &g, &store, &m->layers[i])) != RKV_OK) goto fail;
+        rkv__layer_borrow(&m->handles[i], &m->ops, ops, &m->limits, ctx, &g, m->layers[i], &store);
     }
     if ((st = collect_storage(m, what)) != RKV_OK ||
         (st = rkv__snapshot_cache_create(m, what)) != RKV_OK)
@@ -235,6 +215,15 @@ static rkv_status model_create(const char *what, const rkv_model_config *cfg,
 fail:
     free_model(m, false); /* the caller keeps its context on failure */
     return st;
+}
+
+/* Both creations are one; each names itself in its messages. */
+rkv_status rkv_model_create(const rkv_model_config *cfg, rkv_model **out) {
+    return model_create("rkv_model_create", cfg, rkv_backend_cpu(), NULL, out);
+}
+rkv_status rkv_model_create_with_backend(const rkv_model_config *cfg, const rkv_backend_ops *ops,
+                                         void *ctx, rkv_model **out) {
+    return model_create("rkv_model_create_with_backend", cfg, ops, ctx, out);
 }
 
 void rkv_model_destroy(rkv_model *model) {
@@ -312,14 +301,12 @@ rkv_status rkv__model_check_request_id(const char *what, const char *id) {
                          n == 0 ? "0" : "too many", RKV_MAX_REQUEST_ID - 1);
     return RKV_OK;
 }
-#define check_request_id rkv__model_check_request_id
 
 int64_t rkv__model_find_held(const rkv_model *m, const char *id) {
     for (int64_t s = 0; s < m->cfg.num_sessions; s++)
         if (m->sessions[s].held && !strcmp(m->sessions[s].request_id, id)) return s;
     return -1;
 }
-#define find_session rkv__model_find_held
 
 /* The slot reserved for importing request id, or -1. */
 static int64_t find_importing(const rkv_model *m, const char *id) {
@@ -353,14 +340,13 @@ static rkv_status id_not_away(const rkv_model *m, const char *what, const char *
 }
 
 rkv_status rkv__model_id_unused(const rkv_model *m, const char *what, const char *id) {
-    const int64_t s = find_session(m, id);
+    const int64_t s = rkv__model_find_held(m, id);
     if (s >= 0)
         return rkv__fail(RKV_ERR_STATE, "%s: request '%s' is held by session %lld of this model",
                          what, id, (long long)s);
     return id_not_away(m, what, id);
 }
 
-/* A held session index, or an error naming what is wrong. */
 rkv_status rkv__model_check_held(const rkv_model *m, const char *what, int64_t session) {
     if (!m) return rkv__fail(RKV_ERR_NULL, "%s: model is NULL", what);
     if (session < 0 || session >= m->cfg.num_sessions)
@@ -375,11 +361,10 @@ rkv_status rkv__model_check_held(const rkv_model *m, const char *what, int64_t s
                              : "");
     return RKV_OK;
 }
-#define check_held rkv__model_check_held
 
 rkv_status rkv__model_check_between_frames(const rkv_model *m, const char *what,
                                            int64_t session) {
-    rkv_status st = check_held(m, what, session);
+    rkv_status st = rkv__model_check_held(m, what, session);
     if (st != RKV_OK) return st;
     const int64_t row = m->sessions[session].row;
     if (row >= 0 && m->batch.open)
@@ -392,7 +377,6 @@ rkv_status rkv__model_check_between_frames(const rkv_model *m, const char *what,
     return RKV_OK;
 }
 
-/* Zeroes a session in every layer and drops its clock. */
 rkv_status rkv__model_clear_session(rkv_model *m, int64_t s) {
     rkv_status first = RKV_OK;
     char msg[512] = "";
@@ -418,9 +402,9 @@ void rkv__model_set_clock(rkv_model *m, int64_t s, int64_t last_committed) {
 rkv_status rkv_model_claim(rkv_model *model, const char *request_id, int64_t *session) {
     RKV__REQUIRE("rkv_model_claim", model);
     RKV__REQUIRE("rkv_model_claim", session);
-    rkv_status st = check_request_id("rkv_model_claim", request_id);
+    rkv_status st = rkv__model_check_request_id("rkv_model_claim", request_id);
     if (st != RKV_OK) return st;
-    int64_t s = find_session(model, request_id);
+    int64_t s = rkv__model_find_held(model, request_id);
     if (s < 0) {
         if ((st = id_not_away(model, "rkv_model_claim", request_id)) != RKV_OK) return st;
         if ((s = rkv__model_free_slot(model)) < 0)
@@ -439,9 +423,9 @@ rkv_status rkv_model_claim(rkv_model *model, const char *request_id, int64_t *se
 rkv_status rkv_model_lookup(const rkv_model *model, const char *request_id, int64_t *session) {
     RKV__REQUIRE("rkv_model_lookup", model);
     RKV__REQUIRE("rkv_model_lookup", session);
-    rkv_status st = check_request_id("rkv_model_lookup", request_id);
+    rkv_status st = rkv__model_check_request_id("rkv_model_lookup", request_id);
     if (st != RKV_OK) return st;
-    int64_t s = find_session(model, request_id);
+    int64_t s = rkv__model_find_held(model, request_id);
     if (s < 0)
         return rkv__fail(RKV_ERR_NOT_FOUND, "rkv_model_lookup: no session holds request '%s'%s",
                          request_id,
@@ -459,7 +443,7 @@ rkv_status rkv_model_lookup(const rkv_model *model, const char *request_id, int6
  * (or reset) whatever happens, so that the model's bookkeeping stays whole. */
 rkv_status rkv_model_release(rkv_model *model, int64_t session) {
     static const char what[] = "rkv_model_release";
-    rkv_status st = check_held(model, what, session);
+    rkv_status st = rkv__model_check_held(model, what, session);
     if (st != RKV_OK) return st;
     st = rkv__model_clear_session(model, session);
     model->sessions[session].held = false;
@@ -469,7 +453,7 @@ rkv_status rkv_model_release(rkv_model *model, int64_t session) {
 
 rkv_status rkv_model_reset(rkv_model *model, int64_t session) {
     static const char what[] = "rkv_model_reset";
-    rkv_status st = check_held(model, what, session);
+    rkv_status st = rkv__model_check_held(model, what, session);
     if (st != RKV_OK) return st;
     st = rkv__model_clear_session(model, session);
     return st == RKV_OK ? RKV_OK : rkv__model_backend_fail(st, what);
@@ -477,7 +461,7 @@ rkv_status rkv_model_reset(rkv_model *model, int64_t session) {
 
 rkv_status rkv_model_clock(const rkv_model *model, int64_t session, int64_t *last_committed) {
     if (!last_committed) return rkv__fail(RKV_ERR_NULL, "rkv_model_clock: last_committed is NULL");
-    rkv_status st = check_held(model, "rkv_model_clock", session);
+    rkv_status st = rkv__model_check_held(model, "rkv_model_clock", session);
     if (st != RKV_OK) return st;
     *last_committed = model->sessions[session].last_committed;
     return RKV_OK;

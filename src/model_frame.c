@@ -1,9 +1,7 @@
 /* The frame's batch and the per-pass calls of a model (ringkv.h, "Frames"):
- * begin_frame checks the batch on the host and stores it in the model's
- * BACKEND buffers with one copy through the backend table; the per-pass
- * calls then only hand the backend K/V, queries, outputs and those buffers
- * (no allocation, synchronization or host copy: the capture contract). The
- * calls that spell the batch out check that it is the current one. */
+ * begin_frame checks the batch and copies it into the model's BACKEND
+ * buffers; the per-pass calls hand the table K/V, queries, outputs and
+ * those buffers (the capture contract). */
 #include <stdio.h>
 #include <string.h>
 
@@ -256,9 +254,7 @@ rkv_status rkv_model_synchronize(rkv_model *model) {
 
 /* ---- per-pass calls --------------------------------------------------------- */
 
-/* The upsert's one check (the rows were checked at begin_frame): kv
- * present, in the storage dtype, aligned as the backend needs, and not
- * overlapping the layer's storage. */
+/* The upsert's one check (the rows were checked at begin_frame). */
 static rkv_status check_kv(const rkv_model *m, const char *what, int64_t layer,
                            const rkv_layer *on, const void *kv, rkv_dtype kv_dtype) {
     if (!kv) return rkv__fail(RKV_ERR_NULL, "%s: kv is NULL", what);
@@ -269,26 +265,12 @@ static rkv_status check_kv(const rkv_model *m, const char *what, int64_t layer,
     if ((uintptr_t)kv % align)
         return rkv__fail(RKV_ERR_INVALID_ARG, "%s: kv %p is not %zu-byte aligned", what, kv,
                          align);
-    const rkv_backend_storage *st = on ? &on->store : &m->store[layer];
-    const size_t N = (size_t)(m->cfg.num_sessions * (m->cfg.layers[layer].ring_frames + 1) *
-                              m->cfg.tokens_per_frame);
-    const rkv__buf out[] = {
-        {st->kv, 2 * (size_t)m->cfg.n_kv_heads * N * (size_t)m->cfg.d_head * esz,
-         "the ring's K/V storage"},
-        {st->written, N, "the ring's written bits"},
-    };
-    const rkv__buf in[] = {{kv,
-                            2 * (size_t)m->cfg.n_kv_heads * (size_t)m->batch.n *
-                                (size_t)m->cfg.tokens_per_frame * (size_t)m->cfg.d_head * esz,
-                            "kv"}};
-    return rkv__check_no_overlap(what, out, 2, in, 1);
+    return rkv__upsert_overlap(on ? on : &m->handles[layer], what, kv, m->batch.n, NULL, NULL,
+                               NULL);
 }
 
-/* The layer-level attention arguments of a model call, checked once: the
- * caller's q, out, dtypes, n_queries, scale and pool; the batch's rows and
- * clocks (BACKEND buffers, checked at begin_frame) and the bits-and-clock
- * rule; Hq the model's; then the core's attention check with the backend's
- * limits (rkv__attend_args_check). */
+/* The caller's attention arguments with the batch's rows and clocks and
+ * the bits-and-clock rule, checked once (rkv__attend_args_check). */
 static rkv_status attention_args(const rkv_model *m, const char *what, int64_t layer,
                                  const rkv_layer *on, const rkv_attention_args *args,
                                  rkv_attention_args *out) {
@@ -303,12 +285,11 @@ static rkv_status attention_args(const rkv_model *m, const char *what, int64_t l
     out->frame_pos = dev_clocks(m);
     out->visible = NULL;
     const rkv_geometry g = rkv__model_layer_geometry(m, layer);
-    return rkv__attend_args_check(&g, &m->limits, on ? &on->store : &m->store[layer], out, false,
-                                  what);
+    return rkv__attend_args_check(&g, &m->limits, &(on ? on : &m->handles[layer])->store, out,
+                                  false, what);
 }
 
-/* The upsert of a checked call, on layer `layer`'s storage or on `on`'s
- * (a layer over the caller's copy of it: rkv_model_upsert's ring). */
+/* The checked calls, on layer `layer` or on `on` (rkv_model_upsert's ring). */
 static rkv_status do_upsert(rkv_model *m, const char *what, int64_t layer, const rkv_layer *on,
                             const void *kv, int commit) {
     rkv_status st = m->ops.upsert(m->ctx, on ? on->impl : m->layers[layer], kv, m->batch.n,

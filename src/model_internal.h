@@ -1,13 +1,13 @@
 /* Private: the model's state, shared by model.c (layers, sessions, forks,
  * in-memory snapshots), model_frame.c (the batch and the per-pass calls)
  * and snapshot_file.c (snapshot files). Layer storage is reached only
- * through the backend table (backend.h). */
+ * through the backend table. */
 #ifndef RKV_MODEL_INTERNAL_H
 #define RKV_MODEL_INTERNAL_H
 
 #include <stdatomic.h>
 
-#include "backend.h"
+#include "internal.h"
 
 typedef struct rkv__session_state {
     bool held;
@@ -43,14 +43,14 @@ typedef struct rkv__batch {
 
 struct rkv_model {
     rkv_model_config cfg;
-    rkv_backend_ops ops;          /* the adopted table (backend.h)          */
+    rkv_backend_ops ops;          /* the adopted table (rkv__backend_adopt) */
     const rkv_backend_ops *ops_id; /* the pointer passed at creation        */
     void *ctx;                    /* the backend's context (owned)          */
     rkv_backend_limits limits;    /* the table's limits (asked at creation) */
     void **layers;                /* [n_layers] backend layer handles       */
-    rkv_backend_storage *store;   /* [n_layers] their storage (BACKEND)     */
     struct rkv_layer *handles;    /* [n_layers] the public handles over them
-                                     (rkv_model_layer; borrowed)            */
+                                     (rkv_model_layer; borrowed), with
+                                     their storage (BACKEND)                */
     rkv__session_state *sessions; /* [S]                                    */
     rkv__batch batch;
     void *workspace;              /* BACKEND attention workspace, or NULL   */
@@ -74,26 +74,19 @@ struct rkv_model {
 /* RKV_OK when `session` is in range and claimed; otherwise RKV_ERR_NULL,
  * RKV_ERR_RANGE or RKV_ERR_STATE with a message starting with `what`. */
 rkv_status rkv__model_check_held(const rkv_model *m, const char *what, int64_t session);
-
-/* Like rkv__model_check_held, and the session must not be a row of an open
- * batch (RKV_ERR_STATE): what snapshots, restores and forks need. */
+/* The same, and not a row of an open batch (snapshots, restores, forks). */
 rkv_status rkv__model_check_between_frames(const rkv_model *m, const char *what,
                                            int64_t session);
 
-/* Zeroes a session in every layer and drops its clock (it stays claimed);
- * closes the current batch when the session is one of its rows (an open
- * frame is abandoned). A backend failure is reported after the rest is
- * done (the session's clock is dropped whatever happens). */
+/* Zeroes a session in every layer and drops its clock (it stays claimed;
+ * rkv__model_set_clock's batch rule). A backend failure is reported after
+ * the rest is done. */
 rkv_status rkv__model_clear_session(rkv_model *m, int64_t session);
-
-/* Installs a restored clock: last committed frame `last_committed` (-1: no
- * clock); closes the current batch when the session is one of its rows. */
+/* Installs a clock (-1: none); closes the current batch when the session is
+ * one of its rows (rkv__model_close_batch, model_frame.c: its rows leave
+ * it, an open frame is abandoned with no clock change). */
 void rkv__model_set_clock(rkv_model *m, int64_t session, int64_t last_committed);
-
-/* Closes the current batch (model_frame.c): its rows leave it; an open
- * frame is abandoned (no clock changes). */
 void rkv__model_close_batch(rkv_model *m);
-
 
 /* Geometry of layer i (valid: the config was checked at creation). */
 rkv_geometry rkv__model_layer_geometry(const rkv_model *m, int64_t layer);
@@ -120,12 +113,10 @@ uint64_t rkv__model_session_data_bytes(const rkv_model *m);
  * session's copy needs. */
 size_t rkv__model_max_span_bytes(const rkv_model *m);
 
-/* The caller's host buffers of a model call against the model's storage
- * (rkv_model.storage) and against each other: RKV_ERR_INVALID_ARG "WHAT:
- * A (..., written) overlaps B (...)" for the first pair that shares a byte,
- * RKV_OK otherwise. `written` buffers are the ones the call writes; with
- * writes_model the call writes the model's storage (restore, page-in,
- * import), else it only reads it. Made before the call changes anything. */
+/* The caller's host buffers of a model call against each other and the
+ * model's storage (rkv_model.storage): RKV_ERR_INVALID_ARG naming the first
+ * pair that shares a byte. `written`: the ones the call writes;
+ * writes_model: it writes the model's storage (restore, page-in, import). */
 rkv_status rkv__model_check_bufs(const rkv_model *m, const char *what, const rkv__buf *written,
                                  size_t n_written, const rkv__buf *read, size_t n_read,
                                  bool writes_model);

@@ -8,52 +8,44 @@ static const char *const PRESET_NAMES[] = {"demo", "waypoint-1.5-720p", "waypoin
 
 const char *const *rkv_model_preset_names(void) { return PRESET_NAMES; }
 
-/* Waypoint-1.5: 24 layers; layers 3, 7, ..., 23 global (PD 8, RB 16), the rest
- * local (PD 1, RF = RB = 16). The compacted global ring allocates RF 16; the
- * original allocates 128 and addresses 16. */
-static void waypoint(rkv_model_config *c, const char *name, int64_t tokens, int full_global) {
-    snprintf(c->name, sizeof c->name, "%s", name);
-    c->n_layers = 24;
-    for (int64_t i = 0; i < 24; i++) {
-        const int global = i % 4 == 3;
-        c->layers[i].ring_frames = global && full_global ? 128 : 16;
-        c->layers[i].ring_buckets = 16;
-        c->layers[i].pinned_dilation = global ? 8 : 1;
-    }
-    c->n_q_heads = 32;
-    c->n_kv_heads = 16;
-    c->d_head = 64;
-    c->tokens_per_frame = tokens;
-    c->dtype = RKV_DTYPE_BF16;
-}
+/* The presets in PRESET_NAMES' order (ringkv.h): layer i is global when
+ * i % every == every - 1 (PD 8, RB 16; RF 16, the compacted ring, or 128,
+ * the original that allocates 128 and addresses 16), the rest local (PD 1,
+ * RF = RB = 16). */
+static const struct {
+    int64_t n_layers, every, n_q_heads, n_kv_heads, d_head, tokens_per_frame;
+    rkv_dtype dtype;
+} PRESETS[] = {
+    {2, 2, 1, 1, 64, 128, RKV_DTYPE_F32},
+    {24, 4, 32, 16, 64, 512, RKV_DTYPE_BF16},
+    {24, 4, 32, 16, 64, 128, RKV_DTYPE_BF16},
+};
 
 rkv_status rkv_model_preset(const char *name, int full_global_ring, rkv_model_config *out) {
     RKV__REQUIRE("rkv_model_preset", name);
     RKV__REQUIRE("rkv_model_preset", out);
-    rkv_model_config c;
-    memset(&c, 0, sizeof c);
-    c.struct_size = sizeof c;
-    c.num_sessions = 1;
-    if (!strcmp(name, "waypoint-1.5-720p")) {
-        waypoint(&c, name, 512, full_global_ring);
-    } else if (!strcmp(name, "waypoint-1.5-360p")) {
-        waypoint(&c, name, 128, full_global_ring);
-    } else if (!strcmp(name, "demo")) {
-        snprintf(c.name, sizeof c.name, "demo");
-        c.n_layers = 2;
-        c.layers[0] = (rkv_layer_spec){16, 16, 1};
-        c.layers[1] = (rkv_layer_spec){full_global_ring ? 128 : 16, 16, 8};
-        c.n_q_heads = 1;
-        c.n_kv_heads = 1;
-        c.d_head = 64;
-        c.tokens_per_frame = 128;
-        c.dtype = RKV_DTYPE_F32;
-    } else {
+    size_t p = 0;
+    while (PRESET_NAMES[p] && strcmp(name, PRESET_NAMES[p])) p++;
+    if (!PRESET_NAMES[p])
         return rkv__fail(RKV_ERR_NOT_FOUND,
                          "unknown preset '%s'; expected demo, waypoint-1.5-720p or "
                          "waypoint-1.5-360p",
                          name);
+    rkv_model_config c;
+    memset(&c, 0, sizeof c);
+    c.struct_size = sizeof c;
+    snprintf(c.name, sizeof c.name, "%s", name);
+    c.num_sessions = 1;
+    c.n_layers = PRESETS[p].n_layers;
+    for (int64_t i = 0; i < c.n_layers; i++) {
+        const bool global = i % PRESETS[p].every == PRESETS[p].every - 1;
+        c.layers[i] = (rkv_layer_spec){global && full_global_ring ? 128 : 16, 16, global ? 8 : 1};
     }
+    c.n_q_heads = PRESETS[p].n_q_heads;
+    c.n_kv_heads = PRESETS[p].n_kv_heads;
+    c.d_head = PRESETS[p].d_head;
+    c.tokens_per_frame = PRESETS[p].tokens_per_frame;
+    c.dtype = PRESETS[p].dtype;
     *out = c;
     return RKV_OK;
 }

@@ -1,22 +1,14 @@
 /* The ring rule, written once (SEMANTICS 3 step 1 and 4): which ring frame
  * slot a clock addresses, whether it is a write step, which slot is hidden,
- * and the visible frame list of a session, from its written bits and clock
- * or from its clock alone.
- *
- * Included by the core and the CPU engines (geometry.c, visibility.c,
- * cpu/attention.c, through internal.h), the CUDA kernels (host and device
- * code: under nvcc every function is __host__ __device__) and
- * tools/replay_vectors.c. The public functions
- * rkv_ring_slot, rkv_layer_visible_frames and
- * rkv_visible_frames_from_clock are thin wrappers over it. Plain int64
- * values and pointers, no library type, nothing beyond <stdint.h> and
- * <stdbool.h>; the callers check their arguments (clock f >= 0, PD >= 1,
- * 1 <= RB <= RF, T >= 1): nothing here does. No function overflows (C
- * signed overflow is undefined); the bucket is the reference's int64
- * arithmetic, wrap-around included (see rkv__rule_bucket).
- *
- * tests/cuda/fragment_model.py keeps its own copy (Python), checked against
- * these functions' results by the ctest ring_rule_model. */
+ * and a session's visible frames, from its written bits and clock or from
+ * its clock alone. The core, the CPU engines, the CUDA kernels (under nvcc
+ * every function is __host__ __device__) and the tools include it; the
+ * public visibility calls are thin wrappers over it. Plain int64 values,
+ * nothing beyond <stdint.h> and <stdbool.h>, no checks: the callers pass
+ * f >= 0, PD >= 1, 1 <= RB <= RF, T >= 1. Nothing overflows (the bucket is
+ * the reference's int64 arithmetic, wrap-around included).
+ * tests/cuda/fragment_model.py's Python copy is checked against these by
+ * the ctest ring_rule_model. */
 #ifndef RKV_RING_RULE_H
 #define RKV_RING_RULE_H
 
@@ -61,10 +53,9 @@ RKV__RULE int64_t rkv__rule_slot(int64_t f, int64_t pd, int64_t rb) {
 RKV__RULE bool rkv__rule_write_step(int64_t f, int64_t pd) { return f % pd == 0; }
 
 /* SEM 4, bits-and-clock rule: the ring frame hidden at clock f -- on a write
- * step its slot (rkv__rule_slot: ceil(f/PD) mod RB = (f/PD) mod RB short of
- * the reference's wrap at the top PD - 1 clocks), holding the frame
- * being evicted before the commit and a copy of frame f after it, hidden on
- * every pass of f -- and -1 on other clocks. */
+ * step its slot (rkv__rule_slot), holding the frame being evicted before
+ * the commit and a copy of frame f after it, hidden on every pass of f --
+ * and -1 on other clocks. */
 RKV__RULE int64_t rkv__rule_hidden_frame(int64_t f, int64_t pd, int64_t rb) {
     return rkv__rule_write_step(f, pd) ? rkv__rule_slot(f, pd, rb) : -1;
 }
@@ -93,11 +84,10 @@ RKV__RULE int64_t rkv__rule_visible_frames(const uint8_t *span_written, int64_t 
 }
 
 /* SEM 4, clock-alone rule, for a session that committed frames 0..f-1 in
- * order from 0: frames g = 0, PD, 2PD, ... < f were written, i.e. buckets
- * 0 .. ceil(f/PD) - 1, filling slots 0 .. min(ceil(f/PD), RB) - 1; minus the
- * hidden frame; plus the scratch (RF) last. frames: RF + 1 entries (RB + 1
- * suffice); returns the count. Periodic in f with period RB*PD once every
- * bucket has been written. */
+ * order from 0: frames g = 0, PD, 2PD, ... < f were written (buckets
+ * 0 .. ceil(f/PD) - 1: slots 0 .. min(ceil(f/PD), RB) - 1); minus the
+ * hidden frame; plus the scratch (RF) last. frames: RB + 1 entries suffice;
+ * returns the count. Periodic in f (period RB*PD) once the ring is full. */
 RKV__RULE int64_t rkv__rule_visible_frames_from_clock(int64_t rf, int64_t rb, int64_t pd,
                                                       int64_t f, int64_t *frames) {
     const int64_t committed = rkv__rule_ceil_div(f, pd);

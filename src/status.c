@@ -9,22 +9,13 @@ static _Thread_local char last_error[512];
 const char *rkv_version(void) { return RKV_VERSION_STRING; }
 
 const char *rkv_status_str(rkv_status status) {
-    switch (status) {
-    case RKV_OK: return "RKV_OK";
-    case RKV_ERR_INVALID_ARG: return "RKV_ERR_INVALID_ARG";
-    case RKV_ERR_NULL: return "RKV_ERR_NULL";
-    case RKV_ERR_RANGE: return "RKV_ERR_RANGE";
-    case RKV_ERR_OVERFLOW: return "RKV_ERR_OVERFLOW";
-    case RKV_ERR_NO_MEMORY: return "RKV_ERR_NO_MEMORY";
-    case RKV_ERR_DTYPE: return "RKV_ERR_DTYPE";
-    case RKV_ERR_CLOCK: return "RKV_ERR_CLOCK";
-    case RKV_ERR_FULL: return "RKV_ERR_FULL";
-    case RKV_ERR_NOT_FOUND: return "RKV_ERR_NOT_FOUND";
-    case RKV_ERR_STATE: return "RKV_ERR_STATE";
-    case RKV_ERR_FORMAT: return "RKV_ERR_FORMAT";
-    case RKV_ERR_IO: return "RKV_ERR_IO";
-    }
-    return "unknown status";
+    static const char *const names[] = { /* indexed by -status */
+        "RKV_OK",         "RKV_ERR_INVALID_ARG", "RKV_ERR_NULL",     "RKV_ERR_RANGE",
+        "RKV_ERR_OVERFLOW", "RKV_ERR_NO_MEMORY", "RKV_ERR_DTYPE",    "RKV_ERR_CLOCK",
+        "RKV_ERR_FULL",   "RKV_ERR_NOT_FOUND",   "RKV_ERR_STATE",    "RKV_ERR_FORMAT",
+        "RKV_ERR_IO"};
+    const unsigned i = 0u - (unsigned)status;
+    return i < sizeof names / sizeof names[0] ? names[i] : "unknown status";
 }
 
 const char *rkv_last_error(void) { return last_error; }
