@@ -47,6 +47,7 @@ host stays a :class:`MigrationError` (step ``reserve``).
 """
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -211,6 +212,9 @@ class _Down(Exception):
         super().__init__(host)
         self.host, self.why = host, why
 
+
+#: What :meth:`RouterCore._try` returns for a call that failed.
+_FAILED = object()
 
 #: RouterCore methods a client may call.
 _CALLS = {"attach", "open", "close", "step", "migrate", "offload", "page_in", "host_died",
@@ -387,6 +391,30 @@ class RouterCore:
         ref = getattr(self.hosts[host], method).remote(*args, token=self.tokens[host], **kwargs)
         return self._get(host, ref, method, key)
 
+    def _try(self, host: str, method: str, *args: Any, key: Any = None, on_error: Any = "raise",
+             down: set | None = None, **kwargs: Any) -> Any:
+        """:meth:`_call`, returning _FAILED when it fails: a host found gone
+        is handled now (:meth:`_host_down`), or added to ``down`` when given
+        (then not asked again; the caller handles it); a HostError is
+        raised (``on_error`` "raise"), dropped ("drop"), or else
+        ``on_error`` is the entry (op, host, key, inc) kept in ``pending``
+        to retry in a later call."""
+        if down is not None and host in down:
+            return _FAILED
+        try:
+            return self._call(host, method, *args, key=key, **kwargs)
+        except _Down as d:
+            if down is None:
+                self._host_down(d.host)
+            else:
+                down.add(d.host)
+        except HostError:
+            if on_error == "raise":
+                raise
+            if on_error != "drop":
+                self.pending.append(on_error)
+        return _FAILED
+
     def _alive(self) -> list[str]:
         return [n for n in self.hosts if n not in self.dead]
 
@@ -477,35 +505,33 @@ class RouterCore:
     def _unpark(self, s: _Session) -> None:
         n, s.parked_on = s.parked_on, None
         if n in self.hosts and n not in self.dead:
-            try:
-                self._call(n, "unpark", request_key(s.rid), key=s.rid)
-            except _Down:
-                self._host_down(n)
-            except HostError:
-                pass
+            self._try(n, "unpark", request_key(s.rid), key=s.rid, on_error="drop")
 
-    def _statuses(self, key: str | None = None) -> dict[str, dict]:
-        """Each alive host's status (SessionHost.status: free slots, what it
-        knows of ``key``); a host found gone is handled first."""
-        names = self._alive()
-        refs = {n: self.hosts[n].status.remote(key, token=self.tokens[n]) for n in names}
-        out, down = {}, []
-        for n, ref in refs.items():
-            try:
-                out[n] = self._get(n, ref, "status", key)
-            except _Down:
-                down.append(n)
-            except HostError:
-                pass
-        for n in down:
-            self._host_down(n)
-        return out
+    def _each(self, method: str, key: str | None = None) -> dict[str, Any]:
+        """Each alive host's answer to ``method`` (of ``key`` when given),
+        all asked at once; one that raises is left out. Hosts found gone
+        are handled first (their sessions recovered), then asked again."""
+        while True:
+            refs = {n: getattr(self.hosts[n], method).remote(
+                *(() if key is None else (key,)), token=self.tokens[n]) for n in self._alive()}
+            out, down = {}, []
+            for n, ref in refs.items():
+                try:
+                    out[n] = self._get(n, ref, method, key)
+                except _Down:
+                    down.append(n)
+                except HostError:
+                    pass
+            if not down:
+                return out
+            for n in down:
+                self._host_down(n)
 
     def _least_loaded(self, exclude: Iterable[str] = (), statuses: dict | None = None) -> str:
         """The alive host with the fewest busy slots (as the hosts count
         them: anyone's) and a free one; RingKVRuntimeError saying why there
         is none."""
-        st = self._statuses() if statuses is None else statuses
+        st = self._each("status") if statuses is None else statuses
         alive = [n for n in self._alive() if n not in set(exclude) and n in st]
         room = [n for n in alive if st[n]["free"] > 0]
         if not room:
@@ -524,21 +550,17 @@ class RouterCore:
         for op, host, key, inc in todo:
             if host in self.dead:
                 continue
-            try:
-                if op == "thaw":
-                    s = self.sessions.get(key)
-                    if s is not None and s.host == host and s.inc == inc:
-                        self._call(host, "thaw", key, inc=inc, key=key)
-                elif op == "release":
-                    st = self._call(host, "status", key, key=key)
-                    if st["state"] == "frozen" and st["inc"] == inc:
-                        self._call(host, "release", key, inc=inc, key=key)
-                else:
-                    self._call(host, "cancel", key, inc=inc, key=key)
-            except _Down as d:
-                self._host_down(d.host)
-            except HostError:
-                self.pending.append((op, host, key, inc))
+            again = (op, host, key, inc)
+            if op == "thaw":
+                s = self.sessions.get(key)
+                if s is not None and s.host == host and s.inc == inc:
+                    self._try(host, "thaw", key, inc=inc, key=key, on_error=again)
+            elif op == "release":
+                st = self._try(host, "status", key, key=key, on_error=again)
+                if st is not _FAILED and st["state"] == "frozen" and st["inc"] == inc:
+                    self._try(host, "release", key, inc=inc, key=key, on_error=again)
+            else:
+                self._try(host, "cancel", key, inc=inc, key=key, on_error=again)
 
     def _take_recovered(self) -> dict[Any, Recovery]:
         out, self.unreported = self.unreported, {}
@@ -587,11 +609,12 @@ class RouterCore:
         return self._alive()
 
     def load(self, host: str) -> int:
-        """Busy slots of ``host`` as it counts them (held, reserved)."""
+        """Busy slots of ``host`` as it counts them (held, reserved);
+        RingKVKeyError for a host the router was never given."""
         self._host(host)
         if host in self.dead:
             return 0
-        st = self._statuses().get(host)
+        st = self._each("status").get(host)
         return 0 if st is None else st["capacity"] - st["free"]
 
     def incarnation(self, request_id: Any) -> str:
@@ -603,7 +626,8 @@ class RouterCore:
         affinity); returns the host. A request live on a host that the
         router did not place there (opened on the host itself) is adopted
         where it is; held there otherwise (reserved, paged out) it is
-        refused."""
+        refused. RingKVRuntimeError for a request paged out or waiting
+        (bring it back instead), or when no alive host has room."""
         key = request_key(request_id)
         s = self.sessions.get(key)
         if s is not None:
@@ -613,7 +637,7 @@ class RouterCore:
             return s.host
         tried: set[str] = set()
         while True:
-            st = self._statuses(key)
+            st = self._each("status", key)
             for n, v in st.items():
                 if v["state"] == "live":
                     self.sessions[key] = _Session(request_id, v["inc"], n)
@@ -642,19 +666,13 @@ class RouterCore:
         key, s = self._known(request_id)
         if s.state == "recovering":
             raise RingKVRuntimeError(self._elsewhere(s))
-        while s.state == "live":
-            try:
-                self._call(s.host, "close", key, inc=s.inc, key=s.rid)
+        while s.state == "live":             # a host gone: recovered elsewhere (or waits)
+            if self._try(s.host, "close", key, inc=s.inc, key=s.rid) is not _FAILED:
                 break
-            except _Down as d:
-                self._host_down(d.host)      # it is recovered elsewhere (or waits)
         if s.state == "paged":
             home, token, _ = s.paged
             if home not in self.dead and self.tokens.get(home) == token:
-                try:
-                    self._call(home, "discard", key, inc=s.inc, key=s.rid)
-                except _Down as d:
-                    self._host_down(d.host)
+                self._try(home, "discard", key, inc=s.inc, key=s.rid)
         if s.state in ("paged", "waiting"):
             if s.parked_on is not None:
                 self._unpark(s)
@@ -673,7 +691,14 @@ class RouterCore:
     def step(self, request_ids: Iterable[Any] | None = None) -> StepReport:
         """One frame of each request (default: every live one), each host
         stepping its own as one batch, all hosts at once (the module's
-        docstring says what is delivered and what is reported lost)."""
+        docstring says what is delivered and what is reported lost). Every
+        request is checked before any host steps. A host found dead (or
+        restarted) is recovered (:class:`Recovery` in the report); its
+        sessions are not stepped this time. A host that raises (not dead)
+        does not stop the others: their results are recorded first, then
+        its error (a HostError) is raised with the report as its
+        ``step_report``. A checkpoint a host could not save is not an error
+        of the step: it is in the report's ``checkpoint_errors``."""
         if request_ids is None:
             keys = [k for k, s in self.sessions.items() if s.state == "live"]
         else:
@@ -727,7 +752,8 @@ class RouterCore:
     def host_died(self, host: str) -> dict[Any, Recovery]:
         """Treats ``host``'s incarnation as gone (marks it dead unless it
         answers restarted; kills it first, so that it never acts again)
-        and recovers its sessions."""
+        and recovers its sessions. RingKVKeyError for a host the router was
+        never given."""
         self._host(host)
         if host in self.dead:
             return {}
@@ -763,7 +789,10 @@ class RouterCore:
     def migrate(self, request_id: Any, host: str) -> Migration:
         """Moves a session to ``host`` between two frames (docs/migration.md
         has the protocol). Raises MigrationError, with the session live and
-        unchanged at its source, when any step before the import fails."""
+        unchanged at its source, when any step before the import fails;
+        before anything is asked of a host, RingKVKeyError for an unknown
+        request id or host name (RingKVRuntimeError for a request paged out
+        or waiting)."""
         key, s = self._live(request_id)
         src_name, dst_name = s.host, self._host(host)
         if dst_name in self.dead:
@@ -816,15 +845,9 @@ class RouterCore:
             moved, clock = 0, done[0]
         pause = time.perf_counter() - t0
         s.host = dst_name
-        released = False
-        if src_name not in self.dead and self.tokens.get(src_name) == src_token:
-            try:
-                self._call(src_name, "release", key, inc=s.inc, key=s.rid)
-                released = True
-            except _Down as d:
-                self._host_down(d.host)
-            except HostError:
-                self.pending.append(("release", src_name, key, s.inc))
+        released = src_name not in self.dead and self.tokens.get(src_name) == src_token and \
+            self._try(src_name, "release", key, inc=s.inc, key=s.rid,
+                      on_error=("release", src_name, key, s.inc)) is not _FAILED
         return Migration(s.rid, src_name, dst_name, int(moved), pause, clock, released,
                          self._take_recovered())
 
@@ -838,63 +861,30 @@ class RouterCore:
         the destination verified its copy, which is then imported: nothing
         lost)."""
         down = {exc.host} if isinstance(exc, _Down) else set()
-        dst_ok = dst_name not in down
-        if step == "commit" and dst_ok:       # did the import happen before the failure?
-            try:
-                st = self._call(dst_name, "status", key, key=s.rid)
-                if st["state"] == "live" and st["inc"] == s.inc:
-                    return (self._call(dst_name, "clock", key, key=s.rid),)
-            except _Down:
-                down.add(dst_name)
-                dst_ok = False
-            except HostError:
-                pass
-        src_ok = src_name not in down
-        if src_ok and exported:
-            try:
-                self._call(src_name, "thaw", key, inc=s.inc, key=s.rid)
-            except _Down:
-                down.add(src_name)
-                src_ok = False
-            except HostError:
-                self.pending.append(("thaw", src_name, key, s.inc))
-        elif src_ok:
-            try:
-                self._call(src_name, "status", None)
-            except _Down:
-                down.add(src_name)
-                src_ok = False
-            except HostError:
-                pass
-        if not src_ok and dst_ok and meta2 is not None and not verified:
-            try:                               # a fill that verified before its reply failed
-                st = self._call(dst_name, "status", key, key=s.rid)
-                verified = st["state"] == "incoming" and st.get("verified", False) and \
-                    st["inc"] == s.inc
-            except _Down:
-                down.add(dst_name)
-                dst_ok = False
-            except HostError:
-                pass
-        if not src_ok and verified and dst_ok and meta2 is not None:
-            try:                               # the destination's verified copy: nothing lost
-                clock = self._call(dst_name, "commit", key, meta2, inc=s.inc,
-                                   delivered=s.delivered, key=s.rid)
-                s.host = dst_name
-                self._host_down(src_name)
-                return (clock,)
-            except _Down:
-                down.add(dst_name)
-                dst_ok = False
-            except HostError:
-                pass
-        if reserved and dst_ok:
-            try:
-                self._call(dst_name, "cancel", key, inc=s.inc, key=s.rid)
-            except _Down:
-                down.add(dst_name)
-            except HostError:
-                self.pending.append(("cancel", dst_name, key, s.inc))
+        ask = functools.partial(self._try, key=s.rid, down=down, on_error="drop")
+        if step == "commit":                  # did the import happen before the failure?
+            st = ask(dst_name, "status", key)
+            if st is not _FAILED and st["state"] == "live" and st["inc"] == s.inc:
+                clock = ask(dst_name, "clock", key)
+                if clock is not _FAILED:
+                    return (clock,)
+        if exported:
+            ask(src_name, "thaw", key, inc=s.inc, on_error=("thaw", src_name, key, s.inc))
+        else:
+            ask(src_name, "status", None)
+        if src_name in down and meta2 is not None:
+            if not verified:                  # a fill that verified before its reply failed
+                st = ask(dst_name, "status", key)
+                verified = st is not _FAILED and st["state"] == "incoming" and \
+                    st.get("verified", False) and st["inc"] == s.inc
+            if verified:                      # the destination's verified copy: nothing lost
+                clock = ask(dst_name, "commit", key, meta2, inc=s.inc, delivered=s.delivered)
+                if clock is not _FAILED:
+                    s.host = dst_name
+                    self._host_down(src_name)
+                    return (clock,)
+        if reserved:
+            ask(dst_name, "cancel", key, inc=s.inc, on_error=("cancel", dst_name, key, s.inc))
         for h in (dst_name, src_name):
             if h in down:
                 self._host_down(h)
@@ -940,17 +930,12 @@ class RouterCore:
             raise RingKVRuntimeError(self._elsewhere(s))
         home, token, ref = s.paged
         if home not in self.dead and self.tokens.get(home) == token and ref is not None:
-            try:
-                self._call(home, "page_in", ref, request_id=key, inc=s.inc, key=s.rid)
+            if self._try(home, "page_in", ref, request_id=key, inc=s.inc, key=s.rid) \
+                    is not _FAILED:
                 s.state, s.host, s.paged = "live", home, None
                 return home
-            except _Down as d:
-                self._host_down(d.host)
         elif home not in self.dead and self.tokens.get(home) == token:
-            try:
-                self._call(home, "discard", key, inc=s.inc, key=s.rid)
-            except _Down as d:
-                self._host_down(d.host)
+            self._try(home, "discard", key, inc=s.inc, key=s.rid)
         s.state = "recovering"
         rec = self._recover(key, home, image=ref)
         self.unreported.update(rec)
@@ -968,23 +953,9 @@ class RouterCore:
                 for n, inv in self.inventory().items()}
 
     def inventory(self) -> dict[str, dict]:
-        """Each alive host's SessionHost.inventory. A host found gone is
-        handled first (its sessions recovered), then the hosts asked again."""
-        while True:
-            refs = {n: self.hosts[n].inventory.remote(token=self.tokens[n])
-                    for n in self._alive()}
-            out, down = {}, []
-            for n, ref in refs.items():
-                try:
-                    out[n] = self._get(n, ref, "inventory")
-                except _Down:
-                    down.append(n)
-                except HostError:
-                    continue
-            if not down:
-                return out
-            for n in down:
-                self._host_down(n)
+        """Each alive host's SessionHost.inventory (keys: str request ids). A
+        host found gone is handled first (its sessions recovered)."""
+        return self._each("inventory")
 
     def state(self) -> dict:
         """The router's records: where each live request is, its last
@@ -1019,6 +990,15 @@ def _view(name: str, doc: str) -> property:
     return property(lambda self: self._state()[name], doc=doc)
 
 
+def _forward(method: str) -> Any:
+    """A SessionRouter call that runs RouterCore's ``method`` (its
+    signature and docstring) in the router actor."""
+    @functools.wraps(getattr(RouterCore, method))
+    def call(self: "SessionRouter", *args: Any, **kwargs: Any) -> Any:
+        return self._ask(method, *args, **kwargs)
+    return call
+
+
 #: Client calls that only read: retried once on a restarted router.
 _VIEWS = {"state", "live", "inventory", "alive", "incarnation", "load"}
 
@@ -1031,8 +1011,9 @@ class SessionRouter:
     checkpoint folder): every SessionRouter of that name, in any driver of
     the cluster, shares one placement. ``hosts`` None: the router must
     exist (RingKVKeyError otherwise). Given to an existing router, hosts it
-    does not have are added. The handle acknowledges the frames it
-    received (the last one of each session) with each call."""
+    does not have are added. Its calls are RouterCore's, run in that
+    actor; the handle acknowledges the frames it received (the last one of
+    each session) with each call."""
 
     def __init__(self, hosts: dict[str, Any] | None = None, checkpoint_dir: str | None = None,
                  *, name: str = "ringkv-router", namespace: str = "ringkv",
@@ -1051,10 +1032,9 @@ class SessionRouter:
             except ValueError:
                 raise RingKVKeyError(f"no router named {self.name!r} in namespace "
                                      f"{self.namespace!r}; give its hosts to create it") from None
-        core = _core_class().options(name=self.name, namespace=self.namespace,
+        return _core_class().options(name=self.name, namespace=self.namespace,
                                      get_if_exists=True, lifetime="detached").remote(
             self._hosts, *self._args)
-        return core
 
     @property
     def core(self) -> Any:
@@ -1104,85 +1084,36 @@ class SessionRouter:
     hosts = _view("hosts", "Host name -> actor handle.")
     capacity = _view("capacity", "Host name -> its model's sessions.")
 
-    def alive(self) -> list[str]:
-        return self._ask("alive")
-
-    def load(self, host: str) -> int:
-        """Busy slots of ``host`` as it counts them (RingKVKeyError for a
-        host the router was never given)."""
-        return self._ask("load", host)
-
-    def live(self) -> dict[str, dict[Any, int | None]]:
-        """Each alive host's live sessions and clocks (as the hosts see it)."""
-        return self._ask("live")
-
-    def inventory(self) -> dict[str, dict]:
-        """Each alive host's SessionHost.inventory (keys: str request ids)."""
-        return self._ask("inventory")
-
-    def incarnation(self, request_id: Any) -> str:
-        return self._ask("incarnation", request_id)
+    alive = _forward("alive")
+    load = _forward("load")
+    live = _forward("live")
+    inventory = _forward("inventory")
+    incarnation = _forward("incarnation")
 
     # ---- calls ------------------------------------------------------------------
-    def open(self, request_id: Any) -> str:
-        """Places a new request on the least-loaded host (a placed one stays
-        where it is: affinity) and returns the host's name. RingKVRuntimeError
-        for a request paged out or waiting (bring it back instead), or when
-        no alive host has room."""
-        return self._ask("open", request_id)
+    open = _forward("open")
 
     def close(self, request_id: Any) -> None:
-        """Ends a session for good: its incarnation and checkpoint file are
-        retired (a later open of the id is a new session)."""
+        """As :meth:`RouterCore.close`: ends a session for good (its
+        incarnation and checkpoint file retired: a later open of the id is
+        a new session)."""
         self._ask("close", request_id)
         self._acks.pop(request_key(request_id), None)
 
     def step(self, request_ids: Iterable[Any] | None = None) -> StepReport:
-        """One frame of each request (default: every live one), each host
-        stepping its own as one batch, all hosts at once. Every request is
-        checked before any host steps. A host found dead (or restarted) is
-        recovered (:class:`Recovery` in the report); its sessions are not
-        stepped this time. A host that raises (not dead) does not stop the
-        others: their results are recorded first, then its error (a
-        HostError) is raised with the report as its ``step_report``. A
-        checkpoint a host could not save is not an error of the step: it is
-        in the report's ``checkpoint_errors``."""
+        """As :meth:`RouterCore.step`; this handle acknowledges the frames
+        delivered with its next call."""
         rids = None if request_ids is None else list(request_ids)
         report = self._ask("step", rids)
         self._ack(report)
         return report
 
-    def migrate(self, request_id: Any, host: str) -> Migration:
-        """Moves a session to ``host`` between two frames (docs/migration.md).
-        Raises MigrationError, with the session live and unchanged at its
-        source, when any step before the import fails; before anything is
-        asked of a host, RingKVKeyError for an unknown request id or host
-        name (RingKVRuntimeError for a request paged out or waiting)."""
-        return self._ask("migrate", request_id, host)
-
-    def offload(self, request_id: Any) -> int:
-        """Pages a session out of its host (the image in Ray's object store,
-        owned by the router actor); returns the image's size in bytes."""
-        return self._ask("offload", request_id)
-
-    def page_in(self, request_id: Any) -> str:
-        """Brings a paged-out session back; returns its host (its own, or
-        another when that one died: from the image or the checkpoint)."""
-        return self._ask("page_in", request_id)
-
-    def host_died(self, host: str) -> dict[Any, Recovery]:
-        """Treats ``host`` as dead (it is killed) and recovers its sessions.
-        RingKVKeyError for a host the router was never given."""
-        return self._ask("host_died", host)
-
-    def restore_waiting(self) -> dict[Any, Recovery]:
-        """Restores the sessions of dead hosts that found no room before."""
-        return self._ask("restore_waiting")
-
-    def release_stale(self) -> dict[Any, str]:
-        """Retries what failed migrations left; returns the frozen copies
-        still left (request -> host)."""
-        return self._ask("release_stale")
+    migrate = _forward("migrate")
+    offload = _forward("offload")
+    page_in = _forward("page_in")
+    host_died = _forward("host_died")
+    restore_waiting = _forward("restore_waiting")
+    release_stale = _forward("release_stale")
 
     def shutdown(self, deadline_s: float = 120.0) -> None:
         """Kills the router actor (every handle of its name) and waits until
