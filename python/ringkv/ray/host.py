@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from .._args import as_int
-from ..errors import RingKVRuntimeError, RingKVTypeError
+from ..errors import RingKVRuntimeError, RingKVTypeError, RingKVValueError
 from ..model import LayerSpec, Model, ModelConfig, inspect_snapshot
 from .checkpoint import (INCARNATION_KEY, IncarnationError, header_request_id, incarnation_of,
                          read_checkpoint, tag_image, write_atomic)
@@ -282,12 +282,17 @@ class SessionHost:
         """A held session's clock (None: no frame committed)."""
         return self.model.clock(self._held(request_id).slot)
 
-    def _held(self, request_id: Any, inc: str | None = None) -> _Held:
+    def _held(self, request_id: Any, inc: str | None = None, live: bool = False) -> _Held:
+        """The session held for ``request_id`` (KeyError: none), of
+        incarnation ``inc`` (None: any); with ``live``, not frozen."""
         key = request_key(request_id)
         h = self.held.get(key)
         if h is None:
             raise KeyError(f"host {self.name}: no session holds request {key!r}")
         self._same(key, h.inc, inc)
+        if live and h.frozen:
+            raise RingKVRuntimeError(f"host {self.name}: request {key!r} is frozen for a "
+                                     "migration")
         return h
 
     def _same(self, key: str, have: str, inc: str | None, what: str = "request") -> None:
@@ -310,6 +315,15 @@ class SessionHost:
             raise IncarnationError(f"host {self.name}: the {what} of request {key!r} is of "
                                    f"incarnation {got}, not {want}; refused, nothing changed")
         return got
+
+    def _image_key(self, image: Any, want: str | None = None) -> str:
+        """The request (str key) a snapshot image names, once the library
+        checked it; RingKVRuntimeError unless it is ``want`` (when given)."""
+        key = request_key(inspect_snapshot(image).request_id_bytes)
+        if want is not None and key != want:
+            raise RingKVRuntimeError(f"host {self.name}: the image is of request {key!r}, "
+                                     f"not {want!r}")
+        return key
 
     def _tagged(self, data: Any, inc: str) -> bytes:
         """An image or region metadata with incarnation ``inc`` in its header."""
@@ -519,10 +533,7 @@ class SessionHost:
         try:
             source, refused = "empty", None
             if image is not None:
-                info = inspect_snapshot(image)
-                if request_key(info.request_id_bytes) != key:
-                    raise RingKVRuntimeError(f"host {self.name}: the image is of request "
-                                             f"{info.request_id!r}, not {key!r}")
+                self._image_key(image, key)
                 self._named(key, image, inc, "image")
                 self.model.load_session_bytes(h.slot, image)
                 source = "image"
@@ -582,10 +593,7 @@ class SessionHost:
         copies them into its object store when this returns, as the third
         of ``num_returns=3`` results); the metadata names its incarnation,
         as :meth:`meta`'s. Nothing changes on failure."""
-        key = request_key(request_id)
-        h = self._held(key, inc)
-        if h.frozen:
-            raise RingKVRuntimeError(f"host {self.name}: request {key!r} is already being moved")
+        h = self._held(request_id, inc, live=True)
         meta = self._tagged(self.model.export_meta(h.slot), h.inc)
         digest = self.model.session_digest(h.slot)
         arrays = [r.array for r in self.model.session_regions(h.slot)]
@@ -705,9 +713,7 @@ class SessionHost:
         cannot be written leaves the session live here (paged back in from
         the image: the same state) and raises RingKVOSError."""
         key = request_key(request_id)
-        h = self._held(key, inc)
-        if h.frozen:
-            raise RingKVRuntimeError(f"host {self.name}: request {key!r} is being moved")
+        h = self._held(key, inc, live=True)
         image = self._tagged(self.model.offload(h.slot), h.inc)
         if path is not None:
             try:
@@ -733,10 +739,7 @@ class SessionHost:
         if path is not None:
             with open(path, "rb") as f:
                 image = f.read()
-        key = request_key(inspect_snapshot(image).request_id_bytes)
-        if request_id is not None and request_key(request_id) != key:
-            raise RingKVRuntimeError(f"host {self.name}: the image is of request {key!r}, "
-                                     f"not {request_key(request_id)!r}")
+        key = self._image_key(image, None if request_id is None else request_key(request_id))
         if key not in self.paged:
             raise RingKVRuntimeError(f"host {self.name}: request {key!r} is not paged out here")
         p_inc, delivered = self.paged[key]
@@ -769,7 +772,6 @@ def _checked_checkpoint(path: str, key: str, inc: str | None) -> tuple[bytes, st
     """The bytes and incarnation of checkpoint file ``path`` once it is valid
     (the library's checks), of request ``key`` and of incarnation ``inc``
     (any when None, but one it must name). RingKVValueError otherwise."""
-    from ..errors import RingKVValueError
     data, info, meta = read_checkpoint(path)
     if request_key(info.request_id_bytes) != key:
         raise RingKVValueError(f"checkpoint {path!r} is of request {info.request_id!r}, not "

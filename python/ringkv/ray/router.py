@@ -1,49 +1,33 @@
 """``SessionRouter``: places request ids on :class:`~ringkv.ray.SessionHost`
 actors, steps them, moves them between hosts and brings back the sessions
-of a host that died (docs/migration.md, "Faults" has the guarantees).
+of a host that died. docs/migration.md ("Faults") states the guarantees;
+in short:
 
-**One owner of placement.** The placement lives in one named Ray actor per
-(namespace, name) (:class:`RouterCore`, created with ``get_if_exists`` and
-``lifetime="detached"``): every :class:`SessionRouter` of that name, in
-this driver or another one, is a handle on it, and Ray runs its calls one
-at a time, so no two of them can place one request id on two hosts. It
-asks the hosts for their free slots when it places a request (a slot taken
-by anyone counts). The hosts are the authority for what is live on them:
-Ray restarts the actor if it dies (``max_restarts=-1``), and a
-RouterCore that starts rebuilds its placement from the hosts' inventories
-(live ids, incarnations, clocks, last delivered frames).
+- **One owner of placement**: one named, detached :class:`RouterCore`
+  actor per (namespace, name) (``get_if_exists``, ``max_restarts=-1``),
+  whose calls Ray runs one at a time; every :class:`SessionRouter` of the
+  name is a handle on it. It asks the hosts for their free slots (anyone's
+  count) and rebuilds its placement from their inventories when it starts.
+- **Incarnations**: each ``open`` draws one; a host refuses a call naming
+  another; checkpoints carry it (:mod:`ringkv.ray.checkpoint`); ``close``
+  retires it and its file.
+- **Delivered frames**: a frame is delivered when
+  :meth:`SessionRouter.step` returned it. A recovery replays a session to
+  its last delivered frame and reports every later frame that will not be
+  delivered (``Recovery.lost_frames``; ``StepReport.lost`` for frames
+  computed whose result never reached the caller).
+- **Host identity and errors**: each host call names the host incarnation
+  the router knows (a restart is a death); every Ray error is a
+  :class:`HostError` (a :class:`ringkv.RingKVRuntimeError`) naming host,
+  call and request; one host's failure in a step never drops another's.
 
-**Incarnations.** Each ``open`` of an id draws a new incarnation; a host
-refuses a call that names another one, checkpoints carry it in their
-metadata (:mod:`ringkv.ray.checkpoint`), ``close`` retires it and its file,
-and a restore takes only the current incarnation's checkpoint.
-
-**Delivered frames.** A frame is delivered when :meth:`SessionRouter.step`
-has returned its result to the caller (the client then acknowledges it
-with its next call). A recovery brings a session back to its last
-delivered frame (its checkpoint, then the frames after it replayed, not
-delivered again: the streams are deterministic) and reports as lost every
-frame after the last delivered one that will not be delivered (those
-inside a checkpoint newer than the last delivered frame); a step that
-finds a session ahead of its last delivered frame (a frame computed whose
-result never reached the caller) reports the frames skipped in
-``StepReport.lost``.
-
-**Host identity and errors.** Each host call names the host incarnation
-the router knows (a restarted host refuses it: a restart is a death, its
-sessions are recovered, and it is used again as a new, empty host). Every
-Ray error reaching the router is a :class:`HostError` (a
-:class:`ringkv.RingKVRuntimeError`) naming the host, the call and the
-request; one host's failure in a step never drops another host's results.
-
-Names are checked before anything is asked of a host, with the binding's
-classes (python/README.md, Errors): a request id the router does not know,
-or a host name it was never given, is :class:`ringkv.RingKVKeyError` (a
-KeyError) naming the ones it knows; a request in the wrong place for the
-call (paged out, waiting for room after its host died, not paged out), a
-dead host, or no alive host with room is :class:`ringkv.RingKVRuntimeError`
-(a RuntimeError) saying which. :meth:`SessionRouter.migrate` to a dead
-host stays a :class:`MigrationError` (step ``reserve``).
+Names are checked before anything is asked of a host (python/README.md,
+Errors): an unknown request id or host name is
+:class:`ringkv.RingKVKeyError` naming the known ones; a request in the
+wrong place for the call, a dead host or no alive host with room is
+:class:`ringkv.RingKVRuntimeError` saying which; a
+:meth:`SessionRouter.migrate` to a dead host is a :class:`MigrationError`
+(step ``reserve``).
 """
 from __future__ import annotations
 
@@ -311,31 +295,25 @@ class RouterCore:
             self.capacity[n] = inv["capacity"]
         live = {(n, k) for n, inv in invs.items() for k, v in inv["held"].items()
                 if not v["frozen"]}
+        adopt = self.sessions.setdefault
         for n, inv in invs.items():
             for k, v in inv["held"].items():
                 if v["frozen"]:
                     elsewhere = any(key == k for (m, key) in live if m != n)
                     self.pending.append(("release" if elsewhere else "thaw", n, k, v["inc"]))
                     if not elsewhere:
-                        self._adopt(k, v["inc"], n, v["delivered"])
-                elif k not in self.sessions:
-                    self._adopt(k, v["inc"], n, v["delivered"])
+                        self.sessions[k] = _Session(k, v["inc"], n, delivered=v["delivered"])
+                else:
+                    adopt(k, _Session(k, v["inc"], n, delivered=v["delivered"]))
             for k, v in inv["incoming"].items():
                 self.pending.append(("cancel", n, k, v["inc"]))
             for k, v in inv["paged"].items():
-                if k not in self.sessions:
-                    s = self._adopt(k, v["inc"], None, v["delivered"])
-                    s.state, s.paged = "paged", (n, self.tokens[n], None)
+                adopt(k, _Session(k, v["inc"], None, "paged", v["delivered"],
+                                  paged=(n, self.tokens[n], None)))
             for k, rec in inv["parked"].items():
-                if k not in self.sessions:
-                    s = self._adopt(k, rec["inc"], None, rec.get("delivered", -1))
-                    s.state, s.dead_host, s.parked_on = "waiting", rec.get("dead_host", n), n
+                adopt(k, _Session(k, rec["inc"], None, "waiting", rec.get("delivered", -1),
+                                  dead_host=rec.get("dead_host", n), parked_on=n))
         self.rebuilt = {n: len(inv["held"]) for n, inv in invs.items()}
-
-    def _adopt(self, key: str, inc: str, host: str | None, delivered: int) -> _Session:
-        s = _Session(key, inc, host, delivered=delivered)
-        self.sessions[key] = s
-        return s
 
     # ---- host calls ------------------------------------------------------------
     def _get(self, host: str, ref: Any, call: str, key: Any = None) -> Any:
@@ -629,12 +607,8 @@ class RouterCore:
         refused. RingKVRuntimeError for a request paged out or waiting
         (bring it back instead), or when no alive host has room."""
         key = request_key(request_id)
-        s = self.sessions.get(key)
-        if s is not None:
-            why = self._elsewhere(s)
-            if why is not None:
-                raise RingKVRuntimeError(why)
-            return s.host
+        if key in self.sessions:
+            return self._live(request_id)[1].host
         tried: set[str] = set()
         while True:
             st = self._each("status", key)
@@ -782,6 +756,9 @@ class RouterCore:
         thaw, reservations to cancel); returns the frozen copies still left
         (request -> host)."""
         self._retry_pending()
+        return self._stale()
+
+    def _stale(self) -> dict[Any, str]:
         return {self.sessions[k].rid if k in self.sessions else k: h
                 for op, h, k, _ in self.pending if op == "release"}
 
@@ -968,8 +945,7 @@ class RouterCore:
                 "incarnations": {s.rid: s.inc for s in ss},
                 "paged_out": {s.rid: s.paged[0] for s in ss if s.state == "paged"},
                 "waiting": {s.rid: s.dead_host for s in ss if s.state == "waiting"},
-                "stale": {self.sessions[k].rid if k in self.sessions else k: h
-                          for op, h, k, _ in self.pending if op == "release"},
+                "stale": self._stale(),
                 "pending": list(self.pending),
                 "dead": set(self.dead), "hosts": dict(self.hosts),
                 "capacity": dict(self.capacity), "tokens": dict(self.tokens)}
