@@ -1,41 +1,29 @@
 """``SessionHost``: one ringkv model and the sessions it steps, as a Ray
-actor (one per device, or one per process on the CPU). Written as a plain
-class: :func:`ringkv.ray.SessionHost` is ``ray.remote`` of it, and it can
-be used without Ray (the tests of the migration protocol do both).
+actor (:func:`ringkv.ray.SessionHost` is ``ray.remote`` of this plain
+class, which the migration protocol's tests also use without Ray).
 
 The host is the authority for what is live on it (docs/migration.md,
-"Faults"): each session it holds carries its **incarnation** (a token the
-router draws at each ``open`` of a request id; the same through moves,
-page-outs and restores, retired by ``close``), and the host itself has an
-incarnation token (:attr:`SessionHost.token`, drawn by the constructor: a
-host that Ray restarted holds nothing of before and has another token).
-Every call from a router names the token it expects (``token=``; refused
-with :class:`StaleHostError` otherwise) and the incarnation of the session
-it means (``inc=``; refused otherwise), so that a call never acts on a
-session it did not mean.
-
-A session on a host is in one of these states:
+"Faults"). Every call from a router names the host incarnation it expects
+(``token=``, :attr:`SessionHost.token`, drawn by the constructor, so a
+host Ray restarted, empty, has another: :class:`StaleHostError`) and the
+session incarnation it means (``inc=``: drawn at each ``open`` of an id,
+kept through moves, page-outs and restores; :class:`IncarnationError`).
+A session here is:
 
 - **live**: held by the model and stepped by :meth:`step`;
 - **frozen**: held, exported for a migration, not stepped (until the
   migration commits, :meth:`release`, or fails, :meth:`thaw`);
 - **incoming**: a slot reserved for an import (:meth:`reserve`), not
-  stepped, not live until :meth:`commit` (which takes only a slot whose
-  :meth:`fill` verified);
-- **paged out**: its image was handed out (:meth:`offload`), its request id
+  live until :meth:`commit` (which takes only a slot whose :meth:`fill`
+  verified);
+- **paged out**: its image handed out (:meth:`offload`), its request id
   reserved by the model until :meth:`page_in` or :meth:`discard`;
-- **parked**: not held at all: a record (incarnation, last delivered frame)
-  of a session whose host died and that found no room yet, kept here so
-  that a router rebuilt from the hosts still knows it (:meth:`park`).
+- **parked**: a record only (incarnation, last delivered frame) of a
+  session whose host died and that found no room yet (:meth:`park`), so
+  that a router rebuilt from the hosts (:meth:`inventory`) still knows it.
 
-:meth:`live` lists the live sessions only; :meth:`inventory` lists every
-state with incarnations, clocks and last delivered frames (what a router
-rebuilds its placement from).
-
-Request ids are str or bytes (as ``Model.claim`` takes them) and are one
-id in either form: bytes are read as UTF-8 with ``surrogateescape``
-(:func:`request_key`, as ``SnapshotInfo.request_id`` and
-:func:`checkpoint_path` read them); every result is keyed by that str.
+Request ids are str or bytes, one id in either form (:func:`request_key`);
+every result is keyed by the str.
 """
 from __future__ import annotations
 
