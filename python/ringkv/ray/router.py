@@ -786,24 +786,19 @@ class RouterCore:
                 err.recovered = self._take_recovered()
                 raise err from None
             return Migration(s.rid, src_name, dst_name, 0, 0.0, clock, True)
-        src, dst = self.hosts[src_name], self.hosts[dst_name]
         src_token = self.tokens[src_name]
-        step, reserved, exported, verified, meta2 = "meta", False, False, False, None
+        step, meta2 = "meta", None
         t0 = time.perf_counter()
         try:
             meta = self._call(src_name, "meta", key, inc=s.inc, key=s.rid)
             step = "reserve"
             self._call(dst_name, "reserve", meta, inc=s.inc, key=s.rid)
-            reserved = True
-            step, exported = "export", True
-            meta_ref, digest_ref, data_ref = src.export.options(num_returns=3).remote(
-                key, inc=s.inc, token=self.tokens[src_name])
+            step = "export"
+            meta_ref, digest_ref, data_ref = self.hosts[src_name].export.options(
+                num_returns=3).remote(key, inc=s.inc, token=src_token)
             meta2, digest = self._get(src_name, [meta_ref, digest_ref], "export", s.rid)
             step = "fill"
-            moved = self._get(dst_name, dst.fill.remote(key, data_ref, digest, inc=s.inc,
-                                                        token=self.tokens[dst_name]),
-                              "fill", s.rid)
-            verified = True
+            moved = self._call(dst_name, "fill", key, data_ref, digest, inc=s.inc, key=s.rid)
             del data_ref
             step = "commit"
             clock = self._call(dst_name, "commit", key, meta2, inc=s.inc, delivered=s.delivered,
@@ -813,8 +808,7 @@ class RouterCore:
             if isinstance(exc, _Down):
                 cause = RingKVRuntimeError(f"host {exc.host} died (or restarted) during "
                                            f"{step}")
-            done = self._roll_back(key, s, src_name, dst_name, step, reserved, exported,
-                                   verified, meta2, exc)
+            done = self._roll_back(key, s, src_name, dst_name, step, meta2, exc)
             if done is None:
                 err = _migration_error(s.rid, step, src_name, dst_name, cause)
                 err.recovered = self._take_recovered()
@@ -829,9 +823,9 @@ class RouterCore:
                          self._take_recovered())
 
     def _roll_back(self, key: str, s: _Session, src_name: str, dst_name: str, step: str,
-                   reserved: bool, exported: bool, verified: bool, meta2: Any,
-                   exc: BaseException) -> tuple | None:
-        """Undoes a migration that failed; returns None when it is undone
+                   meta2: Any, exc: BaseException) -> tuple | None:
+        """Undoes a migration that failed at ``step`` (``meta2``: the
+        export's metadata, once it arrived); returns None when it is undone
         (the session at its source; if the source died, restored
         elsewhere), or ``(clock,)`` when it went through after all
         (the commit happened at the destination, or the source died after
@@ -845,11 +839,13 @@ class RouterCore:
                 clock = ask(dst_name, "clock", key)
                 if clock is not _FAILED:
                     return (clock,)
+        exported = step in ("export", "fill", "commit")      # the slot reserved too
         if exported:
             ask(src_name, "thaw", key, inc=s.inc, on_error=("thaw", src_name, key, s.inc))
         else:
             ask(src_name, "status", None)
         if src_name in down and meta2 is not None:
+            verified = step == "commit"
             if not verified:                  # a fill that verified before its reply failed
                 st = ask(dst_name, "status", key)
                 verified = st is not _FAILED and st["state"] == "incoming" and \
@@ -860,7 +856,7 @@ class RouterCore:
                     s.host = dst_name
                     self._host_down(src_name)
                     return (clock,)
-        if reserved:
+        if exported:
             ask(dst_name, "cancel", key, inc=s.inc, on_error=("cancel", dst_name, key, s.inc))
         for h in (dst_name, src_name):
             if h in down:
