@@ -22,7 +22,7 @@ from ..errors import RingKVOSError, RingKVRuntimeError, RingKVValueError
 from ..model import SnapshotInfo, inspect_snapshot
 
 __all__ = ["INCARNATION_KEY", "TEMP_PREFIX", "IncarnationError", "tag_image", "read_checkpoint",
-           "write_atomic", "temp_files", "header_metadata", "header_request_id", "incarnation_of",
+           "write_atomic", "header_metadata", "header_request_id", "incarnation_of",
            "whose"]
 
 
@@ -214,11 +214,3 @@ def write_atomic(path: str, data: bytes) -> None:
     except OSError:
         pass
 
-
-def temp_files(folder: str) -> list[str]:
-    """Temporary files of unfinished saves in ``folder``: this module's
-    (:data:`TEMP_PREFIX`) and the library's (``*.tmp-XXXXXX``,
-    ``.ringkv.tmp-XXXXXX``); none may be left once a save returned."""
-    return sorted(n for n in os.listdir(folder)
-                  if n.startswith(TEMP_PREFIX) or n.startswith(".ringkv.tmp-") or
-                  ".safetensors.tmp-" in n)

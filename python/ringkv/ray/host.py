@@ -39,11 +39,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from .._args import as_int
-from ..errors import RingKVRuntimeError, RingKVTypeError, RingKVValueError
+from ..errors import RingKVRuntimeError, RingKVValueError
 from ..model import LayerSpec, Model, ModelConfig, inspect_snapshot
 from .checkpoint import (INCARNATION_KEY, IncarnationError, header_request_id, incarnation_of,
                          read_checkpoint, tag_image, write_atomic)
-from .stream import PASSES, frame_tokens, step_frame
+from .stream import PASSES, frame_tokens, model_id, request_key, step_frame
 
 __all__ = ["SessionHost", "InjectedFailure", "StaleHostError", "IncarnationError",
            "FAULT_POINTS", "FAULT_ACTIONS", "request_key", "model_id", "new_incarnation",
@@ -60,58 +60,28 @@ class StaleHostError(RuntimeError):
     before), so the caller must treat the host it knew as dead."""
 
 
-#: Methods a fault can be injected into (:meth:`SessionHost.inject`): each
-#: name is the point on entry (nothing changed yet); ``NAME.before_reply``
-#: is after the method's effect, before its reply; ``NAME.after_reply``
-#: arms a death on the host's next call of any kind (the reply went out,
-#: then the process died).
+#: Fault points (:meth:`SessionHost.inject`; docs/migration.md, "Fault
+#: injection"): each method's entry ``NAME`` (nothing changed yet),
+#: ``NAME.before_reply`` (the effect done, no reply) and ``NAME.after_reply``
+#: (the reply sent, the host dies on its next call of any kind); in a step,
+#: ``step.before_checkpoint`` and ``step.after_checkpoint`` around its
+#: checkpoint writes.
 FAULT_METHODS = ("open", "close", "step", "recover", "restore", "meta", "export", "thaw",
                  "release", "reserve", "fill", "commit", "cancel", "offload", "page_in",
                  "discard", "park", "unpark", "retire")
-#: Every named fault point: the method points above and the two inside a
-#: step, between the frame and its checkpoint writes
-#: (``step.before_checkpoint``) and after them (``step.after_checkpoint``).
 FAULT_POINTS = tuple(f"{m}{s}" for m in FAULT_METHODS
                      for s in ("", ".before_reply", ".after_reply")) + \
     ("step.before_checkpoint", "step.after_checkpoint")
-#: What a fault does: ``raise`` InjectedFailure; ``die`` (the process exits
-#: at once, as a crashed worker; with restarts left Ray restarts it empty);
-#: ``corrupt`` (``fill``: one byte of the data received is flipped;
-#: ``step.after_checkpoint``: one byte of the data of each checkpoint file
-#: just written); ``disk_full`` (``step.before_checkpoint``: the
-#: checkpoint writes of that step fail as on a full disk, for real: the
-#: process's file size limit, RLIMIT_FSIZE, is set to 4 KiB around them,
-#: so the write fails with EFBIG partway into the temporary file); ``hang``
-#: (the call blocks there, answering nothing, until the process is killed:
-#: a router's ``call_timeout_s`` then fires; after HANG_LIMIT_S unkilled it
-#: raises InjectedFailure, so that a test gone wrong leaves no process).
+#: What a fault does: ``raise`` InjectedFailure; ``die`` (the process
+#: exits at once; with restarts left Ray restarts it empty); ``corrupt``
+#: (``fill``: a byte of the data received; ``step.after_checkpoint``: a
+#: data byte of each checkpoint file just written); ``disk_full``
+#: (``step.before_checkpoint``: RLIMIT_FSIZE is 4 KiB around the step's
+#: checkpoint writes, which fail with EFBIG partway); ``hang`` (the call
+#: blocks until the process is killed, InjectedFailure after HANG_LIMIT_S).
 FAULT_ACTIONS = ("raise", "die", "corrupt", "disk_full", "hang")
 #: Seconds a ``hang`` fault blocks when nothing kills the process.
 HANG_LIMIT_S = 600.0
-
-
-def request_key(request_id: Any) -> str:
-    """The one str form of a request id: a str as it is, bytes decoded from
-    UTF-8 with ``surrogateescape`` (a byte that is not UTF-8 becomes a lone
-    surrogate, so two ids never read alike). RingKVTypeError otherwise."""
-    if isinstance(request_id, str):
-        return request_id
-    if isinstance(request_id, (bytes, bytearray, memoryview)):
-        return bytes(request_id).decode("utf-8", "surrogateescape")
-    raise RingKVTypeError(f"request id must be a str or bytes; got {request_id!r}")
-
-
-def model_id(key: str) -> str | bytes:
-    """What ``Model.claim`` takes for the key: the str itself, or its bytes
-    when it holds a surrogate-escaped byte (a str the model would refuse)."""
-    try:
-        key.encode("utf-8")
-        return key
-    except UnicodeEncodeError:
-        try:
-            return key.encode("utf-8", "surrogateescape")
-        except UnicodeEncodeError:
-            return key  # not an id: the model's claim refuses it, naming it
 
 
 def new_incarnation() -> str:
@@ -365,8 +335,7 @@ class SessionHost:
         checkpoint file is removed (:meth:`retire`)."""
         key = request_key(request_id)
         h = self._held(key, inc)
-        self.model.release(h.slot)
-        del self.held[key]
+        self._drop(key)
         self._retire(key, h.inc)
 
     @_entry
@@ -405,10 +374,8 @@ class SessionHost:
         recorded, for a router rebuilt later). Returns per request (str
         key) ``frame``, ``digest`` (of the frame's attention outputs),
         ``inc``, ``checkpoint`` (the frame saved after it, or None) and
-        ``checkpoint_error`` (None, or why the checkpoint due after this
-        frame could not be saved, e.g. a full disk: the frame itself is
-        done and the previous checkpoint file is left as it was, the saves
-        being atomic). Raises before any session steps when a request is
+        ``checkpoint_error`` (None, or why the checkpoint due could not be
+        saved: the frame is done, the previous file kept). Raises before any session steps when a request is
         not live here or is another incarnation."""
         rows = [(request_key(i), None, None) if not isinstance(i, (tuple, list)) else
                 (request_key(i[0]), i[1], i[2]) for i in items]
@@ -503,14 +470,11 @@ class SessionHost:
                 digest: int | None = None) -> dict:
         """Brings back incarnation ``inc`` of a request whose host died or
         whose image is gone, up to frame ``upto`` (its last delivered frame;
-        -1: none): claims a slot, loads ``image`` (a snapshot image of the
-        session, e.g. its paged-out image) or else its checkpoint file when
-        the file is valid and of this incarnation (a damaged file, another
-        incarnation's or one without any is refused and named), or starts
-        empty; then replays the frames after that state up to ``upto``
-        (deterministic streams: the same frames, not delivered again).
-        ``digest``: frame ``upto``'s delivered digest, checked against the
-        replay's. Returns ``resumed_from`` (the frame of the state loaded,
+        -1: none): claims a slot, loads ``image`` (e.g. its paged-out image)
+        or else its checkpoint file if valid and of this incarnation (else
+        refused and named), or starts empty; then replays the frames after
+        that state up to ``upto``, checking frame ``upto``'s against
+        ``digest`` (the delivered one). Returns ``resumed_from`` (the frame of the state loaded,
         None: empty), ``source`` (image, checkpoint, empty), ``refused``
         (why the checkpoint was not used, or None), ``clock`` (afterwards:
         max(upto, resumed_from)), ``replayed`` (frames recomputed) and
@@ -795,14 +759,13 @@ def checkpoint_path(directory: str, request_id: str | bytes) -> str:
     a lone surrogate as the byte it escapes, as ``os.fsencode``; or bytes)
     percent-quoted (``urllib.parse.quote(raw, safe="")``) plus
     ``.safetensors``, when that name has at most CHECKPOINT_NAME_MAX (244)
-    characters. A longer one (ids of up to 255 bytes are valid; quoting can
-    triple them) is named by the first 96 characters of the quoted id (cut
-    before a ``%XX`` escape), ``%_``, the SHA-256 of the raw id (64 hex
-    digits) and ``.safetensors``: 174 characters at most. Stable across
-    processes and versions; two ids never share a name (quoting never
-    writes ``%_``, so a hashed name is never a short one's, and two hashed
-    names differ by their hash). One file per request id: each incarnation
-    of the id writes it (its metadata says which, :mod:`.checkpoint`)."""
+    characters. A longer one (quoting can triple an id of 255 bytes) is
+    the first 96 characters of the quoted id (cut before a ``%XX``
+    escape), ``%_``, the SHA-256 of the raw id (64 hex digits) and
+    ``.safetensors``: 174 characters at most. Stable across processes and
+    versions; two ids never share a name (quoting never writes ``%_``).
+    Each incarnation of the id writes this one file (its metadata says
+    which)."""
     raw = request_id if isinstance(request_id, bytes) else \
         request_id.encode("utf-8", "surrogateescape")
     quoted = urllib.parse.quote(raw, safe="")
