@@ -228,7 +228,6 @@ class RouterCore:
         self.pending: list[tuple[str, str, str, str]] = []   # (op, host, key, inc) to retry
         self.unreported: dict[Any, Recovery] = {}
         self._probed: dict[str, str | None] = {}
-        self.rebuilt: dict[str, int] = {}
         self._token = new_incarnation()
         self._rebuild(hosts)
 
@@ -313,7 +312,6 @@ class RouterCore:
             for k, rec in inv["parked"].items():
                 adopt(k, _Session(k, rec["inc"], None, "waiting", rec.get("delivered", -1),
                                   dead_host=rec.get("dead_host", n), parked_on=n))
-        self.rebuilt = {n: len(inv["held"]) for n, inv in invs.items()}
 
     # ---- host calls ------------------------------------------------------------
     def _get(self, host: str, ref: Any, call: str, key: Any = None) -> Any:
@@ -902,13 +900,13 @@ class RouterCore:
                                          f"live on host {s.host}")
             raise RingKVRuntimeError(self._elsewhere(s))
         home, token, ref = s.paged
-        if home not in self.dead and self.tokens.get(home) == token and ref is not None:
-            if self._try(home, "page_in", ref, request_id=key, inc=s.inc, key=s.rid) \
+        if home not in self.dead and self.tokens.get(home) == token:    # as it paged out
+            if ref is None:
+                self._try(home, "discard", key, inc=s.inc, key=s.rid)
+            elif self._try(home, "page_in", ref, request_id=key, inc=s.inc, key=s.rid) \
                     is not _FAILED:
                 s.state, s.host, s.paged = "live", home, None
                 return home
-        elif home not in self.dead and self.tokens.get(home) == token:
-            self._try(home, "discard", key, inc=s.inc, key=s.rid)
         s.state = "recovering"
         rec = self._recover(key, home, image=ref)
         self.unreported.update(rec)
