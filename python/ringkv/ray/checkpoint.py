@@ -66,9 +66,8 @@ def tag_image(image: Any, tags: dict[str, str]) -> bytes:
     text = json.dumps(head, separators=(",", ":"), ensure_ascii=True).encode("ascii")
     text += b" " * (-len(text) % 8)
     first8 = len(text).to_bytes(8, "little")
-    at = text.index(_FIELD) + len(_FIELD)
     digits = _header_digest(first8, text).encode("ascii")
-    return b"".join((first8, text[:at], digits, text[at + 16:], data[8 + n:]))
+    return b"".join((first8, text.replace(_FIELD + _ZEROS, _FIELD + digits, 1), data[8 + n:]))
 
 
 def _header_digest(first8: bytes, text: bytes) -> str:
