@@ -24,10 +24,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import ringkv
-from ringkv.ray.checkpoint import INCARNATION_KEY, read_checkpoint, temp_files
+from ringkv.ray.checkpoint import INCARNATION_KEY, TEMP_PREFIX, read_checkpoint
 from ringkv.ray.host import model_id, request_key
 from ringkv.ray.stream import step_frame
 
+
+
+def temp_files(folder: str) -> list[str]:
+    """Temporary files of unfinished saves in ``folder``: ringkv.ray's
+    (TEMP_PREFIX) and the library's (``*.tmp-XXXXXX``,
+    ``.ringkv.tmp-XXXXXX``); none may be left once a save returned."""
+    return sorted(n for n in os.listdir(folder)
+                  if n.startswith(TEMP_PREFIX) or n.startswith(".ringkv.tmp-") or
+                  ".safetensors.tmp-" in n)
 
 class Reference:
     """A session that never failed, per request key, stepped on demand in a

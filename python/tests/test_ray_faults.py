@@ -336,7 +336,7 @@ def test_full_disk_keeps_the_last_checkpoint(ray_cluster, hosts, tmp_path):
     the write fails partway into the temporary file) are reported per
     request, leave no temporary file and keep the previous checkpoint; a
     death then restores from that one and replays."""
-    from ringkv.ray.checkpoint import temp_files
+    from ray_invariants import temp_files
     hs, router = hosts
     _opened(router, 5)                                    # checkpoints 2
     victim = router.where["s0"]

@@ -1,20 +1,15 @@
-"""ringkv on Ray (issue 13, docs/migration.md): sessions that move between
-processes and hosts.
+"""ringkv on Ray (docs/migration.md, "On Ray" and "Faults"): sessions that
+move between processes and hosts.
 
-- :class:`SessionHost`: a Ray actor (``ray.remote`` of
-  :class:`ringkv.ray.host.SessionHost`, ``num_cpus=0``) that owns a
-  :class:`ringkv.Model` and steps its sessions; one per device, or one per
-  process on the CPU.
-- :class:`SessionRouter`: a handle on the one placement of its name (a
-  named, detached Ray actor, :class:`RouterCore`, rebuilt from the hosts
-  when it restarts): places request ids on the least-loaded host, keeps
-  affinity, moves sessions (:meth:`~SessionRouter.migrate`: export, import,
-  verify, release; bytes through Ray's object store), pages them out and
-  in, and restores the sessions of a dead or restarted host from their
-  checkpoints, replayed to their last delivered frame (docs/migration.md,
-  "Faults").
-- :func:`init_loopback`: a local Ray cluster bound to 127.0.0.1 only.
-- :mod:`ringkv.ray.stream`: the deterministic token streams and digests.
+- :class:`SessionHost`: ``ray.remote`` (``num_cpus=0``) of
+  :class:`ringkv.ray.host.SessionHost`: one :class:`ringkv.Model` and the
+  sessions it steps; one per device, or one per process on the CPU.
+- :class:`SessionRouter`: a handle on the one placement of its name
+  (:mod:`ringkv.ray.router`): placement, migration, page-out and in, and
+  recovery of the sessions of a host that died.
+- :func:`init_loopback` (a local Ray cluster bound to 127.0.0.1 only) and
+  :func:`make_hosts`; :mod:`ringkv.ray.stream` (the deterministic token
+  streams and digests) and :mod:`ringkv.ray.checkpoint` (whose a file is).
 
 Install with ``pip install ringkv[ray]`` (Ray and xxhash). ``import
 ringkv.ray`` itself does not import Ray: the names above do, on first use.
@@ -46,20 +41,16 @@ def __getattr__(name: str) -> Any:
 
 def init_loopback(num_cpus: int = 2, object_store_memory: int | None = None,
                   worker_niceness: int = 0, **kwargs: Any) -> Any:
-    """Starts a local Ray cluster that binds to the loopback address only and
-    sends nothing elsewhere: node address 127.0.0.1 (Ray otherwise resolves
-    127.0.0.1 to the machine's routable address; RAY_ENABLE_WINDOWS_OR_OSX_
-    CLUSTER=0 keeps it on loopback, for its agents too), no dashboard, no
-    usage statistics. The workers inherit this process's environment, to
-    which this adds the folder holding ``ringkv`` (PYTHONPATH) and the
-    loaded library (RINGKV_LIBRARY), so that they import the same ringkv.
-    ``worker_niceness``: the nice value of Ray's workers, the actors
-    included (Ray's own default, 15, puts the session hosts and the router
-    below every other process of the machine: on a busy machine they
-    starve, measured: the Ray tests 5-8x slower with both cores busy); 0
-    here, as any other process. Returns ``ray.init``'s context; end with
-    ``ray.shutdown()``. Raises RuntimeError (after shutting Ray down) if
-    the node is not on 127.0.0.1."""
+    """Starts a local Ray cluster that binds to 127.0.0.1 only and sends
+    nothing elsewhere (docs/migration.md, "On Ray": why
+    RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 is needed), with no dashboard and
+    no usage statistics. Its workers inherit this process's environment,
+    plus the folder holding ``ringkv`` (PYTHONPATH) and the loaded library
+    (RINGKV_LIBRARY). ``worker_niceness``: the nice value of Ray's workers,
+    actors included (Ray's default, 15, starves them on a busy machine:
+    the Ray tests ran 5-8x slower with both cores busy). Returns
+    ``ray.init``'s context; end with ``ray.shutdown()``. RuntimeError
+    (after shutting Ray down) if the node is not on 127.0.0.1."""
     import ringkv
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"

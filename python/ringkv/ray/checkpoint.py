@@ -1,21 +1,13 @@
 """Checkpoint files, offload images and region metadata of
-:mod:`ringkv.ray` (docs/migration.md, "Faults"): snapshot headers
-(docs/snapshot-format.md) whose ``__metadata__`` also names the session's
-**incarnation**, so that a file (or image, or metadata) alone says whose
-it is: ``request_id`` (the C writer's, or ``request_id_hex``),
-``last_committed`` (the frame) and :data:`INCARNATION_KEY` (added here);
-:func:`whose` reads the three back. A receiver refuses bytes of another
-incarnation, or of none, with :class:`IncarnationError`.
-
-The format lets a tool add metadata keys of its own ("Unknown metadata keys
-(with string values) are ignored"); no C call writes one, so this module
-adds the key to the image ``Model.save_session_bytes`` gives, recomputes
-``header_xxh3`` exactly as the C reader checks it (XXH3-64 of the 8 length
-bytes and the header with its own 16 digits read as ``0``) and writes the
-file atomically itself (:func:`write_atomic`). The data section and its
-``data_xxh3`` are the C writer's, byte for byte. Readers check the file
-with the library first (``ringkv.inspect_snapshot`` on the bytes read
-once), then read the key (:func:`read_checkpoint`).
+:mod:`ringkv.ray`: snapshot headers (docs/snapshot-format.md) whose
+``__metadata__`` names the request (``request_id``, or ``request_id_hex``),
+the frame (``last_committed``) and, added here, the session's
+incarnation (:data:`INCARNATION_KEY`), so that the bytes alone say whose
+they are (:func:`whose`; docs/migration.md, "Faults"). No C call writes a
+key of its own, so :func:`tag_image` adds it and recomputes
+``header_xxh3`` as the C reader checks it; the data section and its
+``data_xxh3`` stay the C writer's, byte for byte. A receiver refuses
+bytes of another incarnation, or of none, with :class:`IncarnationError`.
 """
 from __future__ import annotations
 
@@ -30,7 +22,7 @@ from ..errors import RingKVOSError, RingKVRuntimeError, RingKVValueError
 from ..model import SnapshotInfo, inspect_snapshot
 
 __all__ = ["INCARNATION_KEY", "TEMP_PREFIX", "IncarnationError", "tag_image", "read_checkpoint",
-           "write_atomic", "temp_files", "header_metadata", "header_request_id", "incarnation_of",
+           "write_atomic", "header_metadata", "header_request_id", "incarnation_of",
            "whose"]
 
 
@@ -74,9 +66,8 @@ def tag_image(image: Any, tags: dict[str, str]) -> bytes:
     text = json.dumps(head, separators=(",", ":"), ensure_ascii=True).encode("ascii")
     text += b" " * (-len(text) % 8)
     first8 = len(text).to_bytes(8, "little")
-    at = text.index(_FIELD) + len(_FIELD)
     digits = _header_digest(first8, text).encode("ascii")
-    return b"".join((first8, text[:at], digits, text[at + 16:], data[8 + n:]))
+    return b"".join((first8, text.replace(_FIELD + _ZEROS, _FIELD + digits, 1), data[8 + n:]))
 
 
 def _header_digest(first8: bytes, text: bytes) -> str:
@@ -118,20 +109,15 @@ def header_request_id(data: Any) -> str:
 
 
 def whose(source: Any) -> tuple[str, str | None, int | None]:
-    """Whose a snapshot file (a path), image or region metadata (bytes-like:
-    ``Model.save_session_bytes``, ``SessionHost.offload`` or
-    ``SessionHost.meta`` bytes) is, from it alone: ``(request id,
-    incarnation, frame)``: the request id as ``SnapshotInfo.request_id``,
-    the incarnation or None (none named) and the frame (``last_committed``;
-    None: no frame). A file or image is checked completely by the library
-    first (``ringkv.inspect_snapshot`` on the bytes, read once). Region
-    metadata (a snapshot header without a data section, with
-    ``session_meta_version``: docs/migration.md) is read as
-    ``SessionHost.reserve`` reads it, its header checksum checked here;
-    the library checks the rest against the model that reserves it
-    (``rkv_model_import_reserve``). RingKVOSError (an OSError:
-    ``inspect_snapshot``'s own, saying why) when the file cannot be read;
-    RingKVValueError (a ValueError) for damaged or foreign bytes."""
+    """``(request id, incarnation, frame)`` of a snapshot file (a path),
+    image or region metadata (bytes-like), from it alone: the request id as
+    ``SnapshotInfo.request_id``, the incarnation (None: none named) and
+    ``last_committed`` (None: no frame). A file or image is checked
+    completely by the library first (``ringkv.inspect_snapshot``); region
+    metadata (a header without data, naming ``session_meta_version``) has
+    its header checksum checked here, the rest being checked by the model
+    that reserves it. RingKVOSError when the file cannot be read;
+    RingKVValueError for damaged or foreign bytes."""
     if isinstance(source, (str, os.PathLike)):
         try:
             with open(source, "rb") as f:
@@ -227,11 +213,3 @@ def write_atomic(path: str, data: bytes) -> None:
     except OSError:
         pass
 
-
-def temp_files(folder: str) -> list[str]:
-    """Temporary files of unfinished saves in ``folder``: this module's
-    (:data:`TEMP_PREFIX`) and the library's (``*.tmp-XXXXXX``,
-    ``.ringkv.tmp-XXXXXX``); none may be left once a save returned."""
-    return sorted(n for n in os.listdir(folder)
-                  if n.startswith(TEMP_PREFIX) or n.startswith(".ringkv.tmp-") or
-                  ".safetensors.tmp-" in n)

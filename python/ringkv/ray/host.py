@@ -1,41 +1,29 @@
 """``SessionHost``: one ringkv model and the sessions it steps, as a Ray
-actor (one per device, or one per process on the CPU). Written as a plain
-class: :func:`ringkv.ray.SessionHost` is ``ray.remote`` of it, and it can
-be used without Ray (the tests of the migration protocol do both).
+actor (:func:`ringkv.ray.SessionHost` is ``ray.remote`` of this plain
+class, which the migration protocol's tests also use without Ray).
 
 The host is the authority for what is live on it (docs/migration.md,
-"Faults"): each session it holds carries its **incarnation** (a token the
-router draws at each ``open`` of a request id; the same through moves,
-page-outs and restores, retired by ``close``), and the host itself has an
-incarnation token (:attr:`SessionHost.token`, drawn by the constructor: a
-host that Ray restarted holds nothing of before and has another token).
-Every call from a router names the token it expects (``token=``; refused
-with :class:`StaleHostError` otherwise) and the incarnation of the session
-it means (``inc=``; refused otherwise), so that a call never acts on a
-session it did not mean.
-
-A session on a host is in one of these states:
+"Faults"). Every call from a router names the host incarnation it expects
+(``token=``, :attr:`SessionHost.token`, drawn by the constructor, so a
+host Ray restarted, empty, has another: :class:`StaleHostError`) and the
+session incarnation it means (``inc=``: drawn at each ``open`` of an id,
+kept through moves, page-outs and restores; :class:`IncarnationError`).
+A session here is:
 
 - **live**: held by the model and stepped by :meth:`step`;
 - **frozen**: held, exported for a migration, not stepped (until the
   migration commits, :meth:`release`, or fails, :meth:`thaw`);
 - **incoming**: a slot reserved for an import (:meth:`reserve`), not
-  stepped, not live until :meth:`commit` (which takes only a slot whose
-  :meth:`fill` verified);
-- **paged out**: its image was handed out (:meth:`offload`), its request id
+  live until :meth:`commit` (which takes only a slot whose :meth:`fill`
+  verified);
+- **paged out**: its image handed out (:meth:`offload`), its request id
   reserved by the model until :meth:`page_in` or :meth:`discard`;
-- **parked**: not held at all: a record (incarnation, last delivered frame)
-  of a session whose host died and that found no room yet, kept here so
-  that a router rebuilt from the hosts still knows it (:meth:`park`).
+- **parked**: a record only (incarnation, last delivered frame) of a
+  session whose host died and that found no room yet (:meth:`park`), so
+  that a router rebuilt from the hosts (:meth:`inventory`) still knows it.
 
-:meth:`live` lists the live sessions only; :meth:`inventory` lists every
-state with incarnations, clocks and last delivered frames (what a router
-rebuilds its placement from).
-
-Request ids are str or bytes (as ``Model.claim`` takes them) and are one
-id in either form: bytes are read as UTF-8 with ``surrogateescape``
-(:func:`request_key`, as ``SnapshotInfo.request_id`` and
-:func:`checkpoint_path` read them); every result is keyed by that str.
+Request ids are str or bytes, one id in either form (:func:`request_key`);
+every result is keyed by the str.
 """
 from __future__ import annotations
 
@@ -51,11 +39,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from .._args import as_int
-from ..errors import RingKVRuntimeError, RingKVTypeError
+from ..errors import RingKVRuntimeError, RingKVValueError
 from ..model import LayerSpec, Model, ModelConfig, inspect_snapshot
 from .checkpoint import (INCARNATION_KEY, IncarnationError, header_request_id, incarnation_of,
                          read_checkpoint, tag_image, write_atomic)
-from .stream import PASSES, frame_tokens, step_frame
+from .stream import PASSES, frame_tokens, model_id, request_key, step_frame
 
 __all__ = ["SessionHost", "InjectedFailure", "StaleHostError", "IncarnationError",
            "FAULT_POINTS", "FAULT_ACTIONS", "request_key", "model_id", "new_incarnation",
@@ -72,58 +60,28 @@ class StaleHostError(RuntimeError):
     before), so the caller must treat the host it knew as dead."""
 
 
-#: Methods a fault can be injected into (:meth:`SessionHost.inject`): each
-#: name is the point on entry (nothing changed yet); ``NAME.before_reply``
-#: is after the method's effect, before its reply; ``NAME.after_reply``
-#: arms a death on the host's next call of any kind (the reply went out,
-#: then the process died).
+#: Fault points (:meth:`SessionHost.inject`; docs/migration.md, "Fault
+#: injection"): each method's entry ``NAME`` (nothing changed yet),
+#: ``NAME.before_reply`` (the effect done, no reply) and ``NAME.after_reply``
+#: (the reply sent, the host dies on its next call of any kind); in a step,
+#: ``step.before_checkpoint`` and ``step.after_checkpoint`` around its
+#: checkpoint writes.
 FAULT_METHODS = ("open", "close", "step", "recover", "restore", "meta", "export", "thaw",
                  "release", "reserve", "fill", "commit", "cancel", "offload", "page_in",
                  "discard", "park", "unpark", "retire")
-#: Every named fault point: the method points above and the two inside a
-#: step, between the frame and its checkpoint writes
-#: (``step.before_checkpoint``) and after them (``step.after_checkpoint``).
 FAULT_POINTS = tuple(f"{m}{s}" for m in FAULT_METHODS
                      for s in ("", ".before_reply", ".after_reply")) + \
     ("step.before_checkpoint", "step.after_checkpoint")
-#: What a fault does: ``raise`` InjectedFailure; ``die`` (the process exits
-#: at once, as a crashed worker; with restarts left Ray restarts it empty);
-#: ``corrupt`` (``fill``: one byte of the data received is flipped;
-#: ``step.after_checkpoint``: one byte of the data of each checkpoint file
-#: just written); ``disk_full`` (``step.before_checkpoint``: the
-#: checkpoint writes of that step fail as on a full disk, for real: the
-#: process's file size limit, RLIMIT_FSIZE, is set to 4 KiB around them,
-#: so the write fails with EFBIG partway into the temporary file); ``hang``
-#: (the call blocks there, answering nothing, until the process is killed:
-#: a router's ``call_timeout_s`` then fires; after HANG_LIMIT_S unkilled it
-#: raises InjectedFailure, so that a test gone wrong leaves no process).
+#: What a fault does: ``raise`` InjectedFailure; ``die`` (the process
+#: exits at once; with restarts left Ray restarts it empty); ``corrupt``
+#: (``fill``: a byte of the data received; ``step.after_checkpoint``: a
+#: data byte of each checkpoint file just written); ``disk_full``
+#: (``step.before_checkpoint``: RLIMIT_FSIZE is 4 KiB around the step's
+#: checkpoint writes, which fail with EFBIG partway); ``hang`` (the call
+#: blocks until the process is killed, InjectedFailure after HANG_LIMIT_S).
 FAULT_ACTIONS = ("raise", "die", "corrupt", "disk_full", "hang")
 #: Seconds a ``hang`` fault blocks when nothing kills the process.
 HANG_LIMIT_S = 600.0
-
-
-def request_key(request_id: Any) -> str:
-    """The one str form of a request id: a str as it is, bytes decoded from
-    UTF-8 with ``surrogateescape`` (a byte that is not UTF-8 becomes a lone
-    surrogate, so two ids never read alike). RingKVTypeError otherwise."""
-    if isinstance(request_id, str):
-        return request_id
-    if isinstance(request_id, (bytes, bytearray, memoryview)):
-        return bytes(request_id).decode("utf-8", "surrogateescape")
-    raise RingKVTypeError(f"request id must be a str or bytes; got {request_id!r}")
-
-
-def model_id(key: str) -> str | bytes:
-    """What ``Model.claim`` takes for the key: the str itself, or its bytes
-    when it holds a surrogate-escaped byte (a str the model would refuse)."""
-    try:
-        key.encode("utf-8")
-        return key
-    except UnicodeEncodeError:
-        try:
-            return key.encode("utf-8", "surrogateescape")
-        except UnicodeEncodeError:
-            return key  # not an id: the model's claim refuses it, naming it
 
 
 def new_incarnation() -> str:
@@ -282,12 +240,17 @@ class SessionHost:
         """A held session's clock (None: no frame committed)."""
         return self.model.clock(self._held(request_id).slot)
 
-    def _held(self, request_id: Any, inc: str | None = None) -> _Held:
+    def _held(self, request_id: Any, inc: str | None = None, live: bool = False) -> _Held:
+        """The session held for ``request_id`` (KeyError: none), of
+        incarnation ``inc`` (None: any); with ``live``, not frozen."""
         key = request_key(request_id)
         h = self.held.get(key)
         if h is None:
             raise KeyError(f"host {self.name}: no session holds request {key!r}")
         self._same(key, h.inc, inc)
+        if live and h.frozen:
+            raise RingKVRuntimeError(f"host {self.name}: request {key!r} is frozen for a "
+                                     "migration")
         return h
 
     def _same(self, key: str, have: str, inc: str | None, what: str = "request") -> None:
@@ -310,6 +273,15 @@ class SessionHost:
             raise IncarnationError(f"host {self.name}: the {what} of request {key!r} is of "
                                    f"incarnation {got}, not {want}; refused, nothing changed")
         return got
+
+    def _image_key(self, image: Any, want: str | None = None) -> str:
+        """The request (str key) a snapshot image names, once the library
+        checked it; RingKVRuntimeError unless it is ``want`` (when given)."""
+        key = request_key(inspect_snapshot(image).request_id_bytes)
+        if want is not None and key != want:
+            raise RingKVRuntimeError(f"host {self.name}: the image is of request {key!r}, "
+                                     f"not {want!r}")
+        return key
 
     def _tagged(self, data: Any, inc: str) -> bytes:
         """An image or region metadata with incarnation ``inc`` in its header."""
@@ -363,8 +335,7 @@ class SessionHost:
         checkpoint file is removed (:meth:`retire`)."""
         key = request_key(request_id)
         h = self._held(key, inc)
-        self.model.release(h.slot)
-        del self.held[key]
+        self._drop(key)
         self._retire(key, h.inc)
 
     @_entry
@@ -403,10 +374,8 @@ class SessionHost:
         recorded, for a router rebuilt later). Returns per request (str
         key) ``frame``, ``digest`` (of the frame's attention outputs),
         ``inc``, ``checkpoint`` (the frame saved after it, or None) and
-        ``checkpoint_error`` (None, or why the checkpoint due after this
-        frame could not be saved, e.g. a full disk: the frame itself is
-        done and the previous checkpoint file is left as it was, the saves
-        being atomic). Raises before any session steps when a request is
+        ``checkpoint_error`` (None, or why the checkpoint due could not be
+        saved: the frame is done, the previous file kept). Raises before any session steps when a request is
         not live here or is another incarnation."""
         rows = [(request_key(i), None, None) if not isinstance(i, (tuple, list)) else
                 (request_key(i[0]), i[1], i[2]) for i in items]
@@ -501,14 +470,11 @@ class SessionHost:
                 digest: int | None = None) -> dict:
         """Brings back incarnation ``inc`` of a request whose host died or
         whose image is gone, up to frame ``upto`` (its last delivered frame;
-        -1: none): claims a slot, loads ``image`` (a snapshot image of the
-        session, e.g. its paged-out image) or else its checkpoint file when
-        the file is valid and of this incarnation (a damaged file, another
-        incarnation's or one without any is refused and named), or starts
-        empty; then replays the frames after that state up to ``upto``
-        (deterministic streams: the same frames, not delivered again).
-        ``digest``: frame ``upto``'s delivered digest, checked against the
-        replay's. Returns ``resumed_from`` (the frame of the state loaded,
+        -1: none): claims a slot, loads ``image`` (e.g. its paged-out image)
+        or else its checkpoint file if valid and of this incarnation (else
+        refused and named), or starts empty; then replays the frames after
+        that state up to ``upto``, checking frame ``upto``'s against
+        ``digest`` (the delivered one). Returns ``resumed_from`` (the frame of the state loaded,
         None: empty), ``source`` (image, checkpoint, empty), ``refused``
         (why the checkpoint was not used, or None), ``clock`` (afterwards:
         max(upto, resumed_from)), ``replayed`` (frames recomputed) and
@@ -519,10 +485,7 @@ class SessionHost:
         try:
             source, refused = "empty", None
             if image is not None:
-                info = inspect_snapshot(image)
-                if request_key(info.request_id_bytes) != key:
-                    raise RingKVRuntimeError(f"host {self.name}: the image is of request "
-                                             f"{info.request_id!r}, not {key!r}")
+                self._image_key(image, key)
                 self._named(key, image, inc, "image")
                 self.model.load_session_bytes(h.slot, image)
                 source = "image"
@@ -582,10 +545,7 @@ class SessionHost:
         copies them into its object store when this returns, as the third
         of ``num_returns=3`` results); the metadata names its incarnation,
         as :meth:`meta`'s. Nothing changes on failure."""
-        key = request_key(request_id)
-        h = self._held(key, inc)
-        if h.frozen:
-            raise RingKVRuntimeError(f"host {self.name}: request {key!r} is already being moved")
+        h = self._held(request_id, inc, live=True)
         meta = self._tagged(self.model.export_meta(h.slot), h.inc)
         digest = self.model.session_digest(h.slot)
         arrays = [r.array for r in self.model.session_regions(h.slot)]
@@ -705,9 +665,7 @@ class SessionHost:
         cannot be written leaves the session live here (paged back in from
         the image: the same state) and raises RingKVOSError."""
         key = request_key(request_id)
-        h = self._held(key, inc)
-        if h.frozen:
-            raise RingKVRuntimeError(f"host {self.name}: request {key!r} is being moved")
+        h = self._held(key, inc, live=True)
         image = self._tagged(self.model.offload(h.slot), h.inc)
         if path is not None:
             try:
@@ -733,10 +691,7 @@ class SessionHost:
         if path is not None:
             with open(path, "rb") as f:
                 image = f.read()
-        key = request_key(inspect_snapshot(image).request_id_bytes)
-        if request_id is not None and request_key(request_id) != key:
-            raise RingKVRuntimeError(f"host {self.name}: the image is of request {key!r}, "
-                                     f"not {request_key(request_id)!r}")
+        key = self._image_key(image, None if request_id is None else request_key(request_id))
         if key not in self.paged:
             raise RingKVRuntimeError(f"host {self.name}: request {key!r} is not paged out here")
         p_inc, delivered = self.paged[key]
@@ -769,7 +724,6 @@ def _checked_checkpoint(path: str, key: str, inc: str | None) -> tuple[bytes, st
     """The bytes and incarnation of checkpoint file ``path`` once it is valid
     (the library's checks), of request ``key`` and of incarnation ``inc``
     (any when None, but one it must name). RingKVValueError otherwise."""
-    from ..errors import RingKVValueError
     data, info, meta = read_checkpoint(path)
     if request_key(info.request_id_bytes) != key:
         raise RingKVValueError(f"checkpoint {path!r} is of request {info.request_id!r}, not "
@@ -805,14 +759,13 @@ def checkpoint_path(directory: str, request_id: str | bytes) -> str:
     a lone surrogate as the byte it escapes, as ``os.fsencode``; or bytes)
     percent-quoted (``urllib.parse.quote(raw, safe="")``) plus
     ``.safetensors``, when that name has at most CHECKPOINT_NAME_MAX (244)
-    characters. A longer one (ids of up to 255 bytes are valid; quoting can
-    triple them) is named by the first 96 characters of the quoted id (cut
-    before a ``%XX`` escape), ``%_``, the SHA-256 of the raw id (64 hex
-    digits) and ``.safetensors``: 174 characters at most. Stable across
-    processes and versions; two ids never share a name (quoting never
-    writes ``%_``, so a hashed name is never a short one's, and two hashed
-    names differ by their hash). One file per request id: each incarnation
-    of the id writes it (its metadata says which, :mod:`.checkpoint`)."""
+    characters. A longer one (quoting can triple an id of 255 bytes) is
+    the first 96 characters of the quoted id (cut before a ``%XX``
+    escape), ``%_``, the SHA-256 of the raw id (64 hex digits) and
+    ``.safetensors``: 174 characters at most. Stable across processes and
+    versions; two ids never share a name (quoting never writes ``%_``).
+    Each incarnation of the id writes this one file (its metadata says
+    which)."""
     raw = request_id if isinstance(request_id, bytes) else \
         request_id.encode("utf-8", "surrogateescape")
     quoted = urllib.parse.quote(raw, safe="")

@@ -1,52 +1,37 @@
 """``SessionRouter``: places request ids on :class:`~ringkv.ray.SessionHost`
 actors, steps them, moves them between hosts and brings back the sessions
-of a host that died (docs/migration.md, "Faults" has the guarantees).
+of a host that died. docs/migration.md ("Faults") states the guarantees;
+in short:
 
-**One owner of placement.** The placement lives in one named Ray actor per
-(namespace, name) (:class:`RouterCore`, created with ``get_if_exists`` and
-``lifetime="detached"``): every :class:`SessionRouter` of that name, in
-this driver or another one, is a handle on it, and Ray runs its calls one
-at a time, so no two of them can place one request id on two hosts. It
-asks the hosts for their free slots when it places a request (a slot taken
-by anyone counts). The hosts are the authority for what is live on them:
-Ray restarts the actor if it dies (``max_restarts=-1``), and a
-RouterCore that starts rebuilds its placement from the hosts' inventories
-(live ids, incarnations, clocks, last delivered frames).
+- **One owner of placement**: one named, detached :class:`RouterCore`
+  actor per (namespace, name) (``get_if_exists``, ``max_restarts=-1``),
+  whose calls Ray runs one at a time; every :class:`SessionRouter` of the
+  name is a handle on it. It asks the hosts for their free slots (anyone's
+  count) and rebuilds its placement from their inventories when it starts.
+- **Incarnations**: each ``open`` draws one; a host refuses a call naming
+  another; checkpoints carry it (:mod:`ringkv.ray.checkpoint`); ``close``
+  retires it and its file.
+- **Delivered frames**: a frame is delivered when
+  :meth:`SessionRouter.step` returned it. A recovery replays a session to
+  its last delivered frame and reports every later frame that will not be
+  delivered (``Recovery.lost_frames``; ``StepReport.lost`` for frames
+  computed whose result never reached the caller).
+- **Host identity and errors**: each host call names the host incarnation
+  the router knows (a restart is a death); every Ray error is a
+  :class:`HostError` (a :class:`ringkv.RingKVRuntimeError`) naming host,
+  call and request; one host's failure in a step never drops another's.
 
-**Incarnations.** Each ``open`` of an id draws a new incarnation; a host
-refuses a call that names another one, checkpoints carry it in their
-metadata (:mod:`ringkv.ray.checkpoint`), ``close`` retires it and its file,
-and a restore takes only the current incarnation's checkpoint.
-
-**Delivered frames.** A frame is delivered when :meth:`SessionRouter.step`
-has returned its result to the caller (the client then acknowledges it
-with its next call). A recovery brings a session back to its last
-delivered frame (its checkpoint, then the frames after it replayed, not
-delivered again: the streams are deterministic) and reports as lost every
-frame after the last delivered one that will not be delivered (those
-inside a checkpoint newer than the last delivered frame); a step that
-finds a session ahead of its last delivered frame (a frame computed whose
-result never reached the caller) reports the frames skipped in
-``StepReport.lost``.
-
-**Host identity and errors.** Each host call names the host incarnation
-the router knows (a restarted host refuses it: a restart is a death, its
-sessions are recovered, and it is used again as a new, empty host). Every
-Ray error reaching the router is a :class:`HostError` (a
-:class:`ringkv.RingKVRuntimeError`) naming the host, the call and the
-request; one host's failure in a step never drops another host's results.
-
-Names are checked before anything is asked of a host, with the binding's
-classes (python/README.md, Errors): a request id the router does not know,
-or a host name it was never given, is :class:`ringkv.RingKVKeyError` (a
-KeyError) naming the ones it knows; a request in the wrong place for the
-call (paged out, waiting for room after its host died, not paged out), a
-dead host, or no alive host with room is :class:`ringkv.RingKVRuntimeError`
-(a RuntimeError) saying which. :meth:`SessionRouter.migrate` to a dead
-host stays a :class:`MigrationError` (step ``reserve``).
+Names are checked before anything is asked of a host (python/README.md,
+Errors): an unknown request id or host name is
+:class:`ringkv.RingKVKeyError` naming the known ones; a request in the
+wrong place for the call, a dead host or no alive host with room is
+:class:`ringkv.RingKVRuntimeError` saying which; a
+:meth:`SessionRouter.migrate` to a dead host is a :class:`MigrationError`
+(step ``reserve``).
 """
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -212,6 +197,9 @@ class _Down(Exception):
         self.host, self.why = host, why
 
 
+#: What :meth:`RouterCore._try` returns for a call that failed.
+_FAILED = object()
+
 #: RouterCore methods a client may call.
 _CALLS = {"attach", "open", "close", "step", "migrate", "offload", "page_in", "host_died",
           "restore_waiting", "release_stale", "live", "inventory", "load", "alive", "state",
@@ -240,7 +228,6 @@ class RouterCore:
         self.pending: list[tuple[str, str, str, str]] = []   # (op, host, key, inc) to retry
         self.unreported: dict[Any, Recovery] = {}
         self._probed: dict[str, str | None] = {}
-        self.rebuilt: dict[str, int] = {}
         self._token = new_incarnation()
         self._rebuild(hosts)
 
@@ -307,31 +294,24 @@ class RouterCore:
             self.capacity[n] = inv["capacity"]
         live = {(n, k) for n, inv in invs.items() for k, v in inv["held"].items()
                 if not v["frozen"]}
+        adopt = self.sessions.setdefault
         for n, inv in invs.items():
             for k, v in inv["held"].items():
                 if v["frozen"]:
                     elsewhere = any(key == k for (m, key) in live if m != n)
                     self.pending.append(("release" if elsewhere else "thaw", n, k, v["inc"]))
                     if not elsewhere:
-                        self._adopt(k, v["inc"], n, v["delivered"])
-                elif k not in self.sessions:
-                    self._adopt(k, v["inc"], n, v["delivered"])
+                        self.sessions[k] = _Session(k, v["inc"], n, delivered=v["delivered"])
+                else:
+                    adopt(k, _Session(k, v["inc"], n, delivered=v["delivered"]))
             for k, v in inv["incoming"].items():
                 self.pending.append(("cancel", n, k, v["inc"]))
             for k, v in inv["paged"].items():
-                if k not in self.sessions:
-                    s = self._adopt(k, v["inc"], None, v["delivered"])
-                    s.state, s.paged = "paged", (n, self.tokens[n], None)
+                adopt(k, _Session(k, v["inc"], None, "paged", v["delivered"],
+                                  paged=(n, self.tokens[n], None)))
             for k, rec in inv["parked"].items():
-                if k not in self.sessions:
-                    s = self._adopt(k, rec["inc"], None, rec.get("delivered", -1))
-                    s.state, s.dead_host, s.parked_on = "waiting", rec.get("dead_host", n), n
-        self.rebuilt = {n: len(inv["held"]) for n, inv in invs.items()}
-
-    def _adopt(self, key: str, inc: str, host: str | None, delivered: int) -> _Session:
-        s = _Session(key, inc, host, delivered=delivered)
-        self.sessions[key] = s
-        return s
+                adopt(k, _Session(k, rec["inc"], None, "waiting", rec.get("delivered", -1),
+                                  dead_host=rec.get("dead_host", n), parked_on=n))
 
     # ---- host calls ------------------------------------------------------------
     def _get(self, host: str, ref: Any, call: str, key: Any = None) -> Any:
@@ -386,6 +366,30 @@ class RouterCore:
     def _call(self, host: str, method: str, *args: Any, key: Any = None, **kwargs: Any) -> Any:
         ref = getattr(self.hosts[host], method).remote(*args, token=self.tokens[host], **kwargs)
         return self._get(host, ref, method, key)
+
+    def _try(self, host: str, method: str, *args: Any, key: Any = None, on_error: Any = "raise",
+             down: set | None = None, **kwargs: Any) -> Any:
+        """:meth:`_call`, returning _FAILED when it fails: a host found gone
+        is handled now (:meth:`_host_down`), or added to ``down`` when given
+        (then not asked again; the caller handles it); a HostError is
+        raised (``on_error`` "raise"), dropped ("drop"), or else
+        ``on_error`` is the entry (op, host, key, inc) kept in ``pending``
+        to retry in a later call."""
+        if down is not None and host in down:
+            return _FAILED
+        try:
+            return self._call(host, method, *args, key=key, **kwargs)
+        except _Down as d:
+            if down is None:
+                self._host_down(d.host)
+            else:
+                down.add(d.host)
+        except HostError:
+            if on_error == "raise":
+                raise
+            if on_error != "drop":
+                self.pending.append(on_error)
+        return _FAILED
 
     def _alive(self) -> list[str]:
         return [n for n in self.hosts if n not in self.dead]
@@ -477,35 +481,33 @@ class RouterCore:
     def _unpark(self, s: _Session) -> None:
         n, s.parked_on = s.parked_on, None
         if n in self.hosts and n not in self.dead:
-            try:
-                self._call(n, "unpark", request_key(s.rid), key=s.rid)
-            except _Down:
-                self._host_down(n)
-            except HostError:
-                pass
+            self._try(n, "unpark", request_key(s.rid), key=s.rid, on_error="drop")
 
-    def _statuses(self, key: str | None = None) -> dict[str, dict]:
-        """Each alive host's status (SessionHost.status: free slots, what it
-        knows of ``key``); a host found gone is handled first."""
-        names = self._alive()
-        refs = {n: self.hosts[n].status.remote(key, token=self.tokens[n]) for n in names}
-        out, down = {}, []
-        for n, ref in refs.items():
-            try:
-                out[n] = self._get(n, ref, "status", key)
-            except _Down:
-                down.append(n)
-            except HostError:
-                pass
-        for n in down:
-            self._host_down(n)
-        return out
+    def _each(self, method: str, key: str | None = None) -> dict[str, Any]:
+        """Each alive host's answer to ``method`` (of ``key`` when given),
+        all asked at once; one that raises is left out. Hosts found gone
+        are handled first (their sessions recovered), then asked again."""
+        while True:
+            refs = {n: getattr(self.hosts[n], method).remote(
+                *(() if key is None else (key,)), token=self.tokens[n]) for n in self._alive()}
+            out, down = {}, []
+            for n, ref in refs.items():
+                try:
+                    out[n] = self._get(n, ref, method, key)
+                except _Down:
+                    down.append(n)
+                except HostError:
+                    pass
+            if not down:
+                return out
+            for n in down:
+                self._host_down(n)
 
     def _least_loaded(self, exclude: Iterable[str] = (), statuses: dict | None = None) -> str:
         """The alive host with the fewest busy slots (as the hosts count
         them: anyone's) and a free one; RingKVRuntimeError saying why there
         is none."""
-        st = self._statuses() if statuses is None else statuses
+        st = self._each("status") if statuses is None else statuses
         alive = [n for n in self._alive() if n not in set(exclude) and n in st]
         room = [n for n in alive if st[n]["free"] > 0]
         if not room:
@@ -524,21 +526,17 @@ class RouterCore:
         for op, host, key, inc in todo:
             if host in self.dead:
                 continue
-            try:
-                if op == "thaw":
-                    s = self.sessions.get(key)
-                    if s is not None and s.host == host and s.inc == inc:
-                        self._call(host, "thaw", key, inc=inc, key=key)
-                elif op == "release":
-                    st = self._call(host, "status", key, key=key)
-                    if st["state"] == "frozen" and st["inc"] == inc:
-                        self._call(host, "release", key, inc=inc, key=key)
-                else:
-                    self._call(host, "cancel", key, inc=inc, key=key)
-            except _Down as d:
-                self._host_down(d.host)
-            except HostError:
-                self.pending.append((op, host, key, inc))
+            again = (op, host, key, inc)
+            if op == "thaw":
+                s = self.sessions.get(key)
+                if s is not None and s.host == host and s.inc == inc:
+                    self._try(host, "thaw", key, inc=inc, key=key, on_error=again)
+            elif op == "release":
+                st = self._try(host, "status", key, key=key, on_error=again)
+                if st is not _FAILED and st["state"] == "frozen" and st["inc"] == inc:
+                    self._try(host, "release", key, inc=inc, key=key, on_error=again)
+            else:
+                self._try(host, "cancel", key, inc=inc, key=key, on_error=again)
 
     def _take_recovered(self) -> dict[Any, Recovery]:
         out, self.unreported = self.unreported, {}
@@ -587,11 +585,12 @@ class RouterCore:
         return self._alive()
 
     def load(self, host: str) -> int:
-        """Busy slots of ``host`` as it counts them (held, reserved)."""
+        """Busy slots of ``host`` as it counts them (held, reserved);
+        RingKVKeyError for a host the router was never given."""
         self._host(host)
         if host in self.dead:
             return 0
-        st = self._statuses().get(host)
+        st = self._each("status").get(host)
         return 0 if st is None else st["capacity"] - st["free"]
 
     def incarnation(self, request_id: Any) -> str:
@@ -603,17 +602,14 @@ class RouterCore:
         affinity); returns the host. A request live on a host that the
         router did not place there (opened on the host itself) is adopted
         where it is; held there otherwise (reserved, paged out) it is
-        refused."""
+        refused. RingKVRuntimeError for a request paged out or waiting
+        (bring it back instead), or when no alive host has room."""
         key = request_key(request_id)
-        s = self.sessions.get(key)
-        if s is not None:
-            why = self._elsewhere(s)
-            if why is not None:
-                raise RingKVRuntimeError(why)
-            return s.host
+        if key in self.sessions:
+            return self._live(request_id)[1].host
         tried: set[str] = set()
         while True:
-            st = self._statuses(key)
+            st = self._each("status", key)
             for n, v in st.items():
                 if v["state"] == "live":
                     self.sessions[key] = _Session(request_id, v["inc"], n)
@@ -642,19 +638,13 @@ class RouterCore:
         key, s = self._known(request_id)
         if s.state == "recovering":
             raise RingKVRuntimeError(self._elsewhere(s))
-        while s.state == "live":
-            try:
-                self._call(s.host, "close", key, inc=s.inc, key=s.rid)
+        while s.state == "live":             # a host gone: recovered elsewhere (or waits)
+            if self._try(s.host, "close", key, inc=s.inc, key=s.rid) is not _FAILED:
                 break
-            except _Down as d:
-                self._host_down(d.host)      # it is recovered elsewhere (or waits)
         if s.state == "paged":
             home, token, _ = s.paged
             if home not in self.dead and self.tokens.get(home) == token:
-                try:
-                    self._call(home, "discard", key, inc=s.inc, key=s.rid)
-                except _Down as d:
-                    self._host_down(d.host)
+                self._try(home, "discard", key, inc=s.inc, key=s.rid)
         if s.state in ("paged", "waiting"):
             if s.parked_on is not None:
                 self._unpark(s)
@@ -673,7 +663,14 @@ class RouterCore:
     def step(self, request_ids: Iterable[Any] | None = None) -> StepReport:
         """One frame of each request (default: every live one), each host
         stepping its own as one batch, all hosts at once (the module's
-        docstring says what is delivered and what is reported lost)."""
+        docstring says what is delivered and what is reported lost). Every
+        request is checked before any host steps. A host found dead (or
+        restarted) is recovered (:class:`Recovery` in the report); its
+        sessions are not stepped this time. A host that raises (not dead)
+        does not stop the others: their results are recorded first, then
+        its error (a HostError) is raised with the report as its
+        ``step_report``. A checkpoint a host could not save is not an error
+        of the step: it is in the report's ``checkpoint_errors``."""
         if request_ids is None:
             keys = [k for k, s in self.sessions.items() if s.state == "live"]
         else:
@@ -727,7 +724,8 @@ class RouterCore:
     def host_died(self, host: str) -> dict[Any, Recovery]:
         """Treats ``host``'s incarnation as gone (marks it dead unless it
         answers restarted; kills it first, so that it never acts again)
-        and recovers its sessions."""
+        and recovers its sessions. RingKVKeyError for a host the router was
+        never given."""
         self._host(host)
         if host in self.dead:
             return {}
@@ -756,6 +754,9 @@ class RouterCore:
         thaw, reservations to cancel); returns the frozen copies still left
         (request -> host)."""
         self._retry_pending()
+        return self._stale()
+
+    def _stale(self) -> dict[Any, str]:
         return {self.sessions[k].rid if k in self.sessions else k: h
                 for op, h, k, _ in self.pending if op == "release"}
 
@@ -763,7 +764,10 @@ class RouterCore:
     def migrate(self, request_id: Any, host: str) -> Migration:
         """Moves a session to ``host`` between two frames (docs/migration.md
         has the protocol). Raises MigrationError, with the session live and
-        unchanged at its source, when any step before the import fails."""
+        unchanged at its source, when any step before the import fails;
+        before anything is asked of a host, RingKVKeyError for an unknown
+        request id or host name (RingKVRuntimeError for a request paged out
+        or waiting)."""
         key, s = self._live(request_id)
         src_name, dst_name = s.host, self._host(host)
         if dst_name in self.dead:
@@ -780,24 +784,19 @@ class RouterCore:
                 err.recovered = self._take_recovered()
                 raise err from None
             return Migration(s.rid, src_name, dst_name, 0, 0.0, clock, True)
-        src, dst = self.hosts[src_name], self.hosts[dst_name]
         src_token = self.tokens[src_name]
-        step, reserved, exported, verified, meta2 = "meta", False, False, False, None
+        step, meta2 = "meta", None
         t0 = time.perf_counter()
         try:
             meta = self._call(src_name, "meta", key, inc=s.inc, key=s.rid)
             step = "reserve"
             self._call(dst_name, "reserve", meta, inc=s.inc, key=s.rid)
-            reserved = True
-            step, exported = "export", True
-            meta_ref, digest_ref, data_ref = src.export.options(num_returns=3).remote(
-                key, inc=s.inc, token=self.tokens[src_name])
+            step = "export"
+            meta_ref, digest_ref, data_ref = self.hosts[src_name].export.options(
+                num_returns=3).remote(key, inc=s.inc, token=src_token)
             meta2, digest = self._get(src_name, [meta_ref, digest_ref], "export", s.rid)
             step = "fill"
-            moved = self._get(dst_name, dst.fill.remote(key, data_ref, digest, inc=s.inc,
-                                                        token=self.tokens[dst_name]),
-                              "fill", s.rid)
-            verified = True
+            moved = self._call(dst_name, "fill", key, data_ref, digest, inc=s.inc, key=s.rid)
             del data_ref
             step = "commit"
             clock = self._call(dst_name, "commit", key, meta2, inc=s.inc, delivered=s.delivered,
@@ -807,8 +806,7 @@ class RouterCore:
             if isinstance(exc, _Down):
                 cause = RingKVRuntimeError(f"host {exc.host} died (or restarted) during "
                                            f"{step}")
-            done = self._roll_back(key, s, src_name, dst_name, step, reserved, exported,
-                                   verified, meta2, exc)
+            done = self._roll_back(key, s, src_name, dst_name, step, meta2, exc)
             if done is None:
                 err = _migration_error(s.rid, step, src_name, dst_name, cause)
                 err.recovered = self._take_recovered()
@@ -816,85 +814,48 @@ class RouterCore:
             moved, clock = 0, done[0]
         pause = time.perf_counter() - t0
         s.host = dst_name
-        released = False
-        if src_name not in self.dead and self.tokens.get(src_name) == src_token:
-            try:
-                self._call(src_name, "release", key, inc=s.inc, key=s.rid)
-                released = True
-            except _Down as d:
-                self._host_down(d.host)
-            except HostError:
-                self.pending.append(("release", src_name, key, s.inc))
+        released = src_name not in self.dead and self.tokens.get(src_name) == src_token and \
+            self._try(src_name, "release", key, inc=s.inc, key=s.rid,
+                      on_error=("release", src_name, key, s.inc)) is not _FAILED
         return Migration(s.rid, src_name, dst_name, int(moved), pause, clock, released,
                          self._take_recovered())
 
     def _roll_back(self, key: str, s: _Session, src_name: str, dst_name: str, step: str,
-                   reserved: bool, exported: bool, verified: bool, meta2: Any,
-                   exc: BaseException) -> tuple | None:
-        """Undoes a migration that failed; returns None when it is undone
+                   meta2: Any, exc: BaseException) -> tuple | None:
+        """Undoes a migration that failed at ``step`` (``meta2``: the
+        export's metadata, once it arrived); returns None when it is undone
         (the session at its source; if the source died, restored
         elsewhere), or ``(clock,)`` when it went through after all
         (the commit happened at the destination, or the source died after
         the destination verified its copy, which is then imported: nothing
         lost)."""
         down = {exc.host} if isinstance(exc, _Down) else set()
-        dst_ok = dst_name not in down
-        if step == "commit" and dst_ok:       # did the import happen before the failure?
-            try:
-                st = self._call(dst_name, "status", key, key=s.rid)
-                if st["state"] == "live" and st["inc"] == s.inc:
-                    return (self._call(dst_name, "clock", key, key=s.rid),)
-            except _Down:
-                down.add(dst_name)
-                dst_ok = False
-            except HostError:
-                pass
-        src_ok = src_name not in down
-        if src_ok and exported:
-            try:
-                self._call(src_name, "thaw", key, inc=s.inc, key=s.rid)
-            except _Down:
-                down.add(src_name)
-                src_ok = False
-            except HostError:
-                self.pending.append(("thaw", src_name, key, s.inc))
-        elif src_ok:
-            try:
-                self._call(src_name, "status", None)
-            except _Down:
-                down.add(src_name)
-                src_ok = False
-            except HostError:
-                pass
-        if not src_ok and dst_ok and meta2 is not None and not verified:
-            try:                               # a fill that verified before its reply failed
-                st = self._call(dst_name, "status", key, key=s.rid)
-                verified = st["state"] == "incoming" and st.get("verified", False) and \
-                    st["inc"] == s.inc
-            except _Down:
-                down.add(dst_name)
-                dst_ok = False
-            except HostError:
-                pass
-        if not src_ok and verified and dst_ok and meta2 is not None:
-            try:                               # the destination's verified copy: nothing lost
-                clock = self._call(dst_name, "commit", key, meta2, inc=s.inc,
-                                   delivered=s.delivered, key=s.rid)
-                s.host = dst_name
-                self._host_down(src_name)
-                return (clock,)
-            except _Down:
-                down.add(dst_name)
-                dst_ok = False
-            except HostError:
-                pass
-        if reserved and dst_ok:
-            try:
-                self._call(dst_name, "cancel", key, inc=s.inc, key=s.rid)
-            except _Down:
-                down.add(dst_name)
-            except HostError:
-                self.pending.append(("cancel", dst_name, key, s.inc))
+        ask = functools.partial(self._try, key=s.rid, down=down, on_error="drop")
+        if step == "commit":                  # did the import happen before the failure?
+            st = ask(dst_name, "status", key)
+            if st is not _FAILED and st["state"] == "live" and st["inc"] == s.inc:
+                clock = ask(dst_name, "clock", key)
+                if clock is not _FAILED:
+                    return (clock,)
+        exported = step in ("export", "fill", "commit")      # the slot reserved too
+        if exported:
+            ask(src_name, "thaw", key, inc=s.inc, on_error=("thaw", src_name, key, s.inc))
+        else:
+            ask(src_name, "status", None)
+        if src_name in down and meta2 is not None:
+            verified = step == "commit"
+            if not verified:                  # a fill that verified before its reply failed
+                st = ask(dst_name, "status", key)
+                verified = st is not _FAILED and st["state"] == "incoming" and \
+                    st.get("verified", False) and st["inc"] == s.inc
+            if verified:                      # the destination's verified copy: nothing lost
+                clock = ask(dst_name, "commit", key, meta2, inc=s.inc, delivered=s.delivered)
+                if clock is not _FAILED:
+                    s.host = dst_name
+                    self._host_down(src_name)
+                    return (clock,)
+        if exported:
+            ask(dst_name, "cancel", key, inc=s.inc, on_error=("cancel", dst_name, key, s.inc))
         for h in (dst_name, src_name):
             if h in down:
                 self._host_down(h)
@@ -939,18 +900,13 @@ class RouterCore:
                                          f"live on host {s.host}")
             raise RingKVRuntimeError(self._elsewhere(s))
         home, token, ref = s.paged
-        if home not in self.dead and self.tokens.get(home) == token and ref is not None:
-            try:
-                self._call(home, "page_in", ref, request_id=key, inc=s.inc, key=s.rid)
+        if home not in self.dead and self.tokens.get(home) == token:    # as it paged out
+            if ref is None:
+                self._try(home, "discard", key, inc=s.inc, key=s.rid)
+            elif self._try(home, "page_in", ref, request_id=key, inc=s.inc, key=s.rid) \
+                    is not _FAILED:
                 s.state, s.host, s.paged = "live", home, None
                 return home
-            except _Down as d:
-                self._host_down(d.host)
-        elif home not in self.dead and self.tokens.get(home) == token:
-            try:
-                self._call(home, "discard", key, inc=s.inc, key=s.rid)
-            except _Down as d:
-                self._host_down(d.host)
         s.state = "recovering"
         rec = self._recover(key, home, image=ref)
         self.unreported.update(rec)
@@ -968,23 +924,9 @@ class RouterCore:
                 for n, inv in self.inventory().items()}
 
     def inventory(self) -> dict[str, dict]:
-        """Each alive host's SessionHost.inventory. A host found gone is
-        handled first (its sessions recovered), then the hosts asked again."""
-        while True:
-            refs = {n: self.hosts[n].inventory.remote(token=self.tokens[n])
-                    for n in self._alive()}
-            out, down = {}, []
-            for n, ref in refs.items():
-                try:
-                    out[n] = self._get(n, ref, "inventory")
-                except _Down:
-                    down.append(n)
-                except HostError:
-                    continue
-            if not down:
-                return out
-            for n in down:
-                self._host_down(n)
+        """Each alive host's SessionHost.inventory (keys: str request ids). A
+        host found gone is handled first (its sessions recovered)."""
+        return self._each("inventory")
 
     def state(self) -> dict:
         """The router's records: where each live request is, its last
@@ -997,8 +939,7 @@ class RouterCore:
                 "incarnations": {s.rid: s.inc for s in ss},
                 "paged_out": {s.rid: s.paged[0] for s in ss if s.state == "paged"},
                 "waiting": {s.rid: s.dead_host for s in ss if s.state == "waiting"},
-                "stale": {self.sessions[k].rid if k in self.sessions else k: h
-                          for op, h, k, _ in self.pending if op == "release"},
+                "stale": self._stale(),
                 "pending": list(self.pending),
                 "dead": set(self.dead), "hosts": dict(self.hosts),
                 "capacity": dict(self.capacity), "tokens": dict(self.tokens)}
@@ -1019,6 +960,15 @@ def _view(name: str, doc: str) -> property:
     return property(lambda self: self._state()[name], doc=doc)
 
 
+def _forward(method: str) -> Any:
+    """A SessionRouter call that runs RouterCore's ``method`` (its
+    signature and docstring) in the router actor."""
+    @functools.wraps(getattr(RouterCore, method))
+    def call(self: "SessionRouter", *args: Any, **kwargs: Any) -> Any:
+        return self._ask(method, *args, **kwargs)
+    return call
+
+
 #: Client calls that only read: retried once on a restarted router.
 _VIEWS = {"state", "live", "inventory", "alive", "incarnation", "load"}
 
@@ -1031,8 +981,9 @@ class SessionRouter:
     checkpoint folder): every SessionRouter of that name, in any driver of
     the cluster, shares one placement. ``hosts`` None: the router must
     exist (RingKVKeyError otherwise). Given to an existing router, hosts it
-    does not have are added. The handle acknowledges the frames it
-    received (the last one of each session) with each call."""
+    does not have are added. Its calls are RouterCore's, run in that
+    actor; the handle acknowledges the frames it received (the last one of
+    each session) with each call."""
 
     def __init__(self, hosts: dict[str, Any] | None = None, checkpoint_dir: str | None = None,
                  *, name: str = "ringkv-router", namespace: str = "ringkv",
@@ -1051,10 +1002,9 @@ class SessionRouter:
             except ValueError:
                 raise RingKVKeyError(f"no router named {self.name!r} in namespace "
                                      f"{self.namespace!r}; give its hosts to create it") from None
-        core = _core_class().options(name=self.name, namespace=self.namespace,
+        return _core_class().options(name=self.name, namespace=self.namespace,
                                      get_if_exists=True, lifetime="detached").remote(
             self._hosts, *self._args)
-        return core
 
     @property
     def core(self) -> Any:
@@ -1104,85 +1054,36 @@ class SessionRouter:
     hosts = _view("hosts", "Host name -> actor handle.")
     capacity = _view("capacity", "Host name -> its model's sessions.")
 
-    def alive(self) -> list[str]:
-        return self._ask("alive")
-
-    def load(self, host: str) -> int:
-        """Busy slots of ``host`` as it counts them (RingKVKeyError for a
-        host the router was never given)."""
-        return self._ask("load", host)
-
-    def live(self) -> dict[str, dict[Any, int | None]]:
-        """Each alive host's live sessions and clocks (as the hosts see it)."""
-        return self._ask("live")
-
-    def inventory(self) -> dict[str, dict]:
-        """Each alive host's SessionHost.inventory (keys: str request ids)."""
-        return self._ask("inventory")
-
-    def incarnation(self, request_id: Any) -> str:
-        return self._ask("incarnation", request_id)
+    alive = _forward("alive")
+    load = _forward("load")
+    live = _forward("live")
+    inventory = _forward("inventory")
+    incarnation = _forward("incarnation")
 
     # ---- calls ------------------------------------------------------------------
-    def open(self, request_id: Any) -> str:
-        """Places a new request on the least-loaded host (a placed one stays
-        where it is: affinity) and returns the host's name. RingKVRuntimeError
-        for a request paged out or waiting (bring it back instead), or when
-        no alive host has room."""
-        return self._ask("open", request_id)
+    open = _forward("open")
 
     def close(self, request_id: Any) -> None:
-        """Ends a session for good: its incarnation and checkpoint file are
-        retired (a later open of the id is a new session)."""
+        """As :meth:`RouterCore.close`: ends a session for good (its
+        incarnation and checkpoint file retired: a later open of the id is
+        a new session)."""
         self._ask("close", request_id)
         self._acks.pop(request_key(request_id), None)
 
     def step(self, request_ids: Iterable[Any] | None = None) -> StepReport:
-        """One frame of each request (default: every live one), each host
-        stepping its own as one batch, all hosts at once. Every request is
-        checked before any host steps. A host found dead (or restarted) is
-        recovered (:class:`Recovery` in the report); its sessions are not
-        stepped this time. A host that raises (not dead) does not stop the
-        others: their results are recorded first, then its error (a
-        HostError) is raised with the report as its ``step_report``. A
-        checkpoint a host could not save is not an error of the step: it is
-        in the report's ``checkpoint_errors``."""
+        """As :meth:`RouterCore.step`; this handle acknowledges the frames
+        delivered with its next call."""
         rids = None if request_ids is None else list(request_ids)
         report = self._ask("step", rids)
         self._ack(report)
         return report
 
-    def migrate(self, request_id: Any, host: str) -> Migration:
-        """Moves a session to ``host`` between two frames (docs/migration.md).
-        Raises MigrationError, with the session live and unchanged at its
-        source, when any step before the import fails; before anything is
-        asked of a host, RingKVKeyError for an unknown request id or host
-        name (RingKVRuntimeError for a request paged out or waiting)."""
-        return self._ask("migrate", request_id, host)
-
-    def offload(self, request_id: Any) -> int:
-        """Pages a session out of its host (the image in Ray's object store,
-        owned by the router actor); returns the image's size in bytes."""
-        return self._ask("offload", request_id)
-
-    def page_in(self, request_id: Any) -> str:
-        """Brings a paged-out session back; returns its host (its own, or
-        another when that one died: from the image or the checkpoint)."""
-        return self._ask("page_in", request_id)
-
-    def host_died(self, host: str) -> dict[Any, Recovery]:
-        """Treats ``host`` as dead (it is killed) and recovers its sessions.
-        RingKVKeyError for a host the router was never given."""
-        return self._ask("host_died", host)
-
-    def restore_waiting(self) -> dict[Any, Recovery]:
-        """Restores the sessions of dead hosts that found no room before."""
-        return self._ask("restore_waiting")
-
-    def release_stale(self) -> dict[Any, str]:
-        """Retries what failed migrations left; returns the frozen copies
-        still left (request -> host)."""
-        return self._ask("release_stale")
+    migrate = _forward("migrate")
+    offload = _forward("offload")
+    page_in = _forward("page_in")
+    host_died = _forward("host_died")
+    restore_waiting = _forward("restore_waiting")
+    release_stale = _forward("release_stale")
 
     def shutdown(self, deadline_s: float = 120.0) -> None:
         """Kills the router actor (every handle of its name) and waits until

@@ -10,28 +10,50 @@ the same attention outputs as one that never left: the digests say so.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import xxhash
 
 from .. import convert
+from ..errors import RingKVTypeError
 from ..model import Model, ModelConfig
 
-__all__ = ["PASSES", "frame_tokens", "step_frame", "reference_digests", "reference_states"]
+__all__ = ["PASSES", "frame_tokens", "step_frame", "reference_digests"]
 
 #: Passes of one frame: 4 denoising passes, then the commit pass.
 PASSES = 5
 
 
+def request_key(request_id: Any) -> str:
+    """The one str form of a request id: a str as it is, bytes decoded from
+    UTF-8 with ``surrogateescape`` (a byte that is not UTF-8 becomes a lone
+    surrogate, so two ids never read alike). RingKVTypeError otherwise."""
+    if isinstance(request_id, str):
+        return request_id
+    if isinstance(request_id, (bytes, bytearray, memoryview)):
+        return bytes(request_id).decode("utf-8", "surrogateescape")
+    raise RingKVTypeError(f"request id must be a str or bytes; got {request_id!r}")
+
+
+def model_id(key: str) -> str | bytes:
+    """What ``Model.claim`` takes for the key: the str itself, or its bytes
+    when it holds a surrogate-escaped byte (a str the model would refuse)."""
+    try:
+        key.encode("utf-8")
+        return key
+    except UnicodeEncodeError:
+        try:
+            return key.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            return key  # not an id: the model's claim refuses it, naming it
+
+
 def _rng(request_id: str | bytes, frame: int, pass_: int, layer: int) -> np.random.Generator:
     # any str is a key (a lone surrogate too: no UnicodeEncodeError here;
-    # the model's claim refuses such an id with RingKVValueError); bytes
-    # are the same id as their surrogateescape str (ringkv.ray.host.request_key)
-    if isinstance(request_id, (bytes, bytearray, memoryview)):
-        request_id = bytes(request_id).decode("utf-8", "surrogateescape")
-    key = f"{request_id}\x00{frame}\x00{pass_}\x00{layer}".encode("utf-8", "surrogatepass")
-    return np.random.default_rng(xxhash.xxh3_64_intdigest(key))
+    # the model's claim refuses such an id with RingKVValueError)
+    key = f"{request_key(request_id)}\x00{frame}\x00{pass_}\x00{layer}"
+    return np.random.default_rng(xxhash.xxh3_64_intdigest(key.encode("utf-8", "surrogatepass")))
 
 
 def _storage(x: np.ndarray, dtype: str) -> np.ndarray:
@@ -75,27 +97,11 @@ def step_frame(model: Model, sessions: Sequence[int], request_ids: Sequence[str]
     return [h.intdigest() for h in hashes]
 
 
-def reference_digests(config: ModelConfig, request_id: str, frames: int) -> list[int]:
+def reference_digests(config: ModelConfig, request_id: str | bytes, frames: int) -> list[int]:
     """The digests of frames 0 .. frames-1 of one session that never left a
     fresh one-session model of ``config``'s geometry: what every other run
-    of that session must match."""
-    return [d for d, _ in reference_states(config, request_id, frames)]
-
-
-def reference_states(config: ModelConfig, request_id: str | bytes, frames: int
-                     ) -> list[tuple[int, int]]:
-    """Per frame 0 .. frames-1 of a session that never left a fresh
-    one-session model of ``config``'s geometry: the digest of the frame's
-    attention outputs and the session digest (``Model.session_digest``,
-    XXH3-64 of its regions) after it: what a session moved, paged or
-    recovered must show at that frame."""
-    from .host import model_id, request_key
-    cfg = ModelConfig(**{**config.__dict__, "num_sessions": 1})
-    model = Model(cfg)
+    of that session (moved, paged or recovered) must match."""
+    model = Model(ModelConfig(**{**config.__dict__, "num_sessions": 1}))
     key = request_key(request_id)
     s = model.claim(model_id(key))
-    out = []
-    for f in range(frames):
-        d = step_frame(model, [s], [key], [f])[0]
-        out.append((d, model.session_digest(s)))
-    return out
+    return [step_frame(model, [s], [key], [f])[0] for f in range(frames)]
