@@ -1,7 +1,7 @@
 /* One layer on any backend (SEMANTICS 2-5): the public rkv_layer_* calls.
  * Each checks its arguments once, here, and calls the backend's table
  * (include/ringkv_backend.h: unchecked operations); the CPU backend's
- * storage and memcpy upsert are src/cpu/layer_cpu.c, the CUDA backend's
+ * storage and memcpy upsert are src/cpu/backend_cpu.c, the CUDA backend's
  * src/cuda/layer.cu. */
 #include <stdlib.h>
 #include <string.h>

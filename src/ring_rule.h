@@ -4,7 +4,7 @@
  * or from its clock alone.
  *
  * Included by the core and the CPU engines (geometry.c, visibility.c,
- * cpu/attention.c, through internal.h), the CUDA kernels (host and device
+ * cpu/attention_reference.c, through internal.h), the CUDA kernels (host and device
  * code: under nvcc every function is __host__ __device__) and
  * tools/replay_vectors.c. The public functions
  * rkv_ring_slot, rkv_layer_visible_frames and

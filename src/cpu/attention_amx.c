@@ -56,28 +56,49 @@
 
 #include "cpu_internal.h"
 
-#define MQ 64  /* queries per task tile (as attention_flash.c)  */
-#define KB 128 /* keys per chunk                               */
-#define UMAX 8 /* (query head, query tile) units per task, most  */
-
-static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
-
-size_t rkv__amx_scratch_bytes(int64_t D, int64_t N) {
-    const size_t d = (size_t)D;
-    return align64((size_t)N * sizeof(int64_t)) + align64(UMAX * MQ * d * 2) /* q  */ +
-           align64(MQ * KB * 4) /* s */ + align64(MQ * KB * 2) /* p */ +
-           align64(UMAX * MQ * d * 4) /* o */ + align64(d / 2 * KB * 4) /* kt */ +
-           align64(KB / 2 * d * 4) /* vp */;
-}
-
-/* The work of one (row b, KV head) is G x tiles units (query head of the
- * KV head's group, tile of MQ queries), in that order; a task takes up to
- * UMAX consecutive units and packs each chunk of keys and values once for
- * all of them (the split: rkv__attend_tasks). */
-int64_t rkv__amx_tasks(rkv__attend_ctx *c) { return rkv__attend_tasks(c, MQ, UMAX); }
+#define MQ RKV__MQ
+#define KB RKV__KB
+#define UMAX RKV__UMAX
 
 bool rkv__amx_fits(const struct rkv__cpu_layer *l) {
     return l->g.dtype == RKV_DTYPE_BF16 && l->g.d_head % 32 == 0 && l->g.d_head <= 512;
+}
+
+/* A task's setup, shared by both engines: its units (rkv__task_units), the
+ * row's visible slots (n of them) and its scratch (pair_carve), each area
+ * as the AMX engine uses it; the AVX512-BF16 engine keeps Q^T in q, the
+ * pairs PP in p and stages Q in k. */
+typedef struct pair_task {
+    int64_t gn, b, kvh, n;
+    int64_t rows[UMAX];
+    size_t qbase[UMAX];
+    int64_t *slots;
+    void *q;   /* [UMAX][MQ][D] bf16 */
+    float *s;  /* [MQ][KB] */
+    void *p;   /* [MQ][KB] bf16 */
+    float *o;  /* [UMAX][MQ][D] */
+    void *k;   /* [D/2][KB] u32 */
+    uint32_t *vp; /* [KB/2][D] */
+} pair_task;
+
+/* Carves t's scratch areas from mem (NULL: only sizes them); returns the
+ * bytes they take. */
+static size_t pair_carve(void *mem, int64_t D, int64_t N, pair_task *t) {
+    const size_t d = (size_t)D;
+    size_t at = 0;
+    t->slots = rkv__carve(mem, &at, (size_t)N * sizeof(int64_t));
+    t->q = rkv__carve(mem, &at, UMAX * MQ * d * 2);
+    t->s = rkv__carve(mem, &at, MQ * KB * 4);
+    t->p = rkv__carve(mem, &at, MQ * KB * 2);
+    t->o = rkv__carve(mem, &at, UMAX * MQ * d * 4);
+    t->k = rkv__carve(mem, &at, d / 2 * KB * 4);
+    t->vp = rkv__carve(mem, &at, KB / 2 * d * 4);
+    return at;
+}
+
+size_t rkv__amx_scratch_bytes(int64_t D, int64_t N) {
+    pair_task t;
+    return pair_carve(NULL, D, N, &t);
 }
 
 #ifdef RKV_HAVE_AMX
@@ -345,60 +366,11 @@ DOT_TARGET static void dot_strided(float *c, size_t ldc, bool accumulate, const 
 
 /* ---- what both engines' tasks share ------------------------------------- */
 
-/* A task's units (the split: rkv__attend_tasks): session row *b, KV head
- * *kvh, and per unit g < the count returned its query rows (<= MQ) and the
- * offset of its first query in q / out. */
-static int64_t task_units(const rkv__attend_ctx *c, int64_t task, int64_t *b, int64_t *kvh,
-                          int64_t rows[UMAX], size_t qbase[UMAX]) {
-    const int64_t D = c->layer->g.d_head, Hq = c->args->n_q_heads, Tq = c->tq;
-    const int64_t tiles = (Tq + MQ - 1) / MQ;
-    const int64_t H = c->layer->g.n_kv_heads, G = Hq / H, U = c->units;
-    const int64_t per = G * tiles, npk = (per + U - 1) / U;
-    *b = task / (H * npk), *kvh = task / npk % H;
-    const int64_t u0 = task % npk * U, gn = per - u0 < U ? per - u0 : U;
-    for (int64_t g = 0; g < gn; g++) {
-        const int64_t h = *kvh * G + (u0 + g) / tiles, i0 = (u0 + g) % tiles * MQ;
-        rows[g] = Tq - i0 < MQ ? Tq - i0 : MQ;
-        qbase[g] = (size_t)((*b * Hq + h) * Tq + i0) * (size_t)D;
-    }
-    return gn;
-}
-
-/* A task's setup, shared by both engines: its units (task_units), the
- * row's visible slots (n of them) and its scratch (rkv__amx_scratch_bytes),
- * each area as the AMX engine uses it; the AVX512-BF16 engine keeps Q^T in
- * q, the pairs PP in p and stages Q in k. */
-typedef struct pair_task {
-    int64_t gn, b, kvh, n;
-    int64_t rows[UMAX];
-    size_t qbase[UMAX];
-    int64_t *slots;
-    void *q;   /* [UMAX][MQ][D] bf16 */
-    float *s;  /* [MQ][KB] */
-    void *p;   /* [MQ][KB] bf16 */
-    float *o;  /* [UMAX][MQ][D] */
-    void *k;   /* [D/2][KB] u32 */
-    uint32_t *vp; /* [KB/2][D] */
-} pair_task;
-
 static void task_begin(const rkv__attend_ctx *c, int64_t task, int thread, pair_task *t) {
-    const size_t d = (size_t)c->layer->g.d_head;
-    t->gn = task_units(c, task, &t->b, &t->kvh, t->rows, t->qbase);
-    uint8_t *mem = rkv__thread_scratch(c->pool, thread);
-    t->slots = (int64_t *)mem;
-    mem += align64((size_t)c->layer->total_slots * sizeof(int64_t));
-    t->q = mem;
-    mem += align64(UMAX * MQ * d * 2);
-    t->s = (float *)mem;
-    mem += align64(MQ * KB * 4);
-    t->p = mem;
-    mem += align64(MQ * KB * 2);
-    t->o = (float *)mem;
-    mem += align64(UMAX * MQ * d * 4);
-    t->k = mem;
-    mem += align64(d / 2 * KB * 4);
-    t->vp = (uint32_t *)mem;
-    t->n = rkv__gather_visible_slots(c->layer, c->args, t->b, t->slots);
+    const struct rkv__cpu_layer *l = c->layer;
+    pair_carve(rkv__thread_scratch(c->pool, thread), l->g.d_head, l->total_slots, t);
+    t->gn = rkv__task_units(c, task, &t->b, &t->kvh, t->rows, t->qbase);
+    t->n = rkv__gather_visible_slots(l, c->args, t->b, t->slots);
 }
 
 /* A unit's queries as bf16 [MQ][D] rows, zero past `rows`; f32 rounded to
