@@ -1,9 +1,8 @@
 /* Attention over the ring with bf16 pair products (SEMANTICS 5), for bf16
  * storage and d_head a multiple of 32 (<= 512). The same tiled online
- * softmax as attention_flash.c over units of (session row, query head, tile
- * of MQ = 64 queries) -- a task takes several units of one KV head, so each
- * chunk of keys is packed once for them -- with both products on bf16
- * dot-product hardware, one of two engines:
+ * softmax and task split as attention_flash.c (cpu_internal.h), each chunk
+ * of keys packed once per task, with both products on bf16 dot-product
+ * hardware, one of two engines:
  *  - "amx": Intel AMX tiles (TDPBF16PS, 16x16 f32 blocks);
  *  - "avx512bf16": AVX512-BF16's VDPBF16PS (16 f32 lanes, each summing two
  *    bf16 products), for CPUs without AMX (AMD Zen 4 and later, Intel
@@ -22,9 +21,9 @@
  *   V   B operand: VP[p][d] = the u32 pair (V[2p][d], V[2p+1][d]), two key
  *       rows interleaved element by element: [64][D] u32.
  *
- * AVX512-BF16, scores by key (dot_body): S^T [128 k][64 q] = K . Q^T with
- * the keys' rows as the broadcast operand as stored and Q^T pairs
- * (QT[p][q] = (Q[q][2p], Q[q][2p+1]), once per task), in log2 units; the
+ * AVX512-BF16, scores by key (dot_body): S^T [128 k][64 q] =
+ * K . Q^T with the keys' rows as the broadcast operand as stored and Q^T
+ * pairs (QT[p][q] = (Q[q][2p], Q[q][2p+1]), once per task), in log2 units; the
  * softmax runs down the keys with 16 queries a vector (no horizontal
  * reduction); the weights as pairs PP[p][q] = (P[q][2p], P[q][2p+1]) are
  * the broadcast operand of O += P . V, against VP in in-lane order
@@ -36,19 +35,16 @@
  * the probabilities P are rounded to bf16 before P . V (their sum l is of
  * the unrounded values); products and sums are f32. The error is bf16-level,
  * ~1e-3 norm-wise relative, against 1e-2 allowed for bf16 inputs by
- * SEMANTICS 5. The tile unit treats bf16 subnormal inputs as zero. Each
- * output is computed by one thread in a fixed order: results do not depend
- * on the thread count. A NaN in Q, K or V reaches the outputs it touches.
+ * SEMANTICS 5. The tile unit treats bf16 subnormal inputs as zero. A NaN
+ * in Q, K or V reaches the outputs it touches.
  *
  * Both engines compute each score and output accumulator from the same
  * bf16 pairs in the same order of pairs; they may still differ in the last
  * bits (the tile unit's internal summation order is its own, and the two
  * sum l in different orders), not in accuracy.
  *
- * Compiled only where the compiler knows AMX (RKV_HAVE_AMX, isa.h: GCC >= 11,
- * Clang >= 12 on x86-64 Linux); elsewhere the tasks are stubs that the
- * engine choice never picks. Which CPUs get which engine: rkv__isa_pick
- * (isa.h), over the facts rkv__cpu_read finds. */
+ * Compiled where the compiler knows AMX (RKV_HAVE_AMX, isa.h); elsewhere
+ * the tasks are stubs that the engine choice (rkv__isa_pick) never picks. */
 #define _GNU_SOURCE
 #include <stdbool.h>
 #include <stdint.h>
@@ -64,7 +60,7 @@ bool rkv__amx_fits(const struct rkv__cpu_layer *l) {
     return l->g.dtype == RKV_DTYPE_BF16 && l->g.d_head % 32 == 0 && l->g.d_head <= 512;
 }
 
-/* A task's setup, shared by both engines: its units (rkv__task_units), the
+/* A task's setup, shared by both engines: its units (task_units), the
  * row's visible slots (n of them) and its scratch (pair_carve), each area
  * as the AMX engine uses it; the AVX512-BF16 engine keeps Q^T in q, the
  * pairs PP in p and stages Q in k. */
@@ -81,18 +77,25 @@ typedef struct pair_task {
     uint32_t *vp; /* [KB/2][D] */
 } pair_task;
 
-/* Carves t's scratch areas from mem (NULL: only sizes them); returns the
- * bytes they take. */
+/* The next piece of `bytes` of a scratch layout, at *at from base. */
+static void *carve(void *base, size_t *at, size_t bytes) {
+    void *p = (void *)((uintptr_t)base + *at);
+    *at += RKV__ALIGN64(bytes);
+    return p;
+}
+
+/* Carves t's scratch areas from mem (NULL: only sizes them, the pointers
+ * unused); returns the bytes they take. */
 static size_t pair_carve(void *mem, int64_t D, int64_t N, pair_task *t) {
     const size_t d = (size_t)D;
     size_t at = 0;
-    t->slots = rkv__carve(mem, &at, (size_t)N * sizeof(int64_t));
-    t->q = rkv__carve(mem, &at, UMAX * MQ * d * 2);
-    t->s = rkv__carve(mem, &at, MQ * KB * 4);
-    t->p = rkv__carve(mem, &at, MQ * KB * 2);
-    t->o = rkv__carve(mem, &at, UMAX * MQ * d * 4);
-    t->k = rkv__carve(mem, &at, d / 2 * KB * 4);
-    t->vp = rkv__carve(mem, &at, KB / 2 * d * 4);
+    t->slots = carve(mem, &at, (size_t)N * sizeof(int64_t));
+    t->q = carve(mem, &at, UMAX * MQ * d * 2);
+    t->s = carve(mem, &at, MQ * KB * 4);
+    t->p = carve(mem, &at, MQ * KB * 2);
+    t->o = carve(mem, &at, UMAX * MQ * d * 4);
+    t->k = carve(mem, &at, d / 2 * KB * 4);
+    t->vp = carve(mem, &at, KB / 2 * d * 4);
     return at;
 }
 
@@ -108,9 +111,8 @@ size_t rkv__amx_scratch_bytes(int64_t D, int64_t N) {
 #define AMX_TARGET                                                                    \
     __attribute__((target("amx-tile,amx-bf16,avx512f,avx512vl,avx512bw,avx512dq,"     \
                           "avx512bf16,fma,avx2")))
-/* Everything but the tile unit: the softmax, the packing, the AVX512-BF16
- * engine and the task body (which calls the AMX engine's functions, never
- * inlined into it, only when the CPU has AMX). */
+/* Everything but the AMX engine: the softmax, the packing, the AVX512-BF16
+ * engine. */
 #define DOT_TARGET                                                                    \
     __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512bf16,fma,avx2")))
 
@@ -230,8 +232,6 @@ static const tile_config amx_config = {
     .rows = {16, 16, 16, 16, 16, 16, 16, 16},
 };
 
-AMX_TARGET static void amx_begin(void) { _tile_loadconfig(&amx_config); }
-AMX_TARGET static void amx_end(void) { _tile_release(); }
 
 AMX_TARGET static void amx_pairs(float *c, size_t ldc, bool accumulate, const uint16_t *a,
                                  size_t lda, const uint32_t *b, size_t ldb, int64_t M, int64_t N,
@@ -366,11 +366,32 @@ DOT_TARGET static void dot_strided(float *c, size_t ldc, bool accumulate, const 
 
 /* ---- what both engines' tasks share ------------------------------------- */
 
-static void task_begin(const rkv__attend_ctx *c, int64_t task, int thread, pair_task *t) {
+/* Task `task`'s units (rkv__attend_tasks' numbering): session row *b, KV
+ * head *kvh, and per unit g < the count returned its query rows (<= MQ)
+ * and the offset of its first query in q / out. */
+static int64_t task_units(const rkv__attend_ctx *c, int64_t task, int64_t *b, int64_t *kvh,
+                          int64_t rows[UMAX], size_t qbase[UMAX]) {
+    const int64_t D = c->layer->g.d_head, Hq = c->args->n_q_heads, Tq = c->tq;
+    const int64_t tiles = (Tq + MQ - 1) / MQ;
+    const int64_t H = c->layer->g.n_kv_heads, G = Hq / H, U = c->units;
+    const int64_t per = G * tiles, npk = (per + U - 1) / U;
+    *b = task / (H * npk), *kvh = task / npk % H;
+    const int64_t u0 = task % npk * U, gn = per - u0 < U ? per - u0 : U;
+    for (int64_t g = 0; g < gn; g++) {
+        const int64_t h = *kvh * G + (u0 + g) / tiles, i0 = (u0 + g) % tiles * MQ;
+        rows[g] = Tq - i0 < MQ ? Tq - i0 : MQ;
+        qbase[g] = (size_t)((*b * Hq + h) * Tq + i0) * (size_t)D;
+    }
+    return gn;
+}
+
+static pair_task task_begin(const rkv__attend_ctx *c, int64_t task, int thread) {
     const struct rkv__cpu_layer *l = c->layer;
-    pair_carve(rkv__thread_scratch(c->pool, thread), l->g.d_head, l->total_slots, t);
-    t->gn = rkv__task_units(c, task, &t->b, &t->kvh, t->rows, t->qbase);
-    t->n = rkv__gather_visible_slots(l, c->args, t->b, t->slots);
+    pair_task t;
+    pair_carve(rkv__thread_scratch(c->pool, thread), l->g.d_head, l->total_slots, &t);
+    t.gn = task_units(c, task, &t.b, &t.kvh, t.rows, t.qbase);
+    t.n = rkv__gather_visible_slots(l, c->args, t.b, t.slots);
+    return t;
 }
 
 /* A unit's queries as bf16 [MQ][D] rows, zero past `rows`; f32 rounded to
@@ -477,7 +498,7 @@ AMX_TARGET static void amx_body(const rkv__attend_ctx *c, const pair_task *t) {
     for (int g = 0; g < UMAX; g++)
         for (int i = 0; i < MQ; i++) mall[g][i] = -INFINITY, lall[g][i] = 0.0f;
 
-    amx_begin();
+    _tile_loadconfig(&amx_config);
 
     /* scores times scale*log2(e): for scale > 0 (the usual) the raw scores'
      * max gives the scaled max, one multiply less per score */
@@ -569,23 +590,21 @@ AMX_TARGET static void amx_body(const rkv__attend_ctx *c, const pair_task *t) {
             amx_pairs(ot, d, true, pb, KB, vp, d, MQ, D, KB / 2);
         } /* heads */
     }
-    amx_end();
+    _tile_release();
 
     for (int64_t g = 0; g < t->gn; g++)
         store_out(a, t->qbase[g], otall + (size_t)g * MQ * d, lall[g], t->rows[g], D, false);
 }
 
-/* ---- the AVX512-BF16 engine's task -----------------------------------------
- * The scores transposed, S^T [keys][queries]: the keys' rows are the A
- * operand as stored (no K^T packing: only the queries are transposed, once
- * per task), and the softmax runs across keys with 16 queries in a vector
- * (running max, sums and corrections lane-wise: no horizontal reduction).
- * Its weights are rounded to bf16 and interleaved key pair by key pair,
- * PP[KB/2][MQ], the A operand of O += P . V; O's correction is applied as
- * its rows are loaded there. Per accumulator the same pairs in the same
- * order as the AMX engine's products. */
+/* ---- the AVX512-BF16 engine's task (scores by key: the header) -------------
+ * O's correction is applied as its rows are loaded for O += P . V. */
 
 #define QV (MQ / 16) /* query vectors of a tile */
+/* The words of cvtne2ps_pbh(b, a) (a low, b high), interleaved: word pair
+ * i = (a[i], b[i]), the bf16 pairs of two f32 vectors. */
+#define ILV_PAIRS                                                                           \
+    _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, \
+                     6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0)
 
 /* One unit's chunk: the softmax over S^T [KB][MQ] (nk keys) of scores in
  * log2 units (scale * log2(e) * q.k, as dot_rows stores them), updating m
@@ -596,10 +615,7 @@ AMX_TARGET static void amx_body(const rkv__attend_ctx *c, const pair_task *t) {
  * correction differs from 1. */
 DOT_TARGET static bool dot_softmax(const float *st, uint32_t *pp, int64_t nk, float *m,
                                    float *lsum, float *corr) {
-    /* bf16 of two f32 vectors, interleaved: lane i = (a[i], b[i]) */
-    const __m512i ilv = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
-                                         24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17,
-                                         1, 16, 0);
+    const __m512i ilv = ILV_PAIRS;
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     bool scaled = false;
     for (int v = 0; v < QV; v++) {
@@ -665,9 +681,7 @@ DOT_TARGET static bool dot_softmax(const float *st, uint32_t *pp, int64_t nk, fl
 DOT_INLINE void fused_band(const int R, const uint32_t *const *krow, const uint32_t *qt,
                            int64_t P, const float *c1f, const float *m, float *sums,
                            __mmask16 *over, uint32_t *pp) {
-    const __m512i ilv = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
-                                         24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17,
-                                         1, 16, 0);
+    const __m512i ilv = ILV_PAIRS;
     __m512 acc[6][QV];
 #pragma GCC unroll 6
     for (int r = 0; r < R; r++)
@@ -780,14 +794,13 @@ DOT_TARGET static void dot_body(const rkv__attend_ctx *c, const pair_task *t) {
     }
 }
 
+/* The two engines' tasks (their bodies out of line, as the kernels' code). */
 void rkv__amx_task(void *ctx, int64_t task, int thread) {
-    pair_task t;
-    task_begin(ctx, task, thread, &t);
+    const pair_task t = task_begin(ctx, task, thread);
     amx_body(ctx, &t);
 }
 void rkv__bf16dot_task(void *ctx, int64_t task, int thread) {
-    pair_task t;
-    task_begin(ctx, task, thread, &t);
+    const pair_task t = task_begin(ctx, task, thread);
     dot_body(ctx, &t);
 }
 

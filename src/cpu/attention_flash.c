@@ -75,7 +75,7 @@ static int64_t flash_umax(int64_t D) {
     return u;
 }
 
-/* A thread's scratch, carved from one buffer (flash_carve). */
+/* A thread's scratch, carved from one buffer (flash_scratch_bytes). */
 typedef struct {
     int64_t *slots;       /* [N] visible slots of the row            */
     float *qt, *ot;       /* [units][D][MQ] per unit                 */
@@ -85,21 +85,31 @@ typedef struct {
     float *zero_row;      /* [D] zeros for padding keys               */
 } flash_scratch;
 
-/* Carves *s from mem (NULL: only sizes it); returns the bytes it takes. */
-static size_t flash_carve(void *mem, int64_t D, int64_t N, int64_t units, flash_scratch *s) {
-    const size_t f = sizeof(float), d = (size_t)D, unit = (size_t)units * d * MQ * f;
-    size_t at = 0;
-    s->slots = rkv__carve(mem, &at, (size_t)N * sizeof(int64_t));
-    s->qt = rkv__carve(mem, &at, unit);
-    s->ot = rkv__carve(mem, &at, unit);
-    s->st = rkv__carve(mem, &at, KB * MQ * f);
-    s->kbuf = rkv__carve(mem, &at, KB * d * f);
-    s->vbuf = rkv__carve(mem, &at, KB * d * f);
-    s->krow = rkv__carve(mem, &at, KB * sizeof(float *));
-    s->vrow = rkv__carve(mem, &at, KB * sizeof(float *));
-    s->zero_row = rkv__carve(mem, &at, d * f);
-    if (mem) memset(s->zero_row, 0, d * f);
-    return at;
+static size_t flash_scratch_bytes(int64_t D, int64_t N, int64_t units) {
+    const size_t f = sizeof(float), d = (size_t)D, u = (size_t)units;
+    return RKV__ALIGN64((size_t)N * sizeof(int64_t)) + 2 * RKV__ALIGN64(u * d * MQ * f) +
+           RKV__ALIGN64(KB * MQ * f) + 2 * RKV__ALIGN64(KB * d * f) +
+           2 * RKV__ALIGN64(KB * sizeof(float *)) + RKV__ALIGN64(d * f);
+}
+
+/* Carves the scratch of flash_scratch_bytes from mem, in that order. (Its
+ * own pointer arithmetic, not rkv__carve's integers: the kernel's code
+ * stays as it was measured.) */
+static flash_scratch flash_carve(void *mem, int64_t D, int64_t N, int64_t units) {
+    const size_t f = sizeof(float), d = (size_t)D, u = (size_t)units;
+    uint8_t *p = mem;
+    flash_scratch s;
+    s.slots = (int64_t *)p, p += RKV__ALIGN64((size_t)N * sizeof(int64_t));
+    s.qt = (float *)p, p += RKV__ALIGN64(u * d * MQ * f);
+    s.ot = (float *)p, p += RKV__ALIGN64(u * d * MQ * f);
+    s.st = (float *)p, p += RKV__ALIGN64(KB * MQ * f);
+    s.kbuf = (float *)p, p += RKV__ALIGN64(KB * d * f);
+    s.vbuf = (float *)p, p += RKV__ALIGN64(KB * d * f);
+    s.krow = (const float **)p, p += RKV__ALIGN64(KB * sizeof(float *));
+    s.vrow = (const float **)p, p += RKV__ALIGN64(KB * sizeof(float *));
+    s.zero_row = (float *)p;
+    memset(s.zero_row, 0, d * f);
+    return s;
 }
 
 /* The copies; the kernel file undefines VL, FLASH_TARGET and FLASH_NAME. */
@@ -170,10 +180,7 @@ static pthread_once_t kernel_once = PTHREAD_ONCE_INIT;
 static void init_kernel(void) {
     const rkv__cpu cpu = rkv__cpu_read();
     const rkv__isa cap = isa_cap();
-    rkv__isa isa = rkv__isa_pick(&cpu, cap);
-#if !(defined(__x86_64__) && defined(__GNUC__))
-    isa = RKV__ISA_GENERIC; /* the only kernel compiled here */
-#endif
+    const rkv__isa isa = rkv__isa_pick(&cpu, cap); /* generic where only it is built */
     picked = engine_of(isa);
     kernel_name = rkv__isa_name(isa);
     const char *asked = rkv__isa_name(cap);
@@ -210,8 +217,7 @@ static rkv_status attend_on(const struct rkv__cpu_layer *layer, const rkv_attent
         return rkv__parallel_for(pool, rkv__attend_tasks(&c, UMAX),
                                  rkv__amx_scratch_bytes(D, layer->total_slots), e.bf16, &c);
     const int64_t tasks = rkv__attend_tasks(&c, flash_umax(D));
-    flash_scratch sizes;
-    return rkv__parallel_for(pool, tasks, flash_carve(NULL, D, layer->total_slots, c.units, &sizes),
+    return rkv__parallel_for(pool, tasks, flash_scratch_bytes(D, layer->total_slots, c.units),
                              e.flash, &c);
 }
 
@@ -231,10 +237,6 @@ rkv_status rkv__attend_engine(const rkv_layer *pub, const rkv_attention_args *ca
     if ((unsigned)isa >= RKV__ISA_COUNT || rkv__isa_pick(&cpu, isa) != isa)
         return rkv__fail(RKV_ERR_INVALID_ARG, "%s: this CPU has no %s engine", what,
                          rkv__isa_name(isa) ? rkv__isa_name(isa) : "such");
-#if !(defined(__x86_64__) && defined(__GNUC__))
-    if (isa != RKV__ISA_GENERIC)
-        return rkv__fail(RKV_ERR_INVALID_ARG, "%s: only the generic kernel is built", what);
-#endif
     if (!caller) return rkv__fail(RKV_ERR_NULL, "%s: args is NULL", what);
     rkv_attention_args a;
     const rkv_backend_storage storage = {layer->kv, layer->written, NULL};

@@ -1,8 +1,5 @@
-/* A fixed pool of worker threads for the CPU kernels: threads are created
- * once (rkv_threadpool_create) and reused by every call; a call splits its
- * work into tasks that workers and the calling thread take from a shared
- * counter. Each task is computed by exactly one thread with a fixed
- * arithmetic order, so results do not depend on the thread count. */
+/* The thread pool (ringkv_cpu.h): a call's tasks are taken by the workers
+ * and the calling thread from a shared counter, each run by one thread. */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
 #include <stdatomic.h>
@@ -122,15 +119,14 @@ void rkv_threadpool_destroy(rkv_threadpool *pool) {
 
 int rkv_threadpool_size(const rkv_threadpool *pool) { return pool ? pool->n_threads : 0; }
 
-static rkv_threadpool *default_pool;
-static rkv_status default_status = RKV_OK;
+static rkv_threadpool *default_pool; /* stays NULL when its creation fails */
 static pthread_once_t default_once = PTHREAD_ONCE_INIT;
 
-static void make_default(void) { default_status = rkv_threadpool_create(0, &default_pool); }
+static void make_default(void) { (void)rkv_threadpool_create(0, &default_pool); }
 
 rkv_threadpool *rkv__default_pool(void) {
     pthread_once(&default_once, make_default);
-    return default_status == RKV_OK ? default_pool : NULL;
+    return default_pool;
 }
 
 /* Grows every thread's scratch buffer to at least `bytes`. */
