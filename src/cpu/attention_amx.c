@@ -43,8 +43,8 @@
  * bits (the tile unit's internal summation order is its own, and the two
  * sum l in different orders), not in accuracy.
  *
- * Compiled where the compiler knows AMX (RKV_HAVE_AMX, isa.h); elsewhere
- * the tasks are stubs that the engine choice (rkv__isa_pick) never picks. */
+ * The tasks are compiled where the compiler knows AMX (RKV_HAVE_AMX, isa.h);
+ * elsewhere the engine choice (rkv__isa_pick) never picks them. */
 #define _GNU_SOURCE
 #include <stdbool.h>
 #include <stdint.h>
@@ -803,14 +803,4 @@ void rkv__bf16dot_task(void *ctx, int64_t task, int thread) {
     const pair_task t = task_begin(ctx, task, thread);
     dot_body(ctx, &t);
 }
-
-#else /* no AMX support in this compiler / architecture */
-
-void rkv__amx_task(void *ctx, int64_t task, int thread) {
-    (void)ctx, (void)task, (void)thread;
-}
-void rkv__bf16dot_task(void *ctx, int64_t task, int thread) {
-    (void)ctx, (void)task, (void)thread;
-}
-
-#endif
+#endif /* RKV_HAVE_AMX */

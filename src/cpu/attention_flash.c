@@ -56,8 +56,6 @@ typedef uint16_t vh_4 __attribute__((vector_size(8)));
 #define vmax(a, b) vblend((a) > (b), (a), (b))
 #define vblend(m, a, b) ((vf)(((m) & (vi)(a)) | (~(m) & (vi)(b))))
 
-typedef rkv__attend_ctx flash_ctx;
-
 /* A task takes up to UMAX (query head, query tile) units of one KV head
  * (GQA: the query heads of a KV head read the same keys and values) and
  * prepares each chunk of keys and values once for all of them: read from
@@ -145,9 +143,11 @@ typedef struct engine {
  * included once per ISA above (FN(flash_task, FLASH_NAME)). */
 static engine engine_of(rkv__isa isa) {
     switch (isa) {
-#if defined(__x86_64__) && defined(__GNUC__)
+#ifdef RKV_HAVE_AMX /* else never picked (isa.h) */
     case RKV__ISA_AMX: return (engine){flash_task_avx512, rkv__amx_task};
     case RKV__ISA_AVX512BF16: return (engine){flash_task_avx512, rkv__bf16dot_task};
+#endif
+#if defined(__x86_64__) && defined(__GNUC__)
     case RKV__ISA_AVX512: return (engine){flash_task_avx512, NULL};
     case RKV__ISA_AVX2: return (engine){flash_task_avx2, NULL};
 #endif
@@ -206,7 +206,7 @@ static rkv_status attend_on(const struct rkv__cpu_layer *layer, const rkv_attent
     rkv_threadpool *pool = args->pool ? args->pool : rkv__default_pool();
     if (!pool) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: no thread pool", what);
     const int64_t D = layer->g.d_head;
-    flash_ctx c = {
+    rkv__attend_ctx c = {
         .layer = layer,
         .args = args,
         .pool = pool,

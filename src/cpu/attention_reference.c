@@ -59,15 +59,14 @@ rkv_status rkv__attend_reference_run(void *ctx, const void *impl, const rkv_atte
     const float scale = args->scale != 0.0f ? args->scale : 1.0f / sqrtf((float)D);
     const size_t N = (size_t)layer->total_slots;
 
+    const size_t nd = N * (size_t)D;
     int64_t *slots = malloc(N * sizeof *slots);
-    float *keys = malloc(N * (size_t)D * sizeof *keys);
-    float *values = malloc(N * (size_t)D * sizeof *values);
-    float *scores = malloc(N * sizeof *scores);
-    float *q = malloc((size_t)D * sizeof *q), *acc = malloc((size_t)D * sizeof *acc);
-    if (!slots || !keys || !values || !scores || !q || !acc) {
-        free(slots), free(keys), free(values), free(scores), free(q), free(acc);
+    float *keys = malloc((2 * nd + N + 2 * (size_t)D) * sizeof *keys); /* and the rest: */
+    if (!slots || !keys) {
+        free(slots), free(keys);
         return rkv__fail(RKV_ERR_NO_MEMORY, "rkv_layer_attend: out of memory");
     }
+    float *values = keys + nd, *scores = values + nd, *q = scores + N, *acc = q + D;
 
     for (int64_t b = 0; b < args->batch; b++) {
         const int64_t n = rkv__gather_visible_slots(layer, args, b, slots);
@@ -102,6 +101,6 @@ rkv_status rkv__attend_reference_run(void *ctx, const void *impl, const rkv_atte
                 }
         }
     }
-    free(slots), free(keys), free(values), free(scores), free(q), free(acc);
+    free(slots), free(keys);
     return RKV_OK;
 }

@@ -106,18 +106,16 @@ static rkv_status cpu_synchronize(void *ctx) {
 /* The reference's row (SEM 3 step 2) of session s at clock f, from the bits
  * as they are now: written AND the session's span, minus the ring frame a
  * write step is about to overwrite. */
-static void visible_row(const cpu_layer *l, int64_t s, int64_t f, uint8_t *row) {
-    const int64_t C = l->capacity, lo = s * C;
-    memset(row, 0, (size_t)l->total_slots);
-    memcpy(row + lo, l->written + lo, (size_t)C);
-    int write;
-    const int64_t slot = rkv_ring_slot(&l->g, f, &write);
-    if (write) memset(row + lo + slot * l->g.tokens_per_frame, 0, (size_t)l->g.tokens_per_frame);
-}
 static rkv_status cpu_visible_row(void *ctx, const void *layer, const int64_t *session_idx,
                                   const int64_t *frame_pos, uint8_t *row) {
     (void)ctx;
-    visible_row(layer, session_idx[0], frame_pos[0], row);
+    const cpu_layer *l = layer;
+    const int64_t C = l->capacity, lo = session_idx[0] * C;
+    memset(row, 0, (size_t)l->total_slots);
+    memcpy(row + lo, l->written + lo, (size_t)C);
+    int write;
+    const int64_t slot = rkv_ring_slot(&l->g, frame_pos[0], &write);
+    if (write) memset(row + lo + slot * l->g.tokens_per_frame, 0, (size_t)l->g.tokens_per_frame);
     return RKV_OK;
 }
 
@@ -139,7 +137,6 @@ static void copy_frame(const cpu_layer *l, const uint8_t *kv, int64_t batch, int
 static rkv_status cpu_upsert(void *ctx, void *layer, const void *kv, int64_t batch,
                              const int64_t *frame_pos, const int64_t *session_idx, int commit,
                              uint8_t *visible) {
-    (void)ctx;
     const cpu_layer *l = layer;
     const int64_t T = l->g.tokens_per_frame, C = l->capacity, L = l->ring_len;
 
@@ -147,7 +144,7 @@ static rkv_status cpu_upsert(void *ctx, void *layer, const void *kv, int64_t bat
     for (int64_t b = 0; b < batch; b++) copy_frame(l, kv, batch, b, session_idx[b] * C + L);
 
     /* 2. visibility row, before the commit */
-    if (visible) visible_row(l, session_idx[0], frame_pos[0], visible);
+    if (visible) cpu_visible_row(ctx, l, session_idx, frame_pos, visible);
 
     /* 3. commit: ring slot on write steps, scratch (again) otherwise */
     if (commit)

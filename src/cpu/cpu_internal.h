@@ -65,7 +65,8 @@ static inline int64_t rkv__attend_tasks(rkv__attend_ctx *c, int64_t umax) {
  * has its engines: rkv__cpu_read, isa.h): whether a layer suits the path
  * (bf16 storage, d_head a multiple of 32, <= 512); the per-thread scratch
  * of tasks of up to RKV__UMAX units (rkv__attend_tasks); the task on the
- * AMX engine and on the AVX512-BF16 engine (ctx: a rkv__attend_ctx). */
+ * AMX engine and on the AVX512-BF16 engine (ctx: a rkv__attend_ctx; built
+ * where RKV_HAVE_AMX is). */
 bool rkv__amx_fits(const struct rkv__cpu_layer *l);
 size_t rkv__amx_scratch_bytes(int64_t D, int64_t N);
 void rkv__amx_task(void *ctx, int64_t task, int thread);
