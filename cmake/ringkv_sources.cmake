@@ -11,7 +11,6 @@ set(RKV_SOURCES
   src/dtype.c
   src/geometry.c
   src/layer.c
-  src/cpu/layer_cpu.c
   src/visibility.c
   src/backend.c
   src/model.c
@@ -24,7 +23,6 @@ set(RKV_SOURCES
   src/snapshot_header.c
   src/snapshot_file.c
   src/atomic_file.c
-  src/cpu/attention.c
   src/cpu/attention_reference.c
   src/cpu/attention_flash.c
   src/cpu/attention_amx.c

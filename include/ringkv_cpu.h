@@ -57,27 +57,26 @@ RKV_API int rkv_threadpool_size(const rkv_threadpool *pool);
  * layer's bytes: wrap its storage on this table (rkv_layer_wrap(
  * rkv_backend_cpu_reference(), NULL, geometry, &{kv, written, NULL}, &ref),
  * ringkv_backend.h) and call rkv_layer_attend(ref, args): the same
- * arguments, checks and errors. Replaces rkv_layer_attend_reference. */
+ * arguments, checks and errors. */
 RKV_API const struct rkv_backend_ops *rkv_backend_cpu_reference(void);
 
-/* Instruction set rkv_layer_attend uses on this CPU: "amx", "avx512",
- * "avx2" or "generic" (static string), best first, or "avx512bf16" when
- * asked for. "amx" and "avx512bf16": bf16 storage with d_head a multiple of
- * 32 (<= 512) runs on bf16 pair products -- the AMX tile unit, or
- * AVX512-BF16's VDPBF16PS -- with queries and softmax weights rounded to
- * bf16 and f32 accumulation (bf16-level error, ~2e-3 relative); everything
- * else runs on AVX-512. The environment variable RKV_ISA (same names, any
- * case), read once, caps the choice (RKV_ISA=avx512: no bf16 pairs); empty
- * counts as unset, an unknown name is ignored with one line on stderr, and
- * a name this CPU (or its OS) does not offer runs the best kernel below it,
- * said in one line on stderr naming both; "avx512bf16" is chosen only when
- * RKV_ISA names it (docs/cpu.md says why).
+/* Instruction set rkv_layer_attend uses on this CPU (static string), best
+ * first: "amx", "avx512bf16" (by default on AMD CPUs only; docs/cpu.md
+ * says why), "avx512", "avx2" or "generic". "amx" and "avx512bf16": bf16
+ * storage with d_head a multiple of 32 (<= 512) runs on bf16 pair products
+ * -- the AMX tile unit, or AVX512-BF16's VDPBF16PS -- with queries and
+ * softmax weights rounded to bf16 and f32 accumulation (bf16-level error,
+ * ~2e-3 relative); everything else runs on AVX-512. The environment
+ * variable RKV_ISA (same names, any case), read once, caps the choice
+ * (RKV_ISA=avx512: no bf16 pairs); empty counts as unset, an unknown name
+ * is ignored with one line on stderr, and a name this CPU (or its OS) does
+ * not offer runs the best kernel below it, said in one line on stderr
+ * naming both.
  * layer NULL: the CPU's choice. A layer: the set rkv_layer_attend uses for
  * it, "avx512" where the CPU's choice is "amx" or "avx512bf16" and the
  * layer's dtype or d_head does not suit the bf16 pair path; "reference"
  * for a layer on rkv_backend_cpu_reference() (its attention is the oracle,
- * not a kernel of this list); NULL for a layer of another backend (replaces
- * rkv_layer_attention_isa). */
+ * not a kernel of this list); NULL for a layer of another backend. */
 RKV_API const char *rkv_attention_isa(const rkv_layer *layer);
 
 

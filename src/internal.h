@@ -135,7 +135,7 @@ void rkv__layer_borrow(struct rkv_layer *l, const rkv_backend_ops *ops,
  * layer or one on another backend. */
 const struct rkv__cpu_layer *rkv__cpu_layer_of(const rkv_layer *layer, const char *what);
 
-/* The CPU backend's layer (src/cpu/layer_cpu.c): host storage. */
+/* The CPU backend's layer (src/cpu/backend_cpu.c): host storage. */
 struct rkv__cpu_layer {
     rkv_geometry g;
     int64_t ring_len;     /* L = RF*T                      */
@@ -213,33 +213,7 @@ static inline rkv_status rkv__span_piece(const rkv_geometry *g, const char *what
     return RKV_OK;
 }
 
-/* ---- the CPU backend's layers (cpu/layer_cpu.c; unchecked) ---- */
-/* A layer of geometry g (valid): its own zeroed storage (kv NULL) or the
- * caller's kv and written (kept as they are, never freed). */
-rkv_status rkv__cpu_layer_create(const rkv_geometry *g, void *kv, uint8_t *written,
-                                 struct rkv__cpu_layer **out);
-void rkv__cpu_layer_destroy(struct rkv__cpu_layer *l);
-void rkv__cpu_reset(struct rkv__cpu_layer *l, int64_t session);
-/* The address of a (valid) span piece. */
-uint8_t *rkv__cpu_span_at(const struct rkv__cpu_layer *l, int64_t session, rkv_span_part part,
-                          int64_t head);
-void rkv__cpu_copy_span(struct rkv__cpu_layer *l, int64_t src_session, int64_t dst_session);
-/* The reference's visibility row of session s at clock f into row [N]. */
-void rkv__cpu_visible_row(const struct rkv__cpu_layer *l, int64_t s, int64_t f, uint8_t *row);
-/* The upsert of SEM 3 (the CPU table's upsert). */
-void rkv__upsert_run(const struct rkv__cpu_layer *layer, const void *kv, int64_t batch,
-                     const int64_t *frame_pos, const int64_t *session_idx, int commit,
-                     uint8_t *visible);
-/* The reference attention (the test oracle) on arguments already checked
- * (the reference table's attend; cpu/attention_reference.c). */
-rkv_status rkv__attend_reference_run(const struct rkv__cpu_layer *layer,
-                                     const rkv_attention_args *args);
-/* The fast attention on arguments already checked, in this library's
- * layout (the CPU table's attend; cpu/attention_flash.c). */
-rkv_status rkv__attend_run(const struct rkv__cpu_layer *layer, const rkv_attention_args *args,
-                           const char *what);
-
-/* ---- host buffers that must not overlap ---- */
+/* ---- host buffers that must not overlap (layer.c) ---- */
 /* One host buffer a call reads or writes: [p, p + bytes), named for the
  * message. NULL or 0 bytes: none. */
 typedef struct rkv__buf {

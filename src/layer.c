@@ -1,6 +1,6 @@
 /* One layer on any backend (SEMANTICS 2-5): the public rkv_layer_* calls,
  * each checking its arguments once before the table's unchecked operation
- * (src/cpu/layer_cpu.c, src/cuda/layer.cu). */
+ * (src/cpu/backend_cpu.c, src/cuda/layer.cu). */
 #include <stdlib.h>
 #include <string.h>
 

@@ -1,9 +1,8 @@
 /* Attention over the ring with bf16 pair products (SEMANTICS 5), for bf16
  * storage and d_head a multiple of 32 (<= 512). The same tiled online
- * softmax as attention_flash.c over units of (session row, query head, tile
- * of MQ = 64 queries) -- a task takes several units of one KV head, so each
- * chunk of keys is packed once for them -- with both products on bf16
- * dot-product hardware, one of two engines:
+ * softmax and task split as attention_flash.c (cpu_internal.h), each chunk
+ * of keys packed once per task, with both products on bf16 dot-product
+ * hardware, one of two engines:
  *  - "amx": Intel AMX tiles (TDPBF16PS, 16x16 f32 blocks);
  *  - "avx512bf16": AVX512-BF16's VDPBF16PS (16 f32 lanes, each summing two
  *    bf16 products), for CPUs without AMX (AMD Zen 4 and later, Intel
@@ -22,9 +21,9 @@
  *   V   B operand: VP[p][d] = the u32 pair (V[2p][d], V[2p+1][d]), two key
  *       rows interleaved element by element: [64][D] u32.
  *
- * AVX512-BF16, scores by key (dot_body): S^T [128 k][64 q] = K . Q^T with
- * the keys' rows as the broadcast operand as stored and Q^T pairs
- * (QT[p][q] = (Q[q][2p], Q[q][2p+1]), once per task), in log2 units; the
+ * AVX512-BF16, scores by key (dot_body): S^T [128 k][64 q] =
+ * K . Q^T with the keys' rows as the broadcast operand as stored and Q^T
+ * pairs (QT[p][q] = (Q[q][2p], Q[q][2p+1]), once per task), in log2 units; the
  * softmax runs down the keys with 16 queries a vector (no horizontal
  * reduction); the weights as pairs PP[p][q] = (P[q][2p], P[q][2p+1]) are
  * the broadcast operand of O += P . V, against VP in in-lane order
@@ -36,19 +35,16 @@
  * the probabilities P are rounded to bf16 before P . V (their sum l is of
  * the unrounded values); products and sums are f32. The error is bf16-level,
  * ~1e-3 norm-wise relative, against 1e-2 allowed for bf16 inputs by
- * SEMANTICS 5. The tile unit treats bf16 subnormal inputs as zero. Each
- * output is computed by one thread in a fixed order: results do not depend
- * on the thread count. A NaN in Q, K or V reaches the outputs it touches.
+ * SEMANTICS 5. The tile unit treats bf16 subnormal inputs as zero. A NaN
+ * in Q, K or V reaches the outputs it touches.
  *
  * Both engines compute each score and output accumulator from the same
  * bf16 pairs in the same order of pairs; they may still differ in the last
  * bits (the tile unit's internal summation order is its own, and the two
  * sum l in different orders), not in accuracy.
  *
- * Compiled only where the compiler knows AMX (RKV_HAVE_AMX, isa.h: GCC >= 11,
- * Clang >= 12 on x86-64 Linux); elsewhere the tasks are stubs that the
- * engine choice never picks. Which CPUs get which engine: rkv__isa_pick
- * (isa.h), over the facts rkv__cpu_read finds. */
+ * The tasks are compiled where the compiler knows AMX (RKV_HAVE_AMX, isa.h);
+ * elsewhere the engine choice (rkv__isa_pick) never picks them. */
 #define _GNU_SOURCE
 #include <stdbool.h>
 #include <stdint.h>
@@ -56,28 +52,56 @@
 
 #include "cpu_internal.h"
 
-#define MQ 64  /* queries per task tile (as attention_flash.c)  */
-#define KB 128 /* keys per chunk                               */
-#define UMAX 8 /* (query head, query tile) units per task, most  */
-
-static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
-
-size_t rkv__amx_scratch_bytes(int64_t D, int64_t N) {
-    const size_t d = (size_t)D;
-    return align64((size_t)N * sizeof(int64_t)) + align64(UMAX * MQ * d * 2) /* q  */ +
-           align64(MQ * KB * 4) /* s */ + align64(MQ * KB * 2) /* p */ +
-           align64(UMAX * MQ * d * 4) /* o */ + align64(d / 2 * KB * 4) /* kt */ +
-           align64(KB / 2 * d * 4) /* vp */;
-}
-
-/* The work of one (row b, KV head) is G x tiles units (query head of the
- * KV head's group, tile of MQ queries), in that order; a task takes up to
- * UMAX consecutive units and packs each chunk of keys and values once for
- * all of them (the split: rkv__attend_tasks). */
-int64_t rkv__amx_tasks(rkv__attend_ctx *c) { return rkv__attend_tasks(c, MQ, UMAX); }
+#define MQ RKV__MQ
+#define KB RKV__KB
+#define UMAX RKV__UMAX
 
 bool rkv__amx_fits(const struct rkv__cpu_layer *l) {
     return l->g.dtype == RKV_DTYPE_BF16 && l->g.d_head % 32 == 0 && l->g.d_head <= 512;
+}
+
+/* A task's setup, shared by both engines: its units (task_units), the
+ * row's visible slots (n of them) and its scratch (pair_carve), each area
+ * as the AMX engine uses it; the AVX512-BF16 engine keeps Q^T in q, the
+ * pairs PP in p and stages Q in k. */
+typedef struct pair_task {
+    int64_t gn, b, kvh, n;
+    int64_t rows[UMAX];
+    size_t qbase[UMAX];
+    int64_t *slots;
+    void *q;   /* [UMAX][MQ][D] bf16 */
+    float *s;  /* [MQ][KB] */
+    void *p;   /* [MQ][KB] bf16 */
+    float *o;  /* [UMAX][MQ][D] */
+    void *k;   /* [D/2][KB] u32 */
+    uint32_t *vp; /* [KB/2][D] */
+} pair_task;
+
+/* The next piece of `bytes` of a scratch layout, at *at from base. */
+static void *carve(void *base, size_t *at, size_t bytes) {
+    void *p = (void *)((uintptr_t)base + *at);
+    *at += RKV__ALIGN64(bytes);
+    return p;
+}
+
+/* Carves t's scratch areas from mem (NULL: only sizes them, the pointers
+ * unused); returns the bytes they take. */
+static size_t pair_carve(void *mem, int64_t D, int64_t N, pair_task *t) {
+    const size_t d = (size_t)D;
+    size_t at = 0;
+    t->slots = carve(mem, &at, (size_t)N * sizeof(int64_t));
+    t->q = carve(mem, &at, UMAX * MQ * d * 2);
+    t->s = carve(mem, &at, MQ * KB * 4);
+    t->p = carve(mem, &at, MQ * KB * 2);
+    t->o = carve(mem, &at, UMAX * MQ * d * 4);
+    t->k = carve(mem, &at, d / 2 * KB * 4);
+    t->vp = carve(mem, &at, KB / 2 * d * 4);
+    return at;
+}
+
+size_t rkv__amx_scratch_bytes(int64_t D, int64_t N) {
+    pair_task t;
+    return pair_carve(NULL, D, N, &t);
 }
 
 #ifdef RKV_HAVE_AMX
@@ -87,9 +111,8 @@ bool rkv__amx_fits(const struct rkv__cpu_layer *l) {
 #define AMX_TARGET                                                                    \
     __attribute__((target("amx-tile,amx-bf16,avx512f,avx512vl,avx512bw,avx512dq,"     \
                           "avx512bf16,fma,avx2")))
-/* Everything but the tile unit: the softmax, the packing, the AVX512-BF16
- * engine and the task body (which calls the AMX engine's functions, never
- * inlined into it, only when the CPU has AMX). */
+/* Everything but the AMX engine: the softmax, the packing, the AVX512-BF16
+ * engine. */
 #define DOT_TARGET                                                                    \
     __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512bf16,fma,avx2")))
 
@@ -209,8 +232,6 @@ static const tile_config amx_config = {
     .rows = {16, 16, 16, 16, 16, 16, 16, 16},
 };
 
-AMX_TARGET static void amx_begin(void) { _tile_loadconfig(&amx_config); }
-AMX_TARGET static void amx_end(void) { _tile_release(); }
 
 AMX_TARGET static void amx_pairs(float *c, size_t ldc, bool accumulate, const uint16_t *a,
                                  size_t lda, const uint32_t *b, size_t ldb, int64_t M, int64_t N,
@@ -345,9 +366,9 @@ DOT_TARGET static void dot_strided(float *c, size_t ldc, bool accumulate, const 
 
 /* ---- what both engines' tasks share ------------------------------------- */
 
-/* A task's units (the split: rkv__attend_tasks): session row *b, KV head
- * *kvh, and per unit g < the count returned its query rows (<= MQ) and the
- * offset of its first query in q / out. */
+/* Task `task`'s units (rkv__attend_tasks' numbering): session row *b, KV
+ * head *kvh, and per unit g < the count returned its query rows (<= MQ)
+ * and the offset of its first query in q / out. */
 static int64_t task_units(const rkv__attend_ctx *c, int64_t task, int64_t *b, int64_t *kvh,
                           int64_t rows[UMAX], size_t qbase[UMAX]) {
     const int64_t D = c->layer->g.d_head, Hq = c->args->n_q_heads, Tq = c->tq;
@@ -364,41 +385,13 @@ static int64_t task_units(const rkv__attend_ctx *c, int64_t task, int64_t *b, in
     return gn;
 }
 
-/* A task's setup, shared by both engines: its units (task_units), the
- * row's visible slots (n of them) and its scratch (rkv__amx_scratch_bytes),
- * each area as the AMX engine uses it; the AVX512-BF16 engine keeps Q^T in
- * q, the pairs PP in p and stages Q in k. */
-typedef struct pair_task {
-    int64_t gn, b, kvh, n;
-    int64_t rows[UMAX];
-    size_t qbase[UMAX];
-    int64_t *slots;
-    void *q;   /* [UMAX][MQ][D] bf16 */
-    float *s;  /* [MQ][KB] */
-    void *p;   /* [MQ][KB] bf16 */
-    float *o;  /* [UMAX][MQ][D] */
-    void *k;   /* [D/2][KB] u32 */
-    uint32_t *vp; /* [KB/2][D] */
-} pair_task;
-
-static void task_begin(const rkv__attend_ctx *c, int64_t task, int thread, pair_task *t) {
-    const size_t d = (size_t)c->layer->g.d_head;
-    t->gn = task_units(c, task, &t->b, &t->kvh, t->rows, t->qbase);
-    uint8_t *mem = rkv__thread_scratch(c->pool, thread);
-    t->slots = (int64_t *)mem;
-    mem += align64((size_t)c->layer->total_slots * sizeof(int64_t));
-    t->q = mem;
-    mem += align64(UMAX * MQ * d * 2);
-    t->s = (float *)mem;
-    mem += align64(MQ * KB * 4);
-    t->p = mem;
-    mem += align64(MQ * KB * 2);
-    t->o = (float *)mem;
-    mem += align64(UMAX * MQ * d * 4);
-    t->k = mem;
-    mem += align64(d / 2 * KB * 4);
-    t->vp = (uint32_t *)mem;
-    t->n = rkv__gather_visible_slots(c->layer, c->args, t->b, t->slots);
+static pair_task task_begin(const rkv__attend_ctx *c, int64_t task, int thread) {
+    const struct rkv__cpu_layer *l = c->layer;
+    pair_task t;
+    pair_carve(rkv__thread_scratch(c->pool, thread), l->g.d_head, l->total_slots, &t);
+    t.gn = task_units(c, task, &t.b, &t.kvh, t.rows, t.qbase);
+    t.n = rkv__gather_visible_slots(l, c->args, t.b, t.slots);
+    return t;
 }
 
 /* A unit's queries as bf16 [MQ][D] rows, zero past `rows`; f32 rounded to
@@ -505,7 +498,7 @@ AMX_TARGET static void amx_body(const rkv__attend_ctx *c, const pair_task *t) {
     for (int g = 0; g < UMAX; g++)
         for (int i = 0; i < MQ; i++) mall[g][i] = -INFINITY, lall[g][i] = 0.0f;
 
-    amx_begin();
+    _tile_loadconfig(&amx_config);
 
     /* scores times scale*log2(e): for scale > 0 (the usual) the raw scores'
      * max gives the scaled max, one multiply less per score */
@@ -597,23 +590,21 @@ AMX_TARGET static void amx_body(const rkv__attend_ctx *c, const pair_task *t) {
             amx_pairs(ot, d, true, pb, KB, vp, d, MQ, D, KB / 2);
         } /* heads */
     }
-    amx_end();
+    _tile_release();
 
     for (int64_t g = 0; g < t->gn; g++)
         store_out(a, t->qbase[g], otall + (size_t)g * MQ * d, lall[g], t->rows[g], D, false);
 }
 
-/* ---- the AVX512-BF16 engine's task -----------------------------------------
- * The scores transposed, S^T [keys][queries]: the keys' rows are the A
- * operand as stored (no K^T packing: only the queries are transposed, once
- * per task), and the softmax runs across keys with 16 queries in a vector
- * (running max, sums and corrections lane-wise: no horizontal reduction).
- * Its weights are rounded to bf16 and interleaved key pair by key pair,
- * PP[KB/2][MQ], the A operand of O += P . V; O's correction is applied as
- * its rows are loaded there. Per accumulator the same pairs in the same
- * order as the AMX engine's products. */
+/* ---- the AVX512-BF16 engine's task (scores by key: the header) -------------
+ * O's correction is applied as its rows are loaded for O += P . V. */
 
 #define QV (MQ / 16) /* query vectors of a tile */
+/* The words of cvtne2ps_pbh(b, a) (a low, b high), interleaved: word pair
+ * i = (a[i], b[i]), the bf16 pairs of two f32 vectors. */
+#define ILV_PAIRS                                                                           \
+    _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, \
+                     6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0)
 
 /* One unit's chunk: the softmax over S^T [KB][MQ] (nk keys) of scores in
  * log2 units (scale * log2(e) * q.k, as dot_rows stores them), updating m
@@ -624,10 +615,7 @@ AMX_TARGET static void amx_body(const rkv__attend_ctx *c, const pair_task *t) {
  * correction differs from 1. */
 DOT_TARGET static bool dot_softmax(const float *st, uint32_t *pp, int64_t nk, float *m,
                                    float *lsum, float *corr) {
-    /* bf16 of two f32 vectors, interleaved: lane i = (a[i], b[i]) */
-    const __m512i ilv = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
-                                         24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17,
-                                         1, 16, 0);
+    const __m512i ilv = ILV_PAIRS;
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     bool scaled = false;
     for (int v = 0; v < QV; v++) {
@@ -693,9 +681,7 @@ DOT_TARGET static bool dot_softmax(const float *st, uint32_t *pp, int64_t nk, fl
 DOT_INLINE void fused_band(const int R, const uint32_t *const *krow, const uint32_t *qt,
                            int64_t P, const float *c1f, const float *m, float *sums,
                            __mmask16 *over, uint32_t *pp) {
-    const __m512i ilv = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
-                                         24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17,
-                                         1, 16, 0);
+    const __m512i ilv = ILV_PAIRS;
     __m512 acc[6][QV];
 #pragma GCC unroll 6
     for (int r = 0; r < R; r++)
@@ -808,24 +794,13 @@ DOT_TARGET static void dot_body(const rkv__attend_ctx *c, const pair_task *t) {
     }
 }
 
+/* The two engines' tasks (their bodies out of line, as the kernels' code). */
 void rkv__amx_task(void *ctx, int64_t task, int thread) {
-    pair_task t;
-    task_begin(ctx, task, thread, &t);
+    const pair_task t = task_begin(ctx, task, thread);
     amx_body(ctx, &t);
 }
 void rkv__bf16dot_task(void *ctx, int64_t task, int thread) {
-    pair_task t;
-    task_begin(ctx, task, thread, &t);
+    const pair_task t = task_begin(ctx, task, thread);
     dot_body(ctx, &t);
 }
-
-#else /* no AMX support in this compiler / architecture */
-
-void rkv__amx_task(void *ctx, int64_t task, int thread) {
-    (void)ctx, (void)task, (void)thread;
-}
-void rkv__bf16dot_task(void *ctx, int64_t task, int thread) {
-    (void)ctx, (void)task, (void)thread;
-}
-
-#endif
+#endif /* RKV_HAVE_AMX */

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../attention_check.h"
 #include "cpu_internal.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -23,20 +24,29 @@
  * its ISA: VL = 16 floats on AVX-512, 8 on AVX2, 4 elsewhere (GCC keeps a
  * vector wider than the target's registers in memory: 64-byte vectors made
  * the AVX2 copy 12-20x slower, below the reference, on an AVX2-only CPU).
- * A task's tile is MQV vectors of queries, MQ = MQV * VL = 64 queries on
- * every copy. */
-#define MQ_MAX 64      /* queries per task tile                 */
-#define KB 128         /* keys per chunk: one attention block  */
+ * A unit's tile of MQ = 64 queries is MQV vectors. */
+#define MQ RKV__MQ
+#define MQV (MQ / VL)
+#define KB RKV__KB   /* keys per chunk: one attention block */
+#define UMAX RKV__UMAX
 
-typedef float vf16 __attribute__((vector_size(64)));
-typedef int32_t vi16 __attribute__((vector_size(64)));
-typedef uint16_t vh16 __attribute__((vector_size(32)));
-typedef float vf8 __attribute__((vector_size(32)));
-typedef int32_t vi8 __attribute__((vector_size(32)));
-typedef uint16_t vh8 __attribute__((vector_size(16)));
-typedef float vf4 __attribute__((vector_size(16)));
-typedef int32_t vi4 __attribute__((vector_size(16)));
-typedef uint16_t vh4 __attribute__((vector_size(8)));
+/* FN(a, b): a_b, after expanding b (the copy's names: FN(flash_task,
+ * FLASH_NAME) is flash_task_avx2 in the AVX2 copy). vf, vi, vh: the copy's
+ * vectors of VL floats, int32 and uint16 (vf_16 ... vh_4 below). */
+#define FN2(a, b) a##_##b
+#define FN(a, b) FN2(a, b)
+#define vf FN(vf, VL)
+#define vi FN(vi, VL)
+#define vh FN(vh, VL)
+typedef float vf_16 __attribute__((vector_size(64)));
+typedef int32_t vi_16 __attribute__((vector_size(64)));
+typedef uint16_t vh_16 __attribute__((vector_size(32)));
+typedef float vf_8 __attribute__((vector_size(32)));
+typedef int32_t vi_8 __attribute__((vector_size(32)));
+typedef uint16_t vh_8 __attribute__((vector_size(16)));
+typedef float vf_4 __attribute__((vector_size(16)));
+typedef int32_t vi_4 __attribute__((vector_size(16)));
+typedef uint16_t vh_4 __attribute__((vector_size(8)));
 
 /* Vector helpers are macros, not functions: a function taking or returning
  * a 64-byte vector in the AVX2 and plain copies has no agreed ABI (clang
@@ -46,8 +56,6 @@ typedef uint16_t vh4 __attribute__((vector_size(8)));
 #define vmax(a, b) vblend((a) > (b), (a), (b))
 #define vblend(m, a, b) ((vf)(((m) & (vi)(a)) | (~(m) & (vi)(b))))
 
-typedef rkv__attend_ctx flash_ctx;
-
 /* A task takes up to UMAX (query head, query tile) units of one KV head
  * (GQA: the query heads of a KV head read the same keys and values) and
  * prepares each chunk of keys and values once for all of them: read from
@@ -55,108 +63,74 @@ typedef rkv__attend_ctx flash_ctx;
  * storage). The units' QT and OT stay in L2 with the chunk: at most
  * FLASH_UNIT_BYTES of them (half of a 512 KiB L2: 8 units at d_head 64,
  * 4 at 128, 2 at 256, ...). */
-#define UMAX 8
 #define FLASH_UNIT_BYTES (256 * 1024)
 
 /* Units per task for head dimension D: UMAX, fewer where their QT and OT
  * would pass FLASH_UNIT_BYTES; at least 1. */
 static int64_t flash_umax(int64_t D) {
     int64_t u = UMAX;
-    while (u > 1 && u * 2 * D * MQ_MAX * (int64_t)sizeof(float) > FLASH_UNIT_BYTES) u /= 2;
+    while (u > 1 && u * 2 * D * MQ * (int64_t)sizeof(float) > FLASH_UNIT_BYTES) u /= 2;
     return u;
 }
 
-/* A thread's scratch, carved from one buffer (see flash_scratch_bytes). */
+/* A thread's scratch, carved from one buffer (flash_scratch_bytes). */
 typedef struct {
     int64_t *slots;       /* [N] visible slots of the row            */
-    float *qt, *ot;       /* [units][D][MQ] (the copy's MQ): per unit */
+    float *qt, *ot;       /* [units][D][MQ] per unit                 */
     float *st;            /* [KB][MQ] scores / probabilities          */
     float *kbuf, *vbuf;   /* [KB][D] widened keys / values (bf16/f16) */
     const float **krow, **vrow; /* [KB] row pointers of the chunk     */
     float *zero_row;      /* [D] zeros for padding keys               */
 } flash_scratch;
 
-static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
-
 static size_t flash_scratch_bytes(int64_t D, int64_t N, int64_t units) {
     const size_t f = sizeof(float), d = (size_t)D, u = (size_t)units;
-    return align64((size_t)N * sizeof(int64_t)) + 2 * align64(u * d * MQ_MAX * f) +
-           align64(KB * MQ_MAX * f) + 2 * align64(KB * d * f) + 2 * align64(KB * sizeof(float *)) +
-           align64(d * f);
+    return RKV__ALIGN64((size_t)N * sizeof(int64_t)) + 2 * RKV__ALIGN64(u * d * MQ * f) +
+           RKV__ALIGN64(KB * MQ * f) + 2 * RKV__ALIGN64(KB * d * f) +
+           2 * RKV__ALIGN64(KB * sizeof(float *)) + RKV__ALIGN64(d * f);
 }
 
-static flash_scratch flash_carve(void *mem, int64_t D, int64_t N, int64_t mq, int64_t units) {
-    const size_t f = sizeof(float), d = (size_t)D, MQ = (size_t)mq, u = (size_t)units;
+/* Carves the scratch of flash_scratch_bytes from mem, in that order. (Its
+ * own pointer arithmetic, not rkv__carve's integers: the kernel's code
+ * stays as it was measured.) */
+static flash_scratch flash_carve(void *mem, int64_t D, int64_t N, int64_t units) {
+    const size_t f = sizeof(float), d = (size_t)D, u = (size_t)units;
     uint8_t *p = mem;
     flash_scratch s;
-    s.slots = (int64_t *)p, p += align64((size_t)N * sizeof(int64_t));
-    s.qt = (float *)p, p += align64(u * d * MQ * f);
-    s.ot = (float *)p, p += align64(u * d * MQ * f);
-    s.st = (float *)p, p += align64(KB * MQ * f);
-    s.kbuf = (float *)p, p += align64(KB * d * f);
-    s.vbuf = (float *)p, p += align64(KB * d * f);
-    s.krow = (const float **)p, p += align64(KB * sizeof(float *));
-    s.vrow = (const float **)p, p += align64(KB * sizeof(float *));
+    s.slots = (int64_t *)p, p += RKV__ALIGN64((size_t)N * sizeof(int64_t));
+    s.qt = (float *)p, p += RKV__ALIGN64(u * d * MQ * f);
+    s.ot = (float *)p, p += RKV__ALIGN64(u * d * MQ * f);
+    s.st = (float *)p, p += RKV__ALIGN64(KB * MQ * f);
+    s.kbuf = (float *)p, p += RKV__ALIGN64(KB * d * f);
+    s.vbuf = (float *)p, p += RKV__ALIGN64(KB * d * f);
+    s.krow = (const float **)p, p += RKV__ALIGN64(KB * sizeof(float *));
+    s.vrow = (const float **)p, p += RKV__ALIGN64(KB * sizeof(float *));
     s.zero_row = (float *)p;
     memset(s.zero_row, 0, d * f);
     return s;
 }
 
-#define MQ (MQV * VL) /* of the copy being included */
+/* The copies; the kernel file undefines VL, FLASH_TARGET and FLASH_NAME. */
 #if defined(__x86_64__) && defined(__GNUC__)
 #define VL 16
-#define MQV 4
-#define vf vf16
-#define vi vi16
-#define vh vh16
 #define FLASH_TARGET __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,fma,avx2")))
 #define FLASH_NAME avx512
 #include "attention_flash_kernel.inc"
-#undef FLASH_TARGET
-#undef FLASH_NAME
-#undef VL
-#undef vf
-#undef vi
-#undef vh
-#undef MQV
 /* AVX2 and SSE: vmax as the MAXPS instruction, which is the blend above
  * lane for lane (b where either is NaN), in one µop */
 #undef vmax
 #define VL 8
-#define MQV 8
-#define vf vf8
-#define vi vi8
-#define vh vh8
 #define vmax(a, b) ((vf)_mm256_max_ps((a), (b)))
 #define FLASH_TARGET __attribute__((target("avx2,fma")))
 #define FLASH_NAME avx2
 #include "attention_flash_kernel.inc"
-#undef FLASH_TARGET
-#undef FLASH_NAME
-#undef VL
-#undef MQV
-#undef vf
-#undef vi
-#undef vh
 #undef vmax
 #define vmax(a, b) ((vf)_mm_max_ps((a), (b)))
 #endif
 #define VL 4
-#define MQV 16
-#define vf vf4
-#define vi vi4
-#define vh vh4
 #define FLASH_TARGET
 #define FLASH_NAME generic
 #include "attention_flash_kernel.inc"
-#undef FLASH_TARGET
-#undef FLASH_NAME
-#undef VL
-#undef MQV
-#undef vf
-#undef vi
-#undef vh
-#undef MQ
 
 /* An engine's tasks: bf16 storage with a suitable d_head runs on `bf16`
  * (the pair path, attention_amx.c; NULL: off), everything else on `flash`
@@ -169,9 +143,11 @@ typedef struct engine {
  * included once per ISA above (FN(flash_task, FLASH_NAME)). */
 static engine engine_of(rkv__isa isa) {
     switch (isa) {
-#if defined(__x86_64__) && defined(__GNUC__)
+#ifdef RKV_HAVE_AMX /* else never picked (isa.h) */
     case RKV__ISA_AMX: return (engine){flash_task_avx512, rkv__amx_task};
     case RKV__ISA_AVX512BF16: return (engine){flash_task_avx512, rkv__bf16dot_task};
+#endif
+#if defined(__x86_64__) && defined(__GNUC__)
     case RKV__ISA_AVX512: return (engine){flash_task_avx512, NULL};
     case RKV__ISA_AVX2: return (engine){flash_task_avx2, NULL};
 #endif
@@ -179,10 +155,6 @@ static engine engine_of(rkv__isa isa) {
     }
 }
 
-/* The kernel for this CPU, chosen on first use by rkv__isa_pick (isa.h:
- * the rule and its measurements) over this CPU's facts; RKV_ISA=generic|
- * avx2|avx512|avx512bf16|amx in the environment caps it (for tests and
- * benchmarks). */
 /* RKV_ISA as an engine (any case), or RKV__ISA_COUNT: unset, empty, or not
  * a name -- the latter said once on stderr, since a typo would otherwise
  * silently cost 100x (the plain C kernel). */
@@ -198,23 +170,20 @@ static rkv__isa isa_cap(void) {
     return cap;
 }
 
-static rkv__isa isa_requested; /* isa_cap() of the one pick_kernel call */
-
 static engine picked;
 static const char *kernel_name;
 static pthread_once_t kernel_once = PTHREAD_ONCE_INIT;
-/* Picks the kernel once; a kernel named by RKV_ISA that this CPU (or its
- * OS: AMX needs Linux's permission) does not offer is said once on stderr,
- * with the one that runs instead, as an unknown name is (isa_cap). */
+/* Picks the kernel once (rkv__isa_pick over this CPU's facts, under the
+ * RKV_ISA cap); a kernel named by RKV_ISA that this CPU (or its OS: AMX
+ * needs Linux's permission) does not offer is said once on stderr, with the
+ * one that runs instead, as an unknown name is (isa_cap). */
 static void init_kernel(void) {
     const rkv__cpu cpu = rkv__cpu_read();
-    rkv__isa isa = rkv__isa_pick(&cpu, isa_requested = isa_cap());
-#if !(defined(__x86_64__) && defined(__GNUC__))
-    isa = RKV__ISA_GENERIC; /* the only kernel compiled here */
-#endif
+    const rkv__isa cap = isa_cap();
+    const rkv__isa isa = rkv__isa_pick(&cpu, cap); /* generic where only it is built */
     picked = engine_of(isa);
     kernel_name = rkv__isa_name(isa);
-    const char *asked = rkv__isa_name(isa_requested);
+    const char *asked = rkv__isa_name(cap);
     if (asked && strcmp(asked, kernel_name))
         fprintf(stderr,
                 "ringkv: RKV_ISA=%s asks for the %s kernel, which this CPU does not offer; "
@@ -237,7 +206,7 @@ static rkv_status attend_on(const struct rkv__cpu_layer *layer, const rkv_attent
     rkv_threadpool *pool = args->pool ? args->pool : rkv__default_pool();
     if (!pool) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: no thread pool", what);
     const int64_t D = layer->g.d_head;
-    flash_ctx c = {
+    rkv__attend_ctx c = {
         .layer = layer,
         .args = args,
         .pool = pool,
@@ -245,17 +214,18 @@ static rkv_status attend_on(const struct rkv__cpu_layer *layer, const rkv_attent
         .scale = args->scale != 0.0f ? args->scale : 1.0f / sqrtf((float)D),
     };
     if (e.bf16 && rkv__amx_fits(layer))
-        return rkv__parallel_for(pool, rkv__amx_tasks(&c),
+        return rkv__parallel_for(pool, rkv__attend_tasks(&c, UMAX),
                                  rkv__amx_scratch_bytes(D, layer->total_slots), e.bf16, &c);
-    const int64_t tasks = rkv__attend_tasks(&c, MQ_MAX, flash_umax(D));
+    const int64_t tasks = rkv__attend_tasks(&c, flash_umax(D));
     return rkv__parallel_for(pool, tasks, flash_scratch_bytes(D, layer->total_slots, c.units),
                              e.flash, &c);
 }
 
-rkv_status rkv__attend_run(const struct rkv__cpu_layer *layer, const rkv_attention_args *args,
-                           const char *what) {
+rkv_status rkv__attend_run(void *ctx, const void *layer, const rkv_attention_args *a,
+                           void *workspace, size_t workspace_bytes) {
+    (void)ctx, (void)workspace, (void)workspace_bytes;
     pthread_once(&kernel_once, init_kernel);
-    return attend_on(layer, args, picked, what);
+    return attend_on(layer, a, picked, "rkv_layer_attend");
 }
 
 rkv_status rkv__attend_engine(const rkv_layer *pub, const rkv_attention_args *caller,
@@ -267,12 +237,10 @@ rkv_status rkv__attend_engine(const rkv_layer *pub, const rkv_attention_args *ca
     if ((unsigned)isa >= RKV__ISA_COUNT || rkv__isa_pick(&cpu, isa) != isa)
         return rkv__fail(RKV_ERR_INVALID_ARG, "%s: this CPU has no %s engine", what,
                          rkv__isa_name(isa) ? rkv__isa_name(isa) : "such");
-#if !(defined(__x86_64__) && defined(__GNUC__))
-    if (isa != RKV__ISA_GENERIC)
-        return rkv__fail(RKV_ERR_INVALID_ARG, "%s: only the generic kernel is built", what);
-#endif
-    rkv_attention_args copy;
-    rkv_status st = rkv__attention_take(layer, caller, what, &copy);
-    if (st != RKV_OK) return st;
-    return attend_on(layer, &copy, engine_of(isa), what);
+    if (!caller) return rkv__fail(RKV_ERR_NULL, "%s: args is NULL", what);
+    rkv_attention_args a;
+    const rkv_backend_storage storage = {layer->kv, layer->written, NULL};
+    rkv_status st = rkv__attention_args_load(what, caller, &a);
+    if (st == RKV_OK) st = rkv__attend_args_check(&layer->g, NULL, &storage, &a, true, what);
+    return st == RKV_OK ? attend_on(layer, &a, engine_of(isa), what) : st;
 }

@@ -1,8 +1,8 @@
 /* Private declarations shared by the CPU backend's files only (src/cpu/:
  * the attention engines, the thread pool, the backend table). The core
  * (the files directly in src/) never includes this header: it reaches the
- * CPU engines through the public calls (rkv_layer_attend, ...) and
- * rkv__attend_run (internal.h). */
+ * CPU backend through its table (rkv_backend_cpu) and the calls of
+ * ringkv_cpu.h. */
 #ifndef RKV_CPU_INTERNAL_H
 #define RKV_CPU_INTERNAL_H
 
@@ -10,39 +10,46 @@
 #include "isa.h" /* the CPU's facts and the engine choice */
 #include "ringkv_cpu.h" /* the CPU backend's public calls, defined here */
 
-/* ---- attention (cpu/attention.c) ---- */
-/* The caller's args of an attention call in this library's layout (*copy;
- * src/args.c), every argument checked; `what` names the call. */
-rkv_status rkv__attention_take(const struct rkv__cpu_layer *l, const rkv_attention_args *caller,
-                               const char *what, rkv_attention_args *copy);
-/* Checks every argument of an attention call; `what` names the call. */
-rkv_status rkv__attention_check(const struct rkv__cpu_layer *l, const rkv_attention_args *a,
-                                const char *what);
+/* ---- attention (cpu/attention*.c) ---- */
+/* The attend operations of the CPU table (the fast engines,
+ * cpu/attention_flash.c) and of the reference table (the test oracle,
+ * cpu/attention_reference.c), on arguments already checked. */
+rkv_status rkv__attend_run(void *ctx, const void *layer, const rkv_attention_args *a,
+                           void *workspace, size_t workspace_bytes);
+rkv_status rkv__attend_reference_run(void *ctx, const void *layer, const rkv_attention_args *a,
+                                     void *workspace, size_t workspace_bytes);
 /* Visible slots of row b, ascending (explicit row, or the bits-and-clock
- * rule: ring frames ascending, scratch last) into slots[N]; returns count. */
+ * rule: ring frames ascending, scratch last) into slots[N]; returns count
+ * (cpu/attention_reference.c). */
 int64_t rkv__gather_visible_slots(const struct rkv__cpu_layer *l, const rkv_attention_args *a,
                                   int64_t b, int64_t *slots);
+
+/* The engines' unit of work: one (session row, query head, tile of RKV__MQ
+ * queries); a task takes up to RKV__UMAX units of one KV head and reads the
+ * keys and values in chunks of RKV__KB. */
+#define RKV__MQ 64
+#define RKV__KB 128
+#define RKV__UMAX 8
 
 /* One rkv_layer_attend call, shared by its task functions. */
 typedef struct rkv__attend_ctx {
     const struct rkv__cpu_layer *layer;
     const rkv_attention_args *args;
     rkv_threadpool *pool;
-    int64_t tq;  /* queries per row */
-    float scale; /* softmax scale    */
-    int64_t units; /* (query head, query tile) units per task: set by rkv__amx_tasks on
-                    * the bf16 pair path, by rkv__attend_run on the flash kernel */
+    int64_t tq;    /* queries per row                       */
+    float scale;   /* softmax scale                          */
+    int64_t units; /* units per task (rkv__attend_tasks)     */
 } rkv__attend_ctx;
 
 /* The task split of both CPU attention engines: a task takes up to `umax`
- * consecutive (query head, query tile) units of one (session row, KV head),
- * query tiles of `mq` queries; units per task as many as keep >= 4 tasks a
- * thread (halving from umax). Sets c->units; returns the task count. Each
- * unit's arithmetic is the same whatever the grouping, so outputs depend
- * neither on it nor on the thread count. */
-static inline int64_t rkv__attend_tasks(rkv__attend_ctx *c, int64_t mq, int64_t umax) {
+ * consecutive units of one (session row, KV head), numbered query head
+ * first, then tile; units per task as many as keep >= 4 tasks a thread
+ * (halving from umax). Sets c->units; returns the task count. Each unit's
+ * arithmetic is the same whatever the grouping, so outputs depend neither
+ * on it nor on the thread count. */
+static inline int64_t rkv__attend_tasks(rkv__attend_ctx *c, int64_t umax) {
     const int64_t H = c->layer->g.n_kv_heads, G = c->args->n_q_heads / H;
-    const int64_t per = G * ((c->tq + mq - 1) / mq), rows = c->args->batch * H;
+    const int64_t per = G * ((c->tq + RKV__MQ - 1) / RKV__MQ), rows = c->args->batch * H;
     const int64_t want = 4 * (int64_t)rkv_threadpool_size(c->pool);
     int64_t u = umax;
     while (u > 1 && rows * ((per + u - 1) / u) < want) u /= 2;
@@ -50,14 +57,18 @@ static inline int64_t rkv__attend_tasks(rkv__attend_ctx *c, int64_t mq, int64_t 
     return rows * ((per + u - 1) / u);
 }
 
+/* 64-byte aligned sizes of the pieces the engines carve a thread's scratch
+ * into. */
+#define RKV__ALIGN64(n) (((n) + 63) & ~(size_t)63)
+
 /* The bf16 pair-product attention (cpu/attention_amx.c; whether the CPU
  * has its engines: rkv__cpu_read, isa.h): whether a layer suits the path
- * (bf16 storage, d_head a multiple of 32, <= 512); the per-thread scratch;
- * the task count; the task on the AMX engine and on the AVX512-BF16 engine
- * (ctx: a rkv__attend_ctx). */
+ * (bf16 storage, d_head a multiple of 32, <= 512); the per-thread scratch
+ * of tasks of up to RKV__UMAX units (rkv__attend_tasks); the task on the
+ * AMX engine and on the AVX512-BF16 engine (ctx: a rkv__attend_ctx; built
+ * where RKV_HAVE_AMX is). */
 bool rkv__amx_fits(const struct rkv__cpu_layer *l);
 size_t rkv__amx_scratch_bytes(int64_t D, int64_t N);
-int64_t rkv__amx_tasks(rkv__attend_ctx *c);
 void rkv__amx_task(void *ctx, int64_t task, int thread);
 void rkv__bf16dot_task(void *ctx, int64_t task, int thread);
 

@@ -34,9 +34,7 @@ typedef enum rkv__isa {
 typedef enum rkv__vendor { RKV__VENDOR_OTHER, RKV__VENDOR_INTEL, RKV__VENDOR_AMD } rkv__vendor;
 
 /* What the choice depends on. Each flag means the CPU has it, the OS saves
- * its registers, and this build has the engine that uses it (avx512bf16
- * and amx are false in a build whose compiler knows no AMX: the pair
- * engines are stubs there). */
+ * its registers, and this build has the engine that uses it (RKV_HAVE_AMX). */
 typedef struct rkv__cpu {
     rkv__vendor vendor; /* CPUID leaf 0's vendor string: GenuineIntel, AuthenticAMD, else other */
     unsigned family;    /* CPUID leaf 1's display family (base + extended): 0x1a Zen 5, 0x19 Zen 3/4, 6 Intel Core/Xeon */
@@ -52,15 +50,12 @@ typedef struct rkv__cpu {
 rkv__cpu rkv__cpu_read(void);
 
 /* The engine for `cpu` under the cap `cap` (RKV__ISA_COUNT: no cap, as
- * RKV__ISA_AMX). The rule, by the measurements in bench/RESULTS.md:
+ * RKV__ISA_AMX). The rule (why, by the measurements in bench/RESULTS.md:
+ * docs/cpu.md, "Which engine runs"):
  *   - amx where the cap allows it and the CPU has it;
  *   - avx512bf16 where the CPU has it and either the cap names it, or the
- *     cap allows amx (the default) and the vendor is AMD: on the Zen 5 EPYC
- *     the VDPBF16PS engine ran bf16 attention at 1.6x the widening AVX-512
- *     kernel ("2026-12-01: the default bf16 engine on AMD"), while on the
- *     only Intel CPU measured (Sapphire Rapids) it ran at 0.77x of it
- *     (VDPBF16PS issues no faster than two FMAs there), so Intel CPUs
- *     without AMX (Cooper Lake, or AMX refused by the OS) stay on avx512;
+ *     cap allows amx (the default) and the vendor is AMD (Intel CPUs
+ *     without AMX, Cooper Lake or AMX refused by the OS, stay on avx512);
  *   - else the widest flash kernel at or below the cap: avx512, avx2,
  *     generic.
  * RKV_ISA=avx512 thus asks for the widening AVX-512 kernel on every CPU. */

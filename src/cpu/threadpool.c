@@ -1,8 +1,5 @@
-/* A fixed pool of worker threads for the CPU kernels: threads are created
- * once (rkv_threadpool_create) and reused by every call; a call splits its
- * work into tasks that workers and the calling thread take from a shared
- * counter. Each task is computed by exactly one thread with a fixed
- * arithmetic order, so results do not depend on the thread count. */
+/* The thread pool (ringkv_cpu.h): a call's tasks are taken by the workers
+ * and the calling thread from a shared counter, each run by one thread. */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
 #include <stdatomic.h>
@@ -11,9 +8,19 @@
 
 #include "cpu_internal.h"
 
+/* One thread of a pool (index 0: the caller) and its scratch buffer, grown
+ * on demand. */
+typedef struct pool_thread {
+    rkv_threadpool *pool;
+    int index;
+    pthread_t handle; /* the workers' (index >= 1) */
+    void *scratch;
+    size_t scratch_bytes;
+} pool_thread;
+
 struct rkv_threadpool {
     int n_threads; /* workers + the calling thread */
-    pthread_t *workers;
+    pool_thread *threads; /* [n_threads] */
     pthread_mutex_t call_lock; /* one parallel_for at a time per pool */
     pthread_mutex_t lock;
     pthread_cond_t wake, done;
@@ -25,8 +32,6 @@ struct rkv_threadpool {
     int64_t n_tasks;
     atomic_int_fast64_t next;
     int busy; /* workers still in the current job, under lock */
-    void **scratch; /* [n_threads] per-thread buffers, grown on demand */
-    size_t *scratch_bytes;
 };
 
 /* Runs tasks of the current job until none is left. */
@@ -38,16 +43,10 @@ static void drain(rkv_threadpool *p, int thread) {
     }
 }
 
-typedef struct {
-    rkv_threadpool *pool;
-    int thread;
-} worker_arg;
-
 static void *worker_main(void *arg) {
-    worker_arg *wa = arg;
-    rkv_threadpool *p = wa->pool;
-    const int thread = wa->thread;
-    free(wa);
+    const pool_thread *me = arg;
+    rkv_threadpool *p = me->pool;
+    const int thread = me->index;
     uint64_t seen = 0;
     pthread_mutex_lock(&p->lock);
     for (;;) {
@@ -78,11 +77,9 @@ rkv_status rkv_threadpool_create(int n_threads, rkv_threadpool **out) {
     rkv_threadpool *p = calloc(1, sizeof *p);
     if (!p) return rkv__fail(RKV_ERR_NO_MEMORY, "rkv_threadpool_create: out of memory");
     p->n_threads = n_threads ? n_threads : machine_cores();
-    p->workers = calloc((size_t)p->n_threads, sizeof *p->workers);
-    p->scratch = calloc((size_t)p->n_threads, sizeof *p->scratch);
-    p->scratch_bytes = calloc((size_t)p->n_threads, sizeof *p->scratch_bytes);
-    if (!p->workers || !p->scratch || !p->scratch_bytes) {
-        free(p->workers), free(p->scratch), free(p->scratch_bytes), free(p);
+    p->threads = calloc((size_t)p->n_threads, sizeof *p->threads);
+    if (!p->threads) {
+        free(p);
         return rkv__fail(RKV_ERR_NO_MEMORY, "rkv_threadpool_create: out of memory");
     }
     pthread_mutex_init(&p->call_lock, NULL);
@@ -91,13 +88,9 @@ rkv_status rkv_threadpool_create(int n_threads, rkv_threadpool **out) {
     pthread_cond_init(&p->done, NULL);
     int started = 1; /* thread 0 is the caller */
     for (; started < p->n_threads; started++) {
-        worker_arg *wa = malloc(sizeof *wa);
-        if (!wa) break;
-        *wa = (worker_arg){p, started};
-        if (pthread_create(&p->workers[started], NULL, worker_main, wa)) {
-            free(wa);
-            break;
-        }
+        pool_thread *t = &p->threads[started];
+        *t = (pool_thread){.pool = p, .index = started};
+        if (pthread_create(&t->handle, NULL, worker_main, t)) break;
     }
     if (started < p->n_threads) {
         p->n_threads = started; /* destroy joins only those started */
@@ -115,38 +108,38 @@ void rkv_threadpool_destroy(rkv_threadpool *pool) {
     pool->stopping = true;
     pthread_cond_broadcast(&pool->wake);
     pthread_mutex_unlock(&pool->lock);
-    for (int i = 1; i < pool->n_threads; i++) pthread_join(pool->workers[i], NULL);
-    for (int i = 0; i < pool->n_threads; i++) free(pool->scratch[i]);
+    for (int i = 1; i < pool->n_threads; i++) pthread_join(pool->threads[i].handle, NULL);
+    for (int i = 0; i < pool->n_threads; i++) free(pool->threads[i].scratch);
     pthread_mutex_destroy(&pool->call_lock);
     pthread_mutex_destroy(&pool->lock);
     pthread_cond_destroy(&pool->wake);
     pthread_cond_destroy(&pool->done);
-    free(pool->workers), free(pool->scratch), free(pool->scratch_bytes), free(pool);
+    free(pool->threads), free(pool);
 }
 
 int rkv_threadpool_size(const rkv_threadpool *pool) { return pool ? pool->n_threads : 0; }
 
-static rkv_threadpool *default_pool;
-static rkv_status default_status = RKV_OK;
+static rkv_threadpool *default_pool; /* stays NULL when its creation fails */
 static pthread_once_t default_once = PTHREAD_ONCE_INIT;
 
-static void make_default(void) { default_status = rkv_threadpool_create(0, &default_pool); }
+static void make_default(void) { (void)rkv_threadpool_create(0, &default_pool); }
 
 rkv_threadpool *rkv__default_pool(void) {
     pthread_once(&default_once, make_default);
-    return default_status == RKV_OK ? default_pool : NULL;
+    return default_pool;
 }
 
 /* Grows every thread's scratch buffer to at least `bytes`. */
 static bool reserve(rkv_threadpool *p, size_t bytes) {
     size_t rounded = (bytes + 63) & ~(size_t)63;
     for (int i = 0; i < p->n_threads; i++) {
-        if (p->scratch_bytes[i] >= rounded) continue;
+        pool_thread *t = &p->threads[i];
+        if (t->scratch_bytes >= rounded) continue;
         void *mem = aligned_alloc(64, rounded);
         if (!mem) return false;
-        free(p->scratch[i]);
-        p->scratch[i] = mem;
-        p->scratch_bytes[i] = rounded;
+        free(t->scratch);
+        t->scratch = mem;
+        t->scratch_bytes = rounded;
     }
     return true;
 }
@@ -180,4 +173,4 @@ rkv_status rkv__parallel_for(rkv_threadpool *p, int64_t n_tasks, size_t scratch_
     return RKV_OK;
 }
 
-void *rkv__thread_scratch(rkv_threadpool *p, int thread) { return p->scratch[thread]; }
+void *rkv__thread_scratch(rkv_threadpool *p, int thread) { return p->threads[thread].scratch; }
