@@ -51,7 +51,7 @@ rkv_status rkv_model_offload(rkv_model *model, int64_t session, void *buf, size_
     if (st != RKV_OK) return st;
     uint64_t data_xxh3 = 0;
     size_t n = 0;
-    st = rkv__snapshot_save_mem(model, session, what, buf, buf_bytes, &n, &data_xxh3);
+    st = rkv__snapshot_save_mem(model, session, what, buf, buf_bytes, 0, &n, &data_xxh3);
     if (st != RKV_OK) return st;
     *image_bytes = n;
     return buf ? finish_offload(model, what, session, data_xxh3) : RKV_OK;

@@ -1,19 +1,11 @@
-/* Snapshot files of one session (docs/snapshot-format.md): the safetensors
- * layout (8-byte little-endian header length, JSON header, raw little-endian
- * tensors) with ringkv's facts in the "__metadata__" strings and two XXH3-64
- * checksums, one over the data section and one over the header itself.
- *
- * This file holds the file part: where the bytes come from (a file read
- * with pread, or a memory image) and go to (a file, saved atomically by
- * src/atomic_file.c, or a buffer), the data
- * checksum and written-bit checks, and the copy of each layer's span into or
- * out of the model. The header itself (length, JSON, version, header
- * checksum, geometry, tensor table, tiling) is src/snapshot_header.c.
- *
- * Loading validates everything (header, geometry against the model, data
- * checksum, written bits) before it changes the session; see
- * rkv_model_load_session in ringkv.h. */
-#define _POSIX_C_SOURCE 200809L /* pread, pwrite */
+/* Snapshot files and images of one session (docs/snapshot-format.md): the
+ * file part. Where the bytes come from (a file read with pread, or a memory
+ * image) and go to (a file saved by src/atomic_file.c, or a buffer), the
+ * data checksum and written-bit checks, and the copy of each layer's span
+ * into or out of the model; the header is src/snapshot_header.c. Loading
+ * validates everything before it changes the session (ringkv.h,
+ * rkv_model_load_session). */
+#define _POSIX_C_SOURCE 200809L /* pread */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -118,11 +110,19 @@ static rkv_status src_read(const source *s, uint64_t off, void *buf, size_t n) {
     return RKV_OK;
 }
 
-/* Opens a file source; RKV_ERR_IO with the reason. */
-static rkv_status src_open(source *s, const char *what, const char *path) {
+/* The image mem[bytes] when mem is not NULL, else the file at path
+ * (RKV_ERR_IO with the reason); close with src_close. */
+static rkv_status src_open(source *s, const char *what, const char *path, const void *mem,
+                           size_t bytes) {
     memset(s, 0, sizeof *s);
     s->w.what = what;
     s->fd = -1;
+    if (mem) {
+        s->w.name = "(memory)";
+        s->mem = mem;
+        s->size = bytes;
+        return RKV_OK;
+    }
     if (!path) return rkv__fail(RKV_ERR_NULL, "%s: path is NULL", what);
     if (!*path) return rkv__fail(RKV_ERR_INVALID_ARG, "%s: path is empty", what);
     s->w.name = RKV__SHOW_PATH(s->name_buf, path);
@@ -146,19 +146,14 @@ static rkv_status src_open(source *s, const char *what, const char *path) {
     return RKV_OK;
 }
 
-static void src_mem(source *s, const char *what, const void *buf, size_t bytes) {
-    memset(s, 0, sizeof *s);
-    s->w.what = what;
-    s->w.name = "(memory)";
-    s->mem = buf;
-    s->fd = -1;
-    s->size = bytes;
+static void src_close(const source *s) {
+    if (s->fd >= 0) close(s->fd);
 }
 
 /* Reads the length and header bytes of the source and hands them to the
  * header codec; an image in memory that matches `tpl` (when not NULL) is
  * parsed by it (rkv__snap_template_match: no allocation). */
-static rkv_status read_header_with(const source *s, const rkv__snap_template *tpl,
+static rkv_status read_header(const source *s, const rkv__snap_template *tpl,
                                    rkv__snap_header *out) {
     uint8_t first8[8];
     uint64_t n = 0;
@@ -177,10 +172,6 @@ static rkv_status read_header_with(const source *s, const rkv__snap_template *tp
         st = rkv__snap_header_parse(&s->w, first8, h, n, s->size, out);
     free(h);
     return st;
-}
-
-static rkv_status read_header(const source *s, rkv__snap_header *out) {
-    return read_header_with(s, NULL, out);
 }
 
 /* XXH3-64 of the data section, read in chunks from a file. */
@@ -207,7 +198,26 @@ static rkv_status data_hash(const source *s, const rkv__snap_header *p, uint64_t
     return st;
 }
 
-/* Layer i's written bits: 0/1, scratch 1, frames whole. */
+/* RKV_OK, or RKV_ERR_FORMAT naming the first slot of layer i's written
+ * bits that breaks the invariant (0/1, scratch 1, frames whole). */
+static rkv_status written_ok(const source *s, const rkv_geometry *g, const uint8_t *bits,
+                             int64_t i) {
+    const int64_t bad = rkv__written_span_check(g, bits);
+    char why[160];
+    if (bad < 0) return RKV_OK;
+    return rkv__fail(RKV_ERR_FORMAT, "%s: %s: corrupted data: layer.%lld.written: %s", s->w.what,
+                     s->w.name, (long long)i, rkv__written_bad_what(g, bits, bad, why, sizeof why));
+}
+
+/* RKV_ERR_FORMAT: the data section does not hash to data_xxh3. */
+static rkv_status data_mismatch(const source *s, uint64_t want, uint64_t got) {
+    return rkv__fail(RKV_ERR_FORMAT,
+                     "%s: %s: corrupted data: data checksum mismatch (data_xxh3 %016llx, "
+                     "computed %016llx)",
+                     s->w.what, s->w.name, (unsigned long long)want, (unsigned long long)got);
+}
+
+/* Layer i's written bits in the source. */
 static rkv_status check_written(const source *s, const rkv__snap_header *p, int64_t i) {
     const rkv__snap_tensor *r = &p->t[i * 3 + 2];
     rkv_geometry g;
@@ -221,12 +231,7 @@ static rkv_status check_written(const source *s, const rkv__snap_header *p, int6
         st = src_read(s, p->data_offset + r->begin, buf, (size_t)(r->end - r->begin));
         bits = buf;
     }
-    const int64_t bad = st == RKV_OK ? rkv__written_span_check(&g, bits) : -1;
-    char why[160];
-    if (bad >= 0)
-        st = rkv__fail(RKV_ERR_FORMAT, "%s: %s: corrupted data: layer.%lld.written: %s",
-                       s->w.what, s->w.name, (long long)i,
-                       rkv__written_bad_what(&g, bits, bad, why, sizeof why));
+    if (st == RKV_OK) st = written_ok(s, &g, bits, i);
     free(buf);
     return st;
 }
@@ -237,12 +242,7 @@ static rkv_status verify_data(const source *s, const rkv__snap_header *p) {
     uint64_t got = 0;
     rkv_status st = data_hash(s, p, &got);
     if (st != RKV_OK) return st;
-    if (got != p->info.data_xxh3)
-        return rkv__fail(RKV_ERR_FORMAT,
-                         "%s: %s: corrupted data: data checksum mismatch (data_xxh3 %016llx, "
-                         "computed %016llx)",
-                         s->w.what, s->w.name, (unsigned long long)p->info.data_xxh3,
-                         (unsigned long long)got);
+    if (got != p->info.data_xxh3) return data_mismatch(s, p->info.data_xxh3, got);
     for (int64_t i = 0; i < p->info.config.n_layers && st == RKV_OK; i++)
         st = check_written(s, p, i);
     return st;
@@ -251,16 +251,6 @@ static rkv_status verify_data(const source *s, const rkv__snap_header *p) {
 /* ------------------------------------------------------------------------ */
 /* Inspect                                                                   */
 /* ------------------------------------------------------------------------ */
-
-static rkv_status inspect_source(const source *s, rkv_snapshot_info *info) {
-    rkv__snap_header p;
-    rkv_status st = read_header(s, &p);
-    if (st != RKV_OK) return st;
-    st = verify_data(s, &p);
-    if (st == RKV_OK && info) rkv__snapshot_info_store(info, &p.info);
-    rkv__snap_header_free(&p);
-    return st;
-}
 
 rkv_status rkv_snapshot_inspect(const char *path, const void *buf, size_t bytes,
                                 rkv_snapshot_info *info) {
@@ -275,13 +265,13 @@ rkv_status rkv_snapshot_inspect(const char *path, const void *buf, size_t bytes,
     rkv_status st = info ? rkv__snapshot_info_check(what, info) : RKV_OK;
     if (st != RKV_OK) return st;
     source s;
-    if (!path) {
-        src_mem(&s, what, buf, bytes);
-        return inspect_source(&s, info);
+    rkv__snap_header p;
+    if ((st = src_open(&s, what, path, path ? NULL : buf, bytes)) != RKV_OK) return st;
+    if ((st = read_header(&s, NULL, &p)) == RKV_OK) {
+        if ((st = verify_data(&s, &p)) == RKV_OK && info) rkv__snapshot_info_store(info, &p.info);
+        rkv__snap_header_free(&p);
     }
-    if ((st = src_open(&s, what, path)) != RKV_OK) return st;
-    st = inspect_source(&s, info);
-    close(s.fd);
+    src_close(&s);
     return st;
 }
 
@@ -325,10 +315,6 @@ static rkv_status install_span(const source *s, uint64_t off, const rkv__snap_te
     return st;
 }
 
-/* Copies the data section into the session, tensor by tensor in file
- * order (which tiles it exactly), hashing it into *digest when digest !=
- * NULL. On failure the session is reset (zeroed, no clock) and the message
- * says so. */
 /* The pieces of the image's data section, in file order, with the host
  * addresses of `session`'s span they go to (rkv__piece: dst, src, bytes);
  * NULL when a piece is not in host memory (or out of memory): the data then
@@ -364,21 +350,19 @@ static rkv_status install_fresh_host(const source *s, const rkv__snap_header *p,
     XXH3_64bits_reset(&hs);
     rkv__copy_pieces_hashed(pc, n, &hs);
     *digest = XXH3_64bits_digest(&hs);
-    for (int64_t i = 0; i < m->cfg.n_layers; i++) {
+    rkv_status st = RKV_OK;
+    for (int64_t i = 0; i < m->cfg.n_layers && st == RKV_OK; i++) {
         const rkv_geometry g = rkv__model_layer_geometry(m, i);
-        const uint8_t *w = rkv__model_host_region(m, i, session, RKV_SPAN_WRITTEN, 0);
-        const int64_t bad = rkv__written_span_check(&g, w);
-        if (bad >= 0) {
-            char why[160]; /* before the slot is zeroed again */
-            rkv__written_bad_what(&g, w, bad, why, sizeof why);
-            rkv__model_clear_session(m, session);
-            return rkv__fail(RKV_ERR_FORMAT, "%s: %s: corrupted data: layer.%lld.written: %s",
-                             s->w.what, s->w.name, (long long)i, why);
-        }
+        st = written_ok(s, &g, rkv__model_host_region(m, i, session, RKV_SPAN_WRITTEN, 0), i);
     }
-    return RKV_OK;
+    if (st != RKV_OK) rkv__model_clear_session(m, session); /* after the message */
+    return st;
 }
 
+/* Copies the data section into the session, tensor by tensor in file
+ * order (which tiles it exactly), hashing it into *digest when digest !=
+ * NULL. On failure the session is reset (zeroed, no clock) and the message
+ * says so. */
 static rkv_status install_pieces(const source *s, const rkv__snap_header *p, rkv_model *m,
                                  int64_t session, uint64_t *digest, bool fresh) {
     size_t n = 0;
@@ -456,7 +440,7 @@ static rkv_status load_source(const source *s, rkv_model *model, int64_t session
     /* an image in memory: the session's header template, when the slot is
      * free (it is held until the template's borrowed table is done with) */
     struct rkv__snap_slot *k = s->mem ? slot_take(model, session) : NULL;
-    rkv_status st = read_header_with(s, k && k->t.text ? &k->t : NULL, &p);
+    rkv_status st = read_header(s, k && k->t.text ? &k->t : NULL, &p);
     if (st == RKV_OK) {
         if ((st = rkv__snap_geometry_check(s->w.what, s->w.name, "snapshot", &p.info.config,
                                              &model->cfg)) == RKV_OK &&
@@ -473,14 +457,10 @@ rkv_status rkv__snapshot_page_in(rkv_model *m, const char *what, const void *buf
                                  const char *path, rkv__page_in_admit admit, void *arg,
                                  rkv_snapshot_info *info, int64_t *slot) {
     source s;
-    rkv_status st;
-    if (path) {
-        if ((st = src_open(&s, what, path)) != RKV_OK) return st;
-    } else {
-        src_mem(&s, what, buf ? buf : "", bytes);
-    }
+    rkv_status st = src_open(&s, what, path, path ? NULL : buf ? buf : "", bytes);
     rkv__snap_header p;
-    if ((st = read_header(&s, &p)) == RKV_OK) {
+    if (st != RKV_OK) return st;
+    if ((st = read_header(&s, NULL, &p)) == RKV_OK) {
         int64_t got = -1;
         uint64_t digest = 0;
         if ((st = rkv__snap_geometry_check(what, s.w.name, "snapshot", &p.info.config, &m->cfg)) ==
@@ -489,11 +469,7 @@ rkv_status rkv__snapshot_page_in(rkv_model *m, const char *what, const void *buf
             (st = install_pieces(&s, &p, m, got, &digest, true)) == RKV_OK &&
             digest != p.info.data_xxh3) {
             rkv__model_clear_session(m, got);
-            st = rkv__fail(RKV_ERR_FORMAT,
-                           "%s: %s: corrupted data: data checksum mismatch (data_xxh3 %016llx, "
-                           "computed %016llx)",
-                           what, s.w.name, (unsigned long long)p.info.data_xxh3,
-                           (unsigned long long)digest);
+            st = data_mismatch(&s, p.info.data_xxh3, digest);
         }
         if (st == RKV_OK) {
             *info = p.info;
@@ -501,7 +477,7 @@ rkv_status rkv__snapshot_page_in(rkv_model *m, const char *what, const void *buf
         }
         rkv__snap_header_free(&p);
     }
-    if (path) close(s.fd);
+    src_close(&s);
     return st;
 }
 
@@ -510,9 +486,9 @@ rkv_status rkv_model_load_session(rkv_model *model, int64_t session, const char 
     rkv_status st = rkv__model_check_between_frames(model, what, session);
     if (st != RKV_OK) return st;
     source s;
-    if ((st = src_open(&s, what, path)) != RKV_OK) return st;
+    if ((st = src_open(&s, what, path, NULL, 0)) != RKV_OK) return st;
     st = load_source(&s, model, session);
-    close(s.fd);
+    src_close(&s);
     return st;
 }
 
@@ -525,7 +501,7 @@ rkv_status rkv_model_restore(rkv_model *model, int64_t session, const void *buf,
     const rkv__buf in = {buf, bytes, "buf"};
     if ((st = rkv__model_check_bufs(model, what, NULL, 0, &in, 1, true)) != RKV_OK) return st;
     source s;
-    src_mem(&s, what, buf ? buf : "", bytes);
+    src_open(&s, what, NULL, buf ? buf : "", bytes);
     return load_source(&s, model, session);
 }
 
@@ -606,21 +582,13 @@ static rkv__piece *image_pieces(const rkv_model *m, int64_t session, uint8_t *da
 
 /* Writes the header in place again, now with both checksums. */
 static rkv_status rewrite_header(sink *k, const rkv__snap_text *hd) {
-    if (k->mem) {
-        memcpy(k->mem + 8, hd->text, hd->len);
-        return RKV_OK;
+    k->off = 8;
+    if (!k->mem && lseek(k->fd, 8, SEEK_SET) < 0) {
+        rkv__path_shown e;
+        return rkv__fail(RKV_ERR_IO, "%s: writing the header of %s failed: %s", k->what,
+                         RKV__SHOW_PATH(e, k->name), strerror(errno));
     }
-    for (size_t done = 0; done < hd->len;) {
-        ssize_t put = pwrite(k->fd, hd->text + done, hd->len - done, (off_t)(8 + done));
-        if (put < 0 && errno == EINTR) continue;
-        if (put <= 0) {
-            rkv__path_shown e;
-            return rkv__fail(RKV_ERR_IO, "%s: writing the header of %s failed: %s", k->what,
-                             RKV__SHOW_PATH(e, k->name), put < 0 ? strerror(errno) : "no progress");
-        }
-        done += (size_t)put;
-    }
-    return RKV_OK;
+    return sink_write(k, hd->text, hd->len);
 }
 
 /* Writes the whole image: length, header (checksums zero), data (hashed),
@@ -664,11 +632,9 @@ static rkv_status build_header(const rkv_model *m, int64_t session, const char *
                                   what, out);
 }
 
-/* The image in memory; its header padded to header_len bytes when that is
- * not 0 (rkv_model_snapshot: every image of the model one size). */
-static rkv_status save_mem(const rkv_model *model, int64_t session, const char *what, void *buf,
-                           size_t buf_bytes, size_t header_len, size_t *file_bytes,
-                           uint64_t *data_xxh3) {
+rkv_status rkv__snapshot_save_mem(const rkv_model *model, int64_t session, const char *what,
+                                  void *buf, size_t buf_bytes, size_t header_len,
+                                  size_t *file_bytes, uint64_t *data_xxh3) {
     rkv_status st = rkv__model_check_between_frames(model, what, session);
     if (st != RKV_OK) return st;
     if (!file_bytes) return rkv__fail(RKV_ERR_NULL, "%s: file_bytes is NULL", what);
@@ -700,16 +666,10 @@ static rkv_status save_mem(const rkv_model *model, int64_t session, const char *
     return st;
 }
 
-rkv_status rkv__snapshot_save_mem(const rkv_model *model, int64_t session, const char *what,
-                                  void *buf, size_t buf_bytes, size_t *file_bytes,
-                                  uint64_t *data_xxh3) {
-    return save_mem(model, session, what, buf, buf_bytes, 0, file_bytes, data_xxh3);
-}
-
 rkv_status rkv_model_save_session_mem(const rkv_model *model, int64_t session, void *buf,
                                       size_t buf_bytes, size_t *file_bytes) {
-    return save_mem(model, session, "rkv_model_save_session_mem", buf, buf_bytes, 0, file_bytes,
-                    NULL);
+    return rkv__snapshot_save_mem(model, session, "rkv_model_save_session_mem", buf, buf_bytes, 0,
+                                  file_bytes, NULL);
 }
 
 /* ---- in-memory images: the same image, one size per model ---------------- */
@@ -773,7 +733,7 @@ rkv_status rkv_model_snapshot(const rkv_model *model, int64_t session, void *buf
     const bool done = k && snapshot_templated(model, session, k, buf, header_len, &st);
     slot_give(k);
     if (done) return st;
-    return save_mem(model, session, what, buf, buf_bytes, header_len, &n, NULL);
+    return rkv__snapshot_save_mem(model, session, what, buf, buf_bytes, header_len, &n, NULL);
 }
 
 

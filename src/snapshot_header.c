@@ -1,21 +1,13 @@
-/* The snapshot header codec (docs/snapshot-format.md): the 8-byte header
- * length, the JSON header (metadata and tensor table) and the header
- * checksum, read and written on bytes in memory. No I/O here:
- * src/snapshot_file.c reads and writes files, checks the data section and
- * installs it into a model.
+/* The snapshot header codec (snapshot_header.h; docs/snapshot-format.md).
  *
- * A header has one reading only (issue 10): whatever another reader (Python's
- * json, the safetensors crate) would read differently is refused. Hence
- * Jansson (Debian libjansson-dev) rather than cJSON: Jansson's parser is
- * strict RFC 8259 and refuses duplicate keys in every object
- * (JSON_REJECT_DUPLICATES, naming the key), "\u0000" in strings, invalid
- * UTF-8, leading zeros and '+' in numbers; it tells integers from reals
- * ("1.0" and "1e3" are reals) and refuses integers outside int64; and it is
- * reentrant. cJSON accepts all of these silently (of two equal keys it reads
- * the first where Python reads the last; "07" and "+7" read as 7; a shape of
- * 1.0 cannot be told from 1) and records parse errors in a global. The
- * strings in "__metadata__" are checked here: integers in one canonical
- * decimal form, text printable or hex, every message escaped. */
+ * A header has one reading only (issue 10; the format's "One reading only"):
+ * whatever another reader would read differently is refused. Hence Jansson
+ * (Debian libjansson-dev) rather than cJSON: Jansson's parser is strict
+ * RFC 8259, refuses duplicate keys (JSON_REJECT_DUPLICATES, naming the key),
+ * tells integers from reals and is reentrant; cJSON accepts all of these
+ * silently and records parse errors in a global. The strings in
+ * "__metadata__" are checked here: integers in one canonical decimal form,
+ * text printable or hex, every message escaped. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +38,23 @@
 #define ESC(n) (4 * (n) + 4) /* bytes of an escaped excerpt of n bytes */
 
 static const char *const KIND_NAMES[3] = {"k", "v", "written"};
+
+/* The geometry's metadata after "dtype", in the writer's order: N_INTS
+ * integers of the config, then per-layer lists of a spec field. */
+#define N_INTS 5
+static const struct {
+    const char *key;
+    size_t off; /* in rkv_model_config, then in rkv_layer_spec */
+} GEOMETRY[] = {{"n_layers", offsetof(rkv_model_config, n_layers)},
+                {"n_q_heads", offsetof(rkv_model_config, n_q_heads)},
+                {"n_kv_heads", offsetof(rkv_model_config, n_kv_heads)},
+                {"d_head", offsetof(rkv_model_config, d_head)},
+                {"tokens_per_frame", offsetof(rkv_model_config, tokens_per_frame)},
+                {"ring_frames", offsetof(rkv_layer_spec, ring_frames)},
+                {"ring_buckets", offsetof(rkv_layer_spec, ring_buckets)},
+                {"pinned_dilation", offsetof(rkv_layer_spec, pinned_dilation)}};
+#define N_GEOMETRY (sizeof GEOMETRY / sizeof GEOMETRY[0])
+#define CFG_INT(cfg, f) ((int64_t *)((char *)(cfg) + GEOMETRY[f].off))
 
 /* ------------------------------------------------------------------------ */
 /* Small helpers                                                             */
@@ -137,13 +146,37 @@ static bool printable_ascii(const char *s) {
         if (*s < 0x20 || *s > 0x7e) return false;
     return true;
 }
+static bool blank(uint8_t c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
-rkv__snap_sizes rkv__snap_sizes_of(const rkv_geometry *g) {
-    rkv__snap_sizes z;
-    z.C = (g->ring_frames + 1) * g->tokens_per_frame;
-    z.kv = (uint64_t)g->n_kv_heads * (uint64_t)z.C * (uint64_t)g->d_head * rkv_dtype_size(g->dtype);
-    z.written = (uint64_t)z.C;
-    return z;
+/* header_xxh3: XXH3-64 of the 8 length bytes and the n header bytes with
+ * its own 16 digits, at pos, read as '0'. */
+static uint64_t header_sum(const uint8_t first8[8], const uint8_t *h, uint64_t n, uint64_t pos) {
+    XXH3_state_t hs;
+    XXH3_64bits_reset(&hs);
+    XXH3_64bits_update(&hs, first8, 8);
+    XXH3_64bits_update(&hs, h, (size_t)pos);
+    XXH3_64bits_update(&hs, ZERO_DIGITS, HASH_DIGITS);
+    XXH3_64bits_update(&hs, h + pos + HASH_DIGITS, (size_t)(n - pos - HASH_DIGITS));
+    return XXH3_64bits_digest(&hs);
+}
+
+/* Tensor `kind` (0 K, 1 V, 2 written) of layer i of one session: dtype,
+ * shape ([n_kv_heads, slots, d_head], or [slots] for the written bits; a
+ * session's slots are (RF + 1) * T) and bytes. */
+typedef struct tensor_form {
+    const char *dtype;
+    uint64_t shape[3];
+    size_t rank;
+    uint64_t bytes;
+} tensor_form;
+static tensor_form form_of(const rkv_model_config *cfg, int64_t i, int kind) {
+    rkv_geometry g;
+    rkv_model_config_layer_geometry(cfg, i, &g);
+    const uint64_t C = (uint64_t)((g.ring_frames + 1) * g.tokens_per_frame);
+    if (kind == 2) return (tensor_form){"U8", {C}, 1, C};
+    const uint64_t H = (uint64_t)g.n_kv_heads, D = (uint64_t)g.d_head;
+    return (tensor_form){rkv__dtype_safetensors(g.dtype), {H, C, D}, 3,
+                         H * C * D * rkv_dtype_size(g.dtype)};
 }
 
 /* ------------------------------------------------------------------------ */
@@ -246,9 +279,9 @@ static bool find_header_digits(const uint8_t *h, uint64_t n, uint64_t *pos) {
         if (h[i] != '"' || memcmp(h + i, key, klen)) continue;
         if (++found > 1) return false;
         uint64_t j = i + klen;
-        while (j < n && (h[j] == ' ' || h[j] == '\t' || h[j] == '\n' || h[j] == '\r')) j++;
+        while (j < n && blank(h[j])) j++;
         if (j >= n || h[j++] != ':') return false;
-        while (j < n && (h[j] == ' ' || h[j] == '\t' || h[j] == '\n' || h[j] == '\r')) j++;
+        while (j < n && blank(h[j])) j++;
         if (j >= n || h[j++] != '"') return false;
         if (j + HASH_DIGITS + 1 > n || h[j + HASH_DIGITS] != '"') return false;
         *pos = j;
@@ -256,8 +289,7 @@ static bool find_header_digits(const uint8_t *h, uint64_t n, uint64_t *pos) {
     return found == 1;
 }
 
-/* header_xxh3: XXH3-64 of the 8 length bytes and the header with its own
- * 16 digits read as '0'; then data_xxh3's form (the data is file work). */
+/* header_xxh3 (header_sum), then data_xxh3's form (the data is file work). */
 static rkv_status check_checksums(const rkv__snap_where *w, const uint8_t first8[8],
                                   const uint8_t *h, uint64_t n, const json_t *meta,
                                   rkv_snapshot_info *info) {
@@ -268,13 +300,7 @@ static rkv_status check_checksums(const rkv__snap_where *w, const uint8_t first8
         strlen(hv) != HASH_DIGITS || memcmp(hv, h + pos, HASH_DIGITS))
         return refuse(w, "corrupted header: metadata 'header_xxh3' is missing or is not 16 "
                          "lowercase hex digits appearing once");
-    XXH3_state_t hs;
-    XXH3_64bits_reset(&hs);
-    XXH3_64bits_update(&hs, first8, 8);
-    XXH3_64bits_update(&hs, h, (size_t)pos);
-    XXH3_64bits_update(&hs, ZERO_DIGITS, HASH_DIGITS);
-    XXH3_64bits_update(&hs, h + pos + HASH_DIGITS, (size_t)(n - pos - HASH_DIGITS));
-    const uint64_t got = XXH3_64bits_digest(&hs);
+    const uint64_t got = header_sum(first8, h, n, pos);
     info->header_xxh3 = want;
     if (got != want)
         return refuse(w, "corrupted header: header checksum mismatch (header_xxh3 %016llx, "
@@ -350,24 +376,17 @@ static rkv_status read_geometry(const rkv__snap_where *w, const json_t *meta,
         return refuse(w, "corrupted header: metadata 'dtype' is %s%s%s; expected " RKV_DTYPE_NAMES,
                       dts ? "'" : "", dts ? rkv__snap_escape(e, sizeof e, dts, 20) : "missing",
                       dts ? "'" : "");
-    rkv_status st;
-    if ((st = meta_int(w, meta, "n_layers", &cfg->n_layers)) != RKV_OK ||
-        (st = meta_int(w, meta, "n_q_heads", &cfg->n_q_heads)) != RKV_OK ||
-        (st = meta_int(w, meta, "n_kv_heads", &cfg->n_kv_heads)) != RKV_OK ||
-        (st = meta_int(w, meta, "d_head", &cfg->d_head)) != RKV_OK ||
-        (st = meta_int(w, meta, "tokens_per_frame", &cfg->tokens_per_frame)) != RKV_OK ||
-        (st = meta_int(w, meta, "last_committed", &info->last_committed)) != RKV_OK)
+    rkv_status st = RKV_OK;
+    for (size_t f = 0; f < N_INTS && st == RKV_OK; f++)
+        st = meta_int(w, meta, GEOMETRY[f].key, CFG_INT(cfg, f));
+    if (st != RKV_OK || (st = meta_int(w, meta, "last_committed", &info->last_committed)) != RKV_OK)
         return st;
     if (cfg->n_layers < 1 || cfg->n_layers > RKV_MAX_LAYERS)
         return refuse(w, "corrupted header: n_layers = %lld; expected 1..%d",
                       (long long)cfg->n_layers, RKV_MAX_LAYERS);
-    if ((st = meta_list(w, meta, "ring_frames", cfg->n_layers, cfg->layers,
-                        offsetof(rkv_layer_spec, ring_frames))) != RKV_OK ||
-        (st = meta_list(w, meta, "ring_buckets", cfg->n_layers, cfg->layers,
-                        offsetof(rkv_layer_spec, ring_buckets))) != RKV_OK ||
-        (st = meta_list(w, meta, "pinned_dilation", cfg->n_layers, cfg->layers,
-                        offsetof(rkv_layer_spec, pinned_dilation))) != RKV_OK)
-        return st;
+    for (size_t f = N_INTS; f < N_GEOMETRY && st == RKV_OK; f++)
+        st = meta_list(w, meta, GEOMETRY[f].key, cfg->n_layers, cfg->layers, GEOMETRY[f].off);
+    if (st != RKV_OK) return st;
     cfg->num_sessions = 1;
     if (rkv__model_config_check(cfg, NULL, NULL) != RKV_OK) {
         char msg[300];
@@ -533,34 +552,27 @@ static rkv_status tensor_ints(const rkv__snap_where *w, const char *name, const 
 /* One entry of the table: dtype, shape and byte size of its layer's kind. */
 static rkv_status read_tensor(const rkv__snap_where *w, const char *name, const json_t *e,
                               const rkv_model_config *cfg, rkv__snap_tensor *r) {
-    rkv_geometry g;
-    rkv_model_config_layer_geometry(cfg, r->layer, &g);
-    const rkv__snap_sizes z = rkv__snap_sizes_of(&g);
-    const bool bits = r->kind == 2;
-    const char *want_dtype = bits ? "U8" : rkv__dtype_safetensors(cfg->dtype);
-    const uint64_t want3[3] = {(uint64_t)cfg->n_kv_heads, (uint64_t)z.C, (uint64_t)cfg->d_head};
-    const uint64_t *want = bits ? want3 + 1 : want3, bytes = bits ? z.written : z.kv;
-    const size_t rank = bits ? 1 : 3;
+    const tensor_form f = form_of(cfg, r->layer, r->kind);
     if (!json_is_object(e))
         return refuse(w, "corrupted header: tensor '%s' is not a JSON object", name);
     uint64_t shape[3], offs[2];
     rkv_status st;
-    if ((st = tensor_ints(w, name, "shape", json_object_get(e, "shape"), rank, shape)) != RKV_OK ||
+    if ((st = tensor_ints(w, name, "shape", json_object_get(e, "shape"), f.rank, shape)) != RKV_OK ||
         (st = tensor_ints(w, name, "data_offsets", json_object_get(e, "data_offsets"), 2, offs)) !=
             RKV_OK)
         return st;
     const char *dt = json_string_value(json_object_get(e, "dtype"));
-    bool ok = dt && !strcmp(dt, want_dtype) && offs[1] >= offs[0] && offs[1] - offs[0] == bytes;
-    for (size_t k = 0; k < rank; k++) ok = ok && shape[k] == want[k];
-    if (!ok && bits)
+    bool ok = dt && !strcmp(dt, f.dtype) && offs[1] >= offs[0] && offs[1] - offs[0] == f.bytes;
+    for (size_t k = 0; k < f.rank; k++) ok = ok && shape[k] == f.shape[k];
+    if (!ok && f.rank == 1)
         return refuse(w, "corrupted header: tensor '%s' is not {dtype %s, shape [%llu], %llu "
                          "bytes}",
-                      name, want_dtype, (unsigned long long)z.C, (unsigned long long)bytes);
+                      name, f.dtype, (unsigned long long)f.shape[0], (unsigned long long)f.bytes);
     if (!ok)
         return refuse(w, "corrupted header: tensor '%s' is not {dtype %s, shape [%llu, %llu, "
                          "%llu] (n_kv_heads, slots, d_head), %llu bytes}",
-                      name, want_dtype, (unsigned long long)want3[0], (unsigned long long)z.C,
-                      (unsigned long long)want3[2], (unsigned long long)bytes);
+                      name, f.dtype, (unsigned long long)f.shape[0], (unsigned long long)f.shape[1],
+                      (unsigned long long)f.shape[2], (unsigned long long)f.bytes);
     r->begin = offs[0];
     r->end = offs[1];
     r->seen = true;
@@ -752,17 +764,14 @@ static json_t *build_meta(const rkv_model_config *cfg, int64_t session, const ch
               set_int(m, "format_version", RKV_SNAPSHOT_VERSION) &&
               set_str(m, "ringkv_version", rkv_version()) && set_text(m, "model", cfg->name) &&
               set_text(m, "request_id", request_id) && set_int(m, "session", session) &&
-              set_str(m, "dtype", rkv_dtype_name(cfg->dtype)) &&
-              set_int(m, "n_layers", cfg->n_layers) && set_int(m, "n_q_heads", cfg->n_q_heads) &&
-              set_int(m, "n_kv_heads", cfg->n_kv_heads) && set_int(m, "d_head", cfg->d_head) &&
-              set_int(m, "tokens_per_frame", cfg->tokens_per_frame) &&
-              set_list(m, "ring_frames", cfg, offsetof(rkv_layer_spec, ring_frames)) &&
-              set_list(m, "ring_buckets", cfg, offsetof(rkv_layer_spec, ring_buckets)) &&
-              set_list(m, "pinned_dilation", cfg, offsetof(rkv_layer_spec, pinned_dilation)) &&
-              set_int(m, "last_committed", last_committed) &&
-              set_str(m, "data_xxh3", ZERO_DIGITS) && set_str(m, "header_xxh3", ZERO_DIGITS) &&
-              (!written_xxh3 || (set_int(m, SESSION_META_KEY, RKV_SESSION_META_VERSION) &&
-                                 set_str(m, WRITTEN_KEY, wx)));
+              set_str(m, "dtype", rkv_dtype_name(cfg->dtype));
+    for (size_t f = 0; ok && f < N_GEOMETRY; f++)
+        ok = f < N_INTS ? set_int(m, GEOMETRY[f].key, *CFG_INT(cfg, f))
+                        : set_list(m, GEOMETRY[f].key, cfg, GEOMETRY[f].off);
+    ok = ok && set_int(m, "last_committed", last_committed) &&
+         set_str(m, "data_xxh3", ZERO_DIGITS) && set_str(m, "header_xxh3", ZERO_DIGITS) &&
+         (!written_xxh3 || (set_int(m, SESSION_META_KEY, RKV_SESSION_META_VERSION) &&
+                            set_str(m, WRITTEN_KEY, wx)));
     if (!ok) json_decref(m);
     return ok ? m : NULL;
 }
@@ -780,24 +789,19 @@ static json_t *ints(const uint64_t *v, size_t n) {
 /* "layer.{i}.{k,v,written}" of every layer, back to back from byte 0. */
 static bool add_tensors(json_t *root, const rkv_model_config *cfg, uint64_t *data_bytes) {
     uint64_t at = 0;
-    for (int64_t i = 0; i < cfg->n_layers; i++) {
-        rkv_geometry g;
-        rkv_model_config_layer_geometry(cfg, i, &g);
-        const rkv__snap_sizes z = rkv__snap_sizes_of(&g);
-        const uint64_t shape[3] = {(uint64_t)g.n_kv_heads, (uint64_t)z.C, (uint64_t)g.d_head};
+    for (int64_t i = 0; i < cfg->n_layers; i++)
         for (int k = 0; k < 3; k++) {
             char name[48];
             snprintf(name, sizeof name, "layer.%lld.%s", (long long)i, KIND_NAMES[k]);
-            const uint64_t bytes = k == 2 ? z.written : z.kv, offs[2] = {at, at + bytes};
+            const tensor_form f = form_of(cfg, i, k);
+            const uint64_t offs[2] = {at, at + f.bytes};
             json_t *t = json_object();
-            if (!t || json_object_set_new(root, name, t) ||
-                !set_str(t, "dtype", k == 2 ? "U8" : rkv__dtype_safetensors(g.dtype)) ||
-                json_object_set_new(t, "shape", ints(k == 2 ? shape + 1 : shape, k == 2 ? 1 : 3)) ||
+            if (!t || json_object_set_new(root, name, t) || !set_str(t, "dtype", f.dtype) ||
+                json_object_set_new(t, "shape", ints(f.shape, f.rank)) ||
                 json_object_set_new(t, "data_offsets", ints(offs, 2)))
                 return false;
-            at += bytes;
+            at += f.bytes;
         }
-    }
     *data_bytes = at;
     return true;
 }
@@ -891,12 +895,8 @@ uint64_t rkv__snap_header_seal(rkv__snap_text *t, uint64_t data_xxh3) {
     uint8_t first8[8];
     put_le64(first8, t->len);
     hex16(data_xxh3, t->text + t->data_digits);
-    memcpy(t->text + t->header_digits, ZERO_DIGITS, HASH_DIGITS);
-    XXH3_state_t hs;
-    XXH3_64bits_reset(&hs);
-    XXH3_64bits_update(&hs, first8, 8);
-    XXH3_64bits_update(&hs, t->text, t->len);
-    const uint64_t header_xxh3 = XXH3_64bits_digest(&hs);
+    const uint64_t header_xxh3 =
+        header_sum(first8, (const uint8_t *)t->text, t->len, t->header_digits);
     hex16(header_xxh3, t->text + t->header_digits);
     return header_xxh3;
 }
@@ -999,14 +999,8 @@ bool rkv__snap_template_match(const rkv__snap_template *t, const uint8_t first8[
                t->len - t->header_digits - HASH_DIGITS))
         return false;
     for (uint64_t i = t->len + shift; i < n; i++) /* JSON's blanks after the object */
-        if (h[i] != ' ' && h[i] != '\t' && h[i] != '\n' && h[i] != '\r') return false;
-    XXH3_state_t hs;
-    XXH3_64bits_reset(&hs);
-    XXH3_64bits_update(&hs, first8, 8);
-    XXH3_64bits_update(&hs, h, hd);
-    XXH3_64bits_update(&hs, ZERO_DIGITS, HASH_DIGITS);
-    XXH3_64bits_update(&hs, h + hd + HASH_DIGITS, (size_t)(n - hd - HASH_DIGITS));
-    if (XXH3_64bits_digest(&hs) != hx) return false;
+        if (!blank(h[i])) return false;
+    if (header_sum(first8, h, n, hd) != hx) return false;
     *out = t->parsed;
     out->borrowed = true;
     out->data_offset = 8 + n;

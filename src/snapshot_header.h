@@ -15,14 +15,6 @@ typedef struct rkv__snap_where {
     const char *name;
 } rkv__snap_where;
 
-/* The per-layer tensor sizes of one session of a layer of geometry g. */
-typedef struct rkv__snap_sizes {
-    int64_t C;        /* slots of a session: (RF + 1) * T */
-    uint64_t kv;      /* bytes of K (= of V): H * C * D * sizeof(dtype) */
-    uint64_t written; /* bytes of the written bits: C */
-} rkv__snap_sizes;
-rkv__snap_sizes rkv__snap_sizes_of(const rkv_geometry *g);
-
 /* One tensor of the table: layer, kind (0 K, 1 V, 2 written), byte range
  * relative to the start of the data section. */
 typedef struct rkv__snap_tensor {
