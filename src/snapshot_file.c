@@ -154,7 +154,7 @@ static void src_close(const source *s) {
  * header codec; an image in memory that matches `tpl` (when not NULL) is
  * parsed by it (rkv__snap_template_match: no allocation). */
 static rkv_status read_header(const source *s, const rkv__snap_template *tpl,
-                                   rkv__snap_header *out) {
+                              rkv__snap_header *out) {
     uint8_t first8[8];
     uint64_t n = 0;
     rkv_status st = s->size >= 8 ? src_read(s, 0, first8, 8) : RKV_OK;
@@ -248,6 +248,37 @@ static rkv_status verify_data(const source *s, const rkv__snap_header *p) {
     return st;
 }
 
+/* The pieces between `session`'s span in host memory and an image's data
+ * section at `data`, tensor by tensor in file order (`order`, or when NULL
+ * the writer's: layer by layer K, V, written, back to back), head by head:
+ * to the image (dst in data) or from it. Into `into`
+ * (rkv_model_session_region_count entries) or a new array; NULL when a
+ * piece is not in host memory (or out of memory). *n: the count. */
+static rkv__piece *pieces_of(const rkv_model *m, int64_t session, rkv__snap_tensor *const *order,
+                             uint8_t *data, bool to_image, rkv__piece *into, size_t *n) {
+    rkv__piece *pc = into ? into : malloc(rkv_model_session_region_count(m) * sizeof *pc);
+    size_t k = 0;
+    uint64_t off = 0;
+    for (int64_t t = 0; pc && t < m->cfg.n_layers * 3; t++) {
+        const int64_t i = order ? order[t]->layer : t / 3;
+        const rkv_span_part part = (rkv_span_part)(order ? order[t]->kind : t % 3);
+        const size_t bytes = rkv__model_span_bytes(m, i, part);
+        if (order) off = order[t]->begin;
+        for (int64_t h = 0; h < (part == RKV_SPAN_WRITTEN ? 1 : m->cfg.n_kv_heads); h++) {
+            uint8_t *host = rkv__model_host_region(m, i, session, part, h);
+            if (!host) {
+                if (!into) free(pc);
+                return NULL;
+            }
+            pc[k++] = to_image ? (rkv__piece){data + off, host, bytes}
+                               : (rkv__piece){host, data + off, bytes};
+            off += bytes;
+        }
+    }
+    *n = k;
+    return pc;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Inspect                                                                   */
 /* ------------------------------------------------------------------------ */
@@ -315,50 +346,6 @@ static rkv_status install_span(const source *s, uint64_t off, const rkv__snap_te
     return st;
 }
 
-/* The pieces of the image's data section, in file order, with the host
- * addresses of `session`'s span they go to (rkv__piece: dst, src, bytes);
- * NULL when a piece is not in host memory (or out of memory): the data then
- * goes through span_write. *n receives the count. */
-static rkv__piece *host_pieces(const source *s, const rkv__snap_header *p, const rkv_model *m,
-                               int64_t session, size_t *n) {
-    rkv__piece *pc = malloc(rkv_model_session_region_count(m) * sizeof *pc);
-    size_t k = 0;
-    for (int64_t t = 0; pc && t < m->cfg.n_layers * 3; t++) {
-        const rkv__snap_tensor *r = p->order[t];
-        const rkv_span_part part = (rkv_span_part)r->kind;
-        const size_t bytes = rkv__model_span_bytes(m, r->layer, part);
-        for (int64_t h = 0; h < (part == RKV_SPAN_WRITTEN ? 1 : m->cfg.n_kv_heads); h++) {
-            uint8_t *dst = rkv__model_host_region(m, r->layer, session, part, h);
-            if (!dst) {
-                free(pc);
-                return NULL;
-            }
-            pc[k++] = (rkv__piece){dst, s->mem + p->data_offset + r->begin + (uint64_t)h * bytes,
-                                   bytes};
-        }
-    }
-    *n = k;
-    return pc;
-}
-
-/* Page-in of an image in memory into a free slot in host memory: every
- * piece copied once and hashed behind the copy; then the written bits. */
-static rkv_status install_fresh_host(const source *s, const rkv__snap_header *p, rkv_model *m,
-                                     int64_t session, const rkv__piece *pc, size_t n,
-                                     uint64_t *digest) {
-    XXH3_state_t hs;
-    XXH3_64bits_reset(&hs);
-    rkv__copy_pieces_hashed(pc, n, &hs);
-    *digest = XXH3_64bits_digest(&hs);
-    rkv_status st = RKV_OK;
-    for (int64_t i = 0; i < m->cfg.n_layers && st == RKV_OK; i++) {
-        const rkv_geometry g = rkv__model_layer_geometry(m, i);
-        st = written_ok(s, &g, rkv__model_host_region(m, i, session, RKV_SPAN_WRITTEN, 0), i);
-    }
-    if (st != RKV_OK) rkv__model_clear_session(m, session); /* after the message */
-    return st;
-}
-
 /* Copies the data section into the session, tensor by tensor in file
  * order (which tiles it exactly), hashing it into *digest when digest !=
  * NULL. On failure the session is reset (zeroed, no clock) and the message
@@ -366,10 +353,21 @@ static rkv_status install_fresh_host(const source *s, const rkv__snap_header *p,
 static rkv_status install_pieces(const source *s, const rkv__snap_header *p, rkv_model *m,
                                  int64_t session, uint64_t *digest, bool fresh) {
     size_t n = 0;
-    rkv__piece *pc = fresh && s->mem && digest ? host_pieces(s, p, m, session, &n) : NULL;
-    if (pc) {
-        rkv_status st = install_fresh_host(s, p, m, session, pc, n, digest);
+    rkv__piece *pc = NULL;
+    if (fresh && s->mem && digest) /* from the image: read only */
+        pc = pieces_of(m, session, p->order, (uint8_t *)s->mem + p->data_offset, false, NULL, &n);
+    if (pc) { /* a free slot in host memory: copied once, hashed behind the copy */
+        XXH3_state_t hs;
+        XXH3_64bits_reset(&hs);
+        rkv__copy_pieces_hashed(pc, n, &hs);
         free(pc);
+        *digest = XXH3_64bits_digest(&hs);
+        rkv_status st = RKV_OK;
+        for (int64_t i = 0; i < m->cfg.n_layers && st == RKV_OK; i++) {
+            const rkv_geometry g = rkv__model_layer_geometry(m, i);
+            st = written_ok(s, &g, rkv__model_host_region(m, i, session, RKV_SPAN_WRITTEN, 0), i);
+        }
+        if (st != RKV_OK) rkv__model_clear_session(m, session); /* after the message */
         return st;
     }
     uint8_t *bounce = s->mem ? NULL : malloc(rkv__model_max_span_bytes(m));
@@ -555,31 +553,6 @@ static rkv_status write_regions(sink *k, const rkv_model *m, int64_t session, XX
     return st;
 }
 
-/* The pieces of `session`'s span in host memory, in image order (layer by
- * layer: K heads, V heads, written bits), each going to its place in the
- * data section at `data`, into `into` (rkv_model_session_region_count of
- * them) or, when NULL,
- * a new array; NULL when one is not in host memory. */
-static rkv__piece *image_pieces(const rkv_model *m, int64_t session, uint8_t *data, size_t *n,
-                                rkv__piece *into) {
-    const size_t count = rkv_model_session_region_count(m);
-    rkv__piece *pc = into ? into : malloc(count * sizeof *pc);
-    for (size_t k = 0, off = 0; pc && k < count; k++) {
-        int64_t i, h;
-        rkv_span_part part;
-        rkv__model_region_at(m, k, &i, &part, &h);
-        const uint8_t *src = rkv__model_host_region(m, i, session, part, h);
-        if (!src) {
-            if (!into) free(pc);
-            return NULL;
-        }
-        pc[k] = (rkv__piece){data + off, src, rkv__model_span_bytes(m, i, part)};
-        off += pc[k].bytes;
-    }
-    *n = count;
-    return pc;
-}
-
 /* Writes the header in place again, now with both checksums. */
 static rkv_status rewrite_header(sink *k, const rkv__snap_text *hd) {
     k->off = 8;
@@ -607,7 +580,7 @@ static rkv_status write_image(const rkv_model *m, int64_t session, rkv__snap_tex
     XXH3_state_t hs;
     XXH3_64bits_reset(&hs);
     size_t n = 0;
-    rkv__piece *pc = k->mem ? image_pieces(m, session, k->mem + k->off, &n, pieces) : NULL;
+    rkv__piece *pc = k->mem ? pieces_of(m, session, NULL, k->mem + k->off, true, pieces, &n) : NULL;
     if (pc) { /* memory to memory: copied once, hashed behind the copy */
         rkv__copy_pieces_hashed(pc, n, &hs);
         for (size_t i = 0; i < n; i++) k->off += pc[i].bytes;
