@@ -598,10 +598,10 @@ static rkv_status write_image(const rkv_model *m, int64_t session, rkv__snap_tex
     return rewrite_header(k, hd);
 }
 
-static rkv_status build_header(const rkv_model *m, int64_t session, const char *what,
-                               rkv__snap_text *out) {
+static rkv_status build_header(const rkv_model *m, int64_t session, size_t len,
+                               const char *what, rkv__snap_text *out) {
     const rkv__session_state *ss = &m->sessions[session];
-    return rkv__snap_header_build(&m->cfg, session, ss->request_id, ss->last_committed, NULL,
+    return rkv__snap_header_build(&m->cfg, session, ss->request_id, ss->last_committed, NULL, len,
                                   what, out);
 }
 
@@ -612,11 +612,7 @@ rkv_status rkv__snapshot_save_mem(const rkv_model *model, int64_t session, const
     if (st != RKV_OK) return st;
     if (!file_bytes) return rkv__fail(RKV_ERR_NULL, "%s: file_bytes is NULL", what);
     rkv__snap_text hd;
-    if ((st = build_header(model, session, what, &hd)) != RKV_OK) return st;
-    if (header_len && (st = rkv__snap_header_pad(&hd, header_len, what)) != RKV_OK) {
-        free(hd.text);
-        return st;
-    }
+    if ((st = build_header(model, session, header_len, what, &hd)) != RKV_OK) return st;
     const uint64_t total = 8 + hd.len + hd.data_bytes;
     if (total > SIZE_MAX)
         st = rkv__fail(RKV_ERR_OVERFLOW, "%s: the image takes %llu bytes", what,
@@ -725,7 +721,7 @@ rkv_status rkv__snapshot_save_file(const rkv_model *model, int64_t session, cons
     rkv__atomic_file f;
     if ((st = rkv__atomic_begin(&f, what, path)) != RKV_OK) return st;
     rkv__snap_text hd = {0};
-    if ((st = build_header(model, session, what, &hd)) == RKV_OK) {
+    if ((st = build_header(model, session, 0, what, &hd)) == RKV_OK) {
         sink k = {what, f.tmp, rkv__atomic_fd(&f), NULL, 0};
         st = write_image(model, session, &hd, &k, data_xxh3, NULL);
     }

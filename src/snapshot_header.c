@@ -806,34 +806,56 @@ static bool add_tensors(json_t *root, const rkv_model_config *cfg, uint64_t *dat
     return true;
 }
 
-rkv_status rkv__snap_header_build(const rkv_model_config *cfg, int64_t session,
-                                  const char *request_id, int64_t last_committed,
-                                  const uint64_t *written_xxh3, const char *what,
-                                  rkv__snap_text *out) {
-    memset(out, 0, sizeof *out);
+#define CLOCK_KEY "\"last_committed\":\""
+#define DATA_KEY "\"data_xxh3\":\""
+#define HEADER_KEY "\"header_xxh3\":\""
+
+/* n header bytes padded with spaces so that 8 + n is a multiple of 8. */
+static size_t padded(size_t n) { return (n + 8 + 7) / 8 * 8 - 8; }
+
+/* The writer's compact JSON of the header with clock 0 and both checksums
+ * zero, with where the clock's digit and the checksums' digits are: what
+ * the header of any clock is made of (rkv__snap_template_emit). */
+static rkv_status build_json(const rkv_model_config *cfg, int64_t session, const char *request_id,
+                             const uint64_t *written_xxh3, const char *what,
+                             rkv__snap_template *t) {
+    memset(t, 0, sizeof *t);
     json_t *root = json_object();
-    json_t *meta = root ? build_meta(cfg, session, request_id, last_committed, written_xxh3) : NULL;
-    char *json = NULL;
+    json_t *meta = root ? build_meta(cfg, session, request_id, 0, written_xxh3) : NULL;
     /* json_object_set_new takes meta even when it fails */
     if (meta && !json_object_set_new(root, "__metadata__", meta) &&
-        add_tensors(root, cfg, &out->data_bytes))
-        json = json_dumps(root, JSON_COMPACT);
+        add_tensors(root, cfg, &t->data_bytes))
+        t->text = json_dumps(root, JSON_COMPACT);
     json_decref(root);
-    if (!json) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory building the header", what);
-    const size_t jlen = strlen(json), padded = (jlen + 8 + 7) / 8 * 8 - 8;
-    const char *dk = strstr(json, "\"data_xxh3\":\"" ZERO_DIGITS "\"");
-    const char *hk = strstr(json, "\"header_xxh3\":\"" ZERO_DIGITS "\"");
-    out->text = dk && hk ? malloc(padded) : NULL;
-    if (out->text) {
-        memcpy(out->text, json, jlen);
-        memset(out->text + jlen, ' ', padded - jlen);
-        out->len = padded;
-        out->data_digits = (size_t)(dk - json) + strlen("\"data_xxh3\":\"");
-        out->header_digits = (size_t)(hk - json) + strlen("\"header_xxh3\":\"");
-    }
-    free(json);
-    if (!out->text)
+    if (!t->text)
         return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory building the header", what);
+    /* the clock before both checksums (the writer's order) */
+    const char *c = strstr(t->text, CLOCK_KEY "0\""), *d = strstr(t->text, DATA_KEY ZERO_DIGITS),
+               *h = strstr(t->text, HEADER_KEY ZERO_DIGITS);
+    t->len = strlen(t->text);
+    t->clock_at = c ? (size_t)(c - t->text) + strlen(CLOCK_KEY) : 0;
+    t->data_digits = d ? (size_t)(d - t->text) + strlen(DATA_KEY) : 0;
+    t->header_digits = h ? (size_t)(h - t->text) + strlen(HEADER_KEY) : 0;
+    if (c && d && h && c < d && d + HASH_DIGITS < h) return RKV_OK;
+    rkv__snap_template_free(t);
+    return rkv__fail(RKV_ERR_STATE, "%s: the header's layout is not the expected one", what);
+}
+
+rkv_status rkv__snap_header_build(const rkv_model_config *cfg, int64_t session,
+                                  const char *request_id, int64_t last_committed,
+                                  const uint64_t *written_xxh3, size_t len, const char *what,
+                                  rkv__snap_text *out) {
+    memset(out, 0, sizeof *out);
+    rkv__snap_template t;
+    rkv_status st = build_json(cfg, session, request_id, written_xxh3, what, &t);
+    if (st != RKV_OK) return st;
+    char digits[24];
+    const int nd = snprintf(digits, sizeof digits, "%lld", (long long)last_committed);
+    if (len < padded(t.len + (size_t)nd - 1)) len = padded(t.len + (size_t)nd - 1);
+    char *text = malloc(len);
+    if (text) rkv__snap_template_emit(&t, last_committed, text, len, out);
+    rkv__snap_template_free(&t);
+    if (!text) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory building the header", what);
     return RKV_OK;
 }
 
@@ -846,12 +868,12 @@ rkv_status rkv__snap_meta_write(const rkv_model_config *cfg, int64_t session,
                                 uint64_t written_xxh3, const char *what, uint8_t *out,
                                 size_t bytes) {
     rkv__snap_text t;
-    rkv_status st =
-        rkv__snap_header_build(cfg, session, request_id, last_committed, &written_xxh3, what, &t);
+    rkv_status st = rkv__snap_header_build(cfg, session, request_id, last_committed,
+                                           &written_xxh3, bytes - 8, what, &t);
     if (st == RKV_OK && bytes < 8 + t.len)
         st = rkv__fail(RKV_ERR_STATE, "%s: the metadata takes %zu bytes, more than the %zu "
                                       "reckoned (a bug)", what, 8 + t.len, bytes);
-    if (st == RKV_OK && (st = rkv__snap_header_pad(&t, bytes - 8, what)) == RKV_OK) {
+    if (st == RKV_OK) {
         rkv__snap_header_seal(&t, 0);
         rkv__snap_header_put_length(&t, out);
         memcpy(out + 8, t.text, t.len);
@@ -869,21 +891,12 @@ rkv_status rkv__snap_header_longest(const rkv_model_config *cfg, const char *wha
         id[sizeof id - 1] = '\0';
         rkv__snap_text t;
         rkv_status st =
-            rkv__snap_header_build(cfg, cfg->num_sessions - 1, id, INT64_MAX, NULL, what, &t);
+            rkv__snap_header_build(cfg, cfg->num_sessions - 1, id, INT64_MAX, NULL, 0, what, &t);
         if (st != RKV_OK) return st;
         if (t.len > *len) *len = t.len;
         *data_bytes = t.data_bytes;
         free(t.text);
     }
-    return RKV_OK;
-}
-
-rkv_status rkv__snap_header_pad(rkv__snap_text *t, size_t len, const char *what) {
-    char *text = realloc(t->text, len);
-    if (!text) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory padding the header", what);
-    memset(text + t->len, ' ', len - t->len);
-    t->text = text;
-    t->len = len;
     return RKV_OK;
 }
 
@@ -905,8 +918,6 @@ uint64_t rkv__snap_header_seal(rkv__snap_text *t, uint64_t data_xxh3) {
 /* The header of one session, any clock                                      */
 /* ------------------------------------------------------------------------ */
 
-#define CLOCK_KEY "\"last_committed\":\""
-
 void rkv__snap_template_free(rkv__snap_template *t) {
     free(t->text);
     rkv__snap_header_free(&t->parsed);
@@ -916,43 +927,26 @@ void rkv__snap_template_free(rkv__snap_template *t) {
 rkv_status rkv__snap_template_build(const rkv_model_config *cfg, int64_t session,
                                     const char *request_id, const char *what,
                                     rkv__snap_template *t) {
-    memset(t, 0, sizeof *t);
-    rkv__snap_text b;
-    rkv_status st = rkv__snap_header_build(cfg, session, request_id, 0, NULL, what, &b);
+    rkv_status st = build_json(cfg, session, request_id, NULL, what, t);
     if (st != RKV_OK) return st;
-    size_t len = b.len; /* the compact JSON: the padding off */
-    while (len && b.text[len - 1] == ' ') len--;
-    /* the clock's one digit, once, before both checksums (the writer's order) */
-    const char *k = NULL;
-    for (size_t i = 0; i + sizeof CLOCK_KEY <= len; i++)
-        if (!memcmp(b.text + i, CLOCK_KEY, sizeof CLOCK_KEY - 1)) {
-            k = k ? NULL : b.text + i;
-            if (!k) break;
-        }
-    const size_t at = k ? (size_t)(k - b.text) + sizeof CLOCK_KEY - 1 : 0;
-    if (!k || b.text[at] != '0' || b.text[at + 1] != '"' || b.data_digits < at ||
-        b.header_digits < b.data_digits + HASH_DIGITS) {
-        free(b.text);
-        return rkv__fail(RKV_ERR_STATE, "%s: the header's layout is not the expected one", what);
-    }
     t->session = session;
     snprintf(t->request_id, sizeof t->request_id, "%s", request_id);
-    t->text = b.text;
-    t->len = len;
-    t->clock_at = at;
-    t->data_digits = b.data_digits;
-    t->header_digits = b.header_digits;
-    t->data_bytes = b.data_bytes;
-    /* its own parse (the tensor table every match borrows): sealed, as an
-     * image of it would be */
+    /* its own parse (the tensor table every match borrows): of its header
+     * of clock 0, sealed as an image's would be */
+    const size_t len = padded(t->len);
+    char *img = malloc(len);
+    rkv__snap_text b;
     uint8_t first8[8];
-    rkv__snap_header_seal(&b, 0);
-    rkv__snap_header_put_length(&b, first8);
     const rkv__snap_where w = {what, "(template)"};
-    st = rkv__snap_header_parse(&w, first8, (const uint8_t *)b.text, b.len,
-                                8 + b.len + b.data_bytes, &t->parsed);
-    memcpy(t->text + t->data_digits, ZERO_DIGITS, HASH_DIGITS);
-    memcpy(t->text + t->header_digits, ZERO_DIGITS, HASH_DIGITS);
+    if (!img) st = rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory building the header", what);
+    if (img) {
+        rkv__snap_template_emit(t, 0, img, len, &b);
+        rkv__snap_header_seal(&b, 0);
+        rkv__snap_header_put_length(&b, first8);
+        st = rkv__snap_header_parse(&w, first8, (const uint8_t *)img, len, 8 + len + b.data_bytes,
+                                    &t->parsed);
+    }
+    free(img);
     if (st != RKV_OK) rkv__snap_template_free(t);
     return st;
 }

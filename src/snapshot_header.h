@@ -81,10 +81,13 @@ typedef struct rkv__snap_text {
 
 /* Builds the header of one session: the model's config, the session's
  * index, request id and clock; with written_xxh3 (not NULL), session
- * metadata's two keys too. RKV_ERR_NO_MEMORY (named after `what`). */
+ * metadata's two keys too; padded to len bytes when that is longer (8 +
+ * len a multiple of 8: JSON allows whitespace after the object).
+ * RKV_ERR_NO_MEMORY (named after `what`), RKV_ERR_STATE (a bug: the
+ * writer's layout is not the expected one). */
 rkv_status rkv__snap_header_build(const rkv_model_config *cfg, int64_t session,
                                   const char *request_id, int64_t last_committed,
-                                  const uint64_t *written_xxh3, const char *what,
+                                  const uint64_t *written_xxh3, size_t len, const char *what,
                                   rkv__snap_text *out);
 
 /* Session metadata's size when the longest image header is `longest`
@@ -106,10 +109,6 @@ rkv_status rkv__snap_meta_write(const rkv_model_config *cfg, int64_t session,
  * its header to *len, so that they all have one size. RKV_ERR_NO_MEMORY. */
 rkv_status rkv__snap_header_longest(const rkv_model_config *cfg, const char *what, size_t *len,
                                     uint64_t *data_bytes);
-/* Pads t's text with spaces to len bytes (len >= t->len; 8 + len a multiple
- * of 8): the same header, as JSON allows whitespace after it.
- * RKV_ERR_NO_MEMORY. */
-rkv_status rkv__snap_header_pad(rkv__snap_text *t, size_t len, const char *what);
 
 /* The 8 bytes that precede the header: its length, little-endian. */
 void rkv__snap_header_put_length(const rkv__snap_text *t, uint8_t first8[8]);
@@ -119,8 +118,8 @@ void rkv__snap_header_put_length(const rkv__snap_text *t, uint8_t first8[8]);
  * allocation-free once warm: the writer's header for one session and
  * request id, built once (Jansson: allocations), with last_committed's
  * digits and both checksums' digits as the only parts that vary.
- *  - emit: the header of any clock into a caller's buffer (no allocation),
- *    byte for byte what rkv__snap_header_build and _pad give;
+ *  - emit: the header of any clock into a caller's buffer (no allocation;
+ *    rkv__snap_header_build too emits from a template of its own);
  *  - match: whether a header read from an image is exactly the template's
  *    with some clock and some checksum digits (every other byte equal, the
  *    varying parts canonical decimal / 16 lowercase hex, the rest blanks),
