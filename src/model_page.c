@@ -49,11 +49,9 @@ rkv_status rkv_model_offload(rkv_model *model, int64_t session, void *buf, size_
                             {image_bytes, sizeof *image_bytes, "image_bytes"}};
     if (st == RKV_OK) st = rkv__model_check_bufs(model, what, out, 2, NULL, 0, false);
     if (st != RKV_OK) return st;
-    uint64_t data_xxh3 = 0;
-    size_t n = 0;
-    st = rkv__snapshot_save_mem(model, session, what, buf, buf_bytes, 0, &n, &data_xxh3);
+    uint64_t data_xxh3 = 0; /* *image_bytes is written on success only */
+    st = rkv__snapshot_save_mem(model, session, what, buf, buf_bytes, 0, image_bytes, &data_xxh3);
     if (st != RKV_OK) return st;
-    *image_bytes = n;
     return buf ? finish_offload(model, what, session, data_xxh3) : RKV_OK;
 }
 

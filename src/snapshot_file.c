@@ -64,13 +64,16 @@ static struct rkv__snap_slot *slot_take(const rkv_model *m, int64_t session) {
 static void slot_give(struct rkv__snap_slot *k) {
     if (k) atomic_store(&k->busy, false);
 }
+static bool slot_has(const struct rkv__snap_slot *k, int64_t session, const char *request_id) {
+    return k->t.text && k->t.session == session && !strcmp(k->t.request_id, request_id);
+}
 
 /* The slot's template for (session, request_id) of this model's config:
  * kept when it is that one, else built (allocations: the first image of a
  * session and request). false when it cannot be had. */
 static bool slot_template(const rkv_model *m, struct rkv__snap_slot *k, int64_t session,
                           const char *request_id, const char *what) {
-    if (k->t.text && k->t.session == session && !strcmp(k->t.request_id, request_id)) return true;
+    if (slot_has(k, session, request_id)) return true;
     rkv__snap_template_free(&k->t); /* a failure: the caller's allocating path says why */
     return rkv__snap_template_build(&m->cfg, session, request_id, what, &k->t) == RKV_OK;
 }
@@ -416,9 +419,7 @@ static rkv_status install(const source *s, const rkv__snap_header *p, rkv_model 
  * one of that session matches). */
 static void learn_template(const source *s, const rkv_model *m, struct rkv__snap_slot *k,
                            const rkv__snap_header *p) {
-    if (!k || p->info.source_session < 0 ||
-        (k->t.text && k->t.session == p->info.source_session &&
-         !strcmp(k->t.request_id, p->info.request_id)))
+    if (!k || p->info.source_session < 0 || slot_has(k, p->info.source_session, p->info.request_id))
         return;
     rkv__snap_template t;
     rkv__snap_header q;

@@ -238,6 +238,15 @@ static const char *meta_str(const json_t *meta, const char *key) {
     return json_string_value(json_object_get(meta, key));
 }
 
+/* 16 lowercase hex digits under key into *out. */
+static rkv_status meta_hex(const rkv__snap_where *w, const json_t *meta, const char *key,
+                           uint64_t *out) {
+    const char *v = meta_str(meta, key);
+    if (v && parse_hex16(v, strlen(v), out)) return RKV_OK;
+    return refuse(w, "corrupted header: metadata '%s' is missing or is not 16 lowercase hex digits",
+                  key);
+}
+
 /* format and version: read before the checksum, so that a file of another
  * version (which may hash differently) is reported as such. */
 static rkv_status check_format(const rkv__snap_where *w, const json_t *meta, bool session,
@@ -306,11 +315,7 @@ static rkv_status check_checksums(const rkv__snap_where *w, const uint8_t first8
         return refuse(w, "corrupted header: header checksum mismatch (header_xxh3 %016llx, "
                          "computed %016llx)",
                       (unsigned long long)want, (unsigned long long)got);
-    const char *dv = meta_str(meta, "data_xxh3");
-    if (!dv || !parse_hex16(dv, strlen(dv), &info->data_xxh3))
-        return refuse(w, "corrupted header: metadata 'data_xxh3' is missing or is not 16 "
-                         "lowercase hex digits");
-    return RKV_OK;
+    return meta_hex(w, meta, "data_xxh3", &info->data_xxh3);
 }
 
 /* safetensors' rule: "__metadata__" maps strings to strings. */
@@ -583,7 +588,6 @@ static rkv_status read_tensor(const rkv__snap_where *w, const char *name, const 
 static rkv_status read_tensors(const rkv__snap_where *w, const json_t *root,
                                const rkv_model_config *cfg, rkv__snap_tensor *t) {
     const int64_t nl = cfg->n_layers;
-    int64_t n_entries = 0;
     const char *name;
     json_t *e;
     char en[ESC(60)];
@@ -599,14 +603,11 @@ static rkv_status read_tensors(const rkv__snap_where *w, const json_t *root,
         r->kind = kind;
         rkv_status st = read_tensor(w, name, e, cfg, r);
         if (st != RKV_OK) return st;
-        n_entries++;
     }
-    if (n_entries != nl * 3) {
-        int64_t i = 0;
-        while (i < nl * 3 && t[i].seen) i++;
-        return refuse(w, "corrupted header: tensor 'layer.%lld.%s' is missing", (long long)(i / 3),
-                      KIND_NAMES[i % 3]);
-    }
+    for (int64_t i = 0; i < nl * 3; i++)
+        if (!t[i].seen)
+            return refuse(w, "corrupted header: tensor 'layer.%lld.%s' is missing",
+                          (long long)(i / 3), KIND_NAMES[i % 3]);
     return RKV_OK;
 }
 
@@ -647,15 +648,12 @@ static rkv_status read_header(const rkv__snap_where *w, const uint8_t first8[8],
                               rkv__snap_header *out) {
     rkv_snapshot_info *info = &out->info;
     const json_t *meta = json_object_get(root, "__metadata__");
-    const char *wx = meta_str(meta, WRITTEN_KEY);
     rkv_status st;
     if ((st = check_format(w, meta, session, info)) != RKV_OK ||
         (st = check_checksums(w, first8, h, n, meta, info)) != RKV_OK)
         return st;
-    if (session && (!wx || !parse_hex16(wx, strlen(wx), &out->written_xxh3)))
-        return refuse(w, "corrupted header: metadata '" WRITTEN_KEY "' is missing or is not 16 "
-                         "lowercase hex digits");
-    if ((st = check_meta_values(w, meta)) != RKV_OK ||
+    if ((session && (st = meta_hex(w, meta, WRITTEN_KEY, &out->written_xxh3)) != RKV_OK) ||
+        (st = check_meta_values(w, meta)) != RKV_OK ||
         (st = read_geometry(w, meta, info)) != RKV_OK || (st = read_names(w, meta, info)) != RKV_OK)
         return st;
     const int64_t nt = info->config.n_layers * 3;
