@@ -313,46 +313,15 @@ rkv_status rkv_snapshot_inspect(const char *path, const void *buf, size_t bytes,
 /* Load                                                                      */
 /* ------------------------------------------------------------------------ */
 
-/* Copies tensor r (one layer's K, V or written span of a session) from the
- * source into `session` of the model, one piece at a time (K or V of one
- * head, or the written bits) through the model's backend: straight from
- * the image in memory, or through the bounce buffer
- * (rkv__model_max_span_bytes) from a file. Each piece is hashed into hs
- * when hs != NULL (while it is in cache). `fresh`: the session is a free
- * slot being paged in, whose bytes were not verified yet (bad written bits
- * are then corrupted data, not a file changed under the reader). */
-static rkv_status install_span(const source *s, uint64_t off, const rkv__snap_tensor *r,
-                               rkv_model *m, int64_t session, XXH3_state_t *hs,
-                               uint8_t *bounce, bool fresh) {
-    const rkv_span_part part = (rkv_span_part)r->kind; /* k, v, written */
-    const size_t bytes = rkv__model_span_bytes(m, r->layer, part);
-    const int64_t heads = part == RKV_SPAN_WRITTEN ? 1 : m->cfg.n_kv_heads;
-    rkv_status st = RKV_OK;
-    for (int64_t h = 0; h < heads && st == RKV_OK; h++, off += bytes) {
-        const uint8_t *piece = s->mem ? s->mem + off : bounce;
-        if (!s->mem && (st = src_read(s, off, bounce, bytes)) != RKV_OK) break;
-        if (hs) XXH3_64bits_update(hs, piece, bytes);
-        st = rkv__model_span_write(m, r->layer, session, part, h, piece);
-        if (st == RKV_ERR_INVALID_ARG && fresh)
-            st = rkv__fail(RKV_ERR_FORMAT,
-                           "%s: %s: corrupted data: layer.%lld.written breaks the layer's "
-                           "invariant (0/1, scratch slots 1, frames written whole)",
-                           s->w.what, s->w.name, (long long)r->layer);
-        else if (st == RKV_ERR_INVALID_ARG && !s->mem) /* bits verified, then changed */
-            st = rkv__fail(RKV_ERR_IO,
-                           "%s: %s: the file changed while it was loaded (its written bits are "
-                           "no longer valid on the second read); session %lld was reset",
-                           s->w.what, s->w.name, (long long)session);
-        else if (st != RKV_OK)
-            st = rkv__model_backend_fail(st, s->w.what);
-    }
-    return st;
-}
-
-/* Copies the data section into the session, tensor by tensor in file
- * order (which tiles it exactly), hashing it into *digest when digest !=
- * NULL. On failure the session is reset (zeroed, no clock) and the message
- * says so. */
+/* Copies the data section into `session`, tensor by tensor in file order
+ * (which tiles it exactly), hashing it into *digest when digest != NULL:
+ * into a free slot in host memory (`fresh`: paged in, its bytes not
+ * verified yet) as one list of pieces; else piece by piece (K or V of one
+ * head, or the written bits) through the backend, straight from an image
+ * in memory or through the bounce buffer from a file. On failure the
+ * session is reset (zeroed, no clock) and the message says so; bad written
+ * bits are corrupted data when fresh, else a file changed under the
+ * reader. */
 static rkv_status install_pieces(const source *s, const rkv__snap_header *p, rkv_model *m,
                                  int64_t session, uint64_t *digest, bool fresh) {
     size_t n = 0;
@@ -380,8 +349,28 @@ static rkv_status install_pieces(const source *s, const rkv__snap_header *p, rkv
     rkv_status st = RKV_OK;
     for (int64_t k = 0; k < m->cfg.n_layers * 3 && st == RKV_OK; k++) {
         const rkv__snap_tensor *r = p->order[k];
-        st = install_span(s, p->data_offset + r->begin, r, m, session, digest ? &hs : NULL,
-                          bounce, fresh);
+        const rkv_span_part part = (rkv_span_part)r->kind;
+        const size_t bytes = rkv__model_span_bytes(m, r->layer, part);
+        uint64_t off = p->data_offset + r->begin;
+        for (int64_t h = 0; h < (part == RKV_SPAN_WRITTEN ? 1 : m->cfg.n_kv_heads) && st == RKV_OK;
+             h++, off += bytes) {
+            const uint8_t *piece = s->mem ? s->mem + off : bounce;
+            if (!s->mem && (st = src_read(s, off, bounce, bytes)) != RKV_OK) break;
+            if (digest) XXH3_64bits_update(&hs, piece, bytes);
+            st = rkv__model_span_write(m, r->layer, session, part, h, piece);
+            if (st == RKV_ERR_INVALID_ARG && fresh)
+                st = rkv__fail(RKV_ERR_FORMAT,
+                               "%s: %s: corrupted data: layer.%lld.written breaks the layer's "
+                               "invariant (0/1, scratch slots 1, frames written whole)",
+                               s->w.what, s->w.name, (long long)r->layer);
+            else if (st == RKV_ERR_INVALID_ARG && !s->mem) /* bits verified, then changed */
+                st = rkv__fail(RKV_ERR_IO,
+                               "%s: %s: the file changed while it was loaded (its written bits "
+                               "are no longer valid on the second read); session %lld was reset",
+                               s->w.what, s->w.name, (long long)session);
+            else if (st != RKV_OK)
+                st = rkv__model_backend_fail(st, s->w.what);
+        }
     }
     free(bounce);
     if (digest) *digest = XXH3_64bits_digest(&hs);
@@ -526,50 +515,36 @@ static rkv_status sink_write(sink *k, const void *p, size_t n) {
 }
 
 /* Writes `session`'s regions in order (the tensors layer.i.k, .v,
- * .written of each layer), one piece at a time read through the model's
- * backend, hashing them into hs: straight into a memory sink (each piece
- * hashed while it is in cache), or through the bounce buffer to a file. */
-static rkv_status write_regions(sink *k, const rkv_model *m, int64_t session, XXH3_state_t *hs,
-                                uint8_t *bounce) {
+ * .written of each layer), hashing them into hs: a region in host memory
+ * straight from the storage, else read through the model's backend into a
+ * memory sink (hashed while it is in cache) or the bounce buffer. */
+static rkv_status write_regions(sink *k, const rkv_model *m, int64_t session, XXH3_state_t *hs) {
+    uint8_t *bounce = k->mem ? NULL : malloc(rkv__model_max_span_bytes(m));
+    if (!k->mem && !bounce) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", k->what);
     rkv_status st = RKV_OK;
-    const size_t n = rkv_model_session_region_count(m);
-    for (size_t r = 0; r < n && st == RKV_OK; r++) {
+    for (size_t r = 0; r < rkv_model_session_region_count(m) && st == RKV_OK; r++) {
         int64_t i, h;
         rkv_span_part part;
         rkv__model_region_at(m, r, &i, &part, &h);
         const size_t bytes = rkv__model_span_bytes(m, i, part);
         const uint8_t *region = rkv__model_host_region(m, i, session, part, h);
-        if (region) { /* to a file: straight from the storage */
-            XXH3_64bits_update(hs, region, bytes);
-            st = sink_write(k, region, bytes);
-            continue;
-        }
         uint8_t *piece = k->mem ? k->mem + k->off : bounce;
-        if ((st = rkv__model_span_read(m, i, session, part, h, piece)) != RKV_OK)
-            return rkv__model_backend_fail(st, k->what);
-        XXH3_64bits_update(hs, piece, bytes);
-        if (k->mem) k->off += bytes;
-        else st = sink_write(k, piece, bytes);
+        if (!region && (st = rkv__model_span_read(m, i, session, part, h, piece)) != RKV_OK) {
+            st = rkv__model_backend_fail(st, k->what);
+            break;
+        }
+        XXH3_64bits_update(hs, region ? region : piece, bytes);
+        if (region || !k->mem) st = sink_write(k, region ? region : piece, bytes);
+        else k->off += bytes;
     }
+    free(bounce);
     return st;
-}
-
-/* Writes the header in place again, now with both checksums. */
-static rkv_status rewrite_header(sink *k, const rkv__snap_text *hd) {
-    k->off = 8;
-    if (!k->mem && lseek(k->fd, 8, SEEK_SET) < 0) {
-        rkv__path_shown e;
-        return rkv__fail(RKV_ERR_IO, "%s: writing the header of %s failed: %s", k->what,
-                         RKV__SHOW_PATH(e, k->name), strerror(errno));
-    }
-    return sink_write(k, hd->text, hd->len);
 }
 
 /* Writes the whole image: length, header (checksums zero), data (hashed),
  * then the header again with both checksums filled in (*data_xxh3: the
- * data checksum, when not NULL). pieces: rkv_model_session_region_count entries
- * for the copy's
- * list, or NULL (allocated here). */
+ * data checksum, when not NULL). pieces: rkv_model_session_region_count
+ * entries for the copy's list, or NULL (allocated here). */
 static rkv_status write_image(const rkv_model *m, int64_t session, rkv__snap_text *hd, sink *k,
                               uint64_t *data_xxh3, rkv__piece *pieces) {
     uint8_t first8[8];
@@ -584,19 +559,21 @@ static rkv_status write_image(const rkv_model *m, int64_t session, rkv__snap_tex
     rkv__piece *pc = k->mem ? pieces_of(m, session, NULL, k->mem + k->off, true, pieces, &n) : NULL;
     if (pc) { /* memory to memory: copied once, hashed behind the copy */
         rkv__copy_pieces_hashed(pc, n, &hs);
-        for (size_t i = 0; i < n; i++) k->off += pc[i].bytes;
+        k->off += hd->data_bytes;
         if (pc != pieces) free(pc);
-    } else {
-        uint8_t *bounce = malloc(rkv__model_max_span_bytes(m));
-        if (!bounce) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", k->what);
-        st = write_regions(k, m, session, &hs, bounce);
-        free(bounce);
+    } else if ((st = write_regions(k, m, session, &hs)) != RKV_OK) {
+        return st;
     }
-    if (st != RKV_OK) return st;
     const uint64_t data = XXH3_64bits_digest(&hs);
     rkv__snap_header_seal(hd, data);
     if (data_xxh3) *data_xxh3 = data;
-    return rewrite_header(k, hd);
+    k->off = 8; /* the header in place again, now with both checksums */
+    if (!k->mem && lseek(k->fd, 8, SEEK_SET) < 0) {
+        rkv__path_shown e;
+        return rkv__fail(RKV_ERR_IO, "%s: writing the header of %s failed: %s", k->what,
+                         RKV__SHOW_PATH(e, k->name), strerror(errno));
+    }
+    return sink_write(k, hd->text, hd->len);
 }
 
 static rkv_status build_header(const rkv_model *m, int64_t session, size_t len,
