@@ -628,14 +628,12 @@ rkv_status rkv_model_save_session_mem(const rkv_model *model, int64_t session, v
 static size_t snapshot_bytes(const rkv_model *m, const char *what, size_t *header_len) {
     if (!m) return 0;
     size_t len = atomic_load(&((rkv_model *)m)->snap_header_len);
-    uint64_t data = 0;
     if (!len) {
-        if (rkv__snap_header_longest(&m->cfg, what, &len, &data) != RKV_OK) return 0;
+        if (rkv__snap_header_longest(&m->cfg, what, &len) != RKV_OK) return 0;
         atomic_store(&((rkv_model *)m)->snap_header_len, len);
     }
-    data = rkv__model_session_data_bytes(m);
     *header_len = len;
-    const uint64_t total = 8 + (uint64_t)len + data;
+    const uint64_t total = 8 + (uint64_t)len + rkv__model_session_data_bytes(m);
     return total <= SIZE_MAX ? (size_t)total : 0;
 }
 
@@ -654,7 +652,8 @@ static bool snapshot_templated(const rkv_model *m, int64_t session, struct rkv__
     const rkv__session_state *ss = &m->sessions[session];
     if (!slot_template(m, k, session, ss->request_id, what)) return false;
     if (!k->out && !(k->out = malloc(header_len))) return false;
-    if (!k->pieces && !(k->pieces = malloc(rkv_model_session_region_count(m) * sizeof *k->pieces))) return false;
+    const size_t regions = rkv_model_session_region_count(m);
+    if (!k->pieces && !(k->pieces = malloc(regions * sizeof *k->pieces))) return false;
     rkv__snap_text hd;
     rkv__snap_template_emit(&k->t, ss->last_committed, k->out, header_len, &hd);
     const rkv__buf out = {buf, 8 + header_len + (size_t)hd.data_bytes, "buf"};
@@ -683,7 +682,6 @@ rkv_status rkv_model_snapshot(const rkv_model *model, int64_t session, void *buf
     return rkv__snapshot_save_mem(model, session, what, buf, buf_bytes, header_len, &n, NULL);
 }
 
-
 rkv_status rkv_model_save_session(const rkv_model *model, int64_t session, const char *path) {
     return rkv__snapshot_save_file(model, session, "rkv_model_save_session", path, NULL);
 }
@@ -700,7 +698,7 @@ rkv_status rkv__snapshot_save_file(const rkv_model *model, int64_t session, cons
     if ((st = rkv__atomic_begin(&f, what, path)) != RKV_OK) return st;
     rkv__snap_text hd = {0};
     if ((st = build_header(model, session, 0, what, &hd)) == RKV_OK) {
-        sink k = {what, f.tmp, rkv__atomic_fd(&f), NULL, 0};
+        sink k = {what, f.tmp, f.fd, NULL, 0};
         st = write_image(model, session, &hd, &k, data_xxh3, NULL);
     }
     if (st == RKV_OK) st = rkv__atomic_commit(&f);

@@ -880,8 +880,7 @@ rkv_status rkv__snap_meta_write(const rkv_model_config *cfg, int64_t session,
     return st;
 }
 
-rkv_status rkv__snap_header_longest(const rkv_model_config *cfg, const char *what, size_t *len,
-                                    uint64_t *data_bytes) {
+rkv_status rkv__snap_header_longest(const rkv_model_config *cfg, const char *what, size_t *len) {
     char id[RKV_MAX_REQUEST_ID];
     *len = 0;
     for (int kind = 0; kind < 2; kind++) { /* hex-coded, then escaped JSON */
@@ -892,7 +891,6 @@ rkv_status rkv__snap_header_longest(const rkv_model_config *cfg, const char *wha
             rkv__snap_header_build(cfg, cfg->num_sessions - 1, id, INT64_MAX, NULL, 0, what, &t);
         if (st != RKV_OK) return st;
         if (t.len > *len) *len = t.len;
-        *data_bytes = t.data_bytes;
         free(t.text);
     }
     return RKV_OK;

@@ -101,14 +101,13 @@ rkv_status rkv__snap_meta_write(const rkv_model_config *cfg, int64_t session,
                                 uint64_t written_xxh3, const char *what, uint8_t *out,
                                 size_t bytes);
 
-/* The longest header any session of this config can have, padded (*len),
- * and the data section's bytes (*data_bytes): the header of session
- * num_sessions - 1 with a 255-byte request id at its longest (outside
- * printable ASCII: hex) or escaped JSON, whichever is longer, and the
- * largest clock. Every in-memory image of a model (rkv_model_snapshot) pads
- * its header to *len, so that they all have one size. RKV_ERR_NO_MEMORY. */
-rkv_status rkv__snap_header_longest(const rkv_model_config *cfg, const char *what, size_t *len,
-                                    uint64_t *data_bytes);
+/* The longest header any session of this config can have, padded (*len):
+ * the header of session num_sessions - 1 with a 255-byte request id at its
+ * longest (outside printable ASCII: hex) or escaped JSON, whichever is
+ * longer, and the largest clock. Every in-memory image of a model
+ * (rkv_model_snapshot) pads its header to *len, so that they all have one
+ * size. RKV_ERR_NO_MEMORY. */
+rkv_status rkv__snap_header_longest(const rkv_model_config *cfg, const char *what, size_t *len);
 
 /* The 8 bytes that precede the header: its length, little-endian. */
 void rkv__snap_header_put_length(const rkv__snap_text *t, uint8_t first8[8]);
