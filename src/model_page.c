@@ -3,9 +3,9 @@
  * writes it), its slot is freed and its request id stays reserved in the
  * model's offload table (model_offload.c) with the image's clock and data
  * checksum; the image comes back into any free slot, checked and copied in
- * one pass (an image with that clock and data: keys a tool added to its
- * header, such as ringkv.ray's incarnation, do not matter). (Apart from the table because it needs the snapshot-file code:
- * a build without Jansson and xxHash leaves this file out.) */
+ * one pass (admit says which images). Apart from the table because it
+ * needs the snapshot-file code: a build without Jansson and xxHash leaves
+ * this file out. */
 #include <stdio.h>
 #include <string.h>
 
