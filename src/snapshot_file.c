@@ -547,10 +547,8 @@ static rkv_status write_regions(sink *k, const rkv_model *m, int64_t session, XX
  * entries for the copy's list, or NULL (allocated here). */
 static rkv_status write_image(const rkv_model *m, int64_t session, rkv__snap_text *hd, sink *k,
                               uint64_t *data_xxh3, rkv__piece *pieces) {
-    uint8_t first8[8];
-    rkv__snap_header_put_length(hd, first8);
     rkv_status st;
-    if ((st = sink_write(k, first8, 8)) != RKV_OK ||
+    if ((st = sink_write(k, hd->first8, 8)) != RKV_OK ||
         (st = sink_write(k, hd->text, hd->len)) != RKV_OK)
         return st;
     XXH3_state_t hs;

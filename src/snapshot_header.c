@@ -873,7 +873,7 @@ rkv_status rkv__snap_meta_write(const rkv_model_config *cfg, int64_t session,
                                       "reckoned (a bug)", what, 8 + t.len, bytes);
     if (st == RKV_OK) {
         rkv__snap_header_seal(&t, 0);
-        rkv__snap_header_put_length(&t, out);
+        memcpy(out, t.first8, 8);
         memcpy(out + 8, t.text, t.len);
     }
     free(t.text);
@@ -896,16 +896,10 @@ rkv_status rkv__snap_header_longest(const rkv_model_config *cfg, const char *wha
     return RKV_OK;
 }
 
-void rkv__snap_header_put_length(const rkv__snap_text *t, uint8_t first8[8]) {
-    put_le64(first8, t->len);
-}
-
 uint64_t rkv__snap_header_seal(rkv__snap_text *t, uint64_t data_xxh3) {
-    uint8_t first8[8];
-    put_le64(first8, t->len);
     hex16(data_xxh3, t->text + t->data_digits);
     const uint64_t header_xxh3 =
-        header_sum(first8, (const uint8_t *)t->text, t->len, t->header_digits);
+        header_sum(t->first8, (const uint8_t *)t->text, t->len, t->header_digits);
     hex16(header_xxh3, t->text + t->header_digits);
     return header_xxh3;
 }
@@ -932,14 +926,12 @@ rkv_status rkv__snap_template_build(const rkv_model_config *cfg, int64_t session
     const size_t len = padded(t->len);
     char *img = malloc(len);
     rkv__snap_text b;
-    uint8_t first8[8];
     const rkv__snap_where w = {what, "(template)"};
     if (!img) st = rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory building the header", what);
     if (img) {
         rkv__snap_template_emit(t, 0, img, len, &b);
         rkv__snap_header_seal(&b, 0);
-        rkv__snap_header_put_length(&b, first8);
-        st = rkv__snap_header_parse(&w, first8, (const uint8_t *)img, len, 8 + len + b.data_bytes,
+        st = rkv__snap_header_parse(&w, b.first8, (const uint8_t *)img, len, 8 + len + b.data_bytes,
                                     &t->parsed);
     }
     free(img);
@@ -956,6 +948,7 @@ void rkv__snap_template_emit(const rkv__snap_template *t, int64_t last_committed
     memcpy(out + t->clock_at, digits, nd);
     memcpy(out + t->clock_at + nd, t->text + t->clock_at + 1, rest);
     memset(out + t->len + shift, ' ', len - t->len - shift);
+    put_le64(hd->first8, len);
     hd->text = out;
     hd->len = len;
     hd->data_digits = t->data_digits + shift;

@@ -71,6 +71,7 @@ rkv_status rkv__snap_geometry_check(const char *what, const char *name, const ch
 /* The header a writer emits, padded with spaces so that 8 + len is a
  * multiple of 8, both checksums "0000000000000000" until sealed. */
 typedef struct rkv__snap_text {
+    uint8_t first8[8];   /* the 8 bytes before it: len, little-endian  */
     char *text;          /* malloc'd, len bytes (not NUL-terminated)   */
     size_t len;
     size_t data_digits;  /* offset of data_xxh3's 16 digits in text    */
@@ -108,9 +109,6 @@ rkv_status rkv__snap_meta_write(const rkv_model_config *cfg, int64_t session,
  * (rkv_model_snapshot) pads its header to *len, so that they all have one
  * size. RKV_ERR_NO_MEMORY. */
 rkv_status rkv__snap_header_longest(const rkv_model_config *cfg, const char *what, size_t *len);
-
-/* The 8 bytes that precede the header: its length, little-endian. */
-void rkv__snap_header_put_length(const rkv__snap_text *t, uint8_t first8[8]);
 
 /* ---- the header of one (config, session, request id), any clock ----------
  * What makes the in-memory round trip (rkv_model_snapshot / _restore)
