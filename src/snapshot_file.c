@@ -480,7 +480,6 @@ rkv_status rkv_model_load_session(rkv_model *model, int64_t session, const char 
     return st;
 }
 
-/* An image in memory. */
 rkv_status rkv_model_restore(rkv_model *model, int64_t session, const void *buf, size_t bytes) {
     static const char what[] = "rkv_model_restore";
     rkv_status st = rkv__model_check_between_frames(model, what, session);
