@@ -753,8 +753,9 @@ static bool set_list(json_t *o, const char *key, const rkv_model_config *cfg, si
     return ok;
 }
 
+/* "__metadata__" with clock 0 (build_json's). */
 static json_t *build_meta(const rkv_model_config *cfg, int64_t session, const char *request_id,
-                          int64_t last_committed, const uint64_t *written_xxh3) {
+                          const uint64_t *written_xxh3) {
     char wx[HASH_DIGITS + 1] = {0};
     if (written_xxh3) hex16(*written_xxh3, wx);
     json_t *m = json_object();
@@ -766,7 +767,7 @@ static json_t *build_meta(const rkv_model_config *cfg, int64_t session, const ch
     for (size_t f = 0; ok && f < N_GEOMETRY; f++)
         ok = f < N_INTS ? set_int(m, GEOMETRY[f].key, *CFG_INT(cfg, f))
                         : set_list(m, GEOMETRY[f].key, cfg, GEOMETRY[f].off);
-    ok = ok && set_int(m, "last_committed", last_committed) &&
+    ok = ok && set_int(m, "last_committed", 0) &&
          set_str(m, "data_xxh3", ZERO_DIGITS) && set_str(m, "header_xxh3", ZERO_DIGITS) &&
          (!written_xxh3 || (set_int(m, SESSION_META_KEY, RKV_SESSION_META_VERSION) &&
                             set_str(m, WRITTEN_KEY, wx)));
@@ -819,7 +820,7 @@ static rkv_status build_json(const rkv_model_config *cfg, int64_t session, const
                              rkv__snap_template *t) {
     memset(t, 0, sizeof *t);
     json_t *root = json_object();
-    json_t *meta = root ? build_meta(cfg, session, request_id, 0, written_xxh3) : NULL;
+    json_t *meta = root ? build_meta(cfg, session, request_id, written_xxh3) : NULL;
     /* json_object_set_new takes meta even when it fails */
     if (meta && !json_object_set_new(root, "__metadata__", meta) &&
         add_tensors(root, cfg, &t->data_bytes))
