@@ -146,8 +146,22 @@ rkv_status rkv_model_session_export_meta(const rkv_model *model, int64_t session
     const rkv__session_state *ss = &model->sessions[session];
     uint64_t wx = 0;
     if ((st = hash_regions(model, what, session, true, false, &wx)) != RKV_OK) return st;
-    return rkv__snap_meta_write(&model->cfg, session, ss->request_id, ss->last_committed, wx,
-                                what, meta, need);
+    /* the header with the two keys, padded to the size reckoned, sealed with
+     * data_xxh3 0, after its length */
+    rkv__snap_text t;
+    if ((st = rkv__snap_header_build(&model->cfg, session, ss->request_id, ss->last_committed,
+                                     &wx, need - 8, what, &t)) != RKV_OK)
+        return st;
+    if (8 + t.len > need)
+        st = rkv__fail(RKV_ERR_STATE, "%s: the metadata takes %zu bytes, more than the %zu "
+                                      "reckoned (a bug)", what, 8 + t.len, need);
+    if (st == RKV_OK) {
+        rkv__snap_header_seal(&t, 0);
+        memcpy(meta, t.first8, 8);
+        memcpy((uint8_t *)meta + 8, t.text, t.len);
+    }
+    free(t.text);
+    return st;
 }
 
 /* ---- regions ------------------------------------------------------------------- */

@@ -862,25 +862,6 @@ size_t rkv__snap_meta_bytes(size_t longest) {
     return longest ? 8 + longest + (sizeof META_KEYS - 1 + 7) / 8 * 8 : 0;
 }
 
-rkv_status rkv__snap_meta_write(const rkv_model_config *cfg, int64_t session,
-                                const char *request_id, int64_t last_committed,
-                                uint64_t written_xxh3, const char *what, uint8_t *out,
-                                size_t bytes) {
-    rkv__snap_text t;
-    rkv_status st = rkv__snap_header_build(cfg, session, request_id, last_committed,
-                                           &written_xxh3, bytes - 8, what, &t);
-    if (st == RKV_OK && bytes < 8 + t.len)
-        st = rkv__fail(RKV_ERR_STATE, "%s: the metadata takes %zu bytes, more than the %zu "
-                                      "reckoned (a bug)", what, 8 + t.len, bytes);
-    if (st == RKV_OK) {
-        rkv__snap_header_seal(&t, 0);
-        memcpy(out, t.first8, 8);
-        memcpy(out + 8, t.text, t.len);
-    }
-    free(t.text);
-    return st;
-}
-
 rkv_status rkv__snap_header_longest(const rkv_model_config *cfg, const char *what, size_t *len) {
     char id[RKV_MAX_REQUEST_ID];
     *len = 0;

@@ -94,13 +94,6 @@ rkv_status rkv__snap_header_build(const rkv_model_config *cfg, int64_t session,
 /* Session metadata's size when the longest image header is `longest`
  * (rkv__snap_header_longest): 8 + longest + the two keys, rounded up to 8. */
 size_t rkv__snap_meta_bytes(size_t longest);
-/* One session's metadata into out[bytes] (rkv__snap_meta_bytes): its
- * header with the two keys, padded, sealed with data_xxh3 0, after its
- * length. RKV_ERR_NO_MEMORY. */
-rkv_status rkv__snap_meta_write(const rkv_model_config *cfg, int64_t session,
-                                const char *request_id, int64_t last_committed,
-                                uint64_t written_xxh3, const char *what, uint8_t *out,
-                                size_t bytes);
 
 /* The longest header any session of this config can have, padded (*len):
  * the header of session num_sessions - 1 with a 255-byte request id at its
