@@ -718,91 +718,38 @@ void rkv__snap_header_free(rkv__snap_header *p) {
 /* Writing                                                                   */
 /* ------------------------------------------------------------------------ */
 
-static bool set_str(json_t *o, const char *key, const char *v) {
-    return json_object_set_new(o, key, json_string(v)) == 0;
-}
-static bool set_int(json_t *o, const char *key, int64_t v) {
-    char buf[24];
-    snprintf(buf, sizeof buf, "%lld", (long long)v);
-    return set_str(o, key, buf);
-}
-/* Printable ASCII as is under `key`, anything else as hex under key_hex:
- * the header stays ASCII JSON whatever the bytes. */
-static bool set_text(json_t *o, const char *key, const char *v) {
-    if (printable_ascii(v)) return set_str(o, key, v);
-    char hexkey[40], *hex = malloc(2 * strlen(v) + 1);
-    if (!hex) return false;
-    for (size_t i = 0; v[i]; i++) snprintf(hex + 2 * i, 3, "%02x", (unsigned char)v[i]);
-    hex[2 * strlen(v)] = '\0';
-    snprintf(hexkey, sizeof hexkey, "%s_hex", key);
-    bool ok = set_str(o, hexkey, hex);
-    free(hex);
-    return ok;
-}
-/* The per-layer list "a,b,c" of the spec field at byte `field`. */
-static bool set_list(json_t *o, const char *key, const rkv_model_config *cfg, size_t field) {
-    char *s = malloc((size_t)cfg->n_layers * 21 + 1);
-    size_t at = 0;
-    for (int64_t i = 0; s && i < cfg->n_layers; i++) {
-        int64_t v;
-        memcpy(&v, (const char *)&cfg->layers[i] + field, sizeof v);
-        at += (size_t)sprintf(s + at, "%s%lld", i ? "," : "", (long long)v);
-    }
-    bool ok = s && set_str(o, key, s);
-    free(s);
-    return ok;
-}
+/* The writer's text, grown as it is written (NULL once out of memory):
+ * compact JSON as Jansson's json_dumps(JSON_COMPACT) writes it, the bytes
+ * of the files written so far (tests/data holds two). */
+typedef struct writer {
+    char *text;
+    size_t len, cap;
+} writer;
 
-/* "__metadata__" with clock 0 (build_json's). */
-static json_t *build_meta(const rkv_model_config *cfg, int64_t session, const char *request_id,
-                          const uint64_t *written_xxh3) {
-    char wx[HASH_DIGITS + 1] = {0};
-    if (written_xxh3) hex16(*written_xxh3, wx);
-    json_t *m = json_object();
-    bool ok = m && set_str(m, "format", FORMAT_NAME) &&
-              set_int(m, "format_version", RKV_SNAPSHOT_VERSION) &&
-              set_str(m, "ringkv_version", rkv_version()) && set_text(m, "model", cfg->name) &&
-              set_text(m, "request_id", request_id) && set_int(m, "session", session) &&
-              set_str(m, "dtype", rkv_dtype_name(cfg->dtype));
-    for (size_t f = 0; ok && f < N_GEOMETRY; f++)
-        ok = f < N_INTS ? set_int(m, GEOMETRY[f].key, *CFG_INT(cfg, f))
-                        : set_list(m, GEOMETRY[f].key, cfg, GEOMETRY[f].off);
-    ok = ok && set_int(m, "last_committed", 0) &&
-         set_str(m, "data_xxh3", ZERO_DIGITS) && set_str(m, "header_xxh3", ZERO_DIGITS) &&
-         (!written_xxh3 || (set_int(m, SESSION_META_KEY, RKV_SESSION_META_VERSION) &&
-                            set_str(m, WRITTEN_KEY, wx)));
-    if (!ok) json_decref(m);
-    return ok ? m : NULL;
+static void put(writer *o, const char *fmt, ...) RKV__PRINTF(2, 3);
+static void put(writer *o, const char *fmt, ...) {
+    if (!o->text) return;
+    va_list ap;
+    va_start(ap, fmt);
+    const size_t n = (size_t)vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    char *t = o->len + n < o->cap ? o->text : realloc(o->text, o->cap = 2 * (o->len + n + 1));
+    if (!t) free(o->text);
+    if (!(o->text = t)) return;
+    va_start(ap, fmt);
+    vsnprintf(t + o->len, n + 1, fmt, ap);
+    va_end(ap);
+    o->len += n;
 }
-
-static json_t *ints(const uint64_t *v, size_t n) {
-    json_t *a = json_array();
-    for (size_t i = 0; a && i < n; i++)
-        if (json_array_append_new(a, json_integer((json_int_t)v[i]))) {
-            json_decref(a);
-            return NULL;
-        }
-    return a;
-}
-
-/* "layer.{i}.{k,v,written}" of every layer, back to back from byte 0. */
-static bool add_tensors(json_t *root, const rkv_model_config *cfg, uint64_t *data_bytes) {
-    uint64_t at = 0;
-    for (int64_t i = 0; i < cfg->n_layers; i++)
-        for (int k = 0; k < 3; k++) {
-            char name[48];
-            snprintf(name, sizeof name, "layer.%lld.%s", (long long)i, KIND_NAMES[k]);
-            const tensor_form f = form_of(cfg, i, k);
-            const uint64_t offs[2] = {at, at + f.bytes};
-            json_t *t = json_object();
-            if (!t || json_object_set_new(root, name, t) || !set_str(t, "dtype", f.dtype) ||
-                json_object_set_new(t, "shape", ints(f.shape, f.rank)) ||
-                json_object_set_new(t, "data_offsets", ints(offs, 2)))
-                return false;
-            at += f.bytes;
-        }
-    *data_bytes = at;
-    return true;
+/* ,"key":"v" for printable ASCII v ('"' and '\' escaped as JSON writes
+ * them); else (hex) ,"key_hex":"<lowercase hex of v>": the header stays
+ * ASCII JSON whatever the bytes. */
+static void put_str(writer *o, const char *key, const char *v, bool hex) {
+    hex = hex && !printable_ascii(v);
+    put(o, ",\"%s%s\":\"", key, hex ? "_hex" : "");
+    for (; *v; v++)
+        put(o, hex ? "%02x" : *v == '"' || *v == '\\' ? "\\%c" : "%c", (unsigned char)*v);
+    put(o, "\"");
 }
 
 #define CLOCK_KEY "\"last_committed\":\""
@@ -814,30 +761,53 @@ static size_t padded(size_t n) { return (n + 8 + 7) / 8 * 8 - 8; }
 
 /* The writer's compact JSON of the header with clock 0 and both checksums
  * zero, with where the clock's digit and the checksums' digits are: what
- * the header of any clock is made of (rkv__snap_template_emit). */
+ * the header of any clock is made of (rkv__snap_template_emit). The
+ * tensors "layer.{i}.{k,v,written}" of every layer lie back to back from
+ * byte 0. */
 static rkv_status build_json(const rkv_model_config *cfg, int64_t session, const char *request_id,
                              const uint64_t *written_xxh3, const char *what,
                              rkv__snap_template *t) {
     memset(t, 0, sizeof *t);
-    json_t *root = json_object();
-    json_t *meta = root ? build_meta(cfg, session, request_id, written_xxh3) : NULL;
-    /* json_object_set_new takes meta even when it fails */
-    if (meta && !json_object_set_new(root, "__metadata__", meta) &&
-        add_tensors(root, cfg, &t->data_bytes))
-        t->text = json_dumps(root, JSON_COMPACT);
-    json_decref(root);
-    if (!t->text)
+    writer o = {malloc(4096), 0, 4096};
+    put(&o, "{\"__metadata__\":{\"format\":\"" FORMAT_NAME "\",\"format_version\":\"%d\"",
+        RKV_SNAPSHOT_VERSION);
+    put_str(&o, "ringkv_version", rkv_version(), false);
+    put_str(&o, "model", cfg->name, true);
+    put_str(&o, "request_id", request_id, true);
+    put(&o, ",\"session\":\"%lld\",\"dtype\":\"%s\"", (long long)session,
+        rkv_dtype_name(cfg->dtype));
+    for (size_t f = 0; f < N_INTS; f++)
+        put(&o, ",\"%s\":\"%lld\"", GEOMETRY[f].key, (long long)*CFG_INT(cfg, f));
+    for (size_t f = N_INTS; f < N_GEOMETRY; f++) {
+        put(&o, ",\"%s\":\"", GEOMETRY[f].key);
+        for (int64_t i = 0; i < cfg->n_layers; i++)
+            put(&o, "%s%lld", i ? "," : "", (long long)*CFG_INT(&cfg->layers[i], f));
+        put(&o, "\"");
+    }
+    put(&o, "," CLOCK_KEY);
+    t->clock_at = o.len;
+    put(&o, "0\"," DATA_KEY);
+    t->data_digits = o.len;
+    put(&o, ZERO_DIGITS "\"," HEADER_KEY);
+    t->header_digits = o.len;
+    put(&o, ZERO_DIGITS "\"%s}", written_xxh3 ? META_KEYS : "");
+    if (written_xxh3 && o.text) hex16(*written_xxh3, o.text + o.len - 2 - HASH_DIGITS);
+    for (int64_t i = 0; i < cfg->n_layers; i++)
+        for (int k = 0; k < 3; k++) {
+            const tensor_form f = form_of(cfg, i, k);
+            put(&o, ",\"layer.%lld.%s\":{\"dtype\":\"%s\",\"shape\":[", (long long)i,
+                KIND_NAMES[k], f.dtype);
+            for (size_t d = 0; d < f.rank; d++)
+                put(&o, "%s%llu", d ? "," : "", (unsigned long long)f.shape[d]);
+            put(&o, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)t->data_bytes,
+                (unsigned long long)(t->data_bytes + f.bytes));
+            t->data_bytes += f.bytes;
+        }
+    put(&o, "}");
+    if (!(t->text = o.text))
         return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory building the header", what);
-    /* the clock before both checksums (the writer's order) */
-    const char *c = strstr(t->text, CLOCK_KEY "0\""), *d = strstr(t->text, DATA_KEY ZERO_DIGITS),
-               *h = strstr(t->text, HEADER_KEY ZERO_DIGITS);
-    t->len = strlen(t->text);
-    t->clock_at = c ? (size_t)(c - t->text) + strlen(CLOCK_KEY) : 0;
-    t->data_digits = d ? (size_t)(d - t->text) + strlen(DATA_KEY) : 0;
-    t->header_digits = h ? (size_t)(h - t->text) + strlen(HEADER_KEY) : 0;
-    if (c && d && h && c < d && d + HASH_DIGITS < h) return RKV_OK;
-    rkv__snap_template_free(t);
-    return rkv__fail(RKV_ERR_STATE, "%s: the header's layout is not the expected one", what);
+    t->len = o.len;
+    return RKV_OK;
 }
 
 rkv_status rkv__snap_header_build(const rkv_model_config *cfg, int64_t session,

@@ -84,8 +84,7 @@ typedef struct rkv__snap_text {
  * index, request id and clock; with written_xxh3 (not NULL), session
  * metadata's two keys too; padded to len bytes when that is longer (8 +
  * len a multiple of 8: JSON allows whitespace after the object).
- * RKV_ERR_NO_MEMORY (named after `what`), RKV_ERR_STATE (a bug: the
- * writer's layout is not the expected one). */
+ * RKV_ERR_NO_MEMORY (named after `what`). */
 rkv_status rkv__snap_header_build(const rkv_model_config *cfg, int64_t session,
                                   const char *request_id, int64_t last_committed,
                                   const uint64_t *written_xxh3, size_t len, const char *what,
@@ -106,8 +105,9 @@ rkv_status rkv__snap_header_longest(const rkv_model_config *cfg, const char *wha
 /* ---- the header of one (config, session, request id), any clock ----------
  * What makes the in-memory round trip (rkv_model_snapshot / _restore)
  * allocation-free once warm: the writer's header for one session and
- * request id, built once (Jansson: allocations), with last_committed's
- * digits and both checksums' digits as the only parts that vary.
+ * request id, built once (allocations: the text and its own parse), with
+ * last_committed's digits and both checksums' digits as the only parts
+ * that vary.
  *  - emit: the header of any clock into a caller's buffer (no allocation;
  *    rkv__snap_header_build too emits from a template of its own);
  *  - match: whether a header read from an image is exactly the template's
@@ -128,7 +128,7 @@ typedef struct rkv__snap_template {
 } rkv__snap_template;
 
 /* Builds *t for (cfg, session, request_id). RKV_ERR_NO_MEMORY (named after
- * `what`); RKV_ERR_STATE if the writer's output is not as expected (a
+ * `what`); RKV_ERR_FORMAT if its own parse refuses the writer's output (a
  * bug: the caller then takes the allocating path). Free with
  * rkv__snap_template_free (safe on a zeroed or failed one). */
 rkv_status rkv__snap_template_build(const rkv_model_config *cfg, int64_t session,
