@@ -1,7 +1,4 @@
-/* Saving a file atomically (atomic_file.h): temporary file next to the
- * target, every write checked, fsync, rename. Moved here from
- * snapshot_file.c so that the rollout's picture and legend are saved the
- * same way as the snapshots. */
+/* Saving a file atomically: atomic_file.h. */
 #define _POSIX_C_SOURCE 200809L /* fsync, mkstemp, fchmod, readlink, strndup */
 #include "atomic_file.h"
 
@@ -64,11 +61,9 @@ static void sync_dir_of(const char *path) {
 /* Links followed before a save gives up, as the kernel's own limit (ELOOP). */
 #define MAX_LINKS 40
 
-/* The path a save to `path` replaces: path itself, or, when it is a
- * symbolic link, its final target (links followed as open(2) would, a
- * relative target read from the link's folder), so that the link stays
- * and its target receives the file. The target may not exist yet.
- * *out: malloc'ed. RKV_ERR_IO for a loop or an unreadable link. */
+/* The path a save to `path` replaces (atomic_file.h: a link's final
+ * target, a relative target read from the link's folder; it may not exist
+ * yet). *out: malloc'ed. RKV_ERR_IO for a loop or an unreadable link. */
 static rkv_status follow_links(const char *what, const char *path, char **out) {
     char *p = strdup(path);
     for (int hops = 0; p; hops++) {
@@ -103,10 +98,10 @@ static rkv_status follow_links(const char *what, const char *path, char **out) {
 }
 
 /* RKV_ERR_IO unless `target` (path, or the final target of the link path)
- * is a regular file or a new name in an existing folder: not a folder (rename
- * would fail only after the whole file went into a temporary one), not a
- * device, named pipe or socket (rename would replace the node by a regular
- * file), its folder present. Checked before anything is written. */
+ * is a regular file or a new name in an existing folder, checked before
+ * anything is written: rename would fail on a folder only after the whole
+ * file went into a temporary one, and would replace a device, named pipe
+ * or socket by a regular file. */
 static rkv_status check_save_path(const char *what, const char *path, const char *target) {
     rkv__path_shown shown, e;
     char via[sizeof e + 32] = "";

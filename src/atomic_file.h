@@ -50,10 +50,6 @@ rkv_status rkv__atomic_begin(rkv__atomic_file *f, const char *what, const char *
  * aborted. */
 rkv_status rkv__atomic_write(rkv__atomic_file *f, const void *p, size_t n);
 
-/* The temporary file's descriptor (for pwrite of a part written before);
- * -1 when closed. */
-static inline int rkv__atomic_fd(const rkv__atomic_file *f) { return f->fd; }
-
 /* fsync and close of the temporary file (its data on the disk); nothing
  * renamed yet. Lets a caller that saves several files finish all of them
  * before it renames any. Idempotent. On error the file is to be aborted. */

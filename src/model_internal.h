@@ -159,10 +159,12 @@ void rkv__snapshot_cache_free(rkv_model *m);
 
 /* ---- snapshot images (snapshot_file.c) for offload and page-in ----
  * rkv_model_save_session_mem / rkv_model_save_session with `what` naming
- * the call, and the image's data checksum in *data_xxh3 (not NULL). */
+ * the call, the header padded to header_len bytes when that is not 0
+ * (rkv_model_snapshot's one size), and the image's data checksum in
+ * *data_xxh3 when not NULL. */
 rkv_status rkv__snapshot_save_mem(const rkv_model *model, int64_t session, const char *what,
-                                  void *buf, size_t buf_bytes, size_t *file_bytes,
-                                  uint64_t *data_xxh3);
+                                  void *buf, size_t buf_bytes, size_t header_len,
+                                  size_t *file_bytes, uint64_t *data_xxh3);
 rkv_status rkv__snapshot_save_file(const rkv_model *model, int64_t session, const char *what,
                                    const char *path, uint64_t *data_xxh3);
 /* Page-in's reading: the image in memory (buf, bytes) or the file `path`

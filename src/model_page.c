@@ -3,9 +3,9 @@
  * writes it), its slot is freed and its request id stays reserved in the
  * model's offload table (model_offload.c) with the image's clock and data
  * checksum; the image comes back into any free slot, checked and copied in
- * one pass (an image with that clock and data: keys a tool added to its
- * header, such as ringkv.ray's incarnation, do not matter). (Apart from the table because it needs the snapshot-file code:
- * a build without Jansson and xxHash leaves this file out.) */
+ * one pass (admit says which images). Apart from the table because it
+ * needs the snapshot-file code: a build without Jansson and xxHash leaves
+ * this file out. */
 #include <stdio.h>
 #include <string.h>
 
@@ -49,11 +49,9 @@ rkv_status rkv_model_offload(rkv_model *model, int64_t session, void *buf, size_
                             {image_bytes, sizeof *image_bytes, "image_bytes"}};
     if (st == RKV_OK) st = rkv__model_check_bufs(model, what, out, 2, NULL, 0, false);
     if (st != RKV_OK) return st;
-    uint64_t data_xxh3 = 0;
-    size_t n = 0;
-    st = rkv__snapshot_save_mem(model, session, what, buf, buf_bytes, &n, &data_xxh3);
+    uint64_t data_xxh3 = 0; /* *image_bytes is written on success only */
+    st = rkv__snapshot_save_mem(model, session, what, buf, buf_bytes, 0, image_bytes, &data_xxh3);
     if (st != RKV_OK) return st;
-    *image_bytes = n;
     return buf ? finish_offload(model, what, session, data_xxh3) : RKV_OK;
 }
 

@@ -61,15 +61,17 @@ uint8_t *rkv__model_host_region(const rkv_model *m, int64_t layer, int64_t sessi
 }
 
 /* XXH3-64 of the session's regions in order (only the written bits with
- * written_only): hashed in place when the backend exposes host regions,
- * else read through a host buffer. With check, written bits that break the
- * layer's invariant are RKV_ERR_FORMAT naming layer and slot. */
+ * written_only), once the model's enqueued work has finished: hashed in
+ * place when the backend exposes host regions, else read through a host
+ * buffer. With check, written bits that break the layer's invariant are
+ * RKV_ERR_FORMAT naming layer and slot. */
 static rkv_status hash_regions(const rkv_model *m, const char *what, int64_t session,
                                bool written_only, bool check, uint64_t *out) {
+    rkv_status st = wait_idle(m, what);
+    if (st != RKV_OK) return st;
     XXH3_state_t hs;
     XXH3_64bits_reset(&hs);
     uint8_t *bounce = NULL;
-    rkv_status st = RKV_OK;
     const size_t n = rkv_model_session_region_count(m);
     for (size_t k = 0; k < n && st == RKV_OK; k++) {
         int64_t i, h;
@@ -143,11 +145,23 @@ rkv_status rkv_model_session_export_meta(const rkv_model *model, int64_t session
     if ((st = rkv__model_check_bufs(model, what, &out, 1, NULL, 0, false)) != RKV_OK) return st;
     const rkv__session_state *ss = &model->sessions[session];
     uint64_t wx = 0;
-    if ((st = wait_idle(model, what)) != RKV_OK ||
-        (st = hash_regions(model, what, session, true, false, &wx)) != RKV_OK)
+    if ((st = hash_regions(model, what, session, true, false, &wx)) != RKV_OK) return st;
+    /* the header with the two keys, padded to the size reckoned, sealed with
+     * data_xxh3 0, after its length */
+    rkv__snap_text t;
+    if ((st = rkv__snap_header_build(&model->cfg, session, ss->request_id, ss->last_committed,
+                                     &wx, need - 8, what, &t)) != RKV_OK)
         return st;
-    return rkv__snap_meta_write(&model->cfg, session, ss->request_id, ss->last_committed, wx,
-                                what, meta, need);
+    if (8 + t.len > need)
+        st = rkv__fail(RKV_ERR_STATE, "%s: the metadata takes %zu bytes, more than the %zu "
+                                      "reckoned (a bug)", what, 8 + t.len, need);
+    if (st == RKV_OK) {
+        rkv__snap_header_seal(&t, 0);
+        memcpy(meta, t.first8, 8);
+        memcpy((uint8_t *)meta + 8, t.text, t.len);
+    }
+    free(t.text);
+    return st;
 }
 
 /* ---- regions ------------------------------------------------------------------- */
@@ -224,7 +238,6 @@ rkv_status rkv_model_session_digest(rkv_model *model, int64_t session, uint64_t 
     RKV__REQUIRE(what, xxh3);
     const rkv__buf out = {xxh3, sizeof *xxh3, "xxh3"};
     if ((st = rkv__model_check_bufs(model, what, &out, 1, NULL, 0, false)) != RKV_OK) return st;
-    if ((st = wait_idle(model, what)) != RKV_OK) return st;
     return hash_regions(model, what, session, false, false, xxh3);
 }
 
@@ -269,9 +282,7 @@ static rkv_status check_import(const rkv_model *m, const char *what, int64_t ses
                          what, v->info.request_id, (long long)v->info.last_committed,
                          (long long)session, ss->request_id);
     uint64_t wx = 0;
-    if ((st = wait_idle(m, what)) != RKV_OK ||
-        (st = hash_regions(m, what, session, true, true, &wx)) != RKV_OK)
-        return st;
+    if ((st = hash_regions(m, what, session, true, true, &wx)) != RKV_OK) return st;
     if (wx != v->written_xxh3)
         return rkv__fail(RKV_ERR_FORMAT,
                          "%s: the written bits in the regions of session %lld (XXH3-64 %016llx) "

@@ -1,19 +1,11 @@
-/* Snapshot files of one session (docs/snapshot-format.md): the safetensors
- * layout (8-byte little-endian header length, JSON header, raw little-endian
- * tensors) with ringkv's facts in the "__metadata__" strings and two XXH3-64
- * checksums, one over the data section and one over the header itself.
- *
- * This file holds the file part: where the bytes come from (a file read
- * with pread, or a memory image) and go to (a file, saved atomically by
- * src/atomic_file.c, or a buffer), the data
- * checksum and written-bit checks, and the copy of each layer's span into or
- * out of the model. The header itself (length, JSON, version, header
- * checksum, geometry, tensor table, tiling) is src/snapshot_header.c.
- *
- * Loading validates everything (header, geometry against the model, data
- * checksum, written bits) before it changes the session; see
- * rkv_model_load_session in ringkv.h. */
-#define _POSIX_C_SOURCE 200809L /* pread, pwrite */
+/* Snapshot files and images of one session (docs/snapshot-format.md): the
+ * file part. Where the bytes come from (a file read with pread, or a memory
+ * image) and go to (a file saved by src/atomic_file.c, or a buffer), the
+ * data checksum and written-bit checks, and the copy of each layer's span
+ * into or out of the model; the header is src/snapshot_header.c. Loading
+ * validates everything before it changes the session (ringkv.h,
+ * rkv_model_load_session). */
+#define _POSIX_C_SOURCE 200809L /* pread */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -72,13 +64,16 @@ static struct rkv__snap_slot *slot_take(const rkv_model *m, int64_t session) {
 static void slot_give(struct rkv__snap_slot *k) {
     if (k) atomic_store(&k->busy, false);
 }
+static bool slot_has(const struct rkv__snap_slot *k, int64_t session, const char *request_id) {
+    return k->t.text && k->t.session == session && !strcmp(k->t.request_id, request_id);
+}
 
 /* The slot's template for (session, request_id) of this model's config:
  * kept when it is that one, else built (allocations: the first image of a
  * session and request). false when it cannot be had. */
 static bool slot_template(const rkv_model *m, struct rkv__snap_slot *k, int64_t session,
                           const char *request_id, const char *what) {
-    if (k->t.text && k->t.session == session && !strcmp(k->t.request_id, request_id)) return true;
+    if (slot_has(k, session, request_id)) return true;
     rkv__snap_template_free(&k->t); /* a failure: the caller's allocating path says why */
     return rkv__snap_template_build(&m->cfg, session, request_id, what, &k->t) == RKV_OK;
 }
@@ -118,11 +113,19 @@ static rkv_status src_read(const source *s, uint64_t off, void *buf, size_t n) {
     return RKV_OK;
 }
 
-/* Opens a file source; RKV_ERR_IO with the reason. */
-static rkv_status src_open(source *s, const char *what, const char *path) {
+/* The image mem[bytes] when mem is not NULL, else the file at path
+ * (RKV_ERR_IO with the reason); close with src_close. */
+static rkv_status src_open(source *s, const char *what, const char *path, const void *mem,
+                           size_t bytes) {
     memset(s, 0, sizeof *s);
     s->w.what = what;
     s->fd = -1;
+    if (mem) {
+        s->w.name = "(memory)";
+        s->mem = mem;
+        s->size = bytes;
+        return RKV_OK;
+    }
     if (!path) return rkv__fail(RKV_ERR_NULL, "%s: path is NULL", what);
     if (!*path) return rkv__fail(RKV_ERR_INVALID_ARG, "%s: path is empty", what);
     s->w.name = RKV__SHOW_PATH(s->name_buf, path);
@@ -146,20 +149,15 @@ static rkv_status src_open(source *s, const char *what, const char *path) {
     return RKV_OK;
 }
 
-static void src_mem(source *s, const char *what, const void *buf, size_t bytes) {
-    memset(s, 0, sizeof *s);
-    s->w.what = what;
-    s->w.name = "(memory)";
-    s->mem = buf;
-    s->fd = -1;
-    s->size = bytes;
+static void src_close(const source *s) {
+    if (s->fd >= 0) close(s->fd);
 }
 
 /* Reads the length and header bytes of the source and hands them to the
  * header codec; an image in memory that matches `tpl` (when not NULL) is
  * parsed by it (rkv__snap_template_match: no allocation). */
-static rkv_status read_header_with(const source *s, const rkv__snap_template *tpl,
-                                   rkv__snap_header *out) {
+static rkv_status read_header(const source *s, const rkv__snap_template *tpl,
+                              rkv__snap_header *out) {
     uint8_t first8[8];
     uint64_t n = 0;
     rkv_status st = s->size >= 8 ? src_read(s, 0, first8, 8) : RKV_OK;
@@ -177,10 +175,6 @@ static rkv_status read_header_with(const source *s, const rkv__snap_template *tp
         st = rkv__snap_header_parse(&s->w, first8, h, n, s->size, out);
     free(h);
     return st;
-}
-
-static rkv_status read_header(const source *s, rkv__snap_header *out) {
-    return read_header_with(s, NULL, out);
 }
 
 /* XXH3-64 of the data section, read in chunks from a file. */
@@ -207,7 +201,26 @@ static rkv_status data_hash(const source *s, const rkv__snap_header *p, uint64_t
     return st;
 }
 
-/* Layer i's written bits: 0/1, scratch 1, frames whole. */
+/* RKV_OK, or RKV_ERR_FORMAT naming the first slot of layer i's written
+ * bits that breaks the invariant (0/1, scratch 1, frames whole). */
+static rkv_status written_ok(const source *s, const rkv_geometry *g, const uint8_t *bits,
+                             int64_t i) {
+    const int64_t bad = rkv__written_span_check(g, bits);
+    char why[160];
+    if (bad < 0) return RKV_OK;
+    return rkv__fail(RKV_ERR_FORMAT, "%s: %s: corrupted data: layer.%lld.written: %s", s->w.what,
+                     s->w.name, (long long)i, rkv__written_bad_what(g, bits, bad, why, sizeof why));
+}
+
+/* RKV_ERR_FORMAT: the data section does not hash to data_xxh3. */
+static rkv_status data_mismatch(const source *s, uint64_t want, uint64_t got) {
+    return rkv__fail(RKV_ERR_FORMAT,
+                     "%s: %s: corrupted data: data checksum mismatch (data_xxh3 %016llx, "
+                     "computed %016llx)",
+                     s->w.what, s->w.name, (unsigned long long)want, (unsigned long long)got);
+}
+
+/* Layer i's written bits in the source. */
 static rkv_status check_written(const source *s, const rkv__snap_header *p, int64_t i) {
     const rkv__snap_tensor *r = &p->t[i * 3 + 2];
     rkv_geometry g;
@@ -221,12 +234,7 @@ static rkv_status check_written(const source *s, const rkv__snap_header *p, int6
         st = src_read(s, p->data_offset + r->begin, buf, (size_t)(r->end - r->begin));
         bits = buf;
     }
-    const int64_t bad = st == RKV_OK ? rkv__written_span_check(&g, bits) : -1;
-    char why[160];
-    if (bad >= 0)
-        st = rkv__fail(RKV_ERR_FORMAT, "%s: %s: corrupted data: layer.%lld.written: %s",
-                       s->w.what, s->w.name, (long long)i,
-                       rkv__written_bad_what(&g, bits, bad, why, sizeof why));
+    if (st == RKV_OK) st = written_ok(s, &g, bits, i);
     free(buf);
     return st;
 }
@@ -237,30 +245,46 @@ static rkv_status verify_data(const source *s, const rkv__snap_header *p) {
     uint64_t got = 0;
     rkv_status st = data_hash(s, p, &got);
     if (st != RKV_OK) return st;
-    if (got != p->info.data_xxh3)
-        return rkv__fail(RKV_ERR_FORMAT,
-                         "%s: %s: corrupted data: data checksum mismatch (data_xxh3 %016llx, "
-                         "computed %016llx)",
-                         s->w.what, s->w.name, (unsigned long long)p->info.data_xxh3,
-                         (unsigned long long)got);
+    if (got != p->info.data_xxh3) return data_mismatch(s, p->info.data_xxh3, got);
     for (int64_t i = 0; i < p->info.config.n_layers && st == RKV_OK; i++)
         st = check_written(s, p, i);
     return st;
 }
 
+/* The pieces between `session`'s span in host memory and an image's data
+ * section at `data`, tensor by tensor in file order (`order`, or when NULL
+ * the writer's: layer by layer K, V, written, back to back), head by head:
+ * to the image (dst in data) or from it. Into `into`
+ * (rkv_model_session_region_count entries) or a new array; NULL when a
+ * piece is not in host memory (or out of memory). *n: the count. */
+static rkv__piece *pieces_of(const rkv_model *m, int64_t session, rkv__snap_tensor *const *order,
+                             uint8_t *data, bool to_image, rkv__piece *into, size_t *n) {
+    rkv__piece *pc = into ? into : malloc(rkv_model_session_region_count(m) * sizeof *pc);
+    size_t k = 0;
+    uint64_t off = 0;
+    for (int64_t t = 0; pc && t < m->cfg.n_layers * 3; t++) {
+        const int64_t i = order ? order[t]->layer : t / 3;
+        const rkv_span_part part = (rkv_span_part)(order ? order[t]->kind : t % 3);
+        const size_t bytes = rkv__model_span_bytes(m, i, part);
+        if (order) off = order[t]->begin;
+        for (int64_t h = 0; h < (part == RKV_SPAN_WRITTEN ? 1 : m->cfg.n_kv_heads); h++) {
+            uint8_t *host = rkv__model_host_region(m, i, session, part, h);
+            if (!host) {
+                if (!into) free(pc);
+                return NULL;
+            }
+            pc[k++] = to_image ? (rkv__piece){data + off, host, bytes}
+                               : (rkv__piece){host, data + off, bytes};
+            off += bytes;
+        }
+    }
+    *n = k;
+    return pc;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Inspect                                                                   */
 /* ------------------------------------------------------------------------ */
-
-static rkv_status inspect_source(const source *s, rkv_snapshot_info *info) {
-    rkv__snap_header p;
-    rkv_status st = read_header(s, &p);
-    if (st != RKV_OK) return st;
-    st = verify_data(s, &p);
-    if (st == RKV_OK && info) rkv__snapshot_info_store(info, &p.info);
-    rkv__snap_header_free(&p);
-    return st;
-}
 
 rkv_status rkv_snapshot_inspect(const char *path, const void *buf, size_t bytes,
                                 rkv_snapshot_info *info) {
@@ -275,13 +299,13 @@ rkv_status rkv_snapshot_inspect(const char *path, const void *buf, size_t bytes,
     rkv_status st = info ? rkv__snapshot_info_check(what, info) : RKV_OK;
     if (st != RKV_OK) return st;
     source s;
-    if (!path) {
-        src_mem(&s, what, buf, bytes);
-        return inspect_source(&s, info);
+    rkv__snap_header p;
+    if ((st = src_open(&s, what, path, path ? NULL : buf, bytes)) != RKV_OK) return st;
+    if ((st = read_header(&s, NULL, &p)) == RKV_OK) {
+        if ((st = verify_data(&s, &p)) == RKV_OK && info) rkv__snapshot_info_store(info, &p.info);
+        rkv__snap_header_free(&p);
     }
-    if ((st = src_open(&s, what, path)) != RKV_OK) return st;
-    st = inspect_source(&s, info);
-    close(s.fd);
+    src_close(&s);
     return st;
 }
 
@@ -289,103 +313,33 @@ rkv_status rkv_snapshot_inspect(const char *path, const void *buf, size_t bytes,
 /* Load                                                                      */
 /* ------------------------------------------------------------------------ */
 
-/* Copies tensor r (one layer's K, V or written span of a session) from the
- * source into `session` of the model, one piece at a time (K or V of one
- * head, or the written bits) through the model's backend: straight from
- * the image in memory, or through the bounce buffer
- * (rkv__model_max_span_bytes) from a file. Each piece is hashed into hs
- * when hs != NULL (while it is in cache). `fresh`: the session is a free
- * slot being paged in, whose bytes were not verified yet (bad written bits
- * are then corrupted data, not a file changed under the reader). */
-static rkv_status install_span(const source *s, uint64_t off, const rkv__snap_tensor *r,
-                               rkv_model *m, int64_t session, XXH3_state_t *hs,
-                               uint8_t *bounce, bool fresh) {
-    const rkv_span_part part = (rkv_span_part)r->kind; /* k, v, written */
-    const size_t bytes = rkv__model_span_bytes(m, r->layer, part);
-    const int64_t heads = part == RKV_SPAN_WRITTEN ? 1 : m->cfg.n_kv_heads;
-    rkv_status st = RKV_OK;
-    for (int64_t h = 0; h < heads && st == RKV_OK; h++, off += bytes) {
-        const uint8_t *piece = s->mem ? s->mem + off : bounce;
-        if (!s->mem && (st = src_read(s, off, bounce, bytes)) != RKV_OK) break;
-        if (hs) XXH3_64bits_update(hs, piece, bytes);
-        st = rkv__model_span_write(m, r->layer, session, part, h, piece);
-        if (st == RKV_ERR_INVALID_ARG && fresh)
-            st = rkv__fail(RKV_ERR_FORMAT,
-                           "%s: %s: corrupted data: layer.%lld.written breaks the layer's "
-                           "invariant (0/1, scratch slots 1, frames written whole)",
-                           s->w.what, s->w.name, (long long)r->layer);
-        else if (st == RKV_ERR_INVALID_ARG && !s->mem) /* bits verified, then changed */
-            st = rkv__fail(RKV_ERR_IO,
-                           "%s: %s: the file changed while it was loaded (its written bits are "
-                           "no longer valid on the second read); session %lld was reset",
-                           s->w.what, s->w.name, (long long)session);
-        else if (st != RKV_OK)
-            st = rkv__model_backend_fail(st, s->w.what);
-    }
-    return st;
-}
-
-/* Copies the data section into the session, tensor by tensor in file
- * order (which tiles it exactly), hashing it into *digest when digest !=
- * NULL. On failure the session is reset (zeroed, no clock) and the message
- * says so. */
-/* The pieces of the image's data section, in file order, with the host
- * addresses of `session`'s span they go to (rkv__piece: dst, src, bytes);
- * NULL when a piece is not in host memory (or out of memory): the data then
- * goes through span_write. *n receives the count. */
-static rkv__piece *host_pieces(const source *s, const rkv__snap_header *p, const rkv_model *m,
-                               int64_t session, size_t *n) {
-    rkv__piece *pc = malloc(rkv_model_session_region_count(m) * sizeof *pc);
-    size_t k = 0;
-    for (int64_t t = 0; pc && t < m->cfg.n_layers * 3; t++) {
-        const rkv__snap_tensor *r = p->order[t];
-        const rkv_span_part part = (rkv_span_part)r->kind;
-        const size_t bytes = rkv__model_span_bytes(m, r->layer, part);
-        for (int64_t h = 0; h < (part == RKV_SPAN_WRITTEN ? 1 : m->cfg.n_kv_heads); h++) {
-            uint8_t *dst = rkv__model_host_region(m, r->layer, session, part, h);
-            if (!dst) {
-                free(pc);
-                return NULL;
-            }
-            pc[k++] = (rkv__piece){dst, s->mem + p->data_offset + r->begin + (uint64_t)h * bytes,
-                                   bytes};
-        }
-    }
-    *n = k;
-    return pc;
-}
-
-/* Page-in of an image in memory into a free slot in host memory: every
- * piece copied once and hashed behind the copy; then the written bits. */
-static rkv_status install_fresh_host(const source *s, const rkv__snap_header *p, rkv_model *m,
-                                     int64_t session, const rkv__piece *pc, size_t n,
-                                     uint64_t *digest) {
-    XXH3_state_t hs;
-    XXH3_64bits_reset(&hs);
-    rkv__copy_pieces_hashed(pc, n, &hs);
-    *digest = XXH3_64bits_digest(&hs);
-    for (int64_t i = 0; i < m->cfg.n_layers; i++) {
-        const rkv_geometry g = rkv__model_layer_geometry(m, i);
-        const uint8_t *w = rkv__model_host_region(m, i, session, RKV_SPAN_WRITTEN, 0);
-        const int64_t bad = rkv__written_span_check(&g, w);
-        if (bad >= 0) {
-            char why[160]; /* before the slot is zeroed again */
-            rkv__written_bad_what(&g, w, bad, why, sizeof why);
-            rkv__model_clear_session(m, session);
-            return rkv__fail(RKV_ERR_FORMAT, "%s: %s: corrupted data: layer.%lld.written: %s",
-                             s->w.what, s->w.name, (long long)i, why);
-        }
-    }
-    return RKV_OK;
-}
-
+/* Copies the data section into `session`, tensor by tensor in file order
+ * (which tiles it exactly), hashing it into *digest when digest != NULL:
+ * into a free slot in host memory (`fresh`: paged in, its bytes not
+ * verified yet) as one list of pieces; else piece by piece (K or V of one
+ * head, or the written bits) through the backend, straight from an image
+ * in memory or through the bounce buffer from a file. On failure the
+ * session is reset (zeroed, no clock) and the message says so; bad written
+ * bits are corrupted data when fresh, else a file changed under the
+ * reader. */
 static rkv_status install_pieces(const source *s, const rkv__snap_header *p, rkv_model *m,
                                  int64_t session, uint64_t *digest, bool fresh) {
     size_t n = 0;
-    rkv__piece *pc = fresh && s->mem && digest ? host_pieces(s, p, m, session, &n) : NULL;
-    if (pc) {
-        rkv_status st = install_fresh_host(s, p, m, session, pc, n, digest);
+    rkv__piece *pc = NULL;
+    if (fresh && s->mem && digest) /* from the image: read only */
+        pc = pieces_of(m, session, p->order, (uint8_t *)s->mem + p->data_offset, false, NULL, &n);
+    if (pc) { /* a free slot in host memory: copied once, hashed behind the copy */
+        XXH3_state_t hs;
+        XXH3_64bits_reset(&hs);
+        rkv__copy_pieces_hashed(pc, n, &hs);
         free(pc);
+        *digest = XXH3_64bits_digest(&hs);
+        rkv_status st = RKV_OK;
+        for (int64_t i = 0; i < m->cfg.n_layers && st == RKV_OK; i++) {
+            const rkv_geometry g = rkv__model_layer_geometry(m, i);
+            st = written_ok(s, &g, rkv__model_host_region(m, i, session, RKV_SPAN_WRITTEN, 0), i);
+        }
+        if (st != RKV_OK) rkv__model_clear_session(m, session); /* after the message */
         return st;
     }
     uint8_t *bounce = s->mem ? NULL : malloc(rkv__model_max_span_bytes(m));
@@ -395,8 +349,28 @@ static rkv_status install_pieces(const source *s, const rkv__snap_header *p, rkv
     rkv_status st = RKV_OK;
     for (int64_t k = 0; k < m->cfg.n_layers * 3 && st == RKV_OK; k++) {
         const rkv__snap_tensor *r = p->order[k];
-        st = install_span(s, p->data_offset + r->begin, r, m, session, digest ? &hs : NULL,
-                          bounce, fresh);
+        const rkv_span_part part = (rkv_span_part)r->kind;
+        const size_t bytes = rkv__model_span_bytes(m, r->layer, part);
+        uint64_t off = p->data_offset + r->begin;
+        for (int64_t h = 0; h < (part == RKV_SPAN_WRITTEN ? 1 : m->cfg.n_kv_heads) && st == RKV_OK;
+             h++, off += bytes) {
+            const uint8_t *piece = s->mem ? s->mem + off : bounce;
+            if (!s->mem && (st = src_read(s, off, bounce, bytes)) != RKV_OK) break;
+            if (digest) XXH3_64bits_update(&hs, piece, bytes);
+            st = rkv__model_span_write(m, r->layer, session, part, h, piece);
+            if (st == RKV_ERR_INVALID_ARG && fresh)
+                st = rkv__fail(RKV_ERR_FORMAT,
+                               "%s: %s: corrupted data: layer.%lld.written breaks the layer's "
+                               "invariant (0/1, scratch slots 1, frames written whole)",
+                               s->w.what, s->w.name, (long long)r->layer);
+            else if (st == RKV_ERR_INVALID_ARG && !s->mem) /* bits verified, then changed */
+                st = rkv__fail(RKV_ERR_IO,
+                               "%s: %s: the file changed while it was loaded (its written bits "
+                               "are no longer valid on the second read); session %lld was reset",
+                               s->w.what, s->w.name, (long long)session);
+            else if (st != RKV_OK)
+                st = rkv__model_backend_fail(st, s->w.what);
+        }
     }
     free(bounce);
     if (digest) *digest = XXH3_64bits_digest(&hs);
@@ -434,9 +408,7 @@ static rkv_status install(const source *s, const rkv__snap_header *p, rkv_model 
  * one of that session matches). */
 static void learn_template(const source *s, const rkv_model *m, struct rkv__snap_slot *k,
                            const rkv__snap_header *p) {
-    if (!k || p->info.source_session < 0 ||
-        (k->t.text && k->t.session == p->info.source_session &&
-         !strcmp(k->t.request_id, p->info.request_id)))
+    if (!k || p->info.source_session < 0 || slot_has(k, p->info.source_session, p->info.request_id))
         return;
     rkv__snap_template t;
     rkv__snap_header q;
@@ -456,7 +428,7 @@ static rkv_status load_source(const source *s, rkv_model *model, int64_t session
     /* an image in memory: the session's header template, when the slot is
      * free (it is held until the template's borrowed table is done with) */
     struct rkv__snap_slot *k = s->mem ? slot_take(model, session) : NULL;
-    rkv_status st = read_header_with(s, k && k->t.text ? &k->t : NULL, &p);
+    rkv_status st = read_header(s, k && k->t.text ? &k->t : NULL, &p);
     if (st == RKV_OK) {
         if ((st = rkv__snap_geometry_check(s->w.what, s->w.name, "snapshot", &p.info.config,
                                              &model->cfg)) == RKV_OK &&
@@ -473,14 +445,10 @@ rkv_status rkv__snapshot_page_in(rkv_model *m, const char *what, const void *buf
                                  const char *path, rkv__page_in_admit admit, void *arg,
                                  rkv_snapshot_info *info, int64_t *slot) {
     source s;
-    rkv_status st;
-    if (path) {
-        if ((st = src_open(&s, what, path)) != RKV_OK) return st;
-    } else {
-        src_mem(&s, what, buf ? buf : "", bytes);
-    }
+    rkv_status st = src_open(&s, what, path, path ? NULL : buf ? buf : "", bytes);
     rkv__snap_header p;
-    if ((st = read_header(&s, &p)) == RKV_OK) {
+    if (st != RKV_OK) return st;
+    if ((st = read_header(&s, NULL, &p)) == RKV_OK) {
         int64_t got = -1;
         uint64_t digest = 0;
         if ((st = rkv__snap_geometry_check(what, s.w.name, "snapshot", &p.info.config, &m->cfg)) ==
@@ -489,11 +457,7 @@ rkv_status rkv__snapshot_page_in(rkv_model *m, const char *what, const void *buf
             (st = install_pieces(&s, &p, m, got, &digest, true)) == RKV_OK &&
             digest != p.info.data_xxh3) {
             rkv__model_clear_session(m, got);
-            st = rkv__fail(RKV_ERR_FORMAT,
-                           "%s: %s: corrupted data: data checksum mismatch (data_xxh3 %016llx, "
-                           "computed %016llx)",
-                           what, s.w.name, (unsigned long long)p.info.data_xxh3,
-                           (unsigned long long)digest);
+            st = data_mismatch(&s, p.info.data_xxh3, digest);
         }
         if (st == RKV_OK) {
             *info = p.info;
@@ -501,7 +465,7 @@ rkv_status rkv__snapshot_page_in(rkv_model *m, const char *what, const void *buf
         }
         rkv__snap_header_free(&p);
     }
-    if (path) close(s.fd);
+    src_close(&s);
     return st;
 }
 
@@ -510,13 +474,12 @@ rkv_status rkv_model_load_session(rkv_model *model, int64_t session, const char 
     rkv_status st = rkv__model_check_between_frames(model, what, session);
     if (st != RKV_OK) return st;
     source s;
-    if ((st = src_open(&s, what, path)) != RKV_OK) return st;
+    if ((st = src_open(&s, what, path, NULL, 0)) != RKV_OK) return st;
     st = load_source(&s, model, session);
-    close(s.fd);
+    src_close(&s);
     return st;
 }
 
-/* An image in memory. */
 rkv_status rkv_model_restore(rkv_model *model, int64_t session, const void *buf, size_t bytes) {
     static const char what[] = "rkv_model_restore";
     rkv_status st = rkv__model_check_between_frames(model, what, session);
@@ -525,7 +488,7 @@ rkv_status rkv_model_restore(rkv_model *model, int64_t session, const void *buf,
     const rkv__buf in = {buf, bytes, "buf"};
     if ((st = rkv__model_check_bufs(model, what, NULL, 0, &in, 1, true)) != RKV_OK) return st;
     source s;
-    src_mem(&s, what, buf ? buf : "", bytes);
+    src_open(&s, what, NULL, buf ? buf : "", bytes);
     return load_source(&s, model, session);
 }
 
@@ -551,133 +514,80 @@ static rkv_status sink_write(sink *k, const void *p, size_t n) {
 }
 
 /* Writes `session`'s regions in order (the tensors layer.i.k, .v,
- * .written of each layer), one piece at a time read through the model's
- * backend, hashing them into hs: straight into a memory sink (each piece
- * hashed while it is in cache), or through the bounce buffer to a file. */
-static rkv_status write_regions(sink *k, const rkv_model *m, int64_t session, XXH3_state_t *hs,
-                                uint8_t *bounce) {
+ * .written of each layer), hashing them into hs: a region in host memory
+ * straight from the storage, else read through the model's backend into a
+ * memory sink (hashed while it is in cache) or the bounce buffer. */
+static rkv_status write_regions(sink *k, const rkv_model *m, int64_t session, XXH3_state_t *hs) {
+    uint8_t *bounce = k->mem ? NULL : malloc(rkv__model_max_span_bytes(m));
+    if (!k->mem && !bounce) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", k->what);
     rkv_status st = RKV_OK;
-    const size_t n = rkv_model_session_region_count(m);
-    for (size_t r = 0; r < n && st == RKV_OK; r++) {
+    for (size_t r = 0; r < rkv_model_session_region_count(m) && st == RKV_OK; r++) {
         int64_t i, h;
         rkv_span_part part;
         rkv__model_region_at(m, r, &i, &part, &h);
         const size_t bytes = rkv__model_span_bytes(m, i, part);
         const uint8_t *region = rkv__model_host_region(m, i, session, part, h);
-        if (region) { /* to a file: straight from the storage */
-            XXH3_64bits_update(hs, region, bytes);
-            st = sink_write(k, region, bytes);
-            continue;
-        }
         uint8_t *piece = k->mem ? k->mem + k->off : bounce;
-        if ((st = rkv__model_span_read(m, i, session, part, h, piece)) != RKV_OK)
-            return rkv__model_backend_fail(st, k->what);
-        XXH3_64bits_update(hs, piece, bytes);
-        if (k->mem) k->off += bytes;
-        else st = sink_write(k, piece, bytes);
+        if (!region && (st = rkv__model_span_read(m, i, session, part, h, piece)) != RKV_OK) {
+            st = rkv__model_backend_fail(st, k->what);
+            break;
+        }
+        XXH3_64bits_update(hs, region ? region : piece, bytes);
+        if (region || !k->mem) st = sink_write(k, region ? region : piece, bytes);
+        else k->off += bytes;
     }
+    free(bounce);
     return st;
-}
-
-/* The pieces of `session`'s span in host memory, in image order (layer by
- * layer: K heads, V heads, written bits), each going to its place in the
- * data section at `data`, into `into` (rkv_model_session_region_count of
- * them) or, when NULL,
- * a new array; NULL when one is not in host memory. */
-static rkv__piece *image_pieces(const rkv_model *m, int64_t session, uint8_t *data, size_t *n,
-                                rkv__piece *into) {
-    const size_t count = rkv_model_session_region_count(m);
-    rkv__piece *pc = into ? into : malloc(count * sizeof *pc);
-    for (size_t k = 0, off = 0; pc && k < count; k++) {
-        int64_t i, h;
-        rkv_span_part part;
-        rkv__model_region_at(m, k, &i, &part, &h);
-        const uint8_t *src = rkv__model_host_region(m, i, session, part, h);
-        if (!src) {
-            if (!into) free(pc);
-            return NULL;
-        }
-        pc[k] = (rkv__piece){data + off, src, rkv__model_span_bytes(m, i, part)};
-        off += pc[k].bytes;
-    }
-    *n = count;
-    return pc;
-}
-
-/* Writes the header in place again, now with both checksums. */
-static rkv_status rewrite_header(sink *k, const rkv__snap_text *hd) {
-    if (k->mem) {
-        memcpy(k->mem + 8, hd->text, hd->len);
-        return RKV_OK;
-    }
-    for (size_t done = 0; done < hd->len;) {
-        ssize_t put = pwrite(k->fd, hd->text + done, hd->len - done, (off_t)(8 + done));
-        if (put < 0 && errno == EINTR) continue;
-        if (put <= 0) {
-            rkv__path_shown e;
-            return rkv__fail(RKV_ERR_IO, "%s: writing the header of %s failed: %s", k->what,
-                             RKV__SHOW_PATH(e, k->name), put < 0 ? strerror(errno) : "no progress");
-        }
-        done += (size_t)put;
-    }
-    return RKV_OK;
 }
 
 /* Writes the whole image: length, header (checksums zero), data (hashed),
  * then the header again with both checksums filled in (*data_xxh3: the
- * data checksum, when not NULL). pieces: rkv_model_session_region_count entries
- * for the copy's
- * list, or NULL (allocated here). */
+ * data checksum, when not NULL). pieces: rkv_model_session_region_count
+ * entries for the copy's list, or NULL (allocated here). */
 static rkv_status write_image(const rkv_model *m, int64_t session, rkv__snap_text *hd, sink *k,
                               uint64_t *data_xxh3, rkv__piece *pieces) {
-    uint8_t first8[8];
-    rkv__snap_header_put_length(hd, first8);
     rkv_status st;
-    if ((st = sink_write(k, first8, 8)) != RKV_OK ||
+    if ((st = sink_write(k, hd->first8, 8)) != RKV_OK ||
         (st = sink_write(k, hd->text, hd->len)) != RKV_OK)
         return st;
     XXH3_state_t hs;
     XXH3_64bits_reset(&hs);
     size_t n = 0;
-    rkv__piece *pc = k->mem ? image_pieces(m, session, k->mem + k->off, &n, pieces) : NULL;
+    rkv__piece *pc = k->mem ? pieces_of(m, session, NULL, k->mem + k->off, true, pieces, &n) : NULL;
     if (pc) { /* memory to memory: copied once, hashed behind the copy */
         rkv__copy_pieces_hashed(pc, n, &hs);
-        for (size_t i = 0; i < n; i++) k->off += pc[i].bytes;
+        k->off += hd->data_bytes;
         if (pc != pieces) free(pc);
-    } else {
-        uint8_t *bounce = malloc(rkv__model_max_span_bytes(m));
-        if (!bounce) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", k->what);
-        st = write_regions(k, m, session, &hs, bounce);
-        free(bounce);
+    } else if ((st = write_regions(k, m, session, &hs)) != RKV_OK) {
+        return st;
     }
-    if (st != RKV_OK) return st;
     const uint64_t data = XXH3_64bits_digest(&hs);
     rkv__snap_header_seal(hd, data);
     if (data_xxh3) *data_xxh3 = data;
-    return rewrite_header(k, hd);
+    k->off = 8; /* the header in place again, now with both checksums */
+    if (!k->mem && lseek(k->fd, 8, SEEK_SET) < 0) {
+        rkv__path_shown e;
+        return rkv__fail(RKV_ERR_IO, "%s: writing the header of %s failed: %s", k->what,
+                         RKV__SHOW_PATH(e, k->name), strerror(errno));
+    }
+    return sink_write(k, hd->text, hd->len);
 }
 
-static rkv_status build_header(const rkv_model *m, int64_t session, const char *what,
-                               rkv__snap_text *out) {
+static rkv_status build_header(const rkv_model *m, int64_t session, size_t len,
+                               const char *what, rkv__snap_text *out) {
     const rkv__session_state *ss = &m->sessions[session];
-    return rkv__snap_header_build(&m->cfg, session, ss->request_id, ss->last_committed, NULL,
+    return rkv__snap_header_build(&m->cfg, session, ss->request_id, ss->last_committed, NULL, len,
                                   what, out);
 }
 
-/* The image in memory; its header padded to header_len bytes when that is
- * not 0 (rkv_model_snapshot: every image of the model one size). */
-static rkv_status save_mem(const rkv_model *model, int64_t session, const char *what, void *buf,
-                           size_t buf_bytes, size_t header_len, size_t *file_bytes,
-                           uint64_t *data_xxh3) {
+rkv_status rkv__snapshot_save_mem(const rkv_model *model, int64_t session, const char *what,
+                                  void *buf, size_t buf_bytes, size_t header_len,
+                                  size_t *file_bytes, uint64_t *data_xxh3) {
     rkv_status st = rkv__model_check_between_frames(model, what, session);
     if (st != RKV_OK) return st;
     if (!file_bytes) return rkv__fail(RKV_ERR_NULL, "%s: file_bytes is NULL", what);
     rkv__snap_text hd;
-    if ((st = build_header(model, session, what, &hd)) != RKV_OK) return st;
-    if (header_len && (st = rkv__snap_header_pad(&hd, header_len, what)) != RKV_OK) {
-        free(hd.text);
-        return st;
-    }
+    if ((st = build_header(model, session, header_len, what, &hd)) != RKV_OK) return st;
     const uint64_t total = 8 + hd.len + hd.data_bytes;
     if (total > SIZE_MAX)
         st = rkv__fail(RKV_ERR_OVERFLOW, "%s: the image takes %llu bytes", what,
@@ -700,16 +610,10 @@ static rkv_status save_mem(const rkv_model *model, int64_t session, const char *
     return st;
 }
 
-rkv_status rkv__snapshot_save_mem(const rkv_model *model, int64_t session, const char *what,
-                                  void *buf, size_t buf_bytes, size_t *file_bytes,
-                                  uint64_t *data_xxh3) {
-    return save_mem(model, session, what, buf, buf_bytes, 0, file_bytes, data_xxh3);
-}
-
 rkv_status rkv_model_save_session_mem(const rkv_model *model, int64_t session, void *buf,
                                       size_t buf_bytes, size_t *file_bytes) {
-    return save_mem(model, session, "rkv_model_save_session_mem", buf, buf_bytes, 0, file_bytes,
-                    NULL);
+    return rkv__snapshot_save_mem(model, session, "rkv_model_save_session_mem", buf, buf_bytes, 0,
+                                  file_bytes, NULL);
 }
 
 /* ---- in-memory images: the same image, one size per model ---------------- */
@@ -721,14 +625,12 @@ rkv_status rkv_model_save_session_mem(const rkv_model *model, int64_t session, v
 static size_t snapshot_bytes(const rkv_model *m, const char *what, size_t *header_len) {
     if (!m) return 0;
     size_t len = atomic_load(&((rkv_model *)m)->snap_header_len);
-    uint64_t data = 0;
     if (!len) {
-        if (rkv__snap_header_longest(&m->cfg, what, &len, &data) != RKV_OK) return 0;
+        if (rkv__snap_header_longest(&m->cfg, what, &len) != RKV_OK) return 0;
         atomic_store(&((rkv_model *)m)->snap_header_len, len);
     }
-    data = rkv__model_session_data_bytes(m);
     *header_len = len;
-    const uint64_t total = 8 + (uint64_t)len + data;
+    const uint64_t total = 8 + (uint64_t)len + rkv__model_session_data_bytes(m);
     return total <= SIZE_MAX ? (size_t)total : 0;
 }
 
@@ -747,7 +649,8 @@ static bool snapshot_templated(const rkv_model *m, int64_t session, struct rkv__
     const rkv__session_state *ss = &m->sessions[session];
     if (!slot_template(m, k, session, ss->request_id, what)) return false;
     if (!k->out && !(k->out = malloc(header_len))) return false;
-    if (!k->pieces && !(k->pieces = malloc(rkv_model_session_region_count(m) * sizeof *k->pieces))) return false;
+    const size_t regions = rkv_model_session_region_count(m);
+    if (!k->pieces && !(k->pieces = malloc(regions * sizeof *k->pieces))) return false;
     rkv__snap_text hd;
     rkv__snap_template_emit(&k->t, ss->last_committed, k->out, header_len, &hd);
     const rkv__buf out = {buf, 8 + header_len + (size_t)hd.data_bytes, "buf"};
@@ -773,9 +676,8 @@ rkv_status rkv_model_snapshot(const rkv_model *model, int64_t session, void *buf
     const bool done = k && snapshot_templated(model, session, k, buf, header_len, &st);
     slot_give(k);
     if (done) return st;
-    return save_mem(model, session, what, buf, buf_bytes, header_len, &n, NULL);
+    return rkv__snapshot_save_mem(model, session, what, buf, buf_bytes, header_len, &n, NULL);
 }
-
 
 rkv_status rkv_model_save_session(const rkv_model *model, int64_t session, const char *path) {
     return rkv__snapshot_save_file(model, session, "rkv_model_save_session", path, NULL);
@@ -792,8 +694,8 @@ rkv_status rkv__snapshot_save_file(const rkv_model *model, int64_t session, cons
     rkv__atomic_file f;
     if ((st = rkv__atomic_begin(&f, what, path)) != RKV_OK) return st;
     rkv__snap_text hd = {0};
-    if ((st = build_header(model, session, what, &hd)) == RKV_OK) {
-        sink k = {what, f.tmp, rkv__atomic_fd(&f), NULL, 0};
+    if ((st = build_header(model, session, 0, what, &hd)) == RKV_OK) {
+        sink k = {what, f.tmp, f.fd, NULL, 0};
         st = write_image(model, session, &hd, &k, data_xxh3, NULL);
     }
     if (st == RKV_OK) st = rkv__atomic_commit(&f);

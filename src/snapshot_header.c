@@ -1,21 +1,13 @@
-/* The snapshot header codec (docs/snapshot-format.md): the 8-byte header
- * length, the JSON header (metadata and tensor table) and the header
- * checksum, read and written on bytes in memory. No I/O here:
- * src/snapshot_file.c reads and writes files, checks the data section and
- * installs it into a model.
+/* The snapshot header codec (snapshot_header.h; docs/snapshot-format.md).
  *
- * A header has one reading only (issue 10): whatever another reader (Python's
- * json, the safetensors crate) would read differently is refused. Hence
- * Jansson (Debian libjansson-dev) rather than cJSON: Jansson's parser is
- * strict RFC 8259 and refuses duplicate keys in every object
- * (JSON_REJECT_DUPLICATES, naming the key), "\u0000" in strings, invalid
- * UTF-8, leading zeros and '+' in numbers; it tells integers from reals
- * ("1.0" and "1e3" are reals) and refuses integers outside int64; and it is
- * reentrant. cJSON accepts all of these silently (of two equal keys it reads
- * the first where Python reads the last; "07" and "+7" read as 7; a shape of
- * 1.0 cannot be told from 1) and records parse errors in a global. The
- * strings in "__metadata__" are checked here: integers in one canonical
- * decimal form, text printable or hex, every message escaped. */
+ * A header has one reading only (issue 10; the format's "One reading only"):
+ * whatever another reader would read differently is refused. Hence Jansson
+ * (Debian libjansson-dev) rather than cJSON: Jansson's parser is strict
+ * RFC 8259, refuses duplicate keys (JSON_REJECT_DUPLICATES, naming the key),
+ * tells integers from reals and is reentrant; cJSON accepts all of these
+ * silently and records parse errors in a global. The strings in
+ * "__metadata__" are checked here: integers in one canonical decimal form,
+ * text printable or hex, every message escaped. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +38,23 @@
 #define ESC(n) (4 * (n) + 4) /* bytes of an escaped excerpt of n bytes */
 
 static const char *const KIND_NAMES[3] = {"k", "v", "written"};
+
+/* The geometry's metadata after "dtype", in the writer's order: N_INTS
+ * integers of the config, then per-layer lists of a spec field. */
+#define N_INTS 5
+static const struct {
+    const char *key;
+    size_t off; /* in rkv_model_config, then in rkv_layer_spec */
+} GEOMETRY[] = {{"n_layers", offsetof(rkv_model_config, n_layers)},
+                {"n_q_heads", offsetof(rkv_model_config, n_q_heads)},
+                {"n_kv_heads", offsetof(rkv_model_config, n_kv_heads)},
+                {"d_head", offsetof(rkv_model_config, d_head)},
+                {"tokens_per_frame", offsetof(rkv_model_config, tokens_per_frame)},
+                {"ring_frames", offsetof(rkv_layer_spec, ring_frames)},
+                {"ring_buckets", offsetof(rkv_layer_spec, ring_buckets)},
+                {"pinned_dilation", offsetof(rkv_layer_spec, pinned_dilation)}};
+#define N_GEOMETRY (sizeof GEOMETRY / sizeof GEOMETRY[0])
+#define CFG_INT(cfg, f) ((int64_t *)((char *)(cfg) + GEOMETRY[f].off))
 
 /* ------------------------------------------------------------------------ */
 /* Small helpers                                                             */
@@ -137,13 +146,37 @@ static bool printable_ascii(const char *s) {
         if (*s < 0x20 || *s > 0x7e) return false;
     return true;
 }
+static bool blank(uint8_t c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
-rkv__snap_sizes rkv__snap_sizes_of(const rkv_geometry *g) {
-    rkv__snap_sizes z;
-    z.C = (g->ring_frames + 1) * g->tokens_per_frame;
-    z.kv = (uint64_t)g->n_kv_heads * (uint64_t)z.C * (uint64_t)g->d_head * rkv_dtype_size(g->dtype);
-    z.written = (uint64_t)z.C;
-    return z;
+/* header_xxh3: XXH3-64 of the 8 length bytes and the n header bytes with
+ * its own 16 digits, at pos, read as '0'. */
+static uint64_t header_sum(const uint8_t first8[8], const uint8_t *h, uint64_t n, uint64_t pos) {
+    XXH3_state_t hs;
+    XXH3_64bits_reset(&hs);
+    XXH3_64bits_update(&hs, first8, 8);
+    XXH3_64bits_update(&hs, h, (size_t)pos);
+    XXH3_64bits_update(&hs, ZERO_DIGITS, HASH_DIGITS);
+    XXH3_64bits_update(&hs, h + pos + HASH_DIGITS, (size_t)(n - pos - HASH_DIGITS));
+    return XXH3_64bits_digest(&hs);
+}
+
+/* Tensor `kind` (0 K, 1 V, 2 written) of layer i of one session: dtype,
+ * shape ([n_kv_heads, slots, d_head], or [slots] for the written bits; a
+ * session's slots are (RF + 1) * T) and bytes. */
+typedef struct tensor_form {
+    const char *dtype;
+    uint64_t shape[3];
+    size_t rank;
+    uint64_t bytes;
+} tensor_form;
+static tensor_form form_of(const rkv_model_config *cfg, int64_t i, int kind) {
+    rkv_geometry g;
+    rkv_model_config_layer_geometry(cfg, i, &g);
+    const uint64_t C = (uint64_t)((g.ring_frames + 1) * g.tokens_per_frame);
+    if (kind == 2) return (tensor_form){"U8", {C}, 1, C};
+    const uint64_t H = (uint64_t)g.n_kv_heads, D = (uint64_t)g.d_head;
+    return (tensor_form){rkv__dtype_safetensors(g.dtype), {H, C, D}, 3,
+                         H * C * D * rkv_dtype_size(g.dtype)};
 }
 
 /* ------------------------------------------------------------------------ */
@@ -205,6 +238,15 @@ static const char *meta_str(const json_t *meta, const char *key) {
     return json_string_value(json_object_get(meta, key));
 }
 
+/* 16 lowercase hex digits under key into *out. */
+static rkv_status meta_hex(const rkv__snap_where *w, const json_t *meta, const char *key,
+                           uint64_t *out) {
+    const char *v = meta_str(meta, key);
+    if (v && parse_hex16(v, strlen(v), out)) return RKV_OK;
+    return refuse(w, "corrupted header: metadata '%s' is missing or is not 16 lowercase hex digits",
+                  key);
+}
+
 /* format and version: read before the checksum, so that a file of another
  * version (which may hash differently) is reported as such. */
 static rkv_status check_format(const rkv__snap_where *w, const json_t *meta, bool session,
@@ -246,9 +288,9 @@ static bool find_header_digits(const uint8_t *h, uint64_t n, uint64_t *pos) {
         if (h[i] != '"' || memcmp(h + i, key, klen)) continue;
         if (++found > 1) return false;
         uint64_t j = i + klen;
-        while (j < n && (h[j] == ' ' || h[j] == '\t' || h[j] == '\n' || h[j] == '\r')) j++;
+        while (j < n && blank(h[j])) j++;
         if (j >= n || h[j++] != ':') return false;
-        while (j < n && (h[j] == ' ' || h[j] == '\t' || h[j] == '\n' || h[j] == '\r')) j++;
+        while (j < n && blank(h[j])) j++;
         if (j >= n || h[j++] != '"') return false;
         if (j + HASH_DIGITS + 1 > n || h[j + HASH_DIGITS] != '"') return false;
         *pos = j;
@@ -256,8 +298,7 @@ static bool find_header_digits(const uint8_t *h, uint64_t n, uint64_t *pos) {
     return found == 1;
 }
 
-/* header_xxh3: XXH3-64 of the 8 length bytes and the header with its own
- * 16 digits read as '0'; then data_xxh3's form (the data is file work). */
+/* header_xxh3 (header_sum), then data_xxh3's form (the data is file work). */
 static rkv_status check_checksums(const rkv__snap_where *w, const uint8_t first8[8],
                                   const uint8_t *h, uint64_t n, const json_t *meta,
                                   rkv_snapshot_info *info) {
@@ -268,23 +309,13 @@ static rkv_status check_checksums(const rkv__snap_where *w, const uint8_t first8
         strlen(hv) != HASH_DIGITS || memcmp(hv, h + pos, HASH_DIGITS))
         return refuse(w, "corrupted header: metadata 'header_xxh3' is missing or is not 16 "
                          "lowercase hex digits appearing once");
-    XXH3_state_t hs;
-    XXH3_64bits_reset(&hs);
-    XXH3_64bits_update(&hs, first8, 8);
-    XXH3_64bits_update(&hs, h, (size_t)pos);
-    XXH3_64bits_update(&hs, ZERO_DIGITS, HASH_DIGITS);
-    XXH3_64bits_update(&hs, h + pos + HASH_DIGITS, (size_t)(n - pos - HASH_DIGITS));
-    const uint64_t got = XXH3_64bits_digest(&hs);
+    const uint64_t got = header_sum(first8, h, n, pos);
     info->header_xxh3 = want;
     if (got != want)
         return refuse(w, "corrupted header: header checksum mismatch (header_xxh3 %016llx, "
                          "computed %016llx)",
                       (unsigned long long)want, (unsigned long long)got);
-    const char *dv = meta_str(meta, "data_xxh3");
-    if (!dv || !parse_hex16(dv, strlen(dv), &info->data_xxh3))
-        return refuse(w, "corrupted header: metadata 'data_xxh3' is missing or is not 16 "
-                         "lowercase hex digits");
-    return RKV_OK;
+    return meta_hex(w, meta, "data_xxh3", &info->data_xxh3);
 }
 
 /* safetensors' rule: "__metadata__" maps strings to strings. */
@@ -350,24 +381,17 @@ static rkv_status read_geometry(const rkv__snap_where *w, const json_t *meta,
         return refuse(w, "corrupted header: metadata 'dtype' is %s%s%s; expected " RKV_DTYPE_NAMES,
                       dts ? "'" : "", dts ? rkv__snap_escape(e, sizeof e, dts, 20) : "missing",
                       dts ? "'" : "");
-    rkv_status st;
-    if ((st = meta_int(w, meta, "n_layers", &cfg->n_layers)) != RKV_OK ||
-        (st = meta_int(w, meta, "n_q_heads", &cfg->n_q_heads)) != RKV_OK ||
-        (st = meta_int(w, meta, "n_kv_heads", &cfg->n_kv_heads)) != RKV_OK ||
-        (st = meta_int(w, meta, "d_head", &cfg->d_head)) != RKV_OK ||
-        (st = meta_int(w, meta, "tokens_per_frame", &cfg->tokens_per_frame)) != RKV_OK ||
-        (st = meta_int(w, meta, "last_committed", &info->last_committed)) != RKV_OK)
+    rkv_status st = RKV_OK;
+    for (size_t f = 0; f < N_INTS && st == RKV_OK; f++)
+        st = meta_int(w, meta, GEOMETRY[f].key, CFG_INT(cfg, f));
+    if (st != RKV_OK || (st = meta_int(w, meta, "last_committed", &info->last_committed)) != RKV_OK)
         return st;
     if (cfg->n_layers < 1 || cfg->n_layers > RKV_MAX_LAYERS)
         return refuse(w, "corrupted header: n_layers = %lld; expected 1..%d",
                       (long long)cfg->n_layers, RKV_MAX_LAYERS);
-    if ((st = meta_list(w, meta, "ring_frames", cfg->n_layers, cfg->layers,
-                        offsetof(rkv_layer_spec, ring_frames))) != RKV_OK ||
-        (st = meta_list(w, meta, "ring_buckets", cfg->n_layers, cfg->layers,
-                        offsetof(rkv_layer_spec, ring_buckets))) != RKV_OK ||
-        (st = meta_list(w, meta, "pinned_dilation", cfg->n_layers, cfg->layers,
-                        offsetof(rkv_layer_spec, pinned_dilation))) != RKV_OK)
-        return st;
+    for (size_t f = N_INTS; f < N_GEOMETRY && st == RKV_OK; f++)
+        st = meta_list(w, meta, GEOMETRY[f].key, cfg->n_layers, cfg->layers, GEOMETRY[f].off);
+    if (st != RKV_OK) return st;
     cfg->num_sessions = 1;
     if (rkv__model_config_check(cfg, NULL, NULL) != RKV_OK) {
         char msg[300];
@@ -533,34 +557,27 @@ static rkv_status tensor_ints(const rkv__snap_where *w, const char *name, const 
 /* One entry of the table: dtype, shape and byte size of its layer's kind. */
 static rkv_status read_tensor(const rkv__snap_where *w, const char *name, const json_t *e,
                               const rkv_model_config *cfg, rkv__snap_tensor *r) {
-    rkv_geometry g;
-    rkv_model_config_layer_geometry(cfg, r->layer, &g);
-    const rkv__snap_sizes z = rkv__snap_sizes_of(&g);
-    const bool bits = r->kind == 2;
-    const char *want_dtype = bits ? "U8" : rkv__dtype_safetensors(cfg->dtype);
-    const uint64_t want3[3] = {(uint64_t)cfg->n_kv_heads, (uint64_t)z.C, (uint64_t)cfg->d_head};
-    const uint64_t *want = bits ? want3 + 1 : want3, bytes = bits ? z.written : z.kv;
-    const size_t rank = bits ? 1 : 3;
+    const tensor_form f = form_of(cfg, r->layer, r->kind);
     if (!json_is_object(e))
         return refuse(w, "corrupted header: tensor '%s' is not a JSON object", name);
     uint64_t shape[3], offs[2];
     rkv_status st;
-    if ((st = tensor_ints(w, name, "shape", json_object_get(e, "shape"), rank, shape)) != RKV_OK ||
+    if ((st = tensor_ints(w, name, "shape", json_object_get(e, "shape"), f.rank, shape)) != RKV_OK ||
         (st = tensor_ints(w, name, "data_offsets", json_object_get(e, "data_offsets"), 2, offs)) !=
             RKV_OK)
         return st;
     const char *dt = json_string_value(json_object_get(e, "dtype"));
-    bool ok = dt && !strcmp(dt, want_dtype) && offs[1] >= offs[0] && offs[1] - offs[0] == bytes;
-    for (size_t k = 0; k < rank; k++) ok = ok && shape[k] == want[k];
-    if (!ok && bits)
+    bool ok = dt && !strcmp(dt, f.dtype) && offs[1] >= offs[0] && offs[1] - offs[0] == f.bytes;
+    for (size_t k = 0; k < f.rank; k++) ok = ok && shape[k] == f.shape[k];
+    if (!ok && f.rank == 1)
         return refuse(w, "corrupted header: tensor '%s' is not {dtype %s, shape [%llu], %llu "
                          "bytes}",
-                      name, want_dtype, (unsigned long long)z.C, (unsigned long long)bytes);
+                      name, f.dtype, (unsigned long long)f.shape[0], (unsigned long long)f.bytes);
     if (!ok)
         return refuse(w, "corrupted header: tensor '%s' is not {dtype %s, shape [%llu, %llu, "
                          "%llu] (n_kv_heads, slots, d_head), %llu bytes}",
-                      name, want_dtype, (unsigned long long)want3[0], (unsigned long long)z.C,
-                      (unsigned long long)want3[2], (unsigned long long)bytes);
+                      name, f.dtype, (unsigned long long)f.shape[0], (unsigned long long)f.shape[1],
+                      (unsigned long long)f.shape[2], (unsigned long long)f.bytes);
     r->begin = offs[0];
     r->end = offs[1];
     r->seen = true;
@@ -571,7 +588,6 @@ static rkv_status read_tensor(const rkv__snap_where *w, const char *name, const 
 static rkv_status read_tensors(const rkv__snap_where *w, const json_t *root,
                                const rkv_model_config *cfg, rkv__snap_tensor *t) {
     const int64_t nl = cfg->n_layers;
-    int64_t n_entries = 0;
     const char *name;
     json_t *e;
     char en[ESC(60)];
@@ -587,14 +603,11 @@ static rkv_status read_tensors(const rkv__snap_where *w, const json_t *root,
         r->kind = kind;
         rkv_status st = read_tensor(w, name, e, cfg, r);
         if (st != RKV_OK) return st;
-        n_entries++;
     }
-    if (n_entries != nl * 3) {
-        int64_t i = 0;
-        while (i < nl * 3 && t[i].seen) i++;
-        return refuse(w, "corrupted header: tensor 'layer.%lld.%s' is missing", (long long)(i / 3),
-                      KIND_NAMES[i % 3]);
-    }
+    for (int64_t i = 0; i < nl * 3; i++)
+        if (!t[i].seen)
+            return refuse(w, "corrupted header: tensor 'layer.%lld.%s' is missing",
+                          (long long)(i / 3), KIND_NAMES[i % 3]);
     return RKV_OK;
 }
 
@@ -635,15 +648,12 @@ static rkv_status read_header(const rkv__snap_where *w, const uint8_t first8[8],
                               rkv__snap_header *out) {
     rkv_snapshot_info *info = &out->info;
     const json_t *meta = json_object_get(root, "__metadata__");
-    const char *wx = meta_str(meta, WRITTEN_KEY);
     rkv_status st;
     if ((st = check_format(w, meta, session, info)) != RKV_OK ||
         (st = check_checksums(w, first8, h, n, meta, info)) != RKV_OK)
         return st;
-    if (session && (!wx || !parse_hex16(wx, strlen(wx), &out->written_xxh3)))
-        return refuse(w, "corrupted header: metadata '" WRITTEN_KEY "' is missing or is not 16 "
-                         "lowercase hex digits");
-    if ((st = check_meta_values(w, meta)) != RKV_OK ||
+    if ((session && (st = meta_hex(w, meta, WRITTEN_KEY, &out->written_xxh3)) != RKV_OK) ||
+        (st = check_meta_values(w, meta)) != RKV_OK ||
         (st = read_geometry(w, meta, info)) != RKV_OK || (st = read_names(w, meta, info)) != RKV_OK)
         return st;
     const int64_t nt = info->config.n_layers * 3;
@@ -708,128 +718,113 @@ void rkv__snap_header_free(rkv__snap_header *p) {
 /* Writing                                                                   */
 /* ------------------------------------------------------------------------ */
 
-static bool set_str(json_t *o, const char *key, const char *v) {
-    return json_object_set_new(o, key, json_string(v)) == 0;
+/* The writer's text, grown as it is written (NULL once out of memory):
+ * compact JSON as Jansson's json_dumps(JSON_COMPACT) writes it, the bytes
+ * of the files written so far (tests/data holds two). */
+typedef struct writer {
+    char *text;
+    size_t len, cap;
+} writer;
+
+static void put(writer *o, const char *fmt, ...) RKV__PRINTF(2, 3);
+static void put(writer *o, const char *fmt, ...) {
+    if (!o->text) return;
+    va_list ap;
+    va_start(ap, fmt);
+    const size_t n = (size_t)vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    char *t = o->len + n < o->cap ? o->text : realloc(o->text, o->cap = 2 * (o->len + n + 1));
+    if (!t) free(o->text);
+    if (!(o->text = t)) return;
+    va_start(ap, fmt);
+    vsnprintf(t + o->len, n + 1, fmt, ap);
+    va_end(ap);
+    o->len += n;
 }
-static bool set_int(json_t *o, const char *key, int64_t v) {
-    char buf[24];
-    snprintf(buf, sizeof buf, "%lld", (long long)v);
-    return set_str(o, key, buf);
+/* ,"key":"v" for printable ASCII v ('"' and '\' escaped as JSON writes
+ * them); else (hex) ,"key_hex":"<lowercase hex of v>": the header stays
+ * ASCII JSON whatever the bytes. */
+static void put_str(writer *o, const char *key, const char *v, bool hex) {
+    hex = hex && !printable_ascii(v);
+    put(o, ",\"%s%s\":\"", key, hex ? "_hex" : "");
+    for (; *v; v++)
+        put(o, hex ? "%02x" : *v == '"' || *v == '\\' ? "\\%c" : "%c", (unsigned char)*v);
+    put(o, "\"");
 }
-/* Printable ASCII as is under `key`, anything else as hex under key_hex:
- * the header stays ASCII JSON whatever the bytes. */
-static bool set_text(json_t *o, const char *key, const char *v) {
-    if (printable_ascii(v)) return set_str(o, key, v);
-    char hexkey[40], *hex = malloc(2 * strlen(v) + 1);
-    if (!hex) return false;
-    for (size_t i = 0; v[i]; i++) snprintf(hex + 2 * i, 3, "%02x", (unsigned char)v[i]);
-    hex[2 * strlen(v)] = '\0';
-    snprintf(hexkey, sizeof hexkey, "%s_hex", key);
-    bool ok = set_str(o, hexkey, hex);
-    free(hex);
-    return ok;
-}
-/* The per-layer list "a,b,c" of the spec field at byte `field`. */
-static bool set_list(json_t *o, const char *key, const rkv_model_config *cfg, size_t field) {
-    char *s = malloc((size_t)cfg->n_layers * 21 + 1);
-    size_t at = 0;
-    for (int64_t i = 0; s && i < cfg->n_layers; i++) {
-        int64_t v;
-        memcpy(&v, (const char *)&cfg->layers[i] + field, sizeof v);
-        at += (size_t)sprintf(s + at, "%s%lld", i ? "," : "", (long long)v);
+
+#define CLOCK_KEY "\"last_committed\":\""
+#define DATA_KEY "\"data_xxh3\":\""
+#define HEADER_KEY "\"header_xxh3\":\""
+
+/* n header bytes padded with spaces so that 8 + n is a multiple of 8. */
+static size_t padded(size_t n) { return (n + 8 + 7) / 8 * 8 - 8; }
+
+/* The writer's compact JSON of the header with clock 0 and both checksums
+ * zero, with where the clock's digit and the checksums' digits are: what
+ * the header of any clock is made of (rkv__snap_template_emit). The
+ * tensors "layer.{i}.{k,v,written}" of every layer lie back to back from
+ * byte 0. */
+static rkv_status build_json(const rkv_model_config *cfg, int64_t session, const char *request_id,
+                             const uint64_t *written_xxh3, const char *what,
+                             rkv__snap_template *t) {
+    memset(t, 0, sizeof *t);
+    writer o = {malloc(4096), 0, 4096};
+    put(&o, "{\"__metadata__\":{\"format\":\"" FORMAT_NAME "\",\"format_version\":\"%d\"",
+        RKV_SNAPSHOT_VERSION);
+    put_str(&o, "ringkv_version", rkv_version(), false);
+    put_str(&o, "model", cfg->name, true);
+    put_str(&o, "request_id", request_id, true);
+    put(&o, ",\"session\":\"%lld\",\"dtype\":\"%s\"", (long long)session,
+        rkv_dtype_name(cfg->dtype));
+    for (size_t f = 0; f < N_INTS; f++)
+        put(&o, ",\"%s\":\"%lld\"", GEOMETRY[f].key, (long long)*CFG_INT(cfg, f));
+    for (size_t f = N_INTS; f < N_GEOMETRY; f++) {
+        put(&o, ",\"%s\":\"", GEOMETRY[f].key);
+        for (int64_t i = 0; i < cfg->n_layers; i++)
+            put(&o, "%s%lld", i ? "," : "", (long long)*CFG_INT(&cfg->layers[i], f));
+        put(&o, "\"");
     }
-    bool ok = s && set_str(o, key, s);
-    free(s);
-    return ok;
-}
-
-static json_t *build_meta(const rkv_model_config *cfg, int64_t session, const char *request_id,
-                          int64_t last_committed, const uint64_t *written_xxh3) {
-    char wx[HASH_DIGITS + 1] = {0};
-    if (written_xxh3) hex16(*written_xxh3, wx);
-    json_t *m = json_object();
-    bool ok = m && set_str(m, "format", FORMAT_NAME) &&
-              set_int(m, "format_version", RKV_SNAPSHOT_VERSION) &&
-              set_str(m, "ringkv_version", rkv_version()) && set_text(m, "model", cfg->name) &&
-              set_text(m, "request_id", request_id) && set_int(m, "session", session) &&
-              set_str(m, "dtype", rkv_dtype_name(cfg->dtype)) &&
-              set_int(m, "n_layers", cfg->n_layers) && set_int(m, "n_q_heads", cfg->n_q_heads) &&
-              set_int(m, "n_kv_heads", cfg->n_kv_heads) && set_int(m, "d_head", cfg->d_head) &&
-              set_int(m, "tokens_per_frame", cfg->tokens_per_frame) &&
-              set_list(m, "ring_frames", cfg, offsetof(rkv_layer_spec, ring_frames)) &&
-              set_list(m, "ring_buckets", cfg, offsetof(rkv_layer_spec, ring_buckets)) &&
-              set_list(m, "pinned_dilation", cfg, offsetof(rkv_layer_spec, pinned_dilation)) &&
-              set_int(m, "last_committed", last_committed) &&
-              set_str(m, "data_xxh3", ZERO_DIGITS) && set_str(m, "header_xxh3", ZERO_DIGITS) &&
-              (!written_xxh3 || (set_int(m, SESSION_META_KEY, RKV_SESSION_META_VERSION) &&
-                                 set_str(m, WRITTEN_KEY, wx)));
-    if (!ok) json_decref(m);
-    return ok ? m : NULL;
-}
-
-static json_t *ints(const uint64_t *v, size_t n) {
-    json_t *a = json_array();
-    for (size_t i = 0; a && i < n; i++)
-        if (json_array_append_new(a, json_integer((json_int_t)v[i]))) {
-            json_decref(a);
-            return NULL;
-        }
-    return a;
-}
-
-/* "layer.{i}.{k,v,written}" of every layer, back to back from byte 0. */
-static bool add_tensors(json_t *root, const rkv_model_config *cfg, uint64_t *data_bytes) {
-    uint64_t at = 0;
-    for (int64_t i = 0; i < cfg->n_layers; i++) {
-        rkv_geometry g;
-        rkv_model_config_layer_geometry(cfg, i, &g);
-        const rkv__snap_sizes z = rkv__snap_sizes_of(&g);
-        const uint64_t shape[3] = {(uint64_t)g.n_kv_heads, (uint64_t)z.C, (uint64_t)g.d_head};
+    put(&o, "," CLOCK_KEY);
+    t->clock_at = o.len;
+    put(&o, "0\"," DATA_KEY);
+    t->data_digits = o.len;
+    put(&o, ZERO_DIGITS "\"," HEADER_KEY);
+    t->header_digits = o.len;
+    put(&o, ZERO_DIGITS "\"%s}", written_xxh3 ? META_KEYS : "");
+    if (written_xxh3 && o.text) hex16(*written_xxh3, o.text + o.len - 2 - HASH_DIGITS);
+    for (int64_t i = 0; i < cfg->n_layers; i++)
         for (int k = 0; k < 3; k++) {
-            char name[48];
-            snprintf(name, sizeof name, "layer.%lld.%s", (long long)i, KIND_NAMES[k]);
-            const uint64_t bytes = k == 2 ? z.written : z.kv, offs[2] = {at, at + bytes};
-            json_t *t = json_object();
-            if (!t || json_object_set_new(root, name, t) ||
-                !set_str(t, "dtype", k == 2 ? "U8" : rkv__dtype_safetensors(g.dtype)) ||
-                json_object_set_new(t, "shape", ints(k == 2 ? shape + 1 : shape, k == 2 ? 1 : 3)) ||
-                json_object_set_new(t, "data_offsets", ints(offs, 2)))
-                return false;
-            at += bytes;
+            const tensor_form f = form_of(cfg, i, k);
+            put(&o, ",\"layer.%lld.%s\":{\"dtype\":\"%s\",\"shape\":[", (long long)i,
+                KIND_NAMES[k], f.dtype);
+            for (size_t d = 0; d < f.rank; d++)
+                put(&o, "%s%llu", d ? "," : "", (unsigned long long)f.shape[d]);
+            put(&o, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)t->data_bytes,
+                (unsigned long long)(t->data_bytes + f.bytes));
+            t->data_bytes += f.bytes;
         }
-    }
-    *data_bytes = at;
-    return true;
+    put(&o, "}");
+    if (!(t->text = o.text))
+        return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory building the header", what);
+    t->len = o.len;
+    return RKV_OK;
 }
 
 rkv_status rkv__snap_header_build(const rkv_model_config *cfg, int64_t session,
                                   const char *request_id, int64_t last_committed,
-                                  const uint64_t *written_xxh3, const char *what,
+                                  const uint64_t *written_xxh3, size_t len, const char *what,
                                   rkv__snap_text *out) {
     memset(out, 0, sizeof *out);
-    json_t *root = json_object();
-    json_t *meta = root ? build_meta(cfg, session, request_id, last_committed, written_xxh3) : NULL;
-    char *json = NULL;
-    /* json_object_set_new takes meta even when it fails */
-    if (meta && !json_object_set_new(root, "__metadata__", meta) &&
-        add_tensors(root, cfg, &out->data_bytes))
-        json = json_dumps(root, JSON_COMPACT);
-    json_decref(root);
-    if (!json) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory building the header", what);
-    const size_t jlen = strlen(json), padded = (jlen + 8 + 7) / 8 * 8 - 8;
-    const char *dk = strstr(json, "\"data_xxh3\":\"" ZERO_DIGITS "\"");
-    const char *hk = strstr(json, "\"header_xxh3\":\"" ZERO_DIGITS "\"");
-    out->text = dk && hk ? malloc(padded) : NULL;
-    if (out->text) {
-        memcpy(out->text, json, jlen);
-        memset(out->text + jlen, ' ', padded - jlen);
-        out->len = padded;
-        out->data_digits = (size_t)(dk - json) + strlen("\"data_xxh3\":\"");
-        out->header_digits = (size_t)(hk - json) + strlen("\"header_xxh3\":\"");
-    }
-    free(json);
-    if (!out->text)
-        return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory building the header", what);
+    rkv__snap_template t;
+    rkv_status st = build_json(cfg, session, request_id, written_xxh3, what, &t);
+    if (st != RKV_OK) return st;
+    char digits[24];
+    const int nd = snprintf(digits, sizeof digits, "%lld", (long long)last_committed);
+    if (len < padded(t.len + (size_t)nd - 1)) len = padded(t.len + (size_t)nd - 1);
+    char *text = malloc(len);
+    if (text) rkv__snap_template_emit(&t, last_committed, text, len, out);
+    rkv__snap_template_free(&t);
+    if (!text) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory building the header", what);
     return RKV_OK;
 }
 
@@ -837,27 +832,7 @@ size_t rkv__snap_meta_bytes(size_t longest) {
     return longest ? 8 + longest + (sizeof META_KEYS - 1 + 7) / 8 * 8 : 0;
 }
 
-rkv_status rkv__snap_meta_write(const rkv_model_config *cfg, int64_t session,
-                                const char *request_id, int64_t last_committed,
-                                uint64_t written_xxh3, const char *what, uint8_t *out,
-                                size_t bytes) {
-    rkv__snap_text t;
-    rkv_status st =
-        rkv__snap_header_build(cfg, session, request_id, last_committed, &written_xxh3, what, &t);
-    if (st == RKV_OK && bytes < 8 + t.len)
-        st = rkv__fail(RKV_ERR_STATE, "%s: the metadata takes %zu bytes, more than the %zu "
-                                      "reckoned (a bug)", what, 8 + t.len, bytes);
-    if (st == RKV_OK && (st = rkv__snap_header_pad(&t, bytes - 8, what)) == RKV_OK) {
-        rkv__snap_header_seal(&t, 0);
-        rkv__snap_header_put_length(&t, out);
-        memcpy(out + 8, t.text, t.len);
-    }
-    free(t.text);
-    return st;
-}
-
-rkv_status rkv__snap_header_longest(const rkv_model_config *cfg, const char *what, size_t *len,
-                                    uint64_t *data_bytes) {
+rkv_status rkv__snap_header_longest(const rkv_model_config *cfg, const char *what, size_t *len) {
     char id[RKV_MAX_REQUEST_ID];
     *len = 0;
     for (int kind = 0; kind < 2; kind++) { /* hex-coded, then escaped JSON */
@@ -865,38 +840,18 @@ rkv_status rkv__snap_header_longest(const rkv_model_config *cfg, const char *wha
         id[sizeof id - 1] = '\0';
         rkv__snap_text t;
         rkv_status st =
-            rkv__snap_header_build(cfg, cfg->num_sessions - 1, id, INT64_MAX, NULL, what, &t);
+            rkv__snap_header_build(cfg, cfg->num_sessions - 1, id, INT64_MAX, NULL, 0, what, &t);
         if (st != RKV_OK) return st;
         if (t.len > *len) *len = t.len;
-        *data_bytes = t.data_bytes;
         free(t.text);
     }
     return RKV_OK;
 }
 
-rkv_status rkv__snap_header_pad(rkv__snap_text *t, size_t len, const char *what) {
-    char *text = realloc(t->text, len);
-    if (!text) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory padding the header", what);
-    memset(text + t->len, ' ', len - t->len);
-    t->text = text;
-    t->len = len;
-    return RKV_OK;
-}
-
-void rkv__snap_header_put_length(const rkv__snap_text *t, uint8_t first8[8]) {
-    put_le64(first8, t->len);
-}
-
 uint64_t rkv__snap_header_seal(rkv__snap_text *t, uint64_t data_xxh3) {
-    uint8_t first8[8];
-    put_le64(first8, t->len);
     hex16(data_xxh3, t->text + t->data_digits);
-    memcpy(t->text + t->header_digits, ZERO_DIGITS, HASH_DIGITS);
-    XXH3_state_t hs;
-    XXH3_64bits_reset(&hs);
-    XXH3_64bits_update(&hs, first8, 8);
-    XXH3_64bits_update(&hs, t->text, t->len);
-    const uint64_t header_xxh3 = XXH3_64bits_digest(&hs);
+    const uint64_t header_xxh3 =
+        header_sum(t->first8, (const uint8_t *)t->text, t->len, t->header_digits);
     hex16(header_xxh3, t->text + t->header_digits);
     return header_xxh3;
 }
@@ -904,8 +859,6 @@ uint64_t rkv__snap_header_seal(rkv__snap_text *t, uint64_t data_xxh3) {
 /* ------------------------------------------------------------------------ */
 /* The header of one session, any clock                                      */
 /* ------------------------------------------------------------------------ */
-
-#define CLOCK_KEY "\"last_committed\":\""
 
 void rkv__snap_template_free(rkv__snap_template *t) {
     free(t->text);
@@ -916,43 +869,24 @@ void rkv__snap_template_free(rkv__snap_template *t) {
 rkv_status rkv__snap_template_build(const rkv_model_config *cfg, int64_t session,
                                     const char *request_id, const char *what,
                                     rkv__snap_template *t) {
-    memset(t, 0, sizeof *t);
-    rkv__snap_text b;
-    rkv_status st = rkv__snap_header_build(cfg, session, request_id, 0, NULL, what, &b);
+    rkv_status st = build_json(cfg, session, request_id, NULL, what, t);
     if (st != RKV_OK) return st;
-    size_t len = b.len; /* the compact JSON: the padding off */
-    while (len && b.text[len - 1] == ' ') len--;
-    /* the clock's one digit, once, before both checksums (the writer's order) */
-    const char *k = NULL;
-    for (size_t i = 0; i + sizeof CLOCK_KEY <= len; i++)
-        if (!memcmp(b.text + i, CLOCK_KEY, sizeof CLOCK_KEY - 1)) {
-            k = k ? NULL : b.text + i;
-            if (!k) break;
-        }
-    const size_t at = k ? (size_t)(k - b.text) + sizeof CLOCK_KEY - 1 : 0;
-    if (!k || b.text[at] != '0' || b.text[at + 1] != '"' || b.data_digits < at ||
-        b.header_digits < b.data_digits + HASH_DIGITS) {
-        free(b.text);
-        return rkv__fail(RKV_ERR_STATE, "%s: the header's layout is not the expected one", what);
-    }
     t->session = session;
     snprintf(t->request_id, sizeof t->request_id, "%s", request_id);
-    t->text = b.text;
-    t->len = len;
-    t->clock_at = at;
-    t->data_digits = b.data_digits;
-    t->header_digits = b.header_digits;
-    t->data_bytes = b.data_bytes;
-    /* its own parse (the tensor table every match borrows): sealed, as an
-     * image of it would be */
-    uint8_t first8[8];
-    rkv__snap_header_seal(&b, 0);
-    rkv__snap_header_put_length(&b, first8);
+    /* its own parse (the tensor table every match borrows): of its header
+     * of clock 0, sealed as an image's would be */
+    const size_t len = padded(t->len);
+    char *img = malloc(len);
+    rkv__snap_text b;
     const rkv__snap_where w = {what, "(template)"};
-    st = rkv__snap_header_parse(&w, first8, (const uint8_t *)b.text, b.len,
-                                8 + b.len + b.data_bytes, &t->parsed);
-    memcpy(t->text + t->data_digits, ZERO_DIGITS, HASH_DIGITS);
-    memcpy(t->text + t->header_digits, ZERO_DIGITS, HASH_DIGITS);
+    if (!img) st = rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory building the header", what);
+    if (img) {
+        rkv__snap_template_emit(t, 0, img, len, &b);
+        rkv__snap_header_seal(&b, 0);
+        st = rkv__snap_header_parse(&w, b.first8, (const uint8_t *)img, len, 8 + len + b.data_bytes,
+                                    &t->parsed);
+    }
+    free(img);
     if (st != RKV_OK) rkv__snap_template_free(t);
     return st;
 }
@@ -966,6 +900,7 @@ void rkv__snap_template_emit(const rkv__snap_template *t, int64_t last_committed
     memcpy(out + t->clock_at, digits, nd);
     memcpy(out + t->clock_at + nd, t->text + t->clock_at + 1, rest);
     memset(out + t->len + shift, ' ', len - t->len - shift);
+    put_le64(hd->first8, len);
     hd->text = out;
     hd->len = len;
     hd->data_digits = t->data_digits + shift;
@@ -999,14 +934,8 @@ bool rkv__snap_template_match(const rkv__snap_template *t, const uint8_t first8[
                t->len - t->header_digits - HASH_DIGITS))
         return false;
     for (uint64_t i = t->len + shift; i < n; i++) /* JSON's blanks after the object */
-        if (h[i] != ' ' && h[i] != '\t' && h[i] != '\n' && h[i] != '\r') return false;
-    XXH3_state_t hs;
-    XXH3_64bits_reset(&hs);
-    XXH3_64bits_update(&hs, first8, 8);
-    XXH3_64bits_update(&hs, h, hd);
-    XXH3_64bits_update(&hs, ZERO_DIGITS, HASH_DIGITS);
-    XXH3_64bits_update(&hs, h + hd + HASH_DIGITS, (size_t)(n - hd - HASH_DIGITS));
-    if (XXH3_64bits_digest(&hs) != hx) return false;
+        if (!blank(h[i])) return false;
+    if (header_sum(first8, h, n, hd) != hx) return false;
     *out = t->parsed;
     out->borrowed = true;
     out->data_offset = 8 + n;

@@ -15,14 +15,6 @@ typedef struct rkv__snap_where {
     const char *name;
 } rkv__snap_where;
 
-/* The per-layer tensor sizes of one session of a layer of geometry g. */
-typedef struct rkv__snap_sizes {
-    int64_t C;        /* slots of a session: (RF + 1) * T */
-    uint64_t kv;      /* bytes of K (= of V): H * C * D * sizeof(dtype) */
-    uint64_t written; /* bytes of the written bits: C */
-} rkv__snap_sizes;
-rkv__snap_sizes rkv__snap_sizes_of(const rkv_geometry *g);
-
 /* One tensor of the table: layer, kind (0 K, 1 V, 2 written), byte range
  * relative to the start of the data section. */
 typedef struct rkv__snap_tensor {
@@ -79,6 +71,7 @@ rkv_status rkv__snap_geometry_check(const char *what, const char *name, const ch
 /* The header a writer emits, padded with spaces so that 8 + len is a
  * multiple of 8, both checksums "0000000000000000" until sealed. */
 typedef struct rkv__snap_text {
+    uint8_t first8[8];   /* the 8 bytes before it: len, little-endian  */
     char *text;          /* malloc'd, len bytes (not NUL-terminated)   */
     size_t len;
     size_t data_digits;  /* offset of data_xxh3's 16 digits in text    */
@@ -89,46 +82,34 @@ typedef struct rkv__snap_text {
 
 /* Builds the header of one session: the model's config, the session's
  * index, request id and clock; with written_xxh3 (not NULL), session
- * metadata's two keys too. RKV_ERR_NO_MEMORY (named after `what`). */
+ * metadata's two keys too; padded to len bytes when that is longer (8 +
+ * len a multiple of 8: JSON allows whitespace after the object).
+ * RKV_ERR_NO_MEMORY (named after `what`). */
 rkv_status rkv__snap_header_build(const rkv_model_config *cfg, int64_t session,
                                   const char *request_id, int64_t last_committed,
-                                  const uint64_t *written_xxh3, const char *what,
+                                  const uint64_t *written_xxh3, size_t len, const char *what,
                                   rkv__snap_text *out);
 
 /* Session metadata's size when the longest image header is `longest`
  * (rkv__snap_header_longest): 8 + longest + the two keys, rounded up to 8. */
 size_t rkv__snap_meta_bytes(size_t longest);
-/* One session's metadata into out[bytes] (rkv__snap_meta_bytes): its
- * header with the two keys, padded, sealed with data_xxh3 0, after its
- * length. RKV_ERR_NO_MEMORY. */
-rkv_status rkv__snap_meta_write(const rkv_model_config *cfg, int64_t session,
-                                const char *request_id, int64_t last_committed,
-                                uint64_t written_xxh3, const char *what, uint8_t *out,
-                                size_t bytes);
 
-/* The longest header any session of this config can have, padded (*len),
- * and the data section's bytes (*data_bytes): the header of session
- * num_sessions - 1 with a 255-byte request id at its longest (outside
- * printable ASCII: hex) or escaped JSON, whichever is longer, and the
- * largest clock. Every in-memory image of a model (rkv_model_snapshot) pads
- * its header to *len, so that they all have one size. RKV_ERR_NO_MEMORY. */
-rkv_status rkv__snap_header_longest(const rkv_model_config *cfg, const char *what, size_t *len,
-                                    uint64_t *data_bytes);
-/* Pads t's text with spaces to len bytes (len >= t->len; 8 + len a multiple
- * of 8): the same header, as JSON allows whitespace after it.
- * RKV_ERR_NO_MEMORY. */
-rkv_status rkv__snap_header_pad(rkv__snap_text *t, size_t len, const char *what);
-
-/* The 8 bytes that precede the header: its length, little-endian. */
-void rkv__snap_header_put_length(const rkv__snap_text *t, uint8_t first8[8]);
+/* The longest header any session of this config can have, padded (*len):
+ * the header of session num_sessions - 1 with a 255-byte request id at its
+ * longest (outside printable ASCII: hex) or escaped JSON, whichever is
+ * longer, and the largest clock. Every in-memory image of a model
+ * (rkv_model_snapshot) pads its header to *len, so that they all have one
+ * size. RKV_ERR_NO_MEMORY. */
+rkv_status rkv__snap_header_longest(const rkv_model_config *cfg, const char *what, size_t *len);
 
 /* ---- the header of one (config, session, request id), any clock ----------
  * What makes the in-memory round trip (rkv_model_snapshot / _restore)
  * allocation-free once warm: the writer's header for one session and
- * request id, built once (Jansson: allocations), with last_committed's
- * digits and both checksums' digits as the only parts that vary.
- *  - emit: the header of any clock into a caller's buffer (no allocation),
- *    byte for byte what rkv__snap_header_build and _pad give;
+ * request id, built once (allocations: the text and its own parse), with
+ * last_committed's digits and both checksums' digits as the only parts
+ * that vary.
+ *  - emit: the header of any clock into a caller's buffer (no allocation;
+ *    rkv__snap_header_build too emits from a template of its own);
  *  - match: whether a header read from an image is exactly the template's
  *    with some clock and some checksum digits (every other byte equal, the
  *    varying parts canonical decimal / 16 lowercase hex, the rest blanks),
@@ -147,7 +128,7 @@ typedef struct rkv__snap_template {
 } rkv__snap_template;
 
 /* Builds *t for (cfg, session, request_id). RKV_ERR_NO_MEMORY (named after
- * `what`); RKV_ERR_STATE if the writer's output is not as expected (a
+ * `what`); RKV_ERR_FORMAT if its own parse refuses the writer's output (a
  * bug: the caller then takes the allocating path). Free with
  * rkv__snap_template_free (safe on a zeroed or failed one). */
 rkv_status rkv__snap_template_build(const rkv_model_config *cfg, int64_t session,
