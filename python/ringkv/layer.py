@@ -613,10 +613,8 @@ class LayerRingCache(HandleOwner):
         if build_visibility and B != 1:
             raise RingKVRuntimeError("ring cache's fallback visibility row only supports B == 1; "
                                      "the engine path passes build_visibility=False.")
-        expect = (2, 1, self.n_kv_heads, B * T, self.d_head)
-        msg = ar.kv_mismatch(shape, code, keep, expect, self._code)
-        if msg:  # a RuntimeError as the reference's index_copy_, and a ValueError
-            raise RingKVArrayError(msg)
+        # a RuntimeError as the reference's index_copy_, and a ValueError
+        ar.check_kv(shape, code, keep, (2, 1, self.n_kv_heads, B * T, self.d_head), self._code)
         return si
 
     def _row_result(self, row: Any, kind: str) -> Any:

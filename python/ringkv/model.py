@@ -52,6 +52,10 @@ class LayerSpec:
     pinned_dilation: int
 
 
+_SIZES = ("num_sessions", "n_q_heads", "n_kv_heads", "d_head", "tokens_per_frame",
+          "max_offloaded")  # ModelConfig's integer fields, as rkv_model_config's
+
+
 @python_calls("ModelConfig")
 @dataclass
 class ModelConfig:
@@ -90,24 +94,17 @@ class ModelConfig:
             c.layers[i] = _LayerSpecStruct(as_int(spec.ring_frames, "ring_frames"),
                                            as_int(spec.ring_buckets, "ring_buckets"),
                                            as_int(spec.pinned_dilation, "pinned_dilation"))
-        c.num_sessions = as_int(self.num_sessions, "num_sessions")
-        c.n_q_heads = as_int(self.n_q_heads, "n_q_heads")
-        c.n_kv_heads = as_int(self.n_kv_heads, "n_kv_heads")
-        c.d_head = as_int(self.d_head, "d_head")
-        c.tokens_per_frame = as_int(self.tokens_per_frame, "tokens_per_frame")
+        for size in _SIZES:
+            setattr(c, size, as_int(getattr(self, size), size))
         c.dtype = ar.parse_dtype(self.dtype)
-        c.max_offloaded = as_int(self.max_offloaded, "max_offloaded")
         return c
 
     @classmethod
     def _from_struct(cls, c: ModelConfigStruct) -> "ModelConfig":
-        return cls(name=c.name.decode(), num_sessions=c.num_sessions, n_q_heads=c.n_q_heads,
-                   layers=[LayerSpec(int(c.layers[i].ring_frames), int(c.layers[i].ring_buckets),
-                                     int(c.layers[i].pinned_dilation))
-                           for i in range(c.n_layers)],
-                   n_kv_heads=c.n_kv_heads, d_head=c.d_head,
-                   tokens_per_frame=c.tokens_per_frame, dtype=ar.DTYPE_NAMES[c.dtype],
-                   max_offloaded=int(c.max_offloaded))
+        return cls(name=c.name.decode(), dtype=ar.DTYPE_NAMES[c.dtype],
+                   layers=[LayerSpec(int(x.ring_frames), int(x.ring_buckets),
+                                     int(x.pinned_dilation)) for x in c.layers[:c.n_layers]],
+                   **{size: int(getattr(c, size)) for size in _SIZES})
 
     @property
     def n_layers(self) -> int:
@@ -118,8 +115,7 @@ class ModelConfig:
         g = _GeometryStruct()
         check(lib.rkv_model_config_layer_geometry(ctypes.byref(self._struct()),
                                                   as_int(layer, "layer"), ctypes.byref(g)))
-        return LayerGeometry(g.num_sessions, g.n_kv_heads, g.ring_frames, g.ring_buckets,
-                             g.d_head, g.tokens_per_frame, g.pinned_dilation,
+        return LayerGeometry(*(getattr(g, f) for f, _ in g._fields_[:7]),
                              ar.DTYPE_NAMES[g.dtype])
 
     def memory(self) -> tuple[int, int]:
@@ -491,11 +487,20 @@ class Model(HandleOwner):
                                          owner="Model")
         shape, code, keep = ((tuple(kv.shape), ar.array_dtype_code(kv), kv) if op
                              else (buf.shape, buf.code, buf.keep))
-        expect = (2, 1, lay.n_kv_heads, B * lay.tokens_per_frame, lay.d_head)
-        msg = ar.kv_mismatch(shape, code, keep, expect, lay._code)
-        if msg:
-            raise RingKVArrayError(msg)
+        ar.check_kv(shape, code, keep, (2, 1, lay.n_kv_heads, B * lay.tokens_per_frame,
+                                        lay.d_head), lay._code)
         return buf
+
+    @staticmethod
+    def _op_input(lay: LayerRingCache, session_idx: Any, x: Any, name: str) -> tuple:
+        """The op route's ``(ring, k, v, written)`` of ``lay`` and ``[B]``
+        sessions, ``x`` checked on their device."""
+        ring, k, v, written = lay.views(ar.TORCH)
+        si = ar.torch_index(session_idx, "session_idx",
+                            "session_idx must be a [B] int64 array; got {got}", written.device,
+                            owner="Model")
+        ar.check_device(x, name, written.device, "Model")
+        return ring, k, v, written, si
 
     def upsert(self, layer: int, session_idx: Any, kv: Any, commit: bool) -> tuple[Any, Any]:
         """One upsert on ``layer`` for B sessions inside a frame, at their
@@ -514,11 +519,7 @@ class Model(HandleOwner):
         # (a CUDA model makes its direct calls: the ops take CPU-backend models)
         ops = _torch_ops() if self._place is None and ar.is_torch_tensor(kv) else None
         if ops is not None:
-            ring, k, v, written = lay.views(ar.TORCH)
-            si = ar.torch_index(session_idx, "session_idx",
-                                "session_idx must be a [B] int64 array; got {got}",
-                                written.device, owner="Model")
-            ar.check_device(kv, "kv", written.device, "Model")
+            ring, k, v, written, si = self._op_input(lay, session_idx, kv, "kv")
             self._kv_input(lay, si.shape[0], kv, op=True)
             ops.model_upsert(ring, written, kv, si, self._h.ptr, layer, commit)
             return k, v
@@ -545,11 +546,7 @@ class Model(HandleOwner):
         if ops is None:
             return self._attend(lay, layer, session_idx, None, False, q, scale, out, out_dtype,
                                 pool)
-        ring, _, _, written = lay.views(ar.TORCH)
-        si = ar.torch_index(session_idx, "session_idx",
-                            "session_idx must be a [B] int64 array; got {got}", written.device,
-                            owner="Model")
-        ar.check_device(q, "q", written.device, "Model")
+        ring, _, _, written, si = self._op_input(lay, session_idx, q, "q")
         if q.ndim == 4 and q.shape[1] != self.config.n_q_heads:
             raise RingKVArrayError(f"q has n_q_heads = {q.shape[1]}; this model has "
                                    f"{self.config.n_q_heads}")
@@ -605,19 +602,15 @@ class Model(HandleOwner):
         """One held session's K/V span and written bits in every layer, the
         geometry and the clock (not inside a frame: RuntimeError)."""
         buf = bytearray(self.snapshot_bytes)
-        cbuf = (ctypes.c_char * len(buf)).from_buffer(buf)
-        self._call(lib.rkv_model_snapshot, as_session(session), cbuf, len(buf))
+        self._call(lib.rkv_model_snapshot, as_session(session), _c_buffer(buf), len(buf))
         return buf
 
     def restore(self, session: int, snapshot: Any) -> None:
         """Restores a snapshot into a held session (bit-exact, clock included:
         the next frame must be the saved clock + 1). ValueError
         (RKV_ERR_FORMAT) for a buffer of another geometry; nothing changes then."""
-        data = as_bytes(snapshot, "snapshot")
-        if data.readonly:
-            data = memoryview(bytearray(data))
-        cbuf = (ctypes.c_char * len(data)).from_buffer(data)
-        self._call(lib.rkv_model_restore, as_session(session), cbuf, len(data))
+        data = _c_buffer(as_bytes(snapshot, "snapshot"))
+        self._call(lib.rkv_model_restore, as_session(session), data, len(data))
 
     def fork(self, src_session: int, dst_session: int) -> None:
         """Copies held session ``src_session``'s whole state (every layer and
@@ -686,11 +679,8 @@ class Model(HandleOwner):
         and clock; returns the slot. KeyError when its request is not paged
         out of this model, RuntimeError for an older image of it or no free
         slot, ValueError for a damaged image; nothing held changes then."""
-        data = as_bytes(image, "image")
-        if data.readonly:
-            data = memoryview(bytearray(data))
-        cbuf = (ctypes.c_char * len(data)).from_buffer(data)
-        return self._out(lib.rkv_model_page_in, cbuf, len(data))
+        data = _c_buffer(as_bytes(image, "image"))
+        return self._out(lib.rkv_model_page_in, data, len(data))
 
     def page_in_file(self, path: str | bytes) -> int:
         """:meth:`page_in` from a file written by :meth:`offload_to_file`."""
@@ -780,9 +770,16 @@ def _filled(call: Any) -> bytearray:
     size = ctypes.c_size_t()
     check(call(None, 0, ctypes.byref(size)))
     buf = bytearray(size.value)
-    cbuf = (ctypes.c_char * len(buf)).from_buffer(buf)
-    check(call(cbuf, len(buf), ctypes.byref(size)))
+    check(call(_c_buffer(buf), len(buf), ctypes.byref(size)))
     return buf
+
+
+def _c_buffer(data: Any) -> Any:
+    """A ctypes char array over ``data`` (a bytearray, or a memoryview: a
+    read-only one is copied first) for a C call that takes a buffer."""
+    if isinstance(data, memoryview) and data.readonly:
+        data = memoryview(bytearray(data))
+    return (ctypes.c_char * len(data)).from_buffer(data)
 
 
 _PARTS = {0: "k", 1: "v", 2: "written"}
