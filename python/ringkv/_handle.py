@@ -31,7 +31,7 @@ from typing import Any
 
 from .errors import RingKVTypeError, RingKVValueError
 
-__all__ = ["HandleOwner", "HANDLE_CLASSES", "LIVE_MODELS", "copy_extras", "extras",
+__all__ = ["HandleOwner", "OwnedHandle", "HANDLE_CLASSES", "LIVE_MODELS", "copy_extras", "extras",
            "malformed_state", "check_state"]
 
 HANDLE_CLASSES: list[type] = []
@@ -53,7 +53,8 @@ class HandleOwner:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        HANDLE_CLASSES.append(cls)
+        if cls.__module__ != __name__:  # not the bases below
+            HANDLE_CLASSES.append(cls)
 
     def _refuse(self, action: str) -> RingKVTypeError:
         name = f"{type(self).__module__}.{type(self).__qualname__}"
@@ -67,6 +68,26 @@ class HandleOwner:
 
     def __reduce__(self) -> Any:
         raise self._refuse("pickle")
+
+
+class OwnedHandle(HandleOwner):
+    """Base of the objects that hold a C handle ``ptr`` (an int) and free it
+    with ``free(ptr)`` when they go (``free`` None: borrowed, never freed;
+    held here, as module globals may be gone at exit); ``owner`` stays alive
+    as long (what the handle needs: its model, context or stream)."""
+
+    __slots__ = ("ptr", "owner", "_free")
+
+    def __init__(self, ptr: int, owner: Any = None, free: Any = None):
+        self.ptr, self.owner, self._free = ptr, owner, free
+
+    def __del__(self):
+        if self.ptr and self._free is not None:
+            try:
+                self._free(self.ptr)
+            except Exception:  # noqa: BLE001 - interpreter shutdown
+                pass
+            self.ptr = None
 
 
 def copy_extras(src: Any, dst: Any, own: frozenset[str] | set[str],

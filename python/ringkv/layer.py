@@ -1,32 +1,18 @@
 """``LayerRingCache``: one attention layer's ring KV cache, a drop-in for the
 reference class of ``shared/spec/seed_ring_cache.py`` backed by libringkv.
+Its storage, views, devices and errors: the class docstring; the deliberate
+differences from the reference (arguments checked completely before
+anything is written, sessions and clocks checked, T >= 128, the visibility
+row a new array per ``build_visibility`` call, dtypes and devices), with
+their reasons: python/README.md.
 
-Storage is one buffer ``[2, 1, H, N, D]`` (``N = num_sessions * capacity``;
-index 0 = K, 1 = V) owned by the library. ``kv``, ``written`` and the
-``(k, v)`` returned by ``upsert`` are views of it, never copies: they change
-with every upsert/reset and stay valid while any of them is alive (each view
-keeps the library's buffer alive).
-
-The deliberate differences from the reference (arguments checked completely
-before anything is written, sessions and clocks checked, T >= 128, the
-visibility row a new array per ``build_visibility`` call, dtypes and devices)
-are listed in python/README.md with their reasons.
-
-One layer handle, one code path. A cache holds one ``rkv_layer*`` whatever
-its backend: ``rkv_layer_create`` (the CPU backend, host memory) or, for
-``device="cuda"`` / ``"cuda:N"`` / ``torch.device("cuda", N)``,
-``rkv_layer_create_on`` the CUDA backend's table (``libringkv_cuda.so``,
-loaded on first use, see :func:`ringkv._lib.cuda`; device memory). Torch
-tensors (torch >= 2.6) go through the custom ops of :mod:`ringkv.ops`
-(``ringkv::visible_row``, ``ringkv::upsert``, ``ringkv::attend``) on the
-layer's storage tensors on either device, so that
+A cache holds one ``rkv_layer*`` whatever its backend (:func:`_create`).
+Torch tensors (torch >= 2.6) go through the custom ops of :mod:`ringkv.ops`
+on the layer's storage tensors on either device, so that
 ``torch.compile(fullgraph=True)`` traces ``upsert`` and ``attend`` and CUDA
 graphs capture them; NumPy arrays (and ``attend(pool=..., reference=True)``)
-take the direct C calls, which read host memory. What differs by device is
-the storage's views (NumPy over host memory, torch CUDA tensors over device
-memory) and the backend a layer is created on; python/README.md ("CUDA
-devices") has the CUDA contract. The CUDA backend has not yet run on a GPU
-(no GPU run is recorded).
+take the direct C calls, which read host memory. The CUDA backend has not
+yet run on a GPU (no GPU run is recorded).
 """
 from __future__ import annotations
 
@@ -38,7 +24,7 @@ import numpy as np
 
 from . import _arrays as ar
 from ._args import as_flag, as_instance, as_int, as_session
-from ._handle import HandleOwner, check_state, copy_extras, extras, malformed_state
+from ._handle import HandleOwner, OwnedHandle, check_state, copy_extras, extras, malformed_state
 from ._lib import Geometry as _GeometryStruct
 from ._lib import check, cuda as _cuda_lib, cuda_library_path, lib
 from .attention import _scale, attend_layer
@@ -128,10 +114,10 @@ def _cuda_device(device: Any, index: int | None) -> str:
     return f"cuda:{index}"
 
 
-class _LayerHandle(HandleOwner):
-    """Owns an ``rkv_layer*`` (``free`` frees it: ``rkv_layer_destroy``; on a
-    GPU it holds the backend context too) or borrows one from a
-    model (``free`` None; ``owner`` keeps the model alive). A layer on a GPU
+class _LayerHandle(OwnedHandle):
+    """Owns an ``rkv_layer*`` (``free``: ``rkv_layer_destroy``; ``owner``: on
+    a GPU the backend context) or borrows one from a model (``free`` None;
+    ``owner``: the model). A layer on a GPU
     is freed (it synchronizes the device first) once the cache and every
     view of its storage are gone: not inside a CUDA graph capture. Never
     copied or pickled: the LayerRingCache over it copies its contents into
@@ -139,21 +125,7 @@ class _LayerHandle(HandleOwner):
 
     _copy_hint = ("it holds an rkv_layer* (an address in this process); copy or pickle the "
                   "LayerRingCache instead")
-
-    __slots__ = ("ptr", "owner", "_free")
-
-    def __init__(self, ptr: int, owner: Any = None, free: Any = None):
-        self.ptr = ptr
-        self.owner = owner
-        self._free = free  # held here: module globals may be gone at exit
-
-    def __del__(self):
-        if self.ptr and self._free is not None:
-            try:
-                self._free(self.ptr)
-            except Exception:  # noqa: BLE001 - interpreter shutdown
-                pass
-            self.ptr = None
+    __slots__ = ()
 
 
 def _create(g: _GeometryStruct, device: str) -> _LayerHandle:
@@ -163,17 +135,15 @@ def _create(g: _GeometryStruct, device: str) -> _LayerHandle:
     current stream there (``ringkv.ops.context``, kept alive by the layer;
     K/V zeroed, written bits armed; it synchronizes), torch's current device
     left as it was. Not yet run on a GPU."""
-    ptr = ctypes.c_void_p()
+    ptr, ctx = ctypes.c_void_p(), None
     if device == "cpu":
         check(lib.rkv_layer_create(ctypes.byref(g), ctypes.byref(ptr)))
-        return _LayerHandle(ptr.value, free=lib.rkv_layer_destroy)
-    check(lib.rkv_geometry_check(ctypes.byref(g)))  # geometry errors before any CUDA call
-    torch = ar.torch_module()
-    with torch.cuda.device(device):
-        ctx = _OPS.context(device)
-        check(lib.rkv_layer_create_on(ctx.table, ctx.ptr, ctypes.byref(g), ctypes.byref(ptr)))
-    destroy = lib.rkv_layer_destroy
-    return _LayerHandle(ptr.value, free=lambda p, ctx=ctx: destroy(p))  # then ctx may go
+    else:
+        check(lib.rkv_geometry_check(ctypes.byref(g)))  # geometry errors before any CUDA call
+        with ar.torch_module().cuda.device(device):
+            ctx = _OPS.context(device)
+            check(lib.rkv_layer_create_on(ctx.table, ctx.ptr, ctypes.byref(g), ctypes.byref(ptr)))
+    return _LayerHandle(ptr.value, ctx, lib.rkv_layer_destroy)  # the layer first, then ctx
 
 
 # The reference's messages stay as they are; a call name one carries is the
@@ -191,44 +161,47 @@ class LayerRingCache(HandleOwner):
     ``dtype``: a torch dtype (float32, float16, bfloat16), a NumPy dtype
     (float32, float16, ``ml_dtypes.bfloat16``) or a string ("f32", "float32",
     "f16", "bf16", "bfloat16", ...). ``device``: "cpu" (or
-    ``torch.device("cpu")``): the CPU backend; "cuda" (torch's current
-    device), "cuda:N" or ``torch.device("cuda", N)``: the CUDA backend on
-    that GPU (see below; the CUDA backend has not yet run on a GPU: no GPU
-    run is recorded).
-
-    ``array_kind`` ("numpy" or "torch") chooses what the attributes ``kv``,
-    ``written`` and ``frame_offsets`` are; by default torch when ``dtype`` is
-    a torch dtype or ``device`` a ``torch.device``, else NumPy. ``upsert``
-    returns views of the same kind as its ``kv`` input, whatever this is.
+    ``torch.device("cpu")``): the CPU backend, host memory; "cuda" (torch's
+    current device), "cuda:N" or ``torch.device("cuda", N)``: the CUDA
+    backend (``libringkv_cuda.so``) on that GPU, device memory (see below).
+    ``array_kind`` ("numpy" or "torch") chooses what ``kv``, ``written`` and
+    ``frame_offsets`` are; by default torch when ``dtype`` is a torch dtype
+    or ``device`` a ``torch.device``, else NumPy. ``upsert`` returns views
+    of the same kind as its ``kv`` input, whatever this is.
 
     Attributes: ``num_sessions``, ``n_kv_heads``, ``ring_frames``,
     ``ring_buckets``, ``d_head``, ``tokens_per_frame``, ``pinned_dilation``,
     ``ring_len`` (RF*T), ``capacity`` (ring_len + T, one session's slots),
     ``total_slots`` (N = num_sessions * capacity), ``dtype_name``, ``dtype``
-    (of ``kv``), ``device`` ("cpu" or "cuda:N"), ``kv`` ([2, 1, H, N, D]
-    view), ``written`` ([N] bool view), ``memory_bytes``, ``frame_offsets``
-    ([T] int64). Errors at construction: ValueError for a bad geometry,
-    TypeError for a size that is not an integer, RingKVDtypeError (a
-    ValueError and a TypeError) for an unknown dtype, RingKVDeviceError (a
-    ValueError and a RuntimeError) for an unknown device (ringkv.errors).
+    (of ``kv``), ``device`` ("cpu" or "cuda:N"), ``kv`` ([2, 1, H, N, D],
+    index 0 = K, 1 = V), ``written`` ([N] bool), ``memory_bytes``,
+    ``frame_offsets`` ([T] int64). The storage is owned by the library;
+    ``kv``, ``written`` and the ``(k, v)`` of ``upsert`` are views of it,
+    never copies: they change with every upsert/reset and stay valid while
+    any of them is alive (each keeps the storage alive). Errors at
+    construction: ValueError for a bad geometry, TypeError for a size that
+    is not an integer, RingKVDtypeError (a ValueError and a TypeError) for
+    an unknown dtype, RingKVDeviceError (a ValueError and a RuntimeError)
+    for an unknown device (ringkv.errors).
 
     ``copy.copy`` and ``copy.deepcopy`` give a new layer on the same device
     with equal contents and its own storage; ``pickle`` stores a CPU layer
     by value (a CUDA layer raises TypeError). See :meth:`_clone` and
     :meth:`__reduce__`.
 
-    **CUDA layers** (python/README.md, "CUDA devices"; not yet run on a
-    GPU): RuntimeError at construction, before anything is allocated,
-    without ``libringkv_cuda.so``, a GPU it sees or torch with CUDA;
-    IndexError for a device the runtime lacks. Views (``kv``, ``written``,
-    ``upsert``'s ``k``, ``v``) are torch CUDA tensors over the layer's
-    device memory; inputs torch CUDA tensors on its GPU (RingKVDeviceError
-    otherwise; ``frame_pos``, ``session_idx`` and ``visible`` may be host
-    data, copied once: not capture-safe). ``upsert``, ``attend`` and
-    ``reset`` enqueue on ``torch.cuda.current_stream(device)`` without
-    synchronizing; session ids and clocks there are the kernels' to check
-    (:meth:`check`). ``visible_frames``, ``visible_row`` and ``block_mask``
-    raise NotImplementedError (they read the written bits on the host).
+    **CUDA layers** (python/README.md, "CUDA devices"; the CUDA backend has
+    not yet run on a GPU: no GPU run is recorded): RuntimeError at
+    construction, before anything is allocated, without
+    ``libringkv_cuda.so``, a GPU it sees or torch with CUDA; IndexError for
+    a device the runtime lacks. Views are torch CUDA tensors over the
+    layer's device memory; inputs torch CUDA tensors on its GPU
+    (RingKVDeviceError otherwise; ``frame_pos``, ``session_idx`` and
+    ``visible`` may be host data, copied once: not capture-safe).
+    ``upsert``, ``attend`` and ``reset`` enqueue on
+    ``torch.cuda.current_stream(device)`` without synchronizing; session
+    ids and clocks there are the kernels' to check (:meth:`check`).
+    ``visible_frames``, ``visible_row`` and ``block_mask`` raise
+    NotImplementedError (they read the written bits on the host).
     """
 
     def __init__(self, num_sessions: int, n_kv_heads: int, ring_frames: int, ring_buckets: int,
@@ -648,12 +621,8 @@ class LayerRingCache(HandleOwner):
         bits-and-clock rule (SEMANTICS 4): ring frames ascending, then
         ``ring_frames`` (the scratch)."""
         self._host_only("visible_frames")
-        frames = (ctypes.c_int64 * (self.ring_frames + 1))()
-        count = ctypes.c_int64()
-        check(lib.rkv_layer_visible_frames(self._h.ptr, as_session(session_idx),
-                                           as_int(frame_pos, "frame_pos"), frames,
-                                           ctypes.byref(count)))
-        return list(frames[:count.value])
+        return _frames(self.ring_frames, lib.rkv_layer_visible_frames, self._h.ptr,
+                       as_session(session_idx), as_int(frame_pos, "frame_pos"))
 
     def visible_row(self, session_idx: int, frame_pos: int) -> Any:
         """``[N]`` bool row of the bits-and-clock rule (the reference's row
@@ -812,9 +781,13 @@ def visible_frames_from_clock(geometry: LayerGeometry, frame_pos: int) -> list[i
     ``0 .. frame_pos-1`` in order: visible ring frame slots ascending, then
     ``ring_frames`` (the scratch)."""
     as_instance(geometry, LayerGeometry, "geometry", " (e.g. cache.geometry)")
-    g = geometry._struct()
-    frames = (ctypes.c_int64 * (geometry.ring_frames + 1))()
-    count = ctypes.c_int64()
-    check(lib.rkv_visible_frames_from_clock(ctypes.byref(g), as_int(frame_pos, "frame_pos"),
-                                            frames, ctypes.byref(count)))
+    return _frames(geometry.ring_frames, lib.rkv_visible_frames_from_clock,
+                   ctypes.byref(geometry._struct()), as_int(frame_pos, "frame_pos"))
+
+
+def _frames(ring_frames: int, fn: Any, *args: Any) -> list[int]:
+    """The frame list ``fn(*args, frames, &count)`` writes (at most
+    ``ring_frames + 1``)."""
+    frames, count = (ctypes.c_int64 * (ring_frames + 1))(), ctypes.c_int64()
+    check(fn(*args, frames, ctypes.byref(count)))
     return list(frames[:count.value])

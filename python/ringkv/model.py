@@ -35,7 +35,8 @@ from ._lib import check, cuda as _cuda_lib, error_for
 from .attention import _scale, attend_model
 from ._args import (as_bytes, as_flag, as_instance, as_int, as_path, as_request_id, as_session,
                     as_text)
-from ._handle import LIVE_MODELS, HandleOwner, check_state, copy_extras, extras, malformed_state
+from ._handle import (LIVE_MODELS, HandleOwner, OwnedHandle, check_state, copy_extras, extras,
+                      malformed_state)
 from .errors import (RingKVArrayError, RingKVDeviceError, RingKVIndexError, RingKVRuntimeError,
                      RingKVTypeError, RingKVValueError, python_call, python_calls)
 from .layer import LayerGeometry, LayerRingCache, _cuda_device, _parse_device, _torch_ops
@@ -149,24 +150,15 @@ def preset(name: str, full_global_ring: bool = False, *, num_sessions: int = 1) 
     return cfg
 
 
-class _ModelHandle(HandleOwner):
-    """Owns an ``rkv_model*``; the model's borrowed layers keep it alive, and
-    it keeps ``stream`` (a CUDA model's torch stream) alive until the model
-    is destroyed (which waits for that stream). Never copied or pickled: the
-    Model over it copies by value."""
+class _ModelHandle(OwnedHandle):
+    """Owns an ``rkv_model*`` (``rkv_model_destroy``); the model's borrowed
+    layers keep it alive, and it keeps ``owner`` (a CUDA model's torch
+    stream) alive until the model is destroyed (which waits for that
+    stream). Never copied or pickled: the Model over it copies by value."""
 
-    __slots__ = ("ptr", "stream")
+    __slots__ = ()
     _copy_hint = ("it holds an rkv_model* (an address in this process); copy or pickle the "
                   "Model instead")
-
-    def __init__(self, ptr: int, stream: Any = None):
-        self.ptr = ptr
-        self.stream = stream
-
-    def __del__(self):
-        if self.ptr and lib is not None:
-            lib.rkv_model_destroy(self.ptr)
-            self.ptr = None
 
 
 class _CudaPlace:
@@ -260,7 +252,7 @@ class Model(HandleOwner):
             raise RingKVValueError("stream applies to a CUDA model (device='cuda')")
         else:
             check(lib.rkv_model_create(ctypes.byref(cfg), ctypes.byref(ptr)))
-        self._h = _ModelHandle(ptr.value, place and place.stream)
+        self._h = _ModelHandle(ptr.value, place and place.stream, lib.rkv_model_destroy)
         self.config = ModelConfig._from_struct(lib.rkv_model_get_config(self._h.ptr).contents)
         self.array_kind = array_kind = ar.NUMPY if array_kind is None else array_kind
         self.device = "cpu" if place is None else str(place.tdevice)

@@ -73,7 +73,7 @@ import torch
 from torch import Tensor
 
 from . import _arrays as ar
-from ._handle import LIVE_MODELS, HandleOwner
+from ._handle import LIVE_MODELS, OwnedHandle
 from ._lib import AttentionArgs, BackendStorage, Geometry, check, lib
 from ._lib import cuda as _cuda_lib
 from .attention import check_q
@@ -217,7 +217,7 @@ class _TableHead(ctypes.Structure):
                 ("name", ctypes.c_char_p), ("ctx_destroy", ctypes.CFUNCTYPE(None, ctypes.c_void_p))]
 
 
-class _Context(HandleOwner):
+class _Context(OwnedHandle):
     """A CUDA backend context (``rkv_cuda_backend``) on one GPU for one
     stream: its ``table`` and ``ptr``, freed (the table's ``ctx_destroy``)
     with the last object holding it: the per-stream cache until exit, each
@@ -225,18 +225,11 @@ class _Context(HandleOwner):
 
     _copy_hint = "it holds a CUDA backend context (an address in this process)"
 
-    __slots__ = ("table", "ptr", "_destroy")
+    __slots__ = ("table",)
 
     def __init__(self, table: int, ptr: int, destroy: Any):
-        self.table, self.ptr, self._destroy = table, ptr, destroy
-
-    def __del__(self):
-        if self.ptr and self._destroy:
-            try:
-                self._destroy(self.ptr)
-            except Exception:  # noqa: BLE001 - interpreter shutdown
-                pass
-            self.ptr = None
+        super().__init__(ptr, None, destroy)
+        self.table = table
 
 
 # The contexts by (device index, stream): the ops run on torch's current
