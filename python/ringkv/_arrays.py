@@ -1,27 +1,16 @@
-"""Arrays in and out of the library: dtypes, NumPy and PyTorch buffers (CPU
-for the CPU backend, CUDA for the CUDA backend).
+"""Arrays in and out of the library: the dtype table, NumPy and PyTorch
+buffers (host memory for the CPU backend, CUDA device memory for the CUDA
+backend, which has not yet run on a GPU).
 
-Inputs are passed to C by pointer, without copying, when they are
-C-contiguous, on the CPU and of the expected dtype. A non-contiguous input is
-copied once into a contiguous temporary (``numpy.ascontiguousarray`` /
-``Tensor.contiguous()``); nothing else is ever copied. Outputs are views of
-the library's storage: NumPy arrays built on the C pointer (they keep the
-owning handle alive), or torch tensors sharing that memory through
-``torch.from_numpy``.
-
-NumPy has no bfloat16: bf16 data appears as ``uint16`` bit patterns (an
+Inputs are passed to C by pointer, copied once only when not C-contiguous
+(on a GPU also when not 16-byte aligned: :class:`CBuffer`); outputs are
+views of the library's storage that keep its owner alive
+(:func:`numpy_view`, :func:`to_torch`, :func:`cuda_view`). NumPy has no
+bfloat16: bf16 data appears as ``uint16`` bit patterns (an
 ``ml_dtypes.bfloat16`` array is accepted too); with torch it is
-``torch.bfloat16``. torch is imported only when a torch object is seen.
-
-On a GPU (CUDA layers and models; not yet run on a GPU): inputs are torch
-CUDA tensors on the layer's device, passed by ``data_ptr()`` (copied once on
-the device only when not C-contiguous or not 16-byte aligned); the views
-are torch CUDA tensors over the library's device memory, built from an
-``__cuda_array_interface__`` (version 3) that keeps the owning handle alive
-(:func:`cuda_view`). An array on another device raises
-:class:`RingKVDeviceError`; nothing is copied between host and device except
-the small int64 vectors and visibility rows given as host data
-(:func:`torch_index`).
+``torch.bfloat16``. torch is imported only when a torch object is seen. An
+array on another device than the layer's raises :class:`RingKVDeviceError`
+(:func:`check_device`).
 """
 from __future__ import annotations
 

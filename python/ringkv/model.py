@@ -213,23 +213,16 @@ class Model(HandleOwner):
     call as on the CPU (a session saved on one backend loads on the other,
     bit-exact); ``kv``, ``q`` and ``out`` are torch CUDA tensors on its GPU,
     ``session_idx`` and ``frame_pos`` host data (a CUDA tensor is copied to
-    the host, which waits for it); ``pool`` does not apply; the layers'
-    views are torch CUDA tensors. The work is enqueued on ``stream`` (a
-    ``torch.cuda.Stream`` of that GPU; default: torch's current stream
-    there at creation) without waiting; ``upsert``, ``attend`` and ``step``
-    must be made while it is torch's current stream (RuntimeError
-    otherwise); a frame's per-pass calls can be captured in
+    the host, which waits for it); ``pool`` does not apply. The work is
+    enqueued on ``stream`` (a ``torch.cuda.Stream`` of that GPU; default:
+    torch's current stream there at creation) without waiting; ``upsert``,
+    ``attend`` and ``step`` must be made while it is torch's current stream
+    (RuntimeError otherwise); a frame's per-pass calls can be captured in
     ``torch.cuda.graph(g, stream=model.stream)`` after ``begin_frame``;
     :meth:`synchronize` waits and raises what the kernels recorded.
 
     ``copy.copy``, ``copy.deepcopy`` and ``pickle`` give a new model with
-    equal contents (config, claim table, each held session's K/V, written
-    bits and clock) through each held session's portable snapshot image,
-    on the same device (a CUDA model's copy runs on torch's current stream
-    there); see :meth:`_state` and :func:`_model_from_state`. Not while a
-    session is inside a frame, a slot is reserved for an import or a
-    session is paged out (RuntimeError: a reservation would not survive
-    the copy).
+    equal contents on the same device (see :meth:`_state`).
     """
 
     def __init__(self, config: ModelConfig, *, array_kind: str | None = None,
@@ -347,15 +340,16 @@ class Model(HandleOwner):
 
     def _state(self, action: str) -> dict:
         """The model by value, for copies and pickles: the config, the array
-        kind, and for each held session its index, request id and snapshot
-        image (:meth:`save_session_bytes`: every layer's K/V span and written
-        bits, and the clock; portable across processes and machines).
+        kind, the device, and for each held session its index, request id
+        and snapshot image (:meth:`save_session_bytes`: every layer's K/V
+        span and written bits, and the clock; portable across processes and
+        machines; a CUDA model's copy runs on torch's current stream there).
         Sessions not held are empty (a release zeroes them) and are not
         stored. RingKVRuntimeError, naming the session, when a session is
-        inside a frame (the images are taken between frames only) or a slot
-        is reserved for an import, and when a session is paged out
-        (:meth:`offload`: its request id's reservation and image checksum
-        are not copied either): refused rather than dropped."""
+        inside a frame (images are taken between frames only), a slot is
+        reserved for an import or a session is paged out (:meth:`offload`):
+        a reservation would not survive the copy, so it is refused rather
+        than dropped."""
         paged_out = self.offloaded_count
         if paged_out:
             raise RingKVRuntimeError(

@@ -5,30 +5,19 @@ and CUDA graphs. Needs torch >= 2.6; imported on first use of torch tensors
 Every op acts on the tensors it is given and on nothing else: each call
 wraps them in a layer (:func:`wrapped`: ``rkv_layer_wrap``, no copy) and
 runs the one set of ``rkv_layer_*`` calls of ``include/ringkv.h`` on it,
-whatever the device, so that ``torch.compile``'s functionalization,
-``torch.library.opcheck`` and CUDA graph capture see what the op reads and
-writes. ``LayerRingCache`` and ``Model`` pass their own storage (torch
-tensors over ringkv's memory); under Inductor the writes stay in place (no
-copy of the ring: the pitfall of SEMANTICS section 8).
-
-The ops (``torch.ops.ringkv.*``; each has a fake implementation giving the
-shapes and dtypes, and passes ``torch.library.opcheck``):
-
-- ``upsert(ring!, written!, kv, frame_pos, session_idx, geometry, commit,
-  error!) -> ()``: SEMANTICS 3, in place on ``ring`` and ``written``.
-- ``visible_row(written, frame_pos, session_idx, geometry, error!) ->
-  Tensor``: the reference's ``[N]`` bool visibility row of one row (B = 1),
-  as an upsert at that clock computes it before its commit.
-- ``attend(ring, written, q, session_idx, frame_pos, visible, geometry,
-  scale, out_dtype, error!) -> Tensor``: SEMANTICS 5, ``[B, Hq, Tq, D]``.
-- ``ring_scatter(cache!, written!, dst, kv, mark) -> ()``: the reference's
-  ``mstar::ring_scatter`` (``cache.index_copy_(3, dst, kv)``, then
-  ``written.index_fill_(0, dst, True)`` when ``mark``), any device.
-- ``model_upsert(ring!, written!, kv, session_idx, model, layer, commit) ->
-  ()`` and ``model_attend(ring, written, q, session_idx, model, layer, scale,
-  out_dtype) -> Tensor``: a CPU :class:`ringkv.Model`'s upsert and attention
-  (its checks and clocks) on the given storage of layer ``layer``;
-  ``model`` is the model's key (:func:`model_key`).
+whatever the device, so that functionalization, ``torch.library.opcheck``
+and CUDA graph capture see what the op reads and writes. ``LayerRingCache``
+and ``Model`` pass their own storage; under Inductor the writes stay in
+place (no copy of the ring: the pitfall of SEMANTICS section 8). The ops
+(``torch.ops.ringkv.*``; each with a fake implementation, each passing
+opcheck; ``!``: mutated): ``upsert(ring!, written!, kv, frame_pos,
+session_idx, geometry, commit, error!)``, ``visible_row(written, frame_pos,
+session_idx, geometry, error!) -> Tensor``, ``attend(ring, written, q,
+session_idx, frame_pos, visible, geometry, scale, out_dtype, error!) ->
+Tensor``, ``ring_scatter(cache!, written!, dst, kv, mark)``,
+``model_upsert(ring!, written!, kv, session_idx, model, layer, commit)``
+and ``model_attend(ring, written, q, session_idx, model, layer, scale,
+out_dtype) -> Tensor``; each one's docstring says what it does.
 
 Arguments, all on the storage's device:
 
@@ -41,7 +30,7 @@ Arguments, all on the storage's device:
   ``q``: ``[B, Hq, Tq, D]``; ``frame_pos``, ``session_idx``: ``[B]`` int64;
   ``visible``: ``[B, N]`` or ``[N]`` bool/uint8 rows (then ``frame_pos`` may
   be None); ``scale`` 0.0 means ``1/sqrt(D)``; ``out_dtype`` None means
-  ``q``'s.
+  ``q``'s; ``model``: a CPU model's key (:func:`model_key`).
 - ``error``: a zeroed int32 tensor of at least one element
   (:func:`error_word`; a cache's own: ``cache.error_word``). On CUDA the
   kernels record there the first invalid session id or clock (such a call
