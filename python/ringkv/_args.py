@@ -89,17 +89,12 @@ def as_session(value: Any, name: str = "session_idx") -> int:
 
 
 def as_flag(value: Any, name: str) -> bool:
-    """A flag argument (``commit``, ``build_visibility``...) as a bool:
-    what :func:`is_bool` accepts, the flags' counterpart of the integers
-    :func:`as_int` takes: ``True``/``False``, a NumPy bool, a 0-d bool array
-    or tensor (``torch.tensor(False)``, as a 0-d integer tensor is taken for
-    an int), and in a region torch.compile traces a ``torch.SymBool`` (the
-    bool a dynamic flag of the compiled function arrives as; it becomes the
-    bool it evaluates to, which torch.compile guards on; a 0-d tensor there
-    is data, read as an int's tensor is: a graph break). The reference types
-    these ``bool``. RingKVTypeError for anything else, 0/1, integer tensors
-    and strings included: ``"no"`` and ``"False"`` are truthy, so accepting
-    them would turn a typo into the opposite of what was meant."""
+    """A flag argument (``commit``, ``build_visibility``...) as a bool: what
+    :func:`is_bool` accepts (a 0-d bool array or tensor as a 0-d integer
+    tensor is taken for an int; a ``torch.SymBool`` becomes the bool
+    torch.compile guards on; a 0-d tensor there is data: a graph break).
+    RingKVTypeError for anything else, 0/1, integer tensors and strings
+    included (see the module docstring)."""
     if is_bool(value):
         return bool(value)
     raise RingKVTypeError(f"{name} must be a bool (True or False); got {value!r} "

@@ -182,19 +182,19 @@ def as_kind(arr: np.ndarray, kind: str):
     return to_torch(arr) if kind == TORCH else arr
 
 
-def check_kv(shape: tuple, code: int | None, keep: Any, expect: tuple, storage_code: int) -> None:
-    """RingKVArrayError unless an upsert's ``kv`` (of ``shape``, ringkv dtype
-    ``code``; ``keep`` the array) is ``expect`` ([2, 1, H, B*T, D], or the
-    same without the 1) in the storage dtype. The dtype hint names the
-    conversion."""
-    if tuple(shape) not in (tuple(expect), tuple(expect[:1]) + tuple(expect[2:])):
+def check_kv(kv: Any, expect: tuple, storage_code: int) -> None:
+    """RingKVArrayError unless an upsert's ``kv`` (an array or tensor) is
+    ``expect`` ([2, 1, H, B*T, D], or the same without the 1) in the storage
+    dtype. The dtype hint names the conversion."""
+    shape = tuple(kv.shape)
+    if shape not in (tuple(expect), tuple(expect[:1]) + tuple(expect[2:])):
         raise RingKVArrayError(f"kv must be [2, 1, H, B*T, D] = {list(expect)} or [2, H, B*T, D] "
                                f"= {[expect[0]] + list(expect[2:])}; got {list(shape)}")
-    if code != storage_code:
+    if array_dtype_code(kv) != storage_code:
         name = DTYPE_NAMES[storage_code]
         hint = (f"x.to(torch.{DTYPES[storage_code].real})"
-                if is_torch_tensor(keep) else f"ringkv.convert(x, {name!r})")
-        raise RingKVArrayError(f"kv dtype {keep.dtype} does not match the storage dtype {name} "
+                if is_torch_tensor(kv) else f"ringkv.convert(x, {name!r})")
+        raise RingKVArrayError(f"kv dtype {kv.dtype} does not match the storage dtype {name} "
                                f"(convert it first: {hint})")
 
 

@@ -1,11 +1,9 @@
 """``HandleOwner``: the base of every class whose instances hold a C handle.
 
-A C handle (an ``rkv_layer*``, ``rkv_model*``,
-``rkv_threadpool*``, as an int) is an address valid in one process for one
-owner. Python's generic copy and pickle machinery copies attributes, so it
-would give two objects one handle (both free it: a double free; writes
-through one show in the other) or put the address in a byte stream (another
-process dereferences garbage). This base closes that door for every class
+A C handle (an ``rkv_layer*``, ``rkv_model*``, ``rkv_threadpool*``, as an
+int) is an address valid in one process for one owner: Python's generic
+copy would give two objects one handle (a double free) and pickle would put
+the address in a byte stream. This base closes that door for every class
 that holds a handle, owned or borrowed:
 
 - ``copy.copy``, ``copy.deepcopy`` and ``pickle`` raise

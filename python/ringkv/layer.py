@@ -532,8 +532,7 @@ class LayerRingCache(HandleOwner):
         self._host(kv, "kv")
         fp = ar.int64_vector(frame_pos, "frame_pos", _FRAME_POS_MSG)
         buf = ar.CBuffer(kv, "kv")
-        si = self._check_upsert(buf.shape, buf.code, buf.keep, fp.shape, session_idx,
-                                build_visibility)
+        si = self._check_upsert(buf.keep, fp.shape, session_idx, build_visibility)
         B = fp.shape[0]
         if B == 0:  # an empty batch writes nothing, as the reference's (no C call: B >= 1)
             _, k, v, _ = self.views(buf.kind)
@@ -555,19 +554,18 @@ class LayerRingCache(HandleOwner):
         dev = written.device
         fp = ar.torch_index(frame_pos, "frame_pos", _FRAME_POS_MSG, dev)
         ar.check_device(kv, "kv", dev)
-        si = self._check_upsert(tuple(kv.shape), ar.array_dtype_code(kv), kv, fp.shape,
-                                session_idx, build_visibility, dev)
+        si = self._check_upsert(kv, fp.shape, session_idx, build_visibility, dev)
         geometry, err = self.geometry_list, self.error_word
         row = ops.visible_row(written, fp, si, geometry, err) if build_visibility else None
         ops.upsert(ring, written, kv, fp, si, geometry, commit, err)
         return k, v, self._row_result(row, ar.TORCH)
 
-    def _check_upsert(self, shape: tuple, code: int | None, keep: Any, fp_shape: Any,
-                      session_idx: Any, build_visibility: bool, device: Any = None) -> Any:
+    def _check_upsert(self, kv: Any, fp_shape: Any, session_idx: Any, build_visibility: bool,
+                      device: Any = None) -> Any:
         """The host checks of upsert, in the reference's order and with its
         messages (torch._check in seed_ring_cache.py), on both routes; the
         ``[B]`` int64 sessions (NumPy; a tensor on ``device`` when given)."""
-        B, T = fp_shape[0], self.tokens_per_frame
+        B, T, shape = fp_shape[0], self.tokens_per_frame, tuple(kv.shape)
         if len(shape) not in (4, 5):
             raise RingKVArrayError(f"kv must be [2, 1, H, B*T, D]; got shape {shape}")
         if shape[-2] != B * T:
@@ -586,9 +584,13 @@ class LayerRingCache(HandleOwner):
         if build_visibility and B != 1:
             raise RingKVRuntimeError("ring cache's fallback visibility row only supports B == 1; "
                                      "the engine path passes build_visibility=False.")
-        # a RuntimeError as the reference's index_copy_, and a ValueError
-        ar.check_kv(shape, code, keep, (2, 1, self.n_kv_heads, B * T, self.d_head), self._code)
+        self._check_kv(kv, B)  # a RuntimeError as the reference's index_copy_, and a ValueError
         return si
+
+    def _check_kv(self, kv: Any, B: int) -> None:
+        """:func:`ringkv._arrays.check_kv` of ``kv`` for B rows of this layer."""
+        ar.check_kv(kv, (2, 1, self.n_kv_heads, B * self.tokens_per_frame, self.d_head),
+                    self._code)
 
     def _row_result(self, row: Any, kind: str) -> Any:
         """The third value of upsert. ``row`` (a new row, of ``kind``) is

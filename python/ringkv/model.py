@@ -465,16 +465,11 @@ class Model(HandleOwner):
         return ar.int64_vector(rows, name, f"{name} must be a [B] int64 array; got {{got}}",
                                owner="Model")
 
-    def _kv_input(self, lay: LayerRingCache, B: int, kv: Any, op: bool = False) -> Any:
-        """``kv`` checked against ``lay`` for B rows: with ``op`` the op
-        route's torch tensor as it is (nothing torch.compile cannot trace),
-        else the buffer the C call reads, on the model's device."""
-        buf = None if op else ar.CBuffer(kv, "kv", device=self._place and self._place.tdevice,
-                                         owner="Model")
-        shape, code, keep = ((tuple(kv.shape), ar.array_dtype_code(kv), kv) if op
-                             else (buf.shape, buf.code, buf.keep))
-        ar.check_kv(shape, code, keep, (2, 1, lay.n_kv_heads, B * lay.tokens_per_frame,
-                                        lay.d_head), lay._code)
+    def _kv_input(self, lay: LayerRingCache, B: int, kv: Any) -> Any:
+        """``kv`` checked against ``lay`` for B rows: the buffer the C call
+        reads, on the model's device."""
+        buf = ar.CBuffer(kv, "kv", device=self._place and self._place.tdevice, owner="Model")
+        lay._check_kv(buf.keep, B)
         return buf
 
     @staticmethod
@@ -506,7 +501,7 @@ class Model(HandleOwner):
         ops = _torch_ops() if self._place is None and ar.is_torch_tensor(kv) else None
         if ops is not None:
             ring, k, v, written, si = self._op_input(lay, session_idx, kv, "kv")
-            self._kv_input(lay, si.shape[0], kv, op=True)
+            lay._check_kv(kv, si.shape[0])  # the tensor as it is: nothing untraceable
             ops.model_upsert(ring, written, kv, si, self._h.ptr, layer, commit)
             return k, v
         si = self._rows(session_idx)

@@ -184,8 +184,7 @@ def _i64(x: Tensor, name: str) -> Tensor:
 
 
 def _kv_input(kv: Tensor, g: Geometry, batch: int, storage: torch.dtype) -> Tensor:
-    ar.check_kv(tuple(kv.shape), _CODES.get(kv.dtype), kv,
-                (2, 1, g.n_kv_heads, batch * g.tokens_per_frame, g.d_head), _CODES[storage])
+    ar.check_kv(kv, (2, 1, g.n_kv_heads, batch * g.tokens_per_frame, g.d_head), _CODES[storage])
     return _aligned(kv)
 
 
