@@ -51,20 +51,6 @@ _P64 = ctypes.POINTER(ctypes.c_int64)
 _PU8 = ctypes.POINTER(ctypes.c_uint8)
 
 
-def _sessions(session_idx: Any) -> np.ndarray:
-    return ar.int64_vector(session_idx, "session_idx",
-                           "session_idx must be a [B] int64 array or tensor; got {got}")
-
-
-def _pool_ptr(pool: Any) -> int | None:
-    if pool is None:
-        return None
-    as_instance(pool, ThreadPool, "pool")
-    if not pool._ptr:
-        raise RingKVValueError("pool must be an open ringkv.ThreadPool; this one was closed")
-    return pool._ptr
-
-
 def _scale(scale: Any) -> float:
     """``scale`` as a float (None: 0.0, the library's 1/sqrt(D))."""
     if scale is None:
@@ -128,9 +114,11 @@ def _prepare(q: Any, d_head: int, batch: int, out: Any, out_dtype: Any, scale: f
         raise RingKVArrayError(f"out dtype {ob.keep.dtype} is not {ar.REALS}")
     if ob.kind == ar.NUMPY and not ob.keep.flags.writeable:
         raise RingKVArrayError("out is read-only")
+    if pool is not None and not as_instance(pool, ThreadPool, "pool")._ptr:
+        raise RingKVValueError("pool must be an open ringkv.ThreadPool; this one was closed")
     args = AttentionArgs(batch=B, n_q_heads=Hq, n_queries=Tq, q=qb.ptr, q_dtype=qb.code,
                          out=ob.ptr, out_dtype=ob.code, scale=_scale(scale),
-                         pool=_pool_ptr(pool))
+                         pool=pool and pool._ptr)
     return args, out, [qb, ob, pool]
 
 
@@ -159,7 +147,8 @@ def attend_layer(layer_ptr: int, d_head: int, total_slots: int, q: Any, session_
     the oracle); ``kv_heads``: its n_kv_heads, for the GQA check; see the
     module docstring."""
     fn = _attend_reference if reference else lib.rkv_layer_attend
-    si = _sessions(session_idx)
+    si = ar.int64_vector(session_idx, "session_idx",
+                         "session_idx must be a [B] int64 array or tensor; got {got}")
     args, out, keep = _prepare(q, d_head, si.shape[0], out, out_dtype, scale, pool,
                                kv_heads=kv_heads)
     args.session_idx = ctypes.cast(si.ctypes.data, _P64)

@@ -235,10 +235,8 @@ class LayerRingCache(HandleOwner):
         return self
 
     def _init(self, handle: _LayerHandle, array_kind: str, device: str = "cpu") -> None:
-        """The cache over ``handle``: its geometry and views. ``device``:
-        where its storage is ("cpu": host memory, NumPy views and torch
-        views over them; "cuda:i": device memory, torch CUDA tensors only,
-        not yet run on a GPU)."""
+        """The cache over ``handle`` on ``device`` ("cpu" or "cuda:i"; the
+        CUDA backend has not yet run on a GPU): its geometry and views."""
         if array_kind not in (ar.NUMPY, ar.TORCH):
             raise RingKVValueError(f"array_kind must be 'numpy' or 'torch'; got {array_kind!r}")
         if array_kind == ar.TORCH and ar.torch_module() is None:
@@ -340,8 +338,7 @@ class LayerRingCache(HandleOwner):
     def geometry_list(self) -> list[int]:
         """``[S, H, RF, RB, D, T, PD]``: the ``geometry`` argument of the
         custom ops (:mod:`ringkv.ops`)."""
-        return [self.num_sessions, self.n_kv_heads, self.ring_frames, self.ring_buckets,
-                self.d_head, self.tokens_per_frame, self.pinned_dilation]
+        return [getattr(self, name) for name, _ in _GeometryStruct._fields_[:7]]
 
     @property
     def memory_bytes(self) -> int:
@@ -493,9 +490,7 @@ class LayerRingCache(HandleOwner):
         - ``commit``: write the frame into its ring slot (on write steps,
           ``frame_pos % pinned_dilation == 0``; else the scratch again) and
           mark it written.
-        - ``session_idx``: ``[B]`` int64, each in range, distinct. A CUDA
-          layer reads ``frame_pos`` and ``session_idx`` on the device (host
-          data is copied there once: not capture-safe).
+        - ``session_idx``: ``[B]`` int64, each in range, distinct.
         - ``build_visibility``: also compute the reference's visibility row
           (B == 1 only), before the commit.
 
@@ -546,10 +541,7 @@ class LayerRingCache(HandleOwner):
 
     def _upsert_op(self, ops: Any, kv: Any, frame_pos: Any, commit: bool, session_idx: Any,
                    build_visibility: bool) -> tuple[Any, Any, Any]:
-        """upsert with a torch ``kv``: the host checks, then the custom ops
-        (``ringkv::visible_row`` before ``ringkv::upsert``) on this layer's
-        storage tensors. Traceable by torch.compile (fullgraph); on a CUDA
-        layer, kernels on the current stream, no synchronization."""
+        """upsert with a torch ``kv``: the host checks, then the ops."""
         ring, k, v, written = self.views(ar.TORCH)
         dev = written.device
         fp = ar.torch_index(frame_pos, "frame_pos", _FRAME_POS_MSG, dev)
@@ -686,9 +678,7 @@ class LayerRingCache(HandleOwner):
 
     def _attend_op(self, ops: Any, q: Any, session_idx: Any, frame_pos: Any, visible: Any,
                    scale: Any, out: Any, out_dtype: Any) -> Any:
-        """attend with a torch ``q``: ``ringkv::attend`` on this layer's
-        storage tensors (traceable; on a CUDA layer, kernels on the current
-        stream). A given ``out`` receives the result."""
+        """attend with a torch ``q``: ``ringkv::attend``; ``out`` receives it."""
         ring, _, _, written = self.views(ar.TORCH)
         dev = written.device
         ar.check_device(q, "q", dev)
