@@ -154,10 +154,12 @@ class _Interface(HandleOwner):
     _copy_hint = "it holds an address of this process; copy or pickle the array built on it"
 
     __slots__ = ("__array_interface__", "owner")
+    _ATTR, _EXTRA = "__array_interface__", {}
 
-    def __init__(self, ptr: int, shape: tuple[int, ...], dtype: np.dtype, owner: Any):
-        self.__array_interface__ = {"version": 3, "shape": tuple(int(s) for s in shape),
-                                    "typestr": np.dtype(dtype).str, "data": (int(ptr), False)}
+    def __init__(self, ptr: int, shape: tuple[int, ...], dtype: Any, owner: Any):
+        setattr(self, self._ATTR, {"version": 3, "shape": tuple(int(s) for s in shape),
+                                   "typestr": np.dtype(dtype).str, "data": (int(ptr), False),
+                                   **self._EXTRA})
         self.owner = owner
 
 
@@ -265,23 +267,17 @@ _CUDA_TYPESTR = {"bool": "|b1", "int32": "<i4",
                     for d in DTYPES}}
 
 
-class CudaInterface(HandleOwner):
-    """Exposes a DEVICE pointer to torch (``__cuda_array_interface__``) and
-    keeps ``owner`` (the layer handle) alive: torch holds a reference to this
-    object for as long as a tensor built from it (or any view of that) exists.
-    Never copied or pickled (it holds a device address)."""
+class CudaInterface(_Interface):
+    """:class:`_Interface` for a DEVICE pointer, to torch
+    (``__cuda_array_interface__``; ``dtype`` a typestr): torch keeps it, and
+    so ``owner`` (the layer handle), for as long as a tensor built from it
+    exists. Version 3, C order (no strides), no stream: the library's kernels
+    are ordered by the caller's stream, nothing is in flight for the
+    consumer."""
 
     _copy_hint = "it holds a device address; copy or pickle the tensor built on it"
-
-    __slots__ = ("__cuda_array_interface__", "owner")
-
-    def __init__(self, ptr: int, shape: tuple[int, ...], typestr: str, owner: Any):
-        # version 3, C order (no strides), no stream: the library's kernels are
-        # ordered by the caller's stream, nothing is in flight for the consumer
-        self.__cuda_array_interface__ = {"version": 3, "shape": tuple(int(s) for s in shape),
-                                         "typestr": typestr, "data": (int(ptr), False),
-                                         "strides": None, "stream": None}
-        self.owner = owner
+    __slots__ = ("__cuda_array_interface__",)
+    _ATTR, _EXTRA = "__cuda_array_interface__", {"strides": None, "stream": None}
 
 
 def cuda_view(ptr: int, shape: tuple[int, ...], code: Any, device: str, owner: Any):

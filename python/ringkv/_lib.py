@@ -12,13 +12,12 @@ The library is looked up, in order:
 The structures below mirror ``include/ringkv.h`` field for field; that header
 is the contract.
 
-The CUDA backend (``include/ringkv_cuda.h``) lives in a second library,
-``libringkv_cuda.so``, loaded lazily by :func:`cuda` the first time a CUDA
-device or tensor is used (never at import): from ``RINGKV_CUDA_LIBRARY`` when
-set, else beside the loaded ``libringkv.so`` (where both CMake builds put it),
-else the system library path. It links ``libringkv.so`` itself (not a static
-copy of the core), so ``rkv_last_error()`` read through :data:`lib` reports
-the errors of the CUDA calls; :func:`cuda` verifies that when it loads it.
+The CUDA backend (``include/ringkv_cuda.h``; not yet run on a GPU) lives in
+a second library, ``libringkv_cuda.so``, loaded on first use by :func:`cuda`
+(never at import): from ``RINGKV_CUDA_LIBRARY`` when set, else beside the
+loaded ``libringkv.so`` (where both CMake builds put it), else the system
+library path. It must link that same ``libringkv.so``, whose
+``rkv_last_error()`` reports the CUDA calls' errors (:func:`cuda` checks).
 """
 from __future__ import annotations
 

@@ -285,6 +285,16 @@ class Model(HandleOwner):
         self._call(fn, *args, ctypes.byref(out))
         return out.value
 
+    def _filled(self, fn: Any, session: int) -> bytearray:
+        """The bytes ``fn(model, session, buf, n, &size)`` writes, asked for
+        twice (``buf`` None for the size, then the bytes), the GPU current."""
+        s, size = as_session(session), ctypes.c_size_t()
+        with self._on_device():
+            check(fn(self._h.ptr, s, None, 0, ctypes.byref(size)))
+            buf = bytearray(size.value)
+            check(fn(self._h.ptr, s, _c_buffer(buf), len(buf), ctypes.byref(size)))
+        return buf
+
     def synchronize(self) -> None:
         """Waits until the model's work has run, then raises what its kernels
         recorded on the device since the last call (``rkv_model_synchronize``:
@@ -616,10 +626,7 @@ class Model(HandleOwner):
 
     def save_session_bytes(self, session: int) -> bytearray:
         """The snapshot file's image in memory."""
-        s = as_session(session)
-        with self._on_device():
-            return _filled(lambda buf, n, size: lib.rkv_model_save_session_mem(self._h.ptr, s, buf,
-                                                                               n, size))
+        return self._filled(lib.rkv_model_save_session_mem, session)
 
     def load_session_bytes(self, session: int, image: Any) -> None:
         """:meth:`load_session` from an image in memory (bytes-like)."""
@@ -644,10 +651,7 @@ class Model(HandleOwner):
         (``claim`` of that id raises RuntimeError meanwhile). RuntimeError
         (RKV_ERR_FULL) when the offload table is full; nothing changes on
         any error."""
-        s = as_session(session)
-        with self._on_device():
-            return _filled(lambda buf, n, size: lib.rkv_model_offload(self._h.ptr, s, buf, n,
-                                                                      size))
+        return self._filled(lib.rkv_model_offload, session)
 
     def offload_to_file(self, session: int, path: str | bytes) -> None:
         """:meth:`offload` into a snapshot file (written atomically; the slot
@@ -743,16 +747,6 @@ class Model(HandleOwner):
     def import_cancel(self, session: int) -> None:
         """Cancels a reservation: the slot is zeroed and free again."""
         self._call(lib.rkv_model_import_cancel, as_session(session))
-
-
-def _filled(call: Any) -> bytearray:
-    """The bytes a C call writes, asked for twice: ``call(None, 0, &size)``
-    for the size, then ``call(buf, len(buf), &size)`` to fill it."""
-    size = ctypes.c_size_t()
-    check(call(None, 0, ctypes.byref(size)))
-    buf = bytearray(size.value)
-    check(call(_c_buffer(buf), len(buf), ctypes.byref(size)))
-    return buf
 
 
 def _c_buffer(data: Any) -> Any:
