@@ -122,6 +122,30 @@ def _prepare(q: Any, d_head: int, batch: int, out: Any, out_dtype: Any, scale: f
     return args, out, [qb, ob, pool]
 
 
+def set_visibility(args: AttentionArgs, slots: int, fp: Any, rows: Any) -> None:
+    """Sets ``args``' visibility for its ``batch`` rows: the explicit
+    ``rows`` (bool/uint8, ``batch * slots`` entries, C-contiguous), else the
+    ``[batch]`` int64 clocks ``fp`` (neither: RingKVValueError). NumPy
+    arrays or tensors: the direct calls and the op alike."""
+    B, x = args.batch, fp if rows is None else rows
+    if rows is not None:
+        if str(rows.dtype).removeprefix("torch.") not in ("bool", "uint8"):
+            raise RingKVArrayError("visible must be a bool or uint8 array of rows [B, N]")
+        if math.prod(rows.shape) != B * slots:
+            raise RingKVArrayError(f"visible has {math.prod(rows.shape)} entries; expected B*N = "
+                                   f"{B}*{slots}")
+    elif fp is None:
+        raise RingKVValueError("attend needs frame_pos (the bits-and-clock rule) or visible "
+                               "(explicit per-slot rows)")
+    elif fp.shape[0] != B:
+        raise RingKVArrayError(f"frame_pos has {fp.shape[0]} rows; session_idx has {B}")
+    ptr = x.data_ptr() if ar.is_torch_tensor(x) else x.ctypes.data
+    if rows is None:
+        args.frame_pos = ctypes.cast(ptr, _P64)
+    else:
+        args.visible = ctypes.cast(ptr, _PU8)
+
+
 def _attend_reference(layer_ptr: int, args: Any) -> int:
     """The oracle on a layer's bytes: its storage wrapped on the reference
     table, then rkv_layer_attend (its status)."""
@@ -152,26 +176,11 @@ def attend_layer(layer_ptr: int, d_head: int, total_slots: int, q: Any, session_
     args, out, keep = _prepare(q, d_head, si.shape[0], out, out_dtype, scale, pool,
                                kv_heads=kv_heads)
     args.session_idx = ctypes.cast(si.ctypes.data, _P64)
-    if visible is None:
-        if frame_pos is None:
-            raise RingKVValueError("attend needs frame_pos (the bits-and-clock rule) or visible "
-                                   "(explicit per-slot rows)")
-        fp = ar.int64_vector(frame_pos, "frame_pos",
-                             "frame_pos must be a [B] int64 array or tensor; got {got}")
-        if fp.shape != si.shape:
-            raise RingKVArrayError(f"frame_pos has {fp.shape[0]} rows; session_idx has "
-                                   f"{si.shape[0]}")
-        keep.append(fp)
-        args.frame_pos = ctypes.cast(fp.ctypes.data, _P64)
-    else:
-        vb = ar.CBuffer(visible, "visible")
-        if str(vb.keep.dtype).removeprefix("torch.") not in ("bool", "uint8"):
-            raise RingKVArrayError("visible must be a bool or uint8 array of rows [B, N]")
-        if math.prod(vb.shape) != si.shape[0] * total_slots:
-            raise RingKVArrayError(f"visible has {math.prod(vb.shape)} entries; expected B*N = "
-                                   f"{si.shape[0]}*{total_slots}")
-        keep.append(vb)
-        args.visible = ctypes.cast(vb.ptr, _PU8)
+    rows = None if visible is None else ar.CBuffer(visible, "visible").keep
+    fp = None if visible is not None or frame_pos is None else ar.int64_vector(
+        frame_pos, "frame_pos", "frame_pos must be a [B] int64 array or tensor; got {got}")
+    keep += [rows, fp]
+    set_visibility(args, total_slots, fp, rows)
     check(fn(layer_ptr, ctypes.byref(args)))
     return out
 

@@ -347,12 +347,9 @@ class LayerRingCache(HandleOwner):
         return int(lib.rkv_geometry_memory_bytes(lib.rkv_layer_geometry(self._h.ptr)))
 
     def __repr__(self) -> str:
-        g = self.geometry
-        return (f"ringkv.LayerRingCache(num_sessions={g.num_sessions}, n_kv_heads="
-                f"{g.n_kv_heads}, ring_frames={g.ring_frames}, ring_buckets={g.ring_buckets}, "
-                f"d_head={g.d_head}, tokens_per_frame={g.tokens_per_frame}, pinned_dilation="
-                f"{g.pinned_dilation}, dtype={g.dtype!r}"
-                + (")" if self.device == "cpu" else f", device={self.device!r})"))
+        args = {**self.geometry._asdict(), **({} if self.device == "cpu" else
+                                              {"device": self.device})}
+        return f"ringkv.LayerRingCache({', '.join(f'{k}={v!r}' for k, v in args.items())})"
 
     # ---- the calls on the layer ------------------------------------------
     def _call(self, fn: Any, *args: Any) -> None:

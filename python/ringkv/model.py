@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import itertools
 import os
 from dataclasses import asdict, astuple, dataclass
 from typing import Any
@@ -130,11 +131,7 @@ class ModelConfig:
 
 def preset_names() -> list[str]:
     """Names of the presets ("demo", "waypoint-1.5-720p", "waypoint-1.5-360p")."""
-    names, arr, i = [], lib.rkv_model_preset_names(), 0
-    while arr[i] is not None:
-        names.append(arr[i].decode())
-        i += 1
-    return names
+    return [n.decode() for n in itertools.takewhile(bool, lib.rkv_model_preset_names())]
 
 
 @python_call("ringkv.preset")

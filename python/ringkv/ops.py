@@ -65,7 +65,7 @@ from . import _arrays as ar
 from ._handle import LIVE_MODELS, OwnedHandle
 from ._lib import AttentionArgs, BackendStorage, Geometry, check, lib
 from ._lib import cuda as _cuda_lib
-from .attention import check_q
+from .attention import check_q, set_visibility
 from .errors import (RingKVArrayError, RingKVDeviceError, RingKVIndexError, RingKVRuntimeError,
                      RingKVTypeError, RingKVValueError)
 
@@ -78,7 +78,6 @@ MIN_TORCH = (2, 6)
 
 _CODES = {ar.torch_dtype(d.code): d.code for d in ar.DTYPES}
 _P64 = ctypes.POINTER(ctypes.c_int64)
-_PU8 = ctypes.POINTER(ctypes.c_uint8)
 
 
 # ---- argument checks shared by the ops ----------------------------------------
@@ -340,25 +339,11 @@ def attend(ring: Tensor, written: Tensor, q: Tensor, session_idx: Tensor,
     g = _storage(ring, written, error, geometry, q=q, session_idx=session_idx,
                  frame_pos=frame_pos, visible=visible)
     si = _i64(session_idx, "session_idx")
-    B = si.shape[0]
-    args, qc, out = _attention(q, g, B, scale, out_dtype)
+    args, qc, out = _attention(q, g, si.shape[0], scale, out_dtype)
     args.session_idx = ctypes.cast(si.data_ptr(), _P64)
-    if visible is not None:
-        if visible.dtype not in (torch.bool, torch.uint8):
-            raise RingKVArrayError("visible must be a bool or uint8 array of rows [B, N]")
-        rows = _aligned(visible.reshape(-1))
-        if rows.shape[0] != B * written.shape[0]:
-            raise RingKVArrayError(f"visible has {rows.shape[0]} entries; expected B*N = "
-                                   f"{B}*{written.shape[0]}")
-        args.visible = ctypes.cast(rows.data_ptr(), _PU8)
-    elif frame_pos is None:
-        raise RingKVValueError("attend needs frame_pos (the bits-and-clock rule) or visible "
-                               "(explicit per-slot rows)")
-    else:
-        fp = _i64(frame_pos, "frame_pos")
-        if fp.shape != si.shape:
-            raise RingKVArrayError(f"frame_pos has {fp.shape[0]} rows; session_idx has {B}")
-        args.frame_pos = ctypes.cast(fp.data_ptr(), _P64)
+    rows = None if visible is None else _aligned(visible.reshape(-1))
+    fp = None if visible is not None or frame_pos is None else _i64(frame_pos, "frame_pos")
+    set_visibility(args, written.shape[0], fp, rows)  # rows and fp live until the call
     with wrapped(ring, written, error, g) as h:
         ws_bytes = int(lib.rkv_layer_attend_workspace_bytes(h, ctypes.byref(args)))
         if ws_bytes:  # the caching allocator: capture-safe, ordered by the stream
