@@ -1,5 +1,5 @@
-"""Attention over a ring (SEMANTICS 5): ``rkv_layer_attend`` and
-``rkv_model_attend``, for NumPy arrays and for torch tensors with ``pool=``
+"""Attention over a ring (SEMANTICS 5): ``rkv_layer_attend`` and the
+arguments of ``rkv_model_attend`` / ``rkv_model_step``, for NumPy arrays and for torch tensors with ``pool=``
 or ``reference=True`` (or a torch older than 2.6), and a CUDA model's torch
 CUDA tensors (not yet run on a GPU).
 
@@ -45,7 +45,7 @@ from ._lib import AttentionArgs, BackendStorage, check, lib
 from .threadpool import ThreadPool
 from .errors import RingKVArrayError, RingKVTypeError, RingKVValueError
 
-__all__ = ["attend_layer", "attend_model"]
+__all__ = ["attend_layer", "prepare", "check_q", "set_visibility"]
 
 _P64 = ctypes.POINTER(ctypes.c_int64)
 _PU8 = ctypes.POINTER(ctypes.c_uint8)
@@ -86,13 +86,13 @@ def check_q(shape: tuple, code: int | None, dtype: Any, d_head: int, batch: int,
         raise RingKVArrayError(f"q dtype {dtype} is not {ar.REALS}")
 
 
-def _prepare(q: Any, d_head: int, batch: int, out: Any, out_dtype: Any, scale: float | None,
+def prepare(q: Any, d_head: int, batch: int, out: Any, out_dtype: Any, scale: float | None,
              pool: Any = None, kv_heads: int | None = None, q_heads: int | None = None,
              device: Any = None, owner: str = "LayerRingCache"
              ) -> tuple[AttentionArgs, Any, list]:
     """The attention arguments over ``q`` and ``out`` (made when None: of
-    ``q``'s kind and device), checked; ``device`` a CUDA model's
-    (:class:`ringkv._arrays.CBuffer`)."""
+    ``q``'s kind and device), checked, and what must live until the call;
+    ``device`` a CUDA model's (:class:`ringkv._arrays.CBuffer`)."""
     qb = ar.CBuffer(q, "q", device=device, owner=owner)
     check_q(qb.shape, qb.code, qb.keep.dtype, d_head, batch, kv_heads, q_heads)
     B, Hq, Tq, _ = qb.shape
@@ -173,7 +173,7 @@ def attend_layer(layer_ptr: int, d_head: int, total_slots: int, q: Any, session_
     fn = _attend_reference if reference else lib.rkv_layer_attend
     si = ar.int64_vector(session_idx, "session_idx",
                          "session_idx must be a [B] int64 array or tensor; got {got}")
-    args, out, keep = _prepare(q, d_head, si.shape[0], out, out_dtype, scale, pool,
+    args, out, keep = prepare(q, d_head, si.shape[0], out, out_dtype, scale, pool,
                                kv_heads=kv_heads)
     args.session_idx = ctypes.cast(si.ctypes.data, _P64)
     rows = None if visible is None else ar.CBuffer(visible, "visible").keep
@@ -184,21 +184,3 @@ def attend_layer(layer_ptr: int, d_head: int, total_slots: int, q: Any, session_
     check(fn(layer_ptr, ctypes.byref(args)))
     return out
 
-
-def attend_model(model_ptr: int, layer: int, d_head: int, q: Any, si: np.ndarray, *,
-                 scale: float | None = None, out: Any = None, out_dtype: Any = None,
-                 pool: Any = None, step_kv: Any = None, commit: bool = False,
-                 q_heads: int | None = None, device: Any = None) -> Any:
-    """``rkv_model_attend`` for the ``[B]`` int64 sessions ``si``: their
-    declared clocks, bits-and-clock rule. With ``step_kv`` (a checked
-    ``(ptr, dtype code)`` of the upsert input), ``rkv_model_step``: the upsert
-    and then the attention in one call. ``device``: a CUDA model's."""
-    args, out, keep = _prepare(q, d_head, si.shape[0], out, out_dtype, scale, pool,
-                               q_heads=q_heads, device=device, owner="Model")
-    if step_kv is None:
-        check(lib.rkv_model_attend(model_ptr, layer, None, si.shape[0], si.ctypes.data,
-                                   ctypes.byref(args)))
-    else:
-        check(lib.rkv_model_step(model_ptr, layer, si.shape[0], si.ctypes.data, step_kv[0],
-                                 step_kv[1], 1 if commit else 0, ctypes.byref(args)))
-    return out

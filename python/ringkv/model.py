@@ -33,7 +33,7 @@ from ._lib import Geometry as _GeometryStruct
 from ._lib import SessionRegion as _RegionStruct
 from ._lib import SnapshotInfo as _SnapshotInfoStruct
 from ._lib import check, cuda as _cuda_lib, error_for
-from .attention import _scale, attend_model
+from .attention import _scale, prepare
 from ._args import (as_bytes, as_flag, as_instance, as_int, as_path, as_request_id, as_session,
                     as_text)
 from ._handle import (LIVE_MODELS, HandleOwner, OwnedHandle, check_state, copy_extras, extras,
@@ -572,13 +572,17 @@ class Model(HandleOwner):
         if pool is not None and device is not None:
             raise RingKVValueError(f"pool is a CPU-backend option; this model is on {self.device}")
         si = self._rows(session_idx)
-        step_kv = None if kv is None else (self._kv_input(lay, si.shape[0], kv).ptr, lay._code)
+        B, step = si.shape[0], None if kv is None else self._kv_input(lay, si.shape[0], kv)
         if device is not None:
             self._place.check_stream("attend" if kv is None else "step")
         with self._on_device():
-            return attend_model(self._h.ptr, layer, lay.d_head, q, si, scale=scale, out=out,
-                                out_dtype=out_dtype, pool=pool, step_kv=step_kv, commit=commit,
-                                q_heads=self.config.n_q_heads, device=device)
+            args, out, keep = prepare(q, lay.d_head, B, out, out_dtype, scale, pool,
+                                      q_heads=self.config.n_q_heads, device=device, owner="Model")
+            check(lib.rkv_model_attend(self._h.ptr, layer, None, B, si.ctypes.data,
+                                       ctypes.byref(args)) if step is None else
+                  lib.rkv_model_step(self._h.ptr, layer, B, si.ctypes.data, step.ptr, lay._code,
+                                     1 if commit else 0, ctypes.byref(args)))
+        return out
 
     # ---- snapshots --------------------------------------------------------
     @property
