@@ -45,7 +45,7 @@ from ._lib import AttentionArgs, BackendStorage, check, lib
 from .threadpool import ThreadPool
 from .errors import RingKVArrayError, RingKVTypeError, RingKVValueError
 
-__all__ = ["attend_layer", "prepare", "check_q", "set_visibility"]
+__all__ = ["prepare", "check_q", "set_visibility", "attend_reference"]
 
 _P64 = ctypes.POINTER(ctypes.c_int64)
 _PU8 = ctypes.POINTER(ctypes.c_uint8)
@@ -146,7 +146,7 @@ def set_visibility(args: AttentionArgs, slots: int, fp: Any, rows: Any) -> None:
         args.visible = ctypes.cast(ptr, _PU8)
 
 
-def _attend_reference(layer_ptr: int, args: Any) -> int:
+def attend_reference(layer_ptr: int, args: Any) -> int:
     """The oracle on a layer's bytes: its storage wrapped on the reference
     table, then rkv_layer_attend (its status)."""
     st = BackendStorage(lib.rkv_layer_kv(layer_ptr), lib.rkv_layer_written(layer_ptr), None)
@@ -160,27 +160,4 @@ def _attend_reference(layer_ptr: int, args: Any) -> int:
         return lib.rkv_layer_attend(ref, args)
     finally:
         lib.rkv_layer_destroy(ref)
-
-
-def attend_layer(layer_ptr: int, d_head: int, total_slots: int, q: Any, session_idx: Any,
-                 frame_pos: Any = None, *, visible: Any = None, scale: float | None = None,
-                 out: Any = None, out_dtype: Any = None, pool: Any = None,
-                 reference: bool = False, kv_heads: int | None = None) -> Any:
-    """``rkv_layer_attend`` on one layer handle, or with ``reference`` on its
-    storage wrapped on the reference table (``rkv_backend_cpu_reference``,
-    the oracle); ``kv_heads``: its n_kv_heads, for the GQA check; see the
-    module docstring."""
-    fn = _attend_reference if reference else lib.rkv_layer_attend
-    si = ar.int64_vector(session_idx, "session_idx",
-                         "session_idx must be a [B] int64 array or tensor; got {got}")
-    args, out, keep = prepare(q, d_head, si.shape[0], out, out_dtype, scale, pool,
-                               kv_heads=kv_heads)
-    args.session_idx = ctypes.cast(si.ctypes.data, _P64)
-    rows = None if visible is None else ar.CBuffer(visible, "visible").keep
-    fp = None if visible is not None or frame_pos is None else ar.int64_vector(
-        frame_pos, "frame_pos", "frame_pos must be a [B] int64 array or tensor; got {got}")
-    keep += [rows, fp]
-    set_visibility(args, total_slots, fp, rows)
-    check(fn(layer_ptr, ctypes.byref(args)))
-    return out
 

@@ -27,7 +27,7 @@ from ._args import as_flag, as_instance, as_int, as_session
 from ._handle import HandleOwner, OwnedHandle, check_state, copy_extras, extras, malformed_state
 from ._lib import Geometry as _GeometryStruct
 from ._lib import check, cuda as _cuda_lib, cuda_library_path, lib
-from .attention import _scale, attend_layer
+from .attention import _scale, attend_reference, prepare, set_visibility
 from .errors import (RingKVArrayError, RingKVDeviceError, RingKVIndexError, RingKVRuntimeError,
                      RingKVTypeError, RingKVValueError, python_call, python_calls)
 
@@ -650,7 +650,8 @@ class LayerRingCache(HandleOwner):
         row ``upsert`` returned). ``scale`` defaults to 1/sqrt(D). Returns
         ``out`` ``[B, Hq, Tq, D]`` (same kind as ``q``; dtype ``out_dtype`` or
         ``q``'s unless ``out`` is given). ``pool``: a :class:`ringkv.ThreadPool`;
-        ``reference=True``: the single-thread oracle. See :mod:`ringkv.attention`.
+        ``reference=True``: the single-thread oracle (its storage wrapped on
+        ``rkv_backend_cpu_reference``). See :mod:`ringkv.attention`.
 
         Torch ``q`` (without ``pool``/``reference``): the op
         ``ringkv::attend`` (traceable by torch.compile), on either device; a
@@ -668,10 +669,18 @@ class LayerRingCache(HandleOwner):
         if ops is not None:
             return self._attend_op(ops, q, session_idx, frame_pos, visible, scale, out,
                                    out_dtype)
-        return attend_layer(self._h.ptr, self.d_head, self.total_slots, q, session_idx,
-                            frame_pos, visible=visible, scale=scale, out=out,
-                            out_dtype=out_dtype, pool=pool, reference=reference,
-                            kv_heads=self.n_kv_heads)
+        si = ar.int64_vector(session_idx, "session_idx",
+                             "session_idx must be a [B] int64 array or tensor; got {got}")
+        args, out, keep = prepare(q, self.d_head, si.shape[0], out, out_dtype, scale, pool,
+                                  kv_heads=self.n_kv_heads)
+        args.session_idx = ctypes.cast(si.ctypes.data, ctypes.POINTER(ctypes.c_int64))
+        rows = None if visible is None else ar.CBuffer(visible, "visible").keep
+        fp = None if visible is not None or frame_pos is None else ar.int64_vector(
+            frame_pos, "frame_pos", "frame_pos must be a [B] int64 array or tensor; got {got}")
+        set_visibility(args, self.total_slots, fp, rows)  # keep, rows, fp: alive until the call
+        check((attend_reference if reference else lib.rkv_layer_attend)(self._h.ptr,
+                                                                        ctypes.byref(args)))
+        return out
 
     def _attend_op(self, ops: Any, q: Any, session_idx: Any, frame_pos: Any, visible: Any,
                    scale: Any, out: Any, out_dtype: Any) -> Any:
