@@ -519,8 +519,16 @@ class LayerRingCache(HandleOwner):
         commit = as_flag(commit, "commit")
         build_visibility = as_flag(build_visibility, "build_visibility")
         ops = _torch_ops() if ar.is_torch_tensor(kv) else None
-        if ops is not None:
-            return self._upsert_op(ops, kv, frame_pos, commit, session_idx, build_visibility)
+        if ops is not None:  # the host checks, then the ops
+            ring, k, v, written = self.views(ar.TORCH)
+            dev = written.device
+            fp = ar.torch_index(frame_pos, "frame_pos", _FRAME_POS_MSG, dev)
+            ar.check_device(kv, "kv", dev)
+            si = self._check_upsert(kv, fp.shape, session_idx, build_visibility, dev)
+            geometry, err = self.geometry_list, self.error_word
+            row = ops.visible_row(written, fp, si, geometry, err) if build_visibility else None
+            ops.upsert(ring, written, kv, fp, si, geometry, commit, err)
+            return k, v, self._row_result(row, ar.TORCH)
         self._host(kv, "kv")
         fp = ar.int64_vector(frame_pos, "frame_pos", _FRAME_POS_MSG)
         buf = ar.CBuffer(kv, "kv")
@@ -535,19 +543,6 @@ class LayerRingCache(HandleOwner):
                                    None if visible is None else visible.ctypes.data))
         _, k, v, _ = self.views(buf.kind)
         return k, v, self._row_result(visible, buf.kind)
-
-    def _upsert_op(self, ops: Any, kv: Any, frame_pos: Any, commit: bool, session_idx: Any,
-                   build_visibility: bool) -> tuple[Any, Any, Any]:
-        """upsert with a torch ``kv``: the host checks, then the ops."""
-        ring, k, v, written = self.views(ar.TORCH)
-        dev = written.device
-        fp = ar.torch_index(frame_pos, "frame_pos", _FRAME_POS_MSG, dev)
-        ar.check_device(kv, "kv", dev)
-        si = self._check_upsert(kv, fp.shape, session_idx, build_visibility, dev)
-        geometry, err = self.geometry_list, self.error_word
-        row = ops.visible_row(written, fp, si, geometry, err) if build_visibility else None
-        ops.upsert(ring, written, kv, fp, si, geometry, commit, err)
-        return k, v, self._row_result(row, ar.TORCH)
 
     def _check_upsert(self, kv: Any, fp_shape: Any, session_idx: Any, build_visibility: bool,
                       device: Any = None) -> Any:
@@ -666,9 +661,36 @@ class LayerRingCache(HandleOwner):
         self._host(q, "q", pool is not None or reference)
         ops = (_torch_ops() if ar.is_torch_tensor(q) and pool is None and not reference
                else None)
-        if ops is not None:
-            return self._attend_op(ops, q, session_idx, frame_pos, visible, scale, out,
-                                   out_dtype)
+        if ops is not None:  # ringkv::attend; a given ``out`` receives its result
+            ring, _, _, written = self.views(ar.TORCH)
+            dev = written.device
+            ar.check_device(q, "q", dev)
+            si = ar.torch_index(session_idx, "session_idx",
+                                "session_idx must be a [B] int64 array or tensor; got {got}", dev)
+            fp = rows = None
+            if visible is not None:
+                rows = visible if ar.is_torch_tensor(visible) else \
+                    ar.torch_module().from_numpy(np.ascontiguousarray(visible))
+                if rows.device.type == "cpu" and dev.type == "cuda":
+                    rows = rows.to(dev)  # host rows: one copy (not capture-safe)
+                ar.check_device(rows, "visible", dev)
+            elif frame_pos is not None:
+                fp = ar.torch_index(frame_pos, "frame_pos",
+                                    "frame_pos must be a [B] int64 array or tensor; got {got}", dev)
+            dt = None if out_dtype is None else ar.torch_dtype(ar.parse_dtype(out_dtype))
+            if out is not None:
+                ar.check_device(out, "out", dev)
+                if tuple(out.shape) != tuple(q.shape):
+                    raise RingKVArrayError(f"out has shape {tuple(out.shape)}; expected "
+                                           f"{tuple(q.shape)}")
+                if not out.is_contiguous():
+                    raise RingKVArrayError("out must be C-contiguous (it is written in place)")
+                if ar.array_dtype_code(out) is None:
+                    raise RingKVArrayError(f"out dtype {out.dtype} is not {ar.REALS}")
+                dt = out.dtype
+            res = ops.attend(ring, written, q, si, fp, rows, self.geometry_list, _scale(scale), dt,
+                             self.error_word)
+            return res if out is None else out.copy_(res)
         si = ar.int64_vector(session_idx, "session_idx",
                              "session_idx must be a [B] int64 array or tensor; got {got}")
         args, out, keep = prepare(q, self.d_head, si.shape[0], out, out_dtype, scale, pool,
@@ -680,42 +702,6 @@ class LayerRingCache(HandleOwner):
         set_visibility(args, self.total_slots, fp, rows)  # keep, rows, fp: alive until the call
         check((attend_reference if reference else lib.rkv_layer_attend)(self._h.ptr,
                                                                         ctypes.byref(args)))
-        return out
-
-    def _attend_op(self, ops: Any, q: Any, session_idx: Any, frame_pos: Any, visible: Any,
-                   scale: Any, out: Any, out_dtype: Any) -> Any:
-        """attend with a torch ``q``: ``ringkv::attend``; ``out`` receives it."""
-        ring, _, _, written = self.views(ar.TORCH)
-        dev = written.device
-        ar.check_device(q, "q", dev)
-        si = ar.torch_index(session_idx, "session_idx",
-                            "session_idx must be a [B] int64 array or tensor; got {got}", dev)
-        fp = rows = None
-        if visible is not None:
-            rows = visible if ar.is_torch_tensor(visible) else \
-                ar.torch_module().from_numpy(np.ascontiguousarray(visible))
-            if rows.device.type == "cpu" and dev.type == "cuda":
-                rows = rows.to(dev)  # host rows: one copy (not capture-safe)
-            ar.check_device(rows, "visible", dev)
-        elif frame_pos is not None:
-            fp = ar.torch_index(frame_pos, "frame_pos",
-                                "frame_pos must be a [B] int64 array or tensor; got {got}", dev)
-        dt = None if out_dtype is None else ar.torch_dtype(ar.parse_dtype(out_dtype))
-        if out is not None:
-            ar.check_device(out, "out", dev)
-            if tuple(out.shape) != tuple(q.shape):
-                raise RingKVArrayError(f"out has shape {tuple(out.shape)}; expected "
-                                       f"{tuple(q.shape)}")
-            if not out.is_contiguous():
-                raise RingKVArrayError("out must be C-contiguous (it is written in place)")
-            if ar.array_dtype_code(out) is None:
-                raise RingKVArrayError(f"out dtype {out.dtype} is not {ar.REALS}")
-            dt = out.dtype
-        res = ops.attend(ring, written, q, si, fp, rows, self.geometry_list, _scale(scale), dt,
-                         self.error_word)
-        if out is None:
-            return res
-        out.copy_(res)
         return out
 
 
