@@ -28,7 +28,7 @@ import numpy as np
 from .errors import RingKVIndexError, RingKVTypeError, RingKVValueError
 
 __all__ = ["as_int", "as_session", "as_flag", "as_text", "as_request_id", "as_path",
-           "as_bytes", "as_instance", "is_bool"]
+           "as_bytes", "as_instance", "is_bool", "short_repr"]
 
 _INT64_MIN, _INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 
@@ -166,12 +166,13 @@ def as_instance(value: Any, cls: type, name: str, hint: str = "") -> Any:
     if isinstance(value, cls):
         return value
     raise RingKVTypeError(f"{name} must be a ringkv.{cls.__name__}{hint}; got "
-                          f"{_short(value)} ({type(value).__name__})")
+                          f"{short_repr(value)} ({type(value).__name__})")
 
 
-def _short(value: Any) -> str:
+def short_repr(value: Any, n: int = 80) -> str:
+    """``repr(value)``, cut to ``n`` characters (with "...") for a message."""
     text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    return text if len(text) <= n else text[:n - 3] + "..."
 
 
 def as_bytes(data: Any, name: str) -> memoryview:

@@ -338,19 +338,12 @@ def torch_index(x: Any, name: str, what: str, device: Any,
             check_device(x, name, device, owner)
         return x if x.device == device else x.to(device)
     if isinstance(x, (list, tuple)) and torch.compiler.is_compiling():
-        return _traced_index_list(torch, x, what, device, error)
+        # a list traced by torch.compile (no NumPy there): ints (SymInts while
+        # Dynamo traces), not bools, each kept symbolic (torch.full: no graph
+        # specialized on a value)
+        if any(is_bool(v) or not isinstance(v, int) for v in x):
+            raise error(what.format(got=repr(x)))
+        return (torch.cat([torch.full((1,), v, dtype=torch.int64, device=device) for v in x])
+                if x else torch.zeros(0, dtype=torch.int64, device=device))
     t = torch.from_numpy(int64_vector(x, name, what, error, owner))
     return t if device.type == "cpu" else t.to(device)
-
-
-def _traced_index_list(torch: Any, x: Any, what: str, device: Any, error: type) -> Any:
-    """A list of ints (Python ints, or dynamic ints: SymInts while Dynamo
-    traces) as a ``[B]`` int64 tensor, inside a region torch.compile
-    traces (NumPy arrays cannot be traced there): the rules of
-    :func:`int64_vector` (ints only, not bools), each value kept symbolic
-    (``torch.full``: no graph specialized on it)."""
-    if any(is_bool(v) or not isinstance(v, int) for v in x):
-        raise error(what.format(got=repr(x)))
-    if not x:
-        return torch.zeros(0, dtype=torch.int64, device=device)
-    return torch.cat([torch.full((1,), v, dtype=torch.int64, device=device) for v in x])

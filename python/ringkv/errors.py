@@ -222,11 +222,6 @@ def called_as(message: str, name: str, prefix: bool = True) -> str:
     return f"{name}: {message}" if prefix else message
 
 
-def _compiling() -> bool:
-    torch = sys.modules.get("torch")
-    return torch is not None and torch.compiler.is_compiling()
-
-
 def python_call(name: str, prefix: bool = True) -> Callable[[F], F]:
     """Decorates a public function or method so that a :class:`RingKVError`
     it raises names it (:func:`called_as`): the same exception, its message
@@ -242,7 +237,9 @@ def python_call(name: str, prefix: bool = True) -> Callable[[F], F]:
             try:
                 return fn(*args, **kwargs)
             except RingKVError as exc:
-                if exc.args and isinstance(exc.args[0], str) and not _compiling():
+                torch = sys.modules.get("torch")
+                if (exc.args and isinstance(exc.args[0], str)
+                        and not (torch is not None and torch.compiler.is_compiling())):
                     exc.args = (called_as(exc.args[0], name, prefix),) + exc.args[1:]
                 raise
         return named  # type: ignore[return-value]

@@ -35,7 +35,7 @@ from ._lib import SnapshotInfo as _SnapshotInfoStruct
 from ._lib import check, cuda as _cuda_lib, error_for
 from .attention import _scale, prepare
 from ._args import (as_bytes, as_flag, as_instance, as_int, as_path, as_request_id, as_session,
-                    as_text)
+                    as_text, short_repr)
 from ._handle import (LIVE_MODELS, HandleOwner, OwnedHandle, check_state, copy_extras, extras,
                       malformed_state)
 from .errors import (RingKVArrayError, RingKVDeviceError, RingKVIndexError, RingKVRuntimeError,
@@ -81,9 +81,8 @@ class ModelConfig:
         name = as_text(self.name, "ModelConfig.name")
         if (not isinstance(self.layers, (list, tuple))
                 or not all(isinstance(spec, LayerSpec) for spec in self.layers)):
-            got = repr(self.layers)
             raise RingKVTypeError("ModelConfig.layers must be a list of ringkv.LayerSpec; got "
-                                  + (got if len(got) <= 120 else got[:117] + "..."))
+                                  + short_repr(self.layers, 120))
         if not 1 <= len(self.layers) <= RKV_MAX_LAYERS:
             raise RingKVValueError(f"a model has 1..{RKV_MAX_LAYERS} layers; got "
                                    f"{len(self.layers)}")
@@ -369,7 +368,14 @@ class Model(HandleOwner):
         for s in range(self.num_sessions):
             status = lib.rkv_model_clock(self._h.ptr, s, ctypes.byref(last))
             if status == _RKV_ERR_STATE:  # not claimed
-                if self._reserved_for_import(s):
+                # reserved for an import: the only other state whose regions
+                # the library lists
+                n = int(lib.rkv_model_session_region_count(self._h.ptr))
+                arr, count = (_RegionStruct * n)(), ctypes.c_size_t()
+                with self._on_device():
+                    reserved = lib.rkv_model_session_regions(self._h.ptr, s, arr, n,
+                                                             ctypes.byref(count)) == 0
+                if reserved:
                     raise RingKVRuntimeError(
                         f"cannot {action} a ringkv.Model while session {s} is reserved for an "
                         "import (Model.import_reserve): the copy could not hold the reservation; "
@@ -393,16 +399,6 @@ class Model(HandleOwner):
         return {"format": _MODEL_FORMAT, "version": _MODEL_VERSION,
                 "config": {**asdict(config), "layers": [astuple(x) for x in config.layers]},
                 "array_kind": self.array_kind, "device": self.device, "sessions": sessions}
-
-    def _reserved_for_import(self, session: int) -> bool:
-        """Whether a slot that no request holds is reserved for an import:
-        the only other state whose regions the library lists."""
-        n = int(lib.rkv_model_session_region_count(self._h.ptr))
-        arr = (_RegionStruct * n)()
-        count = ctypes.c_size_t()
-        with self._on_device():
-            return lib.rkv_model_session_regions(self._h.ptr, session, arr, n,
-                                                 ctypes.byref(count)) == 0
 
     # ---- sessions ---------------------------------------------------------
     def claim(self, request_id: str) -> int:

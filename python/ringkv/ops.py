@@ -62,6 +62,7 @@ import torch
 from torch import Tensor
 
 from . import _arrays as ar
+from ._args import short_repr
 from ._handle import LIVE_MODELS, OwnedHandle
 from ._lib import AttentionArgs, BackendStorage, Geometry, check, lib
 from ._lib import cuda as _cuda_lib
@@ -88,9 +89,8 @@ def _tensors(op: str, **args: Any) -> None:
     the op's name and the argument, not an AttributeError."""
     for name, x in args.items():
         if not isinstance(x, Tensor):
-            shown = repr(x) if len(repr(x)) <= 60 else repr(x)[:57] + "..."
             raise RingKVTypeError(f"ringkv.ops.{op}: {name} must be a torch.Tensor; got "
-                                  f"{shown} ({type(x).__name__})")
+                                  f"{short_repr(x, 60)} ({type(x).__name__})")
 
 
 def _op(name: str, mutates: tuple[str, ...] = (), fake: Any = None) -> Any:
@@ -377,8 +377,7 @@ def model_key(model: Any) -> int:
     RingKVTypeError for anything but a live Model."""
     key = getattr(getattr(model, "_h", None), "ptr", None)
     if key is None or LIVE_MODELS.get(key) is not model:
-        shown = repr(model) if len(repr(model)) <= 80 else repr(model)[:77] + "..."
-        raise RingKVTypeError(f"model must be a ringkv.Model; got {shown} "
+        raise RingKVTypeError(f"model must be a ringkv.Model; got {short_repr(model)} "
                               f"({type(model).__name__})")
     return int(key)
 
