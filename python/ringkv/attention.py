@@ -1,7 +1,7 @@
-"""Attention over a ring (SEMANTICS 5): ``rkv_layer_attend`` and the
-arguments of ``rkv_model_attend`` / ``rkv_model_step``, for NumPy arrays and for torch tensors with ``pool=``
-or ``reference=True`` (or a torch older than 2.6), and a CUDA model's torch
-CUDA tensors (not yet run on a GPU).
+"""Attention over a ring (SEMANTICS 5): the arguments of ``rkv_layer_attend``,
+``rkv_model_attend`` and ``rkv_model_step``, for NumPy arrays, for torch
+tensors with ``pool=`` or ``reference=True`` (or a torch older than 2.6),
+and a CUDA model's torch CUDA tensors (not yet run on a GPU).
 
 ``out[b, h, i, :] = softmax_j(scale * q[b, h, i, :] . K[h // (Hq // H), j, :]) V[...]``
 over the visible slots ``j`` of row ``b``'s session; no causal mask; f32
