@@ -650,12 +650,10 @@ class LayerRingCache(HandleOwner):
 
         Torch ``q`` (without ``pool``/``reference``): the op
         ``ringkv::attend`` (traceable by torch.compile), on either device; a
-        given ``out`` receives its result. A CUDA layer: ``q`` and ``out``
-        torch CUDA tensors on its GPU, ``session_idx``, ``frame_pos`` and
-        ``visible`` there too (or host data, copied once: not capture-safe);
-        ``pool`` and ``reference`` do not apply (ValueError). Invalid session
-        ids or clocks on the device make it write nothing: :meth:`check`
-        reports them.
+        given ``out`` receives its result. A CUDA layer (inputs as the class
+        docstring says): ``pool`` and ``reference`` do not apply
+        (ValueError); invalid session ids or clocks on the device make it
+        write nothing: :meth:`check` reports them.
         """
         reference = as_flag(reference, "reference")
         self._host(q, "q", pool is not None or reference)
