@@ -105,7 +105,7 @@ def _op(name: str, mutates: tuple[str, ...] = (), fake: Any = None) -> Any:
 
         @functools.wraps(fn)
         def impl(*args: Any, **kwargs: Any) -> Any:
-            given = sig.bind(*args, **kwargs).arguments
+            given = dict(zip(sig.parameters, args), **kwargs)  # not sig.bind: per call
             _tensors(name, **{n: given.get(n) for n in tensors},
                      **{n: given[n] for n in optional if given.get(n) is not None})
             return fn(*args, **kwargs)
