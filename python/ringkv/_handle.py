@@ -17,7 +17,8 @@ that holds a handle, owned or borrowed:
   Overriding ``__reduce__`` alone is not enough for copies: copy.copy and
   copy.deepcopy use ``__copy__``/``__deepcopy__``, which still refuse.
 
-Every subclass is recorded in :data:`HANDLE_CLASSES`; the test suite walks
+Every subclass outside this module (not the base :class:`OwnedHandle`) is
+recorded in :data:`HANDLE_CLASSES`; the test suite walks
 the package and fails for a class that holds a handle without deriving from
 this base, and for a subclass it has no copy/pickle case for
 (``python/tests/test_copy.py``).

@@ -338,13 +338,9 @@ def cuda() -> ctypes.CDLL:
     candidates = [c for c in _candidates("RINGKV_CUDA_LIBRARY", beside, _CUDA_NAMES, "ringkv_cuda")
                   if os.sep not in c or os.path.exists(c)]
     if not candidates:
-        if env:
-            where = f"RINGKV_CUDA_LIBRARY={env} does not exist"
-        elif os.sep in library_path:
-            where = (f"not beside libringkv.so in {os.path.dirname(os.path.abspath(library_path))}"
-                     ", not on the system library path, and RINGKV_CUDA_LIBRARY is not set")
-        else:
-            where = "not on the system library path, and RINGKV_CUDA_LIBRARY is not set"
+        where = (f"RINGKV_CUDA_LIBRARY={env} does not exist" if env else
+                 (f"not beside libringkv.so in {beside}, " if beside else "")
+                 + "not on the system library path, and RINGKV_CUDA_LIBRARY is not set")
         raise RingKVRuntimeError(
             "ringkv: CUDA devices need the CUDA backend library libringkv_cuda.so, which was not "
             f"found ({where}). {_BUILD_HINT}.")

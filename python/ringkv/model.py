@@ -92,9 +92,8 @@ class ModelConfig:
         c.name = name
         c.n_layers = len(self.layers)
         for i, spec in enumerate(self.layers):
-            c.layers[i] = _LayerSpecStruct(as_int(spec.ring_frames, "ring_frames"),
-                                           as_int(spec.ring_buckets, "ring_buckets"),
-                                           as_int(spec.pinned_dilation, "pinned_dilation"))
+            c.layers[i] = _LayerSpecStruct(*(as_int(getattr(spec, f), f) for f, _ in
+                                             _LayerSpecStruct._fields_))
         for size in _SIZES:
             setattr(c, size, as_int(getattr(self, size), size))
         c.dtype = ar.parse_dtype(self.dtype)
@@ -103,8 +102,8 @@ class ModelConfig:
     @classmethod
     def _from_struct(cls, c: ModelConfigStruct) -> "ModelConfig":
         return cls(name=c.name.decode(), dtype=ar.DTYPE_NAMES[c.dtype],
-                   layers=[LayerSpec(int(x.ring_frames), int(x.ring_buckets),
-                                     int(x.pinned_dilation)) for x in c.layers[:c.n_layers]],
+                   layers=[LayerSpec(*(int(getattr(x, f)) for f, _ in x._fields_))
+                           for x in c.layers[:c.n_layers]],
                    **{size: int(getattr(c, size)) for size in _SIZES})
 
     @property
