@@ -1,46 +1,28 @@
 """ringkv: ring KV caches for streaming video world models (Python binding).
 
 A drop-in for the reference PyTorch class: change
+``from seed_ring_cache import LayerRingCache`` to
+``from ringkv import LayerRingCache``. The C library (libringkv) is loaded
+through ctypes (:mod:`ringkv._lib`: ``RINGKV_LIBRARY``, else next to this
+package, else the system library path; python/README.md).
 
-    from seed_ring_cache import LayerRingCache
-
-to
-
-    from ringkv import LayerRingCache
-
-The C library (libringkv) is loaded through ctypes: from ``RINGKV_LIBRARY``
-when set, else next to this package, else from the system library path (see
-:mod:`ringkv._lib` and python/README.md).
-
-Contents:
-
-- :class:`LayerRingCache` (:mod:`ringkv.layer`): one layer's ring, the
-  reference's constructor, ``upsert``/``reset``/``session_span``/
-  ``memory_bytes``/``kv``/``written``..., plus ``attend``,
-  ``visible_frames``, ``visible_row``, ``block_mask`` and ``check``; on the
-  CPU (NumPy arrays, torch CPU tensors) or, with ``device="cuda"``, on a GPU
-  through the CUDA backend (torch CUDA tensors; ``libringkv_cuda.so``,
-  loaded on first use: :func:`cuda_device_count`). The CUDA backend has not
-  yet run on a GPU (no GPU run is recorded).
-- :class:`Model`, :class:`ModelConfig`, :func:`preset`, :func:`preset_names`
-  (:mod:`ringkv.model`): a whole model's rings, sessions, clocks, in-memory
-  snapshots, forks, batched steps; snapshot files (:func:`inspect_snapshot`).
-- :class:`ThreadPool`, :func:`attention_isa` (:mod:`ringkv.threadpool`): the
-  CPU attention's threads.
+- :class:`LayerRingCache` (:mod:`ringkv.layer`): one layer's ring, on the CPU
+  or, with ``device="cuda"``, on a GPU through the CUDA backend
+  (``libringkv_cuda.so``, loaded on first use: :func:`cuda_device_count`;
+  the CUDA backend has not yet run on a GPU: no GPU run is recorded).
+- :class:`Model`, :class:`ModelConfig`, :func:`preset`, :func:`preset_names`,
+  :func:`inspect_snapshot` (:mod:`ringkv.model`): a whole model's rings,
+  sessions, clocks, snapshots, forks and batched steps.
+- :class:`ThreadPool`, :func:`attention_isa` (:mod:`ringkv.threadpool`).
 - Exceptions (:mod:`ringkv.errors`): one class per mistake, each a
-  :class:`RingKVError` and the built-in type(s) a caller expects
-  (ValueError, IndexError, KeyError, RuntimeError, TypeError...), the same
-  from every entry point.
-- Copies and pickles: ``copy.copy``/``copy.deepcopy`` of a LayerRingCache or
-  Model give an independent object with equal contents on the same device;
-  ``pickle`` round-trips CPU layers and models by value (never an address).
-  CUDA layers refuse pickling and thread pools refuse both, with TypeError
-  (:mod:`ringkv._handle`).
+  :class:`RingKVError` and the built-in type(s) a caller expects.
+- Copies and pickles (:mod:`ringkv._handle`): ``copy``/``deepcopy`` of a
+  LayerRingCache or Model give an independent object with equal contents
+  on the same device; ``pickle`` round-trips CPU layers and models by value.
 - :func:`convert`: element conversion between f32, f16 and bf16 (NumPy).
-- PyTorch engines: torch tensors go through custom ops (:mod:`ringkv.ops`,
-  namespace ``ringkv``; torch >= 2.6) that ``torch.compile(fullgraph=True)``
-  traces and CUDA graphs capture; :func:`flex_block_mask` gives FlexAttention
-  block masks right in eager and compiled mode (:mod:`ringkv.flex`).
+- PyTorch: torch tensors go through custom ops (:mod:`ringkv.ops`; torch >=
+  2.6) that ``torch.compile(fullgraph=True)`` traces and CUDA graphs
+  capture; :func:`flex_block_mask` (:mod:`ringkv.flex`).
 """
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ import numpy as np
 from .errors import RingKVIndexError, RingKVTypeError, RingKVValueError
 
 __all__ = ["as_int", "as_session", "as_flag", "as_text", "as_request_id", "as_path",
-           "as_bytes", "as_instance", "is_bool"]
+           "as_bytes", "as_instance", "is_bool", "short_repr"]
 
 _INT64_MIN, _INT64_MAX = -(2 ** 63), 2 ** 63 - 1
 
@@ -89,17 +89,12 @@ def as_session(value: Any, name: str = "session_idx") -> int:
 
 
 def as_flag(value: Any, name: str) -> bool:
-    """A flag argument (``commit``, ``build_visibility``...) as a bool:
-    what :func:`is_bool` accepts, the flags' counterpart of the integers
-    :func:`as_int` takes: ``True``/``False``, a NumPy bool, a 0-d bool array
-    or tensor (``torch.tensor(False)``, as a 0-d integer tensor is taken for
-    an int), and in a region torch.compile traces a ``torch.SymBool`` (the
-    bool a dynamic flag of the compiled function arrives as; it becomes the
-    bool it evaluates to, which torch.compile guards on; a 0-d tensor there
-    is data, read as an int's tensor is: a graph break). The reference types
-    these ``bool``. RingKVTypeError for anything else, 0/1, integer tensors
-    and strings included: ``"no"`` and ``"False"`` are truthy, so accepting
-    them would turn a typo into the opposite of what was meant."""
+    """A flag argument (``commit``, ``build_visibility``...) as a bool: what
+    :func:`is_bool` accepts (a 0-d bool array or tensor as a 0-d integer
+    tensor is taken for an int; a ``torch.SymBool`` becomes the bool
+    torch.compile guards on; a 0-d tensor there is data: a graph break).
+    RingKVTypeError for anything else, 0/1, integer tensors and strings
+    included (see the module docstring)."""
     if is_bool(value):
         return bool(value)
     raise RingKVTypeError(f"{name} must be a bool (True or False); got {value!r} "
@@ -171,12 +166,13 @@ def as_instance(value: Any, cls: type, name: str, hint: str = "") -> Any:
     if isinstance(value, cls):
         return value
     raise RingKVTypeError(f"{name} must be a ringkv.{cls.__name__}{hint}; got "
-                          f"{_short(value)} ({type(value).__name__})")
+                          f"{short_repr(value)} ({type(value).__name__})")
 
 
-def _short(value: Any) -> str:
+def short_repr(value: Any, n: int = 80) -> str:
+    """``repr(value)``, cut to ``n`` characters (with "...") for a message."""
     text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    return text if len(text) <= n else text[:n - 3] + "..."
 
 
 def as_bytes(data: Any, name: str) -> memoryview:

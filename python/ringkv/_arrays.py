@@ -1,27 +1,16 @@
-"""Arrays in and out of the library: dtypes, NumPy and PyTorch buffers (CPU
-for the CPU backend, CUDA for the CUDA backend).
+"""Arrays in and out of the library: the dtype table, NumPy and PyTorch
+buffers (host memory for the CPU backend, CUDA device memory for the CUDA
+backend, which has not yet run on a GPU).
 
-Inputs are passed to C by pointer, without copying, when they are
-C-contiguous, on the CPU and of the expected dtype. A non-contiguous input is
-copied once into a contiguous temporary (``numpy.ascontiguousarray`` /
-``Tensor.contiguous()``); nothing else is ever copied. Outputs are views of
-the library's storage: NumPy arrays built on the C pointer (they keep the
-owning handle alive), or torch tensors sharing that memory through
-``torch.from_numpy``.
-
-NumPy has no bfloat16: bf16 data appears as ``uint16`` bit patterns (an
+Inputs are passed to C by pointer, copied once only when not C-contiguous
+(on a GPU also when not 16-byte aligned: :class:`CBuffer`); outputs are
+views of the library's storage that keep its owner alive
+(:func:`numpy_view`, :func:`to_torch`, :func:`cuda_view`). NumPy has no
+bfloat16: bf16 data appears as ``uint16`` bit patterns (an
 ``ml_dtypes.bfloat16`` array is accepted too); with torch it is
-``torch.bfloat16``. torch is imported only when a torch object is seen.
-
-On a GPU (CUDA layers and models; not yet run on a GPU): inputs are torch
-CUDA tensors on the layer's device, passed by ``data_ptr()`` (copied once on
-the device only when not C-contiguous or not 16-byte aligned); the views
-are torch CUDA tensors over the library's device memory, built from an
-``__cuda_array_interface__`` (version 3) that keeps the owning handle alive
-(:func:`cuda_view`). An array on another device raises
-:class:`RingKVDeviceError`; nothing is copied between host and device except
-the small int64 vectors and visibility rows given as host data
-(:func:`torch_index`).
+``torch.bfloat16``. torch is imported only when a torch object is seen. An
+array on another device than the layer's raises :class:`RingKVDeviceError`
+(:func:`check_device`).
 """
 from __future__ import annotations
 
@@ -165,10 +154,12 @@ class _Interface(HandleOwner):
     _copy_hint = "it holds an address of this process; copy or pickle the array built on it"
 
     __slots__ = ("__array_interface__", "owner")
+    _ATTR, _EXTRA = "__array_interface__", {}
 
-    def __init__(self, ptr: int, shape: tuple[int, ...], dtype: np.dtype, owner: Any):
-        self.__array_interface__ = {"version": 3, "shape": tuple(int(s) for s in shape),
-                                    "typestr": np.dtype(dtype).str, "data": (int(ptr), False)}
+    def __init__(self, ptr: int, shape: tuple[int, ...], dtype: Any, owner: Any):
+        setattr(self, self._ATTR, {"version": 3, "shape": tuple(int(s) for s in shape),
+                                   "typestr": np.dtype(dtype).str, "data": (int(ptr), False),
+                                   **self._EXTRA})
         self.owner = owner
 
 
@@ -193,21 +184,20 @@ def as_kind(arr: np.ndarray, kind: str):
     return to_torch(arr) if kind == TORCH else arr
 
 
-def kv_mismatch(shape: tuple, code: int | None, keep: Any, expect: tuple,
-                storage_code: int) -> str | None:
-    """The message for an upsert's ``kv`` that is not ``expect``
-    ([2, 1, H, B*T, D], or the same without the 1) in the storage dtype,
-    or None when it is right. The dtype hint names the conversion."""
-    if tuple(shape) not in (tuple(expect), tuple(expect[:1]) + tuple(expect[2:])):
-        return (f"kv must be [2, 1, H, B*T, D] = {list(expect)} or [2, H, B*T, D] = "
-                f"{[expect[0]] + list(expect[2:])}; got {list(shape)}")
-    if code != storage_code:
+def check_kv(kv: Any, expect: tuple, storage_code: int) -> None:
+    """RingKVArrayError unless an upsert's ``kv`` (an array or tensor) is
+    ``expect`` ([2, 1, H, B*T, D], or the same without the 1) in the storage
+    dtype. The dtype hint names the conversion."""
+    shape = tuple(kv.shape)
+    if shape not in (tuple(expect), tuple(expect[:1]) + tuple(expect[2:])):
+        raise RingKVArrayError(f"kv must be [2, 1, H, B*T, D] = {list(expect)} or [2, H, B*T, D] "
+                               f"= {[expect[0]] + list(expect[2:])}; got {list(shape)}")
+    if array_dtype_code(kv) != storage_code:
         name = DTYPE_NAMES[storage_code]
         hint = (f"x.to(torch.{DTYPES[storage_code].real})"
-                if is_torch_tensor(keep) else f"ringkv.convert(x, {name!r})")
-        return (f"kv dtype {keep.dtype} does not match the storage dtype {name} (convert it "
-                f"first: {hint})")
-    return None
+                if is_torch_tensor(kv) else f"ringkv.convert(x, {name!r})")
+        raise RingKVArrayError(f"kv dtype {kv.dtype} does not match the storage dtype {name} "
+                               f"(convert it first: {hint})")
 
 
 class CBuffer(HandleOwner):
@@ -277,23 +267,17 @@ _CUDA_TYPESTR = {"bool": "|b1", "int32": "<i4",
                     for d in DTYPES}}
 
 
-class CudaInterface(HandleOwner):
-    """Exposes a DEVICE pointer to torch (``__cuda_array_interface__``) and
-    keeps ``owner`` (the layer handle) alive: torch holds a reference to this
-    object for as long as a tensor built from it (or any view of that) exists.
-    Never copied or pickled (it holds a device address)."""
+class CudaInterface(_Interface):
+    """:class:`_Interface` for a DEVICE pointer, to torch
+    (``__cuda_array_interface__``; ``dtype`` a typestr): torch keeps it, and
+    so ``owner`` (the layer handle), for as long as a tensor built from it
+    exists. Version 3, C order (no strides), no stream: the library's kernels
+    are ordered by the caller's stream, nothing is in flight for the
+    consumer."""
 
     _copy_hint = "it holds a device address; copy or pickle the tensor built on it"
-
-    __slots__ = ("__cuda_array_interface__", "owner")
-
-    def __init__(self, ptr: int, shape: tuple[int, ...], typestr: str, owner: Any):
-        # version 3, C order (no strides), no stream: the library's kernels are
-        # ordered by the caller's stream, nothing is in flight for the consumer
-        self.__cuda_array_interface__ = {"version": 3, "shape": tuple(int(s) for s in shape),
-                                         "typestr": typestr, "data": (int(ptr), False),
-                                         "strides": None, "stream": None}
-        self.owner = owner
+    __slots__ = ("__cuda_array_interface__",)
+    _ATTR, _EXTRA = "__cuda_array_interface__", {"strides": None, "stream": None}
 
 
 def cuda_view(ptr: int, shape: tuple[int, ...], code: Any, device: str, owner: Any):
@@ -354,19 +338,12 @@ def torch_index(x: Any, name: str, what: str, device: Any,
             check_device(x, name, device, owner)
         return x if x.device == device else x.to(device)
     if isinstance(x, (list, tuple)) and torch.compiler.is_compiling():
-        return _traced_index_list(torch, x, what, device, error)
+        # a list traced by torch.compile (no NumPy there): ints (SymInts while
+        # Dynamo traces), not bools, each kept symbolic (torch.full: no graph
+        # specialized on a value)
+        if any(is_bool(v) or not isinstance(v, int) for v in x):
+            raise error(what.format(got=repr(x)))
+        return (torch.cat([torch.full((1,), v, dtype=torch.int64, device=device) for v in x])
+                if x else torch.zeros(0, dtype=torch.int64, device=device))
     t = torch.from_numpy(int64_vector(x, name, what, error, owner))
     return t if device.type == "cpu" else t.to(device)
-
-
-def _traced_index_list(torch: Any, x: Any, what: str, device: Any, error: type) -> Any:
-    """A list of ints (Python ints, or dynamic ints: SymInts while Dynamo
-    traces) as a ``[B]`` int64 tensor, inside a region torch.compile
-    traces (NumPy arrays cannot be traced there): the rules of
-    :func:`int64_vector` (ints only, not bools), each value kept symbolic
-    (``torch.full``: no graph specialized on it)."""
-    if any(is_bool(v) or not isinstance(v, int) for v in x):
-        raise error(what.format(got=repr(x)))
-    if not x:
-        return torch.zeros(0, dtype=torch.int64, device=device)
-    return torch.cat([torch.full((1,), v, dtype=torch.int64, device=device) for v in x])

@@ -1,11 +1,9 @@
 """``HandleOwner``: the base of every class whose instances hold a C handle.
 
-A C handle (an ``rkv_layer*``, ``rkv_model*``,
-``rkv_threadpool*``, as an int) is an address valid in one process for one
-owner. Python's generic copy and pickle machinery copies attributes, so it
-would give two objects one handle (both free it: a double free; writes
-through one show in the other) or put the address in a byte stream (another
-process dereferences garbage). This base closes that door for every class
+A C handle (an ``rkv_layer*``, ``rkv_model*``, ``rkv_threadpool*``, as an
+int) is an address valid in one process for one owner: Python's generic
+copy would give two objects one handle (a double free) and pickle would put
+the address in a byte stream. This base closes that door for every class
 that holds a handle, owned or borrowed:
 
 - ``copy.copy``, ``copy.deepcopy`` and ``pickle`` raise
@@ -19,7 +17,8 @@ that holds a handle, owned or borrowed:
   Overriding ``__reduce__`` alone is not enough for copies: copy.copy and
   copy.deepcopy use ``__copy__``/``__deepcopy__``, which still refuse.
 
-Every subclass is recorded in :data:`HANDLE_CLASSES`; the test suite walks
+Every subclass outside this module (not the base :class:`OwnedHandle`) is
+recorded in :data:`HANDLE_CLASSES`; the test suite walks
 the package and fails for a class that holds a handle without deriving from
 this base, and for a subclass it has no copy/pickle case for
 (``python/tests/test_copy.py``).
@@ -31,7 +30,7 @@ from typing import Any
 
 from .errors import RingKVTypeError, RingKVValueError
 
-__all__ = ["HandleOwner", "HANDLE_CLASSES", "LIVE_MODELS", "copy_extras", "extras",
+__all__ = ["HandleOwner", "OwnedHandle", "HANDLE_CLASSES", "LIVE_MODELS", "copy_extras", "extras",
            "malformed_state", "check_state"]
 
 HANDLE_CLASSES: list[type] = []
@@ -53,7 +52,8 @@ class HandleOwner:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        HANDLE_CLASSES.append(cls)
+        if cls.__module__ != __name__:  # not the bases below
+            HANDLE_CLASSES.append(cls)
 
     def _refuse(self, action: str) -> RingKVTypeError:
         name = f"{type(self).__module__}.{type(self).__qualname__}"
@@ -67,6 +67,26 @@ class HandleOwner:
 
     def __reduce__(self) -> Any:
         raise self._refuse("pickle")
+
+
+class OwnedHandle(HandleOwner):
+    """Base of the objects that hold a C handle ``ptr`` (an int) and free it
+    with ``free(ptr)`` when they go (``free`` None: borrowed, never freed;
+    held here, as module globals may be gone at exit); ``owner`` stays alive
+    as long (what the handle needs: its model, context or stream)."""
+
+    __slots__ = ("ptr", "owner", "_free")
+
+    def __init__(self, ptr: int, owner: Any = None, free: Any = None):
+        self.ptr, self.owner, self._free = ptr, owner, free
+
+    def __del__(self):
+        if self.ptr and self._free is not None:
+            try:
+                self._free(self.ptr)
+            except Exception:  # noqa: BLE001 - interpreter shutdown
+                pass
+            self.ptr = None
 
 
 def copy_extras(src: Any, dst: Any, own: frozenset[str] | set[str],

@@ -12,13 +12,12 @@ The library is looked up, in order:
 The structures below mirror ``include/ringkv.h`` field for field; that header
 is the contract.
 
-The CUDA backend (``include/ringkv_cuda.h``) lives in a second library,
-``libringkv_cuda.so``, loaded lazily by :func:`cuda` the first time a CUDA
-device or tensor is used (never at import): from ``RINGKV_CUDA_LIBRARY`` when
-set, else beside the loaded ``libringkv.so`` (where both CMake builds put it),
-else the system library path. It links ``libringkv.so`` itself (not a static
-copy of the core), so ``rkv_last_error()`` read through :data:`lib` reports
-the errors of the CUDA calls; :func:`cuda` verifies that when it loads it.
+The CUDA backend (``include/ringkv_cuda.h``; not yet run on a GPU) lives in
+a second library, ``libringkv_cuda.so``, loaded on first use by :func:`cuda`
+(never at import): from ``RINGKV_CUDA_LIBRARY`` when set, else beside the
+loaded ``libringkv.so`` (where both CMake builds put it), else the system
+library path. It must link that same ``libringkv.so``, whose
+``rkv_last_error()`` reports the CUDA calls' errors (:func:`cuda` checks).
 """
 from __future__ import annotations
 
@@ -245,15 +244,14 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 _BUNDLED = ("libringkv.so", "libringkv.so.0.2", "libringkv.dylib")
 
 
-def _candidates() -> list[str]:
-    env = os.environ.get("RINGKV_LIBRARY")
-    if env:
-        return [env]  # an explicit choice: no silent fallback to another copy
-    found = [os.path.join(_HERE, n) for n in _BUNDLED if os.path.exists(os.path.join(_HERE, n))]
-    system = ctypes.util.find_library("ringkv")
-    if system:
-        found.append(system)
-    return found
+def _candidates(env: str, here: str | None, names: tuple[str, ...], system: str) -> list[str]:
+    """The paths to try: ``$env`` alone when set (an explicit choice: no
+    silent fallback to another copy), else those of ``names`` in the folder
+    ``here`` (None: none), then ``system`` on the system library path."""
+    if os.environ.get(env):
+        return [os.environ[env]]
+    found = [os.path.join(here, n) for n in names if here and os.path.exists(os.path.join(here, n))]
+    return found + [p for p in (ctypes.util.find_library(system),) if p]
 
 
 def _bind(path: str, required: dict, optional: dict, older: str,
@@ -295,7 +293,7 @@ class _Missing:
 
 
 def _load() -> tuple[ctypes.CDLL, str]:
-    candidates = _candidates()
+    candidates = _candidates("RINGKV_LIBRARY", _HERE, _BUNDLED, "ringkv")
     if not candidates:
         raise ImportError(
             "ringkv: cannot find libringkv. Build it (cmake -S . -B build && cmake --build build "
@@ -327,20 +325,6 @@ _BUILD_HINT = ("Build it where nvcc is installed: cmake -S . -B build && cmake -
                "RINGKV_CUDA_LIBRARY=/path/to/libringkv_cuda.so")
 
 
-def _cuda_candidates() -> list[str]:
-    env = os.environ.get("RINGKV_CUDA_LIBRARY")
-    if env:
-        return [env]  # an explicit choice, as RINGKV_LIBRARY
-    found = []
-    if os.sep in library_path:  # beside the loaded libringkv.so
-        here = os.path.dirname(os.path.abspath(library_path))
-        found += [os.path.join(here, n) for n in _CUDA_NAMES]
-    system = ctypes.util.find_library("ringkv_cuda")
-    if system:
-        found.append(system)
-    return found
-
-
 def cuda() -> ctypes.CDLL:
     """``libringkv_cuda.so`` with its prototypes declared, loaded on the first
     call (later calls return it). RuntimeError, before anything is allocated,
@@ -350,15 +334,13 @@ def cuda() -> ctypes.CDLL:
     if handle is not None:
         return handle
     env = os.environ.get("RINGKV_CUDA_LIBRARY")
-    candidates = [c for c in _cuda_candidates() if os.sep not in c or os.path.exists(c)]
+    beside = os.path.dirname(os.path.abspath(library_path)) if os.sep in library_path else None
+    candidates = [c for c in _candidates("RINGKV_CUDA_LIBRARY", beside, _CUDA_NAMES, "ringkv_cuda")
+                  if os.sep not in c or os.path.exists(c)]
     if not candidates:
-        if env:
-            where = f"RINGKV_CUDA_LIBRARY={env} does not exist"
-        elif os.sep in library_path:
-            where = (f"not beside libringkv.so in {os.path.dirname(os.path.abspath(library_path))}"
-                     ", not on the system library path, and RINGKV_CUDA_LIBRARY is not set")
-        else:
-            where = "not on the system library path, and RINGKV_CUDA_LIBRARY is not set"
+        where = (f"RINGKV_CUDA_LIBRARY={env} does not exist" if env else
+                 (f"not beside libringkv.so in {beside}, " if beside else "")
+                 + "not on the system library path, and RINGKV_CUDA_LIBRARY is not set")
         raise RingKVRuntimeError(
             "ringkv: CUDA devices need the CUDA backend library libringkv_cuda.so, which was not "
             f"found ({where}). {_BUILD_HINT}.")

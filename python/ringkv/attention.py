@@ -1,7 +1,7 @@
-"""Attention over a ring (SEMANTICS 5): ``rkv_layer_attend`` and
-``rkv_model_attend``, for NumPy arrays and for torch tensors with ``pool=``
-or ``reference=True`` (or a torch older than 2.6), and a CUDA model's torch
-CUDA tensors (not yet run on a GPU).
+"""Attention over a ring (SEMANTICS 5): the arguments of ``rkv_layer_attend``,
+``rkv_model_attend`` and ``rkv_model_step``, for NumPy arrays, for torch
+tensors with ``pool=`` or ``reference=True`` (or a torch older than 2.6),
+and a CUDA model's torch CUDA tensors (not yet run on a GPU).
 
 ``out[b, h, i, :] = softmax_j(scale * q[b, h, i, :] . K[h // (Hq // H), j, :]) V[...]``
 over the visible slots ``j`` of row ``b``'s session; no causal mask; f32
@@ -45,24 +45,10 @@ from ._lib import AttentionArgs, BackendStorage, check, lib
 from .threadpool import ThreadPool
 from .errors import RingKVArrayError, RingKVTypeError, RingKVValueError
 
-__all__ = ["attend_layer", "attend_model"]
+__all__ = ["prepare", "check_q", "set_visibility", "attend_reference"]
 
 _P64 = ctypes.POINTER(ctypes.c_int64)
 _PU8 = ctypes.POINTER(ctypes.c_uint8)
-
-
-def _sessions(session_idx: Any) -> np.ndarray:
-    return ar.int64_vector(session_idx, "session_idx",
-                           "session_idx must be a [B] int64 array or tensor; got {got}")
-
-
-def _pool_ptr(pool: Any) -> int | None:
-    if pool is None:
-        return None
-    as_instance(pool, ThreadPool, "pool")
-    if not pool._ptr:
-        raise RingKVValueError("pool must be an open ringkv.ThreadPool; this one was closed")
-    return pool._ptr
 
 
 def _scale(scale: Any) -> float:
@@ -100,13 +86,13 @@ def check_q(shape: tuple, code: int | None, dtype: Any, d_head: int, batch: int,
         raise RingKVArrayError(f"q dtype {dtype} is not {ar.REALS}")
 
 
-def _prepare(q: Any, d_head: int, batch: int, out: Any, out_dtype: Any, scale: float | None,
+def prepare(q: Any, d_head: int, batch: int, out: Any, out_dtype: Any, scale: float | None,
              pool: Any = None, kv_heads: int | None = None, q_heads: int | None = None,
              device: Any = None, owner: str = "LayerRingCache"
              ) -> tuple[AttentionArgs, Any, list]:
     """The attention arguments over ``q`` and ``out`` (made when None: of
-    ``q``'s kind and device), checked; ``device`` a CUDA model's
-    (:class:`ringkv._arrays.CBuffer`)."""
+    ``q``'s kind and device), checked, and what must live until the call;
+    ``device`` a CUDA model's (:class:`ringkv._arrays.CBuffer`)."""
     qb = ar.CBuffer(q, "q", device=device, owner=owner)
     check_q(qb.shape, qb.code, qb.keep.dtype, d_head, batch, kv_heads, q_heads)
     B, Hq, Tq, _ = qb.shape
@@ -128,13 +114,39 @@ def _prepare(q: Any, d_head: int, batch: int, out: Any, out_dtype: Any, scale: f
         raise RingKVArrayError(f"out dtype {ob.keep.dtype} is not {ar.REALS}")
     if ob.kind == ar.NUMPY and not ob.keep.flags.writeable:
         raise RingKVArrayError("out is read-only")
+    if pool is not None and not as_instance(pool, ThreadPool, "pool")._ptr:
+        raise RingKVValueError("pool must be an open ringkv.ThreadPool; this one was closed")
     args = AttentionArgs(batch=B, n_q_heads=Hq, n_queries=Tq, q=qb.ptr, q_dtype=qb.code,
                          out=ob.ptr, out_dtype=ob.code, scale=_scale(scale),
-                         pool=_pool_ptr(pool))
+                         pool=pool and pool._ptr)
     return args, out, [qb, ob, pool]
 
 
-def _attend_reference(layer_ptr: int, args: Any) -> int:
+def set_visibility(args: AttentionArgs, slots: int, fp: Any, rows: Any) -> None:
+    """Sets ``args``' visibility for its ``batch`` rows: the explicit
+    ``rows`` (bool/uint8, ``batch * slots`` entries, C-contiguous), else the
+    ``[batch]`` int64 clocks ``fp`` (neither: RingKVValueError). NumPy
+    arrays or tensors: the direct calls and the op alike."""
+    B, x = args.batch, fp if rows is None else rows
+    if rows is not None:
+        if str(rows.dtype).removeprefix("torch.") not in ("bool", "uint8"):
+            raise RingKVArrayError("visible must be a bool or uint8 array of rows [B, N]")
+        if math.prod(rows.shape) != B * slots:
+            raise RingKVArrayError(f"visible has {math.prod(rows.shape)} entries; expected B*N = "
+                                   f"{B}*{slots}")
+    elif fp is None:
+        raise RingKVValueError("attend needs frame_pos (the bits-and-clock rule) or visible "
+                               "(explicit per-slot rows)")
+    elif fp.shape[0] != B:
+        raise RingKVArrayError(f"frame_pos has {fp.shape[0]} rows; session_idx has {B}")
+    ptr = x.data_ptr() if ar.is_torch_tensor(x) else x.ctypes.data
+    if rows is None:
+        args.frame_pos = ctypes.cast(ptr, _P64)
+    else:
+        args.visible = ctypes.cast(ptr, _PU8)
+
+
+def attend_reference(layer_ptr: int, args: Any) -> int:
     """The oracle on a layer's bytes: its storage wrapped on the reference
     table, then rkv_layer_attend (its status)."""
     st = BackendStorage(lib.rkv_layer_kv(layer_ptr), lib.rkv_layer_written(layer_ptr), None)
@@ -149,58 +161,3 @@ def _attend_reference(layer_ptr: int, args: Any) -> int:
     finally:
         lib.rkv_layer_destroy(ref)
 
-
-def attend_layer(layer_ptr: int, d_head: int, total_slots: int, q: Any, session_idx: Any,
-                 frame_pos: Any = None, *, visible: Any = None, scale: float | None = None,
-                 out: Any = None, out_dtype: Any = None, pool: Any = None,
-                 reference: bool = False, kv_heads: int | None = None) -> Any:
-    """``rkv_layer_attend`` on one layer handle, or with ``reference`` on its
-    storage wrapped on the reference table (``rkv_backend_cpu_reference``,
-    the oracle); ``kv_heads``: its n_kv_heads, for the GQA check; see the
-    module docstring."""
-    fn = _attend_reference if reference else lib.rkv_layer_attend
-    si = _sessions(session_idx)
-    args, out, keep = _prepare(q, d_head, si.shape[0], out, out_dtype, scale, pool,
-                               kv_heads=kv_heads)
-    args.session_idx = ctypes.cast(si.ctypes.data, _P64)
-    if visible is None:
-        if frame_pos is None:
-            raise RingKVValueError("attend needs frame_pos (the bits-and-clock rule) or visible "
-                                   "(explicit per-slot rows)")
-        fp = ar.int64_vector(frame_pos, "frame_pos",
-                             "frame_pos must be a [B] int64 array or tensor; got {got}")
-        if fp.shape != si.shape:
-            raise RingKVArrayError(f"frame_pos has {fp.shape[0]} rows; session_idx has "
-                                   f"{si.shape[0]}")
-        keep.append(fp)
-        args.frame_pos = ctypes.cast(fp.ctypes.data, _P64)
-    else:
-        vb = ar.CBuffer(visible, "visible")
-        if str(vb.keep.dtype).removeprefix("torch.") not in ("bool", "uint8"):
-            raise RingKVArrayError("visible must be a bool or uint8 array of rows [B, N]")
-        if math.prod(vb.shape) != si.shape[0] * total_slots:
-            raise RingKVArrayError(f"visible has {math.prod(vb.shape)} entries; expected B*N = "
-                                   f"{si.shape[0]}*{total_slots}")
-        keep.append(vb)
-        args.visible = ctypes.cast(vb.ptr, _PU8)
-    check(fn(layer_ptr, ctypes.byref(args)))
-    return out
-
-
-def attend_model(model_ptr: int, layer: int, d_head: int, q: Any, si: np.ndarray, *,
-                 scale: float | None = None, out: Any = None, out_dtype: Any = None,
-                 pool: Any = None, step_kv: Any = None, commit: bool = False,
-                 q_heads: int | None = None, device: Any = None) -> Any:
-    """``rkv_model_attend`` for the ``[B]`` int64 sessions ``si``: their
-    declared clocks, bits-and-clock rule. With ``step_kv`` (a checked
-    ``(ptr, dtype code)`` of the upsert input), ``rkv_model_step``: the upsert
-    and then the attention in one call. ``device``: a CUDA model's."""
-    args, out, keep = _prepare(q, d_head, si.shape[0], out, out_dtype, scale, pool,
-                               q_heads=q_heads, device=device, owner="Model")
-    if step_kv is None:
-        check(lib.rkv_model_attend(model_ptr, layer, None, si.shape[0], si.ctypes.data,
-                                   ctypes.byref(args)))
-    else:
-        check(lib.rkv_model_step(model_ptr, layer, si.shape[0], si.ctypes.data, step_kv[0],
-                                 step_kv[1], 1 if commit else 0, ctypes.byref(args)))
-    return out

@@ -2,19 +2,14 @@
 
 Every exception the binding raises for a mistake (a failed library call, or
 an argument the Python layer refuses before calling the library) is a
-:class:`RingKVError` and also an instance of the built-in type a Python
-caller expects; where the reference ``LayerRingCache``
-(``shared/spec/seed_ring_cache.py``) raises for the same mistake, that
-built-in type too. A mistake has ONE class whichever function or method
-finds it (``LayerRingCache``, ``Model``, the CUDA layer, ``convert``...):
-each class's docstring below says which mistakes are its own, and
-python/README.md ("Errors") has the table of mistakes and classes.
-
-The dual classes keep both readings true: the reference raises
-``RuntimeError`` (``torch._check``, ``index_copy_``) for a wrong ``kv`` and
-for an unknown device, and ``TypeError`` for a dtype that is not a
-``torch.dtype``, while ringkv documented ``ValueError`` for them; a dual
-class is caught by either. Library statuses map onto the same classes:
+:class:`RingKVError` and an instance of the built-in type a Python caller
+expects; where the reference ``LayerRingCache``
+(``shared/spec/seed_ring_cache.py``) raises for the same mistake, that type
+too (the dual classes: the reference raises ``RuntimeError`` for a wrong
+``kv`` or device and ``TypeError`` for a dtype, ringkv documented
+``ValueError``; either catches them). A mistake has ONE class whichever call
+finds it: each class's docstring says which are its own; python/README.md
+("Errors") has the table. Library statuses map onto the same classes:
 
 =====================  ====================================  ==================
 status                 meaning                               class
@@ -35,19 +30,13 @@ RKV_ERR_IO             file input/output failed              RingKVOSError
 
 The Python layer checks array shapes and dtypes (and a negative clock in
 ``Model.begin_frame``, which the library reports as RKV_ERR_CLOCK) before
-calling the library, so those raise the class of the table above, not the
-one of the status the library would return. Errors raised by the Python
-layer have ``status`` 0 (``status_name`` "python").
+calling the library, so those raise the class of the table above; errors
+it raises have ``status`` 0 (``status_name`` "python"). A CUDA layer's
+device errors come from ``LayerRingCache.check()`` with the statuses above.
 
-A CUDA layer's device errors (session ids and clocks checked by the
-kernels) come from ``LayerRingCache.check()`` with the statuses above.
-
-The library's messages name C calls ("rkv_model_claim: ... page it in with
-rkv_model_page_in"); ``ringkv._lib.error_for`` names the Python call that does the
-same instead (:data:`PYTHON_NAMES`: "Model.claim: ... page it in with
-Model.page_in"), the message otherwise unchanged. C names with no Python
-counterpart stay as they are. This module imports nothing of ringkv's
-(``ringkv._lib`` turns statuses into these exceptions: ``check``).
+Messages name the Python calls (:data:`PYTHON_NAMES`, :func:`python_call`),
+not the C calls of the library's text. This module imports nothing of
+ringkv's (``ringkv._lib.check`` turns statuses into these exceptions).
 """
 from __future__ import annotations
 
@@ -152,11 +141,9 @@ CLASS_OF = {  # the class of each failed status
 _L, _M = "LayerRingCache", "Model"
 
 #: The Python call for each C function a library message names (the one
-#: that failed, or one it advises): the binding's call that does what the
-#: C call does. Names missing here have no Python counterpart (internal
-#: calls, buffer sizes the binding computes itself) and stay as they are;
-#: python/tests/test_errors.py checks every rkv_ name of src/ is one or the
-#: other.
+#: that failed, or one it advises). Names missing here have no Python
+#: counterpart and stay as they are (python/tests/test_errors.py checks
+#: every rkv_ name of src/ is one or the other).
 PYTHON_NAMES = {
     "rkv_convert": "ringkv.convert",
     "rkv_threadpool_create": "ThreadPool",
@@ -235,11 +222,6 @@ def called_as(message: str, name: str, prefix: bool = True) -> str:
     return f"{name}: {message}" if prefix else message
 
 
-def _compiling() -> bool:
-    torch = sys.modules.get("torch")
-    return torch is not None and torch.compiler.is_compiling()
-
-
 def python_call(name: str, prefix: bool = True) -> Callable[[F], F]:
     """Decorates a public function or method so that a :class:`RingKVError`
     it raises names it (:func:`called_as`): the same exception, its message
@@ -255,7 +237,9 @@ def python_call(name: str, prefix: bool = True) -> Callable[[F], F]:
             try:
                 return fn(*args, **kwargs)
             except RingKVError as exc:
-                if exc.args and isinstance(exc.args[0], str) and not _compiling():
+                torch = sys.modules.get("torch")
+                if (exc.args and isinstance(exc.args[0], str)
+                        and not (torch is not None and torch.compiler.is_compiling())):
                     exc.args = (called_as(exc.args[0], name, prefix),) + exc.args[1:]
                 raise
         return named  # type: ignore[return-value]
@@ -265,7 +249,8 @@ def python_call(name: str, prefix: bool = True) -> Callable[[F], F]:
 def python_calls(cls_name: str, prefix: bool = True) -> Callable[[type], type]:
     """Class decorator: :func:`python_call` on every public method (plain
     and class methods; ``__init__`` as the class's name), named
-    ``cls_name.method``. Properties and other dunders are left alone."""
+    ``cls_name.method``. Properties, static methods and other dunders are
+    left alone."""
     def decorate(cls: type) -> type:
         for attr, member in list(vars(cls).items()):
             if attr.startswith("_") and attr != "__init__":
@@ -273,8 +258,6 @@ def python_calls(cls_name: str, prefix: bool = True) -> Callable[[type], type]:
             name = cls_name if attr == "__init__" else f"{cls_name}.{attr}"
             if isinstance(member, classmethod):
                 setattr(cls, attr, classmethod(python_call(name, prefix)(member.__func__)))
-            elif isinstance(member, staticmethod):
-                setattr(cls, attr, staticmethod(python_call(name, prefix)(member.__func__)))
             elif inspect.isfunction(member):
                 setattr(cls, attr, python_call(name, prefix)(member))
         return cls

@@ -57,16 +57,15 @@ def _row_input(x: Any, name: str, device: Any, torch: Any, as_value: Any) -> Any
 def flex_block_mask(cache: Any, session: Any, frame_pos: Any, *,
                     n_queries: int | None = None) -> Any:
     """A FlexAttention ``BlockMask`` for session ``session`` of ``cache`` (a
-    :class:`ringkv.LayerRingCache`) at clock ``frame_pos``: queries
+    :class:`ringkv.LayerRingCache`) at clock ``frame_pos`` (ints, or int64
+    tensors of one element on the cache's device): queries
     ``[1, Hq, n_queries, D]`` (default ``tokens_per_frame``) over the K/V
-    views ``[1, H, N, D]``, on the cache's device. Right in eager and in
-    compiled FlexAttention, and traceable by torch.compile (see the module
-    docstring). ``session``, ``frame_pos``: ints (SymInts under
-    torch.compile) or int64 tensors of one element on the cache's device.
+    views ``[1, H, N, D]``, on the cache's device (see the module docstring).
     RingKVTypeError (a TypeError) for a ``cache`` that is not a
-    LayerRingCache (None included); IndexError for a session out of range, ValueError for ``frame_pos < 0``
-    (for tensors on a CUDA layer: a device error that ``cache.check()``
-    raises); RuntimeError without torch >= 2.6 (the ops)."""
+    LayerRingCache (None included); IndexError for a session out of range,
+    ValueError for ``frame_pos < 0`` (for tensors on a CUDA layer, not yet
+    run on a GPU: a device error that ``cache.check()`` raises);
+    RuntimeError without torch >= 2.6 (the ops)."""
     from .layer import LayerRingCache, _torch_ops
     as_instance(cache, LayerRingCache, "cache")
     S, T, N, B = cache.num_sessions, cache.tokens_per_frame, cache.total_slots, RKV_BLOCK_TOKENS

@@ -1,32 +1,18 @@
 """``LayerRingCache``: one attention layer's ring KV cache, a drop-in for the
 reference class of ``shared/spec/seed_ring_cache.py`` backed by libringkv.
+Its storage, views, devices and errors: the class docstring; the deliberate
+differences from the reference (arguments checked completely before
+anything is written, sessions and clocks checked, T >= 128, the visibility
+row a new array per ``build_visibility`` call, dtypes and devices), with
+their reasons: python/README.md.
 
-Storage is one buffer ``[2, 1, H, N, D]`` (``N = num_sessions * capacity``;
-index 0 = K, 1 = V) owned by the library. ``kv``, ``written`` and the
-``(k, v)`` returned by ``upsert`` are views of it, never copies: they change
-with every upsert/reset and stay valid while any of them is alive (each view
-keeps the library's buffer alive).
-
-The deliberate differences from the reference (arguments checked completely
-before anything is written, sessions and clocks checked, T >= 128, the
-visibility row a new array per ``build_visibility`` call, dtypes and devices)
-are listed in python/README.md with their reasons.
-
-One layer handle, one code path. A cache holds one ``rkv_layer*`` whatever
-its backend: ``rkv_layer_create`` (the CPU backend, host memory) or, for
-``device="cuda"`` / ``"cuda:N"`` / ``torch.device("cuda", N)``,
-``rkv_layer_create_on`` the CUDA backend's table (``libringkv_cuda.so``,
-loaded on first use, see :func:`ringkv._lib.cuda`; device memory). Torch
-tensors (torch >= 2.6) go through the custom ops of :mod:`ringkv.ops`
-(``ringkv::visible_row``, ``ringkv::upsert``, ``ringkv::attend``) on the
-layer's storage tensors on either device, so that
+A cache holds one ``rkv_layer*`` whatever its backend (:func:`_create`).
+Torch tensors (torch >= 2.6) go through the custom ops of :mod:`ringkv.ops`
+on the layer's storage tensors on either device, so that
 ``torch.compile(fullgraph=True)`` traces ``upsert`` and ``attend`` and CUDA
 graphs capture them; NumPy arrays (and ``attend(pool=..., reference=True)``)
-take the direct C calls, which read host memory. What differs by device is
-the storage's views (NumPy over host memory, torch CUDA tensors over device
-memory) and the backend a layer is created on; python/README.md ("CUDA
-devices") has the CUDA contract. The CUDA backend has not yet run on a GPU
-(no GPU run is recorded).
+take the direct C calls, which read host memory. The CUDA backend has not
+yet run on a GPU (no GPU run is recorded).
 """
 from __future__ import annotations
 
@@ -38,10 +24,10 @@ import numpy as np
 
 from . import _arrays as ar
 from ._args import as_flag, as_instance, as_int, as_session
-from ._handle import HandleOwner, check_state, copy_extras, extras, malformed_state
+from ._handle import HandleOwner, OwnedHandle, check_state, copy_extras, extras, malformed_state
 from ._lib import Geometry as _GeometryStruct
 from ._lib import check, cuda as _cuda_lib, cuda_library_path, lib
-from .attention import _scale, attend_layer
+from .attention import _scale, attend_reference, prepare, set_visibility
 from .errors import (RingKVArrayError, RingKVDeviceError, RingKVIndexError, RingKVRuntimeError,
                      RingKVTypeError, RingKVValueError, python_call, python_calls)
 
@@ -128,10 +114,10 @@ def _cuda_device(device: Any, index: int | None) -> str:
     return f"cuda:{index}"
 
 
-class _LayerHandle(HandleOwner):
-    """Owns an ``rkv_layer*`` (``free`` frees it: ``rkv_layer_destroy``; on a
-    GPU it holds the backend context too) or borrows one from a
-    model (``free`` None; ``owner`` keeps the model alive). A layer on a GPU
+class _LayerHandle(OwnedHandle):
+    """Owns an ``rkv_layer*`` (``free``: ``rkv_layer_destroy``; ``owner``: on
+    a GPU the backend context) or borrows one from a model (``free`` None;
+    ``owner``: the model). A layer on a GPU
     is freed (it synchronizes the device first) once the cache and every
     view of its storage are gone: not inside a CUDA graph capture. Never
     copied or pickled: the LayerRingCache over it copies its contents into
@@ -139,21 +125,7 @@ class _LayerHandle(HandleOwner):
 
     _copy_hint = ("it holds an rkv_layer* (an address in this process); copy or pickle the "
                   "LayerRingCache instead")
-
-    __slots__ = ("ptr", "owner", "_free")
-
-    def __init__(self, ptr: int, owner: Any = None, free: Any = None):
-        self.ptr = ptr
-        self.owner = owner
-        self._free = free  # held here: module globals may be gone at exit
-
-    def __del__(self):
-        if self.ptr and self._free is not None:
-            try:
-                self._free(self.ptr)
-            except Exception:  # noqa: BLE001 - interpreter shutdown
-                pass
-            self.ptr = None
+    __slots__ = ()
 
 
 def _create(g: _GeometryStruct, device: str) -> _LayerHandle:
@@ -163,17 +135,15 @@ def _create(g: _GeometryStruct, device: str) -> _LayerHandle:
     current stream there (``ringkv.ops.context``, kept alive by the layer;
     K/V zeroed, written bits armed; it synchronizes), torch's current device
     left as it was. Not yet run on a GPU."""
-    ptr = ctypes.c_void_p()
+    ptr, ctx = ctypes.c_void_p(), None
     if device == "cpu":
         check(lib.rkv_layer_create(ctypes.byref(g), ctypes.byref(ptr)))
-        return _LayerHandle(ptr.value, free=lib.rkv_layer_destroy)
-    check(lib.rkv_geometry_check(ctypes.byref(g)))  # geometry errors before any CUDA call
-    torch = ar.torch_module()
-    with torch.cuda.device(device):
-        ctx = _OPS.context(device)
-        check(lib.rkv_layer_create_on(ctx.table, ctx.ptr, ctypes.byref(g), ctypes.byref(ptr)))
-    destroy = lib.rkv_layer_destroy
-    return _LayerHandle(ptr.value, free=lambda p, ctx=ctx: destroy(p))  # then ctx may go
+    else:
+        check(lib.rkv_geometry_check(ctypes.byref(g)))  # geometry errors before any CUDA call
+        with ar.torch_module().cuda.device(device):
+            ctx = _OPS.context(device)
+            check(lib.rkv_layer_create_on(ctx.table, ctx.ptr, ctypes.byref(g), ctypes.byref(ptr)))
+    return _LayerHandle(ptr.value, ctx, lib.rkv_layer_destroy)  # the layer first, then ctx
 
 
 # The reference's messages stay as they are; a call name one carries is the
@@ -191,44 +161,47 @@ class LayerRingCache(HandleOwner):
     ``dtype``: a torch dtype (float32, float16, bfloat16), a NumPy dtype
     (float32, float16, ``ml_dtypes.bfloat16``) or a string ("f32", "float32",
     "f16", "bf16", "bfloat16", ...). ``device``: "cpu" (or
-    ``torch.device("cpu")``): the CPU backend; "cuda" (torch's current
-    device), "cuda:N" or ``torch.device("cuda", N)``: the CUDA backend on
-    that GPU (see below; the CUDA backend has not yet run on a GPU: no GPU
-    run is recorded).
-
-    ``array_kind`` ("numpy" or "torch") chooses what the attributes ``kv``,
-    ``written`` and ``frame_offsets`` are; by default torch when ``dtype`` is
-    a torch dtype or ``device`` a ``torch.device``, else NumPy. ``upsert``
-    returns views of the same kind as its ``kv`` input, whatever this is.
+    ``torch.device("cpu")``): the CPU backend, host memory; "cuda" (torch's
+    current device), "cuda:N" or ``torch.device("cuda", N)``: the CUDA
+    backend (``libringkv_cuda.so``) on that GPU, device memory (see below).
+    ``array_kind`` ("numpy" or "torch") chooses what ``kv``, ``written`` and
+    ``frame_offsets`` are; by default torch when ``dtype`` is a torch dtype
+    or ``device`` a ``torch.device``, else NumPy. ``upsert`` returns views
+    of the same kind as its ``kv`` input, whatever this is.
 
     Attributes: ``num_sessions``, ``n_kv_heads``, ``ring_frames``,
     ``ring_buckets``, ``d_head``, ``tokens_per_frame``, ``pinned_dilation``,
     ``ring_len`` (RF*T), ``capacity`` (ring_len + T, one session's slots),
     ``total_slots`` (N = num_sessions * capacity), ``dtype_name``, ``dtype``
-    (of ``kv``), ``device`` ("cpu" or "cuda:N"), ``kv`` ([2, 1, H, N, D]
-    view), ``written`` ([N] bool view), ``memory_bytes``, ``frame_offsets``
-    ([T] int64). Errors at construction: ValueError for a bad geometry,
-    TypeError for a size that is not an integer, RingKVDtypeError (a
-    ValueError and a TypeError) for an unknown dtype, RingKVDeviceError (a
-    ValueError and a RuntimeError) for an unknown device (ringkv.errors).
+    (of ``kv``), ``device`` ("cpu" or "cuda:N"), ``kv`` ([2, 1, H, N, D],
+    index 0 = K, 1 = V), ``written`` ([N] bool), ``memory_bytes``,
+    ``frame_offsets`` ([T] int64). The storage is owned by the library;
+    ``kv``, ``written`` and the ``(k, v)`` of ``upsert`` are views of it,
+    never copies: they change with every upsert/reset and stay valid while
+    any of them is alive (each keeps the storage alive). Errors at
+    construction: ValueError for a bad geometry, TypeError for a size that
+    is not an integer, RingKVDtypeError (a ValueError and a TypeError) for
+    an unknown dtype, RingKVDeviceError (a ValueError and a RuntimeError)
+    for an unknown device (ringkv.errors).
 
     ``copy.copy`` and ``copy.deepcopy`` give a new layer on the same device
     with equal contents and its own storage; ``pickle`` stores a CPU layer
     by value (a CUDA layer raises TypeError). See :meth:`_clone` and
     :meth:`__reduce__`.
 
-    **CUDA layers** (python/README.md, "CUDA devices"; not yet run on a
-    GPU): RuntimeError at construction, before anything is allocated,
-    without ``libringkv_cuda.so``, a GPU it sees or torch with CUDA;
-    IndexError for a device the runtime lacks. Views (``kv``, ``written``,
-    ``upsert``'s ``k``, ``v``) are torch CUDA tensors over the layer's
-    device memory; inputs torch CUDA tensors on its GPU (RingKVDeviceError
-    otherwise; ``frame_pos``, ``session_idx`` and ``visible`` may be host
-    data, copied once: not capture-safe). ``upsert``, ``attend`` and
-    ``reset`` enqueue on ``torch.cuda.current_stream(device)`` without
-    synchronizing; session ids and clocks there are the kernels' to check
-    (:meth:`check`). ``visible_frames``, ``visible_row`` and ``block_mask``
-    raise NotImplementedError (they read the written bits on the host).
+    **CUDA layers** (python/README.md, "CUDA devices"; the CUDA backend has
+    not yet run on a GPU: no GPU run is recorded): RuntimeError at
+    construction, before anything is allocated, without
+    ``libringkv_cuda.so``, a GPU it sees or torch with CUDA; IndexError for
+    a device the runtime lacks. Views are torch CUDA tensors over the
+    layer's device memory; inputs torch CUDA tensors on its GPU
+    (RingKVDeviceError otherwise; ``frame_pos``, ``session_idx`` and
+    ``visible`` may be host data, copied once: not capture-safe).
+    ``upsert``, ``attend`` and ``reset`` enqueue on
+    ``torch.cuda.current_stream(device)`` without synchronizing; session
+    ids and clocks there are the kernels' to check (:meth:`check`).
+    ``visible_frames``, ``visible_row`` and ``block_mask`` raise
+    NotImplementedError (they read the written bits on the host).
     """
 
     def __init__(self, num_sessions: int, n_kv_heads: int, ring_frames: int, ring_buckets: int,
@@ -262,10 +235,8 @@ class LayerRingCache(HandleOwner):
         return self
 
     def _init(self, handle: _LayerHandle, array_kind: str, device: str = "cpu") -> None:
-        """The cache over ``handle``: its geometry and views. ``device``:
-        where its storage is ("cpu": host memory, NumPy views and torch
-        views over them; "cuda:i": device memory, torch CUDA tensors only,
-        not yet run on a GPU)."""
+        """The cache over ``handle`` on ``device`` ("cpu" or "cuda:i"; the
+        CUDA backend has not yet run on a GPU): its geometry and views."""
         if array_kind not in (ar.NUMPY, ar.TORCH):
             raise RingKVValueError(f"array_kind must be 'numpy' or 'torch'; got {array_kind!r}")
         if array_kind == ar.TORCH and ar.torch_module() is None:
@@ -367,8 +338,7 @@ class LayerRingCache(HandleOwner):
     def geometry_list(self) -> list[int]:
         """``[S, H, RF, RB, D, T, PD]``: the ``geometry`` argument of the
         custom ops (:mod:`ringkv.ops`)."""
-        return [self.num_sessions, self.n_kv_heads, self.ring_frames, self.ring_buckets,
-                self.d_head, self.tokens_per_frame, self.pinned_dilation]
+        return [getattr(self, name) for name, _ in _GeometryStruct._fields_[:7]]
 
     @property
     def memory_bytes(self) -> int:
@@ -377,12 +347,9 @@ class LayerRingCache(HandleOwner):
         return int(lib.rkv_geometry_memory_bytes(lib.rkv_layer_geometry(self._h.ptr)))
 
     def __repr__(self) -> str:
-        g = self.geometry
-        return (f"ringkv.LayerRingCache(num_sessions={g.num_sessions}, n_kv_heads="
-                f"{g.n_kv_heads}, ring_frames={g.ring_frames}, ring_buckets={g.ring_buckets}, "
-                f"d_head={g.d_head}, tokens_per_frame={g.tokens_per_frame}, pinned_dilation="
-                f"{g.pinned_dilation}, dtype={g.dtype!r}"
-                + (")" if self.device == "cpu" else f", device={self.device!r})"))
+        args = {**self.geometry._asdict(), **({} if self.device == "cpu" else
+                                              {"device": self.device})}
+        return f"ringkv.LayerRingCache({', '.join(f'{k}={v!r}' for k, v in args.items())})"
 
     # ---- the calls on the layer ------------------------------------------
     def _call(self, fn: Any, *args: Any) -> None:
@@ -520,9 +487,7 @@ class LayerRingCache(HandleOwner):
         - ``commit``: write the frame into its ring slot (on write steps,
           ``frame_pos % pinned_dilation == 0``; else the scratch again) and
           mark it written.
-        - ``session_idx``: ``[B]`` int64, each in range, distinct. A CUDA
-          layer reads ``frame_pos`` and ``session_idx`` on the device (host
-          data is copied there once: not capture-safe).
+        - ``session_idx``: ``[B]`` int64, each in range, distinct.
         - ``build_visibility``: also compute the reference's visibility row
           (B == 1 only), before the commit.
 
@@ -554,13 +519,20 @@ class LayerRingCache(HandleOwner):
         commit = as_flag(commit, "commit")
         build_visibility = as_flag(build_visibility, "build_visibility")
         ops = _torch_ops() if ar.is_torch_tensor(kv) else None
-        if ops is not None:
-            return self._upsert_op(ops, kv, frame_pos, commit, session_idx, build_visibility)
+        if ops is not None:  # the host checks, then the ops
+            ring, k, v, written = self.views(ar.TORCH)
+            dev = written.device
+            fp = ar.torch_index(frame_pos, "frame_pos", _FRAME_POS_MSG, dev)
+            ar.check_device(kv, "kv", dev)
+            si = self._check_upsert(kv, fp.shape, session_idx, build_visibility, dev)
+            geometry, err = self.geometry_list, self.error_word
+            row = ops.visible_row(written, fp, si, geometry, err) if build_visibility else None
+            ops.upsert(ring, written, kv, fp, si, geometry, commit, err)
+            return k, v, self._row_result(row, ar.TORCH)
         self._host(kv, "kv")
         fp = ar.int64_vector(frame_pos, "frame_pos", _FRAME_POS_MSG)
         buf = ar.CBuffer(kv, "kv")
-        si = self._check_upsert(buf.shape, buf.code, buf.keep, fp.shape, session_idx,
-                                build_visibility)
+        si = self._check_upsert(buf.keep, fp.shape, session_idx, build_visibility)
         B = fp.shape[0]
         if B == 0:  # an empty batch writes nothing, as the reference's (no C call: B >= 1)
             _, k, v, _ = self.views(buf.kind)
@@ -572,29 +544,12 @@ class LayerRingCache(HandleOwner):
         _, k, v, _ = self.views(buf.kind)
         return k, v, self._row_result(visible, buf.kind)
 
-    def _upsert_op(self, ops: Any, kv: Any, frame_pos: Any, commit: bool, session_idx: Any,
-                   build_visibility: bool) -> tuple[Any, Any, Any]:
-        """upsert with a torch ``kv``: the host checks, then the custom ops
-        (``ringkv::visible_row`` before ``ringkv::upsert``) on this layer's
-        storage tensors. Traceable by torch.compile (fullgraph); on a CUDA
-        layer, kernels on the current stream, no synchronization."""
-        ring, k, v, written = self.views(ar.TORCH)
-        dev = written.device
-        fp = ar.torch_index(frame_pos, "frame_pos", _FRAME_POS_MSG, dev)
-        ar.check_device(kv, "kv", dev)
-        si = self._check_upsert(tuple(kv.shape), ar.array_dtype_code(kv), kv, fp.shape,
-                                session_idx, build_visibility, dev)
-        geometry, err = self.geometry_list, self.error_word
-        row = ops.visible_row(written, fp, si, geometry, err) if build_visibility else None
-        ops.upsert(ring, written, kv, fp, si, geometry, commit, err)
-        return k, v, self._row_result(row, ar.TORCH)
-
-    def _check_upsert(self, shape: tuple, code: int | None, keep: Any, fp_shape: Any,
-                      session_idx: Any, build_visibility: bool, device: Any = None) -> Any:
+    def _check_upsert(self, kv: Any, fp_shape: Any, session_idx: Any, build_visibility: bool,
+                      device: Any = None) -> Any:
         """The host checks of upsert, in the reference's order and with its
         messages (torch._check in seed_ring_cache.py), on both routes; the
         ``[B]`` int64 sessions (NumPy; a tensor on ``device`` when given)."""
-        B, T = fp_shape[0], self.tokens_per_frame
+        B, T, shape = fp_shape[0], self.tokens_per_frame, tuple(kv.shape)
         if len(shape) not in (4, 5):
             raise RingKVArrayError(f"kv must be [2, 1, H, B*T, D]; got shape {shape}")
         if shape[-2] != B * T:
@@ -613,11 +568,13 @@ class LayerRingCache(HandleOwner):
         if build_visibility and B != 1:
             raise RingKVRuntimeError("ring cache's fallback visibility row only supports B == 1; "
                                      "the engine path passes build_visibility=False.")
-        expect = (2, 1, self.n_kv_heads, B * T, self.d_head)
-        msg = ar.kv_mismatch(shape, code, keep, expect, self._code)
-        if msg:  # a RuntimeError as the reference's index_copy_, and a ValueError
-            raise RingKVArrayError(msg)
+        self._check_kv(kv, B)  # a RuntimeError as the reference's index_copy_, and a ValueError
         return si
+
+    def _check_kv(self, kv: Any, B: int) -> None:
+        """:func:`ringkv._arrays.check_kv` of ``kv`` for B rows of this layer."""
+        ar.check_kv(kv, (2, 1, self.n_kv_heads, B * self.tokens_per_frame, self.d_head),
+                    self._code)
 
     def _row_result(self, row: Any, kind: str) -> Any:
         """The third value of upsert. ``row`` (a new row, of ``kind``) is
@@ -650,12 +607,8 @@ class LayerRingCache(HandleOwner):
         bits-and-clock rule (SEMANTICS 4): ring frames ascending, then
         ``ring_frames`` (the scratch)."""
         self._host_only("visible_frames")
-        frames = (ctypes.c_int64 * (self.ring_frames + 1))()
-        count = ctypes.c_int64()
-        check(lib.rkv_layer_visible_frames(self._h.ptr, as_session(session_idx),
-                                           as_int(frame_pos, "frame_pos"), frames,
-                                           ctypes.byref(count)))
-        return list(frames[:count.value])
+        return _frames(self.ring_frames, lib.rkv_layer_visible_frames, self._h.ptr,
+                       as_session(session_idx), as_int(frame_pos, "frame_pos"))
 
     def visible_row(self, session_idx: int, frame_pos: int) -> Any:
         """``[N]`` bool row of the bits-and-clock rule (the reference's row
@@ -692,65 +645,61 @@ class LayerRingCache(HandleOwner):
         row ``upsert`` returned). ``scale`` defaults to 1/sqrt(D). Returns
         ``out`` ``[B, Hq, Tq, D]`` (same kind as ``q``; dtype ``out_dtype`` or
         ``q``'s unless ``out`` is given). ``pool``: a :class:`ringkv.ThreadPool`;
-        ``reference=True``: the single-thread oracle. See :mod:`ringkv.attention`.
+        ``reference=True``: the single-thread oracle (its storage wrapped on
+        ``rkv_backend_cpu_reference``). See :mod:`ringkv.attention`.
 
         Torch ``q`` (without ``pool``/``reference``): the op
         ``ringkv::attend`` (traceable by torch.compile), on either device; a
-        given ``out`` receives its result. A CUDA layer: ``q`` and ``out``
-        torch CUDA tensors on its GPU, ``session_idx``, ``frame_pos`` and
-        ``visible`` there too (or host data, copied once: not capture-safe);
-        ``pool`` and ``reference`` do not apply (ValueError). Invalid session
-        ids or clocks on the device make it write nothing: :meth:`check`
-        reports them.
+        given ``out`` receives its result. A CUDA layer (inputs as the class
+        docstring says): ``pool`` and ``reference`` do not apply
+        (ValueError); invalid session ids or clocks on the device make it
+        write nothing: :meth:`check` reports them.
         """
         reference = as_flag(reference, "reference")
         self._host(q, "q", pool is not None or reference)
         ops = (_torch_ops() if ar.is_torch_tensor(q) and pool is None and not reference
                else None)
-        if ops is not None:
-            return self._attend_op(ops, q, session_idx, frame_pos, visible, scale, out,
-                                   out_dtype)
-        return attend_layer(self._h.ptr, self.d_head, self.total_slots, q, session_idx,
-                            frame_pos, visible=visible, scale=scale, out=out,
-                            out_dtype=out_dtype, pool=pool, reference=reference,
-                            kv_heads=self.n_kv_heads)
-
-    def _attend_op(self, ops: Any, q: Any, session_idx: Any, frame_pos: Any, visible: Any,
-                   scale: Any, out: Any, out_dtype: Any) -> Any:
-        """attend with a torch ``q``: ``ringkv::attend`` on this layer's
-        storage tensors (traceable; on a CUDA layer, kernels on the current
-        stream). A given ``out`` receives the result."""
-        ring, _, _, written = self.views(ar.TORCH)
-        dev = written.device
-        ar.check_device(q, "q", dev)
-        si = ar.torch_index(session_idx, "session_idx",
-                            "session_idx must be a [B] int64 array or tensor; got {got}", dev)
-        fp = rows = None
-        if visible is not None:
-            rows = visible if ar.is_torch_tensor(visible) else \
-                ar.torch_module().from_numpy(np.ascontiguousarray(visible))
-            if rows.device.type == "cpu" and dev.type == "cuda":
-                rows = rows.to(dev)  # host rows: one copy (not capture-safe)
-            ar.check_device(rows, "visible", dev)
-        elif frame_pos is not None:
-            fp = ar.torch_index(frame_pos, "frame_pos",
-                                "frame_pos must be a [B] int64 array or tensor; got {got}", dev)
-        dt = None if out_dtype is None else ar.torch_dtype(ar.parse_dtype(out_dtype))
-        if out is not None:
-            ar.check_device(out, "out", dev)
-            if tuple(out.shape) != tuple(q.shape):
-                raise RingKVArrayError(f"out has shape {tuple(out.shape)}; expected "
-                                       f"{tuple(q.shape)}")
-            if not out.is_contiguous():
-                raise RingKVArrayError("out must be C-contiguous (it is written in place)")
-            if ar.array_dtype_code(out) is None:
-                raise RingKVArrayError(f"out dtype {out.dtype} is not {ar.REALS}")
-            dt = out.dtype
-        res = ops.attend(ring, written, q, si, fp, rows, self.geometry_list, _scale(scale), dt,
-                         self.error_word)
-        if out is None:
-            return res
-        out.copy_(res)
+        if ops is not None:  # ringkv::attend; a given ``out`` receives its result
+            ring, _, _, written = self.views(ar.TORCH)
+            dev = written.device
+            ar.check_device(q, "q", dev)
+            si = ar.torch_index(session_idx, "session_idx",
+                                "session_idx must be a [B] int64 array or tensor; got {got}", dev)
+            fp = rows = None
+            if visible is not None:
+                rows = visible if ar.is_torch_tensor(visible) else \
+                    ar.torch_module().from_numpy(np.ascontiguousarray(visible))
+                if rows.device.type == "cpu" and dev.type == "cuda":
+                    rows = rows.to(dev)  # host rows: one copy (not capture-safe)
+                ar.check_device(rows, "visible", dev)
+            elif frame_pos is not None:
+                fp = ar.torch_index(frame_pos, "frame_pos",
+                                    "frame_pos must be a [B] int64 array or tensor; got {got}", dev)
+            dt = None if out_dtype is None else ar.torch_dtype(ar.parse_dtype(out_dtype))
+            if out is not None:
+                ar.check_device(out, "out", dev)
+                if tuple(out.shape) != tuple(q.shape):
+                    raise RingKVArrayError(f"out has shape {tuple(out.shape)}; expected "
+                                           f"{tuple(q.shape)}")
+                if not out.is_contiguous():
+                    raise RingKVArrayError("out must be C-contiguous (it is written in place)")
+                if ar.array_dtype_code(out) is None:
+                    raise RingKVArrayError(f"out dtype {out.dtype} is not {ar.REALS}")
+                dt = out.dtype
+            res = ops.attend(ring, written, q, si, fp, rows, self.geometry_list, _scale(scale), dt,
+                             self.error_word)
+            return res if out is None else out.copy_(res)
+        si = ar.int64_vector(session_idx, "session_idx",
+                             "session_idx must be a [B] int64 array or tensor; got {got}")
+        args, out, keep = prepare(q, self.d_head, si.shape[0], out, out_dtype, scale, pool,
+                                  kv_heads=self.n_kv_heads)
+        args.session_idx = ctypes.cast(si.ctypes.data, ctypes.POINTER(ctypes.c_int64))
+        rows = None if visible is None else ar.CBuffer(visible, "visible").keep
+        fp = None if visible is not None or frame_pos is None else ar.int64_vector(
+            frame_pos, "frame_pos", "frame_pos must be a [B] int64 array or tensor; got {got}")
+        set_visibility(args, self.total_slots, fp, rows)  # keep, rows, fp: alive until the call
+        check((attend_reference if reference else lib.rkv_layer_attend)(self._h.ptr,
+                                                                        ctypes.byref(args)))
         return out
 
 
@@ -814,9 +763,13 @@ def visible_frames_from_clock(geometry: LayerGeometry, frame_pos: int) -> list[i
     ``0 .. frame_pos-1`` in order: visible ring frame slots ascending, then
     ``ring_frames`` (the scratch)."""
     as_instance(geometry, LayerGeometry, "geometry", " (e.g. cache.geometry)")
-    g = geometry._struct()
-    frames = (ctypes.c_int64 * (geometry.ring_frames + 1))()
-    count = ctypes.c_int64()
-    check(lib.rkv_visible_frames_from_clock(ctypes.byref(g), as_int(frame_pos, "frame_pos"),
-                                            frames, ctypes.byref(count)))
+    return _frames(geometry.ring_frames, lib.rkv_visible_frames_from_clock,
+                   ctypes.byref(geometry._struct()), as_int(frame_pos, "frame_pos"))
+
+
+def _frames(ring_frames: int, fn: Any, *args: Any) -> list[int]:
+    """The frame list ``fn(*args, frames, &count)`` writes (at most
+    ``ring_frames + 1``)."""
+    frames, count = (ctypes.c_int64 * (ring_frames + 1))(), ctypes.c_int64()
+    check(fn(*args, frames, ctypes.byref(count)))
     return list(frames[:count.value])

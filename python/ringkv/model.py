@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import itertools
 import os
 from dataclasses import asdict, astuple, dataclass
 from typing import Any
@@ -32,10 +33,11 @@ from ._lib import Geometry as _GeometryStruct
 from ._lib import SessionRegion as _RegionStruct
 from ._lib import SnapshotInfo as _SnapshotInfoStruct
 from ._lib import check, cuda as _cuda_lib, error_for
-from .attention import _scale, attend_model
+from .attention import _scale, prepare
 from ._args import (as_bytes, as_flag, as_instance, as_int, as_path, as_request_id, as_session,
-                    as_text)
-from ._handle import LIVE_MODELS, HandleOwner, check_state, copy_extras, extras, malformed_state
+                    as_text, short_repr)
+from ._handle import (LIVE_MODELS, HandleOwner, OwnedHandle, check_state, copy_extras, extras,
+                      malformed_state)
 from .errors import (RingKVArrayError, RingKVDeviceError, RingKVIndexError, RingKVRuntimeError,
                      RingKVTypeError, RingKVValueError, python_call, python_calls)
 from .layer import LayerGeometry, LayerRingCache, _cuda_device, _parse_device, _torch_ops
@@ -50,6 +52,10 @@ class LayerSpec:
     ring_frames: int
     ring_buckets: int
     pinned_dilation: int
+
+
+_SIZES = ("num_sessions", "n_q_heads", "n_kv_heads", "d_head", "tokens_per_frame",
+          "max_offloaded")  # ModelConfig's integer fields, as rkv_model_config's
 
 
 @python_calls("ModelConfig")
@@ -75,9 +81,8 @@ class ModelConfig:
         name = as_text(self.name, "ModelConfig.name")
         if (not isinstance(self.layers, (list, tuple))
                 or not all(isinstance(spec, LayerSpec) for spec in self.layers)):
-            got = repr(self.layers)
             raise RingKVTypeError("ModelConfig.layers must be a list of ringkv.LayerSpec; got "
-                                  + (got if len(got) <= 120 else got[:117] + "..."))
+                                  + short_repr(self.layers, 120))
         if not 1 <= len(self.layers) <= RKV_MAX_LAYERS:
             raise RingKVValueError(f"a model has 1..{RKV_MAX_LAYERS} layers; got "
                                    f"{len(self.layers)}")
@@ -87,27 +92,19 @@ class ModelConfig:
         c.name = name
         c.n_layers = len(self.layers)
         for i, spec in enumerate(self.layers):
-            c.layers[i] = _LayerSpecStruct(as_int(spec.ring_frames, "ring_frames"),
-                                           as_int(spec.ring_buckets, "ring_buckets"),
-                                           as_int(spec.pinned_dilation, "pinned_dilation"))
-        c.num_sessions = as_int(self.num_sessions, "num_sessions")
-        c.n_q_heads = as_int(self.n_q_heads, "n_q_heads")
-        c.n_kv_heads = as_int(self.n_kv_heads, "n_kv_heads")
-        c.d_head = as_int(self.d_head, "d_head")
-        c.tokens_per_frame = as_int(self.tokens_per_frame, "tokens_per_frame")
+            c.layers[i] = _LayerSpecStruct(*(as_int(getattr(spec, f), f) for f, _ in
+                                             _LayerSpecStruct._fields_))
+        for size in _SIZES:
+            setattr(c, size, as_int(getattr(self, size), size))
         c.dtype = ar.parse_dtype(self.dtype)
-        c.max_offloaded = as_int(self.max_offloaded, "max_offloaded")
         return c
 
     @classmethod
     def _from_struct(cls, c: ModelConfigStruct) -> "ModelConfig":
-        return cls(name=c.name.decode(), num_sessions=c.num_sessions, n_q_heads=c.n_q_heads,
-                   layers=[LayerSpec(int(c.layers[i].ring_frames), int(c.layers[i].ring_buckets),
-                                     int(c.layers[i].pinned_dilation))
-                           for i in range(c.n_layers)],
-                   n_kv_heads=c.n_kv_heads, d_head=c.d_head,
-                   tokens_per_frame=c.tokens_per_frame, dtype=ar.DTYPE_NAMES[c.dtype],
-                   max_offloaded=int(c.max_offloaded))
+        return cls(name=c.name.decode(), dtype=ar.DTYPE_NAMES[c.dtype],
+                   layers=[LayerSpec(*(int(getattr(x, f)) for f, _ in x._fields_))
+                           for x in c.layers[:c.n_layers]],
+                   **{size: int(getattr(c, size)) for size in _SIZES})
 
     @property
     def n_layers(self) -> int:
@@ -118,8 +115,7 @@ class ModelConfig:
         g = _GeometryStruct()
         check(lib.rkv_model_config_layer_geometry(ctypes.byref(self._struct()),
                                                   as_int(layer, "layer"), ctypes.byref(g)))
-        return LayerGeometry(g.num_sessions, g.n_kv_heads, g.ring_frames, g.ring_buckets,
-                             g.d_head, g.tokens_per_frame, g.pinned_dilation,
+        return LayerGeometry(*(getattr(g, f) for f, _ in g._fields_[:7]),
                              ar.DTYPE_NAMES[g.dtype])
 
     def memory(self) -> tuple[int, int]:
@@ -133,11 +129,7 @@ class ModelConfig:
 
 def preset_names() -> list[str]:
     """Names of the presets ("demo", "waypoint-1.5-720p", "waypoint-1.5-360p")."""
-    names, arr, i = [], lib.rkv_model_preset_names(), 0
-    while arr[i] is not None:
-        names.append(arr[i].decode())
-        i += 1
-    return names
+    return [n.decode() for n in itertools.takewhile(bool, lib.rkv_model_preset_names())]
 
 
 @python_call("ringkv.preset")
@@ -153,24 +145,15 @@ def preset(name: str, full_global_ring: bool = False, *, num_sessions: int = 1) 
     return cfg
 
 
-class _ModelHandle(HandleOwner):
-    """Owns an ``rkv_model*``; the model's borrowed layers keep it alive, and
-    it keeps ``stream`` (a CUDA model's torch stream) alive until the model
-    is destroyed (which waits for that stream). Never copied or pickled: the
-    Model over it copies by value."""
+class _ModelHandle(OwnedHandle):
+    """Owns an ``rkv_model*`` (``rkv_model_destroy``); the model's borrowed
+    layers keep it alive, and it keeps ``owner`` (a CUDA model's torch
+    stream) alive until the model is destroyed (which waits for that
+    stream). Never copied or pickled: the Model over it copies by value."""
 
-    __slots__ = ("ptr", "stream")
+    __slots__ = ()
     _copy_hint = ("it holds an rkv_model* (an address in this process); copy or pickle the "
                   "Model instead")
-
-    def __init__(self, ptr: int, stream: Any = None):
-        self.ptr = ptr
-        self.stream = stream
-
-    def __del__(self):
-        if self.ptr and lib is not None:
-            lib.rkv_model_destroy(self.ptr)
-            self.ptr = None
 
 
 class _CudaPlace:
@@ -225,23 +208,16 @@ class Model(HandleOwner):
     call as on the CPU (a session saved on one backend loads on the other,
     bit-exact); ``kv``, ``q`` and ``out`` are torch CUDA tensors on its GPU,
     ``session_idx`` and ``frame_pos`` host data (a CUDA tensor is copied to
-    the host, which waits for it); ``pool`` does not apply; the layers'
-    views are torch CUDA tensors. The work is enqueued on ``stream`` (a
-    ``torch.cuda.Stream`` of that GPU; default: torch's current stream
-    there at creation) without waiting; ``upsert``, ``attend`` and ``step``
-    must be made while it is torch's current stream (RuntimeError
-    otherwise); a frame's per-pass calls can be captured in
+    the host, which waits for it); ``pool`` does not apply. The work is
+    enqueued on ``stream`` (a ``torch.cuda.Stream`` of that GPU; default:
+    torch's current stream there at creation) without waiting; ``upsert``,
+    ``attend`` and ``step`` must be made while it is torch's current stream
+    (RuntimeError otherwise); a frame's per-pass calls can be captured in
     ``torch.cuda.graph(g, stream=model.stream)`` after ``begin_frame``;
     :meth:`synchronize` waits and raises what the kernels recorded.
 
     ``copy.copy``, ``copy.deepcopy`` and ``pickle`` give a new model with
-    equal contents (config, claim table, each held session's K/V, written
-    bits and clock) through each held session's portable snapshot image,
-    on the same device (a CUDA model's copy runs on torch's current stream
-    there); see :meth:`_state` and :func:`_model_from_state`. Not while a
-    session is inside a frame, a slot is reserved for an import or a
-    session is paged out (RuntimeError: a reservation would not survive
-    the copy).
+    equal contents on the same device (see :meth:`_state`).
     """
 
     def __init__(self, config: ModelConfig, *, array_kind: str | None = None,
@@ -264,7 +240,7 @@ class Model(HandleOwner):
             raise RingKVValueError("stream applies to a CUDA model (device='cuda')")
         else:
             check(lib.rkv_model_create(ctypes.byref(cfg), ctypes.byref(ptr)))
-        self._h = _ModelHandle(ptr.value, place and place.stream)
+        self._h = _ModelHandle(ptr.value, place and place.stream, lib.rkv_model_destroy)
         self.config = ModelConfig._from_struct(lib.rkv_model_get_config(self._h.ptr).contents)
         self.array_kind = array_kind = ar.NUMPY if array_kind is None else array_kind
         self.device = "cpu" if place is None else str(place.tdevice)
@@ -303,6 +279,16 @@ class Model(HandleOwner):
         out = ctype()
         self._call(fn, *args, ctypes.byref(out))
         return out.value
+
+    def _filled(self, fn: Any, session: int) -> bytearray:
+        """The bytes ``fn(model, session, buf, n, &size)`` writes, asked for
+        twice (``buf`` None for the size, then the bytes), the GPU current."""
+        s, size = as_session(session), ctypes.c_size_t()
+        with self._on_device():
+            check(fn(self._h.ptr, s, None, 0, ctypes.byref(size)))
+            buf = bytearray(size.value)
+            check(fn(self._h.ptr, s, _c_buffer(buf), len(buf), ctypes.byref(size)))
+        return buf
 
     def synchronize(self) -> None:
         """Waits until the model's work has run, then raises what its kernels
@@ -359,15 +345,16 @@ class Model(HandleOwner):
 
     def _state(self, action: str) -> dict:
         """The model by value, for copies and pickles: the config, the array
-        kind, and for each held session its index, request id and snapshot
-        image (:meth:`save_session_bytes`: every layer's K/V span and written
-        bits, and the clock; portable across processes and machines).
+        kind, the device, and for each held session its index, request id
+        and snapshot image (:meth:`save_session_bytes`: every layer's K/V
+        span and written bits, and the clock; portable across processes and
+        machines; a CUDA model's copy runs on torch's current stream there).
         Sessions not held are empty (a release zeroes them) and are not
         stored. RingKVRuntimeError, naming the session, when a session is
-        inside a frame (the images are taken between frames only) or a slot
-        is reserved for an import, and when a session is paged out
-        (:meth:`offload`: its request id's reservation and image checksum
-        are not copied either): refused rather than dropped."""
+        inside a frame (images are taken between frames only), a slot is
+        reserved for an import or a session is paged out (:meth:`offload`):
+        a reservation would not survive the copy, so it is refused rather
+        than dropped."""
         paged_out = self.offloaded_count
         if paged_out:
             raise RingKVRuntimeError(
@@ -380,7 +367,14 @@ class Model(HandleOwner):
         for s in range(self.num_sessions):
             status = lib.rkv_model_clock(self._h.ptr, s, ctypes.byref(last))
             if status == _RKV_ERR_STATE:  # not claimed
-                if self._reserved_for_import(s):
+                # reserved for an import: the only other state whose regions
+                # the library lists
+                n = int(lib.rkv_model_session_region_count(self._h.ptr))
+                arr, count = (_RegionStruct * n)(), ctypes.c_size_t()
+                with self._on_device():
+                    reserved = lib.rkv_model_session_regions(self._h.ptr, s, arr, n,
+                                                             ctypes.byref(count)) == 0
+                if reserved:
                     raise RingKVRuntimeError(
                         f"cannot {action} a ringkv.Model while session {s} is reserved for an "
                         "import (Model.import_reserve): the copy could not hold the reservation; "
@@ -404,16 +398,6 @@ class Model(HandleOwner):
         return {"format": _MODEL_FORMAT, "version": _MODEL_VERSION,
                 "config": {**asdict(config), "layers": [astuple(x) for x in config.layers]},
                 "array_kind": self.array_kind, "device": self.device, "sessions": sessions}
-
-    def _reserved_for_import(self, session: int) -> bool:
-        """Whether a slot that no request holds is reserved for an import:
-        the only other state whose regions the library lists."""
-        n = int(lib.rkv_model_session_region_count(self._h.ptr))
-        arr = (_RegionStruct * n)()
-        count = ctypes.c_size_t()
-        with self._on_device():
-            return lib.rkv_model_session_regions(self._h.ptr, session, arr, n,
-                                                 ctypes.byref(count)) == 0
 
     # ---- sessions ---------------------------------------------------------
     def claim(self, request_id: str) -> int:
@@ -483,19 +467,23 @@ class Model(HandleOwner):
         return ar.int64_vector(rows, name, f"{name} must be a [B] int64 array; got {{got}}",
                                owner="Model")
 
-    def _kv_input(self, lay: LayerRingCache, B: int, kv: Any, op: bool = False) -> Any:
-        """``kv`` checked against ``lay`` for B rows: with ``op`` the op
-        route's torch tensor as it is (nothing torch.compile cannot trace),
-        else the buffer the C call reads, on the model's device."""
-        buf = None if op else ar.CBuffer(kv, "kv", device=self._place and self._place.tdevice,
-                                         owner="Model")
-        shape, code, keep = ((tuple(kv.shape), ar.array_dtype_code(kv), kv) if op
-                             else (buf.shape, buf.code, buf.keep))
-        expect = (2, 1, lay.n_kv_heads, B * lay.tokens_per_frame, lay.d_head)
-        msg = ar.kv_mismatch(shape, code, keep, expect, lay._code)
-        if msg:
-            raise RingKVArrayError(msg)
+    def _kv_input(self, lay: LayerRingCache, B: int, kv: Any) -> Any:
+        """``kv`` checked against ``lay`` for B rows: the buffer the C call
+        reads, on the model's device."""
+        buf = ar.CBuffer(kv, "kv", device=self._place and self._place.tdevice, owner="Model")
+        lay._check_kv(buf.keep, B)
         return buf
+
+    @staticmethod
+    def _op_input(lay: LayerRingCache, session_idx: Any, x: Any, name: str) -> tuple:
+        """The op route's ``(ring, k, v, written)`` of ``lay`` and ``[B]``
+        sessions, ``x`` checked on their device."""
+        ring, k, v, written = lay.views(ar.TORCH)
+        si = ar.torch_index(session_idx, "session_idx",
+                            "session_idx must be a [B] int64 array; got {got}", written.device,
+                            owner="Model")
+        ar.check_device(x, name, written.device, "Model")
+        return ring, k, v, written, si
 
     def upsert(self, layer: int, session_idx: Any, kv: Any, commit: bool) -> tuple[Any, Any]:
         """One upsert on ``layer`` for B sessions inside a frame, at their
@@ -514,12 +502,8 @@ class Model(HandleOwner):
         # (a CUDA model makes its direct calls: the ops take CPU-backend models)
         ops = _torch_ops() if self._place is None and ar.is_torch_tensor(kv) else None
         if ops is not None:
-            ring, k, v, written = lay.views(ar.TORCH)
-            si = ar.torch_index(session_idx, "session_idx",
-                                "session_idx must be a [B] int64 array; got {got}",
-                                written.device, owner="Model")
-            ar.check_device(kv, "kv", written.device, "Model")
-            self._kv_input(lay, si.shape[0], kv, op=True)
+            ring, k, v, written, si = self._op_input(lay, session_idx, kv, "kv")
+            lay._check_kv(kv, si.shape[0])  # the tensor as it is: nothing untraceable
             ops.model_upsert(ring, written, kv, si, self._h.ptr, layer, commit)
             return k, v
         si = self._rows(session_idx)
@@ -545,11 +529,7 @@ class Model(HandleOwner):
         if ops is None:
             return self._attend(lay, layer, session_idx, None, False, q, scale, out, out_dtype,
                                 pool)
-        ring, _, _, written = lay.views(ar.TORCH)
-        si = ar.torch_index(session_idx, "session_idx",
-                            "session_idx must be a [B] int64 array; got {got}", written.device,
-                            owner="Model")
-        ar.check_device(q, "q", written.device, "Model")
+        ring, _, _, written, si = self._op_input(lay, session_idx, q, "q")
         if q.ndim == 4 and q.shape[1] != self.config.n_q_heads:
             raise RingKVArrayError(f"q has n_q_heads = {q.shape[1]}; this model has "
                                    f"{self.config.n_q_heads}")
@@ -587,13 +567,17 @@ class Model(HandleOwner):
         if pool is not None and device is not None:
             raise RingKVValueError(f"pool is a CPU-backend option; this model is on {self.device}")
         si = self._rows(session_idx)
-        step_kv = None if kv is None else (self._kv_input(lay, si.shape[0], kv).ptr, lay._code)
+        B, step = si.shape[0], None if kv is None else self._kv_input(lay, si.shape[0], kv)
         if device is not None:
             self._place.check_stream("attend" if kv is None else "step")
         with self._on_device():
-            return attend_model(self._h.ptr, layer, lay.d_head, q, si, scale=scale, out=out,
-                                out_dtype=out_dtype, pool=pool, step_kv=step_kv, commit=commit,
-                                q_heads=self.config.n_q_heads, device=device)
+            args, out, keep = prepare(q, lay.d_head, B, out, out_dtype, scale, pool,
+                                      q_heads=self.config.n_q_heads, device=device, owner="Model")
+            check(lib.rkv_model_attend(self._h.ptr, layer, None, B, si.ctypes.data,
+                                       ctypes.byref(args)) if step is None else
+                  lib.rkv_model_step(self._h.ptr, layer, B, si.ctypes.data, step.ptr, lay._code,
+                                     1 if commit else 0, ctypes.byref(args)))
+        return out
 
     # ---- snapshots --------------------------------------------------------
     @property
@@ -605,19 +589,15 @@ class Model(HandleOwner):
         """One held session's K/V span and written bits in every layer, the
         geometry and the clock (not inside a frame: RuntimeError)."""
         buf = bytearray(self.snapshot_bytes)
-        cbuf = (ctypes.c_char * len(buf)).from_buffer(buf)
-        self._call(lib.rkv_model_snapshot, as_session(session), cbuf, len(buf))
+        self._call(lib.rkv_model_snapshot, as_session(session), _c_buffer(buf), len(buf))
         return buf
 
     def restore(self, session: int, snapshot: Any) -> None:
         """Restores a snapshot into a held session (bit-exact, clock included:
         the next frame must be the saved clock + 1). ValueError
         (RKV_ERR_FORMAT) for a buffer of another geometry; nothing changes then."""
-        data = as_bytes(snapshot, "snapshot")
-        if data.readonly:
-            data = memoryview(bytearray(data))
-        cbuf = (ctypes.c_char * len(data)).from_buffer(data)
-        self._call(lib.rkv_model_restore, as_session(session), cbuf, len(data))
+        data = _c_buffer(as_bytes(snapshot, "snapshot"))
+        self._call(lib.rkv_model_restore, as_session(session), data, len(data))
 
     def fork(self, src_session: int, dst_session: int) -> None:
         """Copies held session ``src_session``'s whole state (every layer and
@@ -642,10 +622,7 @@ class Model(HandleOwner):
 
     def save_session_bytes(self, session: int) -> bytearray:
         """The snapshot file's image in memory."""
-        s = as_session(session)
-        with self._on_device():
-            return _filled(lambda buf, n, size: lib.rkv_model_save_session_mem(self._h.ptr, s, buf,
-                                                                               n, size))
+        return self._filled(lib.rkv_model_save_session_mem, session)
 
     def load_session_bytes(self, session: int, image: Any) -> None:
         """:meth:`load_session` from an image in memory (bytes-like)."""
@@ -670,10 +647,7 @@ class Model(HandleOwner):
         (``claim`` of that id raises RuntimeError meanwhile). RuntimeError
         (RKV_ERR_FULL) when the offload table is full; nothing changes on
         any error."""
-        s = as_session(session)
-        with self._on_device():
-            return _filled(lambda buf, n, size: lib.rkv_model_offload(self._h.ptr, s, buf, n,
-                                                                      size))
+        return self._filled(lib.rkv_model_offload, session)
 
     def offload_to_file(self, session: int, path: str | bytes) -> None:
         """:meth:`offload` into a snapshot file (written atomically; the slot
@@ -686,11 +660,8 @@ class Model(HandleOwner):
         and clock; returns the slot. KeyError when its request is not paged
         out of this model, RuntimeError for an older image of it or no free
         slot, ValueError for a damaged image; nothing held changes then."""
-        data = as_bytes(image, "image")
-        if data.readonly:
-            data = memoryview(bytearray(data))
-        cbuf = (ctypes.c_char * len(data)).from_buffer(data)
-        return self._out(lib.rkv_model_page_in, cbuf, len(data))
+        data = _c_buffer(as_bytes(image, "image"))
+        return self._out(lib.rkv_model_page_in, data, len(data))
 
     def page_in_file(self, path: str | bytes) -> int:
         """:meth:`page_in` from a file written by :meth:`offload_to_file`."""
@@ -774,15 +745,12 @@ class Model(HandleOwner):
         self._call(lib.rkv_model_import_cancel, as_session(session))
 
 
-def _filled(call: Any) -> bytearray:
-    """The bytes a C call writes, asked for twice: ``call(None, 0, &size)``
-    for the size, then ``call(buf, len(buf), &size)`` to fill it."""
-    size = ctypes.c_size_t()
-    check(call(None, 0, ctypes.byref(size)))
-    buf = bytearray(size.value)
-    cbuf = (ctypes.c_char * len(buf)).from_buffer(buf)
-    check(call(cbuf, len(buf), ctypes.byref(size)))
-    return buf
+def _c_buffer(data: Any) -> Any:
+    """A ctypes char array over ``data`` (a bytearray, or a memoryview: a
+    read-only one is copied first) for a C call that takes a buffer."""
+    if isinstance(data, memoryview) and data.readonly:
+        data = memoryview(bytearray(data))
+    return (ctypes.c_char * len(data)).from_buffer(data)
 
 
 _PARTS = {0: "k", 1: "v", 2: "written"}

@@ -5,30 +5,19 @@ and CUDA graphs. Needs torch >= 2.6; imported on first use of torch tensors
 Every op acts on the tensors it is given and on nothing else: each call
 wraps them in a layer (:func:`wrapped`: ``rkv_layer_wrap``, no copy) and
 runs the one set of ``rkv_layer_*`` calls of ``include/ringkv.h`` on it,
-whatever the device, so that ``torch.compile``'s functionalization,
-``torch.library.opcheck`` and CUDA graph capture see what the op reads and
-writes. ``LayerRingCache`` and ``Model`` pass their own storage (torch
-tensors over ringkv's memory); under Inductor the writes stay in place (no
-copy of the ring: the pitfall of SEMANTICS section 8).
-
-The ops (``torch.ops.ringkv.*``; each has a fake implementation giving the
-shapes and dtypes, and passes ``torch.library.opcheck``):
-
-- ``upsert(ring!, written!, kv, frame_pos, session_idx, geometry, commit,
-  error!) -> ()``: SEMANTICS 3, in place on ``ring`` and ``written``.
-- ``visible_row(written, frame_pos, session_idx, geometry, error!) ->
-  Tensor``: the reference's ``[N]`` bool visibility row of one row (B = 1),
-  as an upsert at that clock computes it before its commit.
-- ``attend(ring, written, q, session_idx, frame_pos, visible, geometry,
-  scale, out_dtype, error!) -> Tensor``: SEMANTICS 5, ``[B, Hq, Tq, D]``.
-- ``ring_scatter(cache!, written!, dst, kv, mark) -> ()``: the reference's
-  ``mstar::ring_scatter`` (``cache.index_copy_(3, dst, kv)``, then
-  ``written.index_fill_(0, dst, True)`` when ``mark``), any device.
-- ``model_upsert(ring!, written!, kv, session_idx, model, layer, commit) ->
-  ()`` and ``model_attend(ring, written, q, session_idx, model, layer, scale,
-  out_dtype) -> Tensor``: a CPU :class:`ringkv.Model`'s upsert and attention
-  (its checks and clocks) on the given storage of layer ``layer``;
-  ``model`` is the model's key (:func:`model_key`).
+whatever the device, so that functionalization, ``torch.library.opcheck``
+and CUDA graph capture see what the op reads and writes. ``LayerRingCache``
+and ``Model`` pass their own storage; under Inductor the writes stay in
+place (no copy of the ring: the pitfall of SEMANTICS section 8). The ops
+(``torch.ops.ringkv.*``; each with a fake implementation, each passing
+opcheck; ``!``: mutated): ``upsert(ring!, written!, kv, frame_pos,
+session_idx, geometry, commit, error!)``, ``visible_row(written, frame_pos,
+session_idx, geometry, error!) -> Tensor``, ``attend(ring, written, q,
+session_idx, frame_pos, visible, geometry, scale, out_dtype, error!) ->
+Tensor``, ``ring_scatter(cache!, written!, dst, kv, mark)``,
+``model_upsert(ring!, written!, kv, session_idx, model, layer, commit)``
+and ``model_attend(ring, written, q, session_idx, model, layer, scale,
+out_dtype) -> Tensor``; each one's docstring says what it does.
 
 Arguments, all on the storage's device:
 
@@ -41,7 +30,7 @@ Arguments, all on the storage's device:
   ``q``: ``[B, Hq, Tq, D]``; ``frame_pos``, ``session_idx``: ``[B]`` int64;
   ``visible``: ``[B, N]`` or ``[N]`` bool/uint8 rows (then ``frame_pos`` may
   be None); ``scale`` 0.0 means ``1/sqrt(D)``; ``out_dtype`` None means
-  ``q``'s.
+  ``q``'s; ``model``: a CPU model's key (:func:`model_key`).
 - ``error``: a zeroed int32 tensor of at least one element
   (:func:`error_word`; a cache's own: ``cache.error_word``). On CUDA the
   kernels record there the first invalid session id or clock (such a call
@@ -64,6 +53,8 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import functools
+import inspect
 import math
 from typing import Any, Optional
 
@@ -71,10 +62,11 @@ import torch
 from torch import Tensor
 
 from . import _arrays as ar
-from ._handle import LIVE_MODELS, HandleOwner
+from ._args import short_repr
+from ._handle import LIVE_MODELS, OwnedHandle
 from ._lib import AttentionArgs, BackendStorage, Geometry, check, lib
 from ._lib import cuda as _cuda_lib
-from .attention import check_q
+from .attention import check_q, set_visibility
 from .errors import (RingKVArrayError, RingKVDeviceError, RingKVIndexError, RingKVRuntimeError,
                      RingKVTypeError, RingKVValueError)
 
@@ -87,7 +79,6 @@ MIN_TORCH = (2, 6)
 
 _CODES = {ar.torch_dtype(d.code): d.code for d in ar.DTYPES}
 _P64 = ctypes.POINTER(ctypes.c_int64)
-_PU8 = ctypes.POINTER(ctypes.c_uint8)
 
 
 # ---- argument checks shared by the ops ----------------------------------------
@@ -98,24 +89,62 @@ def _tensors(op: str, **args: Any) -> None:
     the op's name and the argument, not an AttributeError."""
     for name, x in args.items():
         if not isinstance(x, Tensor):
-            shown = repr(x) if len(repr(x)) <= 60 else repr(x)[:57] + "..."
             raise RingKVTypeError(f"ringkv.ops.{op}: {name} must be a torch.Tensor; got "
-                                  f"{shown} ({type(x).__name__})")
+                                  f"{short_repr(x, 60)} ({type(x).__name__})")
 
 
-def _geometry(geometry: list[int], dtype: torch.dtype) -> Geometry:
-    if len(geometry) != 7:
+def _op(name: str, mutates: tuple[str, ...] = (), fake: Any = None) -> Any:
+    """``fn`` as the custom op ``ringkv::name`` mutating ``mutates``: its
+    tensor arguments checked first (:func:`_tensors`; an Optional one may be
+    None), its fake implementation ``fake`` (called with the arguments by
+    name; None: the op returns nothing)."""
+    def register(fn: Any) -> Any:
+        sig = inspect.signature(fn)
+        tensors = [n for n, p in sig.parameters.items() if p.annotation == "Tensor"]
+        optional = [n for n, p in sig.parameters.items() if p.annotation == "Optional[Tensor]"]
+
+        @functools.wraps(fn)
+        def impl(*args: Any, **kwargs: Any) -> Any:
+            given = dict(zip(sig.parameters, args), **kwargs)  # not sig.bind: per call
+            _tensors(name, **{n: given.get(n) for n in tensors},
+                     **{n: given[n] for n in optional if given.get(n) is not None})
+            return fn(*args, **kwargs)
+
+        def fake_impl(*args: Any, **kwargs: Any) -> Any:
+            bound = sig.bind(*args, **kwargs)
+            bound.apply_defaults()
+            return None if fake is None else fake(**bound.arguments)
+
+        op = torch.library.custom_op(f"ringkv::{name}", mutates_args=mutates)(impl)
+        op.register_fake(fake_impl)
+        return op
+    return register
+
+
+def _like_q(q: Tensor, out_dtype: Optional[torch.dtype], **_: Any) -> Tensor:
+    """The fake result of an attention op: ``q``'s shape, ``out_dtype``."""
+    return q.new_empty(q.shape, dtype=q.dtype if out_dtype is None else out_dtype)
+
+
+def _storage(ring: Tensor | None, written: Tensor, error: Tensor | None, geometry: Any,
+             **inputs: Any) -> Geometry:
+    """An op's storage checks: the geometry (a list of 7 ints in ``ring``'s
+    dtype, or a model layer's Geometry) against ``ring`` (None: an op that
+    reads the written bits only) and ``written`` (RingKVArrayError), and
+    every tensor of ``inputs`` (None: absent) and the error word (None: a
+    model op's, which has none) on their device (RingKVDeviceError). The
+    Geometry."""
+    if isinstance(geometry, Geometry):
+        g = geometry
+    elif len(geometry) != 7:
         raise RingKVValueError(f"geometry must be [S, H, RF, RB, D, T, PD] (7 ints); got "
                                f"{list(geometry)}")
-    if dtype not in _CODES:
-        raise RingKVArrayError(f"ring storage dtype {dtype} is not one ringkv has "
-                               f"({ar.REALS})")
-    return Geometry(*(int(x) for x in geometry), _CODES[dtype])
-
-
-def _check_storage(ring: Tensor | None, written: Tensor, g: Geometry) -> None:
-    """The storage tensors against the geometry (RingKVArrayError), on one
-    device (RingKVDeviceError)."""
+    else:
+        dtype = torch.float32 if ring is None else ring.dtype
+        if dtype not in _CODES:
+            raise RingKVArrayError(f"ring storage dtype {dtype} is not one ringkv has "
+                                   f"({ar.REALS})")
+        g = Geometry(*(int(x) for x in geometry), _CODES[dtype])
     S, H, RF, T, D = g.num_sessions, g.n_kv_heads, g.ring_frames, g.tokens_per_frame, g.d_head
     N = S * (RF + 1) * T
     if ring is not None:
@@ -131,17 +160,6 @@ def _check_storage(ring: Tensor | None, written: Tensor, g: Geometry) -> None:
             or not written.is_contiguous()):
         raise RingKVArrayError(f"written must be a contiguous [N] = [{N}] bool tensor; got "
                                f"{list(written.shape)} {written.dtype}")
-
-
-def _storage(ring: Tensor | None, written: Tensor, error: Tensor | None, geometry: Any,
-             **inputs: Any) -> Geometry:
-    """An op's storage checks: the geometry (a list, or a model layer's
-    Geometry) against ``ring`` and ``written``, every tensor of ``inputs``
-    (None: absent) on their device, and the error word (None: a model op's,
-    which has none). The Geometry."""
-    g = geometry if isinstance(geometry, Geometry) else \
-        _geometry(geometry, torch.float32 if ring is None else ring.dtype)
-    _check_storage(ring, written, g)
     if ring is not None and _CODES.get(ring.dtype) != g.dtype:  # a model layer's
         raise RingKVArrayError(f"ring dtype {ring.dtype} is not the model's "
                                f"{ar.DTYPE_NAMES[g.dtype]}")
@@ -165,10 +183,7 @@ def _i64(x: Tensor, name: str) -> Tensor:
 
 
 def _kv_input(kv: Tensor, g: Geometry, batch: int, storage: torch.dtype) -> Tensor:
-    expect = (2, 1, g.n_kv_heads, batch * g.tokens_per_frame, g.d_head)
-    msg = ar.kv_mismatch(tuple(kv.shape), _CODES.get(kv.dtype), kv, expect, _CODES[storage])
-    if msg:
-        raise RingKVArrayError(msg)
+    ar.check_kv(kv, (2, 1, g.n_kv_heads, batch * g.tokens_per_frame, g.d_head), _CODES[storage])
     return _aligned(kv)
 
 
@@ -189,7 +204,7 @@ class _TableHead(ctypes.Structure):
                 ("name", ctypes.c_char_p), ("ctx_destroy", ctypes.CFUNCTYPE(None, ctypes.c_void_p))]
 
 
-class _Context(HandleOwner):
+class _Context(OwnedHandle):
     """A CUDA backend context (``rkv_cuda_backend``) on one GPU for one
     stream: its ``table`` and ``ptr``, freed (the table's ``ctx_destroy``)
     with the last object holding it: the per-stream cache until exit, each
@@ -197,18 +212,11 @@ class _Context(HandleOwner):
 
     _copy_hint = "it holds a CUDA backend context (an address in this process)"
 
-    __slots__ = ("table", "ptr", "_destroy")
+    __slots__ = ("table",)
 
     def __init__(self, table: int, ptr: int, destroy: Any):
-        self.table, self.ptr, self._destroy = table, ptr, destroy
-
-    def __del__(self):
-        if self.ptr and self._destroy:
-            try:
-                self._destroy(self.ptr)
-            except Exception:  # noqa: BLE001 - interpreter shutdown
-                pass
-            self.ptr = None
+        super().__init__(ptr, None, destroy)
+        self.table = table
 
 
 # The contexts by (device index, stream): the ops run on torch's current
@@ -259,14 +267,12 @@ def wrapped(ring: Tensor | None, written: Tensor, error: Tensor | None, g: Geome
 
 # ---- upsert ---------------------------------------------------------------------
 
-@torch.library.custom_op("ringkv::upsert", mutates_args=("ring", "written", "error"))
+@_op("upsert", ("ring", "written", "error"))
 def upsert(ring: Tensor, written: Tensor, kv: Tensor, frame_pos: Tensor, session_idx: Tensor,
            geometry: list[int], commit: bool, error: Tensor) -> None:
     """One upsert of SEMANTICS 3 for B rows, in place on ``ring`` and
     ``written`` (``rkv_layer_upsert`` on a layer over them). Errors as
     ``LayerRingCache.upsert``; nothing is written when it raises."""
-    _tensors("upsert", ring=ring, written=written, kv=kv, frame_pos=frame_pos,
-             session_idx=session_idx, error=error)
     g = _storage(ring, written, error, geometry, kv=kv, frame_pos=frame_pos,
                  session_idx=session_idx)
     fp, si = _i64(frame_pos, "frame_pos"), _i64(session_idx, "session_idx")
@@ -282,22 +288,16 @@ def upsert(ring: Tensor, written: Tensor, kv: Tensor, frame_pos: Tensor, session
                                    1 if commit else 0, None))
 
 
-@upsert.register_fake
-def _upsert_fake(ring, written, kv, frame_pos, session_idx, geometry, commit, error):
-    return None
-
-
 # ---- the visibility row ---------------------------------------------------------
 
-@torch.library.custom_op("ringkv::visible_row", mutates_args=("error",))
+@_op("visible_row", ("error",),
+     lambda written, **_: written.new_empty((written.shape[0],), dtype=torch.bool))
 def visible_row(written: Tensor, frame_pos: Tensor, session_idx: Tensor, geometry: list[int],
                 error: Tensor) -> Tensor:
     """The reference's visibility row ``[N]`` bool of one row (``frame_pos``
     and ``session_idx`` of shape [1]) from the bits as they are: written AND
     the session's slots, minus the ring frame a write step overwrites
     (``rkv_layer_visible_row``). A new tensor the caller owns."""
-    _tensors("visible_row", written=written, frame_pos=frame_pos, session_idx=session_idx,
-             error=error)
     g = _storage(None, written, error, geometry, frame_pos=frame_pos, session_idx=session_idx)
     fp, si = _i64(frame_pos, "frame_pos"), _i64(session_idx, "session_idx")
     if fp.shape[0] != 1 or si.shape[0] != 1:
@@ -307,11 +307,6 @@ def visible_row(written: Tensor, frame_pos: Tensor, session_idx: Tensor, geometr
     with wrapped(None, written, error, g) as h:
         check(lib.rkv_layer_visible_row(h, si.data_ptr(), fp.data_ptr(), row.data_ptr()))
     return row
-
-
-@visible_row.register_fake
-def _visible_row_fake(written, frame_pos, session_idx, geometry, error):
-    return written.new_empty((written.shape[0],), dtype=torch.bool)
 
 
 # ---- attention ------------------------------------------------------------------
@@ -334,38 +329,21 @@ def _attention(q: Tensor, g: Geometry, batch: int, scale: float,
     return args, qc, out
 
 
-@torch.library.custom_op("ringkv::attend", mutates_args=("error",))
+@_op("attend", ("error",), _like_q)
 def attend(ring: Tensor, written: Tensor, q: Tensor, session_idx: Tensor,
            frame_pos: Optional[Tensor], visible: Optional[Tensor], geometry: list[int],
            scale: float, out_dtype: Optional[torch.dtype], error: Tensor) -> Tensor:
     """Attention of ``q`` over the ring (SEMANTICS 5): visibility from the
     bits and ``frame_pos``, or from the rows ``visible``. Returns a new
     ``[B, Hq, Tq, D]`` tensor (``rkv_layer_attend``)."""
-    _tensors("attend", ring=ring, written=written, q=q, session_idx=session_idx, error=error,
-             **({} if frame_pos is None else {"frame_pos": frame_pos}),
-             **({} if visible is None else {"visible": visible}))
     g = _storage(ring, written, error, geometry, q=q, session_idx=session_idx,
                  frame_pos=frame_pos, visible=visible)
     si = _i64(session_idx, "session_idx")
-    B = si.shape[0]
-    args, qc, out = _attention(q, g, B, scale, out_dtype)
+    args, qc, out = _attention(q, g, si.shape[0], scale, out_dtype)
     args.session_idx = ctypes.cast(si.data_ptr(), _P64)
-    if visible is not None:
-        if visible.dtype not in (torch.bool, torch.uint8):
-            raise RingKVArrayError("visible must be a bool or uint8 array of rows [B, N]")
-        rows = _aligned(visible.reshape(-1))
-        if rows.shape[0] != B * written.shape[0]:
-            raise RingKVArrayError(f"visible has {rows.shape[0]} entries; expected B*N = "
-                                   f"{B}*{written.shape[0]}")
-        args.visible = ctypes.cast(rows.data_ptr(), _PU8)
-    elif frame_pos is None:
-        raise RingKVValueError("attend needs frame_pos (the bits-and-clock rule) or visible "
-                               "(explicit per-slot rows)")
-    else:
-        fp = _i64(frame_pos, "frame_pos")
-        if fp.shape != si.shape:
-            raise RingKVArrayError(f"frame_pos has {fp.shape[0]} rows; session_idx has {B}")
-        args.frame_pos = ctypes.cast(fp.data_ptr(), _P64)
+    rows = None if visible is None else _aligned(visible.reshape(-1))
+    fp = None if visible is not None or frame_pos is None else _i64(frame_pos, "frame_pos")
+    set_visibility(args, written.shape[0], fp, rows)  # rows and fp live until the call
     with wrapped(ring, written, error, g) as h:
         ws_bytes = int(lib.rkv_layer_attend_workspace_bytes(h, ctypes.byref(args)))
         if ws_bytes:  # the caching allocator: capture-safe, ordered by the stream
@@ -375,15 +353,9 @@ def attend(ring: Tensor, written: Tensor, q: Tensor, session_idx: Tensor,
     return out
 
 
-@attend.register_fake
-def _attend_fake(ring, written, q, session_idx, frame_pos, visible, geometry, scale, out_dtype,
-                 error):
-    return q.new_empty(q.shape, dtype=q.dtype if out_dtype is None else out_dtype)
-
-
 # ---- the reference's scatter --------------------------------------------------------
 
-@torch.library.custom_op("ringkv::ring_scatter", mutates_args=("cache", "written"))
+@_op("ring_scatter", ("cache", "written"))
 def ring_scatter(cache: Tensor, written: Tensor, dst: Tensor, kv: Tensor, mark: bool) -> None:
     """The reference's ``mstar::ring_scatter`` (``seed_ring_cache.py``): writes
     ``kv`` ``[2, 1, H, M, D]`` into the token slots ``dst`` (``[M]`` int64)
@@ -391,15 +363,9 @@ def ring_scatter(cache: Tensor, written: Tensor, dst: Tensor, kv: Tensor, mark: 
     (``[N]`` bool). Same signature, same semantics, any dtype and device
     (torch's ``index_copy_`` and ``index_fill_``, as the reference; not
     ``written[dst] = True``, whose host scalar breaks graph capture)."""
-    _tensors("ring_scatter", cache=cache, written=written, dst=dst, kv=kv)
     cache.index_copy_(3, dst, kv)
     if mark:
         written.index_fill_(0, dst, True)
-
-
-@ring_scatter.register_fake
-def _ring_scatter_fake(cache, written, dst, kv, mark):
-    return None
 
 
 # ---- a Model's calls ------------------------------------------------------------
@@ -411,15 +377,15 @@ def model_key(model: Any) -> int:
     RingKVTypeError for anything but a live Model."""
     key = getattr(getattr(model, "_h", None), "ptr", None)
     if key is None or LIVE_MODELS.get(key) is not model:
-        shown = repr(model) if len(repr(model)) <= 80 else repr(model)[:77] + "..."
-        raise RingKVTypeError(f"model must be a ringkv.Model; got {shown} "
+        raise RingKVTypeError(f"model must be a ringkv.Model; got {short_repr(model)} "
                               f"({type(model).__name__})")
     return int(key)
 
 
-def _model_layer(ring: Tensor, written: Tensor, model: int, layer: int) -> Geometry:
+def _model_layer(ring: Tensor, written: Tensor, model: int, layer: int, **inputs: Any) -> Geometry:
     """The geometry of layer ``layer`` of the live model ``model`` (a key of
-    :func:`model_key`) against the storage given (CPU models)."""
+    :func:`model_key`), checked against the storage given (CPU models) and
+    ``inputs`` (:func:`_storage`)."""
     if LIVE_MODELS.get(model) is None:
         raise RingKVValueError(f"ringkv: model key {model:#x} names no live ringkv.Model "
                                "(ringkv.ops.model_key(model) gives a model's key)")
@@ -431,19 +397,17 @@ def _model_layer(ring: Tensor, written: Tensor, model: int, layer: int) -> Geome
     if not 0 <= layer < cfg.n_layers:
         raise RingKVIndexError(f"layer {layer} out of range; expected 0..{cfg.n_layers - 1}")
     check(lib.rkv_model_config_layer_geometry(ctypes.byref(cfg), layer, ctypes.byref(g)))
-    return g
+    return _storage(ring, written, None, g, **inputs)
 
 
-@torch.library.custom_op("ringkv::model_upsert", mutates_args=("ring", "written"))
+@_op("model_upsert", ("ring", "written"))
 def model_upsert(ring: Tensor, written: Tensor, kv: Tensor, session_idx: Tensor, model: int,
                  layer: int, commit: bool) -> None:
     """``Model.upsert`` on the given storage of layer ``layer``
     (``rkv_model_upsert`` with a ring): the model's checks (sessions held and inside
     a frame) and clocks; a commit marks the layer, and the frame ends once
     every layer has committed."""
-    _tensors("model_upsert", ring=ring, written=written, kv=kv, session_idx=session_idx)
-    g = _storage(ring, written, None, _model_layer(ring, written, model, layer), kv=kv,
-                 session_idx=session_idx)
+    g = _model_layer(ring, written, model, layer, kv=kv, session_idx=session_idx)
     si = _i64(session_idx, "session_idx")
     src = _kv_input(kv, g, si.shape[0], ring.dtype)
     with wrapped(ring, written, None, g) as h:
@@ -451,32 +415,20 @@ def model_upsert(ring: Tensor, written: Tensor, kv: Tensor, session_idx: Tensor,
                                    src.data_ptr(), g.dtype, 1 if commit else 0))
 
 
-@model_upsert.register_fake
-def _model_upsert_fake(ring, written, kv, session_idx, model, layer, commit):
-    return None
-
-
-@torch.library.custom_op("ringkv::model_attend", mutates_args=())
+@_op("model_attend", (), _like_q)
 def model_attend(ring: Tensor, written: Tensor, q: Tensor, session_idx: Tensor, model: int,
                  layer: int, scale: float = 0.0,
                  out_dtype: Optional[torch.dtype] = None) -> Tensor:
     """``Model.attend`` on the given storage of layer ``layer``
     (``rkv_model_attend`` with a ring): the sessions' declared clocks, the
     bits-and-clock rule. Returns ``[B, Hq, Tq, D]``."""
-    _tensors("model_attend", ring=ring, written=written, q=q, session_idx=session_idx)
-    g = _storage(ring, written, None, _model_layer(ring, written, model, layer), q=q,
-                 session_idx=session_idx)
+    g = _model_layer(ring, written, model, layer, q=q, session_idx=session_idx)
     si = _i64(session_idx, "session_idx")
     args, qc, out = _attention(q, g, si.shape[0], scale, out_dtype)
     with wrapped(ring, written, None, g) as h:
         check(lib.rkv_model_attend(model, layer, h, si.shape[0], si.data_ptr(),
                                    ctypes.byref(args)))
     return out
-
-
-@model_attend.register_fake
-def _model_attend_fake(ring, written, q, session_idx, model, layer, scale=0.0, out_dtype=None):
-    return q.new_empty(q.shape, dtype=q.dtype if out_dtype is None else out_dtype)
 
 
 # ---- device error words ---------------------------------------------------------
