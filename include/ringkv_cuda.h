@@ -133,19 +133,18 @@ RKV_API rkv_status rkv_cuda_clock_advance(int64_t *frame_pos, int64_t batch, int
  *    written synchronously).
  *  - B of one frame is at most RKV_CUDA_MAX_BATCH (begin_frame refuses
  *    more with RKV_ERR_INVALID_ARG).
- *  - rkv_model_layer gives the layers (rkv_layer on the GPU).
  * The model owns, in device memory: the layers, the batch buffers (2 * S
  * int64: session ids, then clocks, written by begin_frame) and the
  * attention workspace (sized here for B = 1..min(S, RKV_CUDA_MAX_BATCH)
  * rows of n_q_heads heads and tokens_per_frame queries), and in pinned host
  * memory a small ring of staging slots for begin_frame's copies.
  *
- * The capture contract (ringkv.h, "Frames"): the per-pass calls
- * (rkv_model_frame_upsert, _frame_attend, _frame_step, and the wrappers
- * rkv_model_upsert, _attend, _step) are capture-safe on `stream`: kernels
- * only, reading the session ids and clocks from the model's device buffers
- * and splitting keys in the model's workspace. So one frame (every layer,
- * every pass, B sessions) can be captured into a CUDA graph once:
+ * The capture contract is ringkv.h's ("Frames"): one frame (every layer,
+ * every pass, B sessions) is captured into a CUDA graph once on `stream`
+ * and replayed frame after frame, only the clock VALUES changing between
+ * replays (begin_frame writes them into the same device buffers, ordered
+ * after the previous replay and before the next; B, the sessions, their
+ * rows and every argument of the captured calls stay the same):
  *
  *   rkv_model_begin_frame(m, B, sessions, clocks);        // frame f0, host
  *   cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
@@ -159,16 +158,9 @@ RKV_API rkv_status rkv_cuda_clock_advance(int64_t *frame_pos, int64_t batch, int
  *       cudaGraphLaunch(exec, stream);
  *       rkv_model_end_frame(m);            // host: the clocks are committed
  *
- * Between replays only the clock VALUES change (begin_frame writes them
- * into the same device buffers, on `stream`, ordered after the previous
- * replay and before the next); B, the sessions and their rows, and every
- * pointer and argument given to the captured calls stay the same. Launch
- * the graph on `stream` (or order it after the copy). begin_frame refuses
- * to run while `stream` is being captured (its copy must not be recorded:
- * a replay would copy a stale staging slot). Not capture-safe: create and
- * destroy, claim/lookup/release/reset, begin_frame, snapshots, forks,
- * loads, saves, rkv_model_synchronize; end_frame and abandon_frame are host
- * bookkeeping that enqueue nothing.
+ * Launch the graph on `stream` (or order it after the copy). begin_frame
+ * refuses to run while `stream` is being captured (its copy must not be
+ * recorded: a replay would copy a stale staging slot).
  *
  * Errors (nothing allocated, *out untouched): RKV_ERR_NULL, an invalid
  * config (as rkv_model_create), RKV_ERR_RANGE (no such device: with no GPU

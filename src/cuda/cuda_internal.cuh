@@ -17,7 +17,7 @@
 // docs/backends.md): messages go through rkv_error_set.
 
 // What a context knows of its GPU (read once per process and device:
-// rkv__cuda_prepare, ring_view.cu).
+// backend_cuda.cu's prepare).
 struct rkv__cuda_device {
     int device;
     rkv__cuda_device_info dev;
@@ -28,10 +28,7 @@ struct rkv__cuda_device {
 // One layer on the GPU: the CUDA table's layer behind an rkv_layer.
 struct rkv_cuda_layer {
     rkv_geometry g;
-    int device;
-    rkv__cuda_device_info dev;
-    int attn_stages;      // cp.async depth of the mma kernel (RKV_CUDA_ATTN_STAGES)
-    int attn_kernel;      // RKV__KERNEL_MMA or _WGMMA (RKV_CUDA_ATTN_KERNEL)
+    rkv__cuda_device d;   // its context's GPU and kernel choice
     int64_t ring_len;     // L = RF*T
     int64_t capacity;     // C = L + T
     int64_t total_slots;  // N = S*C
@@ -66,7 +63,7 @@ static inline rkv_status rkv__cuda_check_current(int device, const char *owner,
 
 // Per-pass calls: the layer's device must be current.
 static inline rkv_status rkv__cuda_check_device(const rkv_cuda_layer *l, const char *what) {
-    return rkv__cuda_check_current(l->device, "layer", what);
+    return rkv__cuda_check_current(l->d.device, "layer", what);
 }
 
 // After a launch: the launch's own error (capture-safe, no synchronization).
@@ -119,21 +116,20 @@ __device__ __forceinline__ bool rkv__d_validate_rows(const int64_t *__restrict__
 
 // Attention entry points (attention.cu) and their per-dtype parts.
 // Raises the tensor-core kernels' dynamic shared memory limits (once per
-// device: rkv__cuda_prepare; not capture-safe); may fall back from wgmma.
+// device: backend_cuda.cu's prepare; not capture-safe); may fall back from wgmma.
 cudaError_t rkv__cuda_attention_prepare(rkv__cuda_device *d);
 // The plan of a launch (preferred: plan the preferred key split, ignoring
 // a->workspace; for the workspace query), after rkv__cuda_attention_check
-// when `checked` (rkv_cuda_attention_describe).
+// when `checked` (rkv_cuda_attention_describe); RKV_ERR_OVERFLOW named after
+// `what` when its grid is too large.
 rkv_status rkv__cuda_attention_plan_checked(const rkv_cuda_layer *l,
                                             const rkv_cuda_attention_args *a, int preferred,
-                                            int checked, rkv__cuda_attn_plan *plan);
+                                            int checked, const char *what,
+                                            rkv__cuda_attn_plan *plan);
 
 // The table's operations (unchecked: the core checked the arguments once;
-// layer.cu, ring_view.cu, attention.cu). Each needs the layer's device
+// layer.cu, attention.cu). Each needs the layer's device
 // current (RKV_ERR_STATE otherwise) and enqueues on `stream`.
-// Reads the GPU's properties and raises the attention kernels' shared
-// memory limits, once per process and device (thread-safe).
-rkv_status rkv__cuda_prepare(int device, rkv__cuda_device *out);
 // A layer of its own storage (storage->kv NULL) or over the caller's;
 // *storage receives its pointers. Not capture-safe (allocates, except a
 // wrap with an error word).
@@ -149,9 +145,7 @@ rkv_status rkv__cuda_span_write(const rkv_cuda_layer *l, int64_t session, rkv_sp
                                 int64_t head, const void *src, cudaStream_t stream);
 rkv_status rkv__cuda_span_copy(const rkv_cuda_layer *l, int64_t src_session,
                                int64_t dst_session, cudaStream_t stream);
-rkv_status rkv__cuda_visible_row_launch(const rkv_cuda_layer *l, const int64_t *session_idx,
-                                        const int64_t *frame_pos, uint8_t *row,
-                                        cudaStream_t stream);
+// kv NULL (batch 1, commit 0): the visibility row alone (rkv_layer_visible_row).
 rkv_status rkv__cuda_upsert_launch(const rkv_cuda_layer *l, const void *kv, int64_t batch,
                                    const int64_t *frame_pos, const int64_t *session_idx,
                                    int commit, uint8_t *visible, cudaStream_t stream,

@@ -26,27 +26,29 @@ struct UpsertParams {
     const int64_t *sess;     // [B]
     const int64_t *fp;       // [B]
     int *err;
+    int op;                  // RKV__OP_UPSERT, or RKV__OP_ROW: the row alone
     int batch;
     int commit;
     int64_t S, T, C, L, N, RB, PD;
     int64_t slot_bytes;      // D * esz
-    int64_t row_vecs, blocks_per_row, data_blocks, bits_blocks;
+    rkv__cuda_upsert_plan g; // the grid (plan.h)
 };
 
 // One launch: data blocks copy 16-byte vectors of one input row (c, h, b)
 // to the session's scratch and, on a committing write step, to its ring
 // slot; the bit blocks then set the written bits of committed frames and
-// write the visibility row (B == 1), each byte by one thread, reading the
-// bits before writing them.
+// write the visibility row (B == 1: the session's written bits minus the
+// ring frame of a write step, SEM 3 step 2), each byte by one thread,
+// reading the bits before writing them. With no data blocks and no commit:
+// the row alone (rkv_layer_visible_row).
 __global__ void __launch_bounds__(kThreads) upsert_kernel(const UpsertParams p) {
     RKV_EXTERN_SHARED(int64_t, smem_rows);
     int64_t *s_sess = smem_rows, *s_fp = smem_rows + p.batch;
-    if (!rkv__d_validate_rows(p.sess, p.fp, p.batch, p.S, s_sess, s_fp, p.err, RKV__OP_UPSERT))
-        return;
+    if (!rkv__d_validate_rows(p.sess, p.fp, p.batch, p.S, s_sess, s_fp, p.err, p.op)) return;
 
     const int64_t blk = blockIdx.x;
-    if (blk < p.data_blocks) {
-        const int64_t row = blk / p.blocks_per_row, chunk = blk - row * p.blocks_per_row;
+    if (blk < p.g.data_blocks) {
+        const int64_t row = blk / p.g.blocks_per_row, chunk = blk - row * p.g.blocks_per_row;
         const int64_t ch = row / p.batch;  // c*H + h
         const int b = (int)(row - ch * p.batch);
         const int64_t s = s_sess[b], f = s_fp[b];
@@ -55,18 +57,18 @@ __global__ void __launch_bounds__(kThreads) upsert_kernel(const UpsertParams p) 
         const int64_t slot = rkv__rule_slot(f, p.PD, p.RB);
         uint4 *scratch = p.dst + ((base + p.L) * p.slot_bytes) / 16;
         uint4 *ring = p.dst + ((base + slot * p.T) * p.slot_bytes) / 16;
-        const uint4 *src = p.src + row * p.row_vecs;
+        const uint4 *src = p.src + row * p.g.row_vecs;
         const int64_t v0 = chunk * kVpb + threadIdx.x;
         uint4 buf[kVpt];
 #pragma unroll
         for (int k = 0; k < kVpt; k++) {
             const int64_t v = v0 + (int64_t)k * kThreads;
-            if (v < p.row_vecs) buf[k] = ld_stream(src + v);
+            if (v < p.g.row_vecs) buf[k] = ld_stream(src + v);
         }
 #pragma unroll
         for (int k = 0; k < kVpt; k++) {
             const int64_t v = v0 + (int64_t)k * kThreads;
-            if (v < p.row_vecs) {
+            if (v < p.g.row_vecs) {
                 scratch[v] = buf[k];
                 if (to_ring) ring[v] = buf[k];
             }
@@ -75,8 +77,8 @@ __global__ void __launch_bounds__(kThreads) upsert_kernel(const UpsertParams p) 
     }
 
     // Bit blocks.
-    const int64_t first = (blk - p.data_blocks) * kThreads + threadIdx.x;
-    const int64_t stride = p.bits_blocks * kThreads;
+    const int64_t first = (blk - p.g.data_blocks) * kThreads + threadIdx.x;
+    const int64_t stride = p.g.bits_blocks * kThreads;
     uint4 *w = reinterpret_cast<uint4 *>(p.written);
     if (p.visible) {  // B == 1: walk all N slots
         const int64_t s = s_sess[0], f = s_fp[0];
@@ -112,25 +114,26 @@ struct ResetParams {
     uint4 *dst;
     uint8_t *written;
     int64_t N, C, L, session;
-    int64_t slot_bytes, row_vecs, blocks_per_row, data_blocks, bits_blocks;
+    int64_t slot_bytes;
+    rkv__cuda_reset_plan g;  // the grid (plan.h)
 };
 
 __global__ void __launch_bounds__(kThreads) reset_kernel(const ResetParams p) {
     const int64_t blk = blockIdx.x;
-    if (blk < p.data_blocks) {
-        const int64_t row = blk / p.blocks_per_row, chunk = blk - row * p.blocks_per_row;
+    if (blk < p.g.data_blocks) {
+        const int64_t row = blk / p.g.blocks_per_row, chunk = blk - row * p.g.blocks_per_row;
         uint4 *span = p.dst + ((row * p.N + p.session * p.C) * p.slot_bytes) / 16;
         const int64_t v0 = chunk * kVpb + threadIdx.x;
 #pragma unroll
         for (int k = 0; k < kVpt; k++) {
             const int64_t v = v0 + (int64_t)k * kThreads;
-            if (v < p.row_vecs) span[v] = make_uint4(0, 0, 0, 0);
+            if (v < p.g.row_vecs) span[v] = make_uint4(0, 0, 0, 0);
         }
         return;
     }
     uint4 *w = reinterpret_cast<uint4 *>(p.written + p.session * p.C);
-    const int64_t stride = p.bits_blocks * kThreads;
-    for (int64_t v = (blk - p.data_blocks) * kThreads + threadIdx.x; v < p.C / 16; v += stride)
+    const int64_t stride = p.g.bits_blocks * kThreads;
+    for (int64_t v = (blk - p.g.data_blocks) * kThreads + threadIdx.x; v < p.C / 16; v += stride)
         w[v] = v * 16 >= p.L ? ones16() : make_uint4(0, 0, 0, 0);
 }
 
@@ -167,10 +170,7 @@ rkv_status rkv__cuda_layer_create(const rkv_geometry *g, const rkv__cuda_device 
     rkv_cuda_layer *l = static_cast<rkv_cuda_layer *>(calloc(1, sizeof *l));
     if (!l) return rkv_error_set(RKV_ERR_NO_MEMORY, "%s: out of host memory", what);
     l->g = *g;
-    l->device = d->device;
-    l->dev = d->dev;
-    l->attn_stages = d->attn_stages;
-    l->attn_kernel = d->attn_kernel;
+    l->d = *d;
     l->ring_len = g->ring_frames * g->tokens_per_frame;
     l->capacity = rkv_geometry_capacity(g);
     l->total_slots = rkv_geometry_total_slots(g);
@@ -221,8 +221,8 @@ rkv_status rkv__cuda_layer_create(const rkv_geometry *g, const rkv__cuda_device 
 void rkv__cuda_layer_destroy(rkv_cuda_layer *l) {
     if (!l) return;
     int prev = -1;
-    const bool switched = cudaGetDevice(&prev) == cudaSuccess && prev != l->device &&
-                          cudaSetDevice(l->device) == cudaSuccess;
+    const bool switched = cudaGetDevice(&prev) == cudaSuccess && prev != l->d.device &&
+                          cudaSetDevice(l->d.device) == cudaSuccess;
     if (l->own_storage || l->own_err) cudaDeviceSynchronize();
     if (l->own_storage) {
         cudaFree(l->kv);
@@ -248,10 +248,7 @@ rkv_status rkv__cuda_reset(const rkv_cuda_layer *l, int64_t session, cudaStream_
     p.L = l->ring_len;
     p.session = session;
     p.slot_bytes = l->g.d_head * (int64_t)rkv_dtype_size(l->g.dtype);
-    p.row_vecs = plan.row_vecs;
-    p.blocks_per_row = plan.blocks_per_row;
-    p.data_blocks = plan.data_blocks;
-    p.bits_blocks = plan.bits_blocks;
+    p.g = plan;
     RKV_LAUNCH((unsigned)plan.total_blocks, kThreads, 0, stream, reset_kernel)(p);
     return rkv__cuda_after_launch(what);
 }
@@ -276,6 +273,7 @@ rkv_status rkv__cuda_upsert_launch(const rkv_cuda_layer *l, const void *kv, int6
     if (st != RKV_OK) return st;
     rkv__cuda_upsert_plan plan;
     rkv__cuda_upsert_plan_make(&l->g, batch, commit != 0, visible != nullptr, &plan);
+    if (!kv) plan.total_blocks -= plan.data_blocks, plan.data_blocks = 0;  // the row alone
     UpsertParams p;
     p.src = static_cast<const uint4 *>(kv);
     p.dst = static_cast<uint4 *>(l->kv);
@@ -284,6 +282,7 @@ rkv_status rkv__cuda_upsert_launch(const rkv_cuda_layer *l, const void *kv, int6
     p.sess = session_idx;
     p.fp = frame_pos;
     p.err = l->err;
+    p.op = kv ? RKV__OP_UPSERT : RKV__OP_ROW;
     p.batch = (int)batch;
     p.commit = commit != 0;
     p.S = l->g.num_sessions;
@@ -294,10 +293,7 @@ rkv_status rkv__cuda_upsert_launch(const rkv_cuda_layer *l, const void *kv, int6
     p.RB = l->g.ring_buckets;
     p.PD = l->g.pinned_dilation;
     p.slot_bytes = l->g.d_head * (int64_t)rkv_dtype_size(l->g.dtype);
-    p.row_vecs = plan.row_vecs;
-    p.blocks_per_row = plan.blocks_per_row;
-    p.data_blocks = plan.data_blocks;
-    p.bits_blocks = plan.bits_blocks;
+    p.g = plan;
     if (plan.total_blocks > 0x7fffffff)
         return rkv_error_set(RKV_ERR_OVERFLOW, "%s: %lld blocks exceed the CUDA grid", what,
                          (long long)plan.total_blocks);

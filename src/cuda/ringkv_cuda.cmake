@@ -1,18 +1,11 @@
 # The CUDA backend's targets, included by the top-level CMakeLists.txt (when a
 # CUDA compiler is found) and by tests/cuda/CMakeLists.txt (the standalone
-# GPU-check build of scripts/gpu_check.sh). Expects:
-#   RKV_ROOT                     the repository root
-#   RKV_CUDA_CORE_TARGET         the core library target to link (ringkv_static)
-#   RKV_CUDA_CORE_SHARED_TARGET  optional: the SHARED core library target
-#                                (libringkv.so); when set, libringkv_cuda.so is
-#                                built too
-# and CUDA enabled (enable_language(CUDA), find_package(CUDAToolkit)).
-#
-# Targets: ringkv_cuda_objs (the compiled .cu files, position independent),
-# ringkv_cuda_plan (plan.c, plan.cmake), ringkv_cuda (static library), ringkv_cuda_shared
-# (libringkv_cuda.so, for the Python binding; only with
-# RKV_CUDA_CORE_SHARED_TARGET), and the GPU programs test_cuda_diff and
-# test_cuda_graph (exit 77 = skipped without a GPU).
+# GPU-check build of scripts/gpu_check.sh), with CUDA enabled. Expects
+# RKV_ROOT, RKV_CUDA_CORE_TARGET (the core library to link: ringkv_static)
+# and optionally RKV_CUDA_CORE_SHARED_TARGET (libringkv.so: then
+# libringkv_cuda.so is built too). Targets: ringkv_cuda_objs (the .cu
+# files), ringkv_cuda (static, with plan.cmake's ringkv_cuda_plan),
+# ringkv_cuda_shared and the GPU programs (exit 77 = skipped without a GPU).
 option(RKV_CUDA_PTXAS_VERBOSE "Print ptxas resource usage (registers, spills) per kernel" OFF)
 option(RKV_CUDA_PROGRAMS "Build the GPU test and benchmark programs" ON)
 
@@ -71,18 +64,13 @@ target_link_libraries(ringkv_cuda PUBLIC ${RKV_CUDA_CORE_TARGET} CUDA::cudart_st
 # CUDA paths: #ifdef RKV_HAVE_CUDA, #include "ringkv_cuda.h".
 target_compile_definitions(ringkv_cuda INTERFACE RKV_HAVE_CUDA=1)
 
-# libringkv_cuda.so: the same objects, for the Python binding (python/ringkv,
-# which loads it with ctypes when a CUDA device is first used) and for C
-# programs that want a CUDA model (rkv_model_create_cuda). It links the
-# SHARED core, never the static one: the core's thread-local last-error
-# message (src/status.c) must exist once in the process, so that
-# rkv_last_error() read through libringkv.so reports the errors that the CUDA
-# calls set. It uses only the core's PUBLIC symbols (rkv_error_set, the
-# backend SPI of ringkv_backend.h, the geometry calls), so hiding the core's
-# private symbols cannot break it (docs/backends.md; the ctest
-# cuda_so_public_symbols checks it). The CUDA runtime is linked statically
-# (nothing else to ship); the rpath $ORIGIN finds libringkv.so.0.2 beside it
-# (installed side by side).
+# libringkv_cuda.so: the same objects, for the Python binding (loaded with
+# ctypes when a CUDA device is first used) and C programs that want a CUDA
+# model. It links the SHARED core, never the static one, so that the core's
+# thread-local last-error message (src/status.c) exists once in the process,
+# and uses only the core's PUBLIC symbols (docs/backends.md; the ctest
+# cuda_so_public_symbols checks it). The CUDA runtime is linked statically;
+# the rpath $ORIGIN finds libringkv.so.0.2 beside it.
 if(DEFINED RKV_CUDA_CORE_SHARED_TARGET AND TARGET ${RKV_CUDA_CORE_SHARED_TARGET})
   add_library(ringkv_cuda_shared SHARED $<TARGET_OBJECTS:ringkv_cuda_objs>
                                         $<TARGET_OBJECTS:ringkv_cuda_plan>)
