@@ -187,8 +187,8 @@ void fill_common_params(P &p, const rkv_cuda_layer *l, const rkv_cuda_attention_
     p.Hq = a->n_q_heads;
     p.group = plan.group;
     p.Tq = plan.tq;
-    p.N = l->total_slots;
-    p.C = l->capacity;
+    p.N = rkv_geometry_total_slots(g);
+    p.C = rkv_geometry_capacity(g);
     p.T = g->tokens_per_frame;
     p.RF = g->ring_frames;
     p.RB = g->ring_buckets;
@@ -256,12 +256,12 @@ rkv_status launch_simt(const rkv_cuda_layer *l, const rkv_cuda_attention_args *a
 }  // namespace
 
 rkv_status rkv__cuda_attend_launch(const rkv_cuda_layer *l, const rkv_cuda_attention_args *a,
-                                   cudaStream_t s, const char *what) {
+                                   const char *what) {
     rkv__cuda_attn_plan plan;
     rkv_status st = rkv__cuda_attention_plan_checked(l, a, 0, 0, what, &plan);
-    if (st == RKV_OK) st = rkv__cuda_check_device(l, what);
+    if (st == RKV_OK) st = rkv__cuda_check_current(l->d.device, "layer", what);
     if (st != RKV_OK) return st;
     if (plan.kind == RKV__ATTN_MMA || plan.kind == RKV__ATTN_WGMMA)
-        return launch_tensor_core(l, a, plan, s, what);
-    return launch_simt(l, a, plan, s, what);
+        return launch_tensor_core(l, a, plan, l->d.stream, what);
+    return launch_simt(l, a, plan, l->d.stream, what);
 }

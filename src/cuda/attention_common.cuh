@@ -195,9 +195,7 @@ __device__ __forceinline__ void online_softmax(float *s, float scale_log2, float
     mx0 = fmaxf(mx0, rkv_ptx::shfl_xor_sync(0xffffffffu, mx0, 2));
     mx1 = fmaxf(mx1, rkv_ptx::shfl_xor_sync(0xffffffffu, mx1, 1));
     mx1 = fmaxf(mx1, rkv_ptx::shfl_xor_sync(0xffffffffu, mx1, 2));
-    // m0/m1 start at RKV__SOFTMAX_M0 (-FLT_MAX), so mn0/mn1 are finite even
-    // where every score so far is -inf: no -inf - -inf = NaN here (see
-    // attention.cuh).
+    // finite (m0/m1 start at RKV__SOFTMAX_M0, attention.cuh): never -inf - -inf
     const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
     const float c0 = ex2_approx_ftz(m0 - mn0), c1 = ex2_approx_ftz(m1 - mn1);
     m0 = mn0;

@@ -23,8 +23,7 @@ constexpr int kStageSlots = 8;
 constexpr int kErrWords = RKV_MAX_LAYERS;
 
 struct CudaCtx {
-    rkv__cuda_device dev;           // the GPU, its properties and kernel choice
-    cudaStream_t stream;
+    rkv__cuda_device dev;           // the GPU, its properties, kernel choice, stream
     size_t slot_bytes;              // bytes of one staging slot
     uint8_t *stage;                 // pinned HOST [kStageSlots][slot_bytes]
     cudaEvent_t done[kStageSlots];  // recorded after each slot's copy
@@ -51,7 +50,7 @@ rkv_status check_current(const CudaCtx *c, const char *what) {
 void ctx_destroy(void *vc) {
     CudaCtx *c = ctx_of(vc);
     if (!c) return;
-    (void)cudaStreamSynchronize(c->stream);
+    (void)cudaStreamSynchronize(c->dev.stream);
     for (int k = 0; k < kStageSlots; k++)
         if (c->made[k]) cudaEventDestroy(c->done[k]);
     if (c->stage) cudaFreeHost(c->stage);
@@ -69,19 +68,14 @@ void limits(void *, rkv_backend_limits *out) {
 rkv_status layer_create(void *vc, const rkv_geometry *g, rkv_backend_storage *storage,
                         void **layer) {
     CudaCtx *c = ctx_of(vc);
+    // A layer of its own storage takes the pool's next word while there is
+    // one (check reads them all at once).
     const bool pooled = !storage->kv && c->err_used < kErrWords;
-    rkv_cuda_layer *l = nullptr;
-    rkv_status st = rkv__cuda_layer_create(g, &c->dev, storage, &l);
-    if (st != RKV_OK) return st;
-    if (pooled) {  // its word moves into the context's pool (check reads all at once)
-        cudaFree(l->err);
-        (void)cudaGetLastError();
-        l->err = c->err_pool + c->err_used++;
-        l->own_err = false;
-        storage->error = reinterpret_cast<int32_t *>(l->err);
-    }
-    *layer = l;
-    return RKV_OK;
+    if (!storage->kv) storage->error = pooled ? c->err_pool + c->err_used : nullptr;
+    rkv_status st = rkv__cuda_layer_create(g, &c->dev, storage,
+                                           reinterpret_cast<rkv_cuda_layer **>(layer));
+    if (st == RKV_OK && pooled) c->err_used++;
+    return st;
 }
 void layer_destroy(void *, void *layer) { rkv__cuda_layer_destroy(layer_of(layer)); }
 
@@ -124,7 +118,7 @@ rkv_status copy_in(void *vc, void *dst, const void *src, size_t bytes) {
     rkv_status st = check_current(c, what);
     if (st != RKV_OK) return st;
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    cudaError_t e = cudaStreamIsCapturing(c->stream, &cs);
+    cudaError_t e = cudaStreamIsCapturing(c->dev.stream, &cs);
     if (e != cudaSuccess) return rkv__cuda_fail(e, what);
     if (cs != cudaStreamCaptureStatusNone)
         return rkv_error_set(RKV_ERR_STATE,
@@ -133,8 +127,8 @@ rkv_status copy_in(void *vc, void *dst, const void *src, size_t bytes) {
                              "(the captured calls read the buffers it writes)",
                              what);
     if (bytes > c->slot_bytes) {
-        e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream);
-        if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream);
+        e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->dev.stream);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(c->dev.stream);
         return e == cudaSuccess ? RKV_OK : rkv__cuda_fail(e, what);
     }
     const int k = c->next;
@@ -142,8 +136,8 @@ rkv_status copy_in(void *vc, void *dst, const void *src, size_t bytes) {
         return rkv__cuda_fail(e, what);
     uint8_t *slot = c->stage + (size_t)k * c->slot_bytes;
     memcpy(slot, src, bytes);
-    e = cudaMemcpyAsync(dst, slot, bytes, cudaMemcpyHostToDevice, c->stream);
-    if (e == cudaSuccess) e = cudaEventRecord(c->done[k], c->stream);
+    e = cudaMemcpyAsync(dst, slot, bytes, cudaMemcpyHostToDevice, c->dev.stream);
+    if (e == cudaSuccess) e = cudaEventRecord(c->done[k], c->dev.stream);
     if (e != cudaSuccess) return rkv__cuda_fail(e, what);
     c->armed[k] = true;
     c->next = (k + 1) % kStageSlots;
@@ -157,7 +151,7 @@ rkv_status synchronize(void *vc) {
     if (st != RKV_OK) return st;
     // (not cudaGetLastError: it would report the caller's own earlier
     // failures; a kernel's asynchronous failure comes back from here)
-    cudaError_t e = cudaStreamSynchronize(c->stream);
+    cudaError_t e = cudaStreamSynchronize(c->dev.stream);
     return e == cudaSuccess ? RKV_OK : rkv__cuda_fail(e, what);
 }
 // Every layer's error word with one copy and one wait when they all lie in
@@ -173,7 +167,7 @@ rkv_status check(void *vc, void *const *layers, int64_t n, int64_t *bad) {
     }
     if (!pooled) {  // layers of their own words: one check each
         for (int64_t i = 0; i < n; i++) {
-            rkv_status st = rkv__cuda_check(layer_of(layers[i]), c->stream);
+            rkv_status st = rkv__cuda_check(layer_of(layers[i]), c->dev.stream);
             if (st != RKV_OK) {
                 *bad = i;
                 return st;
@@ -184,15 +178,15 @@ rkv_status check(void *vc, void *const *layers, int64_t n, int64_t *bad) {
     rkv_status st = check_current(c, what);
     if (st != RKV_OK || c->err_used == 0) return st;
     cudaError_t e = cudaMemcpyAsync(c->err_host, c->err_pool, (size_t)c->err_used * sizeof(int),
-                                    cudaMemcpyDeviceToHost, c->stream);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream);
+                                    cudaMemcpyDeviceToHost, c->dev.stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(c->dev.stream);
     if (e != cudaSuccess) return rkv__cuda_fail(e, what);
     rkv_status first = RKV_OK;
     for (int64_t i = 0; i < n; i++) {
         const rkv_cuda_layer *l = layer_of(layers[i]);
         const int word = c->err_host[l->err - c->err_pool];
         if (!word) continue;
-        if ((e = cudaMemsetAsync(l->err, 0, sizeof word, c->stream)) != cudaSuccess)
+        if ((e = cudaMemsetAsync(l->err, 0, sizeof word, c->dev.stream)) != cudaSuccess)
             return rkv__cuda_fail(e, what);
         if (first == RKV_OK) {
             first = rkv__cuda_device_error_status(word, l->g.num_sessions);
@@ -204,21 +198,21 @@ rkv_status check(void *vc, void *const *layers, int64_t n, int64_t *bad) {
 
 // ---- per pass (capture-safe; unchecked: the core checked everything) -----------
 
-rkv_status upsert(void *vc, void *layer, const void *kv, int64_t batch, const int64_t *frame_pos,
+rkv_status upsert(void *, void *layer, const void *kv, int64_t batch, const int64_t *frame_pos,
                   const int64_t *session_idx, int commit, uint8_t *visible) {
     return rkv__cuda_upsert_launch(layer_of(layer), kv, batch, frame_pos, session_idx, commit,
-                                   visible, ctx_of(vc)->stream, "rkv_layer_upsert");
+                                   visible, "rkv_layer_upsert");
 }
-rkv_status visible_row(void *vc, const void *layer, const int64_t *session_idx,
+rkv_status visible_row(void *, const void *layer, const int64_t *session_idx,
                        const int64_t *frame_pos, uint8_t *row) {
     return rkv__cuda_upsert_launch(layer_of(layer), nullptr, 1, frame_pos, session_idx, 0, row,
-                                   ctx_of(vc)->stream, "rkv_layer_visible_row");
+                                   "rkv_layer_visible_row");
 }
-rkv_status attend(void *vc, const void *layer, const rkv_attention_args *a, void *workspace,
+rkv_status attend(void *, const void *layer, const rkv_attention_args *a, void *workspace,
                   size_t workspace_bytes) {
     rkv_cuda_attention_args ca;
     rkv__cuda_model_attention_args(a, workspace, workspace_bytes, &ca);
-    return rkv__cuda_attend_launch(layer_of(layer), &ca, ctx_of(vc)->stream, "rkv_layer_attend");
+    return rkv__cuda_attend_launch(layer_of(layer), &ca, "rkv_layer_attend");
 }
 size_t attend_workspace_bytes(void *, const void *layer, const rkv_attention_args *a) {
     rkv_cuda_attention_args ca;
@@ -230,21 +224,6 @@ size_t attend_workspace_bytes(void *, const void *layer, const rkv_attention_arg
 }
 
 // ---- sessions ------------------------------------------------------------------
-
-rkv_status reset(void *vc, void *layer, int64_t session) {
-    return rkv__cuda_reset(layer_of(layer), session, ctx_of(vc)->stream);
-}
-rkv_status span_read(void *vc, const void *layer, int64_t session, rkv_span_part part,
-                     int64_t head, void *dst) {
-    return rkv__cuda_span_read(layer_of(layer), session, part, head, dst, ctx_of(vc)->stream);
-}
-rkv_status span_write(void *vc, void *layer, int64_t session, rkv_span_part part, int64_t head,
-                      const void *src) {
-    return rkv__cuda_span_write(layer_of(layer), session, part, head, src, ctx_of(vc)->stream);
-}
-rkv_status span_copy(void *vc, void *layer, int64_t src_session, int64_t dst_session) {
-    return rkv__cuda_span_copy(layer_of(layer), src_session, dst_session, ctx_of(vc)->stream);
-}
 
 // Where a piece lives in device memory (host arithmetic, no CUDA call).
 rkv_status span_region(void *, const void *layer, int64_t session, rkv_span_part part,
@@ -290,10 +269,10 @@ rkv_backend_ops make_ops() {
     o.visible_row = visible_row;
     o.attend = attend;
     o.attend_workspace_bytes = attend_workspace_bytes;
-    o.reset = reset;
-    o.span_read = span_read;
-    o.span_write = span_write;
-    o.span_copy = span_copy;
+    o.reset = rkv__cuda_reset;
+    o.span_read = rkv__cuda_span_read;
+    o.span_write = rkv__cuda_span_write;
+    o.span_copy = rkv__cuda_span_copy;
     o.span_region = span_region;
     o.host_alloc = host_alloc;
     o.host_free = host_free;
@@ -375,7 +354,7 @@ rkv_status ctx_create(int device, void *stream, int64_t num_sessions, const char
     CudaCtx *c = static_cast<CudaCtx *>(calloc(1, sizeof *c));
     if (!c) return rkv_error_set(RKV_ERR_NO_MEMORY, "%s: out of host memory", what);
     c->dev = dev;
-    c->stream = static_cast<cudaStream_t>(stream);
+    c->dev.stream = static_cast<cudaStream_t>(stream);
     const int64_t rows = num_sessions < RKV_CUDA_MAX_BATCH ? num_sessions : RKV_CUDA_MAX_BATCH;
     c->slot_bytes = 2 * (size_t)rows * sizeof(int64_t);
     void *stage = nullptr, *err_host = nullptr, *err_pool = nullptr;
@@ -521,8 +500,8 @@ extern "C" rkv_status rkv_model_cuda_attention_describe(const rkv_model *model, 
     // The model's workspace, as rkv_model_create_with_backend sized it (its
     // layers are alike). The plan reads no memory: the batch's device buffers
     // and the workspace only need to be valid pointers for the host checks.
-    const size_t ws_bytes = rkv__cuda_model_workspace_bytes(&l->g, &l->d.dev, l->d.attn_stages,
-                                                            l->d.attn_kernel, max_b, cfg->n_q_heads);
+    const size_t ws_bytes = rkv__cuda_model_workspace_bytes(
+        &l->g, &l->d.dev, l->d.attn_stages, l->d.attn_kernel, max_b, cfg->n_q_heads);
     alignas(16) static const int64_t placeholder[2] = {0, 0};
     rkv_attention_args a = *args;
     a.batch = batch;

@@ -143,11 +143,11 @@ __global__ void clock_advance_kernel(int64_t *fp, int64_t batch, int64_t delta) 
 }
 
 // Host copy of the initial written bits: ring 0, scratch 1 (SEM 2).
-void arm_bits(const rkv_cuda_layer *l, uint8_t *bits) {
-    for (int64_t s = 0; s < l->g.num_sessions; s++) {
-        uint8_t *w = bits + s * l->capacity;
-        memset(w, 0, (size_t)l->ring_len);
-        memset(w + l->ring_len, 1, (size_t)l->g.tokens_per_frame);
+void arm_bits(const rkv_geometry *g, uint8_t *bits) {
+    const int64_t L = g->ring_frames * g->tokens_per_frame;
+    for (int64_t s = 0; s < g->num_sessions; s++) {
+        memset(bits + s * (L + g->tokens_per_frame), 0, (size_t)L);
+        memset(bits + s * (L + g->tokens_per_frame) + L, 1, (size_t)g->tokens_per_frame);
     }
 }
 
@@ -171,35 +171,29 @@ rkv_status rkv__cuda_layer_create(const rkv_geometry *g, const rkv__cuda_device 
     if (!l) return rkv_error_set(RKV_ERR_NO_MEMORY, "%s: out of host memory", what);
     l->g = *g;
     l->d = *d;
-    l->ring_len = g->ring_frames * g->tokens_per_frame;
-    l->capacity = rkv_geometry_capacity(g);
-    l->total_slots = rkv_geometry_total_slots(g);
-    l->memory_bytes = rkv_geometry_memory_bytes(g);
+    const size_t kv_bytes = rkv_geometry_memory_bytes(g);
     cudaError_t e = cudaSuccess;
+    // The error word given (a wrap's, or the context's pooled one), else the layer's own.
+    l->err = reinterpret_cast<int *>(storage->error);
+    l->own_err = !l->err;
+    if (l->own_err && (e = cudaMalloc(reinterpret_cast<void **>(&l->err), 16)) == cudaSuccess)
+        e = cudaMemset(l->err, 0, 16);
     if (storage->kv) {  // the caller's storage, as it is (rkv_layer_wrap)
         l->kv = storage->kv;
         l->written = storage->written;
-        l->err = reinterpret_cast<int *>(storage->error);
-        if (!l->err) {
-            l->own_err = true;
-            if ((e = cudaMalloc(reinterpret_cast<void **>(&l->err), 16)) == cudaSuccess)
-                e = cudaMemset(l->err, 0, 16);
-        }
-    } else {
-        l->own_storage = l->own_err = true;
-        const size_t nbits = ((size_t)l->total_slots + 15) & ~(size_t)15;
+    } else if (e == cudaSuccess) {
+        const size_t nbits = ((size_t)rkv_geometry_total_slots(g) + 15) & ~(size_t)15;
         uint8_t *bits = static_cast<uint8_t *>(calloc(nbits, 1));
         if (!bits) {
-            free(l);
+            rkv__cuda_layer_destroy(l);
             return rkv_error_set(RKV_ERR_NO_MEMORY, "%s: out of host memory", what);
         }
-        arm_bits(l, bits);
-        if ((e = cudaMalloc(&l->kv, l->memory_bytes)) == cudaSuccess &&
+        arm_bits(g, bits);
+        l->own_storage = true;
+        if ((e = cudaMalloc(&l->kv, kv_bytes)) == cudaSuccess &&
             (e = cudaMalloc(reinterpret_cast<void **>(&l->written), nbits)) == cudaSuccess &&
-            (e = cudaMalloc(reinterpret_cast<void **>(&l->err), 16)) == cudaSuccess &&
-            (e = cudaMemset(l->kv, 0, l->memory_bytes)) == cudaSuccess &&
-            (e = cudaMemcpy(l->written, bits, nbits, cudaMemcpyHostToDevice)) == cudaSuccess &&
-            (e = cudaMemset(l->err, 0, 16)) == cudaSuccess)
+            (e = cudaMemset(l->kv, 0, kv_bytes)) == cudaSuccess &&
+            (e = cudaMemcpy(l->written, bits, nbits, cudaMemcpyHostToDevice)) == cudaSuccess)
             e = cudaDeviceSynchronize();
         free(bits);
     }
@@ -208,7 +202,7 @@ rkv_status rkv__cuda_layer_create(const rkv_geometry *g, const rkv__cuda_device 
         if (e == cudaErrorMemoryAllocation)
             return rkv_error_set(RKV_ERR_NO_MEMORY,
                                  "%s: cannot allocate %zu bytes of K/V on device %d (%s)", what,
-                                 rkv_geometry_memory_bytes(g), d->device, cudaGetErrorString(e));
+                                 kv_bytes, d->device, cudaGetErrorString(e));
         return rkv__cuda_fail(e, what);
     }
     storage->kv = l->kv;
@@ -234,28 +228,29 @@ void rkv__cuda_layer_destroy(rkv_cuda_layer *l) {
     free(l);
 }
 
-rkv_status rkv__cuda_reset(const rkv_cuda_layer *l, int64_t session, cudaStream_t stream) {
+rkv_status rkv__cuda_reset(void *, void *layer, int64_t session) {
     static const char what[] = "rkv_layer_reset";
-    rkv_status st = rkv__cuda_check_device(l, what);
+    const rkv_cuda_layer *l = static_cast<const rkv_cuda_layer *>(layer);
+    rkv_status st = rkv__cuda_check_current(l->d.device, "layer", what);
     if (st != RKV_OK) return st;
     rkv__cuda_reset_plan plan;
     rkv__cuda_reset_plan_make(&l->g, &plan);
     ResetParams p;
     p.dst = static_cast<uint4 *>(l->kv);
     p.written = l->written;
-    p.N = l->total_slots;
-    p.C = l->capacity;
-    p.L = l->ring_len;
+    p.N = rkv_geometry_total_slots(&l->g);
+    p.C = rkv_geometry_capacity(&l->g);
+    p.L = p.C - l->g.tokens_per_frame;
     p.session = session;
     p.slot_bytes = l->g.d_head * (int64_t)rkv_dtype_size(l->g.dtype);
     p.g = plan;
-    RKV_LAUNCH((unsigned)plan.total_blocks, kThreads, 0, stream, reset_kernel)(p);
+    RKV_LAUNCH((unsigned)plan.total_blocks, kThreads, 0, l->d.stream, reset_kernel)(p);
     return rkv__cuda_after_launch(what);
 }
 
 rkv_status rkv__cuda_check(const rkv_cuda_layer *l, cudaStream_t s) {
     static const char what[] = "rkv_layer_check";
-    rkv_status st = rkv__cuda_check_device(l, what);
+    rkv_status st = rkv__cuda_check_current(l->d.device, "layer", what);
     if (st != RKV_OK) return st;
     int word = 0;
     cudaError_t e = cudaMemcpyAsync(&word, l->err, sizeof word, cudaMemcpyDeviceToHost, s);
@@ -267,9 +262,8 @@ rkv_status rkv__cuda_check(const rkv_cuda_layer *l, cudaStream_t s) {
 
 rkv_status rkv__cuda_upsert_launch(const rkv_cuda_layer *l, const void *kv, int64_t batch,
                                    const int64_t *frame_pos, const int64_t *session_idx,
-                                   int commit, uint8_t *visible, cudaStream_t stream,
-                                   const char *what) {
-    rkv_status st = rkv__cuda_check_device(l, what);
+                                   int commit, uint8_t *visible, const char *what) {
+    rkv_status st = rkv__cuda_check_current(l->d.device, "layer", what);
     if (st != RKV_OK) return st;
     rkv__cuda_upsert_plan plan;
     rkv__cuda_upsert_plan_make(&l->g, batch, commit != 0, visible != nullptr, &plan);
@@ -287,9 +281,9 @@ rkv_status rkv__cuda_upsert_launch(const rkv_cuda_layer *l, const void *kv, int6
     p.commit = commit != 0;
     p.S = l->g.num_sessions;
     p.T = l->g.tokens_per_frame;
-    p.C = l->capacity;
-    p.L = l->ring_len;
-    p.N = l->total_slots;
+    p.C = rkv_geometry_capacity(&l->g);
+    p.L = p.C - p.T;
+    p.N = rkv_geometry_total_slots(&l->g);
     p.RB = l->g.ring_buckets;
     p.PD = l->g.pinned_dilation;
     p.slot_bytes = l->g.d_head * (int64_t)rkv_dtype_size(l->g.dtype);
@@ -297,7 +291,8 @@ rkv_status rkv__cuda_upsert_launch(const rkv_cuda_layer *l, const void *kv, int6
     if (plan.total_blocks > 0x7fffffff)
         return rkv_error_set(RKV_ERR_OVERFLOW, "%s: %lld blocks exceed the CUDA grid", what,
                          (long long)plan.total_blocks);
-    RKV_LAUNCH((unsigned)plan.total_blocks, kThreads, plan.smem_bytes, stream, upsert_kernel)(p);
+    RKV_LAUNCH((unsigned)plan.total_blocks, kThreads, plan.smem_bytes, l->d.stream,
+               upsert_kernel)(p);
     return rkv__cuda_after_launch(what);
 }
 
@@ -326,36 +321,38 @@ uint8_t *span_at(const rkv_cuda_layer *l, int64_t session, rkv_span_part part, i
     return (in_written ? l->written : static_cast<uint8_t *>(l->kv)) + offset;
 }
 
-// One copy between a piece and a host buffer, finished before returning
-// (the host buffer is the caller's again).
-rkv_status span_copy_host(const rkv_cuda_layer *l, void *dst, const void *src, size_t bytes,
-                          cudaMemcpyKind kind, cudaStream_t s, const char *what) {
-    rkv_status st = rkv__cuda_check_device(l, what);
+// One copy between a piece and the host buffer `host` (to it unless
+// `to_device`), finished before returning (the buffer is the caller's again).
+rkv_status span_copy_host(const void *layer, int64_t session, rkv_span_part part, int64_t head,
+                          void *host, bool to_device, const char *what) {
+    const rkv_cuda_layer *l = static_cast<const rkv_cuda_layer *>(layer);
+    rkv_status st = rkv__cuda_check_current(l->d.device, "layer", what);
     if (st != RKV_OK) return st;
-    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, s);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+    size_t bytes = 0;
+    uint8_t *at = span_at(l, session, part, head, &bytes);
+    cudaError_t e =
+        to_device ? cudaMemcpyAsync(at, host, bytes, cudaMemcpyHostToDevice, l->d.stream)
+                  : cudaMemcpyAsync(host, at, bytes, cudaMemcpyDeviceToHost, l->d.stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(l->d.stream);
     return e == cudaSuccess ? RKV_OK : rkv__cuda_fail(e, what);
 }
 }  // namespace
 
-rkv_status rkv__cuda_span_read(const rkv_cuda_layer *l, int64_t session, rkv_span_part part,
-                               int64_t head, void *dst, cudaStream_t s) {
-    size_t bytes = 0;
-    const uint8_t *at = span_at(l, session, part, head, &bytes);
-    return span_copy_host(l, dst, at, bytes, cudaMemcpyDeviceToHost, s, "rkv_layer_read_span");
+rkv_status rkv__cuda_span_read(void *, const void *layer, int64_t session, rkv_span_part part,
+                               int64_t head, void *dst) {
+    return span_copy_host(layer, session, part, head, dst, false, "rkv_layer_read_span");
 }
 
-rkv_status rkv__cuda_span_write(const rkv_cuda_layer *l, int64_t session, rkv_span_part part,
-                                int64_t head, const void *src, cudaStream_t s) {
-    size_t bytes = 0;
-    uint8_t *at = span_at(l, session, part, head, &bytes);
-    return span_copy_host(l, at, src, bytes, cudaMemcpyHostToDevice, s, "rkv_layer_write_span");
+rkv_status rkv__cuda_span_write(void *, void *layer, int64_t session, rkv_span_part part,
+                                int64_t head, const void *src) {
+    return span_copy_host(layer, session, part, head, const_cast<void *>(src), true,
+                          "rkv_layer_write_span");
 }
 
-rkv_status rkv__cuda_span_copy(const rkv_cuda_layer *l, int64_t src_session, int64_t dst_session,
-                               cudaStream_t s) {
+rkv_status rkv__cuda_span_copy(void *, void *layer, int64_t src_session, int64_t dst_session) {
     static const char what[] = "rkv_layer_copy_span";
-    rkv_status st = rkv__cuda_check_device(l, what);
+    const rkv_cuda_layer *l = static_cast<const rkv_cuda_layer *>(layer);
+    rkv_status st = rkv__cuda_check_current(l->d.device, "layer", what);
     if (st != RKV_OK) return st;
     cudaError_t e = cudaSuccess;
     // K and V of every head, then the written bits: 2H + 1 pieces.
@@ -367,7 +364,7 @@ rkv_status rkv__cuda_span_copy(const rkv_cuda_layer *l, int64_t src_session, int
         size_t bytes = 0;
         const uint8_t *from = span_at(l, src_session, part, head, &bytes);
         uint8_t *to = span_at(l, dst_session, part, head, &bytes);
-        e = cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, s);
+        e = cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, l->d.stream);
     }
     return e == cudaSuccess ? RKV_OK : rkv__cuda_fail(e, what);
 }

@@ -227,15 +227,6 @@ rkv_status rkv__cuda_span_check(const rkv_geometry *g, const char *what, int64_t
     return st;
 }
 
-rkv_status rkv__cuda_written_check(const rkv_geometry *g, const char *what, const uint8_t *w) {
-    const int64_t bad = rkv__written_span_check(g, w);
-    if (bad < 0) return RKV_OK;
-    return rkv_error_set(RKV_ERR_INVALID_ARG,
-                         "%s: written bit of slot %lld is %u; expected 0/1, scratch slots 1, "
-                         "ring frames written whole",
-                         what, (long long)bad, w[bad]);
-}
-
 size_t rkv__cuda_model_workspace_bytes(const rkv_geometry *g, const rkv__cuda_device_info *dev,
                                        int stages, int kernel, int64_t max_batch,
                                        int64_t n_q_heads) {

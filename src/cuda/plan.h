@@ -151,9 +151,6 @@ void rkv__cuda_attention_plan_describe(const rkv__cuda_attn_plan *p, char *buf, 
 rkv_status rkv__cuda_span_check(const rkv_geometry *g, const char *what, int64_t session,
                                 rkv_span_part part, int64_t head, size_t *offset, size_t *bytes,
                                 int *in_written);
-/* The written bits a span write would install ([C] host bytes): 0/1,
- * scratch 1, frames whole; RKV_ERR_INVALID_ARG naming the first bad slot. */
-rkv_status rkv__cuda_written_check(const rkv_geometry *g, const char *what, const uint8_t *w);
 /* The attention workspace of a model's layer: the largest preferred split
  * workspace over B = 1..max_batch rows of n_q_heads heads and
  * tokens_per_frame queries, q and out in the storage dtype (other dtypes
