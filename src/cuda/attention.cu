@@ -133,12 +133,7 @@ void launch_combine(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p, void
 
 rkv_status rkv__cuda_attention_plan_checked(const rkv_cuda_layer *l,
                                             const rkv_cuda_attention_args *a, int preferred,
-                                            int checked, const char *what,
-                                            rkv__cuda_attn_plan *plan) {
-    if (checked) {
-        rkv_status st = rkv__cuda_attention_check(l ? &l->g : nullptr, a);
-        if (st != RKV_OK) return st;
-    }
+                                            const char *what, rkv__cuda_attn_plan *plan) {
     rkv__cuda_attention_plan_make(&l->g, a, &l->d.dev, l->d.attn_stages, l->d.attn_kernel,
                                   preferred, plan);
     if (plan->grid_x > 0x7fffffff)
@@ -239,17 +234,12 @@ rkv_status launch_simt(const rkv_cuda_layer *l, const rkv_cuda_attention_args *a
     p.D = l->g.d_head;
     p.scale = plan.scale;
     const dim3 grid((unsigned)plan.grid_x);
-    switch (l->g.dtype) {
-    case RKV_DTYPE_BF16:
+    if (l->g.dtype == RKV_DTYPE_BF16)
         RKV_LAUNCH(grid, plan.threads, plan.smem_bytes, s, ring_attention_simt<__nv_bfloat16>)(p);
-        break;
-    case RKV_DTYPE_F16:
+    else if (l->g.dtype == RKV_DTYPE_F16)
         RKV_LAUNCH(grid, plan.threads, plan.smem_bytes, s, ring_attention_simt<__half>)(p);
-        break;
-    default:
+    else
         RKV_LAUNCH(grid, plan.threads, plan.smem_bytes, s, ring_attention_simt<float>)(p);
-        break;
-    }
     return rkv__cuda_after_launch(what);
 }
 
@@ -258,7 +248,7 @@ rkv_status launch_simt(const rkv_cuda_layer *l, const rkv_cuda_attention_args *a
 rkv_status rkv__cuda_attend_launch(const rkv_cuda_layer *l, const rkv_cuda_attention_args *a,
                                    const char *what) {
     rkv__cuda_attn_plan plan;
-    rkv_status st = rkv__cuda_attention_plan_checked(l, a, 0, 0, what, &plan);
+    rkv_status st = rkv__cuda_attention_plan_checked(l, a, 0, what, &plan);
     if (st == RKV_OK) st = rkv__cuda_check_current(l->d.device, "layer", what);
     if (st != RKV_OK) return st;
     if (plan.kind == RKV__ATTN_MMA || plan.kind == RKV__ATTN_WGMMA)

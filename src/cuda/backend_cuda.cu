@@ -1,12 +1,8 @@
 // The CUDA backend's table (include/ringkv_backend.h) and its context: the
 // layers are rkv_cuda_layer, BACKEND memory is device memory of the
-// context's GPU, and every operation is enqueued on the context's stream.
-// The operations are unchecked (the core checked every argument once) and
-// capture-safe where the table says so; begin_frame's batch copy goes
-// through a small ring of pinned staging slots so that it stays
-// asynchronous. Registered with the core through the public
-// rkv_layer_create_on / rkv_layer_wrap / rkv_model_create_with_backend
-// (docs/backends.md).
+// context's GPU, and every operation is enqueued on the context's stream;
+// begin_frame's batch copy goes through a small ring of pinned staging
+// slots so that it stays asynchronous.
 #include <atomic>
 #include <mutex>
 #include <stdlib.h>
@@ -79,14 +75,14 @@ rkv_status layer_create(void *vc, const rkv_geometry *g, rkv_backend_storage *st
 }
 void layer_destroy(void *, void *layer) { rkv__cuda_layer_destroy(layer_of(layer)); }
 
-// An allocation by `alloc` (cudaMalloc, cudaMallocHost) on the model's
-// device, `what` naming it in the message.
-rkv_status alloc_on(void *vc, size_t bytes, void **ptr, const char *what,
-                    cudaError_t (*alloc)(void **, size_t)) {
+// Device memory (cudaMalloc), or pinned host memory (cudaMallocHost) when
+// `pinned`, on the model's device.
+rkv_status alloc_on(void *vc, size_t bytes, void **ptr, bool pinned) {
+    const char *what = pinned ? "cuda backend: cudaMallocHost" : "cuda backend: cudaMalloc";
     rkv_status st = check_current(ctx_of(vc), what);
     if (st != RKV_OK) return st;
     void *p = nullptr;
-    cudaError_t e = alloc(&p, bytes);
+    cudaError_t e = pinned ? cudaMallocHost(&p, bytes) : cudaMalloc(&p, bytes);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         return rkv_error_set(e == cudaErrorMemoryAllocation ? RKV_ERR_NO_MEMORY : RKV_ERR_STATE,
@@ -96,11 +92,9 @@ rkv_status alloc_on(void *vc, size_t bytes, void **ptr, const char *what,
     *ptr = p;
     return RKV_OK;
 }
-cudaError_t device_alloc(void **p, size_t bytes) { return cudaMalloc(p, bytes); }
-cudaError_t pinned_alloc(void **p, size_t bytes) { return cudaMallocHost(p, bytes); }
 
 rkv_status mem_alloc(void *vc, size_t bytes, void **ptr) {
-    return alloc_on(vc, bytes, ptr, "cuda backend: cudaMalloc", device_alloc);
+    return alloc_on(vc, bytes, ptr, false);
 }
 void mem_free(void *, void *ptr) {
     if (ptr) cudaFree(ptr);  // waits for the device's work that may use it
@@ -218,7 +212,7 @@ size_t attend_workspace_bytes(void *, const void *layer, const rkv_attention_arg
     rkv_cuda_attention_args ca;
     rkv__cuda_model_attention_args(a, nullptr, 0, &ca);
     rkv__cuda_attn_plan plan;
-    if (rkv__cuda_attention_plan_checked(layer_of(layer), &ca, 1, 0, "rkv_layer_attend", &plan))
+    if (rkv__cuda_attention_plan_checked(layer_of(layer), &ca, 1, "rkv_layer_attend", &plan))
         return 0;
     return plan.workspace_bytes;
 }
@@ -243,7 +237,7 @@ rkv_status span_region(void *, const void *layer, int64_t session, rkv_span_part
 // page-in then run as DMA at the link's rate instead of through the
 // driver's pageable staging.
 rkv_status host_alloc(void *vc, size_t bytes, void **ptr) {
-    return alloc_on(vc, bytes, ptr, "cuda backend: cudaMallocHost", pinned_alloc);
+    return alloc_on(vc, bytes, ptr, true);
 }
 void host_free(void *, void *ptr) {
     if (ptr) cudaFreeHost(ptr);
@@ -418,22 +412,6 @@ extern "C" rkv_status rkv_model_create_cuda(const rkv_model_config *cfg, int dev
 }
 
 namespace {
-// The CUDA layer behind a public handle; NULL (message set) for another backend's.
-const rkv_cuda_layer *cuda_layer_of(const rkv_layer *layer, const char *what) {
-    const rkv_backend_ops *ops = nullptr;
-    void *impl = rkv_layer_backend_handle(layer, &ops, nullptr);
-    if (!layer) {
-        rkv_error_set(RKV_ERR_NULL, "%s: layer is NULL", what);
-        return nullptr;
-    }
-    if (ops != &cuda_ops) {
-        rkv_error_set(RKV_ERR_INVALID_ARG, "%s: the layer is on the %s backend, not cuda", what,
-                      ops && ops->name ? ops->name : "(unnamed)");
-        return nullptr;
-    }
-    return layer_of(impl);
-}
-
 // The describe calls' own arguments: args (its struct size) and buf.
 rkv_status describe_check(const char *what, const rkv_attention_args *args, const char *buf,
                           size_t buf_size) {
@@ -449,7 +427,8 @@ rkv_status describe(const rkv_cuda_layer *l, const rkv_attention_args *a, void *
     rkv_cuda_attention_args ca;
     rkv__cuda_model_attention_args(a, ws, ws_bytes, &ca);
     rkv__cuda_attn_plan plan;
-    rkv_status st = rkv__cuda_attention_plan_checked(l, &ca, 0, 1, "rkv_layer_attend", &plan);
+    rkv_status st = rkv__cuda_attention_check(&l->g, &ca);
+    if (st == RKV_OK) st = rkv__cuda_attention_plan_checked(l, &ca, 0, "rkv_layer_attend", &plan);
     if (st == RKV_OK) rkv__cuda_attention_plan_describe(&plan, buf, buf_size);
     return st;
 }
@@ -459,8 +438,12 @@ extern "C" rkv_status rkv_cuda_attention_describe(const rkv_layer *layer,
                                                   const rkv_attention_args *args, char *buf,
                                                   size_t buf_size) {
     static const char what[] = "rkv_cuda_attention_describe";
-    const rkv_cuda_layer *l = cuda_layer_of(layer, what);
-    if (!l) return layer ? RKV_ERR_INVALID_ARG : RKV_ERR_NULL;
+    const rkv_backend_ops *ops = nullptr;
+    const rkv_cuda_layer *l = layer_of(rkv_layer_backend_handle(layer, &ops, nullptr));
+    if (!layer) return rkv_error_set(RKV_ERR_NULL, "%s: layer is NULL", what);
+    if (ops != &cuda_ops)
+        return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: the layer is on the %s backend, not cuda",
+                             what, ops && ops->name ? ops->name : "(unnamed)");
     rkv_status st = describe_check(what, args, buf, buf_size);
     if (st != RKV_OK) return st;
     rkv_attention_args a;  // the caller's, in this library's layout

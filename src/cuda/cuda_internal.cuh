@@ -110,14 +110,12 @@ __device__ __forceinline__ bool rkv__d_validate_rows(const int64_t *__restrict__
 // Raises the tensor-core kernels' dynamic shared memory limits (once per
 // device: backend_cuda.cu's prepare; not capture-safe); may fall back from wgmma.
 cudaError_t rkv__cuda_attention_prepare(rkv__cuda_device *d);
-// The plan of a launch (preferred: plan the preferred key split, ignoring
-// a->workspace; for the workspace query), after rkv__cuda_attention_check
-// when `checked` (rkv_cuda_attention_describe); RKV_ERR_OVERFLOW named after
-// `what` when its grid is too large.
+// The plan of a launch of valid args (preferred: plan the preferred key
+// split, ignoring a->workspace; for the workspace query); RKV_ERR_OVERFLOW
+// named after `what` when its grid is too large.
 rkv_status rkv__cuda_attention_plan_checked(const rkv_cuda_layer *l,
                                             const rkv_cuda_attention_args *a, int preferred,
-                                            int checked, const char *what,
-                                            rkv__cuda_attn_plan *plan);
+                                            const char *what, rkv__cuda_attn_plan *plan);
 
 // The table's operations (unchecked: the core checked the arguments once;
 // layer.cu, attention.cu). Each needs the layer's device

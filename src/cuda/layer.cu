@@ -15,9 +15,6 @@ __device__ __forceinline__ uint4 ones16() {
     return make_uint4(0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u);
 }
 
-// Streaming 16-byte load: the upsert input is read once.
-__device__ __forceinline__ uint4 ld_stream(const uint4 *p) { return __ldcs(p); }
-
 struct UpsertParams {
     const uint4 *src;        // input [2H*B][row_vecs] vectors
     uint4 *dst;              // storage as 16-byte vectors
@@ -63,7 +60,7 @@ __global__ void __launch_bounds__(kThreads) upsert_kernel(const UpsertParams p) 
 #pragma unroll
         for (int k = 0; k < kVpt; k++) {
             const int64_t v = v0 + (int64_t)k * kThreads;
-            if (v < p.g.row_vecs) buf[k] = ld_stream(src + v);
+            if (v < p.g.row_vecs) buf[k] = __ldcs(src + v);  // streaming: read once
         }
 #pragma unroll
         for (int k = 0; k < kVpt; k++) {

@@ -12,8 +12,6 @@ static int64_t ceil_div64(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 static size_t align16(size_t x) { return (x + 15) & ~(size_t)15; }
 
-static int misaligned(const void *p, uintptr_t to) { return ((uintptr_t)p & (to - 1)) != 0; }
-
 static int64_t max_batch_of(const rkv_geometry *g) {
     return g->num_sessions < RKV_CUDA_MAX_BATCH ? g->num_sessions : RKV_CUDA_MAX_BATCH;
 }
@@ -68,15 +66,13 @@ rkv_status rkv__cuda_attention_check(const rkv_geometry *g, const rkv_cuda_atten
         what, "args", "rkv_cuda_attention_args", "RKV_CUDA_ATTENTION_ARGS_INIT", a->struct_size,
         RKV__SIZE_V1(rkv_cuda_attention_args, workspace_bytes), sizeof *a);
     if (st != RKV_OK) return st;
-    /* the rows of one launch: at most min(S, RKV_CUDA_MAX_BATCH) */
-    if (a->batch > max_batch_of(g))
-        return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: batch B = %lld; expected 1..%lld", what,
-                             (long long)a->batch, (long long)max_batch_of(g));
-    if (a->workspace && misaligned(a->workspace, 16))
-        return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: workspace is not 16-byte aligned", what);
-    /* then the core's one attention check, with this backend's limits */
-    const rkv_backend_limits lim = RKV__CUDA_LIMITS;
+    /* the core's one attention check, with this backend's limits: the rows
+     * of one launch at most min(S, RKV_CUDA_MAX_BATCH) */
+    rkv_backend_limits lim = RKV__CUDA_LIMITS;
+    lim.max_batch = max_batch_of(g);
     if ((st = rkv__attend_args_check(g, &lim, NULL, a, false, what)) != RKV_OK) return st;
+    if (a->workspace && rkv__misaligned(a->workspace, 16))
+        return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: workspace is not 16-byte aligned", what);
     const int64_t tq = a->n_queries ? a->n_queries : g->tokens_per_frame;
     if (a->batch * a->n_q_heads * tq / RKV__SIMT_WARPS >= INT32_MAX)
         return rkv_error_set(RKV_ERR_OVERFLOW, "%s: B*Hq*Tq = %lld*%lld*%lld is too large", what,

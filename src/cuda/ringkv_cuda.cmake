@@ -35,11 +35,10 @@ set_target_properties(ringkv_cuda_objs PROPERTIES
   COMPILE_OPTIONS "")
 target_compile_options(ringkv_cuda_objs PRIVATE
   $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo -Xcompiler=-Wall,-Wextra -Xptxas=-warn-spills,-warn-lmem-usage>)
-# RKV_CUDA_PTX_DIR (optional; the top-level build sets it for the CPU
+# RKV_CUDA_PTX_DIR (optional; set by the top-level build for the CPU
 # executor's launch-bounds table, tests/cuda_exec/bounds_table.cmake): nvcc
-# keeps its intermediate files there (--keep; the PTX among them, whose
-# .maxntid are the kernels' __launch_bounds__ as compiled). The same
-# compilation, no second pass; the objects do not change.
+# keeps its intermediate files, the PTX among them, there (--keep: the same
+# compilation, the objects unchanged).
 if(RKV_CUDA_PTX_DIR)
   file(MAKE_DIRECTORY ${RKV_CUDA_PTX_DIR})
   target_compile_options(ringkv_cuda_objs PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--keep>
