@@ -45,7 +45,6 @@ __global__ void __launch_bounds__(WARPS * 32, 2) ring_attention_mma(const RkvMma
     constexpr int DT = D / 8;    // n8 tiles of O
     static_assert(CPR >= 8, "the swizzle needs D >= 64");
     static_assert(BN % 16 == 0 && 128 % BN == 0, "BN must divide the 128-token block");
-    static_assert((BN * CPR) % THREADS == 0 && (BM * CPR) % THREADS == 0, "tile loads");
 
     RKV_EXTERN_SHARED_ALIGNED(128, unsigned char, smem_raw);
     RingBlock<T, D, BM, BN, STAGES, THREADS, false> blk(p, smem_raw);
@@ -147,14 +146,12 @@ inline void launch_out(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p, c
 
 template <typename T>
 void launch(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p, cudaStream_t st) {
-    if (plan->d_head == 64) {
-        if (plan->stages == 3)
-            launch_out<T, 64, RKV__MMA_D64_MT, 3>(plan, p, st);
-        else
-            launch_out<T, 64, RKV__MMA_D64_MT, 2>(plan, p, st);
-    } else {
+    if (plan->d_head != 64)
         launch_out<T, 128, RKV__MMA_D128_MT, 2>(plan, p, st);
-    }
+    else if (plan->stages == 3)
+        launch_out<T, 64, RKV__MMA_D64_MT, 3>(plan, p, st);
+    else
+        launch_out<T, 64, RKV__MMA_D64_MT, 2>(plan, p, st);
 }
 
 template <typename T, int D, int MT, int STAGES, bool OUT_F32>

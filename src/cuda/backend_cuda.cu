@@ -3,7 +3,6 @@
 // context's GPU, and every operation is enqueued on the context's stream;
 // begin_frame's batch copy goes through a small ring of pinned staging
 // slots so that it stays asynchronous.
-#include <atomic>
 #include <mutex>
 #include <stdlib.h>
 #include <string.h>
@@ -219,20 +218,6 @@ size_t attend_workspace_bytes(void *, const void *layer, const rkv_attention_arg
 
 // ---- sessions ------------------------------------------------------------------
 
-// Where a piece lives in device memory (host arithmetic, no CUDA call).
-rkv_status span_region(void *, const void *layer, int64_t session, rkv_span_part part,
-                       int64_t head, void **ptr, int *device) {
-    const rkv_cuda_layer *l = layer_of(layer);
-    size_t offset = 0, bytes = 0;
-    int in_written = 0;
-    rkv_status st = rkv__cuda_span_check(&l->g, "cuda backend: span_region", session, part, head,
-                                         &offset, &bytes, &in_written);
-    if (st != RKV_OK) return st;
-    *ptr = (in_written ? l->written : static_cast<uint8_t *>(l->kv)) + offset;
-    *device = l->d.device;
-    return RKV_OK;
-}
-
 // Pinned host memory for session images: the span copies of offload and
 // page-in then run as DMA at the link's rate instead of through the
 // driver's pageable staging.
@@ -267,7 +252,7 @@ rkv_backend_ops make_ops() {
     o.span_read = rkv__cuda_span_read;
     o.span_write = rkv__cuda_span_write;
     o.span_copy = rkv__cuda_span_copy;
-    o.span_region = span_region;
+    o.span_region = rkv__cuda_span_region;
     o.host_alloc = host_alloc;
     o.host_free = host_free;
     return o;
@@ -279,7 +264,7 @@ constexpr int kMaxDevices = 64;
 
 // What a context needs of its device, read once per device here.
 struct DeviceState {
-    std::atomic<bool> ready{false};
+    bool ready = false;
     rkv__cuda_device_info dev{};
     bool wgmma_ok = false;  // the Hopper kernel's code is loaded and prepared
 };
@@ -287,41 +272,39 @@ DeviceState g_devices[kMaxDevices];
 std::mutex g_prepare_lock;
 
 // The GPU's properties, read and its attention kernels' shared memory limits
-// raised once per process and device (thread-safe; every context on the
-// device shares them), and the kernel choice, read per context.
+// raised once per process and device (under one lock: contexts are made
+// rarely; every context on the device shares them), and the kernel choice,
+// read per context.
 rkv_status prepare(int device, rkv__cuda_device *out, const char *what) {
     const int ndev = rkv_cuda_device_count();
     if (device < 0 || device >= ndev || device >= kMaxDevices)
         return rkv_error_set(RKV_ERR_RANGE, "%s: device %d; the CUDA runtime sees %d device(s)%s",
                              what, device, ndev,
                              ndev == 0 ? " (no GPU, or no driver: use the CPU backend)" : "");
+    std::lock_guard<std::mutex> guard(g_prepare_lock);
     DeviceState &d = g_devices[device];
-    if (!d.ready.load()) {
-        std::lock_guard<std::mutex> guard(g_prepare_lock);
-        if (!d.ready.load()) {
-            cudaDeviceProp prop;
-            cudaError_t e = cudaGetDeviceProperties(&prop, device);
-            rkv__cuda_device probe;
-            memset(&probe, 0, sizeof probe);
-            if (e == cudaSuccess) {
-                probe.device = device;
-                probe.dev.sm_count = prop.multiProcessorCount;
-                probe.dev.smem_optin = prop.sharedMemPerBlockOptin;
-                probe.dev.cc_major = prop.major;
-                probe.attn_kernel = RKV__KERNEL_WGMMA;  // prepared whenever it can run
-                e = rkv__cuda_attention_prepare(&probe);
-            }
-            if (e != cudaSuccess) {
-                (void)cudaGetLastError();
-                return rkv_error_set(RKV_ERR_STATE,
-                                     "%s: cannot read device %d or raise the attention kernels' "
-                                     "shared memory limit: CUDA error %s (%s)",
-                                     what, device, cudaGetErrorName(e), cudaGetErrorString(e));
-            }
-            d.dev = probe.dev;
-            d.wgmma_ok = probe.dev.cc_major == 9 && probe.attn_kernel == RKV__KERNEL_WGMMA;
-            d.ready.store(true);
+    if (!d.ready) {
+        cudaDeviceProp prop;
+        cudaError_t e = cudaGetDeviceProperties(&prop, device);
+        rkv__cuda_device probe;
+        memset(&probe, 0, sizeof probe);
+        if (e == cudaSuccess) {
+            probe.dev.sm_count = prop.multiProcessorCount;
+            probe.dev.smem_optin = prop.sharedMemPerBlockOptin;
+            probe.dev.cc_major = prop.major;
+            probe.attn_kernel = RKV__KERNEL_WGMMA;  // prepared whenever it can run
+            e = rkv__cuda_attention_prepare(&probe);
         }
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            return rkv_error_set(RKV_ERR_STATE,
+                                 "%s: cannot read device %d or raise the attention kernels' "
+                                 "shared memory limit: CUDA error %s (%s)",
+                                 what, device, cudaGetErrorName(e), cudaGetErrorString(e));
+        }
+        d.dev = probe.dev;
+        d.wgmma_ok = probe.dev.cc_major == 9 && probe.attn_kernel == RKV__KERNEL_WGMMA;
+        d.ready = true;
     }
     // The kernel choice is each context's, read when it is made.
     out->device = device;

@@ -128,13 +128,16 @@ rkv_status rkv__cuda_layer_create(const rkv_geometry *g, const rkv__cuda_device 
 void rkv__cuda_layer_destroy(rkv_cuda_layer *l);
 // Reads and clears the layer's error word (one copy and one wait).
 rkv_status rkv__cuda_check(const rkv_cuda_layer *l, cudaStream_t stream);
-// The table's reset, span_read, span_write and span_copy (layer.cu).
+// The table's reset, span_read, span_write, span_copy and span_region
+// (where a piece lives in device memory: host arithmetic, no CUDA call).
 rkv_status rkv__cuda_reset(void *ctx, void *layer, int64_t session);
 rkv_status rkv__cuda_span_read(void *ctx, const void *layer, int64_t session, rkv_span_part part,
                                int64_t head, void *dst);
 rkv_status rkv__cuda_span_write(void *ctx, void *layer, int64_t session, rkv_span_part part,
                                 int64_t head, const void *src);
 rkv_status rkv__cuda_span_copy(void *ctx, void *layer, int64_t src_session, int64_t dst_session);
+rkv_status rkv__cuda_span_region(void *ctx, const void *layer, int64_t session, rkv_span_part part,
+                                 int64_t head, void **ptr, int *device);
 // kv NULL (batch 1, commit 0): the visibility row alone (rkv_layer_visible_row).
 rkv_status rkv__cuda_upsert_launch(const rkv_cuda_layer *l, const void *kv, int64_t batch,
                                    const int64_t *frame_pos, const int64_t *session_idx,

@@ -309,12 +309,15 @@ extern "C" rkv_status rkv_cuda_clock_advance(int64_t *frame_pos, int64_t batch, 
 // ---- one session's span, piece by piece (arguments checked by the core) ------
 
 namespace {
-// The device address of a (valid) piece and its bytes.
+// The device address of a piece and its bytes (*st: the piece's check, for
+// the caller whose arguments the core did not check).
 uint8_t *span_at(const rkv_cuda_layer *l, int64_t session, rkv_span_part part, int64_t head,
-                 size_t *bytes) {
+                 size_t *bytes, rkv_status *st = nullptr) {
     size_t offset = 0;
     int in_written = 0;
-    rkv__cuda_span_check(&l->g, "cuda backend", session, part, head, &offset, bytes, &in_written);
+    const rkv_status s = rkv__cuda_span_check(&l->g, "cuda backend: span_region", session, part,
+                                              head, &offset, bytes, &in_written);
+    if (st) *st = s;
     return (in_written ? l->written : static_cast<uint8_t *>(l->kv)) + offset;
 }
 
@@ -334,6 +337,18 @@ rkv_status span_copy_host(const void *layer, int64_t session, rkv_span_part part
     return e == cudaSuccess ? RKV_OK : rkv__cuda_fail(e, what);
 }
 }  // namespace
+
+rkv_status rkv__cuda_span_region(void *, const void *layer, int64_t session, rkv_span_part part,
+                                 int64_t head, void **ptr, int *device) {
+    const rkv_cuda_layer *l = static_cast<const rkv_cuda_layer *>(layer);
+    size_t bytes = 0;
+    rkv_status st = RKV_OK;
+    uint8_t *at = span_at(l, session, part, head, &bytes, &st);
+    if (st != RKV_OK) return st;
+    *ptr = at;
+    *device = l->d.device;
+    return RKV_OK;
+}
 
 rkv_status rkv__cuda_span_read(void *, const void *layer, int64_t session, rkv_span_part part,
                                int64_t head, void *dst) {

@@ -73,11 +73,9 @@ typedef struct rkv__cuda_reset_plan {
 void rkv__cuda_reset_plan_make(const rkv_geometry *g, rkv__cuda_reset_plan *out);
 
 /* ---- attention ------------------------------------------------------------
- * The tensor-core kernel's configurations (the .cu instantiates exactly
- * these). A CTA owns BM consecutive rows of one (b, kv head)'s query matrix
- * [group*Tq][D] (the GQA group's heads are contiguous in q, so a CTA's rows
- * may span two heads that share the K/V tiles), and walks the row's visible
- * key tiles of BN keys (a tile never straddles a frame: T % 128 == 0). */
+ * The tensor-core kernels' configurations (the .cu files instantiate
+ * exactly these; what a block's rows and key tiles are: RingBlock,
+ * attention_common.cuh). */
 enum { RKV__ATTN_SIMT = 0, RKV__ATTN_MMA = 1, RKV__ATTN_WGMMA = 2 };
 
 /* Which tensor-core kernel a layer asks for (RKV_CUDA_ATTN_KERNEL at layer
@@ -128,8 +126,8 @@ typedef struct rkv__cuda_attn_plan {
 
 /* The host checks of a launch's arguments (rkv_cuda_attention_describe's):
  * the core's one attention check (attention_check.h) with this backend's
- * limits, plus B <= min(S, RKV_CUDA_MAX_BATCH), the workspace's alignment
- * and the generic kernel's grid. */
+ * limits (B at most min(S, RKV_CUDA_MAX_BATCH)), then the workspace's
+ * alignment and the generic kernel's grid. */
 rkv_status rkv__cuda_attention_check(const rkv_geometry *g, const rkv_cuda_attention_args *a);
 
 /* The plan for valid args. `stages` is the cp.async pipeline depth of the
