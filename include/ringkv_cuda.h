@@ -20,19 +20,17 @@
  *  - A context lives on one GPU. Every call on its layers must be made
  *    while that GPU is the calling thread's current device (cudaSetDevice);
  *    the calls check it (RKV_ERR_STATE otherwise) and never change it.
- *  - "Capture-safe" calls (rkv_layer_upsert, rkv_layer_attend,
- *    rkv_layer_visible_row, rkv_layer_reset on a CUDA layer, the clock
- *    advance) only enqueue kernels on the context's stream: they never
- *    allocate, never synchronize, never copy from the host, and read
- *    session ids and clocks from DEVICE memory, so a whole schedule (24
+ *  - "Capture-safe" calls (rkv_layer_upsert, _attend, _visible_row and
+ *    _reset on a CUDA layer, the clock advance) only enqueue kernels on the
+ *    context's stream: no allocation, synchronization or host copy; session
+ *    ids and clocks are read from DEVICE memory, so a whole schedule (24
  *    layers x 5 passes) can be captured into one CUDA graph and replayed
- *    frame after frame with only the device-side clocks changing. Their
- *    host-side checks (the core's, once) cover shapes, dtypes and
- *    pointers; the VALUES behind device pointers are checked on the
- *    device, by every block of the kernel before it writes anything: if
- *    any row is invalid (session out of [0, S), two rows with one session,
- *    clock < 0) the whole call writes nothing and records a device error
- *    that rkv_layer_check() reports (and clears) later.
+ *    with only the device-side clocks changing. The core checks shapes,
+ *    dtypes and pointers on the host, once; the VALUES behind device
+ *    pointers are checked by every block of the kernel before it writes
+ *    anything: an invalid row (session out of [0, S), two rows with one
+ *    session, clock < 0) makes the whole call write nothing and records a
+ *    device error that rkv_layer_check() reports (and clears) later.
  *  - CUDA failures (a launch that fails, an allocation that fails, a copy
  *    that fails) are RKV_ERR_NO_MEMORY for out-of-memory and RKV_ERR_STATE
  *    otherwise, with the CUDA error's name in rkv_last_error().
@@ -62,8 +60,8 @@ RKV_API int rkv_cuda_device_count(void);
  * operations run on `stream` (a cudaStream_t of that device, NULL = the
  * legacy default stream; it must outlive the context): into *ops and *ctx.
  * Reads the GPU's properties and raises the attention kernels' shared
- * memory limits (once per process and device: RKV_CUDA_ATTN_KERNEL and
- * RKV_CUDA_ATTN_STAGES are read then), allocates the context's pinned
+ * memory limits (once per process and device; RKV_CUDA_ATTN_KERNEL and
+ * RKV_CUDA_ATTN_STAGES are read per context), allocates the context's pinned
  * staging ring and its layers' error words. Makes `device` current. The
  * caller owns the context: (*ops)->ctx_destroy(*ctx) after the last layer
  * on it is destroyed (rkv_model_create_with_backend takes it over). Layers
@@ -82,16 +80,15 @@ RKV_API rkv_status rkv_cuda_backend(int device, void *stream, const rkv_backend_
 /* Writes a one-line description of the plan rkv_layer_attend would use on
  * this CUDA layer for these arguments ("mma bf16 d64 bm128 bn64 stages2
  * grid 8x16x1 splits 2 smem 49216 ...") into buf (NUL-terminated,
- * truncated to buf_size). Kernels: storage bf16 or f16 with q_dtype ==
- * storage dtype, D 64 or 128, visible == NULL and out_dtype in {q_dtype,
- * f32} run the tensor-core kernel (mma.sync m16n8k16, f32 accumulators,
- * online softmax, cp.async double buffering, invisible frames skipped
+ * truncated to buf_size). Kernels (docs/cuda.md): bf16 or f16 storage with
+ * q in it, D 64 or 128, visible NULL and out in q's dtype or f32 run the
+ * tensor-core kernel (mma.sync, f32 accumulators, invisible frames skipped
  * whole, the GQA group's query heads sharing each K/V tile); everything
  * else (f32 storage, other D up to 256, explicit visibility rows, mixed
- * dtypes) runs a generic f32 kernel. With RKV_CUDA_ATTN_KERNEL=wgmma set
- * when the context is made, D 64 on a compute capability 9.x GPU runs the
- * Hopper kernel instead (wgmma.mma_async, sm_90a code; opt-in, docs/cuda.md
- * says how far it is verified; the description starts "wgmma" then).
+ * dtypes) a generic f32 kernel. With RKV_CUDA_ATTN_KERNEL=wgmma set when
+ * the context is made, D 64 on a compute capability 9.x GPU runs the
+ * Hopper kernel instead (wgmma, sm_90a; opt-in, docs/cuda.md says how far
+ * it is verified; the description starts "wgmma" then);
  * RKV_CUDA_ATTN_STAGES=3 deepens the mma kernel's pipeline (D 64). For
  * logs and benchmarks; host only, no CUDA call. Errors: RKV_ERR_NULL,
  * RKV_ERR_INVALID_ARG (not a CUDA layer; rkv_layer_attend's checks),
@@ -133,19 +130,18 @@ RKV_API rkv_status rkv_cuda_clock_advance(int64_t *frame_pos, int64_t batch, int
  *    written synchronously).
  *  - B of one frame is at most RKV_CUDA_MAX_BATCH (begin_frame refuses
  *    more with RKV_ERR_INVALID_ARG).
- *  - rkv_model_layer gives the layers (rkv_layer on the GPU).
  * The model owns, in device memory: the layers, the batch buffers (2 * S
  * int64: session ids, then clocks, written by begin_frame) and the
  * attention workspace (sized here for B = 1..min(S, RKV_CUDA_MAX_BATCH)
  * rows of n_q_heads heads and tokens_per_frame queries), and in pinned host
  * memory a small ring of staging slots for begin_frame's copies.
  *
- * The capture contract (ringkv.h, "Frames"): the per-pass calls
- * (rkv_model_frame_upsert, _frame_attend, _frame_step, and the wrappers
- * rkv_model_upsert, _attend, _step) are capture-safe on `stream`: kernels
- * only, reading the session ids and clocks from the model's device buffers
- * and splitting keys in the model's workspace. So one frame (every layer,
- * every pass, B sessions) can be captured into a CUDA graph once:
+ * The capture contract is ringkv.h's ("Frames"): one frame (every layer,
+ * every pass, B sessions) is captured into a CUDA graph once on `stream`
+ * and replayed frame after frame, only the clock VALUES changing between
+ * replays (begin_frame writes them into the same device buffers, ordered
+ * after the previous replay and before the next; B, the sessions, their
+ * rows and every argument of the captured calls stay the same):
  *
  *   rkv_model_begin_frame(m, B, sessions, clocks);        // frame f0, host
  *   cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
@@ -159,16 +155,9 @@ RKV_API rkv_status rkv_cuda_clock_advance(int64_t *frame_pos, int64_t batch, int
  *       cudaGraphLaunch(exec, stream);
  *       rkv_model_end_frame(m);            // host: the clocks are committed
  *
- * Between replays only the clock VALUES change (begin_frame writes them
- * into the same device buffers, on `stream`, ordered after the previous
- * replay and before the next); B, the sessions and their rows, and every
- * pointer and argument given to the captured calls stay the same. Launch
- * the graph on `stream` (or order it after the copy). begin_frame refuses
- * to run while `stream` is being captured (its copy must not be recorded:
- * a replay would copy a stale staging slot). Not capture-safe: create and
- * destroy, claim/lookup/release/reset, begin_frame, snapshots, forks,
- * loads, saves, rkv_model_synchronize; end_frame and abandon_frame are host
- * bookkeeping that enqueue nothing.
+ * Launch the graph on `stream` (or order it after the copy). begin_frame
+ * refuses to run while `stream` is being captured (its copy must not be
+ * recorded: a replay would copy a stale staging slot).
  *
  * Errors (nothing allocated, *out untouched): RKV_ERR_NULL, an invalid
  * config (as rkv_model_create), RKV_ERR_RANGE (no such device: with no GPU

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "plan.h"
+#include "../src/internal.h" /* rkv__written_span_check */
 
 static const rkv__cuda_device_info H200 = {132, 227 * 1024, 9};
 /* An sm_80-class GPU: the wgmma kernel must never be planned there. */
@@ -23,6 +24,19 @@ static rkv_geometry geom(int64_t S, int64_t H, int64_t RF, int64_t RB, int64_t D
                          int64_t PD, rkv_dtype dt) {
     rkv_geometry g = {S, H, RF, RB, D, T, PD, dt};
     return g;
+}
+
+/* The written bits a span write would install ([C] host bytes): 0/1,
+ * scratch 1, frames whole; RKV_ERR_INVALID_ARG naming the first bad slot
+ * (test-only: the core checks span writes, src/layer.c). */
+static rkv_status rkv__cuda_written_check(const rkv_geometry *g, const char *what,
+                                          const uint8_t *w) {
+    const int64_t bad = rkv__written_span_check(g, w);
+    if (bad < 0) return RKV_OK;
+    return rkv_error_set(RKV_ERR_INVALID_ARG,
+                         "%s: written bit of slot %lld is %u; expected 0/1, scratch slots 1, "
+                         "ring frames written whole",
+                         what, (long long)bad, w[bad]);
 }
 
 /* Fake device addresses: the planner never dereferences them. */

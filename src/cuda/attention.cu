@@ -116,48 +116,30 @@ __global__ void __launch_bounds__(32 * RKV__SIMT_WARPS) ring_attention_simt(cons
 
 // Launches combine_splits (attention_common.cuh) for a plan with key splits
 // (plan->splits > 1): merges the workspace p.ws_o / p.ws_ml that the
-// kernel's store_m16 filled into `out`, in the output dtype (f32 when
-// plan->out_f32, else the storage dtype `dtype`: bf16 or f16). The caller
-// checks the launch.
-void launch_combine(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p,
-                    rkv_dtype dtype, void *out, cudaStream_t s) {
+// kernel's store_m16 filled into `out`, of output type OT (f32 when
+// plan->out_f32, else the storage dtype: bf16 or f16). The caller checks the
+// launch.
+template <typename OT>
+void launch_combine(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p, void *out,
+                    cudaStream_t s) {
     const int64_t n = plan->total_rows * (plan->d_head / 4);
-    const unsigned blocks = (unsigned)((n + 255) / 256);
-    const size_t rows_smem = (size_t)p.batch * 2 * sizeof(int64_t);
-    if (plan->out_f32)
-        RKV_LAUNCH(blocks, 256, rows_smem, s, rkv_attn::combine_splits<float>)(
-            p.ws_o, p.ws_ml, static_cast<float *>(out), plan->splits, plan->total_rows,
-            plan->d_head, p.sess, p.fp, p.batch, p.S, p.err);
-    else if (dtype == RKV_DTYPE_BF16)
-        RKV_LAUNCH(blocks, 256, rows_smem, s, rkv_attn::combine_splits<__nv_bfloat16>)(
-            p.ws_o, p.ws_ml, static_cast<__nv_bfloat16 *>(out), plan->splits,
-            plan->total_rows, plan->d_head, p.sess, p.fp, p.batch, p.S, p.err);
-    else
-        RKV_LAUNCH(blocks, 256, rows_smem, s, rkv_attn::combine_splits<__half>)(
-            p.ws_o, p.ws_ml, static_cast<__half *>(out), plan->splits, plan->total_rows,
-            plan->d_head, p.sess, p.fp, p.batch, p.S, p.err);
-}
-
-rkv_status plan_for(const rkv_cuda_layer *l, const rkv_cuda_attention_args *a, int preferred,
-                    int checked, rkv__cuda_attn_plan *plan) {
-    if (checked) {
-        rkv_status st = rkv__cuda_attention_check(l ? &l->g : nullptr, a);
-        if (st != RKV_OK) return st;
-    }
-    rkv__cuda_attention_plan_make(&l->g, a, &l->dev, l->attn_stages, l->attn_kernel, preferred,
-                                  plan);
-    if (plan->grid_x > 0x7fffffff)
-        return rkv_error_set(RKV_ERR_OVERFLOW, "rkv_layer_attend: %lld blocks exceed the grid",
-                         (long long)plan->grid_x);
-    return RKV_OK;
+    RKV_LAUNCH((unsigned)((n + 255) / 256), 256, (size_t)p.batch * 2 * sizeof(int64_t), s,
+               rkv_attn::combine_splits<OT>)(p.ws_o, p.ws_ml, static_cast<OT *>(out), plan->splits,
+                                             plan->total_rows, plan->d_head, p.sess, p.fp, p.batch,
+                                             p.S, p.err);
 }
 
 }  // namespace
 
 rkv_status rkv__cuda_attention_plan_checked(const rkv_cuda_layer *l,
                                             const rkv_cuda_attention_args *a, int preferred,
-                                            int checked, rkv__cuda_attn_plan *plan) {
-    return plan_for(l, a, preferred, checked, plan);
+                                            const char *what, rkv__cuda_attn_plan *plan) {
+    rkv__cuda_attention_plan_make(&l->g, a, &l->d.dev, l->d.attn_stages, l->d.attn_kernel,
+                                  preferred, plan);
+    if (plan->grid_x > 0x7fffffff)
+        return rkv_error_set(RKV_ERR_OVERFLOW, "%s: %lld blocks exceed the grid", what,
+                             (long long)plan->grid_x);
+    return RKV_OK;
 }
 
 cudaError_t rkv__cuda_attention_prepare(rkv__cuda_device *l) {
@@ -174,10 +156,8 @@ cudaError_t rkv__cuda_attention_prepare(rkv__cuda_device *l) {
         l->attn_kernel = RKV__KERNEL_MMA;
         return cudaSuccess;
     }
-    if ((e = rkv_wgmma::prepare<__nv_bfloat16>(l->dev.smem_optin)) != cudaSuccess ||
-        (e = rkv_wgmma::prepare<__half>(l->dev.smem_optin)) != cudaSuccess)
-        return e;
-    return cudaSuccess;
+    if ((e = rkv_wgmma::prepare<__nv_bfloat16>(l->dev.smem_optin)) != cudaSuccess) return e;
+    return rkv_wgmma::prepare<__half>(l->dev.smem_optin);
 }
 
 namespace {
@@ -202,8 +182,8 @@ void fill_common_params(P &p, const rkv_cuda_layer *l, const rkv_cuda_attention_
     p.Hq = a->n_q_heads;
     p.group = plan.group;
     p.Tq = plan.tq;
-    p.N = l->total_slots;
-    p.C = l->capacity;
+    p.N = rkv_geometry_total_slots(g);
+    p.C = rkv_geometry_capacity(g);
     p.T = g->tokens_per_frame;
     p.RF = g->ring_frames;
     p.RB = g->ring_buckets;
@@ -234,7 +214,12 @@ rkv_status launch_tensor_core(const rkv_cuda_layer *l, const rkv_cuda_attention_
         bf16 ? rkv_mma::launch<__nv_bfloat16>(&plan, p, s) : rkv_mma::launch<__half>(&plan, p, s);
     rkv_status st = rkv__cuda_after_launch(what);
     if (st != RKV_OK || plan.splits <= 1) return st;
-    launch_combine(&plan, p, g->dtype, a->out, s);
+    if (plan.out_f32)
+        launch_combine<float>(&plan, p, a->out, s);
+    else if (bf16)
+        launch_combine<__nv_bfloat16>(&plan, p, a->out, s);
+    else
+        launch_combine<__half>(&plan, p, a->out, s);
     return rkv__cuda_after_launch(what);
 }
 
@@ -249,32 +234,24 @@ rkv_status launch_simt(const rkv_cuda_layer *l, const rkv_cuda_attention_args *a
     p.D = l->g.d_head;
     p.scale = plan.scale;
     const dim3 grid((unsigned)plan.grid_x);
-    switch (l->g.dtype) {
-    case RKV_DTYPE_BF16:
+    if (l->g.dtype == RKV_DTYPE_BF16)
         RKV_LAUNCH(grid, plan.threads, plan.smem_bytes, s, ring_attention_simt<__nv_bfloat16>)(p);
-        break;
-    case RKV_DTYPE_F16:
+    else if (l->g.dtype == RKV_DTYPE_F16)
         RKV_LAUNCH(grid, plan.threads, plan.smem_bytes, s, ring_attention_simt<__half>)(p);
-        break;
-    default:
+    else
         RKV_LAUNCH(grid, plan.threads, plan.smem_bytes, s, ring_attention_simt<float>)(p);
-        break;
-    }
     return rkv__cuda_after_launch(what);
 }
 
 }  // namespace
 
 rkv_status rkv__cuda_attend_launch(const rkv_cuda_layer *l, const rkv_cuda_attention_args *a,
-                                   cudaStream_t s, const char *what) {
+                                   const char *what) {
     rkv__cuda_attn_plan plan;
-    rkv__cuda_attention_plan_make(&l->g, a, &l->dev, l->attn_stages, l->attn_kernel, 0, &plan);
-    if (plan.grid_x > 0x7fffffff)
-        return rkv_error_set(RKV_ERR_OVERFLOW, "%s: %lld blocks exceed the grid", what,
-                             (long long)plan.grid_x);
-    rkv_status st = rkv__cuda_check_device(l, what);
+    rkv_status st = rkv__cuda_attention_plan_checked(l, a, 0, what, &plan);
+    if (st == RKV_OK) st = rkv__cuda_check_current(l->d.device, "layer", what);
     if (st != RKV_OK) return st;
     if (plan.kind == RKV__ATTN_MMA || plan.kind == RKV__ATTN_WGMMA)
-        return launch_tensor_core(l, a, plan, s, what);
-    return launch_simt(l, a, plan, s, what);
+        return launch_tensor_core(l, a, plan, l->d.stream, what);
+    return launch_simt(l, a, plan, l->d.stream, what);
 }

@@ -9,16 +9,14 @@
 #include "cuda_internal.cuh"
 
 // The initial running maximum of every online softmax here (the generic
-// kernel's, online_softmax's in attention_common.cuh): -FLT_MAX, the
-// lowest finite float, not -inf. Every score but -inf is >= it, so the
-// maximum a row's scores are taken from is finite even while every score so
-// far is -inf: their weights are exp(-inf) = 0, the rescale factor
-// exp(-FLT_MAX - -FLT_MAX) = 1 of a sum and accumulator that are 0, never
-// exp(-inf - -inf) = NaN. It plays the part of FlashAttention's "use 0 when
-// the max is -inf" guard, at no cost per tile (no extra register either).
-// A row whose every score is -inf ends with sum 0 and gives 0 (ringkv.h);
-// +inf makes the maximum +inf and the row NaN; NaN scores are skipped by
-// fmaxf and give NaN weights.
+// kernel's, online_softmax's): -FLT_MAX, the lowest finite float, not -inf.
+// Every score but -inf is >= it, so a row's maximum stays finite while all
+// its scores so far are -inf: their weights are exp(-inf) = 0 and the
+// rescale factor exp(-FLT_MAX - -FLT_MAX) = 1, never exp(-inf - -inf) = NaN
+// (FlashAttention's "use 0 when the max is -inf" guard, at no cost per tile
+// and no extra register). A row whose every score is -inf gives 0
+// (ringkv.h); +inf makes the row NaN; NaN scores are skipped by fmaxf and
+// give NaN weights.
 #define RKV__SOFTMAX_M0 (-FLT_MAX)
 
 struct RkvMmaParams {

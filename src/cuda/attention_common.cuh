@@ -2,32 +2,13 @@
 // kernel (attention_mma.cuh) and the Hopper wgmma kernel
 // (attention_wgmma.cuh) differ only in how they compute the two matrix
 // products (and so in their shared-memory layout and launch shape); what
-// they read, which keys they walk and what they write is here, once:
-//
-//   Cvt              the f32 -> 16-bit pair conversion
-//   tile loads       load_tile_async: rows into an XOR-swizzled tile (chunk
-//                    c of row r at c ^ (r mod 8): conflict-free for
-//                    ldmatrix, and the 128-byte swizzle of a wgmma
-//                    descriptor when D = 64)
-//   frame list       build_frame_list: the row's visible frames from the
-//                    written bits and the clock (SEMANTICS 4, ring_rule.h)
-//   key-tile walk    KeyTiles: the visible frames cut into BN-key tiles,
-//                    split over the key splits, loaded by cp.async
-//   online softmax   online_softmax: one key tile's scores of an m16 tile of
-//                    rows (the mma.m16n8 C layout, which the wgmma
-//                    accumulators of each warp share) into P fragments
-//   the store        store_m16: O / l in the output dtype, or with key
-//                    splits the unnormalized O and (max, sum) to the
-//                    workspace ...
-//   split-combine    ... which combine_splits merges (launched by
-//                    attention.cu)
-//   host             allow_dynamic_smem (the shared-memory opt-in)
-//
-// The kernels' own files keep what is theirs: the mma kernel
-// (attention_mma.cuh), the wgmma descriptors and the Hopper kernel
-// (attention_wgmma.cuh). Every PTX instruction and hardware intrinsic they
-// use is a wrapper of ptx.cuh.
-// tests/cuda/fragment_model.py models these pieces lane by lane.
+// they read, which keys they walk and what they write is here, once: the
+// f32 -> 16-bit conversion, the swizzled tile loads, the frame list, the
+// block's prologue and K/V pipeline (RingBlock), the online softmax, the
+// store, the split-combine kernel (launched by attention.cu) and the host's
+// shared-memory opt-in. Every PTX instruction and hardware intrinsic they
+// use is a wrapper of ptx.cuh; tests/cuda/fragment_model.py models these
+// pieces lane by lane.
 #ifndef RKV_CUDA_ATTENTION_COMMON_CUH
 #define RKV_CUDA_ATTENTION_COMMON_CUH
 
@@ -65,7 +46,7 @@ struct Cvt<__half> {
     }
 };
 
-// ---- tiles, frame list, key-tile walk, softmax, store ---------------------------
+// ---- tiles, frame list, the block, softmax, store ---------------------------
 
 // Element offset of 16-byte chunk `chunk` of row `row` in a swizzled tile
 // with D elements per row (D/8 >= 8 chunks): chunk ^ (row mod 8).
@@ -90,37 +71,6 @@ __device__ __forceinline__ void load_tile_async(T *dst, const T *src, int64_t va
     }
 }
 
-// The key tiles one block walks: the visible frames of its row (the list
-// built by build_frame_list, `nframes` long) cut into tiles of BN keys that
-// never straddle a frame, split `p.splits` ways (this block: split `split`);
-// load(i, ...) brings the block's i-th tile of K and V (session `sess`, KV
-// head `kvh`) into swizzled shared-memory tiles by cp.async.
-template <typename T, int D, int BN, int THREADS>
-struct KeyTiles {
-    const int *list;
-    int64_t tpf, t0, frame_tokens;
-    int nt;  // tiles of this block
-    const T *kbase, *vbase;
-
-    __device__ __forceinline__ KeyTiles(const RkvMmaParams &p, int64_t sess, int64_t kvh,
-                                        int split, const int *frame_list, int nframes)
-        : list(frame_list), tpf(p.T / BN), frame_tokens(p.T) {
-        const int64_t nt_all = (int64_t)nframes * tpf;
-        t0 = nt_all * split / p.splits;
-        nt = (int)(nt_all * (split + 1) / p.splits - t0);
-        const T *kvb = static_cast<const T *>(p.kv);
-        kbase = kvb + (kvh * p.N + sess * p.C) * (int64_t)D;
-        vbase = kvb + ((p.H + kvh) * p.N + sess * p.C) * (int64_t)D;
-    }
-
-    __device__ __forceinline__ void load(int i, T *ks, T *vs, int tid) const {
-        const int64_t ti = t0 + i;
-        const int64_t slot = list[ti / tpf] * frame_tokens + (ti % tpf) * BN;  // in the span
-        load_tile_async<T, D, BN, THREADS>(ks, kbase + slot * D, BN, tid);
-        load_tile_async<T, D, BN, THREADS>(vs, vbase + slot * D, BN, tid);
-    }
-};
-
 // Warp 0 of a block: the visible frames of session `sess` at clock f by the
 // bits-and-clock rule (SEMANTICS 4, ring_rule.h's rkv__rule_visible_frames
 // computed 32 frames at a time): ring frames ascending (the slot ceil(f/PD)
@@ -143,6 +93,84 @@ __device__ __forceinline__ void build_frame_list(const RkvMmaParams &p, int64_t 
         *n_frames = n + 1;
     }
 }
+
+// One block of either kernel (grid (m_tiles * splits, H, B), THREADS
+// threads, BM query rows of one (row b, KV head): q[b][kvh*group ..][Tq][D]
+// is contiguous, [group*Tq][D], so the GQA group's query heads share every
+// K/V tile the block loads), from its shared memory `base` (the Q tile, the
+// K and V stages, the frame list) to its main loop. start(): every row
+// checked on the device (the staging aliases the K stages; false: an
+// invalid row, the block writes nothing), the Q tile (rows past M
+// zero-filled) in flight while warp 0 builds the row's visible frames, the
+// frames cut into tiles of BN keys that never straddle a frame and split
+// `p.splits` ways, then the first STAGES-1 key tiles. next(i): key tile i
+// (and Q) landed and visible to every thread (FENCE: and to the async proxy,
+// which wgmma reads shared memory through), tile i + STAGES-1 issued into
+// the stage tile i-1 freed; kt(i) / vt(i) are its K and V tiles.
+template <typename T, int D, int BM, int BN, int STAGES, int THREADS, bool FENCE>
+struct RingBlock {
+    const RkvMmaParams &p;
+    T *sQ, *sK, *sV;
+    int *list;
+    const int tid;
+    int split, nt;  // this block's key split and its key tiles
+    int64_t row0, qrow0, tpf, t0;
+    const T *kbase, *vbase;
+
+    __device__ __forceinline__ RingBlock(const RkvMmaParams &params, unsigned char *base)
+        : p(params), sQ(reinterpret_cast<T *>(base)), sK(sQ + BM * D),
+          sV(sK + STAGES * BN * D), list(reinterpret_cast<int *>(sV + STAGES * BN * D)),
+          tid((int)threadIdx.x) {}
+
+    __device__ __forceinline__ bool start() {
+        RKV_SHARED(int, sNf);
+        int64_t *sSess = reinterpret_cast<int64_t *>(sK), *sFp = sSess + p.batch;
+        if (!rkv__d_validate_rows(p.sess, p.fp, p.batch, p.S, sSess, sFp, p.err, RKV__OP_ATTEND))
+            return false;
+        const int64_t b = blockIdx.z, kvh = blockIdx.y;
+        split = (int)(blockIdx.x / p.m_tiles);
+        const int64_t sess = sSess[b], f = sFp[b];
+        qrow0 = (b * p.Hq + kvh * p.group) * p.Tq;     // global row
+        row0 = (int64_t)(blockIdx.x % p.m_tiles) * BM;  // within M
+        load_tile_async<T, D, BM, THREADS>(sQ, static_cast<const T *>(p.q) + (qrow0 + row0) * D,
+                                           p.M - row0, tid);
+        rkv_ptx::cp_async_commit_group();
+        if (tid < 32) build_frame_list(p, sess, f, tid, list, &sNf);
+        __syncthreads();  // list ready; the staging in sK is dead from here on
+        tpf = p.T / BN;
+        const int64_t nt_all = (int64_t)sNf * tpf;
+        t0 = nt_all * split / p.splits;
+        nt = (int)(nt_all * (split + 1) / p.splits - t0);
+        const T *kvb = static_cast<const T *>(p.kv);
+        kbase = kvb + (kvh * p.N + sess * p.C) * (int64_t)D;
+        vbase = kvb + ((p.H + kvh) * p.N + sess * p.C) * (int64_t)D;
+#pragma unroll
+        for (int i = 0; i < STAGES - 1; i++) {
+            if (i < nt) load(i);
+            rkv_ptx::cp_async_commit_group();
+        }
+        return true;
+    }
+
+    __device__ __forceinline__ T *kt(int i) const { return sK + (i % STAGES) * BN * D; }
+    __device__ __forceinline__ T *vt(int i) const { return sV + (i % STAGES) * BN * D; }
+
+    // Key tile i into its stage by cp.async.
+    __device__ __forceinline__ void load(int i) const {
+        const int64_t ti = t0 + i;
+        const int64_t slot = list[ti / tpf] * p.T + (ti % tpf) * BN;  // in the span
+        load_tile_async<T, D, BN, THREADS>(kt(i), kbase + slot * D, BN, tid);
+        load_tile_async<T, D, BN, THREADS>(vt(i), vbase + slot * D, BN, tid);
+    }
+
+    __device__ __forceinline__ void next(int i) const {
+        rkv_ptx::cp_async_wait_group<STAGES - 2>();
+        if (FENCE) rkv_ptx::fence_proxy_async_shared_cta();
+        __syncthreads();
+        if (i + STAGES - 1 < nt) load(i + STAGES - 1);
+        rkv_ptx::cp_async_commit_group();
+    }
+};
 
 // One tile's online softmax for one m16 tile of rows (base 2, the scale
 // folded into scale_log2): s holds the thread's NT x 4 scores in the
@@ -167,9 +195,7 @@ __device__ __forceinline__ void online_softmax(float *s, float scale_log2, float
     mx0 = fmaxf(mx0, rkv_ptx::shfl_xor_sync(0xffffffffu, mx0, 2));
     mx1 = fmaxf(mx1, rkv_ptx::shfl_xor_sync(0xffffffffu, mx1, 1));
     mx1 = fmaxf(mx1, rkv_ptx::shfl_xor_sync(0xffffffffu, mx1, 2));
-    // m0/m1 start at RKV__SOFTMAX_M0 (-FLT_MAX), so mn0/mn1 are finite even
-    // where every score so far is -inf: no -inf - -inf = NaN here (see
-    // attention.cuh).
+    // finite (m0/m1 start at RKV__SOFTMAX_M0, attention.cuh): never -inf - -inf
     const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
     const float c0 = ex2_approx_ftz(m0 - mn0), c1 = ex2_approx_ftz(m1 - mn1);
     m0 = mn0;
@@ -197,6 +223,15 @@ __device__ __forceinline__ void online_softmax(float *s, float scale_log2, float
     }
 }
 
+// Two values at out[i], out[i + 1] (f32, or a packed pair of T).
+template <typename T, bool F32>
+__device__ __forceinline__ void st2(void *out, int64_t i, float a, float b) {
+    if (F32)
+        *reinterpret_cast<float2 *>(static_cast<float *>(out) + i) = make_float2(a, b);
+    else
+        *reinterpret_cast<uint32_t *>(static_cast<T *>(out) + i) = Cvt<T>::pack(a, b);
+}
+
 // Epilogue of one m16 tile of rows: o holds the thread's DT x 4 accumulators
 // (mma.m16n8 C layout: rows g and g+8, columns 8*dn + 2*t4 + {0,1}); m0/m1
 // the running maxima (log2 units), l0/l1 the thread's partial sums of rows
@@ -222,23 +257,8 @@ __device__ __forceinline__ void store_m16(const RkvMmaParams &p, const float *o,
         for (int dn = 0; dn < DT; dn++) {
             const int col = dn * 8 + 2 * t4;
             const float *od = o + dn * 4;
-            if (OUT_F32) {
-                float *out = static_cast<float *>(p.out);
-                if (ina)
-                    *reinterpret_cast<float2 *>(out + ga * D + col) =
-                        make_float2(od[0] * i0, od[1] * i0);
-                if (inb)
-                    *reinterpret_cast<float2 *>(out + gb * D + col) =
-                        make_float2(od[2] * i1, od[3] * i1);
-            } else {
-                T *out = static_cast<T *>(p.out);
-                if (ina)
-                    *reinterpret_cast<uint32_t *>(out + ga * D + col) =
-                        Cvt<T>::pack(od[0] * i0, od[1] * i0);
-                if (inb)
-                    *reinterpret_cast<uint32_t *>(out + gb * D + col) =
-                        Cvt<T>::pack(od[2] * i1, od[3] * i1);
-            }
+            if (ina) st2<T, OUT_F32>(p.out, ga * D + col, od[0] * i0, od[1] * i0);
+            if (inb) st2<T, OUT_F32>(p.out, gb * D + col, od[2] * i1, od[3] * i1);
         }
     } else {
         float *wo = p.ws_o + (int64_t)split * p.total_rows * D;
@@ -247,12 +267,12 @@ __device__ __forceinline__ void store_m16(const RkvMmaParams &p, const float *o,
         for (int dn = 0; dn < DT; dn++) {
             const int col = dn * 8 + 2 * t4;
             const float *od = o + dn * 4;
-            if (ina) *reinterpret_cast<float2 *>(wo + ga * D + col) = make_float2(od[0], od[1]);
-            if (inb) *reinterpret_cast<float2 *>(wo + gb * D + col) = make_float2(od[2], od[3]);
+            if (ina) st2<T, true>(wo, ga * D + col, od[0], od[1]);
+            if (inb) st2<T, true>(wo, gb * D + col, od[2], od[3]);
         }
         if (t4 == 0) {
-            if (ina) *reinterpret_cast<float2 *>(wml + ga * 2) = make_float2(m0, l0);
-            if (inb) *reinterpret_cast<float2 *>(wml + gb * 2) = make_float2(m1, l1);
+            if (ina) st2<T, true>(wml, ga * 2, m0, l0);
+            if (inb) st2<T, true>(wml, gb * 2, m1, l1);
         }
     }
 }
@@ -264,27 +284,17 @@ __device__ __forceinline__ void store_m16(const RkvMmaParams &p, const float *o,
 // of the library's symbols.
 namespace {
 
+// Four values at out[i..i+3] (f32, or two packed pairs of OT).
 template <typename OT>
-__device__ __forceinline__ void st4(OT *out, int64_t i, float4 v);
+__device__ __forceinline__ void st4(OT *out, int64_t i, float4 v) {
+    uint2 u;
+    u.x = Cvt<OT>::pack(v.x, v.y);
+    u.y = Cvt<OT>::pack(v.z, v.w);
+    *reinterpret_cast<uint2 *>(out + i) = u;
+}
 template <>
 __device__ __forceinline__ void st4<float>(float *out, int64_t i, float4 v) {
     *reinterpret_cast<float4 *>(out + i) = v;
-}
-template <>
-__device__ __forceinline__ void st4<__nv_bfloat16>(__nv_bfloat16 *out, int64_t i, float4 v) {
-    __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y), b = __floats2bfloat162_rn(v.z, v.w);
-    uint2 u;
-    u.x = *reinterpret_cast<uint32_t *>(&a);
-    u.y = *reinterpret_cast<uint32_t *>(&b);
-    *reinterpret_cast<uint2 *>(out + i) = u;
-}
-template <>
-__device__ __forceinline__ void st4<__half>(__half *out, int64_t i, float4 v) {
-    __half2 a = __floats2half2_rn(v.x, v.y), b = __floats2half2_rn(v.z, v.w);
-    uint2 u;
-    u.x = *reinterpret_cast<uint32_t *>(&a);
-    u.y = *reinterpret_cast<uint32_t *>(&b);
-    *reinterpret_cast<uint2 *>(out + i) = u;
 }
 
 // Merges the key splits of each output row: O = sum_s w_s O_s / sum_s w_s l_s

@@ -1,16 +1,12 @@
 // The tensor-core ring attention (FlashAttention-2 style, mma.sync):
 //
 //   grid (m_tiles * splits, H, B); block WARPS warps; each warp owns MT
-//   m16 tiles of query rows. A block takes BM = 16*MT*WARPS consecutive rows
-//   of the query matrix of one (row b, KV head): q[b][kvh*group ..][Tq][D]
-//   is contiguous, [group*Tq][D], so the GQA group's query heads share every
-//   K/V tile the block loads.
+//   m16 tiles of query rows: BM = 16*MT*WARPS rows of one (row b, KV head).
 //
-//   Prologue: every block checks all B rows (session, clock) on the device,
-//   then warp 0 builds the row's list of visible frames in shared memory
-//   from the written bits and the clock (SEMANTICS 4: ring frames ascending,
-//   the ring slot ceil(f/PD) mod RB hidden on write steps, the scratch last).
-//   Invisible frames are never loaded.
+//   Prologue (RingBlock, attention_common.cuh): every block checks all B
+//   rows (session, clock) on the device, then warp 0 builds the row's list
+//   of visible frames in shared memory from the written bits and the clock
+//   (SEMANTICS 4). Invisible frames are never loaded.
 //
 //   Main loop over the row's key tiles (BN keys, never straddling a frame):
 //   cp.async STAGES-deep pipeline of K and V tiles (XOR-swizzled 16-byte
@@ -23,11 +19,8 @@
 //   over several blocks, the unnormalized O with (max, sum) to the workspace
 //   for the combine kernel.
 //
-// The pieces it shares with the Hopper kernel (sm_90a, D 64,
-// attention_wgmma.cuh: the same frame list, visibility rule, tiles, softmax,
-// store and split/combine, with the products on wgmma.mma_async) are in
-// attention_common.cuh; here: the kernel and its launches (its mma.sync and
-// ldmatrix are wrappers of ptx.cuh).
+// The pieces it shares with the Hopper kernel (attention_wgmma.cuh) are in
+// attention_common.cuh; here: the kernel and its launches.
 //
 // TODO(wgmma), in attention_wgmma.cuh: K/V by TMA (cp.async.bulk.tensor on
 // mbarriers), a producer warp and consumer warpgroups (setmaxnreg), and the
@@ -52,48 +45,11 @@ __global__ void __launch_bounds__(WARPS * 32, 2) ring_attention_mma(const RkvMma
     constexpr int DT = D / 8;    // n8 tiles of O
     static_assert(CPR >= 8, "the swizzle needs D >= 64");
     static_assert(BN % 16 == 0 && 128 % BN == 0, "BN must divide the 128-token block");
-    static_assert((BN * CPR) % THREADS == 0 && (BM * CPR) % THREADS == 0, "tile loads");
 
     RKV_EXTERN_SHARED_ALIGNED(128, unsigned char, smem_raw);
-    T *sQ = reinterpret_cast<T *>(smem_raw);
-    T *sK = sQ + BM * D;
-    T *sV = sK + STAGES * BN * D;
-    int *sList = reinterpret_cast<int *>(sV + STAGES * BN * D);
-    RKV_SHARED(int, sNf);
-
-    // 1. Device checks of every row (the staging aliases the K stages).
-    int64_t *sSess = reinterpret_cast<int64_t *>(sK), *sFp = sSess + p.batch;
-    if (!rkv__d_validate_rows(p.sess, p.fp, p.batch, p.S, sSess, sFp, p.err, RKV__OP_ATTEND))
-        return;
+    RingBlock<T, D, BM, BN, STAGES, THREADS, false> blk(p, smem_raw);
+    if (!blk.start()) return;  // steps 1-4 (attention_common.cuh)
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int b = blockIdx.z, kvh = blockIdx.y;
-    const int mtile = (int)(blockIdx.x % p.m_tiles), split = (int)(blockIdx.x / p.m_tiles);
-    const int64_t sess = sSess[b], f = sFp[b];
-
-    // 2. Q tile (rows past M zero-filled) in flight while the frame list is
-    // built (sQ does not alias the row staging).
-    const int64_t qrow0 = ((int64_t)b * p.Hq + (int64_t)kvh * p.group) * p.Tq;  // global row
-    const int64_t row0 = (int64_t)mtile * BM;                                    // within M
-    load_tile_async<T, D, BM, THREADS>(sQ, static_cast<const T *>(p.q) + (qrow0 + row0) * D,
-                                       p.M - row0, tid);
-    rkv_ptx::cp_async_commit_group();
-
-    // 3. The row's visible frames (bits-and-clock rule), ascending, scratch last.
-    if (warp == 0) build_frame_list(p, sess, f, lane, sList, &sNf);
-    __syncthreads();  // list ready; the staging in sK is dead from here on
-
-    const KeyTiles<T, D, BN, THREADS> tiles(p, sess, kvh, split, sList, sNf);
-    const int nt = tiles.nt;
-    auto load_tile = [&](int i, int stage) {
-        tiles.load(i, sK + stage * BN * D, sV + stage * BN * D, tid);
-    };
-
-    // 4. The first STAGES-1 key tiles (the Q tile's group is already in flight).
-#pragma unroll
-    for (int i = 0; i < STAGES - 1; i++) {
-        if (i < nt) load_tile(i, i);
-        rkv_ptx::cp_async_commit_group();
-    }
     rkv_ptx::cp_async_wait_group<STAGES - 1>();  // Q landed (tiles may still be in flight)
     __syncthreads();
 
@@ -103,7 +59,7 @@ __global__ void __launch_bounds__(WARPS * 32, 2) ring_attention_mma(const RkvMma
 #pragma unroll
         for (int kk = 0; kk < KS; kk++) {
             const int r = (warp * MT + mt) * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-            rkv_ptx::ldmatrix_x4(qf[mt][kk], sQ + swz<D>(r, kk * 2 + (lane >> 4)));
+            rkv_ptx::ldmatrix_x4(qf[mt][kk], blk.sQ + swz<D>(r, kk * 2 + (lane >> 4)));
         }
 
     float o[MT][DT][4];
@@ -117,14 +73,9 @@ __global__ void __launch_bounds__(WARPS * 32, 2) ring_attention_mma(const RkvMma
     }
 
     // 5. Main loop.
-    for (int i = 0; i < nt; i++) {
-        rkv_ptx::cp_async_wait_group<STAGES - 2>();
-        __syncthreads();  // tile i visible to all; tile i-1's stage is free
-        if (i + STAGES - 1 < nt) load_tile(i + STAGES - 1, (i + STAGES - 1) % STAGES);
-        rkv_ptx::cp_async_commit_group();
-
-        const T *ks = sK + (i % STAGES) * BN * D;
-        const T *vs = sV + (i % STAGES) * BN * D;
+    for (int i = 0; i < blk.nt; i++) {
+        blk.next(i);  // tile i visible to all; tile i-1's stage is free
+        const T *ks = blk.kt(i), *vs = blk.vt(i);
 
         float s[MT][NT][4];
 #pragma unroll
@@ -175,8 +126,8 @@ __global__ void __launch_bounds__(WARPS * 32, 2) ring_attention_mma(const RkvMma
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
         store_m16<T, D, OUT_F32>(p, &o[mt][0][0], mrow[mt][0], mrow[mt][1], lrow[mt][0],
-                                 lrow[mt][1], row0 + (warp * MT + mt) * 16 + (lane >> 2), qrow0,
-                                 split, lane);
+                                 lrow[mt][1], blk.row0 + (warp * MT + mt) * 16 + (lane >> 2),
+                                 blk.qrow0, blk.split, lane);
 }
 
 // Host side: the instantiations a dtype file provides.
@@ -189,22 +140,18 @@ inline void launch_one(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p, c
 
 template <typename T, int D, int MT, int STAGES>
 inline void launch_out(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p, cudaStream_t st) {
-    if (plan->out_f32)
-        launch_one<T, D, MT, STAGES, true>(plan, p, st);
-    else
-        launch_one<T, D, MT, STAGES, false>(plan, p, st);
+    plan->out_f32 ? launch_one<T, D, MT, STAGES, true>(plan, p, st)
+                  : launch_one<T, D, MT, STAGES, false>(plan, p, st);
 }
 
 template <typename T>
 void launch(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p, cudaStream_t st) {
-    if (plan->d_head == 64) {
-        if (plan->stages == 3)
-            launch_out<T, 64, RKV__MMA_D64_MT, 3>(plan, p, st);
-        else
-            launch_out<T, 64, RKV__MMA_D64_MT, 2>(plan, p, st);
-    } else {
+    if (plan->d_head != 64)
         launch_out<T, 128, RKV__MMA_D128_MT, 2>(plan, p, st);
-    }
+    else if (plan->stages == 3)
+        launch_out<T, 64, RKV__MMA_D64_MT, 3>(plan, p, st);
+    else
+        launch_out<T, 64, RKV__MMA_D64_MT, 2>(plan, p, st);
 }
 
 template <typename T, int D, int MT, int STAGES, bool OUT_F32>
@@ -220,10 +167,9 @@ cudaError_t prepare(size_t smem_optin) {
         (e = prepare_one<T, 64, RKV__MMA_D64_MT, 2, true>(smem_optin)) != cudaSuccess ||
         (e = prepare_one<T, 64, RKV__MMA_D64_MT, 3, false>(smem_optin)) != cudaSuccess ||
         (e = prepare_one<T, 64, RKV__MMA_D64_MT, 3, true>(smem_optin)) != cudaSuccess ||
-        (e = prepare_one<T, 128, RKV__MMA_D128_MT, 2, false>(smem_optin)) != cudaSuccess ||
-        (e = prepare_one<T, 128, RKV__MMA_D128_MT, 2, true>(smem_optin)) != cudaSuccess)
+        (e = prepare_one<T, 128, RKV__MMA_D128_MT, 2, false>(smem_optin)) != cudaSuccess)
         return e;
-    return cudaSuccess;
+    return prepare_one<T, 128, RKV__MMA_D128_MT, 2, true>(smem_optin);
 }
 
 }  // namespace rkv_mma

@@ -1,5 +1,4 @@
-// The tensor-core ring attention's bf16 instantiations (attention_mma.cuh; the
-// f16 ones are in their own file for parallel builds).
+// The tensor-core ring attention's bf16 instantiations (attention_mma.cuh; attention.cuh).
 #include "attention_mma.cuh"
 
 template void rkv_mma::launch<__nv_bfloat16>(const rkv__cuda_attn_plan *, const RkvMmaParams &,

@@ -1,5 +1,4 @@
-// The tensor-core ring attention's f16 instantiations (attention_mma.cuh; the
-// bf16 ones are in their own file for parallel builds).
+// The tensor-core ring attention's f16 instantiations (attention_mma.cuh; attention.cuh).
 #include "attention_mma.cuh"
 
 template void rkv_mma::launch<__half>(const rkv__cuda_attn_plan *, const RkvMmaParams &,

@@ -3,7 +3,7 @@
 // from the written bits and the row's clock, skipped whole when invisible;
 // online softmax in f32; GQA heads sharing each K/V tile; key splits with a
 // combine kernel), built from the same pieces (attention_common.cuh: tile
-// loads, frame list, key-tile walk, online softmax, store, split-combine),
+// loads, frame list, the block's pipeline, online softmax, store, combine),
 // with the two matrix products on the warpgroup tensor-core instructions:
 //
 //   grid (m_tiles * splits, H, B); block NWG warpgroups of 4 warps; each
@@ -65,14 +65,10 @@ __device__ __forceinline__ uint64_t desc_sw128(uint32_t saddr, uint32_t lbo, uin
     return d;
 }
 
-// The register operand fences (ptx.cuh's fence_operand) of a whole array.
-template <int N>
-__device__ __forceinline__ void fence_regs(float (&r)[N]) {
-#pragma unroll
-    for (int i = 0; i < N; i++) rkv_ptx::fence_operand(r[i]);
-}
-template <int N>
-__device__ __forceinline__ void fence_regs(uint32_t (&r)[N]) {
+// The register operand fences (ptx.cuh's fence_operand) of a whole array
+// (R: float or uint32_t).
+template <typename R, int N>
+__device__ __forceinline__ void fence_regs(R (&r)[N]) {
 #pragma unroll
     for (int i = 0; i < N; i++) rkv_ptx::fence_operand(r[i]);
 }
@@ -86,66 +82,26 @@ __global__ void __launch_bounds__(NWG * 128, 2) ring_attention_wgmma(const RkvMm
     constexpr int DT = D / 8;   // n8 tiles of O
 
     RKV_EXTERN_SHARED_ALIGNED(1024, unsigned char, smem_raw);
-    unsigned char *base = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
-    T *sQ = reinterpret_cast<T *>(base);
-    T *sK = sQ + BM * D;
-    T *sV = sK + STAGES * BN * D;
-    int *sList = reinterpret_cast<int *>(sV + STAGES * BN * D);
-    RKV_SHARED(int, sNf);
-
-    // 1. Device checks of every row (the staging aliases the K stages:
-    // 16 * B <= 16 * 1024 bytes <= STAGES * BN * D * 2).
-    int64_t *sSess = reinterpret_cast<int64_t *>(sK), *sFp = sSess + p.batch;
-    if (!rkv__d_validate_rows(p.sess, p.fp, p.batch, p.S, sSess, sFp, p.err, RKV__OP_ATTEND))
-        return;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    // Steps 1-4 (attention_common.cuh; the rows' staging aliases the K
+    // stages: 16 * B <= 16 * 1024 bytes <= STAGES * BN * D * 2).
+    RingBlock<T, D, BM, BN, STAGES, THREADS, true> blk(
+        p, smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u));
+    if (!blk.start()) return;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int wg = warp >> 2, wl = warp & 3;  // warpgroup, warp within it
-    const int b = blockIdx.z, kvh = blockIdx.y;
-    const int mtile = (int)(blockIdx.x % p.m_tiles), split = (int)(blockIdx.x / p.m_tiles);
-    const int64_t sess = sSess[b], f = sFp[b];
-
-    // 2. Q tile (rows past M zero-filled) in flight while the list is built.
-    const int64_t qrow0 = ((int64_t)b * p.Hq + (int64_t)kvh * p.group) * p.Tq;
-    const int64_t row0 = (int64_t)mtile * BM;
-    load_tile_async<T, D, BM, THREADS>(sQ, static_cast<const T *>(p.q) + (qrow0 + row0) * D,
-                                       p.M - row0, tid);
-    rkv_ptx::cp_async_commit_group();
-
-    // 3. The row's visible frames (bits-and-clock rule), ascending, scratch last.
-    if (warp == 0) build_frame_list(p, sess, f, lane, sList, &sNf);
-    __syncthreads();  // list ready; the staging in sK is dead from here on
-
-    const KeyTiles<T, D, BN, THREADS> tiles(p, sess, kvh, split, sList, sNf);
-    const int nt = tiles.nt;
-    auto load_tile = [&](int i, int stage) {
-        tiles.load(i, sK + stage * BN * D, sV + stage * BN * D, tid);
-    };
-
-    // 4. The first STAGES-1 key tiles.
-#pragma unroll
-    for (int i = 0; i < STAGES - 1; i++) {
-        if (i < nt) load_tile(i, i);
-        rkv_ptx::cp_async_commit_group();
-    }
 
     float o[DT * 4];
 #pragma unroll
     for (int j = 0; j < DT * 4; j++) o[j] = 0.f;
     float m0 = RKV__SOFTMAX_M0, m1 = RKV__SOFTMAX_M0, l0 = 0.f, l1 = 0.f;
-    const uint32_t q_addr = smem_addr(sQ + wg * 64 * D);
+    const uint32_t q_addr = smem_addr(blk.sQ + wg * 64 * D);
 
     // 5. Main loop.
-    for (int i = 0; i < nt; i++) {
+    for (int i = 0; i < blk.nt; i++) {
         // tile i (and Q) landed for this thread, is ordered before the tensor
         // cores' reads, and by every thread; tile i-1's stage is free
-        rkv_ptx::cp_async_wait_group<STAGES - 2>();
-        rkv_ptx::fence_proxy_async_shared_cta();
-        __syncthreads();
-        if (i + STAGES - 1 < nt) load_tile(i + STAGES - 1, (i + STAGES - 1) % STAGES);
-        rkv_ptx::cp_async_commit_group();
-
-        const uint32_t k_addr = smem_addr(sK + (i % STAGES) * BN * D);
-        const uint32_t v_addr = smem_addr(sV + (i % STAGES) * BN * D);
+        blk.next(i);
+        const uint32_t k_addr = smem_addr(blk.kt(i)), v_addr = smem_addr(blk.vt(i));
 
         // S = Q K^T (64 x BN per warpgroup)
         float s[NT * 4];
@@ -183,8 +139,8 @@ __global__ void __launch_bounds__(NWG * 128, 2) ring_attention_wgmma(const RkvMm
     rkv_ptx::cp_async_wait_group<0>();  // nothing may be left in flight at exit
 
     // 6. Epilogue: one m16 tile per warp, rows 16 * wl of its warpgroup's 64.
-    store_m16<T, D, OUT_F32>(p, o, m0, m1, l0, l1, row0 + wg * 64 + wl * 16 + (lane >> 2), qrow0,
-                             split, lane);
+    store_m16<T, D, OUT_F32>(p, o, m0, m1, l0, l1, blk.row0 + wg * 64 + wl * 16 + (lane >> 2),
+                             blk.qrow0, blk.split, lane);
 #else
     // Built without sm_90a: this code must never be planned; say so.
     if (threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0)
@@ -203,10 +159,7 @@ inline void launch_one(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p, c
 
 template <typename T>
 void launch(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p, cudaStream_t st) {
-    if (plan->out_f32)
-        launch_one<T, true>(plan, p, st);
-    else
-        launch_one<T, false>(plan, p, st);
+    plan->out_f32 ? launch_one<T, true>(plan, p, st) : launch_one<T, false>(plan, p, st);
 }
 
 // Whether the copy of the kernel the driver loaded for this GPU is the

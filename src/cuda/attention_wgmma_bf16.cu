@@ -1,5 +1,4 @@
-// The Hopper ring attention's bf16 instantiations (attention_wgmma.cuh; the
-// f16 ones are in their own file for parallel builds).
+// The Hopper ring attention's bf16 instantiations (attention_wgmma.cuh; attention.cuh).
 #include "attention_wgmma.cuh"
 
 template void rkv_wgmma::launch<__nv_bfloat16>(const rkv__cuda_attn_plan *, const RkvMmaParams &,

@@ -1,5 +1,4 @@
-// The Hopper ring attention's f16 instantiations (attention_wgmma.cuh; the
-// bf16 ones are in their own file for parallel builds).
+// The Hopper ring attention's f16 instantiations (attention_wgmma.cuh; attention.cuh).
 #include "attention_wgmma.cuh"
 
 template void rkv_wgmma::launch<__half>(const rkv__cuda_attn_plan *, const RkvMmaParams &,

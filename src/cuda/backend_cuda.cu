@@ -1,12 +1,9 @@
 // The CUDA backend's table (include/ringkv_backend.h) and its context: the
 // layers are rkv_cuda_layer, BACKEND memory is device memory of the
-// context's GPU, and every operation is enqueued on the context's stream.
-// The operations are unchecked (the core checked every argument once) and
-// capture-safe where the table says so; begin_frame's batch copy goes
-// through a small ring of pinned staging slots so that it stays
-// asynchronous. Registered with the core through the public
-// rkv_layer_create_on / rkv_layer_wrap / rkv_model_create_with_backend
-// (docs/backends.md).
+// context's GPU, and every operation is enqueued on the context's stream;
+// begin_frame's batch copy goes through a small ring of pinned staging
+// slots so that it stays asynchronous.
+#include <mutex>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,9 +18,7 @@ constexpr int kStageSlots = 8;
 constexpr int kErrWords = RKV_MAX_LAYERS;
 
 struct CudaCtx {
-    int device;
-    rkv__cuda_device dev;           // the GPU's properties and kernel choice
-    cudaStream_t stream;
+    rkv__cuda_device dev;           // the GPU, its properties, kernel choice, stream
     size_t slot_bytes;              // bytes of one staging slot
     uint8_t *stage;                 // pinned HOST [kStageSlots][slot_bytes]
     cudaEvent_t done[kStageSlots];  // recorded after each slot's copy
@@ -44,13 +39,13 @@ const rkv_cuda_layer *layer_of(const void *l) { return static_cast<const rkv_cud
 // The model's device must be current (as for the layer calls): memory and
 // copies would otherwise land on another GPU.
 rkv_status check_current(const CudaCtx *c, const char *what) {
-    return rkv__cuda_check_current(c->device, "model", what);
+    return rkv__cuda_check_current(c->dev.device, "model", what);
 }
 
 void ctx_destroy(void *vc) {
     CudaCtx *c = ctx_of(vc);
     if (!c) return;
-    (void)cudaStreamSynchronize(c->stream);
+    (void)cudaStreamSynchronize(c->dev.stream);
     for (int k = 0; k < kStageSlots; k++)
         if (c->made[k]) cudaEventDestroy(c->done[k]);
     if (c->stage) cudaFreeHost(c->stage);
@@ -61,39 +56,32 @@ void ctx_destroy(void *vc) {
 }
 
 void limits(void *, rkv_backend_limits *out) {
-    out->max_batch = RKV_CUDA_MAX_BATCH;
-    out->max_d_head = RKV__SIMT_MAX_D;
-    out->max_kv_heads = 65535;  // the attention grid's y dimension
-    out->align = 16;            // the kernels' 16-byte vector loads
+    const rkv_backend_limits lim = RKV__CUDA_LIMITS;  // plan.h
+    *out = lim;
 }
 
 rkv_status layer_create(void *vc, const rkv_geometry *g, rkv_backend_storage *storage,
                         void **layer) {
     CudaCtx *c = ctx_of(vc);
+    // A layer of its own storage takes the pool's next word while there is
+    // one (check reads them all at once).
     const bool pooled = !storage->kv && c->err_used < kErrWords;
-    rkv_cuda_layer *l = nullptr;
-    rkv_status st = rkv__cuda_layer_create(g, &c->dev, storage, &l);
-    if (st != RKV_OK) return st;
-    if (pooled) {  // its word moves into the context's pool (check reads all at once)
-        cudaFree(l->err);
-        (void)cudaGetLastError();
-        l->err = c->err_pool + c->err_used++;
-        l->own_err = false;
-        storage->error = reinterpret_cast<int32_t *>(l->err);
-    }
-    *layer = l;
-    return RKV_OK;
+    if (!storage->kv) storage->error = pooled ? c->err_pool + c->err_used : nullptr;
+    rkv_status st = rkv__cuda_layer_create(g, &c->dev, storage,
+                                           reinterpret_cast<rkv_cuda_layer **>(layer));
+    if (st == RKV_OK && pooled) c->err_used++;
+    return st;
 }
 void layer_destroy(void *, void *layer) { rkv__cuda_layer_destroy(layer_of(layer)); }
 
-// An allocation by `alloc` (cudaMalloc, cudaMallocHost) on the model's
-// device, `what` naming it in the message.
-rkv_status alloc_on(void *vc, size_t bytes, void **ptr, const char *what,
-                    cudaError_t (*alloc)(void **, size_t)) {
+// Device memory (cudaMalloc), or pinned host memory (cudaMallocHost) when
+// `pinned`, on the model's device.
+rkv_status alloc_on(void *vc, size_t bytes, void **ptr, bool pinned) {
+    const char *what = pinned ? "cuda backend: cudaMallocHost" : "cuda backend: cudaMalloc";
     rkv_status st = check_current(ctx_of(vc), what);
     if (st != RKV_OK) return st;
     void *p = nullptr;
-    cudaError_t e = alloc(&p, bytes);
+    cudaError_t e = pinned ? cudaMallocHost(&p, bytes) : cudaMalloc(&p, bytes);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         return rkv_error_set(e == cudaErrorMemoryAllocation ? RKV_ERR_NO_MEMORY : RKV_ERR_STATE,
@@ -103,11 +91,9 @@ rkv_status alloc_on(void *vc, size_t bytes, void **ptr, const char *what,
     *ptr = p;
     return RKV_OK;
 }
-cudaError_t device_alloc(void **p, size_t bytes) { return cudaMalloc(p, bytes); }
-cudaError_t pinned_alloc(void **p, size_t bytes) { return cudaMallocHost(p, bytes); }
 
 rkv_status mem_alloc(void *vc, size_t bytes, void **ptr) {
-    return alloc_on(vc, bytes, ptr, "cuda backend: cudaMalloc", device_alloc);
+    return alloc_on(vc, bytes, ptr, false);
 }
 void mem_free(void *, void *ptr) {
     if (ptr) cudaFree(ptr);  // waits for the device's work that may use it
@@ -125,7 +111,7 @@ rkv_status copy_in(void *vc, void *dst, const void *src, size_t bytes) {
     rkv_status st = check_current(c, what);
     if (st != RKV_OK) return st;
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    cudaError_t e = cudaStreamIsCapturing(c->stream, &cs);
+    cudaError_t e = cudaStreamIsCapturing(c->dev.stream, &cs);
     if (e != cudaSuccess) return rkv__cuda_fail(e, what);
     if (cs != cudaStreamCaptureStatusNone)
         return rkv_error_set(RKV_ERR_STATE,
@@ -134,8 +120,8 @@ rkv_status copy_in(void *vc, void *dst, const void *src, size_t bytes) {
                              "(the captured calls read the buffers it writes)",
                              what);
     if (bytes > c->slot_bytes) {
-        e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream);
-        if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream);
+        e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->dev.stream);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(c->dev.stream);
         return e == cudaSuccess ? RKV_OK : rkv__cuda_fail(e, what);
     }
     const int k = c->next;
@@ -143,8 +129,8 @@ rkv_status copy_in(void *vc, void *dst, const void *src, size_t bytes) {
         return rkv__cuda_fail(e, what);
     uint8_t *slot = c->stage + (size_t)k * c->slot_bytes;
     memcpy(slot, src, bytes);
-    e = cudaMemcpyAsync(dst, slot, bytes, cudaMemcpyHostToDevice, c->stream);
-    if (e == cudaSuccess) e = cudaEventRecord(c->done[k], c->stream);
+    e = cudaMemcpyAsync(dst, slot, bytes, cudaMemcpyHostToDevice, c->dev.stream);
+    if (e == cudaSuccess) e = cudaEventRecord(c->done[k], c->dev.stream);
     if (e != cudaSuccess) return rkv__cuda_fail(e, what);
     c->armed[k] = true;
     c->next = (k + 1) % kStageSlots;
@@ -158,7 +144,7 @@ rkv_status synchronize(void *vc) {
     if (st != RKV_OK) return st;
     // (not cudaGetLastError: it would report the caller's own earlier
     // failures; a kernel's asynchronous failure comes back from here)
-    cudaError_t e = cudaStreamSynchronize(c->stream);
+    cudaError_t e = cudaStreamSynchronize(c->dev.stream);
     return e == cudaSuccess ? RKV_OK : rkv__cuda_fail(e, what);
 }
 // Every layer's error word with one copy and one wait when they all lie in
@@ -174,7 +160,7 @@ rkv_status check(void *vc, void *const *layers, int64_t n, int64_t *bad) {
     }
     if (!pooled) {  // layers of their own words: one check each
         for (int64_t i = 0; i < n; i++) {
-            rkv_status st = rkv__cuda_check(layer_of(layers[i]), c->stream);
+            rkv_status st = rkv__cuda_check(layer_of(layers[i]), c->dev.stream);
             if (st != RKV_OK) {
                 *bad = i;
                 return st;
@@ -185,15 +171,15 @@ rkv_status check(void *vc, void *const *layers, int64_t n, int64_t *bad) {
     rkv_status st = check_current(c, what);
     if (st != RKV_OK || c->err_used == 0) return st;
     cudaError_t e = cudaMemcpyAsync(c->err_host, c->err_pool, (size_t)c->err_used * sizeof(int),
-                                    cudaMemcpyDeviceToHost, c->stream);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream);
+                                    cudaMemcpyDeviceToHost, c->dev.stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(c->dev.stream);
     if (e != cudaSuccess) return rkv__cuda_fail(e, what);
     rkv_status first = RKV_OK;
     for (int64_t i = 0; i < n; i++) {
         const rkv_cuda_layer *l = layer_of(layers[i]);
         const int word = c->err_host[l->err - c->err_pool];
         if (!word) continue;
-        if ((e = cudaMemsetAsync(l->err, 0, sizeof word, c->stream)) != cudaSuccess)
+        if ((e = cudaMemsetAsync(l->err, 0, sizeof word, c->dev.stream)) != cudaSuccess)
             return rkv__cuda_fail(e, what);
         if (first == RKV_OK) {
             first = rkv__cuda_device_error_status(word, l->g.num_sessions);
@@ -205,66 +191,38 @@ rkv_status check(void *vc, void *const *layers, int64_t n, int64_t *bad) {
 
 // ---- per pass (capture-safe; unchecked: the core checked everything) -----------
 
-rkv_status upsert(void *vc, void *layer, const void *kv, int64_t batch, const int64_t *frame_pos,
+rkv_status upsert(void *, void *layer, const void *kv, int64_t batch, const int64_t *frame_pos,
                   const int64_t *session_idx, int commit, uint8_t *visible) {
     return rkv__cuda_upsert_launch(layer_of(layer), kv, batch, frame_pos, session_idx, commit,
-                                   visible, ctx_of(vc)->stream, "rkv_layer_upsert");
+                                   visible, "rkv_layer_upsert");
 }
-rkv_status visible_row(void *vc, const void *layer, const int64_t *session_idx,
+rkv_status visible_row(void *, const void *layer, const int64_t *session_idx,
                        const int64_t *frame_pos, uint8_t *row) {
-    return rkv__cuda_visible_row_launch(layer_of(layer), session_idx, frame_pos, row,
-                                        ctx_of(vc)->stream);
+    return rkv__cuda_upsert_launch(layer_of(layer), nullptr, 1, frame_pos, session_idx, 0, row,
+                                   "rkv_layer_visible_row");
 }
-rkv_status attend(void *vc, const void *layer, const rkv_attention_args *a, void *workspace,
+rkv_status attend(void *, const void *layer, const rkv_attention_args *a, void *workspace,
                   size_t workspace_bytes) {
     rkv_cuda_attention_args ca;
     rkv__cuda_model_attention_args(a, workspace, workspace_bytes, &ca);
-    return rkv__cuda_attend_launch(layer_of(layer), &ca, ctx_of(vc)->stream, "rkv_layer_attend");
+    return rkv__cuda_attend_launch(layer_of(layer), &ca, "rkv_layer_attend");
 }
 size_t attend_workspace_bytes(void *, const void *layer, const rkv_attention_args *a) {
     rkv_cuda_attention_args ca;
     rkv__cuda_model_attention_args(a, nullptr, 0, &ca);
     rkv__cuda_attn_plan plan;
-    if (rkv__cuda_attention_plan_checked(layer_of(layer), &ca, 1, 0, &plan) != RKV_OK) return 0;
+    if (rkv__cuda_attention_plan_checked(layer_of(layer), &ca, 1, "rkv_layer_attend", &plan))
+        return 0;
     return plan.workspace_bytes;
 }
 
 // ---- sessions ------------------------------------------------------------------
 
-rkv_status reset(void *vc, void *layer, int64_t session) {
-    return rkv__cuda_reset(layer_of(layer), session, ctx_of(vc)->stream);
-}
-rkv_status span_read(void *vc, const void *layer, int64_t session, rkv_span_part part,
-                     int64_t head, void *dst) {
-    return rkv__cuda_span_read(layer_of(layer), session, part, head, dst, ctx_of(vc)->stream);
-}
-rkv_status span_write(void *vc, void *layer, int64_t session, rkv_span_part part, int64_t head,
-                      const void *src) {
-    return rkv__cuda_span_write(layer_of(layer), session, part, head, src, ctx_of(vc)->stream);
-}
-rkv_status span_copy(void *vc, void *layer, int64_t src_session, int64_t dst_session) {
-    return rkv__cuda_span_copy(layer_of(layer), src_session, dst_session, ctx_of(vc)->stream);
-}
-
-// Where a piece lives in device memory (host arithmetic, no CUDA call).
-rkv_status span_region(void *, const void *layer, int64_t session, rkv_span_part part,
-                       int64_t head, void **ptr, int *device) {
-    const rkv_cuda_layer *l = layer_of(layer);
-    size_t offset = 0, bytes = 0;
-    int in_written = 0;
-    rkv_status st = rkv__cuda_span_check(&l->g, "cuda backend: span_region", session, part, head,
-                                         &offset, &bytes, &in_written);
-    if (st != RKV_OK) return st;
-    *ptr = (in_written ? l->written : static_cast<uint8_t *>(l->kv)) + offset;
-    *device = l->device;
-    return RKV_OK;
-}
-
 // Pinned host memory for session images: the span copies of offload and
 // page-in then run as DMA at the link's rate instead of through the
 // driver's pageable staging.
 rkv_status host_alloc(void *vc, size_t bytes, void **ptr) {
-    return alloc_on(vc, bytes, ptr, "cuda backend: cudaMallocHost", pinned_alloc);
+    return alloc_on(vc, bytes, ptr, true);
 }
 void host_free(void *, void *ptr) {
     if (ptr) cudaFreeHost(ptr);
@@ -290,11 +248,11 @@ rkv_backend_ops make_ops() {
     o.visible_row = visible_row;
     o.attend = attend;
     o.attend_workspace_bytes = attend_workspace_bytes;
-    o.reset = reset;
-    o.span_read = span_read;
-    o.span_write = span_write;
-    o.span_copy = span_copy;
-    o.span_region = span_region;
+    o.reset = rkv__cuda_reset;
+    o.span_read = rkv__cuda_span_read;
+    o.span_write = rkv__cuda_span_write;
+    o.span_copy = rkv__cuda_span_copy;
+    o.span_region = rkv__cuda_span_region;
     o.host_alloc = host_alloc;
     o.host_free = host_free;
     return o;
@@ -302,19 +260,78 @@ rkv_backend_ops make_ops() {
 
 const rkv_backend_ops cuda_ops = make_ops();
 
-// The backend's context: the device, the stream, the pinned staging ring.
-rkv_status ctx_create(int device, void *stream, int64_t num_sessions, CudaCtx **out) {
-    static const char what[] = "rkv_cuda_backend";
+constexpr int kMaxDevices = 64;
+
+// What a context needs of its device, read once per device here.
+struct DeviceState {
+    bool ready = false;
+    rkv__cuda_device_info dev{};
+    bool wgmma_ok = false;  // the Hopper kernel's code is loaded and prepared
+};
+DeviceState g_devices[kMaxDevices];
+std::mutex g_prepare_lock;
+
+// The GPU's properties, read and its attention kernels' shared memory limits
+// raised once per process and device (under one lock: contexts are made
+// rarely; every context on the device shares them), and the kernel choice,
+// read per context.
+rkv_status prepare(int device, rkv__cuda_device *out, const char *what) {
+    const int ndev = rkv_cuda_device_count();
+    if (device < 0 || device >= ndev || device >= kMaxDevices)
+        return rkv_error_set(RKV_ERR_RANGE, "%s: device %d; the CUDA runtime sees %d device(s)%s",
+                             what, device, ndev,
+                             ndev == 0 ? " (no GPU, or no driver: use the CPU backend)" : "");
+    std::lock_guard<std::mutex> guard(g_prepare_lock);
+    DeviceState &d = g_devices[device];
+    if (!d.ready) {
+        cudaDeviceProp prop;
+        cudaError_t e = cudaGetDeviceProperties(&prop, device);
+        rkv__cuda_device probe;
+        memset(&probe, 0, sizeof probe);
+        if (e == cudaSuccess) {
+            probe.dev.sm_count = prop.multiProcessorCount;
+            probe.dev.smem_optin = prop.sharedMemPerBlockOptin;
+            probe.dev.cc_major = prop.major;
+            probe.attn_kernel = RKV__KERNEL_WGMMA;  // prepared whenever it can run
+            e = rkv__cuda_attention_prepare(&probe);
+        }
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            return rkv_error_set(RKV_ERR_STATE,
+                                 "%s: cannot read device %d or raise the attention kernels' "
+                                 "shared memory limit: CUDA error %s (%s)",
+                                 what, device, cudaGetErrorName(e), cudaGetErrorString(e));
+        }
+        d.dev = probe.dev;
+        d.wgmma_ok = probe.dev.cc_major == 9 && probe.attn_kernel == RKV__KERNEL_WGMMA;
+        d.ready = true;
+    }
+    // The kernel choice is each context's, read when it is made.
+    out->device = device;
+    out->dev = d.dev;
+    const char *env = getenv("RKV_CUDA_ATTN_STAGES");
+    out->attn_stages = env && atoi(env) == 3 ? 3 : 2;
+    // The wgmma kernel is opt-in until it has passed the GPU check; asked
+    // for where its code is not loaded, the context runs the mma kernel.
+    env = getenv("RKV_CUDA_ATTN_KERNEL");
+    out->attn_kernel = env && strcmp(env, "wgmma") == 0 && d.wgmma_ok ? RKV__KERNEL_WGMMA
+                                                                       : RKV__KERNEL_MMA;
+    return RKV_OK;
+}
+
+// The backend's context: the device, the stream, the pinned staging ring
+// (`what` names the call).
+rkv_status ctx_create(int device, void *stream, int64_t num_sessions, const char *what,
+                      CudaCtx **out) {
     rkv__cuda_device dev;
-    rkv_status st = rkv__cuda_prepare(device, &dev);
+    rkv_status st = prepare(device, &dev, what);
     if (st != RKV_OK) return st;
     cudaError_t e0 = cudaSetDevice(device);
     if (e0 != cudaSuccess) return rkv__cuda_fail(e0, what);
     CudaCtx *c = static_cast<CudaCtx *>(calloc(1, sizeof *c));
     if (!c) return rkv_error_set(RKV_ERR_NO_MEMORY, "%s: out of host memory", what);
-    c->device = device;
     c->dev = dev;
-    c->stream = static_cast<cudaStream_t>(stream);
+    c->dev.stream = static_cast<cudaStream_t>(stream);
     const int64_t rows = num_sessions < RKV_CUDA_MAX_BATCH ? num_sessions : RKV_CUDA_MAX_BATCH;
     c->slot_bytes = 2 * (size_t)rows * sizeof(int64_t);
     void *stage = nullptr, *err_host = nullptr, *err_pool = nullptr;
@@ -350,7 +367,7 @@ extern "C" rkv_status rkv_cuda_backend(int device, void *stream, const rkv_backe
     static const char what[] = "rkv_cuda_backend";
     if (!ops || !ctx) return rkv_error_set(RKV_ERR_NULL, "%s: %s is NULL", what, ops ? "ctx" : "ops");
     CudaCtx *c = nullptr;
-    rkv_status st = ctx_create(device, stream, RKV_CUDA_MAX_BATCH, &c);
+    rkv_status st = ctx_create(device, stream, RKV_CUDA_MAX_BATCH, what, &c);
     if (st != RKV_OK) return st;
     *ops = &cuda_ops;
     *ctx = c;
@@ -366,15 +383,8 @@ extern "C" rkv_status rkv_model_create_cuda(const rkv_model_config *cfg, int dev
     size_t per_session = 0, total = 0;
     rkv_status st = rkv_model_config_memory(cfg, &per_session, &total);
     if (st != RKV_OK) return st;
-    const int ndev = rkv_cuda_device_count();
-    if (device < 0 || device >= ndev)
-        return rkv_error_set(RKV_ERR_RANGE, "%s: device %d; the CUDA runtime sees %d device(s)%s",
-                             what, device, ndev,
-                             ndev == 0 ? " (no GPU, or no driver: use rkv_model_create for the "
-                                         "CPU backend)"
-                                       : "");
     CudaCtx *c = nullptr;
-    if ((st = ctx_create(device, stream, cfg->num_sessions, &c)) != RKV_OK) return st;
+    if ((st = ctx_create(device, stream, cfg->num_sessions, what, &c)) != RKV_OK) return st;
     rkv_model *m = nullptr;
     if ((st = rkv_model_create_with_backend(cfg, &cuda_ops, c, &m)) != RKV_OK) {
         ctx_destroy(c);
@@ -385,20 +395,25 @@ extern "C" rkv_status rkv_model_create_cuda(const rkv_model_config *cfg, int dev
 }
 
 namespace {
-// The CUDA layer behind a public handle; NULL (message set) for another backend's.
-const rkv_cuda_layer *cuda_layer_of(const rkv_layer *layer, const char *what) {
-    const rkv_backend_ops *ops = nullptr;
-    void *impl = rkv_layer_backend_handle(layer, &ops, nullptr);
-    if (!layer) {
-        rkv_error_set(RKV_ERR_NULL, "%s: layer is NULL", what);
-        return nullptr;
-    }
-    if (ops != &cuda_ops) {
-        rkv_error_set(RKV_ERR_INVALID_ARG, "%s: the layer is on the %s backend, not cuda", what,
-                      ops && ops->name ? ops->name : "(unnamed)");
-        return nullptr;
-    }
-    return layer_of(impl);
+// The describe calls' own arguments: args (its struct size) and buf.
+rkv_status describe_check(const char *what, const rkv_attention_args *args, const char *buf,
+                          size_t buf_size) {
+    if (!args) return rkv_error_set(RKV_ERR_NULL, "%s: args is NULL", what);
+    if (!buf || !buf_size) return rkv_error_set(RKV_ERR_NULL, "%s: buf is NULL or empty", what);
+    return rkv__cuda_model_args_check(what, args);
+}
+
+// The plan rkv_layer_attend would use on l for a (checked here) with the
+// workspace `ws` of ws_bytes, described into buf.
+rkv_status describe(const rkv_cuda_layer *l, const rkv_attention_args *a, void *ws,
+                    size_t ws_bytes, char *buf, size_t buf_size) {
+    rkv_cuda_attention_args ca;
+    rkv__cuda_model_attention_args(a, ws, ws_bytes, &ca);
+    rkv__cuda_attn_plan plan;
+    rkv_status st = rkv__cuda_attention_check(&l->g, &ca);
+    if (st == RKV_OK) st = rkv__cuda_attention_plan_checked(l, &ca, 0, "rkv_layer_attend", &plan);
+    if (st == RKV_OK) rkv__cuda_attention_plan_describe(&plan, buf, buf_size);
+    return st;
 }
 }  // namespace
 
@@ -406,22 +421,19 @@ extern "C" rkv_status rkv_cuda_attention_describe(const rkv_layer *layer,
                                                   const rkv_attention_args *args, char *buf,
                                                   size_t buf_size) {
     static const char what[] = "rkv_cuda_attention_describe";
-    const rkv_cuda_layer *l = cuda_layer_of(layer, what);
-    if (!l) return layer ? RKV_ERR_INVALID_ARG : RKV_ERR_NULL;
-    if (!args) return rkv_error_set(RKV_ERR_NULL, "%s: args is NULL", what);
-    if (!buf || !buf_size) return rkv_error_set(RKV_ERR_NULL, "%s: buf is NULL or empty", what);
-    rkv_status st = rkv__cuda_model_args_check(what, args);
+    const rkv_backend_ops *ops = nullptr;
+    const rkv_cuda_layer *l = layer_of(rkv_layer_backend_handle(layer, &ops, nullptr));
+    if (!layer) return rkv_error_set(RKV_ERR_NULL, "%s: layer is NULL", what);
+    if (ops != &cuda_ops)
+        return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: the layer is on the %s backend, not cuda",
+                             what, ops && ops->name ? ops->name : "(unnamed)");
+    rkv_status st = describe_check(what, args, buf, buf_size);
     if (st != RKV_OK) return st;
     rkv_attention_args a;  // the caller's, in this library's layout
     memset(&a, 0, sizeof a);
     memcpy(&a, args, args->struct_size);
     a.struct_size = sizeof a;
-    rkv_cuda_attention_args ca;
-    rkv__cuda_model_attention_args(&a, a.workspace, a.workspace_bytes, &ca);
-    rkv__cuda_attn_plan plan;
-    if ((st = rkv__cuda_attention_plan_checked(l, &ca, 0, 1, &plan)) != RKV_OK) return st;
-    rkv__cuda_attention_plan_describe(&plan, buf, buf_size);
-    return RKV_OK;
+    return describe(l, &a, a.workspace, a.workspace_bytes, buf, buf_size);
 }
 
 extern "C" rkv_status rkv_model_cuda_attention_describe(const rkv_model *model, int64_t layer,
@@ -430,8 +442,8 @@ extern "C" rkv_status rkv_model_cuda_attention_describe(const rkv_model *model, 
                                                         size_t buf_size) {
     static const char what[] = "rkv_model_cuda_attention_describe";
     if (!model) return rkv_error_set(RKV_ERR_NULL, "%s: model is NULL", what);
-    if (!args) return rkv_error_set(RKV_ERR_NULL, "%s: args is NULL", what);
-    if (!buf || !buf_size) return rkv_error_set(RKV_ERR_NULL, "%s: buf is NULL or empty", what);
+    rkv_status st = describe_check(what, args, buf, buf_size);
+    if (st != RKV_OK) return st;
     const rkv_backend_ops *ops = nullptr;
     rkv_layer_backend_handle(rkv_model_layer((rkv_model *)model, 0), &ops, nullptr);
     if (ops != &cuda_ops)
@@ -441,47 +453,25 @@ extern "C" rkv_status rkv_model_cuda_attention_describe(const rkv_model *model, 
     if (layer < 0 || layer >= cfg->n_layers)
         return rkv_error_set(RKV_ERR_RANGE, "%s: layer %lld out of range; expected 0..%lld", what,
                              (long long)layer, (long long)(cfg->n_layers - 1));
-    // The model's largest batch and its workspace: as rkv_model_create_with_backend
-    // sized it (the largest attend_workspace_bytes over the layers).
     const int64_t max_b =
         cfg->num_sessions < RKV_CUDA_MAX_BATCH ? cfg->num_sessions : RKV_CUDA_MAX_BATCH;
     if (batch < 1 || batch > max_b)
         return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: batch B = %lld; expected 1..%lld", what,
                              (long long)batch, (long long)max_b);
-    rkv_status st = rkv__cuda_model_args_check(what, args);
-    if (st != RKV_OK) return st;
     if (args->n_q_heads != cfg->n_q_heads)
         return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: args->n_q_heads = %lld; this model has %lld",
                              what, (long long)args->n_q_heads, (long long)cfg->n_q_heads);
-    size_t ws_bytes = 0;
-    for (int64_t i = 0; i < cfg->n_layers; i++)
-        for (int64_t b = 1; b <= max_b; b++) {
-            rkv_attention_args wa;
-            memset(&wa, 0, sizeof wa);
-            wa.struct_size = sizeof wa;
-            wa.batch = b;
-            wa.n_q_heads = cfg->n_q_heads;
-            wa.q_dtype = wa.out_dtype = cfg->dtype;
-            const size_t n = attend_workspace_bytes(
-                nullptr, rkv_layer_backend_handle(rkv_model_layer((rkv_model *)model, i), nullptr,
-                                                  nullptr),
-                &wa);
-            if (n > ws_bytes) ws_bytes = n;
-        }
-    // The plan reads no memory: the batch's device buffers and the workspace
-    // only need to be valid pointers for the host checks (non-NULL, aligned).
+    const rkv_cuda_layer *l = layer_of(
+        rkv_layer_backend_handle(rkv_model_layer((rkv_model *)model, layer), nullptr, nullptr));
+    // The model's workspace, as rkv_model_create_with_backend sized it (its
+    // layers are alike). The plan reads no memory: the batch's device buffers
+    // and the workspace only need to be valid pointers for the host checks.
+    const size_t ws_bytes = rkv__cuda_model_workspace_bytes(
+        &l->g, &l->d.dev, l->d.attn_stages, l->d.attn_kernel, max_b, cfg->n_q_heads);
     alignas(16) static const int64_t placeholder[2] = {0, 0};
     rkv_attention_args a = *args;
     a.batch = batch;
-    a.session_idx = placeholder;
-    a.frame_pos = placeholder;
+    a.session_idx = a.frame_pos = placeholder;
     a.visible = nullptr;
-    rkv_cuda_attention_args ca;
-    rkv__cuda_model_attention_args(&a, ws_bytes ? (void *)placeholder : nullptr, ws_bytes, &ca);
-    const rkv_cuda_layer *l = layer_of(
-        rkv_layer_backend_handle(rkv_model_layer((rkv_model *)model, layer), nullptr, nullptr));
-    rkv__cuda_attn_plan plan;
-    if ((st = rkv__cuda_attention_plan_checked(l, &ca, 0, 1, &plan)) != RKV_OK) return st;
-    rkv__cuda_attention_plan_describe(&plan, buf, buf_size);
-    return RKV_OK;
+    return describe(l, &a, ws_bytes ? (void *)placeholder : nullptr, ws_bytes, buf, buf_size);
 }

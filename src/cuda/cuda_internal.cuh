@@ -17,25 +17,19 @@
 // docs/backends.md): messages go through rkv_error_set.
 
 // What a context knows of its GPU (read once per process and device:
-// rkv__cuda_prepare, ring_view.cu).
+// backend_cuda.cu's prepare).
 struct rkv__cuda_device {
     int device;
     rkv__cuda_device_info dev;
     int attn_stages;  // cp.async depth of the mma kernel (RKV_CUDA_ATTN_STAGES)
     int attn_kernel;  // RKV__KERNEL_MMA or _WGMMA (RKV_CUDA_ATTN_KERNEL)
+    cudaStream_t stream;  // the context's (its layers' calls run there)
 };
 
 // One layer on the GPU: the CUDA table's layer behind an rkv_layer.
 struct rkv_cuda_layer {
     rkv_geometry g;
-    int device;
-    rkv__cuda_device_info dev;
-    int attn_stages;      // cp.async depth of the mma kernel (RKV_CUDA_ATTN_STAGES)
-    int attn_kernel;      // RKV__KERNEL_MMA or _WGMMA (RKV_CUDA_ATTN_KERNEL)
-    int64_t ring_len;     // L = RF*T
-    int64_t capacity;     // C = L + T
-    int64_t total_slots;  // N = S*C
-    size_t memory_bytes;  // 2*H*N*D*esz
+    rkv__cuda_device d;   // its context's GPU, kernel choice and stream
     void *kv;             // DEVICE [2][H][N][D]
     uint8_t *written;     // DEVICE [N] (allocation rounded up to 16 bytes)
     int *err;             // DEVICE error word (see plan.h)
@@ -62,11 +56,6 @@ static inline rkv_status rkv__cuda_check_current(int device, const char *owner,
                              "(cudaSetDevice(%d) first)",
                              what, cur, owner, device, device);
     return RKV_OK;
-}
-
-// Per-pass calls: the layer's device must be current.
-static inline rkv_status rkv__cuda_check_device(const rkv_cuda_layer *l, const char *what) {
-    return rkv__cuda_check_current(l->device, "layer", what);
 }
 
 // After a launch: the launch's own error (capture-safe, no synchronization).
@@ -119,44 +108,41 @@ __device__ __forceinline__ bool rkv__d_validate_rows(const int64_t *__restrict__
 
 // Attention entry points (attention.cu) and their per-dtype parts.
 // Raises the tensor-core kernels' dynamic shared memory limits (once per
-// device: rkv__cuda_prepare; not capture-safe); may fall back from wgmma.
+// device: backend_cuda.cu's prepare; not capture-safe); may fall back from wgmma.
 cudaError_t rkv__cuda_attention_prepare(rkv__cuda_device *d);
-// The plan of a launch (preferred: plan the preferred key split, ignoring
-// a->workspace; for the workspace query), after rkv__cuda_attention_check
-// when `checked` (rkv_cuda_attention_describe).
+// The plan of a launch of valid args (preferred: plan the preferred key
+// split, ignoring a->workspace; for the workspace query); RKV_ERR_OVERFLOW
+// named after `what` when its grid is too large.
 rkv_status rkv__cuda_attention_plan_checked(const rkv_cuda_layer *l,
                                             const rkv_cuda_attention_args *a, int preferred,
-                                            int checked, rkv__cuda_attn_plan *plan);
+                                            const char *what, rkv__cuda_attn_plan *plan);
 
 // The table's operations (unchecked: the core checked the arguments once;
-// layer.cu, ring_view.cu, attention.cu). Each needs the layer's device
-// current (RKV_ERR_STATE otherwise) and enqueues on `stream`.
-// Reads the GPU's properties and raises the attention kernels' shared
-// memory limits, once per process and device (thread-safe).
-rkv_status rkv__cuda_prepare(int device, rkv__cuda_device *out);
+// layer.cu, attention.cu). Each needs the layer's device
+// current (RKV_ERR_STATE otherwise) and enqueues on its context's stream.
 // A layer of its own storage (storage->kv NULL) or over the caller's;
 // *storage receives its pointers. Not capture-safe (allocates, except a
 // wrap with an error word).
 rkv_status rkv__cuda_layer_create(const rkv_geometry *g, const rkv__cuda_device *d,
                                   rkv_backend_storage *storage, rkv_cuda_layer **out);
 void rkv__cuda_layer_destroy(rkv_cuda_layer *l);
-rkv_status rkv__cuda_reset(const rkv_cuda_layer *l, int64_t session, cudaStream_t stream);
 // Reads and clears the layer's error word (one copy and one wait).
 rkv_status rkv__cuda_check(const rkv_cuda_layer *l, cudaStream_t stream);
-rkv_status rkv__cuda_span_read(const rkv_cuda_layer *l, int64_t session, rkv_span_part part,
-                               int64_t head, void *dst, cudaStream_t stream);
-rkv_status rkv__cuda_span_write(const rkv_cuda_layer *l, int64_t session, rkv_span_part part,
-                                int64_t head, const void *src, cudaStream_t stream);
-rkv_status rkv__cuda_span_copy(const rkv_cuda_layer *l, int64_t src_session,
-                               int64_t dst_session, cudaStream_t stream);
-rkv_status rkv__cuda_visible_row_launch(const rkv_cuda_layer *l, const int64_t *session_idx,
-                                        const int64_t *frame_pos, uint8_t *row,
-                                        cudaStream_t stream);
+// The table's reset, span_read, span_write, span_copy and span_region
+// (where a piece lives in device memory: host arithmetic, no CUDA call).
+rkv_status rkv__cuda_reset(void *ctx, void *layer, int64_t session);
+rkv_status rkv__cuda_span_read(void *ctx, const void *layer, int64_t session, rkv_span_part part,
+                               int64_t head, void *dst);
+rkv_status rkv__cuda_span_write(void *ctx, void *layer, int64_t session, rkv_span_part part,
+                                int64_t head, const void *src);
+rkv_status rkv__cuda_span_copy(void *ctx, void *layer, int64_t src_session, int64_t dst_session);
+rkv_status rkv__cuda_span_region(void *ctx, const void *layer, int64_t session, rkv_span_part part,
+                                 int64_t head, void **ptr, int *device);
+// kv NULL (batch 1, commit 0): the visibility row alone (rkv_layer_visible_row).
 rkv_status rkv__cuda_upsert_launch(const rkv_cuda_layer *l, const void *kv, int64_t batch,
                                    const int64_t *frame_pos, const int64_t *session_idx,
-                                   int commit, uint8_t *visible, cudaStream_t stream,
-                                   const char *what);
+                                   int commit, uint8_t *visible, const char *what);
 rkv_status rkv__cuda_attend_launch(const rkv_cuda_layer *l, const rkv_cuda_attention_args *a,
-                                   cudaStream_t stream, const char *what);
+                                   const char *what);
 
 #endif

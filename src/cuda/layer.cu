@@ -15,9 +15,6 @@ __device__ __forceinline__ uint4 ones16() {
     return make_uint4(0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u);
 }
 
-// Streaming 16-byte load: the upsert input is read once.
-__device__ __forceinline__ uint4 ld_stream(const uint4 *p) { return __ldcs(p); }
-
 struct UpsertParams {
     const uint4 *src;        // input [2H*B][row_vecs] vectors
     uint4 *dst;              // storage as 16-byte vectors
@@ -26,27 +23,29 @@ struct UpsertParams {
     const int64_t *sess;     // [B]
     const int64_t *fp;       // [B]
     int *err;
+    int op;                  // RKV__OP_UPSERT, or RKV__OP_ROW: the row alone
     int batch;
     int commit;
     int64_t S, T, C, L, N, RB, PD;
     int64_t slot_bytes;      // D * esz
-    int64_t row_vecs, blocks_per_row, data_blocks, bits_blocks;
+    rkv__cuda_upsert_plan g; // the grid (plan.h)
 };
 
 // One launch: data blocks copy 16-byte vectors of one input row (c, h, b)
 // to the session's scratch and, on a committing write step, to its ring
 // slot; the bit blocks then set the written bits of committed frames and
-// write the visibility row (B == 1), each byte by one thread, reading the
-// bits before writing them.
+// write the visibility row (B == 1: the session's written bits minus the
+// ring frame of a write step, SEM 3 step 2), each byte by one thread,
+// reading the bits before writing them. With no data blocks and no commit:
+// the row alone (rkv_layer_visible_row).
 __global__ void __launch_bounds__(kThreads) upsert_kernel(const UpsertParams p) {
     RKV_EXTERN_SHARED(int64_t, smem_rows);
     int64_t *s_sess = smem_rows, *s_fp = smem_rows + p.batch;
-    if (!rkv__d_validate_rows(p.sess, p.fp, p.batch, p.S, s_sess, s_fp, p.err, RKV__OP_UPSERT))
-        return;
+    if (!rkv__d_validate_rows(p.sess, p.fp, p.batch, p.S, s_sess, s_fp, p.err, p.op)) return;
 
     const int64_t blk = blockIdx.x;
-    if (blk < p.data_blocks) {
-        const int64_t row = blk / p.blocks_per_row, chunk = blk - row * p.blocks_per_row;
+    if (blk < p.g.data_blocks) {
+        const int64_t row = blk / p.g.blocks_per_row, chunk = blk - row * p.g.blocks_per_row;
         const int64_t ch = row / p.batch;  // c*H + h
         const int b = (int)(row - ch * p.batch);
         const int64_t s = s_sess[b], f = s_fp[b];
@@ -55,18 +54,18 @@ __global__ void __launch_bounds__(kThreads) upsert_kernel(const UpsertParams p) 
         const int64_t slot = rkv__rule_slot(f, p.PD, p.RB);
         uint4 *scratch = p.dst + ((base + p.L) * p.slot_bytes) / 16;
         uint4 *ring = p.dst + ((base + slot * p.T) * p.slot_bytes) / 16;
-        const uint4 *src = p.src + row * p.row_vecs;
+        const uint4 *src = p.src + row * p.g.row_vecs;
         const int64_t v0 = chunk * kVpb + threadIdx.x;
         uint4 buf[kVpt];
 #pragma unroll
         for (int k = 0; k < kVpt; k++) {
             const int64_t v = v0 + (int64_t)k * kThreads;
-            if (v < p.row_vecs) buf[k] = ld_stream(src + v);
+            if (v < p.g.row_vecs) buf[k] = __ldcs(src + v);  // streaming: read once
         }
 #pragma unroll
         for (int k = 0; k < kVpt; k++) {
             const int64_t v = v0 + (int64_t)k * kThreads;
-            if (v < p.row_vecs) {
+            if (v < p.g.row_vecs) {
                 scratch[v] = buf[k];
                 if (to_ring) ring[v] = buf[k];
             }
@@ -75,8 +74,8 @@ __global__ void __launch_bounds__(kThreads) upsert_kernel(const UpsertParams p) 
     }
 
     // Bit blocks.
-    const int64_t first = (blk - p.data_blocks) * kThreads + threadIdx.x;
-    const int64_t stride = p.bits_blocks * kThreads;
+    const int64_t first = (blk - p.g.data_blocks) * kThreads + threadIdx.x;
+    const int64_t stride = p.g.bits_blocks * kThreads;
     uint4 *w = reinterpret_cast<uint4 *>(p.written);
     if (p.visible) {  // B == 1: walk all N slots
         const int64_t s = s_sess[0], f = s_fp[0];
@@ -112,25 +111,26 @@ struct ResetParams {
     uint4 *dst;
     uint8_t *written;
     int64_t N, C, L, session;
-    int64_t slot_bytes, row_vecs, blocks_per_row, data_blocks, bits_blocks;
+    int64_t slot_bytes;
+    rkv__cuda_reset_plan g;  // the grid (plan.h)
 };
 
 __global__ void __launch_bounds__(kThreads) reset_kernel(const ResetParams p) {
     const int64_t blk = blockIdx.x;
-    if (blk < p.data_blocks) {
-        const int64_t row = blk / p.blocks_per_row, chunk = blk - row * p.blocks_per_row;
+    if (blk < p.g.data_blocks) {
+        const int64_t row = blk / p.g.blocks_per_row, chunk = blk - row * p.g.blocks_per_row;
         uint4 *span = p.dst + ((row * p.N + p.session * p.C) * p.slot_bytes) / 16;
         const int64_t v0 = chunk * kVpb + threadIdx.x;
 #pragma unroll
         for (int k = 0; k < kVpt; k++) {
             const int64_t v = v0 + (int64_t)k * kThreads;
-            if (v < p.row_vecs) span[v] = make_uint4(0, 0, 0, 0);
+            if (v < p.g.row_vecs) span[v] = make_uint4(0, 0, 0, 0);
         }
         return;
     }
     uint4 *w = reinterpret_cast<uint4 *>(p.written + p.session * p.C);
-    const int64_t stride = p.bits_blocks * kThreads;
-    for (int64_t v = (blk - p.data_blocks) * kThreads + threadIdx.x; v < p.C / 16; v += stride)
+    const int64_t stride = p.g.bits_blocks * kThreads;
+    for (int64_t v = (blk - p.g.data_blocks) * kThreads + threadIdx.x; v < p.C / 16; v += stride)
         w[v] = v * 16 >= p.L ? ones16() : make_uint4(0, 0, 0, 0);
 }
 
@@ -140,11 +140,11 @@ __global__ void clock_advance_kernel(int64_t *fp, int64_t batch, int64_t delta) 
 }
 
 // Host copy of the initial written bits: ring 0, scratch 1 (SEM 2).
-void arm_bits(const rkv_cuda_layer *l, uint8_t *bits) {
-    for (int64_t s = 0; s < l->g.num_sessions; s++) {
-        uint8_t *w = bits + s * l->capacity;
-        memset(w, 0, (size_t)l->ring_len);
-        memset(w + l->ring_len, 1, (size_t)l->g.tokens_per_frame);
+void arm_bits(const rkv_geometry *g, uint8_t *bits) {
+    const int64_t L = g->ring_frames * g->tokens_per_frame;
+    for (int64_t s = 0; s < g->num_sessions; s++) {
+        memset(bits + s * (L + g->tokens_per_frame), 0, (size_t)L);
+        memset(bits + s * (L + g->tokens_per_frame) + L, 1, (size_t)g->tokens_per_frame);
     }
 }
 
@@ -167,39 +167,30 @@ rkv_status rkv__cuda_layer_create(const rkv_geometry *g, const rkv__cuda_device 
     rkv_cuda_layer *l = static_cast<rkv_cuda_layer *>(calloc(1, sizeof *l));
     if (!l) return rkv_error_set(RKV_ERR_NO_MEMORY, "%s: out of host memory", what);
     l->g = *g;
-    l->device = d->device;
-    l->dev = d->dev;
-    l->attn_stages = d->attn_stages;
-    l->attn_kernel = d->attn_kernel;
-    l->ring_len = g->ring_frames * g->tokens_per_frame;
-    l->capacity = rkv_geometry_capacity(g);
-    l->total_slots = rkv_geometry_total_slots(g);
-    l->memory_bytes = rkv_geometry_memory_bytes(g);
+    l->d = *d;
+    const size_t kv_bytes = rkv_geometry_memory_bytes(g);
     cudaError_t e = cudaSuccess;
+    // The error word given (a wrap's, or the context's pooled one), else the layer's own.
+    l->err = reinterpret_cast<int *>(storage->error);
+    l->own_err = !l->err;
+    if (l->own_err && (e = cudaMalloc(reinterpret_cast<void **>(&l->err), 16)) == cudaSuccess)
+        e = cudaMemset(l->err, 0, 16);
     if (storage->kv) {  // the caller's storage, as it is (rkv_layer_wrap)
         l->kv = storage->kv;
         l->written = storage->written;
-        l->err = reinterpret_cast<int *>(storage->error);
-        if (!l->err) {
-            l->own_err = true;
-            if ((e = cudaMalloc(reinterpret_cast<void **>(&l->err), 16)) == cudaSuccess)
-                e = cudaMemset(l->err, 0, 16);
-        }
-    } else {
-        l->own_storage = l->own_err = true;
-        const size_t nbits = ((size_t)l->total_slots + 15) & ~(size_t)15;
+    } else if (e == cudaSuccess) {
+        const size_t nbits = ((size_t)rkv_geometry_total_slots(g) + 15) & ~(size_t)15;
         uint8_t *bits = static_cast<uint8_t *>(calloc(nbits, 1));
         if (!bits) {
-            free(l);
+            rkv__cuda_layer_destroy(l);
             return rkv_error_set(RKV_ERR_NO_MEMORY, "%s: out of host memory", what);
         }
-        arm_bits(l, bits);
-        if ((e = cudaMalloc(&l->kv, l->memory_bytes)) == cudaSuccess &&
+        arm_bits(g, bits);
+        l->own_storage = true;
+        if ((e = cudaMalloc(&l->kv, kv_bytes)) == cudaSuccess &&
             (e = cudaMalloc(reinterpret_cast<void **>(&l->written), nbits)) == cudaSuccess &&
-            (e = cudaMalloc(reinterpret_cast<void **>(&l->err), 16)) == cudaSuccess &&
-            (e = cudaMemset(l->kv, 0, l->memory_bytes)) == cudaSuccess &&
-            (e = cudaMemcpy(l->written, bits, nbits, cudaMemcpyHostToDevice)) == cudaSuccess &&
-            (e = cudaMemset(l->err, 0, 16)) == cudaSuccess)
+            (e = cudaMemset(l->kv, 0, kv_bytes)) == cudaSuccess &&
+            (e = cudaMemcpy(l->written, bits, nbits, cudaMemcpyHostToDevice)) == cudaSuccess)
             e = cudaDeviceSynchronize();
         free(bits);
     }
@@ -208,7 +199,7 @@ rkv_status rkv__cuda_layer_create(const rkv_geometry *g, const rkv__cuda_device 
         if (e == cudaErrorMemoryAllocation)
             return rkv_error_set(RKV_ERR_NO_MEMORY,
                                  "%s: cannot allocate %zu bytes of K/V on device %d (%s)", what,
-                                 rkv_geometry_memory_bytes(g), d->device, cudaGetErrorString(e));
+                                 kv_bytes, d->device, cudaGetErrorString(e));
         return rkv__cuda_fail(e, what);
     }
     storage->kv = l->kv;
@@ -221,8 +212,8 @@ rkv_status rkv__cuda_layer_create(const rkv_geometry *g, const rkv__cuda_device 
 void rkv__cuda_layer_destroy(rkv_cuda_layer *l) {
     if (!l) return;
     int prev = -1;
-    const bool switched = cudaGetDevice(&prev) == cudaSuccess && prev != l->device &&
-                          cudaSetDevice(l->device) == cudaSuccess;
+    const bool switched = cudaGetDevice(&prev) == cudaSuccess && prev != l->d.device &&
+                          cudaSetDevice(l->d.device) == cudaSuccess;
     if (l->own_storage || l->own_err) cudaDeviceSynchronize();
     if (l->own_storage) {
         cudaFree(l->kv);
@@ -234,31 +225,29 @@ void rkv__cuda_layer_destroy(rkv_cuda_layer *l) {
     free(l);
 }
 
-rkv_status rkv__cuda_reset(const rkv_cuda_layer *l, int64_t session, cudaStream_t stream) {
+rkv_status rkv__cuda_reset(void *, void *layer, int64_t session) {
     static const char what[] = "rkv_layer_reset";
-    rkv_status st = rkv__cuda_check_device(l, what);
+    const rkv_cuda_layer *l = static_cast<const rkv_cuda_layer *>(layer);
+    rkv_status st = rkv__cuda_check_current(l->d.device, "layer", what);
     if (st != RKV_OK) return st;
     rkv__cuda_reset_plan plan;
     rkv__cuda_reset_plan_make(&l->g, &plan);
     ResetParams p;
     p.dst = static_cast<uint4 *>(l->kv);
     p.written = l->written;
-    p.N = l->total_slots;
-    p.C = l->capacity;
-    p.L = l->ring_len;
+    p.N = rkv_geometry_total_slots(&l->g);
+    p.C = rkv_geometry_capacity(&l->g);
+    p.L = p.C - l->g.tokens_per_frame;
     p.session = session;
     p.slot_bytes = l->g.d_head * (int64_t)rkv_dtype_size(l->g.dtype);
-    p.row_vecs = plan.row_vecs;
-    p.blocks_per_row = plan.blocks_per_row;
-    p.data_blocks = plan.data_blocks;
-    p.bits_blocks = plan.bits_blocks;
-    RKV_LAUNCH((unsigned)plan.total_blocks, kThreads, 0, stream, reset_kernel)(p);
+    p.g = plan;
+    RKV_LAUNCH((unsigned)plan.total_blocks, kThreads, 0, l->d.stream, reset_kernel)(p);
     return rkv__cuda_after_launch(what);
 }
 
 rkv_status rkv__cuda_check(const rkv_cuda_layer *l, cudaStream_t s) {
     static const char what[] = "rkv_layer_check";
-    rkv_status st = rkv__cuda_check_device(l, what);
+    rkv_status st = rkv__cuda_check_current(l->d.device, "layer", what);
     if (st != RKV_OK) return st;
     int word = 0;
     cudaError_t e = cudaMemcpyAsync(&word, l->err, sizeof word, cudaMemcpyDeviceToHost, s);
@@ -270,12 +259,12 @@ rkv_status rkv__cuda_check(const rkv_cuda_layer *l, cudaStream_t s) {
 
 rkv_status rkv__cuda_upsert_launch(const rkv_cuda_layer *l, const void *kv, int64_t batch,
                                    const int64_t *frame_pos, const int64_t *session_idx,
-                                   int commit, uint8_t *visible, cudaStream_t stream,
-                                   const char *what) {
-    rkv_status st = rkv__cuda_check_device(l, what);
+                                   int commit, uint8_t *visible, const char *what) {
+    rkv_status st = rkv__cuda_check_current(l->d.device, "layer", what);
     if (st != RKV_OK) return st;
     rkv__cuda_upsert_plan plan;
     rkv__cuda_upsert_plan_make(&l->g, batch, commit != 0, visible != nullptr, &plan);
+    if (!kv) plan.total_blocks -= plan.data_blocks, plan.data_blocks = 0;  // the row alone
     UpsertParams p;
     p.src = static_cast<const uint4 *>(kv);
     p.dst = static_cast<uint4 *>(l->kv);
@@ -284,24 +273,23 @@ rkv_status rkv__cuda_upsert_launch(const rkv_cuda_layer *l, const void *kv, int6
     p.sess = session_idx;
     p.fp = frame_pos;
     p.err = l->err;
+    p.op = kv ? RKV__OP_UPSERT : RKV__OP_ROW;
     p.batch = (int)batch;
     p.commit = commit != 0;
     p.S = l->g.num_sessions;
     p.T = l->g.tokens_per_frame;
-    p.C = l->capacity;
-    p.L = l->ring_len;
-    p.N = l->total_slots;
+    p.C = rkv_geometry_capacity(&l->g);
+    p.L = p.C - p.T;
+    p.N = rkv_geometry_total_slots(&l->g);
     p.RB = l->g.ring_buckets;
     p.PD = l->g.pinned_dilation;
     p.slot_bytes = l->g.d_head * (int64_t)rkv_dtype_size(l->g.dtype);
-    p.row_vecs = plan.row_vecs;
-    p.blocks_per_row = plan.blocks_per_row;
-    p.data_blocks = plan.data_blocks;
-    p.bits_blocks = plan.bits_blocks;
+    p.g = plan;
     if (plan.total_blocks > 0x7fffffff)
         return rkv_error_set(RKV_ERR_OVERFLOW, "%s: %lld blocks exceed the CUDA grid", what,
                          (long long)plan.total_blocks);
-    RKV_LAUNCH((unsigned)plan.total_blocks, kThreads, plan.smem_bytes, stream, upsert_kernel)(p);
+    RKV_LAUNCH((unsigned)plan.total_blocks, kThreads, plan.smem_bytes, l->d.stream,
+               upsert_kernel)(p);
     return rkv__cuda_after_launch(what);
 }
 
@@ -321,45 +309,62 @@ extern "C" rkv_status rkv_cuda_clock_advance(int64_t *frame_pos, int64_t batch, 
 // ---- one session's span, piece by piece (arguments checked by the core) ------
 
 namespace {
-// The device address of a (valid) piece and its bytes.
+// The device address of a piece and its bytes (*st: the piece's check, for
+// the caller whose arguments the core did not check).
 uint8_t *span_at(const rkv_cuda_layer *l, int64_t session, rkv_span_part part, int64_t head,
-                 size_t *bytes) {
+                 size_t *bytes, rkv_status *st = nullptr) {
     size_t offset = 0;
     int in_written = 0;
-    rkv__cuda_span_check(&l->g, "cuda backend", session, part, head, &offset, bytes, &in_written);
+    const rkv_status s = rkv__cuda_span_check(&l->g, "cuda backend: span_region", session, part,
+                                              head, &offset, bytes, &in_written);
+    if (st) *st = s;
     return (in_written ? l->written : static_cast<uint8_t *>(l->kv)) + offset;
 }
 
-// One copy between a piece and a host buffer, finished before returning
-// (the host buffer is the caller's again).
-rkv_status span_copy_host(const rkv_cuda_layer *l, void *dst, const void *src, size_t bytes,
-                          cudaMemcpyKind kind, cudaStream_t s, const char *what) {
-    rkv_status st = rkv__cuda_check_device(l, what);
+// One copy between a piece and the host buffer `host` (to it unless
+// `to_device`), finished before returning (the buffer is the caller's again).
+rkv_status span_copy_host(const void *layer, int64_t session, rkv_span_part part, int64_t head,
+                          void *host, bool to_device, const char *what) {
+    const rkv_cuda_layer *l = static_cast<const rkv_cuda_layer *>(layer);
+    rkv_status st = rkv__cuda_check_current(l->d.device, "layer", what);
     if (st != RKV_OK) return st;
-    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, s);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+    size_t bytes = 0;
+    uint8_t *at = span_at(l, session, part, head, &bytes);
+    cudaError_t e =
+        to_device ? cudaMemcpyAsync(at, host, bytes, cudaMemcpyHostToDevice, l->d.stream)
+                  : cudaMemcpyAsync(host, at, bytes, cudaMemcpyDeviceToHost, l->d.stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(l->d.stream);
     return e == cudaSuccess ? RKV_OK : rkv__cuda_fail(e, what);
 }
 }  // namespace
 
-rkv_status rkv__cuda_span_read(const rkv_cuda_layer *l, int64_t session, rkv_span_part part,
-                               int64_t head, void *dst, cudaStream_t s) {
+rkv_status rkv__cuda_span_region(void *, const void *layer, int64_t session, rkv_span_part part,
+                                 int64_t head, void **ptr, int *device) {
+    const rkv_cuda_layer *l = static_cast<const rkv_cuda_layer *>(layer);
     size_t bytes = 0;
-    const uint8_t *at = span_at(l, session, part, head, &bytes);
-    return span_copy_host(l, dst, at, bytes, cudaMemcpyDeviceToHost, s, "rkv_layer_read_span");
+    rkv_status st = RKV_OK;
+    uint8_t *at = span_at(l, session, part, head, &bytes, &st);
+    if (st != RKV_OK) return st;
+    *ptr = at;
+    *device = l->d.device;
+    return RKV_OK;
 }
 
-rkv_status rkv__cuda_span_write(const rkv_cuda_layer *l, int64_t session, rkv_span_part part,
-                                int64_t head, const void *src, cudaStream_t s) {
-    size_t bytes = 0;
-    uint8_t *at = span_at(l, session, part, head, &bytes);
-    return span_copy_host(l, at, src, bytes, cudaMemcpyHostToDevice, s, "rkv_layer_write_span");
+rkv_status rkv__cuda_span_read(void *, const void *layer, int64_t session, rkv_span_part part,
+                               int64_t head, void *dst) {
+    return span_copy_host(layer, session, part, head, dst, false, "rkv_layer_read_span");
 }
 
-rkv_status rkv__cuda_span_copy(const rkv_cuda_layer *l, int64_t src_session, int64_t dst_session,
-                               cudaStream_t s) {
+rkv_status rkv__cuda_span_write(void *, void *layer, int64_t session, rkv_span_part part,
+                                int64_t head, const void *src) {
+    return span_copy_host(layer, session, part, head, const_cast<void *>(src), true,
+                          "rkv_layer_write_span");
+}
+
+rkv_status rkv__cuda_span_copy(void *, void *layer, int64_t src_session, int64_t dst_session) {
     static const char what[] = "rkv_layer_copy_span";
-    rkv_status st = rkv__cuda_check_device(l, what);
+    const rkv_cuda_layer *l = static_cast<const rkv_cuda_layer *>(layer);
+    rkv_status st = rkv__cuda_check_current(l->d.device, "layer", what);
     if (st != RKV_OK) return st;
     cudaError_t e = cudaSuccess;
     // K and V of every head, then the written bits: 2H + 1 pieces.
@@ -371,7 +376,7 @@ rkv_status rkv__cuda_span_copy(const rkv_cuda_layer *l, int64_t src_session, int
         size_t bytes = 0;
         const uint8_t *from = span_at(l, src_session, part, head, &bytes);
         uint8_t *to = span_at(l, dst_session, part, head, &bytes);
-        e = cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, s);
+        e = cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, l->d.stream);
     }
     return e == cudaSuccess ? RKV_OK : rkv__cuda_fail(e, what);
 }

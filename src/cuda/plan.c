@@ -12,8 +12,6 @@ static int64_t ceil_div64(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 static size_t align16(size_t x) { return (x + 15) & ~(size_t)15; }
 
-static int misaligned(const void *p, uintptr_t to) { return ((uintptr_t)p & (to - 1)) != 0; }
-
 static int64_t max_batch_of(const rkv_geometry *g) {
     return g->num_sessions < RKV_CUDA_MAX_BATCH ? g->num_sessions : RKV_CUDA_MAX_BATCH;
 }
@@ -68,15 +66,13 @@ rkv_status rkv__cuda_attention_check(const rkv_geometry *g, const rkv_cuda_atten
         what, "args", "rkv_cuda_attention_args", "RKV_CUDA_ATTENTION_ARGS_INIT", a->struct_size,
         RKV__SIZE_V1(rkv_cuda_attention_args, workspace_bytes), sizeof *a);
     if (st != RKV_OK) return st;
-    /* the rows of one launch: at most min(S, RKV_CUDA_MAX_BATCH) */
-    if (a->batch > max_batch_of(g))
-        return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: batch B = %lld; expected 1..%lld", what,
-                             (long long)a->batch, (long long)max_batch_of(g));
-    if (a->workspace && misaligned(a->workspace, 16))
-        return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: workspace is not 16-byte aligned", what);
-    /* then the core's one attention check, with this backend's limits */
-    const rkv_backend_limits lim = RKV__CUDA_LIMITS;
+    /* the core's one attention check, with this backend's limits: the rows
+     * of one launch at most min(S, RKV_CUDA_MAX_BATCH) */
+    rkv_backend_limits lim = RKV__CUDA_LIMITS;
+    lim.max_batch = max_batch_of(g);
     if ((st = rkv__attend_args_check(g, &lim, NULL, a, false, what)) != RKV_OK) return st;
+    if (a->workspace && rkv__misaligned(a->workspace, 16))
+        return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: workspace is not 16-byte aligned", what);
     const int64_t tq = a->n_queries ? a->n_queries : g->tokens_per_frame;
     if (a->batch * a->n_q_heads * tq / RKV__SIMT_WARPS >= INT32_MAX)
         return rkv_error_set(RKV_ERR_OVERFLOW, "%s: B*Hq*Tq = %lld*%lld*%lld is too large", what,
@@ -97,39 +93,24 @@ static int tensor_core_call(const rkv_geometry *g, const rkv_cuda_attention_args
            (g->d_head == 64 || g->d_head == 128);
 }
 
-/* The Hopper kernel's shape (D 64 on a 9.x device); 0 when its shared
- * memory does not fit beside the static reserve. */
-static int plan_wgmma(const rkv_geometry *g, const rkv__cuda_device_info *dev,
-                      rkv__cuda_attn_plan *p) {
-    p->kind = RKV__ATTN_WGMMA;
-    p->mt = 4; /* m16 tiles per warpgroup */
-    p->warps = 4 * RKV__WGMMA_WARPGROUPS;
-    p->bm = 64 * RKV__WGMMA_WARPGROUPS;
-    p->bn = RKV__WGMMA_BN;
-    p->stages = RKV__WGMMA_STAGES;
-    p->threads = 32 * p->warps;
-    /* Q tile, K and V stages, the frame list, 1024 bytes to align the
-     * tiles to the 128-byte swizzle's 1024-byte pattern. */
-    p->smem_bytes = (size_t)(p->bm + 2 * p->stages * p->bn) * (size_t)g->d_head * 2 +
-                    align16((size_t)(g->ring_frames + 1) * sizeof(int)) + 1024;
-    return p->smem_bytes + RKV__STATIC_SMEM_MAX <= dev->smem_optin;
-}
-
-/* The mma.sync kernel's shape (`stages` 2 or 3; 3 only for D 64); 0 when
- * its shared memory does not fit beside the static reserve. */
-static int plan_mma(const rkv_geometry *g, const rkv__cuda_device_info *dev, int stages,
-                    rkv__cuda_attn_plan *p) {
-    const int64_t D = g->d_head;
-    p->kind = RKV__ATTN_MMA;
-    p->mt = D == 64 ? RKV__MMA_D64_MT : RKV__MMA_D128_MT;
-    p->warps = RKV__MMA_WARPS;
-    p->bm = 16 * p->mt * p->warps;
-    p->bn = RKV__MMA_BN;
-    p->stages = D == 64 ? stages : 2; /* 3 stages are built for D 64 only */
-    p->threads = 32 * p->warps;
-    /* Q tile, K and V stages (2-byte elements), then the frame list. */
-    p->smem_bytes = (size_t)(p->bm + 2 * p->stages * p->bn) * (size_t)D * 2 +
-                    align16((size_t)(g->ring_frames + 1) * sizeof(int));
+/* A tensor-core kernel's shape: `mt` m16 tiles per warp (wgmma: per
+ * warpgroup), bm query rows and bn keys per tile, `stages` K/V stages. Its
+ * shared memory: the Q tile, the K and V stages (2-byte elements), the
+ * frame list, then `pad` bytes (wgmma: 1024, to align the tiles to the
+ * 128-byte swizzle's 1024-byte pattern). 0 when that does not fit beside
+ * the static reserve. */
+static int plan_tensor_core(const rkv_geometry *g, const rkv__cuda_device_info *dev, int kind,
+                            int mt, int warps, int bm, int bn, int stages, size_t pad,
+                            rkv__cuda_attn_plan *p) {
+    p->kind = kind;
+    p->mt = mt;
+    p->warps = warps;
+    p->bm = bm;
+    p->bn = bn;
+    p->stages = stages;
+    p->threads = 32 * warps;
+    p->smem_bytes = (size_t)(bm + 2 * stages * bn) * (size_t)g->d_head * 2 +
+                    align16((size_t)(g->ring_frames + 1) * sizeof(int)) + pad;
     return p->smem_bytes + RKV__STATIC_SMEM_MAX <= dev->smem_optin;
 }
 
@@ -200,12 +181,15 @@ void rkv__cuda_attention_plan_make(const rkv_geometry *g, const rkv_cuda_attenti
     p->out_f32 = a->out_dtype == RKV_DTYPE_F32;
     if (stages != 3) stages = 2;
 
-    /* The Hopper kernel where asked for and it fits, else the mma kernel
-     * where it fits, else the generic one. */
-    const int tc = tensor_core_call(g, a);
+    /* The Hopper kernel where asked for and it fits (D 64 on a 9.x device:
+     * 2 warpgroups of 64 rows), else the mma kernel where it fits (3 stages
+     * are built for D 64 only), else the generic one. */
+    const int tc = tensor_core_call(g, a), mt = D == 64 ? RKV__MMA_D64_MT : RKV__MMA_D128_MT;
     if ((tc && kernel == RKV__KERNEL_WGMMA && D == 64 && dev->cc_major == 9 &&
-         plan_wgmma(g, dev, p)) ||
-        (tc && plan_mma(g, dev, stages, p)))
+         plan_tensor_core(g, dev, RKV__ATTN_WGMMA, 4, 4 * RKV__WGMMA_WARPGROUPS,
+                          64 * RKV__WGMMA_WARPGROUPS, RKV__WGMMA_BN, RKV__WGMMA_STAGES, 1024, p)) ||
+        (tc && plan_tensor_core(g, dev, RKV__ATTN_MMA, mt, RKV__MMA_WARPS, 16 * mt * RKV__MMA_WARPS,
+                                RKV__MMA_BN, D == 64 ? stages : 2, 0, p)))
         plan_grid_splits(g, a, dev, preferred, p);
     else
         plan_simt(a, p);
@@ -237,15 +221,6 @@ rkv_status rkv__cuda_span_check(const rkv_geometry *g, const char *what, int64_t
     rkv_status st = rkv__span_piece(g, what, session, part, head, offset, bytes, &w);
     *in_written = w;
     return st;
-}
-
-rkv_status rkv__cuda_written_check(const rkv_geometry *g, const char *what, const uint8_t *w) {
-    const int64_t bad = rkv__written_span_check(g, w);
-    if (bad < 0) return RKV_OK;
-    return rkv_error_set(RKV_ERR_INVALID_ARG,
-                         "%s: written bit of slot %lld is %u; expected 0/1, scratch slots 1, "
-                         "ring frames written whole",
-                         what, (long long)bad, w[bad]);
 }
 
 size_t rkv__cuda_model_workspace_bytes(const rkv_geometry *g, const rkv__cuda_device_info *dev,

@@ -73,11 +73,9 @@ typedef struct rkv__cuda_reset_plan {
 void rkv__cuda_reset_plan_make(const rkv_geometry *g, rkv__cuda_reset_plan *out);
 
 /* ---- attention ------------------------------------------------------------
- * The tensor-core kernel's configurations (the .cu instantiates exactly
- * these). A CTA owns BM consecutive rows of one (b, kv head)'s query matrix
- * [group*Tq][D] (the GQA group's heads are contiguous in q, so a CTA's rows
- * may span two heads that share the K/V tiles), and walks the row's visible
- * key tiles of BN keys (a tile never straddles a frame: T % 128 == 0). */
+ * The tensor-core kernels' configurations (the .cu files instantiate
+ * exactly these; what a block's rows and key tiles are: RingBlock,
+ * attention_common.cuh). */
 enum { RKV__ATTN_SIMT = 0, RKV__ATTN_MMA = 1, RKV__ATTN_WGMMA = 2 };
 
 /* Which tensor-core kernel a layer asks for (RKV_CUDA_ATTN_KERNEL at layer
@@ -128,8 +126,8 @@ typedef struct rkv__cuda_attn_plan {
 
 /* The host checks of a launch's arguments (rkv_cuda_attention_describe's):
  * the core's one attention check (attention_check.h) with this backend's
- * limits, plus B <= min(S, RKV_CUDA_MAX_BATCH), the workspace's alignment
- * and the generic kernel's grid. */
+ * limits (B at most min(S, RKV_CUDA_MAX_BATCH)), then the workspace's
+ * alignment and the generic kernel's grid. */
 rkv_status rkv__cuda_attention_check(const rkv_geometry *g, const rkv_cuda_attention_args *a);
 
 /* The plan for valid args. `stages` is the cp.async pipeline depth of the
@@ -151,9 +149,6 @@ void rkv__cuda_attention_plan_describe(const rkv__cuda_attn_plan *p, char *buf, 
 rkv_status rkv__cuda_span_check(const rkv_geometry *g, const char *what, int64_t session,
                                 rkv_span_part part, int64_t head, size_t *offset, size_t *bytes,
                                 int *in_written);
-/* The written bits a span write would install ([C] host bytes): 0/1,
- * scratch 1, frames whole; RKV_ERR_INVALID_ARG naming the first bad slot. */
-rkv_status rkv__cuda_written_check(const rkv_geometry *g, const char *what, const uint8_t *w);
 /* The attention workspace of a model's layer: the largest preferred split
  * workspace over B = 1..max_batch rows of n_q_heads heads and
  * tokens_per_frame queries, q and out in the storage dtype (other dtypes

@@ -1,18 +1,11 @@
 # The CUDA backend's targets, included by the top-level CMakeLists.txt (when a
 # CUDA compiler is found) and by tests/cuda/CMakeLists.txt (the standalone
-# GPU-check build of scripts/gpu_check.sh). Expects:
-#   RKV_ROOT                     the repository root
-#   RKV_CUDA_CORE_TARGET         the core library target to link (ringkv_static)
-#   RKV_CUDA_CORE_SHARED_TARGET  optional: the SHARED core library target
-#                                (libringkv.so); when set, libringkv_cuda.so is
-#                                built too
-# and CUDA enabled (enable_language(CUDA), find_package(CUDAToolkit)).
-#
-# Targets: ringkv_cuda_objs (the compiled .cu files, position independent),
-# ringkv_cuda_plan (plan.c, plan.cmake), ringkv_cuda (static library), ringkv_cuda_shared
-# (libringkv_cuda.so, for the Python binding; only with
-# RKV_CUDA_CORE_SHARED_TARGET), and the GPU programs test_cuda_diff and
-# test_cuda_graph (exit 77 = skipped without a GPU).
+# GPU-check build of scripts/gpu_check.sh), with CUDA enabled. Expects
+# RKV_ROOT, RKV_CUDA_CORE_TARGET (the core library to link: ringkv_static)
+# and optionally RKV_CUDA_CORE_SHARED_TARGET (libringkv.so: then
+# libringkv_cuda.so is built too). Targets: ringkv_cuda_objs (the .cu
+# files), ringkv_cuda (static, with plan.cmake's ringkv_cuda_plan),
+# ringkv_cuda_shared and the GPU programs (exit 77 = skipped without a GPU).
 option(RKV_CUDA_PTXAS_VERBOSE "Print ptxas resource usage (registers, spills) per kernel" OFF)
 option(RKV_CUDA_PROGRAMS "Build the GPU test and benchmark programs" ON)
 
@@ -42,11 +35,10 @@ set_target_properties(ringkv_cuda_objs PROPERTIES
   COMPILE_OPTIONS "")
 target_compile_options(ringkv_cuda_objs PRIVATE
   $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo -Xcompiler=-Wall,-Wextra -Xptxas=-warn-spills,-warn-lmem-usage>)
-# RKV_CUDA_PTX_DIR (optional; the top-level build sets it for the CPU
+# RKV_CUDA_PTX_DIR (optional; set by the top-level build for the CPU
 # executor's launch-bounds table, tests/cuda_exec/bounds_table.cmake): nvcc
-# keeps its intermediate files there (--keep; the PTX among them, whose
-# .maxntid are the kernels' __launch_bounds__ as compiled). The same
-# compilation, no second pass; the objects do not change.
+# keeps its intermediate files, the PTX among them, there (--keep: the same
+# compilation, the objects unchanged).
 if(RKV_CUDA_PTX_DIR)
   file(MAKE_DIRECTORY ${RKV_CUDA_PTX_DIR})
   target_compile_options(ringkv_cuda_objs PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--keep>
@@ -71,18 +63,13 @@ target_link_libraries(ringkv_cuda PUBLIC ${RKV_CUDA_CORE_TARGET} CUDA::cudart_st
 # CUDA paths: #ifdef RKV_HAVE_CUDA, #include "ringkv_cuda.h".
 target_compile_definitions(ringkv_cuda INTERFACE RKV_HAVE_CUDA=1)
 
-# libringkv_cuda.so: the same objects, for the Python binding (python/ringkv,
-# which loads it with ctypes when a CUDA device is first used) and for C
-# programs that want a CUDA model (rkv_model_create_cuda). It links the
-# SHARED core, never the static one: the core's thread-local last-error
-# message (src/status.c) must exist once in the process, so that
-# rkv_last_error() read through libringkv.so reports the errors that the CUDA
-# calls set. It uses only the core's PUBLIC symbols (rkv_error_set, the
-# backend SPI of ringkv_backend.h, the geometry calls), so hiding the core's
-# private symbols cannot break it (docs/backends.md; the ctest
-# cuda_so_public_symbols checks it). The CUDA runtime is linked statically
-# (nothing else to ship); the rpath $ORIGIN finds libringkv.so.0.2 beside it
-# (installed side by side).
+# libringkv_cuda.so: the same objects, for the Python binding (loaded with
+# ctypes when a CUDA device is first used) and C programs that want a CUDA
+# model. It links the SHARED core, never the static one, so that the core's
+# thread-local last-error message (src/status.c) exists once in the process,
+# and uses only the core's PUBLIC symbols (docs/backends.md; the ctest
+# cuda_so_public_symbols checks it). The CUDA runtime is linked statically;
+# the rpath $ORIGIN finds libringkv.so.0.2 beside it.
 if(DEFINED RKV_CUDA_CORE_SHARED_TARGET AND TARGET ${RKV_CUDA_CORE_SHARED_TARGET})
   add_library(ringkv_cuda_shared SHARED $<TARGET_OBJECTS:ringkv_cuda_objs>
                                         $<TARGET_OBJECTS:ringkv_cuda_plan>)
@@ -116,29 +103,27 @@ endif()
 if(RKV_CUDA_PROGRAMS)
   set(RKV_TESTLIB_CORE ${RKV_CUDA_CORE_TARGET})
   include(${RKV_ROOT}/tests/common/testlib.cmake)
-  foreach(prog test_cuda_diff test_cuda_graph)
+  # The offload path (issue 13) needs the snapshot-file code in the core:
+  # the top-level build always has it; the GPU check's standalone build sets
+  # RKV_CUDA_CORE_HAS_SNAPSHOTS to whether it found Jansson and xxHash.
+  set(rkv_cuda_progs test_cuda_diff test_cuda_graph)
+  if(NOT DEFINED RKV_CUDA_CORE_HAS_SNAPSHOTS OR RKV_CUDA_CORE_HAS_SNAPSHOTS)
+    list(APPEND rkv_cuda_progs test_cuda_offload)
+  endif()
+  foreach(prog ${rkv_cuda_progs})
     add_executable(${prog} ${RKV_ROOT}/tests/cuda/${prog}.c)
     target_link_libraries(${prog} PRIVATE ringkv_cuda rkv_testlib m)
     set_target_properties(${prog} PROPERTIES LINKER_LANGUAGE CUDA CUDA_ARCHITECTURES OFF)
   endforeach()
-  # The offload path (issue 13) needs the snapshot-file code in the core:
-  # the top-level build always has it; the GPU check's standalone build sets
-  # RKV_CUDA_CORE_HAS_SNAPSHOTS to whether it found Jansson and xxHash.
-  if(NOT DEFINED RKV_CUDA_CORE_HAS_SNAPSHOTS OR RKV_CUDA_CORE_HAS_SNAPSHOTS)
-    add_executable(test_cuda_offload ${RKV_ROOT}/tests/cuda/test_cuda_offload.c)
-    target_link_libraries(test_cuda_offload PRIVATE ringkv_cuda rkv_testlib m)
-    set_target_properties(test_cuda_offload PROPERTIES LINKER_LANGUAGE CUDA
-                                                       CUDA_ARCHITECTURES OFF)
-    if(RKV_BUILD_TESTS)
-      add_test(NAME cuda_offload COMMAND test_cuda_offload)
-      set_tests_properties(cuda_offload PROPERTIES SKIP_RETURN_CODE 77)
-    endif()
-  endif()
   # The GPU bench is `ringkv bench --backend cuda` (bench/bench_gpu.c).
   if(RKV_BUILD_TESTS)
     # Exit 77 (no CUDA device or driver) counts as skipped.
     add_test(NAME cuda_diff COMMAND test_cuda_diff --quick)
     add_test(NAME cuda_graph COMMAND test_cuda_graph --frames 60)
     set_tests_properties(cuda_diff cuda_graph PROPERTIES SKIP_RETURN_CODE 77)
+    if(TARGET test_cuda_offload)
+      add_test(NAME cuda_offload COMMAND test_cuda_offload)
+      set_tests_properties(cuda_offload PROPERTIES SKIP_RETURN_CODE 77)
+    endif()
   endif()
 endif()
