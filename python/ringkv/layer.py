@@ -27,7 +27,7 @@ from ._args import as_flag, as_instance, as_int, as_session
 from ._handle import HandleOwner, OwnedHandle, check_state, copy_extras, extras, malformed_state
 from ._lib import Geometry as _GeometryStruct
 from ._lib import check, cuda as _cuda_lib, cuda_library_path, lib
-from .attention import _scale, attend_reference, prepare, set_visibility
+from .attention import _scale, attend_reference, check_out, prepare, set_visibility
 from .errors import (RingKVArrayError, RingKVDeviceError, RingKVIndexError, RingKVRuntimeError,
                      RingKVTypeError, RingKVValueError, python_call, python_calls)
 
@@ -52,10 +52,13 @@ class LayerGeometry(NamedTuple):
         check(lib.rkv_geometry_check(ctypes.byref(self._struct())))
 
 
-def _parse_device(device: Any) -> tuple[str, int | None]:
+def _parse_device(device: Any, array_kind: str | None = None,
+                  what: str = "layer") -> tuple[str, int | None]:
     """("cpu", None) or ("cuda", index or None) for ``device``: None, "cpu",
     "cuda", "cuda:N" or a torch.device of those types. RingKVDeviceError (a
-    ValueError and a RuntimeError, as torch.device raises) otherwise."""
+    ValueError and a RuntimeError, as torch.device raises) otherwise;
+    RingKVValueError for a CUDA ``what`` ("layer", "model") whose
+    ``array_kind`` is not None or "torch"."""
     if device is None:
         return "cpu", None
     if type(device).__module__.startswith("torch") and hasattr(device, "type"):
@@ -72,6 +75,9 @@ def _parse_device(device: Any) -> tuple[str, int | None]:
     if kind == "cpu" and index in (None, 0):
         return "cpu", None
     if kind == "cuda":
+        if array_kind not in (None, ar.TORCH):
+            raise RingKVValueError(f"array_kind {array_kind!r}: a CUDA {what}'s views are "
+                                   "torch CUDA tensors (array_kind 'torch')")
         return "cuda", index
     if kind == "meta":
         raise RingKVDeviceError(
@@ -207,15 +213,12 @@ class LayerRingCache(HandleOwner):
     def __init__(self, num_sessions: int, n_kv_heads: int, ring_frames: int, ring_buckets: int,
                  d_head: int, tokens_per_frame: int, pinned_dilation: int, dtype: Any,
                  device: Any = "cpu", *, array_kind: str | None = None):
-        kind, index = _parse_device(device)
+        kind, index = _parse_device(device, array_kind)
         code = ar.parse_dtype(dtype)
         sizes = dict(num_sessions=num_sessions, n_kv_heads=n_kv_heads, ring_frames=ring_frames,
                      ring_buckets=ring_buckets, d_head=d_head, tokens_per_frame=tokens_per_frame,
                      pinned_dilation=pinned_dilation)
         g = _GeometryStruct(*(as_int(v, k) for k, v in sizes.items()), code)
-        if kind == "cuda" and array_kind not in (None, ar.TORCH):
-            raise RingKVValueError(f"array_kind {array_kind!r}: a CUDA layer's views are "
-                                   "torch CUDA tensors (array_kind 'torch')")
         where = "cpu" if kind == "cpu" else _cuda_device(device, index)
         if array_kind is None:
             torchy = (kind == "cuda" or ar.is_torch_dtype(dtype)
@@ -533,14 +536,11 @@ class LayerRingCache(HandleOwner):
         fp = ar.int64_vector(frame_pos, "frame_pos", _FRAME_POS_MSG)
         buf = ar.CBuffer(kv, "kv")
         si = self._check_upsert(buf.keep, fp.shape, session_idx, build_visibility)
-        B = fp.shape[0]
-        if B == 0:  # an empty batch writes nothing, as the reference's (no C call: B >= 1)
-            _, k, v, _ = self.views(buf.kind)
-            return k, v, self._row_result(None, buf.kind)
         visible = np.empty(self.total_slots, dtype=np.bool_) if build_visibility else None
-        check(lib.rkv_layer_upsert(self._h.ptr, buf.ptr, self._code, B, fp.ctypes.data,
-                                   si.ctypes.data, 1 if commit else 0,
-                                   None if visible is None else visible.ctypes.data))
+        if fp.shape[0]:  # an empty batch writes nothing, as the reference's (no C call: B >= 1)
+            check(lib.rkv_layer_upsert(self._h.ptr, buf.ptr, self._code, fp.shape[0],
+                                       fp.ctypes.data, si.ctypes.data, 1 if commit else 0,
+                                       None if visible is None else visible.ctypes.data))
         _, k, v, _ = self.views(buf.kind)
         return k, v, self._row_result(visible, buf.kind)
 
@@ -663,8 +663,7 @@ class LayerRingCache(HandleOwner):
             ring, _, _, written = self.views(ar.TORCH)
             dev = written.device
             ar.check_device(q, "q", dev)
-            si = ar.torch_index(session_idx, "session_idx",
-                                "session_idx must be a [B] int64 array or tensor; got {got}", dev)
+            si = ar.torch_index(session_idx, "session_idx", _SI_MSG, dev)
             fp = rows = None
             if visible is not None:
                 rows = visible if ar.is_torch_tensor(visible) else \
@@ -673,37 +672,31 @@ class LayerRingCache(HandleOwner):
                     rows = rows.to(dev)  # host rows: one copy (not capture-safe)
                 ar.check_device(rows, "visible", dev)
             elif frame_pos is not None:
-                fp = ar.torch_index(frame_pos, "frame_pos",
-                                    "frame_pos must be a [B] int64 array or tensor; got {got}", dev)
+                fp = ar.torch_index(frame_pos, "frame_pos", _FP_ATTEND_MSG, dev)
             dt = None if out_dtype is None else ar.torch_dtype(ar.parse_dtype(out_dtype))
             if out is not None:
                 ar.check_device(out, "out", dev)
-                if tuple(out.shape) != tuple(q.shape):
-                    raise RingKVArrayError(f"out has shape {tuple(out.shape)}; expected "
-                                           f"{tuple(q.shape)}")
-                if not out.is_contiguous():
-                    raise RingKVArrayError("out must be C-contiguous (it is written in place)")
-                if ar.array_dtype_code(out) is None:
-                    raise RingKVArrayError(f"out dtype {out.dtype} is not {ar.REALS}")
+                check_out(out, q.shape, out.is_contiguous())
                 dt = out.dtype
             res = ops.attend(ring, written, q, si, fp, rows, self.geometry_list, _scale(scale), dt,
                              self.error_word)
             return res if out is None else out.copy_(res)
-        si = ar.int64_vector(session_idx, "session_idx",
-                             "session_idx must be a [B] int64 array or tensor; got {got}")
+        si = ar.int64_vector(session_idx, "session_idx", _SI_MSG)
         args, out, keep = prepare(q, self.d_head, si.shape[0], out, out_dtype, scale, pool,
                                   kv_heads=self.n_kv_heads)
         args.session_idx = ctypes.cast(si.ctypes.data, ctypes.POINTER(ctypes.c_int64))
         rows = None if visible is None else ar.CBuffer(visible, "visible").keep
         fp = None if visible is not None or frame_pos is None else ar.int64_vector(
-            frame_pos, "frame_pos", "frame_pos must be a [B] int64 array or tensor; got {got}")
+            frame_pos, "frame_pos", _FP_ATTEND_MSG)
         set_visibility(args, self.total_slots, fp, rows)  # keep, rows, fp: alive until the call
         check((attend_reference if reference else lib.rkv_layer_attend)(self._h.ptr,
                                                                         ctypes.byref(args)))
         return out
 
 
-_FRAME_POS_MSG = "frame_pos must be a [B] int64 tensor; got {got}"
+_FRAME_POS_MSG = "frame_pos must be a [B] int64 tensor; got {got}"  # upsert's (the reference's)
+_FP_ATTEND_MSG = "frame_pos must be a [B] int64 array or tensor; got {got}"
+_SI_MSG = "session_idx must be a [B] int64 array or tensor; got {got}"
 
 
 _OPS: Any = None  # ringkv.ops once loaded; False: torch is too old for it

@@ -223,14 +223,11 @@ class Model(HandleOwner):
     def __init__(self, config: ModelConfig, *, array_kind: str | None = None,
                  device: Any = "cpu", stream: Any = None):
         as_instance(config, ModelConfig, "config")
-        kind, index = _parse_device(device)
+        kind, index = _parse_device(device, array_kind, "model")
         cfg = config._struct()
         ptr = ctypes.c_void_p()
         self._place = place = None
         if kind == "cuda":  # rkv_model_create_cuda: not yet run on a GPU
-            if array_kind not in (None, ar.TORCH):
-                raise RingKVValueError(f"array_kind {array_kind!r}: a CUDA model's views are "
-                                       "torch CUDA tensors (array_kind 'torch')")
             self._place = place = _CudaPlace(device, index, stream)
             with place.torch.cuda.device(place.tdevice):
                 check(_cuda_lib().rkv_model_create_cuda(ctypes.byref(cfg), place.tdevice.index,
@@ -881,10 +878,9 @@ def inspect_snapshot(source: Any) -> SnapshotInfo:
                 "little-endian); bytes are always an image here: to inspect a file, pass "
                 "its path as a str or os.PathLike (os.fsdecode(path) for a bytes path)")
         check(lib.rkv_snapshot_inspect(None, data, len(data), ctypes.byref(info)))
-    return SnapshotInfo(int(info.format_version), info.ringkv_version.decode(),
-                        info.request_id.decode("utf-8", "surrogateescape"),
-                        int(info.source_session),
-                        ModelConfig._from_struct(info.config),
-                        None if info.last_committed < 0 else int(info.last_committed),
-                        int(info.file_bytes), int(info.header_bytes), int(info.data_bytes),
-                        int(info.header_xxh3), int(info.data_xxh3))
+    fields = {f: getattr(info, f) for f, _ in info._fields_[1:]}  # the ints as they are
+    return SnapshotInfo(**{**fields, "ringkv_version": info.ringkv_version.decode(),
+                           "request_id": info.request_id.decode("utf-8", "surrogateescape"),
+                           "config": ModelConfig._from_struct(info.config),
+                           "last_committed": None if info.last_committed < 0 else
+                           info.last_committed})

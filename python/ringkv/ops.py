@@ -182,8 +182,8 @@ def _i64(x: Tensor, name: str) -> Tensor:
     return x.contiguous()
 
 
-def _kv_input(kv: Tensor, g: Geometry, batch: int, storage: torch.dtype) -> Tensor:
-    ar.check_kv(kv, (2, 1, g.n_kv_heads, batch * g.tokens_per_frame, g.d_head), _CODES[storage])
+def _kv_input(kv: Tensor, g: Geometry, batch: int) -> Tensor:
+    ar.check_kv(kv, (2, 1, g.n_kv_heads, batch * g.tokens_per_frame, g.d_head), g.dtype)
     return _aligned(kv)
 
 
@@ -280,7 +280,7 @@ def upsert(ring: Tensor, written: Tensor, kv: Tensor, frame_pos: Tensor, session
         raise RingKVArrayError(f"session_idx must be a {list(fp.shape)} int64 tensor matching "
                                f"frame_pos; got {tuple(si.shape)}")
     B = fp.shape[0]
-    src = _kv_input(kv, g, B, ring.dtype)
+    src = _kv_input(kv, g, B)
     if B == 0:  # an empty batch writes nothing, as the reference's (the C calls take B >= 1)
         return
     with wrapped(ring, written, error, g) as h:
@@ -409,7 +409,7 @@ def model_upsert(ring: Tensor, written: Tensor, kv: Tensor, session_idx: Tensor,
     every layer has committed."""
     g = _model_layer(ring, written, model, layer, kv=kv, session_idx=session_idx)
     si = _i64(session_idx, "session_idx")
-    src = _kv_input(kv, g, si.shape[0], ring.dtype)
+    src = _kv_input(kv, g, si.shape[0])
     with wrapped(ring, written, None, g) as h:
         check(lib.rkv_model_upsert(model, layer, h, si.shape[0], si.data_ptr(),
                                    src.data_ptr(), g.dtype, 1 if commit else 0))
