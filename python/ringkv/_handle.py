@@ -30,7 +30,7 @@ from typing import Any
 
 from .errors import RingKVTypeError, RingKVValueError
 
-__all__ = ["HandleOwner", "OwnedHandle", "HANDLE_CLASSES", "LIVE_MODELS", "copy_extras", "extras",
+__all__ = ["HandleOwner", "CopiedByValue", "OwnedHandle", "HANDLE_CLASSES", "LIVE_MODELS", "copy_extras", "extras",
            "malformed_state", "check_state"]
 
 HANDLE_CLASSES: list[type] = []
@@ -67,6 +67,30 @@ class HandleOwner:
 
     def __reduce__(self) -> Any:
         raise self._refuse("pickle")
+
+
+class CopiedByValue(HandleOwner):
+    """Base of a class whose copies are independent objects with equal
+    contents (a LayerRingCache, a Model): ``copy.copy`` / ``copy.deepcopy``
+    take the subclass's ``_copy()`` (its own handle and views, never a
+    second name for this one's), then the attributes a caller added
+    (:func:`copy_extras`; ``_OWN_ATTRS``: what the subclass sets itself)."""
+
+    __slots__ = ()
+    _OWN_ATTRS: frozenset = frozenset()
+
+    def __copy__(self) -> Any:
+        return self._clone(None)
+
+    def __deepcopy__(self, memo: dict) -> Any:
+        return self._clone(memo)
+
+    def _clone(self, memo: dict | None) -> Any:
+        new = self._copy()
+        if memo is not None:
+            memo[id(self)] = new
+        copy_extras(self, new, self._OWN_ATTRS, memo)
+        return new
 
 
 class OwnedHandle(HandleOwner):

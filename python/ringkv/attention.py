@@ -27,9 +27,7 @@ Shapes and dtypes:
   (``rkv_backend_cpu_reference``), the
   simple single-thread implementation kept as the test oracle.
 
-Torch tensors (CPU, and CUDA layers) take the custom op ``ringkv::attend``
-instead (:mod:`ringkv.ops`, through ``LayerRingCache.attend``), except with
-``pool=`` or ``reference=True``, which run these direct calls.
+Other torch tensors take the custom op ``ringkv::attend`` (:mod:`ringkv.ops`).
 """
 from __future__ import annotations
 

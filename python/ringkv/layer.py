@@ -24,7 +24,7 @@ import numpy as np
 
 from . import _arrays as ar
 from ._args import as_flag, as_instance, as_int, as_session
-from ._handle import HandleOwner, OwnedHandle, check_state, copy_extras, extras, malformed_state
+from ._handle import CopiedByValue, OwnedHandle, check_state, extras, malformed_state
 from ._lib import Geometry as _GeometryStruct
 from ._lib import check, cuda as _cuda_lib, cuda_library_path, lib
 from .attention import _scale, attend_reference, check_out, prepare, set_visibility
@@ -123,11 +123,9 @@ def _cuda_device(device: Any, index: int | None) -> str:
 class _LayerHandle(OwnedHandle):
     """Owns an ``rkv_layer*`` (``free``: ``rkv_layer_destroy``; ``owner``: on
     a GPU the backend context) or borrows one from a model (``free`` None;
-    ``owner``: the model). A layer on a GPU
-    is freed (it synchronizes the device first) once the cache and every
-    view of its storage are gone: not inside a CUDA graph capture. Never
-    copied or pickled: the LayerRingCache over it copies its contents into
-    a new layer."""
+    ``owner``: the model). A layer on a GPU is freed (it synchronizes the
+    device first) once the cache and every view of its storage are gone:
+    not inside a CUDA graph capture."""
 
     _copy_hint = ("it holds an rkv_layer* (an address in this process); copy or pickle the "
                   "LayerRingCache instead")
@@ -155,7 +153,7 @@ def _create(g: _GeometryStruct, device: str) -> _LayerHandle:
 # The reference's messages stay as they are; a call name one carries is the
 # method called (errors.python_calls): upsert never reports visible_row.
 @python_calls("LayerRingCache", prefix=False)
-class LayerRingCache(HandleOwner):
+class LayerRingCache(CopiedByValue):
     """One attention layer's ring: ``ring_frames`` frame slots of history plus
     one scratch frame at the tail, times ``num_sessions`` resident sessions.
 
@@ -192,7 +190,7 @@ class LayerRingCache(HandleOwner):
 
     ``copy.copy`` and ``copy.deepcopy`` give a new layer on the same device
     with equal contents and its own storage; ``pickle`` stores a CPU layer
-    by value (a CUDA layer raises TypeError). See :meth:`_clone` and
+    by value (a CUDA layer raises TypeError). See :meth:`_copy` and
     :meth:`__reduce__`.
 
     **CUDA layers** (python/README.md, "CUDA devices"; the CUDA backend has
@@ -390,41 +388,27 @@ class LayerRingCache(HandleOwner):
                 "rule, or replay the same operations on a CPU layer.")
 
     # ---- copies and pickles ------------------------------------------------
-    # What _init sets. A copy rebuilds these for its own handle; any other
-    # instance attribute (one the caller added) is copied as copy.copy /
-    # copy.deepcopy / pickle would copy it.
-    _OWN_ATTRS = frozenset({
-        "_h", "_views", "_code", "_g", "num_sessions", "n_kv_heads", "ring_frames",
-        "ring_buckets", "d_head", "tokens_per_frame", "pinned_dilation", "dtype_name", "ring_len",
-        "capacity", "total_slots", "device", "array_kind", "_error", "_last_row"})
+    # what _init sets (the geometry's names too): a copy or pickle rebuilds these
+    _OWN_ATTRS = frozenset({"_h", "_views", "_code", "_g", "dtype_name", "ring_len", "capacity",
+                            "total_slots", "device", "array_kind", "_error", "_last_row",
+                            *(name for name, _ in _GeometryStruct._fields_[:7])})
 
-    def __copy__(self) -> "LayerRingCache":
-        """A new, independent layer with equal contents (see :meth:`_clone`):
-        as the reference's tensors, never a second name for this storage."""
-        return self._clone(None)
-
-    def __deepcopy__(self, memo: dict) -> "LayerRingCache":
-        return self._clone(memo)
-
-    def _clone(self, memo: dict | None) -> "LayerRingCache":
+    def _copy(self) -> "LayerRingCache":
         """A new layer on the same device with its own C handle and views and
-        this one's geometry, array kind, K/V and written bits. A layer
+        this one's geometry, array kind, K/V and written bits (as the
+        reference's tensors copy, never a second name for this storage). A layer
         borrowed from a Model copies into a standalone (owned) layer. A CUDA
         layer: a new ``rkv_layer`` on the same GPU (it synchronizes, as
         any construction), filled by device-to-device copies enqueued on the
         current stream (after this layer's pending kernels); its pending
         device errors (:meth:`check`) are not copied."""
-        cls = type(self)
-        new = cls.__new__(cls)
-        if memo is not None:
-            memo[id(self)] = new
+        new = type(self).__new__(type(self))
         new._init(_create(self._g, self.device), self.array_kind, self.device)
         kind = next(iter(self._views))  # the storage's own kind (NumPy on the host)
         for src, dst in zip(self._views[kind][::3], new._views[kind][::3]):
             dst[...] = src  # K/V, then the written bits
         kind, row = next(iter(self._last_row.items()))
         new._keep_row(row.copy() if isinstance(row, np.ndarray) else row.clone(), kind)
-        copy_extras(self, new, self._OWN_ATTRS, memo)
         return new
 
     def __reduce__(self) -> tuple:
@@ -638,15 +622,12 @@ class LayerRingCache(HandleOwner):
     def attend(self, q: Any, session_idx: Any, frame_pos: Any = None, *, visible: Any = None,
                scale: float | None = None, out: Any = None, out_dtype: Any = None,
                pool: Any = None, reference: bool = False) -> Any:
-        """Attention of ``q`` ``[B, Hq, Tq, D]`` over the ring (SEMANTICS 5).
-
-        Visibility from ``frame_pos`` ([B] int64 clocks, bits-and-clock rule)
-        or from explicit rows ``visible`` ([B, N] or [N] bool/uint8, e.g. the
-        row ``upsert`` returned). ``scale`` defaults to 1/sqrt(D). Returns
-        ``out`` ``[B, Hq, Tq, D]`` (same kind as ``q``; dtype ``out_dtype`` or
-        ``q``'s unless ``out`` is given). ``pool``: a :class:`ringkv.ThreadPool`;
-        ``reference=True``: the single-thread oracle (its storage wrapped on
-        ``rkv_backend_cpu_reference``). See :mod:`ringkv.attention`.
+        """Attention of ``q`` ``[B, Hq, Tq, D]`` over the ring (SEMANTICS 5),
+        visible from ``frame_pos`` ([B] int64 clocks, bits-and-clock rule) or
+        from the rows ``visible`` ([B, N] or [N] bool/uint8, e.g. the row
+        ``upsert`` returned); returns ``out`` ``[B, Hq, Tq, D]``. Arguments,
+        shapes and dtypes (``scale``, ``out``, ``out_dtype``, ``pool``,
+        ``reference``): :mod:`ringkv.attention`.
 
         Torch ``q`` (without ``pool``/``reference``): the op
         ``ringkv::attend`` (traceable by torch.compile), on either device; a

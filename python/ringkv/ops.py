@@ -9,15 +9,10 @@ whatever the device, so that functionalization, ``torch.library.opcheck``
 and CUDA graph capture see what the op reads and writes. ``LayerRingCache``
 and ``Model`` pass their own storage; under Inductor the writes stay in
 place (no copy of the ring: the pitfall of SEMANTICS section 8). The ops
-(``torch.ops.ringkv.*``; each with a fake implementation, each passing
-opcheck; ``!``: mutated): ``upsert(ring!, written!, kv, frame_pos,
-session_idx, geometry, commit, error!)``, ``visible_row(written, frame_pos,
-session_idx, geometry, error!) -> Tensor``, ``attend(ring, written, q,
-session_idx, frame_pos, visible, geometry, scale, out_dtype, error!) ->
-Tensor``, ``ring_scatter(cache!, written!, dst, kv, mark)``,
-``model_upsert(ring!, written!, kv, session_idx, model, layer, commit)``
-and ``model_attend(ring, written, q, session_idx, model, layer, scale,
-out_dtype) -> Tensor``; each one's docstring says what it does.
+(``torch.ops.ringkv.*``: ``upsert``, ``visible_row``, ``attend``,
+``ring_scatter``, ``model_upsert``, ``model_attend``) each have a fake
+implementation and pass opcheck; each one's ``@_op`` line names the
+arguments it mutates, its docstring what it does.
 
 Arguments, all on the storage's device:
 
