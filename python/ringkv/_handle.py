@@ -10,14 +10,12 @@ that holds a handle, owned or borrowed:
   :class:`ringkv.RingKVTypeError` (a ``TypeError``) that names the class
   and says what to do instead (:attr:`HandleOwner._copy_hint`), unless
   the subclass implements them;
-- a subclass that can be copied overrides ``__copy__`` and ``__deepcopy__``
-  (an independent object with equal contents: its own handle, its own
-  views), and one that can be pickled overrides ``__reduce__`` (a state
-  that holds values only: sizes, bytes, strings; never an address).
-  Overriding ``__reduce__`` alone is not enough for copies: copy.copy and
-  copy.deepcopy use ``__copy__``/``__deepcopy__``, which still refuse.
+- a subclass that can be copied derives from :class:`CopiedByValue`, and
+  one that can be pickled overrides ``__reduce__`` (a state that holds
+  values only: sizes, bytes, strings; never an address; copies still
+  refuse without the first).
 
-Every subclass outside this module (not the base :class:`OwnedHandle`) is
+Every subclass outside this module (not the bases below) is
 recorded in :data:`HANDLE_CLASSES`; the test suite walks
 the package and fails for a class that holds a handle without deriving from
 this base, and for a subclass it has no copy/pickle case for

@@ -70,7 +70,6 @@ class RingKVError(Exception):
     def __init__(self, message: str, status: int = 0):
         super().__init__(message)
         self.status = status
-        # 0: found by the Python layer, as documented (not "RKV_OK")
         self.status_name = "python" if status == RKV_OK else \
             STATUS_NAMES.get(status, f"status {status}")
 

@@ -566,8 +566,7 @@ class LayerRingCache(CopiedByValue):
         for): the last row built, itself, not a copy (the same object every
         call until upsert builds another; all False before the first), as
         the reference returns its row buffer. O(1): no ring-sized work on
-        the engine path (a NumPy row is seen as a torch tensor and back
-        without copying; a CUDA layer has torch rows only)."""
+        the engine path (:meth:`_keep_row`)."""
         if row is not None:  # a NumPy row also on the torch route of an older torch
             self._keep_row(row, ar.NUMPY if isinstance(row, np.ndarray) else ar.TORCH)
         last = self._last_row.get(kind)

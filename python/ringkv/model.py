@@ -480,7 +480,6 @@ class Model(CopiedByValue):
         model: one kernel on the model's stream (see :class:`Model`)."""
         layer = as_int(layer, "layer")
         lay, commit = self.layer(layer), as_flag(commit, "commit")
-        # (a CUDA model makes its direct calls: the ops take CPU-backend models)
         ops = _torch_ops() if self._place is None and ar.is_torch_tensor(kv) else None
         if ops is not None:
             ring, k, v, written, si = self._op_input(lay, session_idx, kv, "kv")

@@ -214,8 +214,7 @@ class _Context(OwnedHandle):
         self.table = table
 
 
-# The contexts by (device index, stream): the ops run on torch's current
-# stream. The cache lets go of them at exit (a layer keeps its own).
+# the per-stream cache of _Context (by device index and stream)
 _CONTEXTS: dict = {}
 atexit.register(_CONTEXTS.clear)
 
