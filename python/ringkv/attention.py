@@ -89,8 +89,8 @@ def check_out(out: Any, q_shape: tuple, contiguous: bool, aligned: bool = False)
     GPU 16-byte aligned: ``aligned`` says it is asked), of ``q``'s shape, in
     a supported dtype: the direct calls and the torch route alike."""
     if not contiguous:
-        raise RingKVArrayError("out must be C-contiguous " + ("and 16-byte aligned " * aligned)
-                               + "(it is written in place)")
+        raise RingKVArrayError("out must be C-contiguous " + ("and 16-byte aligned " if aligned
+                                                              else "") + "(it is written in place)")
     if tuple(out.shape) != tuple(q_shape):
         raise RingKVArrayError(f"out has shape {tuple(out.shape)}; expected {tuple(q_shape)}")
     if ar.array_dtype_code(out) is None:
