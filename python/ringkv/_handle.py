@@ -10,14 +10,12 @@ that holds a handle, owned or borrowed:
   :class:`ringkv.RingKVTypeError` (a ``TypeError``) that names the class
   and says what to do instead (:attr:`HandleOwner._copy_hint`), unless
   the subclass implements them;
-- a subclass that can be copied overrides ``__copy__`` and ``__deepcopy__``
-  (an independent object with equal contents: its own handle, its own
-  views), and one that can be pickled overrides ``__reduce__`` (a state
-  that holds values only: sizes, bytes, strings; never an address).
-  Overriding ``__reduce__`` alone is not enough for copies: copy.copy and
-  copy.deepcopy use ``__copy__``/``__deepcopy__``, which still refuse.
+- a subclass that can be copied derives from :class:`CopiedByValue`, and
+  one that can be pickled overrides ``__reduce__`` (a state that holds
+  values only: sizes, bytes, strings; never an address; copies still
+  refuse without the first).
 
-Every subclass outside this module (not the base :class:`OwnedHandle`) is
+Every subclass outside this module (not the bases below) is
 recorded in :data:`HANDLE_CLASSES`; the test suite walks
 the package and fails for a class that holds a handle without deriving from
 this base, and for a subclass it has no copy/pickle case for
@@ -30,7 +28,7 @@ from typing import Any
 
 from .errors import RingKVTypeError, RingKVValueError
 
-__all__ = ["HandleOwner", "OwnedHandle", "HANDLE_CLASSES", "LIVE_MODELS", "copy_extras", "extras",
+__all__ = ["HandleOwner", "CopiedByValue", "OwnedHandle", "HANDLE_CLASSES", "LIVE_MODELS", "copy_extras", "extras",
            "malformed_state", "check_state"]
 
 HANDLE_CLASSES: list[type] = []
@@ -67,6 +65,30 @@ class HandleOwner:
 
     def __reduce__(self) -> Any:
         raise self._refuse("pickle")
+
+
+class CopiedByValue(HandleOwner):
+    """Base of a class whose copies are independent objects with equal
+    contents (a LayerRingCache, a Model): ``copy.copy`` / ``copy.deepcopy``
+    take the subclass's ``_copy()`` (its own handle and views, never a
+    second name for this one's), then the attributes a caller added
+    (:func:`copy_extras`; ``_OWN_ATTRS``: what the subclass sets itself)."""
+
+    __slots__ = ()
+    _OWN_ATTRS: frozenset = frozenset()
+
+    def __copy__(self) -> Any:
+        return self._clone(None)
+
+    def __deepcopy__(self, memo: dict) -> Any:
+        return self._clone(memo)
+
+    def _clone(self, memo: dict | None) -> Any:
+        new = self._copy()
+        if memo is not None:
+            memo[id(self)] = new
+        copy_extras(self, new, self._OWN_ATTRS, memo)
+        return new
 
 
 class OwnedHandle(HandleOwner):

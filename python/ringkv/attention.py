@@ -27,9 +27,7 @@ Shapes and dtypes:
   (``rkv_backend_cpu_reference``), the
   simple single-thread implementation kept as the test oracle.
 
-Torch tensors (CPU, and CUDA layers) take the custom op ``ringkv::attend``
-instead (:mod:`ringkv.ops`, through ``LayerRingCache.attend``), except with
-``pool=`` or ``reference=True``, which run these direct calls.
+Other torch tensors take the custom op ``ringkv::attend`` (:mod:`ringkv.ops`).
 """
 from __future__ import annotations
 
@@ -45,7 +43,7 @@ from ._lib import AttentionArgs, BackendStorage, check, lib
 from .threadpool import ThreadPool
 from .errors import RingKVArrayError, RingKVTypeError, RingKVValueError
 
-__all__ = ["prepare", "check_q", "set_visibility", "attend_reference"]
+__all__ = ["prepare", "check_q", "check_out", "set_visibility", "attend_reference"]
 
 _P64 = ctypes.POINTER(ctypes.c_int64)
 _PU8 = ctypes.POINTER(ctypes.c_uint8)
@@ -86,6 +84,19 @@ def check_q(shape: tuple, code: int | None, dtype: Any, d_head: int, batch: int,
         raise RingKVArrayError(f"q dtype {dtype} is not {ar.REALS}")
 
 
+def check_out(out: Any, q_shape: tuple, contiguous: bool, aligned: bool = False) -> None:
+    """RingKVArrayError unless a given ``out`` is ``contiguous`` (and on a
+    GPU 16-byte aligned: ``aligned`` says it is asked), of ``q``'s shape, in
+    a supported dtype: the direct calls and the torch route alike."""
+    if not contiguous:
+        raise RingKVArrayError("out must be C-contiguous " + ("and 16-byte aligned " if aligned
+                                                              else "") + "(it is written in place)")
+    if tuple(out.shape) != tuple(q_shape):
+        raise RingKVArrayError(f"out has shape {tuple(out.shape)}; expected {tuple(q_shape)}")
+    if ar.array_dtype_code(out) is None:
+        raise RingKVArrayError(f"out dtype {out.dtype} is not {ar.REALS}")
+
+
 def prepare(q: Any, d_head: int, batch: int, out: Any, out_dtype: Any, scale: float | None,
              pool: Any = None, kv_heads: int | None = None, q_heads: int | None = None,
              device: Any = None, owner: str = "LayerRingCache"
@@ -104,14 +115,7 @@ def prepare(q: Any, d_head: int, batch: int, out: Any, out_dtype: Any, scale: fl
         else:
             out = np.empty(qb.shape, dtype=ar.numpy_dtype(out_code))
     ob = ar.CBuffer(out, "out", device=device, owner=owner)
-    if ob.copied:
-        raise RingKVArrayError("out must be C-contiguous (it is written in place)" if device is None
-                               else "out must be C-contiguous and 16-byte aligned (it is written "
-                               "in place)")
-    if tuple(ob.shape) != tuple(qb.shape):
-        raise RingKVArrayError(f"out has shape {ob.shape}; expected {qb.shape}")
-    if ob.code is None:
-        raise RingKVArrayError(f"out dtype {ob.keep.dtype} is not {ar.REALS}")
+    check_out(ob.keep, qb.shape, not ob.copied, device is not None)
     if ob.kind == ar.NUMPY and not ob.keep.flags.writeable:
         raise RingKVArrayError("out is read-only")
     if pool is not None and not as_instance(pool, ThreadPool, "pool")._ptr:

@@ -70,7 +70,6 @@ class RingKVError(Exception):
     def __init__(self, message: str, status: int = 0):
         super().__init__(message)
         self.status = status
-        # 0: found by the Python layer, as documented (not "RKV_OK")
         self.status_name = "python" if status == RKV_OK else \
             STATUS_NAMES.get(status, f"status {status}")
 
@@ -157,19 +156,14 @@ PYTHON_NAMES = {
     "rkv_layer_create_on": f'{_L}(device="cuda")',
     "rkv_layer_wrap": _L,
     "rkv_cuda_backend": f'{_L}(device="cuda")',
-    "rkv_layer_session_span": f"{_L}.session_span",
-    "rkv_layer_reset": f"{_L}.reset",
-    "rkv_layer_upsert": f"{_L}.upsert",
-    "rkv_layer_attend": f"{_L}.attend",
+    **{f"rkv_layer_{n}": f"{_L}.{n}" for n in (
+        "session_span", "reset", "upsert", "attend", "visible_frames", "block_mask", "check")},
     "rkv_layer_attend_workspace_bytes": f"{_L}.attend",
-    "rkv_layer_visible_frames": f"{_L}.visible_frames",
     "rkv_visible_row_from_frames": f"{_L}.visible_row",
     # the row upsert(build_visibility=True) returns, reached from the
     # drop-in through upsert only (visible_row reads rkv_layer_visible_frames;
     # a CUDA layer has no visible_row): a device check of it says upsert
     "rkv_layer_visible_row": f"{_L}.upsert",
-    "rkv_layer_block_mask": f"{_L}.block_mask",
-    "rkv_layer_check": f"{_L}.check",
     # a model
     "rkv_model_create": f'{_M}(device="cpu")',
     "rkv_model_create_cuda": f'{_M}(device="cuda")',

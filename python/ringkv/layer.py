@@ -24,10 +24,10 @@ import numpy as np
 
 from . import _arrays as ar
 from ._args import as_flag, as_instance, as_int, as_session
-from ._handle import HandleOwner, OwnedHandle, check_state, copy_extras, extras, malformed_state
+from ._handle import CopiedByValue, OwnedHandle, check_state, extras, malformed_state
 from ._lib import Geometry as _GeometryStruct
 from ._lib import check, cuda as _cuda_lib, cuda_library_path, lib
-from .attention import _scale, attend_reference, prepare, set_visibility
+from .attention import _scale, attend_reference, check_out, prepare, set_visibility
 from .errors import (RingKVArrayError, RingKVDeviceError, RingKVIndexError, RingKVRuntimeError,
                      RingKVTypeError, RingKVValueError, python_call, python_calls)
 
@@ -52,10 +52,13 @@ class LayerGeometry(NamedTuple):
         check(lib.rkv_geometry_check(ctypes.byref(self._struct())))
 
 
-def _parse_device(device: Any) -> tuple[str, int | None]:
+def _parse_device(device: Any, array_kind: str | None = None,
+                  what: str = "layer") -> tuple[str, int | None]:
     """("cpu", None) or ("cuda", index or None) for ``device``: None, "cpu",
     "cuda", "cuda:N" or a torch.device of those types. RingKVDeviceError (a
-    ValueError and a RuntimeError, as torch.device raises) otherwise."""
+    ValueError and a RuntimeError, as torch.device raises) otherwise;
+    RingKVValueError for a CUDA ``what`` ("layer", "model") whose
+    ``array_kind`` is not None or "torch"."""
     if device is None:
         return "cpu", None
     if type(device).__module__.startswith("torch") and hasattr(device, "type"):
@@ -72,6 +75,9 @@ def _parse_device(device: Any) -> tuple[str, int | None]:
     if kind == "cpu" and index in (None, 0):
         return "cpu", None
     if kind == "cuda":
+        if array_kind not in (None, ar.TORCH):
+            raise RingKVValueError(f"array_kind {array_kind!r}: a CUDA {what}'s views are "
+                                   "torch CUDA tensors (array_kind 'torch')")
         return "cuda", index
     if kind == "meta":
         raise RingKVDeviceError(
@@ -117,11 +123,9 @@ def _cuda_device(device: Any, index: int | None) -> str:
 class _LayerHandle(OwnedHandle):
     """Owns an ``rkv_layer*`` (``free``: ``rkv_layer_destroy``; ``owner``: on
     a GPU the backend context) or borrows one from a model (``free`` None;
-    ``owner``: the model). A layer on a GPU
-    is freed (it synchronizes the device first) once the cache and every
-    view of its storage are gone: not inside a CUDA graph capture. Never
-    copied or pickled: the LayerRingCache over it copies its contents into
-    a new layer."""
+    ``owner``: the model). A layer on a GPU is freed (it synchronizes the
+    device first) once the cache and every view of its storage are gone:
+    not inside a CUDA graph capture."""
 
     _copy_hint = ("it holds an rkv_layer* (an address in this process); copy or pickle the "
                   "LayerRingCache instead")
@@ -149,7 +153,7 @@ def _create(g: _GeometryStruct, device: str) -> _LayerHandle:
 # The reference's messages stay as they are; a call name one carries is the
 # method called (errors.python_calls): upsert never reports visible_row.
 @python_calls("LayerRingCache", prefix=False)
-class LayerRingCache(HandleOwner):
+class LayerRingCache(CopiedByValue):
     """One attention layer's ring: ``ring_frames`` frame slots of history plus
     one scratch frame at the tail, times ``num_sessions`` resident sessions.
 
@@ -186,7 +190,7 @@ class LayerRingCache(HandleOwner):
 
     ``copy.copy`` and ``copy.deepcopy`` give a new layer on the same device
     with equal contents and its own storage; ``pickle`` stores a CPU layer
-    by value (a CUDA layer raises TypeError). See :meth:`_clone` and
+    by value (a CUDA layer raises TypeError). See :meth:`_copy` and
     :meth:`__reduce__`.
 
     **CUDA layers** (python/README.md, "CUDA devices"; the CUDA backend has
@@ -207,15 +211,12 @@ class LayerRingCache(HandleOwner):
     def __init__(self, num_sessions: int, n_kv_heads: int, ring_frames: int, ring_buckets: int,
                  d_head: int, tokens_per_frame: int, pinned_dilation: int, dtype: Any,
                  device: Any = "cpu", *, array_kind: str | None = None):
-        kind, index = _parse_device(device)
+        kind, index = _parse_device(device, array_kind)
         code = ar.parse_dtype(dtype)
         sizes = dict(num_sessions=num_sessions, n_kv_heads=n_kv_heads, ring_frames=ring_frames,
                      ring_buckets=ring_buckets, d_head=d_head, tokens_per_frame=tokens_per_frame,
                      pinned_dilation=pinned_dilation)
         g = _GeometryStruct(*(as_int(v, k) for k, v in sizes.items()), code)
-        if kind == "cuda" and array_kind not in (None, ar.TORCH):
-            raise RingKVValueError(f"array_kind {array_kind!r}: a CUDA layer's views are "
-                                   "torch CUDA tensors (array_kind 'torch')")
         where = "cpu" if kind == "cpu" else _cuda_device(device, index)
         if array_kind is None:
             torchy = (kind == "cuda" or ar.is_torch_dtype(dtype)
@@ -387,41 +388,27 @@ class LayerRingCache(HandleOwner):
                 "rule, or replay the same operations on a CPU layer.")
 
     # ---- copies and pickles ------------------------------------------------
-    # What _init sets. A copy rebuilds these for its own handle; any other
-    # instance attribute (one the caller added) is copied as copy.copy /
-    # copy.deepcopy / pickle would copy it.
-    _OWN_ATTRS = frozenset({
-        "_h", "_views", "_code", "_g", "num_sessions", "n_kv_heads", "ring_frames",
-        "ring_buckets", "d_head", "tokens_per_frame", "pinned_dilation", "dtype_name", "ring_len",
-        "capacity", "total_slots", "device", "array_kind", "_error", "_last_row"})
+    # what _init sets (the geometry's names too): a copy or pickle rebuilds these
+    _OWN_ATTRS = frozenset({"_h", "_views", "_code", "_g", "dtype_name", "ring_len", "capacity",
+                            "total_slots", "device", "array_kind", "_error", "_last_row",
+                            *(name for name, _ in _GeometryStruct._fields_[:7])})
 
-    def __copy__(self) -> "LayerRingCache":
-        """A new, independent layer with equal contents (see :meth:`_clone`):
-        as the reference's tensors, never a second name for this storage."""
-        return self._clone(None)
-
-    def __deepcopy__(self, memo: dict) -> "LayerRingCache":
-        return self._clone(memo)
-
-    def _clone(self, memo: dict | None) -> "LayerRingCache":
+    def _copy(self) -> "LayerRingCache":
         """A new layer on the same device with its own C handle and views and
-        this one's geometry, array kind, K/V and written bits. A layer
+        this one's geometry, array kind, K/V and written bits (as the
+        reference's tensors copy, never a second name for this storage). A layer
         borrowed from a Model copies into a standalone (owned) layer. A CUDA
         layer: a new ``rkv_layer`` on the same GPU (it synchronizes, as
         any construction), filled by device-to-device copies enqueued on the
         current stream (after this layer's pending kernels); its pending
         device errors (:meth:`check`) are not copied."""
-        cls = type(self)
-        new = cls.__new__(cls)
-        if memo is not None:
-            memo[id(self)] = new
+        new = type(self).__new__(type(self))
         new._init(_create(self._g, self.device), self.array_kind, self.device)
         kind = next(iter(self._views))  # the storage's own kind (NumPy on the host)
         for src, dst in zip(self._views[kind][::3], new._views[kind][::3]):
             dst[...] = src  # K/V, then the written bits
         kind, row = next(iter(self._last_row.items()))
         new._keep_row(row.copy() if isinstance(row, np.ndarray) else row.clone(), kind)
-        copy_extras(self, new, self._OWN_ATTRS, memo)
         return new
 
     def __reduce__(self) -> tuple:
@@ -533,14 +520,11 @@ class LayerRingCache(HandleOwner):
         fp = ar.int64_vector(frame_pos, "frame_pos", _FRAME_POS_MSG)
         buf = ar.CBuffer(kv, "kv")
         si = self._check_upsert(buf.keep, fp.shape, session_idx, build_visibility)
-        B = fp.shape[0]
-        if B == 0:  # an empty batch writes nothing, as the reference's (no C call: B >= 1)
-            _, k, v, _ = self.views(buf.kind)
-            return k, v, self._row_result(None, buf.kind)
         visible = np.empty(self.total_slots, dtype=np.bool_) if build_visibility else None
-        check(lib.rkv_layer_upsert(self._h.ptr, buf.ptr, self._code, B, fp.ctypes.data,
-                                   si.ctypes.data, 1 if commit else 0,
-                                   None if visible is None else visible.ctypes.data))
+        if fp.shape[0]:  # an empty batch writes nothing, as the reference's (no C call: B >= 1)
+            check(lib.rkv_layer_upsert(self._h.ptr, buf.ptr, self._code, fp.shape[0],
+                                       fp.ctypes.data, si.ctypes.data, 1 if commit else 0,
+                                       None if visible is None else visible.ctypes.data))
         _, k, v, _ = self.views(buf.kind)
         return k, v, self._row_result(visible, buf.kind)
 
@@ -582,8 +566,7 @@ class LayerRingCache(HandleOwner):
         for): the last row built, itself, not a copy (the same object every
         call until upsert builds another; all False before the first), as
         the reference returns its row buffer. O(1): no ring-sized work on
-        the engine path (a NumPy row is seen as a torch tensor and back
-        without copying; a CUDA layer has torch rows only)."""
+        the engine path (:meth:`_keep_row`)."""
         if row is not None:  # a NumPy row also on the torch route of an older torch
             self._keep_row(row, ar.NUMPY if isinstance(row, np.ndarray) else ar.TORCH)
         last = self._last_row.get(kind)
@@ -638,15 +621,12 @@ class LayerRingCache(HandleOwner):
     def attend(self, q: Any, session_idx: Any, frame_pos: Any = None, *, visible: Any = None,
                scale: float | None = None, out: Any = None, out_dtype: Any = None,
                pool: Any = None, reference: bool = False) -> Any:
-        """Attention of ``q`` ``[B, Hq, Tq, D]`` over the ring (SEMANTICS 5).
-
-        Visibility from ``frame_pos`` ([B] int64 clocks, bits-and-clock rule)
-        or from explicit rows ``visible`` ([B, N] or [N] bool/uint8, e.g. the
-        row ``upsert`` returned). ``scale`` defaults to 1/sqrt(D). Returns
-        ``out`` ``[B, Hq, Tq, D]`` (same kind as ``q``; dtype ``out_dtype`` or
-        ``q``'s unless ``out`` is given). ``pool``: a :class:`ringkv.ThreadPool`;
-        ``reference=True``: the single-thread oracle (its storage wrapped on
-        ``rkv_backend_cpu_reference``). See :mod:`ringkv.attention`.
+        """Attention of ``q`` ``[B, Hq, Tq, D]`` over the ring (SEMANTICS 5),
+        visible from ``frame_pos`` ([B] int64 clocks, bits-and-clock rule) or
+        from the rows ``visible`` ([B, N] or [N] bool/uint8, e.g. the row
+        ``upsert`` returned); returns ``out`` ``[B, Hq, Tq, D]``. Arguments,
+        shapes and dtypes (``scale``, ``out``, ``out_dtype``, ``pool``,
+        ``reference``): :mod:`ringkv.attention`.
 
         Torch ``q`` (without ``pool``/``reference``): the op
         ``ringkv::attend`` (traceable by torch.compile), on either device; a
@@ -663,8 +643,7 @@ class LayerRingCache(HandleOwner):
             ring, _, _, written = self.views(ar.TORCH)
             dev = written.device
             ar.check_device(q, "q", dev)
-            si = ar.torch_index(session_idx, "session_idx",
-                                "session_idx must be a [B] int64 array or tensor; got {got}", dev)
+            si = ar.torch_index(session_idx, "session_idx", _SI_MSG, dev)
             fp = rows = None
             if visible is not None:
                 rows = visible if ar.is_torch_tensor(visible) else \
@@ -673,37 +652,31 @@ class LayerRingCache(HandleOwner):
                     rows = rows.to(dev)  # host rows: one copy (not capture-safe)
                 ar.check_device(rows, "visible", dev)
             elif frame_pos is not None:
-                fp = ar.torch_index(frame_pos, "frame_pos",
-                                    "frame_pos must be a [B] int64 array or tensor; got {got}", dev)
+                fp = ar.torch_index(frame_pos, "frame_pos", _FP_ATTEND_MSG, dev)
             dt = None if out_dtype is None else ar.torch_dtype(ar.parse_dtype(out_dtype))
             if out is not None:
                 ar.check_device(out, "out", dev)
-                if tuple(out.shape) != tuple(q.shape):
-                    raise RingKVArrayError(f"out has shape {tuple(out.shape)}; expected "
-                                           f"{tuple(q.shape)}")
-                if not out.is_contiguous():
-                    raise RingKVArrayError("out must be C-contiguous (it is written in place)")
-                if ar.array_dtype_code(out) is None:
-                    raise RingKVArrayError(f"out dtype {out.dtype} is not {ar.REALS}")
+                check_out(out, q.shape, out.is_contiguous())
                 dt = out.dtype
             res = ops.attend(ring, written, q, si, fp, rows, self.geometry_list, _scale(scale), dt,
                              self.error_word)
             return res if out is None else out.copy_(res)
-        si = ar.int64_vector(session_idx, "session_idx",
-                             "session_idx must be a [B] int64 array or tensor; got {got}")
+        si = ar.int64_vector(session_idx, "session_idx", _SI_MSG)
         args, out, keep = prepare(q, self.d_head, si.shape[0], out, out_dtype, scale, pool,
                                   kv_heads=self.n_kv_heads)
         args.session_idx = ctypes.cast(si.ctypes.data, ctypes.POINTER(ctypes.c_int64))
         rows = None if visible is None else ar.CBuffer(visible, "visible").keep
         fp = None if visible is not None or frame_pos is None else ar.int64_vector(
-            frame_pos, "frame_pos", "frame_pos must be a [B] int64 array or tensor; got {got}")
+            frame_pos, "frame_pos", _FP_ATTEND_MSG)
         set_visibility(args, self.total_slots, fp, rows)  # keep, rows, fp: alive until the call
         check((attend_reference if reference else lib.rkv_layer_attend)(self._h.ptr,
                                                                         ctypes.byref(args)))
         return out
 
 
-_FRAME_POS_MSG = "frame_pos must be a [B] int64 tensor; got {got}"
+_FRAME_POS_MSG = "frame_pos must be a [B] int64 tensor; got {got}"  # upsert's (the reference's)
+_FP_ATTEND_MSG = "frame_pos must be a [B] int64 array or tensor; got {got}"
+_SI_MSG = "session_idx must be a [B] int64 array or tensor; got {got}"
 
 
 _OPS: Any = None  # ringkv.ops once loaded; False: torch is too old for it

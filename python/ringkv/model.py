@@ -36,10 +36,11 @@ from ._lib import check, cuda as _cuda_lib, error_for
 from .attention import _scale, prepare
 from ._args import (as_bytes, as_flag, as_instance, as_int, as_path, as_request_id, as_session,
                     as_text, short_repr)
-from ._handle import (LIVE_MODELS, HandleOwner, OwnedHandle, check_state, copy_extras, extras,
+from ._handle import (LIVE_MODELS, CopiedByValue, HandleOwner, OwnedHandle, check_state, extras,
                       malformed_state)
-from .errors import (RingKVArrayError, RingKVDeviceError, RingKVIndexError, RingKVRuntimeError,
-                     RingKVTypeError, RingKVValueError, python_call, python_calls)
+from .errors import (RingKVArrayError, RingKVDeviceError, RingKVError, RingKVIndexError,
+                     RingKVRuntimeError, RingKVTypeError, RingKVValueError, python_call,
+                     python_calls)
 from .layer import LayerGeometry, LayerRingCache, _cuda_device, _parse_device, _torch_ops
 
 __all__ = ["LayerSpec", "ModelConfig", "Model", "SessionRegion", "SnapshotInfo", "preset",
@@ -149,7 +150,7 @@ class _ModelHandle(OwnedHandle):
     """Owns an ``rkv_model*`` (``rkv_model_destroy``); the model's borrowed
     layers keep it alive, and it keeps ``owner`` (a CUDA model's torch
     stream) alive until the model is destroyed (which waits for that
-    stream). Never copied or pickled: the Model over it copies by value."""
+    stream)."""
 
     __slots__ = ()
     _copy_hint = ("it holds an rkv_model* (an address in this process); copy or pickle the "
@@ -192,7 +193,7 @@ class _CudaPlace:
 
 
 @python_calls("Model")
-class Model(HandleOwner):
+class Model(CopiedByValue):
     """Every layer's ring of a model, with sessions and clocks (SEMANTICS 6).
 
     ``Model(config)`` or ``Model.from_preset("waypoint-1.5-720p",
@@ -223,14 +224,11 @@ class Model(HandleOwner):
     def __init__(self, config: ModelConfig, *, array_kind: str | None = None,
                  device: Any = "cpu", stream: Any = None):
         as_instance(config, ModelConfig, "config")
-        kind, index = _parse_device(device)
+        kind, index = _parse_device(device, array_kind, "model")
         cfg = config._struct()
         ptr = ctypes.c_void_p()
         self._place = place = None
         if kind == "cuda":  # rkv_model_create_cuda: not yet run on a GPU
-            if array_kind not in (None, ar.TORCH):
-                raise RingKVValueError(f"array_kind {array_kind!r}: a CUDA model's views are "
-                                       "torch CUDA tensors (array_kind 'torch')")
             self._place = place = _CudaPlace(device, index, stream)
             with place.torch.cuda.device(place.tdevice):
                 check(_cuda_lib().rkv_model_create_cuda(ctypes.byref(cfg), place.tdevice.index,
@@ -319,23 +317,12 @@ class Model(HandleOwner):
         return self._layers[i]
 
     # ---- copies and pickles ------------------------------------------------
-    # What __init__ sets; a copy rebuilds these, and copies any other instance
-    # attribute (one the caller added) as copy.copy / deepcopy / pickle would.
+    # what __init__ sets: a copy or pickle rebuilds these
     _OWN_ATTRS = frozenset({"_h", "config", "array_kind", "_layers", "_place", "device"})
 
-    def __copy__(self) -> "Model":
+    def _copy(self) -> "Model":
         """A new, independent model with equal contents (see :meth:`_state`)."""
-        return self._clone(None)
-
-    def __deepcopy__(self, memo: dict) -> "Model":
-        return self._clone(memo)
-
-    def _clone(self, memo: dict | None) -> "Model":
-        new = _model_from_state(type(self), self._state("copy"))
-        if memo is not None:
-            memo[id(self)] = new
-        copy_extras(self, new, self._OWN_ATTRS, memo)
-        return new
+        return _model_from_state(type(self), self._state("copy"))
 
     def __reduce__(self) -> tuple:
         """Pickles by value (see :meth:`_state`): no address, only the config,
@@ -366,21 +353,15 @@ class Model(HandleOwner):
         last = ctypes.c_int64()
         for s in range(self.num_sessions):
             status = lib.rkv_model_clock(self._h.ptr, s, ctypes.byref(last))
-            if status == _RKV_ERR_STATE:  # not claimed
-                # reserved for an import: the only other state whose regions
-                # the library lists
-                n = int(lib.rkv_model_session_region_count(self._h.ptr))
-                arr, count = (_RegionStruct * n)(), ctypes.c_size_t()
-                with self._on_device():
-                    reserved = lib.rkv_model_session_regions(self._h.ptr, s, arr, n,
-                                                             ctypes.byref(count)) == 0
-                if reserved:
-                    raise RingKVRuntimeError(
-                        f"cannot {action} a ringkv.Model while session {s} is reserved for an "
-                        "import (Model.import_reserve): the copy could not hold the reservation; "
-                        f"finish it (Model.import_session) or cancel it (Model.import_cancel) "
-                        "first")
-                continue
+            if status == _RKV_ERR_STATE:  # not claimed; reserved for an import is the
+                try:                          # only other state whose regions the library lists
+                    self.session_regions(s)
+                except RingKVError:
+                    continue
+                raise RingKVRuntimeError(
+                    f"cannot {action} a ringkv.Model while session {s} is reserved for an "
+                    "import (Model.import_reserve): the copy could not hold the reservation; "
+                    f"finish it (Model.import_session) or cancel it (Model.import_cancel) first")
             check(status)
             try:
                 image = bytes(self.save_session_bytes(s))
@@ -499,7 +480,6 @@ class Model(HandleOwner):
         model: one kernel on the model's stream (see :class:`Model`)."""
         layer = as_int(layer, "layer")
         lay, commit = self.layer(layer), as_flag(commit, "commit")
-        # (a CUDA model makes its direct calls: the ops take CPU-backend models)
         ops = _torch_ops() if self._place is None and ar.is_torch_tensor(kv) else None
         if ops is not None:
             ring, k, v, written, si = self._op_input(lay, session_idx, kv, "kv")
@@ -881,10 +861,9 @@ def inspect_snapshot(source: Any) -> SnapshotInfo:
                 "little-endian); bytes are always an image here: to inspect a file, pass "
                 "its path as a str or os.PathLike (os.fsdecode(path) for a bytes path)")
         check(lib.rkv_snapshot_inspect(None, data, len(data), ctypes.byref(info)))
-    return SnapshotInfo(int(info.format_version), info.ringkv_version.decode(),
-                        info.request_id.decode("utf-8", "surrogateescape"),
-                        int(info.source_session),
-                        ModelConfig._from_struct(info.config),
-                        None if info.last_committed < 0 else int(info.last_committed),
-                        int(info.file_bytes), int(info.header_bytes), int(info.data_bytes),
-                        int(info.header_xxh3), int(info.data_xxh3))
+    fields = {f: getattr(info, f) for f, _ in info._fields_[1:]}  # the ints as they are
+    return SnapshotInfo(**{**fields, "ringkv_version": info.ringkv_version.decode(),
+                           "request_id": info.request_id.decode("utf-8", "surrogateescape"),
+                           "config": ModelConfig._from_struct(info.config),
+                           "last_committed": None if info.last_committed < 0 else
+                           info.last_committed})

@@ -9,15 +9,10 @@ whatever the device, so that functionalization, ``torch.library.opcheck``
 and CUDA graph capture see what the op reads and writes. ``LayerRingCache``
 and ``Model`` pass their own storage; under Inductor the writes stay in
 place (no copy of the ring: the pitfall of SEMANTICS section 8). The ops
-(``torch.ops.ringkv.*``; each with a fake implementation, each passing
-opcheck; ``!``: mutated): ``upsert(ring!, written!, kv, frame_pos,
-session_idx, geometry, commit, error!)``, ``visible_row(written, frame_pos,
-session_idx, geometry, error!) -> Tensor``, ``attend(ring, written, q,
-session_idx, frame_pos, visible, geometry, scale, out_dtype, error!) ->
-Tensor``, ``ring_scatter(cache!, written!, dst, kv, mark)``,
-``model_upsert(ring!, written!, kv, session_idx, model, layer, commit)``
-and ``model_attend(ring, written, q, session_idx, model, layer, scale,
-out_dtype) -> Tensor``; each one's docstring says what it does.
+(``torch.ops.ringkv.*``: ``upsert``, ``visible_row``, ``attend``,
+``ring_scatter``, ``model_upsert``, ``model_attend``) each have a fake
+implementation and pass opcheck; each one's ``@_op`` line names the
+arguments it mutates, its docstring what it does.
 
 Arguments, all on the storage's device:
 
@@ -182,8 +177,8 @@ def _i64(x: Tensor, name: str) -> Tensor:
     return x.contiguous()
 
 
-def _kv_input(kv: Tensor, g: Geometry, batch: int, storage: torch.dtype) -> Tensor:
-    ar.check_kv(kv, (2, 1, g.n_kv_heads, batch * g.tokens_per_frame, g.d_head), _CODES[storage])
+def _kv_input(kv: Tensor, g: Geometry, batch: int) -> Tensor:
+    ar.check_kv(kv, (2, 1, g.n_kv_heads, batch * g.tokens_per_frame, g.d_head), g.dtype)
     return _aligned(kv)
 
 
@@ -219,8 +214,7 @@ class _Context(OwnedHandle):
         self.table = table
 
 
-# The contexts by (device index, stream): the ops run on torch's current
-# stream. The cache lets go of them at exit (a layer keeps its own).
+# the per-stream cache of _Context (by device index and stream)
 _CONTEXTS: dict = {}
 atexit.register(_CONTEXTS.clear)
 
@@ -280,7 +274,7 @@ def upsert(ring: Tensor, written: Tensor, kv: Tensor, frame_pos: Tensor, session
         raise RingKVArrayError(f"session_idx must be a {list(fp.shape)} int64 tensor matching "
                                f"frame_pos; got {tuple(si.shape)}")
     B = fp.shape[0]
-    src = _kv_input(kv, g, B, ring.dtype)
+    src = _kv_input(kv, g, B)
     if B == 0:  # an empty batch writes nothing, as the reference's (the C calls take B >= 1)
         return
     with wrapped(ring, written, error, g) as h:
@@ -409,7 +403,7 @@ def model_upsert(ring: Tensor, written: Tensor, kv: Tensor, session_idx: Tensor,
     every layer has committed."""
     g = _model_layer(ring, written, model, layer, kv=kv, session_idx=session_idx)
     si = _i64(session_idx, "session_idx")
-    src = _kv_input(kv, g, si.shape[0], ring.dtype)
+    src = _kv_input(kv, g, si.shape[0])
     with wrapped(ring, written, None, g) as h:
         check(lib.rkv_model_upsert(model, layer, h, si.shape[0], si.data_ptr(),
                                    src.data_ptr(), g.dtype, 1 if commit else 0))
