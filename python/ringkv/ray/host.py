@@ -8,19 +8,10 @@ The host is the authority for what is live on it (docs/migration.md,
 host Ray restarted, empty, has another: :class:`StaleHostError`) and the
 session incarnation it means (``inc=``: drawn at each ``open`` of an id,
 kept through moves, page-outs and restores; :class:`IncarnationError`).
-A session here is:
-
-- **live**: held by the model and stepped by :meth:`step`;
-- **frozen**: held, exported for a migration, not stepped (until the
-  migration commits, :meth:`release`, or fails, :meth:`thaw`);
-- **incoming**: a slot reserved for an import (:meth:`reserve`), not
-  live until :meth:`commit` (which takes only a slot whose :meth:`fill`
-  verified);
-- **paged out**: its image handed out (:meth:`offload`), its request id
-  reserved by the model until :meth:`page_in` or :meth:`discard`;
-- **parked**: a record only (incarnation, last delivered frame) of a
-  session whose host died and that found no room yet (:meth:`park`), so
-  that a router rebuilt from the hosts (:meth:`inventory`) still knows it.
+A session here is live (stepped), frozen (:meth:`export`), incoming (a
+slot :meth:`reserve` took), paged out (:meth:`offload`) or parked (a
+record only, :meth:`park`); each method's docstring says how it gets there
+and back.
 
 Request ids are str or bytes, one id in either form (:func:`request_key`);
 every result is keyed by the str.
@@ -60,25 +51,14 @@ class StaleHostError(RuntimeError):
     before), so the caller must treat the host it knew as dead."""
 
 
-#: Fault points (:meth:`SessionHost.inject`; docs/migration.md, "Fault
-#: injection"): each method's entry ``NAME`` (nothing changed yet),
-#: ``NAME.before_reply`` (the effect done, no reply) and ``NAME.after_reply``
-#: (the reply sent, the host dies on its next call of any kind); in a step,
-#: ``step.before_checkpoint`` and ``step.after_checkpoint`` around its
-#: checkpoint writes.
+#: Fault points and actions of :meth:`SessionHost.inject` (docs/migration.md,
+#: "Fault injection", says what each point and action is).
 FAULT_METHODS = ("open", "close", "step", "recover", "restore", "meta", "export", "thaw",
                  "release", "reserve", "fill", "commit", "cancel", "offload", "page_in",
                  "discard", "park", "unpark", "retire")
 FAULT_POINTS = tuple(f"{m}{s}" for m in FAULT_METHODS
                      for s in ("", ".before_reply", ".after_reply")) + \
     ("step.before_checkpoint", "step.after_checkpoint")
-#: What a fault does: ``raise`` InjectedFailure; ``die`` (the process
-#: exits at once; with restarts left Ray restarts it empty); ``corrupt``
-#: (``fill``: a byte of the data received; ``step.after_checkpoint``: a
-#: data byte of each checkpoint file just written); ``disk_full``
-#: (``step.before_checkpoint``: RLIMIT_FSIZE is 4 KiB around the step's
-#: checkpoint writes, which fail with EFBIG partway); ``hang`` (the call
-#: blocks until the process is killed, InjectedFailure after HANG_LIMIT_S).
 FAULT_ACTIONS = ("raise", "die", "corrupt", "disk_full", "hang")
 #: Seconds a ``hang`` fault blocks when nothing kills the process.
 HANG_LIMIT_S = 600.0
@@ -159,7 +139,7 @@ class SessionHost:
         self.checkpoint_every = as_int(checkpoint_every, "checkpoint_every")
         #: this host's incarnation: a restarted actor runs the constructor
         #: again and gets another one
-        self.token = secrets.token_hex(8)
+        self.token = new_incarnation()
         self.held: dict[str, _Held] = {}          # live and frozen sessions
         self.incoming: dict[str, _Incoming] = {}  # reserved for import
         self.paged: dict[str, tuple[str, int]] = {}    # paged out: (inc, delivered)
@@ -214,14 +194,15 @@ class SessionHost:
     def status(self, request_id: Any = None) -> dict:
         """:meth:`load` with this host's ``token`` and what it knows of
         ``request_id`` (``state``: live, frozen, incoming, paged, parked or
-        None, and ``inc``; ``verified`` for a reserved slot whose fill
-        verified): one call for a router placing a request."""
+        None, and ``inc``; ``clock`` of a held one; ``verified`` for a
+        reserved slot whose fill verified): one call for a router."""
         out = {"token": self.token, **self.load(), "state": None, "inc": None}
         if request_id is not None:
             key = request_key(request_id)
             if key in self.held:
                 h = self.held[key]
-                out.update(state="frozen" if h.frozen else "live", inc=h.inc)
+                out.update(state="frozen" if h.frozen else "live", inc=h.inc,
+                           clock=self.model.clock(h.slot))
             elif key in self.incoming:
                 out.update(state="incoming", inc=self.incoming[key].inc,
                            verified=self.incoming[key].digest is not None)
@@ -294,12 +275,10 @@ class SessionHost:
         (one of :data:`FAULT_ACTIONS`). Deterministic: the point is a place
         in the code, not a time. RingKVRuntimeError for an unknown point or
         action (nothing armed)."""
-        if point not in FAULT_POINTS:
-            raise RingKVRuntimeError(f"host {self.name}: no fault point {point!r}; points: "
-                                     f"{', '.join(FAULT_POINTS)}")
-        if how not in FAULT_ACTIONS:
-            raise RingKVRuntimeError(f"host {self.name}: no fault action {how!r}; actions: "
-                                     f"{', '.join(FAULT_ACTIONS)}")
+        for what, name, known in (("point", point, FAULT_POINTS), ("action", how, FAULT_ACTIONS)):
+            if name not in known:
+                raise RingKVRuntimeError(f"host {self.name}: no fault {what} {name!r}; {what}s: "
+                                         f"{', '.join(known)}")
         self._inject[point] = how
 
     def _fault(self, point: str) -> str | None:
@@ -375,16 +354,13 @@ class SessionHost:
         key) ``frame``, ``digest`` (of the frame's attention outputs),
         ``inc``, ``checkpoint`` (the frame saved after it, or None) and
         ``checkpoint_error`` (None, or why the checkpoint due could not be
-        saved: the frame is done, the previous file kept). Raises before any session steps when a request is
-        not live here or is another incarnation."""
+        saved: the frame is done, the previous file kept). Raises before any
+        session steps when a request is not live here or is another
+        incarnation."""
         rows = [(request_key(i), None, None) if not isinstance(i, (tuple, list)) else
                 (request_key(i[0]), i[1], i[2]) for i in items]
         for key, inc, _ in rows:
-            h = self.held.get(key)
-            if h is None or h.frozen:
-                state = "frozen for a migration" if h is not None else "not live here"
-                raise RingKVRuntimeError(f"host {self.name}: request {key!r} is {state}")
-            self._same(key, h.inc, inc)
+            self._held(key, inc, live=True)
         if not rows:
             return {}
         for key, _, delivered in rows:
