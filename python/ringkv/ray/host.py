@@ -137,9 +137,7 @@ class SessionHost:
         self.model = Model(config)
         self.checkpoint_dir = checkpoint_dir
         self.checkpoint_every = as_int(checkpoint_every, "checkpoint_every")
-        #: this host's incarnation: a restarted actor runs the constructor
-        #: again and gets another one
-        self.token = new_incarnation()
+        self.token = new_incarnation()    #: this host's incarnation (a restart draws another)
         self.held: dict[str, _Held] = {}          # live and frozen sessions
         self.incoming: dict[str, _Incoming] = {}  # reserved for import
         self.paged: dict[str, tuple[str, int]] = {}    # paged out: (inc, delivered)
@@ -264,10 +262,6 @@ class SessionHost:
                                      f"not {want!r}")
         return key
 
-    def _tagged(self, data: Any, inc: str) -> bytes:
-        """An image or region metadata with incarnation ``inc`` in its header."""
-        return tag_image(data, {INCARNATION_KEY: inc})
-
     # ---- faults, for tests -------------------------------------------------
     def inject(self, point: str, how: str = "raise") -> None:
         """The next time the host reaches fault point ``point`` (one of
@@ -387,7 +381,8 @@ class SessionHost:
                 saved, error = None, None
                 if path is not None:
                     try:
-                        self._save(k, path)
+                        write_atomic(path, tag_image(self.model.save_session_bytes(s),
+                                                     {INCARNATION_KEY: self.held[k].inc}))
                         saved = f
                     except Exception as exc:  # noqa: BLE001 - the frame is done: report, go on
                         error = f"{type(exc).__name__}: {exc}"
@@ -401,11 +396,6 @@ class SessionHost:
                 if p is not None and os.path.exists(p):
                     _flip_last_byte(p)
         return out
-
-    def _save(self, key: str, path: str) -> None:
-        """The checkpoint of held session ``key``, its incarnation in it."""
-        h = self.held[key]
-        write_atomic(path, self._tagged(self.model.save_session_bytes(h.slot), h.inc))
 
     def prefill(self, request_id: Any, frames: int) -> int | None:
         """Advances a live session by ``frames`` frames of the commit pass
@@ -479,10 +469,8 @@ class SessionHost:
             resumed = clock if source != "empty" else None
             start = -1 if clock is None else clock
             replayed = list(range(start + 1, upto + 1))
-            last = None
-            for f in replayed:
-                last = step_frame(self.model, [h.slot], [key], [f])[0]
-            ok = None if digest is None or last is None else last == digest
+            got = [step_frame(self.model, [h.slot], [key], [f])[0] for f in replayed]
+            ok = None if digest is None or not got else got[-1] == digest
         except BaseException:
             self._drop(key)
             raise
@@ -511,7 +499,7 @@ class SessionHost:
         slot with it before the source freezes anything): its snapshot
         header, which names request, frame and (added here) incarnation."""
         h = self._held(request_id, inc)
-        return self._tagged(self.model.export_meta(h.slot), h.inc)
+        return tag_image(self.model.export_meta(h.slot), {INCARNATION_KEY: h.inc})
 
     @_entry
     def export(self, request_id: Any, inc: str | None = None) -> tuple[bytes, int, list]:
@@ -522,7 +510,7 @@ class SessionHost:
         of ``num_returns=3`` results); the metadata names its incarnation,
         as :meth:`meta`'s. Nothing changes on failure."""
         h = self._held(request_id, inc, live=True)
-        meta = self._tagged(self.model.export_meta(h.slot), h.inc)
+        meta = tag_image(self.model.export_meta(h.slot), {INCARNATION_KEY: h.inc})
         digest = self.model.session_digest(h.slot)
         arrays = [r.array for r in self.model.session_regions(h.slot)]
         h.frozen = True
@@ -586,10 +574,8 @@ class SessionHost:
         if len(arrays) != len(regions):
             raise RingKVRuntimeError(f"host {self.name}: {len(arrays)} regions received for "
                                      f"{key!r}; the slot has {len(regions)}")
-        moved = 0
         for r, a in zip(regions, arrays):
             r.array[:] = a
-            moved += r.nbytes
         if _how == "corrupt":
             regions[0].array[0] ^= 0x01
         got = self.model.session_digest(i.slot)
@@ -597,7 +583,7 @@ class SessionHost:
             raise RingKVRuntimeError(f"host {self.name}: the regions of {key!r} arrived "
                                      f"damaged (digest {got:016x}, the source's {digest:016x})")
         i.digest = got
-        return moved
+        return sum(r.nbytes for r in regions)
 
     @_entry
     def commit(self, request_id: Any, meta: bytes, inc: str | None = None,
@@ -635,14 +621,13 @@ class SessionHost:
         first of ``num_returns=2`` results), or None when written to
         ``path`` (atomically, :func:`write_atomic`), and its size in bytes;
         its slot is free and its request id reserved until :meth:`page_in`
-        here (or :meth:`discard`). The image's header names request, frame
-        and (added here) incarnation, so that the image or file alone says
-        whose it is (:func:`ringkv.ray.checkpoint.whose`). A file that
-        cannot be written leaves the session live here (paged back in from
-        the image: the same state) and raises RingKVOSError."""
+        here (or :meth:`discard`); its header names its incarnation too
+        (:func:`ringkv.ray.checkpoint.whose`). A file that cannot be written
+        leaves the session live here (paged back in from the image: the
+        same state) and raises RingKVOSError."""
         key = request_key(request_id)
         h = self._held(key, inc, live=True)
-        image = self._tagged(self.model.offload(h.slot), h.inc)
+        image = tag_image(self.model.offload(h.slot), {INCARNATION_KEY: h.inc})
         if path is not None:
             try:
                 write_atomic(path, image)

@@ -28,7 +28,7 @@ from typing import Any, Iterable
 import ray
 from ray.exceptions import ActorDiedError, GetTimeoutError, RayActorError, RayError
 
-from ..errors import RingKVKeyError, RingKVRuntimeError, python_calls
+from ..errors import RingKVKeyError, RingKVRuntimeError, python_call, python_calls
 from .host import StaleHostError, new_incarnation, request_key
 
 __all__ = ["SessionRouter", "RouterCore", "MigrationError", "HostError", "RouterRestartedError",
@@ -79,8 +79,9 @@ class RouterRestartedError(RingKVRuntimeError):
 class MigrationError(RingKVRuntimeError):
     """A migration that did not happen: ``step`` names where it failed
     (``meta``, ``reserve``, ``export``, ``fill``, ``commit``), ``cause`` is
-    the error. The session is live and unchanged where it was (``source``),
-    unless the source itself died (then ``recovered`` says where it went)."""
+    the error. The session is live and unchanged where it was (``source``)
+    unless the source itself died; ``recovered``: sessions of a host that
+    died meanwhile, restored elsewhere (request -> :class:`Recovery`)."""
 
     def __init__(self, message: str, request_id: Any = None, step: str | None = None,
                  source: str | None = None, destination: str | None = None,
@@ -88,8 +89,6 @@ class MigrationError(RingKVRuntimeError):
         super().__init__(message)
         self.request_id, self.step, self.source = request_id, step, source
         self.destination, self.cause = destination, cause
-        #: sessions of a host that died during the migration, restored
-        #: elsewhere (request -> Recovery)
         self.recovered: dict = {}
 
 
@@ -428,8 +427,7 @@ class RouterCore:
                 last_error = str(exc)      # this host refused it: another one
                 refused.add(target)
                 continue
-            if s.parked_on is not None:
-                self._unpark(s)
+            self._unpark(s)
             s.state, s.host, s.dead_host, s.paged = "live", target, None, None
             clock = got["clock"]
             lost = list(range(s.delivered + 1, clock + 1)) if clock is not None else []
@@ -618,8 +616,7 @@ class RouterCore:
             if home not in self.dead and self.tokens.get(home) == token:
                 self._try(home, "discard", key, inc=s.inc, key=s.rid)
         if s.state in ("paged", "waiting"):
-            if s.parked_on is not None:
-                self._unpark(s)
+            self._unpark(s)
             for n in self.alive():
                 try:
                     self._call(n, "retire", key, s.inc, key=s.rid)
@@ -868,8 +865,7 @@ class RouterCore:
                 s.state, s.host, s.paged = "live", home, None
                 return home
         s.state = "recovering"
-        rec = self._recover(key, home, image=ref)
-        self.unreported.update(rec)
+        self.unreported.update(self._recover(key, home, image=ref))
         if s.state != "live":
             raise RingKVRuntimeError(f"request {_show(s.rid)!r} could not be paged in: its "
                                      f"host {home} is gone and no alive host has room; it "
@@ -889,9 +885,8 @@ class RouterCore:
         return self._each("inventory")
 
     def state(self) -> dict:
-        """The router's records: where each live request is, its last
-        delivered frame and last checkpoint, incarnation, paged out,
-        waiting, frozen copies left, dead hosts, hosts, capacity."""
+        """The router's records: one key per SessionRouter view (``where``,
+        ``last_frame``, ...), and ``pending`` and ``tokens``."""
         ss = self.sessions.values()
         return {"where": {s.rid: s.host for s in ss if s.state == "live"},
                 "last_frame": {s.rid: s.delivered for s in ss if s.delivered >= 0},
@@ -905,28 +900,14 @@ class RouterCore:
                 "capacity": dict(self.capacity), "tokens": dict(self.tokens)}
 
 
-_core_cls: Any = None
-
-
+@functools.cache
 def _core_class() -> Any:
-    global _core_cls
-    if _core_cls is None:
-        _core_cls = ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)(RouterCore)
-    return _core_cls
+    return ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)(RouterCore)
 
 
 def _view(name: str, doc: str) -> property:
     """A SessionRouter property: ``name`` of the router actor's state."""
     return property(lambda self: self._ask("state")[name], doc=doc)
-
-
-def _forward(method: str) -> Any:
-    """A SessionRouter call that runs RouterCore's ``method`` (its
-    signature and docstring) in the router actor."""
-    @functools.wraps(getattr(RouterCore, method))
-    def call(self: "SessionRouter", *args: Any, **kwargs: Any) -> Any:
-        return self._ask(method, *args, **kwargs)
-    return call
 
 
 
@@ -949,7 +930,7 @@ class SessionRouter:
         self._hosts = dict(hosts) if hosts else None
         self._args = (checkpoint_dir, call_timeout_s, probe_timeout_s)
         self._acks: dict[str, tuple[str, int, int]] = {}
-        self._core = self._connect()
+        self.core = self._connect()                #: the router actor's handle
         self._ask("attach", self._hosts, checkpoint_dir)
 
     def _connect(self) -> Any:
@@ -963,11 +944,6 @@ class SessionRouter:
                                      get_if_exists=True, lifetime="detached").remote(
             self._hosts, *self._args)
 
-    @property
-    def core(self) -> Any:
-        """The router actor's handle."""
-        return self._core
-
     def _ack(self, report: Any) -> Any:
         """Keeps the frames of a StepReport to acknowledge; returns ``report``."""
         for rid, r in getattr(report, "results", {}).items():
@@ -977,11 +953,11 @@ class SessionRouter:
     def _ask(self, method: str, *args: Any, **kwargs: Any) -> Any:
         for attempt in (0, 1):
             try:
-                return self._ack(ray.get(self._core.call.remote(method, args, kwargs,
+                return self._ack(ray.get(self.core.call.remote(method, args, kwargs,
                                                                 dict(self._acks))))
             except RayActorError as exc:
                 if isinstance(exc, ActorDiedError):
-                    self._core = self._connect()
+                    self.core = self._connect()
                 if method in _VIEWS and attempt == 0:
                     continue
                 raise RouterRestartedError(
@@ -1011,15 +987,7 @@ class SessionRouter:
     hosts = _view("hosts", "Host name -> actor handle.")
     capacity = _view("capacity", "Host name -> its model's sessions.")
 
-    alive = _forward("alive")
-    load = _forward("load")
-    live = _forward("live")
-    inventory = _forward("inventory")
-    incarnation = _forward("incarnation")
-
-    # ---- calls ------------------------------------------------------------------
-    open = _forward("open")
-
+    # ---- calls (the others, RouterCore's, are added below the class) -------------
     @functools.wraps(RouterCore.close)
     def close(self, request_id: Any) -> None:
         self._ask("close", request_id)
@@ -1029,25 +997,31 @@ class SessionRouter:
     def step(self, request_ids: Iterable[Any] | None = None) -> StepReport:
         return self._ask("step", None if request_ids is None else list(request_ids))
 
-    migrate = _forward("migrate")
-    offload = _forward("offload")
-    page_in = _forward("page_in")
-    host_died = _forward("host_died")
-    restore_waiting = _forward("restore_waiting")
-    release_stale = _forward("release_stale")
-
     def shutdown(self, deadline_s: float = 120.0) -> None:
         """Kills the router actor (every handle of its name) and waits until
         Ray reports it dead: the hosts keep their sessions; a new
         SessionRouter of the name rebuilds the placement from them."""
-        ray.kill(self._core, no_restart=True)
+        ray.kill(self.core, no_restart=True)
         end = time.monotonic() + deadline_s
         while time.monotonic() < end:
             try:
-                ray.get(self._core.identity.remote(), timeout=max(0.1, end - time.monotonic()))
+                ray.get(self.core.identity.remote(), timeout=max(0.1, end - time.monotonic()))
             except RayActorError:
                 return
             except GetTimeoutError:
                 continue
         raise RingKVRuntimeError(f"the router actor {self.name!r} still answers {deadline_s} s "
                                  "after ray.kill")
+
+
+def _forward(method: str) -> Any:
+    """A SessionRouter call that runs RouterCore's ``method`` (its
+    signature and docstring) in the router actor."""
+    @functools.wraps(getattr(RouterCore, method))
+    def call(self: SessionRouter, *args: Any, **kwargs: Any) -> Any:
+        return self._ask(method, *args, **kwargs)
+    return python_call(f"SessionRouter.{method}")(call)
+
+
+for _m in sorted(_CALLS - {"attach", "close", "step", "state"}):
+    setattr(SessionRouter, _m, _forward(_m))
