@@ -23,16 +23,13 @@ _ROUTER_NAMES = ("SessionRouter", "RouterCore", "MigrationError", "HostError",
                  "RouterRestartedError", "Recovery", "StepReport", "Migration")
 __all__ = ["SessionHost", *_ROUTER_NAMES, "init_loopback", "make_hosts"]
 
-_cache: dict[str, Any] = {}
-
 
 def __getattr__(name: str) -> Any:
-    if name == "SessionHost":
-        if name not in _cache:
-            import ray
-            from .host import SessionHost as _Plain
-            _cache[name] = ray.remote(num_cpus=0, max_restarts=0)(_Plain)
-        return _cache[name]
+    if name == "SessionHost":               # made once: a module global from then on
+        import ray
+        from .host import SessionHost as _Plain
+        globals()[name] = ray.remote(num_cpus=0, max_restarts=0)(_Plain)
+        return globals()[name]
     if name in _ROUTER_NAMES:
         from . import router
         return getattr(router, name)
@@ -84,7 +81,8 @@ def make_hosts(names: list[str], config: Any, checkpoint_dir: str | None = None,
     under a new incarnation token, and the router treats the restart as a
     death of the host it knew."""
     import ray
-    host_cls = __getattr__("SessionHost").options(max_restarts=max_restarts)
+    from . import SessionHost
+    host_cls = SessionHost.options(max_restarts=max_restarts)
     hosts = {n: host_cls.remote(n, config, checkpoint_dir, checkpoint_every) for n in names}
     ray.get([h.ping.remote() for h in hosts.values()])
     return hosts

@@ -1,13 +1,9 @@
 """Checkpoint files, offload images and region metadata of
 :mod:`ringkv.ray`: snapshot headers (docs/snapshot-format.md) whose
 ``__metadata__`` names the request (``request_id``, or ``request_id_hex``),
-the frame (``last_committed``) and, added here, the session's
-incarnation (:data:`INCARNATION_KEY`), so that the bytes alone say whose
-they are (:func:`whose`; docs/migration.md, "Faults"). No C call writes a
-key of its own, so :func:`tag_image` adds it and recomputes
-``header_xxh3`` as the C reader checks it; the data section and its
-``data_xxh3`` stay the C writer's, byte for byte. A receiver refuses
-bytes of another incarnation, or of none, with :class:`IncarnationError`.
+the frame (``last_committed``) and the session's incarnation
+(:data:`INCARNATION_KEY`, which :func:`tag_image` adds), so that the bytes
+alone say whose they are (:func:`whose`; docs/migration.md, "Faults").
 """
 from __future__ import annotations
 

@@ -8,19 +8,10 @@ The host is the authority for what is live on it (docs/migration.md,
 host Ray restarted, empty, has another: :class:`StaleHostError`) and the
 session incarnation it means (``inc=``: drawn at each ``open`` of an id,
 kept through moves, page-outs and restores; :class:`IncarnationError`).
-A session here is:
-
-- **live**: held by the model and stepped by :meth:`step`;
-- **frozen**: held, exported for a migration, not stepped (until the
-  migration commits, :meth:`release`, or fails, :meth:`thaw`);
-- **incoming**: a slot reserved for an import (:meth:`reserve`), not
-  live until :meth:`commit` (which takes only a slot whose :meth:`fill`
-  verified);
-- **paged out**: its image handed out (:meth:`offload`), its request id
-  reserved by the model until :meth:`page_in` or :meth:`discard`;
-- **parked**: a record only (incarnation, last delivered frame) of a
-  session whose host died and that found no room yet (:meth:`park`), so
-  that a router rebuilt from the hosts (:meth:`inventory`) still knows it.
+A session here is live (stepped), frozen (:meth:`export`), incoming (a
+slot :meth:`reserve` took), paged out (:meth:`offload`) or parked (a
+record only, :meth:`park`); each method's docstring says how it gets there
+and back.
 
 Request ids are str or bytes, one id in either form (:func:`request_key`);
 every result is keyed by the str.
@@ -60,25 +51,14 @@ class StaleHostError(RuntimeError):
     before), so the caller must treat the host it knew as dead."""
 
 
-#: Fault points (:meth:`SessionHost.inject`; docs/migration.md, "Fault
-#: injection"): each method's entry ``NAME`` (nothing changed yet),
-#: ``NAME.before_reply`` (the effect done, no reply) and ``NAME.after_reply``
-#: (the reply sent, the host dies on its next call of any kind); in a step,
-#: ``step.before_checkpoint`` and ``step.after_checkpoint`` around its
-#: checkpoint writes.
+#: Fault points and actions of :meth:`SessionHost.inject` (docs/migration.md,
+#: "Fault injection", says what each point and action is).
 FAULT_METHODS = ("open", "close", "step", "recover", "restore", "meta", "export", "thaw",
                  "release", "reserve", "fill", "commit", "cancel", "offload", "page_in",
                  "discard", "park", "unpark", "retire")
 FAULT_POINTS = tuple(f"{m}{s}" for m in FAULT_METHODS
                      for s in ("", ".before_reply", ".after_reply")) + \
     ("step.before_checkpoint", "step.after_checkpoint")
-#: What a fault does: ``raise`` InjectedFailure; ``die`` (the process
-#: exits at once; with restarts left Ray restarts it empty); ``corrupt``
-#: (``fill``: a byte of the data received; ``step.after_checkpoint``: a
-#: data byte of each checkpoint file just written); ``disk_full``
-#: (``step.before_checkpoint``: RLIMIT_FSIZE is 4 KiB around the step's
-#: checkpoint writes, which fail with EFBIG partway); ``hang`` (the call
-#: blocks until the process is killed, InjectedFailure after HANG_LIMIT_S).
 FAULT_ACTIONS = ("raise", "die", "corrupt", "disk_full", "hang")
 #: Seconds a ``hang`` fault blocks when nothing kills the process.
 HANG_LIMIT_S = 600.0
@@ -157,9 +137,7 @@ class SessionHost:
         self.model = Model(config)
         self.checkpoint_dir = checkpoint_dir
         self.checkpoint_every = as_int(checkpoint_every, "checkpoint_every")
-        #: this host's incarnation: a restarted actor runs the constructor
-        #: again and gets another one
-        self.token = secrets.token_hex(8)
+        self.token = new_incarnation()    #: this host's incarnation (a restart draws another)
         self.held: dict[str, _Held] = {}          # live and frozen sessions
         self.incoming: dict[str, _Incoming] = {}  # reserved for import
         self.paged: dict[str, tuple[str, int]] = {}    # paged out: (inc, delivered)
@@ -214,14 +192,15 @@ class SessionHost:
     def status(self, request_id: Any = None) -> dict:
         """:meth:`load` with this host's ``token`` and what it knows of
         ``request_id`` (``state``: live, frozen, incoming, paged, parked or
-        None, and ``inc``; ``verified`` for a reserved slot whose fill
-        verified): one call for a router placing a request."""
+        None, and ``inc``; ``clock`` of a held one; ``verified`` for a
+        reserved slot whose fill verified): one call for a router."""
         out = {"token": self.token, **self.load(), "state": None, "inc": None}
         if request_id is not None:
             key = request_key(request_id)
             if key in self.held:
                 h = self.held[key]
-                out.update(state="frozen" if h.frozen else "live", inc=h.inc)
+                out.update(state="frozen" if h.frozen else "live", inc=h.inc,
+                           clock=self.model.clock(h.slot))
             elif key in self.incoming:
                 out.update(state="incoming", inc=self.incoming[key].inc,
                            verified=self.incoming[key].digest is not None)
@@ -283,10 +262,6 @@ class SessionHost:
                                      f"not {want!r}")
         return key
 
-    def _tagged(self, data: Any, inc: str) -> bytes:
-        """An image or region metadata with incarnation ``inc`` in its header."""
-        return tag_image(data, {INCARNATION_KEY: inc})
-
     # ---- faults, for tests -------------------------------------------------
     def inject(self, point: str, how: str = "raise") -> None:
         """The next time the host reaches fault point ``point`` (one of
@@ -294,12 +269,10 @@ class SessionHost:
         (one of :data:`FAULT_ACTIONS`). Deterministic: the point is a place
         in the code, not a time. RingKVRuntimeError for an unknown point or
         action (nothing armed)."""
-        if point not in FAULT_POINTS:
-            raise RingKVRuntimeError(f"host {self.name}: no fault point {point!r}; points: "
-                                     f"{', '.join(FAULT_POINTS)}")
-        if how not in FAULT_ACTIONS:
-            raise RingKVRuntimeError(f"host {self.name}: no fault action {how!r}; actions: "
-                                     f"{', '.join(FAULT_ACTIONS)}")
+        for what, name, known in (("point", point, FAULT_POINTS), ("action", how, FAULT_ACTIONS)):
+            if name not in known:
+                raise RingKVRuntimeError(f"host {self.name}: no fault {what} {name!r}; {what}s: "
+                                         f"{', '.join(known)}")
         self._inject[point] = how
 
     def _fault(self, point: str) -> str | None:
@@ -375,16 +348,13 @@ class SessionHost:
         key) ``frame``, ``digest`` (of the frame's attention outputs),
         ``inc``, ``checkpoint`` (the frame saved after it, or None) and
         ``checkpoint_error`` (None, or why the checkpoint due could not be
-        saved: the frame is done, the previous file kept). Raises before any session steps when a request is
-        not live here or is another incarnation."""
+        saved: the frame is done, the previous file kept). Raises before any
+        session steps when a request is not live here or is another
+        incarnation."""
         rows = [(request_key(i), None, None) if not isinstance(i, (tuple, list)) else
                 (request_key(i[0]), i[1], i[2]) for i in items]
         for key, inc, _ in rows:
-            h = self.held.get(key)
-            if h is None or h.frozen:
-                state = "frozen for a migration" if h is not None else "not live here"
-                raise RingKVRuntimeError(f"host {self.name}: request {key!r} is {state}")
-            self._same(key, h.inc, inc)
+            self._held(key, inc, live=True)
         if not rows:
             return {}
         for key, _, delivered in rows:
@@ -411,7 +381,8 @@ class SessionHost:
                 saved, error = None, None
                 if path is not None:
                     try:
-                        self._save(k, path)
+                        write_atomic(path, tag_image(self.model.save_session_bytes(s),
+                                                     {INCARNATION_KEY: self.held[k].inc}))
                         saved = f
                     except Exception as exc:  # noqa: BLE001 - the frame is done: report, go on
                         error = f"{type(exc).__name__}: {exc}"
@@ -425,11 +396,6 @@ class SessionHost:
                 if p is not None and os.path.exists(p):
                     _flip_last_byte(p)
         return out
-
-    def _save(self, key: str, path: str) -> None:
-        """The checkpoint of held session ``key``, its incarnation in it."""
-        h = self.held[key]
-        write_atomic(path, self._tagged(self.model.save_session_bytes(h.slot), h.inc))
 
     def prefill(self, request_id: Any, frames: int) -> int | None:
         """Advances a live session by ``frames`` frames of the commit pass
@@ -503,10 +469,8 @@ class SessionHost:
             resumed = clock if source != "empty" else None
             start = -1 if clock is None else clock
             replayed = list(range(start + 1, upto + 1))
-            last = None
-            for f in replayed:
-                last = step_frame(self.model, [h.slot], [key], [f])[0]
-            ok = None if digest is None or last is None else last == digest
+            got = [step_frame(self.model, [h.slot], [key], [f])[0] for f in replayed]
+            ok = None if digest is None or not got else got[-1] == digest
         except BaseException:
             self._drop(key)
             raise
@@ -535,7 +499,7 @@ class SessionHost:
         slot with it before the source freezes anything): its snapshot
         header, which names request, frame and (added here) incarnation."""
         h = self._held(request_id, inc)
-        return self._tagged(self.model.export_meta(h.slot), h.inc)
+        return tag_image(self.model.export_meta(h.slot), {INCARNATION_KEY: h.inc})
 
     @_entry
     def export(self, request_id: Any, inc: str | None = None) -> tuple[bytes, int, list]:
@@ -546,7 +510,7 @@ class SessionHost:
         of ``num_returns=3`` results); the metadata names its incarnation,
         as :meth:`meta`'s. Nothing changes on failure."""
         h = self._held(request_id, inc, live=True)
-        meta = self._tagged(self.model.export_meta(h.slot), h.inc)
+        meta = tag_image(self.model.export_meta(h.slot), {INCARNATION_KEY: h.inc})
         digest = self.model.session_digest(h.slot)
         arrays = [r.array for r in self.model.session_regions(h.slot)]
         h.frozen = True
@@ -610,10 +574,8 @@ class SessionHost:
         if len(arrays) != len(regions):
             raise RingKVRuntimeError(f"host {self.name}: {len(arrays)} regions received for "
                                      f"{key!r}; the slot has {len(regions)}")
-        moved = 0
         for r, a in zip(regions, arrays):
             r.array[:] = a
-            moved += r.nbytes
         if _how == "corrupt":
             regions[0].array[0] ^= 0x01
         got = self.model.session_digest(i.slot)
@@ -621,7 +583,7 @@ class SessionHost:
             raise RingKVRuntimeError(f"host {self.name}: the regions of {key!r} arrived "
                                      f"damaged (digest {got:016x}, the source's {digest:016x})")
         i.digest = got
-        return moved
+        return sum(r.nbytes for r in regions)
 
     @_entry
     def commit(self, request_id: Any, meta: bytes, inc: str | None = None,
@@ -659,14 +621,13 @@ class SessionHost:
         first of ``num_returns=2`` results), or None when written to
         ``path`` (atomically, :func:`write_atomic`), and its size in bytes;
         its slot is free and its request id reserved until :meth:`page_in`
-        here (or :meth:`discard`). The image's header names request, frame
-        and (added here) incarnation, so that the image or file alone says
-        whose it is (:func:`ringkv.ray.checkpoint.whose`). A file that
-        cannot be written leaves the session live here (paged back in from
-        the image: the same state) and raises RingKVOSError."""
+        here (or :meth:`discard`); its header names its incarnation too
+        (:func:`ringkv.ray.checkpoint.whose`). A file that cannot be written
+        leaves the session live here (paged back in from the image: the
+        same state) and raises RingKVOSError."""
         key = request_key(request_id)
         h = self._held(key, inc, live=True)
-        image = self._tagged(self.model.offload(h.slot), h.inc)
+        image = tag_image(self.model.offload(h.slot), {INCARNATION_KEY: h.inc})
         if path is not None:
             try:
                 write_atomic(path, image)

@@ -1,25 +1,14 @@
 """``SessionRouter``: places request ids on :class:`~ringkv.ray.SessionHost`
 actors, steps them, moves them between hosts and brings back the sessions
-of a host that died. docs/migration.md ("Faults") states the guarantees;
-in short:
-
-- **One owner of placement**: one named, detached :class:`RouterCore`
-  actor per (namespace, name) (``get_if_exists``, ``max_restarts=-1``),
-  whose calls Ray runs one at a time; every :class:`SessionRouter` of the
-  name is a handle on it. It asks the hosts for their free slots (anyone's
-  count) and rebuilds its placement from their inventories when it starts.
-- **Incarnations**: each ``open`` draws one; a host refuses a call naming
-  another; checkpoints carry it (:mod:`ringkv.ray.checkpoint`); ``close``
-  retires it and its file.
-- **Delivered frames**: a frame is delivered when
-  :meth:`SessionRouter.step` returned it. A recovery replays a session to
-  its last delivered frame and reports every later frame that will not be
-  delivered (``Recovery.lost_frames``; ``StepReport.lost`` for frames
-  computed whose result never reached the caller).
-- **Host identity and errors**: each host call names the host incarnation
-  the router knows (a restart is a death); every Ray error is a
-  :class:`HostError` (a :class:`ringkv.RingKVRuntimeError`) naming host,
-  call and request; one host's failure in a step never drops another's.
+of a host that died. docs/migration.md ("Faults") states the guarantees:
+one :class:`RouterCore` actor per (namespace, name) owns the placement (it
+rebuilds it from the hosts' inventories when it starts); each ``open``
+draws an incarnation that hosts and checkpoints check; a frame is delivered
+when :meth:`SessionRouter.step` returned it, and a recovery replays a
+session to its last delivered frame, reporting every later frame that will
+not be delivered (``Recovery.lost_frames``, ``StepReport.lost``); a Ray
+error of a host call is a :class:`HostError` naming host, call and request,
+and one host's failure in a step never drops another's.
 
 Names are checked before anything is asked of a host (python/README.md,
 Errors): an unknown request id or host name is
@@ -39,7 +28,7 @@ from typing import Any, Iterable
 import ray
 from ray.exceptions import ActorDiedError, GetTimeoutError, RayActorError, RayError
 
-from ..errors import RingKVKeyError, RingKVRuntimeError, python_calls
+from ..errors import RingKVKeyError, RingKVRuntimeError, python_call, python_calls
 from .host import StaleHostError, new_incarnation, request_key
 
 __all__ = ["SessionRouter", "RouterCore", "MigrationError", "HostError", "RouterRestartedError",
@@ -90,8 +79,9 @@ class RouterRestartedError(RingKVRuntimeError):
 class MigrationError(RingKVRuntimeError):
     """A migration that did not happen: ``step`` names where it failed
     (``meta``, ``reserve``, ``export``, ``fill``, ``commit``), ``cause`` is
-    the error. The session is live and unchanged where it was (``source``),
-    unless the source itself died (then ``recovered`` says where it went)."""
+    the error. The session is live and unchanged where it was (``source``)
+    unless the source itself died; ``recovered``: sessions of a host that
+    died meanwhile, restored elsewhere (request -> :class:`Recovery`)."""
 
     def __init__(self, message: str, request_id: Any = None, step: str | None = None,
                  source: str | None = None, destination: str | None = None,
@@ -99,8 +89,6 @@ class MigrationError(RingKVRuntimeError):
         super().__init__(message)
         self.request_id, self.step, self.source = request_id, step, source
         self.destination, self.cause = destination, cause
-        #: sessions of a host that died during the migration, restored
-        #: elsewhere (request -> Recovery)
         self.recovered: dict = {}
 
 
@@ -200,10 +188,12 @@ class _Down(Exception):
 #: What :meth:`RouterCore._try` returns for a call that failed.
 _FAILED = object()
 
+#: RouterCore calls that only read: no retries of earlier calls first, and
+#: a client retries them once on a restarted router.
+_VIEWS = {"state", "live", "inventory", "alive", "incarnation", "load"}
 #: RouterCore methods a client may call.
-_CALLS = {"attach", "open", "close", "step", "migrate", "offload", "page_in", "host_died",
-          "restore_waiting", "release_stale", "live", "inventory", "load", "alive", "state",
-          "incarnation"}
+_CALLS = _VIEWS | {"attach", "open", "close", "step", "migrate", "offload", "page_in",
+                   "host_died", "restore_waiting", "release_stale"}
 
 
 class RouterCore:
@@ -242,12 +232,9 @@ class RouterCore:
             s = self.sessions.get(key)
             if s is not None and s.inc == inc and frame > s.delivered:
                 s.delivered, s.digest = frame, digest
-        if method not in ("state", "live", "inventory", "alive", "incarnation"):
+        if method not in _VIEWS:
             self._retry_pending()
         return getattr(self, method)(*args, **kwargs)
-
-    def ready(self) -> bool:
-        return True
 
     def identity(self) -> str:
         """This router actor's incarnation token (a restart draws another)."""
@@ -269,12 +256,9 @@ class RouterCore:
         return sorted(self.hosts)
 
     def _rebuild(self, hosts: dict[str, Any]) -> None:
-        """Adopts ``hosts`` and what they hold: live sessions (incarnation,
-        last delivered frame), paged-out ones (their image is not known
-        here: a page-in restores them from their checkpoint), parked ones
-        (waiting); a frozen copy whose session is live elsewhere is
-        released, one that is live nowhere is thawed; reservations are
-        cancelled (a migration the router did not finish)."""
+        """Adopts ``hosts`` and the sessions they hold (a paged-out one's
+        image is not known here: a page-in restores it from its checkpoint);
+        what migrations left (frozen copies, reservations) goes to pending."""
         refs = {n: h.inventory.remote() for n, h in hosts.items()}
         invs = {}
         for n, ref in refs.items():
@@ -289,13 +273,11 @@ class RouterCore:
                     ref = hosts[n].inventory.remote()
             if n not in invs:
                 self.dead.add(n)
-        for n, inv in invs.items():
-            self.tokens[n] = inv["token"]
-            self.capacity[n] = inv["capacity"]
         live = {(n, k) for n, inv in invs.items() for k, v in inv["held"].items()
                 if not v["frozen"]}
         adopt = self.sessions.setdefault
         for n, inv in invs.items():
+            self.tokens[n], self.capacity[n] = inv["token"], inv["capacity"]
             for k, v in inv["held"].items():
                 if v["frozen"]:
                     elsewhere = any(key == k for (m, key) in live if m != n)
@@ -391,11 +373,8 @@ class RouterCore:
                 self.pending.append(on_error)
         return _FAILED
 
-    def _alive(self) -> list[str]:
-        return [n for n in self.hosts if n not in self.dead]
-
     # ---- deaths and recovery ------------------------------------------------------
-    def _host_down(self, host: str) -> dict[Any, Recovery]:
+    def _host_down(self, host: str) -> None:
         """The host incarnation the router knew is gone: the host is dead
         (Ray says so, or it never answered) or was restarted (then it is
         used again, empty, under its new token). Each of its live sessions
@@ -404,12 +383,12 @@ class RouterCore:
         are dropped; its parked records are parked elsewhere."""
         if host in self.dead:
             self._probed.pop(host, None)
-            return {}
+            return
         token = self._probed.pop(host, None) if host in self._probed else self._probe(host)
         if token is None:
             self.dead.add(host)
         elif token == self.tokens.get(host):
-            return {}
+            return
         else:
             self.tokens[host] = token
         self.pending = [p for p in self.pending if p[1] != host]
@@ -420,11 +399,8 @@ class RouterCore:
             if s.state == "waiting" and s.parked_on == host:
                 s.parked_on = None
                 self._park(s)
-        out: dict[Any, Recovery] = {}
         for k in victims:
-            out.update(self._recover(k, host))
-        self.unreported.update(out)
-        return out
+            self.unreported.update(self._recover(k, host))
 
     def _recover(self, key: str, dead_host: str, image: Any = None) -> dict[Any, Recovery]:
         """Brings session ``key`` back on the least-loaded alive host with
@@ -451,8 +427,7 @@ class RouterCore:
                 last_error = str(exc)      # this host refused it: another one
                 refused.add(target)
                 continue
-            if s.parked_on is not None:
-                self._unpark(s)
+            self._unpark(s)
             s.state, s.host, s.dead_host, s.paged = "live", target, None, None
             clock = got["clock"]
             lost = list(range(s.delivered + 1, clock + 1)) if clock is not None else []
@@ -469,7 +444,7 @@ class RouterCore:
         """Keeps a waiting session's record on an alive host (a router
         rebuilt from the hosts then still knows it); none alive: here only."""
         key = request_key(s.rid)
-        for n in self._alive():
+        for n in self.alive():
             try:
                 self._call(n, "park", key, {"inc": s.inc, "delivered": s.delivered,
                                             "dead_host": s.dead_host}, key=s.rid)
@@ -489,7 +464,7 @@ class RouterCore:
         are handled first (their sessions recovered), then asked again."""
         while True:
             refs = {n: getattr(self.hosts[n], method).remote(
-                *(() if key is None else (key,)), token=self.tokens[n]) for n in self._alive()}
+                *(() if key is None else (key,)), token=self.tokens[n]) for n in self.alive()}
             out, down = {}, []
             for n, ref in refs.items():
                 try:
@@ -508,10 +483,10 @@ class RouterCore:
         them: anyone's) and a free one; RingKVRuntimeError saying why there
         is none."""
         st = self._each("status") if statuses is None else statuses
-        alive = [n for n in self._alive() if n not in set(exclude) and n in st]
+        alive = [n for n in self.alive() if n not in set(exclude) and n in st]
         room = [n for n in alive if st[n]["free"] > 0]
         if not room:
-            if not self._alive():
+            if not self.alive():
                 raise RingKVRuntimeError(f"no alive host: every host died "
                                          f"({_names(self.dead)})")
             full = ", ".join(f"{n} {st[n]['capacity'] - st[n]['free']}/{st[n]['capacity']}"
@@ -523,20 +498,19 @@ class RouterCore:
         """Retries what earlier calls left undone: releasing frozen copies,
         thawing, cancelling reservations."""
         todo, self.pending = self.pending, []
-        for op, host, key, inc in todo:
+        for op, host, key, inc in todo:        # op: the host method
             if host in self.dead:
                 continue
-            again = (op, host, key, inc)
+            ask = functools.partial(self._try, host, key=key, on_error=(op, host, key, inc))
             if op == "thaw":
                 s = self.sessions.get(key)
-                if s is not None and s.host == host and s.inc == inc:
-                    self._try(host, "thaw", key, inc=inc, key=key, on_error=again)
+                if s is None or s.host != host or s.inc != inc:
+                    continue
             elif op == "release":
-                st = self._try(host, "status", key, key=key, on_error=again)
-                if st is not _FAILED and st["state"] == "frozen" and st["inc"] == inc:
-                    self._try(host, "release", key, inc=inc, key=key, on_error=again)
-            else:
-                self._try(host, "cancel", key, inc=inc, key=key, on_error=again)
+                st = ask("status", key)
+                if st is _FAILED or st["state"] != "frozen" or st["inc"] != inc:
+                    continue
+            ask(op, key, inc=inc)
 
     def _take_recovered(self) -> dict[Any, Recovery]:
         out, self.unreported = self.unreported, {}
@@ -582,16 +556,13 @@ class RouterCore:
 
     # ---- placement -------------------------------------------------------------------
     def alive(self) -> list[str]:
-        return self._alive()
+        return [n for n in self.hosts if n not in self.dead]
 
     def load(self, host: str) -> int:
         """Busy slots of ``host`` as it counts them (held, reserved);
         RingKVKeyError for a host the router was never given."""
-        self._host(host)
-        if host in self.dead:
-            return 0
-        st = self._each("status").get(host)
-        return 0 if st is None else st["capacity"] - st["free"]
+        st = {} if self._host(host) in self.dead else self._each("status")
+        return st[host]["capacity"] - st[host]["free"] if host in st else 0
 
     def incarnation(self, request_id: Any) -> str:
         return self._known(request_id)[1].inc
@@ -601,9 +572,8 @@ class RouterCore:
         as the hosts count their slots (a placed one stays where it is:
         affinity); returns the host. A request live on a host that the
         router did not place there (opened on the host itself) is adopted
-        where it is; held there otherwise (reserved, paged out) it is
-        refused. RingKVRuntimeError for a request paged out or waiting
-        (bring it back instead), or when no alive host has room."""
+        where it is; held there otherwise (reserved, paged out), or paged
+        out or waiting here (bring it back instead), it is refused."""
         key = request_key(request_id)
         if key in self.sessions:
             return self._live(request_id)[1].host
@@ -634,7 +604,7 @@ class RouterCore:
 
     def close(self, request_id: Any) -> None:
         """Releases a session for good and retires its incarnation (its
-        checkpoint file goes)."""
+        checkpoint file goes; a later open of the id is a new session)."""
         key, s = self._known(request_id)
         if s.state == "recovering":
             raise RingKVRuntimeError(self._elsewhere(s))
@@ -646,9 +616,8 @@ class RouterCore:
             if home not in self.dead and self.tokens.get(home) == token:
                 self._try(home, "discard", key, inc=s.inc, key=s.rid)
         if s.state in ("paged", "waiting"):
-            if s.parked_on is not None:
-                self._unpark(s)
-            for n in self._alive():
+            self._unpark(s)
+            for n in self.alive():
                 try:
                     self._call(n, "retire", key, s.inc, key=s.rid)
                     break
@@ -662,15 +631,12 @@ class RouterCore:
     # ---- frames ------------------------------------------------------------------------
     def step(self, request_ids: Iterable[Any] | None = None) -> StepReport:
         """One frame of each request (default: every live one), each host
-        stepping its own as one batch, all hosts at once (the module's
-        docstring says what is delivered and what is reported lost). Every
-        request is checked before any host steps. A host found dead (or
-        restarted) is recovered (:class:`Recovery` in the report); its
-        sessions are not stepped this time. A host that raises (not dead)
-        does not stop the others: their results are recorded first, then
-        its error (a HostError) is raised with the report as its
-        ``step_report``. A checkpoint a host could not save is not an error
-        of the step: it is in the report's ``checkpoint_errors``."""
+        stepping its own as one batch, all hosts at once; every request is
+        checked before any host steps. A dead (or restarted) host's
+        sessions are recovered, not stepped (:class:`StepReport` says what
+        else is reported). A host that raises (not dead) does not stop the
+        others: their results are recorded, then its HostError is raised
+        with the report as its ``step_report``."""
         if request_ids is None:
             keys = [k for k, s in self.sessions.items() if s.state == "live"]
         else:
@@ -683,7 +649,6 @@ class RouterCore:
             token=self.tokens[h]) for h, ks in by_host.items()}
         report = StepReport()
         failed: dict[str, BaseException] = {}
-        stepped: list[str] = []
         down: list[str] = []
         for host, ref in calls.items():
             try:
@@ -706,15 +671,14 @@ class RouterCore:
                 if r.get("checkpoint_error") is not None:
                     report.checkpoint_errors[s.rid] = r["checkpoint_error"]
                 report.results[s.rid] = r
-            stepped.append(host)
         for host in down:
             self._host_down(host)
         report.recovered.update(self._take_recovered())
         if failed:
             exc = next(iter(failed.values()))
             note = (f"SessionRouter.step: host(s) {_names(failed)} raised; the results of "
-                    f"the other hosts ({_names(stepped)}) are recorded, in "
-                    "last_frame/last_checkpoint and in this exception's step_report")
+                    f"the other hosts ({_names(set(calls) - set(failed) - set(down))}) are "
+                    "recorded, in last_frame/last_checkpoint and in this exception's step_report")
             exc.add_note(note)
             exc.step_report = report  # type: ignore[attr-defined]
             raise exc
@@ -730,9 +694,8 @@ class RouterCore:
         if host in self.dead:
             return {}
         ray.kill(self.hosts[host], no_restart=False)
-        self._probed[host] = self._probe(host)
-        if self._probed[host] == self.tokens.get(host):
-            self._probed[host] = None
+        token = self._probe(host)
+        self._probed[host] = None if token == self.tokens.get(host) else token
         self._host_down(host)
         return self._take_recovered()
 
@@ -764,16 +727,14 @@ class RouterCore:
     def migrate(self, request_id: Any, host: str) -> Migration:
         """Moves a session to ``host`` between two frames (docs/migration.md
         has the protocol). Raises MigrationError, with the session live and
-        unchanged at its source, when any step before the import fails;
-        before anything is asked of a host, RingKVKeyError for an unknown
-        request id or host name (RingKVRuntimeError for a request paged out
-        or waiting)."""
+        unchanged at its source, when any step before the import fails (names
+        are checked first: the module's docstring)."""
         key, s = self._live(request_id)
         src_name, dst_name = s.host, self._host(host)
         if dst_name in self.dead:
             raise _migration_error(s.rid, "reserve", src_name, dst_name,
                                    RuntimeError(f"host {dst_name} is not alive (alive: "
-                                                f"{_names(self._alive())})"))
+                                                f"{_names(self.alive())})"))
         if src_name == dst_name:
             try:
                 clock = self._call(src_name, "clock", key, key=s.rid)
@@ -802,12 +763,10 @@ class RouterCore:
             clock = self._call(dst_name, "commit", key, meta2, inc=s.inc, delivered=s.delivered,
                                key=s.rid)
         except (_Down, HostError) as exc:
-            cause: BaseException = exc
-            if isinstance(exc, _Down):
-                cause = RingKVRuntimeError(f"host {exc.host} died (or restarted) during "
-                                           f"{step}")
             done = self._roll_back(key, s, src_name, dst_name, step, meta2, exc)
             if done is None:
+                cause = exc if not isinstance(exc, _Down) else RingKVRuntimeError(
+                    f"host {exc.host} died (or restarted) during {step}")
                 err = _migration_error(s.rid, step, src_name, dst_name, cause)
                 err.recovered = self._take_recovered()
                 raise err from None
@@ -834,9 +793,7 @@ class RouterCore:
         if step == "commit":                  # did the import happen before the failure?
             st = ask(dst_name, "status", key)
             if st is not _FAILED and st["state"] == "live" and st["inc"] == s.inc:
-                clock = ask(dst_name, "clock", key)
-                if clock is not _FAILED:
-                    return (clock,)
+                return (st["clock"],)
         exported = step in ("export", "fill", "commit")      # the slot reserved too
         if exported:
             ask(src_name, "thaw", key, inc=s.inc, on_error=("thaw", src_name, key, s.inc))
@@ -847,7 +804,7 @@ class RouterCore:
             if not verified:                  # a fill that verified before its reply failed
                 st = ask(dst_name, "status", key)
                 verified = st is not _FAILED and st["state"] == "incoming" and \
-                    st.get("verified", False) and st["inc"] == s.inc
+                    st["verified"] and st["inc"] == s.inc
             if verified:                      # the destination's verified copy: nothing lost
                 clock = ask(dst_name, "commit", key, meta2, inc=s.inc, delivered=s.delivered)
                 if clock is not _FAILED:
@@ -908,8 +865,7 @@ class RouterCore:
                 s.state, s.host, s.paged = "live", home, None
                 return home
         s.state = "recovering"
-        rec = self._recover(key, home, image=ref)
-        self.unreported.update(rec)
+        self.unreported.update(self._recover(key, home, image=ref))
         if s.state != "live":
             raise RingKVRuntimeError(f"request {_show(s.rid)!r} could not be paged in: its "
                                      f"host {home} is gone and no alive host has room; it "
@@ -929,9 +885,8 @@ class RouterCore:
         return self._each("inventory")
 
     def state(self) -> dict:
-        """The router's records: where each live request is, its last
-        delivered frame and last checkpoint, incarnation, paged out,
-        waiting, frozen copies left, dead hosts, hosts, capacity."""
+        """The router's records: one key per SessionRouter view (``where``,
+        ``last_frame``, ...), and ``pending`` and ``tokens``."""
         ss = self.sessions.values()
         return {"where": {s.rid: s.host for s in ss if s.state == "live"},
                 "last_frame": {s.rid: s.delivered for s in ss if s.delivered >= 0},
@@ -945,32 +900,15 @@ class RouterCore:
                 "capacity": dict(self.capacity), "tokens": dict(self.tokens)}
 
 
-_core_cls: Any = None
-
-
+@functools.cache
 def _core_class() -> Any:
-    global _core_cls
-    if _core_cls is None:
-        _core_cls = ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)(RouterCore)
-    return _core_cls
+    return ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=0)(RouterCore)
 
 
 def _view(name: str, doc: str) -> property:
     """A SessionRouter property: ``name`` of the router actor's state."""
-    return property(lambda self: self._state()[name], doc=doc)
+    return property(lambda self: self._ask("state")[name], doc=doc)
 
-
-def _forward(method: str) -> Any:
-    """A SessionRouter call that runs RouterCore's ``method`` (its
-    signature and docstring) in the router actor."""
-    @functools.wraps(getattr(RouterCore, method))
-    def call(self: "SessionRouter", *args: Any, **kwargs: Any) -> Any:
-        return self._ask(method, *args, **kwargs)
-    return call
-
-
-#: Client calls that only read: retried once on a restarted router.
-_VIEWS = {"state", "live", "inventory", "alive", "incarnation", "load"}
 
 
 @python_calls("SessionRouter")
@@ -992,7 +930,7 @@ class SessionRouter:
         self._hosts = dict(hosts) if hosts else None
         self._args = (checkpoint_dir, call_timeout_s, probe_timeout_s)
         self._acks: dict[str, tuple[str, int, int]] = {}
-        self._core = self._connect()
+        self.core = self._connect()                #: the router actor's handle
         self._ask("attach", self._hosts, checkpoint_dir)
 
     def _connect(self) -> Any:
@@ -1006,22 +944,20 @@ class SessionRouter:
                                      get_if_exists=True, lifetime="detached").remote(
             self._hosts, *self._args)
 
-    @property
-    def core(self) -> Any:
-        """The router actor's handle."""
-        return self._core
-
-    def _ack(self, report: StepReport | None) -> None:
-        for rid, r in (report.results if report is not None else {}).items():
+    def _ack(self, report: Any) -> Any:
+        """Keeps the frames of a StepReport to acknowledge; returns ``report``."""
+        for rid, r in getattr(report, "results", {}).items():
             self._acks[request_key(rid)] = (r["inc"], r["frame"], r["digest"])
+        return report
 
     def _ask(self, method: str, *args: Any, **kwargs: Any) -> Any:
         for attempt in (0, 1):
             try:
-                return ray.get(self._core.call.remote(method, args, kwargs, dict(self._acks)))
+                return self._ack(ray.get(self.core.call.remote(method, args, kwargs,
+                                                                dict(self._acks))))
             except RayActorError as exc:
                 if isinstance(exc, ActorDiedError):
-                    self._core = self._connect()
+                    self.core = self._connect()
                 if method in _VIEWS and attempt == 0:
                     continue
                 raise RouterRestartedError(
@@ -1038,9 +974,6 @@ class SessionRouter:
                 raise cause from None
         raise AssertionError("unreachable")
 
-    def _state(self) -> dict:
-        return self._ask("state")
-
     # ---- views (each a fresh read of the router actor's records) -------------
     where = _view("where", "Request -> the host where it is live.")
     last_frame = _view("last_frame", "Request -> its last delivered frame.")
@@ -1054,49 +987,41 @@ class SessionRouter:
     hosts = _view("hosts", "Host name -> actor handle.")
     capacity = _view("capacity", "Host name -> its model's sessions.")
 
-    alive = _forward("alive")
-    load = _forward("load")
-    live = _forward("live")
-    inventory = _forward("inventory")
-    incarnation = _forward("incarnation")
-
-    # ---- calls ------------------------------------------------------------------
-    open = _forward("open")
-
+    # ---- calls (the others, RouterCore's, are added below the class) -------------
+    @functools.wraps(RouterCore.close)
     def close(self, request_id: Any) -> None:
-        """As :meth:`RouterCore.close`: ends a session for good (its
-        incarnation and checkpoint file retired: a later open of the id is
-        a new session)."""
         self._ask("close", request_id)
         self._acks.pop(request_key(request_id), None)
 
+    @functools.wraps(RouterCore.step)
     def step(self, request_ids: Iterable[Any] | None = None) -> StepReport:
-        """As :meth:`RouterCore.step`; this handle acknowledges the frames
-        delivered with its next call."""
-        rids = None if request_ids is None else list(request_ids)
-        report = self._ask("step", rids)
-        self._ack(report)
-        return report
-
-    migrate = _forward("migrate")
-    offload = _forward("offload")
-    page_in = _forward("page_in")
-    host_died = _forward("host_died")
-    restore_waiting = _forward("restore_waiting")
-    release_stale = _forward("release_stale")
+        return self._ask("step", None if request_ids is None else list(request_ids))
 
     def shutdown(self, deadline_s: float = 120.0) -> None:
         """Kills the router actor (every handle of its name) and waits until
         Ray reports it dead: the hosts keep their sessions; a new
         SessionRouter of the name rebuilds the placement from them."""
-        ray.kill(self._core, no_restart=True)
+        ray.kill(self.core, no_restart=True)
         end = time.monotonic() + deadline_s
         while time.monotonic() < end:
             try:
-                ray.get(self._core.ready.remote(), timeout=max(0.1, end - time.monotonic()))
+                ray.get(self.core.identity.remote(), timeout=max(0.1, end - time.monotonic()))
             except RayActorError:
                 return
             except GetTimeoutError:
                 continue
         raise RingKVRuntimeError(f"the router actor {self.name!r} still answers {deadline_s} s "
                                  "after ray.kill")
+
+
+def _forward(method: str) -> Any:
+    """A SessionRouter call that runs RouterCore's ``method`` (its
+    signature and docstring) in the router actor."""
+    @functools.wraps(getattr(RouterCore, method))
+    def call(self: SessionRouter, *args: Any, **kwargs: Any) -> Any:
+        return self._ask(method, *args, **kwargs)
+    return python_call(f"SessionRouter.{method}")(call)
+
+
+for _m in sorted(_CALLS - {"attach", "close", "step", "state"}):
+    setattr(SessionRouter, _m, _forward(_m))

@@ -56,23 +56,20 @@ def _rng(request_id: str | bytes, frame: int, pass_: int, layer: int) -> np.rand
     return np.random.default_rng(xxhash.xxh3_64_intdigest(key.encode("utf-8", "surrogatepass")))
 
 
-def _storage(x: np.ndarray, dtype: str) -> np.ndarray:
-    """float32 values in the model's dtype (bf16: uint16 bits), rounded to
-    nearest even by the library (:func:`ringkv.convert`)."""
-    return x if dtype == "f32" else convert(x, dtype)
-
-
 def frame_tokens(config: ModelConfig, request_id: str, frame: int, pass_: int,
                  layer: int) -> tuple[np.ndarray, np.ndarray]:
     """``(kv, q)`` of one session for one pass of one layer: kv
     ``[2, H, T, D]`` and q ``[Hq, T, D]`` in the model's dtype (bf16 as
-    uint16 bits), standard normal values scaled by 1/2."""
+    uint16 bits, rounded to nearest even by :func:`ringkv.convert`),
+    standard normal values scaled by 1/2."""
     rng = _rng(request_id, frame, pass_, layer)
     H, Hq = config.n_kv_heads, config.n_q_heads
     T, D = config.tokens_per_frame, config.d_head
     kv = (rng.standard_normal((2, H, T, D), dtype=np.float32) * 0.5)
     q = (rng.standard_normal((Hq, T, D), dtype=np.float32) * 0.5)
-    return _storage(kv, config.dtype), _storage(q, config.dtype)
+    if config.dtype != "f32":
+        kv, q = convert(kv, config.dtype), convert(q, config.dtype)
+    return kv, q
 
 
 def step_frame(model: Model, sessions: Sequence[int], request_ids: Sequence[str],
