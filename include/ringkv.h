@@ -71,8 +71,8 @@ RKV_API const char *rkv_version(void);
 
 /* A struct that later versions extend ("Grows") carries its size as its
  * first member, `size_t struct_size`, as the Windows API's cbSize does:
- * rkv_attention_args, rkv_model_config, rkv_snapshot_info and
- * rkv_cuda_attention_args (rkv_backend_ops has its own abi_version). The
+ * rkv_attention_args, rkv_model_config and rkv_snapshot_info
+ * (rkv_backend_ops has its own abi_version). The
  * caller sets it to sizeof the struct its header declares (start from
  * RKV_ATTENTION_ARGS_INIT, RKV_MODEL_CONFIG_INIT, RKV_SNAPSHOT_INFO_INIT,
  * or rkv_model_preset). Later versions only append: the library reads (for

@@ -69,8 +69,8 @@ RKV_API int rkv_cuda_device_count(void);
  * rkv_layer_wrap (device storage the caller owns, e.g. torch CUDA tensors:
  * kv and written 16-byte aligned, an error word 4-byte aligned, zeroed).
  * A layer's calls run on the context's stream: for another stream, wrap
- * the same storage (and error word) on a context of that stream. Replaces
- * rkv_cuda_layer_create and rkv_cuda_ring_prepare. Errors: RKV_ERR_NULL,
+ * the same storage (and error word) on a context of that stream.
+ * Errors: RKV_ERR_NULL,
  * RKV_ERR_RANGE (no such device: with no GPU or no driver the runtime sees
  * 0), RKV_ERR_NO_MEMORY (pinned or device memory), RKV_ERR_STATE (other
  * CUDA failures). Not capture-safe. */
@@ -136,12 +136,9 @@ RKV_API rkv_status rkv_cuda_clock_advance(int64_t *frame_pos, int64_t batch, int
  * rows of n_q_heads heads and tokens_per_frame queries), and in pinned host
  * memory a small ring of staging slots for begin_frame's copies.
  *
- * The capture contract is ringkv.h's ("Frames"): one frame (every layer,
- * every pass, B sessions) is captured into a CUDA graph once on `stream`
- * and replayed frame after frame, only the clock VALUES changing between
- * replays (begin_frame writes them into the same device buffers, ordered
- * after the previous replay and before the next; B, the sessions, their
- * rows and every argument of the captured calls stay the same):
+ * The capture contract is ringkv.h's ("Capture contract"): one frame (every
+ * layer, every pass, B sessions) is captured on `stream` once and replayed,
+ * B, the sessions, their rows and every captured argument staying the same:
  *
  *   rkv_model_begin_frame(m, B, sessions, clocks);        // frame f0, host
  *   cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);

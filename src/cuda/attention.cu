@@ -1,8 +1,5 @@
-// Ring attention on the GPU (SEMANTICS 4, 5): the host dispatcher (the
-// tensor-core kernels' split-combine launched from here is in
-// attention_common.cuh), and the generic f32 kernel used where the
-// tensor-core kernel does not apply (f32 storage, D other than 64/128,
-// explicit visibility rows, mixed dtypes).
+// Ring attention on the GPU (SEMANTICS 4, 5): the host dispatcher and the
+// generic f32 kernel, for calls the tensor-core kernels do not take.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <math.h>
@@ -114,11 +111,9 @@ __global__ void __launch_bounds__(32 * RKV__SIMT_WARPS) ring_attention_simt(cons
     }
 }
 
-// Launches combine_splits (attention_common.cuh) for a plan with key splits
-// (plan->splits > 1): merges the workspace p.ws_o / p.ws_ml that the
-// kernel's store_m16 filled into `out`, of output type OT (f32 when
-// plan->out_f32, else the storage dtype: bf16 or f16). The caller checks the
-// launch.
+// Launches combine_splits (attention_common.cuh) for a plan with key splits:
+// the workspace p.ws_o / p.ws_ml into `out` of type OT. The caller checks
+// the launch.
 template <typename OT>
 void launch_combine(const rkv__cuda_attn_plan *plan, const RkvMmaParams &p, void *out,
                     cudaStream_t s) {
@@ -148,9 +143,8 @@ cudaError_t rkv__cuda_attention_prepare(rkv__cuda_device *l) {
         (e = rkv_mma::prepare<__half>(l->dev.smem_optin)) != cudaSuccess)
         return e;
     if (l->dev.cc_major != 9) return cudaSuccess;
-    /* The wgmma kernel only where the driver runs its sm_90a code: asked for
-     * on a layer whose GPU loaded the stub, the layer runs the mma kernel
-     * (the plan string says which). */
+    /* The wgmma kernel only where the driver runs its sm_90a code (else the
+     * mma kernel; the plan string says which). */
     if (l->attn_kernel == RKV__KERNEL_WGMMA &&
         !(rkv_wgmma::loaded_is_sm90a<__nv_bfloat16>() && rkv_wgmma::loaded_is_sm90a<__half>())) {
         l->attn_kernel = RKV__KERNEL_MMA;

@@ -1,14 +1,9 @@
-// The pieces both tensor-core ring attention kernels share: the mma.sync
-// kernel (attention_mma.cuh) and the Hopper wgmma kernel
-// (attention_wgmma.cuh) differ only in how they compute the two matrix
-// products (and so in their shared-memory layout and launch shape); what
-// they read, which keys they walk and what they write is here, once: the
-// f32 -> 16-bit conversion, the swizzled tile loads, the frame list, the
-// block's prologue and K/V pipeline (RingBlock), the online softmax, the
-// store, the split-combine kernel (launched by attention.cu) and the host's
-// shared-memory opt-in. Every PTX instruction and hardware intrinsic they
-// use is a wrapper of ptx.cuh; tests/cuda/fragment_model.py models these
-// pieces lane by lane.
+// What both tensor-core ring attention kernels share: the mma.sync kernel
+// (attention_mma.cuh) and the Hopper wgmma kernel (attention_wgmma.cuh)
+// differ only in how they compute the two matrix products; what they read,
+// which keys they walk and what they write is here, once. Every PTX
+// instruction they use is a wrapper of ptx.cuh; tests/cuda/fragment_model.py
+// models these pieces lane by lane.
 #ifndef RKV_CUDA_ATTENTION_COMMON_CUH
 #define RKV_CUDA_ATTENTION_COMMON_CUH
 
@@ -279,8 +274,7 @@ __device__ __forceinline__ void store_m16(const RkvMmaParams &p, const float *o,
 
 // ---- split-combine --------------------------------------------------------------
 
-// Internal linkage (an unnamed namespace), as when the kernel lived in
-// attention.cu: only attention.cu launches it, and its host stubs stay out
+// Internal linkage: only attention.cu launches it; its host stubs stay out
 // of the library's symbols.
 namespace {
 
@@ -299,13 +293,11 @@ __device__ __forceinline__ void st4<float>(float *out, int64_t i, float4 v) {
 
 // Merges the key splits of each output row: O = sum_s w_s O_s / sum_s w_s l_s
 // with w_s = 2^(m_s - max_s m_s). A split with no key, or whose every score
-// is -inf, has O_s = 0, l_s = 0 and m_s = RKV__SOFTMAX_M0 (finite, never
-// -inf: w_s is never 2^(-inf - -inf) = NaN): it adds nothing, and a row
-// whose splits all are so gets 0 (den 0), as a row with no key. A NaN in O_s
-// or l_s still reaches the row (0 * NaN). One thread per 4 output elements.
-// Checks the call's rows first, as the split kernel did (which then wrote
-// nothing to the workspace): an invalid call leaves `out` untouched. Dynamic
-// shared memory: 16 * batch bytes.
+// is -inf, has O_s = 0, l_s = 0 and m_s = RKV__SOFTMAX_M0 (attention.cuh):
+// it adds nothing, and a row whose splits all are so gets 0 (den 0). A NaN
+// in O_s or l_s still reaches the row (0 * NaN). One thread per 4 output
+// elements. Checks the call's rows first, as the split kernel did: an
+// invalid call leaves `out` untouched. Dynamic shared memory: 16 * batch.
 template <typename OT>
 __global__ void __launch_bounds__(256) combine_splits(const float *__restrict__ ws_o,
                                                       const float *__restrict__ ws_ml, OT *out,

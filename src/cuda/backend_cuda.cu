@@ -1,8 +1,6 @@
-// The CUDA backend's table (include/ringkv_backend.h) and its context: the
-// layers are rkv_cuda_layer, BACKEND memory is device memory of the
-// context's GPU, and every operation is enqueued on the context's stream;
-// begin_frame's batch copy goes through a small ring of pinned staging
-// slots so that it stays asynchronous.
+// The CUDA backend's table (include/ringkv_backend.h) and its context
+// (ringkv_cuda.h); begin_frame's batch copy goes through a small ring of
+// pinned staging slots so that it stays asynchronous.
 #include <mutex>
 #include <stdlib.h>
 #include <string.h>
@@ -36,12 +34,6 @@ CudaCtx *ctx_of(void *c) { return static_cast<CudaCtx *>(c); }
 rkv_cuda_layer *layer_of(void *l) { return static_cast<rkv_cuda_layer *>(l); }
 const rkv_cuda_layer *layer_of(const void *l) { return static_cast<const rkv_cuda_layer *>(l); }
 
-// The model's device must be current (as for the layer calls): memory and
-// copies would otherwise land on another GPU.
-rkv_status check_current(const CudaCtx *c, const char *what) {
-    return rkv__cuda_check_current(c->dev.device, "model", what);
-}
-
 void ctx_destroy(void *vc) {
     CudaCtx *c = ctx_of(vc);
     if (!c) return;
@@ -74,11 +66,13 @@ rkv_status layer_create(void *vc, const rkv_geometry *g, rkv_backend_storage *st
 }
 void layer_destroy(void *, void *layer) { rkv__cuda_layer_destroy(layer_of(layer)); }
 
-// Device memory (cudaMalloc), or pinned host memory (cudaMallocHost) when
-// `pinned`, on the model's device.
-rkv_status alloc_on(void *vc, size_t bytes, void **ptr, bool pinned) {
+// The table's alloc (device memory, cudaMalloc) and host_alloc (pinned host
+// memory, cudaMallocHost: the session images' span copies of offload and
+// page-in then run as DMA at the link's rate), on the model's device.
+template <bool pinned>
+rkv_status alloc_on(void *vc, size_t bytes, void **ptr) {
     const char *what = pinned ? "cuda backend: cudaMallocHost" : "cuda backend: cudaMalloc";
-    rkv_status st = check_current(ctx_of(vc), what);
+    rkv_status st = rkv__cuda_check_current(ctx_of(vc)->dev.device, "model", what);
     if (st != RKV_OK) return st;
     void *p = nullptr;
     cudaError_t e = pinned ? cudaMallocHost(&p, bytes) : cudaMalloc(&p, bytes);
@@ -92,11 +86,10 @@ rkv_status alloc_on(void *vc, size_t bytes, void **ptr, bool pinned) {
     return RKV_OK;
 }
 
-rkv_status mem_alloc(void *vc, size_t bytes, void **ptr) {
-    return alloc_on(vc, bytes, ptr, false);
-}
-void mem_free(void *, void *ptr) {
-    if (ptr) cudaFree(ptr);  // waits for the device's work that may use it
+// cudaFree waits for the device's work that may use the memory.
+template <bool pinned>
+void free_on(void *, void *ptr) {
+    if (ptr) pinned ? cudaFreeHost(ptr) : cudaFree(ptr);
     (void)cudaGetLastError();
 }
 
@@ -108,7 +101,7 @@ void mem_free(void *, void *ptr) {
 rkv_status copy_in(void *vc, void *dst, const void *src, size_t bytes) {
     static const char what[] = "cuda backend: batch copy";
     CudaCtx *c = ctx_of(vc);
-    rkv_status st = check_current(c, what);
+    rkv_status st = rkv__cuda_check_current(c->dev.device, "model", what);
     if (st != RKV_OK) return st;
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     cudaError_t e = cudaStreamIsCapturing(c->dev.stream, &cs);
@@ -140,12 +133,24 @@ rkv_status copy_in(void *vc, void *dst, const void *src, size_t bytes) {
 rkv_status synchronize(void *vc) {
     static const char what[] = "cuda backend: cudaStreamSynchronize";
     CudaCtx *c = ctx_of(vc);
-    rkv_status st = check_current(c, what);
+    rkv_status st = rkv__cuda_check_current(c->dev.device, "model", what);
     if (st != RKV_OK) return st;
     // (not cudaGetLastError: it would report the caller's own earlier
     // failures; a kernel's asynchronous failure comes back from here)
     cudaError_t e = cudaStreamSynchronize(c->dev.stream);
     return e == cudaSuccess ? RKV_OK : rkv__cuda_fail(e, what);
+}
+// One layer's error word, read (one copy and one wait) and cleared.
+rkv_status check_one(const rkv_cuda_layer *l, cudaStream_t s) {
+    static const char what[] = "rkv_layer_check";
+    rkv_status st = rkv__cuda_check_current(l->d.device, "layer", what);
+    if (st != RKV_OK) return st;
+    int word = 0;
+    cudaError_t e = cudaMemcpyAsync(&word, l->err, sizeof word, cudaMemcpyDeviceToHost, s);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+    if (e == cudaSuccess && word) e = cudaMemsetAsync(l->err, 0, sizeof word, s);
+    if (e != cudaSuccess) return rkv__cuda_fail(e, what);
+    return word ? rkv__cuda_device_error_status(word, l->g.num_sessions) : RKV_OK;
 }
 // Every layer's error word with one copy and one wait when they all lie in
 // the context's pool (a model's layers), then the nonzero ones cleared
@@ -160,7 +165,7 @@ rkv_status check(void *vc, void *const *layers, int64_t n, int64_t *bad) {
     }
     if (!pooled) {  // layers of their own words: one check each
         for (int64_t i = 0; i < n; i++) {
-            rkv_status st = rkv__cuda_check(layer_of(layers[i]), c->dev.stream);
+            rkv_status st = check_one(layer_of(layers[i]), c->dev.stream);
             if (st != RKV_OK) {
                 *bad = i;
                 return st;
@@ -168,7 +173,7 @@ rkv_status check(void *vc, void *const *layers, int64_t n, int64_t *bad) {
         }
         return RKV_OK;
     }
-    rkv_status st = check_current(c, what);
+    rkv_status st = rkv__cuda_check_current(c->dev.device, "model", what);
     if (st != RKV_OK || c->err_used == 0) return st;
     cudaError_t e = cudaMemcpyAsync(c->err_host, c->err_pool, (size_t)c->err_used * sizeof(int),
                                     cudaMemcpyDeviceToHost, c->dev.stream);
@@ -191,15 +196,10 @@ rkv_status check(void *vc, void *const *layers, int64_t n, int64_t *bad) {
 
 // ---- per pass (capture-safe; unchecked: the core checked everything) -----------
 
-rkv_status upsert(void *, void *layer, const void *kv, int64_t batch, const int64_t *frame_pos,
-                  const int64_t *session_idx, int commit, uint8_t *visible) {
-    return rkv__cuda_upsert_launch(layer_of(layer), kv, batch, frame_pos, session_idx, commit,
-                                   visible, "rkv_layer_upsert");
-}
 rkv_status visible_row(void *, const void *layer, const int64_t *session_idx,
                        const int64_t *frame_pos, uint8_t *row) {
-    return rkv__cuda_upsert_launch(layer_of(layer), nullptr, 1, frame_pos, session_idx, 0, row,
-                                   "rkv_layer_visible_row");
+    return rkv__cuda_upsert(nullptr, const_cast<void *>(layer), nullptr, 1, frame_pos,
+                            session_idx, 0, row);
 }
 rkv_status attend(void *, const void *layer, const rkv_attention_args *a, void *workspace,
                   size_t workspace_bytes) {
@@ -216,19 +216,6 @@ size_t attend_workspace_bytes(void *, const void *layer, const rkv_attention_arg
     return plan.workspace_bytes;
 }
 
-// ---- sessions ------------------------------------------------------------------
-
-// Pinned host memory for session images: the span copies of offload and
-// page-in then run as DMA at the link's rate instead of through the
-// driver's pageable staging.
-rkv_status host_alloc(void *vc, size_t bytes, void **ptr) {
-    return alloc_on(vc, bytes, ptr, true);
-}
-void host_free(void *, void *ptr) {
-    if (ptr) cudaFreeHost(ptr);
-    (void)cudaGetLastError();
-}
-
 rkv_backend_ops make_ops() {
     rkv_backend_ops o;
     memset(&o, 0, sizeof o);
@@ -239,12 +226,12 @@ rkv_backend_ops make_ops() {
     o.limits = limits;
     o.layer_create = layer_create;
     o.layer_destroy = layer_destroy;
-    o.alloc = mem_alloc;
-    o.free = mem_free;
+    o.alloc = alloc_on<false>;
+    o.free = free_on<false>;
     o.copy_in = copy_in;
     o.synchronize = synchronize;
     o.check = check;
-    o.upsert = upsert;
+    o.upsert = rkv__cuda_upsert;
     o.visible_row = visible_row;
     o.attend = attend;
     o.attend_workspace_bytes = attend_workspace_bytes;
@@ -253,8 +240,8 @@ rkv_backend_ops make_ops() {
     o.span_write = rkv__cuda_span_write;
     o.span_copy = rkv__cuda_span_copy;
     o.span_region = rkv__cuda_span_region;
-    o.host_alloc = host_alloc;
-    o.host_free = host_free;
+    o.host_alloc = alloc_on<true>;
+    o.host_free = free_on<true>;
     return o;
 }
 
@@ -306,7 +293,6 @@ rkv_status prepare(int device, rkv__cuda_device *out, const char *what) {
         d.wgmma_ok = probe.dev.cc_major == 9 && probe.attn_kernel == RKV__KERNEL_WGMMA;
         d.ready = true;
     }
-    // The kernel choice is each context's, read when it is made.
     out->device = device;
     out->dev = d.dev;
     const char *env = getenv("RKV_CUDA_ATTN_STAGES");
@@ -332,8 +318,7 @@ rkv_status ctx_create(int device, void *stream, int64_t num_sessions, const char
     if (!c) return rkv_error_set(RKV_ERR_NO_MEMORY, "%s: out of host memory", what);
     c->dev = dev;
     c->dev.stream = static_cast<cudaStream_t>(stream);
-    const int64_t rows = num_sessions < RKV_CUDA_MAX_BATCH ? num_sessions : RKV_CUDA_MAX_BATCH;
-    c->slot_bytes = 2 * (size_t)rows * sizeof(int64_t);
+    c->slot_bytes = 2 * (size_t)rkv__cuda_max_batch(num_sessions) * sizeof(int64_t);
     void *stage = nullptr, *err_host = nullptr, *err_pool = nullptr;
     cudaError_t e = cudaMallocHost(&stage, kStageSlots * c->slot_bytes);
     c->stage = static_cast<uint8_t *>(stage);
@@ -453,8 +438,7 @@ extern "C" rkv_status rkv_model_cuda_attention_describe(const rkv_model *model, 
     if (layer < 0 || layer >= cfg->n_layers)
         return rkv_error_set(RKV_ERR_RANGE, "%s: layer %lld out of range; expected 0..%lld", what,
                              (long long)layer, (long long)(cfg->n_layers - 1));
-    const int64_t max_b =
-        cfg->num_sessions < RKV_CUDA_MAX_BATCH ? cfg->num_sessions : RKV_CUDA_MAX_BATCH;
+    const int64_t max_b = rkv__cuda_max_batch(cfg->num_sessions);
     if (batch < 1 || batch > max_b)
         return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: batch B = %lld; expected 1..%lld", what,
                              (long long)batch, (long long)max_b);

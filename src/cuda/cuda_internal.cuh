@@ -12,10 +12,6 @@
 #include "ringkv_backend.h"  // rkv_error_set: the core's public error setter
 #include "ringkv_cuda.h"
 
-// This library reaches the core through its public symbols only (it may be
-// a shared library beside libringkv.so, whose private symbols are hidden;
-// docs/backends.md): messages go through rkv_error_set.
-
 // What a context knows of its GPU (read once per process and device:
 // backend_cuda.cu's prepare).
 struct rkv__cuda_device {
@@ -106,28 +102,23 @@ __device__ __forceinline__ bool rkv__d_validate_rows(const int64_t *__restrict__
     return false;
 }
 
-// Attention entry points (attention.cu) and their per-dtype parts.
-// Raises the tensor-core kernels' dynamic shared memory limits (once per
-// device: backend_cuda.cu's prepare; not capture-safe); may fall back from wgmma.
+// Raises the tensor-core kernels' dynamic shared memory limits (attention.cu;
+// once per device: backend_cuda.cu's prepare); may fall back from wgmma.
 cudaError_t rkv__cuda_attention_prepare(rkv__cuda_device *d);
-// The plan of a launch of valid args (preferred: plan the preferred key
-// split, ignoring a->workspace; for the workspace query); RKV_ERR_OVERFLOW
-// named after `what` when its grid is too large.
+// rkv__cuda_attention_plan_make on l's device and kernel choice (plan.h);
+// RKV_ERR_OVERFLOW named after `what` when its grid is too large.
 rkv_status rkv__cuda_attention_plan_checked(const rkv_cuda_layer *l,
                                             const rkv_cuda_attention_args *a, int preferred,
                                             const char *what, rkv__cuda_attn_plan *plan);
 
-// The table's operations (unchecked: the core checked the arguments once;
-// layer.cu, attention.cu). Each needs the layer's device
-// current (RKV_ERR_STATE otherwise) and enqueues on its context's stream.
+// The table's operations (layer.cu, attention.cu; the core checked the
+// arguments): each needs the layer's device current (RKV_ERR_STATE
+// otherwise) and enqueues on its context's stream.
 // A layer of its own storage (storage->kv NULL) or over the caller's;
-// *storage receives its pointers. Not capture-safe (allocates, except a
-// wrap with an error word).
+// *storage receives its pointers. Not capture-safe.
 rkv_status rkv__cuda_layer_create(const rkv_geometry *g, const rkv__cuda_device *d,
                                   rkv_backend_storage *storage, rkv_cuda_layer **out);
 void rkv__cuda_layer_destroy(rkv_cuda_layer *l);
-// Reads and clears the layer's error word (one copy and one wait).
-rkv_status rkv__cuda_check(const rkv_cuda_layer *l, cudaStream_t stream);
 // The table's reset, span_read, span_write, span_copy and span_region
 // (where a piece lives in device memory: host arithmetic, no CUDA call).
 rkv_status rkv__cuda_reset(void *ctx, void *layer, int64_t session);
@@ -138,10 +129,10 @@ rkv_status rkv__cuda_span_write(void *ctx, void *layer, int64_t session, rkv_spa
 rkv_status rkv__cuda_span_copy(void *ctx, void *layer, int64_t src_session, int64_t dst_session);
 rkv_status rkv__cuda_span_region(void *ctx, const void *layer, int64_t session, rkv_span_part part,
                                  int64_t head, void **ptr, int *device);
-// kv NULL (batch 1, commit 0): the visibility row alone (rkv_layer_visible_row).
-rkv_status rkv__cuda_upsert_launch(const rkv_cuda_layer *l, const void *kv, int64_t batch,
-                                   const int64_t *frame_pos, const int64_t *session_idx,
-                                   int commit, uint8_t *visible, const char *what);
+// The table's upsert; kv NULL (batch 1, commit 0): the visibility row alone.
+rkv_status rkv__cuda_upsert(void *ctx, void *layer, const void *kv, int64_t batch,
+                            const int64_t *frame_pos, const int64_t *session_idx, int commit,
+                            uint8_t *visible);
 rkv_status rkv__cuda_attend_launch(const rkv_cuda_layer *l, const rkv_cuda_attention_args *a,
                                    const char *what);
 

@@ -245,21 +245,11 @@ rkv_status rkv__cuda_reset(void *, void *layer, int64_t session) {
     return rkv__cuda_after_launch(what);
 }
 
-rkv_status rkv__cuda_check(const rkv_cuda_layer *l, cudaStream_t s) {
-    static const char what[] = "rkv_layer_check";
-    rkv_status st = rkv__cuda_check_current(l->d.device, "layer", what);
-    if (st != RKV_OK) return st;
-    int word = 0;
-    cudaError_t e = cudaMemcpyAsync(&word, l->err, sizeof word, cudaMemcpyDeviceToHost, s);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(s);
-    if (e == cudaSuccess && word) e = cudaMemsetAsync(l->err, 0, sizeof word, s);
-    if (e != cudaSuccess) return rkv__cuda_fail(e, what);
-    return word ? rkv__cuda_device_error_status(word, l->g.num_sessions) : RKV_OK;
-}
-
-rkv_status rkv__cuda_upsert_launch(const rkv_cuda_layer *l, const void *kv, int64_t batch,
-                                   const int64_t *frame_pos, const int64_t *session_idx,
-                                   int commit, uint8_t *visible, const char *what) {
+rkv_status rkv__cuda_upsert(void *, void *layer, const void *kv, int64_t batch,
+                            const int64_t *frame_pos, const int64_t *session_idx, int commit,
+                            uint8_t *visible) {
+    const char *what = kv ? "rkv_layer_upsert" : "rkv_layer_visible_row";
+    const rkv_cuda_layer *l = static_cast<const rkv_cuda_layer *>(layer);
     rkv_status st = rkv__cuda_check_current(l->d.device, "layer", what);
     if (st != RKV_OK) return st;
     rkv__cuda_upsert_plan plan;

@@ -12,10 +12,6 @@ static int64_t ceil_div64(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 static size_t align16(size_t x) { return (x + 15) & ~(size_t)15; }
 
-static int64_t max_batch_of(const rkv_geometry *g) {
-    return g->num_sessions < RKV_CUDA_MAX_BATCH ? g->num_sessions : RKV_CUDA_MAX_BATCH;
-}
-
 /* ---- upsert --------------------------------------------------------------- */
 
 void rkv__cuda_upsert_plan_make(const rkv_geometry *g, int64_t batch, int commit, int with_visible,
@@ -66,10 +62,8 @@ rkv_status rkv__cuda_attention_check(const rkv_geometry *g, const rkv_cuda_atten
         what, "args", "rkv_cuda_attention_args", "RKV_CUDA_ATTENTION_ARGS_INIT", a->struct_size,
         RKV__SIZE_V1(rkv_cuda_attention_args, workspace_bytes), sizeof *a);
     if (st != RKV_OK) return st;
-    /* the core's one attention check, with this backend's limits: the rows
-     * of one launch at most min(S, RKV_CUDA_MAX_BATCH) */
     rkv_backend_limits lim = RKV__CUDA_LIMITS;
-    lim.max_batch = max_batch_of(g);
+    lim.max_batch = rkv__cuda_max_batch(g->num_sessions);
     if ((st = rkv__attend_args_check(g, &lim, NULL, a, false, what)) != RKV_OK) return st;
     if (a->workspace && rkv__misaligned(a->workspace, 16))
         return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: workspace is not 16-byte aligned", what);
@@ -85,8 +79,7 @@ size_t rkv__cuda_split_workspace_bytes(int splits, int64_t total_rows, int d_hea
     return (size_t)splits * (size_t)total_rows * (size_t)(d_head + 2) * sizeof(float);
 }
 
-/* Whether the tensor-core kernels take this call: 16-bit storage, q in it,
- * out in it or f32, no explicit rows, D 64 or 128. */
+/* Whether the tensor-core kernels take this call (ringkv_cuda.h, rkv_cuda_attention_describe). */
 static int tensor_core_call(const rkv_geometry *g, const rkv_cuda_attention_args *a) {
     return (g->dtype == RKV_DTYPE_BF16 || g->dtype == RKV_DTYPE_F16) && a->q_dtype == g->dtype &&
            (a->out_dtype == g->dtype || a->out_dtype == RKV_DTYPE_F32) && !a->visible &&
@@ -227,7 +220,7 @@ size_t rkv__cuda_model_workspace_bytes(const rkv_geometry *g, const rkv__cuda_de
                                        int stages, int kernel, int64_t max_batch,
                                        int64_t n_q_heads) {
     size_t most = 0;
-    for (int64_t b = 1; b <= max_batch && b <= max_batch_of(g); b++) {
+    for (int64_t b = 1; b <= max_batch && b <= rkv__cuda_max_batch(g->num_sessions); b++) {
         rkv_cuda_attention_args a = RKV_CUDA_ATTENTION_ARGS_INIT;
         a.batch = b;
         a.n_q_heads = n_q_heads;
@@ -240,7 +233,6 @@ size_t rkv__cuda_model_workspace_bytes(const rkv_geometry *g, const rkv__cuda_de
 }
 
 rkv_status rkv__cuda_model_args_check(const char *what, const rkv_attention_args *a) {
-    /* one version of the struct so far: every member is the caller's */
     return rkv__struct_size_check(what, "args", "rkv_attention_args", "RKV_ATTENTION_ARGS_INIT",
                                   a->struct_size, RKV__ATTENTION_ARGS_V1, sizeof *a);
 }

@@ -17,8 +17,7 @@ extern "C" {
 #endif
 
 /* The arguments of one attention launch: the core's rkv_attention_args
- * (ringkv.h, version 2: with the workspace), read by the planner as they
- * are (pool unused). */
+ * (ringkv.h; pool unused). */
 typedef rkv_attention_args rkv_cuda_attention_args;
 #define RKV_CUDA_ATTENTION_ARGS_INIT RKV_ATTENTION_ARGS_INIT
 
@@ -27,6 +26,10 @@ typedef rkv_attention_args rkv_cuda_attention_args;
  * RKV__SIMT_MAX_D, the grid's y dimension 65535 KV heads, and every
  * per-pass buffer is read in 16-byte vectors. */
 #define RKV__CUDA_LIMITS {RKV_CUDA_MAX_BATCH, 256, 65535, 16, 0}
+/* The most rows one launch on S sessions takes: min(S, RKV_CUDA_MAX_BATCH). */
+static inline int64_t rkv__cuda_max_batch(int64_t S) {
+    return S < RKV_CUDA_MAX_BATCH ? S : RKV_CUDA_MAX_BATCH;
+}
 
 /* What the planner needs to know about the GPU (read once at layer
  * creation with cudaGetDeviceProperties). */
@@ -156,13 +159,10 @@ rkv_status rkv__cuda_span_check(const rkv_geometry *g, const char *what, int64_t
 size_t rkv__cuda_model_workspace_bytes(const rkv_geometry *g, const rkv__cuda_device_info *dev,
                                        int stages, int kernel, int64_t max_batch,
                                        int64_t n_q_heads);
-/* A caller's rkv_attention_args->struct_size (ringkv.h, "Structs that
- * grow"): RKV_ERR_INVALID_ARG named after `what` unless this library knows
- * it. */
+/* A caller's rkv_attention_args->struct_size (ringkv.h): RKV_ERR_INVALID_ARG
+ * named after `what` unless this library knows it. */
 rkv_status rkv__cuda_model_args_check(const char *what, const rkv_attention_args *a);
-/* The launch arguments of the core's (checked) args: a's batch, heads,
- * queries, pointers, dtypes, scale, rows, clocks and visibility rows, and
- * the workspace given. */
+/* The launch arguments of the core's (checked) args, with this workspace. */
 void rkv__cuda_model_attention_args(const rkv_attention_args *a, void *workspace,
                                     size_t workspace_bytes, rkv_cuda_attention_args *out);
 

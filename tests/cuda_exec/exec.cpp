@@ -1770,8 +1770,8 @@ RKVX_RW(16)
 void __tsan_read_range(void *p, unsigned long n) { plain(p, n, false, __builtin_return_address(0)); }
 void __tsan_write_range(void *p, unsigned long n) { plain(p, n, true, __builtin_return_address(0)); }
 
-// Atomic operations of instrumented code (host code of the .cu files: the
-// std::atomic of ring_view.cu): performed sequentially consistent.
+// Atomic operations of instrumented code (host code of the .cu files, e.g.
+// std::mutex's): performed sequentially consistent.
 #define RKVX_ATOMIC(n, T)                                                                       \
     T __tsan_atomic##n##_load(const volatile T *a, int) { return __atomic_load_n(a, __ATOMIC_SEQ_CST); } \
     void __tsan_atomic##n##_store(volatile T *a, T v, int) { __atomic_store_n(a, v, __ATOMIC_SEQ_CST); } \
