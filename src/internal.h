@@ -125,8 +125,8 @@ struct rkv_layer {
     rkv_backend_storage store;    /* its storage (BACKEND memory)      */
     bool owns_impl;               /* false: a model's layer            */
 };
-/* Fills *l for a model's layer (borrowed: rkv_layer_destroy never sees it;
- * the model frees impl). */
+/* Fills *l with owns_impl false: a model's layer (rkv_layer_destroy never
+ * frees it; the model frees impl); layer.c's creations then set it true. */
 void rkv__layer_borrow(struct rkv_layer *l, const rkv_backend_ops *ops,
                        const rkv_backend_ops *ops_id, const rkv_backend_limits *limits, void *ctx,
                        const rkv_geometry *g, void *impl, const rkv_backend_storage *store);

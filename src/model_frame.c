@@ -289,73 +289,62 @@ static rkv_status attention_args(const rkv_model *m, const char *what, int64_t l
                                   false, what);
 }
 
-/* The checked calls, on layer `layer` or on `on` (rkv_model_upsert's ring). */
-static rkv_status do_upsert(rkv_model *m, const char *what, int64_t layer, const rkv_layer *on,
-                            const void *kv, int commit) {
-    rkv_status st = m->ops.upsert(m->ctx, on ? on->impl : m->layers[layer], kv, m->batch.n,
-                                  dev_clocks(m), dev_sessions(m), commit, NULL);
-    if (st != RKV_OK) return rkv__model_backend_fail(st, what);
-    if (commit) mark_committed(m, layer);
+/* One pass on layer `layer` or on `on` (rkv_model_upsert's ring): the
+ * upsert (kv, when up) and / or the attention (args, when att). Every
+ * argument is checked first: neither operation can refuse them then, so a
+ * refused step writes nothing. */
+static rkv_status frame_pass(rkv_model *m, const char *what, int64_t layer, const rkv_layer *on,
+                             bool up, const void *kv, rkv_dtype kv_dtype, int commit, bool att,
+                             const rkv_attention_args *args) {
+    rkv_attention_args a;
+    rkv_status st = att ? attention_args(m, what, layer, on, args, &a) : RKV_OK;
+    if (st == RKV_OK && up) st = check_kv(m, what, layer, on, kv, kv_dtype);
+    if (st != RKV_OK) return st;
+    void *impl = on ? on->impl : m->layers[layer];
+    if (up) {
+        st = m->ops.upsert(m->ctx, impl, kv, m->batch.n, dev_clocks(m), dev_sessions(m), commit,
+                           NULL);
+        if (st != RKV_OK) return rkv__model_backend_fail(st, what);
+        if (commit) mark_committed(m, layer);
+    }
+    if (att && (st = m->ops.attend(m->ctx, impl, &a, m->workspace, m->workspace_bytes)) != RKV_OK)
+        return rkv__model_backend_fail(st, what);
     return RKV_OK;
 }
 
-static rkv_status do_attend(rkv_model *m, const char *what, int64_t layer, const rkv_layer *on,
-                            const rkv_attention_args *a) {
-    rkv_status st = m->ops.attend(m->ctx, on ? on->impl : m->layers[layer], a, m->workspace,
-                                  m->workspace_bytes);
-    return st == RKV_OK ? RKV_OK : rkv__model_backend_fail(st, what);
-}
-
-static rkv_status frame_upsert(rkv_model *m, const char *what, int64_t layer, const rkv_layer *on,
-                               const void *kv, rkv_dtype kv_dtype, int commit) {
-    rkv_status st = check_kv(m, what, layer, on, kv, kv_dtype);
-    return st == RKV_OK ? do_upsert(m, what, layer, on, kv, commit) : st;
-}
-
-static rkv_status frame_attend(rkv_model *m, const char *what, int64_t layer, const rkv_layer *on,
-                               const rkv_attention_args *args) {
-    rkv_attention_args a;
-    rkv_status st = attention_args(m, what, layer, on, args, &a);
-    return st == RKV_OK ? do_attend(m, what, layer, on, &a) : st;
-}
-
-static rkv_status frame_step(rkv_model *m, const char *what, int64_t layer, const void *kv,
-                             rkv_dtype kv_dtype, int commit, const rkv_attention_args *args) {
-    rkv_attention_args a;
-    rkv_status st = attention_args(m, what, layer, NULL, args, &a);
-    if (st == RKV_OK) st = check_kv(m, what, layer, NULL, kv, kv_dtype);
-    if (st != RKV_OK) return st;
-    /* Every argument the upsert and the attention check is valid now:
-     * neither can refuse them, so a refused step writes nothing. */
-    if ((st = do_upsert(m, what, layer, NULL, kv, commit)) != RKV_OK) return st;
-    return do_attend(m, what, layer, NULL, &a);
+/* The per-pass calls on the current batch: layer, then a frame open
+ * (need_open) or at least begun. */
+static rkv_status check_current(const rkv_model *m, const char *what, int64_t layer,
+                                bool need_open) {
+    rkv_status st = check_layer(m, what, layer);
+    if (st == RKV_OK && (need_open ? !m->batch.open : m->batch.n == 0))
+        st = no_open_frame(m, what);
+    return st;
 }
 
 rkv_status rkv_model_frame_upsert(rkv_model *model, int64_t layer, const void *kv,
                                   rkv_dtype kv_dtype, int commit) {
     static const char what[] = "rkv_model_frame_upsert";
-    rkv_status st = check_layer(model, what, layer);
-    if (st != RKV_OK) return st;
-    if (!model->batch.open) return no_open_frame(model, what);
-    return frame_upsert(model, what, layer, NULL, kv, kv_dtype, commit);
+    rkv_status st = check_current(model, what, layer, true);
+    return st == RKV_OK ? frame_pass(model, what, layer, NULL, true, kv, kv_dtype, commit, false,
+                                     NULL)
+                        : st;
 }
 
 rkv_status rkv_model_frame_attend(rkv_model *model, int64_t layer,
                                   const rkv_attention_args *args) {
     static const char what[] = "rkv_model_frame_attend";
-    rkv_status st = check_layer(model, what, layer);
-    if (st != RKV_OK) return st;
-    if (model->batch.n == 0) return no_open_frame(model, what);
-    return frame_attend(model, what, layer, NULL, args);
+    rkv_status st = check_current(model, what, layer, false);
+    return st == RKV_OK ? frame_pass(model, what, layer, NULL, false, NULL, 0, 0, true, args) : st;
 }
 
 rkv_status rkv_model_frame_step(rkv_model *model, int64_t layer, const void *kv,
                                 rkv_dtype kv_dtype, int commit, const rkv_attention_args *args) {
     static const char what[] = "rkv_model_frame_step";
-    rkv_status st = check_layer(model, what, layer);
-    if (st != RKV_OK) return st;
-    if (!model->batch.open) return no_open_frame(model, what);
-    return frame_step(model, what, layer, kv, kv_dtype, commit, args);
+    rkv_status st = check_current(model, what, layer, true);
+    return st == RKV_OK ? frame_pass(model, what, layer, NULL, true, kv, kv_dtype, commit, true,
+                                     args)
+                        : st;
 }
 
 rkv_status rkv_model_upsert(rkv_model *model, int64_t layer, const rkv_layer *ring,
@@ -363,7 +352,9 @@ rkv_status rkv_model_upsert(rkv_model *model, int64_t layer, const rkv_layer *ri
                             rkv_dtype kv_dtype, int commit) {
     static const char what[] = "rkv_model_upsert";
     rkv_status st = check_batch_rows(model, what, layer, ring, batch, session_idx, true);
-    return st == RKV_OK ? frame_upsert(model, what, layer, ring, kv, kv_dtype, commit) : st;
+    return st == RKV_OK
+               ? frame_pass(model, what, layer, ring, true, kv, kv_dtype, commit, false, NULL)
+               : st;
 }
 
 rkv_status rkv_model_attend(rkv_model *model, int64_t layer, const rkv_layer *ring,
@@ -371,7 +362,7 @@ rkv_status rkv_model_attend(rkv_model *model, int64_t layer, const rkv_layer *ri
                             const rkv_attention_args *args) {
     static const char what[] = "rkv_model_attend";
     rkv_status st = check_batch_rows(model, what, layer, ring, batch, session_idx, false);
-    return st == RKV_OK ? frame_attend(model, what, layer, ring, args) : st;
+    return st == RKV_OK ? frame_pass(model, what, layer, ring, false, NULL, 0, 0, true, args) : st;
 }
 
 rkv_status rkv_model_step(rkv_model *model, int64_t layer, int64_t batch,
@@ -379,5 +370,6 @@ rkv_status rkv_model_step(rkv_model *model, int64_t layer, int64_t batch,
                           int commit, const rkv_attention_args *args) {
     static const char what[] = "rkv_model_step";
     rkv_status st = check_batch_rows(model, what, layer, NULL, batch, session_idx, true);
-    return st == RKV_OK ? frame_step(model, what, layer, kv, kv_dtype, commit, args) : st;
+    return st == RKV_OK ? frame_pass(model, what, layer, NULL, true, kv, kv_dtype, commit, true, args)
+                        : st;
 }
