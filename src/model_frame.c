@@ -11,9 +11,6 @@
 /* Row b's session and clock in the current batch (host copies). */
 static int64_t row_session(const rkv_model *m, int64_t b) { return m->batch.host[b]; }
 static int64_t row_clock(const rkv_model *m, int64_t b) { return m->batch.host[m->batch.n + b]; }
-/* The batch's BACKEND buffers, as the kernels read them. */
-static const int64_t *dev_sessions(const rkv_model *m) { return m->batch.dev; }
-static const int64_t *dev_clocks(const rkv_model *m) { return m->batch.dev + m->batch.n; }
 
 void rkv__model_close_batch(rkv_model *m) {
     for (int64_t b = 0; b < m->batch.n; b++) m->sessions[row_session(m, b)].row = -1;
@@ -221,10 +218,7 @@ rkv_status rkv_model_begin_frame(rkv_model *model, int64_t batch, const int64_t 
 
 rkv_status rkv_model_end_frame(rkv_model *model) {
     if (!model) return rkv__fail(RKV_ERR_NULL, "rkv_model_end_frame: model is NULL");
-    if (model->batch.n == 0)
-        return rkv__fail(RKV_ERR_STATE,
-                         "rkv_model_end_frame: no frame begun (or the last batch was abandoned, "
-                         "reset or released); call rkv_model_begin_frame first");
+    if (model->batch.n == 0) return no_open_frame(model, "rkv_model_end_frame");
     if (model->batch.open) end_frame(model);
     return RKV_OK;
 }
@@ -281,8 +275,8 @@ static rkv_status attention_args(const rkv_model *m, const char *what, int64_t l
         return rkv__fail(RKV_ERR_INVALID_ARG, "%s: args->n_q_heads = %lld; this model has %lld",
                          what, (long long)out->n_q_heads, (long long)m->cfg.n_q_heads);
     out->batch = m->batch.n;
-    out->session_idx = dev_sessions(m);
-    out->frame_pos = dev_clocks(m);
+    out->session_idx = m->batch.dev;
+    out->frame_pos = m->batch.dev + m->batch.n;
     out->visible = NULL;
     const rkv_geometry g = rkv__model_layer_geometry(m, layer);
     return rkv__attend_args_check(&g, &m->limits, &(on ? on : &m->handles[layer])->store, out,
@@ -302,8 +296,8 @@ static rkv_status frame_pass(rkv_model *m, const char *what, int64_t layer, cons
     if (st != RKV_OK) return st;
     void *impl = on ? on->impl : m->layers[layer];
     if (up) {
-        st = m->ops.upsert(m->ctx, impl, kv, m->batch.n, dev_clocks(m), dev_sessions(m), commit,
-                           NULL);
+        const int64_t *rows = m->batch.dev; /* BACKEND: sessions, then clocks */
+        st = m->ops.upsert(m->ctx, impl, kv, m->batch.n, rows + m->batch.n, rows, commit, NULL);
         if (st != RKV_OK) return rkv__model_backend_fail(st, what);
         if (commit) mark_committed(m, layer);
     }
