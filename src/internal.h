@@ -291,9 +291,9 @@ rkv_status rkv__geometry_check_shared(const rkv_geometry *g);
 const char *rkv__geometry_differs(const rkv_geometry *a, const rkv_geometry *b, int64_t *va,
                                   int64_t *vb);
 
-/* Validates a model config (its own fields first, named as such; then every
- * layer's geometry, "layer i: ..."; GQA, name, total bytes); fills the
- * per-session and total K/V bytes when non-NULL. */
+/* Validates a model config: name, max_offloaded, its own fields (S, H, D,
+ * T, dtype: named without a layer), GQA, every layer's geometry ("layer i:
+ * ..."), total bytes; fills the per-session and total K/V bytes (non-NULL). */
 rkv_status rkv__model_config_check(const rkv_model_config *cfg, size_t *per_session,
                                    size_t *total);
 
