@@ -30,12 +30,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* RKV_API marks every public function (of every include/ header), as
- * SQLite's SQLITE_API does. The libraries are built with -fvisibility=hidden,
- * so these are the only symbols they export (the ctest exported_symbols
- * checks it): private rkv__* functions cannot be linked against. GCC and
- * Clang: visibility("default"); elsewhere empty; a program may define it
- * first (to add, say, a calling convention). */
+/* RKV_API marks every public function of include/ (as SQLITE_API does):
+ * the libraries are built with -fvisibility=hidden, so these are their only
+ * exports (ctest exported_symbols; rkv__* cannot be linked against). GCC,
+ * Clang: visibility("default"), else empty; a program may define it first
+ * (say, to add a calling convention). */
 #ifndef RKV_API
 #if defined(__GNUC__) || defined(__clang__)
 #define RKV_API __attribute__((visibility("default")))
@@ -351,11 +350,9 @@ RKV_API rkv_status rkv_layer_upsert(rkv_layer *layer, const void *kv,
  * f mod PD == 0. session_idx, frame_pos: BACKEND [1] int64; row: BACKEND
  * [N] bytes, written whole (0/1), not overlapping the written bits.
  * Errors: RKV_ERR_RANGE (session not in [0, S)), RKV_ERR_INVALID_ARG
- * (frame_pos < 0, overlap, misalignment); a bad session or clock is
- * checked and worded as rkv_layer_upsert's row 0, the session first
- * ("session_idx[0] = 3 is out of range; expected 0..S-1", "frame_pos[0] =
- * -1; expected >= 0"); on CUDA they are device values (rkv_layer_check).
- * Capture-safe on CUDA. */
+ * (frame_pos < 0, overlap, misalignment): checked and worded as
+ * rkv_layer_upsert's row 0, the session first (on CUDA device values:
+ * rkv_layer_check). Capture-safe on CUDA. */
 RKV_API rkv_status rkv_layer_visible_row(const rkv_layer *layer, const int64_t *session_idx,
                                          const int64_t *frame_pos, uint8_t *row);
 
@@ -467,9 +464,9 @@ RKV_API rkv_status rkv_model_claim(rkv_model *model, const char *request_id,
 RKV_API rkv_status rkv_model_lookup(const rkv_model *model, const char *request_id,
                                     int64_t *session);
 /* Releases a held session: zeroed in every layer, clock dropped, id freed.
- * Allowed at any time. When the session is a row of the current batch, the
- * batch is closed; if its frame was open, that frame is abandoned for every
- * row (see "Frames" below). RKV_ERR_RANGE, RKV_ERR_STATE (not held). */
+ * Allowed at any time: a row of the current batch closes it, abandoning
+ * its open frame for every row ("Frames" below). RKV_ERR_RANGE,
+ * RKV_ERR_STATE (not held). */
 RKV_API rkv_status rkv_model_release(rkv_model *model, int64_t session);
 /* Resets a held session in every layer and drops its clock (SEM 6): the next
  * frame may start anywhere. The session stays claimed. Inside a frame: as
@@ -625,13 +622,10 @@ RKV_API rkv_status rkv_model_frame_upsert(rkv_model *model, int64_t layer,
 
 /* Attention of the current batch (open or ended) on layer `layer` at its
  * clocks, with the bits-and-clock rule (rkv_layer_attend's operation).
- * args: q [B][Hq][Tq][D] and out [B][Hq][Tq][D] in BACKEND memory
- * (caller-owned; out written whole), q_dtype, out_dtype, n_queries, scale,
- * and pool (CPU backend only; ignored elsewhere). args->n_q_heads must equal
- * the model's. args->batch, session_idx, frame_pos and visible are ignored:
- * the batch's rows and clocks are used. On CUDA the model's workspace lets
- * the keys of a row split over several blocks (sized at creation for
- * n_queries = tokens_per_frame; other n_queries may split less).
+ * args as rkv_layer_attend's (q, out: BACKEND, caller-owned), n_q_heads the
+ * model's; args->batch, session_idx, frame_pos, visible and workspace are
+ * ignored: the batch's rows and clocks and the model's workspace (sized at
+ * creation for n_queries = tokens_per_frame; others may split less).
  * Errors: RKV_ERR_RANGE (layer), RKV_ERR_STATE (no current batch),
  * RKV_ERR_INVALID_ARG (heads, queries, scale, alignment, out overlapping
  * q or the layer's storage), RKV_ERR_DTYPE, RKV_ERR_OVERFLOW,
@@ -651,13 +645,12 @@ RKV_API rkv_status rkv_model_frame_step(rkv_model *model, int64_t layer,
                                         int commit, const rkv_attention_args *args);
 
 /* Ends the current frame: every row's clock becomes its frame_pos, as when
- * the commit pass has gone through every layer. This is how a frame
- * replayed from a CUDA graph ends: call it after enqueuing a replay whose
- * commit pass runs on every layer (the model cannot see inside a replay;
- * a commit that did not run is missing from the rings, as a skipped one).
- * Host only (enqueues and waits for nothing). The batch stays current for
- * attention; one whose frame already ended: RKV_OK, nothing changes.
- * Errors: RKV_ERR_STATE (no current batch). */
+ * the commit pass has gone through every layer: how a frame replayed from
+ * a CUDA graph ends (the model cannot see inside a replay: a commit pass
+ * that did not run is missing from the rings). Host only (enqueues and
+ * waits for nothing). The batch stays current for attention; one whose
+ * frame already ended: RKV_OK, nothing changes. Errors: RKV_ERR_STATE (no
+ * current batch). */
 RKV_API rkv_status rkv_model_end_frame(rkv_model *model);
 
 /* Closes the current batch. An open frame is abandoned: no clock changes,
@@ -830,12 +823,10 @@ RKV_API rkv_status rkv_snapshot_inspect(const char *path, const void *buf, size_
  *    rkv_model_snapshot_bytes). Errors: RKV_ERR_RANGE, RKV_ERR_STATE (not
  *    claimed, inside a frame), RKV_ERR_INVALID_ARG (buf_bytes too small),
  *    RKV_ERR_NO_MEMORY, the backend's copy errors.
- *  rkv_model_restore: rkv_model_load_session from an image in memory (buf:
- *    buf_bytes bytes, read only: this model's images, a file's bytes, one
- *    received over the network) into held session `session`, bit-exact,
- *    with its clock, as rkv_model_load_session does: the same checks first
- *    and errors (RKV_ERR_FORMAT "truncated", "corrupted header", "corrupted
- *    data", "wrong geometry", ...; no RKV_ERR_IO).
+ *  rkv_model_restore: rkv_model_load_session (its checks first, its errors
+ *    but RKV_ERR_IO) from an image in memory (buf: buf_bytes bytes, read
+ *    only: this model's images, a file's bytes, one received over the
+ *    network) into held session `session`.
  * Heap: after a session's first image of a request id, neither call
  * allocates (an undo every frame, issue 20): the model keeps the session's
  * header, built once (JSON, Jansson), writes it with each image's clock and

@@ -125,8 +125,8 @@ struct rkv_layer {
     rkv_backend_storage store;    /* its storage (BACKEND memory)      */
     bool owns_impl;               /* false: a model's layer            */
 };
-/* Fills *l for a model's layer (borrowed: rkv_layer_destroy never sees it;
- * the model frees impl). */
+/* Fills *l with owns_impl false: a model's layer (rkv_layer_destroy never
+ * frees it; the model frees impl); layer.c's creations then set it true. */
 void rkv__layer_borrow(struct rkv_layer *l, const rkv_backend_ops *ops,
                        const rkv_backend_ops *ops_id, const rkv_backend_limits *limits, void *ctx,
                        const rkv_geometry *g, void *impl, const rkv_backend_storage *store);
@@ -265,9 +265,9 @@ rkv_status rkv__geometry_check_shared(const rkv_geometry *g);
 const char *rkv__geometry_differs(const rkv_geometry *a, const rkv_geometry *b, int64_t *va,
                                   int64_t *vb);
 
-/* Validates a model config (its own fields first, named as such; then every
- * layer's geometry, "layer i: ..."; GQA, name, total bytes); fills the
- * per-session and total K/V bytes when non-NULL. */
+/* Validates a model config: name, max_offloaded, its own fields (S, H, D,
+ * T, dtype: named without a layer), GQA, every layer's geometry ("layer i:
+ * ..."), total bytes; fills the per-session and total K/V bytes (non-NULL). */
 rkv_status rkv__model_config_check(const rkv_model_config *cfg, size_t *per_session,
                                    size_t *total);
 

@@ -6,24 +6,13 @@
 
 #include "attention_check.h"
 
-static void fill(struct rkv_layer *l, const rkv_geometry *g) {
-    l->g = *g;
-    l->capacity = rkv_geometry_capacity(g);
-    l->total_slots = rkv_geometry_total_slots(g);
-}
-
 void rkv__layer_borrow(struct rkv_layer *l, const rkv_backend_ops *ops,
                        const rkv_backend_ops *ops_id, const rkv_backend_limits *limits, void *ctx,
                        const rkv_geometry *g, void *impl, const rkv_backend_storage *store) {
-    memset(l, 0, sizeof *l);
-    fill(l, g);
-    l->ops = *ops;
-    l->ops_id = ops_id;
-    l->limits = *limits;
-    l->ctx = ctx;
-    l->impl = impl;
-    l->store = *store;
-    l->owns_impl = false;
+    *l = (struct rkv_layer){.g = *g, .capacity = rkv_geometry_capacity(g),
+                            .total_slots = rkv_geometry_total_slots(g), .ops = *ops,
+                            .ops_id = ops_id, .limits = *limits, .ctx = ctx, .impl = impl,
+                            .store = *store};
 }
 
 /* The byte alignment the backend needs of its per-pass buffers (at least
@@ -59,15 +48,12 @@ static rkv_status layer_new(const rkv_backend_ops *ops, void *ctx, const rkv_geo
     }
     struct rkv_layer *l = calloc(1, sizeof *l);
     if (!l) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", what);
-    *l = probe;
-    fill(l, g);
-    l->ops_id = ops;
-    l->ctx = ctx;
-    if ((st = l->ops.layer_create(ctx, g, &store, &l->impl)) != RKV_OK) {
+    void *impl = NULL;
+    if ((st = probe.ops.layer_create(ctx, g, &store, &impl)) != RKV_OK) {
         free(l);
         return st;
     }
-    l->store = store;
+    rkv__layer_borrow(l, &probe.ops, ops, &probe.limits, ctx, g, impl, &store);
     l->owns_impl = true;
     *out = l;
     return RKV_OK;

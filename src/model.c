@@ -441,22 +441,21 @@ rkv_status rkv_model_lookup(const rkv_model *model, const char *request_id, int6
 /* A backend failure while zeroing the session (CUDA: a launch that fails)
  * is reported after the host state has changed: the session is released
  * (or reset) whatever happens, so that the model's bookkeeping stays whole. */
-rkv_status rkv_model_release(rkv_model *model, int64_t session) {
-    static const char what[] = "rkv_model_release";
+static rkv_status clear(rkv_model *model, int64_t session, const char *what, bool release) {
     rkv_status st = rkv__model_check_held(model, what, session);
     if (st != RKV_OK) return st;
     st = rkv__model_clear_session(model, session);
-    model->sessions[session].held = false;
-    memset(model->sessions[session].request_id, 0, RKV_MAX_REQUEST_ID);
+    if (release) {
+        model->sessions[session].held = false;
+        memset(model->sessions[session].request_id, 0, RKV_MAX_REQUEST_ID);
+    }
     return st == RKV_OK ? RKV_OK : rkv__model_backend_fail(st, what);
 }
-
+rkv_status rkv_model_release(rkv_model *model, int64_t session) {
+    return clear(model, session, "rkv_model_release", true);
+}
 rkv_status rkv_model_reset(rkv_model *model, int64_t session) {
-    static const char what[] = "rkv_model_reset";
-    rkv_status st = rkv__model_check_held(model, what, session);
-    if (st != RKV_OK) return st;
-    st = rkv__model_clear_session(model, session);
-    return st == RKV_OK ? RKV_OK : rkv__model_backend_fail(st, what);
+    return clear(model, session, "rkv_model_reset", false);
 }
 
 rkv_status rkv_model_clock(const rkv_model *model, int64_t session, int64_t *last_committed) {

@@ -11,9 +11,6 @@
 /* Row b's session and clock in the current batch (host copies). */
 static int64_t row_session(const rkv_model *m, int64_t b) { return m->batch.host[b]; }
 static int64_t row_clock(const rkv_model *m, int64_t b) { return m->batch.host[m->batch.n + b]; }
-/* The batch's BACKEND buffers, as the kernels read them. */
-static const int64_t *dev_sessions(const rkv_model *m) { return m->batch.dev; }
-static const int64_t *dev_clocks(const rkv_model *m) { return m->batch.dev + m->batch.n; }
 
 void rkv__model_close_batch(rkv_model *m) {
     for (int64_t b = 0; b < m->batch.n; b++) m->sessions[row_session(m, b)].row = -1;
@@ -221,10 +218,7 @@ rkv_status rkv_model_begin_frame(rkv_model *model, int64_t batch, const int64_t 
 
 rkv_status rkv_model_end_frame(rkv_model *model) {
     if (!model) return rkv__fail(RKV_ERR_NULL, "rkv_model_end_frame: model is NULL");
-    if (model->batch.n == 0)
-        return rkv__fail(RKV_ERR_STATE,
-                         "rkv_model_end_frame: no frame begun (or the last batch was abandoned, "
-                         "reset or released); call rkv_model_begin_frame first");
+    if (model->batch.n == 0) return no_open_frame(model, "rkv_model_end_frame");
     if (model->batch.open) end_frame(model);
     return RKV_OK;
 }
@@ -281,81 +275,70 @@ static rkv_status attention_args(const rkv_model *m, const char *what, int64_t l
         return rkv__fail(RKV_ERR_INVALID_ARG, "%s: args->n_q_heads = %lld; this model has %lld",
                          what, (long long)out->n_q_heads, (long long)m->cfg.n_q_heads);
     out->batch = m->batch.n;
-    out->session_idx = dev_sessions(m);
-    out->frame_pos = dev_clocks(m);
+    out->session_idx = m->batch.dev;
+    out->frame_pos = m->batch.dev + m->batch.n;
     out->visible = NULL;
     const rkv_geometry g = rkv__model_layer_geometry(m, layer);
     return rkv__attend_args_check(&g, &m->limits, &(on ? on : &m->handles[layer])->store, out,
                                   false, what);
 }
 
-/* The checked calls, on layer `layer` or on `on` (rkv_model_upsert's ring). */
-static rkv_status do_upsert(rkv_model *m, const char *what, int64_t layer, const rkv_layer *on,
-                            const void *kv, int commit) {
-    rkv_status st = m->ops.upsert(m->ctx, on ? on->impl : m->layers[layer], kv, m->batch.n,
-                                  dev_clocks(m), dev_sessions(m), commit, NULL);
-    if (st != RKV_OK) return rkv__model_backend_fail(st, what);
-    if (commit) mark_committed(m, layer);
+/* One pass on layer `layer` or on `on` (rkv_model_upsert's ring): the
+ * upsert (kv, when up) and / or the attention (args, when att). Every
+ * argument is checked first: neither operation can refuse them then, so a
+ * refused step writes nothing. */
+static rkv_status frame_pass(rkv_model *m, const char *what, int64_t layer, const rkv_layer *on,
+                             bool up, const void *kv, rkv_dtype kv_dtype, int commit, bool att,
+                             const rkv_attention_args *args) {
+    rkv_attention_args a;
+    rkv_status st = att ? attention_args(m, what, layer, on, args, &a) : RKV_OK;
+    if (st == RKV_OK && up) st = check_kv(m, what, layer, on, kv, kv_dtype);
+    if (st != RKV_OK) return st;
+    void *impl = on ? on->impl : m->layers[layer];
+    if (up) {
+        const int64_t *rows = m->batch.dev; /* BACKEND: sessions, then clocks */
+        st = m->ops.upsert(m->ctx, impl, kv, m->batch.n, rows + m->batch.n, rows, commit, NULL);
+        if (st != RKV_OK) return rkv__model_backend_fail(st, what);
+        if (commit) mark_committed(m, layer);
+    }
+    if (att && (st = m->ops.attend(m->ctx, impl, &a, m->workspace, m->workspace_bytes)) != RKV_OK)
+        return rkv__model_backend_fail(st, what);
     return RKV_OK;
 }
 
-static rkv_status do_attend(rkv_model *m, const char *what, int64_t layer, const rkv_layer *on,
-                            const rkv_attention_args *a) {
-    rkv_status st = m->ops.attend(m->ctx, on ? on->impl : m->layers[layer], a, m->workspace,
-                                  m->workspace_bytes);
-    return st == RKV_OK ? RKV_OK : rkv__model_backend_fail(st, what);
-}
-
-static rkv_status frame_upsert(rkv_model *m, const char *what, int64_t layer, const rkv_layer *on,
-                               const void *kv, rkv_dtype kv_dtype, int commit) {
-    rkv_status st = check_kv(m, what, layer, on, kv, kv_dtype);
-    return st == RKV_OK ? do_upsert(m, what, layer, on, kv, commit) : st;
-}
-
-static rkv_status frame_attend(rkv_model *m, const char *what, int64_t layer, const rkv_layer *on,
-                               const rkv_attention_args *args) {
-    rkv_attention_args a;
-    rkv_status st = attention_args(m, what, layer, on, args, &a);
-    return st == RKV_OK ? do_attend(m, what, layer, on, &a) : st;
-}
-
-static rkv_status frame_step(rkv_model *m, const char *what, int64_t layer, const void *kv,
-                             rkv_dtype kv_dtype, int commit, const rkv_attention_args *args) {
-    rkv_attention_args a;
-    rkv_status st = attention_args(m, what, layer, NULL, args, &a);
-    if (st == RKV_OK) st = check_kv(m, what, layer, NULL, kv, kv_dtype);
-    if (st != RKV_OK) return st;
-    /* Every argument the upsert and the attention check is valid now:
-     * neither can refuse them, so a refused step writes nothing. */
-    if ((st = do_upsert(m, what, layer, NULL, kv, commit)) != RKV_OK) return st;
-    return do_attend(m, what, layer, NULL, &a);
+/* The per-pass calls on the current batch: layer, then a frame open
+ * (need_open) or at least begun. */
+static rkv_status check_current(const rkv_model *m, const char *what, int64_t layer,
+                                bool need_open) {
+    rkv_status st = check_layer(m, what, layer);
+    if (st == RKV_OK && (need_open ? !m->batch.open : m->batch.n == 0))
+        st = no_open_frame(m, what);
+    return st;
 }
 
 rkv_status rkv_model_frame_upsert(rkv_model *model, int64_t layer, const void *kv,
                                   rkv_dtype kv_dtype, int commit) {
     static const char what[] = "rkv_model_frame_upsert";
-    rkv_status st = check_layer(model, what, layer);
-    if (st != RKV_OK) return st;
-    if (!model->batch.open) return no_open_frame(model, what);
-    return frame_upsert(model, what, layer, NULL, kv, kv_dtype, commit);
+    rkv_status st = check_current(model, what, layer, true);
+    return st == RKV_OK ? frame_pass(model, what, layer, NULL, true, kv, kv_dtype, commit, false,
+                                     NULL)
+                        : st;
 }
 
 rkv_status rkv_model_frame_attend(rkv_model *model, int64_t layer,
                                   const rkv_attention_args *args) {
     static const char what[] = "rkv_model_frame_attend";
-    rkv_status st = check_layer(model, what, layer);
-    if (st != RKV_OK) return st;
-    if (model->batch.n == 0) return no_open_frame(model, what);
-    return frame_attend(model, what, layer, NULL, args);
+    rkv_status st = check_current(model, what, layer, false);
+    return st == RKV_OK ? frame_pass(model, what, layer, NULL, false, NULL, 0, 0, true, args) : st;
 }
 
 rkv_status rkv_model_frame_step(rkv_model *model, int64_t layer, const void *kv,
                                 rkv_dtype kv_dtype, int commit, const rkv_attention_args *args) {
     static const char what[] = "rkv_model_frame_step";
-    rkv_status st = check_layer(model, what, layer);
-    if (st != RKV_OK) return st;
-    if (!model->batch.open) return no_open_frame(model, what);
-    return frame_step(model, what, layer, kv, kv_dtype, commit, args);
+    rkv_status st = check_current(model, what, layer, true);
+    return st == RKV_OK ? frame_pass(model, what, layer, NULL, true, kv, kv_dtype, commit, true,
+                                     args)
+                        : st;
 }
 
 rkv_status rkv_model_upsert(rkv_model *model, int64_t layer, const rkv_layer *ring,
@@ -363,7 +346,9 @@ rkv_status rkv_model_upsert(rkv_model *model, int64_t layer, const rkv_layer *ri
                             rkv_dtype kv_dtype, int commit) {
     static const char what[] = "rkv_model_upsert";
     rkv_status st = check_batch_rows(model, what, layer, ring, batch, session_idx, true);
-    return st == RKV_OK ? frame_upsert(model, what, layer, ring, kv, kv_dtype, commit) : st;
+    return st == RKV_OK
+               ? frame_pass(model, what, layer, ring, true, kv, kv_dtype, commit, false, NULL)
+               : st;
 }
 
 rkv_status rkv_model_attend(rkv_model *model, int64_t layer, const rkv_layer *ring,
@@ -371,7 +356,7 @@ rkv_status rkv_model_attend(rkv_model *model, int64_t layer, const rkv_layer *ri
                             const rkv_attention_args *args) {
     static const char what[] = "rkv_model_attend";
     rkv_status st = check_batch_rows(model, what, layer, ring, batch, session_idx, false);
-    return st == RKV_OK ? frame_attend(model, what, layer, ring, args) : st;
+    return st == RKV_OK ? frame_pass(model, what, layer, ring, false, NULL, 0, 0, true, args) : st;
 }
 
 rkv_status rkv_model_step(rkv_model *model, int64_t layer, int64_t batch,
@@ -379,5 +364,6 @@ rkv_status rkv_model_step(rkv_model *model, int64_t layer, int64_t batch,
                           int commit, const rkv_attention_args *args) {
     static const char what[] = "rkv_model_step";
     rkv_status st = check_batch_rows(model, what, layer, NULL, batch, session_idx, true);
-    return st == RKV_OK ? frame_step(model, what, layer, kv, kv_dtype, commit, args) : st;
+    return st == RKV_OK ? frame_pass(model, what, layer, NULL, true, kv, kv_dtype, commit, true, args)
+                        : st;
 }

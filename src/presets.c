@@ -80,9 +80,6 @@ rkv_status rkv_model_config_layer_geometry(const rkv_model_config *cfg, int64_t 
     return RKV_OK;
 }
 
-/* Validates a whole config: name, max_offloaded, the model's own fields (S, H,
- * D, T, dtype: named without a layer), GQA, then every layer's geometry
- * ("layer i: ..."), total bytes. */
 rkv_status rkv__model_config_check(const rkv_model_config *cfg, size_t *per_session,
                                    size_t *total) {
     if (!cfg) return rkv__fail(RKV_ERR_NULL, "model config is NULL");
