@@ -193,9 +193,10 @@ RKV_API rkv_status rkv_model_create_with_backend(const rkv_model_config *cfg,
  * on it, with BACKEND memory where the call says so. `ops` must stay valid
  * for the layer's life (a static table) and `ctx` too (the caller keeps
  * owning it: ops->ctx_destroy(ctx) after the last layer on it is
- * destroyed). ops NULL means the CPU table (ctx NULL). Not capture-safe
- * except where a backend says so (CUDA: rkv_layer_wrap with an error word
- * allocates host memory only).
+ * destroyed). rkv_layer_wrap takes ops NULL as the CPU table (ctx NULL);
+ * rkv_layer_create_on refuses it (RKV_ERR_NULL: rkv_layer_create is the CPU
+ * one). Not capture-safe except where a backend says so (CUDA:
+ * rkv_layer_wrap with an error word allocates host memory only).
  *  rkv_layer_create_on: the layer's own zeroed storage (CUDA's table and a
  *    context: rkv_cuda_backend, ringkv_cuda.h).
  *  rkv_layer_wrap: a layer over the caller's storage (storage->kv:
