@@ -296,13 +296,11 @@ rkv_status rkv_snapshot_inspect(const char *path, const void *buf, size_t bytes,
 /* Copies the data section into `session`, tensor by tensor in file order
  * (which tiles it exactly): into a free slot in host memory (`fresh`: paged
  * in, its bytes not verified yet) as one list of pieces; else piece by
- * piece (K or V of one head, or the written bits) through the backend,
- * straight from an image in memory or through the bounce buffer from a
- * file. The copy is hashed when fresh (a data checksum mismatch is
- * corrupted data) or from a file (the second read: a file that changed
- * since verify_data is RKV_ERR_IO). On failure the session is reset
- * (zeroed, no clock) and the message says so; bad written bits are
- * corrupted data when fresh, else a file changed under the reader. */
+ * piece through the backend, from an image in memory or through the bounce
+ * buffer from a file. Hashed when fresh or from a file: a checksum or
+ * written bits that differ are corrupted data when fresh, else a file that
+ * changed since verify_data (RKV_ERR_IO). On failure the session is reset
+ * (zeroed, no clock) and the message says so. */
 static rkv_status install_pieces(const source *s, const rkv__snap_header *p, rkv_model *m,
                                  int64_t session, bool fresh) {
     const bool hash = fresh || !s->mem;
@@ -391,22 +389,29 @@ static void learn_template(const source *s, const rkv_model *m, struct rkv__snap
     }
 }
 
-/* rkv_model_load_session (path) and rkv_model_restore (mem). */
-static rkv_status load_source(rkv_model *model, int64_t session, const char *what,
-                              const char *path, const void *mem, size_t bytes) {
+/* Load (admit NULL: into *session, the data verified first; an image in
+ * memory through the session's header template) or page-in
+ * (rkv__snapshot_page_in: admit chooses *session, the data is copied and
+ * checked in one pass, *info receives the header) of the image mem[bytes]
+ * or the file at path. */
+static rkv_status load_source(rkv_model *model, int64_t *session, const char *what,
+                              const char *path, const void *mem, size_t bytes,
+                              rkv__page_in_admit admit, void *arg, rkv_snapshot_info *info) {
     source src, *s = &src;
     rkv_status st = src_open(s, what, path, mem, bytes);
     if (st != RKV_OK) return st;
     rkv__snap_header p;
-    /* an image in memory: the session's header template, when the slot is
+    /* a load from memory: the session's header template, when the slot is
      * free (it is held until the template's borrowed table is done with) */
-    struct rkv__snap_slot *k = s->mem ? slot_take(model, session) : NULL;
+    struct rkv__snap_slot *k = s->mem && !admit ? slot_take(model, *session) : NULL;
     if ((st = read_header(s, k && k->t.text ? &k->t : NULL, &p)) == RKV_OK) {
-        if ((st = rkv__snap_geometry_check(s->w.what, s->w.name, "snapshot", &p.info.config,
+        if ((st = rkv__snap_geometry_check(what, s->w.name, "snapshot", &p.info.config,
                                              &model->cfg)) == RKV_OK &&
-            (st = verify_data(s, &p)) == RKV_OK &&
-            (st = install_pieces(s, &p, model, session, false)) == RKV_OK)
-            rkv__model_set_clock(model, session, p.info.last_committed);
+            (st = admit ? admit(arg, &p.info, session) : verify_data(s, &p)) == RKV_OK &&
+            (st = install_pieces(s, &p, model, *session, admit != NULL)) == RKV_OK &&
+            !admit)
+            rkv__model_set_clock(model, *session, p.info.last_committed);
+        if (st == RKV_OK && admit) *info = p.info;
         if (st == RKV_OK && !p.borrowed) learn_template(s, model, k, &p);
         rkv__snap_header_free(&p);
     }
@@ -418,29 +423,13 @@ static rkv_status load_source(rkv_model *model, int64_t session, const char *wha
 rkv_status rkv__snapshot_page_in(rkv_model *m, const char *what, const void *buf, size_t bytes,
                                  const char *path, rkv__page_in_admit admit, void *arg,
                                  rkv_snapshot_info *info, int64_t *slot) {
-    source s;
-    rkv_status st = src_open(&s, what, path, path ? NULL : buf ? buf : "", bytes);
-    rkv__snap_header p;
-    if (st != RKV_OK) return st;
-    if ((st = read_header(&s, NULL, &p)) == RKV_OK) {
-        int64_t got = -1;
-        if ((st = rkv__snap_geometry_check(what, s.w.name, "snapshot", &p.info.config, &m->cfg)) ==
-                RKV_OK &&
-            (st = admit(arg, &p.info, &got)) == RKV_OK &&
-            (st = install_pieces(&s, &p, m, got, true)) == RKV_OK) {
-            *info = p.info;
-            *slot = got;
-        }
-        rkv__snap_header_free(&p);
-    }
-    src_close(&s);
-    return st;
+    return load_source(m, slot, what, path, path ? NULL : buf ? buf : "", bytes, admit, arg, info);
 }
 
 rkv_status rkv_model_load_session(rkv_model *model, int64_t session, const char *path) {
     static const char *what = "rkv_model_load_session";
     rkv_status st = rkv__model_check_between_frames(model, what, session);
-    return st != RKV_OK ? st : load_source(model, session, what, path, NULL, 0);
+    return st != RKV_OK ? st : load_source(model, &session, what, path, NULL, 0, NULL, NULL, NULL);
 }
 
 rkv_status rkv_model_restore(rkv_model *model, int64_t session, const void *buf, size_t bytes) {
@@ -450,7 +439,7 @@ rkv_status rkv_model_restore(rkv_model *model, int64_t session, const void *buf,
     if (!buf && bytes) return rkv__fail(RKV_ERR_NULL, "%s: buf is NULL", what);
     const rkv__buf in = {buf, bytes, "buf"};
     if ((st = rkv__model_check_bufs(model, what, NULL, 0, &in, 1, true)) != RKV_OK) return st;
-    return load_source(model, session, what, NULL, buf ? buf : "", bytes);
+    return load_source(model, &session, what, NULL, buf ? buf : "", bytes, NULL, NULL, NULL);
 }
 
 /* ------------------------------------------------------------------------ */
