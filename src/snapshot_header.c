@@ -808,8 +808,7 @@ rkv_status rkv__snap_header_build(const rkv_model_config *cfg, int64_t session,
     rkv__snap_template t;
     rkv_status st = build_json(cfg, session, request_id, written_xxh3, what, &t);
     if (st != RKV_OK) return st;
-    char digits[24];
-    const int nd = snprintf(digits, sizeof digits, "%lld", (long long)last_committed);
+    const int nd = snprintf(NULL, 0, "%lld", (long long)last_committed); /* the clock's digits */
     if (len < padded(t.len + (size_t)nd - 1)) len = padded(t.len + (size_t)nd - 1);
     char *text = malloc(len);
     if (text) rkv__snap_template_emit(&t, last_committed, text, len, out);
