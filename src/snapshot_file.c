@@ -167,39 +167,19 @@ static rkv_status read_header(const source *s, const rkv__snap_template *tpl,
     return st;
 }
 
-/* XXH3-64 of the data section, read in chunks from a file. */
-static rkv_status data_hash(const source *s, const rkv__snap_header *p, uint64_t *got) {
-    const uint64_t n = p->info.data_bytes;
-    if (s->mem) {
-        *got = XXH3_64bits(s->mem + p->data_offset, (size_t)n);
-        return RKV_OK;
-    }
-    const size_t chunk = n < CHUNK_BYTES ? (size_t)n + 1 : CHUNK_BYTES;
-    uint8_t *buf = malloc(chunk);
-    if (!buf) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", s->w.what);
-    XXH3_state_t hs;
-    XXH3_64bits_reset(&hs);
-    rkv_status st = RKV_OK;
-    for (uint64_t off = 0; off < n && st == RKV_OK;) {
-        const size_t k = n - off < chunk ? (size_t)(n - off) : chunk;
-        if ((st = src_read(s, p->data_offset + off, buf, k)) == RKV_OK)
-            XXH3_64bits_update(&hs, buf, k);
-        off += k;
-    }
-    free(buf);
-    *got = XXH3_64bits_digest(&hs);
-    return st;
-}
-
 /* RKV_OK, or RKV_ERR_FORMAT naming the first slot of layer i's written
- * bits that breaks the invariant (0/1, scratch 1, frames whole). */
-static rkv_status written_ok(const source *s, const rkv_geometry *g, const uint8_t *bits,
+ * bits (of geometry cfg) that breaks the invariant (0/1, scratch 1, frames
+ * whole). */
+static rkv_status written_ok(const source *s, const rkv_model_config *cfg, const uint8_t *bits,
                              int64_t i) {
-    const int64_t bad = rkv__written_span_check(g, bits);
+    rkv_geometry g;
+    rkv_model_config_layer_geometry(cfg, i, &g);
+    const int64_t bad = rkv__written_span_check(&g, bits);
     char why[160];
     if (bad < 0) return RKV_OK;
     return rkv__fail(RKV_ERR_FORMAT, "%s: %s: corrupted data: layer.%lld.written: %s", s->w.what,
-                     s->w.name, (long long)i, rkv__written_bad_what(g, bits, bad, why, sizeof why));
+                     s->w.name, (long long)i,
+                     rkv__written_bad_what(&g, bits, bad, why, sizeof why));
 }
 
 /* RKV_ERR_FORMAT: the data section does not hash to data_xxh3. */
@@ -210,22 +190,34 @@ static rkv_status data_mismatch(const source *s, uint64_t want, uint64_t got) {
                      s->w.what, s->w.name, (unsigned long long)want, (unsigned long long)got);
 }
 
-/* Pass over the data section: checks data_xxh3 and every layer's written
- * bits (read into a buffer from a file). */
+/* Pass over the data section: checks data_xxh3 (a file read in chunks)
+ * and every layer's written bits (read into a buffer from a file). */
 static rkv_status verify_data(const source *s, const rkv__snap_header *p) {
-    uint64_t got = 0;
-    rkv_status st = data_hash(s, p, &got);
+    const uint64_t n = p->info.data_bytes;
+    const size_t chunk = n < CHUNK_BYTES ? (size_t)n + 1 : CHUNK_BYTES;
+    uint8_t *buf = s->mem ? NULL : malloc(chunk);
+    if (!s->mem && !buf) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", s->w.what);
+    XXH3_state_t hs;
+    XXH3_64bits_reset(&hs);
+    rkv_status st = RKV_OK;
+    if (s->mem) XXH3_64bits_update(&hs, s->mem + p->data_offset, (size_t)n);
+    for (uint64_t off = 0; buf && off < n && st == RKV_OK;) {
+        const size_t k = n - off < chunk ? (size_t)(n - off) : chunk;
+        if ((st = src_read(s, p->data_offset + off, buf, k)) == RKV_OK)
+            XXH3_64bits_update(&hs, buf, k);
+        off += k;
+    }
+    free(buf);
+    const uint64_t got = XXH3_64bits_digest(&hs);
     if (st != RKV_OK) return st;
     if (got != p->info.data_xxh3) return data_mismatch(s, p->info.data_xxh3, got);
     for (int64_t i = 0; i < p->info.config.n_layers && st == RKV_OK; i++) {
         const uint64_t at = p->data_offset + p->t[i * 3 + 2].begin;
         const size_t bytes = (size_t)(p->t[i * 3 + 2].end - p->t[i * 3 + 2].begin);
-        uint8_t *buf = s->mem ? NULL : malloc(bytes);
-        if (!s->mem && !buf) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", s->w.what);
-        rkv_geometry g;
-        rkv_model_config_layer_geometry(&p->info.config, i, &g);
+        if (!s->mem && !(buf = malloc(bytes)))
+            return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", s->w.what);
         if (!buf || (st = src_read(s, at, buf, bytes)) == RKV_OK)
-            st = written_ok(s, &g, buf ? buf : s->mem + at, i);
+            st = written_ok(s, &p->info.config, buf ? buf : s->mem + at, i);
         free(buf);
     }
     return st;
@@ -314,10 +306,9 @@ static rkv_status install_pieces(const source *s, const rkv__snap_header *p, rkv
     if (pc) { /* a free slot in host memory: copied once, hashed behind the copy */
         rkv__copy_pieces_hashed(pc, n, &hs);
         free(pc);
-        for (int64_t i = 0; i < m->cfg.n_layers && st == RKV_OK; i++) {
-            const rkv_geometry g = rkv__model_layer_geometry(m, i);
-            st = written_ok(s, &g, rkv__model_host_region(m, i, session, RKV_SPAN_WRITTEN, 0), i);
-        }
+        for (int64_t i = 0; i < m->cfg.n_layers && st == RKV_OK; i++)
+            st = written_ok(s, &m->cfg, rkv__model_host_region(m, i, session, RKV_SPAN_WRITTEN, 0),
+                            i);
         if (st != RKV_OK) {
             rkv__model_clear_session(m, session); /* after the message */
             return st;
