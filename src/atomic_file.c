@@ -142,10 +142,9 @@ rkv_status rkv__atomic_begin(rkv__atomic_file *f, const char *what, const char *
                            RKV__SHOW_PATH(e, target), strerror(err));
         }
     }
-    if (st != RKV_OK) {
+    if (st != RKV_OK) { /* f->fd: still -1, or mkstemp's -1 */
         free(tmp);
         free(target);
-        f->fd = -1;
         return st;
     }
     struct stat old;

@@ -302,8 +302,9 @@ static rkv_status install_pieces(const source *s, const rkv__snap_header *p, rkv
     rkv__piece *pc = NULL;
     if (fresh && s->mem) /* from the image: read only */
         pc = pieces_of(m, session, p->order, (uint8_t *)s->mem + p->data_offset, false, NULL, &n);
+    const bool listed = pc != NULL;
     rkv_status st = RKV_OK;
-    if (pc) { /* a free slot in host memory: copied once, hashed behind the copy */
+    if (listed) { /* a free slot in host memory: copied once, hashed behind the copy */
         rkv__copy_pieces_hashed(pc, n, &hs);
         free(pc);
         for (int64_t i = 0; i < m->cfg.n_layers && st == RKV_OK; i++)
@@ -316,7 +317,7 @@ static rkv_status install_pieces(const source *s, const rkv__snap_header *p, rkv
     }
     uint8_t *bounce = s->mem ? NULL : malloc(rkv__model_max_span_bytes(m));
     if (!s->mem && !bounce) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", s->w.what);
-    for (int64_t k = 0; !pc && k < m->cfg.n_layers * 3 && st == RKV_OK; k++) {
+    for (int64_t k = 0; !listed && k < m->cfg.n_layers * 3 && st == RKV_OK; k++) {
         const rkv__snap_tensor *r = p->order[k];
         const rkv_span_part part = (rkv_span_part)r->kind;
         const size_t bytes = rkv__model_span_bytes(m, r->layer, part);
@@ -504,7 +505,8 @@ static rkv_status write_image(const rkv_model *m, int64_t session, rkv__snap_tex
     rkv__snap_header_seal(hd, data);
     if (data_xxh3) *data_xxh3 = data;
     k->off = 8; /* the header in place again, now with both checksums */
-    if (!k->mem && lseek(k->f->fd, (off_t)(k->f->off = 8), SEEK_SET) < 0) {
+    if (!k->mem) k->f->off = 8;
+    if (!k->mem && lseek(k->f->fd, 8, SEEK_SET) < 0) {
         rkv__path_shown e;
         return rkv__fail(RKV_ERR_IO, "%s: writing the header of %s failed: %s", k->what,
                          RKV__SHOW_PATH(e, k->f->tmp), strerror(errno));

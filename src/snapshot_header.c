@@ -564,8 +564,8 @@ static rkv_status read_tensor(const rkv__snap_where *w, const char *name, const 
     const char *dt = json_string_value(json_object_get(e, "dtype"));
     bool ok = dt && !strcmp(dt, f.dtype) && offs[1] >= offs[0] && offs[1] - offs[0] == f.bytes;
     for (size_t k = 0; k < f.rank; k++) ok = ok && shape[k] == f.shape[k];
-    char dims[72];
-    for (size_t k = 0, o = 0; k < f.rank; k++)
+    char dims[72]; /* the message's shape */
+    for (size_t k = 0, o = 0; !ok && k < f.rank; k++)
         o += (size_t)snprintf(dims + o, sizeof dims - o, k ? ", %llu" : "%llu",
                               (unsigned long long)f.shape[k]);
     if (!ok)
