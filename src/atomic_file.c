@@ -24,25 +24,6 @@ const char *rkv__file_kind(unsigned mode) {
                          : "not a regular file";
 }
 
-rkv_status rkv__write_all(int fd, const void *p, size_t n, const char *what, const char *name,
-                          uint64_t *off) {
-    const uint8_t *q = p;
-    while (n) {
-        ssize_t put = write(fd, q, n);
-        if (put < 0 && errno == EINTR) continue;
-        if (put <= 0) {
-            rkv__path_shown e;
-            return rkv__fail(RKV_ERR_IO, "%s: writing %s failed at byte %llu: %s", what,
-                             RKV__SHOW_PATH(e, name), (unsigned long long)*off,
-                             put < 0 ? strerror(errno) : "no progress");
-        }
-        q += put;
-        n -= (size_t)put;
-        *off += (uint64_t)put;
-    }
-    return RKV_OK;
-}
-
 /* fsync of the directory holding path, so that a rename is durable (best
  * effort: some file systems refuse to fsync a directory). */
 static void sync_dir_of(const char *path) {
@@ -161,10 +142,9 @@ rkv_status rkv__atomic_begin(rkv__atomic_file *f, const char *what, const char *
                            RKV__SHOW_PATH(e, target), strerror(err));
         }
     }
-    if (st != RKV_OK) {
+    if (st != RKV_OK) { /* f->fd: still -1, or mkstemp's -1 */
         free(tmp);
         free(target);
-        f->fd = -1;
         return st;
     }
     struct stat old;
@@ -177,7 +157,21 @@ rkv_status rkv__atomic_begin(rkv__atomic_file *f, const char *what, const char *
 rkv_status rkv__atomic_write(rkv__atomic_file *f, const void *p, size_t n) {
     if (!f->tmp || f->fd < 0)
         return rkv__fail(RKV_ERR_STATE, "%s: the temporary file is closed", f->what);
-    return rkv__write_all(f->fd, p, n, f->what, f->tmp, &f->off);
+    const uint8_t *q = p;
+    while (n) {
+        ssize_t put = write(f->fd, q, n);
+        if (put < 0 && errno == EINTR) continue;
+        if (put <= 0) {
+            rkv__path_shown e;
+            return rkv__fail(RKV_ERR_IO, "%s: writing %s failed at byte %llu: %s", f->what,
+                             RKV__SHOW_PATH(e, f->tmp), (unsigned long long)f->off,
+                             put < 0 ? strerror(errno) : "no progress");
+        }
+        q += put;
+        n -= (size_t)put;
+        f->off += (uint64_t)put;
+    }
+    return RKV_OK;
 }
 
 rkv_status rkv__atomic_finish(rkv__atomic_file *f) {

@@ -35,7 +35,7 @@ typedef struct rkv__atomic_file {
     char *target;     /* the path replaced: the path, or its link's final target */
     char *tmp;        /* the temporary file's path; NULL when none remains */
     int fd;           /* open for writing on tmp; -1 once closed */
-    uint64_t off;     /* bytes written so far */
+    uint64_t off;     /* the file offset the next write goes to */
 } rkv__atomic_file;
 
 /* Checks `path` (after links: a regular file or a new name in an existing
@@ -68,11 +68,5 @@ void rkv__atomic_abort(rkv__atomic_file *f);
  * pipe (FIFO)", "a character device", "a block device", "a socket", "a
  * symbolic link" (lstat), "a regular file". */
 const char *rkv__file_kind(unsigned mode);
-
-/* Writes n bytes at p to fd, all of them (EINTR retried), advancing *off.
- * RKV_ERR_IO "WHAT: writing NAME failed at byte *OFF: REASON". The one
- * checked write loop of the file savers. */
-rkv_status rkv__write_all(int fd, const void *p, size_t n, const char *what, const char *name,
-                          uint64_t *off);
 
 #endif

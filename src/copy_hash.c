@@ -1,10 +1,8 @@
-/* Copying a session's pieces while hashing them (offload and page-in of
- * images in memory): one thread copies the pieces in order, a second one
- * follows it and hashes each piece once it has landed (from the last-level
- * cache, where the copy left it), so that the XXH3-64 of the stream costs
- * next to nothing on top of the copy; the hash stays one sequential stream
- * (the image's data_xxh3). Small copies, or a machine with one CPU, copy
- * and hash in turns on the calling thread. */
+/* rkv__copy_pieces_hashed (model_internal.h): the hashing thread takes each
+ * piece from the last-level cache, where the copy left it, so that the
+ * XXH3-64 costs next to nothing on top of the copy while it stays one
+ * sequential stream (the image's data_xxh3). Small copies, or a machine
+ * with one CPU, copy and hash in turns on the calling thread. */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
 #include <sched.h>

@@ -69,16 +69,12 @@ rkv_status rkv_model_host_alloc(rkv_model *model, size_t bytes, void **ptr) {
     RKV__REQUIRE(what, model);
     RKV__REQUIRE(what, ptr);
     if (bytes == 0) return rkv__fail(RKV_ERR_INVALID_ARG, "%s: bytes is 0; expected > 0", what);
-    if (model->ops.host_alloc) {
-        void *p = NULL;
-        rkv_status st = model->ops.host_alloc(model->ctx, bytes, &p);
-        if (st != RKV_OK) return rkv__model_backend_fail(st, what);
-        *ptr = p;
-        return RKV_OK;
-    }
+    void *p = NULL;
     const size_t rounded = (bytes + 63) & ~(size_t)63;
-    void *p = rounded >= bytes ? aligned_alloc(64, rounded) : NULL;
-    if (!p) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: cannot allocate %zu bytes", what, bytes);
+    rkv_status st = model->ops.host_alloc ? model->ops.host_alloc(model->ctx, bytes, &p) : RKV_OK;
+    if (st != RKV_OK) return rkv__model_backend_fail(st, what);
+    if (!model->ops.host_alloc && !(p = rounded >= bytes ? aligned_alloc(64, rounded) : NULL))
+        return rkv__fail(RKV_ERR_NO_MEMORY, "%s: cannot allocate %zu bytes", what, bytes);
     *ptr = p;
     return RKV_OK;
 }

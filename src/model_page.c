@@ -120,13 +120,13 @@ static rkv_status page_in(rkv_model *m, const char *what, const void *buf, size_
     if (!m) return rkv__fail(RKV_ERR_NULL, "%s: model is NULL", what);
     if (!session) return rkv__fail(RKV_ERR_NULL, "%s: session is NULL", what);
     const rkv__buf out = {session, sizeof *session, "session"}, in = {buf, bytes, "buf"};
-    rkv_status st0 = rkv__model_check_bufs(m, what, &out, 1, &in, 1, true);
-    if (st0 != RKV_OK) return st0;
     admit_arg a = {m, what, -1};
     rkv_snapshot_info info;
     int64_t s = -1;
-    rkv_status st = rkv__snapshot_page_in(m, what, buf, bytes, path, admit, &a, &info, &s);
-    if (st != RKV_OK) return st;
+    rkv_status st = rkv__model_check_bufs(m, what, &out, 1, &in, 1, true);
+    if (st != RKV_OK ||
+        (st = rkv__snapshot_page_in(m, what, buf, bytes, path, admit, &a, &info, &s)) != RKV_OK)
+        return st;
     rkv__session_state *ss = &m->sessions[s];
     ss->held = true;
     memcpy(ss->request_id, info.request_id, RKV_MAX_REQUEST_ID);

@@ -82,29 +82,27 @@ static rkv_status hash_regions(const rkv_model *m, const char *what, int64_t ses
         if (!ptr) { /* device memory: through the host */
             if (!bounce && !(bounce = malloc(rkv__model_max_span_bytes(m))))
                 return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", what);
-            if ((st = rkv__model_span_read(m, i, session, part, h, bounce)) != RKV_OK) break;
+            if ((st = rkv__model_span_read(m, i, session, part, h, bounce)) != RKV_OK) {
+                st = rkv__model_backend_fail(st, what);
+                break;
+            }
             ptr = bounce;
         }
         XXH3_64bits_update(&hs, ptr, rkv__model_span_bytes(m, i, part));
-        if (check && part == RKV_SPAN_WRITTEN) {
-            const rkv_geometry g = rkv__model_layer_geometry(m, i);
-            const int64_t bad = rkv__written_span_check(&g, ptr);
-            char why[160];
-            if (bad >= 0) {
-                st = rkv__fail(RKV_ERR_FORMAT,
-                               "%s: corrupted data: layer %lld of the session: %s; the regions "
-                               "were not filled, or not with this session",
-                               what, (long long)i,
-                               rkv__written_bad_what(&g, ptr, bad, why, sizeof why));
-                free(bounce);
-                return st;
-            }
-        }
+        const rkv_geometry g = rkv__model_layer_geometry(m, i);
+        const int64_t bad =
+            check && part == RKV_SPAN_WRITTEN ? rkv__written_span_check(&g, ptr) : -1;
+        char why[160];
+        if (bad >= 0)
+            st = rkv__fail(RKV_ERR_FORMAT,
+                           "%s: corrupted data: layer %lld of the session: %s; the regions were "
+                           "not filled, or not with this session",
+                           what, (long long)i,
+                           rkv__written_bad_what(&g, ptr, bad, why, sizeof why));
     }
     free(bounce);
-    if (st != RKV_OK) return rkv__model_backend_fail(st, what);
-    *out = XXH3_64bits_digest(&hs);
-    return RKV_OK;
+    if (st == RKV_OK) *out = XXH3_64bits_digest(&hs);
+    return st;
 }
 
 /* Validates metadata against this model into *h (its table freed): the
@@ -328,26 +326,6 @@ rkv_status rkv_model_import_cancel(rkv_model *model, int64_t session) {
 
 /* ---- the plain copy ------------------------------------------------------------------ */
 
-/* Region k from src's session to dst's slot: memcpy between host regions,
- * else through the host buffer by the backends' span copies. */
-static rkv_status copy_region(const rkv_model *src, int64_t ss, rkv_model *dst, int64_t ds,
-                              size_t k, uint8_t **bounce) {
-    int64_t i, h;
-    rkv_span_part part;
-    rkv__model_region_at(src, k, &i, &part, &h);
-    uint8_t *sp = rkv__model_host_region(src, i, ss, part, h);
-    uint8_t *dp = sp ? rkv__model_host_region(dst, i, ds, part, h) : NULL;
-    if (dp) {
-        memcpy(dp, sp, rkv__model_span_bytes(src, i, part));
-        return RKV_OK;
-    }
-    if (!*bounce && !(*bounce = malloc(rkv__model_max_span_bytes(src))))
-        return rkv__fail(RKV_ERR_NO_MEMORY, "rkv_model_transfer_session: out of memory");
-    rkv_status st = rkv__model_span_read(src, i, ss, part, h, *bounce);
-    if (st == RKV_OK) st = rkv__model_span_write(dst, i, ds, part, h, *bounce);
-    return st;
-}
-
 rkv_status rkv_model_transfer_session(const rkv_model *src, int64_t src_session, rkv_model *dst,
                                       int64_t dst_session) {
     static const char what[] = "rkv_model_transfer_session";
@@ -357,10 +335,20 @@ rkv_status rkv_model_transfer_session(const rkv_model *src, int64_t src_session,
             RKV_OK ||
         (st = wait_idle(src, what)) != RKV_OK || (st = wait_idle(dst, what)) != RKV_OK)
         return st;
-    uint8_t *bounce = NULL;
-    const size_t n = rkv_model_session_region_count(src);
-    for (size_t k = 0; k < n && st == RKV_OK; k++)
-        st = copy_region(src, src_session, dst, dst_session, k, &bounce);
+    uint8_t *bounce = NULL; /* memcpy between host regions, else through it by span copies */
+    for (size_t k = 0; k < rkv_model_session_region_count(src) && st == RKV_OK; k++) {
+        int64_t i, h;
+        rkv_span_part part;
+        rkv__model_region_at(src, k, &i, &part, &h);
+        uint8_t *sp = rkv__model_host_region(src, i, src_session, part, h);
+        uint8_t *dp = sp ? rkv__model_host_region(dst, i, dst_session, part, h) : NULL;
+        if (dp)
+            memcpy(dp, sp, rkv__model_span_bytes(src, i, part));
+        else if (!bounce && !(bounce = malloc(rkv__model_max_span_bytes(src))))
+            st = rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", what);
+        else if ((st = rkv__model_span_read(src, i, src_session, part, h, bounce)) == RKV_OK)
+            st = rkv__model_span_write(dst, i, dst_session, part, h, bounce);
+    }
     free(bounce);
     return st == RKV_OK ? RKV_OK : rkv__model_backend_fail(st, what);
 }

@@ -68,16 +68,6 @@ static bool slot_has(const struct rkv__snap_slot *k, int64_t session, const char
     return k->t.text && k->t.session == session && !strcmp(k->t.request_id, request_id);
 }
 
-/* The slot's template for (session, request_id) of this model's config:
- * kept when it is that one, else built (allocations: the first image of a
- * session and request). false when it cannot be had. */
-static bool slot_template(const rkv_model *m, struct rkv__snap_slot *k, int64_t session,
-                          const char *request_id, const char *what) {
-    if (slot_has(k, session, request_id)) return true;
-    rkv__snap_template_free(&k->t); /* a failure: the caller's allocating path says why */
-    return rkv__snap_template_build(&m->cfg, session, request_id, what, &k->t) == RKV_OK;
-}
-
 /* ------------------------------------------------------------------------ */
 /* Reading: a file (pread) or a memory image                                 */
 /* ------------------------------------------------------------------------ */
@@ -166,50 +156,30 @@ static rkv_status read_header(const source *s, const rkv__snap_template *tpl,
         return st;
     if (s->mem && tpl && rkv__snap_template_match(tpl, first8, s->mem + 8, n, s->size, out))
         return RKV_OK;
-    if (s->mem) return rkv__snap_header_parse(&s->w, first8, s->mem + 8, n, s->size, out);
+    if (s->mem) return rkv__snap_header_parse(&s->w, first8, s->mem + 8, n, s->size, false, out);
     uint8_t *h = malloc((size_t)n);
     if (!h)
         return rkv__fail(RKV_ERR_NO_MEMORY, "%s: %s: cannot allocate the %llu-byte header",
                          s->w.what, s->w.name, (unsigned long long)n);
     if ((st = src_read(s, 8, h, (size_t)n)) == RKV_OK)
-        st = rkv__snap_header_parse(&s->w, first8, h, n, s->size, out);
+        st = rkv__snap_header_parse(&s->w, first8, h, n, s->size, false, out);
     free(h);
     return st;
 }
 
-/* XXH3-64 of the data section, read in chunks from a file. */
-static rkv_status data_hash(const source *s, const rkv__snap_header *p, uint64_t *got) {
-    const uint64_t n = p->info.data_bytes;
-    if (s->mem) {
-        *got = XXH3_64bits(s->mem + p->data_offset, (size_t)n);
-        return RKV_OK;
-    }
-    const size_t chunk = n < CHUNK_BYTES ? (size_t)n + 1 : CHUNK_BYTES;
-    uint8_t *buf = malloc(chunk);
-    if (!buf) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", s->w.what);
-    XXH3_state_t hs;
-    XXH3_64bits_reset(&hs);
-    rkv_status st = RKV_OK;
-    for (uint64_t off = 0; off < n && st == RKV_OK;) {
-        const size_t k = n - off < chunk ? (size_t)(n - off) : chunk;
-        if ((st = src_read(s, p->data_offset + off, buf, k)) == RKV_OK)
-            XXH3_64bits_update(&hs, buf, k);
-        off += k;
-    }
-    free(buf);
-    *got = XXH3_64bits_digest(&hs);
-    return st;
-}
-
 /* RKV_OK, or RKV_ERR_FORMAT naming the first slot of layer i's written
- * bits that breaks the invariant (0/1, scratch 1, frames whole). */
-static rkv_status written_ok(const source *s, const rkv_geometry *g, const uint8_t *bits,
+ * bits (of geometry cfg) that breaks the invariant (0/1, scratch 1, frames
+ * whole). */
+static rkv_status written_ok(const source *s, const rkv_model_config *cfg, const uint8_t *bits,
                              int64_t i) {
-    const int64_t bad = rkv__written_span_check(g, bits);
+    rkv_geometry g;
+    rkv_model_config_layer_geometry(cfg, i, &g);
+    const int64_t bad = rkv__written_span_check(&g, bits);
     char why[160];
     if (bad < 0) return RKV_OK;
     return rkv__fail(RKV_ERR_FORMAT, "%s: %s: corrupted data: layer.%lld.written: %s", s->w.what,
-                     s->w.name, (long long)i, rkv__written_bad_what(g, bits, bad, why, sizeof why));
+                     s->w.name, (long long)i,
+                     rkv__written_bad_what(&g, bits, bad, why, sizeof why));
 }
 
 /* RKV_ERR_FORMAT: the data section does not hash to data_xxh3. */
@@ -220,34 +190,36 @@ static rkv_status data_mismatch(const source *s, uint64_t want, uint64_t got) {
                      s->w.what, s->w.name, (unsigned long long)want, (unsigned long long)got);
 }
 
-/* Layer i's written bits in the source. */
-static rkv_status check_written(const source *s, const rkv__snap_header *p, int64_t i) {
-    const rkv__snap_tensor *r = &p->t[i * 3 + 2];
-    rkv_geometry g;
-    rkv_model_config_layer_geometry(&p->info.config, i, &g);
-    uint8_t *buf = NULL;
-    const uint8_t *bits = s->mem ? s->mem + p->data_offset + r->begin : NULL;
-    rkv_status st = RKV_OK;
-    if (!bits) {
-        if (!(buf = malloc((size_t)(r->end - r->begin))))
-            return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", s->w.what);
-        st = src_read(s, p->data_offset + r->begin, buf, (size_t)(r->end - r->begin));
-        bits = buf;
-    }
-    if (st == RKV_OK) st = written_ok(s, &g, bits, i);
-    free(buf);
-    return st;
-}
-
-/* Pass over the data section: checks data_xxh3 and every layer's written
- * bits. */
+/* Pass over the data section: checks data_xxh3 (a file read in chunks)
+ * and every layer's written bits (read into a buffer from a file). */
 static rkv_status verify_data(const source *s, const rkv__snap_header *p) {
-    uint64_t got = 0;
-    rkv_status st = data_hash(s, p, &got);
+    const uint64_t n = p->info.data_bytes;
+    const size_t chunk = n < CHUNK_BYTES ? (size_t)n + 1 : CHUNK_BYTES;
+    uint8_t *buf = s->mem ? NULL : malloc(chunk);
+    if (!s->mem && !buf) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", s->w.what);
+    XXH3_state_t hs;
+    XXH3_64bits_reset(&hs);
+    rkv_status st = RKV_OK;
+    if (s->mem) XXH3_64bits_update(&hs, s->mem + p->data_offset, (size_t)n);
+    for (uint64_t off = 0; buf && off < n && st == RKV_OK;) {
+        const size_t k = n - off < chunk ? (size_t)(n - off) : chunk;
+        if ((st = src_read(s, p->data_offset + off, buf, k)) == RKV_OK)
+            XXH3_64bits_update(&hs, buf, k);
+        off += k;
+    }
+    free(buf);
+    const uint64_t got = XXH3_64bits_digest(&hs);
     if (st != RKV_OK) return st;
     if (got != p->info.data_xxh3) return data_mismatch(s, p->info.data_xxh3, got);
-    for (int64_t i = 0; i < p->info.config.n_layers && st == RKV_OK; i++)
-        st = check_written(s, p, i);
+    for (int64_t i = 0; i < p->info.config.n_layers && st == RKV_OK; i++) {
+        const uint64_t at = p->data_offset + p->t[i * 3 + 2].begin;
+        const size_t bytes = (size_t)(p->t[i * 3 + 2].end - p->t[i * 3 + 2].begin);
+        if (!s->mem && !(buf = malloc(bytes)))
+            return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", s->w.what);
+        if (!buf || (st = src_read(s, at, buf, bytes)) == RKV_OK)
+            st = written_ok(s, &p->info.config, buf ? buf : s->mem + at, i);
+        free(buf);
+    }
     return st;
 }
 
@@ -314,40 +286,38 @@ rkv_status rkv_snapshot_inspect(const char *path, const void *buf, size_t bytes,
 /* ------------------------------------------------------------------------ */
 
 /* Copies the data section into `session`, tensor by tensor in file order
- * (which tiles it exactly), hashing it into *digest when digest != NULL:
- * into a free slot in host memory (`fresh`: paged in, its bytes not
- * verified yet) as one list of pieces; else piece by piece (K or V of one
- * head, or the written bits) through the backend, straight from an image
- * in memory or through the bounce buffer from a file. On failure the
- * session is reset (zeroed, no clock) and the message says so; bad written
- * bits are corrupted data when fresh, else a file changed under the
- * reader. */
+ * (which tiles it exactly): into a free slot in host memory (`fresh`: paged
+ * in, its bytes not verified yet) as one list of pieces; else piece by
+ * piece through the backend, from an image in memory or through the bounce
+ * buffer from a file. Hashed when fresh or from a file: a checksum or
+ * written bits that differ are corrupted data when fresh, else a file that
+ * changed since verify_data (RKV_ERR_IO). On failure the session is reset
+ * (zeroed, no clock) and the message says so. */
 static rkv_status install_pieces(const source *s, const rkv__snap_header *p, rkv_model *m,
-                                 int64_t session, uint64_t *digest, bool fresh) {
+                                 int64_t session, bool fresh) {
+    const bool hash = fresh || !s->mem;
+    XXH3_state_t hs;
+    XXH3_64bits_reset(&hs);
     size_t n = 0;
     rkv__piece *pc = NULL;
-    if (fresh && s->mem && digest) /* from the image: read only */
+    if (fresh && s->mem) /* from the image: read only */
         pc = pieces_of(m, session, p->order, (uint8_t *)s->mem + p->data_offset, false, NULL, &n);
-    if (pc) { /* a free slot in host memory: copied once, hashed behind the copy */
-        XXH3_state_t hs;
-        XXH3_64bits_reset(&hs);
+    const bool listed = pc != NULL;
+    rkv_status st = RKV_OK;
+    if (listed) { /* a free slot in host memory: copied once, hashed behind the copy */
         rkv__copy_pieces_hashed(pc, n, &hs);
         free(pc);
-        *digest = XXH3_64bits_digest(&hs);
-        rkv_status st = RKV_OK;
-        for (int64_t i = 0; i < m->cfg.n_layers && st == RKV_OK; i++) {
-            const rkv_geometry g = rkv__model_layer_geometry(m, i);
-            st = written_ok(s, &g, rkv__model_host_region(m, i, session, RKV_SPAN_WRITTEN, 0), i);
+        for (int64_t i = 0; i < m->cfg.n_layers && st == RKV_OK; i++)
+            st = written_ok(s, &m->cfg, rkv__model_host_region(m, i, session, RKV_SPAN_WRITTEN, 0),
+                            i);
+        if (st != RKV_OK) {
+            rkv__model_clear_session(m, session); /* after the message */
+            return st;
         }
-        if (st != RKV_OK) rkv__model_clear_session(m, session); /* after the message */
-        return st;
     }
     uint8_t *bounce = s->mem ? NULL : malloc(rkv__model_max_span_bytes(m));
     if (!s->mem && !bounce) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", s->w.what);
-    XXH3_state_t hs;
-    XXH3_64bits_reset(&hs);
-    rkv_status st = RKV_OK;
-    for (int64_t k = 0; k < m->cfg.n_layers * 3 && st == RKV_OK; k++) {
+    for (int64_t k = 0; !listed && k < m->cfg.n_layers * 3 && st == RKV_OK; k++) {
         const rkv__snap_tensor *r = p->order[k];
         const rkv_span_part part = (rkv_span_part)r->kind;
         const size_t bytes = rkv__model_span_bytes(m, r->layer, part);
@@ -356,7 +326,7 @@ static rkv_status install_pieces(const source *s, const rkv__snap_header *p, rkv
              h++, off += bytes) {
             const uint8_t *piece = s->mem ? s->mem + off : bounce;
             if (!s->mem && (st = src_read(s, off, bounce, bytes)) != RKV_OK) break;
-            if (digest) XXH3_64bits_update(&hs, piece, bytes);
+            if (hash) XXH3_64bits_update(&hs, piece, bytes);
             st = rkv__model_span_write(m, r->layer, session, part, h, piece);
             if (st == RKV_ERR_INVALID_ARG && fresh)
                 st = rkv__fail(RKV_ERR_FORMAT,
@@ -373,7 +343,6 @@ static rkv_status install_pieces(const source *s, const rkv__snap_header *p, rkv
         }
     }
     free(bounce);
-    if (digest) *digest = XXH3_64bits_digest(&hs);
     if (st != RKV_OK) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", rkv_last_error());
@@ -381,25 +350,14 @@ static rkv_status install_pieces(const source *s, const rkv__snap_header *p, rkv
         return rkv__fail(st, "%s%s", msg,
                          strstr(msg, "was reset") || fresh ? "" : "; the session was reset");
     }
-    return RKV_OK;
-}
-
-/* Copies the validated data section into the session. For files the bytes
- * are hashed again: if the file changed after verify_data, the session is
- * reset and RKV_ERR_IO returned. */
-static rkv_status install(const source *s, const rkv__snap_header *p, rkv_model *m,
-                          int64_t session) {
-    uint64_t again = 0;
-    rkv_status st = install_pieces(s, p, m, session, s->mem ? NULL : &again, false);
-    if (st == RKV_OK && !s->mem && again != p->info.data_xxh3) {
-        rkv__model_clear_session(m, session);
-        st = rkv__fail(RKV_ERR_IO,
-                       "%s: %s: the file changed while it was loaded (data checksum differs on "
-                       "the second read); session %lld was reset",
-                       s->w.what, s->w.name, (long long)session);
-    }
-    if (st == RKV_OK) rkv__model_set_clock(m, session, p->info.last_committed);
-    return st;
+    const uint64_t got = XXH3_64bits_digest(&hs);
+    if (!hash || got == p->info.data_xxh3) return RKV_OK;
+    rkv__model_clear_session(m, session);
+    if (fresh) return data_mismatch(s, p->info.data_xxh3, got);
+    return rkv__fail(RKV_ERR_IO,
+                     "%s: %s: the file changed while it was loaded (data checksum differs on the "
+                     "second read); session %lld was reset",
+                     s->w.what, s->w.name, (long long)session);
 }
 
 /* An image in memory whose header is not the session's template: after a
@@ -423,61 +381,47 @@ static void learn_template(const source *s, const rkv_model *m, struct rkv__snap
     }
 }
 
-static rkv_status load_source(const source *s, rkv_model *model, int64_t session) {
+/* Load (admit NULL: into *session, the data verified first; an image in
+ * memory through the session's header template) or page-in
+ * (rkv__snapshot_page_in: admit chooses *session, the data is copied and
+ * checked in one pass, *info receives the header) of the image mem[bytes]
+ * or the file at path. */
+static rkv_status load_source(rkv_model *model, int64_t *session, const char *what,
+                              const char *path, const void *mem, size_t bytes,
+                              rkv__page_in_admit admit, void *arg, rkv_snapshot_info *info) {
+    source src, *s = &src;
+    rkv_status st = src_open(s, what, path, mem, bytes);
+    if (st != RKV_OK) return st;
     rkv__snap_header p;
-    /* an image in memory: the session's header template, when the slot is
+    /* a load from memory: the session's header template, when the slot is
      * free (it is held until the template's borrowed table is done with) */
-    struct rkv__snap_slot *k = s->mem ? slot_take(model, session) : NULL;
-    rkv_status st = read_header(s, k && k->t.text ? &k->t : NULL, &p);
-    if (st == RKV_OK) {
-        if ((st = rkv__snap_geometry_check(s->w.what, s->w.name, "snapshot", &p.info.config,
+    struct rkv__snap_slot *k = s->mem && !admit ? slot_take(model, *session) : NULL;
+    if ((st = read_header(s, k && k->t.text ? &k->t : NULL, &p)) == RKV_OK) {
+        if ((st = rkv__snap_geometry_check(what, s->w.name, "snapshot", &p.info.config,
                                              &model->cfg)) == RKV_OK &&
-            (st = verify_data(s, &p)) == RKV_OK)
-            st = install(s, &p, model, session);
+            (st = admit ? admit(arg, &p.info, session) : verify_data(s, &p)) == RKV_OK &&
+            (st = install_pieces(s, &p, model, *session, admit != NULL)) == RKV_OK &&
+            !admit)
+            rkv__model_set_clock(model, *session, p.info.last_committed);
+        if (st == RKV_OK && admit) *info = p.info;
         if (st == RKV_OK && !p.borrowed) learn_template(s, model, k, &p);
         rkv__snap_header_free(&p);
     }
     slot_give(k);
+    src_close(s);
     return st;
 }
 
 rkv_status rkv__snapshot_page_in(rkv_model *m, const char *what, const void *buf, size_t bytes,
                                  const char *path, rkv__page_in_admit admit, void *arg,
                                  rkv_snapshot_info *info, int64_t *slot) {
-    source s;
-    rkv_status st = src_open(&s, what, path, path ? NULL : buf ? buf : "", bytes);
-    rkv__snap_header p;
-    if (st != RKV_OK) return st;
-    if ((st = read_header(&s, NULL, &p)) == RKV_OK) {
-        int64_t got = -1;
-        uint64_t digest = 0;
-        if ((st = rkv__snap_geometry_check(what, s.w.name, "snapshot", &p.info.config, &m->cfg)) ==
-                RKV_OK &&
-            (st = admit(arg, &p.info, &got)) == RKV_OK &&
-            (st = install_pieces(&s, &p, m, got, &digest, true)) == RKV_OK &&
-            digest != p.info.data_xxh3) {
-            rkv__model_clear_session(m, got);
-            st = data_mismatch(&s, p.info.data_xxh3, digest);
-        }
-        if (st == RKV_OK) {
-            *info = p.info;
-            *slot = got;
-        }
-        rkv__snap_header_free(&p);
-    }
-    src_close(&s);
-    return st;
+    return load_source(m, slot, what, path, path ? NULL : buf ? buf : "", bytes, admit, arg, info);
 }
 
 rkv_status rkv_model_load_session(rkv_model *model, int64_t session, const char *path) {
     static const char *what = "rkv_model_load_session";
     rkv_status st = rkv__model_check_between_frames(model, what, session);
-    if (st != RKV_OK) return st;
-    source s;
-    if ((st = src_open(&s, what, path, NULL, 0)) != RKV_OK) return st;
-    st = load_source(&s, model, session);
-    src_close(&s);
-    return st;
+    return st != RKV_OK ? st : load_source(model, &session, what, path, NULL, 0, NULL, NULL, NULL);
 }
 
 rkv_status rkv_model_restore(rkv_model *model, int64_t session, const void *buf, size_t bytes) {
@@ -487,30 +431,26 @@ rkv_status rkv_model_restore(rkv_model *model, int64_t session, const void *buf,
     if (!buf && bytes) return rkv__fail(RKV_ERR_NULL, "%s: buf is NULL", what);
     const rkv__buf in = {buf, bytes, "buf"};
     if ((st = rkv__model_check_bufs(model, what, NULL, 0, &in, 1, true)) != RKV_OK) return st;
-    source s;
-    src_open(&s, what, NULL, buf ? buf : "", bytes);
-    return load_source(&s, model, session);
+    return load_source(model, &session, what, NULL, buf ? buf : "", bytes, NULL, NULL, NULL);
 }
 
 /* ------------------------------------------------------------------------ */
 /* Save                                                                      */
 /* ------------------------------------------------------------------------ */
 
-/* Where the bytes go: a file descriptor or a memory buffer. */
+/* Where the bytes go: a file being saved or a memory buffer. */
 typedef struct sink {
-    const char *what, *name;
-    int fd;
+    const char *what;
+    rkv__atomic_file *f;
     uint8_t *mem;
     uint64_t off;
 } sink;
 
 static rkv_status sink_write(sink *k, const void *p, size_t n) {
-    if (k->mem) {
-        memcpy(k->mem + k->off, p, n);
-        k->off += n;
-        return RKV_OK;
-    }
-    return rkv__write_all(k->fd, p, n, k->what, k->name, &k->off);
+    if (!k->mem) return rkv__atomic_write(k->f, p, n);
+    memcpy(k->mem + k->off, p, n);
+    k->off += n;
+    return RKV_OK;
 }
 
 /* Writes `session`'s regions in order (the tensors layer.i.k, .v,
@@ -565,10 +505,11 @@ static rkv_status write_image(const rkv_model *m, int64_t session, rkv__snap_tex
     rkv__snap_header_seal(hd, data);
     if (data_xxh3) *data_xxh3 = data;
     k->off = 8; /* the header in place again, now with both checksums */
-    if (!k->mem && lseek(k->fd, 8, SEEK_SET) < 0) {
+    if (!k->mem) k->f->off = 8;
+    if (!k->mem && lseek(k->f->fd, 8, SEEK_SET) < 0) {
         rkv__path_shown e;
         return rkv__fail(RKV_ERR_IO, "%s: writing the header of %s failed: %s", k->what,
-                         RKV__SHOW_PATH(e, k->name), strerror(errno));
+                         RKV__SHOW_PATH(e, k->f->tmp), strerror(errno));
     }
     return sink_write(k, hd->text, hd->len);
 }
@@ -601,7 +542,7 @@ rkv_status rkv__snapshot_save_mem(const rkv_model *model, int64_t session, const
                                 {buf, (size_t)total, "buf"}};
         st = rkv__model_check_bufs(model, what, out, buf ? 2 : 1, NULL, 0, false);
         if (st == RKV_OK && buf) {
-            sink k = {what, "(memory)", -1, buf, 0};
+            sink k = {what, NULL, buf, 0};
             st = write_image(model, session, &hd, &k, data_xxh3, NULL);
         }
     }
@@ -647,7 +588,11 @@ static bool snapshot_templated(const rkv_model *m, int64_t session, struct rkv__
                                void *buf, size_t header_len, rkv_status *st) {
     static const char what[] = "rkv_model_snapshot";
     const rkv__session_state *ss = &m->sessions[session];
-    if (!slot_template(m, k, session, ss->request_id, what)) return false;
+    if (!slot_has(k, session, ss->request_id)) { /* built for the first image of a request */
+        rkv__snap_template_free(&k->t); /* a failure: the caller's allocating path says why */
+        if (rkv__snap_template_build(&m->cfg, session, ss->request_id, what, &k->t) != RKV_OK)
+            return false;
+    }
     if (!k->out && !(k->out = malloc(header_len))) return false;
     const size_t regions = rkv_model_session_region_count(m);
     if (!k->pieces && !(k->pieces = malloc(regions * sizeof *k->pieces))) return false;
@@ -655,7 +600,7 @@ static bool snapshot_templated(const rkv_model *m, int64_t session, struct rkv__
     rkv__snap_template_emit(&k->t, ss->last_committed, k->out, header_len, &hd);
     const rkv__buf out = {buf, 8 + header_len + (size_t)hd.data_bytes, "buf"};
     if ((*st = rkv__model_check_bufs(m, what, &out, 1, NULL, 0, false)) != RKV_OK) return true;
-    sink snk = {what, "(memory)", -1, buf, 0};
+    sink snk = {what, NULL, buf, 0};
     *st = write_image(m, session, &hd, &snk, NULL, k->pieces);
     return true;
 }
@@ -695,7 +640,7 @@ rkv_status rkv__snapshot_save_file(const rkv_model *model, int64_t session, cons
     if ((st = rkv__atomic_begin(&f, what, path)) != RKV_OK) return st;
     rkv__snap_text hd = {0};
     if ((st = build_header(model, session, 0, what, &hd)) == RKV_OK) {
-        sink k = {what, f.tmp, f.fd, NULL, 0};
+        sink k = {what, &f, NULL, 0};
         st = write_image(model, session, &hd, &k, data_xxh3, NULL);
     }
     if (st == RKV_OK) st = rkv__atomic_commit(&f);

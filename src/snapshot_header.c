@@ -412,13 +412,12 @@ rkv_status rkv__snap_geometry_check(const char *what, const char *name, const ch
         snprintf(names, sizeof names, " (the %s is of model '%s', this model is '%s')", noun,
                  rkv__snap_escape(a, sizeof a, theirs->name, RKV_MAX_NAME),
                  rkv__snap_escape(b, sizeof b, mine->name, RKV_MAX_NAME));
-    const char *sep = name ? ": " : "";
-    name = name ? name : "";
+    char head[RKV__ESC(RKV__PATH_SHOWN) + sizeof names + 120]; /* what: name: wrong geometry */
+    snprintf(head, sizeof head, "%s: %s%swrong geometry%s", what, name ? name : "",
+             name ? ": " : "", names);
     if (theirs->n_layers != mine->n_layers)
-        return rkv__fail(RKV_ERR_FORMAT,
-                         "%s: %s%swrong geometry%s: the %s has n_layers %lld, this model %lld",
-                         what, name, sep, names, noun, (long long)theirs->n_layers,
-                         (long long)mine->n_layers);
+        return rkv__fail(RKV_ERR_FORMAT, "%s: the %s has n_layers %lld, this model %lld", head,
+                         noun, (long long)theirs->n_layers, (long long)mine->n_layers);
     for (int64_t i = 0; i < mine->n_layers; i++) {
         rkv_geometry x, y;
         rkv_model_config_layer_geometry(theirs, i, &x);
@@ -428,18 +427,14 @@ rkv_status rkv__snap_geometry_check(const char *what, const char *name, const ch
         const char *f = rkv__geometry_differs(&x, &y, &u, &v);
         if (!f) continue;
         if (!strcmp(f, "dtype"))
-            return rkv__fail(RKV_ERR_FORMAT,
-                             "%s: %s%swrong geometry%s: the %s has dtype %s, this model %s", what,
-                             name, sep, names, noun, rkv_dtype_name((rkv_dtype)u),
-                             rkv_dtype_name((rkv_dtype)v));
+            return rkv__fail(RKV_ERR_FORMAT, "%s: the %s has dtype %s, this model %s", head, noun,
+                             rkv_dtype_name((rkv_dtype)u), rkv_dtype_name((rkv_dtype)v));
         const bool own = !strcmp(f, "ring_frames") || !strcmp(f, "ring_buckets") ||
                          !strcmp(f, "pinned_dilation"); /* a layer's own field */
         char layer[40] = "";
         if (own) snprintf(layer, sizeof layer, "layer %lld of ", (long long)i);
-        return rkv__fail(RKV_ERR_FORMAT,
-                         "%s: %s%swrong geometry%s: %sthe %s has %s %lld, this model%s %lld", what,
-                         name, sep, names, layer, noun, f, (long long)u, own ? "'s" : "",
-                         (long long)v);
+        return rkv__fail(RKV_ERR_FORMAT, "%s: %sthe %s has %s %lld, this model%s %lld", head,
+                         layer, noun, f, (long long)u, own ? "'s" : "", (long long)v);
     }
     return RKV_OK;
 }
@@ -569,15 +564,15 @@ static rkv_status read_tensor(const rkv__snap_where *w, const char *name, const 
     const char *dt = json_string_value(json_object_get(e, "dtype"));
     bool ok = dt && !strcmp(dt, f.dtype) && offs[1] >= offs[0] && offs[1] - offs[0] == f.bytes;
     for (size_t k = 0; k < f.rank; k++) ok = ok && shape[k] == f.shape[k];
-    if (!ok && f.rank == 1)
-        return refuse(w, "corrupted header: tensor '%s' is not {dtype %s, shape [%llu], %llu "
-                         "bytes}",
-                      name, f.dtype, (unsigned long long)f.shape[0], (unsigned long long)f.bytes);
+    char dims[72]; /* the message's shape */
+    for (size_t k = 0, o = 0; !ok && k < f.rank; k++)
+        o += (size_t)snprintf(dims + o, sizeof dims - o, k ? ", %llu" : "%llu",
+                              (unsigned long long)f.shape[k]);
     if (!ok)
-        return refuse(w, "corrupted header: tensor '%s' is not {dtype %s, shape [%llu, %llu, "
-                         "%llu] (n_kv_heads, slots, d_head), %llu bytes}",
-                      name, f.dtype, (unsigned long long)f.shape[0], (unsigned long long)f.shape[1],
-                      (unsigned long long)f.shape[2], (unsigned long long)f.bytes);
+        return refuse(w,
+                      "corrupted header: tensor '%s' is not {dtype %s, shape [%s]%s, %llu bytes}",
+                      name, f.dtype, dims, f.rank == 3 ? " (n_kv_heads, slots, d_head)" : "",
+                      (unsigned long long)f.bytes);
     r->begin = offs[0];
     r->end = offs[1];
     r->seen = true;
@@ -668,8 +663,9 @@ static rkv_status read_header(const rkv__snap_where *w, const uint8_t first8[8],
     return check_tiling(w, out->t, nt, info->data_bytes, &out->order);
 }
 
-static rkv_status parse(const rkv__snap_where *w, const uint8_t first8[8], const uint8_t *h,
-                        uint64_t n, uint64_t file_size, bool session, rkv__snap_header *out) {
+rkv_status rkv__snap_header_parse(const rkv__snap_where *w, const uint8_t first8[8],
+                                  const uint8_t *h, uint64_t n, uint64_t file_size, bool session,
+                                  rkv__snap_header *out) {
     memset(out, 0, sizeof *out);
     out->data_offset = 8 + n;
     out->info.struct_size = sizeof out->info;
@@ -685,12 +681,6 @@ static rkv_status parse(const rkv__snap_where *w, const uint8_t first8[8], const
     return st;
 }
 
-rkv_status rkv__snap_header_parse(const rkv__snap_where *w, const uint8_t first8[8],
-                                  const uint8_t *h, uint64_t n, uint64_t file_size,
-                                  rkv__snap_header *out) {
-    return parse(w, first8, h, n, file_size, false, out);
-}
-
 rkv_status rkv__snap_meta_parse(const rkv__snap_where *w, const uint8_t *meta, size_t bytes,
                                 rkv__snap_header *out) {
     memset(out, 0, sizeof *out);
@@ -702,7 +692,7 @@ rkv_status rkv__snap_meta_parse(const rkv__snap_where *w, const uint8_t *meta, s
                       "bytes)",
                       bytes, bytes >= 8 ? "the header length" : "short of the 8-byte length by",
                       (unsigned long long)(bytes >= 8 ? n : 8 - bytes));
-    return parse(w, meta, meta + 8, n, bytes, true, out);
+    return rkv__snap_header_parse(w, meta, meta + 8, n, bytes, true, out);
 }
 
 void rkv__snap_header_free(rkv__snap_header *p) {
@@ -818,8 +808,7 @@ rkv_status rkv__snap_header_build(const rkv_model_config *cfg, int64_t session,
     rkv__snap_template t;
     rkv_status st = build_json(cfg, session, request_id, written_xxh3, what, &t);
     if (st != RKV_OK) return st;
-    char digits[24];
-    const int nd = snprintf(digits, sizeof digits, "%lld", (long long)last_committed);
+    const int nd = snprintf(NULL, 0, "%lld", (long long)last_committed); /* the clock's digits */
     if (len < padded(t.len + (size_t)nd - 1)) len = padded(t.len + (size_t)nd - 1);
     char *text = malloc(len);
     if (text) rkv__snap_template_emit(&t, last_committed, text, len, out);
@@ -884,7 +873,7 @@ rkv_status rkv__snap_template_build(const rkv_model_config *cfg, int64_t session
         rkv__snap_template_emit(t, 0, img, len, &b);
         rkv__snap_header_seal(&b, 0);
         st = rkv__snap_header_parse(&w, b.first8, (const uint8_t *)img, len, 8 + len + b.data_bytes,
-                                    &t->parsed);
+                                    false, &t->parsed);
     }
     free(img);
     if (st != RKV_OK) rkv__snap_template_free(t);

@@ -45,18 +45,17 @@ rkv_status rkv__snap_header_length(const rkv__snap_where *w, const uint8_t *firs
  * file_size bytes: JSON, format and version (before the checksum, so that
  * another version is reported as such), header checksum, metadata
  * (geometry, clock, names), tensor table and its tiling of the data
- * section. RKV_ERR_FORMAT or RKV_ERR_NO_MEMORY with a message naming the
- * class and the key; on RKV_OK *out holds the header (free with
- * rkv__snap_header_free). */
+ * section; with `session`, session metadata's (below). RKV_ERR_FORMAT or
+ * RKV_ERR_NO_MEMORY with a message naming the class and the key; on RKV_OK
+ * *out holds the header (free with rkv__snap_header_free). */
 rkv_status rkv__snap_header_parse(const rkv__snap_where *w, const uint8_t first8[8],
-                                  const uint8_t *h, uint64_t n, uint64_t file_size,
+                                  const uint8_t *h, uint64_t n, uint64_t file_size, bool session,
                                   rkv__snap_header *out);
 void rkv__snap_header_free(rkv__snap_header *p);
 
 /* Session metadata (docs/migration.md): 8 length bytes and a header alone
  * (its data section is the regions), with "session_meta_version" (read
- * before the checksum) and "written_xxh3" (into *out). Checked as
- * rkv__snap_header_parse checks an image's header; "not ringkv session
+ * before the checksum) and "written_xxh3" (into *out); "not ringkv session
  * metadata" for other bytes. Free *out with rkv__snap_header_free. */
 rkv_status rkv__snap_meta_parse(const rkv__snap_where *w, const uint8_t *meta, size_t bytes,
                                 rkv__snap_header *out);
@@ -104,20 +103,17 @@ rkv_status rkv__snap_header_longest(const rkv_model_config *cfg, const char *wha
 
 /* ---- the header of one (config, session, request id), any clock ----------
  * What makes the in-memory round trip (rkv_model_snapshot / _restore)
- * allocation-free once warm: the writer's header for one session and
- * request id, built once (allocations: the text and its own parse), with
- * last_committed's digits and both checksums' digits as the only parts
- * that vary.
- *  - emit: the header of any clock into a caller's buffer (no allocation;
- *    rkv__snap_header_build too emits from a template of its own);
+ * allocation-free once warm: the writer's header built once (the text and
+ * its own parse), last_committed's digits and both checksums' digits the
+ * only parts that vary.
+ *  - emit: the header of any clock into a caller's buffer, no allocation;
  *  - match: whether a header read from an image is exactly the template's
- *    with some clock and some checksum digits (every other byte equal, the
+ *    with some clock and checksum digits (every other byte equal, the
  *    varying parts canonical decimal / 16 lowercase hex, the rest blanks),
- *    and then its parse, validated as rkv__snap_header_parse validates it
- *    (clock >= -1, the header checksum, the data section's size), borrowing
- *    the template's tensor table (no allocation). Anything else is no
- *    match: the caller parses in full, with every check and message of
- *    rkv__snap_header_parse. */
+ *    and then its parse, validated as rkv__snap_header_parse would (clock
+ *    >= -1, the header checksum, the data section's size), borrowing the
+ *    template's tensor table. Anything else is no match: the caller parses
+ *    in full. */
 typedef struct rkv__snap_template {
     int64_t session;                     /* the key                          */
     char request_id[RKV_MAX_REQUEST_ID];
