@@ -895,7 +895,6 @@ def _view(name: str, doc: str) -> property:
     return property(lambda self: self._ask("state")[name], doc=doc)
 
 
-
 @python_calls("SessionRouter")
 class SessionRouter:
     """A handle on the router named ``name`` in Ray namespace ``namespace``
