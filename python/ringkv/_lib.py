@@ -1,23 +1,16 @@
 """Loading ``libringkv`` and declaring its C functions for :mod:`ctypes`.
 
-The library is looked up, in order:
-
-1. the path in the environment variable ``RINGKV_LIBRARY`` (a build tree:
-   ``RINGKV_LIBRARY=build/libringkv.so``);
-2. ``libringkv.so`` (or ``libringkv.so.0.2``, ``libringkv.dylib``) next to this
-   file, where ``pip install ./python`` puts it (see ``python/README.md``);
-3. the system's library path (``ctypes.util.find_library("ringkv")``), for a
-   library installed with ``cmake --install``.
+The library is looked up as python/README.md ("Building and installing") lists:
+``RINGKV_LIBRARY``, else ``libringkv.so`` (or ``.so.0.2``, ``.dylib``)
+next to this file, else the system's library path. The CUDA backend
+(``include/ringkv_cuda.h``; not yet run on a GPU), ``libringkv_cuda.so``,
+is loaded by :func:`cuda` on first use, never at import, the same way
+(``RINGKV_CUDA_LIBRARY``, beside the loaded ``libringkv.so``, the system
+path); it must link that same ``libringkv.so``, whose ``rkv_last_error()``
+reports the CUDA calls' errors (:func:`cuda` checks).
 
 The structures below mirror ``include/ringkv.h`` field for field; that header
 is the contract.
-
-The CUDA backend (``include/ringkv_cuda.h``; not yet run on a GPU) lives in
-a second library, ``libringkv_cuda.so``, loaded on first use by :func:`cuda`
-(never at import): from ``RINGKV_CUDA_LIBRARY`` when set, else beside the
-loaded ``libringkv.so`` (where both CMake builds put it), else the system
-library path. It must link that same ``libringkv.so``, whose
-``rkv_last_error()`` reports the CUDA calls' errors (:func:`cuda` checks).
 """
 from __future__ import annotations
 

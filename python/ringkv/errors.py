@@ -9,28 +9,12 @@ too (the dual classes: the reference raises ``RuntimeError`` for a wrong
 ``kv`` or device and ``TypeError`` for a dtype, ringkv documented
 ``ValueError``; either catches them). A mistake has ONE class whichever call
 finds it: each class's docstring says which are its own; python/README.md
-("Errors") has the table. Library statuses map onto the same classes:
-
-=====================  ====================================  ==================
-status                 meaning                               class
-=====================  ====================================  ==================
-RKV_ERR_INVALID_ARG    a value outside what the call takes   RingKVValueError
-RKV_ERR_NULL           a required pointer was NULL           RingKVValueError
-RKV_ERR_OVERFLOW       a size whose byte count overflows     RingKVValueError
-RKV_ERR_DTYPE          dtype mismatch or unknown dtype       RingKVArrayError
-RKV_ERR_FORMAT         malformed or mismatched snapshot      RingKVValueError
-RKV_ERR_RANGE          session or layer index out of range   RingKVIndexError
-RKV_ERR_NOT_FOUND      unknown preset or request id          RingKVKeyError
-RKV_ERR_CLOCK          frame clock rule violated             RingKVRuntimeError
-RKV_ERR_FULL           every session of a model is held      RingKVRuntimeError
-RKV_ERR_STATE          call not allowed in this state        RingKVRuntimeError
-RKV_ERR_NO_MEMORY      allocation failed                     RingKVMemoryError
-RKV_ERR_IO             file input/output failed              RingKVOSError
-=====================  ====================================  ==================
+("Errors") has the table. Library statuses map onto the same classes
+(:data:`CLASS_OF`; include/ringkv.h, ``rkv_status``, says what each means).
 
 The Python layer checks array shapes and dtypes (and a negative clock in
 ``Model.begin_frame``, which the library reports as RKV_ERR_CLOCK) before
-calling the library, so those raise the class of the table above; errors
+calling the library, so those raise the class CLASS_OF gives; errors
 it raises have ``status`` 0 (``status_name`` "python"). A CUDA layer's
 device errors come from ``LayerRingCache.check()`` with the statuses above.
 

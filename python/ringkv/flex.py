@@ -1,22 +1,18 @@
 """FlexAttention block masks from ringkv's frame lists (SEMANTICS 4, 5).
 
 :func:`flex_block_mask` gives a ``torch.nn.attention.flex_attention.BlockMask``
-for the queries of one session row, ``[1, Hq, Tq, D]``, over a cache's whole
-``[1, H, N, D]`` K/V views (``k, v = cache.kv[0], cache.kv[1]``; N = every
-slot of every session; GQA when Hq > H: ``enable_gqa=True``)::
+for one session row's queries over a cache's whole K/V views
+(python/README.md, "FlexAttention": shapes, GQA, why it equals
+``cache.attend`` and the reference's row)::
 
     bm = ringkv.flex_block_mask(cache, session, frame_pos)
     out = flex_attention(q, cache.kv[0], cache.kv[1], block_mask=bm, enable_gqa=True)
 
-It is right under eager and compiled FlexAttention alike, equal to
-``cache.attend(q, [session], [frame_pos])`` and to the reference's
-visibility row (python/README.md, "FlexAttention"): its block lists are the
-blocks of the frames of the bits-and-clock rule as FULL blocks (T is a
-multiple of 128: no partial block, so compiled FlexAttention skips the mask
-function and every invisible block), and its mask function encodes the
-same ``[N]`` row, because eager FlexAttention evaluates it over the whole
-``[Tq, N]`` grid. The mask is a snapshot of the bits at the call: build it
-after the pass's upserts and use it for that pass.
+Its block lists are the frames of the bits-and-clock rule as FULL blocks (T
+is a multiple of 128: compiled FlexAttention skips the mask function and
+every invisible block); its mask function encodes the same ``[N]`` row for
+eager FlexAttention. The mask is a snapshot of the bits at the call: build
+it after the pass's upserts and use it for that pass.
 
 It is torch operations on the cache's own tensors (the row from the op
 ``ringkv::visible_row``, the block lists by sorting and counting: static

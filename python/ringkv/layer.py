@@ -188,10 +188,8 @@ class LayerRingCache(CopiedByValue):
     an unknown dtype, RingKVDeviceError (a ValueError and a RuntimeError)
     for an unknown device (ringkv.errors).
 
-    ``copy.copy`` and ``copy.deepcopy`` give a new layer on the same device
-    with equal contents and its own storage; ``pickle`` stores a CPU layer
-    by value (a CUDA layer raises TypeError). See :meth:`_copy` and
-    :meth:`__reduce__`.
+    ``copy.copy``, ``copy.deepcopy`` and ``pickle`` (CPU layers only) work by
+    value: :meth:`_copy`, :meth:`__reduce__`.
 
     **CUDA layers** (python/README.md, "CUDA devices"; the CUDA backend has
     not yet run on a GPU: no GPU run is recorded): RuntimeError at

@@ -4,15 +4,10 @@ and CUDA graphs. Needs torch >= 2.6; imported on first use of torch tensors
 
 Every op acts on the tensors it is given and on nothing else: each call
 wraps them in a layer (:func:`wrapped`: ``rkv_layer_wrap``, no copy) and
-runs the one set of ``rkv_layer_*`` calls of ``include/ringkv.h`` on it,
-whatever the device, so that functionalization, ``torch.library.opcheck``
-and CUDA graph capture see what the op reads and writes. ``LayerRingCache``
-and ``Model`` pass their own storage; under Inductor the writes stay in
-place (no copy of the ring: the pitfall of SEMANTICS section 8). The ops
-(``torch.ops.ringkv.*``: ``upsert``, ``visible_row``, ``attend``,
-``ring_scatter``, ``model_upsert``, ``model_attend``) each have a fake
-implementation and pass opcheck; each one's ``@_op`` line names the
-arguments it mutates, its docstring what it does.
+runs the ``rkv_layer_*`` calls of ``include/ringkv.h`` on it, whatever the
+device (python/README.md, "PyTorch engines", lists the ops and why). Each
+op's ``@_op`` line names the arguments it mutates, its docstring what it
+does.
 
 Arguments, all on the storage's device:
 

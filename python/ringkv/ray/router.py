@@ -1,22 +1,11 @@
 """``SessionRouter``: places request ids on :class:`~ringkv.ray.SessionHost`
 actors, steps them, moves them between hosts and brings back the sessions
-of a host that died. docs/migration.md ("Faults") states the guarantees:
-one :class:`RouterCore` actor per (namespace, name) owns the placement (it
-rebuilds it from the hosts' inventories when it starts); each ``open``
-draws an incarnation that hosts and checkpoints check; a frame is delivered
-when :meth:`SessionRouter.step` returned it, and a recovery replays a
-session to its last delivered frame, reporting every later frame that will
-not be delivered (``Recovery.lost_frames``, ``StepReport.lost``); a Ray
-error of a host call is a :class:`HostError` naming host, call and request,
-and one host's failure in a step never drops another's.
-
-Names are checked before anything is asked of a host (python/README.md,
-Errors): an unknown request id or host name is
-:class:`ringkv.RingKVKeyError` naming the known ones; a request in the
-wrong place for the call, a dead host or no alive host with room is
-:class:`ringkv.RingKVRuntimeError` saying which; a
-:meth:`SessionRouter.migrate` to a dead host is a :class:`MigrationError`
-(step ``reserve``).
+of a host that died; one :class:`RouterCore` actor per (namespace, name)
+owns the placement (rebuilt from the hosts' inventories when it starts).
+docs/migration.md ("Faults") states the guarantees: incarnations, delivered
+and lost frames, recoveries, :class:`HostError`. Names are checked before
+anything is asked of a host; python/README.md ("Errors") lists the errors
+of an unknown name or a call in the wrong place.
 """
 from __future__ import annotations
 
@@ -199,17 +188,15 @@ _CALLS = _VIEWS | {"attach", "open", "close", "step", "migrate", "offload", "pag
 class RouterCore:
     """The placement of every request over ``hosts`` (name -> SessionHost
     actor handle), as one Ray actor (:class:`SessionRouter` creates it:
-    named, detached, restarted by Ray when it dies). ``checkpoint_dir`` is
-    the hosts' checkpoint folder. ``call_timeout_s``: a host call that does
-    not answer within it counts as the host's death (the actor is killed;
-    Ray restarts it if it has restarts left); ``probe_timeout_s`` bounds
-    the wait for a host that died to come back restarted. Construction
-    rebuilds the placement from the hosts (:meth:`_rebuild`)."""
+    named, detached, restarted by Ray when it dies). ``call_timeout_s``: a
+    host call that does not answer within it counts as the host's death
+    (the actor is killed; Ray restarts it if it has restarts left);
+    ``probe_timeout_s`` bounds the wait for a host that died to come back
+    restarted. Construction rebuilds the placement from the hosts."""
 
-    def __init__(self, hosts: dict[str, Any], checkpoint_dir: str | None = None,
-                 call_timeout_s: float = 600.0, probe_timeout_s: float = 120.0):
+    def __init__(self, hosts: dict[str, Any], call_timeout_s: float = 600.0,
+                 probe_timeout_s: float = 120.0):
         self.hosts: dict[str, Any] = {}
-        self.checkpoint_dir = checkpoint_dir
         self.call_timeout_s, self.probe_timeout_s = call_timeout_s, probe_timeout_s
         self.tokens: dict[str, str] = {}
         self.capacity: dict[str, int] = {}
@@ -241,7 +228,7 @@ class RouterCore:
         return self._token
 
     # ---- building the placement from the hosts ------------------------------
-    def attach(self, hosts: dict[str, Any] | None, checkpoint_dir: str | None) -> list[str]:
+    def attach(self, hosts: dict[str, Any] | None) -> list[str]:
         """A client's hosts: names not known yet are added (their sessions
         adopted); a known name must be the same actor. Returns the hosts."""
         for name, h in (hosts or {}).items():
@@ -251,8 +238,6 @@ class RouterCore:
                                              "host names are fixed")
                 continue
             self._rebuild({name: h})
-        if checkpoint_dir is not None and self.checkpoint_dir is None:
-            self.checkpoint_dir = checkpoint_dir
         return sorted(self.hosts)
 
     def _rebuild(self, hosts: dict[str, Any]) -> None:
@@ -910,13 +895,12 @@ def _view(name: str, doc: str) -> property:
     return property(lambda self: self._ask("state")[name], doc=doc)
 
 
-
 @python_calls("SessionRouter")
 class SessionRouter:
     """A handle on the router named ``name`` in Ray namespace ``namespace``
     (:class:`RouterCore`, created on first use with ``hosts`` (name ->
-    SessionHost actor handle) and ``checkpoint_dir``, the hosts'
-    checkpoint folder): every SessionRouter of that name, in any driver of
+    SessionHost actor handle); ``checkpoint_dir`` is accepted for the
+    hosts' folder, which the hosts keep): every SessionRouter of that name, in any driver of
     the cluster, shares one placement. ``hosts`` None: the router must
     exist (RingKVKeyError otherwise). Given to an existing router, hosts it
     does not have are added. Its calls are RouterCore's, run in that
@@ -928,10 +912,10 @@ class SessionRouter:
                  call_timeout_s: float = 600.0, probe_timeout_s: float = 120.0):
         self.name, self.namespace = name, namespace
         self._hosts = dict(hosts) if hosts else None
-        self._args = (checkpoint_dir, call_timeout_s, probe_timeout_s)
+        self._args = (call_timeout_s, probe_timeout_s)
         self._acks: dict[str, tuple[str, int, int]] = {}
         self.core = self._connect()                #: the router actor's handle
-        self._ask("attach", self._hosts, checkpoint_dir)
+        self._ask("attach", self._hosts)
 
     def _connect(self) -> Any:
         if self._hosts is None:
