@@ -70,10 +70,9 @@ RKV_API int rkv_cuda_device_count(void);
  * kv and written 16-byte aligned, an error word 4-byte aligned, zeroed).
  * A layer's calls run on the context's stream: for another stream, wrap
  * the same storage (and error word) on a context of that stream.
- * Errors: RKV_ERR_NULL,
- * RKV_ERR_RANGE (no such device: with no GPU or no driver the runtime sees
- * 0), RKV_ERR_NO_MEMORY (pinned or device memory), RKV_ERR_STATE (other
- * CUDA failures). Not capture-safe. */
+ * Errors: RKV_ERR_NULL, RKV_ERR_RANGE (no such device: with no GPU or no
+ * driver the runtime sees 0), CUDA failures (conventions above: pinned or
+ * device memory too). Not capture-safe. */
 RKV_API rkv_status rkv_cuda_backend(int device, void *stream, const rkv_backend_ops **ops,
                                     void **ctx);
 
@@ -117,11 +116,10 @@ RKV_API rkv_status rkv_cuda_clock_advance(int64_t *frame_pos, int64_t batch, int
  * operation enqueued on `stream` (rkv_cuda_backend's context, owned by the
  * model).
  * Every rkv_model_* call of ringkv.h works on it, with these differences:
- *  - BACKEND memory is device memory of `device`: kv, q and out of the
- *    per-pass calls (16-byte aligned). Host arrays stay host arrays
- *    (begin_frame's session_idx / frame_pos, snapshot buffers, paths).
- *  - Every call must be made while `device` is the calling thread's current
- *    device (this call makes it current); RKV_ERR_STATE otherwise.
+ *  - BACKEND memory (kv, q and out of the per-pass calls, 16-byte aligned)
+ *    is on `device`, current for every call (conventions above; this call
+ *    makes it current). Host arrays stay host arrays (begin_frame's
+ *    session_idx / frame_pos, snapshot buffers, paths).
  *  - The per-pass calls only enqueue kernels: read `out` after
  *    cudaStreamSynchronize(stream) or rkv_model_synchronize, which also
  *    reports a failure recorded on the device. Snapshots, forks, loads,
@@ -156,10 +154,8 @@ RKV_API rkv_status rkv_cuda_clock_advance(int64_t *frame_pos, int64_t batch, int
  * refuses to run while `stream` is being captured (its copy must not be
  * recorded: a replay would copy a stale staging slot).
  *
- * Errors (nothing allocated, *out untouched): RKV_ERR_NULL, an invalid
- * config (as rkv_model_create), RKV_ERR_RANGE (no such device: with no GPU
- * or no driver the runtime sees 0), RKV_ERR_NO_MEMORY (device or pinned
- * memory), RKV_ERR_STATE (other CUDA failures). Not capture-safe. */
+ * Errors (nothing allocated, *out untouched): an invalid config (as
+ * rkv_model_create), then rkv_cuda_backend's. Not capture-safe. */
 RKV_API rkv_status rkv_model_create_cuda(const rkv_model_config *cfg, int device, void *stream,
                                          rkv_model **out);
 

@@ -280,16 +280,6 @@ size_t rkv__model_max_span_bytes(const rkv_model *m) {
     return most;
 }
 
-rkv_status rkv__model_span_read(const rkv_model *m, int64_t layer, int64_t session,
-                                rkv_span_part part, int64_t head, void *buf) {
-    return m->ops.span_read(m->ctx, m->layers[layer], session, part, head, buf);
-}
-
-rkv_status rkv__model_span_write(rkv_model *m, int64_t layer, int64_t session,
-                                 rkv_span_part part, int64_t head, const void *buf) {
-    return m->ops.span_write(m->ctx, m->layers[layer], session, part, head, buf);
-}
-
 /* ---- sessions ------------------------------------------------------------ */
 
 rkv_status rkv__model_check_request_id(const char *what, const char *id) {

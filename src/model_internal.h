@@ -91,13 +91,9 @@ void rkv__model_close_batch(rkv_model *m);
 /* Geometry of layer i (valid: the config was checked at creation). */
 rkv_geometry rkv__model_layer_geometry(const rkv_model *m, int64_t layer);
 
-/* A piece of a session's span on layer i through the backend (HOST buf of
- * rkv__model_span_bytes bytes); the backend's message on failure. */
+/* Bytes of one piece of a session's span on layer i (the HOST buffer that
+ * ops.span_read / span_write of m->layers[i] take). */
 size_t rkv__model_span_bytes(const rkv_model *m, int64_t layer, rkv_span_part part);
-rkv_status rkv__model_span_read(const rkv_model *m, int64_t layer, int64_t session,
-                                rkv_span_part part, int64_t head, void *buf);
-rkv_status rkv__model_span_write(rkv_model *m, int64_t layer, int64_t session,
-                                 rkv_span_part part, int64_t head, const void *buf);
 /* Region k of a session (model_regions.c), in rkv_model_session_regions'
  * order: per layer K of each head, V of each head, the written bits. */
 void rkv__model_region_at(const rkv_model *m, size_t k, int64_t *layer, rkv_span_part *part,

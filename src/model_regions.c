@@ -82,7 +82,7 @@ static rkv_status hash_regions(const rkv_model *m, const char *what, int64_t ses
         if (!ptr) { /* device memory: through the host */
             if (!bounce && !(bounce = malloc(rkv__model_max_span_bytes(m))))
                 return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", what);
-            if ((st = rkv__model_span_read(m, i, session, part, h, bounce)) != RKV_OK) {
+            if ((st = m->ops.span_read(m->ctx, m->layers[i], session, part, h, bounce)) != RKV_OK) {
                 st = rkv__model_backend_fail(st, what);
                 break;
             }
@@ -346,8 +346,9 @@ rkv_status rkv_model_transfer_session(const rkv_model *src, int64_t src_session,
             memcpy(dp, sp, rkv__model_span_bytes(src, i, part));
         else if (!bounce && !(bounce = malloc(rkv__model_max_span_bytes(src))))
             st = rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", what);
-        else if ((st = rkv__model_span_read(src, i, src_session, part, h, bounce)) == RKV_OK)
-            st = rkv__model_span_write(dst, i, dst_session, part, h, bounce);
+        else if ((st = src->ops.span_read(src->ctx, src->layers[i], src_session, part, h,
+                                          bounce)) == RKV_OK)
+            st = dst->ops.span_write(dst->ctx, dst->layers[i], dst_session, part, h, bounce);
     }
     free(bounce);
     return st == RKV_OK ? RKV_OK : rkv__model_backend_fail(st, what);

@@ -327,7 +327,7 @@ static rkv_status install_pieces(const source *s, const rkv__snap_header *p, rkv
             const uint8_t *piece = s->mem ? s->mem + off : bounce;
             if (!s->mem && (st = src_read(s, off, bounce, bytes)) != RKV_OK) break;
             if (hash) XXH3_64bits_update(&hs, piece, bytes);
-            st = rkv__model_span_write(m, r->layer, session, part, h, piece);
+            st = m->ops.span_write(m->ctx, m->layers[r->layer], session, part, h, piece);
             if (st == RKV_ERR_INVALID_ARG && fresh)
                 st = rkv__fail(RKV_ERR_FORMAT,
                                "%s: %s: corrupted data: layer.%lld.written breaks the layer's "
@@ -468,7 +468,8 @@ static rkv_status write_regions(sink *k, const rkv_model *m, int64_t session, XX
         const size_t bytes = rkv__model_span_bytes(m, i, part);
         const uint8_t *region = rkv__model_host_region(m, i, session, part, h);
         uint8_t *piece = k->mem ? k->mem + k->off : bounce;
-        if (!region && (st = rkv__model_span_read(m, i, session, part, h, piece)) != RKV_OK) {
+        if (!region &&
+            (st = m->ops.span_read(m->ctx, m->layers[i], session, part, h, piece)) != RKV_OK) {
             st = rkv__model_backend_fail(st, k->what);
             break;
         }

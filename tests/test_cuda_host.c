@@ -402,25 +402,25 @@ static void test_span_places(void **state) {
     const int64_t C = 3 * 128, N = 2 * C;
     const size_t row = 64 * 2;
     size_t off = 1, bytes = 1;
-    int w = -1;
-    EXPECT_STATUS(rkv__cuda_span_check(&g, "x", 1, RKV_SPAN_K, 1, &off, &bytes, &w), RKV_OK, "");
+    bool w = true;
+    EXPECT_STATUS(rkv__span_piece(&g, "x", 1, RKV_SPAN_K, 1, &off, &bytes, &w), RKV_OK, "");
     assert_int_equal(off, ((size_t)(1 * N) + (size_t)C) * row); /* plane 1, session 1 */
     assert_int_equal(bytes, (size_t)C * row);
     assert_int_equal(w, 0);
-    EXPECT_STATUS(rkv__cuda_span_check(&g, "x", 0, RKV_SPAN_V, 0, &off, &bytes, &w), RKV_OK, "");
+    EXPECT_STATUS(rkv__span_piece(&g, "x", 0, RKV_SPAN_V, 0, &off, &bytes, &w), RKV_OK, "");
     assert_int_equal(off, (size_t)(2 * N) * row); /* plane H + 0 */
-    EXPECT_STATUS(rkv__cuda_span_check(&g, "x", 1, RKV_SPAN_WRITTEN, 0, &off, &bytes, &w), RKV_OK,
+    EXPECT_STATUS(rkv__span_piece(&g, "x", 1, RKV_SPAN_WRITTEN, 0, &off, &bytes, &w), RKV_OK,
                   "");
     assert_int_equal(off, (size_t)C);
     assert_int_equal(bytes, (size_t)C);
     assert_int_equal(w, 1);
-    EXPECT_STATUS(rkv__cuda_span_check(&g, "x", 2, RKV_SPAN_K, 0, &off, &bytes, &w), RKV_ERR_RANGE,
+    EXPECT_STATUS(rkv__span_piece(&g, "x", 2, RKV_SPAN_K, 0, &off, &bytes, &w), RKV_ERR_RANGE,
                   "session 2");
-    EXPECT_STATUS(rkv__cuda_span_check(&g, "x", 0, RKV_SPAN_K, 2, &off, &bytes, &w), RKV_ERR_RANGE,
+    EXPECT_STATUS(rkv__span_piece(&g, "x", 0, RKV_SPAN_K, 2, &off, &bytes, &w), RKV_ERR_RANGE,
                   "head 2");
-    EXPECT_STATUS(rkv__cuda_span_check(&g, "x", 0, RKV_SPAN_WRITTEN, 1, &off, &bytes, &w),
+    EXPECT_STATUS(rkv__span_piece(&g, "x", 0, RKV_SPAN_WRITTEN, 1, &off, &bytes, &w),
                   RKV_ERR_INVALID_ARG, "head 1");
-    EXPECT_STATUS(rkv__cuda_span_check(&g, "x", 0, (rkv_span_part)3, 0, &off, &bytes, &w),
+    EXPECT_STATUS(rkv__span_piece(&g, "x", 0, (rkv_span_part)3, 0, &off, &bytes, &w),
                   RKV_ERR_INVALID_ARG, "part 3");
     /* written bits: the invariant, checked on the host before any copy */
     uint8_t bits[3 * 128];

@@ -96,8 +96,8 @@ void free_on(void *, void *ptr) {
 // HOST src -> device dst on the model's stream. The batch of begin_frame
 // (at most slot_bytes) goes through the next pinned staging slot, so the
 // copy is truly asynchronous; before a slot is reused its previous copy
-// must have run (its event). Anything larger (no caller today) is copied
-// from pageable memory and waited for.
+// must have run (its event). Anything larger is refused: begin_frame's batch
+// is at most the backend's max_batch rows, which the slots are sized for.
 rkv_status copy_in(void *vc, void *dst, const void *src, size_t bytes) {
     static const char what[] = "cuda backend: batch copy";
     CudaCtx *c = ctx_of(vc);
@@ -112,11 +112,9 @@ rkv_status copy_in(void *vc, void *dst, const void *src, size_t bytes) {
                              "copies the batch from host memory and must run outside the capture "
                              "(the captured calls read the buffers it writes)",
                              what);
-    if (bytes > c->slot_bytes) {
-        e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->dev.stream);
-        if (e == cudaSuccess) e = cudaStreamSynchronize(c->dev.stream);
-        return e == cudaSuccess ? RKV_OK : rkv__cuda_fail(e, what);
-    }
+    if (bytes > c->slot_bytes)
+        return rkv_error_set(RKV_ERR_INVALID_ARG, "%s of %zu bytes: a staging slot holds %zu",
+                             what, bytes, c->slot_bytes);
     const int k = c->next;
     if (c->armed[k] && (e = cudaEventSynchronize(c->done[k])) != cudaSuccess)
         return rkv__cuda_fail(e, what);

@@ -4,6 +4,9 @@
 #include <string.h>
 
 #include "cuda_internal.cuh"
+extern "C" {
+#include "../internal.h"  // rkv__span_piece: the core's span check
+}
 
 namespace {
 
@@ -304,9 +307,9 @@ namespace {
 uint8_t *span_at(const rkv_cuda_layer *l, int64_t session, rkv_span_part part, int64_t head,
                  size_t *bytes, rkv_status *st = nullptr) {
     size_t offset = 0;
-    int in_written = 0;
-    const rkv_status s = rkv__cuda_span_check(&l->g, "cuda backend: span_region", session, part,
-                                              head, &offset, bytes, &in_written);
+    bool in_written = false;
+    const rkv_status s = rkv__span_piece(&l->g, "cuda backend: span_region", session, part, head,
+                                         &offset, bytes, &in_written);
     if (st) *st = s;
     return (in_written ? l->written : static_cast<uint8_t *>(l->kv)) + offset;
 }

@@ -205,16 +205,7 @@ void rkv__cuda_attention_plan_describe(const rkv__cuda_attn_plan *p, char *buf, 
                  p->smem_bytes, (long long)p->total_rows);
 }
 
-/* ---- spans and the model's table ------------------------------------------ */
-
-rkv_status rkv__cuda_span_check(const rkv_geometry *g, const char *what, int64_t session,
-                                rkv_span_part part, int64_t head, size_t *offset, size_t *bytes,
-                                int *in_written) {
-    bool w = false;
-    rkv_status st = rkv__span_piece(g, what, session, part, head, offset, bytes, &w);
-    *in_written = w;
-    return st;
-}
+/* ---- the model's table ------------------------------------------------------ */
 
 size_t rkv__cuda_model_workspace_bytes(const rkv_geometry *g, const rkv__cuda_device_info *dev,
                                        int stages, int kernel, int64_t max_batch,

@@ -97,10 +97,9 @@ enum { RKV__KERNEL_MMA = 0, RKV__KERNEL_WGMMA = 1 };
 #define RKV__MMA_D64_MT 2   /* m16 tiles per warp: 32 query rows per warp   */
 #define RKV__MMA_D128_MT 1  /* 16 query rows per warp                       */
 #define RKV__MMA_CTAS_PER_SM 2
-/* Static shared memory kept aside beside a block's dynamic shared memory:
- * the most any tensor-core kernel declares (the wgmma kernel: 1,024 bytes,
- * its 1024-aligned dynamic array padding the statics before it; the mma
- * kernel: 128). The runtime caps dynamic + static at the opt-in limit. */
+/* Static shared memory kept aside beside a block's dynamic shared memory
+ * (the runtime caps their sum at the opt-in limit): the most any tensor-core
+ * kernel declares (wgmma: 1,024, its aligned dynamic array padding it). */
 #define RKV__STATIC_SMEM_MAX 1024
 #define RKV__MAX_SPLITS 8
 
@@ -146,12 +145,7 @@ size_t rkv__cuda_split_workspace_bytes(int splits, int64_t total_rows, int d_hea
 /* One-line description of a plan. */
 void rkv__cuda_attention_plan_describe(const rkv__cuda_attn_plan *p, char *buf, size_t n);
 
-/* ---- spans and the model's table (layer.cu, backend_cuda.cu) ------------
- * A span piece's place (`what` names the call): the piece (session, part, head) and its place, a byte offset from
- * the K/V storage or (*in_written) from the written bits, and its bytes. */
-rkv_status rkv__cuda_span_check(const rkv_geometry *g, const char *what, int64_t session,
-                                rkv_span_part part, int64_t head, size_t *offset, size_t *bytes,
-                                int *in_written);
+/* ---- the model's table (backend_cuda.cu) ------------------------------- */
 /* The attention workspace of a model's layer: the largest preferred split
  * workspace over B = 1..max_batch rows of n_q_heads heads and
  * tokens_per_frame queries, q and out in the storage dtype (other dtypes
