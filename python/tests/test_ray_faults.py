@@ -285,6 +285,25 @@ def test_fault8_commit_refuses_an_unverified_fill():
     assert b.session_digest("m") == a.session_digest("m") and b.live() == {"m": 2}
 
 
+def test_step_refuses_before_any_session_steps():
+    """SessionHost.step refuses a batch naming a request the host does not
+    hold ("not live here") or one frozen for a migration, as a
+    RingKVRuntimeError, before any session of the batch steps (the
+    subtraction round had turned the first into a bare KeyError)."""
+    from ringkv.errors import RingKVRuntimeError
+    from ringkv.ray.host import SessionHost
+    a = SessionHost("A", CONFIG)
+    a.open("m")
+    a.step(["m"])
+    with pytest.raises(RingKVRuntimeError, match="request 'gone' is not live here"):
+        a.step(["m", "gone"])
+    assert a.live() == {"m": 0}
+    a.export("m")                                         # frozen until committed elsewhere
+    with pytest.raises(RingKVRuntimeError, match="request 'm' is frozen for a migration"):
+        a.step(["m"])
+    assert a.clock("m") == 0
+
+
 # ---- checkpoints and their incarnations --------------------------------------------------------
 
 def test_checkpoint_carries_request_incarnation_and_frame(tmp_path):

@@ -354,7 +354,11 @@ class SessionHost:
         rows = [(request_key(i), None, None) if not isinstance(i, (tuple, list)) else
                 (request_key(i[0]), i[1], i[2]) for i in items]
         for key, inc, _ in rows:
-            self._held(key, inc, live=True)
+            h = self.held.get(key)
+            if h is None or h.frozen:
+                state = "frozen for a migration" if h is not None else "not live here"
+                raise RingKVRuntimeError(f"host {self.name}: request {key!r} is {state}")
+            self._same(key, h.inc, inc)
         if not rows:
             return {}
         for key, _, delivered in rows:
