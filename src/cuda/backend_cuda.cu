@@ -443,13 +443,20 @@ extern "C" rkv_status rkv_model_cuda_attention_describe(const rkv_model *model, 
     if (args->n_q_heads != cfg->n_q_heads)
         return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: args->n_q_heads = %lld; this model has %lld",
                              what, (long long)args->n_q_heads, (long long)cfg->n_q_heads);
+    // The model's workspace, as rkv_model_create_with_backend sized it: the
+    // most any layer needs (rings differ: local and global layers), since the
+    // split count is cut to fit it. The plan reads no memory: the batch's
+    // device buffers and the workspace only need to be valid pointers.
+    size_t ws_bytes = 0;
+    for (int64_t i = 0; i < cfg->n_layers; i++) {
+        const rkv_cuda_layer *li = layer_of(
+            rkv_layer_backend_handle(rkv_model_layer((rkv_model *)model, i), nullptr, nullptr));
+        const size_t b = rkv__cuda_model_workspace_bytes(
+            &li->g, &li->d.dev, li->d.attn_stages, li->d.attn_kernel, max_b, cfg->n_q_heads);
+        if (b > ws_bytes) ws_bytes = b;
+    }
     const rkv_cuda_layer *l = layer_of(
         rkv_layer_backend_handle(rkv_model_layer((rkv_model *)model, layer), nullptr, nullptr));
-    // The model's workspace, as rkv_model_create_with_backend sized it (its
-    // layers are alike). The plan reads no memory: the batch's device buffers
-    // and the workspace only need to be valid pointers for the host checks.
-    const size_t ws_bytes = rkv__cuda_model_workspace_bytes(
-        &l->g, &l->d.dev, l->d.attn_stages, l->d.attn_kernel, max_b, cfg->n_q_heads);
     alignas(16) static const int64_t placeholder[2] = {0, 0};
     rkv_attention_args a = *args;
     a.batch = batch;
