@@ -140,10 +140,9 @@ RKV_API const char *rkv_dtype_name(rkv_dtype dtype);
  * "bf16"/"bfloat16". RKV_ERR_DTYPE for anything else; *out untouched then. */
 RKV_API rkv_status rkv_dtype_parse(const char *name, rkv_dtype *out);
 
-/* Converts n elements between dtypes (round to nearest even when narrowing;
- * NaN stays NaN). src and dst are host buffers of n elements. With equal
- * dtypes they may overlap (a move); with different dtypes an overlap is
- * refused (RKV_ERR_INVALID_ARG, nothing written). */
+/* Converts n elements from src to dst (round to nearest even when
+ * narrowing; NaN stays NaN). With equal dtypes they may overlap (a move);
+ * with different dtypes an overlap is refused (RKV_ERR_INVALID_ARG). */
 RKV_API rkv_status rkv_convert(const void *src, rkv_dtype src_dtype, void *dst,
                                rkv_dtype dst_dtype, size_t n);
 
@@ -151,8 +150,7 @@ RKV_API rkv_status rkv_convert(const void *src, rkv_dtype src_dtype, void *dst,
 /* Geometry of one layer's ring (SEM 2)                                     */
 /* ------------------------------------------------------------------------ */
 
-/* Minimum tokens per frame: the attention block size (FlexAttention's 128).
- * tokens_per_frame must be a positive multiple of it. */
+/* Minimum tokens per frame: the attention block size (FlexAttention's 128). */
 #define RKV_BLOCK_TOKENS 128
 
 /* Frozen (a later change is rkv_geometry_v2). */
@@ -247,12 +245,11 @@ RKV_API rkv_status rkv_layer_block_mask(const rkv_layer *layer, int64_t session,
 /* Layer storage: one layer's ring on any backend (SEM 2, 3)                */
 /* ------------------------------------------------------------------------ */
 
-/* One set of calls whatever the backend: each checks its arguments once
- * and runs the backend's operation (ringkv_backend.h); on CUDA they run on
- * the context's stream, with its device current. Where BACKEND memory is
- * not the host's, session ids and clocks in BACKEND arrays are checked by
- * the kernels: a bad row makes the call write nothing and is reported by
- * rkv_layer_check.
+/* One set of calls whatever the backend, each running the backend's
+ * operation (ringkv_backend.h; on CUDA on the context's stream, with its
+ * device current). Where BACKEND memory is not the host's, session ids and
+ * clocks in BACKEND arrays are checked by the kernels: a bad row makes the
+ * call write nothing and is reported by rkv_layer_check.
  *
  * rkv_layer_create allocates a layer on the CPU backend: K/V storage
  * [2][H][N][D] in g->dtype, zeroed, and the written bitmap [N] (ring slots
@@ -295,15 +292,14 @@ typedef enum rkv_span_part {
     RKV_SPAN_WRITTEN = 2
 } rkv_span_part;
 
-/* Copies a piece of `session`'s span into dst (the piece's bytes:
- * C*D*rkv_dtype_size(dtype) for K or V, C for the written bits). Reads the
+/* Copies a piece (rkv_span_part) of `session`'s span into dst. Reads the
  * layer only. Errors: RKV_ERR_RANGE (session, or head outside [0, H) for
  * K/V), RKV_ERR_INVALID_ARG (unknown part, head != 0 for the written bits,
  * dst overlapping the layer's storage). */
 RKV_API rkv_status rkv_layer_read_span(const rkv_layer *layer, int64_t session,
                                        rkv_span_part part, int64_t head, void *dst);
-/* Overwrites a piece of `session`'s span from src (the piece's bytes, not
- * overlapping it). Written bits must keep the layer's invariant: every
+/* Overwrites a piece of `session`'s span from src (not overlapping the
+ * layer's storage). Written bits must keep the layer's invariant: every
  * byte 0 or 1, every scratch slot 1, a ring frame's T bits equal (frames
  * are written whole). Errors as rkv_layer_read_span, and
  * RKV_ERR_INVALID_ARG for an overlap or naming the first bad slot. */
@@ -331,22 +327,20 @@ RKV_API rkv_status rkv_layer_copy_span(rkv_layer *layer, int64_t src_session,
  *               the commit); unlike the reference's (which aliases layer
  *               scratch), it is the caller's and never overwritten.
  * No two of kv, frame_pos, session_idx, visible and the layer's storage
- * may overlap (RKV_ERR_INVALID_ARG "... overlaps ...", naming both).
- * Errors: RKV_ERR_INVALID_ARG (B < 1 or B > S or the backend's largest
- * batch, visible with B > 1, frame_pos < 0, a session repeated, overlap,
- * misalignment), RKV_ERR_RANGE (session), RKV_ERR_DTYPE, the backend's
- * (CUDA: a launch failure, the wrong current device). Capture-safe on
- * CUDA. */
+ * may overlap. Errors: RKV_ERR_INVALID_ARG (B < 1 or B > S or the
+ * backend's largest batch, visible with B > 1, frame_pos < 0, a session
+ * repeated, an overlap ("... overlaps ...", naming both), misalignment),
+ * RKV_ERR_RANGE (session), RKV_ERR_DTYPE, the backend's (CUDA: a launch
+ * failure, the wrong current device). Capture-safe on CUDA. */
 RKV_API rkv_status rkv_layer_upsert(rkv_layer *layer, const void *kv,
                                     rkv_dtype kv_dtype, int64_t batch,
                                     const int64_t *frame_pos,
                                     const int64_t *session_idx, int commit,
                                     uint8_t *visible);
 
-/* The reference's visibility row of one row at its clock, exactly the row
- * rkv_layer_upsert returns in `visible` (computed as before that call's
- * commit): row[j] = written[j] for the session's slots [s*C, (s+1)*C), 0
- * elsewhere, and 0 for the T slots of ring frame ceil(f/PD) mod RB when
+/* The reference's visibility row of one row at its clock (rkv_layer_upsert's
+ * `visible`): row[j] = written[j] for the session's slots [s*C, (s+1)*C),
+ * 0 elsewhere, and 0 for the T slots of ring frame ceil(f/PD) mod RB when
  * f mod PD == 0. session_idx, frame_pos: BACKEND [1] int64; row: BACKEND
  * [N] bytes, written whole (0/1), not overlapping the written bits.
  * Errors: RKV_ERR_RANGE (session not in [0, S)), RKV_ERR_INVALID_ARG
@@ -379,8 +373,7 @@ typedef struct rkv_layer_spec {
     int64_t pinned_dilation;
 } rkv_layer_spec;
 
-/* Grows ("Structs that grow" above): start from RKV_MODEL_CONFIG_INIT or
- * rkv_model_preset. */
+/* Grows ("Structs that grow" above). */
 typedef struct rkv_model_config {
     size_t struct_size;                    /* sizeof(rkv_model_config)   */
     char name[RKV_MAX_NAME];
@@ -399,9 +392,8 @@ typedef struct rkv_model_config {
 } rkv_model_config;
 #define RKV_MODEL_CONFIG_INIT RKV__SIZED_INIT(rkv_model_config)
 
-/* Largest max_offloaded; and the table size used when it is 0: four
- * paged-out sessions per resident one, at least 16 (an entry costs ~300
- * bytes of host memory). */
+/* The default table: four paged-out sessions per resident one, at least
+ * 16 (an entry costs ~300 bytes of host memory). */
 #define RKV_MAX_OFFLOADED ((int64_t)1 << 20)
 #define RKV_DEFAULT_OFFLOADED(num_sessions) \
     ((num_sessions) * 4 > 16 ? (num_sessions) * 4 : 16)
@@ -441,7 +433,7 @@ RKV_API rkv_status rkv_model_config_memory(const rkv_model_config *cfg,
  * snapshots: a session saved from one backend loads into another. */
 RKV_API rkv_status rkv_model_create(const rkv_model_config *cfg, rkv_model **out);
 /* Frees the layers, buffers and the backend's context (a CUDA model waits
- * for its stream first). NULL is a no-op. */
+ * for its stream first). */
 RKV_API void rkv_model_destroy(rkv_model *model);
 
 RKV_API const rkv_model_config *rkv_model_get_config(const rkv_model *model);
@@ -479,17 +471,17 @@ RKV_API rkv_status rkv_model_clock(const rkv_model *model, int64_t session,
 
 /* Forks: copies held session src_session's whole state (every layer's K/V
  * span and written bits, and its clock) over held session dst_session,
- * bit-exact: a branch of the same world. Both between frames; dst keeps
- * its request id, its next frame is src's last committed + 1 (any frame
- * when src has no clock); the two then evolve independently. Errors: RKV_ERR_RANGE, RKV_ERR_STATE (not claimed, or inside a frame),
- * RKV_ERR_INVALID_ARG (src == dst). */
+ * bit-exact: a branch of the same world. dst keeps its request id, its
+ * next frame is src's last committed + 1 (any frame when src has no
+ * clock); the two then evolve independently. Errors: RKV_ERR_RANGE,
+ * RKV_ERR_STATE (not claimed, or inside a frame), RKV_ERR_INVALID_ARG
+ * (src == dst). */
 RKV_API rkv_status rkv_model_fork(rkv_model *model, int64_t src_session,
                                   int64_t dst_session);
 
 /* ---- Attention arguments (every backend) ------------------------------- */
 
-/* Grows ("Structs that grow" above): start from RKV_ATTENTION_ARGS_INIT
- * and set what you need; members left 0 take their defaults. */
+/* Grows ("Structs that grow" above): start from RKV_ATTENTION_ARGS_INIT. */
 typedef struct rkv_attention_args {
     size_t struct_size; /* sizeof(rkv_attention_args)                    */
     int64_t batch;      /* B >= 1 session rows                            */
@@ -541,9 +533,8 @@ typedef struct rkv_attention_args {
  * session_idx, frame_pos or visible (RKV_ERR_INVALID_ARG "out (...)
  * overlaps ..."). Errors: RKV_ERR_INVALID_ARG (B, Hq, Tq, scale,
  * alignment, the backend's limits: CUDA d_head <= 256), RKV_ERR_RANGE (a
- * session, host memory),
- * RKV_ERR_DTYPE, RKV_ERR_OVERFLOW, RKV_ERR_NO_MEMORY (the CPU thread pool's
- * scratch), the backend's. Capture-safe on CUDA.
+ * session, host memory), RKV_ERR_DTYPE, RKV_ERR_OVERFLOW, RKV_ERR_NO_MEMORY
+ * (the CPU thread pool's scratch), the backend's. Capture-safe on CUDA.
  * rkv_layer_attend_workspace_bytes: the workspace bytes that let it split
  * the keys as it prefers for these arguments (0: none; invalid arguments
  * or the CPU); host only. */
@@ -553,10 +544,9 @@ RKV_API size_t rkv_layer_attend_workspace_bytes(const rkv_layer *layer,
 
 /* ---- Frames: the batch is set once ---------------------------------------
  * A frame of B sessions is: rkv_model_begin_frame (the batch: which
- * sessions, in which rows, at which clocks; checked on the host), the
- * per-pass calls on every layer (rkv_model_frame_upsert / _attend / _step,
- * on every row; Waypoint runs 4 denoising passes and a commit pass), then
- * the end of the frame.
+ * sessions, in which rows, at which clocks), the per-pass calls on every
+ * layer (rkv_model_frame_upsert / _attend / _step, on every row; Waypoint
+ * runs 4 denoising passes and a commit pass), then the end of the frame.
  *
  * The model has at most one current batch. It is OPEN from begin_frame
  * until its frame ends: when upserts with commit set have gone through every
@@ -564,16 +554,13 @@ RKV_API size_t rkv_layer_attend_workspace_bytes(const rkv_layer *layer,
  * its frame_pos. It stays current, ENDED, for attention at the same clocks,
  * until it is closed: by the next begin_frame, rkv_model_abandon_frame, or a
  * call that replaces one of its sessions' state (release, reset, restore,
- * load, fork into it).
- *  - A second begin_frame while a batch is open is refused (RKV_ERR_STATE):
- *    end the frame, or abandon it.
- *  - Release or reset of a session of the open batch abandons the frame of
- *    the whole batch: that session is zeroed without a clock, the other rows
- *    keep their last committed clock (their next frame is the same frame
- *    again; what the abandoned passes wrote into their scratch or ring slot
- *    is rewritten by its commit, and that slot is hidden until then).
- *  - Snapshots, restores, loads and forks refuse the sessions of an open
- *    batch (RKV_ERR_STATE) and accept every other held session.
+ * load, fork into it; all but release and reset refuse a session of an
+ * open batch: RKV_ERR_STATE, as begin_frame while one is open). Release or
+ * reset of a session of the open batch abandons the frame of the whole
+ * batch: that session is zeroed without a clock, the other rows keep their
+ * last committed clock (their next frame is the same frame again; what the
+ * abandoned passes wrote into their scratch or ring slot is rewritten by
+ * its commit, and that slot is hidden until then).
  *
  * Capture contract (CUDA graphs; ringkv_cuda.h). The per-pass calls are
  * capture-safe (ringkv_backend.h): they read the batch from the model's
@@ -585,31 +572,26 @@ RKV_API size_t rkv_layer_attend_workspace_bytes(const rkv_layer *layer,
  * (the caller's rule: begin_frame cannot see a graph). Every other call is
  * not capture-safe. */
 
-/* Begins a frame for B held sessions (checked on the host for every row
- * before any state changes): each frame_pos must be >= 0 and equal the
- * session's last committed frame + 1 (any clock when it has none); the
- * session must not be inside a frame already, and no other batch may be
- * open. Stores the batch (session_idx, frame_pos: host arrays, read during
- * the call only) in the model's BACKEND buffers with one asynchronous copy
- * and makes it the current batch. Errors: RKV_ERR_CLOCK (a skipped,
- * repeated or negative clock), RKV_ERR_STATE (not claimed, inside a frame,
- * another batch open; on CUDA a stream being captured), RKV_ERR_RANGE,
- * RKV_ERR_INVALID_ARG (B outside 1..S or beyond the backend's limit, 1024
- * on CUDA; a repeated session). Checked in this order, the first failure
- * reported: B, every row's session (range, distinct, claimed), row by row
- * its frame state and clock, the open batch. Not capture-safe. */
+/* Begins a frame for B held sessions: stores the batch (session_idx,
+ * frame_pos: read during the call only) in the model's BACKEND buffers with
+ * one asynchronous copy and makes it the current batch. Each frame_pos must
+ * be the session's last committed frame + 1 (any clock >= 0 when it has
+ * none). Errors: RKV_ERR_CLOCK (a skipped, repeated or negative clock),
+ * RKV_ERR_STATE (not claimed, inside a frame, another batch open; on CUDA a
+ * stream being captured), RKV_ERR_RANGE, RKV_ERR_INVALID_ARG (B outside
+ * 1..S or beyond the backend's limit, 1024 on CUDA; a repeated session).
+ * Checked on the host in this order, the first failure reported: B, every
+ * row's session (range, distinct, claimed), row by row its frame state and
+ * clock, the open batch. Not capture-safe. */
 RKV_API rkv_status rkv_model_begin_frame(rkv_model *model, int64_t batch,
                                          const int64_t *session_idx,
                                          const int64_t *frame_pos);
 
 /* One upsert of the current batch on layer `layer`, each row at its clock
- * (rkv_layer_upsert's operation).
- *  kv:     BACKEND [2][H][B*T][D] in kv_dtype (== the storage dtype), tokens
- *          ordered (row b, token t); on CUDA 16-byte aligned.
- *  commit: nonzero marks the layer committed for this frame; once every
- *          layer has committed, the frame ends (the batch's clocks become
- *          committed) and further upserts are refused until the next
- *          begin_frame.
+ * (rkv_layer_upsert's operation; kv, kv_dtype and commit as there, B the
+ * batch's). commit also marks the layer committed for this frame: once
+ * every layer has, the frame ends (the batch's clocks become committed) and
+ * further upserts are refused until the next begin_frame.
  * Errors: RKV_ERR_RANGE (layer), RKV_ERR_DTYPE, RKV_ERR_STATE (no open
  * batch: never begun, abandoned, or its frame already committed -- the
  * message says which and, for a committed frame, that the next call is
@@ -622,20 +604,18 @@ RKV_API rkv_status rkv_model_frame_upsert(rkv_model *model, int64_t layer,
 
 /* Attention of the current batch (open or ended) on layer `layer` at its
  * clocks, with the bits-and-clock rule (rkv_layer_attend's operation).
- * args as rkv_layer_attend's (q, out: BACKEND, caller-owned), n_q_heads the
- * model's; args->batch, session_idx, frame_pos, visible and workspace are
- * ignored: the batch's rows and clocks and the model's workspace (sized at
- * creation for n_queries = tokens_per_frame; others may split less).
- * Errors: RKV_ERR_RANGE (layer), RKV_ERR_STATE (no current batch),
- * RKV_ERR_INVALID_ARG (heads, queries, scale, alignment, out overlapping
- * q or the layer's storage), RKV_ERR_DTYPE, RKV_ERR_OVERFLOW,
- * RKV_ERR_NO_MEMORY (CPU: the thread pool's scratch). Capture-safe. */
+ * args as rkv_layer_attend's, n_q_heads the model's; args->batch,
+ * session_idx, frame_pos, visible and workspace are ignored: the batch's
+ * rows and clocks and the model's workspace (sized at creation for
+ * n_queries = tokens_per_frame; others may split less). Errors:
+ * RKV_ERR_RANGE (layer), RKV_ERR_STATE (no current batch), then
+ * rkv_layer_attend's for the arguments it reads (RKV_ERR_INVALID_ARG also
+ * for n_q_heads other than the model's). Capture-safe. */
 RKV_API rkv_status rkv_model_frame_attend(rkv_model *model, int64_t layer,
                                           const rkv_attention_args *args);
 
 /* One pass of a batched step on layer `layer`: rkv_model_frame_upsert then
- * rkv_model_frame_attend, with every argument of both halves checked before
- * anything is enqueued (a refused call changes nothing, out included).
+ * rkv_model_frame_attend, both checked in full before anything is enqueued.
  * Errors: the union of both. The one failure that can follow the upsert is
  * RKV_ERR_NO_MEMORY from the CPU attention's scratch (or a CUDA launch
  * failure): the upsert then stands (it is idempotent within the pass) and
@@ -644,19 +624,17 @@ RKV_API rkv_status rkv_model_frame_step(rkv_model *model, int64_t layer,
                                         const void *kv, rkv_dtype kv_dtype,
                                         int commit, const rkv_attention_args *args);
 
-/* Ends the current frame: every row's clock becomes its frame_pos, as when
- * the commit pass has gone through every layer: how a frame replayed from
- * a CUDA graph ends (the model cannot see inside a replay: a commit pass
- * that did not run is missing from the rings). Host only (enqueues and
- * waits for nothing). The batch stays current for attention; one whose
- * frame already ended: RKV_OK, nothing changes. Errors: RKV_ERR_STATE (no
- * current batch). */
+/* Ends the current frame as a commit pass through every layer does (each
+ * row's clock becomes its frame_pos; the batch stays current, ENDED): how a
+ * frame replayed from a CUDA graph ends (the model cannot see inside a
+ * replay: a commit pass that did not run is missing from the rings). Host
+ * only (enqueues and waits for nothing). A frame already ended: RKV_OK,
+ * nothing changes. Errors: RKV_ERR_STATE (no current batch). */
 RKV_API rkv_status rkv_model_end_frame(rkv_model *model);
 
-/* Closes the current batch. An open frame is abandoned: no clock changes,
- * every row may begin the same frame again (what its passes wrote is
- * rewritten then; see "Frames" above). RKV_OK also when there is no
- * current batch. Host only. */
+/* Closes the current batch; an open frame is abandoned ("Frames" above):
+ * no clock changes, every row may begin the same frame again. RKV_OK also
+ * when there is no current batch. Host only. */
 RKV_API rkv_status rkv_model_abandon_frame(rkv_model *model);
 
 /* Waits until everything the model enqueued has run, then reports the
@@ -704,8 +682,7 @@ RKV_API rkv_status rkv_model_step(rkv_model *model, int64_t layer, int64_t batch
  * little-endian header length, a JSON header, raw little-endian tensors);
  * docs/snapshot-format.md is the full description. Tensors, per layer i:
  *   "layer.{i}.k", "layer.{i}.v": [H][C][D] in the storage dtype ("F32",
- *       "F16", "BF16"), the session's K / V span (C = (RF+1)*T slots, the
- *       scratch last);
+ *       "F16", "BF16"), the session's K / V span (rkv_span_part);
  *   "layer.{i}.written": [C] "U8", the session's written bits.
  * "__metadata__" strings: format ("ringkv-snapshot"), format_version,
  * geometry (dtype, n_layers, n_q_heads, n_kv_heads, d_head,
@@ -799,7 +776,7 @@ RKV_API rkv_status rkv_model_load_session(rkv_model *model, int64_t session,
 
 /* Validates a snapshot completely (everything load checks but the model's
  * geometry: both checksums, tensor table, written bits) and, when info !=
- * NULL, fills *info (untouched on failure). The snapshot is the file `path`
+ * NULL, fills *info. The snapshot is the file `path`
  * when path != NULL (buf must then be NULL and bytes 0), else the image buf
  * of `bytes` bytes (read only). Errors as rkv_model_load_session
  * (RKV_ERR_FORMAT with the class, RKV_ERR_IO for a file, RKV_ERR_NULL:
@@ -816,13 +793,11 @@ RKV_API rkv_status rkv_snapshot_inspect(const char *path, const void *buf, size_
  * can have, so every image is rkv_model_snapshot_bytes long;
  * rkv_snapshot_inspect, `ringkv inspect` (from a file) and
  * rkv_model_restore read it. A copy within one model: rkv_model_fork.
- *  rkv_model_snapshot_bytes: the image's size (8 + the longest header +
- *    every layer's K/V span and written bits); 0 for NULL or beyond size_t.
- *  rkv_model_snapshot: writes held session `session`'s image (between
- *    frames; reads the model only) into buf (buf_bytes >=
- *    rkv_model_snapshot_bytes). Errors: RKV_ERR_RANGE, RKV_ERR_STATE (not
- *    claimed, inside a frame), RKV_ERR_INVALID_ARG (buf_bytes too small),
- *    RKV_ERR_NO_MEMORY, the backend's copy errors.
+ *  rkv_model_snapshot_bytes: that size; 0 for NULL or beyond size_t.
+ *  rkv_model_snapshot: writes held session `session`'s image into buf
+ *    (buf_bytes >= rkv_model_snapshot_bytes). Errors: RKV_ERR_RANGE,
+ *    RKV_ERR_STATE (not claimed, inside a frame), RKV_ERR_INVALID_ARG
+ *    (buf_bytes too small), RKV_ERR_NO_MEMORY, the backend's copy errors.
  *  rkv_model_restore: rkv_model_load_session (its checks first, its errors
  *    but RKV_ERR_IO) from an image in memory (buf: buf_bytes bytes, read
  *    only: this model's images, a file's bytes, one received over the
@@ -849,11 +824,10 @@ RKV_API rkv_status rkv_model_restore(rkv_model *model, int64_t session,
 /* A paged-out session's whole state (every layer's K/V span and written
  * bits, its clock and request id) was moved into a snapshot image (the
  * format of rkv_model_save_session_mem) and its slot freed. The model keeps
- * its request id reserved in a table of config.max_offloaded entries, with
- * the image's clock and data_xxh3: rkv_model_claim refuses the id
- * (RKV_ERR_STATE) until it is paged in or discarded, and only an image of
- * that state pages it in (an older image of the same request is refused;
- * header keys a tool added, such as ringkv.ray's incarnation, do not
+ * its request id reserved (rkv_model_claim refuses it) until it is paged in
+ * or discarded, in a table of config.max_offloaded entries, with the
+ * image's clock and data_xxh3, which the image that pages it in must match
+ * (header keys a tool added, such as ringkv.ray's incarnation, do not
  * matter). Host only; not capture-safe. */
 
 /* Entries of the table (the resolved max_offloaded) and how many are used;
@@ -862,11 +836,10 @@ RKV_API int64_t rkv_model_offload_capacity(const rkv_model *model);
 RKV_API int64_t rkv_model_offloaded_count(const rkv_model *model);
 
 /* Moves held session `session` (between frames) out of the model: its
- * image (a snapshot file's bytes) goes into buf (buf_bytes; any host
- * memory, fastest from rkv_model_host_alloc), then the session is released
- * and its request id reserved with the image's clock. *image_bytes
- * receives the image's exact size; with buf == NULL only the size is
- * computed. Errors (the session still held): RKV_ERR_RANGE, RKV_ERR_STATE
+ * image goes into buf as rkv_model_save_session_mem writes it (buf,
+ * buf_bytes, *image_bytes as there; buf any host memory, fastest from
+ * rkv_model_host_alloc), then the session is released and its request id
+ * reserved. Errors (the session still held): RKV_ERR_RANGE, RKV_ERR_STATE
  * (not claimed, inside a frame), RKV_ERR_INVALID_ARG (buf_bytes too
  * small), RKV_ERR_FULL (the table is full: page in or discard one, or a
  * larger max_offloaded), RKV_ERR_NO_MEMORY, the backend's copy errors. A
@@ -876,8 +849,7 @@ RKV_API rkv_status rkv_model_offload(rkv_model *model, int64_t session, void *bu
                                      size_t buf_bytes, size_t *image_bytes);
 /* The same into the file `path`, written as rkv_model_save_session does
  * (atomically); the session is released only once the file is renamed
- * into place. Errors as above and rkv_model_save_session's (RKV_ERR_IO,
- * RKV_ERR_INVALID_ARG for an empty path). */
+ * into place. Errors as above and rkv_model_save_session's. */
 RKV_API rkv_status rkv_model_offload_file(rkv_model *model, int64_t session,
                                           const char *path);
 
@@ -922,9 +894,8 @@ RKV_API void rkv_model_host_free(rkv_model *model, void *ptr);
 /* ------------------------------------------------------------------------ */
 
 /* A session lives in the model's storage as n_layers * (2H + 1) regions:
- * per layer, in this order, K of heads 0..H-1, V of heads 0..H-1 (each
- * [C][D] in the storage dtype: one head's slots [s*C, s*C + C) of the
- * [2][H][N][D] layout, contiguous), then the written bits [C]. The regions
+ * per layer, in this order, the rkv_span_part pieces K of heads 0..H-1, V
+ * of heads 0..H-1 (each contiguous), then the written bits. The regions
  * in order, end to end, are the data section of the session's snapshot
  * image (so their XXH3-64 is its data_xxh3). A transfer engine registers
  * them as memory regions (NIXL, Mooncake: docs/migration.md) and copies
@@ -932,9 +903,8 @@ RKV_API void rkv_model_host_free(rkv_model *model, void *ptr);
  * fill them, and imports the session with the source's metadata. */
 /* Frozen (a later change is rkv_session_region_v2). */
 typedef struct rkv_session_region {
-    void *ptr;      /* BACKEND memory: host memory (device -1) or device
-                       memory of CUDA device `device`; owned by the model,
-                       valid while the model lives                         */
+    void *ptr;      /* BACKEND memory (which: `device`); owned by the
+                       model, valid while the model lives                  */
     size_t bytes;   /* C*D*sizeof(dtype) for K/V, C for the written bits  */
     int32_t device; /* -1: host memory; else the CUDA device ordinal       */
     int32_t part;   /* rkv_span_part: RKV_SPAN_K, _V or _WRITTEN           */
@@ -1014,8 +984,8 @@ RKV_API rkv_status rkv_model_import_check(const rkv_model *model, int64_t sessio
                                           const void *meta, size_t meta_bytes);
 /* Makes the reserved slot live: checked as rkv_model_import_check, then
  * held by the request id with meta's clock (next frame last_committed + 1).
- * A refused import changes nothing (the slot stays reserved: fill it again,
- * or cancel). Errors: RKV_ERR_RANGE, RKV_ERR_STATE (not reserved),
+ * A refused import leaves the slot reserved (fill it again, or cancel).
+ * Errors: RKV_ERR_RANGE, RKV_ERR_STATE (not reserved),
  * RKV_ERR_FORMAT, the backend's (reading the written bits). */
 RKV_API rkv_status rkv_model_session_import(rkv_model *model, int64_t session,
                                             const void *meta, size_t meta_bytes);
@@ -1041,8 +1011,7 @@ RKV_API rkv_status rkv_model_transfer_session(const rkv_model *src, int64_t src_
 }
 #endif
 
-/* The CPU backend's calls (ringkv_cpu.h includes this one; either order
- * works). */
+/* The CPU backend's calls (ringkv_cpu.h; either header may come first). */
 #include "ringkv_cpu.h"
 
 #endif /* RINGKV_H */
