@@ -12,8 +12,7 @@
  * core's public symbols only (docs/backends.md).
  *
  * Terms used below:
- *  - BACKEND memory: memory the backend's kernels read (host memory for the
- *    CPU backend, device memory for CUDA), allocated by `alloc`.
+ *  - BACKEND memory (ringkv.h's conventions) is allocated by `alloc`.
  *  - "capture-safe": the operation only enqueues work on the backend's
  *    stream: it never allocates, frees, synchronizes or copies between host
  *    and backend memory, so that a CUDA graph can record it and replay it.
@@ -86,13 +85,11 @@ typedef struct rkv_backend_ops {
     void (*limits)(void *ctx, rkv_backend_limits *out);
 
     /* ---- layers (not capture-safe) ---------------------------------------
-     * layer_create: a layer of geometry g (valid) with the layout of SEM 2.
-     * storage->kv NULL: its own storage (K/V [2][H][N][D] zeroed, written
-     * bits: ring 0, scratch 1); else over the caller's storage->kv and
-     * ->written, as they are, never freed (rkv_layer_wrap; storage->error:
-     * the caller's error word, or NULL for one of the layer's own). On
-     * return *storage holds the layer's storage pointers (BACKEND memory,
-     * valid until layer_destroy).
+     * layer_create: a layer of geometry g (valid) with the layout of SEM 2:
+     * storage->kv NULL, its own storage (as rkv_layer_create's); else over
+     * the caller's *storage, as rkv_layer_wrap says. On return *storage
+     * holds the layer's storage pointers (BACKEND memory, valid until
+     * layer_destroy).
      * layer_destroy: frees it (NULL is a no-op). */
     rkv_status (*layer_create)(void *ctx, const rkv_geometry *g, rkv_backend_storage *storage,
                                void **layer);
@@ -140,9 +137,8 @@ typedef struct rkv_backend_ops {
     /* ---- sessions (not capture-safe) --------------------------------------
      * reset: rkv_layer_reset's operation (ordered after enqueued work).
      * span_read / span_write / span_copy: rkv_layer_read_span /
-     * rkv_layer_write_span / rkv_layer_copy_span's operations (HOST dst /
-     * src; ordered after enqueued work; read and write return when the host
-     * buffer may be used again; written bits already checked).
+     * rkv_layer_write_span / rkv_layer_copy_span's operations, as there
+     * (ordered after enqueued work; written bits already checked).
      * span_region: where piece (part, head) of `session`'s span lives in the
      * layer's storage, without copying: *ptr (BACKEND memory, valid while
      * the layer lives) and *device (-1: host memory, else the CUDA device
@@ -187,18 +183,16 @@ RKV_API rkv_status rkv_model_create_with_backend(const rkv_model_config *cfg,
                                                  rkv_model **out);
 
 /* ---- layers on a backend ------------------------------------------------
- * An rkv_layer (ringkv.h) is one layer on any backend: rkv_layer_create
- * makes one on the CPU backend; these make one on any table, with its own
- * storage or over the caller's. Every rkv_layer_* call of ringkv.h works
- * on it, with BACKEND memory where the call says so. `ops` must stay valid
- * for the layer's life (a static table) and `ctx` too (the caller keeps
- * owning it: ops->ctx_destroy(ctx) after the last layer on it is
- * destroyed). rkv_layer_wrap takes ops NULL as the CPU table (ctx NULL);
+ * These make an rkv_layer (ringkv.h: every rkv_layer_* call works on it)
+ * on any table, with its own storage or over the caller's. `ops` must
+ * stay valid for the layer's life (a static table) and `ctx` too (the
+ * caller keeps owning it: ops->ctx_destroy(ctx) after the last layer on it
+ * is destroyed). rkv_layer_wrap takes ops NULL as the CPU table (ctx NULL);
  * rkv_layer_create_on refuses it (RKV_ERR_NULL: rkv_layer_create is the CPU
  * one). Not capture-safe except where a backend says so (CUDA:
  * rkv_layer_wrap with an error word allocates host memory only).
- *  rkv_layer_create_on: the layer's own zeroed storage (CUDA's table and a
- *    context: rkv_cuda_backend, ringkv_cuda.h).
+ *  rkv_layer_create_on: the layer's own storage, as rkv_layer_create's
+ *    (CUDA's table and a context: rkv_cuda_backend, ringkv_cuda.h).
  *  rkv_layer_wrap: a layer over the caller's storage (storage->kv:
  *    BACKEND [2][H][N][D] in g->dtype, storage->written: BACKEND [N] 0/1
  *    with every scratch slot 1 and frames whole -- not checked: other
@@ -221,9 +215,8 @@ RKV_API rkv_status rkv_layer_wrap(const rkv_backend_ops *ops, void *ctx, const r
 /* The backend's own handle of a layer (what the table's operations take),
  * with its table in *ops and context in *ctx (either may be NULL); NULL for
  * NULL. For a backend's own calls on a layer (rkv_cuda_attention_describe).
- * On a model's layer (rkv_model_layer) *ops is the table the model was
- * created with (the pointer passed to rkv_model_create_with_backend;
- * rkv_backend_cpu() for rkv_model_create). */
+ * On a model's layer (rkv_model_layer) *ops is the pointer the model was
+ * created with (rkv_backend_cpu() for rkv_model_create). */
 RKV_API void *rkv_layer_backend_handle(const rkv_layer *layer, const rkv_backend_ops **ops,
                                        void **ctx);
 

@@ -2,13 +2,12 @@
  * ringkv CPU backend: the reference attention (the test oracle), the
  * thread pool the CPU attention runs on, and the instruction-set choice.
  *
- * Everything else -- status, dtypes, geometry, visibility, layer storage,
- * the model, snapshots, and the attention arguments and their definition
- * (rkv_attention_args) -- is ringkv.h, which this header includes (and
- * which includes this one at its end, for programs written before these
- * calls had their own header). Conventions are ringkv.h's; every pointer
- * here is HOST memory. How fast the engines run on which CPU is measured
- * in bench/RESULTS.md; docs/cpu.md describes the engines.
+ * Everything else, the attention arguments and their definition
+ * (rkv_attention_args) included, is ringkv.h, which this header includes
+ * (and which includes this one at its end, for programs written before
+ * these calls had their own header). Conventions are ringkv.h's; every
+ * pointer here is HOST memory. How fast the engines run on which CPU is
+ * measured in bench/RESULTS.md; docs/cpu.md describes the engines.
  */
 #ifndef RINGKV_CPU_H
 #define RINGKV_CPU_H
@@ -32,9 +31,8 @@ extern "C" {
  * time (concurrent calls on the same pool are serialized). */
 
 /* n_threads: total threads including the caller's; 0 means the machine's
- * online cores. *out owned by the caller (rkv_threadpool_destroy; NULL is a
- * no-op). Errors: RKV_ERR_NULL, RKV_ERR_INVALID_ARG (n_threads < 0 or
- * > 1024), RKV_ERR_NO_MEMORY (allocation or thread creation failed). */
+ * online cores. Errors: RKV_ERR_INVALID_ARG (n_threads < 0 or > 1024),
+ * RKV_ERR_NO_MEMORY (allocation or thread creation failed). */
 RKV_API rkv_status rkv_threadpool_create(int n_threads, rkv_threadpool **out);
 RKV_API void rkv_threadpool_destroy(rkv_threadpool *pool);
 /* Threads of the pool (caller included); 0 for NULL. */
@@ -73,12 +71,10 @@ RKV_API const struct rkv_backend_ops *rkv_backend_cpu_reference(void);
  * not offer runs the best kernel below it, said in one line on stderr
  * naming both.
  * layer NULL: the CPU's choice. A layer: the set rkv_layer_attend uses for
- * it, "avx512" where the CPU's choice is "amx" or "avx512bf16" and the
- * layer's dtype or d_head does not suit the bf16 pair path; "reference"
+ * it ("avx512" for a layer off the bf16 pair path above); "reference"
  * for a layer on rkv_backend_cpu_reference() (its attention is the oracle,
  * not a kernel of this list); NULL for a layer of another backend. */
 RKV_API const char *rkv_attention_isa(const rkv_layer *layer);
-
 
 #ifdef __cplusplus
 }
