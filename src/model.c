@@ -94,11 +94,8 @@ static rkv_status collect_storage(rkv_model *m, const char *what) {
             const size_t bytes = rkv__model_span_bytes(m, i, (rkv_span_part)part);
             for (int64_t h = 0; h < heads; h++)
                 for (int64_t s = 0; s < m->cfg.num_sessions; s++) {
-                    void *p = NULL;
-                    int device = 0;
-                    if (m->ops.span_region(m->ctx, m->layers[i], s, (rkv_span_part)part, h, &p,
-                                           &device) != RKV_OK ||
-                        !p || device >= 0) {
+                    const uint8_t *p = rkv__model_host_region(m, i, s, (rkv_span_part)part, h);
+                    if (!p) {
                         open = false;
                         continue;
                     }
@@ -147,7 +144,8 @@ static size_t host_table_bytes(const rkv_model *m) {
     };
     size_t sum = 0, b;
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
-        if (!rkv__mul_size(parts[i][0], parts[i][1], &b) || __builtin_add_overflow(sum, b, &sum))
+        if (__builtin_mul_overflow(parts[i][0], parts[i][1], &b) ||
+            __builtin_add_overflow(sum, b, &sum))
             return SIZE_MAX;
     return sum;
 }
