@@ -123,8 +123,8 @@ rkv_status rkv_convert(const void *src, rkv_dtype src_dtype, void *dst, rkv_dtyp
     if (n == 0) return RKV_OK;
     if (!src || !dst) return rkv__fail(RKV_ERR_NULL, "rkv_convert: src or dst is NULL");
     size_t bytes, dst_bytes;
-    if (!rkv__mul_size(n, rkv_dtype_size(src_dtype), &bytes) ||
-        !rkv__mul_size(n, rkv_dtype_size(dst_dtype), &dst_bytes))
+    if (__builtin_mul_overflow(n, rkv_dtype_size(src_dtype), &bytes) ||
+        __builtin_mul_overflow(n, rkv_dtype_size(dst_dtype), &dst_bytes))
         return rkv__fail(RKV_ERR_OVERFLOW, "rkv_convert: %zu elements overflow size_t", n);
     if (src_dtype == dst_dtype) {
         if (src != dst) memmove(dst, src, bytes);

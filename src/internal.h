@@ -46,9 +46,6 @@ static inline bool rkv__mul_i64(int64_t a, int64_t b, int64_t *out) {
     if (a < 0 || b < 0) return false;
     return !__builtin_mul_overflow(a, b, out);
 }
-static inline bool rkv__mul_size(size_t a, size_t b, size_t *out) {
-    return !__builtin_mul_overflow(a, b, out);
-}
 
 /* ---- structs that grow (ringkv.h, "Structs that grow"; args.c) ----
  * The first version's size of each: the end of its last version-1 member. */

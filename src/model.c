@@ -94,11 +94,8 @@ static rkv_status collect_storage(rkv_model *m, const char *what) {
             const size_t bytes = rkv__model_span_bytes(m, i, (rkv_span_part)part);
             for (int64_t h = 0; h < heads; h++)
                 for (int64_t s = 0; s < m->cfg.num_sessions; s++) {
-                    void *p = NULL;
-                    int device = 0;
-                    if (m->ops.span_region(m->ctx, m->layers[i], s, (rkv_span_part)part, h, &p,
-                                           &device) != RKV_OK ||
-                        !p || device >= 0) {
+                    const uint8_t *p = rkv__model_host_region(m, i, s, (rkv_span_part)part, h);
+                    if (!p) {
                         open = false;
                         continue;
                     }
@@ -147,7 +144,8 @@ static size_t host_table_bytes(const rkv_model *m) {
     };
     size_t sum = 0, b;
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
-        if (!rkv__mul_size(parts[i][0], parts[i][1], &b) || __builtin_add_overflow(sum, b, &sum))
+        if (__builtin_mul_overflow(parts[i][0], parts[i][1], &b) ||
+            __builtin_add_overflow(sum, b, &sum))
             return SIZE_MAX;
     return sum;
 }
@@ -292,16 +290,11 @@ rkv_status rkv__model_check_request_id(const char *what, const char *id) {
     return RKV_OK;
 }
 
-int64_t rkv__model_find_held(const rkv_model *m, const char *id) {
+int64_t rkv__model_find(const rkv_model *m, const char *id, bool importing) {
     for (int64_t s = 0; s < m->cfg.num_sessions; s++)
-        if (m->sessions[s].held && !strcmp(m->sessions[s].request_id, id)) return s;
-    return -1;
-}
-
-/* The slot reserved for importing request id, or -1. */
-static int64_t find_importing(const rkv_model *m, const char *id) {
-    for (int64_t s = 0; s < m->cfg.num_sessions; s++)
-        if (m->sessions[s].importing && !strcmp(m->sessions[s].request_id, id)) return s;
+        if ((importing ? m->sessions[s].importing : m->sessions[s].held) &&
+            !strcmp(m->sessions[s].request_id, id))
+            return s;
     return -1;
 }
 
@@ -319,7 +312,7 @@ static rkv_status id_not_away(const rkv_model *m, const char *what, const char *
                          "it in with rkv_model_page_in, or drop it with "
                          "rkv_model_offload_discard, before its id is used again",
                          what, id);
-    const int64_t s = find_importing(m, id);
+    const int64_t s = rkv__model_find(m, id, true);
     if (s >= 0)
         return rkv__fail(RKV_ERR_STATE,
                          "%s: request '%s' is being imported into session %lld "
@@ -330,7 +323,7 @@ static rkv_status id_not_away(const rkv_model *m, const char *what, const char *
 }
 
 rkv_status rkv__model_id_unused(const rkv_model *m, const char *what, const char *id) {
-    const int64_t s = rkv__model_find_held(m, id);
+    const int64_t s = rkv__model_find(m, id, false);
     if (s >= 0)
         return rkv__fail(RKV_ERR_STATE, "%s: request '%s' is held by session %lld of this model",
                          what, id, (long long)s);
@@ -394,7 +387,7 @@ rkv_status rkv_model_claim(rkv_model *model, const char *request_id, int64_t *se
     RKV__REQUIRE("rkv_model_claim", session);
     rkv_status st = rkv__model_check_request_id("rkv_model_claim", request_id);
     if (st != RKV_OK) return st;
-    int64_t s = rkv__model_find_held(model, request_id);
+    int64_t s = rkv__model_find(model, request_id, false);
     if (s < 0) {
         if ((st = id_not_away(model, "rkv_model_claim", request_id)) != RKV_OK) return st;
         if ((s = rkv__model_free_slot(model)) < 0)
@@ -415,13 +408,13 @@ rkv_status rkv_model_lookup(const rkv_model *model, const char *request_id, int6
     RKV__REQUIRE("rkv_model_lookup", session);
     rkv_status st = rkv__model_check_request_id("rkv_model_lookup", request_id);
     if (st != RKV_OK) return st;
-    int64_t s = rkv__model_find_held(model, request_id);
+    int64_t s = rkv__model_find(model, request_id, false);
     if (s < 0)
         return rkv__fail(RKV_ERR_NOT_FOUND, "rkv_model_lookup: no session holds request '%s'%s",
                          request_id,
                          rkv__model_offloaded_find(model, request_id) >= 0
                              ? " (it is paged out: rkv_model_page_in brings it back)"
-                         : find_importing(model, request_id) >= 0
+                         : rkv__model_find(model, request_id, true) >= 0
                              ? " (it is being imported: rkv_model_session_import makes it live)"
                              : "");
     *session = s;

@@ -125,8 +125,9 @@ rkv_status rkv__model_backend_fail(rkv_status st, const char *what);
  * RKV_OK when id is a NUL-terminated string of 1 .. RKV_MAX_REQUEST_ID-1
  * bytes; RKV_ERR_NULL / RKV_ERR_INVALID_ARG naming `what` otherwise. */
 rkv_status rkv__model_check_request_id(const char *what, const char *id);
-/* The held session of request id, or -1. */
-int64_t rkv__model_find_held(const rkv_model *m, const char *id);
+/* The session of request id held (importing false) or reserved for its
+ * import (true), or -1. */
+int64_t rkv__model_find(const rkv_model *m, const char *id, bool importing);
 /* RKV_ERR_STATE (message starting with `what`) when id is held, paged out
  * or reserved for an import here; RKV_OK when it is none of these. */
 rkv_status rkv__model_id_unused(const rkv_model *m, const char *what, const char *id);

@@ -83,7 +83,7 @@ static rkv_status admit(void *varg, const rkv_snapshot_info *info, int64_t *slot
     const rkv_model *m = a->m;
     const int64_t i = rkv__model_offloaded_find(m, info->request_id);
     if (i < 0) {
-        const int64_t held = rkv__model_find_held(m, info->request_id);
+        const int64_t held = rkv__model_find(m, info->request_id, false);
         if (held >= 0)
             return rkv__fail(RKV_ERR_NOT_FOUND,
                              "%s: the image's request '%s' is not paged out of this model: it is "

@@ -12,31 +12,20 @@ static rkv_status check_clock(const char *what, int64_t frame_pos) {
     return RKV_OK;
 }
 
-/* The bits-and-clock frame list of a layer's session (ring_rule.h) into
- * frames [RF + 1], after the session and clock checks; the written bits
- * are read in place when the storage is host memory, else through the
- * table into a buffer of our own. */
-static rkv_status layer_frames(const rkv_layer *l, const char *what, int64_t session,
-                               int64_t frame_pos, int64_t *frames, int64_t *count) {
+/* The written bits of a layer's session span after the session and clock
+ * checks (ring_rule.h's span_written): read in place when the storage is
+ * host memory, else through the table into *owned (the caller frees it). */
+static rkv_status layer_bits(const rkv_layer *l, const char *what, int64_t session,
+                             int64_t frame_pos, const uint8_t **w, uint8_t **owned) {
     int64_t lo, hi;
+    *owned = NULL;
     rkv_status st = rkv_layer_session_span(l, session, &lo, &hi);
     if (st != RKV_OK || (st = check_clock(what, frame_pos)) != RKV_OK) return st;
-    uint8_t *owned = NULL;
-    const uint8_t *w = l->store.written + lo;
-    if (!l->limits.host_memory) {
-        if (!(w = owned = malloc((size_t)l->capacity)))
-            return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", what);
-        if ((st = l->ops.span_read(l->ctx, l->impl, session, RKV_SPAN_WRITTEN, 0, owned)) !=
-            RKV_OK) {
-            free(owned);
-            return st;
-        }
-    }
-    const rkv_geometry *g = &l->g;
-    *count = rkv__rule_visible_frames(w, g->tokens_per_frame, g->ring_frames, g->ring_buckets,
-                                      g->pinned_dilation, frame_pos, frames);
-    free(owned);
-    return RKV_OK;
+    *w = l->store.written + lo;
+    if (l->limits.host_memory) return RKV_OK;
+    if (!(*w = *owned = malloc((size_t)l->capacity)))
+        return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", what);
+    return l->ops.span_read(l->ctx, l->impl, session, RKV_SPAN_WRITTEN, 0, *owned);
 }
 
 rkv_status rkv_layer_visible_frames(const rkv_layer *layer, int64_t session, int64_t frame_pos,
@@ -44,7 +33,15 @@ rkv_status rkv_layer_visible_frames(const rkv_layer *layer, int64_t session, int
     RKV__REQUIRE("rkv_layer_visible_frames", layer);
     RKV__REQUIRE("rkv_layer_visible_frames", frames);
     RKV__REQUIRE("rkv_layer_visible_frames", count);
-    return layer_frames(layer, "rkv_layer_visible_frames", session, frame_pos, frames, count);
+    const uint8_t *w;
+    uint8_t *owned;
+    const rkv_geometry *g = &layer->g;
+    rkv_status st = layer_bits(layer, "rkv_layer_visible_frames", session, frame_pos, &w, &owned);
+    if (st == RKV_OK)
+        *count = rkv__rule_visible_frames(w, g->tokens_per_frame, g->ring_frames,
+                                          g->ring_buckets, g->pinned_dilation, frame_pos, frames);
+    free(owned);
+    return st;
 }
 
 rkv_status rkv_visible_frames_from_clock(const rkv_geometry *g, int64_t frame_pos,
@@ -94,21 +91,26 @@ rkv_status rkv_layer_block_mask(const rkv_layer *layer, int64_t session, int64_t
     if (kv_blocks > INT32_MAX)
         return rkv__fail(RKV_ERR_OVERFLOW, "%s: %lld key blocks exceed int32", what,
                          (long long)kv_blocks);
-    int64_t *frames = malloc((size_t)(g->ring_frames + 1) * sizeof *frames), n_frames = 0;
-    if (!frames) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", what);
-    rkv_status st = layer_frames(layer, what, session, frame_pos, frames, &n_frames);
-    if (st == RKV_OK) { /* the frames' key blocks (scratch last), for every query block */
+    const uint8_t *w;
+    uint8_t *owned;
+    rkv_status st = layer_bits(layer, what, session, frame_pos, &w, &owned);
+    if (st == RKV_OK) { /* the visible frames' key blocks (ring_rule.h's
+                         * rkv__rule_visible_frames: ring frames ascending,
+                         * the scratch last), for every query block */
         const int64_t first = session * layer->capacity / RKV_BLOCK_TOKENS;
+        const int64_t hidden = rkv__rule_hidden_frame(frame_pos, g->pinned_dilation,
+                                                      g->ring_buckets);
         int64_t n = 0;
         memset(kv_indices, 0, (size_t)kv_blocks * sizeof *kv_indices);
-        for (int64_t i = 0; i < n_frames; i++)
-            for (int64_t k = 0; k < per_frame; k++)
-                kv_indices[n++] = (int32_t)(first + frames[i] * per_frame + k);
+        for (int64_t r = 0; r <= g->ring_frames; r++)
+            if (r == g->ring_frames || rkv__rule_frame_visible(w, g->tokens_per_frame, hidden, r))
+                for (int64_t k = 0; k < per_frame; k++)
+                    kv_indices[n++] = (int32_t)(first + r * per_frame + k);
         for (int64_t qb = 0; qb < per_frame; qb++) {
             kv_num_blocks[qb] = (int32_t)n;
             if (qb) memcpy(kv_indices + qb * kv_blocks, kv_indices, (size_t)kv_blocks * 4);
         }
     }
-    free(frames);
+    free(owned);
     return st;
 }

@@ -531,6 +531,59 @@ static void test_bits_rule_restored_snapshot(void **state)
     rkv_model_destroy(m);
 }
 
+/* Block mask against rkv_layer_visible_frames' list expanded by hand, on
+ * written bits of any pattern (not only in-order sessions), every clock
+ * over two turns of the ring, dilated and not, one and three query
+ * blocks. */
+static void test_block_mask_any_written_bits(void **state)
+{
+    (void)state;
+    const rkv_geometry gs[] = {
+        tu_geom(2, 1, 5, 5, 2, 128, 1, RKV_DTYPE_F32),
+        tu_geom(2, 1, 6, 4, 2, 384, 2, RKV_DTYPE_F32),
+        tu_geom(3, 1, 9, 3, 2, 128, 8, RKV_DTYPE_F32),
+    };
+    uint32_t seed = 12345u;
+    for (size_t gi = 0; gi < sizeof gs / sizeof gs[0]; gi++) {
+        const rkv_geometry *g = &gs[gi];
+        ctx c;
+        ctx_init(&c, g);
+        rkv_layer *l = tu_layer_new(g);
+        uint8_t *span = tu_xmalloc((size_t)c.C);
+        const int64_t RF = g->ring_frames, pf = c.T / 128;
+        for (int pattern = 0; pattern < 8; pattern++)
+            for (int64_t s = 0; s < g->num_sessions; s++) {
+                for (int64_t r = 0; r <= RF; r++) {
+                    seed = seed * 1103515245u + 12345u;
+                    memset(span + r * c.T, r == RF || ((seed >> 16) & 1), (size_t)c.T);
+                }
+                TU_OK(rkv_layer_write_span(l, s, RKV_SPAN_WRITTEN, 0, span));
+                for (int64_t f = 0; f < 2 * g->ring_buckets * g->pinned_dilation + 3; f++) {
+                    int64_t n = 0;
+                    TU_OK(rkv_layer_visible_frames(l, s, f, c.frames, &n));
+                    TU_OK(rkv_layer_block_mask(l, s, f, c.num_blocks, c.indices));
+                    for (int64_t q = 0; q < c.QB; q++) {
+                        assert_int_equal(c.num_blocks[q], n * pf);
+                        for (int64_t i = 0; i < c.KB; i++) {
+                            const int64_t want = i < n * pf ? s * c.C / 128 +
+                                                 c.frames[i / pf] * pf + i % pf : 0;
+                            if (c.indices[q * c.KB + i] != want)
+                                fail_msg("RF %lld PD %lld session %lld clock %lld: "
+                                         "kv_indices[%lld][%lld] = %d, expected %lld",
+                                         (long long)RF, (long long)g->pinned_dilation,
+                                         (long long)s, (long long)f, (long long)q,
+                                         (long long)i, c.indices[q * c.KB + i],
+                                         (long long)want);
+                        }
+                    }
+                }
+            }
+        free(span);
+        rkv_layer_destroy(l);
+        ctx_free(&c);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -543,6 +596,7 @@ int main(void)
         cmocka_unit_test(test_clock_rule_periodic),
         cmocka_unit_test(test_row_from_frames),
         cmocka_unit_test(test_block_mask_multi_query_blocks),
+        cmocka_unit_test(test_block_mask_any_written_bits),
         cmocka_unit_test(test_bits_rule_after_reset),
         cmocka_unit_test(test_bits_rule_restored_snapshot),
     };
