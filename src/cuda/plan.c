@@ -52,9 +52,8 @@ void rkv__cuda_reset_plan_make(const rkv_geometry *g, rkv__cuda_reset_plan *p) {
 
 /* ---- attention ------------------------------------------------------------ */
 
-rkv_status rkv__cuda_attention_check(const rkv_geometry *g, const rkv_cuda_attention_args *a) {
-    static const char what[] = "rkv_cuda_attention_describe";
-    if (!g) return rkv_error_set(RKV_ERR_NULL, "%s: layer is NULL", what);
+rkv_status rkv__cuda_attention_check(const char *what, const rkv_geometry *g,
+                                     const rkv_cuda_attention_args *a) {
     if (!a) return rkv_error_set(RKV_ERR_NULL, "%s: args is NULL", what);
     /* one version so far: every member is the caller's (ringkv.h, "Structs
      * that grow") */
