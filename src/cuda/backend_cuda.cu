@@ -271,14 +271,11 @@ rkv_status prepare(int device, rkv__cuda_device *out, const char *what) {
     if (!d.ready) {
         cudaDeviceProp prop;
         cudaError_t e = cudaGetDeviceProperties(&prop, device);
-        rkv__cuda_device probe;
-        memset(&probe, 0, sizeof probe);
         if (e == cudaSuccess) {
-            probe.dev.sm_count = prop.multiProcessorCount;
-            probe.dev.smem_optin = prop.sharedMemPerBlockOptin;
-            probe.dev.cc_major = prop.major;
-            probe.attn_kernel = RKV__KERNEL_WGMMA;  // prepared whenever it can run
-            e = rkv__cuda_attention_prepare(&probe);
+            d.dev.sm_count = prop.multiProcessorCount;
+            d.dev.smem_optin = prop.sharedMemPerBlockOptin;
+            d.dev.cc_major = prop.major;
+            e = rkv__cuda_attention_prepare(&d.dev, &d.wgmma_ok);
         }
         if (e != cudaSuccess) {
             (void)cudaGetLastError();
@@ -287,8 +284,6 @@ rkv_status prepare(int device, rkv__cuda_device *out, const char *what) {
                                  "shared memory limit: CUDA error %s (%s)",
                                  what, device, cudaGetErrorName(e), cudaGetErrorString(e));
         }
-        d.dev = probe.dev;
-        d.wgmma_ok = probe.dev.cc_major == 9 && probe.attn_kernel == RKV__KERNEL_WGMMA;
         d.ready = true;
     }
     out->device = device;
