@@ -39,6 +39,9 @@ static rkv_status rkv__cuda_written_check(const rkv_geometry *g, const char *wha
                          what, (long long)bad, w[bad]);
 }
 
+/* What the attention checks are named after. */
+#define DESCRIBE "rkv_cuda_attention_describe"
+
 /* Fake device addresses: the planner never dereferences them. */
 #define DEV(x) ((void *)(uintptr_t)(x))
 
@@ -129,7 +132,7 @@ static void test_attention_plan_720p(void **state) {
     (void)state;
     rkv_geometry g = geom(8, 16, 16, 16, 64, 512, 1, RKV_DTYPE_BF16);
     rkv_cuda_attention_args a = args(1, 32, RKV_DTYPE_BF16);
-    assert_int_equal(rkv__cuda_attention_check(&g, &a), RKV_OK);
+    assert_int_equal(rkv__cuda_attention_check(DESCRIBE, &g, &a), RKV_OK);
     rkv__cuda_attn_plan p;
     /* no workspace: one block per 128 rows of a (b, kv head) */
     rkv__cuda_attention_plan_make(&g, &a, &H200, 2, RKV__KERNEL_MMA, 0, &p);
@@ -307,59 +310,60 @@ static void test_attention_checks(void **state) {
     (void)state;
     rkv_geometry g = geom(2, 2, 4, 4, 64, 128, 1, RKV_DTYPE_BF16);
     rkv_cuda_attention_args a = args(2, 4, RKV_DTYPE_BF16);
-    assert_int_equal(rkv__cuda_attention_check(&g, &a), RKV_OK);
-    EXPECT_STATUS(rkv__cuda_attention_check(&g, NULL), RKV_ERR_NULL, "args");
+    assert_int_equal(rkv__cuda_attention_check(DESCRIBE, &g, &a), RKV_OK);
+    EXPECT_STATUS(rkv__cuda_attention_check(DESCRIBE, &g, NULL), RKV_ERR_NULL, "args");
     /* a growing struct's size (ringkv.h, "Structs that grow") */
     a.struct_size = 0;
-    EXPECT_STATUS(rkv__cuda_attention_check(&g, &a), RKV_ERR_INVALID_ARG,
+    EXPECT_STATUS(rkv__cuda_attention_check(DESCRIBE, &g, &a), RKV_ERR_INVALID_ARG,
                   "args->struct_size is 0; set it to sizeof(rkv_cuda_attention_args)");
     a.struct_size = sizeof a - 8;
-    EXPECT_STATUS(rkv__cuda_attention_check(&g, &a), RKV_ERR_INVALID_ARG,
+    EXPECT_STATUS(rkv__cuda_attention_check(DESCRIBE, &g, &a), RKV_ERR_INVALID_ARG,
                   "smaller than the first version");
     a.struct_size = sizeof a + 8;
-    EXPECT_STATUS(rkv__cuda_attention_check(&g, &a), RKV_ERR_INVALID_ARG, "newer ringkv header");
+    EXPECT_STATUS(rkv__cuda_attention_check(DESCRIBE, &g, &a), RKV_ERR_INVALID_ARG,
+                  "newer ringkv header");
     a = args(2, 4, RKV_DTYPE_BF16);
     a.batch = 0;
-    EXPECT_STATUS(rkv__cuda_attention_check(&g, &a), RKV_ERR_INVALID_ARG, "batch");
+    EXPECT_STATUS(rkv__cuda_attention_check(DESCRIBE, &g, &a), RKV_ERR_INVALID_ARG, "batch");
     a = args(3, 4, RKV_DTYPE_BF16);
-    EXPECT_STATUS(rkv__cuda_attention_check(&g, &a), RKV_ERR_INVALID_ARG, "batch");
+    EXPECT_STATUS(rkv__cuda_attention_check(DESCRIBE, &g, &a), RKV_ERR_INVALID_ARG, "batch");
     a = args(2, 3, RKV_DTYPE_BF16);
-    EXPECT_STATUS(rkv__cuda_attention_check(&g, &a), RKV_ERR_INVALID_ARG, "GQA");
+    EXPECT_STATUS(rkv__cuda_attention_check(DESCRIBE, &g, &a), RKV_ERR_INVALID_ARG, "GQA");
     a = args(2, 4, RKV_DTYPE_BF16);
     a.n_queries = -1;
-    EXPECT_STATUS(rkv__cuda_attention_check(&g, &a), RKV_ERR_INVALID_ARG, "n_queries");
+    EXPECT_STATUS(rkv__cuda_attention_check(DESCRIBE, &g, &a), RKV_ERR_INVALID_ARG, "n_queries");
     a = args(2, 4, RKV_DTYPE_BF16);
     a.q = NULL;
-    EXPECT_STATUS(rkv__cuda_attention_check(&g, &a), RKV_ERR_NULL, "q");
+    EXPECT_STATUS(rkv__cuda_attention_check(DESCRIBE, &g, &a), RKV_ERR_NULL, "q");
     a = args(2, 4, RKV_DTYPE_BF16);
     a.out = NULL;
-    EXPECT_STATUS(rkv__cuda_attention_check(&g, &a), RKV_ERR_NULL, "out");
+    EXPECT_STATUS(rkv__cuda_attention_check(DESCRIBE, &g, &a), RKV_ERR_NULL, "out");
     a = args(2, 4, RKV_DTYPE_BF16);
     a.session_idx = NULL;
-    EXPECT_STATUS(rkv__cuda_attention_check(&g, &a), RKV_ERR_NULL, "session_idx");
+    EXPECT_STATUS(rkv__cuda_attention_check(DESCRIBE, &g, &a), RKV_ERR_NULL, "session_idx");
     a = args(2, 4, RKV_DTYPE_BF16);
     a.frame_pos = NULL;
-    EXPECT_STATUS(rkv__cuda_attention_check(&g, &a), RKV_ERR_NULL, "frame_pos");
+    EXPECT_STATUS(rkv__cuda_attention_check(DESCRIBE, &g, &a), RKV_ERR_NULL, "frame_pos");
     a.visible = (const uint8_t *)DEV(0x9000); /* not needed with explicit rows */
-    assert_int_equal(rkv__cuda_attention_check(&g, &a), RKV_OK);
+    assert_int_equal(rkv__cuda_attention_check(DESCRIBE, &g, &a), RKV_OK);
     a = args(2, 4, RKV_DTYPE_BF16);
     a.out_dtype = (rkv_dtype)7;
-    EXPECT_STATUS(rkv__cuda_attention_check(&g, &a), RKV_ERR_DTYPE, "dtype");
+    EXPECT_STATUS(rkv__cuda_attention_check(DESCRIBE, &g, &a), RKV_ERR_DTYPE, "dtype");
     a = args(2, 4, RKV_DTYPE_BF16);
     a.scale = INFINITY;
-    EXPECT_STATUS(rkv__cuda_attention_check(&g, &a), RKV_ERR_INVALID_ARG, "scale");
+    EXPECT_STATUS(rkv__cuda_attention_check(DESCRIBE, &g, &a), RKV_ERR_INVALID_ARG, "scale");
     a = args(2, 4, RKV_DTYPE_BF16);
     a.q = DEV(0x100008);
-    EXPECT_STATUS(rkv__cuda_attention_check(&g, &a), RKV_ERR_INVALID_ARG, "aligned");
+    EXPECT_STATUS(rkv__cuda_attention_check(DESCRIBE, &g, &a), RKV_ERR_INVALID_ARG, "aligned");
     a = args(2, 4, RKV_DTYPE_BF16);
     a.out = DEV(0x100000 + 4096); /* inside q (2*4*128*64*2 bytes) */
-    EXPECT_STATUS(rkv__cuda_attention_check(&g, &a), RKV_ERR_INVALID_ARG, "overlaps");
+    EXPECT_STATUS(rkv__cuda_attention_check(DESCRIBE, &g, &a), RKV_ERR_INVALID_ARG, "overlaps");
     a = args(2, 4, RKV_DTYPE_BF16);
     a.workspace = DEV(0x3008);
-    EXPECT_STATUS(rkv__cuda_attention_check(&g, &a), RKV_ERR_INVALID_ARG, "workspace");
+    EXPECT_STATUS(rkv__cuda_attention_check(DESCRIBE, &g, &a), RKV_ERR_INVALID_ARG, "workspace");
     rkv_geometry wide = geom(2, 2, 4, 4, 264, 128, 1, RKV_DTYPE_F32);
     a = args(2, 4, RKV_DTYPE_F32);
-    EXPECT_STATUS(rkv__cuda_attention_check(&wide, &a), RKV_ERR_INVALID_ARG, "256");
+    EXPECT_STATUS(rkv__cuda_attention_check(DESCRIBE, &wide, &a), RKV_ERR_INVALID_ARG, "256");
 }
 
 static void test_device_error_words(void **state) {

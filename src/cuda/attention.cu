@@ -137,21 +137,17 @@ rkv_status rkv__cuda_attention_plan_checked(const rkv_cuda_layer *l,
     return RKV_OK;
 }
 
-cudaError_t rkv__cuda_attention_prepare(rkv__cuda_device *l) {
-    cudaError_t e;
-    if ((e = rkv_mma::prepare<__nv_bfloat16>(l->dev.smem_optin)) != cudaSuccess ||
-        (e = rkv_mma::prepare<__half>(l->dev.smem_optin)) != cudaSuccess)
-        return e;
-    if (l->dev.cc_major != 9) return cudaSuccess;
+cudaError_t rkv__cuda_attention_prepare(const rkv__cuda_device_info *dev, bool *wgmma) {
     /* The wgmma kernel only where the driver runs its sm_90a code (else the
      * mma kernel; the plan string says which). */
-    if (l->attn_kernel == RKV__KERNEL_WGMMA &&
-        !(rkv_wgmma::loaded_is_sm90a<__nv_bfloat16>() && rkv_wgmma::loaded_is_sm90a<__half>())) {
-        l->attn_kernel = RKV__KERNEL_MMA;
-        return cudaSuccess;
-    }
-    if ((e = rkv_wgmma::prepare<__nv_bfloat16>(l->dev.smem_optin)) != cudaSuccess) return e;
-    return rkv_wgmma::prepare<__half>(l->dev.smem_optin);
+    *wgmma = dev->cc_major == 9 && rkv_wgmma::loaded_is_sm90a<__nv_bfloat16>() &&
+             rkv_wgmma::loaded_is_sm90a<__half>();
+    cudaError_t e;
+    if ((e = rkv_mma::prepare<__nv_bfloat16>(dev->smem_optin)) != cudaSuccess ||
+        (e = rkv_mma::prepare<__half>(dev->smem_optin)) != cudaSuccess || !*wgmma)
+        return e;
+    if ((e = rkv_wgmma::prepare<__nv_bfloat16>(dev->smem_optin)) != cudaSuccess) return e;
+    return rkv_wgmma::prepare<__half>(dev->smem_optin);
 }
 
 namespace {

@@ -1,10 +1,7 @@
 // The Hopper ring attention (sm_90a, wgmma): the same function as the
-// mma.sync kernel of attention_mma.cuh (SEMANTICS 4, 5: visible frames
-// from the written bits and the row's clock, skipped whole when invisible;
-// online softmax in f32; GQA heads sharing each K/V tile; key splits with a
-// combine kernel), built from the same pieces (attention_common.cuh: tile
-// loads, frame list, the block's pipeline, online softmax, store, combine),
-// with the two matrix products on the warpgroup tensor-core instructions:
+// mma.sync kernel of attention_mma.cuh, built from the same pieces
+// (attention_common.cuh), with the two matrix products on the warpgroup
+// tensor-core instructions:
 //
 //   grid (m_tiles * splits, H, B); block NWG warpgroups of 4 warps; each
 //   warpgroup owns 64 consecutive query rows (BM = 64 * NWG per block).

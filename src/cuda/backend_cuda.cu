@@ -271,14 +271,11 @@ rkv_status prepare(int device, rkv__cuda_device *out, const char *what) {
     if (!d.ready) {
         cudaDeviceProp prop;
         cudaError_t e = cudaGetDeviceProperties(&prop, device);
-        rkv__cuda_device probe;
-        memset(&probe, 0, sizeof probe);
         if (e == cudaSuccess) {
-            probe.dev.sm_count = prop.multiProcessorCount;
-            probe.dev.smem_optin = prop.sharedMemPerBlockOptin;
-            probe.dev.cc_major = prop.major;
-            probe.attn_kernel = RKV__KERNEL_WGMMA;  // prepared whenever it can run
-            e = rkv__cuda_attention_prepare(&probe);
+            d.dev.sm_count = prop.multiProcessorCount;
+            d.dev.smem_optin = prop.sharedMemPerBlockOptin;
+            d.dev.cc_major = prop.major;
+            e = rkv__cuda_attention_prepare(&d.dev, &d.wgmma_ok);
         }
         if (e != cudaSuccess) {
             (void)cudaGetLastError();
@@ -287,8 +284,6 @@ rkv_status prepare(int device, rkv__cuda_device *out, const char *what) {
                                  "shared memory limit: CUDA error %s (%s)",
                                  what, device, cudaGetErrorName(e), cudaGetErrorString(e));
         }
-        d.dev = probe.dev;
-        d.wgmma_ok = probe.dev.cc_major == 9 && probe.attn_kernel == RKV__KERNEL_WGMMA;
         d.ready = true;
     }
     out->device = device;
@@ -378,23 +373,26 @@ extern "C" rkv_status rkv_model_create_cuda(const rkv_model_config *cfg, int dev
 }
 
 namespace {
-// The describe calls' own arguments: args (its struct size) and buf.
-rkv_status describe_check(const char *what, const rkv_attention_args *args, const char *buf,
-                          size_t buf_size) {
+// The describe calls' own arguments, args into *a in this library's layout.
+rkv_status describe_args(const char *what, const rkv_attention_args *args, const char *buf,
+                         size_t buf_size, rkv_attention_args *a) {
     if (!args) return rkv_error_set(RKV_ERR_NULL, "%s: args is NULL", what);
     if (!buf || !buf_size) return rkv_error_set(RKV_ERR_NULL, "%s: buf is NULL or empty", what);
-    return rkv__cuda_model_args_check(what, args);
+    rkv_status st = rkv__cuda_model_args_check(what, args);
+    if (st != RKV_OK) return st;
+    memset(a, 0, sizeof *a);
+    memcpy(a, args, args->struct_size);
+    a->struct_size = sizeof *a;
+    return RKV_OK;
 }
 
-// The plan rkv_layer_attend would use on l for a (checked here) with the
-// workspace `ws` of ws_bytes, described into buf.
-rkv_status describe(const rkv_cuda_layer *l, const rkv_attention_args *a, void *ws,
-                    size_t ws_bytes, char *buf, size_t buf_size) {
-    rkv_cuda_attention_args ca;
-    rkv__cuda_model_attention_args(a, ws, ws_bytes, &ca);
+// The plan rkv_layer_attend would use on l for a (checked here), described
+// into buf.
+rkv_status describe(const char *what, const rkv_cuda_layer *l, const rkv_attention_args *a,
+                    char *buf, size_t buf_size) {
     rkv__cuda_attn_plan plan;
-    rkv_status st = rkv__cuda_attention_check(&l->g, &ca);
-    if (st == RKV_OK) st = rkv__cuda_attention_plan_checked(l, &ca, 0, "rkv_layer_attend", &plan);
+    rkv_status st = rkv__cuda_attention_check(what, &l->g, a);
+    if (st == RKV_OK) st = rkv__cuda_attention_plan_checked(l, a, 0, what, &plan);
     if (st == RKV_OK) rkv__cuda_attention_plan_describe(&plan, buf, buf_size);
     return st;
 }
@@ -410,13 +408,9 @@ extern "C" rkv_status rkv_cuda_attention_describe(const rkv_layer *layer,
     if (ops != &cuda_ops)
         return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: the layer is on the %s backend, not cuda",
                              what, ops && ops->name ? ops->name : "(unnamed)");
-    rkv_status st = describe_check(what, args, buf, buf_size);
-    if (st != RKV_OK) return st;
-    rkv_attention_args a;  // the caller's, in this library's layout
-    memset(&a, 0, sizeof a);
-    memcpy(&a, args, args->struct_size);
-    a.struct_size = sizeof a;
-    return describe(l, &a, a.workspace, a.workspace_bytes, buf, buf_size);
+    rkv_attention_args a;
+    rkv_status st = describe_args(what, args, buf, buf_size, &a);
+    return st == RKV_OK ? describe(what, l, &a, buf, buf_size) : st;
 }
 
 extern "C" rkv_status rkv_model_cuda_attention_describe(const rkv_model *model, int64_t layer,
@@ -425,7 +419,8 @@ extern "C" rkv_status rkv_model_cuda_attention_describe(const rkv_model *model, 
                                                         size_t buf_size) {
     static const char what[] = "rkv_model_cuda_attention_describe";
     if (!model) return rkv_error_set(RKV_ERR_NULL, "%s: model is NULL", what);
-    rkv_status st = describe_check(what, args, buf, buf_size);
+    rkv_attention_args a;
+    rkv_status st = describe_args(what, args, buf, buf_size, &a);
     if (st != RKV_OK) return st;
     const rkv_backend_ops *ops = nullptr;
     rkv_layer_backend_handle(rkv_model_layer((rkv_model *)model, 0), &ops, nullptr);
@@ -436,13 +431,9 @@ extern "C" rkv_status rkv_model_cuda_attention_describe(const rkv_model *model, 
     if (layer < 0 || layer >= cfg->n_layers)
         return rkv_error_set(RKV_ERR_RANGE, "%s: layer %lld out of range; expected 0..%lld", what,
                              (long long)layer, (long long)(cfg->n_layers - 1));
-    const int64_t max_b = rkv__cuda_max_batch(cfg->num_sessions);
-    if (batch < 1 || batch > max_b)
-        return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: batch B = %lld; expected 1..%lld", what,
-                             (long long)batch, (long long)max_b);
-    if (args->n_q_heads != cfg->n_q_heads)
+    if (a.n_q_heads != cfg->n_q_heads)
         return rkv_error_set(RKV_ERR_INVALID_ARG, "%s: args->n_q_heads = %lld; this model has %lld",
-                             what, (long long)args->n_q_heads, (long long)cfg->n_q_heads);
+                             what, (long long)a.n_q_heads, (long long)cfg->n_q_heads);
     // The model's workspace, as rkv_model_create_with_backend sized it: the
     // most any layer needs (rings differ: local and global layers), since the
     // split count is cut to fit it. The plan reads no memory: the batch's
@@ -451,16 +442,18 @@ extern "C" rkv_status rkv_model_cuda_attention_describe(const rkv_model *model, 
     for (int64_t i = 0; i < cfg->n_layers; i++) {
         const rkv_cuda_layer *li = layer_of(
             rkv_layer_backend_handle(rkv_model_layer((rkv_model *)model, i), nullptr, nullptr));
-        const size_t b = rkv__cuda_model_workspace_bytes(
-            &li->g, &li->d.dev, li->d.attn_stages, li->d.attn_kernel, max_b, cfg->n_q_heads);
+        const size_t b = rkv__cuda_model_workspace_bytes(&li->g, &li->d.dev, li->d.attn_stages,
+                                                         li->d.attn_kernel, RKV_CUDA_MAX_BATCH,
+                                                         cfg->n_q_heads);
         if (b > ws_bytes) ws_bytes = b;
     }
     const rkv_cuda_layer *l = layer_of(
         rkv_layer_backend_handle(rkv_model_layer((rkv_model *)model, layer), nullptr, nullptr));
     alignas(16) static const int64_t placeholder[2] = {0, 0};
-    rkv_attention_args a = *args;
-    a.batch = batch;
+    a.batch = batch;  // checked against min(S, RKV_CUDA_MAX_BATCH) with the others
     a.session_idx = a.frame_pos = placeholder;
     a.visible = nullptr;
-    return describe(l, &a, ws_bytes ? (void *)placeholder : nullptr, ws_bytes, buf, buf_size);
+    a.workspace = ws_bytes ? (void *)placeholder : nullptr;
+    a.workspace_bytes = ws_bytes;
+    return describe(what, l, &a, buf, buf_size);
 }

@@ -103,8 +103,9 @@ __device__ __forceinline__ bool rkv__d_validate_rows(const int64_t *__restrict__
 }
 
 // Raises the tensor-core kernels' dynamic shared memory limits (attention.cu;
-// once per device: backend_cuda.cu's prepare); may fall back from wgmma.
-cudaError_t rkv__cuda_attention_prepare(rkv__cuda_device *d);
+// once per device: backend_cuda.cu's prepare); *wgmma: whether the wgmma
+// kernel can run on the device (9.x, its sm_90a code loaded).
+cudaError_t rkv__cuda_attention_prepare(const rkv__cuda_device_info *dev, bool *wgmma);
 // rkv__cuda_attention_plan_make on l's device and kernel choice (plan.h);
 // RKV_ERR_OVERFLOW named after `what` when its grid is too large.
 rkv_status rkv__cuda_attention_plan_checked(const rkv_cuda_layer *l,

@@ -52,9 +52,8 @@ void rkv__cuda_reset_plan_make(const rkv_geometry *g, rkv__cuda_reset_plan *p) {
 
 /* ---- attention ------------------------------------------------------------ */
 
-rkv_status rkv__cuda_attention_check(const rkv_geometry *g, const rkv_cuda_attention_args *a) {
-    static const char what[] = "rkv_cuda_attention_describe";
-    if (!g) return rkv_error_set(RKV_ERR_NULL, "%s: layer is NULL", what);
+rkv_status rkv__cuda_attention_check(const char *what, const rkv_geometry *g,
+                                     const rkv_cuda_attention_args *a) {
     if (!a) return rkv_error_set(RKV_ERR_NULL, "%s: args is NULL", what);
     /* one version so far: every member is the caller's (ringkv.h, "Structs
      * that grow") */
@@ -107,19 +106,15 @@ static int plan_tensor_core(const rkv_geometry *g, const rkv__cuda_device_info *
     return p->smem_bytes + RKV__STATIC_SMEM_MAX <= dev->smem_optin;
 }
 
-/* The generic kernel: one warp per row, its grid. */
+/* The generic kernel: one warp per row, its grid (no key tiles or stages: 0). */
 static void plan_simt(const rkv_cuda_attention_args *a, rkv__cuda_attn_plan *p) {
     p->kind = RKV__ATTN_SIMT;
-    p->mt = 0;
     p->warps = RKV__SIMT_WARPS;
     p->bm = p->warps;
-    p->bn = 0;
-    p->stages = 0;
     p->threads = 32 * p->warps;
     p->smem_bytes = (size_t)a->batch * 2 * sizeof(int64_t);
     p->m_tiles = ceil_div64(p->total_rows, p->warps);
     p->ctas = p->m_tiles;
-    p->max_key_tiles = 0;
     p->grid_x = p->m_tiles;
     p->grid_y = 1;
     p->grid_z = 1;
@@ -162,6 +157,7 @@ void rkv__cuda_attention_plan_make(const rkv_geometry *g, const rkv_cuda_attenti
                                    const rkv__cuda_device_info *dev, int stages, int kernel,
                                    int preferred, rkv__cuda_attn_plan *p) {
     const int64_t D = g->d_head;
+    memset(p, 0, sizeof *p);
     p->dtype = g->dtype;
     p->d_head = (int)D;
     p->tq = a->n_queries ? a->n_queries : g->tokens_per_frame;
@@ -170,7 +166,6 @@ void rkv__cuda_attention_plan_make(const rkv_geometry *g, const rkv_cuda_attenti
     p->total_rows = a->batch * a->n_q_heads * p->tq;
     p->scale = a->scale != 0.0f ? a->scale : 1.0f / sqrtf((float)D);
     p->splits = 1;
-    p->workspace_bytes = 0;
     p->out_f32 = a->out_dtype == RKV_DTYPE_F32;
     if (stages != 3) stages = 2;
 

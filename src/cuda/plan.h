@@ -126,11 +126,12 @@ typedef struct rkv__cuda_attn_plan {
     float scale;             /* resolved softmax scale                        */
 } rkv__cuda_attn_plan;
 
-/* The host checks of a launch's arguments (rkv_cuda_attention_describe's):
- * the core's one attention check (attention_check.h) with this backend's
- * limits (B at most min(S, RKV_CUDA_MAX_BATCH)), then the workspace's
- * alignment and the generic kernel's grid. */
-rkv_status rkv__cuda_attention_check(const rkv_geometry *g, const rkv_cuda_attention_args *a);
+/* The host checks of a launch's arguments (the describe calls', named
+ * after `what`): the core's one attention check (attention_check.h) with
+ * this backend's limits (B at most min(S, RKV_CUDA_MAX_BATCH)), then the
+ * workspace's alignment and the generic kernel's grid. */
+rkv_status rkv__cuda_attention_check(const char *what, const rkv_geometry *g,
+                                     const rkv_cuda_attention_args *a);
 
 /* The plan for valid args. `stages` is the cp.async pipeline depth of the
  * mma kernel (2 or 3; anything else means 2). `kernel` is RKV__KERNEL_MMA or

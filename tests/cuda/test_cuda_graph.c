@@ -173,6 +173,93 @@ static int check_host_syncs(void) {
     }
     return 0;
 }
+
+/* rkv_model_cuda_attention_describe against what the model's attend runs,
+ * on a model whose rings differ (a local layer RF 2, a global one RF 16:
+ * the model's workspace is the global layer's need): for each layer and
+ * Tq = T and 4T (more rows than the workspace was sized for, so the split
+ * count is cut to fit it), the executor's count of launches and blocks of
+ * one rkv_model_frame_attend equals the described plan's: its grid, plus
+ * the combine kernel (256 threads, one per 4 outputs) when it splits. */
+static int check_describe_runs(void) {
+    enum { T = 128, D = 64 };
+    rkv_model_config c = RKV_MODEL_CONFIG_INIT;
+    snprintf(c.name, sizeof c.name, "describe");
+    c.n_layers = 2;
+    c.layers[0] = (rkv_layer_spec){2, 2, 1};
+    c.layers[1] = (rkv_layer_spec){16, 16, 1};
+    c.num_sessions = 1;
+    c.n_q_heads = 1;
+    c.n_kv_heads = 1;
+    c.d_head = D;
+    c.tokens_per_frame = T;
+    c.dtype = RKV_DTYPE_BF16;
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    rkv_model *m = NULL;
+    OKR(rkv_model_create_cuda(&c, 0, (void *)st, &m));
+    int64_t s = -1, f = 0;
+    OKR(rkv_model_claim(m, "describe", &s));
+    OKR(rkv_model_begin_frame(m, 1, &s, &f));
+    const size_t q_bytes = 4 * T * D * 2;
+    void *q = NULL, *out = NULL;
+    CK(cudaMalloc(&q, q_bytes));
+    CK(cudaMalloc(&out, q_bytes));
+    CK(cudaMemset(q, 0, q_bytes));
+    int fails = 0, split_cases = 0;
+    for (int l = 0; l < 2; l++)
+        for (int64_t tq = T; tq <= 4 * T; tq *= 4) {
+            rkv_attention_args a = RKV_ATTENTION_ARGS_INIT;
+            a.n_q_heads = 1;
+            a.n_queries = tq;
+            a.q = q;
+            a.q_dtype = RKV_DTYPE_BF16;
+            a.out = out;
+            a.out_dtype = RKV_DTYPE_BF16;
+            char plan[256];
+            OKR(rkv_model_cuda_attention_describe(m, l, 1, &a, plan, sizeof plan));
+            long long gx = 0, gy = 0, gz = 0, rows = 0;
+            int splits = 0;
+            const char *g = strstr(plan, "grid "), *r = strstr(plan, " rows ");
+            if (!g || !r ||
+                sscanf(g, "grid %lldx%lldx%lld splits %d", &gx, &gy, &gz, &splits) != 4 ||
+                sscanf(r, " rows %lld", &rows) != 1) {
+                printf("FAIL: layer %d Tq %lld: cannot read the plan '%s'\n", l, (long long)tq,
+                       plan);
+                return 1;
+            }
+            const long long want_launches = splits > 1 ? 2 : 1;
+            const long long want_blocks =
+                gx * gy * gz + (splits > 1 ? (rows * (D / 4) + 255) / 256 : 0);
+            rkvx_stats before, after;
+            OKR(rkv_model_synchronize(m));
+            rkvx_get_stats(&before);
+            OKR(rkv_model_frame_attend(m, l, &a));
+            OKR(rkv_model_synchronize(m));
+            rkvx_get_stats(&after);
+            const long long launches = after.launches - before.launches;
+            const long long blocks = after.blocks - before.blocks;
+            split_cases += splits > 1;
+            printf("layer %d Tq %lld: described '%s'; ran %lld launch(es), %lld blocks\n", l,
+                   (long long)tq, plan, launches, blocks);
+            if (launches != want_launches || blocks != want_blocks) {
+                printf("FAIL: layer %d Tq %lld: the attend ran %lld launch(es) of %lld blocks; "
+                       "the described plan has %lld of %lld\n",
+                       l, (long long)tq, launches, blocks, want_launches, want_blocks);
+                fails++;
+            }
+        }
+    rkv_model_destroy(m);
+    CK(cudaFree(q));
+    CK(cudaFree(out));
+    CK(cudaStreamDestroy(st));
+    if (split_cases == 0) {
+        printf("FAIL: no described plan splits its keys; the check compares nothing of the "
+               "workspace\n");
+        return 1;
+    }
+    return fails != 0;
+}
 #endif
 
 int main(int argc, char **argv) {
@@ -190,7 +277,7 @@ int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (!ct_have_gpu("test_cuda_graph")) return CT_SKIP;
 #ifdef RKV_CUDA_EXEC_PROGRAM
-    if (check_host_syncs()) return 1;
+    if (check_host_syncs() || check_describe_runs()) return 1;
 #endif
     const double t_start = ct_now();
     rkvt_rng rng = {seed};
