@@ -113,6 +113,26 @@ static rkv_status record(const frame_calls *fc) {
 }
 
 #ifdef RKV_CUDA_EXEC_PROGRAM
+/* The executor checks' model: one session claimed as `name`, 1 query head
+ * over 1 KV head, D 64, T 128, bf16, the given layers, on a new stream
+ * (CK / OKR exit on a failure). */
+static void small_model(const char *name, int n_layers, const rkv_layer_spec *layers,
+                       cudaStream_t *st, rkv_model **m, int64_t *s) {
+    rkv_model_config c = RKV_MODEL_CONFIG_INIT;
+    snprintf(c.name, sizeof c.name, "%s", name);
+    c.n_layers = n_layers;
+    for (int l = 0; l < n_layers; l++) c.layers[l] = layers[l];
+    c.num_sessions = 1;
+    c.n_q_heads = 1;
+    c.n_kv_heads = 1;
+    c.d_head = 64;
+    c.tokens_per_frame = 128;
+    c.dtype = RKV_DTYPE_BF16;
+    CK(cudaStreamCreateWithFlags(st, cudaStreamNonBlocking));
+    OKR(rkv_model_create_cuda(&c, 0, (void *)*st, m));
+    OKR(rkv_model_claim(*m, name, s));
+}
+
 /* Host syncs per frame on the executor (issue 22: at most 3 in the library):
  * a 24-layer CUDA model (the 720P preset's layer count, small rings), 12
  * frames of begin_frame, a committing upsert and an attention on every
@@ -121,22 +141,12 @@ static rkv_status record(const frame_calls *fc) {
  * frame's library calls; the test's own copies are outside the count. */
 static int check_host_syncs(void) {
     enum { L = 24, FRAMES = 12 };
-    rkv_model_config c = RKV_MODEL_CONFIG_INIT;
-    snprintf(c.name, sizeof c.name, "syncs");
-    c.n_layers = L;
-    for (int l = 0; l < L; l++) c.layers[l] = (rkv_layer_spec){2, 2, 1};
-    c.num_sessions = 1;
-    c.n_q_heads = 1;
-    c.n_kv_heads = 1;
-    c.d_head = 64;
-    c.tokens_per_frame = 128;
-    c.dtype = RKV_DTYPE_BF16;
+    rkv_layer_spec layers[L];
+    for (int l = 0; l < L; l++) layers[l] = (rkv_layer_spec){2, 2, 1};
     cudaStream_t st;
-    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     rkv_model *m = NULL;
-    OKR(rkv_model_create_cuda(&c, 0, (void *)st, &m));
     int64_t s = -1;
-    OKR(rkv_model_claim(m, "syncs", &s));
+    small_model("syncs", L, layers, &st, &m, &s);
     const size_t kv_bytes = 2 * 128 * 64 * 2, q_bytes = 128 * 64 * 2;
     void *kv = NULL, *q = NULL, *out = NULL;
     CK(cudaMalloc(&kv, kv_bytes));
@@ -183,23 +193,11 @@ static int check_host_syncs(void) {
  * the combine kernel (256 threads, one per 4 outputs) when it splits. */
 static int check_describe_runs(void) {
     enum { T = 128, D = 64 };
-    rkv_model_config c = RKV_MODEL_CONFIG_INIT;
-    snprintf(c.name, sizeof c.name, "describe");
-    c.n_layers = 2;
-    c.layers[0] = (rkv_layer_spec){2, 2, 1};
-    c.layers[1] = (rkv_layer_spec){16, 16, 1};
-    c.num_sessions = 1;
-    c.n_q_heads = 1;
-    c.n_kv_heads = 1;
-    c.d_head = D;
-    c.tokens_per_frame = T;
-    c.dtype = RKV_DTYPE_BF16;
+    const rkv_layer_spec layers[2] = {{2, 2, 1}, {16, 16, 1}};
     cudaStream_t st;
-    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     rkv_model *m = NULL;
-    OKR(rkv_model_create_cuda(&c, 0, (void *)st, &m));
     int64_t s = -1, f = 0;
-    OKR(rkv_model_claim(m, "describe", &s));
+    small_model("describe", 2, layers, &st, &m, &s);
     OKR(rkv_model_begin_frame(m, 1, &s, &f));
     const size_t q_bytes = 4 * T * D * 2;
     void *q = NULL, *out = NULL;
