@@ -60,7 +60,7 @@ bool rkv__amx_fits(const struct rkv__cpu_layer *l) {
     return l->g.dtype == RKV_DTYPE_BF16 && l->g.d_head % 32 == 0 && l->g.d_head <= 512;
 }
 
-/* A task's setup, shared by both engines: its units (task_units), the
+/* A task's setup, shared by both engines: its units (rkv__task_units), the
  * row's visible slots (n of them) and its scratch (pair_carve), each area
  * as the AMX engine uses it; the AVX512-BF16 engine keeps Q^T in q, the
  * pairs PP in p and stages Q in k. */
@@ -77,25 +77,18 @@ typedef struct pair_task {
     uint32_t *vp; /* [KB/2][D] */
 } pair_task;
 
-/* The next piece of `bytes` of a scratch layout, at *at from base. */
-static void *carve(void *base, size_t *at, size_t bytes) {
-    void *p = (void *)((uintptr_t)base + *at);
-    *at += RKV__ALIGN64(bytes);
-    return p;
-}
-
 /* Carves t's scratch areas from mem (NULL: only sizes them, the pointers
  * unused); returns the bytes they take. */
 static size_t pair_carve(void *mem, int64_t D, int64_t N, pair_task *t) {
     const size_t d = (size_t)D;
     size_t at = 0;
-    t->slots = carve(mem, &at, (size_t)N * sizeof(int64_t));
-    t->q = carve(mem, &at, UMAX * MQ * d * 2);
-    t->s = carve(mem, &at, MQ * KB * 4);
-    t->p = carve(mem, &at, MQ * KB * 2);
-    t->o = carve(mem, &at, UMAX * MQ * d * 4);
-    t->k = carve(mem, &at, d / 2 * KB * 4);
-    t->vp = carve(mem, &at, KB / 2 * d * 4);
+    t->slots = rkv__carve(mem, &at, (size_t)N * sizeof(int64_t));
+    t->q = rkv__carve(mem, &at, UMAX * MQ * d * 2);
+    t->s = rkv__carve(mem, &at, MQ * KB * 4);
+    t->p = rkv__carve(mem, &at, MQ * KB * 2);
+    t->o = rkv__carve(mem, &at, UMAX * MQ * d * 4);
+    t->k = rkv__carve(mem, &at, d / 2 * KB * 4);
+    t->vp = rkv__carve(mem, &at, KB / 2 * d * 4);
     return at;
 }
 
@@ -366,30 +359,11 @@ DOT_TARGET static void dot_strided(float *c, size_t ldc, bool accumulate, const 
 
 /* ---- what both engines' tasks share ------------------------------------- */
 
-/* Task `task`'s units (rkv__attend_tasks' numbering): session row *b, KV
- * head *kvh, and per unit g < the count returned its query rows (<= MQ)
- * and the offset of its first query in q / out. */
-static int64_t task_units(const rkv__attend_ctx *c, int64_t task, int64_t *b, int64_t *kvh,
-                          int64_t rows[UMAX], size_t qbase[UMAX]) {
-    const int64_t D = c->layer->g.d_head, Hq = c->args->n_q_heads, Tq = c->tq;
-    const int64_t tiles = (Tq + MQ - 1) / MQ;
-    const int64_t H = c->layer->g.n_kv_heads, G = Hq / H, U = c->units;
-    const int64_t per = G * tiles, npk = (per + U - 1) / U;
-    *b = task / (H * npk), *kvh = task / npk % H;
-    const int64_t u0 = task % npk * U, gn = per - u0 < U ? per - u0 : U;
-    for (int64_t g = 0; g < gn; g++) {
-        const int64_t h = *kvh * G + (u0 + g) / tiles, i0 = (u0 + g) % tiles * MQ;
-        rows[g] = Tq - i0 < MQ ? Tq - i0 : MQ;
-        qbase[g] = (size_t)((*b * Hq + h) * Tq + i0) * (size_t)D;
-    }
-    return gn;
-}
-
 static pair_task task_begin(const rkv__attend_ctx *c, int64_t task, int thread) {
     const struct rkv__cpu_layer *l = c->layer;
     pair_task t;
     pair_carve(rkv__thread_scratch(c->pool, thread), l->g.d_head, l->total_slots, &t);
-    t.gn = task_units(c, task, &t.b, &t.kvh, t.rows, t.qbase);
+    t.gn = rkv__task_units(c, task, &t.b, &t.kvh, t.rows, t.qbase);
     t.n = rkv__gather_visible_slots(l, c->args, t.b, t.slots);
     return t;
 }
