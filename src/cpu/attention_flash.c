@@ -62,11 +62,9 @@ typedef uint16_t vh_4 __attribute__((vector_size(8)));
  * memory once per task instead of once per unit, widened once (16-bit
  * storage). The units' QT and OT stay in L2 with the chunk: at most
  * FLASH_UNIT_BYTES of them (half of a 512 KiB L2: 8 units at d_head 64,
- * 4 at 128, 2 at 256, ...). */
+ * 4 at 128, 2 at 256, ...; at least 1: flash_umax). */
 #define FLASH_UNIT_BYTES (256 * 1024)
 
-/* Units per task for head dimension D: UMAX, fewer where their QT and OT
- * would pass FLASH_UNIT_BYTES; at least 1. */
 static int64_t flash_umax(int64_t D) {
     int64_t u = UMAX;
     while (u > 1 && u * 2 * D * MQ * (int64_t)sizeof(float) > FLASH_UNIT_BYTES) u /= 2;

@@ -131,7 +131,7 @@ rkv_threadpool *rkv__default_pool(void) {
 
 /* Grows every thread's scratch buffer to at least `bytes`. */
 static bool reserve(rkv_threadpool *p, size_t bytes) {
-    size_t rounded = (bytes + 63) & ~(size_t)63;
+    const size_t rounded = RKV__ALIGN64(bytes);
     for (int i = 0; i < p->n_threads; i++) {
         pool_thread *t = &p->threads[i];
         if (t->scratch_bytes >= rounded) continue;
