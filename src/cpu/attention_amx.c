@@ -109,7 +109,7 @@ size_t rkv__amx_scratch_bytes(int64_t D, int64_t N) {
 #define DOT_TARGET                                                                    \
     __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512bf16,fma,avx2")))
 
-/* Palette 1: all eight tiles 16 rows x 64 bytes. */
+/* LDTILECFG's operand (amx_config). */
 typedef struct {
     uint8_t palette_id, start_row, reserved[14];
     uint16_t colsb[16];
@@ -213,9 +213,8 @@ DOT_TARGET static void pack_vp_lanes(uint32_t *vp, const uint16_t *const *rows, 
  * B: u32 bf16 pairs (stride ldb), C: f32 (stride ldc). */
 
 /* AMX: 2x2 blocks of 16x16 tiles (tiles 0-3 accumulate, 4-5 A, 6-7 B); A:
- * bf16 rows (stride lda elements), pairs along the reduction. The products:
- *   S[MQ][KB]  = Q[MQ][D]  . KT[D/2][KB]   (overwrite)
- *   O[MQ][D]  += P[MQ][KB] . VP[KB/2][D]   (accumulate)                 */
+ * bf16 rows (stride lda elements), pairs along the reduction (the products
+ * and their operands: the header). */
 /* Palette 1, tiles 0-7 of 16 rows x 64 bytes. A static object: built on the
  * stack, GCC 12 at -O3 dropped the colsb/rows stores as dead (it does not
  * see LDTILECFG read them), and the instruction faulted on the zeros. */
@@ -224,7 +223,6 @@ static const tile_config amx_config = {
     .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
     .rows = {16, 16, 16, 16, 16, 16, 16, 16},
 };
-
 
 AMX_TARGET static void amx_pairs(float *c, size_t ldc, bool accumulate, const uint16_t *a,
                                  size_t lda, const uint32_t *b, size_t ldb, int64_t M, int64_t N,

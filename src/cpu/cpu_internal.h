@@ -77,8 +77,7 @@ static inline int64_t rkv__task_units(const rkv__attend_ctx *c, int64_t task, in
     return gn;
 }
 
-/* 64-byte aligned sizes of the pieces the engines carve a thread's scratch
- * into. */
+/* n bytes rounded up to 64: scratch pieces and 64-byte aligned allocations. */
 #define RKV__ALIGN64(n) (((n) + 63) & ~(size_t)63)
 /* The next piece of `bytes` of a scratch layout, at *at from base. */
 static inline void *rkv__carve(void *base, size_t *at, size_t bytes) {
