@@ -60,7 +60,7 @@ bool rkv__amx_fits(const struct rkv__cpu_layer *l) {
     return l->g.dtype == RKV_DTYPE_BF16 && l->g.d_head % 32 == 0 && l->g.d_head <= 512;
 }
 
-/* A task's setup, shared by both engines: its units (task_units), the
+/* A task's setup, shared by both engines: its units (rkv__task_units), the
  * row's visible slots (n of them) and its scratch (pair_carve), each area
  * as the AMX engine uses it; the AVX512-BF16 engine keeps Q^T in q, the
  * pairs PP in p and stages Q in k. */
@@ -77,25 +77,18 @@ typedef struct pair_task {
     uint32_t *vp; /* [KB/2][D] */
 } pair_task;
 
-/* The next piece of `bytes` of a scratch layout, at *at from base. */
-static void *carve(void *base, size_t *at, size_t bytes) {
-    void *p = (void *)((uintptr_t)base + *at);
-    *at += RKV__ALIGN64(bytes);
-    return p;
-}
-
 /* Carves t's scratch areas from mem (NULL: only sizes them, the pointers
  * unused); returns the bytes they take. */
 static size_t pair_carve(void *mem, int64_t D, int64_t N, pair_task *t) {
     const size_t d = (size_t)D;
     size_t at = 0;
-    t->slots = carve(mem, &at, (size_t)N * sizeof(int64_t));
-    t->q = carve(mem, &at, UMAX * MQ * d * 2);
-    t->s = carve(mem, &at, MQ * KB * 4);
-    t->p = carve(mem, &at, MQ * KB * 2);
-    t->o = carve(mem, &at, UMAX * MQ * d * 4);
-    t->k = carve(mem, &at, d / 2 * KB * 4);
-    t->vp = carve(mem, &at, KB / 2 * d * 4);
+    t->slots = rkv__carve(mem, &at, (size_t)N * sizeof(int64_t));
+    t->q = rkv__carve(mem, &at, UMAX * MQ * d * 2);
+    t->s = rkv__carve(mem, &at, MQ * KB * 4);
+    t->p = rkv__carve(mem, &at, MQ * KB * 2);
+    t->o = rkv__carve(mem, &at, UMAX * MQ * d * 4);
+    t->k = rkv__carve(mem, &at, d / 2 * KB * 4);
+    t->vp = rkv__carve(mem, &at, KB / 2 * d * 4);
     return at;
 }
 
@@ -116,7 +109,7 @@ size_t rkv__amx_scratch_bytes(int64_t D, int64_t N) {
 #define DOT_TARGET                                                                    \
     __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512bf16,fma,avx2")))
 
-/* Palette 1: all eight tiles 16 rows x 64 bytes. */
+/* LDTILECFG's operand (amx_config). */
 typedef struct {
     uint8_t palette_id, start_row, reserved[14];
     uint16_t colsb[16];
@@ -220,9 +213,8 @@ DOT_TARGET static void pack_vp_lanes(uint32_t *vp, const uint16_t *const *rows, 
  * B: u32 bf16 pairs (stride ldb), C: f32 (stride ldc). */
 
 /* AMX: 2x2 blocks of 16x16 tiles (tiles 0-3 accumulate, 4-5 A, 6-7 B); A:
- * bf16 rows (stride lda elements), pairs along the reduction. The products:
- *   S[MQ][KB]  = Q[MQ][D]  . KT[D/2][KB]   (overwrite)
- *   O[MQ][D]  += P[MQ][KB] . VP[KB/2][D]   (accumulate)                 */
+ * bf16 rows (stride lda elements), pairs along the reduction (the products
+ * and their operands: the header). */
 /* Palette 1, tiles 0-7 of 16 rows x 64 bytes. A static object: built on the
  * stack, GCC 12 at -O3 dropped the colsb/rows stores as dead (it does not
  * see LDTILECFG read them), and the instruction faulted on the zeros. */
@@ -231,7 +223,6 @@ static const tile_config amx_config = {
     .colsb = {64, 64, 64, 64, 64, 64, 64, 64},
     .rows = {16, 16, 16, 16, 16, 16, 16, 16},
 };
-
 
 AMX_TARGET static void amx_pairs(float *c, size_t ldc, bool accumulate, const uint16_t *a,
                                  size_t lda, const uint32_t *b, size_t ldb, int64_t M, int64_t N,
@@ -366,30 +357,11 @@ DOT_TARGET static void dot_strided(float *c, size_t ldc, bool accumulate, const 
 
 /* ---- what both engines' tasks share ------------------------------------- */
 
-/* Task `task`'s units (rkv__attend_tasks' numbering): session row *b, KV
- * head *kvh, and per unit g < the count returned its query rows (<= MQ)
- * and the offset of its first query in q / out. */
-static int64_t task_units(const rkv__attend_ctx *c, int64_t task, int64_t *b, int64_t *kvh,
-                          int64_t rows[UMAX], size_t qbase[UMAX]) {
-    const int64_t D = c->layer->g.d_head, Hq = c->args->n_q_heads, Tq = c->tq;
-    const int64_t tiles = (Tq + MQ - 1) / MQ;
-    const int64_t H = c->layer->g.n_kv_heads, G = Hq / H, U = c->units;
-    const int64_t per = G * tiles, npk = (per + U - 1) / U;
-    *b = task / (H * npk), *kvh = task / npk % H;
-    const int64_t u0 = task % npk * U, gn = per - u0 < U ? per - u0 : U;
-    for (int64_t g = 0; g < gn; g++) {
-        const int64_t h = *kvh * G + (u0 + g) / tiles, i0 = (u0 + g) % tiles * MQ;
-        rows[g] = Tq - i0 < MQ ? Tq - i0 : MQ;
-        qbase[g] = (size_t)((*b * Hq + h) * Tq + i0) * (size_t)D;
-    }
-    return gn;
-}
-
 static pair_task task_begin(const rkv__attend_ctx *c, int64_t task, int thread) {
     const struct rkv__cpu_layer *l = c->layer;
     pair_task t;
     pair_carve(rkv__thread_scratch(c->pool, thread), l->g.d_head, l->total_slots, &t);
-    t.gn = task_units(c, task, &t.b, &t.kvh, t.rows, t.qbase);
+    t.gn = rkv__task_units(c, task, &t.b, &t.kvh, t.rows, t.qbase);
     t.n = rkv__gather_visible_slots(l, c->args, t.b, t.slots);
     return t;
 }

@@ -62,18 +62,16 @@ typedef uint16_t vh_4 __attribute__((vector_size(8)));
  * memory once per task instead of once per unit, widened once (16-bit
  * storage). The units' QT and OT stay in L2 with the chunk: at most
  * FLASH_UNIT_BYTES of them (half of a 512 KiB L2: 8 units at d_head 64,
- * 4 at 128, 2 at 256, ...). */
+ * 4 at 128, 2 at 256, ...; at least 1: flash_umax). */
 #define FLASH_UNIT_BYTES (256 * 1024)
 
-/* Units per task for head dimension D: UMAX, fewer where their QT and OT
- * would pass FLASH_UNIT_BYTES; at least 1. */
 static int64_t flash_umax(int64_t D) {
     int64_t u = UMAX;
     while (u > 1 && u * 2 * D * MQ * (int64_t)sizeof(float) > FLASH_UNIT_BYTES) u /= 2;
     return u;
 }
 
-/* A thread's scratch, carved from one buffer (flash_scratch_bytes). */
+/* A thread's scratch, carved from one buffer (flash_carve). */
 typedef struct {
     int64_t *slots;       /* [N] visible slots of the row            */
     float *qt, *ot;       /* [units][D][MQ] per unit                 */
@@ -83,31 +81,22 @@ typedef struct {
     float *zero_row;      /* [D] zeros for padding keys               */
 } flash_scratch;
 
-static size_t flash_scratch_bytes(int64_t D, int64_t N, int64_t units) {
+/* Carves the scratch from mem (NULL: only sizes it, the pointers unused);
+ * returns the bytes it takes. */
+static size_t flash_carve(void *mem, int64_t D, int64_t N, int64_t units, flash_scratch *s) {
     const size_t f = sizeof(float), d = (size_t)D, u = (size_t)units;
-    return RKV__ALIGN64((size_t)N * sizeof(int64_t)) + 2 * RKV__ALIGN64(u * d * MQ * f) +
-           RKV__ALIGN64(KB * MQ * f) + 2 * RKV__ALIGN64(KB * d * f) +
-           2 * RKV__ALIGN64(KB * sizeof(float *)) + RKV__ALIGN64(d * f);
-}
-
-/* Carves the scratch of flash_scratch_bytes from mem, in that order. (Its
- * own pointer arithmetic, not rkv__carve's integers: the kernel's code
- * stays as it was measured.) */
-static flash_scratch flash_carve(void *mem, int64_t D, int64_t N, int64_t units) {
-    const size_t f = sizeof(float), d = (size_t)D, u = (size_t)units;
-    uint8_t *p = mem;
-    flash_scratch s;
-    s.slots = (int64_t *)p, p += RKV__ALIGN64((size_t)N * sizeof(int64_t));
-    s.qt = (float *)p, p += RKV__ALIGN64(u * d * MQ * f);
-    s.ot = (float *)p, p += RKV__ALIGN64(u * d * MQ * f);
-    s.st = (float *)p, p += RKV__ALIGN64(KB * MQ * f);
-    s.kbuf = (float *)p, p += RKV__ALIGN64(KB * d * f);
-    s.vbuf = (float *)p, p += RKV__ALIGN64(KB * d * f);
-    s.krow = (const float **)p, p += RKV__ALIGN64(KB * sizeof(float *));
-    s.vrow = (const float **)p, p += RKV__ALIGN64(KB * sizeof(float *));
-    s.zero_row = (float *)p;
-    memset(s.zero_row, 0, d * f);
-    return s;
+    size_t at = 0;
+    s->slots = rkv__carve(mem, &at, (size_t)N * sizeof(int64_t));
+    s->qt = rkv__carve(mem, &at, u * d * MQ * f);
+    s->ot = rkv__carve(mem, &at, u * d * MQ * f);
+    s->st = rkv__carve(mem, &at, KB * MQ * f);
+    s->kbuf = rkv__carve(mem, &at, KB * d * f);
+    s->vbuf = rkv__carve(mem, &at, KB * d * f);
+    s->krow = rkv__carve(mem, &at, KB * sizeof(float *));
+    s->vrow = rkv__carve(mem, &at, KB * sizeof(float *));
+    s->zero_row = rkv__carve(mem, &at, d * f);
+    if (mem) memset(s->zero_row, 0, d * f);
+    return at;
 }
 
 /* The copies; the kernel file undefines VL, FLASH_TARGET and FLASH_NAME. */
@@ -139,8 +128,6 @@ typedef struct engine {
     rkv__task_fn flash, bf16;
 } engine;
 
-/* flash_task_avx512 / _avx2 / _generic are defined by attention_flash_kernel.inc,
- * included once per ISA above (FN(flash_task, FLASH_NAME)). */
 static engine engine_of(rkv__isa isa) {
     switch (isa) {
 #ifdef RKV_HAVE_AMX /* else never picked (isa.h) */
@@ -217,7 +204,8 @@ static rkv_status attend_on(const struct rkv__cpu_layer *layer, const rkv_attent
         return rkv__parallel_for(pool, rkv__attend_tasks(&c, UMAX),
                                  rkv__amx_scratch_bytes(D, layer->total_slots), e.bf16, &c);
     const int64_t tasks = rkv__attend_tasks(&c, flash_umax(D));
-    return rkv__parallel_for(pool, tasks, flash_scratch_bytes(D, layer->total_slots, c.units),
+    flash_scratch unused;
+    return rkv__parallel_for(pool, tasks, flash_carve(NULL, D, layer->total_slots, c.units, &unused),
                              e.flash, &c);
 }
 

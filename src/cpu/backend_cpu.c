@@ -16,7 +16,7 @@ typedef struct rkv__cpu_layer cpu_layer;
 
 /* 64-byte aligned: NULL when bytes rounded up overflows or is 0. */
 static void *alloc64(size_t bytes) {
-    const size_t rounded = (bytes + 63) & ~(size_t)63;
+    const size_t rounded = RKV__ALIGN64(bytes);
     return rounded >= bytes && rounded ? aligned_alloc(64, rounded) : NULL;
 }
 

@@ -57,9 +57,34 @@ static inline int64_t rkv__attend_tasks(rkv__attend_ctx *c, int64_t umax) {
     return rows * ((per + u - 1) / u);
 }
 
-/* 64-byte aligned sizes of the pieces the engines carve a thread's scratch
- * into. */
+/* Task `task`'s units (rkv__attend_tasks' numbering): session row *b, KV
+ * head *kvh, and per unit g < the count returned its query rows (<= RKV__MQ)
+ * and the offset of its first query in q / out. */
+static inline int64_t rkv__task_units(const rkv__attend_ctx *c, int64_t task, int64_t *b,
+                                      int64_t *kvh, int64_t rows[RKV__UMAX],
+                                      size_t qbase[RKV__UMAX]) {
+    const int64_t D = c->layer->g.d_head, Hq = c->args->n_q_heads, Tq = c->tq;
+    const int64_t tiles = (Tq + RKV__MQ - 1) / RKV__MQ;
+    const int64_t H = c->layer->g.n_kv_heads, G = Hq / H, U = c->units;
+    const int64_t per = G * tiles, npk = (per + U - 1) / U;
+    *b = task / (H * npk), *kvh = task / npk % H;
+    const int64_t u0 = task % npk * U, gn = per - u0 < U ? per - u0 : U;
+    for (int64_t g = 0; g < gn; g++) {
+        const int64_t h = *kvh * G + (u0 + g) / tiles, i0 = (u0 + g) % tiles * RKV__MQ;
+        rows[g] = Tq - i0 < RKV__MQ ? Tq - i0 : RKV__MQ;
+        qbase[g] = (size_t)((*b * Hq + h) * Tq + i0) * (size_t)D;
+    }
+    return gn;
+}
+
+/* n bytes rounded up to 64: scratch pieces and 64-byte aligned allocations. */
 #define RKV__ALIGN64(n) (((n) + 63) & ~(size_t)63)
+/* The next piece of `bytes` of a scratch layout, at *at from base. */
+static inline void *rkv__carve(void *base, size_t *at, size_t bytes) {
+    void *p = (void *)((uintptr_t)base + *at);
+    *at += RKV__ALIGN64(bytes);
+    return p;
+}
 
 /* The bf16 pair-product attention (cpu/attention_amx.c; whether the CPU
  * has its engines: rkv__cpu_read, isa.h): whether a layer suits the path

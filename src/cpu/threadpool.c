@@ -75,10 +75,8 @@ rkv_status rkv_threadpool_create(int n_threads, rkv_threadpool **out) {
                          "cores) .. 1024",
                          n_threads);
     rkv_threadpool *p = calloc(1, sizeof *p);
-    if (!p) return rkv__fail(RKV_ERR_NO_MEMORY, "rkv_threadpool_create: out of memory");
-    p->n_threads = n_threads ? n_threads : machine_cores();
-    p->threads = calloc((size_t)p->n_threads, sizeof *p->threads);
-    if (!p->threads) {
+    if (p) p->n_threads = n_threads ? n_threads : machine_cores();
+    if (!p || !(p->threads = calloc((size_t)p->n_threads, sizeof *p->threads))) {
         free(p);
         return rkv__fail(RKV_ERR_NO_MEMORY, "rkv_threadpool_create: out of memory");
     }
@@ -131,7 +129,7 @@ rkv_threadpool *rkv__default_pool(void) {
 
 /* Grows every thread's scratch buffer to at least `bytes`. */
 static bool reserve(rkv_threadpool *p, size_t bytes) {
-    size_t rounded = (bytes + 63) & ~(size_t)63;
+    const size_t rounded = RKV__ALIGN64(bytes);
     for (int i = 0; i < p->n_threads; i++) {
         pool_thread *t = &p->threads[i];
         if (t->scratch_bytes >= rounded) continue;
