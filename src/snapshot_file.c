@@ -585,9 +585,9 @@ size_t rkv_model_snapshot_bytes(const rkv_model *model) {
  * once the session's first image has built it): false, with nothing
  * written, when the template or its buffers cannot be had (the caller takes
  * the allocating path). */
-static bool snapshot_templated(const rkv_model *m, int64_t session, struct rkv__snap_slot *k,
-                               void *buf, size_t header_len, rkv_status *st) {
-    static const char what[] = "rkv_model_snapshot";
+static bool snapshot_templated(const rkv_model *m, const char *what, int64_t session,
+                               struct rkv__snap_slot *k, void *buf, size_t header_len,
+                               rkv_status *st) {
     const rkv__session_state *ss = &m->sessions[session];
     if (!slot_has(k, session, ss->request_id)) { /* built for the first image of a request */
         rkv__snap_template_free(&k->t); /* a failure: the caller's allocating path says why */
@@ -619,7 +619,7 @@ rkv_status rkv_model_snapshot(const rkv_model *model, int64_t session, void *buf
         return rkv__fail(RKV_ERR_INVALID_ARG, "%s: buffer has %zu bytes; need %zu", what,
                          buf_bytes, need);
     struct rkv__snap_slot *k = slot_take(model, session);
-    const bool done = k && snapshot_templated(model, session, k, buf, header_len, &st);
+    const bool done = k && snapshot_templated(model, what, session, k, buf, header_len, &st);
     slot_give(k);
     if (done) return st;
     return rkv__snapshot_save_mem(model, session, what, buf, buf_bytes, header_len, &n, NULL);
@@ -635,8 +635,6 @@ rkv_status rkv__snapshot_save_file(const rkv_model *model, int64_t session, cons
     if (st != RKV_OK) return st;
     if (!path) return rkv__fail(RKV_ERR_NULL, "%s: path is NULL", what);
     if (!*path) return rkv__fail(RKV_ERR_INVALID_ARG, "%s: path is empty", what);
-    /* atomic_file.h: a temporary file next to the file replaced (a link's
-     * final target), fsync, rename */
     rkv__atomic_file f;
     if ((st = rkv__atomic_begin(&f, what, path)) != RKV_OK) return st;
     rkv__snap_text hd = {0};
