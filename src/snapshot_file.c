@@ -515,21 +515,17 @@ static rkv_status write_image(const rkv_model *m, int64_t session, rkv__snap_tex
     return sink_write(k, hd->text, hd->len);
 }
 
-static rkv_status build_header(const rkv_model *m, int64_t session, size_t len,
-                               const char *what, rkv__snap_text *out) {
-    const rkv__session_state *ss = &m->sessions[session];
-    return rkv__snap_header_build(&m->cfg, session, ss->request_id, ss->last_committed, NULL, len,
-                                  what, out);
-}
-
 rkv_status rkv__snapshot_save_mem(const rkv_model *model, int64_t session, const char *what,
                                   void *buf, size_t buf_bytes, size_t header_len,
                                   size_t *file_bytes, uint64_t *data_xxh3) {
     rkv_status st = rkv__model_check_between_frames(model, what, session);
     if (st != RKV_OK) return st;
     if (!file_bytes) return rkv__fail(RKV_ERR_NULL, "%s: file_bytes is NULL", what);
+    const rkv__session_state *ss = &model->sessions[session];
     rkv__snap_text hd;
-    if ((st = build_header(model, session, header_len, what, &hd)) != RKV_OK) return st;
+    if ((st = rkv__snap_header_build(&model->cfg, session, ss->request_id, ss->last_committed, NULL,
+                                     header_len, what, &hd)) != RKV_OK)
+        return st;
     const uint64_t total = 8 + hd.len + hd.data_bytes;
     if (total > SIZE_MAX)
         st = rkv__fail(RKV_ERR_OVERFLOW, "%s: the image takes %llu bytes", what,
@@ -637,8 +633,10 @@ rkv_status rkv__snapshot_save_file(const rkv_model *model, int64_t session, cons
     if (!*path) return rkv__fail(RKV_ERR_INVALID_ARG, "%s: path is empty", what);
     rkv__atomic_file f;
     if ((st = rkv__atomic_begin(&f, what, path)) != RKV_OK) return st;
+    const rkv__session_state *ss = &model->sessions[session];
     rkv__snap_text hd = {0};
-    if ((st = build_header(model, session, 0, what, &hd)) == RKV_OK) {
+    if ((st = rkv__snap_header_build(&model->cfg, session, ss->request_id, ss->last_committed, NULL,
+                                     0, what, &hd)) == RKV_OK) {
         sink k = {what, &f, NULL, 0};
         st = write_image(model, session, &hd, &k, data_xxh3, NULL);
     }
