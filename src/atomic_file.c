@@ -24,14 +24,17 @@ const char *rkv__file_kind(unsigned mode) {
                          : "not a regular file";
 }
 
+/* The folder holding path ("." for a bare name), malloc'ed; NULL when out of memory. */
+static char *dir_of(const char *path) {
+    const char *slash = strrchr(path, '/');
+    return slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+}
+
 /* fsync of the directory holding path, so that a rename is durable (best
  * effort: some file systems refuse to fsync a directory). */
 static void sync_dir_of(const char *path) {
-    char *dir = strdup(path);
-    if (!dir) return;
-    char *slash = strrchr(dir, '/');
-    const char *d = slash ? (slash == dir ? "/" : (*slash = '\0', dir)) : ".";
-    int dfd = open(d, O_RDONLY | O_CLOEXEC);
+    char *dir = dir_of(path);
+    const int dfd = dir ? open(dir, O_RDONLY | O_CLOEXEC) : -1;
     if (dfd >= 0) {
         (void)fsync(dfd);
         close(dfd);
@@ -98,9 +101,7 @@ static rkv_status check_save_path(const char *what, const char *path, const char
                          "%s: '%s'%s is %s, not a regular file; only a regular file or a new "
                          "path is saved to",
                          what, shown, via, rkv__file_kind(sb.st_mode));
-    const char *slash = strrchr(target, '/');
-    char *dir =
-        slash ? strndup(target, slash == target ? 1 : (size_t)(slash - target)) : strdup(".");
+    char *dir = dir_of(target);
     if (!dir) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", what);
     rkv_status st = RKV_OK;
     if (stat(dir, &sb) != 0) {

@@ -515,21 +515,17 @@ static rkv_status write_image(const rkv_model *m, int64_t session, rkv__snap_tex
     return sink_write(k, hd->text, hd->len);
 }
 
-static rkv_status build_header(const rkv_model *m, int64_t session, size_t len,
-                               const char *what, rkv__snap_text *out) {
-    const rkv__session_state *ss = &m->sessions[session];
-    return rkv__snap_header_build(&m->cfg, session, ss->request_id, ss->last_committed, NULL, len,
-                                  what, out);
-}
-
 rkv_status rkv__snapshot_save_mem(const rkv_model *model, int64_t session, const char *what,
                                   void *buf, size_t buf_bytes, size_t header_len,
                                   size_t *file_bytes, uint64_t *data_xxh3) {
     rkv_status st = rkv__model_check_between_frames(model, what, session);
     if (st != RKV_OK) return st;
     if (!file_bytes) return rkv__fail(RKV_ERR_NULL, "%s: file_bytes is NULL", what);
+    const rkv__session_state *ss = &model->sessions[session];
     rkv__snap_text hd;
-    if ((st = build_header(model, session, header_len, what, &hd)) != RKV_OK) return st;
+    if ((st = rkv__snap_header_build(&model->cfg, session, ss->request_id, ss->last_committed, NULL,
+                                     header_len, what, &hd)) != RKV_OK)
+        return st;
     const uint64_t total = 8 + hd.len + hd.data_bytes;
     if (total > SIZE_MAX)
         st = rkv__fail(RKV_ERR_OVERFLOW, "%s: the image takes %llu bytes", what,
@@ -585,9 +581,9 @@ size_t rkv_model_snapshot_bytes(const rkv_model *model) {
  * once the session's first image has built it): false, with nothing
  * written, when the template or its buffers cannot be had (the caller takes
  * the allocating path). */
-static bool snapshot_templated(const rkv_model *m, int64_t session, struct rkv__snap_slot *k,
-                               void *buf, size_t header_len, rkv_status *st) {
-    static const char what[] = "rkv_model_snapshot";
+static bool snapshot_templated(const rkv_model *m, const char *what, int64_t session,
+                               struct rkv__snap_slot *k, void *buf, size_t header_len,
+                               rkv_status *st) {
     const rkv__session_state *ss = &m->sessions[session];
     if (!slot_has(k, session, ss->request_id)) { /* built for the first image of a request */
         rkv__snap_template_free(&k->t); /* a failure: the caller's allocating path says why */
@@ -619,7 +615,7 @@ rkv_status rkv_model_snapshot(const rkv_model *model, int64_t session, void *buf
         return rkv__fail(RKV_ERR_INVALID_ARG, "%s: buffer has %zu bytes; need %zu", what,
                          buf_bytes, need);
     struct rkv__snap_slot *k = slot_take(model, session);
-    const bool done = k && snapshot_templated(model, session, k, buf, header_len, &st);
+    const bool done = k && snapshot_templated(model, what, session, k, buf, header_len, &st);
     slot_give(k);
     if (done) return st;
     return rkv__snapshot_save_mem(model, session, what, buf, buf_bytes, header_len, &n, NULL);
@@ -635,12 +631,12 @@ rkv_status rkv__snapshot_save_file(const rkv_model *model, int64_t session, cons
     if (st != RKV_OK) return st;
     if (!path) return rkv__fail(RKV_ERR_NULL, "%s: path is NULL", what);
     if (!*path) return rkv__fail(RKV_ERR_INVALID_ARG, "%s: path is empty", what);
-    /* atomic_file.h: a temporary file next to the file replaced (a link's
-     * final target), fsync, rename */
     rkv__atomic_file f;
     if ((st = rkv__atomic_begin(&f, what, path)) != RKV_OK) return st;
+    const rkv__session_state *ss = &model->sessions[session];
     rkv__snap_text hd = {0};
-    if ((st = build_header(model, session, 0, what, &hd)) == RKV_OK) {
+    if ((st = rkv__snap_header_build(&model->cfg, session, ss->request_id, ss->last_committed, NULL,
+                                     0, what, &hd)) == RKV_OK) {
         sink k = {what, &f, NULL, 0};
         st = write_image(model, session, &hd, &k, data_xxh3, NULL);
     }
