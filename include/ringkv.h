@@ -392,8 +392,8 @@ typedef struct rkv_model_config {
 } rkv_model_config;
 #define RKV_MODEL_CONFIG_INIT RKV__SIZED_INIT(rkv_model_config)
 
-/* The default table: four paged-out sessions per resident one, at least
- * 16 (an entry costs ~300 bytes of host memory). */
+/* Largest max_offloaded; the default (0): four paged-out sessions per
+ * resident one, at least 16 (an entry costs ~300 bytes of host memory). */
 #define RKV_MAX_OFFLOADED ((int64_t)1 << 20)
 #define RKV_DEFAULT_OFFLOADED(num_sessions) \
     ((num_sessions) * 4 > 16 ? (num_sessions) * 4 : 16)
@@ -471,11 +471,11 @@ RKV_API rkv_status rkv_model_clock(const rkv_model *model, int64_t session,
 
 /* Forks: copies held session src_session's whole state (every layer's K/V
  * span and written bits, and its clock) over held session dst_session,
- * bit-exact: a branch of the same world. dst keeps its request id, its
- * next frame is src's last committed + 1 (any frame when src has no
- * clock); the two then evolve independently. Errors: RKV_ERR_RANGE,
- * RKV_ERR_STATE (not claimed, or inside a frame), RKV_ERR_INVALID_ARG
- * (src == dst). */
+ * bit-exact: a branch of the same world. Both between frames; dst keeps
+ * its request id, its next frame is src's last committed + 1 (any frame
+ * when src has no clock); the two then evolve independently. Errors:
+ * RKV_ERR_RANGE, RKV_ERR_STATE (either not claimed, or inside a frame),
+ * RKV_ERR_INVALID_ARG (src == dst). */
 RKV_API rkv_status rkv_model_fork(rkv_model *model, int64_t src_session,
                                   int64_t dst_session);
 

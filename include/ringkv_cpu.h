@@ -71,7 +71,8 @@ RKV_API const struct rkv_backend_ops *rkv_backend_cpu_reference(void);
  * not offer runs the best kernel below it, said in one line on stderr
  * naming both.
  * layer NULL: the CPU's choice. A layer: the set rkv_layer_attend uses for
- * it ("avx512" for a layer off the bf16 pair path above); "reference"
+ * it ("avx512" for a layer off the bf16 pair path above, where the
+ * CPU's choice is amx or avx512bf16); "reference"
  * for a layer on rkv_backend_cpu_reference() (its attention is the oracle,
  * not a kernel of this list); NULL for a layer of another backend. */
 RKV_API const char *rkv_attention_isa(const rkv_layer *layer);

@@ -1,7 +1,8 @@
 // The Hopper ring attention (sm_90a, wgmma): the same function as the
 // mma.sync kernel of attention_mma.cuh, built from the same pieces
-// (attention_common.cuh), with the two matrix products on the warpgroup
-// tensor-core instructions:
+// (attention_common.cuh: tile loads, frame list, the block's pipeline,
+// online softmax, store, combine), with the two matrix products on the
+// warpgroup tensor-core instructions:
 //
 //   grid (m_tiles * splits, H, B); block NWG warpgroups of 4 warps; each
 //   warpgroup owns 64 consecutive query rows (BM = 64 * NWG per block).

@@ -106,9 +106,11 @@ static int plan_tensor_core(const rkv_geometry *g, const rkv__cuda_device_info *
     return p->smem_bytes + RKV__STATIC_SMEM_MAX <= dev->smem_optin;
 }
 
-/* The generic kernel: one warp per row, its grid (no key tiles or stages: 0). */
+/* The generic kernel: one warp per row, its grid (no key tiles or stages:
+ * 0, also after a tensor-core plan that did not fit). */
 static void plan_simt(const rkv_cuda_attention_args *a, rkv__cuda_attn_plan *p) {
     p->kind = RKV__ATTN_SIMT;
+    p->mt = p->bn = p->stages = 0;
     p->warps = RKV__SIMT_WARPS;
     p->bm = p->warps;
     p->threads = 32 * p->warps;
