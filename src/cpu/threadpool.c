@@ -75,8 +75,11 @@ rkv_status rkv_threadpool_create(int n_threads, rkv_threadpool **out) {
                          "cores) .. 1024",
                          n_threads);
     rkv_threadpool *p = calloc(1, sizeof *p);
-    if (p) p->n_threads = n_threads ? n_threads : machine_cores();
-    if (!p || !(p->threads = calloc((size_t)p->n_threads, sizeof *p->threads))) {
+    if (p) {
+        p->n_threads = n_threads ? n_threads : machine_cores();
+        p->threads = calloc((size_t)p->n_threads, sizeof *p->threads);
+    }
+    if (!p || !p->threads) {
         free(p);
         return rkv__fail(RKV_ERR_NO_MEMORY, "rkv_threadpool_create: out of memory");
     }
