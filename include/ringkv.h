@@ -6,9 +6,9 @@
  * "SEM 3" below is its section 3. This header is the contract: status codes,
  * dtypes, a ring's geometry, visibility, layers, the model, snapshots. The
  * CPU backend's own calls are in ringkv_cpu.h (included at the end), the
- * CUDA backend's in ringkv_cuda.h, the backend table (SPI) in
- * ringkv_backend.h; design, measurements and what has not run yet are in
- * docs/ and bench/RESULTS.md.
+ * CUDA backend's in ringkv_cuda.h (it has not run on a GPU yet), the
+ * backend table (SPI) in ringkv_backend.h; design, measurements and what
+ * has not run yet are in docs/ and bench/RESULTS.md.
  *
  * Conventions, for every declaration below:
  *  - A function returning rkv_status validates all of its arguments before
@@ -427,10 +427,11 @@ RKV_API rkv_status rkv_model_config_memory(const rkv_model_config *cfg,
 
 /* Creates a model on the CPU backend: one rkv_layer per transformer layer,
  * in host memory. Errors: invalid config (each layer's geometry checked),
- * RKV_ERR_NO_MEMORY. Other backends: rkv_model_create_cuda (ringkv_cuda.h)
- * or rkv_model_create_with_backend (ringkv_backend.h); every rkv_model_*
- * call works on each. The backend is not part of the config nor of
- * snapshots: a session saved from one backend loads into another. */
+ * RKV_ERR_NO_MEMORY. Other backends: rkv_model_create_cuda (ringkv_cuda.h;
+ * not yet run on a GPU) or rkv_model_create_with_backend (ringkv_backend.h);
+ * every rkv_model_* call works on each. The backend is not part of the
+ * config nor of snapshots: a session saved from one backend loads into
+ * another. */
 RKV_API rkv_status rkv_model_create(const rkv_model_config *cfg, rkv_model **out);
 /* Frees the layers, buffers and the backend's context (a CUDA model waits
  * for its stream first). */
@@ -562,15 +563,15 @@ RKV_API size_t rkv_layer_attend_workspace_bytes(const rkv_layer *layer,
  * abandoned passes wrote into their scratch or ring slot is rewritten by
  * its commit, and that slot is hidden until then).
  *
- * Capture contract (CUDA graphs; ringkv_cuda.h). The per-pass calls are
- * capture-safe (ringkv_backend.h): they read the batch from the model's
- * buffers and use its own attention workspace. A whole frame can thus be
- * recorded once and replayed frame after frame, each frame being
- * rkv_model_begin_frame (host checks; an asynchronous copy of the batch
- * into the SAME buffers), a replay, rkv_model_end_frame. Between replays
- * only the clock VALUES may change: the same B sessions in the same rows
- * (the caller's rule: begin_frame cannot see a graph). Every other call is
- * not capture-safe. */
+ * Capture contract (CUDA graphs, not yet run on a GPU; ringkv_cuda.h). The
+ * per-pass calls are capture-safe (ringkv_backend.h): they read the batch
+ * from the model's buffers and use its own attention workspace. A whole
+ * frame can thus be recorded once and replayed frame after frame, each frame
+ * being rkv_model_begin_frame (host checks; an asynchronous copy of the
+ * batch into the SAME buffers), a replay, rkv_model_end_frame. Between
+ * replays only the clock VALUES may change: the same B sessions in the same
+ * rows (the caller's rule: begin_frame cannot see a graph). Every other call
+ * is not capture-safe. */
 
 /* Begins a frame for B held sessions: stores the batch (session_idx,
  * frame_pos: read during the call only) in the model's BACKEND buffers with

@@ -6,10 +6,10 @@
  * reaches files through an sqlite3_vfs and ggml devices through a backend
  * interface: below the table nothing knows request ids, above it nothing
  * knows the backend's memory. libringkv brings the CPU table
- * (rkv_backend_cpu), libringkv_cuda the CUDA one (rkv_model_create_cuda
- * passes it to rkv_model_create_with_backend). Every name here is public
- * and exported: a backend in its own shared library links against the
- * core's public symbols only (docs/backends.md).
+ * (rkv_backend_cpu), libringkv_cuda the CUDA one (not yet run on a GPU;
+ * rkv_model_create_cuda passes it to rkv_model_create_with_backend). Every
+ * name here is public and exported: a backend in its own shared library
+ * links against the core's public symbols only (docs/backends.md).
  *
  * Terms used below:
  *  - BACKEND memory (ringkv.h's conventions) is allocated by `alloc`.
