@@ -362,12 +362,10 @@ static void learn_template(const source *s, const rkv_model *m, struct rkv__snap
     if (rkv__snap_template_build(&m->cfg, p->info.source_session, p->info.request_id,
                                  s->w.what, &t) != RKV_OK)
         return;
-    if (rkv__snap_template_match(&t, s->mem, s->mem + 8, p->info.header_bytes, s->size, &q)) {
-        rkv__snap_template_free(&k->t);
-        k->t = t;
-    } else {
-        rkv__snap_template_free(&t);
-    }
+    const bool kept = rkv__snap_template_match(&t, s->mem, s->mem + 8, p->info.header_bytes,
+                                               s->size, &q);
+    rkv__snap_template_free(kept ? &k->t : &t); /* the one it replaces, or the one refused */
+    if (kept) k->t = t;
 }
 
 /* Load (admit NULL: into *session, the data verified first; an image in
