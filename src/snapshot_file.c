@@ -226,8 +226,8 @@ static rkv_status verify_data(const source *s, const rkv__snap_header *p) {
 /* Copies between `session`'s span in host memory and an image's data
  * section at `data` (to_image: into it), tensor by tensor in file order
  * (`order`, or when NULL the writer's: layer by layer K, V, written, back
- * to back), head by head, as one list of pieces (in `into`, region_count
- * entries, or a new array), the bytes hashed into hs behind the copy. false,
+ * to back), head by head, as one list (`into`: rkv_model_session_region_count
+ * pieces, or NULL for a new one) hashed into hs behind the copy. false,
  * nothing copied, when a piece is not in host memory (or out of memory). */
 static bool copy_host(const rkv_model *m, int64_t session, rkv__snap_tensor *const *order,
                       uint8_t *data, bool to_image, rkv__piece *into, XXH3_state_t *hs) {
