@@ -42,6 +42,16 @@ static void sync_dir_of(const char *path) {
     free(dir);
 }
 
+/* RKV_ERR_IO "WHAT: <before><path><after>: <strerror(errno)>", the path
+ * shown escaped (errno taken first: showing it may change errno). */
+static rkv_status io_fail(const char *what, const char *before, const char *path,
+                          const char *after) {
+    const int err = errno;
+    rkv__path_shown e;
+    return rkv__fail(RKV_ERR_IO, "%s: %s%s%s: %s", what, before, RKV__SHOW_PATH(e, path), after,
+                     strerror(err));
+}
+
 /* Links followed before a save gives up, as the kernel's own limit (ELOOP). */
 #define MAX_LINKS 40
 
@@ -136,12 +146,8 @@ rkv_status rkv__atomic_begin(rkv__atomic_file *f, const char *what, const char *
             snprintf(tmp, cap, "%s.tmp-XXXXXX", target);
         else
             snprintf(tmp, cap, "%.*s.ringkv.tmp-XXXXXX", (int)(base - target), target);
-        if ((f->fd = mkstemp(tmp)) < 0) {
-            const int err = errno;
-            rkv__path_shown e;
-            st = rkv__fail(RKV_ERR_IO, "%s: cannot create a temporary file next to %s: %s", what,
-                           RKV__SHOW_PATH(e, target), strerror(err));
-        }
+        if ((f->fd = mkstemp(tmp)) < 0)
+            st = io_fail(what, "cannot create a temporary file next to ", target, "");
     }
     if (st != RKV_OK) { /* f->fd: still -1, or mkstemp's -1 */
         free(tmp);
@@ -178,18 +184,8 @@ rkv_status rkv__atomic_write(rkv__atomic_file *f, const void *p, size_t n) {
 rkv_status rkv__atomic_finish(rkv__atomic_file *f) {
     if (!f->tmp) return rkv__fail(RKV_ERR_STATE, "%s: no file being saved", f->what);
     if (f->fd < 0) return RKV_OK; /* finished before */
-    rkv_status st = RKV_OK;
-    rkv__path_shown e;
-    if (fsync(f->fd)) {
-        const int err = errno;
-        st = rkv__fail(RKV_ERR_IO, "%s: fsync of %s failed: %s", f->what,
-                       RKV__SHOW_PATH(e, f->tmp), strerror(err));
-    }
-    if (close(f->fd) && st == RKV_OK) {
-        const int err = errno;
-        st = rkv__fail(RKV_ERR_IO, "%s: closing %s failed: %s", f->what,
-                       RKV__SHOW_PATH(e, f->tmp), strerror(err));
-    }
+    rkv_status st = fsync(f->fd) ? io_fail(f->what, "fsync of ", f->tmp, " failed") : RKV_OK;
+    if (close(f->fd) && st == RKV_OK) st = io_fail(f->what, "closing ", f->tmp, " failed");
     f->fd = -1;
     return st;
 }

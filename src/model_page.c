@@ -11,10 +11,10 @@
 
 #include "model_internal.h"
 
-/* What offload checks before it writes anything. */
-static rkv_status check_offload(const rkv_model *m, const char *what, int64_t session) {
+/* What offload checks before it writes anything; room: that the table has room for the image. */
+static rkv_status check_offload(const rkv_model *m, const char *what, int64_t session, bool room) {
     rkv_status st = rkv__model_check_between_frames(m, what, session);
-    if (st != RKV_OK) return st;
+    if (st != RKV_OK || !room) return st;
     if (m->offload_used == m->offload_cap)
         return rkv__fail(RKV_ERR_FULL,
                          "%s: the offload table is full (%lld paged-out sessions, "
@@ -43,8 +43,7 @@ rkv_status rkv_model_offload(rkv_model *model, int64_t session, void *buf, size_
                              size_t *image_bytes) {
     static const char what[] = "rkv_model_offload";
     if (!image_bytes) return rkv__fail(RKV_ERR_NULL, "%s: image_bytes is NULL", what);
-    rkv_status st = buf ? check_offload(model, what, session)
-                        : rkv__model_check_between_frames(model, what, session);
+    rkv_status st = check_offload(model, what, session, buf != NULL); /* NULL: a size query */
     const rkv__buf out[] = {{buf, buf_bytes, "buf"},
                             {image_bytes, sizeof *image_bytes, "image_bytes"}};
     if (st == RKV_OK) st = rkv__model_check_bufs(model, what, out, 2, NULL, 0, false);
@@ -57,7 +56,7 @@ rkv_status rkv_model_offload(rkv_model *model, int64_t session, void *buf, size_
 
 rkv_status rkv_model_offload_file(rkv_model *model, int64_t session, const char *path) {
     static const char what[] = "rkv_model_offload_file";
-    rkv_status st = check_offload(model, what, session);
+    rkv_status st = check_offload(model, what, session, true);
     if (st != RKV_OK) return st;
     uint64_t data_xxh3 = 0;
     if ((st = rkv__snapshot_save_file(model, session, what, path, &data_xxh3)) != RKV_OK)

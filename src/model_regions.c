@@ -166,25 +166,22 @@ rkv_status rkv_model_session_export_meta(const rkv_model *model, int64_t session
 
 /* A held session between frames, or a slot reserved for import. */
 static rkv_status check_mover(const rkv_model *m, const char *what, int64_t session) {
-    if (!m) return rkv__fail(RKV_ERR_NULL, "%s: model is NULL", what);
-    if (session >= 0 && session < m->cfg.num_sessions && m->sessions[session].importing)
+    if (m && session >= 0 && session < m->cfg.num_sessions && m->sessions[session].importing)
         return RKV_OK;
     return rkv__model_check_between_frames(m, what, session);
 }
 
-/* A reserved slot. */
+/* A reserved slot (a NULL model or a session out of range: the errors of a
+ * held session's check). */
 static rkv_status check_reserved(const rkv_model *m, const char *what, int64_t session) {
-    if (!m) return rkv__fail(RKV_ERR_NULL, "%s: model is NULL", what);
-    if (session < 0 || session >= m->cfg.num_sessions)
-        return rkv__fail(RKV_ERR_RANGE, "%s: session %lld out of range; expected 0..%lld", what,
-                         (long long)session, (long long)(m->cfg.num_sessions - 1));
-    if (!m->sessions[session].importing)
-        return rkv__fail(RKV_ERR_STATE,
-                         "%s: session %lld is not reserved for an import (%s; "
-                         "rkv_model_import_reserve reserves one)",
-                         what, (long long)session,
-                         m->sessions[session].held ? "it is held" : "it is free");
-    return RKV_OK;
+    if (!m || session < 0 || session >= m->cfg.num_sessions)
+        return rkv__model_check_held(m, what, session);
+    if (m->sessions[session].importing) return RKV_OK;
+    return rkv__fail(RKV_ERR_STATE,
+                     "%s: session %lld is not reserved for an import (%s; "
+                     "rkv_model_import_reserve reserves one)",
+                     what, (long long)session,
+                     m->sessions[session].held ? "it is held" : "it is free");
 }
 
 rkv_status rkv_model_session_regions(rkv_model *model, int64_t session,

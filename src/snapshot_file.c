@@ -223,14 +223,14 @@ static rkv_status verify_data(const source *s, const rkv__snap_header *p) {
     return st;
 }
 
-/* The pieces between `session`'s span in host memory and an image's data
- * section at `data`, tensor by tensor in file order (`order`, or when NULL
- * the writer's: layer by layer K, V, written, back to back), head by head:
- * to the image (dst in data) or from it. Into `into`
- * (rkv_model_session_region_count entries) or a new array; NULL when a
- * piece is not in host memory (or out of memory). *n: the count. */
-static rkv__piece *pieces_of(const rkv_model *m, int64_t session, rkv__snap_tensor *const *order,
-                             uint8_t *data, bool to_image, rkv__piece *into, size_t *n) {
+/* Copies between `session`'s span in host memory and an image's data
+ * section at `data` (to_image: into it), tensor by tensor in file order
+ * (`order`, or when NULL the writer's: layer by layer K, V, written, back
+ * to back), head by head, as one list (`into`: rkv_model_session_region_count
+ * pieces, or NULL for a new one) hashed into hs behind the copy. false,
+ * nothing copied, when a piece is not in host memory (or out of memory). */
+static bool copy_host(const rkv_model *m, int64_t session, rkv__snap_tensor *const *order,
+                      uint8_t *data, bool to_image, rkv__piece *into, XXH3_state_t *hs) {
     rkv__piece *pc = into ? into : malloc(rkv_model_session_region_count(m) * sizeof *pc);
     size_t k = 0;
     uint64_t off = 0;
@@ -243,15 +243,16 @@ static rkv__piece *pieces_of(const rkv_model *m, int64_t session, rkv__snap_tens
             uint8_t *host = rkv__model_host_region(m, i, session, part, h);
             if (!host) {
                 if (!into) free(pc);
-                return NULL;
+                return false;
             }
             pc[k++] = to_image ? (rkv__piece){data + off, host, bytes}
                                : (rkv__piece){host, data + off, bytes};
             off += bytes;
         }
     }
-    *n = k;
-    return pc;
+    if (pc) rkv__copy_pieces_hashed(pc, k, hs);
+    if (!into) free(pc);
+    return pc != NULL;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -298,23 +299,13 @@ static rkv_status install_pieces(const source *s, const rkv__snap_header *p, rkv
     const bool hash = fresh || !s->mem;
     XXH3_state_t hs;
     XXH3_64bits_reset(&hs);
-    size_t n = 0;
-    rkv__piece *pc = NULL;
-    if (fresh && s->mem) /* from the image: read only */
-        pc = pieces_of(m, session, p->order, (uint8_t *)s->mem + p->data_offset, false, NULL, &n);
-    const bool listed = pc != NULL;
+    /* from the image (read only) into a free slot in host memory: copied once */
+    const bool listed = fresh && s->mem &&
+                        copy_host(m, session, p->order, (uint8_t *)s->mem + p->data_offset,
+                                  false, NULL, &hs);
     rkv_status st = RKV_OK;
-    if (listed) { /* a free slot in host memory: copied once, hashed behind the copy */
-        rkv__copy_pieces_hashed(pc, n, &hs);
-        free(pc);
-        for (int64_t i = 0; i < m->cfg.n_layers && st == RKV_OK; i++)
-            st = written_ok(s, &m->cfg, rkv__model_host_region(m, i, session, RKV_SPAN_WRITTEN, 0),
-                            i);
-        if (st != RKV_OK) {
-            rkv__model_clear_session(m, session); /* after the message */
-            return st;
-        }
-    }
+    for (int64_t i = 0; listed && i < m->cfg.n_layers && st == RKV_OK; i++)
+        st = written_ok(s, &m->cfg, rkv__model_host_region(m, i, session, RKV_SPAN_WRITTEN, 0), i);
     uint8_t *bounce = s->mem ? NULL : malloc(rkv__model_max_span_bytes(m));
     if (!s->mem && !bounce) return rkv__fail(RKV_ERR_NO_MEMORY, "%s: out of memory", s->w.what);
     for (int64_t k = 0; !listed && k < m->cfg.n_layers * 3 && st == RKV_OK; k++) {
@@ -343,21 +334,19 @@ static rkv_status install_pieces(const source *s, const rkv__snap_header *p, rkv
         }
     }
     free(bounce);
-    if (st != RKV_OK) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", rkv_last_error());
-        rkv__model_clear_session(m, session);
-        return rkv__fail(st, "%s%s", msg,
-                         strstr(msg, "was reset") || fresh ? "" : "; the session was reset");
-    }
     const uint64_t got = XXH3_64bits_digest(&hs);
-    if (!hash || got == p->info.data_xxh3) return RKV_OK;
+    if (st == RKV_OK && hash && got != p->info.data_xxh3)
+        st = fresh ? data_mismatch(s, p->info.data_xxh3, got)
+                   : rkv__fail(RKV_ERR_IO,
+                               "%s: %s: the file changed while it was loaded (data checksum "
+                               "differs on the second read); session %lld was reset",
+                               s->w.what, s->w.name, (long long)session);
+    if (st == RKV_OK) return RKV_OK;
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", rkv_last_error());
     rkv__model_clear_session(m, session);
-    if (fresh) return data_mismatch(s, p->info.data_xxh3, got);
-    return rkv__fail(RKV_ERR_IO,
-                     "%s: %s: the file changed while it was loaded (data checksum differs on the "
-                     "second read); session %lld was reset",
-                     s->w.what, s->w.name, (long long)session);
+    return rkv__fail(st, "%s%s", msg,
+                     strstr(msg, "was reset") || fresh ? "" : "; the session was reset");
 }
 
 /* An image in memory whose header is not the session's template: after a
@@ -373,12 +362,10 @@ static void learn_template(const source *s, const rkv_model *m, struct rkv__snap
     if (rkv__snap_template_build(&m->cfg, p->info.source_session, p->info.request_id,
                                  s->w.what, &t) != RKV_OK)
         return;
-    if (rkv__snap_template_match(&t, s->mem, s->mem + 8, p->info.header_bytes, s->size, &q)) {
-        rkv__snap_template_free(&k->t);
-        k->t = t;
-    } else {
-        rkv__snap_template_free(&t);
-    }
+    const bool kept = rkv__snap_template_match(&t, s->mem, s->mem + 8, p->info.header_bytes,
+                                               s->size, &q);
+    rkv__snap_template_free(kept ? &k->t : &t); /* the one it replaces, or the one refused */
+    if (kept) k->t = t;
 }
 
 /* Load (admit NULL: into *session, the data verified first; an image in
@@ -493,15 +480,10 @@ static rkv_status write_image(const rkv_model *m, int64_t session, rkv__snap_tex
         return st;
     XXH3_state_t hs;
     XXH3_64bits_reset(&hs);
-    size_t n = 0;
-    rkv__piece *pc = k->mem ? pieces_of(m, session, NULL, k->mem + k->off, true, pieces, &n) : NULL;
-    if (pc) { /* memory to memory: copied once, hashed behind the copy */
-        rkv__copy_pieces_hashed(pc, n, &hs);
-        k->off += hd->data_bytes;
-        if (pc != pieces) free(pc);
-    } else if ((st = write_regions(k, m, session, &hs)) != RKV_OK) {
+    if (k->mem && copy_host(m, session, NULL, k->mem + k->off, true, pieces, &hs))
+        k->off += hd->data_bytes; /* memory to memory: copied once */
+    else if ((st = write_regions(k, m, session, &hs)) != RKV_OK)
         return st;
-    }
     const uint64_t data = XXH3_64bits_digest(&hs);
     rkv__snap_header_seal(hd, data);
     if (data_xxh3) *data_xxh3 = data;

@@ -303,10 +303,9 @@ static rkv_status check_checksums(const rkv__snap_where *w, const uint8_t first8
                                   const uint8_t *h, uint64_t n, const json_t *meta,
                                   rkv_snapshot_info *info) {
     uint64_t pos = 0, want = 0;
-    const char *hv = meta_str(meta, "header_xxh3");
-    if (!hv || !find_header_digits(h, n, &pos) ||
-        !parse_hex16((const char *)h + pos, HASH_DIGITS, &want) ||
-        strlen(hv) != HASH_DIGITS || memcmp(hv, h + pos, HASH_DIGITS))
+    const char *hv = meta_str(meta, "header_xxh3"); /* = the raw digits at pos, unescaped */
+    if (!hv || !parse_hex16(hv, strlen(hv), &want) || !find_header_digits(h, n, &pos) ||
+        memcmp(hv, h + pos, HASH_DIGITS))
         return refuse(w, "corrupted header: metadata 'header_xxh3' is missing or is not 16 "
                          "lowercase hex digits appearing once");
     const uint64_t got = header_sum(first8, h, n, pos);
