@@ -52,10 +52,6 @@
 
 #include "cpu_internal.h"
 
-#define MQ RKV__MQ
-#define KB RKV__KB
-#define UMAX RKV__UMAX
-
 bool rkv__amx_fits(const struct rkv__cpu_layer *l) {
     return l->g.dtype == RKV_DTYPE_BF16 && l->g.d_head % 32 == 0 && l->g.d_head <= 512;
 }
