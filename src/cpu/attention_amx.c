@@ -52,22 +52,19 @@
 
 #include "cpu_internal.h"
 
-#define MQ RKV__MQ
-#define KB RKV__KB
-#define UMAX RKV__UMAX
-
 bool rkv__amx_fits(const struct rkv__cpu_layer *l) {
     return l->g.dtype == RKV_DTYPE_BF16 && l->g.d_head % 32 == 0 && l->g.d_head <= 512;
 }
 
-/* A task's setup, shared by both engines: its units (rkv__task_units), the
- * row's visible slots (n of them) and its scratch (pair_carve), each area
- * as the AMX engine uses it; the AVX512-BF16 engine keeps Q^T in q, the
- * pairs PP in p and stages Q in k. */
+/* A task's setup, shared by both engines: its units (rkv__task_units) and
+ * their softmax's running max and sum (-inf, 0), the row's n visible slots
+ * and its scratch (pair_carve), each area as the AMX engine uses it; the
+ * AVX512-BF16 engine keeps Q^T in q, the pairs PP in p and stages Q in k. */
 typedef struct pair_task {
     int64_t gn, b, kvh, n;
     int64_t rows[UMAX];
     size_t qbase[UMAX];
+    float mall[UMAX][MQ], lall[UMAX][MQ];
     int64_t *slots;
     void *q;   /* [UMAX][MQ][D] bf16 */
     float *s;  /* [MQ][KB] */
@@ -363,6 +360,8 @@ static pair_task task_begin(const rkv__attend_ctx *c, int64_t task, int thread) 
     pair_carve(rkv__thread_scratch(c->pool, thread), l->g.d_head, l->total_slots, &t);
     t.gn = rkv__task_units(c, task, &t.b, &t.kvh, t.rows, t.qbase);
     t.n = rkv__gather_visible_slots(l, c->args, t.b, t.slots);
+    for (int g = 0; g < UMAX; g++)
+        for (int i = 0; i < MQ; i++) t.mall[g][i] = -INFINITY, t.lall[g][i] = 0.0f;
     return t;
 }
 
@@ -454,7 +453,7 @@ DOT_TARGET static inline __m512 dead_weights(__m512 s) {
 
 /* ---- the AMX engine's task ---------------------------------------------- */
 
-AMX_TARGET static void amx_body(const rkv__attend_ctx *c, const pair_task *t) {
+AMX_TARGET static void amx_body(const rkv__attend_ctx *c, pair_task *t) {
     const struct rkv__cpu_layer *l = c->layer;
     const rkv_attention_args *a = c->args;
     const int64_t D = l->g.d_head, n = t->n;
@@ -466,9 +465,6 @@ AMX_TARGET static void amx_body(const rkv__attend_ctx *c, const pair_task *t) {
     for (int64_t g = 0; g < t->gn; g++)
         load_q(qball + (size_t)g * MQ * d, a, t->qbase[g], t->rows[g], d);
     memset(otall, 0, (size_t)t->gn * MQ * d * 4);
-    float mall[UMAX][MQ], lall[UMAX][MQ];
-    for (int g = 0; g < UMAX; g++)
-        for (int i = 0; i < MQ; i++) mall[g][i] = -INFINITY, lall[g][i] = 0.0f;
 
     _tile_loadconfig(&amx_config);
 
@@ -487,7 +483,7 @@ AMX_TARGET static void amx_body(const rkv__attend_ctx *c, const pair_task *t) {
 
         for (int64_t g = 0; g < t->gn; g++) {
             const uint16_t *qb = qball + (size_t)g * MQ * d;
-            float *ot = otall + (size_t)g * MQ * d, *m = mall[g], *lsum = lall[g];
+            float *ot = otall + (size_t)g * MQ * d, *m = t->mall[g], *lsum = t->lall[g];
             const int64_t rows = t->rows[g];
             if (rows < MQ) /* P rows past `rows`: 0 */
                 memset(pb + (size_t)rows * KB, 0, (size_t)(MQ - rows) * KB * 2);
@@ -565,7 +561,7 @@ AMX_TARGET static void amx_body(const rkv__attend_ctx *c, const pair_task *t) {
     _tile_release();
 
     for (int64_t g = 0; g < t->gn; g++)
-        store_out(a, t->qbase[g], otall + (size_t)g * MQ * d, lall[g], t->rows[g], D, false);
+        store_out(a, t->qbase[g], otall + (size_t)g * MQ * d, t->lall[g], t->rows[g], D, false);
 }
 
 /* ---- the AVX512-BF16 engine's task (scores by key: the header) -------------
@@ -718,7 +714,7 @@ DOT_TARGET static bool dot_fused(const uint32_t *const *krow, const uint32_t *qt
     return true;
 }
 
-DOT_TARGET static void dot_body(const rkv__attend_ctx *c, const pair_task *t) {
+DOT_TARGET static void dot_body(const rkv__attend_ctx *c, pair_task *t) {
     const struct rkv__cpu_layer *l = c->layer;
     const int64_t D = l->g.d_head, n = t->n;
     const size_t d = (size_t)D;
@@ -732,9 +728,7 @@ DOT_TARGET static void dot_body(const rkv__attend_ctx *c, const pair_task *t) {
         load_q(qstage, c->args, t->qbase[g], t->rows[g], d);
         transpose_pairs(qtall + (size_t)g * MQ * d / 2, MQ, qrow, MQ, D / 2);
     }
-    float mall[UMAX][MQ], lall[UMAX][MQ], corr[MQ];
-    for (int g = 0; g < UMAX; g++)
-        for (int i = 0; i < MQ; i++) mall[g][i] = -INFINITY, lall[g][i] = 0.0f;
+    float corr[MQ];
 
     const uint32_t *krow[KB];
     const uint16_t *vrow[KB];
@@ -750,11 +744,11 @@ DOT_TARGET static void dot_body(const rkv__attend_ctx *c, const pair_task *t) {
              * log2(e) K . Q^T over the chunk's nk keys stored, then the
              * softmax over them, the max raised */
             bool known = j0 > 0 && nk == KB;
-            for (int i = 0; known && i < MQ; i++) known = mall[g][i] > -INFINITY;
+            for (int i = 0; known && i < MQ; i++) known = t->mall[g][i] > -INFINITY;
             bool scaled = false;
-            if (!known || !dot_fused(krow, qt, D / 2, c->scale * LOG2E, mall[g], lall[g], pp)) {
+            if (!known || !dot_fused(krow, qt, D / 2, c->scale * LOG2E, t->mall[g], t->lall[g], pp)) {
                 dot_rows(st, MQ, c->scale * LOG2E, krow, qt, MQ, nk, MQ, D / 2);
-                scaled = dot_softmax(st, pp, nk, mall[g], lall[g], corr);
+                scaled = dot_softmax(st, pp, nk, t->mall[g], t->lall[g], corr);
             }
             /* O = corr * O + P . V (the first chunk: O = P . V) */
             dot_strided(ot, d, j0 > 0, scaled ? corr : NULL, pp, 1, MQ, vp, d, MQ, D, pairs);
@@ -762,17 +756,17 @@ DOT_TARGET static void dot_body(const rkv__attend_ctx *c, const pair_task *t) {
     }
     for (int64_t g = 0; g < t->gn; g++) {
         if (n == 0) memset(otall + (size_t)g * MQ * d, 0, (size_t)t->rows[g] * d * 4);
-        store_out(c->args, t->qbase[g], otall + (size_t)g * MQ * d, lall[g], t->rows[g], D, true);
+        store_out(c->args, t->qbase[g], otall + (size_t)g * MQ * d, t->lall[g], t->rows[g], D, true);
     }
 }
 
 /* The two engines' tasks (their bodies out of line, as the kernels' code). */
 void rkv__amx_task(void *ctx, int64_t task, int thread) {
-    const pair_task t = task_begin(ctx, task, thread);
+    pair_task t = task_begin(ctx, task, thread);
     amx_body(ctx, &t);
 }
 void rkv__bf16dot_task(void *ctx, int64_t task, int thread) {
-    const pair_task t = task_begin(ctx, task, thread);
+    pair_task t = task_begin(ctx, task, thread);
     dot_body(ctx, &t);
 }
 #endif /* RKV_HAVE_AMX */

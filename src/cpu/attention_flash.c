@@ -25,10 +25,7 @@
  * vector wider than the target's registers in memory: 64-byte vectors made
  * the AVX2 copy 12-20x slower, below the reference, on an AVX2-only CPU).
  * A unit's tile of MQ = 64 queries is MQV vectors. */
-#define MQ RKV__MQ
 #define MQV (MQ / VL)
-#define KB RKV__KB   /* keys per chunk: one attention block */
-#define UMAX RKV__UMAX
 
 /* FN(a, b): a_b, after expanding b (the copy's names: FN(flash_task,
  * FLASH_NAME) is flash_task_avx2 in the AVX2 copy). vf, vi, vh: the copy's

@@ -24,12 +24,12 @@ rkv_status rkv__attend_reference_run(void *ctx, const void *layer, const rkv_att
 int64_t rkv__gather_visible_slots(const struct rkv__cpu_layer *l, const rkv_attention_args *a,
                                   int64_t b, int64_t *slots);
 
-/* The engines' unit of work: one (session row, query head, tile of RKV__MQ
- * queries); a task takes up to RKV__UMAX units of one KV head and reads the
- * keys and values in chunks of RKV__KB. */
-#define RKV__MQ 64
-#define RKV__KB 128
-#define RKV__UMAX 8
+/* The engines' unit of work: one (session row, query head, tile of MQ
+ * queries); a task takes up to UMAX units of one KV head and reads the
+ * keys and values in chunks of KB. */
+#define MQ 64
+#define KB 128
+#define UMAX 8
 
 /* One rkv_layer_attend call, shared by its task functions. */
 typedef struct rkv__attend_ctx {
@@ -49,7 +49,7 @@ typedef struct rkv__attend_ctx {
  * on it nor on the thread count. */
 static inline int64_t rkv__attend_tasks(rkv__attend_ctx *c, int64_t umax) {
     const int64_t H = c->layer->g.n_kv_heads, G = c->args->n_q_heads / H;
-    const int64_t per = G * ((c->tq + RKV__MQ - 1) / RKV__MQ), rows = c->args->batch * H;
+    const int64_t per = G * ((c->tq + MQ - 1) / MQ), rows = c->args->batch * H;
     const int64_t want = 4 * (int64_t)rkv_threadpool_size(c->pool);
     int64_t u = umax;
     while (u > 1 && rows * ((per + u - 1) / u) < want) u /= 2;
@@ -58,20 +58,19 @@ static inline int64_t rkv__attend_tasks(rkv__attend_ctx *c, int64_t umax) {
 }
 
 /* Task `task`'s units (rkv__attend_tasks' numbering): session row *b, KV
- * head *kvh, and per unit g < the count returned its query rows (<= RKV__MQ)
+ * head *kvh, and per unit g < the count returned its query rows (<= MQ)
  * and the offset of its first query in q / out. */
 static inline int64_t rkv__task_units(const rkv__attend_ctx *c, int64_t task, int64_t *b,
-                                      int64_t *kvh, int64_t rows[RKV__UMAX],
-                                      size_t qbase[RKV__UMAX]) {
+                                      int64_t *kvh, int64_t rows[UMAX], size_t qbase[UMAX]) {
     const int64_t D = c->layer->g.d_head, Hq = c->args->n_q_heads, Tq = c->tq;
-    const int64_t tiles = (Tq + RKV__MQ - 1) / RKV__MQ;
+    const int64_t tiles = (Tq + MQ - 1) / MQ;
     const int64_t H = c->layer->g.n_kv_heads, G = Hq / H, U = c->units;
     const int64_t per = G * tiles, npk = (per + U - 1) / U;
     *b = task / (H * npk), *kvh = task / npk % H;
     const int64_t u0 = task % npk * U, gn = per - u0 < U ? per - u0 : U;
     for (int64_t g = 0; g < gn; g++) {
-        const int64_t h = *kvh * G + (u0 + g) / tiles, i0 = (u0 + g) % tiles * RKV__MQ;
-        rows[g] = Tq - i0 < RKV__MQ ? Tq - i0 : RKV__MQ;
+        const int64_t h = *kvh * G + (u0 + g) / tiles, i0 = (u0 + g) % tiles * MQ;
+        rows[g] = Tq - i0 < MQ ? Tq - i0 : MQ;
         qbase[g] = (size_t)((*b * Hq + h) * Tq + i0) * (size_t)D;
     }
     return gn;
@@ -89,7 +88,7 @@ static inline void *rkv__carve(void *base, size_t *at, size_t bytes) {
 /* The bf16 pair-product attention (cpu/attention_amx.c; whether the CPU
  * has its engines: rkv__cpu_read, isa.h): whether a layer suits the path
  * (bf16 storage, d_head a multiple of 32, <= 512); the per-thread scratch
- * of tasks of up to RKV__UMAX units (rkv__attend_tasks); the task on the
+ * of tasks of up to UMAX units (rkv__attend_tasks); the task on the
  * AMX engine and on the AVX512-BF16 engine (ctx: a rkv__attend_ctx; built
  * where RKV_HAVE_AMX is). */
 bool rkv__amx_fits(const struct rkv__cpu_layer *l);
