@@ -89,8 +89,6 @@ rkv_status rkv__snapshot_info_check(const char *what, const rkv_snapshot_info *i
 /* Copies a filled info into the caller's, as far as its struct_size goes. */
 void rkv__snapshot_info_store(rkv_snapshot_info *dst, const rkv_snapshot_info *src);
 
-/* True when dtype is one of the enum's values (a row of src/dtype.c's table). */
-bool rkv__dtype_valid(rkv_dtype dtype);
 /* RKV_OK when the input dtype `got` is the storage dtype `want`; else
  * RKV_ERR_DTYPE naming both ("<what>: kv dtype ..."): the upserts' check. */
 rkv_status rkv__check_kv_dtype(const char *what, rkv_dtype got, rkv_dtype want);
