@@ -81,16 +81,17 @@ static const struct dtype_row {
 };
 #define N_ROWS (sizeof rows / sizeof rows[0])
 
-bool rkv__dtype_valid(rkv_dtype dtype) { return (unsigned)dtype < N_ROWS; }
+/* True when dtype is one of the enum's values (a row of the table). */
+static bool dtype_valid(rkv_dtype dtype) { return (unsigned)dtype < N_ROWS; }
 
-size_t rkv_dtype_size(rkv_dtype dtype) { return rkv__dtype_valid(dtype) ? rows[dtype].size : 0; }
+size_t rkv_dtype_size(rkv_dtype dtype) { return dtype_valid(dtype) ? rows[dtype].size : 0; }
 
 const char *rkv_dtype_name(rkv_dtype dtype) {
-    return rkv__dtype_valid(dtype) ? rows[dtype].names[0] : NULL;
+    return dtype_valid(dtype) ? rows[dtype].names[0] : NULL;
 }
 
 const char *rkv__dtype_safetensors(rkv_dtype dtype) {
-    return rkv__dtype_valid(dtype) ? rows[dtype].safetensors : "?";
+    return dtype_valid(dtype) ? rows[dtype].safetensors : "?";
 }
 
 rkv_status rkv_dtype_parse(const char *name, rkv_dtype *out) {
@@ -107,17 +108,17 @@ rkv_status rkv_dtype_parse(const char *name, rkv_dtype *out) {
 
 float rkv__load(const void *base, rkv_dtype dtype, size_t i) {
     float v = NAN;
-    if (rkv__dtype_valid(dtype)) rows[dtype].widen((const char *)base + i * rows[dtype].size, &v, 1);
+    if (dtype_valid(dtype)) rows[dtype].widen((const char *)base + i * rows[dtype].size, &v, 1);
     return v;
 }
 
 void rkv__store(void *base, rkv_dtype dtype, size_t i, float v) {
-    if (rkv__dtype_valid(dtype)) rows[dtype].narrow(&v, (char *)base + i * rows[dtype].size, 1);
+    if (dtype_valid(dtype)) rows[dtype].narrow(&v, (char *)base + i * rows[dtype].size, 1);
 }
 
 rkv_status rkv_convert(const void *src, rkv_dtype src_dtype, void *dst, rkv_dtype dst_dtype,
                        size_t n) {
-    if (!rkv__dtype_valid(src_dtype) || !rkv__dtype_valid(dst_dtype))
+    if (!dtype_valid(src_dtype) || !dtype_valid(dst_dtype))
         return rkv__fail(RKV_ERR_DTYPE, "rkv_convert: unknown dtype (src %d, dst %d)",
                          (int)src_dtype, (int)dst_dtype);
     if (n == 0) return RKV_OK;

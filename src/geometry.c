@@ -22,7 +22,7 @@ rkv_status rkv__geometry_check_shared(const rkv_geometry *g) {
                          "tokens_per_frame (%lld) must be a positive multiple of the attention "
                          "block size %d (>= %d)",
                          (long long)g->tokens_per_frame, RKV_BLOCK_TOKENS, RKV_BLOCK_TOKENS);
-    if (!rkv__dtype_valid(g->dtype))
+    if (!rkv_dtype_name(g->dtype)) /* an unknown dtype has no name */
         return rkv__fail(RKV_ERR_DTYPE, "dtype %d is unknown; expected " RKV_DTYPE_NAMES " (0 up, in order)",
                          (int)g->dtype);
     return RKV_OK;

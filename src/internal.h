@@ -89,8 +89,6 @@ rkv_status rkv__snapshot_info_check(const char *what, const rkv_snapshot_info *i
 /* Copies a filled info into the caller's, as far as its struct_size goes. */
 void rkv__snapshot_info_store(rkv_snapshot_info *dst, const rkv_snapshot_info *src);
 
-/* True when dtype is one of the enum's values (a row of src/dtype.c's table). */
-bool rkv__dtype_valid(rkv_dtype dtype);
 /* RKV_OK when the input dtype `got` is the storage dtype `want`; else
  * RKV_ERR_DTYPE naming both ("<what>: kv dtype ..."): the upserts' check. */
 rkv_status rkv__check_kv_dtype(const char *what, rkv_dtype got, rkv_dtype want);
@@ -218,14 +216,15 @@ typedef struct rkv__buf {
     size_t bytes;
     const char *name;
 } rkv__buf;
-/* RKV_ERR_INVALID_ARG "WHAT: A (..., written) overlaps B (...); expected
- * separate buffers" for the first buffer written (out[]) that shares a byte
- * with another one written or with one read (in[]); RKV_OK otherwise. */
+/* True when a and b share a byte. */
 static inline bool rkv__shares(const rkv__buf *a, const rkv__buf *b) {
     if (!a->p || !b->p || !a->bytes || !b->bytes) return false;
     const uintptr_t a0 = (uintptr_t)a->p, b0 = (uintptr_t)b->p;
     return a0 < b0 + b->bytes && b0 < a0 + a->bytes;
 }
+/* RKV_ERR_INVALID_ARG "WHAT: A (..., written) overlaps B (...); expected
+ * separate buffers" for the first buffer written (out[]) that shares a byte
+ * with another one written or with one read (in[]); RKV_OK otherwise. */
 static inline rkv_status rkv__check_no_overlap(const char *what, const rkv__buf *out,
                                                size_t n_out, const rkv__buf *in, size_t n_in) {
     for (size_t i = 0; i < n_out; i++)

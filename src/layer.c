@@ -2,7 +2,6 @@
  * each checking its arguments once before the table's unchecked operation
  * (src/cpu/backend_cpu.c, src/cuda/layer.cu). */
 #include <stdlib.h>
-#include <string.h>
 
 #include "attention_check.h"
 
@@ -25,8 +24,7 @@ static rkv_status layer_new(const rkv_backend_ops *ops, void *ctx, const rkv_geo
                             const rkv_backend_storage *wrap, const char *what, rkv_layer **out) {
     if (!out) return rkv__fail(RKV_ERR_NULL, "%s: out is NULL", what);
     if (!ops) ops = rkv_backend_cpu(), ctx = NULL;
-    struct rkv_layer probe;
-    memset(&probe, 0, sizeof probe);
+    struct rkv_layer probe; /* ops and limits only: rkv__backend_adopt fills them */
     rkv_status st = rkv__backend_adopt(ops, ctx, what, &probe.ops, &probe.limits);
     if (st != RKV_OK) return st;
     if ((st = rkv_geometry_check(g)) != RKV_OK) return st;

@@ -119,10 +119,9 @@ rkv_status rkv__model_check_bufs(const rkv_model *m, const char *what, const rkv
                 st = rkv__check_no_overlap(what, s, 1, read, n_read);
         } else {
             if ((st = rkv__check_no_overlap(what, written, n_written, s, 1)) == RKV_OK)
-                for (size_t j = 0; j < n_read && st == RKV_OK; j++)
-                    st = rkv__check_no_overlap(what, &read[j], 1, s, 1) == RKV_OK
-                             ? RKV_OK
-                             : rkv__fail(RKV_ERR_INVALID_ARG,
+                for (size_t j = 0; j < n_read; j++)
+                    if (rkv__shares(&read[j], s))
+                        return rkv__fail(RKV_ERR_INVALID_ARG,
                                          "%s: %s (%p, %zu bytes) lies in %s (%p, %zu bytes); "
                                          "expected a buffer of the caller's own",
                                          what, read[j].name, read[j].p, read[j].bytes, s->name,
@@ -194,7 +193,8 @@ static rkv_status model_create(const char *what, const rkv_model_config *cfg,
         m->sessions[s].row = -1;
     }
     for (int64_t i = 0; i < nl; i++) {
-        rkv_geometry g = rkv__model_layer_geometry(m, i);
+        rkv_geometry g;
+        rkv_model_config_layer_geometry(&m->cfg, i, &g);
         rkv_backend_storage store = {NULL, NULL, NULL};
         if ((st = m->ops.layer_create(ctx, &g, &store, &m->layers[i])) != RKV_OK) goto fail;
         rkv__layer_borrow(&m->handles[i], &m->ops, ops, &m->limits, ctx, &g, m->layers[i], &store);
@@ -242,9 +242,7 @@ rkv_layer *rkv_model_layer(rkv_model *model, int64_t layer) {
 }
 
 rkv_geometry rkv__model_layer_geometry(const rkv_model *m, int64_t layer) {
-    rkv_geometry g;
-    rkv_model_config_layer_geometry(&m->cfg, layer, &g);
-    return g;
+    return m->handles[layer].g;
 }
 
 rkv_status rkv__model_backend_fail(rkv_status st, const char *what) {

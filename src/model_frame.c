@@ -99,9 +99,8 @@ static rkv_status check_ring(const rkv_model *m, const char *what, int64_t layer
                          "%s: the model runs on the %s backend and the ring's layer on the %s "
                          "backend; the storage given must be a layer of the model's backend",
                          what, m->ops.name, ring->ops.name);
-    const rkv_geometry layer_g = rkv__model_layer_geometry(m, layer);
     int64_t va, vb;
-    const char *field = rkv__geometry_differs(&layer_g, &ring->g, &va, &vb);
+    const char *field = rkv__geometry_differs(&m->handles[layer].g, &ring->g, &va, &vb);
     if (field)
         return rkv__fail(RKV_ERR_INVALID_ARG,
                          "%s: the ring's geometry differs from layer %lld's in %s (the ring's "
@@ -278,9 +277,8 @@ static rkv_status attention_args(const rkv_model *m, const char *what, int64_t l
     out->session_idx = m->batch.dev;
     out->frame_pos = m->batch.dev + m->batch.n;
     out->visible = NULL;
-    const rkv_geometry g = rkv__model_layer_geometry(m, layer);
-    return rkv__attend_args_check(&g, &m->limits, &(on ? on : &m->handles[layer])->store, out,
-                                  false, what);
+    const rkv_layer *l = &m->handles[layer];
+    return rkv__attend_args_check(&l->g, &m->limits, &(on ? on : l)->store, out, false, what);
 }
 
 /* One pass on layer `layer` or on `on` (rkv_model_upsert's ring): the

@@ -88,7 +88,7 @@ rkv_status rkv__model_clear_session(rkv_model *m, int64_t session);
 void rkv__model_set_clock(rkv_model *m, int64_t session, int64_t last_committed);
 void rkv__model_close_batch(rkv_model *m);
 
-/* Geometry of layer i (valid: the config was checked at creation). */
+/* Geometry of layer i: its handle's (valid: the config was checked at creation). */
 rkv_geometry rkv__model_layer_geometry(const rkv_model *m, int64_t layer);
 
 /* Bytes of one piece of a session's span on layer i (the HOST buffer that

@@ -31,9 +31,7 @@ rkv_status rkv_model_preset(const char *name, int full_global_ring, rkv_model_co
                          "unknown preset '%s'; expected demo, waypoint-1.5-720p or "
                          "waypoint-1.5-360p",
                          name);
-    rkv_model_config c;
-    memset(&c, 0, sizeof c);
-    c.struct_size = sizeof c;
+    rkv_model_config c = RKV_MODEL_CONFIG_INIT;
     snprintf(c.name, sizeof c.name, "%s", name);
     c.num_sessions = 1;
     c.n_layers = PRESETS[p].n_layers;
@@ -66,7 +64,7 @@ rkv_status rkv_model_config_layer_geometry(const rkv_model_config *cfg, int64_t 
     if (layer < 0 || layer >= cfg->n_layers)
         return rkv__fail(RKV_ERR_RANGE, "layer %lld out of range for %lld layers",
                          (long long)layer, (long long)cfg->n_layers);
-    rkv_geometry g = {
+    *out = (rkv_geometry){
         .num_sessions = cfg->num_sessions,
         .n_kv_heads = cfg->n_kv_heads,
         .ring_frames = cfg->layers[layer].ring_frames,
@@ -76,7 +74,6 @@ rkv_status rkv_model_config_layer_geometry(const rkv_model_config *cfg, int64_t 
         .pinned_dilation = cfg->layers[layer].pinned_dilation,
         .dtype = cfg->dtype,
     };
-    *out = g;
     return RKV_OK;
 }
 

@@ -21,12 +21,6 @@
 #define RKV__RULE static inline
 #endif
 
-/* ceil(f / PD) exactly, for f >= 0: f / PD + (f mod PD != 0). A count of
- * buckets (the clock-alone rule), not the bucket an upsert addresses. */
-RKV__RULE int64_t rkv__rule_ceil_div(int64_t f, int64_t pd) {
-    return f / pd + (f % pd != 0);
-}
-
 /* SEM 3 step 1: the bucket of clock f as the reference computes it,
  * (f + (PD - 1)) // PD on int64 tensors: ceil(f / PD) while f + PD - 1 fits
  * int64 (every clock but the top PD - 1), and beyond that what torch gives:
@@ -90,7 +84,9 @@ RKV__RULE int64_t rkv__rule_visible_frames(const uint8_t *span_written, int64_t 
  * returns the count. Periodic in f (period RB*PD) once the ring is full. */
 RKV__RULE int64_t rkv__rule_visible_frames_from_clock(int64_t rf, int64_t rb, int64_t pd,
                                                       int64_t f, int64_t *frames) {
-    const int64_t committed = rkv__rule_ceil_div(f, pd);
+    /* ceil(f / PD) exactly: a count of buckets, not the bucket an upsert
+     * addresses (rkv__rule_bucket) */
+    const int64_t committed = f / pd + (f % pd != 0);
     const int64_t filled = committed < rb ? committed : rb;
     const int64_t hidden = rkv__rule_hidden_frame(f, pd, rb);
     int64_t n = 0;
