@@ -136,8 +136,7 @@ struct rkv__cpu_layer {
     int64_t ring_len;     /* L = RF*T                      */
     int64_t capacity;     /* C = L + T                      */
     int64_t total_slots;  /* N = S*C                        */
-    size_t elem_bytes;    /* sizeof(dtype)                  */
-    size_t row_bytes;     /* D * elem_bytes: one slot of K  */
+    size_t row_bytes;     /* D * sizeof(dtype): a slot of K */
     uint8_t *kv;          /* [2][H][N][D] storage           */
     uint8_t *written;     /* [N] 0/1                        */
     bool owns_storage;    /* kv and written are its own (freed) */

@@ -54,8 +54,7 @@ static rkv_status cpu_layer_create(void *ctx, const rkv_geometry *g, rkv_backend
     l->ring_len = g->ring_frames * g->tokens_per_frame;
     l->capacity = rkv_geometry_capacity(g);
     l->total_slots = rkv_geometry_total_slots(g);
-    l->elem_bytes = rkv_dtype_size(g->dtype);
-    l->row_bytes = (size_t)g->d_head * l->elem_bytes;
+    l->row_bytes = (size_t)g->d_head * rkv_dtype_size(g->dtype);
     l->kv = storage->kv;
     l->written = storage->written;
     if (!l->kv) {
