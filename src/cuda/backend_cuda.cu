@@ -93,11 +93,9 @@ void free_on(void *, void *ptr) {
     (void)cudaGetLastError();
 }
 
-// HOST src -> device dst on the model's stream. The batch of begin_frame
-// (at most slot_bytes) goes through the next pinned staging slot, so the
-// copy is truly asynchronous; before a slot is reused its previous copy
-// must have run (its event). Anything larger is refused: begin_frame's batch
-// is at most the backend's max_batch rows, which the slots are sized for.
+// HOST src -> device dst on the model's stream, through the next staging
+// slot once its previous copy has run (its event); a copy larger than a slot
+// is refused (begin_frame's batch, at most max_batch rows, fits one).
 rkv_status copy_in(void *vc, void *dst, const void *src, size_t bytes) {
     static const char what[] = "cuda backend: batch copy";
     CudaCtx *c = ctx_of(vc);
@@ -254,10 +252,8 @@ struct DeviceState {
 DeviceState g_devices[kMaxDevices];
 std::mutex g_prepare_lock;
 
-// The GPU's properties, read and its attention kernels' shared memory limits
-// raised once per process and device (under one lock: contexts are made
-// rarely; every context on the device shares them), and the kernel choice,
-// read per context.
+// rkv_cuda_backend's device set-up (ringkv_cuda.h): g_devices[device] once,
+// under one lock (contexts are made rarely), the kernel choice per context.
 rkv_status prepare(int device, rkv__cuda_device *out, const char *what) {
     const int ndev = rkv_cuda_device_count();
     if (device < 0 || device >= ndev || device >= kMaxDevices)
