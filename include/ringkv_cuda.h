@@ -20,17 +20,15 @@
  *  - A context lives on one GPU. Every call on its layers must be made
  *    while that GPU is the calling thread's current device (cudaSetDevice);
  *    the calls check it (RKV_ERR_STATE otherwise) and never change it.
- *  - "Capture-safe" calls (rkv_layer_upsert, _attend, _visible_row and
- *    _reset on a CUDA layer, the clock advance) only enqueue kernels on the
- *    context's stream: no allocation, synchronization or host copy; session
- *    ids and clocks are read from DEVICE memory, so a whole schedule (24
+ *  - "Capture-safe" calls (ringkv_backend.h's term: rkv_layer_upsert,
+ *    _attend, _visible_row and _reset on a CUDA layer, the clock advance)
+ *    read session ids and clocks from DEVICE memory, so a whole schedule (24
  *    layers x 5 passes) can be captured into one CUDA graph and replayed
- *    with only the device-side clocks changing. The core checks shapes,
- *    dtypes and pointers on the host, once; the VALUES behind device
- *    pointers are checked by every block of the kernel before it writes
- *    anything: an invalid row (session out of [0, S), two rows with one
- *    session, clock < 0) makes the whole call write nothing and records a
- *    device error that rkv_layer_check() reports (and clears) later.
+ *    with only the device-side clocks changing. Those VALUES are checked by
+ *    every block of the kernel before it writes anything: an invalid row
+ *    (session out of [0, S), two rows with one session, clock < 0) makes the
+ *    whole call write nothing and records a device error that
+ *    rkv_layer_check() reports (and clears) later.
  *  - CUDA failures (a launch that fails, an allocation that fails, a copy
  *    that fails) are RKV_ERR_NO_MEMORY for out-of-memory and RKV_ERR_STATE
  *    otherwise, with the CUDA error's name in rkv_last_error().
@@ -134,9 +132,7 @@ RKV_API rkv_status rkv_cuda_clock_advance(int64_t *frame_pos, int64_t batch, int
  * rows of n_q_heads heads and tokens_per_frame queries), and in pinned host
  * memory a small ring of staging slots for begin_frame's copies.
  *
- * The capture contract is ringkv.h's ("Capture contract"): one frame (every
- * layer, every pass, B sessions) is captured on `stream` once and replayed,
- * B, the sessions, their rows and every captured argument staying the same:
+ * The capture contract is ringkv.h's ("Capture contract"), on `stream`:
  *
  *   rkv_model_begin_frame(m, B, sessions, clocks);        // frame f0, host
  *   cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);

@@ -181,10 +181,11 @@ void fill_common_params(P &p, const rkv_cuda_layer *l, const rkv_cuda_attention_
     p.total_rows = plan.total_rows;
 }
 
-// A tensor-core plan (RKV__ATTN_MMA or RKV__ATTN_WGMMA): the kernel, then
-// with key splits the combine into a->out (the workspace is the caller's
-// a->workspace: [splits][rows][D] partial outputs, then [splits][rows][2]
-// maxima and sums).
+// A tensor-core plan (RKV__ATTN_MMA or RKV__ATTN_WGMMA) on storage of type T
+// (bf16 or f16): the kernel, then with key splits the combine into a->out
+// (the workspace is the caller's a->workspace: [splits][rows][D] partial
+// outputs, then [splits][rows][2] maxima and sums).
+template <typename T>
 rkv_status launch_tensor_core(const rkv_cuda_layer *l, const rkv_cuda_attention_args *a,
                               const rkv__cuda_attn_plan &plan, cudaStream_t s, const char *what) {
     const rkv_geometry *g = &l->g;
@@ -197,19 +198,12 @@ rkv_status launch_tensor_core(const rkv_cuda_layer *l, const rkv_cuda_attention_
     p.M = plan.rows_per_kvh;
     p.m_tiles = plan.m_tiles;
     p.scale_log2 = plan.scale * 1.4426950408889634f;
-    const bool bf16 = g->dtype == RKV_DTYPE_BF16;
-    if (plan.kind == RKV__ATTN_WGMMA)
-        bf16 ? rkv_wgmma::launch<__nv_bfloat16>(&plan, p, s) : rkv_wgmma::launch<__half>(&plan, p, s);
-    else
-        bf16 ? rkv_mma::launch<__nv_bfloat16>(&plan, p, s) : rkv_mma::launch<__half>(&plan, p, s);
+    plan.kind == RKV__ATTN_WGMMA ? rkv_wgmma::launch<T>(&plan, p, s)
+                                 : rkv_mma::launch<T>(&plan, p, s);
     rkv_status st = rkv__cuda_after_launch(what);
     if (st != RKV_OK || plan.splits <= 1) return st;
-    if (plan.out_f32)
-        launch_combine<float>(&plan, p, a->out, s);
-    else if (bf16)
-        launch_combine<__nv_bfloat16>(&plan, p, a->out, s);
-    else
-        launch_combine<__half>(&plan, p, a->out, s);
+    plan.out_f32 ? launch_combine<float>(&plan, p, a->out, s)
+                 : launch_combine<T>(&plan, p, a->out, s);
     return rkv__cuda_after_launch(what);
 }
 
@@ -241,7 +235,8 @@ rkv_status rkv__cuda_attend_launch(const rkv_cuda_layer *l, const rkv_cuda_atten
     rkv_status st = rkv__cuda_attention_plan_checked(l, a, 0, what, &plan);
     if (st == RKV_OK) st = rkv__cuda_check_current(l->d.device, "layer", what);
     if (st != RKV_OK) return st;
-    if (plan.kind == RKV__ATTN_MMA || plan.kind == RKV__ATTN_WGMMA)
-        return launch_tensor_core(l, a, plan, l->d.stream, what);
-    return launch_simt(l, a, plan, l->d.stream, what);
+    if (plan.kind == RKV__ATTN_SIMT) return launch_simt(l, a, plan, l->d.stream, what);
+    return l->g.dtype == RKV_DTYPE_BF16
+               ? launch_tensor_core<__nv_bfloat16>(l, a, plan, l->d.stream, what)
+               : launch_tensor_core<__half>(l, a, plan, l->d.stream, what);
 }

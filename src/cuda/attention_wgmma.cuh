@@ -40,9 +40,6 @@
 
 #include "attention_common.cuh"
 
-// The kernel's body exists where wgmma does (ptx.cuh: sm_90a code).
-#define RKV_WGMMA_ENABLED RKV_PTX_HAS_WGMMA
-
 namespace rkv_wgmma {
 
 using namespace rkv_attn;  // the shared pieces (attention_common.cuh)
@@ -73,7 +70,7 @@ __device__ __forceinline__ void fence_regs(R (&r)[N]) {
 
 template <typename T, int NWG, int STAGES, bool OUT_F32>
 __global__ void __launch_bounds__(NWG * 128, 2) ring_attention_wgmma(const RkvMmaParams p) {
-#if RKV_WGMMA_ENABLED
+#if RKV_PTX_HAS_WGMMA  // the body exists where wgmma does (ptx.cuh: sm_90a code)
     constexpr int BM = 64 * NWG;
     constexpr int THREADS = 128 * NWG;
     constexpr int NT = BN / 8;  // n8 tiles of S

@@ -93,11 +93,9 @@ void free_on(void *, void *ptr) {
     (void)cudaGetLastError();
 }
 
-// HOST src -> device dst on the model's stream. The batch of begin_frame
-// (at most slot_bytes) goes through the next pinned staging slot, so the
-// copy is truly asynchronous; before a slot is reused its previous copy
-// must have run (its event). Anything larger is refused: begin_frame's batch
-// is at most the backend's max_batch rows, which the slots are sized for.
+// HOST src -> device dst on the model's stream, through the next staging
+// slot once its previous copy has run (its event); a copy larger than a slot
+// is refused (begin_frame's batch, at most max_batch rows, fits one).
 rkv_status copy_in(void *vc, void *dst, const void *src, size_t bytes) {
     static const char what[] = "cuda backend: batch copy";
     CudaCtx *c = ctx_of(vc);
@@ -206,10 +204,8 @@ rkv_status attend(void *, const void *layer, const rkv_attention_args *a, void *
     return rkv__cuda_attend_launch(layer_of(layer), &ca, "rkv_layer_attend");
 }
 size_t attend_workspace_bytes(void *, const void *layer, const rkv_attention_args *a) {
-    rkv_cuda_attention_args ca;
-    rkv__cuda_model_attention_args(a, nullptr, 0, &ca);
     rkv__cuda_attn_plan plan;
-    if (rkv__cuda_attention_plan_checked(layer_of(layer), &ca, 1, "rkv_layer_attend", &plan))
+    if (rkv__cuda_attention_plan_checked(layer_of(layer), a, 1, "rkv_layer_attend", &plan))
         return 0;
     return plan.workspace_bytes;
 }
@@ -256,10 +252,8 @@ struct DeviceState {
 DeviceState g_devices[kMaxDevices];
 std::mutex g_prepare_lock;
 
-// The GPU's properties, read and its attention kernels' shared memory limits
-// raised once per process and device (under one lock: contexts are made
-// rarely; every context on the device shares them), and the kernel choice,
-// read per context.
+// rkv_cuda_backend's device set-up (ringkv_cuda.h): g_devices[device] once,
+// under one lock (contexts are made rarely), the kernel choice per context.
 rkv_status prepare(int device, rkv__cuda_device *out, const char *what) {
     const int ndev = rkv_cuda_device_count();
     if (device < 0 || device >= ndev || device >= kMaxDevices)
@@ -301,7 +295,7 @@ rkv_status prepare(int device, rkv__cuda_device *out, const char *what) {
 // The backend's context: the device, the stream, the pinned staging ring
 // (`what` names the call).
 rkv_status ctx_create(int device, void *stream, int64_t num_sessions, const char *what,
-                      CudaCtx **out) {
+                      void **out) {
     rkv__cuda_device dev;
     rkv_status st = prepare(device, &dev, what);
     if (st != RKV_OK) return st;
@@ -344,12 +338,9 @@ extern "C" rkv_status rkv_cuda_backend(int device, void *stream, const rkv_backe
                                        void **ctx) {
     static const char what[] = "rkv_cuda_backend";
     if (!ops || !ctx) return rkv_error_set(RKV_ERR_NULL, "%s: %s is NULL", what, ops ? "ctx" : "ops");
-    CudaCtx *c = nullptr;
-    rkv_status st = ctx_create(device, stream, RKV_CUDA_MAX_BATCH, what, &c);
-    if (st != RKV_OK) return st;
-    *ops = &cuda_ops;
-    *ctx = c;
-    return RKV_OK;
+    rkv_status st = ctx_create(device, stream, RKV_CUDA_MAX_BATCH, what, ctx);
+    if (st == RKV_OK) *ops = &cuda_ops;
+    return st;
 }
 
 extern "C" rkv_status rkv_model_create_cuda(const rkv_model_config *cfg, int device, void *stream,
@@ -358,18 +349,12 @@ extern "C" rkv_status rkv_model_create_cuda(const rkv_model_config *cfg, int dev
     if (!out) return rkv_error_set(RKV_ERR_NULL, "%s: out is NULL", what);
     if (!cfg) return rkv_error_set(RKV_ERR_NULL, "%s: cfg is NULL", what);
     // The config first (the same checks and messages as rkv_model_create).
-    size_t per_session = 0, total = 0;
-    rkv_status st = rkv_model_config_memory(cfg, &per_session, &total);
+    rkv_status st = rkv_model_config_memory(cfg, nullptr, nullptr);
     if (st != RKV_OK) return st;
-    CudaCtx *c = nullptr;
+    void *c = nullptr;
     if ((st = ctx_create(device, stream, cfg->num_sessions, what, &c)) != RKV_OK) return st;
-    rkv_model *m = nullptr;
-    if ((st = rkv_model_create_with_backend(cfg, &cuda_ops, c, &m)) != RKV_OK) {
-        ctx_destroy(c);
-        return st;
-    }
-    *out = m;
-    return RKV_OK;
+    if ((st = rkv_model_create_with_backend(cfg, &cuda_ops, c, out)) != RKV_OK) ctx_destroy(c);
+    return st;
 }
 
 namespace {

@@ -233,9 +233,8 @@ rkv_status rkv__cuda_reset(void *, void *layer, int64_t session) {
     const rkv_cuda_layer *l = static_cast<const rkv_cuda_layer *>(layer);
     rkv_status st = rkv__cuda_check_current(l->d.device, "layer", what);
     if (st != RKV_OK) return st;
-    rkv__cuda_reset_plan plan;
-    rkv__cuda_reset_plan_make(&l->g, &plan);
     ResetParams p;
+    rkv__cuda_reset_plan_make(&l->g, &p.g);
     p.dst = static_cast<uint4 *>(l->kv);
     p.written = l->written;
     p.N = rkv_geometry_total_slots(&l->g);
@@ -243,8 +242,7 @@ rkv_status rkv__cuda_reset(void *, void *layer, int64_t session) {
     p.L = p.C - l->g.tokens_per_frame;
     p.session = session;
     p.slot_bytes = l->g.d_head * (int64_t)rkv_dtype_size(l->g.dtype);
-    p.g = plan;
-    RKV_LAUNCH((unsigned)plan.total_blocks, kThreads, 0, l->d.stream, reset_kernel)(p);
+    RKV_LAUNCH((unsigned)p.g.total_blocks, kThreads, 0, l->d.stream, reset_kernel)(p);
     return rkv__cuda_after_launch(what);
 }
 
@@ -255,10 +253,9 @@ rkv_status rkv__cuda_upsert(void *, void *layer, const void *kv, int64_t batch,
     const rkv_cuda_layer *l = static_cast<const rkv_cuda_layer *>(layer);
     rkv_status st = rkv__cuda_check_current(l->d.device, "layer", what);
     if (st != RKV_OK) return st;
-    rkv__cuda_upsert_plan plan;
-    rkv__cuda_upsert_plan_make(&l->g, batch, commit != 0, visible != nullptr, &plan);
-    if (!kv) plan.total_blocks -= plan.data_blocks, plan.data_blocks = 0;  // the row alone
     UpsertParams p;
+    rkv__cuda_upsert_plan_make(&l->g, batch, commit != 0, visible != nullptr, &p.g);
+    if (!kv) p.g.total_blocks -= p.g.data_blocks, p.g.data_blocks = 0;  // the row alone
     p.src = static_cast<const uint4 *>(kv);
     p.dst = static_cast<uint4 *>(l->kv);
     p.written = l->written;
@@ -277,11 +274,10 @@ rkv_status rkv__cuda_upsert(void *, void *layer, const void *kv, int64_t batch,
     p.RB = l->g.ring_buckets;
     p.PD = l->g.pinned_dilation;
     p.slot_bytes = l->g.d_head * (int64_t)rkv_dtype_size(l->g.dtype);
-    p.g = plan;
-    if (plan.total_blocks > 0x7fffffff)
+    if (p.g.total_blocks > 0x7fffffff)
         return rkv_error_set(RKV_ERR_OVERFLOW, "%s: %lld blocks exceed the CUDA grid", what,
-                         (long long)plan.total_blocks);
-    RKV_LAUNCH((unsigned)plan.total_blocks, kThreads, plan.smem_bytes, l->d.stream,
+                         (long long)p.g.total_blocks);
+    RKV_LAUNCH((unsigned)p.g.total_blocks, kThreads, p.g.smem_bytes, l->d.stream,
                upsert_kernel)(p);
     return rkv__cuda_after_launch(what);
 }

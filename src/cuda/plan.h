@@ -31,8 +31,8 @@ static inline int64_t rkv__cuda_max_batch(int64_t S) {
     return S < RKV_CUDA_MAX_BATCH ? S : RKV_CUDA_MAX_BATCH;
 }
 
-/* What the planner needs to know about the GPU (read once at layer
- * creation with cudaGetDeviceProperties). */
+/* What the planner needs to know about the GPU (cudaGetDeviceProperties,
+ * read once per process and device: backend_cuda.cu's prepare). */
 typedef struct rkv__cuda_device_info {
     int sm_count;          /* multiprocessors                              */
     size_t smem_optin;     /* max dynamic shared memory per block (opt-in)  */
