@@ -28,7 +28,7 @@ const char CLI_EXIT_RULE[] =
     "missing, unreadable, not a regular file, not of its kind or not matching the\n"
     "other options, an output path that cannot be written or is not a regular\n"
     "file, a run too big for the memory available, --backend cuda where no GPU is\n"
-    "seen).\n";
+    "seen; the CUDA backend has not yet run on a GPU: no GPU run is recorded).\n";
 
 /* Length of a leading "rkv_identifier: " in s, else 0. */
 static size_t function_prefix(const char *s) {
