@@ -159,8 +159,7 @@ int rollout_check_output_file(const char *what, const char *path, char *err, siz
     struct stat st;
     if (stat(path, &st) == 0) {
         if (S_ISDIR(st.st_mode)) {
-            snprintf(err, n, "%s: '%s' is a folder; a file is written there", what,
-                     rkv_tool_shown(path));
+            snprintf(err, n, "%s: '%s' is a folder, not a file", what, rkv_tool_shown(path));
             return -1;
         }
         if (!S_ISREG(st.st_mode)) { /* a device or pipe is never replaced nor written */
@@ -300,8 +299,8 @@ int rollout_make_dirs(const char *path, int64_t *made, char *err, size_t err_len
                 if (!created) *made = (int64_t)(p - buf);
                 created = 1;
             } else if (errno != EEXIST) {
-                snprintf(err, err_len, "cannot create folder '%s': %s", rkv_tool_shown(buf),
-                         strerror(errno));
+                snprintf(err, err_len, "--out: cannot create folder '%s': %s",
+                         rkv_tool_shown(buf), strerror(errno));
                 return -1;
             }
             *p = c;
@@ -310,7 +309,7 @@ int rollout_make_dirs(const char *path, int64_t *made, char *err, size_t err_len
     }
     struct stat st;
     if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        snprintf(err, err_len, "'%s' is not a folder", rkv_tool_shown(path));
+        snprintf(err, err_len, "--out '%s' is not a folder", rkv_tool_shown(path));
         return -1;
     }
     return 0;
