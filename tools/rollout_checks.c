@@ -1,6 +1,6 @@
 /* Checks of `ringkv rollout` before any frame: the default image, the
  * output paths and the memory (rollout_checks.h). */
-#define _XOPEN_SOURCE 700 /* readlink, lstat */
+#define _XOPEN_SOURCE 700 /* readlink, lstat, realpath */
 
 #include "rollout_checks.h"
 
@@ -22,9 +22,10 @@
 /* The default image: data/earth.jpg from the working directory, else beside
  * the repository the executable was built in (its folder and up to 3 above),
  * else earth.jpg in an install's data folder (../share/ringkv from the
- * executable's folder, else RKV_INSTALL_DATA_DIR, the configured one). NULL when it is in none of them; `exe` receives the
- * executable's path (or ""). A file that exists but cannot be read is
- * returned: the load says why. */
+ * executable's folder, as realpath gives it: PREFIX/share/ringkv/earth.jpg,
+ * else RKV_INSTALL_DATA_DIR, the configured one). NULL when it is in none of
+ * them; `exe` receives the executable's path (or ""). A file that exists
+ * but cannot be read is returned: the load says why. */
 const char *rollout_default_image(char *buf, size_t n, char *exe, size_t exe_n) {
     exe[0] = '\0';
     if (access(DEFAULT_IMAGE, F_OK) == 0) return DEFAULT_IMAGE;
@@ -49,9 +50,13 @@ const char *rollout_default_image(char *buf, size_t n, char *exe, size_t exe_n) 
         char *slash = strrchr(bindir, '/');
         if (slash) {
             *slash = '\0';
+            char *found = NULL;
             if (snprintf(buf, n, "%s/../share/ringkv/earth.jpg", bindir) < (int)n &&
-                access(buf, F_OK) == 0)
+                (found = realpath(buf, NULL)) && snprintf(buf, n, "%s", found) < (int)n) {
+                free(found);
                 return buf;
+            }
+            free(found);
         }
     }
 #ifdef RKV_INSTALL_DATA_DIR
