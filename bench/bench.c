@@ -466,7 +466,7 @@ static const cli_option OPTIONS[] = {
     {"--json", 0, cli_set_flag, OPT(json), NULL, 0, 0, NULL},
     {"--quick", 0, cli_set_flag, OPT(quick), NULL, 0, 0, NULL},
     {"--threads", 1, cli_set_int, OPT(threads), "an integer in 1..1024", 1, 1024, NULL},
-    {"--backend", 1, cli_set_choice, OPT(backend), "cpu or cuda", 0, 0, CLI_BACKENDS},
+    {"--backend", 1, cli_set_choice, OPT(backend), "cpu or cuda", 0, 0, cli_backends},
 };
 #undef OPT
 

@@ -8,13 +8,14 @@ A GPU run is recorded when bench/gpu/h200.jsonl exists (scripts/gpu_check.sh
 keeps the GPU bench's rows there); then the check passes at once and the
 sentences may go. Until then, each place below that offers cuda must hold
 the words "not yet run on a GPU" (case and line breaks aside):
-  - the help texts: `ringkv help` and every command's --help that offers
-    the choice (`cpu|cuda`);
+  - the help texts: `ringkv help` wherever it names cuda, and every
+    command's --help that offers the choice (`cpu|cuda`);
   - the Markdown docs (README.md, python/README.md, docs/*.md): each
     section (a `##` heading up to the next; headings in code blocks aside)
     that offers cuda, unless the document's opening (its title and what
     comes before the first `##` heading) holds the words for the whole
-    document;
+    document; and, opening or not, each heading of any level that offers
+    cuda in its own words, in its text up to the next heading;
   - the Python docstrings: of the package's public modules and of what it
     exports (ringkv.__all__: the classes and functions, their public
     methods), and every docstring and argparse help= text of examples/*.py
@@ -62,19 +63,31 @@ def offers(text):
 
 def markdown_places(path, text):
     """[(place, what offered)] of the sections of one Markdown text that
-    offer cuda without the words."""
+    offer cuda without the words, and of the headings (any level) that
+    offer it in their own words without the words before the next heading
+    (whatever the opening says)."""
     sections, title, lines, fence = [], "(opening)", [], False
+    headed, heading = [], None  # [(heading, its text up to the next heading)]
     for line in text.splitlines():
         if line.lstrip().startswith("```"):
             fence = not fence
+        if not fence and line.startswith("#"):
+            if heading:
+                headed.append((heading[0], "\n".join(heading[1])))
+            heading = (line.strip(), [])
+        if heading:
+            heading[1].append(line)
         if not fence and line.startswith("## "):
             sections.append((title, "\n".join(lines)))
             title, lines = line.strip(), []
         lines.append(line)
     sections.append((title, "\n".join(lines)))
+    if heading:
+        headed.append((heading[0], "\n".join(heading[1])))
+    out = [(f"{path}: heading {h!r}", offers(h)) for h, body in headed
+           if offers(h) and not says(body)]
     if says(sections[0][1]):
-        return []  # the opening speaks for the whole document
-    out = []
+        return out  # the opening speaks for the whole document's sections
     for title, body in sections:
         o = offers(body)
         if o and not says(body):
@@ -160,7 +173,10 @@ def help_places(ringkv):
         if p.returncode != 0:
             out.append((f"ringkv help {' '.join(cmd)}", f"exit status {p.returncode}"))
             continue
-        if re.search(r"cpu\s*\|\s*cuda|cpu or cuda", p.stdout) and not says(p.stdout):
+        # `ringkv help` itself: any mention of cuda (its exit rule names
+        # --backend cuda)
+        offer = r"cuda" if not cmd else r"cpu\s*\|\s*cuda|cpu or cuda"
+        if re.search(offer, p.stdout) and not says(p.stdout):
             out.append((f"ringkv help {' '.join(cmd)}".strip(), "cpu|cuda"))
     return out
 
@@ -197,6 +213,8 @@ def self_test():
                                         "seen` exits 2.\n")
     good = markdown_places("made-up.md", "# T\n\nThe CUDA backend has not yet run\non a GPU.\n\n"
                                          "## GPU\n\n`device=\"cuda\"`\n")
+    headed = markdown_places("made-up.md", "# T\n\nThe CUDA backend has not yet run\non a GPU."
+                                           "\n\n## GPU\n\n### `device=\"cuda\"`\n\nFast.\n")
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as t:
         t.write('"""A module."""\ndef f(device="cpu"):\n    """device: "cpu" or "cuda"."""\n')
     try:
@@ -204,9 +222,10 @@ def self_test():
     finally:
         os.unlink(t.name)
     ok = ([p for p, _ in bad] == ["made-up.md: section '## GPU'"] and good == []
+          and [p for p, _ in headed] == ["made-up.md: heading '### `device=\"cuda\"`'"]
           and len(py) == 1 and "docstring of f" in py[0][0])
     if not ok:
-        print(f"FAIL: self-test: {bad!r}, {good!r}, {py!r}")
+        print(f"FAIL: self-test: {bad!r}, {good!r}, {headed!r}, {py!r}")
     return ok
 
 

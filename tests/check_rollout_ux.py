@@ -41,6 +41,14 @@ how long anything takes), and the words:
   - SIGTERM while the frames run: the run says "stopped by SIGTERM after N
     of M frames; nothing written", removes the --out folders it made, and
     dies of the signal;
+    with stderr a pipe whose reader closed, it dies of SIGTERM (not
+    SIGPIPE), the folders removed; SIGINT after the last frame (made so:
+    stderr a full pipe, the signal sent once /proc shows the run blocked on
+    its first stderr line, written after the frames) lets the run finish,
+    says so and dies of SIGINT; `ringkv bench` stopped by SIGTERM keeps
+    whole rows (each flushed when done: the first comes before the end);
+  - --preset without a value lists the presets, the --help hint once;
+    --out where mkdir fails names --out; --frames 1 says "1 frame";
   - a picture or legend in an existing --out that is a symbolic link to where
     nothing can be saved (dangling, or through a file) is refused with exit
     2 before any frame, naming the link and its target, the link kept;
@@ -81,7 +89,8 @@ how long anything takes), and the words:
     picture shows it: on a jump row both recall panels repeat one 8 x 8
     speckle near mid-grey in every cell;
   - an installed layout (PREFIX/bin/ringkv beside PREFIX/share/ringkv/
-    earth.jpg) finds its default image from any working directory.
+    earth.jpg) finds its default image from any working directory, and
+    prints it resolved (no bin/..).
 Python standard library only.
 """
 import json
@@ -352,6 +361,56 @@ def check_full_disk(ringkv, img, tmp, failures):
                                 f"removed)")
 
 
+def blocked_writing_a_pipe(pid):
+    """Whether process pid's main thread sleeps in a write to a pipe, by
+    /proc/PID/wchan, else /proc/PID/syscall (write on fd 2: x86_64's 1,
+    aarch64's 64); None where neither tells."""
+    try:
+        with open(f"/proc/{pid}/wchan") as f:
+            wchan = f.read().strip()
+        if wchan not in ("", "0"):
+            return "pipe_write" in wchan
+    except OSError:
+        pass
+    try:
+        with open(f"/proc/{pid}/syscall") as f:
+            fields = f.read().split()
+        return fields[:2] in (["1", "0x2"], ["64", "0x2"])
+    except (OSError, IndexError):
+        return None
+
+
+def full_pipe():
+    """(read end, write end) of a pipe filled to the brim: a write to it
+    blocks until the read end is drained. The filler bytes are 'x'."""
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    try:
+        while True:
+            os.write(w, b"x" * 4096)
+    except BlockingIOError:
+        pass
+    try:
+        while True:
+            os.write(w, b"x")
+    except BlockingIOError:
+        pass
+    os.set_blocking(w, True)
+    return r, w
+
+
+def drain(fd):
+    """Everything fd gives up to EOF, the filler 'x's of full_pipe dropped."""
+    chunks = []
+    while True:
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(fd)
+    return b"".join(chunks).lstrip(b"x").decode("utf-8", "replace")
+
+
 def main():
     args = sys.argv[1:]
     if not args:
@@ -383,6 +442,24 @@ def main():
                     "--out", os.path.join(tmp, "o1"), "--snapshot-out", tmp] + img)
         expect(failures, "--snapshot-out naming a folder", p, s, 2,
                ["--snapshot-out", "is a folder"])
+        if "is a folder, not a file" not in p.stderr:
+            failures.append(f"--snapshot-out naming a folder: {p.stderr.strip()!r} (expected "
+                            f"'is a folder, not a file')")
+        # --out where mkdir fails after the checks pass (/proc for root; the
+        # check refuses it for others): named as --out either way
+        if os.path.isdir("/proc"):
+            p, s = run([ringkv, "rollout", "--frames", "1", "--out",
+                        "/proc/ringkv-no-such-folder/sub"] + img)
+            expect(failures, "--out in /proc", p, s, 2, ["--out", "ringkv-no-such-folder"])
+        # --preset without its value: the presets listed, the hint once
+        names = ["demo", "waypoint-1.5-360p", "waypoint-1.5-720p"]
+        for cmd in ("rollout", "plan"):
+            p, s = run([ringkv, cmd, "--preset"])
+            expect(failures, f"{cmd} --preset without a value", p, s, 2,
+                   ["--preset needs a value ("] + names)
+            if p.stderr.count("--help") != 1:
+                failures.append(f"{cmd} --preset without a value: the --help hint "
+                                f"{p.stderr.count('--help')} times: {p.stderr!r}")
         p, s = run([ringkv, "rollout", "--frames", "3",
                     "--out", os.path.join(tmp, "o1"), "--snapshot-out",
                     os.path.join(tmp, "no-such-folder", "s.snap")] + img)
@@ -652,9 +729,13 @@ def main():
             shutil.copy2(image, os.path.join(tmp, "share", "ringkv", "earth.jpg"))
             p, s = run([os.path.join(lone, "ringkv"), "rollout", "--frames", "2", "--out",
                         os.path.join(tmp, "o4")], cwd=lone, timeout=HANG_GUARD_S)
+            installed = os.path.realpath(os.path.join(tmp, "share", "ringkv", "earth.jpg"))
             if p.returncode != 0 or "share/ringkv/earth.jpg" not in p.stdout:
                 failures.append(f"installed layout: status {p.returncode}, stdout "
                                 f"{p.stdout[:400]!r}, stderr {p.stderr[-300:]!r}")
+            elif f"image {installed}:" not in p.stdout or "/../" in p.stdout:
+                failures.append(f"installed layout: the image not printed resolved as "
+                                f"{installed!r}: {p.stdout[:400]!r}")
             else:
                 print("  ok: an installed ringkv finds PREFIX/share/ringkv/earth.jpg")
 
@@ -940,6 +1021,114 @@ def main():
                             f"folder left: {os.path.exists(os.path.join(tmp, 'o4t'))}")
         else:
             print(f"  ok: SIGTERM: {rest.strip()[:120]}; no folder left")
+
+        # SIGTERM with stderr a pipe its reader closed (`... 2>&1 | head`):
+        # the "stopped by" line fails with EPIPE instead of SIGPIPE killing
+        # the run before its cleanup (states: the estimate read, then the
+        # read end closed, then the signal)
+        out = os.path.join(tmp, "o4p", "sub")
+        proc = subprocess.Popen([ringkv, "rollout", "--frames", "500000", "--out", out] + img,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        guard = threading.Timer(HANG_GUARD_S, proc.kill)
+        guard.start()
+        try:
+            seen = any(b"should take about" in line for line in proc.stderr)
+            proc.stderr.close()
+            proc.send_signal(signal.SIGTERM)
+            proc.wait()
+        finally:
+            guard.cancel()
+            proc.kill()
+        if not seen or proc.returncode != -signal.SIGTERM or os.path.exists(
+                os.path.join(tmp, "o4p")):
+            failures.append(f"SIGTERM, stderr a closed pipe: loop reached {seen}, status "
+                            f"{proc.returncode} (expected {-signal.SIGTERM}, not "
+                            f"{-signal.SIGPIPE}), folder left: "
+                            f"{os.path.exists(os.path.join(tmp, 'o4p'))}")
+        else:
+            print("  ok: SIGTERM, stderr a closed pipe: died of SIGTERM, no folder left")
+
+        # SIGINT after the last frame: the run finishes (report, picture,
+        # snapshot), says so, and dies of the signal. The state is made, not
+        # waited for: stderr is a pipe full before the run, so the run's
+        # first line there (the --migrate-every summary, printed after the
+        # last frame) blocks it; the signal goes once /proc shows it blocked
+        out, snap = os.path.join(tmp, "o4i"), os.path.join(tmp, "o4i.st")
+        r, w = full_pipe()
+        with open(os.path.join(tmp, "o4i.stdout"), "w+") as report:
+            proc = subprocess.Popen([ringkv, "rollout", "--frames", "2", "--migrate-every", "1",
+                                     "--out", out, "--snapshot-out", snap] + img,
+                                    stdout=report, stderr=w)
+            os.close(w)
+            guard = threading.Timer(HANG_GUARD_S, proc.kill)
+            guard.start()
+            try:
+                blocked = None
+                while proc.poll() is None:
+                    blocked = blocked_writing_a_pipe(proc.pid)
+                    if blocked is not False:
+                        break
+                    time.sleep(0.01)  # polling the state, not standing in for it
+                if blocked:
+                    proc.send_signal(signal.SIGINT)
+                rest = drain(r)
+                proc.wait()
+            finally:
+                guard.cancel()
+                proc.kill()
+            report.seek(0)
+            text = report.read()
+        if blocked is None:
+            print("  skipped: SIGINT after the last frame: /proc tells no blocked write here")
+        elif (proc.returncode != -signal.SIGINT
+              or "SIGINT came after the last frame; the run and its files are complete"
+              not in rest or "stopped by" in rest or "picture:" not in text
+              or not os.path.isfile(os.path.join(out, "rollout.png"))
+              or not os.path.isfile(snap)):
+            failures.append(f"SIGINT after the last frame: blocked {blocked}, status "
+                            f"{proc.returncode} (expected {-signal.SIGINT}), stderr {rest!r}, "
+                            f"report {text[-300:]!r}, picture "
+                            f"{os.path.isfile(os.path.join(out, 'rollout.png'))}, snapshot "
+                            f"{os.path.isfile(snap)}")
+        else:
+            print(f"  ok: SIGINT after the last frame: {rest.strip().splitlines()[-1]}")
+
+        # `ringkv bench > file` stopped by a signal keeps the rows done: each
+        # row is flushed when done (bench/row.c). The first row is read as it
+        # comes, then SIGTERM; every line read is then a whole JSON row
+        proc = subprocess.Popen([ringkv, "bench", "--quick", "--json", "--threads", "1"],
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        guard = threading.Timer(HANG_GUARD_S, proc.kill)
+        guard.start()
+        try:
+            first = proc.stdout.readline()
+            proc.send_signal(signal.SIGTERM)
+            lines = [first] + proc.stdout.read().splitlines(keepends=True)
+            proc.wait()
+        finally:
+            guard.cancel()
+            proc.kill()
+            proc.stdout.close()
+        whole = []
+        for line in lines:
+            try:
+                whole.append(line.endswith(b"\n") and isinstance(json.loads(line), dict))
+            except ValueError:
+                whole.append(False)
+        if proc.returncode != -signal.SIGTERM or not first or not all(whole):
+            failures.append(f"bench stopped by SIGTERM: status {proc.returncode} (expected "
+                            f"{-signal.SIGTERM}: the first row came before the end), rows "
+                            f"{whole}, last {lines[-1][-200:] if lines else b''!r}")
+        else:
+            print(f"  ok: bench stopped by SIGTERM: {len(lines)} whole row(s) kept")
+
+        # one frame: "1 frame", not "1 frames"
+        p, s = run([ringkv, "rollout", "--frames", "1", "--out", os.path.join(tmp, "o5a")] + img)
+        if p.returncode != 0 or "session(s) x 1 frame (clocks 0..0)" not in p.stdout:
+            failures.append(f"--frames 1: status {p.returncode}, header "
+                            f"{p.stdout.splitlines()[:1]!r}")
+        else:
+            print(f"  ok: --frames 1: {p.stdout.splitlines()[0]}")
 
         # a short run: picture, legend, labelled dimensions
         out = os.path.join(tmp, "o5")

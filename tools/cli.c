@@ -28,7 +28,7 @@ const char CLI_EXIT_RULE[] =
     "missing, unreadable, not a regular file, not of its kind or not matching the\n"
     "other options, an output path that cannot be written or is not a regular\n"
     "file, a run too big for the memory available, --backend cuda where no GPU is\n"
-    "seen).\n";
+    "seen; the CUDA backend has not yet run on a GPU: no GPU run is recorded).\n";
 
 /* Length of a leading "rkv_identifier: " in s, else 0. */
 static size_t function_prefix(const char *s) {
@@ -178,8 +178,9 @@ int cli_set_text(const cli_option *d, const char *val, void *opts, char *why, si
 
 int cli_set_choice(const cli_option *d, const char *val, void *opts, char *why, size_t n) {
     (void)why, (void)n;
-    for (int i = 0; d->choices[i]; i++)
-        if (!strcmp(val, d->choices[i])) {
+    const char *const *choices = d->choices();
+    for (int i = 0; choices[i]; i++)
+        if (!strcmp(val, choices[i])) {
             *FIELD(opts, d, int) = i;
             return 0;
         }
@@ -194,7 +195,10 @@ int cli_set_dtype(const cli_option *d, const char *val, void *opts, char *why, s
     return 0;
 }
 
-const char *const CLI_BACKENDS[] = {"cpu", "cuda", NULL};
+const char *const *cli_backends(void) {
+    static const char *const names[] = {"cpu", "cuda", NULL};
+    return names;
+}
 
 int cli_refuse(const char *cmd, const char *fmt, ...) {
     va_list ap;
@@ -204,6 +208,18 @@ int cli_refuse(const char *cmd, const char *fmt, ...) {
     fprintf(stderr, "\n(see 'ringkv %s --help')\n", cmd);
     va_end(ap);
     return CLI_EXIT_USAGE;
+}
+
+/* "--preset needs a value (demo, waypoint-1.5-720p or waypoint-1.5-360p)":
+ * d->choices() listed as the library lists the presets. */
+static int refuse_missing_name(const char *cmd, const cli_option *d) {
+    const char *const *names = d->choices();
+    char list[512] = "";
+    size_t len = 0;
+    for (int k = 0; names && names[k] && len < sizeof list; k++)
+        len += (size_t)snprintf(list + len, sizeof list - len, "%s%s",
+                                k == 0 ? "" : names[k + 1] ? ", " : " or ", names[k]);
+    return cli_refuse(cmd, "%s needs a value (%s)", d->name, list);
 }
 
 /* The row of table[0..n) that argument a names: the name exactly, or
@@ -253,9 +269,10 @@ int cli_parse_options(const char *cmd, int argc, char **argv, const cli_option *
         if (!d->takes_value && val)
             return cli_refuse(cmd, "%s takes no value, got '%s'", d->name, rkv_tool_shown(a));
         if (d->takes_value && !val) {
+            if (i + 1 >= argc && d->choices) return refuse_missing_name(cmd, d);
             if (i + 1 >= argc)
-                return cli_refuse(cmd, "%s needs a value (%s)", d->name,
-                              d->expects ? d->expects : "see --help");
+                return d->expects ? cli_refuse(cmd, "%s needs a value (%s)", d->name, d->expects)
+                                  : cli_refuse(cmd, "%s needs a value", d->name);
             val = argv[++i];
         }
         char why[128] = "";

@@ -114,7 +114,10 @@ struct cli_option {
                                     got 'VAL'": "an integer in 1..1024"         */
     int64_t lo, hi;              /* the range (cli_set_int64, _int, _real); for
                                     cli_set_text, hi > 0: the longest value     */
-    const char *const *choices;  /* cli_set_choice: the names, NULL-terminated  */
+    /* The names it takes, NULL-terminated: cli_set_choice's; cli_set_text's
+     * are only listed when the value is missing (--preset:
+     * rkv_model_preset_names). NULL: none. */
+    const char *const *(*choices)(void);
 };
 
 /* The setters (cli_option.set). Each writes the type named at opts + field:
@@ -138,7 +141,7 @@ typedef struct cli_dtype {
 } cli_dtype;
 
 /* --backend's names (cli_set_choice), indexed by CLI_BACKEND_*. */
-extern const char *const CLI_BACKENDS[];
+const char *const *cli_backends(void);
 #define CLI_BACKEND_CPU 0
 #define CLI_BACKEND_CUDA 1
 

@@ -53,7 +53,7 @@ static void usage(FILE *f) {
 
 #define OPT(field) offsetof(plan_opts, field)
 static const cli_option OPTIONS[] = {
-    {"--preset", 1, cli_set_text, OPT(preset), NULL, 0, 0, NULL},
+    {"--preset", 1, cli_set_text, OPT(preset), NULL, 0, 0, rkv_model_preset_names},
     {"--memory-gib", 1, cli_set_real, OPT(memory_gib),
      "a number of GiB in 0..1048576: decimal digits, optionally '.' and more digits (16, 0.5)",
      0,

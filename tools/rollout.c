@@ -1160,9 +1160,15 @@ static int finish_run(run *r, double loop_s) {
  * frames. The run stops there, writes nothing more, removes the --out
  * folders it made while they are still empty, says so, and then dies of
  * the same signal (exit status 128 + N for a shell), as an uncaught one
- * would, minus the empty folder. */
+ * would, minus the empty folder. One that comes during the last frame or
+ * after it lets the run finish (report and files), says so, and then dies
+ * of it. SIGPIPE is ignored during the run: a line written to a closed
+ * pipe (`ringkv rollout 2>&1 | head`: the estimate, these messages) fails
+ * (EPIPE; a report that cannot be written is said at exit, status 1)
+ * instead of killing the run before that cleanup. */
 static volatile sig_atomic_t g_stop_signal;
 static void on_stop_signal(int sig) { g_stop_signal = sig; }
+static const char *stop_signal_name(void) { return g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM"; }
 
 static void catch_stop_signals(void) {
     struct sigaction sa;
@@ -1171,6 +1177,7 @@ static void catch_stop_signals(void) {
     sigemptyset(&sa.sa_mask);
     (void)sigaction(SIGINT, &sa, NULL);
     (void)sigaction(SIGTERM, &sa, NULL);
+    (void)signal(SIGPIPE, SIG_IGN);
 }
 
 int rkv_cmd_rollout(int argc, char **argv) {
@@ -1197,7 +1204,7 @@ int rkv_cmd_rollout(int argc, char **argv) {
             if (R.progress) fprintf(stderr, "\r%*s\r", 79, "");
             fprintf(stderr,
                     "ringkv rollout: stopped by %s after %lld of %lld frames; nothing written\n",
-                    g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM", (long long)(f - R.first),
+                    stop_signal_name(), (long long)(f - R.first),
                     (long long)(R.end - R.first));
             rc = CLI_EXIT_FAILURE;
             goto done;
@@ -1228,6 +1235,9 @@ int rkv_cmd_rollout(int argc, char **argv) {
                 R.B == 1 ? "" : "s", (double)R.migrated_bytes / (1 << 20), R.migrate_s);
     if (R.progress) fprintf(stderr, "\r%*s\r", 79, "");
     rc = finish_run(&R, now_s() - R.loop_start);
+    if (g_stop_signal)
+        fprintf(stderr, "ringkv rollout: %s came after the last frame; %s\n", stop_signal_name(),
+                rc == 0 ? "the run and its files are complete" : "the run ended as said above");
 done:
     /* a refusal or a failure before the picture leaves no empty folder of
      * its own making behind (only empty folders are removed) */

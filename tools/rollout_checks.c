@@ -1,6 +1,6 @@
 /* Checks of `ringkv rollout` before any frame: the default image, the
  * output paths and the memory (rollout_checks.h). */
-#define _XOPEN_SOURCE 700 /* readlink, lstat */
+#define _XOPEN_SOURCE 700 /* readlink, lstat, realpath */
 
 #include "rollout_checks.h"
 
@@ -22,9 +22,10 @@
 /* The default image: data/earth.jpg from the working directory, else beside
  * the repository the executable was built in (its folder and up to 3 above),
  * else earth.jpg in an install's data folder (../share/ringkv from the
- * executable's folder, else RKV_INSTALL_DATA_DIR, the configured one). NULL when it is in none of them; `exe` receives the
- * executable's path (or ""). A file that exists but cannot be read is
- * returned: the load says why. */
+ * executable's folder, as realpath gives it: PREFIX/share/ringkv/earth.jpg,
+ * else RKV_INSTALL_DATA_DIR, the configured one). NULL when it is in none of
+ * them; `exe` receives the executable's path (or ""). A file that exists
+ * but cannot be read is returned: the load says why. */
 const char *rollout_default_image(char *buf, size_t n, char *exe, size_t exe_n) {
     exe[0] = '\0';
     if (access(DEFAULT_IMAGE, F_OK) == 0) return DEFAULT_IMAGE;
@@ -49,9 +50,13 @@ const char *rollout_default_image(char *buf, size_t n, char *exe, size_t exe_n) 
         char *slash = strrchr(bindir, '/');
         if (slash) {
             *slash = '\0';
+            char *found = NULL;
             if (snprintf(buf, n, "%s/../share/ringkv/earth.jpg", bindir) < (int)n &&
-                access(buf, F_OK) == 0)
+                (found = realpath(buf, NULL)) && snprintf(buf, n, "%s", found) < (int)n) {
+                free(found);
                 return buf;
+            }
+            free(found);
         }
     }
 #ifdef RKV_INSTALL_DATA_DIR
@@ -159,8 +164,7 @@ int rollout_check_output_file(const char *what, const char *path, char *err, siz
     struct stat st;
     if (stat(path, &st) == 0) {
         if (S_ISDIR(st.st_mode)) {
-            snprintf(err, n, "%s: '%s' is a folder; a file is written there", what,
-                     rkv_tool_shown(path));
+            snprintf(err, n, "%s: '%s' is a folder, not a file", what, rkv_tool_shown(path));
             return -1;
         }
         if (!S_ISREG(st.st_mode)) { /* a device or pipe is never replaced nor written */
@@ -300,8 +304,8 @@ int rollout_make_dirs(const char *path, int64_t *made, char *err, size_t err_len
                 if (!created) *made = (int64_t)(p - buf);
                 created = 1;
             } else if (errno != EEXIST) {
-                snprintf(err, err_len, "cannot create folder '%s': %s", rkv_tool_shown(buf),
-                         strerror(errno));
+                snprintf(err, err_len, "--out: cannot create folder '%s': %s",
+                         rkv_tool_shown(buf), strerror(errno));
                 return -1;
             }
             *p = c;
@@ -310,7 +314,7 @@ int rollout_make_dirs(const char *path, int64_t *made, char *err, size_t err_len
     }
     struct stat st;
     if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        snprintf(err, err_len, "'%s' is not a folder", rkv_tool_shown(path));
+        snprintf(err, err_len, "--out '%s' is not a folder", rkv_tool_shown(path));
         return -1;
     }
     return 0;

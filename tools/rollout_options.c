@@ -88,7 +88,7 @@ int64_t rollout_default_frames(const char *preset) {
 static const cli_option OPTIONS[] = {
     {"--json", 0, cli_set_flag, OPT(json), NULL, 0, 0, NULL},
     {"--full-global-ring", 0, cli_set_flag, OPT(full_global_ring), NULL, 0, 0, NULL},
-    {"--preset", 1, cli_set_text, OPT(preset), NULL, 0, 0, NULL},
+    {"--preset", 1, cli_set_text, OPT(preset), NULL, 0, 0, rkv_model_preset_names},
     {"--sessions", 1, cli_set_int64, OPT(sessions),
      "an integer in 1..4096 (the rollout's limit)", 1, MAX_SESSIONS, NULL},
     {"--frames", 1, cli_set_int64, OPT(frames), "an integer in 1..2147483647", 1, INT32_MAX,
@@ -101,7 +101,7 @@ static const cli_option OPTIONS[] = {
     {"--threads", 1, cli_set_int, OPT(threads), "an integer in 1..1024", 1, 1024, NULL},
     {"--snapshot-out", 1, cli_set_text, OPT(snapshot_out), "a file", 0, PATH_MAX_LEN, NULL},
     {"--resume", 1, cli_set_text, OPT(resume), "a snapshot file", 0, 0, NULL},
-    {"--backend", 1, cli_set_choice, OPT(backend), "cpu or cuda", 0, 0, CLI_BACKENDS},
+    {"--backend", 1, cli_set_choice, OPT(backend), "cpu or cuda", 0, 0, cli_backends},
     {"--migrate-every", 1, cli_set_int64, OPT(migrate_every),
      "an integer in 1..2147483647 (frames)", 1, INT32_MAX, NULL},
 };

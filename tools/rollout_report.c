@@ -310,10 +310,10 @@ void rollout_report_header(const rollout_result *res) {
                   Hq = cfg->n_q_heads;
     const rkv_dtype dtype = cfg->dtype;
     const int threads = res->pool ? rkv_threadpool_size(res->pool) : 0;
-    printf("ringkv rollout: preset %s%s, %lld session(s) x %lld frames (clocks %lld..%lld), "
+    printf("ringkv rollout: preset %s%s, %lld session(s) x %lld frame%s (clocks %lld..%lld), "
            "dtype %s, seed %" PRIu64 "\n",
            o->preset, o->full_global_ring ? " (full global ring)" : "", (long long)B,
-           (long long)F, (long long)res->first, (long long)(res->end - 1), rkv_dtype_name(dtype),
+           (long long)F, F == 1 ? "" : "s", (long long)res->first, (long long)(res->end - 1), rkv_dtype_name(dtype),
            o->seed);
     if (res->pool)
         printf("  backend cpu, %d thread(s), %s\n", threads, res->isa);

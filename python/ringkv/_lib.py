@@ -239,10 +239,12 @@ _BUNDLED = ("libringkv.so", "libringkv.so.0.2", "libringkv.dylib")
 
 def _candidates(env: str, here: str | None, names: tuple[str, ...], system: str) -> list[str]:
     """The paths to try: ``$env`` alone when set (an explicit choice: no
-    silent fallback to another copy), else those of ``names`` in the folder
-    ``here`` (None: none), then ``system`` on the system library path."""
-    if os.environ.get(env):
-        return [os.environ[env]]
+    silent fallback to another copy; a relative path is made absolute, in the
+    environment too, for processes started in another folder), else those of
+    ``names`` in the folder ``here`` (None: none), then ``system`` on the system library path."""
+    if path := os.environ.get(env):  # a bare name stays one: the loader searches for it
+        os.environ[env] = path = os.path.abspath(path) if os.sep in path else path
+        return [path]
     found = [os.path.join(here, n) for n in names if here and os.path.exists(os.path.join(here, n))]
     return found + [p for p in (ctypes.util.find_library(system),) if p]
 

@@ -3,8 +3,9 @@
 - ``python/`` is put first on sys.path, so ``python3 -m pytest python/tests``
   tests this checkout's package (no install needed).
 - The library: ``RINGKV_LIBRARY`` when set (ctest sets it to the build's
-  libringkv.so); otherwise ``<repo>/build/libringkv.so`` when present and
-  nothing is bundled in the package.
+  libringkv.so; a relative path is made absolute, as ringkv._lib does);
+  otherwise ``<repo>/build/libringkv.so`` when present and nothing is
+  bundled in the package.
 - shared/ (golden data, the reference): ``RKV_SHARED_DIR``, default
   ``<repo>/../shared``.
 - The CUDA backend: ``RINGKV_CUDA_LIBRARY`` when set (scripts/gpu_check.sh
@@ -35,6 +36,9 @@ if not os.environ.get("RINGKV_LIBRARY"):
     default = REPO / "build" / "libringkv.so"
     if not bundled and default.exists():
         os.environ["RINGKV_LIBRARY"] = str(default)
+elif os.sep in os.environ["RINGKV_LIBRARY"]:  # python/README.md's build/libringkv.so, for the
+    # tests that run Python in another folder (test_readme.py's snippets) before any import
+    os.environ["RINGKV_LIBRARY"] = os.path.abspath(os.environ["RINGKV_LIBRARY"])
 
 SHARED = Path(os.environ.get("RKV_SHARED_DIR") or (REPO.parent / "shared")).resolve()
 GOLDEN = SHARED / "golden"

@@ -4,12 +4,15 @@ files): bound when the loaded library has them."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
-from conftest import REPO
+from conftest import PYTHON_DIR, REPO
 
 import ringkv
 from ringkv import _lib
@@ -41,6 +44,30 @@ def header_fields(text: str, name: str) -> list[str] | None:
         if decl:
             fields.append(re.match(r".*?(\w+)\s*(\[[^\]]*\])?$", decl, flags=re.S).group(1))
     return fields
+
+
+def test_relative_library_path_is_made_absolute(tmp_path):
+    """RINGKV_LIBRARY=build/libringkv.so (python/README.md) names the file
+    from the folder ringkv is imported in: ringkv.library_path and the
+    environment then hold it absolute, so that a process started in another
+    folder (a subprocess, a Ray worker) loads the same file."""
+    lib = os.path.realpath(ringkv.library_path)
+    base = os.path.dirname(os.path.dirname(lib))
+    relative = os.path.relpath(lib, base)
+    assert os.sep in relative and not os.path.isabs(relative)
+    (tmp_path / "empty").mkdir()
+    code = f"""
+import os, subprocess, sys
+import ringkv
+assert ringkv.library_path == os.environ["RINGKV_LIBRARY"] == {lib!r}, ringkv.library_path
+child = subprocess.run([sys.executable, "-c", "import ringkv; print(ringkv.library_path)"],
+                       cwd={str(tmp_path / "empty")!r}, capture_output=True, text=True)
+assert child.returncode == 0 and child.stdout.strip() == {lib!r}, child.stderr
+"""
+    proc = subprocess.run([sys.executable, "-c", code], cwd=base, capture_output=True, text=True,
+                          env=dict(os.environ, RINGKV_LIBRARY=relative, PYTHONPATH=str(PYTHON_DIR)),
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
 
 
 @pytest.mark.parametrize("name", sorted(MIRRORS))

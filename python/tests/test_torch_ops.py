@@ -568,6 +568,23 @@ def test_ring_scatter_is_the_reference_op(torch, reference, ops):
             assert not torch.equal(a, cache)
 
 
+def test_ring_scatter_keeps_the_reference_laxness(torch, reference, ops):
+    """As python/README.md's differences say: ring_scatter reads ``mark`` as
+    the reference does (None and 1 accepted, by truth value), and a failure
+    in its second half (``written`` shorter than a ``dst`` slot) leaves
+    ``cache`` written already, with the reference's error class."""
+    for mark, marked in ((None, False), (1, True), (0, False)):
+        for op in (reference.ring_scatter, ops.ring_scatter):
+            cache, written = torch.zeros(2, 1, 1, 4, 2), torch.zeros(4, dtype=torch.bool)
+            op(cache, written, torch.tensor([1]), torch.ones(2, 1, 1, 1, 2), mark)
+            assert written.tolist() == [False, marked, False, False] and cache.sum() == 4
+    for op in (reference.ring_scatter, ops.ring_scatter):
+        cache, written = torch.zeros(2, 1, 1, 4, 2), torch.zeros(2, dtype=torch.bool)
+        with pytest.raises(IndexError):
+            op(cache, written, torch.tensor([3]), torch.ones(2, 1, 1, 1, 2), True)
+        assert cache[:, :, :, 3].sum() == 4 and not written.any()
+
+
 # ---- FlexAttention --------------------------------------------------------------------
 
 @pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")

@@ -9,7 +9,7 @@ move between processes and hosts.
   recovery of the sessions of a host that died.
 - :func:`init_loopback` (a local Ray cluster bound to 127.0.0.1 only) and
   :func:`make_hosts`; :mod:`ringkv.ray.stream` (the deterministic token
-  streams and digests) and :mod:`ringkv.ray.checkpoint` (whose a file is).
+  streams and digests) and :mod:`ringkv.ray.checkpoint` (checkpoints that say whose they are).
 
 Install with ``pip install ringkv[ray]`` (Ray and xxhash). ``import
 ringkv.ray`` itself does not import Ray: the names above do, on first use.
