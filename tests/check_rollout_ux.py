@@ -1223,6 +1223,21 @@ def main():
                                 f"naming the {name} kernel and the {used} kernel used)")
             else:
                 print(f"  ok: RKV_ISA={name}: {lines[0][:160]}")
+            # f32 storage: a bf16 pair engine runs it on avx512, and the
+            # line names that kernel too (it named only the bf16 one)
+            p = subprocess.run([ringkv, "rollout", "--frames", "2", "--dtype", "f32", "--json",
+                                "--out", out] + img,
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               errors="replace", timeout=HANG_GUARD_S)
+            used = json.loads(p.stdout).get("isa") if p.returncode == 0 else None
+            lines = [l for l in p.stderr.splitlines() if "RKV_ISA" in l]
+            if (p.returncode != 0 or len(lines) != 1 or not used
+                    or not re.search(r"\b%s\b" % re.escape(used), lines[0])):
+                failures.append(f"RKV_ISA={name}, f32, on a CPU without it: status "
+                                f"{p.returncode}, isa {used!r}, stderr {p.stderr[-400:]!r} "
+                                f"(expected one line naming the {used} kernel f32 runs on)")
+            else:
+                print(f"  ok: RKV_ISA={name}, f32: names {used}")
         env["RKV_ISA"] = "GENERIC"
         p = subprocess.run([ringkv, "rollout", "--frames", "2", "--out", out] + img, env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -171,8 +171,8 @@ static void init_kernel(void) {
     if (asked && strcmp(asked, kernel_name))
         fprintf(stderr,
                 "ringkv: RKV_ISA=%s asks for the %s kernel, which this CPU does not offer; "
-                "the %s kernel is used\n",
-                getenv("RKV_ISA"), asked, kernel_name);
+                "the %s kernel is used%s\n", getenv("RKV_ISA"), asked, kernel_name,
+                picked.bf16 ? " for bf16 layers (avx512 for the other dtypes)" : "");
 }
 
 const char *rkv_attention_isa(const rkv_layer *pub) {
