@@ -24,11 +24,12 @@
  *    _attend, _visible_row and _reset on a CUDA layer, the clock advance)
  *    read session ids and clocks from DEVICE memory, so a whole schedule (24
  *    layers x 5 passes) can be captured into one CUDA graph and replayed
- *    with only the device-side clocks changing. Those VALUES are checked by
- *    every block of the kernel before it writes anything: an invalid row
- *    (session out of [0, S), two rows with one session, clock < 0) makes the
- *    whole call write nothing and records a device error that
- *    rkv_layer_check() reports (and clears) later.
+ *    with only the device-side clocks changing. The core checks shapes,
+ *    dtypes and pointers on the host, once; the VALUES behind device
+ *    pointers are checked by every block of the kernel before it writes
+ *    anything: an invalid row (session out of [0, S), two rows with one
+ *    session, clock < 0) makes the whole call write nothing and records a
+ *    device error that rkv_layer_check() reports (and clears) later.
  *  - CUDA failures (a launch that fails, an allocation that fails, a copy
  *    that fails) are RKV_ERR_NO_MEMORY for out-of-memory and RKV_ERR_STATE
  *    otherwise, with the CUDA error's name in rkv_last_error().

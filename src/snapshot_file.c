@@ -250,9 +250,10 @@ static bool copy_host(const rkv_model *m, int64_t session, rkv__snap_tensor *con
             off += bytes;
         }
     }
-    if (pc) rkv__copy_pieces_hashed(pc, k, hs);
+    const bool listed = pc != NULL;
+    if (listed) rkv__copy_pieces_hashed(pc, k, hs);
     if (!into) free(pc);
-    return pc != NULL;
+    return listed;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -1048,6 +1048,27 @@ def main():
         else:
             print("  ok: SIGTERM, stderr a closed pipe: died of SIGTERM, no folder left")
 
+        # stdout a pipe its reader closed before the run (`ringkv rollout |
+        # true`): the header's write raises SIGPIPE, which stops the run
+        # before its first frame like SIGTERM: the folder removed, then it
+        # dies of SIGPIPE (it ran every frame, exit 1, with SIGPIPE ignored)
+        out = os.path.join(tmp, "o4q", "sub")
+        r, w = os.pipe()
+        os.close(r)
+        try:
+            p = subprocess.run([ringkv, "rollout", "--frames", "500000", "--out", out] + img,
+                               stdout=w, stderr=subprocess.PIPE, text=True, errors="replace",
+                               timeout=HANG_GUARD_S)
+        finally:
+            os.close(w)
+        if (p.returncode != -signal.SIGPIPE or "stopped by SIGPIPE after 0 of" not in p.stderr
+                or os.path.exists(os.path.join(tmp, "o4q"))):
+            failures.append(f"stdout a closed pipe: status {p.returncode} (expected "
+                            f"{-signal.SIGPIPE}), stderr {p.stderr[-300:]!r}, folder left: "
+                            f"{os.path.exists(os.path.join(tmp, 'o4q'))}")
+        else:
+            print("  ok: stdout a closed pipe: stopped before the first frame, died of SIGPIPE")
+
         # SIGINT after the last frame: the run finishes (report, picture,
         # snapshot), says so, and dies of the signal. The state is made, not
         # waited for: stderr is a pipe full before the run, so the run's

@@ -1162,13 +1162,17 @@ static int finish_run(run *r, double loop_s) {
  * the same signal (exit status 128 + N for a shell), as an uncaught one
  * would, minus the empty folder. One that comes during the last frame or
  * after it lets the run finish (report and files), says so, and then dies
- * of it. SIGPIPE is ignored during the run: a line written to a closed
- * pipe (`ringkv rollout 2>&1 | head`: the estimate, these messages) fails
- * (EPIPE; a report that cannot be written is said at exit, status 1)
- * instead of killing the run before that cleanup. */
+ * of it. SIGPIPE (a line written to a pipe whose reader closed it:
+ * `ringkv rollout 2>&1 | head`) is one more such signal, so the run still
+ * ends of it (141, as before) but after that cleanup. The first signal
+ * counts: the "stopped by" line to a closed pipe does not replace it. */
 static volatile sig_atomic_t g_stop_signal;
-static void on_stop_signal(int sig) { g_stop_signal = sig; }
-static const char *stop_signal_name(void) { return g_stop_signal == SIGINT ? "SIGINT" : "SIGTERM"; }
+static void on_stop_signal(int sig) {
+    if (!g_stop_signal) g_stop_signal = sig;
+}
+static const char *stop_signal_name(void) {
+    return g_stop_signal == SIGINT ? "SIGINT" : g_stop_signal == SIGPIPE ? "SIGPIPE" : "SIGTERM";
+}
 
 static void catch_stop_signals(void) {
     struct sigaction sa;
@@ -1177,7 +1181,7 @@ static void catch_stop_signals(void) {
     sigemptyset(&sa.sa_mask);
     (void)sigaction(SIGINT, &sa, NULL);
     (void)sigaction(SIGTERM, &sa, NULL);
-    (void)signal(SIGPIPE, SIG_IGN);
+    (void)sigaction(SIGPIPE, &sa, NULL);
 }
 
 int rkv_cmd_rollout(int argc, char **argv) {
@@ -1192,6 +1196,7 @@ int rkv_cmd_rollout(int argc, char **argv) {
     cli_load_read(&R.load); /* before this run adds to it */
 
     catch_stop_signals();
+    int finished = 0; /* finish_run reached */
     if ((rc = check_run(&R)) != 0 || (rc = setup_run(&R)) != 0) goto done;
 
     /* ---- the frame loop ---- */
@@ -1235,15 +1240,19 @@ int rkv_cmd_rollout(int argc, char **argv) {
                 R.B == 1 ? "" : "s", (double)R.migrated_bytes / (1 << 20), R.migrate_s);
     if (R.progress) fprintf(stderr, "\r%*s\r", 79, "");
     rc = finish_run(&R, now_s() - R.loop_start);
-    if (g_stop_signal)
-        fprintf(stderr, "ringkv rollout: %s came after the last frame; %s\n", stop_signal_name(),
-                rc == 0 ? "the run and its files are complete" : "the run ended as said above");
+    finished = 1;
 done:
     /* a refusal or a failure before the picture leaves no empty folder of
      * its own making behind (only empty folders are removed) */
     if (!R.pictured && R.out_made >= 0) rollout_remove_made_dirs(R.o.out, R.out_made);
     run_free(&R);
     if (g_stop_signal) { /* die of it, as if it had not been caught */
+        if (finished) /* it came during the last frame or after it */
+            fprintf(stderr, "ringkv rollout: %s came after the last frame; %s\n",
+                    stop_signal_name(),
+                    rc ? "the run ended as said above"
+                       : g_stop_signal == SIGPIPE ? "its files are complete (the report may not be)"
+                                                  : "the run and its files are complete");
         const int sig = g_stop_signal;
         signal(sig, SIG_DFL);
         raise(sig);

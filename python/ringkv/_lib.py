@@ -243,7 +243,7 @@ def _candidates(env: str, here: str | None, names: tuple[str, ...], system: str)
     environment too, for processes started in another folder), else those of
     ``names`` in the folder ``here`` (None: none), then ``system`` on the system library path."""
     if path := os.environ.get(env):  # a bare name stays one: the loader searches for it
-        os.environ[env] = path = os.path.abspath(path) if os.sep in path else path
+        os.environ[env] = path = os.path.join(os.getcwd(), path) if os.sep in path else path
         return [path]
     found = [os.path.join(here, n) for n in names if here and os.path.exists(os.path.join(here, n))]
     return found + [p for p in (ctypes.util.find_library(system),) if p]

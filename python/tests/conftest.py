@@ -38,7 +38,7 @@ if not os.environ.get("RINGKV_LIBRARY"):
         os.environ["RINGKV_LIBRARY"] = str(default)
 elif os.sep in os.environ["RINGKV_LIBRARY"]:  # python/README.md's build/libringkv.so, for the
     # tests that run Python in another folder (test_readme.py's snippets) before any import
-    os.environ["RINGKV_LIBRARY"] = os.path.abspath(os.environ["RINGKV_LIBRARY"])
+    os.environ["RINGKV_LIBRARY"] = os.path.join(os.getcwd(), os.environ["RINGKV_LIBRARY"])
 
 SHARED = Path(os.environ.get("RKV_SHARED_DIR") or (REPO.parent / "shared")).resolve()
 GOLDEN = SHARED / "golden"

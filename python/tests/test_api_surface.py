@@ -51,6 +51,8 @@ def test_relative_library_path_is_made_absolute(tmp_path):
     from the folder ringkv is imported in: ringkv.library_path and the
     environment then hold it absolute, so that a process started in another
     folder (a subprocess, a Ray worker) loads the same file."""
+    if not os.path.isabs(ringkv.library_path):  # found by the system loader, by name
+        pytest.skip(f"ringkv.library_path {ringkv.library_path!r} is not a path")
     lib = os.path.realpath(ringkv.library_path)
     base = os.path.dirname(os.path.dirname(lib))
     relative = os.path.relpath(lib, base)

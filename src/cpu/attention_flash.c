@@ -172,7 +172,8 @@ static void init_kernel(void) {
         fprintf(stderr,
                 "ringkv: RKV_ISA=%s asks for the %s kernel, which this CPU does not offer; "
                 "the %s kernel is used%s\n", getenv("RKV_ISA"), asked, kernel_name,
-                picked.bf16 ? " for bf16 layers (avx512 for the other dtypes)" : "");
+                picked.bf16 ? " for bf16 layers whose d_head is a multiple of 32 up to 512 "
+                              "(avx512 for the others)" : "");
 }
 
 const char *rkv_attention_isa(const rkv_layer *pub) {
