@@ -1224,6 +1224,15 @@ def main():
         a512 = {"avx512f", "avx512vl", "avx512bw", "avx512dq"}
         needs = {"amx": a512 | {"amx_tile", "amx_bf16"}, "avx512": a512,
                  "avx512bf16": a512 | {"avx512_bf16"}}
+        def isa_run(dtype):
+            """A 2-frame run under env: its status, JSON isa, RKV_ISA lines."""
+            p = subprocess.run([ringkv, "rollout", "--frames", "2", "--dtype", dtype, "--json",
+                                "--out", out] + img,
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               errors="replace", timeout=HANG_GUARD_S)
+            used = json.loads(p.stdout).get("isa") if p.returncode == 0 else None
+            return p, used, [l for l in p.stderr.splitlines() if "RKV_ISA" in l]
+
         for name, need in needs.items():
             if flags is None or need <= flags:
                 continue
@@ -1231,12 +1240,7 @@ def main():
             # bf16 storage: the kernel the JSON names (the first layer's) is
             # then the engine itself, also where that is a bf16 pair engine
             # (avx512bf16 on an AMD CPU), which runs f32 layers on avx512
-            p = subprocess.run([ringkv, "rollout", "--frames", "2", "--dtype", "bf16", "--json",
-                                "--out", out] + img,
-                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               errors="replace", timeout=HANG_GUARD_S)
-            used = json.loads(p.stdout).get("isa") if p.returncode == 0 else None
-            lines = [l for l in p.stderr.splitlines() if "RKV_ISA" in l]
+            p, used, lines = isa_run("bf16")
             if (p.returncode != 0 or len(lines) != 1 or f"RKV_ISA={name} " not in lines[0]
                     or f"the {name} kernel" not in lines[0] or f"the {used} kernel" not in lines[0]):
                 failures.append(f"RKV_ISA={name} on a CPU without it: status {p.returncode}, "
@@ -1246,12 +1250,7 @@ def main():
                 print(f"  ok: RKV_ISA={name}: {lines[0][:160]}")
             # f32 storage: a bf16 pair engine runs it on avx512, and the
             # line names that kernel too (it named only the bf16 one)
-            p = subprocess.run([ringkv, "rollout", "--frames", "2", "--dtype", "f32", "--json",
-                                "--out", out] + img,
-                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               errors="replace", timeout=HANG_GUARD_S)
-            used = json.loads(p.stdout).get("isa") if p.returncode == 0 else None
-            lines = [l for l in p.stderr.splitlines() if "RKV_ISA" in l]
+            p, used, lines = isa_run("f32")
             if (p.returncode != 0 or len(lines) != 1 or not used
                     or not re.search(r"\b%s\b" % re.escape(used), lines[0])):
                 failures.append(f"RKV_ISA={name}, f32, on a CPU without it: status "

@@ -313,8 +313,8 @@ void rollout_report_header(const rollout_result *res) {
     printf("ringkv rollout: preset %s%s, %lld session(s) x %lld frame%s (clocks %lld..%lld), "
            "dtype %s, seed %" PRIu64 "\n",
            o->preset, o->full_global_ring ? " (full global ring)" : "", (long long)B,
-           (long long)F, F == 1 ? "" : "s", (long long)res->first, (long long)(res->end - 1), rkv_dtype_name(dtype),
-           o->seed);
+           (long long)F, F == 1 ? "" : "s", (long long)res->first, (long long)(res->end - 1),
+           rkv_dtype_name(dtype), o->seed);
     if (res->pool)
         printf("  backend cpu, %d thread(s), %s\n", threads, res->isa);
     else
