@@ -746,7 +746,8 @@ DOT_TARGET static void dot_body(const rkv__attend_ctx *c, pair_task *t) {
             bool known = j0 > 0 && nk == KB;
             for (int i = 0; known && i < MQ; i++) known = t->mall[g][i] > -INFINITY;
             bool scaled = false;
-            if (!known || !dot_fused(krow, qt, D / 2, c->scale * LOG2E, t->mall[g], t->lall[g], pp)) {
+            if (!known ||
+                !dot_fused(krow, qt, D / 2, c->scale * LOG2E, t->mall[g], t->lall[g], pp)) {
                 dot_rows(st, MQ, c->scale * LOG2E, krow, qt, MQ, nk, MQ, D / 2);
                 scaled = dot_softmax(st, pp, nk, t->mall[g], t->lall[g], corr);
             }
@@ -756,7 +757,8 @@ DOT_TARGET static void dot_body(const rkv__attend_ctx *c, pair_task *t) {
     }
     for (int64_t g = 0; g < t->gn; g++) {
         if (n == 0) memset(otall + (size_t)g * MQ * d, 0, (size_t)t->rows[g] * d * 4);
-        store_out(c->args, t->qbase[g], otall + (size_t)g * MQ * d, t->lall[g], t->rows[g], D, true);
+        store_out(c->args, t->qbase[g], otall + (size_t)g * MQ * d, t->lall[g], t->rows[g], D,
+                  true);
     }
 }
 
